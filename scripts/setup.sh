@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian packages qtitan builds against. As root it runs apt-get; otherwise it
+# prints the exact apt-get line to run and exits non-zero when something is missing.
+set -euo pipefail
+
+PACKAGES=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libutf8proc-dev
+          libdnnl-dev libopenmpi-dev openmpi-bin libcmocka-dev clang libclang-rt-14-dev libomp-14-dev)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all build packages present"
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "setup: missing packages; run as root:" >&2
+  echo "  apt-get update && apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+echo "setup: installing ${missing[*]}"
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null

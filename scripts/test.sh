@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Builds and runs every test through CTest. QT_SANITIZE=1 also builds build-asan/ with
+# AddressSanitizer + UndefinedBehaviorSanitizer and runs the unit tests there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/build.sh
+ctest --test-dir build --output-on-failure -j2 --timeout 900
+if [ "${QT_SANITIZE:-0}" = 1 ]; then
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DQTITAN_SANITIZE=ON >/dev/null
+  cmake --build build-asan -j"$(nproc)"
+  ASAN_OPTIONS=detect_leaks=0 ctest --test-dir build-asan --output-on-failure -j2 --timeout 900 -L unit
+fi

@@ -1,0 +1,12 @@
+/* qtitan export. */
+#include "cli/commands.h"
+
+#include <stdio.h>
+
+int cmd_export(int argc, char **argv) {
+    if (cmd_wants_help(argc, argv)) {
+        printf("usage: qtitan export [options]\n\nNot built yet.\n");
+        return 0;
+    }
+    return cmd_not_built("export");
+}

@@ -1,0 +1,20 @@
+/* One entry point per `qtitan <command>`; each parses its own options and returns the process
+ * exit status (0 success, 1 failure, 2 usage error or command not built). */
+#ifndef QT_COMMANDS_H
+#define QT_COMMANDS_H
+
+int cmd_train(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_tokenizer_train(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+int cmd_verify_kernels(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
+
+/* Shared by commands: prints "qtitan NAME: not built yet" and returns 2. */
+int cmd_not_built(const char *name);
+/* 1 when argv holds -h or --help. */
+int cmd_wants_help(int argc, char **argv);
+
+#endif

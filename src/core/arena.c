@@ -1,0 +1,48 @@
+/* Arena allocator: bump pointer over one aligned block. */
+#include "core/arena.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ARENA_ALIGN 64
+
+void arena_init_counting(Arena *a, const char *name) {
+    memset(a, 0, sizeof *a);
+    a->name = name;
+}
+
+int arena_init(Arena *a, const char *name, size_t bytes, Err *err) {
+    memset(a, 0, sizeof *a);
+    a->name = name;
+    size_t cap = (bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+    if (cap == 0) cap = ARENA_ALIGN;
+    a->base = aligned_alloc(ARENA_ALIGN, cap);
+    if (!a->base)
+        return err_set(err, "cannot allocate %.3f GiB for the %s arena", cap / 1073741824.0,
+                       name);
+    memset(a->base, 0, cap);
+    a->capacity = cap;
+    return 0;
+}
+
+void *arena_alloc(Arena *a, size_t bytes) {
+    size_t start = (a->used + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+    a->used = start + bytes;
+    if (!a->base) return NULL;
+    if (a->used > a->capacity) {
+        fprintf(stderr, "internal error: arena %s overflow (%zu > %zu bytes)\n", a->name,
+                a->used, a->capacity);
+        abort();
+    }
+    return a->base + start;
+}
+
+float *arena_floats(Arena *a, size_t n) { return arena_alloc(a, n * sizeof(float)); }
+
+void arena_reset(Arena *a) { a->used = 0; }
+
+void arena_free(Arena *a) {
+    free(a->base);
+    memset(a, 0, sizeof *a);
+}

@@ -1,0 +1,28 @@
+/* Arena: one block sized before the first step; tensors are carved from it and never freed
+ * one by one. A "counting" arena (arena_init_counting) records sizes without memory, so the
+ * same layout code runs twice: once to size, once to place. */
+#ifndef QT_ARENA_H
+#define QT_ARENA_H
+
+#include <stddef.h>
+
+#include "core/err.h"
+
+typedef struct Arena {
+    char *base;      /* NULL while counting */
+    size_t capacity; /* bytes available (0 while counting) */
+    size_t used;     /* bytes handed out, alignment included */
+    const char *name;
+} Arena;
+
+void arena_init_counting(Arena *a, const char *name);
+/* Allocates `bytes` zeroed bytes, 64-byte aligned. */
+int arena_init(Arena *a, const char *name, size_t bytes, Err *err);
+/* 64-byte aligned block of n bytes; NULL while counting. Exceeding capacity is a
+ * programming error (the sizing pass disagreed with the placing pass) and aborts. */
+void *arena_alloc(Arena *a, size_t bytes);
+float *arena_floats(Arena *a, size_t n);
+void arena_reset(Arena *a);
+void arena_free(Arena *a);
+
+#endif

@@ -1,0 +1,36 @@
+/* Element types of stored tensors and conversions between them. Compute is fp32 (and bf16 in
+ * GEMMs); files may hold F32, BF16 or F16. */
+#ifndef QT_DTYPE_H
+#define QT_DTYPE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum DType { DT_F32 = 0, DT_BF16, DT_F16, DT_I32, DT_I64, DT_U8, DT_COUNT } DType;
+
+/* "F32", "BF16", ... as written in safetensors headers. */
+const char *dtype_name(DType t);
+/* Parses a safetensors dtype name; returns -1 when unknown. */
+int dtype_parse(const char *s, DType *out);
+size_t dtype_size(DType t);
+
+/* bf16 from fp32 with round-to-nearest-even (NaN stays NaN), as torch does. */
+static inline uint16_t f32_to_bf16(float f) {
+    union { float f; uint32_t u; } v = {.f = f};
+    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40);
+    uint32_t rounding = 0x7fffu + ((v.u >> 16) & 1u);
+    return (uint16_t)((v.u + rounding) >> 16);
+}
+static inline float bf16_to_f32(uint16_t h) {
+    union { uint32_t u; float f; } v = {.u = (uint32_t)h << 16};
+    return v.f;
+}
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);
+
+/* Converts n elements of type `from` at src into fp32 at dst. F32/BF16/F16 only. */
+void dtype_to_f32(float *dst, const void *src, DType from, size_t n);
+/* Converts n fp32 elements into type `to` (F32/BF16/F16). */
+void dtype_from_f32(void *dst, const float *src, DType to, size_t n);
+
+#endif

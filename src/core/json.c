@@ -1,0 +1,95 @@
+/* jansson wrappers with sentence-shaped errors. */
+#include "core/json.h"
+
+#include "core/fs.h"
+
+#include <stdlib.h>
+
+json_t *json_load_mem(const char *data, size_t len, const char *what, Err *err) {
+    json_error_t je;
+    json_t *j = json_loadb(data, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
+    if (!j)
+        err_set(err, "%s:%d:%d (byte %d): invalid JSON: %s", what, je.line, je.column,
+                je.position, je.text);
+    return j;
+}
+
+json_t *json_load_path(const char *path, Err *err) {
+    char *data;
+    size_t len;
+    if (fs_read_all(path, &data, &len, err) != 0) return NULL;
+    json_t *j = json_load_mem(data, len, path, err);
+    free(data);
+    return j;
+}
+
+static int lookup(const json_t *obj, const char *key, json_t **v, int required, const char *what,
+                  Err *err) {
+    if (!json_is_object(obj)) return err_set(err, "%s: expected a JSON object", what);
+    *v = json_object_get(obj, key);
+    if (!*v && required) return err_set(err, "%s: missing key \"%s\"", what, key);
+    return 0;
+}
+
+static int get_int(const json_t *obj, const char *key, int64_t *out, int req, const char *what,
+                   Err *err) {
+    json_t *v;
+    TRY(lookup(obj, key, &v, req, what, err));
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_integer(v))
+        return err_set(err, "%s: key \"%s\" must be an integer", what, key);
+    *out = json_integer_value(v);
+    return 0;
+}
+
+int json_req_int(const json_t *obj, const char *key, int64_t *out, const char *what, Err *err) {
+    return get_int(obj, key, out, 1, what, err);
+}
+int json_opt_int(const json_t *obj, const char *key, int64_t *out, const char *what, Err *err) {
+    return get_int(obj, key, out, 0, what, err);
+}
+
+static int get_num(const json_t *obj, const char *key, double *out, int req, const char *what,
+                   Err *err) {
+    json_t *v;
+    TRY(lookup(obj, key, &v, req, what, err));
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_number(v)) return err_set(err, "%s: key \"%s\" must be a number", what, key);
+    *out = json_number_value(v);
+    return 0;
+}
+
+int json_req_num(const json_t *obj, const char *key, double *out, const char *what, Err *err) {
+    return get_num(obj, key, out, 1, what, err);
+}
+int json_opt_num(const json_t *obj, const char *key, double *out, const char *what, Err *err) {
+    return get_num(obj, key, out, 0, what, err);
+}
+
+int json_opt_bool(const json_t *obj, const char *key, int *out, const char *what, Err *err) {
+    json_t *v;
+    TRY(lookup(obj, key, &v, 0, what, err));
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_boolean(v)) return err_set(err, "%s: key \"%s\" must be true or false", what, key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int get_str(const json_t *obj, const char *key, const char **out, int req,
+                   const char *what, Err *err) {
+    json_t *v;
+    TRY(lookup(obj, key, &v, req, what, err));
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_string(v)) return err_set(err, "%s: key \"%s\" must be a string", what, key);
+    *out = json_string_value(v);
+    return 0;
+}
+
+int json_req_str(const json_t *obj, const char *key, const char **out, const char *what,
+                 Err *err) {
+    return get_str(obj, key, out, 1, what, err);
+}
+int json_opt_str(const json_t *obj, const char *key, const char **out, const char *what,
+                 Err *err) {
+    return get_str(obj, key, out, 0, what, err);
+}

@@ -1,0 +1,12 @@
+/* Console logging. Messages go to stderr except log_out (stdout, for results a user pipes).
+ * In a multi-process run only rank 0 prints info lines; warnings and errors carry the rank. */
+#ifndef QT_LOG_H
+#define QT_LOG_H
+
+void log_set_rank(int rank, int world);
+int log_rank(void);
+void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

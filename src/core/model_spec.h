@@ -1,0 +1,50 @@
+/* The shape of a Qwen3 model (dense or MoE), independent of where it came from: a native
+ * flavor (DESIGN §1), an HF config.json, or either with fields replaced from the job config.
+ * Names follow torchtitan's Qwen3 model args. */
+#ifndef QT_MODEL_SPEC_H
+#define QT_MODEL_SPEC_H
+
+#include <stdint.h>
+
+#include "core/err.h"
+
+#define QT_MAX_LAYERS 256
+
+typedef struct ModelSpec {
+    char flavor[32];    /* "debugmodel", "0.6B", ..., or "hf" */
+    int dim;            /* D: hidden_size */
+    int n_layers;       /* L: num_hidden_layers */
+    int n_heads;        /* H: num_attention_heads */
+    int n_kv_heads;     /* K: num_key_value_heads */
+    int head_dim;       /* E: head_dim (not always dim / n_heads) */
+    int hidden_dim;     /* F: intermediate_size of dense FFN layers */
+    int vocab_size;     /* V */
+    int max_seq_len;    /* max_position_embeddings */
+    double norm_eps;    /* rms_norm_eps */
+    double rope_theta;  /* rope_theta */
+    int tie_embeddings; /* tie_word_embeddings: lm_head shares tok_embeddings */
+    /* Mixture of experts; num_experts == 0 means dense. */
+    int num_experts;          /* num_experts */
+    int top_k;                /* num_experts_per_tok */
+    int moe_hidden_dim;       /* moe_intermediate_size */
+    int norm_topk_prob;       /* renormalise the chosen k gate weights */
+    int decoder_sparse_step;  /* layer i is MoE when (i + 1) % step == 0 */
+    uint8_t mlp_only_layers[QT_MAX_LAYERS]; /* 1 = dense FFN in that layer even if MoE */
+    double router_aux_loss_coef;            /* HF auxiliary loss weight (0 = off) */
+    double load_balance_coeff;              /* aux-loss-free bias update step (0 = off) */
+} ModelSpec;
+
+/* Fills spec from the native flavor table; error lists the flavors when name is unknown. */
+int model_spec_flavor(ModelSpec *spec, const char *flavor, Err *err);
+/* Replaces one field by its torchtitan name ("n_layers", "num_experts", "top_k", ...) from the
+ * value's text; an unknown field is an error suggesting the nearest name. */
+int model_spec_set_field(ModelSpec *spec, const char *field, const char *value, Err *err);
+/* Checks internal consistency (heads divisible, top_k <= num_experts, ...). */
+int model_spec_validate(const ModelSpec *spec, Err *err);
+/* 1 when layer i uses the MoE block. */
+int model_spec_layer_is_moe(const ModelSpec *spec, int layer);
+/* Names of the replaceable fields, for config validation and suggestions. */
+extern const char *const MODEL_SPEC_FIELDS[];
+extern const int MODEL_SPEC_NFIELDS;
+
+#endif

@@ -1,0 +1,50 @@
+/* qtitan: the command-line entry point. Dispatches `qtitan <command> [options]`. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+
+typedef struct Command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} Command;
+
+static const Command COMMANDS[] = {
+    {"train", cmd_train, "train a model from a TOML job config"},
+    {"eval", cmd_eval, "loss (and logits) of an HF model directory on token id lines"},
+    {"tokenize", cmd_tokenize, "encode JSONL text to token ids, or decode ids back"},
+    {"tokenizer-train", cmd_tokenizer_train, "train a byte-level BPE tokenizer"},
+    {"inspect", cmd_inspect, "list a safetensors file or check an HF model directory"},
+    {"export", cmd_export, "write a training checkpoint as an HF model directory"},
+    {"verify-kernels", cmd_verify_kernels, "check every kernel against its reference"},
+    {"plan", cmd_plan, "memory and FLOPs of a config without running it"},
+};
+#define NCOMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: qtitan <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        fprintf(f, "  %-16s %s\n", COMMANDS[i].name, COMMANDS[i].summary);
+    fprintf(f, "\n`qtitan <command> --help` describes a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("qtitan %s\n", QTITAN_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        if (strcmp(argv[1], COMMANDS[i].name) == 0) return COMMANDS[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "error: unknown command '%s'; run `qtitan --help` for the list\n", argv[1]);
+    return 2;
+}

@@ -1,0 +1,129 @@
+/* Unit tests for src/core: dtype conversion, rng, arena, strings, file helpers, JSON errors. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/arena.h"
+#include "core/dtype.h"
+#include "core/fs.h"
+#include "core/json.h"
+#include "core/rng.h"
+#include "core/strutil.h"
+
+static void test_bf16_rounding(void **state) {
+    (void)state;
+    /* 1 + 2^-8 is exactly halfway between two bf16 values; ties go to even (1.0). */
+    assert_true(bf16_to_f32(f32_to_bf16(1.0f + 0x1p-8f)) == 1.0f);
+    /* 1 + 3*2^-8 is halfway too; the even neighbour is 1 + 2^-6. */
+    assert_true(bf16_to_f32(f32_to_bf16(1.0f + 3 * 0x1p-8f)) == 1.0f + 0x1p-6f);
+    assert_true(isnan(bf16_to_f32(f32_to_bf16(NAN))));
+    assert_true(bf16_to_f32(f32_to_bf16(-2.5f)) == -2.5f);
+}
+
+static void test_f16_roundtrip(void **state) {
+    (void)state;
+    const float exact[] = {0.0f, 1.0f, -2.0f, 65504.0f, 0x1p-14f, 0x1p-24f, 0.333251953125f};
+    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
+        assert_true(f16_to_f32(f32_to_f16(exact[i])) == exact[i]);
+    assert_true(isinf(f16_to_f32(f32_to_f16(1e6f))));
+    /* 1 + 2^-11 ties to even: 1.0. */
+    assert_true(f16_to_f32(f32_to_f16(1.0f + 0x1p-11f)) == 1.0f);
+}
+
+static void test_rng_streams(void **state) {
+    (void)state;
+    Rng a, b, c;
+    rng_seed(&a, 42, 0);
+    rng_seed(&b, 42, 0);
+    rng_seed(&c, 42, 1);
+    int same = 0;
+    for (int i = 0; i < 100; i++) {
+        uint64_t x = rng_u64(&a);
+        assert_true(x == rng_u64(&b));
+        same += x == rng_u64(&c);
+    }
+    assert_true(same == 0);
+    double sum = 0, sq = 0;
+    for (int i = 0; i < 100000; i++) {
+        float z = rng_normal(&a);
+        sum += z;
+        sq += z * z;
+    }
+    assert_true(fabs(sum / 100000) < 0.02);
+    assert_true(fabs(sq / 100000 - 1.0) < 0.02);
+}
+
+static void test_arena_counting_matches(void **state) {
+    (void)state;
+    Arena count, real;
+    Err err;
+    arena_init_counting(&count, "test");
+    assert_null(arena_alloc(&count, 10));
+    assert_null(arena_floats(&count, 100));
+    assert_int_equal(arena_init(&real, "test", count.used, &err), 0);
+    char *p = arena_alloc(&real, 10);
+    float *q = arena_floats(&real, 100);
+    assert_true(((uintptr_t)p & 63) == 0 && ((uintptr_t)q & 63) == 0);
+    assert_true(real.used == count.used);
+    arena_free(&real);
+}
+
+static void test_strings(void **state) {
+    (void)state;
+    assert_int_equal(str_edit_distance("kitten", "sitting"), 3);
+    const char *names[] = {"local_batch_size", "global_batch_size", "seq_len"};
+    assert_string_equal(str_nearest("local_bach_size", names, 3), "local_batch_size");
+    assert_null(str_nearest("completely_unrelated_words", names, 3));
+    assert_true(str_glob_match("layers.*.attention.rope", "layers.3.attention.rope"));
+    assert_true(str_glob_match("*.rope", "layers.12.attention.rope"));
+    assert_false(str_glob_match("layers.*.attention.rope", "layers.3.attention.sdpa"));
+    assert_true(str_glob_match("layers.1*", "layers.12.moe"));
+    assert_false(str_glob_match("layers.1", "layers.12"));
+}
+
+static void test_fs_atomic_and_json_errors(void **state) {
+    (void)state;
+    char dir[] = "/tmp/qt_core_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char *path = fs_join(dir, "a.json");
+    Err err;
+    const char *bad = "{\n  \"a\": 1,\n  \"b\": }\n";
+    assert_int_equal(fs_write_atomic(path, bad, strlen(bad), &err), 0);
+    assert_null(json_load_path(path, &err));
+    /* The sentence names the file and the line of the fault. */
+    assert_non_null(strstr(err.msg, path));
+    assert_non_null(strstr(err.msg, ":3:"));
+    const char *good = "{\"n\": 3, \"s\": \"x\"}";
+    assert_int_equal(fs_write_atomic(path, good, strlen(good), &err), 0);
+    json_t *j = json_load_path(path, &err);
+    assert_non_null(j);
+    int64_t n = 0;
+    assert_int_equal(json_req_int(j, "n", &n, path, &err), 0);
+    assert_int_equal(n, 3);
+    assert_int_equal(json_req_int(j, "s", &n, path, &err), -1);
+    assert_non_null(strstr(err.msg, "\"s\" must be an integer"));
+    assert_int_equal(json_req_int(j, "missing", &n, path, &err), -1);
+    json_decref(j);
+    char *sub = fs_join(dir, "x/y/z");
+    assert_int_equal(fs_mkdirs(sub, &err), 0);
+    assert_true(fs_is_dir(sub));
+    assert_int_equal(fs_remove_tree(dir, &err), 0);
+    assert_false(fs_exists(dir));
+    free(sub);
+    free(path);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bf16_rounding),          cmocka_unit_test(test_f16_roundtrip),
+        cmocka_unit_test(test_rng_streams),            cmocka_unit_test(test_arena_counting_matches),
+        cmocka_unit_test(test_strings),                cmocka_unit_test(test_fs_atomic_and_json_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
