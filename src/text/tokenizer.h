@@ -1,0 +1,38 @@
+/* Byte-level BPE tokenizer loaded from an HF tokenizer.json (Qwen2/Qwen3, GPT-2 style).
+ * Encoding gives the same ids as HF `tokenizers` encode(text, add_special_tokens=False). */
+#ifndef QT_TOKENIZER_H
+#define QT_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+
+typedef struct Tokenizer Tokenizer;
+
+/* Growable id buffer that encode appends to. */
+typedef struct IdVec {
+    uint32_t *ids;
+    size_t n, cap;
+} IdVec;
+void idvec_push(IdVec *v, uint32_t id);
+void idvec_free(IdVec *v);
+
+/* path: a tokenizer.json file or a directory holding one. */
+Tokenizer *tokenizer_load(const char *path, Err *err);
+void tokenizer_free(Tokenizer *t);
+/* Appends the ids of text[0..len) to out. Thread-safe for concurrent calls on one tokenizer. */
+int tokenizer_encode(const Tokenizer *t, const char *text, size_t len, IdVec *out, Err *err);
+/* Decodes ids into a malloc'd UTF-8 string (*len excludes the NUL). */
+int tokenizer_decode(const Tokenizer *t, const uint32_t *ids, size_t n, char **text,
+                     size_t *len, Err *err);
+/* Number of ids (regular + added tokens), i.e. the smallest embedding size that fits. */
+uint32_t tokenizer_vocab_size(const Tokenizer *t);
+/* Id of a token string (regular or added), or -1. */
+int64_t tokenizer_token_id(const Tokenizer *t, const char *token);
+/* Hash of the tokenizer.json bytes: the dataset cache is valid only for the same hash. */
+uint64_t tokenizer_hash(const Tokenizer *t);
+/* Path of the tokenizer.json that was loaded. */
+const char *tokenizer_path(const Tokenizer *t);
+
+#endif
