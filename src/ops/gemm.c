@@ -13,7 +13,6 @@ void gemm_f32(int ta, int tb, int M, int N, int K, float alpha, const float *A, 
             for (int j = 0; j < N; j++) c[j] *= beta;
         for (int k = 0; k < K; k++) {
             float a = alpha * (ta ? A[(long)k * lda + i] : A[(long)i * lda + k]);
-            if (a == 0.0f) continue;
             if (!tb) {
                 const float *b = B + (long)k * ldb;
                 for (int j = 0; j < N; j++) c[j] += a * b[j];
