@@ -305,6 +305,71 @@ static void test_check_reports(void **state) {
     hf_keys_free(&t);
 }
 
+/* Loads a directory transformers wrote (tests/fixtures/hf_tiny) through the shard index and
+ * checks each HF tensor's slice of the loaded parameters against its first value and sum as
+ * read by the Python safetensors package. */
+static void load_transformers_dir(const char *name) {
+    const char *src = getenv("QT_SOURCE_DIR");
+    char dir[1024], sums[1024];
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/hf_tiny/%s", src ? src : ".", name);
+    snprintf(sums, sizeof sums, "%s.sums", dir);
+    char *cfg = fs_join(dir, "config.json");
+    ModelSpec s;
+    Err err;
+    if (model_spec_from_hf_config(&s, cfg, &err) != 0) fail_msg("%s", err.msg);
+    free(cfg);
+    HfKeyTable t;
+    hf_keys_build(&t, &s);
+    StSet set;
+    if (st_set_open(&set, dir, &err) != 0) fail_msg("%s", err.msg);
+    HfCheck c;
+    assert_int_equal(hf_keys_check(&c, &t, &set), 0);
+    hf_check_free(&c);
+    float **ps = xmalloc((size_t)t.nparams * sizeof *ps);
+    for (int i = 0; i < t.nparams; i++) {
+        ps[i] = xmalloc((size_t)t.params[i].numel * sizeof(float));
+        if (hf_keys_load_param(ps[i], &t, i, &set, &err) != 0) fail_msg("%s", err.msg);
+    }
+    char *text;
+    size_t len;
+    assert_int_equal(fs_read_all(sums, &text, &len, &err), 0);
+    int lines = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char *s2 = NULL, *key = strtok_r(line, " ", &s2);
+        double first = strtod(strtok_r(NULL, " ", &s2), NULL);
+        double sum = strtod(strtok_r(NULL, " ", &s2), NULL);
+        int h = hf_keys_find_hf(&t, key);
+        if (h < 0) fail_msg("%s: %s is not in the key table", name, key);
+        const HfTensor *ht = &t.hf[h];
+        const float *v = ps[ht->param] + (ht->expert < 0 ? 0 : ht->expert * ht->numel);
+        /* bf16 values have 8 significant bits, so a float64 sum is exact in any order. */
+        double got = 0;
+        for (int64_t i = 0; i < ht->numel; i++)
+            got += v[i];
+        if ((double)v[0] != first || got != sum)
+            fail_msg("%s: %s first %a sum %a, Python read %a and %a", name, key, (double)v[0], got,
+                     first, sum);
+        lines++;
+    }
+    assert_int_equal(lines, t.nhf);
+    free(text);
+    for (int i = 0; i < t.nparams; i++)
+        free(ps[i]);
+    free(ps);
+    st_set_close(&set);
+    hf_keys_free(&t);
+}
+
+static void test_load_transformers_dense_tied(void **state) {
+    (void)state;
+    load_transformers_dir("dense_tied");
+}
+static void test_load_transformers_moe_sharded(void **state) {
+    (void)state;
+    load_transformers_dir("moe_sharded");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_keys_dense_tied),
@@ -316,6 +381,8 @@ int main(void) {
         cmocka_unit_test(test_roundtrip_moe_bf16_sharded),
         cmocka_unit_test(test_roundtrip_tied_f16_sharded),
         cmocka_unit_test(test_check_reports),
+        cmocka_unit_test(test_load_transformers_dense_tied),
+        cmocka_unit_test(test_load_transformers_moe_sharded),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

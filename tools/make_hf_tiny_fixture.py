@@ -2,11 +2,17 @@
 """Saves two tiny random HF model directories with transformers' save_pretrained into
 tests/fixtures/hf_tiny/ for tests/e2e_inspect.sh: dense_tied (one model.safetensors, BF16)
 and moe_sharded (shards + model.safetensors.index.json, BF16). The shell test derives its
-broken cases from these by editing config.json, so it needs no Python."""
+broken cases from these by editing config.json, so it needs no Python.
+
+Also writes NAME.sums next to each directory: `hf_name first_value sum` per tensor, read
+with the Python safetensors package and summed in float64, for tests/test_hf_keys.c to check
+the values it loads (through the shard index and the expert slicing) against."""
 import os
+import glob
 import shutil
 
 import torch
+from safetensors import safe_open
 from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -29,3 +35,9 @@ for name, (model, shard) in models.items():
     model.to(torch.bfloat16).save_pretrained(d, max_shard_size=shard)
     os.remove(os.path.join(d, "generation_config.json"))
     print(name, sorted(os.listdir(d)))
+    with open(os.path.join(out, name + ".sums"), "w") as f:
+        for fn in sorted(glob.glob(os.path.join(d, "*.safetensors"))):
+            with safe_open(fn, "pt") as sf:
+                for k in sorted(sf.keys()):
+                    t = sf.get_tensor(k).to(torch.float64).flatten()
+                    f.write("%s %s %s\n" % (k, float(t[0]).hex(), float(t.sum()).hex()))
