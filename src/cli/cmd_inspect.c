@@ -15,8 +15,8 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: qtitan inspect PATH\n\n"
-            "PATH is a .safetensors file or an HF model directory.\n"
-            "  file:      prints each tensor's name, dtype and shape, then totals.\n"
+            "PATH is a .safetensors file, a *.safetensors.index.json, or an HF model directory.\n"
+            "  file:      prints each tensor's name, dtype and shape (and shard), then totals.\n"
             "  directory: reads config.json (Qwen3ForCausalLM or Qwen3MoeForCausalLM), prints\n"
             "             the tensors of model.safetensors or of the shards listed in\n"
             "             model.safetensors.index.json, then checks them against the\n"
@@ -160,7 +160,7 @@ int cmd_inspect(int argc, char **argv) {
         return 1;
     }
     printf("%s:\n", path);
-    print_tensors(&set, 0);
+    print_tensors(&set, set.nfiles > 1);
     st_set_close(&set);
     return 0;
 }
