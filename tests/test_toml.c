@@ -1,11 +1,12 @@
 /* Unit tests for the TOML parser: every construct job configs use, and malformed inputs that
  * must give one-sentence errors with the right line (never a crash or unbounded recursion). */
-#include <cmocka.h>
-#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cmocka.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
