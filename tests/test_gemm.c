@@ -2,12 +2,15 @@
  * a double-accumulating oracle written here, over all transposition flags, alpha, beta, odd and
  * degenerate shapes and padded strides; bf16 against the same oracle on bf16-rounded inputs;
  * beta = 0 never reading C; and bitwise-identical results on repeated calls. */
-#include <cmocka.h>
-#include <math.h>
+/* cmocka.h needs these four first. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
