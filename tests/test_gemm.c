@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -200,13 +201,53 @@ static void test_deterministic(void **state) {
     free(A), free(B), free(C1), free(C2), free(Ah), free(Bh);
 }
 
+/* Threads that share the primitive cache, some on one shape and some on their own. */
+typedef struct Job {
+    int id, failed;
+} Job;
+
+static void *job_run(void *p) {
+    Job *j = p;
+    Rng r;
+    rng_seed(&r, 99, (uint64_t)j->id);
+    int M = 33 + (j->id & 1) * 8, N = 70, K = 90;
+    float *A = malloc((size_t)M * K * 4), *B = malloc((size_t)K * N * 4);
+    float *C = malloc((size_t)M * N * 4), *C0 = calloc((size_t)M * N, 4);
+    double *want = malloc((size_t)M * N * 8), *bound = malloc((size_t)M * N * 8);
+    fill(A, (size_t)M * K, &r);
+    fill(B, (size_t)K * N, &r);
+    oracle(0, 1, M, N, K, 1.0f, A, K, B, K, 0.0f, C0, N, want, bound);
+    for (int rep = 0; rep < 20; rep++) {
+        gemm_f32(0, 1, M, N, K, 1.0f, A, K, B, K, 0.0f, C, N);
+        for (int i = 0; i < M * N; i++)
+            if (!(fabs(C[i] - want[i]) <= (K + 4) * 0x1p-23 * bound[i])) j->failed = 1;
+    }
+    free(A), free(B), free(C), free(C0), free(want), free(bound);
+    return NULL;
+}
+
+static void test_concurrent_callers(void **state) {
+    (void)state;
+    assert_int_equal(gemm_set_backend("dnnl"), 0);
+    pthread_t t[6];
+    Job jobs[6];
+    for (int i = 0; i < 6; i++) {
+        jobs[i] = (Job){i, 0};
+        assert_int_equal(pthread_create(&t[i], NULL, job_run, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 6; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(jobs[i].failed, 0);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dnnl_f32),      cmocka_unit_test(test_dnnl_bf16),
         cmocka_unit_test(test_sgemm_f32),     cmocka_unit_test(test_sgemm_bf16),
         cmocka_unit_test(test_ref_f32),       cmocka_unit_test(test_ref_bf16),
         cmocka_unit_test(test_degenerate),    cmocka_unit_test(test_nan_propagates),
-        cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_deterministic), cmocka_unit_test(test_concurrent_callers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
