@@ -163,42 +163,56 @@ static void test_nan_propagates(void **state) {
     }
 }
 
+/* Runs C = op(A) op(B) + 0.25 (f32) or op(A) op(B) (bf16) for the determinism test. */
+static void det_call(int bf16, int t, int M, int N, int K, const void *A, const void *B, float *C) {
+    int ta = t >> 1, tb = t & 1, lda = ta ? M : K, ldb = tb ? K : N;
+    if (bf16) {
+        gemm_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N);
+        return;
+    }
+    for (long i = 0; i < (long)M * N; i++)
+        C[i] = 0.25f;
+    gemm_f32(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, N);
+}
+
 /* Same inputs, same outputs, bit for bit: the trainer's exact resume depends on it. Shapes big
- * enough that oneDNN splits the work across threads and blocks K. */
+ * enough that oneDNN splits the work across threads and blocks K. The third call reads copies
+ * at another alignment (3 elements off), as a resumed run's buffers may be. */
 static void test_deterministic(void **state) {
     (void)state;
     const int M = 300, N = 520, K = 1100;
+    const size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
     Rng r;
     rng_seed(&r, 11, 0);
-    float *A = malloc((size_t)M * K * 4), *B = malloc((size_t)K * N * 4);
-    float *C1 = malloc((size_t)M * N * 4), *C2 = malloc((size_t)M * N * 4);
-    uint16_t *Ah = malloc((size_t)M * K * 2), *Bh = malloc((size_t)K * N * 2);
-    fill(A, (size_t)M * K, &r);
-    fill(B, (size_t)K * N, &r);
-    for (size_t i = 0; i < (size_t)M * K; i++)
+    float *A = malloc((na + 3) * 4), *B = malloc((nb + 3) * 4);
+    uint16_t *Ah = malloc((na + 3) * 2), *Bh = malloc((nb + 3) * 2);
+    float *C0 = malloc(nc * 4), *C = malloc((nc + 3) * 4);
+    fill(A, na, &r);
+    fill(B, nb, &r);
+    for (size_t i = 0; i < na; i++)
         Ah[i] = f32_to_bf16(A[i]);
-    for (size_t i = 0; i < (size_t)K * N; i++)
+    for (size_t i = 0; i < nb; i++)
         Bh[i] = f32_to_bf16(B[i]);
     const char *names[] = {"dnnl", "sgemm"};
     for (int b = 0; b < 2; b++) {
         assert_int_equal(gemm_set_backend(names[b]), 0);
-        for (int t = 0; t < 4; t++) {
-            int ta = t >> 1, tb = t & 1, lda = ta ? M : K, ldb = tb ? K : N;
-            for (int rep = 0; rep < 3; rep++) {
-                float *C = rep == 0 ? C1 : C2;
-                for (size_t i = 0; i < (size_t)M * N; i++)
-                    C[i] = 0.25f;
-                gemm_f32(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, N);
-                if (rep > 0) assert_memory_equal(C1, C2, (size_t)M * N * 4);
+        for (int bf16 = 0; bf16 < 2; bf16++)
+            for (int t = 0; t < 4; t++) {
+                const void *a = bf16 ? (const void *)Ah : A, *bb = bf16 ? (const void *)Bh : B;
+                det_call(bf16, t, M, N, K, a, bb, C0);
+                det_call(bf16, t, M, N, K, a, bb, C);
+                assert_memory_equal(C0, C, nc * 4);
+                /* shift everything 3 elements up, run, shift back */
+                memmove(A + 3, A, na * 4), memmove(B + 3, B, nb * 4);
+                memmove(Ah + 3, Ah, na * 2), memmove(Bh + 3, Bh, nb * 2);
+                det_call(bf16, t, M, N, K, bf16 ? (const void *)(Ah + 3) : A + 3,
+                         bf16 ? (const void *)(Bh + 3) : B + 3, C + 3);
+                assert_memory_equal(C0, C + 3, nc * 4);
+                memmove(A, A + 3, na * 4), memmove(B, B + 3, nb * 4);
+                memmove(Ah, Ah + 3, na * 2), memmove(Bh, Bh + 3, nb * 2);
             }
-            for (int rep = 0; rep < 3; rep++) {
-                float *C = rep == 0 ? C1 : C2;
-                gemm_bf16(ta, tb, M, N, K, 1.0f, Ah, lda, Bh, ldb, 0.0f, C, N);
-                if (rep > 0) assert_memory_equal(C1, C2, (size_t)M * N * 4);
-            }
-        }
     }
-    free(A), free(B), free(C1), free(C2), free(Ah), free(Bh);
+    free(A), free(B), free(Ah), free(Bh), free(C0), free(C);
 }
 
 /* Threads that share the primitive cache, some on one shape and some on their own. */
