@@ -1,9 +1,9 @@
 /* GEMM throughput: GFLOP/s of each gemm.h backend for fp32 and bf16 on square products and
  * on Qwen3-0.6B's real shapes, next to the measured FMA peak of this machine (a register-only
  * AVX-512 loop on every OpenMP thread), so results read as a fraction of peak.
- * Usage: bench_gemm [--quick] [--lmhead]   (--quick: 512 only; --lmhead adds the 151936-wide
- * LM head product, ~160 GFLOP per call). Each figure is the best of several timed calls, since
- * the machine may be shared. */
+ * Usage: bench_gemm [--quick] [--lmhead] [--only SUBSTRING]   (--quick: 64 and 512 only; --lmhead
+ * adds the 151936-wide LM head product, ~160 GFLOP per call). Each figure is the best of several
+ * timed calls, since the machine may be shared. */
 #include <immintrin.h>
 #include <omp.h>
 #include <stdint.h>
@@ -176,13 +176,16 @@ static double time_gemm(const Shape *s, int bf16, float *A, float *B, uint16_t *
 
 int main(int argc, char **argv) {
     int quick = 0, lmhead = 0;
+    const char *only = NULL;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--quick"))
+        if (!strcmp(argv[i], "--only") && i + 1 < argc)
+            only = argv[++i];
+        else if (!strcmp(argv[i], "--quick"))
             quick = 1;
         else if (!strcmp(argv[i], "--lmhead"))
             lmhead = 1;
         else {
-            fprintf(stderr, "usage: bench_gemm [--quick] [--lmhead]\n");
+            fprintf(stderr, "usage: bench_gemm [--quick] [--lmhead] [--only SUBSTRING]\n");
             return 2;
         }
     }
@@ -241,6 +244,7 @@ int main(int argc, char **argv) {
             const Shape *s = &shapes[i];
             if (i == nshapes - 1 && !lmhead) continue;
             if ((quick || b == 2) && i > 1) continue; /* the reference is slow */
+            if (only && !strstr(s->name, only)) continue;
             double f = time_gemm(s, 0, A, B, Ah, Bh, C);
             double h = time_gemm(s, 1, A, B, Ah, Bh, C);
             printf("%-34s %10.1f %6.0f%% %10.1f %6.0f%%\n", s->name, f, 100 * f / pf, h,
