@@ -1,7 +1,8 @@
 /* AVX-512 building blocks for the non-GEMM ops (softmax, SiLU / SwiGLU, RMSNorm, dot, axpy),
  * each with a portable scalar twin chosen at run time when the CPU lacks AVX-512F. They are
  * meant to be called from inside the ops in src/ops (which own the math and the backward
- * passes); see docs in bench/README.md "CPU SIMD helpers" for how to wire them in.
+ * passes); bench/README.md, section "CPU SIMD helpers", says how to wire them in and what
+ * they gain.
  *
  * Numerics: simd_exp is within 2 ulp of expf over the whole float range (NaN -> NaN,
  * -inf -> 0, +inf and overflow -> inf). Reductions (dot, row sums, sums of squares) add in
