@@ -4,12 +4,14 @@
  * element contributes; central differences of that loss are compared with the analytic
  * gradient by relative L2 error over the tensor. A dropped term in a backward gives O(1)
  * error; fp32 rounding and truncation stay near 1e-3. */
-#include <cmocka.h>
-#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cmocka.h> /* after the headers it relies on */
+
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
