@@ -32,4 +32,7 @@ void bpe_encode_word(const Bpe *b, const uint8_t *w, size_t n, IdVec *out);
  * long words) instead of the quadratic scan (used for short ones). */
 void bpe_encode_word_uncached(const Bpe *b, const uint8_t *w, size_t n, int heap, IdVec *out);
 
+/* The merge table of a loaded tokenizer (tests compare the two merge algorithms on it). */
+const Bpe *tokenizer_bpe(const Tokenizer *t);
+
 #endif

@@ -607,6 +607,9 @@ Tokenizer *tokenizer_load(const char *path, Err *err) {
     return t;
 }
 
+const Bpe *tokenizer_bpe(const Tokenizer *t) {
+    return &t->bpe;
+}
 uint32_t tokenizer_vocab_size(const Tokenizer *t) {
     return t->n_ids;
 }
