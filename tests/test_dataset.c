@@ -2,12 +2,14 @@
  * damage), packing against an oracle built here from the documents, shuffling, the per-rank
  * split and the checkpoint state. A byte encoder stands in for the tokenizer: id = byte value,
  * EOS = 256, so every expected id is known from the text alone. */
-#include <cmocka.h>
 #include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cmocka.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
