@@ -118,7 +118,7 @@ static void test_jsonl_text_glob(void **state) {
     (void)state;
     write_file("a.jsonl",
                "{\"text\": \"hello\", \"url\": \"x\"}\n\n{\"text\": \"caf\\u00e9\\n\"}\r\n");
-    write_file("c.jsonl", "  {\"text\":\"third\"}");
+    write_file("c.jsonl", "\xef\xbb\xbf  {\"text\":\"third\"}");
     write_file("b.txt", "plain text\nwith two lines\n");
     write_file("skip.md", "not data");
     DatasetEncoder enc = byte_encoder(1);

@@ -461,7 +461,8 @@ static int tokenize_file(Build *b, const char *path, Slot *slots, Err *err) {
         slots[0].len = size;
         rc = flush_slots(b, slots, 1, path, 0, err);
     } else {
-        size_t pos = 0;
+        /* A UTF-8 byte order mark, which some editors write, is not part of line 1's JSON. */
+        size_t pos = size >= 3 && memcmp(map, "\xef\xbb\xbf", 3) == 0 ? 3 : 0;
         int64_t lineno = 0, n = 0;
         const char *line;
         size_t len;
