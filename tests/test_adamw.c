@@ -1,11 +1,13 @@
 /* AdamW: against a double-precision restatement of the update rule (weight decay on / off per
  * tensor), and against torch.optim.AdamW values from tools/make_optim_fixtures.py. */
-#include <cmocka.h>
-#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,12 +1,14 @@
 /* Gradient clipping: global norm against a direct double sum, thread-count independence,
  * torch's clip coefficient, and non-finite gradients. */
-#include <cmocka.h>
-#include <math.h>
-#include <omp.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,11 +1,13 @@
 /* LR schedule: against LambdaLR values from tools/make_optim_fixtures.py, plus hand-computed
  * points of torchtitan's formula. */
-#include <cmocka.h>
-#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
