@@ -54,6 +54,17 @@ def main():
     model.train()
     os.makedirs(OUT, exist_ok=True)
     cfg.save_pretrained(OUT)
+    # transformers 5 writes rope_theta inside rope_parameters and no architectures; published
+    # Qwen3 config.json files have both at the top level, so the fixture does too.
+    cfg_path = os.path.join(OUT, "config.json")
+    with open(cfg_path) as f:
+        hf = json.load(f)
+    hf["architectures"] = ["Qwen3ForCausalLM"]
+    hf["rope_theta"] = cfg.rope_parameters["rope_theta"] if hasattr(cfg, "rope_parameters") \
+        else cfg.rope_theta
+    hf["torch_dtype"] = "float32"
+    with open(cfg_path, "w") as f:
+        json.dump(hf, f, indent=2, sort_keys=True)
     save_file({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()},
               os.path.join(OUT, "model.safetensors"))
 
