@@ -541,3 +541,49 @@ out:
     free(spath);
     return rc;
 }
+
+/* ---- optimizer state as tensors ---------------------------------------------------------- */
+
+static int64_t numel_of(const CkptTensor *t) {
+    int64_t n = 1;
+    for (int k = 0; k < t->ndim; k++)
+        n *= t->shape[k];
+    return n;
+}
+
+CkptTensor *ckpt_adamw_tensors(const AdamW *opt, const CkptTensor *model, int nmodel, Err *err) {
+    if (nmodel != opt->nparams) {
+        err_set(err, "checkpoint: the model lists %d tensors but the optimizer holds %d", nmodel,
+                opt->nparams);
+        return NULL;
+    }
+    for (int i = 0; i < nmodel; i++)
+        if ((size_t)numel_of(&model[i]) != opt->params[i].n) {
+            err_set(err,
+                    "checkpoint: tensor %d (%s) has %lld elements but optimizer entry %d has "
+                    "%zu",
+                    i, model[i].name, (long long)numel_of(&model[i]), i, opt->params[i].n);
+            return NULL;
+        }
+    CkptTensor *t = xcalloc((size_t)(2 * nmodel > 0 ? 2 * nmodel : 1), sizeof *t);
+    for (int i = 0; i < nmodel; i++) {
+        size_t len = strlen(model[i].name) + 16;
+        char *m = xmalloc(len), *v = xmalloc(len);
+        snprintf(m, len, "%s.exp_avg", model[i].name);
+        snprintf(v, len, "%s.exp_avg_sq", model[i].name);
+        t[2 * i] = model[i];
+        t[2 * i].name = m;
+        t[2 * i].data = opt->m[i];
+        t[2 * i + 1] = model[i];
+        t[2 * i + 1].name = v;
+        t[2 * i + 1].data = opt->v[i];
+    }
+    return t;
+}
+
+void ckpt_tensors_free(CkptTensor *t, int n) {
+    if (!t) return;
+    for (int i = 0; i < n; i++)
+        free((char *)t[i].name);
+    free(t);
+}

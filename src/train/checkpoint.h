@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "core/err.h"
+#include "train/adamw.h"
 
 #define CKPT_FORMAT_VERSION 1
 #define CKPT_MAX_DIMS 8
@@ -64,5 +65,12 @@ int ckpt_clean_stale(const char *root, Err *err);
  * *st (data_position as a new reference). */
 int ckpt_load(const char *step_dir, CkptState *st, const CkptTensor *model, int nmodel,
               const CkptTensor *optim, int noptim, Err *err);
+
+/* The optimizer state of opt as checkpoint tensors, named "<param>.exp_avg" and
+ * "<param>.exp_avg_sq" and shaped like model[i], which must list opt's parameters in the same
+ * order with the same element counts. Returns 2 * nmodel tensors (free with
+ * ckpt_tensors_free), or NULL after an error naming the first mismatch. */
+CkptTensor *ckpt_adamw_tensors(const AdamW *opt, const CkptTensor *model, int nmodel, Err *err);
+void ckpt_tensors_free(CkptTensor *t, int n);
 
 #endif
