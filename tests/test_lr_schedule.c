@@ -70,6 +70,28 @@ static void test_lr_matches_lambdalr(void **state) {
     json_decref(root);
 }
 
+/* The learning rates of the whole-run parity fixture (tools/make_train_parity_fixture.py) come
+ * from the same schedule: 5 steps, warmup 2, linear decay to 0. */
+static void test_lr_matches_parity_fixture(void **state) {
+    (void)state;
+    const char *src = getenv("QT_SOURCE_DIR");
+    if (!src) skip();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/fixtures/train_parity/expected.json", src);
+    Err err;
+    json_t *root = json_load_path(path, &err);
+    assert_non_null(root);
+    json_t *steps = json_object_get(root, "steps");
+    assert_int_equal(json_array_size(steps), 5);
+    LrSchedule s;
+    assert_int_equal(lr_schedule_init(&s, 1e-2, 5, 2, -1.0, "linear", 0.0, &err), 0);
+    for (size_t i = 0; i < 5; i++) {
+        double want = json_number_value(json_object_get(json_array_get(steps, i), "lr"));
+        assert_true(fabs(lr_schedule_lr(&s, (int64_t)i + 1) - want) <= 1e-17);
+    }
+    json_decref(root);
+}
+
 static void test_lr_bad_input(void **state) {
     (void)state;
     LrSchedule s;
@@ -86,6 +108,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lr_hand_values),
         cmocka_unit_test(test_lr_matches_lambdalr),
+        cmocka_unit_test(test_lr_matches_parity_fixture),
         cmocka_unit_test(test_lr_bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
