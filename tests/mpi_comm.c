@@ -139,6 +139,23 @@ static void test_split(void) {
     comm_destroy(sub);
 }
 
+/* A failure on one rank becomes the same error on all: no rank is left waiting. */
+static void test_agree(void) {
+    Err e = {{0}};
+    OK(comm_agree(W, 0, E));
+    int fails = W->rank == W->size - 1 || W->rank == 1 % W->size;
+    int rc = fails ? err_set(&e, "could not open data/rows-%d.bin", W->rank) : 0;
+    rc = comm_agree(W, rc, &e);
+    char want[64];
+    int first = 1 % W->size;
+    if (W->size == 1)
+        snprintf(want, sizeof want, "could not open data/rows-0.bin");
+    else
+        snprintf(want, sizeof want, "rank %d: could not open data/rows-%d.bin", first, first);
+    CHECK(rc == -1 && strcmp(e.msg, want) == 0, "comm_agree gave %d '%s', want '%s'", rc, e.msg,
+          want);
+}
+
 /* Checks that every sub-communicator of the mesh holds exactly the ranks that share its
  * coordinates: the sum of world ranks over each group equals the sum computed from
  * mesh_rank_of. */
@@ -301,6 +318,7 @@ int main(int argc, char **argv) {
         test_all_reduce();
         test_broadcast_gather_scatter();
         test_split();
+        test_agree();
         test_mesh(1, -1, 1);
         if (P % 2 == 0) test_mesh(1, P / 2, 2), test_mesh(P / 2, 1, 2), test_mesh(2, -1, 1);
         test_fsdp(1);

@@ -39,6 +39,10 @@ static void test_single_collectives(void **state) {
     assert_int_equal(comm_broadcast(c, d, sizeof d, 0, &err), 0);
     assert_int_equal(comm_broadcast(c, d, sizeof d, 1, &err), -1);
     assert_string_equal(err.msg, "broadcast root 1 is not a rank of a 1-process job");
+    assert_int_equal(comm_agree(c, 0, &err), 0);
+    err_set(&err, "local failure");
+    assert_int_equal(comm_agree(c, -1, &err), -1);
+    assert_string_equal(err.msg, "local failure");
     Comm *sub;
     assert_int_equal(comm_split(c, 3, 0, &sub, &err), 0);
     assert_int_equal(sub->size, 1);

@@ -37,6 +37,10 @@ static void test_shard_takes_the_rest(void **state) {
     assert_int_equal(d.dp_shard, 2);
     assert_int_equal(d.dp, 4);
     assert_int_equal(d.grad_accum_steps, 4); /* 32 / (4 ranks x 2 rows) */
+    char line[128];
+    mesh_describe(line, sizeof line, &d);
+    assert_string_equal(line, "mesh [dp_replicate 2, dp_shard 2, tp 2] on 8 processes, 4 "
+                              "microbatch(es) per step");
     c = base(1, 1, -1, 1);
     assert_int_equal(mesh_resolve(&d, &c, 0, &err), 0);
     assert_int_equal(d.dp_shard, 1);

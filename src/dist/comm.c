@@ -52,6 +52,26 @@ int comm_reduce_scatter_sum(Comm *c, void *out, const void *in, size_t n, CommDt
     return comm_wait(c, req, err);
 }
 
+int comm_agree(Comm *c, int local_rc, Err *err) {
+    if (c->size == 1) return local_rc ? -1 : 0;
+    double *failed = xcalloc((size_t)c->size, sizeof *failed);
+    double mine = local_rc != 0;
+    Err comm_err;
+    int rc = comm_all_gather(c, failed, &mine, 1, COMM_F64, &comm_err);
+    int first = -1;
+    for (int r = 0; rc == 0 && r < c->size && first < 0; r++)
+        if (failed[r] != 0) first = r;
+    free(failed);
+    if (rc) return err_set(err, "%s", comm_err.msg);
+    if (first < 0) return 0;
+    Err shared = {{0}};
+    if (c->rank == first) shared = *err;
+    if (comm_broadcast(c, shared.msg, sizeof shared.msg, first, &comm_err))
+        return err_set(err, "%s", comm_err.msg);
+    shared.msg[sizeof shared.msg - 1] = 0;
+    return err_set(err, "rank %d: %s", first, shared.msg);
+}
+
 _Noreturn void comm_abort(int code, const char *msg) {
     log_error("%s", msg);
     if (code == 0) code = 1;

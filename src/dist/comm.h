@@ -64,6 +64,13 @@ Comm *comm_single_create(void);
  * to stop together, e.g. one rank's file read failed while the others wait in a collective. */
 _Noreturn void comm_abort(int code, const char *msg);
 
+/* Makes a rank-local outcome collective, so ranks that fail apart do not leave the others
+ * waiting in the next collective. Every rank passes its own status (0, or -1 with *err
+ * filled); all get 0 when every rank succeeded, else -1 with the same sentence: the lowest
+ * failing rank's message, prefixed "rank K: " when the job has more than one rank. Host
+ * communicators only (single, MPI). */
+int comm_agree(Comm *c, int local_rc, Err *err);
+
 static inline int comm_barrier(Comm *c, Err *err) {
     return c->ops->barrier(c, err);
 }

@@ -3,6 +3,7 @@
 #include "dist/mesh.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #define KEY_R "parallelism.data_parallel_replicate_degree"
@@ -74,6 +75,13 @@ int mesh_resolve(MeshDims *out, const MeshConfig *cfg, int rank, Err *err) {
     out->global_batch = global;
     out->grad_accum_steps = (int)(global / per_step);
     return 0;
+}
+
+void mesh_describe(char *out, size_t cap, const MeshDims *d) {
+    snprintf(out, cap,
+             "mesh [dp_replicate %d, dp_shard %d, tp %d] on %d processes, %d "
+             "microbatch(es) per step",
+             d->dp_replicate, d->dp_shard, d->tp, d->world, d->grad_accum_steps);
 }
 
 int mesh_rank_of(const MeshDims *d, int r, int s, int t) {

@@ -7,6 +7,8 @@
 #ifndef QT_DIST_MESH_H
 #define QT_DIST_MESH_H
 
+#include <stddef.h>
+
 #include "core/err.h"
 #include "dist/comm.h"
 
@@ -40,6 +42,9 @@ typedef struct MeshDims {
 
 /* Resolves and checks cfg for `rank` (0 <= rank < cfg->world); pure, no communication. */
 int mesh_resolve(MeshDims *out, const MeshConfig *cfg, int rank, Err *err);
+/* One line for the start-up log, e.g. "mesh [dp_replicate 1, dp_shard 4, tp 1] on 4
+ * processes, 2 microbatch(es) per step". */
+void mesh_describe(char *out, size_t cap, const MeshDims *d);
 /* Rank of coordinates (r, s, t) in a resolved mesh. */
 int mesh_rank_of(const MeshDims *d, int r, int s, int t);
 
