@@ -3,9 +3,12 @@
  *                          computation that every rank repeats locally from the same seeds
  *   mpi_comm abort         rank 1 fails and calls comm_abort while the others wait
  *   mpi_comm exit          the last rank exits(4) without MPI_Finalize mid-collective
+ *   mpi_comm bench [N]     times the rank-ordered all-reduce and reduce-scatter of N floats
+ *                          against MPI_Allreduce / MPI_Reduce_scatter_block (not a test)
  * Every rank regenerates every other rank's inputs (rng stream = rank), so the reference is
  * computed without communication. A failed check ends the whole job through comm_abort. */
 #include <math.h>
+#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -306,6 +309,32 @@ static void test_fsdp(int R) {
     mesh_destroy(&m);
 }
 
+static void bench(size_t n) {
+    int P = W->size;
+    n = (n + P - 1) / P * P;
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    fill(x, n, 7, W->rank);
+    const int reps = 10;
+    double t[4];
+    for (int k = 0; k < 4; k++) {
+        OK(comm_barrier(W, E));
+        double t0 = MPI_Wtime();
+        for (int i = 0; i < reps; i++) {
+            if (k == 0) OK(comm_all_reduce_sum(W, x, n, COMM_F32, E));
+            if (k == 1) MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            if (k == 2) OK(comm_reduce_scatter_sum(W, y, x, n / P, COMM_F32, E));
+            if (k == 3)
+                MPI_Reduce_scatter_block(x, y, (int)(n / P), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        }
+        t[k] = (MPI_Wtime() - t0) / reps;
+    }
+    log_info("bench %zu floats on %d processes: all-reduce %.2f ms (MPI_Allreduce %.2f ms), "
+             "reduce-scatter %.2f ms (MPI_Reduce_scatter_block %.2f ms)",
+             n, P, t[0] * 1e3, t[1] * 1e3, t[2] * 1e3, t[3] * 1e3);
+    free(x);
+    free(y);
+}
+
 int main(int argc, char **argv) {
     Err err;
     if (comm_init(&W, &argc, &argv, &err)) {
@@ -325,6 +354,8 @@ int main(int argc, char **argv) {
         if (P % 2 == 0) test_fsdp(2);
         OK(comm_barrier(W, E));
         log_info("mpi_comm: %d checks passed on %d processes (%s)", checks, P, W->kind);
+    } else if (strcmp(mode, "bench") == 0) {
+        bench(argc > 2 ? (size_t)atol(argv[2]) : (size_t)1 << 24);
     } else if (strcmp(mode, "abort") == 0) {
         if (W->rank == 1 % P)
             comm_abort(3, "rank-local failure: could not read data/shard-1.bin (test)");
@@ -339,7 +370,7 @@ int main(int argc, char **argv) {
         OK(comm_all_reduce_sum(W, &v, 1, COMM_F64, E));
         comm_abort(1, "all-reduce returned although a rank had exited");
     } else {
-        fprintf(stderr, "usage: mpi_comm collectives|abort|exit\n");
+        fprintf(stderr, "usage: mpi_comm collectives|abort|exit|bench [N]\n");
         comm_destroy(W);
         return 2;
     }

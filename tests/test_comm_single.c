@@ -63,6 +63,22 @@ static void test_init_without_mpirun(void **state) {
     comm_destroy(c);
 }
 
+#ifndef QTITAN_HAVE_MPI
+/* Started by mpirun with several processes but built without MPI: an error, not a silent
+ * single-process run that would train N copies of the same thing. */
+static void test_init_needs_mpi(void **state) {
+    (void)state;
+    setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+    Comm *c;
+    Err err;
+    int argc = 1;
+    char *args[] = {"qtitan", NULL}, **argv = args;
+    assert_int_equal(comm_init(&c, &argc, &argv, &err), -1);
+    assert_non_null(strstr(err.msg, "built without MPI"));
+    unsetenv("OMPI_COMM_WORLD_SIZE");
+}
+#endif
+
 /* Parameter sizes with awkward remainders; units 0 and 2 hold several, unit 1 none. */
 static const size_t NUMEL[] = {37, 1, 100, 16, 5, 333};
 static const int UNIT[] = {0, 0, 2, 2, 3, 0};
@@ -192,6 +208,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_single_collectives),
         cmocka_unit_test(test_init_without_mpirun),
+#ifndef QTITAN_HAVE_MPI
+        cmocka_unit_test(test_init_needs_mpi),
+#endif
         cmocka_unit_test(test_fsdp_layout),
         cmocka_unit_test(test_fsdp_shards_cover),
         cmocka_unit_test(test_fsdp_single_gather_scatter),
