@@ -252,7 +252,9 @@ static void test_errors(void **state) {
     expect_error("p = {x = 1}\np.y = 2\n", "t.toml:2:", "cannot add keys");
     expect_error("p = {x = 1,}\n", "trailing comma", NULL);
     expect_error("p = {x = 1\n}\n", "inline table", NULL);
-    expect_error("a = 1__0\n", "invalid number '1__0'", NULL);
+    expect_error("a = 1__0\n", "t.toml:1: invalid number '1__0' in the value of \"a\"", NULL);
+    expect_error("[s]\nx.y = [1, {z = \"\\q\"}]\n",
+                 "t.toml:2: invalid escape \\q in the value of \"z\"", NULL);
     expect_error("a = 01\n", "leading zeros", NULL);
     expect_error("a = 1.\n", "invalid number", NULL);
     expect_error("a = .5\n", "t.toml:1:", NULL);

@@ -25,6 +25,7 @@ typedef struct Parser {
     int line;        /* current line, 1-based; 0 = do not print lines (single values) */
     int depth;       /* nesting of arrays and inline tables */
     char table[256]; /* name of the current [table] for messages ("" = root) */
+    char key[256];   /* key whose value is being parsed, for messages ("" = none) */
     Err *err;
 } Parser;
 
@@ -56,8 +57,10 @@ __attribute__((format(printf, 2, 3))) static int perr(Parser *p, const char *fmt
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (p->line > 0) return err_set(p->err, "%s:%d: %s", p->file, p->line, msg);
-    return err_set(p->err, "%s: %s", p->file, msg);
+    char ctx[300] = "";
+    if (p->key[0]) snprintf(ctx, sizeof ctx, " in the value of \"%s\"", p->key);
+    if (p->line > 0) return err_set(p->err, "%s:%d: %s%s", p->file, p->line, msg, ctx);
+    return err_set(p->err, "%s: %s%s", p->file, msg, ctx);
 }
 
 static int peek(const Parser *p) {
@@ -257,8 +260,8 @@ static int parse_escape(Parser *p, Buf *b) {
         return 0;
     }
     default:
-        if (c >= 0x20 && c < 0x7F) return perr(p, "invalid escape \\%c in string", c);
-        return perr(p, "invalid escape in string (byte 0x%02X after a backslash)", c);
+        if (c >= 0x20 && c < 0x7F) return perr(p, "invalid escape \\%c", c);
+        return perr(p, "invalid escape (byte 0x%02X after a backslash)", c);
     }
 }
 
@@ -628,6 +631,7 @@ static int parse_bare_value(Parser *p, TomlValue **out) {
 /* ---- values, arrays, inline tables ---- */
 
 static int parse_value(Parser *p, TomlValue **out);
+static int parse_value_of(Parser *p, const Key *k, TomlValue **out);
 
 /* Puts val at key path k under table t, creating dotted tables on the way. Takes ownership
  * of the key parts and val (freed on error). */
@@ -744,7 +748,7 @@ static int parse_inline_table(Parser *p, TomlValue **out) {
         p->s++;
         skip_ws(p);
         TomlValue *v;
-        if (parse_value(p, &v) != 0) {
+        if (parse_value_of(p, &k, &v) != 0) {
             key_free(&k);
             goto fail;
         }
@@ -795,6 +799,16 @@ static int parse_value(Parser *p, TomlValue **out) {
         return r;
     }
     return parse_bare_value(p, out);
+}
+
+/* parse_value with key k named in its error messages. */
+static int parse_value_of(Parser *p, const Key *k, TomlValue **out) {
+    char saved[sizeof p->key];
+    memcpy(saved, p->key, sizeof saved);
+    key_join(k, k->n, p->key, sizeof p->key);
+    int r = parse_value(p, out);
+    memcpy(p->key, saved, sizeof saved);
+    return r;
 }
 
 /* ---- documents ---- */
@@ -954,7 +968,7 @@ int toml_parse(TomlValue **root_out, const char *text, size_t len, const char *f
             p.s++;
             skip_ws(&p);
             TomlValue *v;
-            if (parse_value(&p, &v) != 0) {
+            if (parse_value_of(&p, &k, &v) != 0) {
                 key_free(&k);
                 goto fail;
             }
