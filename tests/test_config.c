@@ -360,6 +360,28 @@ static void test_model_fields(void **state) {
         assert_string_equal(c.model.fields[i].value, want[i][1]);
         assert_int_equal(c.model.fields[i].line, atoi(want[i][2]));
     }
+    ModelSpec spec;
+    Err err = {{0}};
+    assert_int_equal(model_spec_flavor(&spec, c.model.flavor, &err), 0);
+    assert_int_equal(config_apply_model_fields(&spec, &c, &err), 0);
+    assert_int_equal(spec.num_experts, 8);
+    assert_int_equal(spec.top_k, 2);
+    assert_true(spec.norm_eps == 1e-5);
+    assert_int_equal(spec.tie_embeddings, 1);
+    assert_true(spec.rope_theta == 10000.0);
+    assert_int_equal(spec.n_layers, 8);
+    assert_int_equal(model_spec_validate(&spec, &err), 0);
+    /* A value that no longer parses is reported where it was set. */
+    free(c.model.fields[1].value);
+    c.model.fields[1].value = strdup("two");
+    assert_int_equal(config_apply_model_fields(&spec, &c, &err), -1);
+    char want_msg[256];
+    snprintf(want_msg, sizeof want_msg, "%s:4: model field top_k = \"two\" is not an integer",
+             c.path);
+    assert_string_equal(err.msg, want_msg);
+    c.model.fields[1].line = 0;
+    assert_int_equal(config_apply_model_fields(&spec, &c, &err), -1);
+    assert_string_equal(err.msg, "command line: model field top_k = \"two\" is not an integer");
     config_free(&c);
 }
 

@@ -630,6 +630,16 @@ int config_tokenizer_path(const JobConfig *cfg, const char **out, Err *err) {
     return err_set(err, "no tokenizer: set model.tokenizer_path or model.hf_assets_path");
 }
 
+int config_apply_model_fields(ModelSpec *spec, const JobConfig *cfg, Err *err) {
+    for (int i = 0; i < cfg->model.n_fields; i++) {
+        const ModelFieldSet *m = &cfg->model.fields[i];
+        if (model_spec_set_field(spec, m->field, m->value, err) == 0) continue;
+        if (m->line > 0) return err_wrap(err, "%s:%d", cfg->path, m->line);
+        return err_wrap(err, "command line");
+    }
+    return 0;
+}
+
 int config_grad_accum_steps(const JobConfig *cfg, int dp, int *out, Err *err) {
     int64_t per_step = (int64_t)cfg->training.local_batch_size * dp;
     if (dp < 1) return err_set(err, "data-parallel degree %d must be >= 1", dp);

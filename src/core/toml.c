@@ -128,11 +128,51 @@ void toml_free(TomlValue *v) {
     }
     free(v->items);
     free(v->kv);
+    free(v->index);
     free(v);
+}
+
+/* Tables with more keys than this get a hash index, so a file with very many keys in one
+ * table parses in linear time instead of quadratic. */
+#define TOML_INDEX_MIN 16
+
+static uint32_t hash_key(const char *s) {
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+static void index_put(TomlValue *t, int pos) {
+    uint32_t mask = (uint32_t)t->index_cap - 1;
+    uint32_t i = hash_key(t->kv[pos].key) & mask;
+    while (t->index[i])
+        i = (i + 1) & mask;
+    t->index[i] = pos + 1;
+}
+
+/* Keeps the index at most half full; called after each key is added. */
+static void index_update(TomlValue *t) {
+    if (t->n < TOML_INDEX_MIN) return;
+    if (2 * t->n <= t->index_cap) {
+        index_put(t, t->n - 1);
+        return;
+    }
+    t->index_cap = t->index_cap ? t->index_cap * 2 : 4 * TOML_INDEX_MIN;
+    free(t->index);
+    t->index = xcalloc((size_t)t->index_cap, sizeof *t->index);
+    for (int i = 0; i < t->n; i++)
+        index_put(t, i);
 }
 
 const TomlKeyVal *toml_get_entry(const TomlValue *t, const char *key) {
     if (!t || t->type != TOML_TABLE) return NULL;
+    if (t->index_cap) {
+        uint32_t mask = (uint32_t)t->index_cap - 1;
+        for (uint32_t i = hash_key(key) & mask; t->index[i]; i = (i + 1) & mask)
+            if (strcmp(t->kv[t->index[i] - 1].key, key) == 0) return &t->kv[t->index[i] - 1];
+        return NULL;
+    }
     for (int i = 0; i < t->n; i++)
         if (strcmp(t->kv[i].key, key) == 0) return &t->kv[i];
     return NULL;
@@ -170,6 +210,7 @@ static TomlKeyVal *table_add(TomlValue *t, char *key, int line, TomlValue *v) {
     e->key = key;
     e->line = line;
     e->value = v;
+    index_update(t);
     return e;
 }
 
