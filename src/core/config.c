@@ -1,5 +1,5 @@
-/* Job config: one table of key descriptors drives defaults-free typing, range checks, error
- * suggestions and the dump, so a new key is one line in KEYS (plus its struct field). */
+/* Job config: one table of key descriptors (KEYS) drives typing, range checks, "did you mean"
+ * suggestions and the dump, so a new key is one line there plus its struct field and default. */
 #include "core/config.h"
 
 #include <math.h>
@@ -138,6 +138,10 @@ static void fmt_double(char *out, size_t cap, double v) {
     }
     if (isinf(v)) {
         snprintf(out, cap, v < 0 ? "-inf" : "inf");
+        return;
+    }
+    if (v == floor(v) && fabs(v) < 1e15) {
+        snprintf(out, cap, "%.1f", v);
         return;
     }
     for (int prec = 1; prec <= 17; prec++) {

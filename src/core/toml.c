@@ -862,7 +862,7 @@ static int check_text(Parser *p) {
         unsigned c = *s;
         if (c == '\n') line++;
         if (c == 0) {
-            p->line = line;
+            if (p->line > 0) p->line = line;
             return perr(p, "NUL byte in the file");
         }
         if (c < 0x80) {
@@ -883,7 +883,7 @@ static int check_text(Parser *p) {
                    (n == 4 && (cp < 0x10000 || cp > 0x10FFFF))))
             ok = 0;
         if (!ok) {
-            p->line = line;
+            if (p->line > 0) p->line = line;
             return perr(p, "invalid UTF-8 (byte 0x%02X)", c);
         }
         s += n;
@@ -1046,10 +1046,9 @@ int toml_parse_file(TomlValue **root, const char *path, Err *err) {
 
 int toml_parse_value(TomlValue **out, const char *text, const char *origin, Err *err) {
     size_t len = strlen(text);
-    Parser p = {.s = text, .end = text + len, .file = origin, .line = 1, .err = err};
+    Parser p = {.s = text, .end = text + len, .file = origin, .line = 0, .err = err};
     *out = NULL;
     TRY(check_text(&p));
-    p.line = 0;
     skip_ws(&p);
     TomlValue *v;
     TRY(parse_value(&p, &v));
