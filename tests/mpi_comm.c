@@ -192,6 +192,18 @@ static void test_mesh(int R, int S, int T) {
         CHECK(groups[g]->rank == index[g], "mesh group %d rank %d, want %d", g, groups[g]->rank,
               index[g]);
     }
+    /* Global norm: tp-sharded squares differ on every rank and add over dp_shard and tp;
+     * tp-replicated ones are equal across tp and add over dp_shard only; replicas (other r)
+     * are not added. */
+    double norm, want_sq = 0;
+    for (int s = 0; s < d->dp_shard; s++) {
+        want_sq += 0.5 * (s + 1);
+        for (int t = 0; t < d->tp; t++)
+            want_sq += mesh_rank_of(d, d->r, s, t) + 1;
+    }
+    OK(mesh_global_norm(&norm, &m, W->rank + 1, 0.5 * (d->s + 1), E));
+    CHECK(fabs(norm - sqrt(want_sq)) <= 1e-12 * sqrt(want_sq),
+          "mesh %dx%dx%d norm %.17g, want %.17g", R, S, T, norm, sqrt(want_sq));
     mesh_destroy(&m);
 }
 

@@ -71,6 +71,7 @@ static int count_fits(Comm *c, size_t n, const char *what, Err *err) {
  * rank by rank over whole chunks (same association as a per-element loop, but streaming and
  * vectorisable). */
 static void sum_in_rank_order(void *out, const void *in, size_t n, int ranks, CommDtype t) {
+    if (n == 0) return; /* a rank with no chunk may have no receive buffer at all */
     if (t == COMM_F64) {
         const double *x = in;
         double *y = out;
