@@ -92,8 +92,9 @@ static inline int comm_ireduce_scatter_sum(Comm *c, void *out, const void *in, s
                                            CommDtype t, CommReq **req, Err *err) {
     return c->ops->ireduce_scatter_sum(c, out, in, n, t, req, err);
 }
-/* Completes a request started on c (NULL is already complete) and frees it. Until then the
- * buffers it was given must stay untouched. */
+/* Completes a request started on c (NULL is already complete) and releases it. Until then
+ * the buffers it was given must stay untouched. The MPI communicator allows 8 requests in
+ * flight and refuses a ninth with an error. */
 static inline int comm_wait(Comm *c, CommReq *req, Err *err) {
     return req ? c->ops->wait(c, req, err) : 0;
 }
