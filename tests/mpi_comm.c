@@ -255,7 +255,16 @@ static void test_fsdp(int R) {
                 CHECK(memcmp(full[u % 2] + p.params[i].full_offset, params[i],
                              numel[i] * sizeof(float)) == 0,
                       "gathered parameter %d", i);
-        if (u + 1 < NUNIT) OK(fsdp_wait(m.dp_shard, &next, E));
+        if (u + 1 < NUNIT) {
+            /* Poll until the prefetch has moved (every rank polls, so it progresses), then
+             * complete it. */
+            int done = 0;
+            long spins = 0;
+            while (!done && spins++ < 100000000L)
+                OK(fsdp_test(m.dp_shard, &next, &done, E));
+            CHECK(done, "prefetch of unit %d never finished", u + 1);
+            OK(fsdp_wait(m.dp_shard, &next, E));
+        }
     }
     /* Gradients: every unit twice (two microbatches) to exercise accumulation; the first
      * microbatch reduce-scatters blocking, the second keeps one reduce-scatter in flight

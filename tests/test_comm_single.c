@@ -35,6 +35,9 @@ static void test_single_collectives(void **state) {
     assert_memory_equal(x, y, sizeof x);
     CommReq *req = (CommReq *)1;
     assert_int_equal(comm_iall_gather(c, y, x, 5, COMM_F32, &req, &err), 0);
+    int done = 0;
+    assert_int_equal(comm_test(c, req, &done, &err), 0);
+    assert_int_equal(done, 1);
     assert_int_equal(comm_wait(c, req, &err), 0);
     assert_int_equal(comm_broadcast(c, d, sizeof d, 0, &err), 0);
     assert_int_equal(comm_broadcast(c, d, sizeof d, 1, &err), -1);

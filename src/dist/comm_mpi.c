@@ -219,6 +219,14 @@ static int mpi_wait(Comm *c, CommReq *q, Err *err) {
     return 0;
 }
 
+static int mpi_test(Comm *c, CommReq *q, int *done, Err *err) {
+    /* A request MPI_Test completes becomes MPI_REQUEST_NULL, which MPI_Wait returns at once. */
+    int flag = 0;
+    MPI_TRY(c, MPI_Test(&q->request, &flag, MPI_STATUS_IGNORE), "MPI_Test", err);
+    *done = flag;
+    return 0;
+}
+
 static const CommOps MPI_OPS;
 
 static Comm *wrap(MPI_Comm comm, int owns_mpi) {
@@ -266,6 +274,7 @@ static const CommOps MPI_OPS = {
     .iall_gather = mpi_iall_gather,
     .ireduce_scatter_sum = mpi_ireduce_scatter_sum,
     .wait = mpi_wait,
+    .test = mpi_test,
     .split = mpi_split,
     .destroy = mpi_destroy,
 };

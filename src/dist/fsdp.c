@@ -134,6 +134,10 @@ int fsdp_reduce_scatter_unit(const FsdpPlan *p, Comm *comm, float *grad_shard,
     return fsdp_wait(comm, &req, err);
 }
 
+int fsdp_test(Comm *comm, FsdpReq *req, int *done, Err *err) {
+    return comm_test(comm, req->req, done, err);
+}
+
 int fsdp_wait(Comm *comm, FsdpReq *req, Err *err) {
     int rc = comm_wait(comm, req->req, err);
     req->req = NULL;

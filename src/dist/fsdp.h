@@ -86,6 +86,9 @@ int fsdp_reduce_scatter_unit(const FsdpPlan *p, Comm *comm, float *grad_shard,
 int fsdp_reduce_scatter_unit_start(const FsdpPlan *p, Comm *comm, float *grad_shard,
                                    const float *full_grad, int unit, float *scratch, FsdpReq *req,
                                    Err *err);
+/* Lets a started gather or reduce-scatter progress (see comm_test); *done = 1 once its data
+ * has moved. */
+int fsdp_test(Comm *comm, FsdpReq *req, int *done, Err *err);
 /* Completes a started gather or reduce-scatter. */
 int fsdp_wait(Comm *comm, FsdpReq *req, Err *err);
 
