@@ -224,6 +224,8 @@ static void test_errors(void **state) {
     expect_error("{\"architectures\":[\"Qwen3MoeForCausalLM\"],\"hidden_size\":2,"
                  "\"num_attention_heads\":4,\"num_key_value_heads\":4}",
                  "head_dim is absent", NULL);
+    expect_error("{\"architectures\":[\"Qwen3ForCausalLM\"],\"head_dim\":7}", "head_dim = 7",
+                 "even");
     expect_error("[1]", "expected a JSON object", NULL);
     expect_error("{\"architectures\":", "invalid JSON", NULL);
     Err err;

@@ -204,7 +204,7 @@ static void roundtrip(const char *name, DType dt, size_t shard_bytes) {
     /* Expert e of a stacked parameter is HF's experts.{e} tensor. */
     if (s.num_experts > 0) {
         int layer = 0;
-        while (!hf_keys_layer_is_moe(&s, layer))
+        while (!model_spec_layer_is_moe(&s, layer))
             layer++;
         char hn[HF_KEY_MAX], qn[HF_KEY_MAX];
         snprintf(hn, sizeof hn, "model.layers.%d.mlp.experts.2.down_proj.weight", layer);

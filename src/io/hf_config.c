@@ -274,6 +274,8 @@ static int parse_config(ModelSpec *s, HfConfigExtra *extra, const json_t *root, 
     if (biggest > HF_MAX_PARAM_NUMEL)
         return err_set(err, "%s: a weight of %.3g elements is over the %.3g-element limit", what,
                        biggest, (double)HF_MAX_PARAM_NUMEL);
+    /* The same rules as for native flavors (e.g. an even head_dim for RoPE). */
+    if (model_spec_validate(s, err) != 0) return err_wrap(err, "%s", what);
     /* Token ids are checked even when the caller does not want them. */
     HfConfigExtra unused;
     if (!extra) extra = &unused;

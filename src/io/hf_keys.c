@@ -7,12 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int hf_keys_layer_is_moe(const ModelSpec *s, int i) {
-    if (s->num_experts <= 0 || s->decoder_sparse_step <= 0) return 0;
-    if (i >= 0 && i < QT_MAX_LAYERS && s->mlp_only_layers[i]) return 0;
-    return (i + 1) % s->decoder_sparse_step == 0;
-}
-
 typedef struct Builder {
     HfKeyTable *t;
     int pcap, hcap;
@@ -127,7 +121,7 @@ void hf_keys_build(HfKeyTable *t, const ModelSpec *s) {
         add_hf(&b, wo, -1, fmt(h, "model.layers.%d.self_attn.o_proj.weight", i), 2, D, H * E);
         add_hf(&b, qn, -1, fmt(h, "model.layers.%d.self_attn.q_norm.weight", i), 1, E, 0);
         add_hf(&b, kn, -1, fmt(h, "model.layers.%d.self_attn.k_norm.weight", i), 1, E, 0);
-        if (hf_keys_layer_is_moe(s, i)) {
+        if (model_spec_layer_is_moe(s, i)) {
             const int64_t F = s->moe_hidden_dim;
             int rg = add_param(&b, PK_ROUTER, i, fmt(q, "layers.%d.moe.router.gate.weight", i), 2,
                                X, D, 0);

@@ -34,8 +34,8 @@
  * lm_head.weight present in a tied checkpoint is ignored if its shape is (V, D) (transformers
  * re-ties it to the embedding as well) and reported as misshaped otherwise.
  *
- * A layer uses the MoE block when num_experts > 0, it is not in mlp_only_layers and
- * (i + 1) % decoder_sparse_step == 0 (transformers' Qwen3MoeDecoderLayer rule).
+ * A layer uses the MoE block when model_spec_layer_is_moe says so (transformers'
+ * Qwen3MoeDecoderLayer rule). The spec must have passed model_spec_validate.
  * expert_bias exists only when load_balance_coeff > 0 (aux-loss-free balancing). */
 #ifndef QT_HF_KEYS_H
 #define QT_HF_KEYS_H
@@ -94,8 +94,6 @@ void hf_keys_free(HfKeyTable *t);
 /* Index of a parameter / HF tensor by name, or -1. */
 int hf_keys_find_param(const HfKeyTable *t, const char *name);
 int hf_keys_find_hf(const HfKeyTable *t, const char *hf_name);
-/* 1 when layer i of spec uses the MoE block. */
-int hf_keys_layer_is_moe(const ModelSpec *spec, int layer);
 
 /* Checks a set of safetensors files against the table. Lists are malloc'd sentences (one per
  * key), e.g. missing "model.norm.weight (expected [16])", unexpected "x.y [3, 4]", wrong
