@@ -341,9 +341,15 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
                     const int32_t *positions, const int32_t *doc, int B, int T) {
     const ModelSpec *s = &m->spec;
     Qwen3Acts *a = &m->a;
+    long N = (long)B * T;
+    if (B < 1 || T < 1 || N > (long)m->max_B * m->max_T) {
+        /* The activation arena was sized for max_B x max_T; more is a caller's bug. */
+        fprintf(stderr, "internal error: qwen3_forward on %d x %d tokens, sized for %d x %d\n", B,
+                T, m->max_B, m->max_T);
+        abort();
+    }
     m->B = B;
     m->T = T;
-    long N = (long)B * T;
     int D = s->dim, V = s->vocab_size;
     memcpy(a->tokens, tokens, (size_t)N * sizeof(int32_t));
     for (long n = 0; n < N; n++) {

@@ -169,10 +169,10 @@ void qwen3_init_params(Qwen3 *m, uint64_t seed);
 const Qwen3Param *qwen3_find_param(const Qwen3 *m, const char *name);
 void qwen3_zero_grads(Qwen3 *m);
 
-/* Forward on B x T tokens (B <= max_B, T <= max_T). tokens and targets in [0, V), targets
- * may be CE_IGNORE or the whole array NULL (no loss: logits only). positions NULL means
- * 0..T-1 in every row; doc NULL means plain causal attention. Returns the mean loss over
- * valid targets (0 when none) and fills m->loss_sum / m->n_valid; logits stay in
+/* Forward on B x T tokens (B * T <= max_B * max_T; more aborts as a programming error). tokens and
+ * targets in [0, V), targets may be CE_IGNORE or the whole array NULL (no loss: logits only).
+ * positions NULL means 0..T-1 in every row; doc NULL means plain causal attention. Returns the mean
+ * loss over valid targets (0 when none) and fills m->loss_sum / m->n_valid; logits stay in
  * m->a.logits (N, V) until backward. Token ids must already be checked. */
 float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
                     const int32_t *positions, const int32_t *doc, int B, int T);
