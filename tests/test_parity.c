@@ -157,25 +157,29 @@ static void test_parity(void **state) {
         int equal = 1;
         for (int l = 1; l < tl.n; l++)
             equal &= tl.start[l + 1] - tl.start[l] == tl.start[1] - tl.start[0];
-        Qwen3 m;
-        assert_int_equal(qwen3_create(&m, &s, tl.n, (int)tl.total, AC_NONE, &err), 0);
         StSet set;
         if (st_set_open(&set, dir, &err)) fail_msg("%s", err.msg);
-        if (qwen3_load_hf(&m, &set, &err)) fail_msg("%s", err.msg);
         StFile exp;
         if (st_open(&exp, expected, &err)) fail_msg("%s", err.msg);
-        for (int packed = equal ? 0 : 1; packed <= 1; packed++) {
-            Errs e = run_case(&m, &tl, &exp, packed);
-            printf("%-20s %-7s logits %.2e  loss %.2e  grad %.2e (worst %s)\n", fixture,
-                   packed ? "packed" : "batched", e.logits, e.loss, e.grad, e.worst_grad);
-            assert_true(e.logits <= TOL_LOGITS);
-            assert_true(e.loss <= TOL_LOSS);
-            assert_true(e.grad <= TOL_GRAD);
+        /* Full activation checkpointing must not change a bit; it runs packed only. */
+        for (int ac = AC_NONE; ac <= AC_FULL; ac++) {
+            Qwen3 m;
+            assert_int_equal(qwen3_create(&m, &s, tl.n, (int)tl.total, ac, &err), 0);
+            if (qwen3_load_hf(&m, &set, &err)) fail_msg("%s", err.msg);
+            for (int packed = equal && ac == AC_NONE ? 0 : 1; packed <= 1; packed++) {
+                Errs e = run_case(&m, &tl, &exp, packed);
+                printf("%-20s %-7s %-7s logits %.2e  loss %.2e  grad %.2e (worst %s)\n", fixture,
+                       packed ? "packed" : "batched", ac == AC_FULL ? "ac=full" : "ac=none",
+                       e.logits, e.loss, e.grad, e.worst_grad);
+                assert_true(e.logits <= TOL_LOGITS);
+                assert_true(e.loss <= TOL_LOSS);
+                assert_true(e.grad <= TOL_GRAD);
+            }
+            qwen3_free(&m);
         }
         checked++;
         st_close(&exp);
         st_set_close(&set);
-        qwen3_free(&m);
         token_lines_free(&tl);
         free(tokens), free(expected), free(dir);
     }
