@@ -163,6 +163,12 @@ static void test_init_and_table(void **state) {
     int32_t t[4] = {1, 2, 3, 4}, y[4] = {2, 3, 4, CE_IGNORE};
     float loss = qwen3_forward(&m, t, y, NULL, NULL, 1, 4);
     assert_true(fabs(loss - log(50.0)) < 0.1);
+    int32_t bad[3] = {0, CE_IGNORE, 50};
+    assert_int_equal(qwen3_check_tokens(&m, bad, 2, 1, "targets", &err), 0);
+    assert_int_equal(qwen3_check_tokens(&m, bad, 2, 0, "tokens", &err), -1);
+    assert_non_null(strstr(err.msg, "tokens[1] = -100"));
+    assert_int_equal(qwen3_check_tokens(&m, bad, 3, 1, "targets", &err), -1);
+    assert_non_null(strstr(err.msg, "targets[2] = 50 is outside the vocabulary [0, 50)"));
     qwen3_free(&m);
 }
 
