@@ -14,19 +14,13 @@ static inline float dot(const float *a, const float *b, int E) {
     return s;
 }
 
-/* First key position query t may see: its document's start (scanning back), or 0. */
+/* First key position query t may see: the start of its run of equal document ids, or 0. */
 static inline int row_start(const int32_t *doc, int t) {
     if (!doc) return 0;
     int s = t;
     while (s > 0 && doc[s - 1] == doc[t])
         s--;
     return s;
-}
-
-/* A key inside [start, t] belongs to t's document unless ids repeat non-contiguously, which
- * the mask still honours by testing each id. */
-static inline int visible(const int32_t *doc, int s, int t) {
-    return !doc || doc[s] == doc[t];
 }
 
 void sdpa_forward(float *out, float *lse, const float *q, const float *k, const float *v,
@@ -44,7 +38,6 @@ void sdpa_forward(float *out, float *lse, const float *q, const float *k, const 
                 int s0 = row_start(db, t);
                 float m = -INFINITY;
                 for (int s = s0; s <= t; s++) {
-                    if (!visible(db, s, t)) continue;
                     float sc = dot(qt, k + (((long)b * T + s) * K + kh) * E, E) * scale;
                     m = sc > m ? sc : m;
                 }
@@ -52,7 +45,6 @@ void sdpa_forward(float *out, float *lse, const float *q, const float *k, const 
                     o[e] = 0.0f;
                 double sum = 0.0;
                 for (int s = s0; s <= t; s++) {
-                    if (!visible(db, s, t)) continue;
                     long kv = (((long)b * T + s) * K + kh) * E;
                     float p = expf(dot(qt, k + kv, E) * scale - m);
                     sum += p;
@@ -92,7 +84,6 @@ void sdpa_backward(float *dq, float *dk, float *dv, const float *dout, const flo
                     for (int e = 0; e < E; e++)
                         dqt[e] = 0.0f;
                     for (int s = row_start(db, t); s <= t; s++) {
-                        if (!visible(db, s, t)) continue;
                         long kv = (((long)b * T + s) * K + kh) * E;
                         float p = expf(dot(qt, k + kv, E) * scale - z);
                         float dp = dot(dot_, v + kv, E);
