@@ -358,7 +358,6 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
         a->doc[n] = doc ? doc[n] : 0;
     }
     a->has_doc = doc != NULL;
-    m->has_targets = targets != NULL;
 
     m->mod.tok_embeddings->forward(a->layers[0].x, a->tokens, m->p.tok_embeddings, N, D);
     for (int i = 0; i < s->n_layers; i++)

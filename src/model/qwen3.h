@@ -155,7 +155,6 @@ typedef struct Qwen3 {
     int B, T;
     double loss_sum; /* sum of CE over valid targets */
     long n_valid;
-    int has_targets;
 } Qwen3;
 
 /* Builds the parameter table and arenas for spec and activations for up to B x T tokens.
