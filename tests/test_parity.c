@@ -161,15 +161,18 @@ static void test_parity(void **state) {
         if (st_set_open(&set, dir, &err)) fail_msg("%s", err.msg);
         StFile exp;
         if (st_open(&exp, expected, &err)) fail_msg("%s", err.msg);
-        /* Full activation checkpointing must not change a bit; it runs packed only. */
-        for (int ac = AC_NONE; ac <= AC_FULL; ac++) {
+        /* Activation checkpointing must not change a bit; it runs packed only. */
+        for (int ac = AC_NONE; ac <= AC_SELECTIVE; ac++) {
             Qwen3 m;
             assert_int_equal(qwen3_create(&m, &s, tl.n, (int)tl.total, ac, &err), 0);
             if (qwen3_load_hf(&m, &set, &err)) fail_msg("%s", err.msg);
             for (int packed = equal && ac == AC_NONE ? 0 : 1; packed <= 1; packed++) {
                 Errs e = run_case(&m, &tl, &exp, packed);
                 printf("%-20s %-7s %-7s logits %.2e  loss %.2e  grad %.2e (worst %s)\n", fixture,
-                       packed ? "packed" : "batched", ac == AC_FULL ? "ac=full" : "ac=none",
+                       packed ? "packed" : "batched",
+                       ac == AC_FULL        ? "ac=full"
+                       : ac == AC_SELECTIVE ? "ac=sel"
+                                            : "ac=none",
                        e.logits, e.loss, e.grad, e.worst_grad);
                 assert_true(e.logits <= TOL_LOGITS);
                 assert_true(e.loss <= TOL_LOSS);

@@ -26,8 +26,9 @@
 #include "ops/swiglu.h"
 
 typedef enum ActCheckpoint {
-    AC_NONE = 0, /* keep every activation */
-    AC_FULL,     /* keep each layer's input only; recompute the layer in backward */
+    AC_NONE = 0,  /* keep every activation */
+    AC_FULL,      /* keep each layer's input only; recompute the layer in backward */
+    AC_SELECTIVE, /* keep matmul and attention outputs; recompute norms and rope in backward */
 } ActCheckpoint;
 
 /* One layer's parameters (also used for its gradients). */
@@ -85,7 +86,8 @@ typedef struct Qwen3Modules {
     const CrossEntropyOp *loss;
 } Qwen3Modules;
 
-/* Activations of one layer. In AC_FULL mode all layers share one set except x. */
+/* Activations of one layer. AC_FULL: all layers share one set except x. AC_SELECTIVE: they
+ * share the norm and rope outputs (xn1, rstd1, qn, q_rstd, kn, k_rstd, qr, kr, xn2, rstd2). */
 typedef struct Qwen3LayerActs {
     float *x;      /* (N, D) layer input (residual stream), kept in every mode */
     float *xn1;    /* (N, D) attention_norm output */
