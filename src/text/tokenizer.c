@@ -753,18 +753,32 @@ static int pretok_gap(const Tokenizer *t, const char *s, size_t n, IdVec *out, E
     return run_steps(t, 0, s, n, out, err);
 }
 
-/* Text with no code point at or above U+0300 (no byte >= 0xCC) is unchanged by NFC/NFD;
- * NFKC/NFKD need the full pass. */
-static int norm_is_identity(const Tokenizer *t, const char *s, size_t n) {
-    for (int k = 0; k < t->n_norm; k++)
-        if (t->norm[k] & UTF8PROC_COMPAT) return 0;
-    for (size_t i = 0; i < n; i++)
-        if ((uint8_t)s[i] >= 0xCC) return 0;
+/* 1 when every normalizer leaves s unchanged: each code point is ASCII, or has combining
+ * class 0, no decomposition and no part in any canonical composition (then it is NFC, NFD,
+ * NFKC and NFKD quick-check "yes" and nothing can reorder). Hangul is composed by rule, not by
+ * table, so it always takes the full pass. */
+static int norm_is_identity(const char *str, size_t n) {
+    const uint8_t *s = (const uint8_t *)str;
+    size_t i = 0;
+    while (i < n) {
+        if (s[i] < 0x80) {
+            i++;
+            continue;
+        }
+        int w;
+        uint32_t cp = utf8_decode(s, i, &w);
+        if ((cp >= 0x1100 && cp <= 0x11FF) || (cp >= 0xAC00 && cp <= 0xD7A3)) return 0;
+        const utf8proc_property_t *p = utf8proc_get_property((utf8proc_int32_t)cp);
+        if (p->combining_class != 0 || p->decomp_seqindex != UINT16_MAX ||
+            p->comb_index != UINT16_MAX)
+            return 0;
+        i += (size_t)w;
+    }
     return 1;
 }
 
 static int normalize_gap(const Tokenizer *t, const char *s, size_t n, IdVec *out, Err *err) {
-    if (t->n_norm == 0 || norm_is_identity(t, s, n))
+    if (t->n_norm == 0 || norm_is_identity(s, n))
         return split_added(t, &t->norm_set, s, n, pretok_gap, out, err);
     char *cur = NULL;
     size_t len = n;
