@@ -387,7 +387,10 @@ static int parse_model(Tokenizer *t, const json_t *model, const char *path, Err 
     size_t cat_cap = 0;
     json_array_foreach(merges, i, m) {
         char *a = NULL, *b = NULL;
-        TRY(merge_parts(m, &a, &b, i, path, err));
+        if (merge_parts(m, &a, &b, i, path, err) != 0) {
+            free(cat);
+            return -1;
+        }
         size_t la = strlen(a), lb = strlen(b);
         if (la + lb > cat_cap) cat = xrealloc(cat, cat_cap = 2 * (la + lb) + 64);
         memcpy(cat, a, la);
@@ -585,25 +588,30 @@ static int load_json(Tokenizer *t, const json_t *root, const char *path, Err *er
     return 0;
 }
 
-Tokenizer *tokenizer_load(const char *path, Err *err) {
-    char *file = fs_is_dir(path) ? fs_join(path, "tokenizer.json") : xstrdup(path);
-    char *data;
-    size_t len;
-    if (fs_read_all(file, &data, &len, err) != 0) {
-        free(file);
-        return NULL;
-    }
+Tokenizer *tokenizer_load_mem(const char *data, size_t len, const char *name, Err *err) {
     Tokenizer *t = xcalloc(1, sizeof *t);
-    t->path = file;
+    t->path = xstrdup(name);
     t->hash = hash_file(data, len);
-    json_t *root = json_load_mem(data, len, file, err);
-    free(data);
-    if (!root || load_json(t, root, file, err) != 0) {
+    json_t *root = json_load_mem(data, len, t->path, err);
+    if (!root || load_json(t, root, t->path, err) != 0) {
         json_decref(root);
         tokenizer_free(t);
         return NULL;
     }
     json_decref(root);
+    return t;
+}
+
+Tokenizer *tokenizer_load(const char *path, Err *err) {
+    char *file = fs_is_dir(path) ? fs_join(path, "tokenizer.json") : xstrdup(path);
+    char *data;
+    size_t len;
+    Tokenizer *t = NULL;
+    if (fs_read_all(file, &data, &len, err) == 0) {
+        t = tokenizer_load_mem(data, len, file, err);
+        free(data);
+    }
+    free(file);
     return t;
 }
 
