@@ -51,6 +51,33 @@ static void test_tiny_matches_hf(void **state) {
     tokenizer_free(t);
 }
 
+/* The same file through jansson alone (the fast vocab/merges reader declines when the "model"
+ * key is spelled with an escape) gives the same tokenizer. */
+static void test_jansson_path_matches(void **state) {
+    (void)state;
+    char *p = fixture("tests/fixtures/tokenizer/tiny_gpt2/tokenizer.json");
+    char *data;
+    size_t len;
+    Err err;
+    assert_int_equal(fs_read_all(p, &data, &len, &err), 0);
+    char *at = strstr(data, "\"model\"");
+    assert_non_null(at);
+    char *alt = malloc(len + 16);
+    size_t head = (size_t)(at - data);
+    memcpy(alt, data, head);
+    memcpy(alt + head, "\"\\u006dodel\"", 12);
+    memcpy(alt + head + 12, at + 7, len - head - 7);
+    Tokenizer *t = tokenizer_load_mem(alt, len + 5, "tiny-jansson", &err);
+    if (!t) fprintf(stderr, "%s\n", err.msg);
+    assert_non_null(t);
+    int n;
+    assert_int_equal(check_cases(t, "tiny_edge.jsonl", &n), 0);
+    tokenizer_free(t);
+    free(alt);
+    free(data);
+    free(p);
+}
+
 /* ---- scanner vs PCRE2 */
 
 typedef struct Pieces {
@@ -446,10 +473,15 @@ static void test_minimal_and_decode_errors(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tiny_matches_hf),   cmocka_unit_test(test_scanner_matches_pcre2),
-        cmocka_unit_test(test_scanner_long_runs), cmocka_unit_test(test_bpe_heap_matches_scan),
-        cmocka_unit_test(test_utf8_repair),       cmocka_unit_test(test_threads),
-        cmocka_unit_test(test_malformed),         cmocka_unit_test(test_minimal_and_decode_errors),
+        cmocka_unit_test(test_tiny_matches_hf),
+        cmocka_unit_test(test_jansson_path_matches),
+        cmocka_unit_test(test_scanner_matches_pcre2),
+        cmocka_unit_test(test_scanner_long_runs),
+        cmocka_unit_test(test_bpe_heap_matches_scan),
+        cmocka_unit_test(test_utf8_repair),
+        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_minimal_and_decode_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
