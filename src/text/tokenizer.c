@@ -635,12 +635,12 @@ static int load_json(Tokenizer *t, const json_t *root, const TokJson *fast, cons
     return 0;
 }
 
-Tokenizer *tokenizer_load_mem(const char *data, size_t len, const char *name, Err *err) {
+static Tokenizer *load_mem(const char *data, size_t len, const char *name, int try_fast, Err *err) {
     Tokenizer *t = xcalloc(1, sizeof *t);
     t->path = xstrdup(name);
     t->hash = hash_file(data, len);
     TokJson fast;
-    int have_fast = tokjson_split(&fast, data, len);
+    int have_fast = try_fast && tokjson_split(&fast, data, len);
     json_t *root = have_fast ? json_load_mem(fast.rest, fast.rest_len, t->path, err)
                              : json_load_mem(data, len, t->path, err);
     if (have_fast && !root) {
@@ -657,6 +657,14 @@ Tokenizer *tokenizer_load_mem(const char *data, size_t len, const char *name, Er
         return NULL;
     }
     return t;
+}
+
+Tokenizer *tokenizer_load_mem(const char *data, size_t len, const char *name, Err *err) {
+    return load_mem(data, len, name, 1, err);
+}
+
+Tokenizer *tokenizer_load_mem_jansson(const char *data, size_t len, const char *name, Err *err) {
+    return load_mem(data, len, name, 0, err);
 }
 
 Tokenizer *tokenizer_load(const char *path, Err *err) {

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/err.h"
+
 typedef struct TokVocab {
     const char *s; // decoded token text (points into TokJson.blob or a jansson string)
     uint32_t len;
@@ -33,5 +35,11 @@ typedef struct TokJson {
 /* Returns 1 and fills tj when the fast path applies, 0 when it declines (tj is then empty). */
 int tokjson_split(TokJson *tj, const char *data, size_t len);
 void tokjson_free(TokJson *tj);
+
+/* The tokenizer loader with the whole file through jansson, for differential tests of the
+ * fast path (defined in tokenizer.c). */
+struct Tokenizer;
+struct Tokenizer *tokenizer_load_mem_jansson(const char *data, size_t len, const char *name,
+                                             Err *err);
 
 #endif
