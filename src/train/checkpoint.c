@@ -491,10 +491,8 @@ static int read_tensors(const char *path, const CkptTensor *t, int n, int64_t *s
     return rc;
 }
 
-int ckpt_load(const char *dir, CkptState *st, const CkptTensor *model, int nmodel,
-              const CkptTensor *optim, int noptim, Err *err) {
+int ckpt_read_state(const char *dir, CkptState *st, Err *err) {
     memset(st, 0, sizeof *st);
-    TRY(ckpt_verify(dir, 1, err));
     char *spath = NULL;
     json_t *o = load_state_json(dir, &spath, err);
     if (!o) return -1;
@@ -506,11 +504,15 @@ int ckpt_load(const char *dir, CkptState *st, const CkptTensor *model, int nmode
         json_req_int(o, "optim_step", &st->optim_step, spath, err) != 0 ||
         json_req_str(o, "config_hash", &hash, spath, err) != 0)
         goto out;
+    if (st->step < 0 || st->tokens_seen < 0 || st->optim_step < 0) {
+        err_set(err, "%s: step, tokens_seen and optim_step must be >= 0", spath);
+        goto out;
+    }
     if (parse_u64(hash, 1, &st->config_hash) != 0) {
         err_set(err, "%s: config_hash \"%s\" is not a hex number", spath, hash);
         goto out;
     }
-    if (json_array_size(rng) != 4) {
+    if (!json_is_array(rng) || json_array_size(rng) != 4) {
         err_set(err, "%s: rng must be an array of 4 decimal strings", spath);
         goto out;
     }
@@ -522,9 +524,21 @@ int ckpt_load(const char *dir, CkptState *st, const CkptTensor *model, int nmode
     if (json_is_object(sched) && json_opt_num(sched, "lr", &st->lr, spath, err) != 0) goto out;
     json_t *pos = json_object_get(o, "data_position");
     if (json_is_object(pos)) st->data_position = json_incref(pos);
+    rc = 0;
+out:
+    json_decref(o);
+    free(spath);
+    return rc;
+}
+
+int ckpt_load(const char *dir, CkptState *st, const CkptTensor *model, int nmodel,
+              const CkptTensor *optim, int noptim, Err *err) {
+    memset(st, 0, sizeof *st);
+    TRY(ckpt_verify(dir, 1, err));
+    TRY(ckpt_read_state(dir, st, err));
     char *mpath = fs_join(dir, CKPT_MODEL_FILE), *opath = fs_join(dir, CKPT_OPTIM_FILE);
     int64_t ostep = -1;
-    rc = read_tensors(mpath, model, nmodel, NULL, err);
+    int rc = read_tensors(mpath, model, nmodel, NULL, err);
     if (rc == 0) rc = read_tensors(opath, optim, noptim, &ostep, err);
     if (rc == 0 && ostep != st->optim_step)
         rc = err_set(err,
@@ -536,9 +550,6 @@ int ckpt_load(const char *dir, CkptState *st, const CkptTensor *model, int nmode
         json_decref(st->data_position);
         st->data_position = NULL;
     }
-out:
-    json_decref(o);
-    free(spath);
     return rc;
 }
 
