@@ -1,0 +1,301 @@
+/* AVX-512 and scalar implementations behind kernels/cpu_simd.h. The AVX-512 functions carry
+ * target attributes, so this file builds and runs correctly without -march=native; the choice
+ * is made once at run time from CPUID (and QT_SIMD=scalar for debugging). */
+#include "kernels/cpu_simd.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static int g_avx512;
+
+static void init_once(void) {
+    const char *env = getenv("QT_SIMD");
+    g_avx512 = __builtin_cpu_supports("avx512f") && !(env && strcmp(env, "scalar") == 0);
+}
+
+int simd_avx512_active(void) {
+    pthread_once(&g_once, init_once);
+    return g_avx512;
+}
+
+void simd_force(int avx512) {
+    pthread_once(&g_once, init_once);
+    g_avx512 = avx512 && __builtin_cpu_supports("avx512f");
+}
+
+/* ---- scalar twins ----------------------------------------------------------------------- */
+
+static void exp_scalar(float *y, const float *x, long n) {
+    for (long i = 0; i < n; i++)
+        y[i] = expf(x[i]);
+}
+
+static float dot_scalar(const float *a, const float *b, long n) {
+    float s = 0;
+    for (long i = 0; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+static void axpy_scalar(float *y, float a, const float *x, long n) {
+    for (long i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
+static void softmax_scalar(float *y, const float *x, int n, float scale) {
+    float m = -INFINITY;
+    for (int i = 0; i < n; i++)
+        m = fmaxf(m, x[i] * scale);
+    float s = 0;
+    for (int i = 0; i < n; i++)
+        s += y[i] = expf(x[i] * scale - m);
+    float inv = 1.0f / s;
+    for (int i = 0; i < n; i++)
+        y[i] *= inv;
+}
+
+static void silu_scalar(float *y, const float *x, long n) {
+    for (long i = 0; i < n; i++)
+        y[i] = x[i] / (1.0f + expf(-x[i]));
+}
+
+static void swiglu_scalar(float *out, const float *gate, const float *up, long n) {
+    for (long i = 0; i < n; i++)
+        out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+static float sumsq_scalar(const float *x, int n) {
+    float s = 0;
+    for (int i = 0; i < n; i++)
+        s += x[i] * x[i];
+    return s;
+}
+
+static void scale_mul_scalar(float *out, const float *x, float r, const float *w, int n) {
+    for (int i = 0; i < n; i++)
+        out[i] = x[i] * r * w[i];
+}
+
+/* ---- AVX-512 ---------------------------------------------------------------------------- */
+
+#define AVX512 __attribute__((target("avx512f")))
+
+/* Mask of the first n (< 16) lanes, for loop tails. */
+AVX512 static inline __mmask16 tail(long n) {
+    return (__mmask16)((1u << n) - 1u);
+}
+
+/* exp(x) = 2^k * exp(r), k = round(x / ln2), r = x - k ln2 (two-part ln2 keeps r exact to
+ * ~1 ulp), exp(r) on |r| <= ln2/2 by its degree-7 Taylor polynomial (truncation < 1e-8
+ * relative), 2^k applied by scalef, which also produces subnormals, 0 and inf. Clamping x to
+ * [-104, 89] keeps k finite (results there are already 0 or inf); max/min take x as their
+ * second operand so a NaN passes through. */
+AVX512 static inline __m512 exp16(__m512 x) {
+    x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);
+    x = _mm512_min_ps(_mm512_set1_ps(89.0f), x);
+    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693145751953125f), x);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(1.428606765330187045e-06f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, k);
+}
+
+AVX512 static void exp_avx512(float *y, const float *x, long n) {
+    long i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, exp16(_mm512_loadu_ps(x + i)));
+    if (i < n) {
+        __mmask16 m = tail(n - i);
+        _mm512_mask_storeu_ps(y + i, m, exp16(_mm512_maskz_loadu_ps(m, x + i)));
+    }
+}
+
+/* Four 16-lane accumulators, combined in a fixed order: the sum depends only on n. */
+AVX512 static float dot_avx512(const float *a, const float *b, long n) {
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    long i = 0;
+    for (; i + 64 <= n; i += 64) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+        s2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 32), _mm512_loadu_ps(b + i + 32), s2);
+        s3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 48), _mm512_loadu_ps(b + i + 48), s3);
+    }
+    for (; i + 16 <= n; i += 16)
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+    if (i < n) {
+        __mmask16 m = tail(n - i);
+        s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s1);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+}
+
+AVX512 static void axpy_avx512(float *y, float a, const float *x, long n) {
+    __m512 va = _mm512_set1_ps(a);
+    long i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i,
+                         _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+    if (i < n) {
+        __mmask16 m = tail(n - i);
+        _mm512_mask_storeu_ps(
+            y + i, m,
+            _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+    }
+}
+
+AVX512 static void softmax_avx512(float *y, const float *x, int n, float scale) {
+    __m512 vs = _mm512_set1_ps(scale), vm = _mm512_set1_ps(-INFINITY);
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        vm = _mm512_max_ps(vm, _mm512_mul_ps(_mm512_loadu_ps(x + i), vs));
+    if (i < n)
+        vm = _mm512_mask_max_ps(vm, tail(n - i), vm,
+                                _mm512_mul_ps(_mm512_maskz_loadu_ps(tail(n - i), x + i), vs));
+    __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(vm)), sum = _mm512_setzero_ps();
+    for (i = 0; i + 16 <= n; i += 16) {
+        __m512 e = exp16(_mm512_fmsub_ps(_mm512_loadu_ps(x + i), vs, m));
+        _mm512_storeu_ps(y + i, e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    if (i < n) {
+        __mmask16 t = tail(n - i);
+        __m512 e = exp16(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(t, x + i), vs, m));
+        _mm512_mask_storeu_ps(y + i, t, e);
+        sum = _mm512_mask_add_ps(sum, t, sum, e);
+    }
+    __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+    for (i = 0; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_loadu_ps(y + i), inv));
+    if (i < n) {
+        __mmask16 t = tail(n - i);
+        _mm512_mask_storeu_ps(y + i, t, _mm512_mul_ps(_mm512_maskz_loadu_ps(t, y + i), inv));
+    }
+}
+
+/* silu(g) = g / (1 + exp(-g)); a division rather than a reciprocal estimate keeps it within a
+ * couple of ulp of the scalar formula. */
+AVX512 static inline __m512 silu16(__m512 g) {
+    __m512 one = _mm512_set1_ps(1.0f);
+    return _mm512_div_ps(g, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+}
+
+AVX512 static void silu_avx512(float *y, const float *x, long n) {
+    long i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, silu16(_mm512_loadu_ps(x + i)));
+    if (i < n) {
+        __mmask16 m = tail(n - i);
+        _mm512_mask_storeu_ps(y + i, m, silu16(_mm512_maskz_loadu_ps(m, x + i)));
+    }
+}
+
+AVX512 static void swiglu_avx512(float *out, const float *gate, const float *up, long n) {
+    long i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(out + i,
+                         _mm512_mul_ps(silu16(_mm512_loadu_ps(gate + i)), _mm512_loadu_ps(up + i)));
+    if (i < n) {
+        __mmask16 m = tail(n - i);
+        _mm512_mask_storeu_ps(out + i, m,
+                              _mm512_mul_ps(silu16(_mm512_maskz_loadu_ps(m, gate + i)),
+                                            _mm512_maskz_loadu_ps(m, up + i)));
+    }
+}
+
+AVX512 static float sumsq_avx512(const float *x, int n) {
+    return dot_avx512(x, x, n);
+}
+
+AVX512 static void scale_mul_avx512(float *out, const float *x, float r, const float *w, int n) {
+    __m512 vr = _mm512_set1_ps(r);
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(x + i), vr),
+                                                _mm512_loadu_ps(w + i)));
+    if (i < n) {
+        __mmask16 m = tail(n - i);
+        _mm512_mask_storeu_ps(out + i, m,
+                              _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), vr),
+                                            _mm512_maskz_loadu_ps(m, w + i)));
+    }
+}
+
+/* ---- dispatch --------------------------------------------------------------------------- */
+
+void simd_exp(float *y, const float *x, long n) {
+    if (simd_avx512_active())
+        exp_avx512(y, x, n);
+    else
+        exp_scalar(y, x, n);
+}
+
+float simd_dot(const float *a, const float *b, long n) {
+    return simd_avx512_active() ? dot_avx512(a, b, n) : dot_scalar(a, b, n);
+}
+
+void simd_axpy(float *y, float a, const float *x, long n) {
+    if (simd_avx512_active())
+        axpy_avx512(y, a, x, n);
+    else
+        axpy_scalar(y, a, x, n);
+}
+
+void simd_softmax_row(float *y, const float *x, int n, float scale) {
+    if (simd_avx512_active())
+        softmax_avx512(y, x, n, scale);
+    else
+        softmax_scalar(y, x, n, scale);
+}
+
+void simd_softmax_rows(float *y, const float *x, int rows, int n, int ld, float scale) {
+    int v = simd_avx512_active();
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        if (v)
+            softmax_avx512(y + (long)r * ld, x + (long)r * ld, n, scale);
+        else
+            softmax_scalar(y + (long)r * ld, x + (long)r * ld, n, scale);
+    }
+}
+
+void simd_silu(float *y, const float *x, long n) {
+    if (simd_avx512_active())
+        silu_avx512(y, x, n);
+    else
+        silu_scalar(y, x, n);
+}
+
+void simd_swiglu(float *out, const float *gate, const float *up, long n) {
+    if (simd_avx512_active())
+        swiglu_avx512(out, gate, up, n);
+    else
+        swiglu_scalar(out, gate, up, n);
+}
+
+void simd_rmsnorm_rows(float *out, float *rstd, const float *x, const float *w, int T, int D,
+                       float eps) {
+    int v = simd_avx512_active();
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++) {
+        const float *xt = x + (long)t * D;
+        float ss = v ? sumsq_avx512(xt, D) : sumsq_scalar(xt, D);
+        float r = 1.0f / sqrtf(ss / D + eps);
+        if (rstd) rstd[t] = r;
+        if (v)
+            scale_mul_avx512(out + (long)t * D, xt, r, w, D);
+        else
+            scale_mul_scalar(out + (long)t * D, xt, r, w, D);
+    }
+}

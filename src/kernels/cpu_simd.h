@@ -1,0 +1,44 @@
+/* AVX-512 building blocks for the non-GEMM ops (softmax, SiLU / SwiGLU, RMSNorm, dot, axpy),
+ * each with a portable scalar twin chosen at run time when the CPU lacks AVX-512F. They are
+ * meant to be called from inside the ops in src/ops (which own the math and the backward
+ * passes); bench/README.md, section "CPU SIMD helpers", says how to wire them in and what
+ * they gain.
+ *
+ * Numerics: simd_exp is within 2 ulp of expf over the whole float range (NaN -> NaN,
+ * -inf -> 0, +inf and overflow -> inf). Reductions (dot, row sums, sums of squares) add in
+ * a fixed order that depends only on n, never on threads or alignment, so results are
+ * bitwise reproducible; the order differs from a left-to-right scalar loop, so they match the
+ * scalar twins to rounding, not bit for bit. Row functions are serial; the _rows variants
+ * split rows over OpenMP threads (each row computed by one thread in the same order). */
+#ifndef QT_CPU_SIMD_H
+#define QT_CPU_SIMD_H
+
+/* 1 when the AVX-512 paths are in use (CPU has AVX-512F and QT_SIMD is not "scalar"). */
+int simd_avx512_active(void);
+/* Forces the scalar (0) or the AVX-512 (1, when the CPU has it) paths; for tests. */
+void simd_force(int avx512);
+
+/* y[i] = exp(x[i]); y may alias x. */
+void simd_exp(float *y, const float *x, long n);
+/* Returns sum a[i] * b[i]. */
+float simd_dot(const float *a, const float *b, long n);
+/* y[i] += a * x[i]. */
+void simd_axpy(float *y, float a, const float *x, long n);
+
+/* One row: y = softmax(x * scale) over n elements (y may alias x). scale folds the attention
+ * 1/sqrt(E) in. A row of all -inf gives NaN, like torch. */
+void simd_softmax_row(float *y, const float *x, int n, float scale);
+/* rows x n matrix, row stride ld for both x and y, rows split over threads. */
+void simd_softmax_rows(float *y, const float *x, int rows, int n, int ld, float scale);
+
+/* y[i] = x[i] * sigmoid(x[i]). */
+void simd_silu(float *y, const float *x, long n);
+/* out[i] = silu(gate[i]) * up[i]  (the SwiGLU FFN's elementwise step). */
+void simd_swiglu(float *out, const float *gate, const float *up, long n);
+
+/* RMSNorm of T rows of D: rstd[t] = 1 / sqrt(mean(x[t]^2) + eps); out[t] = x[t] * rstd[t] * w.
+ * out may alias x; rstd may be NULL. Rows split over threads. */
+void simd_rmsnorm_rows(float *out, float *rstd, const float *x, const float *w, int T, int D,
+                       float eps);
+
+#endif

@@ -1,0 +1,267 @@
+/* Unit tests for ops/gemm.h: every backend (oneDNN matmul, dnnl_sgemm, reference loops) against
+ * a double-accumulating oracle written here, over all transposition flags, alpha, beta, odd and
+ * degenerate shapes and padded strides; bf16 against the same oracle on bf16-rounded inputs;
+ * beta = 0 never reading C; and bitwise-identical results on repeated calls. */
+/* cmocka.h needs these four first. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/dtype.h"
+#include "core/rng.h"
+#include "ops/gemm.h"
+
+/* Fills n floats uniformly in [-1, 1); bf16 callers round them afterwards. */
+static void fill(float *x, size_t n, Rng *r) {
+    for (size_t i = 0; i < n; i++)
+        x[i] = 2.0f * rng_uniform(r) - 1.0f;
+}
+
+/* The oracle: C = alpha op(A) op(B) + beta C in double, plus the sum of absolute terms that
+ * bounds fp32 rounding error (err <= ~K * 2^-24 * that sum for any summation order). */
+static void oracle(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                   const float *B, int ldb, float beta, const float *C0, int ldc, double *out,
+                   double *absum) {
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0, a = 0;
+            for (int k = 0; k < K; k++) {
+                double x = ta ? A[(long)k * lda + i] : A[(long)i * lda + k];
+                double y = tb ? B[(long)j * ldb + k] : B[(long)k * ldb + j];
+                s += x * y;
+                a += fabs(x * y);
+            }
+            double c = beta == 0.0f ? 0.0 : (double)beta * C0[(long)i * ldc + j];
+            out[(long)i * N + j] = (double)alpha * s + c;
+            absum[(long)i * N + j] = fabs((double)alpha) * a + fabs(c);
+        }
+}
+
+/* Runs one problem through the active backend (fp32 or bf16) with padded strides and checks
+ * every element of C, and that the padding of C was left alone. */
+static void check_case(int bf16, int ta, int tb, int M, int N, int K, float alpha, float beta,
+                       int pad, Rng *r) {
+    int arows = ta ? K : M, acols = ta ? M : K, brows = tb ? N : K, bcols = tb ? K : N;
+    int lda = acols + pad, ldb = bcols + pad, ldc = N + pad;
+    float *A = calloc((size_t)arows * lda + 1, 4), *B = calloc((size_t)brows * ldb + 1, 4);
+    float *C = calloc((size_t)M * ldc + 1, 4), *C0 = calloc((size_t)M * ldc + 1, 4);
+    uint16_t *Ah = calloc((size_t)arows * lda + 1, 2), *Bh = calloc((size_t)brows * ldb + 1, 2);
+    double *want = calloc((size_t)M * N + 1, 8), *bound = calloc((size_t)M * N + 1, 8);
+    fill(A, (size_t)arows * lda, r);
+    fill(B, (size_t)brows * ldb, r);
+    fill(C0, (size_t)M * ldc, r);
+    if (bf16) {
+        for (size_t i = 0; i < (size_t)arows * lda; i++)
+            A[i] = bf16_to_f32(Ah[i] = f32_to_bf16(A[i]));
+        for (size_t i = 0; i < (size_t)brows * ldb; i++)
+            B[i] = bf16_to_f32(Bh[i] = f32_to_bf16(B[i]));
+    }
+    memcpy(C, C0, (size_t)M * ldc * 4);
+    if (beta == 0.0f) /* beta = 0 must not read C: poison the part it writes */
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++)
+                C[(long)i * ldc + j] = NAN;
+    oracle(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C0, ldc, want, bound);
+    if (bf16)
+        gemm_bf16(ta, tb, M, N, K, alpha, Ah, lda, Bh, ldb, beta, C, ldc);
+    else
+        gemm_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) {
+            double got = C[(long)i * ldc + j], w = want[(long)i * N + j];
+            double tol = (K + 4) * 0x1p-23 * bound[(long)i * N + j] + 1e-30;
+            if (!(fabs(got - w) <= tol))
+                fail_msg("%s ta=%d tb=%d M=%d N=%d K=%d alpha=%g beta=%g pad=%d: C[%d,%d]=%.9g "
+                         "want %.9g (tol %.3g) backend %s",
+                         bf16 ? "bf16" : "f32", ta, tb, M, N, K, alpha, beta, pad, i, j, got, w,
+                         tol, gemm_backend_name());
+        }
+        for (int j = N; j < ldc; j++)
+            assert_true(C[(long)i * ldc + j] == C0[(long)i * ldc + j]);
+    }
+    free(A), free(B), free(C), free(C0), free(Ah), free(Bh), free(want), free(bound);
+}
+
+static const int dims[][3] = {{1, 1, 1},    {3, 17, 63}, {17, 65, 129}, {63, 1, 65},
+                              {1, 129, 17}, {65, 63, 3}, {129, 17, 1},  {40, 72, 1000}};
+
+static void sweep(int bf16) {
+    const float alphas[] = {1.0f, -0.75f};
+    const float betas[] = {0.0f, 1.0f, 0.5f};
+    Rng r;
+    rng_seed(&r, 7, 0);
+    for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
+        for (int t = 0; t < 4; t++)
+            for (int a = 0; a < 2; a++)
+                for (int b = 0; b < 3; b++)
+                    check_case(bf16, t >> 1, t & 1, dims[d][0], dims[d][1], dims[d][2], alphas[a],
+                               betas[b], (int)(d + t + b) % 3 * 5, &r);
+}
+
+static void run_backend(const char *name, int bf16) {
+    assert_int_equal(gemm_set_backend(name), 0);
+    sweep(bf16);
+}
+
+static void test_dnnl_f32(void **s) {
+    (void)s, run_backend("dnnl", 0);
+}
+static void test_dnnl_bf16(void **s) {
+    (void)s, run_backend("dnnl", 1);
+}
+static void test_sgemm_f32(void **s) {
+    (void)s, run_backend("sgemm", 0);
+}
+static void test_sgemm_bf16(void **s) {
+    (void)s, run_backend("sgemm", 1);
+}
+static void test_ref_f32(void **s) {
+    (void)s, run_backend("ref", 0);
+}
+static void test_ref_bf16(void **s) {
+    (void)s, run_backend("ref", 1);
+}
+
+/* Empty products: M or N = 0 touches nothing; K = 0 leaves beta * C. */
+static void test_degenerate(void **state) {
+    (void)state;
+    const char *names[] = {"dnnl", "sgemm", "ref"};
+    for (int b = 0; b < 3; b++) {
+        assert_int_equal(gemm_set_backend(names[b]), 0);
+        float C[6] = {1, 2, 3, 4, 5, 6}, A[1] = {0}, B[1] = {0};
+        gemm_f32(0, 0, 0, 3, 4, 1.0f, A, 4, B, 3, 0.0f, C, 3);
+        gemm_f32(0, 0, 2, 0, 4, 1.0f, A, 4, B, 3, 0.0f, C, 3);
+        assert_true(C[0] == 1 && C[5] == 6);
+        gemm_f32(0, 0, 2, 3, 0, 1.0f, A, 1, B, 3, 2.0f, C, 3);
+        assert_true(C[0] == 2 && C[5] == 12);
+        gemm_f32(0, 0, 2, 3, 0, 1.0f, A, 1, B, 3, 0.0f, C, 3);
+        assert_true(C[0] == 0 && C[5] == 0);
+    }
+    assert_int_equal(gemm_set_backend("cublas"), -1);
+}
+
+/* A NaN in A reaches exactly its row of C (no zero-skipping shortcut swallows it). */
+static void test_nan_propagates(void **state) {
+    (void)state;
+    const char *names[] = {"dnnl", "sgemm", "ref"};
+    for (int b = 0; b < 3; b++) {
+        assert_int_equal(gemm_set_backend(names[b]), 0);
+        float A[4 * 8] = {0}, B[8 * 5] = {0}, C[4 * 5];
+        A[2 * 8 + 3] = NAN;
+        gemm_f32(0, 0, 4, 5, 8, 1.0f, A, 8, B, 5, 0.0f, C, 5);
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 5; j++)
+                assert_true(isnan(C[i * 5 + j]) == (i == 2));
+    }
+}
+
+/* Runs C = op(A) op(B) + 0.25 (f32) or op(A) op(B) (bf16) for the determinism test. */
+static void det_call(int bf16, int t, int M, int N, int K, const void *A, const void *B, float *C) {
+    int ta = t >> 1, tb = t & 1, lda = ta ? M : K, ldb = tb ? K : N;
+    if (bf16) {
+        gemm_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N);
+        return;
+    }
+    for (long i = 0; i < (long)M * N; i++)
+        C[i] = 0.25f;
+    gemm_f32(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, N);
+}
+
+/* Same inputs, same outputs, bit for bit: the trainer's exact resume depends on it. Shapes big
+ * enough that oneDNN splits the work across threads and blocks K. The third call reads copies
+ * at another alignment (3 elements off), as a resumed run's buffers may be. */
+static void test_deterministic(void **state) {
+    (void)state;
+    const int M = 300, N = 520, K = 1100;
+    const size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
+    Rng r;
+    rng_seed(&r, 11, 0);
+    float *A = malloc((na + 3) * 4), *B = malloc((nb + 3) * 4);
+    uint16_t *Ah = malloc((na + 3) * 2), *Bh = malloc((nb + 3) * 2);
+    float *C0 = malloc(nc * 4), *C = malloc((nc + 3) * 4);
+    fill(A, na, &r);
+    fill(B, nb, &r);
+    for (size_t i = 0; i < na; i++)
+        Ah[i] = f32_to_bf16(A[i]);
+    for (size_t i = 0; i < nb; i++)
+        Bh[i] = f32_to_bf16(B[i]);
+    const char *names[] = {"dnnl", "sgemm"};
+    for (int b = 0; b < 2; b++) {
+        assert_int_equal(gemm_set_backend(names[b]), 0);
+        for (int bf16 = 0; bf16 < 2; bf16++)
+            for (int t = 0; t < 4; t++) {
+                const void *a = bf16 ? (const void *)Ah : A, *bb = bf16 ? (const void *)Bh : B;
+                det_call(bf16, t, M, N, K, a, bb, C0);
+                det_call(bf16, t, M, N, K, a, bb, C);
+                assert_memory_equal(C0, C, nc * 4);
+                /* shift everything 3 elements up, run, shift back */
+                memmove(A + 3, A, na * 4), memmove(B + 3, B, nb * 4);
+                memmove(Ah + 3, Ah, na * 2), memmove(Bh + 3, Bh, nb * 2);
+                det_call(bf16, t, M, N, K, bf16 ? (const void *)(Ah + 3) : A + 3,
+                         bf16 ? (const void *)(Bh + 3) : B + 3, C + 3);
+                assert_memory_equal(C0, C + 3, nc * 4);
+                memmove(A, A + 3, na * 4), memmove(B, B + 3, nb * 4);
+                memmove(Ah, Ah + 3, na * 2), memmove(Bh, Bh + 3, nb * 2);
+            }
+    }
+    free(A), free(B), free(Ah), free(Bh), free(C0), free(C);
+}
+
+/* Threads that share the primitive cache, some on one shape and some on their own. */
+typedef struct Job {
+    int id, failed;
+} Job;
+
+static void *job_run(void *p) {
+    Job *j = p;
+    Rng r;
+    rng_seed(&r, 99, (uint64_t)j->id);
+    int M = 33 + (j->id & 1) * 8, N = 70, K = 90;
+    float *A = malloc((size_t)M * K * 4), *B = malloc((size_t)K * N * 4);
+    float *C = malloc((size_t)M * N * 4), *C0 = calloc((size_t)M * N, 4);
+    double *want = malloc((size_t)M * N * 8), *bound = malloc((size_t)M * N * 8);
+    fill(A, (size_t)M * K, &r);
+    fill(B, (size_t)K * N, &r);
+    oracle(0, 1, M, N, K, 1.0f, A, K, B, K, 0.0f, C0, N, want, bound);
+    for (int rep = 0; rep < 20; rep++) {
+        gemm_f32(0, 1, M, N, K, 1.0f, A, K, B, K, 0.0f, C, N);
+        for (int i = 0; i < M * N; i++)
+            if (!(fabs(C[i] - want[i]) <= (K + 4) * 0x1p-23 * bound[i])) j->failed = 1;
+    }
+    free(A), free(B), free(C), free(C0), free(want), free(bound);
+    return NULL;
+}
+
+static void test_concurrent_callers(void **state) {
+    (void)state;
+    assert_int_equal(gemm_set_backend("dnnl"), 0);
+    pthread_t t[6];
+    Job jobs[6];
+    for (int i = 0; i < 6; i++) {
+        jobs[i] = (Job){i, 0};
+        assert_int_equal(pthread_create(&t[i], NULL, job_run, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 6; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(jobs[i].failed, 0);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dnnl_f32),      cmocka_unit_test(test_dnnl_bf16),
+        cmocka_unit_test(test_sgemm_f32),     cmocka_unit_test(test_sgemm_bf16),
+        cmocka_unit_test(test_ref_f32),       cmocka_unit_test(test_ref_bf16),
+        cmocka_unit_test(test_degenerate),    cmocka_unit_test(test_nan_propagates),
+        cmocka_unit_test(test_deterministic), cmocka_unit_test(test_concurrent_callers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
