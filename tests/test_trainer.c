@@ -40,11 +40,11 @@ static void toy_init(Toy *m) {
     m->grads[1] = m->gb;
 }
 
-static int toy_fb(void *ctx, const void *batch, double scale, double *loss_sum, Err *err) {
+static int toy_fb(void *ctx, const void *batch, double divisor, double *loss_sum, Err *err) {
     (void)err;
     Toy *m = ctx;
     const int(*rows)[T + 1] = batch;
-    double total = 0;
+    double total = 0, scale = 1.0 / divisor;
     for (int r = 0; r < ROWS / MICRO; r++)
         for (int t = 0; t < T; t++) {
             int x = rows[r][t], y = rows[r][t + 1];

@@ -97,7 +97,7 @@ static int train_step(Trainer *t, StepMetrics *m, Err *err) {
         const void *batch;
         double part;
         TRY(t->data->next(t->data->ctx, step, micro, &batch, err));
-        TRY(md->forward_backward(md->ctx, batch, 1.0 / (double)valid, &part, err));
+        TRY(md->forward_backward(md->ctx, batch, (double)valid, &part, err));
         loss_sum += part;
     }
     /* Data parallel: the all-reduce of grads and of loss_sum belongs here. */
