@@ -206,7 +206,7 @@ int metrics_writer_write(MetricsWriter *w, const StepMetrics *m, const MetricsEx
     json_object_set_new(o, "step_time_s", num(m->step_time_s));
     for (int i = 0; i < nextra; i++)
         json_object_set_new(o, extra[i].key, num(extra[i].value));
-    char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
+    char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
     json_decref(o);
     int ok = line && fprintf(w->f, "%s\n", line) >= 0 && fflush(w->f) == 0;
     free(line);
