@@ -360,6 +360,43 @@ static void test_model_fields(void **state) {
         assert_string_equal(c.model.fields[i].value, want[i][1]);
         assert_int_equal(c.model.fields[i].line, atoi(want[i][2]));
     }
+    ModelSpec spec;
+    Err err = {{0}};
+    assert_int_equal(model_spec_flavor(&spec, c.model.flavor, &err), 0);
+    assert_int_equal(config_apply_model_fields(&spec, &c, &err), 0);
+    assert_int_equal(spec.num_experts, 8);
+    assert_int_equal(spec.top_k, 2);
+    assert_true(spec.norm_eps == 1e-5);
+    assert_int_equal(spec.tie_embeddings, 1);
+    assert_true(spec.rope_theta == 10000.0);
+    assert_int_equal(spec.n_layers, 8);
+    assert_int_equal(model_spec_validate(&spec, &err), 0);
+    /* A value that no longer parses is reported where it was set. */
+    free(c.model.fields[1].value);
+    c.model.fields[1].value = strdup("two");
+    assert_int_equal(config_apply_model_fields(&spec, &c, &err), -1);
+    char want_msg[256];
+    snprintf(want_msg, sizeof want_msg, "%s:4: model field top_k = \"two\" is not an integer",
+             c.path);
+    assert_string_equal(err.msg, want_msg);
+    c.model.fields[1].line = 0;
+    assert_int_equal(config_apply_model_fields(&spec, &c, &err), -1);
+    assert_string_equal(err.msg, "command line: model field top_k = \"two\" is not an integer");
+    config_free(&c);
+}
+
+static void test_model_field_text(void **state) {
+    (void)state;
+    /* Floats keep a float look and read back exactly; integers stay integers. */
+    JobConfig c;
+    char *argv[] = {"--model.rope_theta=1e6", "--model.norm_eps=0.1", "--model.dim=+64",
+                    "--model.norm_topk_prob=false", "--model.router_aux_loss_coef=1e-3"};
+    load_ok(&c, "", 5, argv);
+    assert_string_equal(c.model.fields[0].value, "1000000.0");
+    assert_string_equal(c.model.fields[1].value, "0.1");
+    assert_string_equal(c.model.fields[2].value, "64");
+    assert_string_equal(c.model.fields[3].value, "false");
+    assert_string_equal(c.model.fields[4].value, "0.001");
     config_free(&c);
 }
 
@@ -530,9 +567,10 @@ int main(void) {
         cmocka_unit_test(test_defaults),          cmocka_unit_test(test_file_values),
         cmocka_unit_test(test_command_line_wins), cmocka_unit_test(test_command_line_errors),
         cmocka_unit_test(test_unknown_names),     cmocka_unit_test(test_type_and_range_errors),
-        cmocka_unit_test(test_model_fields),      cmocka_unit_test(test_overrides),
-        cmocka_unit_test(test_dataset_path),      cmocka_unit_test(test_derived),
-        cmocka_unit_test(test_dump_roundtrip),    cmocka_unit_test(test_repo_configs),
+        cmocka_unit_test(test_model_fields),      cmocka_unit_test(test_model_field_text),
+        cmocka_unit_test(test_overrides),         cmocka_unit_test(test_dataset_path),
+        cmocka_unit_test(test_derived),           cmocka_unit_test(test_dump_roundtrip),
+        cmocka_unit_test(test_repo_configs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -252,7 +252,9 @@ static void test_errors(void **state) {
     expect_error("p = {x = 1}\np.y = 2\n", "t.toml:2:", "cannot add keys");
     expect_error("p = {x = 1,}\n", "trailing comma", NULL);
     expect_error("p = {x = 1\n}\n", "inline table", NULL);
-    expect_error("a = 1__0\n", "invalid number '1__0'", NULL);
+    expect_error("a = 1__0\n", "t.toml:1: invalid number '1__0' in the value of \"a\"", NULL);
+    expect_error("[s]\nx.y = [1, {z = \"\\q\"}]\n",
+                 "t.toml:2: invalid escape \\q in the value of \"z\"", NULL);
     expect_error("a = 01\n", "leading zeros", NULL);
     expect_error("a = 1.\n", "invalid number", NULL);
     expect_error("a = .5\n", "t.toml:1:", NULL);
@@ -331,6 +333,25 @@ static void test_deep_nesting(void **state) {
     free(key);
 }
 
+static void test_many_keys(void **state) {
+    (void)state;
+    /* 200k keys in one table: linear time (the hash index), lookups and duplicates still work. */
+    int n = 200000;
+    char *text = malloc((size_t)n * 24 + 64);
+    size_t o = 0;
+    for (int i = 0; i < n; i++)
+        o += (size_t)sprintf(text + o, "k%d = %d\n", i, i);
+    TomlValue *r = parse_ok(text);
+    assert_int_equal(r->n, n);
+    assert_int_equal(toml_get(r, "k123456")->i, 123456);
+    assert_int_equal(toml_get_entry(r, "k199999")->line, 200000);
+    assert_null(toml_get(r, "k200000"));
+    toml_free(r);
+    sprintf(text + o, "k77 = 1\n");
+    expect_error(text, "t.toml:200001: duplicate key \"k77\" (first defined on line 78)", NULL);
+    free(text);
+}
+
 static void test_parse_value(void **state) {
     (void)state;
     TomlValue *v;
@@ -369,19 +390,13 @@ static void test_empty_and_comments_only(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tables_and_order),
-        cmocka_unit_test(test_keys),
-        cmocka_unit_test(test_strings),
-        cmocka_unit_test(test_numbers),
-        cmocka_unit_test(test_arrays),
-        cmocka_unit_test(test_array_of_tables),
-        cmocka_unit_test(test_inline_tables),
-        cmocka_unit_test(test_implicit_then_defined),
-        cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_nul_bytes),
-        cmocka_unit_test(test_deep_nesting),
-        cmocka_unit_test(test_parse_value),
-        cmocka_unit_test(test_empty_and_comments_only),
+        cmocka_unit_test(test_tables_and_order), cmocka_unit_test(test_keys),
+        cmocka_unit_test(test_strings),          cmocka_unit_test(test_numbers),
+        cmocka_unit_test(test_arrays),           cmocka_unit_test(test_array_of_tables),
+        cmocka_unit_test(test_inline_tables),    cmocka_unit_test(test_implicit_then_defined),
+        cmocka_unit_test(test_errors),           cmocka_unit_test(test_nul_bytes),
+        cmocka_unit_test(test_deep_nesting),     cmocka_unit_test(test_many_keys),
+        cmocka_unit_test(test_parse_value),      cmocka_unit_test(test_empty_and_comments_only),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,5 @@
-/* Job config: one table of key descriptors drives defaults-free typing, range checks, error
- * suggestions and the dump, so a new key is one line in KEYS (plus its struct field). */
+/* Job config: one table of key descriptors (KEYS) drives typing, range checks, "did you mean"
+ * suggestions and the dump, so a new key is one line there plus its struct field and default. */
 #include "core/config.h"
 
 #include <math.h>
@@ -138,6 +138,10 @@ static void fmt_double(char *out, size_t cap, double v) {
     }
     if (isinf(v)) {
         snprintf(out, cap, v < 0 ? "-inf" : "inf");
+        return;
+    }
+    if (v == floor(v) && fabs(v) < 1e15) {
+        snprintf(out, cap, "%.1f", v);
         return;
     }
     for (int prec = 1; prec <= 17; prec++) {
@@ -628,6 +632,16 @@ int config_tokenizer_path(const JobConfig *cfg, const char **out, Err *err) {
         return 0;
     }
     return err_set(err, "no tokenizer: set model.tokenizer_path or model.hf_assets_path");
+}
+
+int config_apply_model_fields(ModelSpec *spec, const JobConfig *cfg, Err *err) {
+    for (int i = 0; i < cfg->model.n_fields; i++) {
+        const ModelFieldSet *m = &cfg->model.fields[i];
+        if (model_spec_set_field(spec, m->field, m->value, err) == 0) continue;
+        if (m->line > 0) return err_wrap(err, "%s:%d", cfg->path, m->line);
+        return err_wrap(err, "command line");
+    }
+    return 0;
 }
 
 int config_grad_accum_steps(const JobConfig *cfg, int dp, int *out, Err *err) {

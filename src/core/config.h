@@ -19,6 +19,7 @@
 
 #include "core/dtype.h"
 #include "core/err.h"
+#include "core/model_spec.h"
 
 typedef enum DecayType { DECAY_LINEAR = 0, DECAY_SQRT, DECAY_COSINE } DecayType;
 typedef enum DeviceKind { DEVICE_CPU = 0, DEVICE_CUDA, DEVICE_AUTO } DeviceKind;
@@ -138,6 +139,10 @@ int config_dataset_path(const JobConfig *cfg, char **out, Err *err);
 /* The tokenizer directory or file: model.tokenizer_path, else model.hf_assets_path; error when
  * both are empty. *out points into cfg. */
 int config_tokenizer_path(const JobConfig *cfg, const char **out, Err *err);
+/* Applies cfg's [model] field replacements to spec in order with model_spec_set_field; an
+ * error names where the field was set (file:line or the command line). The caller validates
+ * the result (model_spec_validate). */
+int config_apply_model_fields(ModelSpec *spec, const JobConfig *cfg, Err *err);
 /* Micro-steps per optimizer step for a data-parallel degree dp:
  * global_batch_size / (local_batch_size * dp), which must divide exactly. */
 int config_grad_accum_steps(const JobConfig *cfg, int dp, int *out, Err *err);

@@ -25,6 +25,7 @@ typedef struct Parser {
     int line;        /* current line, 1-based; 0 = do not print lines (single values) */
     int depth;       /* nesting of arrays and inline tables */
     char table[256]; /* name of the current [table] for messages ("" = root) */
+    char key[256];   /* key whose value is being parsed, for messages ("" = none) */
     Err *err;
 } Parser;
 
@@ -56,8 +57,10 @@ __attribute__((format(printf, 2, 3))) static int perr(Parser *p, const char *fmt
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (p->line > 0) return err_set(p->err, "%s:%d: %s", p->file, p->line, msg);
-    return err_set(p->err, "%s: %s", p->file, msg);
+    char ctx[300] = "";
+    if (p->key[0]) snprintf(ctx, sizeof ctx, " in the value of \"%s\"", p->key);
+    if (p->line > 0) return err_set(p->err, "%s:%d: %s%s", p->file, p->line, msg, ctx);
+    return err_set(p->err, "%s: %s%s", p->file, msg, ctx);
 }
 
 static int peek(const Parser *p) {
@@ -125,11 +128,51 @@ void toml_free(TomlValue *v) {
     }
     free(v->items);
     free(v->kv);
+    free(v->index);
     free(v);
+}
+
+/* Tables with more keys than this get a hash index, so a file with very many keys in one
+ * table parses in linear time instead of quadratic. */
+#define TOML_INDEX_MIN 16
+
+static uint32_t hash_key(const char *s) {
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+static void index_put(TomlValue *t, int pos) {
+    uint32_t mask = (uint32_t)t->index_cap - 1;
+    uint32_t i = hash_key(t->kv[pos].key) & mask;
+    while (t->index[i])
+        i = (i + 1) & mask;
+    t->index[i] = pos + 1;
+}
+
+/* Keeps the index at most half full; called after each key is added. */
+static void index_update(TomlValue *t) {
+    if (t->n < TOML_INDEX_MIN) return;
+    if (2 * t->n <= t->index_cap) {
+        index_put(t, t->n - 1);
+        return;
+    }
+    t->index_cap = t->index_cap ? t->index_cap * 2 : 4 * TOML_INDEX_MIN;
+    free(t->index);
+    t->index = xcalloc((size_t)t->index_cap, sizeof *t->index);
+    for (int i = 0; i < t->n; i++)
+        index_put(t, i);
 }
 
 const TomlKeyVal *toml_get_entry(const TomlValue *t, const char *key) {
     if (!t || t->type != TOML_TABLE) return NULL;
+    if (t->index_cap) {
+        uint32_t mask = (uint32_t)t->index_cap - 1;
+        for (uint32_t i = hash_key(key) & mask; t->index[i]; i = (i + 1) & mask)
+            if (strcmp(t->kv[t->index[i] - 1].key, key) == 0) return &t->kv[t->index[i] - 1];
+        return NULL;
+    }
     for (int i = 0; i < t->n; i++)
         if (strcmp(t->kv[i].key, key) == 0) return &t->kv[i];
     return NULL;
@@ -167,6 +210,7 @@ static TomlKeyVal *table_add(TomlValue *t, char *key, int line, TomlValue *v) {
     e->key = key;
     e->line = line;
     e->value = v;
+    index_update(t);
     return e;
 }
 
@@ -257,8 +301,8 @@ static int parse_escape(Parser *p, Buf *b) {
         return 0;
     }
     default:
-        if (c >= 0x20 && c < 0x7F) return perr(p, "invalid escape \\%c in string", c);
-        return perr(p, "invalid escape in string (byte 0x%02X after a backslash)", c);
+        if (c >= 0x20 && c < 0x7F) return perr(p, "invalid escape \\%c", c);
+        return perr(p, "invalid escape (byte 0x%02X after a backslash)", c);
     }
 }
 
@@ -628,6 +672,7 @@ static int parse_bare_value(Parser *p, TomlValue **out) {
 /* ---- values, arrays, inline tables ---- */
 
 static int parse_value(Parser *p, TomlValue **out);
+static int parse_value_of(Parser *p, const Key *k, TomlValue **out);
 
 /* Puts val at key path k under table t, creating dotted tables on the way. Takes ownership
  * of the key parts and val (freed on error). */
@@ -744,7 +789,7 @@ static int parse_inline_table(Parser *p, TomlValue **out) {
         p->s++;
         skip_ws(p);
         TomlValue *v;
-        if (parse_value(p, &v) != 0) {
+        if (parse_value_of(p, &k, &v) != 0) {
             key_free(&k);
             goto fail;
         }
@@ -797,6 +842,16 @@ static int parse_value(Parser *p, TomlValue **out) {
     return parse_bare_value(p, out);
 }
 
+/* parse_value with key k named in its error messages. */
+static int parse_value_of(Parser *p, const Key *k, TomlValue **out) {
+    char saved[sizeof p->key];
+    memcpy(saved, p->key, sizeof saved);
+    key_join(k, k->n, p->key, sizeof p->key);
+    int r = parse_value(p, out);
+    memcpy(p->key, saved, sizeof saved);
+    return r;
+}
+
 /* ---- documents ---- */
 
 /* Checks the whole text is UTF-8 without NUL bytes, so later stages need not. */
@@ -807,7 +862,7 @@ static int check_text(Parser *p) {
         unsigned c = *s;
         if (c == '\n') line++;
         if (c == 0) {
-            p->line = line;
+            if (p->line > 0) p->line = line;
             return perr(p, "NUL byte in the file");
         }
         if (c < 0x80) {
@@ -828,7 +883,7 @@ static int check_text(Parser *p) {
                    (n == 4 && (cp < 0x10000 || cp > 0x10FFFF))))
             ok = 0;
         if (!ok) {
-            p->line = line;
+            if (p->line > 0) p->line = line;
             return perr(p, "invalid UTF-8 (byte 0x%02X)", c);
         }
         s += n;
@@ -954,7 +1009,7 @@ int toml_parse(TomlValue **root_out, const char *text, size_t len, const char *f
             p.s++;
             skip_ws(&p);
             TomlValue *v;
-            if (parse_value(&p, &v) != 0) {
+            if (parse_value_of(&p, &k, &v) != 0) {
                 key_free(&k);
                 goto fail;
             }
@@ -991,10 +1046,9 @@ int toml_parse_file(TomlValue **root, const char *path, Err *err) {
 
 int toml_parse_value(TomlValue **out, const char *text, const char *origin, Err *err) {
     size_t len = strlen(text);
-    Parser p = {.s = text, .end = text + len, .file = origin, .line = 1, .err = err};
+    Parser p = {.s = text, .end = text + len, .file = origin, .line = 0, .err = err};
     *out = NULL;
     TRY(check_text(&p));
-    p.line = 0;
     skip_ws(&p);
     TomlValue *v;
     TRY(parse_value(&p, &v));

@@ -45,6 +45,8 @@ struct TomlValue {
     TomlValue **items; /* TOML_ARRAY: n items, owned */
     TomlKeyVal *kv;    /* TOML_TABLE: n entries in definition order, owned */
     int n, cap;
+    int *index;    /* TOML_TABLE with many keys: hash slots holding kv positions + 1 (private) */
+    int index_cap; /* slots in index (a power of two), 0 = none yet */
 };
 
 /* Parses text[0..len) (NUL bytes inside are an error); filename only labels errors.
