@@ -50,7 +50,7 @@ static inline uint64_t avalanche(uint64_t h) {
 
 /* Four independent multiply-rotate lanes over 32-byte blocks (so the loop runs at memory
  * speed), folded together with the length; the tail goes through FNV-1a. */
-uint64_t ckpt_checksum(const void *data, size_t n) {
+static uint64_t block_checksum(const void *data, size_t n) {
     const unsigned char *p = data;
     const uint64_t m1 = 0x9e3779b97f4a7c15ULL, m2 = 0xd6e8feb86659fd93ULL;
     uint64_t lane[4] = {m1, m2, ~m1, ~m2};
@@ -65,6 +65,28 @@ uint64_t ckpt_checksum(const void *data, size_t n) {
     for (int k = 0; k < 4; k++)
         h = rotl64(h ^ avalanche(lane[k]), 27) * m2;
     return avalanche(h ^ avalanche(tail));
+}
+
+/* Blocks hashed independently (in parallel) and then folded in order: the result depends on
+ * the bytes only, not on the thread count. */
+#define CKPT_HASH_BLOCK ((size_t)4 << 20)
+
+uint64_t ckpt_checksum(const void *data, size_t n) {
+    const unsigned char *p = data;
+    long nblocks = n == 0 ? 1 : (long)((n + CKPT_HASH_BLOCK - 1) / CKPT_HASH_BLOCK);
+    if (nblocks == 1) return block_checksum(p, n);
+    uint64_t *h = xmalloc((size_t)nblocks * sizeof *h);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (long b = 0; b < nblocks; b++) {
+        size_t lo = (size_t)b * CKPT_HASH_BLOCK;
+        size_t len = n - lo < CKPT_HASH_BLOCK ? n - lo : CKPT_HASH_BLOCK;
+        h[b] = block_checksum(p + lo, len);
+    }
+    uint64_t acc = avalanche((uint64_t)n);
+    for (long b = 0; b < nblocks; b++)
+        acc = avalanche(rotl64(acc, 23) ^ h[b]) * 0x9e3779b97f4a7c15ULL;
+    free(h);
+    return avalanche(acc);
 }
 
 /* Size and checksum of a whole file, read through a mapping. */
