@@ -109,6 +109,18 @@ int train_job_run(const JobConfig *cfg, Err *err) {
     if (cfg->training.mixed_precision_param != DT_F32)
         log_warn("training.mixed_precision_param = %s: the reference path computes in fp32",
                  config_dtype_name(cfg->training.mixed_precision_param));
+    if (cfg->parallelism.tensor_parallel_degree > 1 ||
+        cfg->parallelism.data_parallel_replicate_degree > 1 ||
+        cfg->parallelism.data_parallel_shard_degree > 1)
+        return err_set(err, "parallelism: this trainer runs one process; set the data / tensor "
+                            "parallel degrees to 1 (or -1 for data_parallel_shard_degree)");
+    if (cfg->n_overrides > 0)
+        log_warn("%d [[override]] entr%s ignored: kernel overrides are not wired into training "
+                 "yet",
+                 cfg->n_overrides, cfg->n_overrides == 1 ? "y" : "ies");
+    if (cfg->checkpoint.last_save_in_hf)
+        log_warn("checkpoint.last_save_in_hf: HF export at the end of training is not wired yet; "
+                 "the last checkpoint is saved in the native format");
     ModelSpec spec;
     TRY(build_spec(cfg, &spec, err));
     int micro;
