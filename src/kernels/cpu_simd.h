@@ -4,8 +4,8 @@
  * passes); bench/README.md, section "CPU SIMD helpers", says how to wire them in and what
  * they gain.
  *
- * Numerics: simd_exp is within 2 ulp of expf over the whole float range (NaN -> NaN,
- * -inf -> 0, +inf and overflow -> inf). Reductions (dot, row sums, sums of squares) add in
+ * Numerics: simd_exp is within 2 ulp of the correctly rounded exp over the whole float range (NaN
+ * -> NaN, -inf -> 0, +inf and overflow -> inf). Reductions (dot, row sums, sums of squares) add in
  * a fixed order that depends only on n, never on threads or alignment, so results are
  * bitwise reproducible; the order differs from a left-to-right scalar loop, so they match the
  * scalar twins to rounding, not bit for bit. Row functions are serial; the _rows variants

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/dtype.h"
+#include "core/err.h"
 #include "core/log.h"
 
 void gemm_f32_ref(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
@@ -287,11 +288,7 @@ void gemm_f32(int ta, int tb, int M, int N, int K, float alpha, const float *A, 
 
 /* Widens rows x cols bf16 values (row stride ld) into a dense fp32 copy. */
 static float *widen(const uint16_t *X, int rows, int cols, int ld) {
-    float *out = malloc((size_t)rows * cols * sizeof *out);
-    if (!out) {
-        log_error("gemm: out of memory widening a %dx%d bf16 operand", rows, cols);
-        abort();
-    }
+    float *out = xmalloc((size_t)rows * cols * sizeof *out);
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++)
