@@ -168,6 +168,11 @@ static int matmul_cached(const Key *k, const void *A, const void *B, float *C) {
         if (e) {
             e->key = *k;
             e->prim = build_matmul(k, &e->scratch_bytes);
+            if (!e->prim) /* once per problem: the fallback is correct but slow */
+                log_warn("gemm: oneDNN has no %s matmul for ta=%d tb=%d M=%d N=%d K=%d lda=%d "
+                         "ldb=%d ldc=%d; using the %s fallback",
+                         k->bf16 ? "bf16" : "fp32", k->ta, k->tb, k->M, k->N, k->K, k->lda, k->ldb,
+                         k->ldc, k->bf16 ? "fp32-conversion" : "reference");
             e->next = g_buckets[h];
             g_buckets[h] = e;
             g_count++;
