@@ -1,12 +1,251 @@
-/* qtitan tokenize. */
+/* qtitan tokenize: JSONL documents ({"text": ...} per line) to lines of token ids, or back
+ * with --decode. Documents are processed in batches, in parallel over documents with
+ * --threads, and written in input order, so the output does not depend on the thread count. */
 #include "cli/commands.h"
 
+#include <errno.h>
+#include <jansson.h>
+#include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/err.h"
+#include "text/tokenizer.h"
+
+#define BATCH_LINES 4096
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: qtitan tokenize --tokenizer PATH [--input F] [--output F] [--decode]\n"
+               "                       [--threads N]\n\n"
+               "  --tokenizer PATH  tokenizer.json, or a directory holding one\n"
+               "  --input F         JSONL with a \"text\" field per line (default stdin);\n"
+               "                    with --decode: lines of space-separated ids\n"
+               "  --output F        one line of space-separated ids per document (default\n"
+               "                    stdout); with --decode: JSONL {\"text\": ...}\n"
+               "  --decode          ids to text instead of text to ids\n"
+               "  --threads N       documents in parallel (same output for any N; default 1)\n"
+               "Blank input lines are skipped. Added tokens such as <|endoftext|> in the text\n"
+               "become their ids; invalid UTF-8 is replaced by U+FFFD first.\n");
+}
+
+typedef struct Job {
+    char *line; // input line without its newline
+    size_t len; // bytes in line
+    size_t lineno;
+    char *result; // malloc'd output line with its newline, or NULL on error
+    size_t result_len;
+    Err err;
+} Job;
+
+static void append(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
+    if (*len + n + 1 > *cap) {
+        *cap = (*len + n + 1) * 2;
+        *buf = xrealloc(*buf, *cap);
+    }
+    memcpy(*buf + *len, s, n);
+    *len += n;
+    (*buf)[*len] = 0;
+}
+
+static int encode_job(const Tokenizer *tok, Job *j, const char *in_name) {
+    json_error_t je;
+    json_t *doc = json_loadb(j->line, j->len, JSON_ALLOW_NUL, &je);
+    if (!doc) return err_set(&j->err, "%s:%zu: not a JSON object: %s", in_name, j->lineno, je.text);
+    json_t *text = json_object_get(doc, "text");
+    if (!json_is_string(text)) {
+        err_set(&j->err, "%s:%zu: %s", in_name, j->lineno,
+                json_is_object(doc) ? (text ? "\"text\" must be a string" : "missing \"text\"")
+                                    : "expected a JSON object");
+        json_decref(doc);
+        return -1;
+    }
+    IdVec ids = {0};
+    int rc =
+        tokenizer_encode(tok, json_string_value(text), json_string_length(text), &ids, &j->err);
+    json_decref(doc);
+    if (rc != 0) {
+        idvec_free(&ids);
+        return err_wrap(&j->err, "%s:%zu", in_name, j->lineno);
+    }
+    size_t cap = ids.n * 7 + 2, len = 0;
+    char *out = xmalloc(cap);
+    for (size_t i = 0; i < ids.n; i++) {
+        char num[16];
+        int n = snprintf(num, sizeof num, i ? " %u" : "%u", ids.ids[i]);
+        append(&out, &len, &cap, num, (size_t)n);
+    }
+    append(&out, &len, &cap, "\n", 1);
+    idvec_free(&ids);
+    j->result = out;
+    j->result_len = len;
+    return 0;
+}
+
+static int decode_job(const Tokenizer *tok, Job *j, const char *in_name) {
+    IdVec ids = {0};
+    const char *p = j->line, *end = j->line + j->len;
+    while (p < end) {
+        while (p < end && (*p == ' ' || *p == '\t' || *p == '\r'))
+            p++;
+        if (p == end) break;
+        char *q;
+        errno = 0;
+        unsigned long v = strtoul(p, &q, 10);
+        if (q == p || errno || v > UINT32_MAX ||
+            (q < end && *q != ' ' && *q != '\t' && *q != '\r')) {
+            idvec_free(&ids);
+            return err_set(&j->err, "%s:%zu: expected space-separated token ids at byte %zu",
+                           in_name, j->lineno, (size_t)(p - j->line));
+        }
+        idvec_push(&ids, (uint32_t)v);
+        p = q;
+    }
+    char *text;
+    size_t len;
+    int rc = tokenizer_decode(tok, ids.ids, ids.n, &text, &len, &j->err);
+    idvec_free(&ids);
+    if (rc != 0) return err_wrap(&j->err, "%s:%zu", in_name, j->lineno);
+    json_t *obj = json_object();
+    json_object_set_new(obj, "text", json_stringn(text, len));
+    free(text);
+    char *s = json_dumps(obj, JSON_COMPACT);
+    json_decref(obj);
+    size_t n = strlen(s);
+    j->result = xmalloc(n + 2);
+    memcpy(j->result, s, n);
+    j->result[n] = '\n';
+    j->result[n + 1] = 0;
+    j->result_len = n + 1;
+    free(s);
+    return 0;
+}
 
 int cmd_tokenize(int argc, char **argv) {
     if (cmd_wants_help(argc, argv)) {
-        printf("usage: qtitan tokenize [options]\n\nNot built yet.\n");
+        usage(stdout);
         return 0;
     }
-    return cmd_not_built("tokenize");
+    const char *tok_path = NULL, *in_path = NULL, *out_path = NULL;
+    int decode = 0, threads = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int has_val = i + 1 < argc;
+        if (strcmp(a, "--tokenizer") == 0 && has_val)
+            tok_path = argv[++i];
+        else if (strcmp(a, "--input") == 0 && has_val)
+            in_path = argv[++i];
+        else if (strcmp(a, "--output") == 0 && has_val)
+            out_path = argv[++i];
+        else if (strcmp(a, "--decode") == 0)
+            decode = 1;
+        else if (strcmp(a, "--threads") == 0 && has_val) {
+            char *e;
+            long v = strtol(argv[++i], &e, 10);
+            if (*e || v < 1 || v > 1024) {
+                fprintf(stderr, "error: --threads expects an integer in [1, 1024], got \"%s\"\n",
+                        argv[i]);
+                return 2;
+            }
+            threads = (int)v;
+        } else {
+            fprintf(stderr, "error: unknown or incomplete option \"%s\"\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!tok_path) {
+        fprintf(stderr, "error: --tokenizer PATH is required\n");
+        usage(stderr);
+        return 2;
+    }
+    Err err;
+    Tokenizer *tok = tokenizer_load(tok_path, &err);
+    if (!tok) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        return 1;
+    }
+    FILE *in = in_path ? fopen(in_path, "rb") : stdin;
+    if (!in) {
+        fprintf(stderr, "error: cannot open %s: %s\n", in_path, strerror(errno));
+        tokenizer_free(tok);
+        return 1;
+    }
+    FILE *out = out_path ? fopen(out_path, "wb") : stdout;
+    if (!out) {
+        fprintf(stderr, "error: cannot create %s: %s\n", out_path, strerror(errno));
+        if (in != stdin) fclose(in);
+        tokenizer_free(tok);
+        return 1;
+    }
+    const char *in_name = in_path ? in_path : "<stdin>";
+    json_object_seed(0); /* before any thread parses JSON */
+    Job *jobs = xcalloc(BATCH_LINES, sizeof *jobs);
+    size_t lineno = 0;
+    int status = 0, eof = 0;
+    char *line = NULL;
+    size_t line_cap = 0;
+    while (!eof && status == 0) {
+        size_t n = 0;
+        while (n < BATCH_LINES) {
+            ssize_t r = getline(&line, &line_cap, in);
+            if (r < 0) {
+                eof = 1;
+                break;
+            }
+            lineno++;
+            size_t len = (size_t)r;
+            while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+                len--;
+            size_t k = 0;
+            while (k < len && (line[k] == ' ' || line[k] == '\t'))
+                k++;
+            if (k == len && !decode) continue;
+            Job *j = &jobs[n++];
+            memset(j, 0, sizeof *j);
+            j->line = xmalloc(len + 1);
+            memcpy(j->line, line, len);
+            j->line[len] = 0;
+            j->len = len;
+            j->lineno = lineno;
+        }
+        if (ferror(in)) {
+            fprintf(stderr, "error: cannot read %s: %s\n", in_name, strerror(errno));
+            status = 1;
+        }
+#pragma omp parallel for schedule(dynamic, 8) num_threads(threads)
+        for (size_t i = 0; i < n; i++) {
+            if (decode)
+                decode_job(tok, &jobs[i], in_name);
+            else
+                encode_job(tok, &jobs[i], in_name);
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (status == 0 && !jobs[i].result) {
+                fprintf(stderr, "error: %s\n", jobs[i].err.msg);
+                status = 1;
+            }
+            if (status == 0 &&
+                fwrite(jobs[i].result, 1, jobs[i].result_len, out) != jobs[i].result_len) {
+                fprintf(stderr, "error: cannot write %s: %s\n", out_path ? out_path : "<stdout>",
+                        strerror(errno));
+                status = 1;
+            }
+            free(jobs[i].line);
+            free(jobs[i].result);
+        }
+    }
+    free(line);
+    free(jobs);
+    if (in != stdin) fclose(in);
+    if (out != stdout) {
+        if (fclose(out) != 0 && status == 0) {
+            fprintf(stderr, "error: cannot write %s: %s\n", out_path, strerror(errno));
+            status = 1;
+        }
+    } else if (fflush(out) != 0 && status == 0) {
+        status = 1;
+    }
+    tokenizer_free(tok);
+    return status;
 }

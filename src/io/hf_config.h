@@ -1,14 +1,51 @@
-/* HF config.json <-> ModelSpec for Qwen3ForCausalLM and Qwen3MoeForCausalLM. */
+/* HF config.json <-> ModelSpec for Qwen3ForCausalLM and Qwen3MoeForCausalLM.
+ *
+ * Reading follows what transformers itself would build from the file: an absent field takes
+ * transformers' default for that architecture (Qwen3Config / Qwen3MoeConfig), e.g. head_dim
+ * 128 for dense models but hidden_size / num_attention_heads for MoE ones, rope_theta 10000,
+ * tie_word_embeddings false. Both config generations are read: transformers 4.x keys
+ * (rope_theta, rope_scaling, num_experts, torch_dtype) and 5.x keys (rope_parameters,
+ * num_local_experts, dtype). Features qtitan does not implement are errors rather than
+ * silently different models: RoPE scaling other than "default", attention biases, sliding
+ * windows, a hidden_act other than silu.
+ *
+ * Writing produces the 4.x layout of the published Qwen3 configs, which both generations
+ * of transformers load. */
 #ifndef QT_HF_CONFIG_H
 #define QT_HF_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
 
 #include "core/err.h"
 #include "core/model_spec.h"
 
+#define HF_MAX_TOKEN_IDS 8
+
+/* Fields of config.json that describe the tokenizer rather than the network; carried from an
+ * imported config to an exported one. */
+typedef struct HfConfigExtra {
+    int n_bos, n_eos; /* 0 = absent (omitted on write) */
+    int64_t bos_token_id[HF_MAX_TOKEN_IDS];
+    int64_t eos_token_id[HF_MAX_TOKEN_IDS]; /* HF allows a list of EOS ids */
+    int eos_is_list;                        /* written back as a list when it was one */
+} HfConfigExtra;
+
 /* Reads an HF config.json; an unsupported architecture or rope_scaling type is an error. */
 int model_spec_from_hf_config(ModelSpec *spec, const char *config_json_path, Err *err);
-/* Writes an HF config.json for spec (torch_dtype names the exported dtype). */
+/* Same, also returning the token ids (extra may be NULL). */
+int model_spec_from_hf_config_ex(ModelSpec *spec, HfConfigExtra *extra,
+                                 const char *config_json_path, Err *err);
+/* Parses config.json text already in memory; `what` names it in errors. */
+int model_spec_from_hf_config_text(ModelSpec *spec, HfConfigExtra *extra, const char *text,
+                                   size_t len, const char *what, Err *err);
+
+/* Writes an HF config.json for spec (torch_dtype names the exported dtype: "float32",
+ * "bfloat16" or "float16"). */
 int model_spec_write_hf_config(const ModelSpec *spec, const char *path, const char *torch_dtype,
                                Err *err);
+/* Same, with bos/eos token ids from extra (NULL or absent ids are omitted). */
+int model_spec_write_hf_config_ex(const ModelSpec *spec, const HfConfigExtra *extra,
+                                  const char *path, const char *torch_dtype, Err *err);
 
 #endif

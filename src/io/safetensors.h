@@ -20,7 +20,9 @@ typedef struct StTensor {
     int ndim;
     int64_t shape[ST_MAX_DIMS];
     int64_t numel;
-    const void *data; /* points into the mapping */
+    /* Points into the mapping. Files written by other tools need not align it to the element
+     * size, so read it through st_to_f32 (or memcpy), not by casting. */
+    const void *data;
     size_t nbytes;
 } StTensor;
 
@@ -32,34 +34,57 @@ typedef struct StFile {
     int n;
 } StFile;
 
+/* Maps and validates a file: header length and JSON, every dtype, shape and data_offsets,
+ * and that no two tensors share bytes. `__metadata__` must be a map of strings; it is
+ * checked and otherwise ignored. */
 int st_open(StFile *f, const char *path, Err *err);
 void st_close(StFile *f);
 const StTensor *st_find(const StFile *f, const char *name);
-/* Copies a tensor into fp32 (converting BF16/F16). */
+/* Copies a tensor into fp32 (converting BF16/F16, and integer types by value). */
 void st_to_f32(const StTensor *t, float *dst);
 
-/* Writer: collects tensors (pointers must stay valid until st_write_finish), then writes the
- * file to a temporary name, fsyncs and renames it into place. */
+/* Writer: collects tensors (pointers must stay valid until st_write_finish), then streams the
+ * file to PATH.tmp, fsyncs it, renames it into place and fsyncs the directory. The layout is
+ * the one the Python `safetensors` package writes, byte for byte: tensors ordered by dtype
+ * (I64, F32, I32, BF16, F16, U8) then name, header in that order with `__metadata__` first,
+ * padded with spaces so the data starts at an 8-byte aligned offset. */
 typedef struct StWriteItem {
     char *name;
-    DType dtype;
+    DType dtype; /* dtype written to the file */
     int ndim;
     int64_t shape[ST_MAX_DIMS];
     const void *data;
-    size_t nbytes;
+    size_t nbytes; /* bytes in the file (numel * dtype_size(dtype)) */
+    int from_f32;  /* data is fp32 and is converted to dtype while writing */
 } StWriteItem;
 
 typedef struct StWriter {
     StWriteItem *items;
     int n, cap;
+    char **meta; /* key, value, key, value, ... */
+    int nmeta;
 } StWriter;
 
 void st_writer_init(StWriter *w);
 /* Adds a tensor already in dtype (no conversion). */
 void st_writer_add(StWriter *w, const char *name, DType dtype, int ndim, const int64_t *shape,
                    const void *data);
+/* Adds an fp32 tensor to be stored as dtype (F32, BF16 or F16), converted in chunks while the
+ * file is written so no converted copy of the model is ever held. */
+void st_writer_add_f32(StWriter *w, const char *name, DType dtype, int ndim, const int64_t *shape,
+                       const float *data);
+/* Sets one `__metadata__` entry (HF writes {"format": "pt"}); keys are written sorted. */
+void st_writer_set_metadata(StWriter *w, const char *key, const char *value);
 int st_write_finish(StWriter *w, const char *path, Err *err);
 void st_writer_free(StWriter *w);
+
+/* Writes the writer's tensors as an HF model's weights into dir (which must exist): one
+ * model.safetensors when they fit in max_shard_bytes, else model-0000k-of-0000n.safetensors
+ * shards filled in the order the tensors were added (a new shard starts when the next tensor
+ * would overflow the current one; a tensor larger than the limit gets a shard of its own) and
+ * model.safetensors.index.json with metadata.total_size and weight_map, written last. Each
+ * file carries `__metadata__` {"format": "pt"} like transformers' save_pretrained. */
+int st_write_hf_shards(StWriter *w, const char *dir, size_t max_shard_bytes, Err *err);
 
 /* A set of safetensors files (one, or the shards of an HF directory) looked up by name. */
 typedef struct StSet {
@@ -67,7 +92,9 @@ typedef struct StSet {
     int nfiles;
 } StSet;
 
-/* path: a .safetensors file, or a directory with model.safetensors or an index file. */
+/* path: a .safetensors file, or a directory with model.safetensors.index.json (preferred)
+ * or model.safetensors. With an index every listed shard must exist and hold the tensors
+ * the weight_map assigns to it, and no tensor may appear in two shards. */
 int st_set_open(StSet *s, const char *path, Err *err);
 void st_set_close(StSet *s);
 const StTensor *st_set_find(const StSet *s, const char *name);

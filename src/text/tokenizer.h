@@ -24,8 +24,8 @@ void tokenizer_free(Tokenizer *t);
 /* Appends the ids of text[0..len) to out. Thread-safe for concurrent calls on one tokenizer. */
 int tokenizer_encode(const Tokenizer *t, const char *text, size_t len, IdVec *out, Err *err);
 /* Decodes ids into a malloc'd UTF-8 string (*len excludes the NUL). */
-int tokenizer_decode(const Tokenizer *t, const uint32_t *ids, size_t n, char **text,
-                     size_t *len, Err *err);
+int tokenizer_decode(const Tokenizer *t, const uint32_t *ids, size_t n, char **text, size_t *len,
+                     Err *err);
 /* Number of ids (regular + added tokens), i.e. the smallest embedding size that fits. */
 uint32_t tokenizer_vocab_size(const Tokenizer *t);
 /* Id of a token string (regular or added), or -1. */

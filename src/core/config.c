@@ -1,0 +1,754 @@
+/* Job config: one table of key descriptors (KEYS) drives typing, range checks, "did you mean"
+ * suggestions and the dump, so a new key is one line there plus its struct field and default. */
+#include "core/config.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fs.h"
+#include "core/model_spec.h"
+#include "core/strutil.h"
+#include "core/toml.h"
+
+#define C4_TEST_DEFAULT "../shared/data/c4_sample/c4_sample.jsonl"
+
+typedef enum { K_INT, K_I64, K_FLOAT, K_BOOL, K_STR, K_ENUM } Kind;
+
+typedef struct Choice {
+    const char *name;
+    int value;
+} Choice;
+
+typedef struct KeyDesc {
+    const char *section, *key;
+    Kind kind;
+    size_t off;
+    double lo, hi;    /* inclusive range for numbers */
+    int lo_open;      /* lo itself is excluded */
+    int hi_open;      /* hi itself is excluded */
+    int minus_one_ok; /* -1 is also allowed ("derive it") */
+    const Choice *choices;
+    const char *expect; /* what is allowed, in words */
+} KeyDesc;
+
+static const Choice OPTIMIZERS[] = {{"AdamW", OPTIMIZER_ADAMW}, {NULL, 0}};
+static const Choice DECAYS[] = {
+    {"linear", DECAY_LINEAR}, {"sqrt", DECAY_SQRT}, {"cosine", DECAY_COSINE}, {NULL, 0}};
+static const Choice DEVICES[] = {
+    {"cpu", DEVICE_CPU}, {"cuda", DEVICE_CUDA}, {"auto", DEVICE_AUTO}, {NULL, 0}};
+static const Choice PARAM_DTYPES[] = {{"float32", DT_F32}, {"bfloat16", DT_BF16}, {NULL, 0}};
+static const Choice EXPORT_DTYPES[] = {
+    {"float32", DT_F32}, {"bfloat16", DT_BF16}, {"float16", DT_F16}, {NULL, 0}};
+static const Choice AC_MODES[] = {
+    {"none", AC_NONE}, {"selective", AC_SELECTIVE}, {"full", AC_FULL}, {NULL, 0}};
+static const Choice MODEL_NAMES[] = {{"qwen3", 0}, {NULL, 0}};
+
+_Static_assert(sizeof(DType) == sizeof(int) && sizeof(DecayType) == sizeof(int) &&
+                   sizeof(DeviceKind) == sizeof(int) && sizeof(AcMode) == sizeof(int) &&
+                   sizeof(OptimizerKind) == sizeof(int),
+               "enum fields are written through int pointers");
+
+#define OFF(f) offsetof(JobConfig, f)
+#define BIG 2147483647.0
+#define STR(s, k)                                                                                  \
+    { #s, #k, K_STR, OFF(s.k), 0, 0, 0, 0, 0, NULL, "a string" }
+#define BOOL(s, k)                                                                                 \
+    { #s, #k, K_BOOL, OFF(s.k), 0, 0, 0, 0, 0, NULL, "true or false" }
+#define INT(s, k, lo, m1, ex)                                                                      \
+    { #s, #k, K_INT, OFF(s.k), lo, BIG, 0, 0, m1, NULL, ex }
+#define ENUM(s, k, ch)                                                                             \
+    { #s, #k, K_ENUM, OFF(s.k), 0, 0, 0, 0, 0, ch, NULL }
+#define FLT(s, k, lo, hi, lo_open, hi_open, ex)                                                    \
+    { #s, #k, K_FLOAT, OFF(s.k), lo, hi, lo_open, hi_open, 0, NULL, ex }
+
+/* Sections in dump order; "model" also takes every MODEL_SPEC_FIELDS name. */
+static const char *const SECTIONS[] = {
+    "job",      "model",       "optimizer",  "lr_scheduler",
+    "training", "parallelism", "checkpoint", "activation_checkpoint",
+    "metrics",  "override",
+};
+#define NSECTIONS ((int)(sizeof SECTIONS / sizeof SECTIONS[0]))
+
+static const KeyDesc KEYS[] = {
+    STR(job, dump_folder),
+    STR(job, description),
+    {"model", "name", K_ENUM, OFF(model.name), 0, 0, 0, 0, 0, MODEL_NAMES, NULL},
+    STR(model, flavor),
+    STR(model, hf_assets_path),
+    STR(model, tokenizer_path),
+    ENUM(optimizer, name, OPTIMIZERS),
+    FLT(optimizer, lr, 0, INFINITY, 0, 1, "a number >= 0"),
+    FLT(optimizer, eps, 0, INFINITY, 1, 1, "a number > 0"),
+    FLT(optimizer, beta1, 0, 1, 0, 1, "a number in [0, 1)"),
+    FLT(optimizer, beta2, 0, 1, 0, 1, "a number in [0, 1)"),
+    FLT(optimizer, weight_decay, 0, INFINITY, 0, 1, "a number >= 0"),
+    BOOL(optimizer, exempt_norms_and_embeddings),
+    INT(lr_scheduler, warmup_steps, 0, 0, "an integer >= 0"),
+    FLT(lr_scheduler, decay_ratio, 0, 1, 0, 0, "a number in [0, 1]"),
+    ENUM(lr_scheduler, decay_type, DECAYS),
+    FLT(lr_scheduler, min_lr_factor, 0, 1, 0, 0, "a number in [0, 1]"),
+    INT(training, local_batch_size, 1, 0, "an integer >= 1"),
+    INT(training, global_batch_size, 1, 1, "an integer >= 1, or -1 for local_batch_size x dp"),
+    INT(training, seq_len, 1, 0, "an integer >= 1"),
+    INT(training, steps, 1, 0, "an integer >= 1"),
+    FLT(training, max_norm, 0, INFINITY, 1, 1, "a number > 0"),
+    STR(training, dataset),
+    STR(training, dataset_path),
+    {"training", "seed", K_I64, OFF(training.seed), 0, 9.2e18, 0, 0, 0, NULL, "an integer >= 0"},
+    BOOL(training, deterministic),
+    ENUM(training, mixed_precision_param, PARAM_DTYPES),
+    ENUM(training, device, DEVICES),
+    BOOL(training, document_mask),
+    BOOL(training, skip_nonfinite),
+    INT(parallelism, data_parallel_replicate_degree, 1, 0, "an integer >= 1"),
+    INT(parallelism, data_parallel_shard_degree, 1, 1, "an integer >= 1, or -1 for the rest"),
+    INT(parallelism, tensor_parallel_degree, 1, 0, "an integer >= 1"),
+    BOOL(parallelism, enable_sequence_parallel),
+    BOOL(checkpoint, enable),
+    STR(checkpoint, folder),
+    INT(checkpoint, interval, 1, 0, "an integer >= 1"),
+    INT(checkpoint, keep_latest_k, 0, 0, "an integer >= 0 (0 keeps all)"),
+    STR(checkpoint, initial_load_path),
+    BOOL(checkpoint, initial_load_in_hf),
+    BOOL(checkpoint, last_save_in_hf),
+    BOOL(checkpoint, last_save_model_only),
+    ENUM(checkpoint, export_dtype, EXPORT_DTYPES),
+    ENUM(activation_checkpoint, mode, AC_MODES),
+    INT(metrics, log_freq, 1, 0, "an integer >= 1"),
+    FLT(metrics, peak_tflops, 0, INFINITY, 0, 1, "a number >= 0 (0 = measure)"),
+};
+#define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
+
+static const char *const OVERRIDE_KEYS[] = {"target", "kernel", "description"};
+
+/* ---- small helpers ---- */
+
+static void set_str(char **dst, const char *s) {
+    free(*dst);
+    *dst = xstrdup(s);
+}
+
+/* Shortest text that reads back as the same double; always looks like a TOML float. */
+static void fmt_double(char *out, size_t cap, double v) {
+    if (isnan(v)) {
+        snprintf(out, cap, "nan");
+        return;
+    }
+    if (isinf(v)) {
+        snprintf(out, cap, v < 0 ? "-inf" : "inf");
+        return;
+    }
+    if (v == floor(v) && fabs(v) < 1e15) {
+        snprintf(out, cap, "%.1f", v);
+        return;
+    }
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(out, cap, "%.*g", prec, v);
+        if (strtod(out, NULL) == v) break;
+    }
+    if (!strpbrk(out, ".eEn")) strncat(out, ".0", cap - strlen(out) - 1);
+}
+
+/* A value as the user wrote it, for messages. */
+static void fmt_value(char *out, size_t cap, const TomlValue *v) {
+    switch (v->type) {
+    case TOML_STRING:
+        snprintf(out, cap, "\"%.200s\"", v->s);
+        return;
+    case TOML_INT:
+        snprintf(out, cap, "%lld", (long long)v->i);
+        return;
+    case TOML_FLOAT:
+        fmt_double(out, cap, v->f);
+        return;
+    case TOML_BOOL:
+        snprintf(out, cap, "%s", v->b ? "true" : "false");
+        return;
+    case TOML_ARRAY:
+        snprintf(out, cap, "an array");
+        return;
+    case TOML_TABLE:
+        snprintf(out, cap, "a table");
+        return;
+    }
+}
+
+static const char *choice_name(const Choice *c, int value) {
+    for (; c->name; c++)
+        if (c->value == value) return c->name;
+    return "?";
+}
+
+static void choice_list(char *out, size_t cap, const Choice *c) {
+    size_t o = 0;
+    out[0] = 0;
+    for (int i = 0; c[i].name && o < cap; i++)
+        o += (size_t)snprintf(out + o, cap - o, "%s\"%s\"", i ? ", " : "", c[i].name);
+}
+
+static int is_model_field(const char *key) {
+    for (int i = 0; i < MODEL_SPEC_NFIELDS; i++)
+        if (strcmp(MODEL_SPEC_FIELDS[i], key) == 0) return 1;
+    return 0;
+}
+
+static const KeyDesc *find_key(const char *section, const char *key) {
+    for (int i = 0; i < NKEYS; i++)
+        if (strcmp(KEYS[i].section, section) == 0 && strcmp(KEYS[i].key, key) == 0) return &KEYS[i];
+    return NULL;
+}
+
+static int is_section(const char *s) {
+    for (int i = 0; i < NSECTIONS; i++)
+        if (strcmp(SECTIONS[i], s) == 0) return 1;
+    return 0;
+}
+
+static int unknown_section(const char *where, const char *name, Err *err) {
+    const char *near = str_nearest(name, SECTIONS, NSECTIONS);
+    if (near)
+        return err_set(err, "%s: unknown section [%s]; did you mean [%s]?", where, name, near);
+    return err_set(err, "%s: unknown section [%s]", where, name);
+}
+
+static int unknown_key(const char *where, const char *section, const char *key, Err *err) {
+    const char *cand[NKEYS + 64];
+    size_t n = 0;
+    if (strcmp(section, "override") == 0) {
+        for (int i = 0; i < 3; i++)
+            cand[n++] = OVERRIDE_KEYS[i];
+    } else {
+        for (int i = 0; i < NKEYS; i++)
+            if (strcmp(KEYS[i].section, section) == 0) cand[n++] = KEYS[i].key;
+        if (strcmp(section, "model") == 0)
+            for (int i = 0; i < MODEL_SPEC_NFIELDS && n < sizeof cand / sizeof cand[0]; i++)
+                cand[n++] = MODEL_SPEC_FIELDS[i];
+    }
+    const char *near = str_nearest(key, cand, n);
+    if (near)
+        return err_set(err, "%s: unknown key \"%s\" in [%s]; did you mean \"%s\"?", where, key,
+                       section, near);
+    return err_set(err, "%s: unknown key \"%s\" in [%s]", where, key, section);
+}
+
+/* ---- setting values ---- */
+
+static int set_key(JobConfig *cfg, const KeyDesc *d, const TomlValue *v, const char *where,
+                   Err *err) {
+    char *field = (char *)cfg + d->off;
+    char shown[256];
+    fmt_value(shown, sizeof shown, v);
+    switch (d->kind) {
+    case K_STR:
+        if (v->type != TOML_STRING) break;
+        if (d->off == OFF(model.flavor) && strcmp(v->s, "hf") != 0) {
+            ModelSpec scratch;
+            if (model_spec_flavor(&scratch, v->s, err) != 0) return err_wrap(err, "%s", where);
+        }
+        set_str((char **)field, v->s);
+        return 0;
+    case K_BOOL:
+        if (v->type != TOML_BOOL) break;
+        *(int *)field = v->b;
+        return 0;
+    case K_ENUM: {
+        char list[256];
+        choice_list(list, sizeof list, d->choices);
+        if (v->type != TOML_STRING)
+            return err_set(err, "%s: %s.%s = %s has the wrong type; expected one of %s", where,
+                           d->section, d->key, shown, list);
+        for (const Choice *c = d->choices; c->name; c++) {
+            if (strcmp(c->name, v->s) != 0) continue;
+            if (d->choices == MODEL_NAMES)
+                set_str((char **)field, c->name);
+            else
+                *(int *)field = c->value;
+            return 0;
+        }
+        return err_set(err, "%s: %s.%s = %s is not allowed; expected one of %s", where, d->section,
+                       d->key, shown, list);
+    }
+    case K_INT:
+    case K_I64: {
+        if (v->type != TOML_INT) break;
+        int ok =
+            (d->minus_one_ok && v->i == -1) || ((double)v->i >= d->lo && (double)v->i <= d->hi);
+        if (!ok)
+            return err_set(err, "%s: %s.%s = %s is out of range; expected %s", where, d->section,
+                           d->key, shown, d->expect);
+        if (d->kind == K_INT)
+            *(int *)field = (int)v->i;
+        else
+            *(int64_t *)field = v->i;
+        return 0;
+    }
+    case K_FLOAT: {
+        if (v->type != TOML_INT && v->type != TOML_FLOAT) break;
+        double x = v->type == TOML_INT ? (double)v->i : v->f;
+        int ok = isfinite(x) && (d->lo_open ? x > d->lo : x >= d->lo) &&
+                 (d->hi_open ? x < d->hi : x <= d->hi);
+        if (!ok)
+            return err_set(err, "%s: %s.%s = %s is out of range; expected %s", where, d->section,
+                           d->key, shown, d->expect);
+        *(double *)field = x;
+        return 0;
+    }
+    }
+    return err_set(err, "%s: %s.%s = %s has the wrong type (%s); expected %s", where, d->section,
+                   d->key, shown, toml_type_name(v->type), d->expect);
+}
+
+/* A model field replacement: typed like the field (checked on a scratch spec), kept as text. */
+static int set_model_field(JobConfig *cfg, const char *field, const TomlValue *v, int line,
+                           const char *where, Err *err) {
+    char text[64];
+    switch (v->type) {
+    case TOML_INT:
+        snprintf(text, sizeof text, "%lld", (long long)v->i);
+        break;
+    case TOML_FLOAT:
+        fmt_double(text, sizeof text, v->f);
+        break;
+    case TOML_BOOL:
+        snprintf(text, sizeof text, "%s", v->b ? "true" : "false");
+        break;
+    default: {
+        char shown[256];
+        fmt_value(shown, sizeof shown, v);
+        return err_set(err,
+                       "%s: model.%s = %s has the wrong type (%s); expected a number or a "
+                       "boolean",
+                       where, field, shown, toml_type_name(v->type));
+    }
+    }
+    ModelSpec scratch;
+    memset(&scratch, 0, sizeof scratch);
+    if (model_spec_set_field(&scratch, field, text, err) != 0) return err_wrap(err, "%s", where);
+    for (int i = 0; i < cfg->model.n_fields; i++) {
+        ModelFieldSet *m = &cfg->model.fields[i];
+        if (strcmp(m->field, field) == 0) {
+            set_str(&m->value, text);
+            m->line = line;
+            return 0;
+        }
+    }
+    cfg->model.fields =
+        xrealloc(cfg->model.fields, (size_t)(cfg->model.n_fields + 1) * sizeof *cfg->model.fields);
+    ModelFieldSet *m = &cfg->model.fields[cfg->model.n_fields++];
+    m->field = xstrdup(field);
+    m->value = xstrdup(text);
+    m->line = line;
+    return 0;
+}
+
+static int apply_override_entry(JobConfig *cfg, const TomlValue *t, const char *path, Err *err) {
+    char where[1100];
+    snprintf(where, sizeof where, "%s:%d", path, t->line);
+    if (t->type != TOML_TABLE)
+        return err_set(err, "%s: override entries must be tables ([[override]]), not %s", where,
+                       toml_type_name(t->type));
+    const char *vals[3] = {NULL, NULL, ""};
+    for (int i = 0; i < t->n; i++) {
+        const TomlKeyVal *e = &t->kv[i];
+        snprintf(where, sizeof where, "%s:%d", path, e->line);
+        int k = -1;
+        for (int j = 0; j < 3; j++)
+            if (strcmp(e->key, OVERRIDE_KEYS[j]) == 0) k = j;
+        if (k < 0) return unknown_key(where, "override", e->key, err);
+        if (e->value->type != TOML_STRING) {
+            char shown[256];
+            fmt_value(shown, sizeof shown, e->value);
+            return err_set(err, "%s: override.%s = %s has the wrong type (%s); expected a string",
+                           where, e->key, shown, toml_type_name(e->value->type));
+        }
+        vals[k] = e->value->s;
+    }
+    snprintf(where, sizeof where, "%s:%d", path, t->line);
+    for (int j = 0; j < 2; j++)
+        if (!vals[j] || !vals[j][0])
+            return err_set(err, "%s: [[override]] entry needs a non-empty %s", where,
+                           OVERRIDE_KEYS[j]);
+    cfg->overrides =
+        xrealloc(cfg->overrides, (size_t)(cfg->n_overrides + 1) * sizeof *cfg->overrides);
+    KernelOverride *o = &cfg->overrides[cfg->n_overrides++];
+    o->target = xstrdup(vals[0]);
+    o->kernel = xstrdup(vals[1]);
+    o->description = xstrdup(vals[2]);
+    o->line = t->line;
+    return 0;
+}
+
+static int apply_section(JobConfig *cfg, const char *section, const TomlValue *t, const char *path,
+                         Err *err) {
+    char where[1100];
+    for (int i = 0; i < t->n; i++) {
+        const TomlKeyVal *e = &t->kv[i];
+        snprintf(where, sizeof where, "%s:%d", path, e->line);
+        if (strcmp(section, "model") == 0 && is_model_field(e->key)) {
+            TRY(set_model_field(cfg, e->key, e->value, e->line, where, err));
+            continue;
+        }
+        const KeyDesc *d = find_key(section, e->key);
+        if (!d) return unknown_key(where, section, e->key, err);
+        TRY(set_key(cfg, d, e->value, where, err));
+    }
+    return 0;
+}
+
+int config_apply_toml(JobConfig *cfg, const char *text, size_t len, const char *path, Err *err) {
+    TomlValue *root;
+    TRY(toml_parse(&root, text, len, path, err));
+    int rc = 0;
+    char where[1100];
+    for (int i = 0; i < root->n && rc == 0; i++) {
+        const TomlKeyVal *e = &root->kv[i];
+        const TomlValue *v = e->value;
+        snprintf(where, sizeof where, "%s:%d", path, e->line);
+        if (!is_section(e->key)) {
+            rc = unknown_section(where, e->key, err);
+        } else if (strcmp(e->key, "override") == 0) {
+            if (v->type != TOML_ARRAY) {
+                rc = err_set(err,
+                             "%s: override must be written as [[override]] entries (an array "
+                             "of tables), not %s",
+                             where, toml_type_name(v->type));
+                continue;
+            }
+            for (int j = 0; j < v->n && rc == 0; j++)
+                rc = apply_override_entry(cfg, v->items[j], path, err);
+        } else if (v->type != TOML_TABLE) {
+            rc = err_set(err, "%s: %s must be a table ([%s]), not %s", where, e->key, e->key,
+                         toml_type_name(v->type));
+        } else {
+            rc = apply_section(cfg, e->key, v, path, err);
+        }
+    }
+    toml_free(root);
+    return rc;
+}
+
+int config_apply_override(JobConfig *cfg, const char *dotted_key, const char *value,
+                          const char *origin, Err *err) {
+    const char *dot = strchr(dotted_key, '.');
+    if (!dot || dot == dotted_key || !dot[1])
+        return err_set(err, "%s: option --%s is not of the form --section.key=value", origin,
+                       dotted_key);
+    char section[128];
+    snprintf(section, sizeof section, "%.*s", (int)(dot - dotted_key), dotted_key);
+    const char *key = dot + 1;
+    if (!is_section(section)) return unknown_section(origin, section, err);
+    if (strcmp(section, "override") == 0)
+        return err_set(err, "%s: [[override]] entries can only be given in a config file", origin);
+    const KeyDesc *d = find_key(section, key);
+    int model_field = strcmp(section, "model") == 0 && is_model_field(key);
+    if (!d && !model_field) return unknown_key(origin, section, key, err);
+    TomlValue *v = NULL;
+    int is_text = d && (d->kind == K_STR || d->kind == K_ENUM);
+    if (is_text && value[0] != '"' && value[0] != '\'') {
+        v = xcalloc(1, sizeof *v);
+        v->type = TOML_STRING;
+        v->s = xstrdup(value);
+    } else if (toml_parse_value(&v, value, origin, NULL) != 0) {
+        /* Not a TOML value: take it as a string so the type error names what was expected. */
+        v = xcalloc(1, sizeof *v);
+        v->type = TOML_STRING;
+        v->s = xstrdup(value);
+    }
+    int rc = model_field ? set_model_field(cfg, key, v, 0, origin, err)
+                         : set_key(cfg, d, v, origin, err);
+    toml_free(v);
+    return rc;
+}
+
+/* ---- lifecycle ---- */
+
+void config_init(JobConfig *c) {
+    memset(c, 0, sizeof *c);
+    c->path = xstrdup("");
+    c->job.dump_folder = xstrdup("./outputs");
+    c->job.description = xstrdup("");
+    c->model.name = xstrdup("qwen3");
+    c->model.flavor = xstrdup("debugmodel");
+    c->model.hf_assets_path = xstrdup("");
+    c->model.tokenizer_path = xstrdup("");
+    c->optimizer.name = OPTIMIZER_ADAMW;
+    c->optimizer.lr = 8e-4;
+    c->optimizer.eps = 1e-8;
+    c->optimizer.beta1 = 0.9;
+    c->optimizer.beta2 = 0.95;
+    c->optimizer.weight_decay = 0.1;
+    c->lr_scheduler.warmup_steps = 200;
+    c->lr_scheduler.decay_ratio = -1;
+    c->lr_scheduler.decay_type = DECAY_LINEAR;
+    c->lr_scheduler.min_lr_factor = 0.0;
+    c->training.local_batch_size = 8;
+    c->training.global_batch_size = -1;
+    c->training.seq_len = 2048;
+    c->training.steps = 10000;
+    c->training.max_norm = 1.0;
+    c->training.dataset = xstrdup("c4_test");
+    c->training.dataset_path = xstrdup("");
+    c->training.seed = 0;
+    c->training.mixed_precision_param = DT_F32;
+    c->training.device = DEVICE_CPU;
+    c->training.document_mask = 1;
+    c->parallelism.data_parallel_replicate_degree = 1;
+    c->parallelism.data_parallel_shard_degree = -1;
+    c->parallelism.tensor_parallel_degree = 1;
+    c->checkpoint.folder = xstrdup("checkpoint");
+    c->checkpoint.interval = 500;
+    c->checkpoint.initial_load_path = xstrdup("");
+    c->checkpoint.export_dtype = DT_F32;
+    c->activation_checkpoint.mode = AC_NONE;
+    c->metrics.log_freq = 1;
+}
+
+void config_free(JobConfig *c) {
+    free(c->path);
+    for (int i = 0; i < NKEYS; i++)
+        if (KEYS[i].kind == K_STR || KEYS[i].choices == MODEL_NAMES)
+            free(*(char **)((char *)c + KEYS[i].off));
+    for (int i = 0; i < c->model.n_fields; i++) {
+        free(c->model.fields[i].field);
+        free(c->model.fields[i].value);
+    }
+    free(c->model.fields);
+    for (int i = 0; i < c->n_overrides; i++) {
+        free(c->overrides[i].target);
+        free(c->overrides[i].kernel);
+        free(c->overrides[i].description);
+    }
+    free(c->overrides);
+    memset(c, 0, sizeof *c);
+}
+
+/* Local checks that involve more than one key. */
+static int check_local(const JobConfig *c, Err *err) {
+    const char *where = c->path[0] ? c->path : "config";
+    if (strcmp(c->model.flavor, "hf") == 0 && !c->model.hf_assets_path[0])
+        return err_set(err,
+                       "%s: model.flavor = \"hf\" needs model.hf_assets_path (the HF model "
+                       "directory with config.json)",
+                       where);
+    return 0;
+}
+
+int config_load(JobConfig *cfg, const char *path, int argc, char **argv, Err *err) {
+    config_init(cfg);
+    /* The file first, wherever --config appears, so the command line always wins. */
+    for (int i = 0; i < argc && !path; i++) {
+        if (strcmp(argv[i], "--config") == 0) {
+            if (i + 1 >= argc) {
+                err_set(err, "command line: --config needs a file name");
+                goto fail;
+            }
+            path = argv[i + 1];
+        } else if (strncmp(argv[i], "--config=", 9) == 0) {
+            path = argv[i] + 9;
+        }
+    }
+    if (path) {
+        char *text;
+        size_t len;
+        if (fs_read_all(path, &text, &len, err) != 0) goto fail;
+        set_str(&cfg->path, path);
+        int rc = config_apply_toml(cfg, text, len, path, err);
+        free(text);
+        if (rc != 0) goto fail;
+    }
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--config") == 0) {
+            i++;
+            continue;
+        }
+        if (strncmp(a, "--config=", 9) == 0) continue;
+        if (strncmp(a, "--", 2) != 0 || !strchr(a, '.')) {
+            err_set(err,
+                    "command line: unexpected argument \"%s\"; expected --config FILE or "
+                    "--section.key=value",
+                    a);
+            goto fail;
+        }
+        char name[256];
+        const char *eq = strchr(a, '=');
+        const char *value;
+        if (eq) {
+            snprintf(name, sizeof name, "%.*s", (int)(eq - a - 2), a + 2);
+            value = eq + 1;
+        } else {
+            snprintf(name, sizeof name, "%s", a + 2);
+            const char *dot = strchr(name, '.');
+            char section[128];
+            snprintf(section, sizeof section, "%.*s", (int)(dot - name), name);
+            const KeyDesc *d = find_key(section, dot + 1);
+            int next_is_option = i + 1 < argc && strncmp(argv[i + 1], "--", 2) == 0 &&
+                                 !(argv[i + 1][2] >= '0' && argv[i + 1][2] <= '9');
+            if (d && d->kind == K_BOOL && (i + 1 >= argc || next_is_option)) {
+                value = "true";
+            } else if (i + 1 >= argc) {
+                err_set(err, "command line: %s needs a value", a);
+                goto fail;
+            } else {
+                value = argv[++i];
+            }
+        }
+        if (config_apply_override(cfg, name, value, "command line", err) != 0) goto fail;
+    }
+    if (check_local(cfg, err) != 0) goto fail;
+    return 0;
+fail:
+    config_free(cfg);
+    return -1;
+}
+
+/* ---- derived values ---- */
+
+int config_dataset_path(const JobConfig *cfg, char **out, Err *err) {
+    if (cfg->training.dataset_path[0]) {
+        *out = xstrdup(cfg->training.dataset_path);
+        return 0;
+    }
+    if (strcmp(cfg->training.dataset, "c4_test") == 0) {
+        const char *env = getenv("QT_C4_TEST_PATH");
+        *out = xstrdup(env && env[0] ? env : C4_TEST_DEFAULT);
+        return 0;
+    }
+    return err_set(err,
+                   "training.dataset = \"%s\" is not a built-in dataset (only \"c4_test\"); "
+                   "set training.dataset_path to its file",
+                   cfg->training.dataset);
+}
+
+int config_tokenizer_path(const JobConfig *cfg, const char **out, Err *err) {
+    if (cfg->model.tokenizer_path[0]) {
+        *out = cfg->model.tokenizer_path;
+        return 0;
+    }
+    if (cfg->model.hf_assets_path[0]) {
+        *out = cfg->model.hf_assets_path;
+        return 0;
+    }
+    return err_set(err, "no tokenizer: set model.tokenizer_path or model.hf_assets_path");
+}
+
+int config_apply_model_fields(ModelSpec *spec, const JobConfig *cfg, Err *err) {
+    for (int i = 0; i < cfg->model.n_fields; i++) {
+        const ModelFieldSet *m = &cfg->model.fields[i];
+        if (model_spec_set_field(spec, m->field, m->value, err) == 0) continue;
+        if (m->line > 0) return err_wrap(err, "%s:%d", cfg->path, m->line);
+        return err_wrap(err, "command line");
+    }
+    return 0;
+}
+
+int config_grad_accum_steps(const JobConfig *cfg, int dp, int *out, Err *err) {
+    int64_t per_step = (int64_t)cfg->training.local_batch_size * dp;
+    if (dp < 1) return err_set(err, "data-parallel degree %d must be >= 1", dp);
+    if (cfg->training.global_batch_size == -1) {
+        *out = 1;
+        return 0;
+    }
+    if (cfg->training.global_batch_size % per_step != 0)
+        return err_set(err,
+                       "training.global_batch_size = %d is not a multiple of "
+                       "local_batch_size x data-parallel degree = %d x %d = %lld",
+                       cfg->training.global_batch_size, cfg->training.local_batch_size, dp,
+                       (long long)per_step);
+    *out = (int)(cfg->training.global_batch_size / per_step);
+    return 0;
+}
+
+const char *config_decay_type_name(DecayType t) {
+    return choice_name(DECAYS, t);
+}
+const char *config_device_name(DeviceKind d) {
+    return choice_name(DEVICES, d);
+}
+const char *config_ac_mode_name(AcMode m) {
+    return choice_name(AC_MODES, m);
+}
+const char *config_dtype_name(DType t) {
+    return choice_name(EXPORT_DTYPES, t);
+}
+
+/* ---- dump ---- */
+
+static void dump_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p == '\n')
+            fputs("\\n", f);
+        else if (*p == '\t')
+            fputs("\\t", f);
+        else if (*p < 0x20 || *p == 0x7F)
+            fprintf(f, "\\u%04X", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+void config_dump(const JobConfig *cfg, FILE *f) {
+    for (int s = 0; s < NSECTIONS; s++) {
+        const char *sec = SECTIONS[s];
+        if (strcmp(sec, "override") == 0) continue;
+        fprintf(f, "%s[%s]\n", s ? "\n" : "", sec);
+        for (int i = 0; i < NKEYS; i++) {
+            const KeyDesc *d = &KEYS[i];
+            if (strcmp(d->section, sec) != 0) continue;
+            const char *field = (const char *)cfg + d->off;
+            char num[64];
+            if (d->kind == K_FLOAT && d->off == OFF(lr_scheduler.decay_ratio) &&
+                cfg->lr_scheduler.decay_ratio < 0) {
+                fprintf(f, "# decay_ratio unset: decay over all steps after warmup\n");
+                continue;
+            }
+            fprintf(f, "%s = ", d->key);
+            switch (d->kind) {
+            case K_STR:
+                dump_string(f, *(char *const *)field);
+                break;
+            case K_BOOL:
+                fputs(*(const int *)field ? "true" : "false", f);
+                break;
+            case K_INT:
+                fprintf(f, "%d", *(const int *)field);
+                break;
+            case K_I64:
+                fprintf(f, "%lld", (long long)*(const int64_t *)field);
+                break;
+            case K_FLOAT:
+                fmt_double(num, sizeof num, *(const double *)field);
+                fputs(num, f);
+                break;
+            case K_ENUM:
+                if (d->choices == MODEL_NAMES)
+                    dump_string(f, *(char *const *)field);
+                else
+                    dump_string(f, choice_name(d->choices, *(const int *)field));
+                break;
+            }
+            fputc('\n', f);
+        }
+        if (strcmp(sec, "model") == 0)
+            for (int i = 0; i < cfg->model.n_fields; i++)
+                fprintf(f, "%s = %s\n", cfg->model.fields[i].field, cfg->model.fields[i].value);
+    }
+    for (int i = 0; i < cfg->n_overrides; i++) {
+        const KernelOverride *o = &cfg->overrides[i];
+        fputs("\n[[override]]\ntarget = ", f);
+        dump_string(f, o->target);
+        fputs("\nkernel = ", f);
+        dump_string(f, o->kernel);
+        if (o->description[0]) {
+            fputs("\ndescription = ", f);
+            dump_string(f, o->description);
+        }
+        fputc('\n', f);
+    }
+}

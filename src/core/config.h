@@ -1,0 +1,157 @@
+/* The job config (DESIGN §6): torchtitan-style TOML sections with their defaults, command-line
+ * overrides (--section.key=value), and one-sentence errors that name file:line, key and what is
+ * allowed (unknown keys suggest the nearest valid one).
+ *
+ * Checks here are local to one key (ranges, enum choices) or to the file's structure. Checks
+ * that need the model spec or the world size (seq_len <= max_seq_len, batch divisibility,
+ * tensor-parallel head splits, kernel names) belong to the trainer.
+ *
+ * Datasets: there is no [datasets] section. training.dataset names the data and
+ * config_dataset_path() resolves it: training.dataset_path when set (a JSONL / text file or a
+ * glob); otherwise the built-in name "c4_test", which is $QT_C4_TEST_PATH when that variable is
+ * set and non-empty, else ../shared/data/c4_sample/c4_sample.jsonl relative to the current
+ * directory. Any other name without a dataset_path is an error. */
+#ifndef QT_CONFIG_H
+#define QT_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/dtype.h"
+#include "core/err.h"
+#include "core/model_spec.h"
+
+typedef enum DecayType { DECAY_LINEAR = 0, DECAY_SQRT, DECAY_COSINE } DecayType;
+typedef enum DeviceKind { DEVICE_CPU = 0, DEVICE_CUDA, DEVICE_AUTO } DeviceKind;
+typedef enum AcMode { AC_NONE = 0, AC_SELECTIVE, AC_FULL } AcMode;
+typedef enum OptimizerKind { OPTIMIZER_ADAMW = 0 } OptimizerKind;
+
+/* One replacement of a model field ([model] n_layers = 4, or --model.n_layers=4), applied in
+ * order by the trainer with model_spec_set_field(spec, field, value). A field appears at most
+ * once: a later setting (the command line) replaces the value in place. */
+typedef struct ModelFieldSet {
+    char *field; /* a name in MODEL_SPEC_FIELDS */
+    char *value; /* value text: "4", "0.001", "true" */
+    int line;    /* line in the config file; 0 = command line */
+} ModelFieldSet;
+
+/* One [[override]] entry (DESIGN §4). */
+typedef struct KernelOverride {
+    char *target;      /* glob over module FQNs, e.g. "layers.*.attention.rope" */
+    char *kernel;      /* implementation name */
+    char *description; /* free text, "" when absent */
+    int line;          /* line of the [[override]] header (or inline table) */
+} KernelOverride;
+
+/* Every string is owned by the config (never NULL; "" when empty); config_free releases them. */
+typedef struct JobConfig {
+    char *path; /* the config file read, "" when none */
+    struct {
+        char *dump_folder; /* "./outputs" */
+        char *description;
+    } job;
+    struct {
+        char *name;            /* "qwen3" (the only model family) */
+        char *flavor;          /* "debugmodel", ..., or "hf" (architecture from hf_assets_path) */
+        char *hf_assets_path;  /* HF model directory (config.json, tokenizer) or "" */
+        char *tokenizer_path;  /* "" = use hf_assets_path */
+        ModelFieldSet *fields; /* n_fields replacements in order */
+        int n_fields;
+    } model;
+    struct {
+        OptimizerKind name; /* "AdamW" */
+        double lr, eps, beta1, beta2, weight_decay;
+        int exempt_norms_and_embeddings; /* no weight decay on norms and embeddings */
+    } optimizer;
+    struct {
+        int warmup_steps;
+        /* Fraction of the steps after warmup spent decaying, the rest held at lr
+         * (warmup-stable-decay). < 0 = unset: decay over all steps after warmup, as torchtitan's
+         * decay_ratio = None. */
+        double decay_ratio;
+        DecayType decay_type;
+        double min_lr_factor; /* the lr decays to lr * min_lr_factor */
+    } lr_scheduler;
+    struct {
+        int local_batch_size;  /* rows per rank per micro-step */
+        int global_batch_size; /* -1 = local_batch_size * data-parallel degree */
+        int seq_len;
+        int steps;
+        double max_norm; /* gradient clipping by total norm */
+        char *dataset;   /* "c4_test" or any name when dataset_path is set */
+        char *dataset_path;
+        int64_t seed;
+        int deterministic;
+        DType mixed_precision_param; /* DT_F32 or DT_BF16 */
+        DeviceKind device;
+        int document_mask;  /* attention does not cross packed documents */
+        int skip_nonfinite; /* skip the update of a step whose loss or grad norm is not finite */
+    } training;
+    struct {
+        int data_parallel_replicate_degree;
+        int data_parallel_shard_degree; /* -1 = what the world size leaves */
+        int tensor_parallel_degree;
+        int enable_sequence_parallel;
+    } parallelism;
+    struct {
+        int enable;
+        char *folder;      /* under job.dump_folder */
+        int interval;      /* steps between saves */
+        int keep_latest_k; /* 0 = keep all */
+        char *initial_load_path;
+        int initial_load_in_hf;
+        int last_save_in_hf;
+        int last_save_model_only;
+        DType export_dtype; /* DT_F32, DT_BF16 or DT_F16 */
+    } checkpoint;
+    struct {
+        AcMode mode;
+    } activation_checkpoint;
+    struct {
+        int log_freq;
+        double peak_tflops; /* per device, for MFU; 0 = measure */
+    } metrics;
+    KernelOverride *overrides; /* n_overrides entries in file order */
+    int n_overrides;
+} JobConfig;
+
+/* Fills cfg with the defaults; pair with config_free. */
+void config_init(JobConfig *cfg);
+void config_free(JobConfig *cfg);
+
+/* config_init, then reads the TOML file at path (NULL = take it from --config; no file at all
+ * = defaults only), then applies argv[0..argc): the arguments after the subcommand name, each
+ * one of --config FILE, --config=FILE, --section.key=value or --section.key value (a boolean
+ * key alone means true). Command-line values win over the file and are typed like TOML values,
+ * except that a string key takes the text as is. On error cfg is freed and zeroed. */
+int config_load(JobConfig *cfg, const char *path, int argc, char **argv, Err *err);
+/* Parses TOML text (path labels errors) on top of what cfg holds. */
+int config_apply_toml(JobConfig *cfg, const char *text, size_t len, const char *path, Err *err);
+/* Applies one "section.key" = value text as from the command line (origin labels errors). */
+int config_apply_override(JobConfig *cfg, const char *dotted_key, const char *value,
+                          const char *origin, Err *err);
+
+/* Writes the resolved config as TOML that config_load reads back to the same values. */
+void config_dump(const JobConfig *cfg, FILE *f);
+
+/* The data file (or glob) for training.dataset; see the file comment. *out is malloc'd. */
+int config_dataset_path(const JobConfig *cfg, char **out, Err *err);
+/* The tokenizer directory or file: model.tokenizer_path, else model.hf_assets_path; error when
+ * both are empty. *out points into cfg. */
+int config_tokenizer_path(const JobConfig *cfg, const char **out, Err *err);
+/* Applies cfg's [model] field replacements to spec in order with model_spec_set_field; an
+ * error names where the field was set (file:line or the command line). The caller validates
+ * the result (model_spec_validate). */
+int config_apply_model_fields(ModelSpec *spec, const JobConfig *cfg, Err *err);
+/* Micro-steps per optimizer step for a data-parallel degree dp:
+ * global_batch_size / (local_batch_size * dp), which must divide exactly. */
+int config_grad_accum_steps(const JobConfig *cfg, int dp, int *out, Err *err);
+
+/* Names for the enum values (as written in TOML). */
+const char *config_decay_type_name(DecayType t);
+const char *config_device_name(DeviceKind d);
+const char *config_ac_mode_name(AcMode m);
+/* "float32", "bfloat16", "float16" for DT_F32 / DT_BF16 / DT_F16. */
+const char *config_dtype_name(DType t);
+
+#endif

@@ -1,0 +1,82 @@
+/* Communicator entry points shared by every implementation: picking single or MPI at start-up,
+ * the blocking wrappers, and ending the whole job on an unrecoverable error. */
+#include "dist/comm.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/log.h"
+
+size_t comm_dtype_size(CommDtype t) {
+    return t == COMM_F64 ? sizeof(double) : sizeof(float);
+}
+
+/* Open MPI's launcher sets OMPI_COMM_WORLD_SIZE; PMIx-based launchers (prterun, srun with
+ * PMIx) set PMIX_RANK. Either means "a launcher started this process as one of a job". */
+static int launched_by_mpirun(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") != NULL || getenv("PMIX_RANK") != NULL;
+}
+
+int comm_init(Comm **out, int *argc, char ***argv, Err *err) {
+    *out = NULL;
+    if (launched_by_mpirun()) {
+#ifdef QTITAN_HAVE_MPI
+        return comm_mpi_init(out, argc, argv, err);
+#else
+        (void)argc, (void)argv;
+        const char *n = getenv("OMPI_COMM_WORLD_SIZE");
+        if (!n || atoi(n) != 1)
+            return err_set(err, "this process was started by mpirun but qtitan was built "
+                                "without MPI; rebuild with Open MPI installed "
+                                "(-DQTITAN_WITH_MPI=ON) or run one process without mpirun");
+#endif
+    }
+    *out = comm_single_create();
+    log_set_rank(0, 1);
+    return 0;
+}
+
+void comm_destroy(Comm *c) {
+    if (c) c->ops->destroy(c);
+}
+
+int comm_all_gather(Comm *c, void *out, const void *in, size_t n, CommDtype t, Err *err) {
+    CommReq *req = NULL;
+    TRY(comm_iall_gather(c, out, in, n, t, &req, err));
+    return comm_wait(c, req, err);
+}
+
+int comm_reduce_scatter_sum(Comm *c, void *out, const void *in, size_t n, CommDtype t, Err *err) {
+    CommReq *req = NULL;
+    TRY(comm_ireduce_scatter_sum(c, out, in, n, t, &req, err));
+    return comm_wait(c, req, err);
+}
+
+int comm_agree(Comm *c, int local_rc, Err *err) {
+    if (c->size == 1) return local_rc ? -1 : 0;
+    double *failed = xcalloc((size_t)c->size, sizeof *failed);
+    double mine = local_rc != 0;
+    Err comm_err;
+    int rc = comm_all_gather(c, failed, &mine, 1, COMM_F64, &comm_err);
+    int first = -1;
+    for (int r = 0; rc == 0 && r < c->size && first < 0; r++)
+        if (failed[r] != 0) first = r;
+    free(failed);
+    if (rc) return err_set(err, "%s", comm_err.msg);
+    if (first < 0) return 0;
+    Err shared = {{0}};
+    if (c->rank == first) shared = *err;
+    if (comm_broadcast(c, shared.msg, sizeof shared.msg, first, &comm_err))
+        return err_set(err, "%s", comm_err.msg);
+    shared.msg[sizeof shared.msg - 1] = 0;
+    return err_set(err, "rank %d: %s", first, shared.msg);
+}
+
+_Noreturn void comm_abort(int code, const char *msg) {
+    log_error("%s", msg);
+    if (code == 0) code = 1;
+#ifdef QTITAN_HAVE_MPI
+    if (comm_mpi_active()) comm_mpi_abort(code);
+#endif
+    exit(code);
+}

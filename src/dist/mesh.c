@@ -1,0 +1,128 @@
+/* Device mesh: resolving and checking [parallelism] against the world size and the model
+ * shapes, rank coordinates, and the sub-communicators each parallelism needs. */
+#include "dist/mesh.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define KEY_R "parallelism.data_parallel_replicate_degree"
+#define KEY_S "parallelism.data_parallel_shard_degree"
+#define KEY_T "parallelism.tensor_parallel_degree"
+
+static int check_tp_divides(const char *what, long value, int tp, Err *err) {
+    if (value > 0 && value % tp != 0)
+        return err_set(err, "%s = %ld is not divisible by " KEY_T " = %d", what, value, tp);
+    return 0;
+}
+
+int mesh_resolve(MeshDims *out, const MeshConfig *cfg, int rank, Err *err) {
+    memset(out, 0, sizeof *out);
+    int W = cfg->world, R = cfg->dp_replicate, S = cfg->dp_shard, T = cfg->tp;
+    if (W < 1) return err_set(err, "the job has %d processes; it needs at least 1", W);
+    if (rank < 0 || rank >= W)
+        return err_set(err, "rank %d is outside the %d processes of the job", rank, W);
+    if (R < 1) return err_set(err, KEY_R " = %d must be at least 1", R);
+    if (T < 1) return err_set(err, KEY_T " = %d must be at least 1", T);
+    if (S == 0 || S < -1)
+        return err_set(err, KEY_S " = %d must be at least 1, or -1 to take the processes left", S);
+    if (S == -1) {
+        long rt = (long)R * T;
+        if (W % rt != 0)
+            return err_set(err,
+                           KEY_S " = -1 cannot fill %d processes: %d is not a multiple of "
+                                 "data_parallel_replicate_degree x tensor_parallel_degree = "
+                                 "%d x %d = %ld",
+                           W, W, R, T, rt);
+        S = (int)(W / rt);
+    }
+    long product = (long)R * S * T;
+    if (product != W)
+        return err_set(err,
+                       "the device mesh data_parallel_replicate_degree x "
+                       "data_parallel_shard_degree x tensor_parallel_degree = %d x %d x %d = "
+                       "%ld does not match the %d processes of the job",
+                       R, S, T, product, W);
+    TRY(check_tp_divides("model n_heads", cfg->n_heads, T, err));
+    TRY(check_tp_divides("model n_kv_heads", cfg->n_kv_heads, T, err));
+    TRY(check_tp_divides("model hidden_dim", cfg->hidden_dim, T, err));
+    TRY(check_tp_divides("model moe_hidden_dim", cfg->moe_hidden_dim, T, err));
+    TRY(check_tp_divides("model vocab_size", cfg->vocab_size, T, err));
+    if (cfg->sequence_parallel && T > 1)
+        TRY(check_tp_divides("training.seq_len (with parallelism.enable_sequence_parallel)",
+                             cfg->seq_len, T, err));
+    if (cfg->local_batch < 1)
+        return err_set(err, "training.local_batch_size = %ld must be at least 1", cfg->local_batch);
+    int dp = R * S;
+    long per_step = (long)dp * cfg->local_batch;
+    long global = cfg->global_batch > 0 ? cfg->global_batch : per_step;
+    if (global % per_step != 0)
+        return err_set(err,
+                       "training.global_batch_size = %ld is not divisible by data-parallel "
+                       "ranks x training.local_batch_size = %d x %ld = %ld (data-parallel ranks "
+                       "= replicate %d x shard %d)",
+                       global, dp, cfg->local_batch, per_step, R, S);
+    out->world = W;
+    out->dp_replicate = R;
+    out->dp_shard = S;
+    out->tp = T;
+    out->rank = rank;
+    out->t = rank % T;
+    out->s = (rank / T) % S;
+    out->r = rank / (T * S);
+    out->dp = dp;
+    out->dp_rank = out->r * S + out->s;
+    out->global_batch = global;
+    out->grad_accum_steps = (int)(global / per_step);
+    return 0;
+}
+
+void mesh_describe(char *out, size_t cap, const MeshDims *d) {
+    snprintf(out, cap,
+             "mesh [dp_replicate %d, dp_shard %d, tp %d] on %d processes, %d "
+             "microbatch(es) per step",
+             d->dp_replicate, d->dp_shard, d->tp, d->world, d->grad_accum_steps);
+}
+
+long mesh_first_row(const MeshDims *d, long local_batch, int micro) {
+    return ((long)micro * d->dp + d->dp_rank) * local_batch;
+}
+
+int mesh_rank_of(const MeshDims *d, int r, int s, int t) {
+    return (r * d->dp_shard + s) * d->tp + t;
+}
+
+int mesh_create(Mesh *out, Comm *world, const MeshConfig *cfg, Err *err) {
+    memset(out, 0, sizeof *out);
+    MeshConfig c = *cfg;
+    c.world = world->size;
+    TRY(mesh_resolve(&out->dims, &c, world->rank, err));
+    const MeshDims *d = &out->dims;
+    out->world = world;
+    /* Color = the coordinates a group shares, key = the coordinate it runs along. */
+    if (comm_split(world, d->s * d->tp + d->t, d->r, &out->dp_replicate, err) ||
+        comm_split(world, d->r * d->tp + d->t, d->s, &out->dp_shard, err) ||
+        comm_split(world, d->r * d->dp_shard + d->s, d->t, &out->tp, err) ||
+        comm_split(world, d->t, d->dp_rank, &out->dp, err)) {
+        mesh_destroy(out);
+        return err_wrap(err, "device mesh");
+    }
+    return 0;
+}
+
+void mesh_destroy(Mesh *m) {
+    comm_destroy(m->dp_replicate);
+    comm_destroy(m->dp_shard);
+    comm_destroy(m->tp);
+    comm_destroy(m->dp);
+    m->dp_replicate = m->dp_shard = m->tp = m->dp = NULL;
+}
+
+int mesh_global_norm(double *out, const Mesh *m, double sq_tp_sharded, double sq_tp_replicated,
+                     Err *err) {
+    double v[2] = {sq_tp_sharded, sq_tp_replicated};
+    TRY(comm_all_reduce_sum(m->dp_shard, v, 2, COMM_F64, err));
+    TRY(comm_all_reduce_sum(m->tp, v, 1, COMM_F64, err));
+    *out = sqrt(v[0] + v[1]);
+    return 0;
+}

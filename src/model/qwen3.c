@@ -1,0 +1,392 @@
+/* Qwen3 dense model: layouts (parameters, activations), module tree, forward and backward.
+ * Residual adds are done here; everything else is an op called through its module pointer. */
+#include "model/qwen3.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+
+/* ---- parameter table ---- */
+
+typedef struct ParamLayout {
+    Qwen3 *m;
+    Arena *pa, *ga;
+    int count; /* entries placed so far */
+} ParamLayout;
+
+static float *add_param(ParamLayout *L, float **grad, int is_norm, int64_t d0, int64_t d1,
+                        const char *fmt, int layer) {
+    long numel = (long)d0 * (d1 > 0 ? d1 : 1);
+    float *data = arena_floats(L->pa, (size_t)numel);
+    *grad = arena_floats(L->ga, (size_t)numel);
+    if (L->m->table) {
+        Qwen3Param *p = &L->m->table[L->count];
+        snprintf(p->name, sizeof p->name, fmt, layer);
+        p->ndim = d1 > 0 ? 2 : 1;
+        p->shape[0] = d0;
+        p->shape[1] = d1 > 0 ? d1 : 0;
+        p->numel = numel;
+        p->data = data;
+        p->grad = *grad;
+        p->is_norm = is_norm;
+    }
+    L->count++;
+    return data;
+}
+
+/* Runs once counting (table NULL, arenas counting) and once placing. */
+static void layout_params(Qwen3 *m, Arena *pa, Arena *ga) {
+    const ModelSpec *s = &m->spec;
+    long D = s->dim, HE = (long)s->n_heads * s->head_dim, KE = (long)s->n_kv_heads * s->head_dim;
+    long E = s->head_dim, F = s->hidden_dim, V = s->vocab_size;
+    ParamLayout L = {m, pa, ga, 0};
+    Qwen3Params *p = &m->p, *g = &m->g;
+    p->tok_embeddings = add_param(&L, &g->tok_embeddings, 0, V, D, "tok_embeddings.weight", 0);
+    for (int i = 0; i < s->n_layers; i++) {
+        Qwen3LayerParams *lp = &p->layers[i], *lg = &g->layers[i];
+        lp->attention_norm =
+            add_param(&L, &lg->attention_norm, 1, D, 0, "layers.%d.attention_norm.weight", i);
+        lp->wq = add_param(&L, &lg->wq, 0, HE, D, "layers.%d.attention.wq.weight", i);
+        lp->wk = add_param(&L, &lg->wk, 0, KE, D, "layers.%d.attention.wk.weight", i);
+        lp->wv = add_param(&L, &lg->wv, 0, KE, D, "layers.%d.attention.wv.weight", i);
+        lp->wo = add_param(&L, &lg->wo, 0, D, HE, "layers.%d.attention.wo.weight", i);
+        lp->q_norm = add_param(&L, &lg->q_norm, 1, E, 0, "layers.%d.attention.q_norm.weight", i);
+        lp->k_norm = add_param(&L, &lg->k_norm, 1, E, 0, "layers.%d.attention.k_norm.weight", i);
+        lp->ffn_norm = add_param(&L, &lg->ffn_norm, 1, D, 0, "layers.%d.ffn_norm.weight", i);
+        lp->w1 = add_param(&L, &lg->w1, 0, F, D, "layers.%d.feed_forward.w1.weight", i);
+        lp->w3 = add_param(&L, &lg->w3, 0, F, D, "layers.%d.feed_forward.w3.weight", i);
+        lp->w2 = add_param(&L, &lg->w2, 0, D, F, "layers.%d.feed_forward.w2.weight", i);
+    }
+    p->norm = add_param(&L, &g->norm, 1, D, 0, "norm.weight", 0);
+    if (s->tie_embeddings) {
+        p->output = p->tok_embeddings;
+        g->output = g->tok_embeddings;
+    } else {
+        p->output = add_param(&L, &g->output, 0, V, D, "output.weight", 0);
+    }
+    m->nparams = L.count;
+}
+
+/* ---- activations ---- */
+
+static void layout_layer_acts(Qwen3LayerActs *a, Arena *ar, const ModelSpec *s, long N, long BHT) {
+    long D = s->dim, HE = (long)s->n_heads * s->head_dim, KE = (long)s->n_kv_heads * s->head_dim;
+    long F = s->hidden_dim;
+    a->xn1 = arena_floats(ar, N * D);
+    a->rstd1 = arena_floats(ar, N);
+    a->q = arena_floats(ar, N * HE);
+    a->k = arena_floats(ar, N * KE);
+    a->v = arena_floats(ar, N * KE);
+    a->qn = arena_floats(ar, N * HE);
+    a->q_rstd = arena_floats(ar, N * s->n_heads);
+    a->kn = arena_floats(ar, N * KE);
+    a->k_rstd = arena_floats(ar, N * s->n_kv_heads);
+    a->qr = arena_floats(ar, N * HE);
+    a->kr = arena_floats(ar, N * KE);
+    a->att = arena_floats(ar, N * HE);
+    a->lse = arena_floats(ar, BHT);
+    a->xmid = arena_floats(ar, N * D);
+    a->xn2 = arena_floats(ar, N * D);
+    a->rstd2 = arena_floats(ar, N);
+    a->h1 = arena_floats(ar, N * F);
+    a->h3 = arena_floats(ar, N * F);
+    a->g = arena_floats(ar, N * F);
+}
+
+static void layout_acts(Qwen3 *m, Arena *ar) {
+    const ModelSpec *s = &m->spec;
+    Qwen3Acts *a = &m->a;
+    long N = (long)m->max_B * m->max_T, D = s->dim, V = s->vocab_size, F = s->hidden_dim;
+    long HE = (long)s->n_heads * s->head_dim, KE = (long)s->n_kv_heads * s->head_dim;
+    long BHT = N * s->n_heads;
+    a->tokens = arena_alloc(ar, (size_t)N * sizeof(int32_t));
+    a->targets = arena_alloc(ar, (size_t)N * sizeof(int32_t));
+    a->positions = arena_alloc(ar, (size_t)N * sizeof(int32_t));
+    a->doc = arena_alloc(ar, (size_t)N * sizeof(int32_t));
+    for (int i = 0; i < s->n_layers; i++) {
+        a->layers[i].x = arena_floats(ar, N * D);
+        if (m->ac == AC_NONE || i == 0) {
+            layout_layer_acts(&a->layers[i], ar, s, N, BHT);
+        } else {
+            /* AC_FULL: every layer works in layer 0's buffers; backward recomputes. */
+            float *x = a->layers[i].x;
+            a->layers[i] = a->layers[0];
+            a->layers[i].x = x;
+        }
+    }
+    a->h = arena_floats(ar, N * D);
+    a->hn = arena_floats(ar, N * D);
+    a->rstdf = arena_floats(ar, N);
+    a->logits = arena_floats(ar, N * V);
+    a->ce_lse = arena_floats(ar, N);
+    a->losses = arena_floats(ar, N);
+    a->dres = arena_floats(ar, N * D);
+    a->dxn = arena_floats(ar, N * D);
+    a->dtmp = arena_floats(ar, N * D);
+    a->datt = arena_floats(ar, N * HE);
+    a->dqr = arena_floats(ar, N * HE);
+    a->dqn = arena_floats(ar, N * HE);
+    a->dq = arena_floats(ar, N * HE);
+    a->dkr = arena_floats(ar, N * KE);
+    a->dkn = arena_floats(ar, N * KE);
+    a->dk = arena_floats(ar, N * KE);
+    a->dv = arena_floats(ar, N * KE);
+    a->dh1 = arena_floats(ar, N * F);
+    a->dh3 = arena_floats(ar, N * F);
+}
+
+/* ---- module tree ---- */
+
+static void add_slot(Qwen3 *m, OpKind kind, void *field, const char *fmt, int layer) {
+    if (m->slots) {
+        ModuleSlot *s = &m->slots[m->nslots];
+        snprintf(s->fqn, sizeof s->fqn, fmt, layer);
+        s->kind = kind;
+        s->field = field;
+    }
+    m->nslots++;
+}
+
+static void build_modules(Qwen3 *m) {
+    Qwen3Modules *d = &m->mod;
+    m->nslots = 0;
+    d->tok_embeddings = &embedding_reference;
+    add_slot(m, OP_EMBEDDING, &d->tok_embeddings, "tok_embeddings", 0);
+    for (int i = 0; i < m->spec.n_layers; i++) {
+        Qwen3LayerModules *l = &d->layers[i];
+        l->attention_norm = l->q_norm = l->k_norm = l->ffn_norm = &rmsnorm_reference;
+        l->qkv = l->wo = &linear_reference;
+        l->rope = &rope_reference;
+        l->sdpa = &sdpa_reference;
+        l->feed_forward = &swiglu_reference;
+        add_slot(m, OP_RMSNORM, &l->attention_norm, "layers.%d.attention_norm", i);
+        add_slot(m, OP_LINEAR, &l->qkv, "layers.%d.attention.qkv", i);
+        add_slot(m, OP_RMSNORM, &l->q_norm, "layers.%d.attention.q_norm", i);
+        add_slot(m, OP_RMSNORM, &l->k_norm, "layers.%d.attention.k_norm", i);
+        add_slot(m, OP_ROPE, &l->rope, "layers.%d.attention.rope", i);
+        add_slot(m, OP_SDPA, &l->sdpa, "layers.%d.attention.sdpa", i);
+        add_slot(m, OP_LINEAR, &l->wo, "layers.%d.attention.wo", i);
+        add_slot(m, OP_RMSNORM, &l->ffn_norm, "layers.%d.ffn_norm", i);
+        add_slot(m, OP_SWIGLU, &l->feed_forward, "layers.%d.feed_forward", i);
+    }
+    d->norm = &rmsnorm_reference;
+    d->lm_head = &linear_reference;
+    d->loss = &cross_entropy_reference;
+    add_slot(m, OP_RMSNORM, &d->norm, "norm", 0);
+    add_slot(m, OP_LINEAR, &d->lm_head, "lm_head", 0);
+    add_slot(m, OP_CROSS_ENTROPY, &d->loss, "loss", 0);
+}
+
+int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac, Err *err) {
+    memset(m, 0, sizeof *m);
+    m->spec = *spec;
+    const ModelSpec *s = &m->spec;
+    if (s->num_experts > 0)
+        return err_set(err,
+                       "the fp32 reference model supports dense Qwen3 only (num_experts = "
+                       "%d)",
+                       s->num_experts);
+    if (s->n_layers < 1 || s->n_layers > QT_MAX_LAYERS || s->dim < 1 || s->n_heads < 1 ||
+        s->n_kv_heads < 1 || s->n_heads % s->n_kv_heads || s->head_dim < 2 || s->head_dim % 2 ||
+        s->hidden_dim < 1 || s->vocab_size < 1)
+        return err_set(err,
+                       "model shape is invalid (layers %d, dim %d, heads %d, kv heads %d, "
+                       "head_dim %d, ffn %d, vocab %d)",
+                       s->n_layers, s->dim, s->n_heads, s->n_kv_heads, s->head_dim, s->hidden_dim,
+                       s->vocab_size);
+    if (B < 1 || T < 1) return err_set(err, "batch %d x sequence %d is empty", B, T);
+    m->max_B = B;
+    m->max_T = T;
+    m->ac = ac;
+
+    Arena pc, gc, ac_count;
+    arena_init_counting(&pc, "parameter");
+    arena_init_counting(&gc, "gradient");
+    arena_init_counting(&ac_count, "activation");
+    layout_params(m, &pc, &gc);
+    layout_acts(m, &ac_count);
+    build_modules(m);
+    m->table = xcalloc((size_t)m->nparams, sizeof *m->table);
+    m->slots = xcalloc((size_t)m->nslots, sizeof *m->slots);
+    if (arena_init(&m->param_arena, "parameter", pc.used, err) ||
+        arena_init(&m->grad_arena, "gradient", gc.used, err) ||
+        arena_init(&m->act_arena, "activation", ac_count.used, err)) {
+        qwen3_free(m);
+        return -1;
+    }
+    layout_params(m, &m->param_arena, &m->grad_arena);
+    layout_acts(m, &m->act_arena);
+    build_modules(m);
+    return 0;
+}
+
+void qwen3_free(Qwen3 *m) {
+    arena_free(&m->param_arena);
+    arena_free(&m->grad_arena);
+    arena_free(&m->act_arena);
+    free(m->table);
+    free(m->slots);
+    m->table = NULL;
+    m->slots = NULL;
+}
+
+void qwen3_init_params(Qwen3 *m, uint64_t seed) {
+    for (int i = 0; i < m->nparams; i++) {
+        Qwen3Param *p = &m->table[i];
+        if (p->is_norm) {
+            for (long j = 0; j < p->numel; j++)
+                p->data[j] = 1.0f;
+        } else {
+            Rng r;
+            rng_seed(&r, seed, (uint64_t)i);
+            rng_fill_normal(&r, p->data, p->numel, 0.02f);
+        }
+    }
+}
+
+const Qwen3Param *qwen3_find_param(const Qwen3 *m, const char *name) {
+    for (int i = 0; i < m->nparams; i++)
+        if (strcmp(m->table[i].name, name) == 0) return &m->table[i];
+    return NULL;
+}
+
+void qwen3_zero_grads(Qwen3 *m) {
+    memset(m->grad_arena.base, 0, m->grad_arena.capacity);
+}
+
+int qwen3_check_tokens(const Qwen3 *m, const int32_t *ids, long n, int allow_ignore,
+                       const char *what, Err *err) {
+    for (long i = 0; i < n; i++) {
+        if (allow_ignore && ids[i] == CE_IGNORE) continue;
+        if (ids[i] < 0 || ids[i] >= m->spec.vocab_size)
+            return err_set(err, "%s[%ld] = %d is outside the vocabulary [0, %d)", what, i,
+                           (int)ids[i], m->spec.vocab_size);
+    }
+    return 0;
+}
+
+/* ---- forward / backward ---- */
+
+static void add_into(float *y, const float *x, long n) {
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < n; i++)
+        y[i] += x[i];
+}
+
+/* Layer i: a->x -> out (N, D). */
+static void layer_forward(Qwen3 *m, int i, float *out) {
+    const ModelSpec *s = &m->spec;
+    const Qwen3LayerParams *p = &m->p.layers[i];
+    const Qwen3LayerModules *md = &m->mod.layers[i];
+    Qwen3LayerActs *a = &m->a.layers[i];
+    int B = m->B, T = m->T, D = s->dim, H = s->n_heads, K = s->n_kv_heads, E = s->head_dim;
+    long N = (long)B * T;
+    float eps = (float)s->norm_eps;
+    const int32_t *doc = m->a.has_doc ? m->a.doc : NULL;
+
+    md->attention_norm->forward(a->xn1, a->rstd1, a->x, p->attention_norm, N, D, eps);
+    md->qkv->forward(a->q, a->xn1, p->wq, N, D, H * E);
+    md->qkv->forward(a->k, a->xn1, p->wk, N, D, K * E);
+    md->qkv->forward(a->v, a->xn1, p->wv, N, D, K * E);
+    md->q_norm->forward(a->qn, a->q_rstd, a->q, p->q_norm, N * H, E, eps);
+    md->k_norm->forward(a->kn, a->k_rstd, a->k, p->k_norm, N * K, E, eps);
+    md->rope->forward(a->qr, a->qn, m->a.positions, N, H, E, s->rope_theta);
+    md->rope->forward(a->kr, a->kn, m->a.positions, N, K, E, s->rope_theta);
+    md->sdpa->forward(a->att, a->lse, a->qr, a->kr, a->v, doc, B, T, H, K, E);
+    md->wo->forward(a->xmid, a->att, p->wo, N, H * E, D);
+    add_into(a->xmid, a->x, N * D);
+    md->ffn_norm->forward(a->xn2, a->rstd2, a->xmid, p->ffn_norm, N, D, eps);
+    md->feed_forward->forward(out, a->h1, a->h3, a->g, a->xn2, p->w1, p->w3, p->w2, N, D,
+                              s->hidden_dim);
+    add_into(out, a->xmid, N * D);
+}
+
+/* Layer i backward: m->a.dres holds d out on entry and d x on exit. */
+static void layer_backward(Qwen3 *m, int i) {
+    const ModelSpec *s = &m->spec;
+    const Qwen3LayerParams *p = &m->p.layers[i];
+    Qwen3LayerParams *g = &m->g.layers[i];
+    const Qwen3LayerModules *md = &m->mod.layers[i];
+    const Qwen3LayerActs *a = &m->a.layers[i];
+    Qwen3Acts *A = &m->a;
+    int B = m->B, T = m->T, D = s->dim, H = s->n_heads, K = s->n_kv_heads, E = s->head_dim;
+    int F = s->hidden_dim;
+    long N = (long)B * T;
+    const int32_t *doc = A->has_doc ? A->doc : NULL;
+
+    md->feed_forward->backward(A->dxn, g->w1, g->w3, g->w2, A->dh1, A->dh3, A->dres, a->xn2, a->h1,
+                               a->h3, a->g, p->w1, p->w3, p->w2, N, D, F);
+    md->ffn_norm->backward(A->dtmp, g->ffn_norm, A->dxn, a->xmid, p->ffn_norm, a->rstd2, N, D);
+    add_into(A->dres, A->dtmp, N * D); /* dres = d xmid */
+
+    md->wo->backward(A->datt, g->wo, A->dres, a->att, p->wo, N, H * E, D, 0.0f);
+    md->sdpa->backward(A->dqr, A->dkr, A->dv, A->datt, a->qr, a->kr, a->v, a->att, a->lse, doc, B,
+                       T, H, K, E);
+    md->rope->backward(A->dqn, A->dqr, A->positions, N, H, E, s->rope_theta);
+    md->rope->backward(A->dkn, A->dkr, A->positions, N, K, E, s->rope_theta);
+    md->q_norm->backward(A->dq, g->q_norm, A->dqn, a->q, p->q_norm, a->q_rstd, N * H, E);
+    md->k_norm->backward(A->dk, g->k_norm, A->dkn, a->k, p->k_norm, a->k_rstd, N * K, E);
+    md->qkv->backward(A->dxn, g->wq, A->dq, a->xn1, p->wq, N, D, H * E, 0.0f);
+    md->qkv->backward(A->dxn, g->wk, A->dk, a->xn1, p->wk, N, D, K * E, 1.0f);
+    md->qkv->backward(A->dxn, g->wv, A->dv, a->xn1, p->wv, N, D, K * E, 1.0f);
+    md->attention_norm->backward(A->dtmp, g->attention_norm, A->dxn, a->x, p->attention_norm,
+                                 a->rstd1, N, D);
+    add_into(A->dres, A->dtmp, N * D); /* dres = d x */
+}
+
+float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
+                    const int32_t *positions, const int32_t *doc, int B, int T) {
+    const ModelSpec *s = &m->spec;
+    Qwen3Acts *a = &m->a;
+    m->B = B;
+    m->T = T;
+    long N = (long)B * T;
+    int D = s->dim, V = s->vocab_size;
+    memcpy(a->tokens, tokens, (size_t)N * sizeof(int32_t));
+    for (long n = 0; n < N; n++) {
+        a->targets[n] = targets ? targets[n] : CE_IGNORE;
+        a->positions[n] = positions ? positions[n] : (int32_t)(n % T);
+        a->doc[n] = doc ? doc[n] : 0;
+    }
+    a->has_doc = doc != NULL;
+    m->has_targets = targets != NULL;
+
+    m->mod.tok_embeddings->forward(a->layers[0].x, a->tokens, m->p.tok_embeddings, N, D);
+    for (int i = 0; i < s->n_layers; i++)
+        layer_forward(m, i, i + 1 < s->n_layers ? a->layers[i + 1].x : a->h);
+    m->mod.norm->forward(a->hn, a->rstdf, a->h, m->p.norm, N, D, (float)s->norm_eps);
+    m->mod.lm_head->forward(a->logits, a->hn, m->p.output, N, D, V);
+    m->loss_sum = 0.0;
+    m->n_valid = 0;
+    if (targets) {
+        m->loss_sum = m->mod.loss->forward(a->losses, a->ce_lse, a->logits, a->targets, N, V);
+        for (long n = 0; n < N; n++)
+            m->n_valid += a->targets[n] != CE_IGNORE;
+    }
+    return m->n_valid ? (float)(m->loss_sum / m->n_valid) : 0.0f;
+}
+
+void qwen3_backward(Qwen3 *m, double divisor) {
+    const ModelSpec *s = &m->spec;
+    Qwen3Acts *a = &m->a;
+    long N = (long)m->B * m->T;
+    int D = s->dim, V = s->vocab_size;
+    if (divisor <= 0) divisor = m->n_valid > 0 ? (double)m->n_valid : 1.0;
+    /* dlogits overwrite the logits in place. */
+    m->mod.loss->backward(a->logits, a->logits, a->ce_lse, a->targets, N, V,
+                          (float)(1.0 / divisor));
+    m->mod.lm_head->backward(a->dxn, m->g.output, a->logits, a->hn, m->p.output, N, D, V, 0.0f);
+    m->mod.norm->backward(a->dres, m->g.norm, a->dxn, a->h, m->p.norm, a->rstdf, N, D);
+    for (int i = s->n_layers - 1; i >= 0; i--) {
+        if (m->ac == AC_FULL && i + 1 < s->n_layers) {
+            /* Recompute layer i from its kept input; the output is already in
+             * layers[i + 1].x, so write it to a scratch that is free now. */
+            layer_forward(m, i, a->dtmp);
+        }
+        layer_backward(m, i);
+    }
+    m->mod.tok_embeddings->backward(m->g.tok_embeddings, a->dres, a->tokens, N, D);
+}

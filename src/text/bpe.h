@@ -1,0 +1,38 @@
+/* Byte-level BPE merges: the merge table keyed by the pair of ids, and the word encoder that
+ * applies merges by rank (lowest first, leftmost among equals), as HF tokenizers' BPE model. */
+#ifndef QT_BPE_H
+#define QT_BPE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "text/tokenizer.h"
+
+#define BPE_NONE UINT32_MAX
+
+typedef struct Bpe {
+    uint64_t *keys; // (cap) pair (left << 32 | right), or UINT64_MAX when empty
+    uint64_t *vals; // (cap) (rank << 32 | merged id)
+    size_t cap, n;
+    uint32_t byte_id[256]; // id of the token for each single byte, BPE_NONE when missing
+    uint64_t tag;          // unique per loaded tokenizer: keys the per-thread word cache
+} Bpe;
+
+void bpe_init(Bpe *b, size_t n_merges);
+void bpe_free(Bpe *b);
+/* Adds merge (left, right) -> merged with the given rank; returns -1 when the pair is there. */
+int bpe_add_merge(Bpe *b, uint32_t left, uint32_t right, uint32_t merged, uint32_t rank);
+/* Rank and merged id of a pair; returns 0 when there is no such merge. */
+int bpe_lookup(const Bpe *b, uint32_t left, uint32_t right, uint32_t *rank, uint32_t *merged);
+
+/* Appends the ids of one pre-token (raw bytes; each byte starts as its own symbol). Uses a
+ * per-thread cache of short words. */
+void bpe_encode_word(const Bpe *b, const uint8_t *w, size_t n, IdVec *out);
+/* The same without the cache, for testing: `heap` picks the priority-queue algorithm (used for
+ * long words) instead of the quadratic scan (used for short ones). */
+void bpe_encode_word_uncached(const Bpe *b, const uint8_t *w, size_t n, int heap, IdVec *out);
+
+/* The merge table of a loaded tokenizer (tests compare the two merge algorithms on it). */
+const Bpe *tokenizer_bpe(const Tokenizer *t);
+
+#endif

@@ -1,0 +1,879 @@
+/* Training data: source discovery, tokenization into the .qtds cache, the shuffled packed
+ * stream and its per-rank rows. The rules are in dataset.h and docs/data.md. */
+#include "text/dataset.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <limits.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/fs.h"
+#include "core/json.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "core/strutil.h"
+#include "text/jsonl.h"
+
+/* Cache file layout (little-endian): this header, ids u32[n_tokens] at ids_offset, zero
+ * padding to 8 bytes, offsets u64[n_docs + 1] at offsets_offset, nothing after. */
+#define QTDS_MAGIC "QTITANDS"
+#define QTDS_VERSION 1u
+#define QTDS_HEADER_SIZE 128u
+
+typedef struct CacheHeader {
+    char magic[8];
+    uint32_t version;
+    uint32_t header_size;
+    uint64_t key;          /* hash of the sources, the encoder and the version */
+    uint64_t encoder_hash; /* tokenizer hash */
+    uint32_t eos_id;
+    uint32_t vocab_size;
+    uint64_t n_docs;
+    uint64_t n_tokens;
+    uint64_t n_skipped;
+    uint64_t n_files;
+    uint64_t ids_offset;
+    uint64_t offsets_offset;
+    uint64_t file_size;
+    uint64_t payload_hash; /* payload_hash() of everything after the header */
+    uint8_t reserved[16];
+    uint64_t header_hash; /* FNV-1a of the 120 bytes before it */
+} CacheHeader;
+_Static_assert(sizeof(CacheHeader) == QTDS_HEADER_SIZE, "cache header is 128 bytes");
+
+/* The order of one epoch: perm[k] is the k-th document; start[k] its first stream offset in the
+ * epoch (start[n_docs] == epoch_len). */
+struct EpochOrder {
+    int64_t epoch;
+    int64_t *perm;  /* (n_docs,) */
+    int64_t *start; /* (n_docs + 1,) */
+};
+
+/* Lines tokenized per parallel round: bounds memory while keeping threads busy. */
+#define CHUNK_DOCS 4096
+/* The shuffle's rng stream, apart from the streams other users of the seed take. */
+#define SHUFFLE_STREAM 0x5348554646000000ull
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+#define FNV_INIT 0xcbf29ce484222325ull
+
+void dataset_options_default(DatasetOptions *o) {
+    memset(o, 0, sizeof *o);
+    o->shuffle = 1;
+    o->document_mask = 1;
+}
+
+/* ---- sources ---------------------------------------------------------------------------- */
+
+typedef struct SourceList {
+    char **paths;
+    int64_t n, cap;
+} SourceList;
+
+static void sources_add(SourceList *s, const char *path) {
+    if (s->n == s->cap) {
+        s->cap = s->cap ? s->cap * 2 : 8;
+        s->paths = xrealloc(s->paths, (size_t)s->cap * sizeof *s->paths);
+    }
+    s->paths[s->n++] = xstrdup(path);
+}
+
+static void sources_free(SourceList *s) {
+    for (int64_t i = 0; i < s->n; i++)
+        free(s->paths[i]);
+    free(s->paths);
+    memset(s, 0, sizeof *s);
+}
+
+static int is_jsonl(const char *path) {
+    return str_ends_with(path, ".jsonl") || str_ends_with(path, ".json");
+}
+
+static int is_data_file(const char *path) {
+    return is_jsonl(path) || str_ends_with(path, ".txt");
+}
+
+static int add_directory(SourceList *s, const char *dir, Err *err) {
+    char *pattern = fs_join(dir, "*");
+    glob_t g;
+    int rc = glob(pattern, 0, NULL, &g);
+    free(pattern);
+    int64_t before = s->n;
+    if (rc == 0) {
+        for (size_t i = 0; i < g.gl_pathc; i++) {
+            struct stat st;
+            if (is_data_file(g.gl_pathv[i]) && stat(g.gl_pathv[i], &st) == 0 && S_ISREG(st.st_mode))
+                sources_add(s, g.gl_pathv[i]);
+        }
+        globfree(&g);
+    }
+    if (s->n == before)
+        return err_set(err, "dataset directory %s holds no .jsonl, .json or .txt files", dir);
+    return 0;
+}
+
+/* Expands the comma-separated entries into files, in entry order, each glob sorted. */
+static int expand_sources(SourceList *s, const char *spec, Err *err) {
+    char *copy = xstrdup(spec);
+    int rc = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok && rc == 0; tok = strtok_r(NULL, ",", &save)) {
+        while (*tok == ' ' || *tok == '\t')
+            tok++;
+        size_t n = strlen(tok);
+        while (n > 0 && (tok[n - 1] == ' ' || tok[n - 1] == '\t'))
+            tok[--n] = 0;
+        if (n == 0) continue;
+        if (strpbrk(tok, "*?[")) {
+            glob_t g;
+            int grc = glob(tok, 0, NULL, &g);
+            int64_t before = s->n;
+            if (grc == 0) {
+                for (size_t i = 0; i < g.gl_pathc; i++) {
+                    struct stat st;
+                    if (stat(g.gl_pathv[i], &st) == 0 && S_ISREG(st.st_mode))
+                        sources_add(s, g.gl_pathv[i]);
+                }
+                globfree(&g);
+            }
+            if (s->n == before) rc = err_set(err, "dataset glob '%s' matches no files", tok);
+            continue;
+        }
+        struct stat st;
+        if (stat(tok, &st) != 0) {
+            rc = errno == ENOENT ? err_set(err, "dataset file %s does not exist", tok)
+                                 : err_sys(err, "cannot stat dataset file %s", tok);
+        } else if (S_ISDIR(st.st_mode)) {
+            rc = add_directory(s, tok, err);
+        } else if (!S_ISREG(st.st_mode)) {
+            rc = err_set(err, "dataset path %s is not a regular file or directory", tok);
+        } else {
+            sources_add(s, tok);
+        }
+    }
+    free(copy);
+    if (rc == 0 && s->n == 0) rc = err_set(err, "dataset path '%s' names no files", spec);
+    return rc;
+}
+
+/* The cache key: every input that changes the cache's bytes. mtime and size stand for the
+ * content, as in make: hashing terabytes on every start would cost more than tokenizing. */
+static int cache_key(const SourceList *s, const DatasetOptions *o, const DatasetEncoder *enc,
+                     uint64_t *key, Err *err) {
+    uint64_t h = fnv1a(FNV_INIT, QTDS_MAGIC, 8);
+    uint32_t v = QTDS_VERSION;
+    h = fnv1a(h, &v, sizeof v);
+    h = fnv1a(h, &enc->hash, sizeof enc->hash);
+    h = fnv1a(h, &enc->eos_id, sizeof enc->eos_id);
+    h = fnv1a(h, &enc->vocab_size, sizeof enc->vocab_size);
+    int64_t skip = o->skip_bad_lines != 0;
+    h = fnv1a(h, &skip, sizeof skip);
+    for (int64_t i = 0; i < s->n; i++) {
+        struct stat st;
+        SYS_CHECK(stat(s->paths[i], &st) == 0, err, "cannot stat dataset file %s", s->paths[i]);
+        char real[PATH_MAX];
+        const char *name = realpath(s->paths[i], real) ? real : s->paths[i];
+        h = fnv1a(h, name, strlen(name) + 1);
+        int64_t meta[3] = {(int64_t)st.st_size, (int64_t)st.st_mtim.tv_sec,
+                           (int64_t)st.st_mtim.tv_nsec};
+        h = fnv1a(h, meta, sizeof meta);
+    }
+    *key = h;
+    return 0;
+}
+
+static char *default_cache_dir(void) {
+    const char *e = getenv("QT_CACHE_DIR");
+    if (e && *e) return xstrdup(e);
+    e = getenv("XDG_CACHE_HOME");
+    if (e && *e) return fs_join(e, "qtitan/datasets");
+    e = getenv("HOME");
+    return fs_join(e && *e ? e : ".", ".cache/qtitan/datasets");
+}
+
+/* ---- cache validation --------------------------------------------------------------------- */
+
+/* A hash of n 64-bit words in four independent lanes, so that it runs at memory speed. Each
+ * step is a bijection of the lane state, hence any change of one word changes the result. */
+static uint64_t payload_hash(const uint64_t *w, size_t n) {
+    const uint64_t P = 0x9e3779b97f4a7c15ull;
+    uint64_t h[4] = {1, 2, 3, 4};
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int j = 0; j < 4; j++) {
+            h[j] = (h[j] ^ w[i + j]) * P;
+            h[j] ^= h[j] >> 32;
+        }
+    for (int j = 0; i < n; i++, j++) {
+        h[j] = (h[j] ^ w[i]) * P;
+        h[j] ^= h[j] >> 32;
+    }
+    uint64_t r = n;
+    for (int j = 0; j < 4; j++) {
+        r = (r ^ h[j]) * P;
+        r ^= r >> 32;
+    }
+    return r;
+}
+
+static uint64_t header_hash(const CacheHeader *h) {
+    return fnv1a(FNV_INIT, h, offsetof(CacheHeader, header_hash));
+}
+
+/* Checks a mapped cache against what this open expects; on a mismatch writes the reason. */
+static int cache_check(const void *map, size_t size, uint64_t key, const DatasetEncoder *enc,
+                       char *why, size_t why_len) {
+    if (size < QTDS_HEADER_SIZE) {
+        snprintf(why, why_len, "%zu bytes, shorter than the %u-byte header", size,
+                 QTDS_HEADER_SIZE);
+        return -1;
+    }
+    CacheHeader h;
+    memcpy(&h, map, sizeof h);
+    if (memcmp(h.magic, QTDS_MAGIC, 8) != 0) {
+        snprintf(why, why_len, "bad magic, not a qtitan dataset cache");
+        return -1;
+    }
+    if (h.version != QTDS_VERSION || h.header_size != QTDS_HEADER_SIZE) {
+        snprintf(why, why_len, "format version %u, expected %u", h.version, QTDS_VERSION);
+        return -1;
+    }
+    if (header_hash(&h) != h.header_hash) {
+        snprintf(why, why_len, "header checksum mismatch");
+        return -1;
+    }
+    if (h.key != key || h.encoder_hash != enc->hash || h.eos_id != enc->eos_id ||
+        h.vocab_size != enc->vocab_size) {
+        snprintf(why, why_len, "made for other sources or another tokenizer");
+        return -1;
+    }
+    uint64_t ids_end = QTDS_HEADER_SIZE + 4 * h.n_tokens;
+    uint64_t off_at = (ids_end + 7) & ~7ull;
+    if (h.n_tokens > (UINT64_MAX / 8) || h.n_docs > (UINT64_MAX / 16) ||
+        h.ids_offset != QTDS_HEADER_SIZE || h.offsets_offset != off_at ||
+        h.file_size != off_at + 8 * (h.n_docs + 1) || h.file_size != size) {
+        snprintf(why, why_len, "size %zu does not match its header (%llu bytes expected)", size,
+                 (unsigned long long)h.file_size);
+        return -1;
+    }
+    /* One pass over the payload at open: a cache with a flipped id would otherwise train on
+     * wrong tokens without a sign. */
+    if (payload_hash((const uint64_t *)((const char *)map + QTDS_HEADER_SIZE),
+                     (size - QTDS_HEADER_SIZE) / 8) != h.payload_hash) {
+        snprintf(why, why_len, "payload checksum mismatch");
+        return -1;
+    }
+    const uint64_t *off = (const uint64_t *)((const char *)map + off_at);
+    if (off[0] != 0 || off[h.n_docs] != h.n_tokens) {
+        snprintf(why, why_len, "document offsets do not span the ids");
+        return -1;
+    }
+    for (uint64_t d = 0; d < h.n_docs; d++)
+        if (off[d + 1] < off[d]) {
+            snprintf(why, why_len, "document offsets decrease at document %llu",
+                     (unsigned long long)d);
+            return -1;
+        }
+    return 0;
+}
+
+/* Maps path and validates it. 0: usable; 1: absent or unusable (reason logged); -1: error. */
+static int cache_try_open(Dataset *ds, const char *path, const DatasetEncoder *enc, Err *err) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) {
+        if (errno == ENOENT) return 1;
+        return err_sys(err, "cannot open dataset cache %s", path);
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        err_sys(err, "cannot stat dataset cache %s", path);
+        close(fd);
+        return -1;
+    }
+    size_t size = (size_t)st.st_size;
+    void *map = size ? mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0) : NULL;
+    close(fd);
+    if (size && map == MAP_FAILED) return err_sys(err, "cannot map dataset cache %s", path);
+    char why[256];
+    if (cache_check(map ? map : "", size, ds->key, enc, why, sizeof why) != 0) {
+        log_warn("dataset cache %s is unusable (%s); rebuilding it", path, why);
+        if (map) munmap(map, size);
+        return 1;
+    }
+    CacheHeader h;
+    memcpy(&h, map, sizeof h);
+    ds->map = map;
+    ds->map_len = size;
+    ds->n_docs = (int64_t)h.n_docs;
+    ds->n_tokens = (int64_t)h.n_tokens;
+    ds->n_skipped = (int64_t)h.n_skipped;
+    ds->n_files = (int64_t)h.n_files;
+    ds->ids = (const uint32_t *)((const char *)map + h.ids_offset);
+    ds->offsets = (const uint64_t *)((const char *)map + h.offsets_offset);
+    return 0;
+}
+
+/* ---- cache building ----------------------------------------------------------------------- */
+
+typedef struct Writer {
+    int fd;
+    const char *path;
+    char *buf;
+    size_t n, cap;
+    uint64_t written;
+} Writer;
+
+static int write_all(int fd, const void *data, size_t len, const char *path, Err *err) {
+    const char *p = data;
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR) continue;
+        SYS_CHECK(w > 0, err, "cannot write dataset cache %s", path);
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+static int writer_put(Writer *w, const void *data, size_t len, Err *err) {
+    if (w->n + len > w->cap) {
+        TRY(write_all(w->fd, w->buf, w->n, w->path, err));
+        w->n = 0;
+    }
+    if (len > w->cap) {
+        TRY(write_all(w->fd, data, len, w->path, err));
+    } else {
+        memcpy(w->buf + w->n, data, len);
+        w->n += len;
+    }
+    w->written += len;
+    return 0;
+}
+
+static int writer_flush(Writer *w, Err *err) {
+    TRY(write_all(w->fd, w->buf, w->n, w->path, err));
+    w->n = 0;
+    return 0;
+}
+
+/* One document to tokenize: its text span in a mapped source and, after the parallel round,
+ * its ids or the reason it failed. */
+typedef struct Slot {
+    const char *line;
+    size_t len;
+    int64_t lineno;
+    IdVec ids;
+    int status; /* 0 ok, 1 bad JSONL line (skippable), 2 fatal, 3 empty text (dropped) */
+    char *msg;
+} Slot;
+
+typedef struct Build {
+    const DatasetEncoder *enc;
+    const DatasetOptions *opt;
+    Writer w;
+    uint64_t *offsets; /* (n_docs + 1,) */
+    int64_t n_docs, cap_docs;
+    uint64_t n_tokens;
+    int64_t n_skipped;
+    char first_skip[512];
+} Build;
+
+static void tokenize_slot(Slot *s, const char *file, int jsonl, const DatasetEncoder *enc) {
+    Err e;
+    char *text = NULL;
+    size_t tl;
+    if (jsonl) {
+        if (jsonl_parse_text(s->line, s->len, file, s->lineno, &text, &tl, &e) != 0) {
+            s->status = 1;
+            s->msg = xstrdup(e.msg);
+            return;
+        }
+    }
+    const char *t = jsonl ? text : s->line;
+    size_t n = jsonl ? tl : s->len;
+    if (n == 0) {
+        s->status = 3;
+    } else if (enc->encode(enc->ctx, t, n, &s->ids, &e) != 0) {
+        s->status = 2;
+        if (jsonl) {
+            char buf[sizeof e.msg];
+            snprintf(buf, sizeof buf, "%s:%lld: %s", file, (long long)s->lineno, e.msg);
+            s->msg = xstrdup(buf);
+        } else {
+            char buf[sizeof e.msg];
+            snprintf(buf, sizeof buf, "%s: %s", file, e.msg);
+            s->msg = xstrdup(buf);
+        }
+    } else {
+        for (size_t i = 0; i < s->ids.n; i++)
+            if (s->ids.ids[i] >= enc->vocab_size) {
+                char buf[256];
+                snprintf(buf, sizeof buf,
+                         "%s: the tokenizer produced id %u, not below its vocab size %u", file,
+                         s->ids.ids[i], enc->vocab_size);
+                s->status = 2;
+                s->msg = xstrdup(buf);
+                break;
+            }
+    }
+    free(text);
+}
+
+/* Tokenizes slots in parallel, then appends them in order: the bytes do not depend on the
+ * thread count. */
+static int flush_slots(Build *b, Slot *slots, int64_t n, const char *file, int jsonl, Err *err) {
+    int nt = b->opt->threads > 0 ? b->opt->threads : omp_get_max_threads();
+    if (n < 2) nt = 1;
+    const DatasetEncoder *enc = b->enc;
+#pragma omp parallel for schedule(dynamic, 4) num_threads(nt)
+    for (int64_t i = 0; i < n; i++)
+        tokenize_slot(&slots[i], file, jsonl, enc);
+    int rc = 0;
+    for (int64_t i = 0; i < n; i++) {
+        Slot *s = &slots[i];
+        if (rc == 0) {
+            if (s->status == 2 || (s->status == 1 && !b->opt->skip_bad_lines)) {
+                rc = err_set(err, "%s", s->msg);
+            } else if (s->status == 1) {
+                if (b->n_skipped++ == 0)
+                    snprintf(b->first_skip, sizeof b->first_skip, "%s", s->msg);
+            } else if (s->status == 0) {
+                rc = writer_put(&b->w, s->ids.ids, s->ids.n * sizeof(uint32_t), err);
+                b->n_tokens += s->ids.n;
+                if (b->n_docs + 2 > b->cap_docs) {
+                    b->cap_docs = b->cap_docs * 2 + 1024;
+                    b->offsets = xrealloc(b->offsets, (size_t)b->cap_docs * sizeof(uint64_t));
+                }
+                b->offsets[++b->n_docs] = b->n_tokens;
+            }
+        }
+        free(s->ids.ids);
+        free(s->msg);
+        memset(s, 0, sizeof *s);
+    }
+    return rc;
+}
+
+static int tokenize_file(Build *b, const char *path, Slot *slots, Err *err) {
+    int fd = open(path, O_RDONLY);
+    SYS_CHECK(fd >= 0, err, "cannot open dataset file %s", path);
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        err_sys(err, "cannot stat dataset file %s", path);
+        close(fd);
+        return -1;
+    }
+    size_t size = (size_t)st.st_size;
+    if (size == 0) {
+        close(fd);
+        return 0;
+    }
+    char *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    SYS_CHECK(map != MAP_FAILED, err, "cannot map dataset file %s", path);
+    int rc = 0;
+    if (!is_jsonl(path)) {
+        slots[0].line = map;
+        slots[0].len = size;
+        rc = flush_slots(b, slots, 1, path, 0, err);
+    } else {
+        /* A UTF-8 byte order mark, which some editors write, is not part of line 1's JSON. */
+        size_t pos = size >= 3 && memcmp(map, "\xef\xbb\xbf", 3) == 0 ? 3 : 0;
+        int64_t lineno = 0, n = 0;
+        const char *line;
+        size_t len;
+        while (rc == 0 && jsonl_next_line(map, size, &pos, &line, &len) == 0) {
+            lineno++;
+            if (jsonl_is_blank(line, len)) continue;
+            slots[n++] = (Slot){.line = line, .len = len, .lineno = lineno};
+            if (n == CHUNK_DOCS) {
+                rc = flush_slots(b, slots, n, path, 1, err);
+                n = 0;
+            }
+        }
+        if (rc == 0 && n > 0) rc = flush_slots(b, slots, n, path, 1, err);
+    }
+    munmap(map, size);
+    return rc;
+}
+
+static int cache_build(Dataset *ds, const SourceList *src, const DatasetEncoder *enc, Err *err) {
+    static int counter;
+    char *tmp = xmalloc(strlen(ds->cache_path) + 64);
+    sprintf(tmp, "%s.tmp.%ld.%d", ds->cache_path, (long)getpid(), counter++);
+    Build b = {.enc = enc, .opt = &ds->opt};
+    b.w.fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    if (b.w.fd < 0) {
+        err_sys(err, "cannot create dataset cache %s", tmp);
+        free(tmp);
+        return -1;
+    }
+    b.w.path = tmp;
+    b.w.cap = 1 << 20;
+    b.w.buf = xmalloc(b.w.cap);
+    b.cap_docs = 1024;
+    b.offsets = xmalloc((size_t)b.cap_docs * sizeof(uint64_t));
+    b.offsets[0] = 0;
+    Slot *slots = xcalloc(CHUNK_DOCS, sizeof *slots);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+
+    CacheHeader h;
+    memset(&h, 0, sizeof h);
+    int rc = writer_put(&b.w, &h, sizeof h, err);
+    for (int64_t i = 0; rc == 0 && i < src->n; i++)
+        rc = tokenize_file(&b, src->paths[i], slots, err);
+    if (rc == 0 && b.n_docs == 0) {
+        if (b.n_skipped)
+            rc = err_set(err,
+                         "dataset '%s' holds no documents: all %lld line(s) were bad (the "
+                         "first: %s)",
+                         ds->opt.path, (long long)b.n_skipped, b.first_skip);
+        else
+            rc = err_set(err, "dataset '%s' holds no documents (%lld file(s), all empty)",
+                         ds->opt.path, (long long)src->n);
+    }
+    if (rc == 0) {
+        static const char zeros[8];
+        size_t pad = (size_t)((8 - b.w.written % 8) % 8);
+        rc = writer_put(&b.w, zeros, pad, err);
+    }
+    if (rc == 0) {
+        memcpy(h.magic, QTDS_MAGIC, 8);
+        h.version = QTDS_VERSION;
+        h.header_size = QTDS_HEADER_SIZE;
+        h.key = ds->key;
+        h.encoder_hash = enc->hash;
+        h.eos_id = enc->eos_id;
+        h.vocab_size = enc->vocab_size;
+        h.n_docs = (uint64_t)b.n_docs;
+        h.n_tokens = b.n_tokens;
+        h.n_skipped = (uint64_t)b.n_skipped;
+        h.n_files = (uint64_t)src->n;
+        h.ids_offset = QTDS_HEADER_SIZE;
+        h.offsets_offset = b.w.written;
+        h.file_size = b.w.written + 8 * ((uint64_t)b.n_docs + 1);
+        rc = writer_put(&b.w, b.offsets, 8 * ((size_t)b.n_docs + 1), err);
+    }
+    if (rc == 0) rc = writer_flush(&b.w, err);
+    if (rc == 0) {
+        /* The payload is hashed from the file as written, read back through a mapping. */
+        void *map = mmap(NULL, h.file_size, PROT_READ, MAP_SHARED, b.w.fd, 0);
+        if (map == MAP_FAILED) {
+            rc = err_sys(err, "cannot map dataset cache %s", tmp);
+        } else {
+            h.payload_hash = payload_hash((const uint64_t *)((char *)map + QTDS_HEADER_SIZE),
+                                          (h.file_size - QTDS_HEADER_SIZE) / 8);
+            munmap(map, h.file_size);
+            h.header_hash = header_hash(&h);
+        }
+    }
+    if (rc == 0 && pwrite(b.w.fd, &h, sizeof h, 0) != (ssize_t)sizeof h)
+        rc = err_sys(err, "cannot write dataset cache %s", tmp);
+    if (rc == 0 && fsync(b.w.fd) != 0) rc = err_sys(err, "cannot flush dataset cache %s", tmp);
+    if (close(b.w.fd) != 0 && rc == 0) rc = err_sys(err, "cannot close dataset cache %s", tmp);
+    if (rc == 0 && rename(tmp, ds->cache_path) != 0)
+        rc = err_sys(err, "cannot rename %s to %s", tmp, ds->cache_path);
+    if (rc == 0) rc = fs_sync_dir(ds->opt.cache_dir, err);
+    if (rc != 0) unlink(tmp);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    if (rc == 0) {
+        if (b.n_skipped)
+            log_warn("dataset: skipped %lld bad line(s); the first: %s", (long long)b.n_skipped,
+                     b.first_skip);
+        log_info("dataset: tokenized %lld document(s), %llu tokens in %.2f s (%.0f tokens/s)",
+                 (long long)b.n_docs, (unsigned long long)b.n_tokens, secs,
+                 secs > 0 ? (double)b.n_tokens / secs : 0.0);
+    }
+    free(slots);
+    free(b.offsets);
+    free(b.w.buf);
+    free(tmp);
+    return rc;
+}
+
+/* ---- open / close ------------------------------------------------------------------------- */
+
+int dataset_open(Dataset *ds, const DatasetOptions *opt, const DatasetEncoder *enc, Err *err) {
+    memset(ds, 0, sizeof *ds);
+    if (!opt->path || !*opt->path) return err_set(err, "dataset path is empty");
+    if (opt->seq_len < 1)
+        return err_set(err, "dataset seq_len is %d, expected at least 1", opt->seq_len);
+    if (enc->eos_id >= enc->vocab_size)
+        return err_set(err, "tokenizer EOS id %u is not below its vocab size %u", enc->eos_id,
+                       enc->vocab_size);
+    ds->opt = *opt;
+    ds->opt.path = xstrdup(opt->path);
+    ds->opt.cache_dir =
+        opt->cache_dir && *opt->cache_dir ? xstrdup(opt->cache_dir) : default_cache_dir();
+    ds->eos_id = enc->eos_id;
+    ds->vocab_size = enc->vocab_size;
+    SourceList src = {0};
+    int rc = expand_sources(&src, opt->path, err);
+    if (rc == 0) rc = cache_key(&src, opt, enc, &ds->key, err);
+    if (rc == 0) rc = fs_mkdirs(ds->opt.cache_dir, err);
+    if (rc == 0) {
+        char name[32];
+        snprintf(name, sizeof name, "%016llx.qtds", (unsigned long long)ds->key);
+        ds->cache_path = fs_join(ds->opt.cache_dir, name);
+        rc = cache_try_open(ds, ds->cache_path, enc, err);
+        if (rc == 0) {
+            ds->cache_reused = 1;
+        } else if (rc == 1) {
+            rc = cache_build(ds, &src, enc, err);
+            if (rc == 0) {
+                rc = cache_try_open(ds, ds->cache_path, enc, err);
+                if (rc == 1)
+                    rc = err_set(err, "dataset cache %s was written but does not read back",
+                                 ds->cache_path);
+            }
+        }
+    }
+    sources_free(&src);
+    if (rc != 0) {
+        dataset_close(ds);
+        return -1;
+    }
+    ds->epoch_len = ds->n_tokens + ds->n_docs;
+    log_info("dataset: %s: %lld file(s), %lld document(s), %lld tokens + %lld EOS, cache %s (%s)",
+             ds->opt.path, (long long)ds->n_files, (long long)ds->n_docs, (long long)ds->n_tokens,
+             (long long)ds->n_docs, ds->cache_path, ds->cache_reused ? "reused" : "new");
+    if (ds->epoch_len < (int64_t)opt->seq_len + 1)
+        log_warn("dataset: %s holds %lld tokens per epoch, fewer than one row of seq_len + 1 = "
+                 "%d; each row repeats the data",
+                 ds->opt.path, (long long)ds->epoch_len, opt->seq_len + 1);
+    return 0;
+}
+
+static void order_free(EpochOrder *o) {
+    if (!o) return;
+    free(o->perm);
+    free(o->start);
+    free(o);
+}
+
+void dataset_close(Dataset *ds) {
+    if (ds->map) munmap(ds->map, ds->map_len);
+    free((char *)ds->opt.path);
+    free((char *)ds->opt.cache_dir);
+    free(ds->cache_path);
+    order_free(ds->orders[0]);
+    order_free(ds->orders[1]);
+    memset(ds, 0, sizeof *ds);
+}
+
+/* ---- the packed stream -------------------------------------------------------------------- */
+
+static EpochOrder *get_order(Dataset *ds, int64_t epoch) {
+    for (int i = 0; i < 2; i++)
+        if (ds->orders[i] && ds->orders[i]->epoch == epoch) {
+            if (i == 1) {
+                EpochOrder *t = ds->orders[0];
+                ds->orders[0] = ds->orders[1];
+                ds->orders[1] = t;
+            }
+            return ds->orders[0];
+        }
+    order_free(ds->orders[1]);
+    ds->orders[1] = ds->orders[0];
+    EpochOrder *o = xmalloc(sizeof *o);
+    int64_t n = ds->n_docs;
+    o->epoch = epoch;
+    o->perm = xmalloc((size_t)n * sizeof *o->perm);
+    o->start = xmalloc((size_t)(n + 1) * sizeof *o->start);
+    for (int64_t i = 0; i < n; i++)
+        o->perm[i] = i;
+    if (ds->opt.shuffle) {
+        /* Fisher-Yates from (seed, epoch) alone, so any epoch's order is known without the
+         * ones before it. */
+        Rng r;
+        rng_seed(&r, ds->opt.seed, SHUFFLE_STREAM + (uint64_t)epoch);
+        for (int64_t i = n - 1; i > 0; i--) {
+            int64_t j = (int64_t)rng_below(&r, (uint64_t)i + 1);
+            int64_t t = o->perm[i];
+            o->perm[i] = o->perm[j];
+            o->perm[j] = t;
+        }
+    }
+    o->start[0] = 0;
+    for (int64_t k = 0; k < n; k++) {
+        int64_t d = o->perm[k];
+        o->start[k + 1] = o->start[k] + (int64_t)(ds->offsets[d + 1] - ds->offsets[d]) + 1;
+    }
+    ds->orders[0] = o;
+    return o;
+}
+
+/* Reads stream[pos .. pos + n) into ids and marks in is_end the EOS that close documents. */
+static int read_stream(Dataset *ds, int64_t pos, int64_t n, uint32_t *ids, uint8_t *is_end,
+                       Err *err) {
+    int64_t L = ds->epoch_len, done = 0;
+    while (done < n) {
+        int64_t epoch = pos / L, off = pos % L;
+        EpochOrder *o = get_order(ds, epoch);
+        /* The last k with start[k] <= off. */
+        int64_t lo = 0, hi = ds->n_docs - 1;
+        while (lo < hi) {
+            int64_t mid = lo + (hi - lo + 1) / 2;
+            if (o->start[mid] <= off)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        for (int64_t k = lo; k < ds->n_docs && done < n; k++) {
+            int64_t d = o->perm[k];
+            const uint32_t *doc = ds->ids + ds->offsets[d];
+            int64_t len = (int64_t)(ds->offsets[d + 1] - ds->offsets[d]);
+            int64_t within = k == lo ? off - o->start[k] : 0;
+            for (; within < len && done < n; within++, done++) {
+                uint32_t id = doc[within];
+                if (id >= ds->vocab_size)
+                    return err_set(err,
+                                   "dataset cache %s is damaged: id %u of document %lld is not "
+                                   "below the vocab size %u; delete the file to rebuild it",
+                                   ds->cache_path, id, (long long)d, ds->vocab_size);
+                ids[done] = id;
+                is_end[done] = 0;
+            }
+            if (done < n) {
+                ids[done] = ds->eos_id;
+                is_end[done] = 1;
+                done++;
+            }
+        }
+        pos = (epoch + 1) * L;
+    }
+    return 0;
+}
+
+void batch_alloc(Batch *b, int B, int T) {
+    b->B = B;
+    b->T = T;
+    size_t n = (size_t)B * (size_t)T;
+    b->tokens = xmalloc(n * sizeof *b->tokens);
+    b->targets = xmalloc(n * sizeof *b->targets);
+    b->positions = xmalloc(n * sizeof *b->positions);
+    b->doc_ids = xmalloc(n * sizeof *b->doc_ids);
+}
+
+void batch_free(Batch *b) {
+    free(b->tokens);
+    free(b->targets);
+    free(b->positions);
+    free(b->doc_ids);
+    memset(b, 0, sizeof *b);
+}
+
+int dataset_rows(Dataset *ds, int64_t row, int nrows, Batch *out, Err *err) {
+    int T = ds->opt.seq_len;
+    if (row < 0 || nrows < 0 || nrows > out->B || out->T != T)
+        return err_set(err,
+                       "dataset_rows: rows [%lld, +%d) into a (%d, %d) batch, expected "
+                       "row >= 0 and a batch of at least that many rows of seq_len %d",
+                       (long long)row, nrows, out->B, out->T, T);
+    if (row > (INT64_MAX - nrows - 1) / T)
+        return err_set(err, "dataset row %lld is past the largest stream position", (long long)row);
+    uint32_t *ids = xmalloc(((size_t)T + 1) * sizeof *ids);
+    uint8_t *is_end = xmalloc((size_t)T + 1);
+    int rc = 0;
+    for (int b = 0; b < nrows && rc == 0; b++) {
+        rc = read_stream(ds, (row + b) * T, T + 1, ids, is_end, err);
+        if (rc != 0) break;
+        uint32_t *tok = out->tokens + (size_t)b * T;
+        int32_t *tgt = out->targets + (size_t)b * T;
+        int32_t *pos = out->positions + (size_t)b * T;
+        int32_t *doc = out->doc_ids + (size_t)b * T;
+        for (int t = 0; t < T; t++) {
+            tok[t] = ids[t];
+            tgt[t] = (int32_t)ids[t + 1];
+            if (!ds->opt.document_mask) {
+                pos[t] = t;
+                doc[t] = 0;
+            } else if (t == 0) {
+                pos[t] = 0;
+                doc[t] = 0;
+            } else {
+                /* The EOS belongs to the document it closes; the next token starts anew. */
+                pos[t] = is_end[t - 1] ? 0 : pos[t - 1] + 1;
+                doc[t] = doc[t - 1] + is_end[t - 1];
+            }
+        }
+    }
+    free(ids);
+    free(is_end);
+    return rc;
+}
+
+int dataset_batch(Dataset *ds, int global_rows, int first, int nrows, Batch *out, Err *err) {
+    if (first < 0 || nrows < 0 || first + nrows > global_rows)
+        return err_set(err, "dataset_batch: rows [%d, %d) are outside a global batch of %d rows",
+                       first, first + nrows, global_rows);
+    /* The epoch of the batch's last target token decides what is announced. */
+    int64_t last = (ds->next_row + global_rows) * ds->opt.seq_len;
+    int64_t epoch = last / ds->epoch_len;
+    for (int64_t e = ds->epoch_logged + 1; e <= epoch; e++)
+        log_info("dataset: epoch %lld begins (global row %lld; %lld documents in a new order)",
+                 (long long)e, (long long)((e * ds->epoch_len) / ds->opt.seq_len),
+                 (long long)ds->n_docs);
+    if (epoch > ds->epoch_logged) ds->epoch_logged = epoch;
+    return dataset_rows(ds, ds->next_row + first, nrows, out, err);
+}
+
+void dataset_advance(Dataset *ds, int global_rows) {
+    ds->next_row += global_rows;
+}
+
+/* ---- checkpoint state --------------------------------------------------------------------- */
+
+void dataset_state_save(const Dataset *ds, DatasetState *st) {
+    int64_t p = ds->next_row * ds->opt.seq_len;
+    st->row = ds->next_row;
+    st->epoch = p / ds->epoch_len;
+    st->offset = p % ds->epoch_len;
+}
+
+int dataset_state_restore(Dataset *ds, const DatasetState *st, Err *err) {
+    if (st->row < 0 || st->row > INT64_MAX / ds->opt.seq_len / 2)
+        return err_set(err, "checkpoint data position row %lld is out of range",
+                       (long long)st->row);
+    int64_t p = st->row * ds->opt.seq_len;
+    int64_t epoch = p / ds->epoch_len, offset = p % ds->epoch_len;
+    if (epoch != st->epoch || offset != st->offset)
+        return err_set(err,
+                       "checkpoint data position (row %lld = epoch %lld, offset %lld) does "
+                       "not fit dataset %s, where row %lld is epoch %lld, offset %lld: the "
+                       "data or seq_len changed since the checkpoint",
+                       (long long)st->row, (long long)st->epoch, (long long)st->offset,
+                       ds->opt.path, (long long)st->row, (long long)epoch, (long long)offset);
+    ds->next_row = st->row;
+    ds->epoch_logged = epoch;
+    return 0;
+}
+
+json_t *dataset_state_to_json(const DatasetState *st) {
+    return json_pack("{s:I, s:I, s:I}", "row", (json_int_t)st->row, "epoch", (json_int_t)st->epoch,
+                     "offset", (json_int_t)st->offset);
+}
+
+int dataset_state_from_json(const json_t *j, DatasetState *st, const char *what, Err *err) {
+    TRY(json_req_int(j, "row", &st->row, what, err));
+    TRY(json_req_int(j, "epoch", &st->epoch, what, err));
+    TRY(json_req_int(j, "offset", &st->offset, what, err));
+    return 0;
+}

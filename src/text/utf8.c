@@ -1,0 +1,139 @@
+/* UTF-8 validation, repair and character classes for the tokenizer. */
+#include "text/utf8.h"
+
+#include <string.h>
+#include <utf8proc.h>
+
+#include "core/err.h"
+
+int utf8_is_space(uint32_t cp) {
+    /* The White_Space property (Unicode 6.3 and later), which Oniguruma's and Rust's \s use;
+     * PCRE2's \s would also take U+180E. */
+    if (cp <= 0x20) return cp == 0x20 || (cp >= 0x09 && cp <= 0x0D);
+    if (cp < 0x85) return 0;
+    return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) ||
+           cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+int utf8_class(uint32_t cp) {
+    if (cp < 0x80) {
+        if ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z') return UC_LETTER;
+        if (cp >= '0' && cp <= '9') return UC_NUMBER;
+        if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D)) return UC_SPACE;
+        return UC_OTHER;
+    }
+    if (utf8_is_space(cp)) return UC_SPACE;
+    switch (utf8proc_category((utf8proc_int32_t)cp)) {
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO:
+        return UC_LETTER;
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_NO:
+        return UC_NUMBER;
+    default:
+        return UC_OTHER;
+    }
+}
+
+int utf8_encode(char *out, uint32_t cp) {
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (char)(0xC0 | (cp >> 6));
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (char)(0xE0 | (cp >> 12));
+        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        out[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    out[0] = (char)(0xF0 | (cp >> 18));
+    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    out[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* Length of the well-formed sequence at s[i] (0 when it is not one); *bad receives how many
+ * bytes the maximal invalid subpart spans when it is not. */
+static int seq_len(const uint8_t *s, size_t len, size_t i, size_t *bad) {
+    uint8_t c = s[i];
+    if (c < 0x80) return 1;
+    int need;
+    uint8_t lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF)
+        need = 1;
+    else if (c == 0xE0)
+        need = 2, lo = 0xA0;
+    else if (c >= 0xE1 && c <= 0xEC)
+        need = 2;
+    else if (c == 0xED)
+        need = 2, hi = 0x9F;
+    else if (c >= 0xEE && c <= 0xEF)
+        need = 2;
+    else if (c == 0xF0)
+        need = 3, lo = 0x90;
+    else if (c >= 0xF1 && c <= 0xF3)
+        need = 3;
+    else if (c == 0xF4)
+        need = 3, hi = 0x8F;
+    else {
+        *bad = 1;
+        return 0;
+    }
+    size_t k = 1;
+    for (int j = 0; j < need; j++, k++) {
+        if (i + k >= len) break;
+        uint8_t b = s[i + k];
+        if (j == 0 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) break;
+        if (j == need - 1) return need + 1;
+    }
+    *bad = k;
+    return 0;
+}
+
+size_t utf8_valid_prefix(const char *str, size_t len) {
+    const uint8_t *s = (const uint8_t *)str;
+    size_t i = 0, bad;
+    while (i < len) {
+        while (i + 8 <= len) {
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            if (w & 0x8080808080808080ull) break;
+            i += 8;
+        }
+        if (i >= len) break;
+        int n = seq_len(s, len, i, &bad);
+        if (n == 0) return i;
+        i += (size_t)n;
+    }
+    return len;
+}
+
+char *utf8_repair(const char *str, size_t len, size_t *out_len) {
+    const uint8_t *s = (const uint8_t *)str;
+    char *out = xmalloc(len * 3 + 1);
+    size_t i = 0, o = 0, bad;
+    while (i < len) {
+        int n = seq_len(s, len, i, &bad);
+        if (n > 0) {
+            memcpy(out + o, s + i, (size_t)n);
+            o += (size_t)n;
+            i += (size_t)n;
+        } else {
+            o += (size_t)utf8_encode(out + o, 0xFFFD);
+            i += bad;
+        }
+    }
+    out[o] = 0;
+    *out_len = o;
+    return out;
+}

@@ -1,0 +1,100 @@
+/* AdamW update in torch's fp32 operation order (torch/optim/adam.py, _single_tensor_adam with
+ * decoupled weight decay):
+ *   p *= 1 - lr*wd
+ *   m  = lerp(m, g, 1 - b1)
+ *   v  = v*b2 + (1 - b2)*g*g
+ *   denom = sqrt(v) / sqrt(1 - b2^t) + eps
+ *   p += -(lr / (1 - b1^t)) * m / denom
+ * Scalars are computed in double (Python floats) and rounded to fp32 once, as torch does when
+ * it passes them to its fp32 kernels. */
+#include "train/adamw.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int adamw_init(AdamW *opt, const AdamWConfig *cfg, const AdamWParam *params, int nparams,
+               Err *err) {
+    memset(opt, 0, sizeof *opt);
+    opt->cfg = *cfg;
+    if (!(cfg->beta1 >= 0 && cfg->beta1 < 1) || !(cfg->beta2 >= 0 && cfg->beta2 < 1))
+        return err_set(err, "optimizer betas must be in [0, 1), got beta1 %g and beta2 %g",
+                       cfg->beta1, cfg->beta2);
+    if (!(cfg->eps >= 0)) return err_set(err, "optimizer eps must be >= 0, got %g", cfg->eps);
+    opt->nparams = nparams;
+    opt->params = xcalloc((size_t)(nparams > 0 ? nparams : 1), sizeof *opt->params);
+    opt->m = xcalloc((size_t)(nparams > 0 ? nparams : 1), sizeof *opt->m);
+    opt->v = xcalloc((size_t)(nparams > 0 ? nparams : 1), sizeof *opt->v);
+    if (nparams > 0) memcpy(opt->params, params, (size_t)nparams * sizeof *params);
+    /* Same layout code twice: once to size the arena, once to place the tensors. */
+    Arena count;
+    arena_init_counting(&count, "optimizer state");
+    for (int i = 0; i < nparams; i++) {
+        arena_floats(&count, params[i].n);
+        arena_floats(&count, params[i].n);
+    }
+    if (arena_init(&opt->state, "optimizer state", count.used > 0 ? count.used : 64, err) != 0) {
+        adamw_free(opt);
+        return -1;
+    }
+    for (int i = 0; i < nparams; i++) {
+        opt->m[i] = arena_floats(&opt->state, params[i].n);
+        opt->v[i] = arena_floats(&opt->state, params[i].n);
+    }
+    return 0;
+}
+
+void adamw_free(AdamW *opt) {
+    free(opt->params);
+    free(opt->m);
+    free(opt->v);
+    arena_free(&opt->state);
+    memset(opt, 0, sizeof *opt);
+}
+
+void adamw_step(AdamW *opt, double lr) {
+    opt->step++;
+    const AdamWConfig *c = &opt->cfg;
+    double t = (double)opt->step;
+    double bias_correction1 = 1.0 - pow(c->beta1, t);
+    double bias_correction2 = 1.0 - pow(c->beta2, t);
+    const float decay_mul = (float)(1.0 - lr * c->weight_decay);
+    const float w1 = (float)(1.0 - c->beta1); /* lerp weight */
+    const float b2 = (float)c->beta2;
+    const float one_minus_b2 = (float)(1.0 - c->beta2);
+    const float bc2_sqrt = (float)sqrt(bias_correction2);
+    const float eps = (float)c->eps;
+    const float neg_step_size = (float)(-(lr / bias_correction1));
+    const int use_lerp_low = fabsf(w1) < 0.5f;
+#pragma omp parallel
+    for (int i = 0; i < opt->nparams; i++) {
+        const AdamWParam *p = &opt->params[i];
+        float *restrict x = p->param;
+        const float *restrict g = p->grad;
+        float *restrict m = opt->m[i];
+        float *restrict v = opt->v[i];
+        const int decay = p->decay && c->weight_decay != 0.0;
+        long n = (long)p->n;
+#pragma omp for schedule(static) nowait
+        for (long j = 0; j < n; j++) {
+            float xj = x[j];
+            if (decay) xj *= decay_mul;
+            float gj = g[j];
+            /* torch's lerp picks the form that is exact at its nearer end. */
+            float mj = use_lerp_low ? m[j] + w1 * (gj - m[j]) : gj - (gj - m[j]) * (1.0f - w1);
+            float vj = v[j] * b2;
+            vj = vj + one_minus_b2 * gj * gj;
+            float denom = sqrtf(vj) / bc2_sqrt + eps;
+            xj = xj + neg_step_size * mj / denom;
+            m[j] = mj;
+            v[j] = vj;
+            x[j] = xj;
+        }
+    }
+}
+
+int adamw_default_decay(const char *name, int exempt_norms, int exempt_embeddings) {
+    if (exempt_norms && strstr(name, "norm")) return 0;
+    if (exempt_embeddings && strstr(name, "tok_embeddings")) return 0;
+    return 1;
+}

@@ -1,0 +1,50 @@
+/* AdamW with decoupled weight decay, computed in fp32 in the same operation order as
+ * torch.optim.AdamW's single-tensor CPU path, so parameters after N steps agree with torch to
+ * rounding. The optimizer state (exp_avg m, exp_avg_sq v) lives in one arena sized at init. */
+#ifndef QT_ADAMW_H
+#define QT_ADAMW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/arena.h"
+#include "core/err.h"
+
+typedef struct AdamWConfig {
+    double beta1, beta2; /* torch defaults 0.9, 0.999; torchtitan uses 0.9, 0.95 */
+    double eps;
+    double weight_decay; /* applied only to tensors with decay = 1 */
+} AdamWConfig;
+
+/* One parameter tensor the optimizer updates; param and grad are caller-owned. */
+typedef struct AdamWParam {
+    const char *name;  /* FQN, for checkpoints and errors (borrowed) */
+    float *param;      /* (n) */
+    const float *grad; /* (n) */
+    size_t n;
+    int decay; /* 1: weight decay applies; 0: exempt (norms, embeddings when asked) */
+} AdamWParam;
+
+typedef struct AdamW {
+    AdamWConfig cfg;
+    int64_t step; /* completed steps; bias corrections use step + 1 on the next update */
+    int nparams;
+    AdamWParam *params; /* (nparams), copied at init */
+    float **m;          /* (nparams) pointers into state: exp_avg per tensor */
+    float **v;          /* (nparams) pointers into state: exp_avg_sq per tensor */
+    Arena state;
+} AdamW;
+
+/* Copies the parameter table and allocates zeroed m and v for every element. */
+int adamw_init(AdamW *opt, const AdamWConfig *cfg, const AdamWParam *params, int nparams, Err *err);
+void adamw_free(AdamW *opt);
+/* One update of every parameter with learning rate lr (increments opt->step first, as torch
+ * does). Elementwise and statically partitioned over OpenMP threads, so results do not depend
+ * on the thread count. */
+void adamw_step(AdamW *opt, double lr);
+
+/* The usual exemption rule: 0 (no decay) for RMSNorm weights (a name containing "norm") when
+ * exempt_norms, and for "tok_embeddings" when exempt_embeddings; otherwise 1. */
+int adamw_default_decay(const char *name, int exempt_norms, int exempt_embeddings);
+
+#endif

@@ -1,0 +1,589 @@
+/* Training checkpoints written with a rename as the commit point and verified on load. */
+#include "train/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/fs.h"
+#include "core/json.h"
+#include "core/log.h"
+#include "io/safetensors.h"
+
+#define CKPT_FORMAT_NAME "qtitan-checkpoint"
+#define CKPT_STATE_FILE "train_state.json"
+#define CKPT_MODEL_FILE "model.safetensors"
+#define CKPT_OPTIM_FILE "optim.safetensors"
+/* The optimizer's step count travels in optim.safetensors under this name too. */
+#define CKPT_STEP_TENSOR "step"
+
+static const char *const CKPT_FILES[] = {CKPT_MODEL_FILE, CKPT_OPTIM_FILE};
+#define CKPT_NFILES 2
+
+/* ---- checksum ---------------------------------------------------------------------------- */
+
+static inline uint64_t rotl64(uint64_t x, int r) {
+    return (x << r) | (x >> (64 - r));
+}
+
+static inline uint64_t load64(const unsigned char *p) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return w;
+}
+
+static inline uint64_t avalanche(uint64_t h) {
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 33;
+    return h;
+}
+
+/* Four independent multiply-rotate lanes over 32-byte blocks (so the loop runs at memory
+ * speed), folded together with the length; the tail goes through FNV-1a. */
+uint64_t ckpt_checksum(const void *data, size_t n) {
+    const unsigned char *p = data;
+    const uint64_t m1 = 0x9e3779b97f4a7c15ULL, m2 = 0xd6e8feb86659fd93ULL;
+    uint64_t lane[4] = {m1, m2, ~m1, ~m2};
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int k = 0; k < 4; k++)
+            lane[k] = rotl64(lane[k] ^ (load64(p + i + 8 * k) * m2), 29) * m1;
+    uint64_t tail = 0xcbf29ce484222325ULL;
+    for (; i < n; i++)
+        tail = (tail ^ p[i]) * 0x100000001b3ULL;
+    uint64_t h = (uint64_t)n * m1;
+    for (int k = 0; k < 4; k++)
+        h = rotl64(h ^ avalanche(lane[k]), 27) * m2;
+    return avalanche(h ^ avalanche(tail));
+}
+
+/* Size and checksum of a whole file, read through a mapping. */
+static int file_digest(const char *path, uint64_t *size, uint64_t *hash, Err *err) {
+    int fd = open(path, O_RDONLY);
+    SYS_CHECK(fd >= 0, err, "cannot open %s", path);
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        err_sys(err, "cannot stat %s", path);
+        close(fd);
+        return -1;
+    }
+    *size = (uint64_t)st.st_size;
+    if (st.st_size == 0) {
+        close(fd);
+        *hash = ckpt_checksum("", 0);
+        return 0;
+    }
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    SYS_CHECK(map != MAP_FAILED, err, "cannot map %s", path);
+    madvise(map, (size_t)st.st_size, MADV_SEQUENTIAL);
+    *hash = ckpt_checksum(map, (size_t)st.st_size);
+    munmap(map, (size_t)st.st_size);
+    return 0;
+}
+
+static int fsync_path(const char *path, Err *err) {
+    int fd = open(path, O_RDONLY);
+    SYS_CHECK(fd >= 0, err, "cannot open %s", path);
+    int rc = fsync(fd);
+    close(fd);
+    SYS_CHECK(rc == 0, err, "cannot sync %s", path);
+    return 0;
+}
+
+/* ---- directory names --------------------------------------------------------------------- */
+
+/* "step-123" -> 123; anything else (tmp dirs, other files) -> -1. */
+static int64_t parse_step_name(const char *name) {
+    if (strncmp(name, "step-", 5) != 0) return -1;
+    const char *p = name + 5;
+    if (*p < '0' || *p > '9') return -1;
+    int64_t v = 0;
+    for (; *p; p++) {
+        if (*p < '0' || *p > '9' || v > (INT64_MAX - 9) / 10) return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return v;
+}
+
+static int cmp_desc(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x < y) - (x > y);
+}
+
+/* Step numbers of the step-N directories under root, newest first. *n = 0 when root is
+ * missing. */
+static int list_steps(const char *root, int64_t **steps, int *n, Err *err) {
+    *steps = NULL;
+    *n = 0;
+    DIR *d = opendir(root);
+    if (!d) {
+        if (errno == ENOENT) return 0;
+        return err_sys(err, "cannot list checkpoint folder %s", root);
+    }
+    int cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int64_t s = parse_step_name(e->d_name);
+        if (s < 0) continue;
+        char *full = fs_join(root, e->d_name);
+        int is_dir = fs_is_dir(full);
+        free(full);
+        if (!is_dir) continue;
+        if (*n == cap)
+            *steps = xrealloc(*steps, (size_t)(cap = cap ? 2 * cap : 16) * sizeof **steps);
+        (*steps)[(*n)++] = s;
+    }
+    closedir(d);
+    if (*n > 1) qsort(*steps, (size_t)*n, sizeof **steps, cmp_desc);
+    return 0;
+}
+
+static char *step_dir(const char *root, int64_t step) {
+    char name[64];
+    snprintf(name, sizeof name, "step-%" PRId64, step);
+    return fs_join(root, name);
+}
+
+/* ---- save -------------------------------------------------------------------------------- */
+
+static int check_tensors(const CkptTensor *t, int n, const char *what, Err *err) {
+    for (int i = 0; i < n; i++) {
+        if (!t[i].name || !t[i].data)
+            return err_set(err, "checkpoint: %s tensor %d has no name or data", what, i);
+        if (t[i].ndim < 0 || t[i].ndim > CKPT_MAX_DIMS || t[i].ndim > ST_MAX_DIMS)
+            return err_set(err, "checkpoint: %s tensor %s has %d dimensions, at most %d allowed",
+                           what, t[i].name, t[i].ndim, CKPT_MAX_DIMS);
+        if (strcmp(t[i].name, CKPT_STEP_TENSOR) == 0 && strcmp(what, "optimizer") == 0)
+            return err_set(err, "checkpoint: optimizer tensor name \"%s\" is reserved",
+                           CKPT_STEP_TENSOR);
+    }
+    return 0;
+}
+
+static int write_tensors(const char *path, const CkptTensor *t, int n, const int64_t *step,
+                         Err *err) {
+    StWriter w;
+    st_writer_init(&w);
+    for (int i = 0; i < n; i++)
+        st_writer_add(&w, t[i].name, DT_F32, t[i].ndim, t[i].shape, t[i].data);
+    const int64_t one = 1;
+    if (step) st_writer_add(&w, CKPT_STEP_TENSOR, DT_I64, 1, &one, step);
+    int rc = st_write_finish(&w, path, err);
+    st_writer_free(&w);
+    if (rc != 0) return -1;
+    /* The writer syncs its file; syncing again costs nothing and does not rely on it. */
+    return fsync_path(path, err);
+}
+
+static json_t *u64_str(uint64_t v, int hex) {
+    char buf[32];
+    snprintf(buf, sizeof buf, hex ? "%016" PRIx64 : "%" PRIu64, v);
+    return json_string(buf);
+}
+
+static int write_state(const char *dir, const CkptState *st, Err *err) {
+    json_t *o = json_object();
+    json_object_set_new(o, "format", json_string(CKPT_FORMAT_NAME));
+    json_object_set_new(o, "version", json_integer(CKPT_FORMAT_VERSION));
+    json_object_set_new(o, "step", json_integer(st->step));
+    json_object_set_new(o, "tokens_seen", json_integer(st->tokens_seen));
+    json_t *sched = json_object();
+    json_object_set_new(sched, "last_step", json_integer(st->step));
+    json_object_set_new(sched, "lr", json_real(st->lr));
+    json_object_set_new(o, "lr_schedule", sched);
+    json_object_set_new(o, "optim_step", json_integer(st->optim_step));
+    json_object_set(o, "data_position", st->data_position ? st->data_position : json_null());
+    json_t *rng = json_array();
+    for (int i = 0; i < 4; i++)
+        json_array_append_new(rng, u64_str(st->rng[i], 0));
+    json_object_set_new(o, "rng", rng);
+    json_object_set_new(o, "config_hash", u64_str(st->config_hash, 1));
+    json_t *files = json_object();
+    for (int i = 0; i < CKPT_NFILES; i++) {
+        char *path = fs_join(dir, CKPT_FILES[i]);
+        uint64_t size, hash;
+        int rc = file_digest(path, &size, &hash, err);
+        free(path);
+        if (rc != 0) {
+            json_decref(files);
+            json_decref(o);
+            return -1;
+        }
+        json_t *f = json_object();
+        json_object_set_new(f, "bytes", json_integer((json_int_t)size));
+        json_object_set_new(f, "checksum", u64_str(hash, 1));
+        json_object_set_new(files, CKPT_FILES[i], f);
+    }
+    json_object_set_new(o, "files", files);
+    char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+    json_decref(o);
+    if (!text) return err_set(err, "checkpoint: cannot serialise %s", CKPT_STATE_FILE);
+    char *path = fs_join(dir, CKPT_STATE_FILE);
+    size_t len = strlen(text);
+    text[len] = '\n'; /* replaces the NUL: the buffer is written by length */
+    int rc = fs_write_atomic(path, text, len + 1, err);
+    free(text);
+    free(path);
+    return rc;
+}
+
+/* Keeps the keep newest steps that pass the cheap check; removes every step older than the
+ * last kept one (broken ones included). The newest complete step is always among those kept. */
+static int prune(const char *root, int keep, Err *err) {
+    if (keep <= 0) return 0;
+    int64_t *steps;
+    int n;
+    TRY(list_steps(root, &steps, &n, err));
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        char *dir = step_dir(root, steps[i]);
+        Err e;
+        if (kept < keep) {
+            if (ckpt_verify(dir, 0, &e) == 0) kept++;
+        } else if (fs_remove_tree(dir, &e) != 0) {
+            log_warn("checkpoint: cannot remove old %s: %s", dir, e.msg);
+        }
+        free(dir);
+    }
+    free(steps);
+    return 0;
+}
+
+int ckpt_save(const char *root, const CkptState *st, const CkptTensor *model, int nmodel,
+              const CkptTensor *optim, int noptim, int keep_latest_k, Err *err) {
+    if (st->step < 0) return err_set(err, "checkpoint: step must be >= 0, got %" PRId64, st->step);
+    if (st->data_position && !json_is_object(st->data_position))
+        return err_set(err, "checkpoint: the data position must be a JSON object");
+    TRY(check_tensors(model, nmodel, "model", err));
+    TRY(check_tensors(optim, noptim, "optimizer", err));
+    if (fs_mkdirs(root, err) != 0) return err_wrap(err, "cannot create checkpoint folder %s", root);
+    char name[96];
+    snprintf(name, sizeof name, "step-%" PRId64 ".tmp-%ld", st->step, (long)getpid());
+    char *tmp = fs_join(root, name);
+    char *final = step_dir(root, st->step);
+    char *old = NULL;
+    Err ignore;
+    if (fs_exists(tmp) && fs_remove_tree(tmp, err) != 0) goto fail;
+    if (mkdir(tmp, 0755) != 0) {
+        err_sys(err, "cannot create checkpoint directory %s", tmp);
+        goto fail;
+    }
+    char *model_path = fs_join(tmp, CKPT_MODEL_FILE), *optim_path = fs_join(tmp, CKPT_OPTIM_FILE);
+    int rc = write_tensors(model_path, model, nmodel, NULL, err);
+    if (rc == 0) rc = write_tensors(optim_path, optim, noptim, &st->optim_step, err);
+    free(model_path);
+    free(optim_path);
+    if (rc != 0 || write_state(tmp, st, err) != 0 || fs_sync_dir(tmp, err) != 0) goto fail;
+    if (fs_exists(final)) {
+        /* A step saved again (after a resume): move the old one aside under a stale-tmp name
+         * so a crash between the renames leaves it to the start-up clean-up. */
+        snprintf(name, sizeof name, "step-%" PRId64 ".tmp-%ld-old", st->step, (long)getpid());
+        old = fs_join(root, name);
+        if (rename(final, old) != 0) {
+            err_sys(err, "cannot move %s aside", final);
+            goto fail;
+        }
+    }
+    if (rename(tmp, final) != 0) {
+        err_sys(err, "cannot rename %s to %s", tmp, final);
+        goto fail;
+    }
+    if (fs_sync_dir(root, err) != 0) goto fail_committed;
+    if (old && fs_remove_tree(old, &ignore) != 0)
+        log_warn("checkpoint: cannot remove %s: %s", old, ignore.msg);
+    free(tmp);
+    free(final);
+    free(old);
+    return prune(root, keep_latest_k, err);
+fail:
+    if (fs_exists(tmp)) fs_remove_tree(tmp, &ignore);
+    if (old && !fs_exists(final)) rename(old, final);
+fail_committed:
+    free(tmp);
+    free(final);
+    free(old);
+    return err_wrap(err, "checkpoint of step %" PRId64 " in %s failed", st->step, root);
+}
+
+/* ---- verify / find / load ---------------------------------------------------------------- */
+
+static int parse_u64(const char *s, int hex, uint64_t *out) {
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, hex ? 16 : 10);
+    if (errno || *end || *s == '-') return -1;
+    *out = v;
+    return 0;
+}
+
+static json_t *load_state_json(const char *dir, char **path_out, Err *err) {
+    char *path = fs_join(dir, CKPT_STATE_FILE);
+    json_t *o = json_load_path(path, err);
+    if (!o) {
+        free(path);
+        return NULL;
+    }
+    const char *fmt = NULL;
+    int64_t version = 0;
+    if (!json_is_object(o) || json_req_str(o, "format", &fmt, path, err) != 0 ||
+        json_req_int(o, "version", &version, path, err) != 0) {
+        if (!json_is_object(o)) err_set(err, "%s: expected a JSON object", path);
+        json_decref(o);
+        free(path);
+        return NULL;
+    }
+    if (strcmp(fmt, CKPT_FORMAT_NAME) != 0 || version != CKPT_FORMAT_VERSION) {
+        err_set(err, "%s: format \"%s\" version %" PRId64 ", expected \"%s\" version %d", path, fmt,
+                version, CKPT_FORMAT_NAME, CKPT_FORMAT_VERSION);
+        json_decref(o);
+        free(path);
+        return NULL;
+    }
+    *path_out = path;
+    return o;
+}
+
+int ckpt_verify(const char *dir, int full, Err *err) {
+    char *spath = NULL;
+    json_t *o = load_state_json(dir, &spath, err);
+    if (!o) return -1;
+    int rc = 0;
+    json_t *files = json_object_get(o, "files");
+    for (int i = 0; i < CKPT_NFILES && rc == 0; i++) {
+        json_t *f = json_object_get(files, CKPT_FILES[i]);
+        int64_t bytes;
+        const char *sum;
+        uint64_t want;
+        if (!json_is_object(f)) {
+            rc = err_set(err, "%s: files.%s is missing", spath, CKPT_FILES[i]);
+            break;
+        }
+        if (json_req_int(f, "bytes", &bytes, spath, err) != 0 ||
+            json_req_str(f, "checksum", &sum, spath, err) != 0) {
+            rc = -1;
+            break;
+        }
+        if (parse_u64(sum, 1, &want) != 0) {
+            rc = err_set(err, "%s: files.%s.checksum \"%s\" is not a hex number", spath,
+                         CKPT_FILES[i], sum);
+            break;
+        }
+        char *path = fs_join(dir, CKPT_FILES[i]);
+        struct stat st;
+        if (stat(path, &st) != 0) {
+            rc = err_sys(err, "checkpoint file %s is missing", path);
+        } else if ((int64_t)st.st_size != bytes) {
+            rc = err_set(err, "checkpoint file %s has %lld bytes, %s records %" PRId64, path,
+                         (long long)st.st_size, CKPT_STATE_FILE, bytes);
+        } else if (full) {
+            uint64_t size, hash;
+            if (file_digest(path, &size, &hash, err) != 0)
+                rc = -1;
+            else if (hash != want)
+                rc = err_set(err,
+                             "checkpoint file %s has checksum %016" PRIx64
+                             ", %s records %016" PRIx64 " (corrupted)",
+                             path, hash, CKPT_STATE_FILE, want);
+        }
+        free(path);
+    }
+    json_decref(o);
+    free(spath);
+    return rc;
+}
+
+int ckpt_find_latest(const char *root, int64_t *step, char **path, Err *err) {
+    int64_t *steps;
+    int n;
+    TRY(list_steps(root, &steps, &n, err));
+    for (int i = 0; i < n; i++) {
+        char *dir = step_dir(root, steps[i]);
+        Err e;
+        e.msg[0] = 0;
+        if (ckpt_verify(dir, 1, &e) == 0) {
+            *step = steps[i];
+            *path = dir;
+            free(steps);
+            return 1;
+        }
+        log_warn("checkpoint: skipping incomplete %s: %s", dir, e.msg);
+        free(dir);
+    }
+    free(steps);
+    return 0;
+}
+
+int ckpt_clean_stale(const char *root, Err *err) {
+    DIR *d = opendir(root);
+    if (!d) {
+        if (errno == ENOENT) return 0;
+        return err_sys(err, "cannot list checkpoint folder %s", root);
+    }
+    int rc = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "step-", 5) != 0 || !strstr(e->d_name, ".tmp-")) continue;
+        char *full = fs_join(root, e->d_name);
+        log_warn("checkpoint: removing %s left by an interrupted save", full);
+        if (fs_remove_tree(full, err) != 0) rc = -1;
+        free(full);
+        if (rc) break;
+    }
+    closedir(d);
+    return rc;
+}
+
+static int in_list(const char *name, const CkptTensor *t, int n) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(t[i].name, name) == 0) return 1;
+    return 0;
+}
+
+static int read_tensors(const char *path, const CkptTensor *t, int n, int64_t *step, Err *err) {
+    StFile f;
+    TRY(st_open(&f, path, err));
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        const StTensor *s = st_find(&f, t[i].name);
+        if (!s) {
+            rc = err_set(err, "checkpoint file %s has no tensor %s", path, t[i].name);
+            break;
+        }
+        int same = s->dtype == DT_F32 && s->ndim == t[i].ndim;
+        for (int k = 0; same && k < s->ndim; k++)
+            same = s->shape[k] == t[i].shape[k];
+        if (!same) {
+            rc = err_set(err,
+                         "checkpoint file %s: tensor %s has dtype %s and %d dims, expected "
+                         "F32 with the model's shape (%d dims)",
+                         path, t[i].name, dtype_name(s->dtype), s->ndim, t[i].ndim);
+            break;
+        }
+        memcpy(t[i].data, s->data, s->nbytes);
+    }
+    for (int i = 0; i < f.n && rc == 0; i++) {
+        if (step && strcmp(f.tensors[i].name, CKPT_STEP_TENSOR) == 0) continue;
+        if (!in_list(f.tensors[i].name, t, n))
+            rc = err_set(err, "checkpoint file %s holds tensor %s, which this model does not have",
+                         path, f.tensors[i].name);
+    }
+    if (rc == 0 && step) {
+        const StTensor *s = st_find(&f, CKPT_STEP_TENSOR);
+        if (!s || s->dtype != DT_I64 || s->numel != 1)
+            rc = err_set(err, "checkpoint file %s has no I64 tensor \"%s\" of one element", path,
+                         CKPT_STEP_TENSOR);
+        else
+            memcpy(step, s->data, sizeof *step);
+    }
+    st_close(&f);
+    return rc;
+}
+
+int ckpt_load(const char *dir, CkptState *st, const CkptTensor *model, int nmodel,
+              const CkptTensor *optim, int noptim, Err *err) {
+    memset(st, 0, sizeof *st);
+    TRY(ckpt_verify(dir, 1, err));
+    char *spath = NULL;
+    json_t *o = load_state_json(dir, &spath, err);
+    if (!o) return -1;
+    int rc = -1;
+    json_t *rng = json_object_get(o, "rng"), *sched = json_object_get(o, "lr_schedule");
+    const char *hash = NULL;
+    if (json_req_int(o, "step", &st->step, spath, err) != 0 ||
+        json_req_int(o, "tokens_seen", &st->tokens_seen, spath, err) != 0 ||
+        json_req_int(o, "optim_step", &st->optim_step, spath, err) != 0 ||
+        json_req_str(o, "config_hash", &hash, spath, err) != 0)
+        goto out;
+    if (parse_u64(hash, 1, &st->config_hash) != 0) {
+        err_set(err, "%s: config_hash \"%s\" is not a hex number", spath, hash);
+        goto out;
+    }
+    if (json_array_size(rng) != 4) {
+        err_set(err, "%s: rng must be an array of 4 decimal strings", spath);
+        goto out;
+    }
+    for (int i = 0; i < 4; i++)
+        if (parse_u64(json_string_value(json_array_get(rng, (size_t)i)), 0, &st->rng[i]) != 0) {
+            err_set(err, "%s: rng[%d] is not an unsigned decimal string", spath, i);
+            goto out;
+        }
+    if (json_is_object(sched) && json_opt_num(sched, "lr", &st->lr, spath, err) != 0) goto out;
+    json_t *pos = json_object_get(o, "data_position");
+    if (json_is_object(pos)) st->data_position = json_incref(pos);
+    char *mpath = fs_join(dir, CKPT_MODEL_FILE), *opath = fs_join(dir, CKPT_OPTIM_FILE);
+    int64_t ostep = -1;
+    rc = read_tensors(mpath, model, nmodel, NULL, err);
+    if (rc == 0) rc = read_tensors(opath, optim, noptim, &ostep, err);
+    if (rc == 0 && ostep != st->optim_step)
+        rc = err_set(err,
+                     "%s: optimizer step %" PRId64 " disagrees with optim_step %" PRId64 " in %s",
+                     opath, ostep, st->optim_step, CKPT_STATE_FILE);
+    free(mpath);
+    free(opath);
+    if (rc != 0) {
+        json_decref(st->data_position);
+        st->data_position = NULL;
+    }
+out:
+    json_decref(o);
+    free(spath);
+    return rc;
+}
+
+/* ---- optimizer state as tensors ---------------------------------------------------------- */
+
+static int64_t numel_of(const CkptTensor *t) {
+    int64_t n = 1;
+    for (int k = 0; k < t->ndim; k++)
+        n *= t->shape[k];
+    return n;
+}
+
+CkptTensor *ckpt_adamw_tensors(const AdamW *opt, const CkptTensor *model, int nmodel, Err *err) {
+    if (nmodel != opt->nparams) {
+        err_set(err, "checkpoint: the model lists %d tensors but the optimizer holds %d", nmodel,
+                opt->nparams);
+        return NULL;
+    }
+    for (int i = 0; i < nmodel; i++)
+        if ((size_t)numel_of(&model[i]) != opt->params[i].n) {
+            err_set(err,
+                    "checkpoint: tensor %d (%s) has %lld elements but optimizer entry %d has "
+                    "%zu",
+                    i, model[i].name, (long long)numel_of(&model[i]), i, opt->params[i].n);
+            return NULL;
+        }
+    CkptTensor *t = xcalloc((size_t)(2 * nmodel > 0 ? 2 * nmodel : 1), sizeof *t);
+    for (int i = 0; i < nmodel; i++) {
+        size_t len = strlen(model[i].name) + 16;
+        char *m = xmalloc(len), *v = xmalloc(len);
+        snprintf(m, len, "%s.exp_avg", model[i].name);
+        snprintf(v, len, "%s.exp_avg_sq", model[i].name);
+        t[2 * i] = model[i];
+        t[2 * i].name = m;
+        t[2 * i].data = opt->m[i];
+        t[2 * i + 1] = model[i];
+        t[2 * i + 1].name = v;
+        t[2 * i + 1].data = opt->v[i];
+    }
+    return t;
+}
+
+void ckpt_tensors_free(CkptTensor *t, int n) {
+    if (!t) return;
+    for (int i = 0; i < n; i++)
+        free((char *)t[i].name);
+    free(t);
+}

@@ -1,0 +1,76 @@
+/* Training checkpoints: {root}/step-N/ with model.safetensors (fp32 parameters under qtitan
+ * names), optim.safetensors (AdamW state plus its step) and train_state.json (step, tokens,
+ * LR schedule, data position, RNG, config hash, and each file's size and 64-bit checksum).
+ *
+ * Commit protocol: everything is written into step-N.tmp-<pid>/, each file fsynced, the
+ * directory fsynced, then renamed to step-N and the parent fsynced. The rename is the commit
+ * point; loading still verifies sizes and checksums, so a torn or corrupted step is skipped. */
+#ifndef QT_CHECKPOINT_H
+#define QT_CHECKPOINT_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "train/adamw.h"
+
+#define CKPT_FORMAT_VERSION 1
+#define CKPT_MAX_DIMS 8
+
+/* One named fp32 buffer of the caller's (a parameter, an exp_avg, ...). */
+typedef struct CkptTensor {
+    const char *name;
+    int ndim;
+    int64_t shape[CKPT_MAX_DIMS];
+    float *data; /* (prod(shape)); read on save, written on load */
+} CkptTensor;
+
+/* Everything besides tensors that a resumed run needs. */
+typedef struct CkptState {
+    int64_t step;          /* training steps completed */
+    int64_t tokens_seen;   /* global tokens consumed */
+    int64_t optim_step;    /* AdamW's step count */
+    double lr;             /* learning rate of the last step (the schedule itself is a function of
+                              the step, so this is informative and checked, not needed) */
+    json_t *data_position; /* opaque object from the data loader; save borrows it, load returns a
+                              new reference the caller owns (NULL when the file had none) */
+    uint64_t rng[4];       /* xoshiro256** state */
+    uint64_t config_hash;  /* the job config's hash; resuming under another config warns */
+} CkptState;
+
+/* 64-bit checksum of a byte range (a streaming-free, word-at-a-time mix; not cryptographic). */
+uint64_t ckpt_checksum(const void *data, size_t n);
+
+/* Writes {root}/step-{st->step}/ as described above, replacing an existing step of the same
+ * number, then keeps only the keep_latest_k newest complete steps (0 = keep all). On failure the
+ * temporary directory is removed and earlier checkpoints are untouched. */
+int ckpt_save(const char *root, const CkptState *st, const CkptTensor *model, int nmodel,
+              const CkptTensor *optim, int noptim, int keep_latest_k, Err *err);
+
+/* Checks that step_dir is a complete checkpoint: train_state.json parses with the right format
+ * and version, every file it lists is present with the recorded size and, when full is 1, the
+ * recorded checksum. */
+int ckpt_verify(const char *step_dir, int full, Err *err);
+
+/* Finds the newest complete step under root (fully verified; broken steps are skipped with a
+ * warning). Returns 1 and sets *step and *path (malloc'd) when found, 0 when there is none (or
+ * root does not exist), -1 on an error reading root. */
+int ckpt_find_latest(const char *root, int64_t *step, char **path, Err *err);
+
+/* Removes leftover step-N.tmp-* directories of interrupted saves. */
+int ckpt_clean_stale(const char *root, Err *err);
+
+/* Loads a verified checkpoint into the caller's buffers: every tensor named in model / optim
+ * must exist with exactly that shape (fp32), and the files must hold no other tensors. Fills
+ * *st (data_position as a new reference). */
+int ckpt_load(const char *step_dir, CkptState *st, const CkptTensor *model, int nmodel,
+              const CkptTensor *optim, int noptim, Err *err);
+
+/* The optimizer state of opt as checkpoint tensors, named "<param>.exp_avg" and
+ * "<param>.exp_avg_sq" and shaped like model[i], which must list opt's parameters in the same
+ * order with the same element counts. Returns 2 * nmodel tensors (free with
+ * ckpt_tensors_free), or NULL after an error naming the first mismatch. */
+CkptTensor *ckpt_adamw_tensors(const AdamW *opt, const CkptTensor *model, int nmodel, Err *err);
+void ckpt_tensors_free(CkptTensor *t, int n);
+
+#endif

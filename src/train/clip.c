@@ -1,0 +1,59 @@
+/* Global-norm gradient clipping with a thread-count-independent reduction. */
+#include "train/clip.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "core/err.h"
+
+/* Elements per partial sum: big enough to amortise scheduling, small enough to balance. */
+#define CLIP_CHUNK 65536
+
+double grad_sum_squares(const GradRef *grads, int n) {
+    double total = 0.0;
+    for (int t = 0; t < n; t++) {
+        const float *g = grads[t].g;
+        size_t len = grads[t].n;
+        long nchunks = (long)((len + CLIP_CHUNK - 1) / CLIP_CHUNK);
+        if (nchunks == 0) continue;
+        double *partial = xmalloc((size_t)nchunks * sizeof *partial);
+#pragma omp parallel for schedule(static)
+        for (long c = 0; c < nchunks; c++) {
+            size_t lo = (size_t)c * CLIP_CHUNK;
+            size_t hi = lo + CLIP_CHUNK < len ? lo + CLIP_CHUNK : len;
+            double s = 0.0;
+            for (size_t i = lo; i < hi; i++)
+                s += (double)g[i] * (double)g[i];
+            partial[c] = s;
+        }
+        for (long c = 0; c < nchunks; c++)
+            total += partial[c];
+        free(partial);
+    }
+    return total;
+}
+
+double grad_global_norm(const GradRef *grads, int n) {
+    return sqrt(grad_sum_squares(grads, n));
+}
+
+float grad_clip_scale(const GradRef *grads, int n, double total_norm, double max_norm) {
+    if (!isfinite(total_norm) || !(max_norm > 0)) return 1.0f;
+    float coef = (float)max_norm / ((float)total_norm + 1e-6f);
+    if (coef >= 1.0f) return 1.0f;
+    for (int t = 0; t < n; t++) {
+        float *g = grads[t].g;
+        long len = (long)grads[t].n;
+#pragma omp parallel for schedule(static)
+        for (long i = 0; i < len; i++)
+            g[i] *= coef;
+    }
+    return coef;
+}
+
+double grad_clip(const GradRef *grads, int n, double max_norm, int *finite) {
+    double norm = grad_global_norm(grads, n);
+    *finite = isfinite(norm) != 0;
+    grad_clip_scale(grads, n, norm, max_norm);
+    return norm;
+}

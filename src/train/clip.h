@@ -1,0 +1,28 @@
+/* Gradient clipping by global L2 norm, like torch.nn.utils.clip_grad_norm_: the norm over all
+ * gradient tensors together, and a scale of max_norm / (norm + 1e-6) when that is below 1. */
+#ifndef QT_CLIP_H
+#define QT_CLIP_H
+
+#include <stddef.h>
+
+/* One gradient tensor. */
+typedef struct GradRef {
+    float *g; /* (n) */
+    size_t n;
+} GradRef;
+
+/* Global L2 norm of all tensors. Squares are summed in double in fixed-size chunks whose
+ * partial sums are added in a fixed order, so the result does not depend on the thread count.
+ * Returns NaN or inf when any gradient is non-finite. */
+double grad_global_norm(const GradRef *grads, int n);
+/* Sum of squares only (for data-parallel runs that all-reduce it before the square root). */
+double grad_sum_squares(const GradRef *grads, int n);
+/* Scales every gradient by min(1, max_norm / (total_norm + 1e-6)) computed in fp32 as torch
+ * does. Returns the scale applied (1 when no clipping was needed). Does nothing and returns 1
+ * when total_norm is not finite or max_norm <= 0; the caller decides what a non-finite norm
+ * means (skip the step or stop). */
+float grad_clip_scale(const GradRef *grads, int n, double total_norm, double max_norm);
+/* Both of the above: returns the pre-clip norm; *finite is 0 when the norm is NaN or inf. */
+double grad_clip(const GradRef *grads, int n, double max_norm, int *finite);
+
+#endif

@@ -1,0 +1,222 @@
+/* Metrics: FLOP counting, a measured CPU peak, memory, and the console / JSONL outputs. */
+#include "train/metrics.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#if defined(__AVX512F__) || defined(__FMA__)
+#include <immintrin.h>
+#endif
+
+#include "core/fs.h"
+#include "core/timer.h"
+
+/* The rule model_spec.h states for model_spec_layer_is_moe, restated here so FLOP counting
+ * does not depend on the flavor table's translation unit. */
+static int layer_is_moe(const ModelSpec *s, int l) {
+    if (s->num_experts <= 0 || s->mlp_only_layers[l]) return 0;
+    int step = s->decoder_sparse_step > 0 ? s->decoder_sparse_step : 1;
+    return (l + 1) % step == 0;
+}
+
+double metrics_matmul_params(const ModelSpec *s) {
+    double D = s->dim, H = s->n_heads, K = s->n_kv_heads, E = s->head_dim;
+    double attention = D * H * E + 2.0 * D * K * E + H * E * D; /* wq, wk + wv, wo */
+    double total = 0;
+    for (int l = 0; l < s->n_layers; l++) {
+        total += attention;
+        if (layer_is_moe(s, l))
+            total += D * s->num_experts + (double)s->top_k * 3.0 * D * s->moe_hidden_dim;
+        else
+            total += 3.0 * D * s->hidden_dim;
+    }
+    return total + (double)s->vocab_size * D; /* lm_head */
+}
+
+double metrics_flops_per_token(const ModelSpec *s, int seq_len) {
+    return 6.0 * metrics_matmul_params(s) +
+           12.0 * s->n_layers * (double)s->n_heads * s->head_dim * (double)seq_len;
+}
+
+/* Independent accumulators per thread: enough to hide FMA latency on current cores. */
+#define PEAK_ACC 12
+
+#if defined(__AVX512F__)
+#define PEAK_LANES 16
+static float peak_kernel(long iters, float seed) {
+    __m512 acc[PEAK_ACC];
+    for (int i = 0; i < PEAK_ACC; i++)
+        acc[i] = _mm512_set1_ps(seed + (float)i);
+    const __m512 mul = _mm512_set1_ps(0.999999f), add = _mm512_set1_ps(1e-7f);
+    for (long it = 0; it < iters; it++)
+        for (int i = 0; i < PEAK_ACC; i++)
+            acc[i] = _mm512_fmadd_ps(acc[i], mul, add);
+    float sum = 0;
+    for (int i = 0; i < PEAK_ACC; i++)
+        sum += _mm512_reduce_add_ps(acc[i]);
+    return sum;
+}
+#elif defined(__FMA__)
+#define PEAK_LANES 8
+static float peak_kernel(long iters, float seed) {
+    __m256 acc[PEAK_ACC];
+    for (int i = 0; i < PEAK_ACC; i++)
+        acc[i] = _mm256_set1_ps(seed + (float)i);
+    const __m256 mul = _mm256_set1_ps(0.999999f), add = _mm256_set1_ps(1e-7f);
+    for (long it = 0; it < iters; it++)
+        for (int i = 0; i < PEAK_ACC; i++)
+            acc[i] = _mm256_fmadd_ps(acc[i], mul, add);
+    float lanes[8], sum = 0;
+    for (int i = 0; i < PEAK_ACC; i++) {
+        _mm256_storeu_ps(lanes, acc[i]);
+        for (int j = 0; j < 8; j++)
+            sum += lanes[j];
+    }
+    return sum;
+}
+#else
+#define PEAK_LANES 1
+static float peak_kernel(long iters, float seed) {
+    float acc[PEAK_ACC];
+    for (int i = 0; i < PEAK_ACC; i++)
+        acc[i] = seed + (float)i;
+    for (long it = 0; it < iters; it++)
+        for (int i = 0; i < PEAK_ACC; i++)
+            acc[i] = fmaf(acc[i], 0.999999f, 1e-7f);
+    float sum = 0;
+    for (int i = 0; i < PEAK_ACC; i++)
+        sum += acc[i];
+    return sum;
+}
+#endif
+
+/* Seconds for every thread to run `iters` iterations at once. */
+static double peak_run(long iters, volatile float *sink) {
+    double t0 = now_seconds();
+#pragma omp parallel
+    {
+        float r = peak_kernel(iters, (float)omp_get_thread_num());
+        if (r == 12345.678f) *sink = r; /* keeps the loop alive */
+    }
+    return now_seconds() - t0;
+}
+
+double metrics_measure_peak_tflops(double seconds) {
+    volatile float sink = 0;
+    long iters = 1 << 14;
+    double t = peak_run(iters, &sink);
+    /* Grow the run until it is long enough to time, then size the measured run. */
+    while (t < 0.02 && iters < (1L << 40)) {
+        iters *= 4;
+        t = peak_run(iters, &sink);
+    }
+    long measured = (long)((double)iters * seconds / (t > 0 ? t : 1e-9));
+    if (measured < iters) measured = iters;
+    t = peak_run(measured, &sink);
+    double flops = 2.0 * PEAK_LANES * PEAK_ACC * (double)measured * omp_get_max_threads();
+    return flops / t / 1e12;
+}
+
+double metrics_peak_rss_gib(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0.0;
+    return (double)ru.ru_maxrss * 1024.0 / (1024.0 * 1024.0 * 1024.0); /* ru_maxrss is KiB */
+}
+
+double metrics_total_ram_gib(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0) return 0.0;
+    return (double)pages * (double)page / (1024.0 * 1024.0 * 1024.0);
+}
+
+void metrics_fill(StepMetrics *m, double tokens, double step_time_s, double flops_per_token,
+                  double peak_tflops) {
+    m->step_time_s = step_time_s;
+    m->tps = step_time_s > 0 ? tokens / step_time_s : 0.0;
+    m->tflops = flops_per_token * m->tps / 1e12;
+    m->mfu = peak_tflops > 0 ? 100.0 * m->tflops / peak_tflops : 0.0;
+    m->memory_gib = metrics_peak_rss_gib();
+    double total = metrics_total_ram_gib();
+    m->memory_pct = total > 0 ? 100.0 * m->memory_gib / total : 0.0;
+}
+
+int metrics_format_line(char *buf, size_t cap, const StepMetrics *m) {
+    return snprintf(buf, cap,
+                    "step: %2lld  loss: %8.5f  grad_norm: %7.4f  memory: %5.2fGiB(%.2f%%)  "
+                    "tps: %.0f  tflops: %.2f  mfu: %.2f%%",
+                    (long long)m->step, m->loss, m->grad_norm, m->memory_gib, m->memory_pct,
+                    round(m->tps), m->tflops, m->mfu);
+}
+
+int metrics_writer_open(MetricsWriter *w, const char *dump_folder, int append, Err *err) {
+    memset(w, 0, sizeof *w);
+    TRY(fs_mkdirs(dump_folder, err));
+    w->path = fs_join(dump_folder, "metrics.jsonl");
+    w->f = fopen(w->path, append ? "a" : "w");
+    if (!w->f) {
+        err_sys(err, "cannot open %s for writing", w->path);
+        free(w->path);
+        w->path = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* JSON has no NaN or inf: a diverged loss is written as null so the file stays parseable. */
+static json_t *num(double x) {
+    return isfinite(x) ? json_real(x) : json_null();
+}
+
+int metrics_writer_write(MetricsWriter *w, const StepMetrics *m, const MetricsExtra *extra,
+                         int nextra, Err *err) {
+    json_t *o = json_object();
+    json_object_set_new(o, "step", json_integer(m->step));
+    json_object_set_new(o, "loss", num(m->loss));
+    json_object_set_new(o, "grad_norm", num(m->grad_norm));
+    json_object_set_new(o, "lr", num(m->lr));
+    json_object_set_new(o, "memory_gib", num(m->memory_gib));
+    json_object_set_new(o, "tps", num(m->tps));
+    json_object_set_new(o, "tflops", num(m->tflops));
+    json_object_set_new(o, "mfu", num(m->mfu));
+    json_object_set_new(o, "step_time_s", num(m->step_time_s));
+    for (int i = 0; i < nextra; i++)
+        json_object_set_new(o, extra[i].key, num(extra[i].value));
+    char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
+    json_decref(o);
+    int ok = line && fprintf(w->f, "%s\n", line) >= 0 && fflush(w->f) == 0;
+    free(line);
+    if (!ok) return err_sys(err, "cannot write to %s", w->path);
+    return 0;
+}
+
+void metrics_writer_close(MetricsWriter *w) {
+    if (w->f) fclose(w->f);
+    free(w->path);
+    memset(w, 0, sizeof *w);
+}
+
+void metrics_summary_add(MetricsSummary *s, const StepMetrics *m) {
+    if (s->seen++ == 0) return;
+    s->n++;
+    s->tps += m->tps;
+    s->tflops += m->tflops;
+    s->mfu += m->mfu;
+}
+
+int metrics_summary_format(char *buf, size_t cap, const MetricsSummary *s) {
+    if (s->n == 0)
+        return snprintf(buf, cap,
+                        "steady state: not enough steps (the first step is excluded, %lld ran)",
+                        (long long)s->seen);
+    double n = (double)s->n;
+    return snprintf(buf, cap,
+                    "steady state over %lld steps (first step excluded): tps: %.0f  tflops: "
+                    "%.2f  mfu: %.2f%%",
+                    (long long)s->n, round(s->tps / n), s->tflops / n, s->mfu / n);
+}

@@ -1,0 +1,197 @@
+/* The training loop: per step, zero gradients; forward + backward over the micro-batches with
+ * the loss normalised by the step's valid-label count; clip by global norm; AdamW with the
+ * scheduled lr; metrics; checkpoint. */
+#include "train/trainer.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fs.h"
+#include "core/log.h"
+#include "core/timer.h"
+#include "train/clip.h"
+#include "train/lr_schedule.h"
+
+typedef struct Trainer {
+    const TrainerOptions *o;
+    TrainModel *model;
+    TrainData *data;
+    AdamW opt;
+    LrSchedule sched;
+    GradRef *grads;    /* (nparams) */
+    CkptTensor *optim; /* (2 * nparams) views of the AdamW state */
+    char *ckpt_root;
+    Rng rng;
+    int64_t step, tokens_seen;
+    double lr;
+} Trainer;
+
+static int64_t numel(const CkptTensor *t) {
+    int64_t n = 1;
+    for (int k = 0; k < t->ndim; k++)
+        n *= t->shape[k];
+    return n;
+}
+
+static int save(Trainer *t, Err *err) {
+    CkptState st = {.step = t->step,
+                    .tokens_seen = t->tokens_seen,
+                    .optim_step = t->opt.step,
+                    .lr = t->lr,
+                    .data_position = t->data->position ? t->data->position(t->data->ctx) : NULL,
+                    .config_hash = t->o->config_hash};
+    memcpy(st.rng, t->rng.s, sizeof st.rng);
+    double t0 = now_seconds();
+    int rc = ckpt_save(t->ckpt_root, &st, t->model->params, t->model->nparams, t->optim,
+                       2 * t->model->nparams, t->o->keep_latest_k, err);
+    json_decref(st.data_position);
+    if (rc == 0)
+        log_info("[checkpoint] saved step %" PRId64 " in %.2f s", t->step, now_seconds() - t0);
+    return rc;
+}
+
+static int resume(Trainer *t, Err *err) {
+    TRY(ckpt_clean_stale(t->ckpt_root, err));
+    int64_t step;
+    char *path;
+    int found = ckpt_find_latest(t->ckpt_root, &step, &path, err);
+    if (found <= 0) return found;
+    CkptState st;
+    int rc = ckpt_load(path, &st, t->model->params, t->model->nparams, t->optim,
+                       2 * t->model->nparams, err);
+    if (rc == 0 && st.config_hash != t->o->config_hash)
+        log_warn("[checkpoint] %s was written under another config (hash %016" PRIx64
+                 ", now %016" PRIx64 ")",
+                 path, st.config_hash, t->o->config_hash);
+    if (rc == 0 && t->data->restore && st.data_position)
+        rc = t->data->restore(t->data->ctx, st.data_position, err);
+    if (rc == 0) {
+        t->step = st.step;
+        t->tokens_seen = st.tokens_seen;
+        t->opt.step = st.optim_step;
+        t->lr = st.lr;
+        memcpy(t->rng.s, st.rng, sizeof st.rng);
+        log_info("[checkpoint] resumed from %s (step %" PRId64 ")", path, st.step);
+    } else {
+        err_wrap(err, "cannot resume from %s", path);
+    }
+    json_decref(st.data_position);
+    free(path);
+    return rc;
+}
+
+static int train_step(Trainer *t, StepMetrics *m, Err *err) {
+    const TrainerOptions *o = t->o;
+    TrainModel *md = t->model;
+    int64_t step = t->step + 1;
+    double t0 = now_seconds();
+    int64_t tokens, valid;
+    TRY(t->data->count(t->data->ctx, step, &tokens, &valid, err));
+    if (valid <= 0) return err_set(err, "step %" PRId64 " has no label that counts", step);
+    for (int i = 0; i < md->nparams; i++)
+        memset(md->grads[i], 0, t->grads[i].n * sizeof(float));
+    double loss_sum = 0;
+    for (int micro = 0; micro < o->micro_batches; micro++) {
+        const void *batch;
+        double part;
+        TRY(t->data->next(t->data->ctx, step, micro, &batch, err));
+        TRY(md->forward_backward(md->ctx, batch, 1.0 / (double)valid, &part, err));
+        loss_sum += part;
+    }
+    /* Data parallel: the all-reduce of grads and of loss_sum belongs here. */
+    double loss = loss_sum / (double)valid;
+    int finite;
+    double norm = grad_clip(t->grads, md->nparams, o->max_norm, &finite);
+    if (!isfinite(loss) || !finite)
+        return err_set(err,
+                       "step %" PRId64 ": loss %g, grad_norm %g: training diverged (try a "
+                       "lower optimizer.lr or training.max_norm)",
+                       step, loss, norm);
+    t->lr = lr_schedule_lr(&t->sched, step);
+    adamw_step(&t->opt, t->lr);
+    t->step = step;
+    t->tokens_seen += tokens;
+    memset(m, 0, sizeof *m);
+    m->step = step;
+    m->loss = loss;
+    m->grad_norm = norm;
+    m->lr = t->lr;
+    metrics_fill(m, (double)tokens, now_seconds() - t0, o->flops_per_token, o->peak_tflops);
+    return 0;
+}
+
+static int run(Trainer *t, Err *err) {
+    const TrainerOptions *o = t->o;
+    TrainModel *md = t->model;
+    TRY(lr_schedule_init(&t->sched, o->lr, o->steps, o->warmup_steps, o->decay_ratio,
+                         o->decay_type ? o->decay_type : "linear", o->min_lr_factor, err));
+    AdamWParam *ap = xcalloc((size_t)md->nparams + 1, sizeof *ap);
+    t->grads = xcalloc((size_t)md->nparams + 1, sizeof *t->grads);
+    for (int i = 0; i < md->nparams; i++) {
+        size_t n = (size_t)numel(&md->params[i]);
+        ap[i] = (AdamWParam){md->params[i].name, md->params[i].data, md->grads[i], n,
+                             md->decay ? md->decay[i] : 1};
+        t->grads[i] = (GradRef){md->grads[i], n};
+    }
+    int rc = adamw_init(&t->opt, &o->adamw, ap, md->nparams, err);
+    free(ap);
+    TRY(rc);
+    t->optim = ckpt_adamw_tensors(&t->opt, md->params, md->nparams, err);
+    if (!t->optim) return -1;
+    if (o->ckpt_enable) TRY(resume(t, err));
+    MetricsWriter mw;
+    TRY(metrics_writer_open(&mw, o->dump_folder, t->step > 0, err));
+    MetricsSummary summary = {0};
+    rc = 0;
+    while (rc == 0 && t->step < o->steps) {
+        StepMetrics m;
+        rc = train_step(t, &m, err);
+        if (rc != 0) break;
+        metrics_summary_add(&summary, &m);
+        int last = t->step == o->steps;
+        if (m.step == 1 || last || (o->log_freq > 0 && m.step % o->log_freq == 0)) {
+            char line[512];
+            metrics_format_line(line, sizeof line, &m);
+            log_info("%s", line);
+            rc = metrics_writer_write(&mw, &m, NULL, 0, err);
+        }
+        if (o->on_step) o->on_step(o->on_step_ctx, &m);
+        if (rc == 0 && o->ckpt_enable &&
+            (last || (o->ckpt_interval > 0 && t->step % o->ckpt_interval == 0)))
+            rc = save(t, err);
+    }
+    metrics_writer_close(&mw);
+    if (rc == 0) {
+        char line[512];
+        metrics_summary_format(line, sizeof line, &summary);
+        log_info("%s", line);
+    }
+    return rc;
+}
+
+int trainer_run(const TrainerOptions *opts, TrainModel *model, TrainData *data, Err *err) {
+    if (opts->steps < 1) return err_set(err, "training.steps must be >= 1");
+    if (opts->micro_batches < 1) return err_set(err, "gradient accumulation steps must be >= 1");
+    Trainer t;
+    memset(&t, 0, sizeof t);
+    t.o = opts;
+    t.model = model;
+    t.data = data;
+    rng_seed(&t.rng, opts->seed, 0);
+    TrainerOptions local = *opts;
+    if (local.peak_tflops <= 0) {
+        local.peak_tflops = metrics_measure_peak_tflops(0.3);
+        log_info("measured peak: %.2f TFLOP/s fp32 (set metrics.peak_tflops to override)",
+                 local.peak_tflops);
+    }
+    t.o = &local;
+    t.ckpt_root = fs_join(opts->dump_folder, opts->ckpt_folder ? opts->ckpt_folder : "checkpoint");
+    int rc = run(&t, err);
+    ckpt_tensors_free(t.optim, 2 * model->nparams);
+    adamw_free(&t.opt);
+    free(t.grads);
+    free(t.ckpt_root);
+    return rc;
+}

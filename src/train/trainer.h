@@ -1,0 +1,70 @@
+/* The training loop, wired from its components (AdamW, LR schedule, clipping, metrics,
+ * checkpoints) and two interfaces the caller fills: the model (parameters, gradients, one
+ * forward + backward call) and the data (the micro-batches of a step). Single process; the
+ * data-parallel gradient reduction goes where trainer.c marks it once src/dist exists. */
+#ifndef QT_TRAINER_H
+#define QT_TRAINER_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "core/rng.h"
+#include "train/adamw.h"
+#include "train/checkpoint.h"
+#include "train/metrics.h"
+
+typedef struct TrainModel {
+    void *ctx;
+    int nparams;
+    const CkptTensor *params; /* (nparams) FQN, shape and fp32 data of every parameter */
+    float *const *grads;      /* (nparams) gradient buffers shaped like params */
+    const int *decay;         /* (nparams) 1 = weight decay applies; NULL = all decay */
+    /* Runs forward and backward on one micro-batch, adding scale * d(sum of token losses) into
+     * grads (+=). Writes the sum of token losses (unscaled) to *loss_sum. */
+    int (*forward_backward)(void *ctx, const void *batch, double scale, double *loss_sum, Err *err);
+} TrainModel;
+
+typedef struct TrainData {
+    void *ctx;
+    /* Tokens of global step `step` (1-based) over all micro-batches: all input tokens (for
+     * throughput) and the labels that count towards the loss (its denominator). */
+    int (*count)(void *ctx, int64_t step, int64_t *tokens, int64_t *valid, Err *err);
+    /* Micro-batch `micro` of step `step`, valid until the next call. */
+    int (*next)(void *ctx, int64_t step, int micro, const void **batch, Err *err);
+    /* Position for checkpoints (new reference, a JSON object), and its restore. */
+    json_t *(*position)(void *ctx);
+    int (*restore)(void *ctx, const json_t *position, Err *err);
+} TrainData;
+
+typedef struct TrainerOptions {
+    int64_t steps;     /* [training] steps */
+    int micro_batches; /* gradient accumulation steps per optimizer step (>= 1) */
+    double lr;         /* [optimizer] lr; the schedule multiplies it */
+    int64_t warmup_steps;
+    double decay_ratio; /* < 0: none */
+    const char *decay_type;
+    double min_lr_factor;
+    AdamWConfig adamw;
+    double max_norm; /* <= 0: no clipping (the norm is still reported) */
+    const char *dump_folder;
+    int ckpt_enable;
+    const char *ckpt_folder; /* below dump_folder, "checkpoint" by default */
+    int64_t ckpt_interval;   /* save every N steps and at the last step */
+    int keep_latest_k;
+    int log_freq;
+    double peak_tflops;     /* <= 0: measured at start-up */
+    double flops_per_token; /* metrics_flops_per_token of the model */
+    uint64_t seed;
+    uint64_t config_hash;
+    /* Called after every step with its metrics (tests, progress hooks); may be NULL. */
+    void (*on_step)(void *ctx, const StepMetrics *m);
+    void *on_step_ctx;
+} TrainerOptions;
+
+/* Trains from the newest complete checkpoint in {dump_folder}/{ckpt_folder} when one exists
+ * (else from the model's current parameters) up to opts->steps. Stops with an error naming the
+ * step when the loss or the gradient norm is not finite. */
+int trainer_run(const TrainerOptions *opts, TrainModel *model, TrainData *data, Err *err);
+
+#endif

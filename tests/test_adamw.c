@@ -1,0 +1,155 @@
+/* AdamW: against a double-precision restatement of the update rule (weight decay on / off per
+ * tensor), and against torch.optim.AdamW values from tools/make_optim_fixtures.py. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/json.h"
+#include "core/rng.h"
+#include "train/adamw.h"
+
+/* The textbook decoupled AdamW, in double, written from the paper's formulas rather than
+ * torch's operation order. */
+static void ref_step(double *p, double *m, double *v, const double *g, size_t n, int t, double lr,
+                     double b1, double b2, double eps, double wd) {
+    for (size_t i = 0; i < n; i++) {
+        p[i] -= lr * wd * p[i];
+        m[i] = b1 * m[i] + (1 - b1) * g[i];
+        v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+        double mhat = m[i] / (1 - pow(b1, t)), vhat = v[i] / (1 - pow(b2, t));
+        p[i] -= lr * mhat / (sqrt(vhat) + eps);
+    }
+}
+
+static void test_adamw_vs_double_reference(void **state) {
+    (void)state;
+    enum { N0 = 1000, N1 = 37, STEPS = 6 };
+    float p0[N0], p1[N1], g0[N0], g1[N1];
+    double r0[N0], r1[N1], m0[N0] = {0}, v0[N0] = {0}, m1[N1] = {0}, v1[N1] = {0}, d0[N0], d1[N1];
+    Rng rng;
+    rng_seed(&rng, 7, 0);
+    rng_fill_normal(&rng, p0, N0, 1.0f);
+    rng_fill_normal(&rng, p1, N1, 1.0f);
+    for (int i = 0; i < N0; i++)
+        r0[i] = p0[i];
+    for (int i = 0; i < N1; i++)
+        r1[i] = p1[i];
+    AdamWParam params[2] = {{"layers.0.attention.wq.weight", p0, g0, N0, 1},
+                            {"layers.0.attention_norm.weight", p1, g1, N1, 0}};
+    AdamWConfig cfg = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+    AdamW opt;
+    Err err;
+    assert_int_equal(adamw_init(&opt, &cfg, params, 2, &err), 0);
+    for (int t = 1; t <= STEPS; t++) {
+        rng_fill_normal(&rng, g0, N0, 0.3f);
+        rng_fill_normal(&rng, g1, N1, 0.3f);
+        for (int i = 0; i < N0; i++)
+            d0[i] = g0[i];
+        for (int i = 0; i < N1; i++)
+            d1[i] = g1[i];
+        double lr = 1e-2 * t / STEPS;
+        adamw_step(&opt, lr);
+        ref_step(r0, m0, v0, d0, N0, t, lr, 0.9, 0.95, 1e-8, 0.1);
+        ref_step(r1, m1, v1, d1, N1, t, lr, 0.9, 0.95, 1e-8, 0.0);
+    }
+    assert_int_equal(opt.step, STEPS);
+    double worst = 0;
+    for (int i = 0; i < N0; i++)
+        worst = fmax(worst, fabs(p0[i] - r0[i]) / (fabs(r0[i]) + 1e-3));
+    for (int i = 0; i < N1; i++)
+        worst = fmax(worst, fabs(p1[i] - r1[i]) / (fabs(r1[i]) + 1e-3));
+    assert_true(worst < 2e-5);
+    adamw_free(&opt);
+}
+
+static void test_adamw_matches_torch(void **state) {
+    (void)state;
+    const char *src = getenv("QT_SOURCE_DIR");
+    if (!src) skip();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/fixtures/train/adamw_torch.json", src);
+    Err err;
+    json_t *root = json_load_path(path, &err);
+    assert_non_null(root);
+    json_t *init = json_object_get(root, "init"), *steps = json_object_get(root, "steps");
+    json_t *wd = json_object_get(root, "weight_decay");
+    float *p[2], *g[2];
+    size_t n[2];
+    AdamWParam params[2];
+    for (int k = 0; k < 2; k++) {
+        json_t *arr = json_array_get(init, (size_t)k);
+        n[k] = json_array_size(arr);
+        p[k] = malloc(n[k] * sizeof(float));
+        g[k] = malloc(n[k] * sizeof(float));
+        for (size_t i = 0; i < n[k]; i++)
+            p[k][i] = (float)json_number_value(json_array_get(arr, i));
+        params[k] = (AdamWParam){"t", p[k], g[k], n[k],
+                                 json_number_value(json_array_get(wd, (size_t)k)) != 0.0};
+    }
+    AdamWConfig cfg = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+    AdamW opt;
+    assert_int_equal(adamw_init(&opt, &cfg, params, 2, &err), 0);
+    double worst = 0;
+    for (size_t s = 0; s < json_array_size(steps); s++) {
+        json_t *st = json_array_get(steps, s);
+        for (int k = 0; k < 2; k++) {
+            json_t *ga = json_array_get(json_object_get(st, "grads"), (size_t)k);
+            for (size_t i = 0; i < n[k]; i++)
+                g[k][i] = (float)json_number_value(json_array_get(ga, i));
+        }
+        adamw_step(&opt, json_number_value(json_object_get(st, "lr")));
+        for (int k = 0; k < 2; k++) {
+            json_t *pa = json_array_get(json_object_get(st, "params"), (size_t)k);
+            for (size_t i = 0; i < n[k]; i++) {
+                double want = json_number_value(json_array_get(pa, i));
+                worst = fmax(worst, fabs(p[k][i] - want) / fmax(fabs(want), 1e-6));
+            }
+        }
+    }
+    printf("adamw vs torch: max relative difference %.3g after %zu steps\n", worst,
+           json_array_size(steps));
+    assert_true(worst < 1e-6);
+    adamw_free(&opt);
+    for (int k = 0; k < 2; k++) {
+        free(p[k]);
+        free(g[k]);
+    }
+    json_decref(root);
+}
+
+static void test_adamw_default_decay(void **state) {
+    (void)state;
+    assert_int_equal(adamw_default_decay("layers.3.attention_norm.weight", 1, 1), 0);
+    assert_int_equal(adamw_default_decay("layers.3.attention.q_norm.weight", 1, 0), 0);
+    assert_int_equal(adamw_default_decay("norm.weight", 0, 0), 1);
+    assert_int_equal(adamw_default_decay("tok_embeddings.weight", 1, 1), 0);
+    assert_int_equal(adamw_default_decay("tok_embeddings.weight", 1, 0), 1);
+    assert_int_equal(adamw_default_decay("layers.0.feed_forward.w1.weight", 1, 1), 1);
+}
+
+static void test_adamw_bad_config(void **state) {
+    (void)state;
+    AdamWConfig cfg = {.beta1 = 1.0, .beta2 = 0.95, .eps = 1e-8};
+    AdamW opt;
+    Err err;
+    assert_int_equal(adamw_init(&opt, &cfg, NULL, 0, &err), -1);
+    assert_non_null(strstr(err.msg, "beta1"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_adamw_vs_double_reference),
+        cmocka_unit_test(test_adamw_matches_torch),
+        cmocka_unit_test(test_adamw_default_decay),
+        cmocka_unit_test(test_adamw_bad_config),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,576 @@
+/* Unit tests for the job config: defaults, file + command-line precedence, suggestion and
+ * type/range/enum errors with file:line, model field replacements and [[override]] entries
+ * kept with their lines, dataset path resolution, the dump round trip, and every
+ * configs/ TOML file in the repository loading cleanly. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/config.h"
+
+/* Writes text to a fresh temporary file; path must hold 64 bytes. */
+static void write_tmp(char *path, const char *text) {
+    strcpy(path, "/tmp/qt_test_config_XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    size_t n = strlen(text);
+    assert_int_equal(write(fd, text, n), (ssize_t)n);
+    close(fd);
+}
+
+/* Loads text (as a file) plus argv; returns config_load's status and fills err. */
+static int load(JobConfig *cfg, const char *text, int argc, char **argv, Err *err, char *path_out) {
+    char path[64];
+    write_tmp(path, text);
+    int rc = config_load(cfg, path, argc, argv, err);
+    if (path_out) strcpy(path_out, path);
+    unlink(path);
+    return rc;
+}
+
+static void load_ok(JobConfig *cfg, const char *text, int argc, char **argv) {
+    Err err = {{0}};
+    if (load(cfg, text, argc, argv, &err, NULL) != 0) fail_msg("unexpected error: %s", err.msg);
+}
+
+/* The error must equal "<tmpfile>:<rest>" exactly, so tests pin the whole sentence. */
+static void expect_file_error(const char *text, int argc, char **argv, const char *rest) {
+    JobConfig cfg;
+    Err err = {{0}};
+    char path[64];
+    if (load(&cfg, text, argc, argv, &err, path) == 0) {
+        config_free(&cfg);
+        fail_msg("expected an error for: %s", text);
+    }
+    char want[1024];
+    snprintf(want, sizeof want, "%s:%s", path, rest);
+    assert_string_equal(err.msg, want);
+}
+
+static void expect_error_contains(const char *text, int argc, char **argv, const char *frag) {
+    JobConfig cfg;
+    Err err = {{0}};
+    if (load(&cfg, text, argc, argv, &err, NULL) == 0) {
+        config_free(&cfg);
+        fail_msg("expected an error for: %s", text);
+    }
+    if (!strstr(err.msg, frag)) fail_msg("error '%s' lacks '%s'", err.msg, frag);
+    /* A failed load leaves a zeroed config that config_free accepts. */
+    config_free(&cfg);
+}
+
+static void test_defaults(void **state) {
+    (void)state;
+    JobConfig c;
+    Err err = {{0}};
+    assert_int_equal(config_load(&c, NULL, 0, NULL, &err), 0);
+    assert_string_equal(c.job.dump_folder, "./outputs");
+    assert_string_equal(c.model.name, "qwen3");
+    assert_string_equal(c.model.flavor, "debugmodel");
+    assert_string_equal(c.model.hf_assets_path, "");
+    assert_string_equal(c.model.tokenizer_path, "");
+    assert_int_equal(c.model.n_fields, 0);
+    assert_int_equal(c.optimizer.name, OPTIMIZER_ADAMW);
+    assert_true(c.optimizer.lr == 8e-4);
+    assert_true(c.optimizer.eps == 1e-8);
+    assert_true(c.optimizer.beta1 == 0.9);
+    assert_true(c.optimizer.beta2 == 0.95);
+    assert_true(c.optimizer.weight_decay == 0.1);
+    assert_int_equal(c.optimizer.exempt_norms_and_embeddings, 0);
+    assert_int_equal(c.lr_scheduler.warmup_steps, 200);
+    assert_true(c.lr_scheduler.decay_ratio < 0);
+    assert_int_equal(c.lr_scheduler.decay_type, DECAY_LINEAR);
+    assert_true(c.lr_scheduler.min_lr_factor == 0.0);
+    assert_int_equal(c.training.local_batch_size, 8);
+    assert_int_equal(c.training.global_batch_size, -1);
+    assert_int_equal(c.training.seq_len, 2048);
+    assert_int_equal(c.training.steps, 10000);
+    assert_true(c.training.max_norm == 1.0);
+    assert_string_equal(c.training.dataset, "c4_test");
+    assert_string_equal(c.training.dataset_path, "");
+    assert_int_equal(c.training.seed, 0);
+    assert_int_equal(c.training.deterministic, 0);
+    assert_int_equal(c.training.mixed_precision_param, DT_F32);
+    assert_int_equal(c.training.device, DEVICE_CPU);
+    assert_int_equal(c.training.document_mask, 1);
+    assert_int_equal(c.training.skip_nonfinite, 0);
+    assert_int_equal(c.parallelism.data_parallel_replicate_degree, 1);
+    assert_int_equal(c.parallelism.data_parallel_shard_degree, -1);
+    assert_int_equal(c.parallelism.tensor_parallel_degree, 1);
+    assert_int_equal(c.parallelism.enable_sequence_parallel, 0);
+    assert_int_equal(c.checkpoint.enable, 0);
+    assert_string_equal(c.checkpoint.folder, "checkpoint");
+    assert_int_equal(c.checkpoint.interval, 500);
+    assert_int_equal(c.checkpoint.keep_latest_k, 0);
+    assert_string_equal(c.checkpoint.initial_load_path, "");
+    assert_int_equal(c.checkpoint.initial_load_in_hf, 0);
+    assert_int_equal(c.checkpoint.last_save_in_hf, 0);
+    assert_int_equal(c.checkpoint.last_save_model_only, 0);
+    assert_int_equal(c.checkpoint.export_dtype, DT_F32);
+    assert_int_equal(c.activation_checkpoint.mode, AC_NONE);
+    assert_int_equal(c.metrics.log_freq, 1);
+    assert_true(c.metrics.peak_tflops == 0.0);
+    assert_int_equal(c.n_overrides, 0);
+    assert_string_equal(c.path, "");
+    config_free(&c);
+}
+
+static void test_file_values(void **state) {
+    (void)state;
+    JobConfig c;
+    load_ok(&c,
+            "[job]\ndescription = \"x\"\n"
+            "[optimizer]\nlr = 1  # an integer where a float is expected\nbeta2 = 0.999\n"
+            "[lr_scheduler]\ndecay_ratio = 0.2\ndecay_type = \"cosine\"\n"
+            "[training]\nseq_len = 256\nmixed_precision_param = \"bfloat16\"\ndevice = \"auto\"\n"
+            "seed = 1234567890123\ndataset_path = \"/data/x.jsonl\"\n"
+            "[checkpoint]\nenable = true\nexport_dtype = \"float16\"\n"
+            "[activation_checkpoint]\nmode = \"selective\"\n",
+            0, NULL);
+    assert_string_equal(c.job.description, "x");
+    assert_true(c.optimizer.lr == 1.0);
+    assert_true(c.optimizer.beta2 == 0.999);
+    assert_true(c.lr_scheduler.decay_ratio == 0.2);
+    assert_int_equal(c.lr_scheduler.decay_type, DECAY_COSINE);
+    assert_int_equal(c.training.seq_len, 256);
+    assert_int_equal(c.training.mixed_precision_param, DT_BF16);
+    assert_int_equal(c.training.device, DEVICE_AUTO);
+    assert_true(c.training.seed == 1234567890123LL);
+    assert_int_equal(c.checkpoint.enable, 1);
+    assert_int_equal(c.checkpoint.export_dtype, DT_F16);
+    assert_int_equal(c.activation_checkpoint.mode, AC_SELECTIVE);
+    /* Dotted keys at the top level are the same as sections. */
+    config_free(&c);
+    load_ok(&c, "training.steps = 7\n", 0, NULL);
+    assert_int_equal(c.training.steps, 7);
+    config_free(&c);
+}
+
+static void test_command_line_wins(void **state) {
+    (void)state;
+    JobConfig c;
+    char *argv[] = {"--training.steps=20",
+                    "--optimizer.lr",
+                    "3e-4",
+                    "--checkpoint.enable",
+                    "--model.n_layers=2",
+                    "--model.flavor",
+                    "debugmodel_moe",
+                    "--training.dataset_path=/tmp/a b.jsonl",
+                    "--training.seed=-0",
+                    "--job.description=\"quoted\"",
+                    "--metrics.peak_tflops=100"};
+    load_ok(&c,
+            "[training]\nsteps = 5\n[optimizer]\nlr = 1e-3\n[checkpoint]\nenable = false\n"
+            "[model]\nn_layers = 4\ntop_k = 2\n",
+            11, argv);
+    assert_int_equal(c.training.steps, 20);
+    assert_true(c.optimizer.lr == 3e-4);
+    assert_int_equal(c.checkpoint.enable, 1);
+    assert_string_equal(c.model.flavor, "debugmodel_moe");
+    assert_string_equal(c.training.dataset_path, "/tmp/a b.jsonl");
+    assert_string_equal(c.job.description, "quoted");
+    assert_true(c.metrics.peak_tflops == 100.0);
+    /* n_layers keeps its place; the command line replaced its value and line. */
+    assert_int_equal(c.model.n_fields, 2);
+    assert_string_equal(c.model.fields[0].field, "n_layers");
+    assert_string_equal(c.model.fields[0].value, "2");
+    assert_int_equal(c.model.fields[0].line, 0);
+    assert_string_equal(c.model.fields[1].field, "top_k");
+    assert_string_equal(c.model.fields[1].value, "2");
+    assert_int_equal(c.model.fields[1].line, 9);
+    config_free(&c);
+
+    /* --config inside argv, bool flag followed by another option, --key value. */
+    char path[64];
+    write_tmp(path, "[training]\nsteps = 5\n");
+    char cfgopt[80];
+    snprintf(cfgopt, sizeof cfgopt, "--config=%s", path);
+    char *argv2[] = {"--checkpoint.enable",
+                     "--training.seq_len",
+                     "64",
+                     cfgopt,
+                     "--parallelism.data_parallel_shard_degree",
+                     "-1"};
+    Err err = {{0}};
+    assert_int_equal(config_load(&c, NULL, 6, argv2, &err), 0);
+    assert_int_equal(c.training.steps, 5);
+    assert_int_equal(c.training.seq_len, 64);
+    assert_int_equal(c.checkpoint.enable, 1);
+    assert_string_equal(c.path, path);
+    config_free(&c);
+    char *argv3[] = {"--config", path, "--checkpoint.enable=false"};
+    assert_int_equal(config_load(&c, NULL, 3, argv3, &err), 0);
+    assert_int_equal(c.checkpoint.enable, 0);
+    config_free(&c);
+    unlink(path);
+}
+
+static void test_command_line_errors(void **state) {
+    (void)state;
+    JobConfig c;
+    Err err = {{0}};
+    char *a1[] = {"--training.local_bach_size=4"};
+    assert_int_equal(config_load(&c, NULL, 1, a1, &err), -1);
+    assert_string_equal(err.msg, "command line: unknown key \"local_bach_size\" in [training]; "
+                                 "did you mean \"local_batch_size\"?");
+    char *a2[] = {"--trainig.steps=4"};
+    assert_int_equal(config_load(&c, NULL, 1, a2, &err), -1);
+    assert_string_equal(err.msg,
+                        "command line: unknown section [trainig]; did you mean [training]?");
+    char *a3[] = {"--training.steps=abc"};
+    assert_int_equal(config_load(&c, NULL, 1, a3, &err), -1);
+    assert_string_equal(err.msg, "command line: training.steps = \"abc\" has the wrong type (a "
+                                 "string); expected an integer >= 1");
+    char *a4[] = {"--training.steps"};
+    assert_int_equal(config_load(&c, NULL, 1, a4, &err), -1);
+    assert_string_equal(err.msg, "command line: --training.steps needs a value");
+    char *a5[] = {"steps=4"};
+    assert_int_equal(config_load(&c, NULL, 1, a5, &err), -1);
+    assert_non_null(strstr(err.msg, "unexpected argument \"steps=4\""));
+    char *a6[] = {"--override.target=x"};
+    assert_int_equal(config_load(&c, NULL, 1, a6, &err), -1);
+    assert_non_null(strstr(err.msg, "only be given in a config file"));
+    char *a7[] = {"--model.n_layer=2"};
+    assert_int_equal(config_load(&c, NULL, 1, a7, &err), -1);
+    assert_string_equal(err.msg, "command line: unknown key \"n_layer\" in [model]; did you mean "
+                                 "\"n_layers\"?");
+    char *a8[] = {"--model.n_layers=two"};
+    assert_int_equal(config_load(&c, NULL, 1, a8, &err), -1);
+    assert_non_null(strstr(err.msg, "model.n_layers = \"two\" has the wrong type"));
+    char *a9[] = {"--training.device=gpu"};
+    assert_int_equal(config_load(&c, NULL, 1, a9, &err), -1);
+    assert_string_equal(err.msg, "command line: training.device = \"gpu\" is not allowed; "
+                                 "expected one of \"cpu\", \"cuda\", \"auto\"");
+    char *a10[] = {"--config"};
+    assert_int_equal(config_load(&c, NULL, 1, a10, &err), -1);
+    assert_non_null(strstr(err.msg, "--config needs a file name"));
+    char *a11[] = {"--config=/nonexistent/qt.toml"};
+    assert_int_equal(config_load(&c, NULL, 1, a11, &err), -1);
+    assert_non_null(strstr(err.msg, "/nonexistent/qt.toml"));
+    char *a12[] = {"--model.norm_eps=1e-5x"};
+    assert_int_equal(config_load(&c, NULL, 1, a12, &err), -1);
+}
+
+static void test_unknown_names(void **state) {
+    (void)state;
+    expect_file_error("[training]\nsteps = 3\n\n# c\nlocal_bach_size = 4\n", 0, NULL,
+                      "5: unknown key \"local_bach_size\" in [training]; did you mean "
+                      "\"local_batch_size\"?");
+    expect_file_error("[job]\n[trainig]\nsteps = 3\n", 0, NULL,
+                      "2: unknown section [trainig]; did you mean [training]?");
+    expect_file_error("[xyzzyxyzzyxyzzy]\n", 0, NULL, "1: unknown section [xyzzyxyzzyxyzzy]");
+    expect_file_error("[model]\nn_layer = 3\n", 0, NULL,
+                      "2: unknown key \"n_layer\" in [model]; did you mean \"n_layers\"?");
+    expect_file_error("[model]\nflavr = \"0.6B\"\n", 0, NULL,
+                      "2: unknown key \"flavr\" in [model]; did you mean \"flavor\"?");
+    expect_file_error("[training.sub]\nx = 1\n", 0, NULL,
+                      "1: unknown key \"sub\" in [training]; did you mean \"seed\"?");
+    expect_file_error("training = 5\n", 0, NULL,
+                      "1: training must be a table ([training]), not an "
+                      "integer");
+}
+
+static void test_type_and_range_errors(void **state) {
+    (void)state;
+    expect_file_error("[training]\nseq_len = -5\n", 0, NULL,
+                      "2: training.seq_len = -5 is out of range; expected an integer >= 1");
+    expect_file_error("[training]\nseq_len = \"128\"\n", 0, NULL,
+                      "2: training.seq_len = \"128\" has the wrong type (a string); expected an "
+                      "integer >= 1");
+    expect_file_error("[training]\nseq_len = 12.0\n", 0, NULL,
+                      "2: training.seq_len = 12.0 has the wrong type (a float); expected an "
+                      "integer >= 1");
+    expect_file_error("[training]\nglobal_batch_size = -2\n", 0, NULL,
+                      "2: training.global_batch_size = -2 is out of range; expected an integer "
+                      ">= 1, or -1 for local_batch_size x dp");
+    expect_file_error("[optimizer]\nlr = -1e-3\n", 0, NULL,
+                      "2: optimizer.lr = -0.001 is out of range; expected a number >= 0");
+    expect_file_error("[optimizer]\nbeta1 = 1.0\n", 0, NULL,
+                      "2: optimizer.beta1 = 1.0 is out of range; expected a number in [0, 1)");
+    expect_file_error("[optimizer]\neps = 0\n", 0, NULL,
+                      "2: optimizer.eps = 0 is out of range; expected a number > 0");
+    expect_file_error("[optimizer]\nlr = nan\n", 0, NULL,
+                      "2: optimizer.lr = nan is out of range; expected a number >= 0");
+    expect_file_error("[optimizer]\nlr = inf\n", 0, NULL,
+                      "2: optimizer.lr = inf is out of range; expected a number >= 0");
+    expect_file_error("[optimizer]\nname = \"SGD\"\n", 0, NULL,
+                      "2: optimizer.name = \"SGD\" is not allowed; expected one of \"AdamW\"");
+    expect_file_error("[lr_scheduler]\ndecay_type = \"exp\"\n", 0, NULL,
+                      "2: lr_scheduler.decay_type = \"exp\" is not allowed; expected one of "
+                      "\"linear\", \"sqrt\", \"cosine\"");
+    expect_file_error("[lr_scheduler]\nwarmup_steps = -1\n", 0, NULL,
+                      "2: lr_scheduler.warmup_steps = -1 is out of range; expected an integer >= "
+                      "0");
+    expect_file_error("[checkpoint]\nkeep_latest_k = -1\n", 0, NULL,
+                      "2: checkpoint.keep_latest_k = -1 is out of range; expected an integer >= "
+                      "0 (0 keeps all)");
+    expect_file_error("[checkpoint]\nenable = 1\n", 0, NULL,
+                      "2: checkpoint.enable = 1 has the wrong type (an integer); expected true or "
+                      "false");
+    expect_file_error("[checkpoint]\nexport_dtype = 16\n", 0, NULL,
+                      "2: checkpoint.export_dtype = 16 has the wrong type; expected one of "
+                      "\"float32\", \"bfloat16\", \"float16\"");
+    expect_file_error("[training]\nmixed_precision_param = \"float16\"\n", 0, NULL,
+                      "2: training.mixed_precision_param = \"float16\" is not allowed; expected "
+                      "one of \"float32\", \"bfloat16\"");
+    expect_file_error("[training]\nsteps = 3000000000\n", 0, NULL,
+                      "2: training.steps = 3000000000 is out of range; expected an integer >= 1");
+    expect_file_error("[model]\nn_layers = \"4\"\n", 0, NULL,
+                      "2: model.n_layers = \"4\" has the wrong type (a string); expected a number "
+                      "or a boolean");
+    expect_file_error("[model]\nn_layers = 2.5\n", 0, NULL,
+                      "2: model field n_layers = \"2.5\" is not an integer");
+    expect_file_error("[model]\nflavor = \"0.6b\"\n", 0, NULL,
+                      "2: unknown model flavor \"0.6b\"; did you mean \"0.6B\"? (flavors: "
+                      "\"debugmodel\", \"debugmodel_moe\", \"0.6B\", \"1.7B\", \"4B\", \"8B\", "
+                      "\"14B\", \"32B\", \"30B-A3B\", \"235B-A22B\")");
+    expect_file_error("[model]\nname = \"llama3\"\n", 0, NULL,
+                      "2: model.name = \"llama3\" is not allowed; expected one of \"qwen3\"");
+    expect_error_contains("[model]\nflavor = \"hf\"\n", 0, NULL,
+                          "model.flavor = \"hf\" needs model.hf_assets_path");
+    /* TOML syntax errors come through with file:line. */
+    expect_file_error("[training]\nsteps = 3\nsteps = 4\n", 0, NULL,
+                      "3: duplicate key \"steps\" in [training] (first defined on line 2)");
+}
+
+static void test_model_fields(void **state) {
+    (void)state;
+    JobConfig c;
+    load_ok(&c,
+            "[model]\nflavor = \"debugmodel_moe\"\nnum_experts = 8\ntop_k = 2\n"
+            "norm_eps = 1e-5\ntie_embeddings = true\nrope_theta = 10000\n",
+            0, NULL);
+    assert_int_equal(c.model.n_fields, 5);
+    const char *want[5][3] = {{"num_experts", "8", "3"},
+                              {"top_k", "2", "4"},
+                              {"norm_eps", "1e-05", "5"},
+                              {"tie_embeddings", "true", "6"},
+                              {"rope_theta", "10000", "7"}};
+    for (int i = 0; i < 5; i++) {
+        assert_string_equal(c.model.fields[i].field, want[i][0]);
+        assert_string_equal(c.model.fields[i].value, want[i][1]);
+        assert_int_equal(c.model.fields[i].line, atoi(want[i][2]));
+    }
+    ModelSpec spec;
+    Err err = {{0}};
+    assert_int_equal(model_spec_flavor(&spec, c.model.flavor, &err), 0);
+    assert_int_equal(config_apply_model_fields(&spec, &c, &err), 0);
+    assert_int_equal(spec.num_experts, 8);
+    assert_int_equal(spec.top_k, 2);
+    assert_true(spec.norm_eps == 1e-5);
+    assert_int_equal(spec.tie_embeddings, 1);
+    assert_true(spec.rope_theta == 10000.0);
+    assert_int_equal(spec.n_layers, 8);
+    assert_int_equal(model_spec_validate(&spec, &err), 0);
+    /* A value that no longer parses is reported where it was set. */
+    free(c.model.fields[1].value);
+    c.model.fields[1].value = strdup("two");
+    assert_int_equal(config_apply_model_fields(&spec, &c, &err), -1);
+    char want_msg[256];
+    snprintf(want_msg, sizeof want_msg, "%s:4: model field top_k = \"two\" is not an integer",
+             c.path);
+    assert_string_equal(err.msg, want_msg);
+    c.model.fields[1].line = 0;
+    assert_int_equal(config_apply_model_fields(&spec, &c, &err), -1);
+    assert_string_equal(err.msg, "command line: model field top_k = \"two\" is not an integer");
+    config_free(&c);
+}
+
+static void test_model_field_text(void **state) {
+    (void)state;
+    /* Floats keep a float look and read back exactly; integers stay integers. */
+    JobConfig c;
+    char *argv[] = {"--model.rope_theta=1e6", "--model.norm_eps=0.1", "--model.dim=+64",
+                    "--model.norm_topk_prob=false", "--model.router_aux_loss_coef=1e-3"};
+    load_ok(&c, "", 5, argv);
+    assert_string_equal(c.model.fields[0].value, "1000000.0");
+    assert_string_equal(c.model.fields[1].value, "0.1");
+    assert_string_equal(c.model.fields[2].value, "64");
+    assert_string_equal(c.model.fields[3].value, "false");
+    assert_string_equal(c.model.fields[4].value, "0.001");
+    config_free(&c);
+}
+
+static void test_overrides(void **state) {
+    (void)state;
+    JobConfig c;
+    load_ok(&c,
+            "[training]\nsteps = 1\n\n"
+            "[[override]]\ntarget = \"layers.*.attention.rope\"\nkernel = \"rope_nogather\"\n\n"
+            "[[override]]\n"
+            "target = \"layers.*.attention.sdpa\"\nkernel = \"flash\"\ndescription = \"fast\"\n",
+            0, NULL);
+    assert_int_equal(c.n_overrides, 2);
+    assert_string_equal(c.overrides[0].target, "layers.*.attention.rope");
+    assert_string_equal(c.overrides[0].kernel, "rope_nogather");
+    assert_string_equal(c.overrides[0].description, "");
+    assert_int_equal(c.overrides[0].line, 4);
+    assert_string_equal(c.overrides[1].kernel, "flash");
+    assert_string_equal(c.overrides[1].description, "fast");
+    assert_int_equal(c.overrides[1].line, 8);
+    config_free(&c);
+    expect_file_error("[[override]]\ntarget = \"x\"\n", 0, NULL,
+                      "1: [[override]] entry needs a non-empty kernel");
+    expect_file_error("\n[[override]]\ntarget = \"x\"\nkernal = \"y\"\n", 0, NULL,
+                      "4: unknown key \"kernal\" in [override]; did you mean \"kernel\"?");
+    expect_file_error("[[override]]\ntarget = 3\nkernel = \"y\"\n", 0, NULL,
+                      "2: override.target = 3 has the wrong type (an integer); expected a string");
+    expect_file_error("[override]\ntarget = \"x\"\n", 0, NULL,
+                      "1: override must be written as [[override]] entries (an array of tables), "
+                      "not a table");
+    expect_file_error("override = [1]\n", 0, NULL,
+                      "1: override entries must be tables ([[override]]), not an integer");
+}
+
+static void test_dataset_path(void **state) {
+    (void)state;
+    JobConfig c;
+    Err err = {{0}};
+    char *p;
+    config_init(&c);
+    unsetenv("QT_C4_TEST_PATH");
+    assert_int_equal(config_dataset_path(&c, &p, &err), 0);
+    assert_string_equal(p, "../shared/data/c4_sample/c4_sample.jsonl");
+    free(p);
+    setenv("QT_C4_TEST_PATH", "/somewhere/c4.jsonl", 1);
+    assert_int_equal(config_dataset_path(&c, &p, &err), 0);
+    assert_string_equal(p, "/somewhere/c4.jsonl");
+    free(p);
+    setenv("QT_C4_TEST_PATH", "", 1);
+    assert_int_equal(config_dataset_path(&c, &p, &err), 0);
+    assert_string_equal(p, "../shared/data/c4_sample/c4_sample.jsonl");
+    free(p);
+    unsetenv("QT_C4_TEST_PATH");
+    char *argv[] = {"--training.dataset_path=/x/y.jsonl"};
+    config_free(&c);
+    assert_int_equal(config_load(&c, NULL, 1, argv, &err), 0);
+    assert_int_equal(config_dataset_path(&c, &p, &err), 0);
+    assert_string_equal(p, "/x/y.jsonl");
+    free(p);
+    config_free(&c);
+    char *argv2[] = {"--training.dataset=wiki"};
+    assert_int_equal(config_load(&c, NULL, 1, argv2, &err), 0);
+    assert_int_equal(config_dataset_path(&c, &p, &err), -1);
+    assert_string_equal(err.msg, "training.dataset = \"wiki\" is not a built-in dataset (only "
+                                 "\"c4_test\"); set training.dataset_path to its file");
+    config_free(&c);
+}
+
+static void test_derived(void **state) {
+    (void)state;
+    JobConfig c;
+    Err err = {{0}};
+    const char *tok;
+    config_init(&c);
+    assert_int_equal(config_tokenizer_path(&c, &tok, &err), -1);
+    assert_non_null(strstr(err.msg, "model.tokenizer_path"));
+    config_free(&c);
+    char *argv[] = {"--model.hf_assets_path=/m", "--training.global_batch_size=32",
+                    "--training.local_batch_size=4"};
+    assert_int_equal(config_load(&c, NULL, 3, argv, &err), 0);
+    assert_int_equal(config_tokenizer_path(&c, &tok, &err), 0);
+    assert_string_equal(tok, "/m");
+    int accum;
+    assert_int_equal(config_grad_accum_steps(&c, 2, &accum, &err), 0);
+    assert_int_equal(accum, 4);
+    assert_int_equal(config_grad_accum_steps(&c, 3, &accum, &err), -1);
+    assert_non_null(strstr(err.msg, "global_batch_size = 32 is not a multiple"));
+    c.training.global_batch_size = -1;
+    assert_int_equal(config_grad_accum_steps(&c, 3, &accum, &err), 0);
+    assert_int_equal(accum, 1);
+    config_free(&c);
+    assert_string_equal(config_decay_type_name(DECAY_SQRT), "sqrt");
+    assert_string_equal(config_device_name(DEVICE_CUDA), "cuda");
+    assert_string_equal(config_ac_mode_name(AC_FULL), "full");
+    assert_string_equal(config_dtype_name(DT_BF16), "bfloat16");
+}
+
+static char *dump_to_string(const JobConfig *c) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    config_dump(c, f);
+    fclose(f);
+    return buf;
+}
+
+static void test_dump_roundtrip(void **state) {
+    (void)state;
+    JobConfig a, b;
+    char *argv[] = {"--job.description=say \"hi\"\\ok\ttab",
+                    "--optimizer.lr=3e-4",
+                    "--lr_scheduler.decay_ratio=0.1",
+                    "--training.seed=99",
+                    "--model.n_layers=2",
+                    "--checkpoint.export_dtype=bfloat16"};
+    load_ok(&a,
+            "[model]\nnorm_eps = 1e-5\n[[override]]\ntarget = \"a.*\"\nkernel = \"k\"\n"
+            "description = \"d\"\n",
+            6, argv);
+    char *text = dump_to_string(&a);
+    load_ok(&b, text, 0, NULL);
+    char *text2 = dump_to_string(&b);
+    assert_string_equal(text, text2);
+    assert_string_equal(b.job.description, "say \"hi\"\\ok\ttab");
+    assert_true(b.optimizer.lr == 3e-4);
+    assert_true(b.lr_scheduler.decay_ratio == 0.1);
+    assert_true(b.training.seed == 99);
+    assert_int_equal(b.checkpoint.export_dtype, DT_BF16);
+    assert_int_equal(b.model.n_fields, 2);
+    assert_string_equal(b.model.fields[1].value, "2");
+    assert_int_equal(b.n_overrides, 1);
+    assert_string_equal(b.overrides[0].description, "d");
+    free(text);
+    free(text2);
+    config_free(&a);
+    config_free(&b);
+    /* Unset decay_ratio stays unset. */
+    config_init(&a);
+    text = dump_to_string(&a);
+    load_ok(&b, text, 0, NULL);
+    assert_true(b.lr_scheduler.decay_ratio < 0);
+    free(text);
+    config_free(&a);
+    config_free(&b);
+}
+
+static void test_repo_configs(void **state) {
+    (void)state;
+    const char *src = getenv("QT_SOURCE_DIR");
+    if (!src) skip();
+    char pattern[1024];
+    snprintf(pattern, sizeof pattern, "%s/configs/*.toml", src);
+    glob_t g;
+    assert_int_equal(glob(pattern, 0, NULL, &g), 0);
+    assert_true(g.gl_pathc >= 1);
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        JobConfig c;
+        Err err = {{0}};
+        if (config_load(&c, g.gl_pathv[i], 0, NULL, &err) != 0)
+            fail_msg("%s does not load: %s", g.gl_pathv[i], err.msg);
+        config_free(&c);
+    }
+    globfree(&g);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),          cmocka_unit_test(test_file_values),
+        cmocka_unit_test(test_command_line_wins), cmocka_unit_test(test_command_line_errors),
+        cmocka_unit_test(test_unknown_names),     cmocka_unit_test(test_type_and_range_errors),
+        cmocka_unit_test(test_model_fields),      cmocka_unit_test(test_model_field_text),
+        cmocka_unit_test(test_overrides),         cmocka_unit_test(test_dataset_path),
+        cmocka_unit_test(test_derived),           cmocka_unit_test(test_dump_roundtrip),
+        cmocka_unit_test(test_repo_configs),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,115 @@
+/* LR schedule: against LambdaLR values from tools/make_optim_fixtures.py, plus hand-computed
+ * points of torchtitan's formula. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/json.h"
+#include "train/lr_schedule.h"
+
+static void test_lr_hand_values(void **state) {
+    (void)state;
+    LrSchedule s;
+    Err err;
+    /* 10 steps, warmup 2, decay over the remaining 8, linear to 0. */
+    assert_int_equal(lr_schedule_init(&s, 1.0, 10, 2, -1.0, "linear", 0.0, &err), 0);
+    assert_int_equal(s.decay_steps, 8);
+    assert_int_equal(s.stable_steps, 0);
+    assert_true(fabs(lr_schedule_lr(&s, 1) - 1.0 / 3) < 1e-15); /* (0+1)/(2+1) */
+    assert_true(fabs(lr_schedule_lr(&s, 2) - 2.0 / 3) < 1e-15);
+    assert_true(fabs(lr_schedule_lr(&s, 3) - (1 - 1.0 / 9)) < 1e-15); /* progress (2+1-2)/9 */
+    assert_true(fabs(lr_schedule_lr(&s, 10) - (1 - 8.0 / 9)) < 1e-15);
+    assert_true(lr_schedule_lr(&s, 11) == 0.0); /* clamped: (10+1-2)/9 = 1 */
+    /* Cosine with a floor: halfway through the decay the factor is min + (1-min)/2. */
+    assert_int_equal(lr_schedule_init(&s, 2.0, 100, 0, 0.49, "cosine", 0.2, &err), 0);
+    assert_int_equal(s.decay_steps, 49);
+    assert_int_equal(s.stable_steps, 51);
+    /* c + 1 - 51 = 25 of 50 */
+    assert_true(fabs(lr_schedule_factor(&s, 75) - (0.2 + 0.8 * 0.5)) < 1e-12);
+}
+
+static void test_lr_matches_lambdalr(void **state) {
+    (void)state;
+    const char *src = getenv("QT_SOURCE_DIR");
+    if (!src) skip();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/fixtures/train/lr_schedule.json", src);
+    Err err;
+    json_t *root = json_load_path(path, &err);
+    assert_non_null(root);
+    assert_true(json_array_size(root) >= 5);
+    for (size_t c = 0; c < json_array_size(root); c++) {
+        json_t *k = json_array_get(root, c);
+        LrSchedule s;
+        assert_int_equal(lr_schedule_init(&s, json_number_value(json_object_get(k, "base_lr")),
+                                          json_integer_value(json_object_get(k, "steps")),
+                                          json_integer_value(json_object_get(k, "warmup_steps")),
+                                          json_number_value(json_object_get(k, "decay_ratio")),
+                                          json_string_value(json_object_get(k, "decay_type")),
+                                          json_number_value(json_object_get(k, "min_lr_factor")),
+                                          &err),
+                         0);
+        json_t *lrs = json_object_get(k, "lr");
+        for (size_t i = 0; i < json_array_size(lrs); i++) {
+            double want = json_number_value(json_array_get(lrs, i));
+            double got = lr_schedule_lr(&s, (int64_t)i + 1);
+            if (fabs(got - want) > 1e-15 * fmax(1.0, fabs(want))) {
+                printf("case %zu step %zu: got %.17g want %.17g\n", c, i + 1, got, want);
+                fail();
+            }
+        }
+    }
+    json_decref(root);
+}
+
+/* The learning rates of the whole-run parity fixture (tools/make_train_parity_fixture.py) come
+ * from the same schedule: 5 steps, warmup 2, linear decay to 0. */
+static void test_lr_matches_parity_fixture(void **state) {
+    (void)state;
+    const char *src = getenv("QT_SOURCE_DIR");
+    if (!src) skip();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/fixtures/train_parity/expected.json", src);
+    Err err;
+    json_t *root = json_load_path(path, &err);
+    assert_non_null(root);
+    json_t *steps = json_object_get(root, "steps");
+    assert_int_equal(json_array_size(steps), 5);
+    LrSchedule s;
+    assert_int_equal(lr_schedule_init(&s, 1e-2, 5, 2, -1.0, "linear", 0.0, &err), 0);
+    for (size_t i = 0; i < 5; i++) {
+        double want = json_number_value(json_object_get(json_array_get(steps, i), "lr"));
+        assert_true(fabs(lr_schedule_lr(&s, (int64_t)i + 1) - want) <= 1e-17);
+    }
+    json_decref(root);
+}
+
+static void test_lr_bad_input(void **state) {
+    (void)state;
+    LrSchedule s;
+    Err err;
+    assert_int_equal(lr_schedule_init(&s, 1e-3, 10, 2, -1, "exp", 0.0, &err), -1);
+    assert_non_null(strstr(err.msg, "decay_type"));
+    assert_int_equal(lr_schedule_init(&s, 1e-3, 10, 2, 1.5, "linear", 0.0, &err), -1);
+    assert_non_null(strstr(err.msg, "decay_ratio"));
+    assert_int_equal(lr_schedule_init(&s, 1e-3, 10, 2, -1, "linear", 2.0, &err), -1);
+    assert_non_null(strstr(err.msg, "min_lr_factor"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lr_hand_values),
+        cmocka_unit_test(test_lr_matches_lambdalr),
+        cmocka_unit_test(test_lr_matches_parity_fixture),
+        cmocka_unit_test(test_lr_bad_input),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
