@@ -59,8 +59,8 @@ static int resume(Trainer *t, Err *err) {
     int found = ckpt_find_latest(t->ckpt_root, &step, &path, err);
     if (found <= 0) return found;
     CkptState st;
-    int rc = ckpt_load(path, &st, t->model->params, t->model->nparams, t->optim,
-                       2 * t->model->nparams, err);
+    int rc = ckpt_load_found(path, &st, t->model->params, t->model->nparams, t->optim,
+                             2 * t->model->nparams, err);
     if (rc == 0 && st.config_hash != t->o->config_hash)
         log_warn("[checkpoint] %s was written under another config (hash %016" PRIx64
                  ", now %016" PRIx64 ")",
