@@ -99,14 +99,14 @@ static double fma_scalar(long iters, float x, float y) {
     return s;
 }
 
-static int fma_lanes(void) {
+int cpu_peak_fma_lanes(void) {
     return __builtin_cpu_supports("avx512f")                                 ? 16
            : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 8
                                                                              : 1;
 }
 
 double cpu_peak_fma_loop(long iters, float x, float y) {
-    int lanes = fma_lanes();
+    int lanes = cpu_peak_fma_lanes();
     return lanes == 16  ? fma512(iters, x, y)
            : lanes == 8 ? fma256(iters, x, y)
                         : fma_scalar(iters, x, y);
@@ -198,7 +198,7 @@ static double best_rate(int kind, long iters, double flop_per_iter) {
 }
 
 void cpu_peak_measure(CpuPeak *out) {
-    int lanes = fma_lanes();
+    int lanes = cpu_peak_fma_lanes();
     /* Iteration counts keep each run near 5-10 ms and the checksums exact in fp32. */
     out->fp32_gflops = best_rate(0, lanes > 1 ? 4000000 : 1000000, 12.0 * lanes * 2);
     snprintf(out->fp32_unit, sizeof out->fp32_unit, "%s",

@@ -24,6 +24,9 @@ void cpu_peak_measure(CpuPeak *out);
  * amx: four 16x16 tiles, each step adds 32 (all-ones inputs) to every element; returns
  *      element [0][0] of tile 0, or -1 without AMX-BF16 (or without the kernel's permission). */
 double cpu_peak_fma_loop(long iters, float x, float y);
+/* Lanes of the unit cpu_peak_fma_loop uses: 16 (AVX-512), 8 (AVX2) or 1 (scalar); a loop step
+ * is 12 * lanes FMAs, i.e. 24 * lanes FLOPs. */
+int cpu_peak_fma_lanes(void);
 double cpu_peak_dpbf16_loop(long iters);
 double cpu_peak_amx_loop(long iters);
 

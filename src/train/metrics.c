@@ -10,12 +10,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#if defined(__AVX512F__) || defined(__FMA__)
-#include <immintrin.h>
-#endif
-
 #include "core/fs.h"
 #include "core/timer.h"
+#include "kernels/cpu_peak.h"
 
 /* The rule model_spec.h states for model_spec_layer_is_moe, restated here so FLOP counting
  * does not depend on the flavor table's translation unit. */
@@ -44,58 +41,6 @@ double metrics_flops_per_token(const ModelSpec *s, int seq_len) {
            12.0 * s->n_layers * (double)s->n_heads * s->head_dim * (double)seq_len;
 }
 
-/* Independent accumulators per thread: enough to hide FMA latency on current cores. */
-#define PEAK_ACC 12
-
-#if defined(__AVX512F__)
-#define PEAK_LANES 16
-static float peak_kernel(long iters, float seed) {
-    __m512 acc[PEAK_ACC];
-    for (int i = 0; i < PEAK_ACC; i++)
-        acc[i] = _mm512_set1_ps(seed + (float)i);
-    const __m512 mul = _mm512_set1_ps(0.999999f), add = _mm512_set1_ps(1e-7f);
-    for (long it = 0; it < iters; it++)
-        for (int i = 0; i < PEAK_ACC; i++)
-            acc[i] = _mm512_fmadd_ps(acc[i], mul, add);
-    float sum = 0;
-    for (int i = 0; i < PEAK_ACC; i++)
-        sum += _mm512_reduce_add_ps(acc[i]);
-    return sum;
-}
-#elif defined(__FMA__)
-#define PEAK_LANES 8
-static float peak_kernel(long iters, float seed) {
-    __m256 acc[PEAK_ACC];
-    for (int i = 0; i < PEAK_ACC; i++)
-        acc[i] = _mm256_set1_ps(seed + (float)i);
-    const __m256 mul = _mm256_set1_ps(0.999999f), add = _mm256_set1_ps(1e-7f);
-    for (long it = 0; it < iters; it++)
-        for (int i = 0; i < PEAK_ACC; i++)
-            acc[i] = _mm256_fmadd_ps(acc[i], mul, add);
-    float lanes[8], sum = 0;
-    for (int i = 0; i < PEAK_ACC; i++) {
-        _mm256_storeu_ps(lanes, acc[i]);
-        for (int j = 0; j < 8; j++)
-            sum += lanes[j];
-    }
-    return sum;
-}
-#else
-#define PEAK_LANES 1
-static float peak_kernel(long iters, float seed) {
-    float acc[PEAK_ACC];
-    for (int i = 0; i < PEAK_ACC; i++)
-        acc[i] = seed + (float)i;
-    for (long it = 0; it < iters; it++)
-        for (int i = 0; i < PEAK_ACC; i++)
-            acc[i] = fmaf(acc[i], 0.999999f, 1e-7f);
-    float sum = 0;
-    for (int i = 0; i < PEAK_ACC; i++)
-        sum += acc[i];
-    return sum;
-}
-#endif
-
 static double thread_cpu_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -103,18 +48,23 @@ static double thread_cpu_seconds(void) {
 }
 
 /* Every thread runs `iters` iterations at once and times itself in its own CPU time, so other
- * processes on a shared machine lower the wall-clock rate but not the measured one. Returns the
- * sum of the threads' FLOP/s; *cpu gets the shortest thread CPU time (for sizing the run). */
+ * processes on a shared machine lower the wall-clock rate but not the measured one. The loop is
+ * cpu_peak_fma_loop: 12 register-resident FMA chains, whose checksum tests/test_cpu_peak.c
+ * verifies. (An earlier loop here kept its accumulators in a stack array: every FMA went
+ * through a store and a reload and it read ~4x below the real peak, e.g. 0.097 instead of
+ * ~0.42 TFLOP/s on 2 Sapphire Rapids cores.) Returns the sum of the threads' FLOP/s; *cpu gets
+ * the shortest thread CPU time (for sizing the run). */
 static double peak_run(long iters, double *cpu, volatile float *sink) {
     double rate = 0, shortest = 1e300;
+    const double flop_per_iter = 2.0 * 12.0 * cpu_peak_fma_lanes();
 #pragma omp parallel reduction(+ : rate) reduction(min : shortest)
     {
         double t0 = thread_cpu_seconds();
-        float r = peak_kernel(iters, (float)omp_get_thread_num());
+        double r = cpu_peak_fma_loop(iters, 1.0f, 1.0f);
         double t = thread_cpu_seconds() - t0;
-        if (r == 12345.678f) *sink = r; /* keeps the loop alive */
+        if (r == 12345.678) *sink = (float)r; /* keeps the loop alive */
         if (t <= 0) t = 1e-9;
-        rate += 2.0 * PEAK_LANES * PEAK_ACC * (double)iters / t;
+        rate += flop_per_iter * (double)iters / t;
         shortest = t;
     }
     *cpu = shortest;
