@@ -430,3 +430,37 @@ void qwen3_backward(Qwen3 *m, double divisor) {
     }
     m->mod.tok_embeddings->backward(m->g.tok_embeddings, a->dres, a->tokens, N, D);
 }
+
+/* ---- sizing without allocating ---- */
+
+int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, ActCheckpoint ac, Err *err) {
+    memset(out, 0, sizeof *out);
+    if (spec->num_experts > 0)
+        return err_set(err, "the fp32 reference model supports dense Qwen3 only (num_experts = %d)",
+                       spec->num_experts);
+    if (spec->n_layers < 1 || spec->n_layers > QT_MAX_LAYERS)
+        return err_set(err, "model.n_layers = %d is outside [1, %d]", spec->n_layers,
+                       QT_MAX_LAYERS);
+    if (B < 1 || T < 1) return err_set(err, "batch %d x sequence %d is empty", B, T);
+    /* The same layout functions qwen3_create runs, on counting arenas only: no table, no
+     * slots, no memory. (With per-instance implementations, the module tree must be built
+     * before layout_acts, as qwen3_create does, since the loss op sizes its workspace.) */
+    Qwen3 *m = xcalloc(1, sizeof *m);
+    m->spec = *spec;
+    m->max_B = B;
+    m->max_T = T;
+    m->ac = ac;
+    Arena pc, gc, acnt;
+    arena_init_counting(&pc, "parameter");
+    arena_init_counting(&gc, "gradient");
+    arena_init_counting(&acnt, "activation");
+    layout_params(m, &pc, &gc);
+    layout_acts(m, &acnt);
+    /* arena_init rounds a block up to the 64-byte alignment. */
+    out->param_bytes = (pc.used + 63) / 64 * 64;
+    out->grad_bytes = (gc.used + 63) / 64 * 64;
+    out->act_bytes = (acnt.used + 63) / 64 * 64;
+    out->nparams = m->nparams;
+    free(m);
+    return 0;
+}

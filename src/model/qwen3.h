@@ -164,6 +164,14 @@ typedef struct Qwen3 {
 int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac, Err *err);
 void qwen3_free(Qwen3 *m);
 
+/* Bytes of the three arenas qwen3_create would allocate for the same arguments, computed by
+ * the same layout code on counting arenas (so they cannot drift), without allocating them. */
+typedef struct Qwen3Sizes {
+    size_t param_bytes, grad_bytes, act_bytes;
+    int nparams; /* entries of the parameter table (a tied output is no entry) */
+} Qwen3Sizes;
+int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, ActCheckpoint ac, Err *err);
+
 /* DESIGN §5: normal(0, 0.02) for linears and the embedding, ones for norms; parameter i of
  * the table draws from rng stream i of seed, so the result does not depend on order. */
 void qwen3_init_params(Qwen3 *m, uint64_t seed);

@@ -67,7 +67,7 @@ static int data_restore(void *ctx, const json_t *pos, Err *err) {
     return 0;
 }
 
-static int build_spec(const JobConfig *cfg, ModelSpec *spec, Err *err) {
+int train_job_spec(const JobConfig *cfg, ModelSpec *spec, Err *err) {
     if (strcmp(cfg->model.flavor, "hf") == 0) {
         if (!cfg->model.hf_assets_path[0])
             return err_set(err, "model.flavor = \"hf\" needs model.hf_assets_path (a Hugging Face "
@@ -122,7 +122,7 @@ int train_job_run(const JobConfig *cfg, Err *err) {
         log_warn("checkpoint.last_save_in_hf: HF export at the end of training is not wired yet; "
                  "the last checkpoint is saved in the native format");
     ModelSpec spec;
-    TRY(build_spec(cfg, &spec, err));
+    TRY(train_job_spec(cfg, &spec, err));
     int micro;
     TRY(config_grad_accum_steps(cfg, 1, &micro, err));
     const char *tok_path;

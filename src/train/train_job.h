@@ -5,7 +5,11 @@
 
 #include "core/config.h"
 #include "core/err.h"
+#include "core/model_spec.h"
 
 int train_job_run(const JobConfig *cfg, Err *err);
+/* The model the job trains: the flavor or HF config.json, the [model] field replacements,
+ * validated, and checked against training.seq_len (shared with `qtitan plan`). */
+int train_job_spec(const JobConfig *cfg, ModelSpec *spec, Err *err);
 
 #endif

@@ -16,6 +16,12 @@ struct TrainQwen3 {
     int *decay;         /* (nparams) */
 };
 
+/* The one place the trainer's checkpointing choice becomes the model's mode (create and sizes
+ * both go through it, so `qtitan plan` sizes what training allocates). */
+static ActCheckpoint ac_mode(int full_ac) {
+    return full_ac ? AC_FULL : AC_NONE;
+}
+
 TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, int full_ac, Err *err) {
     if (spec->num_experts > 0) {
         err_set(err,
@@ -25,7 +31,7 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, int full_ac,
         return NULL;
     }
     TrainQwen3 *q = xcalloc(1, sizeof *q);
-    if (qwen3_create(&q->m, spec, B, T, full_ac ? AC_FULL : AC_NONE, err) != 0) {
+    if (qwen3_create(&q->m, spec, B, T, ac_mode(full_ac), err) != 0) {
         free(q);
         return NULL;
     }
@@ -144,4 +150,16 @@ void train_qwen3_model(TrainQwen3 *q, TrainModel *out, int exempt) {
                         .grads = q->grads,
                         .decay = q->decay,
                         .forward_backward = forward_backward};
+}
+
+int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T, int full_ac,
+                      Err *err) {
+    memset(out, 0, sizeof *out);
+    Qwen3Sizes z;
+    TRY(qwen3_sizes(&z, spec, B, T, ac_mode(full_ac), err));
+    out->param_bytes = z.param_bytes;
+    out->grad_bytes = z.grad_bytes;
+    out->act_bytes = z.act_bytes;
+    out->nparams = z.nparams;
+    return 0;
 }

@@ -5,6 +5,7 @@
 #ifndef QT_TRAIN_QWEN3_H
 #define QT_TRAIN_QWEN3_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/err.h"
@@ -25,6 +26,15 @@ typedef struct TrainQwen3Batch {
 /* Dense models only; activations sized for B x T; full_ac recomputes layers in backward. */
 TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, int full_ac, Err *err);
 void train_qwen3_free(TrainQwen3 *q);
+
+/* Bytes of the parameter, gradient and activation arenas train_qwen3_create would allocate
+ * for the same arguments (model/qwen3.h qwen3_sizes: the same layout code, counting only). */
+typedef struct TrainQwen3Sizes {
+    size_t param_bytes, grad_bytes, act_bytes;
+    int nparams;
+} TrainQwen3Sizes;
+int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T, int full_ac,
+                      Err *err);
 /* DESIGN §5 random init. */
 void train_qwen3_init(TrainQwen3 *q, uint64_t seed);
 /* Loads HF-named weights (a .safetensors file or an HF directory), any of F32/BF16/F16. Every

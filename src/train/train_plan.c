@@ -1,0 +1,177 @@
+/* qtitan plan: per-rank memory and FLOPs of a training job, without running it. */
+#include "train/train_plan.h"
+
+#include <glob.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/fs.h"
+#include "train/metrics.h"
+#include "train/train_job.h"
+#include "train/train_qwen3.h"
+
+/* Constants measured once on x86-64 Linux (Debian, glibc, libgomp, oneDNN 2.6.3, -O2 build);
+ * docs/plan.md says how. They are small next to the arenas of any real job.
+ *  - BASELINE: peak RSS of a 1-step run of a ~100k-parameter model with a 2048-token
+ *    tokenizer (binary, libraries, OpenMP and oneDNN runtimes, jansson, logging), less its
+ *    arenas.
+ *  - TOKENIZER_PER_BYTE: resident bytes of a loaded tokenizer per byte of tokenizer.json
+ *    (vocab and merge tables, the pre-tokenizer; the parsed JSON is freed after loading, but
+ *    its pages stay counted in the peak).
+ *  - DATASET_PER_BYTE: peak resident bytes per byte of JSONL source while the dataset is
+ *    tokenized into its cache (text + ids per document); the mapped cache afterwards is less.
+ *  - GEMM_SCRATCH_PER_BYTE: oneDNN matmul scratchpad (packed B blocks), allocated per call
+ *    and freed, as a fraction of the largest weight matrix. */
+#define PLAN_BASELINE_BYTES (13.2 * 1048576.0)
+#define PLAN_TOKENIZER_PER_BYTE 1.3
+#define PLAN_DATASET_PER_BYTE 2.5
+#define PLAN_GEMM_SCRATCH_PER_BYTE 0.0 /* within the measured agreement: see docs/plan.md */
+
+static double source_bytes(const char *paths) {
+    double total = 0;
+    char *copy = strdup(paths);
+    char *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        glob_t g;
+        if (glob(tok, 0, NULL, &g) != 0) continue;
+        for (size_t i = 0; i < g.gl_pathc; i++) {
+            struct stat st;
+            if (stat(g.gl_pathv[i], &st) == 0 && S_ISREG(st.st_mode)) total += (double)st.st_size;
+        }
+        globfree(&g);
+    }
+    free(copy);
+    return total;
+}
+
+static double tokenizer_json_bytes(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) return 0;
+    if (S_ISREG(st.st_mode)) return (double)st.st_size;
+    char *f = fs_join(path, "tokenizer.json");
+    double n = stat(f, &st) == 0 ? (double)st.st_size : 0;
+    free(f);
+    return n;
+}
+
+static void note(TrainPlan *p, const char *text) {
+    for (int i = 0; i < 4; i++)
+        if (!p->notes[i][0]) {
+            snprintf(p->notes[i], sizeof p->notes[i], "%s", text);
+            return;
+        }
+}
+
+int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
+    memset(p, 0, sizeof *p);
+    TRY(train_job_spec(cfg, &p->spec, err));
+    TRY(config_grad_accum_steps(cfg, 1, &p->micro, err));
+    p->B = cfg->training.local_batch_size;
+    p->T = cfg->training.seq_len;
+    /* As train_job_run passes it: only "full" changes the layout today; "selective" runs as
+     * "none" until the trainer wires it. */
+    int full_ac = cfg->activation_checkpoint.mode == AC_FULL;
+    p->ac = full_ac ? "full" : "none";
+    if (cfg->activation_checkpoint.mode == AC_SELECTIVE) {
+        p->ac = "none (selective is not wired into training yet)";
+    }
+    TrainQwen3Sizes z;
+    TRY(train_qwen3_sizes(&z, &p->spec, p->B, p->T, full_ac, err));
+    p->numel = (double)z.param_bytes / 4.0; /* upper bound by alignment padding only */
+
+    /* FSDP: every rank holds 1/dp_shard of the parameters, gradients and optimizer state.
+     * Training runs one process today (train_job_run rejects degrees > 1), so this is 1 there. */
+    p->dp_shard = cfg->parallelism.data_parallel_shard_degree > 1
+                      ? cfg->parallelism.data_parallel_shard_degree
+                      : 1;
+    if (p->dp_shard > 1)
+        note(p, "FSDP modeled as an even split of parameters, gradients and optimizer state; "
+                "gathered-layer buffers are not counted");
+    p->params = (double)z.param_bytes / p->dp_shard;
+    p->grads = (double)z.grad_bytes / p->dp_shard;
+    /* AdamW (train/adamw.c) places m and v per parameter with the same arena rules as the
+     * gradient arena places gradients: exactly twice its size (tests/test_plan.c checks). */
+    p->optim = 2.0 * (double)z.grad_bytes / p->dp_shard;
+    p->acts = (double)z.act_bytes;
+
+    /* Workspace: the job's batch buffers (dataset Batch of 4 arrays + the int32 tokens), bf16
+     * copies (none: the reference path computes in fp32), GEMM scratch. */
+    double N = (double)p->B * p->T;
+    p->workspace = 5.0 * 4.0 * N;
+    if (cfg->training.mixed_precision_param != DT_F32)
+        note(p, "mixed_precision_param = bfloat16 is not built yet: training computes in fp32, "
+                "so no bf16 copies are counted");
+    double D = p->spec.dim, V = p->spec.vocab_size, F = p->spec.hidden_dim;
+    double big = V * D > F * D ? V * D : F * D;
+    p->workspace += PLAN_GEMM_SCRATCH_PER_BYTE * 4.0 * big;
+    if (cfg->n_overrides > 0)
+        note(p, "[[override]] entries are not applied by training yet; sized for the reference "
+                "kernels");
+
+    const char *tok_path = NULL;
+    Err ignored;
+    if (config_tokenizer_path(cfg, &tok_path, &ignored) == 0)
+        p->tokenizer = PLAN_TOKENIZER_PER_BYTE * tokenizer_json_bytes(tok_path);
+    char *dpath = NULL;
+    if (config_dataset_path(cfg, &dpath, &ignored) == 0) {
+        p->dataset = PLAN_DATASET_PER_BYTE * source_bytes(dpath);
+        free(dpath);
+    }
+    p->baseline = PLAN_BASELINE_BYTES;
+    p->total = p->params + p->grads + p->optim + p->acts + p->workspace + p->tokenizer +
+               p->dataset + p->baseline;
+
+    p->flops_per_token = metrics_flops_per_token(&p->spec, p->T);
+    p->tokens_per_step = N * p->micro;
+    p->flops_per_step = p->flops_per_token * p->tokens_per_step;
+    p->hw_flops_per_step = p->flops_per_step;
+    if (full_ac) {
+        /* Backward reruns the forward of every layer but the last: per token, a third of
+         * the model FLOPs (2 per matmul parameter + attention) less the lm_head's share. */
+        double fwd = p->flops_per_token / 3.0 - 2.0 * V * D;
+        double L = p->spec.n_layers;
+        p->hw_flops_per_step += fwd * (L - 1) / L * p->tokens_per_step;
+    }
+    return 0;
+}
+
+static void row(FILE *f, const char *name, double bytes, double total, const char *what) {
+    fprintf(f, "  %-12s %9.3f GiB %10.1f MiB %5.1f%%  %s\n", name, bytes / 1073741824.0,
+            bytes / 1048576.0, total > 0 ? 100.0 * bytes / total : 0.0, what);
+}
+
+void train_plan_print(const TrainPlan *p, FILE *f) {
+    const ModelSpec *s = &p->spec;
+    fprintf(f,
+            "model: %s, %d layers, dim %d, heads %d/%d, head_dim %d, ffn %d, vocab %d%s; %.4g "
+            "parameters\n",
+            s->flavor, s->n_layers, s->dim, s->n_heads, s->n_kv_heads, s->head_dim, s->hidden_dim,
+            s->vocab_size, s->tie_embeddings ? " (tied)" : "", p->numel);
+    fprintf(f,
+            "batch: %d x %d tokens per micro-batch, %d micro-batch(es) per step; activation "
+            "checkpointing: %s; FSDP shard degree %d\n",
+            p->B, p->T, p->micro, p->ac, p->dp_shard);
+    fprintf(f, "memory per rank:\n");
+    double t = p->total;
+    row(f, "parameters", p->params, t, "fp32 parameter arena");
+    row(f, "gradients", p->grads, t, "fp32 gradient arena");
+    row(f, "optimizer", p->optim, t, "AdamW exp_avg + exp_avg_sq, fp32");
+    row(f, "activations", p->acts, t, "activation arena: kept activations, logits, grad scratch");
+    row(f, "workspace", p->workspace, t, "batch buffers, bf16 copies, GEMM scratch");
+    row(f, "tokenizer", p->tokenizer, t, "loaded vocabulary and merges");
+    row(f, "dataset", p->dataset, t, "tokenizing the sources into the cache (first run)");
+    row(f, "baseline", p->baseline, t, "binary, libraries, OpenMP and oneDNN runtimes");
+    row(f, "total", p->total, t, "expected peak RSS");
+    fprintf(f,
+            "flops: %.4g per token (6 x matmul params + attention), %.0f tokens per step, %.4g "
+            "per step",
+            p->flops_per_token, p->tokens_per_step, p->flops_per_step);
+    if (p->hw_flops_per_step > p->flops_per_step)
+        fprintf(f, " (%.4g with the recomputed forward)", p->hw_flops_per_step);
+    fprintf(f, "\n");
+    for (int i = 0; i < 4; i++)
+        if (p->notes[i][0]) fprintf(f, "note: %s\n", p->notes[i]);
+    fprintf(f, "plan: total_gib=%.4f flops_per_step=%.6g\n", p->total / 1073741824.0,
+            p->flops_per_step);
+}

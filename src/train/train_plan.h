@@ -1,0 +1,40 @@
+/* `qtitan plan`: what a `qtitan train` job will need per rank, computed without running it:
+ * memory by part (parameters, gradients, optimizer state, activations with the chosen
+ * activation checkpointing, workspace, tokenizer and dataset, process baseline) and FLOPs per
+ * step. The arenas are sized by the same layout code the model and trainer run (counting
+ * arenas, train_qwen3_sizes), so the plan cannot drift from what training allocates; the rest
+ * is small and modeled by constants measured once (docs/plan.md). */
+#ifndef QT_TRAIN_PLAN_H
+#define QT_TRAIN_PLAN_H
+
+#include <stdio.h>
+
+#include "core/config.h"
+#include "core/err.h"
+#include "core/model_spec.h"
+
+typedef struct TrainPlan {
+    ModelSpec spec;
+    int B, T, micro; /* micro-batch rows, seq_len, micro-batches per optimizer step */
+    int dp_shard;    /* FSDP shard degree the per-rank numbers are divided by */
+    const char *ac;  /* activation checkpointing as training applies it */
+    double numel;    /* parameter elements (a tied embedding counted once) */
+    /* Bytes per rank. */
+    double params, grads, optim, acts;
+    double workspace; /* batch buffers, bf16 copies, GEMM scratch */
+    double tokenizer, dataset, baseline;
+    double total;
+    /* FLOPs: the MFU convention (metrics_flops_per_token) and, with full activation
+     * checkpointing, what the machine really does (the forward of every layer once more). */
+    double flops_per_token, tokens_per_step, flops_per_step, hw_flops_per_step;
+    char notes[4][160]; /* what the plan does not model for this config; "" when unused */
+} TrainPlan;
+
+/* Fills p for cfg (the job `qtitan train` would run with the same config and overrides).
+ * Reads only file sizes (tokenizer, dataset sources); loads and allocates nothing big. */
+int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err);
+/* The human-readable table, ending with the machine-readable line
+ * "plan: total_gib=X flops_per_step=Y". */
+void train_plan_print(const TrainPlan *p, FILE *f);
+
+#endif

@@ -1,0 +1,118 @@
+/* qwen3_sizes (what `qtitan plan` reports) equals the arenas qwen3_create really allocates for
+ * every activation-checkpointing mode, tied or not; train_qwen3_sizes maps the trainer's flag
+ * the same way train_qwen3_create does; and AdamW's state arena is exactly twice the gradient
+ * arena (the plan counts it so). */
+/* cmocka.h needs these four first. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/qwen3.h"
+#include "train/adamw.h"
+#include "train/train_qwen3.h"
+
+static ModelSpec spec(int tied, int layers) {
+    ModelSpec s;
+    memset(&s, 0, sizeof s);
+    strcpy(s.flavor, "test");
+    s.dim = 24;
+    s.n_layers = layers;
+    s.n_heads = 4;
+    s.n_kv_heads = 2;
+    s.head_dim = 8;
+    s.hidden_dim = 40;
+    s.vocab_size = 50;
+    s.max_seq_len = 64;
+    s.norm_eps = 1e-6;
+    s.rope_theta = 1e6;
+    s.tie_embeddings = tied;
+    return s;
+}
+
+static void test_sizes_match_create(void **state) {
+    (void)state;
+    const ActCheckpoint modes[] = {AC_NONE, AC_FULL, AC_SELECTIVE};
+    for (int tied = 0; tied < 2; tied++)
+        for (int k = 0; k < 3; k++)
+            for (int layers = 1; layers <= 3; layers += 2) {
+                ModelSpec s = spec(tied, layers);
+                Err err;
+                Qwen3Sizes z;
+                assert_int_equal(qwen3_sizes(&z, &s, 3, 7, modes[k], &err), 0);
+                Qwen3 m;
+                assert_int_equal(qwen3_create(&m, &s, 3, 7, modes[k], &err), 0);
+                assert_int_equal(z.param_bytes, m.param_arena.capacity);
+                assert_int_equal(z.grad_bytes, m.grad_arena.capacity);
+                assert_int_equal(z.act_bytes, m.act_arena.capacity);
+                assert_int_equal(z.nparams, m.nparams);
+                qwen3_free(&m);
+            }
+    /* Full checkpointing keeps less than none for more than one layer. */
+    ModelSpec s = spec(0, 3);
+    Err err;
+    Qwen3Sizes none, full;
+    assert_int_equal(qwen3_sizes(&none, &s, 3, 7, AC_NONE, &err), 0);
+    assert_int_equal(qwen3_sizes(&full, &s, 3, 7, AC_FULL, &err), 0);
+    assert_true(full.act_bytes < none.act_bytes);
+}
+
+static void test_bad_input(void **state) {
+    (void)state;
+    ModelSpec s = spec(0, 0);
+    Err err;
+    Qwen3Sizes z;
+    assert_int_equal(qwen3_sizes(&z, &s, 1, 1, AC_NONE, &err), -1);
+    s = spec(0, 2);
+    assert_int_equal(qwen3_sizes(&z, &s, 0, 1, AC_NONE, &err), -1);
+    s.num_experts = 4;
+    assert_int_equal(qwen3_sizes(&z, &s, 1, 1, AC_NONE, &err), -1);
+}
+
+static void test_trainer_and_adamw(void **state) {
+    (void)state;
+    for (int full = 0; full < 2; full++) {
+        ModelSpec s = spec(1, 3);
+        Err err;
+        TrainQwen3Sizes z;
+        assert_int_equal(train_qwen3_sizes(&z, &s, 2, 5, full, &err), 0);
+        Qwen3Sizes ref;
+        assert_int_equal(qwen3_sizes(&ref, &s, 2, 5, full ? AC_FULL : AC_NONE, &err), 0);
+        assert_int_equal(z.act_bytes, ref.act_bytes);
+        TrainQwen3 *q = train_qwen3_create(&s, 2, 5, full, &err);
+        assert_non_null(q);
+        TrainModel tm;
+        train_qwen3_model(q, &tm, 0);
+        AdamWParam *ap = calloc((size_t)tm.nparams, sizeof *ap);
+        size_t bytes = 0;
+        for (int i = 0; i < tm.nparams; i++) {
+            size_t n = 1;
+            for (int d = 0; d < tm.params[i].ndim; d++)
+                n *= (size_t)tm.params[i].shape[d];
+            ap[i] = (AdamWParam){tm.params[i].name, tm.params[i].data, tm.grads[i], n, 1};
+            bytes += n * sizeof(float);
+        }
+        /* The parameter table covers the arena up to alignment padding. */
+        assert_true(bytes <= z.param_bytes && z.param_bytes < bytes + 64 * (size_t)tm.nparams);
+        AdamW opt;
+        AdamWConfig cfg = {0.9, 0.95, 1e-8, 0.1};
+        assert_int_equal(adamw_init(&opt, &cfg, ap, tm.nparams, &err), 0);
+        assert_int_equal(opt.state.capacity, 2 * z.grad_bytes);
+        adamw_free(&opt);
+        free(ap);
+        train_qwen3_free(q);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sizes_match_create),
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_trainer_and_adamw),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

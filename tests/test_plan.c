@@ -1,0 +1,89 @@
+/* `qtitan plan` (train/train_plan.h) on job configs: the parameter, gradient and optimizer
+ * bytes equal a count written out by hand from the debugmodel's shapes (DESIGN §1), the FLOPs
+ * per step equal 6 x matmul parameters + attention per token times the step's tokens, the
+ * total is the sum of its parts, FSDP sharding divides the per-rank state, and bad configs
+ * fail with a sentence. */
+/* cmocka.h needs these four first. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <string.h>
+
+#include "train/train_plan.h"
+
+static int plan(TrainPlan *p, int argc, char **argv, Err *err) {
+    JobConfig cfg;
+    if (config_load(&cfg, NULL, argc, argv, err) != 0) return -1;
+    int rc = train_plan_compute(p, &cfg, err);
+    config_free(&cfg);
+    return rc;
+}
+
+static void test_debugmodel(void **state) {
+    (void)state;
+    char *argv[] = {"--model.flavor=debugmodel", "--training.local_batch_size=3",
+                    "--training.seq_len=32", "--model.tokenizer_path=/nonexistent",
+                    "--training.dataset_path=/nonexistent.jsonl"};
+    TrainPlan p;
+    Err err;
+    assert_int_equal(plan(&p, 5, argv, &err), 0);
+    /* debugmodel: dim 256, 8 layers, 16 heads, 8 kv heads, head_dim 128, ffn 3072, vocab 2048,
+     * tied. Every tensor is a multiple of 16 floats, so the arena has no padding. */
+    double D = 256, L = 8, HE = 16 * 128, KE = 8 * 128, E = 128, F = 3072, V = 2048;
+    double layer_mm = D * HE * 2 + D * KE * 2 + 3 * D * F;
+    double numel = V * D + L * (layer_mm + 2 * D + 2 * E) + D;
+    assert_true(p.params == 4 * numel);
+    assert_true(p.grads == 4 * numel);
+    assert_true(p.optim == 8 * numel);
+    double fpt = 6 * (L * layer_mm + V * D) + 12 * L * HE * 32;
+    assert_true(p.flops_per_token == fpt);
+    assert_true(p.flops_per_step == fpt * 3 * 32);
+    assert_true(p.acts > 0 && p.baseline > 0);
+    assert_true(p.tokenizer == 0 && p.dataset == 0); /* missing files count nothing */
+    double sum =
+        p.params + p.grads + p.optim + p.acts + p.workspace + p.tokenizer + p.dataset + p.baseline;
+    assert_true(p.total == sum);
+    assert_string_equal(p.ac, "none");
+
+    /* Full checkpointing: fewer activations, more hardware FLOPs, same model FLOPs. */
+    char *full[] = {"--model.flavor=debugmodel", "--training.local_batch_size=3",
+                    "--training.seq_len=32", "--activation_checkpoint.mode=full"};
+    TrainPlan f;
+    assert_int_equal(plan(&f, 4, full, &err), 0);
+    assert_true(f.acts < p.acts);
+    assert_true(f.flops_per_step == p.flops_per_step);
+    assert_true(f.hw_flops_per_step > f.flops_per_step);
+
+    /* FSDP over 4 ranks: a quarter of the state per rank, activations unchanged. */
+    char *fsdp[] = {"--model.flavor=debugmodel", "--training.local_batch_size=3",
+                    "--training.seq_len=32", "--parallelism.data_parallel_shard_degree=4"};
+    TrainPlan s;
+    assert_int_equal(plan(&s, 4, fsdp, &err), 0);
+    assert_true(s.params == p.params / 4 && s.optim == p.optim / 4);
+    assert_true(s.acts == p.acts);
+    assert_true(s.notes[0][0] != 0);
+}
+
+static void test_errors(void **state) {
+    (void)state;
+    TrainPlan p;
+    Err err;
+    char *moe[] = {"--model.flavor=debugmodel_moe"};
+    assert_int_equal(plan(&p, 1, moe, &err), -1);
+    assert_non_null(strstr(err.msg, "num_experts"));
+    char *flavor[] = {"--model.flavor=7B"};
+    assert_int_equal(plan(&p, 1, flavor, &err), -1);
+    char *seq[] = {"--model.flavor=debugmodel", "--training.seq_len=1000000"};
+    assert_int_equal(plan(&p, 2, seq, &err), -1);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_debugmodel),
+        cmocka_unit_test(test_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
