@@ -465,7 +465,8 @@ static int parse_model(Tokenizer *t, const json_t *model, const TokJson *fast, c
     return build_model(t, fast, path, err);
 }
 
-static char *nfc_copy(const char *s, size_t n, int opt, size_t *out_len) {
+/* Applies one utf8proc normalization (options opt) to s[0..n) into a malloc'd copy. */
+static char *normalize_copy(const char *s, size_t n, int opt, size_t *out_len) {
     utf8proc_uint8_t *dst = NULL;
     utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &dst, opt);
     if (r < 0) { /* cannot happen on valid UTF-8; keep the text unchanged */
@@ -531,7 +532,7 @@ static void build_sets(Tokenizer *t) {
         if (a->normalized) {
             for (int k = 0; k < t->n_norm; k++) {
                 size_t l;
-                char *c = nfc_copy(a->content, a->len, t->norm[k], &l);
+                char *c = normalize_copy(a->content, a->len, t->norm[k], &l);
                 free(a->content);
                 a->content = c;
                 a->len = l;
@@ -857,7 +858,7 @@ static int normalize_gap(const Tokenizer *t, const char *s, size_t n, IdVec *out
     size_t len = n;
     for (int k = 0; k < t->n_norm; k++) {
         size_t l;
-        char *next = nfc_copy(cur ? cur : s, len, t->norm[k], &l);
+        char *next = normalize_copy(cur ? cur : s, len, t->norm[k], &l);
         free(cur);
         cur = next;
         len = l;
