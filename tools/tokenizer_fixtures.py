@@ -51,6 +51,11 @@ FIXED = [
     "\u0870\u0871 (Unicode 14 letters)", "\U0001FAE0 melting face", "\U00011F00\U00011F04 Kawi",
     "\u1c89\u1c8a \ua7cb Unicode 16",
     "a" * 100, " " * 100, "\n" * 100, "x\n \n \n y",
+    # Added tokens of the tiny tokenizer: lstrip, rstrip, single_word, normalized, longest match.
+    " <mask> x", "a  <mask>b", "\t\n<mask>", "<mask><mask>", "[SEP]  x", "[SEP]\n\ny",
+    "word", "a word b", "sword", "words", "_word", "word_", "éword", "word1", "(word)",
+    "Abc Ab Abcd", "AbAbc", "<|sep|>", "x  <|sep|>  y", "cafe\u0301 café CAFÉ", "\u00a0<mask>\u00a0",
+    " [SEP] <mask> word <|sep|> ",
 ]
 
 # Long runs (the 100k-character linearity checks live in the C tests, which need no HF ids).
@@ -69,7 +74,8 @@ PIECES = ["a", "B", "z", "é", "E\u0301", "ß", "ſ", "İ", "ı", "中", "日", 
           "\u3000", "\u2028", "\u0085", "'", "'s", "'S", "'ll", "'LL", "'Re", "'ve", "'m", "'D",
           "'t", "!", "?", ".", ",", "-", "_", "$", "%", "(", ")", "\"", "👍", "👨\u200d👩",
           "🏽", "\u200d", "\u0301", "\u0308", "\ufe0f", "<|endoftext|>", "<|im_start|>",
-          "<think>", "x", "y", "hello", " world", "The", "ing", "\x00", "\x7f", "€", "£"]
+          "<think>", "x", "y", "hello", " world", "The", "ing", "\x00", "\x7f", "€", "£",
+          "<mask>", "[SEP]", "word", "Ab", "Abc", "café", "cafe\u0301", "<|sep|>"]
 
 
 def random_cases(rng, n):

@@ -756,9 +756,33 @@ static int run_steps(const Tokenizer *t, int step, const char *s, size_t n, IdVe
     return rc;
 }
 
+/* A word character for single_word, as the \w of Rust's regex crate that HF uses:
+ * Alphabetic, marks, connector punctuation, decimal digits and the joiners. Alphabetic is
+ * letters, letter numbers and Other_Alphabetic, whose members outside the marks are the
+ * circled and squared Latin letters listed here. */
 static int is_word_char(uint32_t cp) {
-    int k = utf8_class(cp);
-    return cp == '_' || k == UC_LETTER || k == UC_NUMBER;
+    if (cp < 0x80)
+        return cp == '_' || (cp >= '0' && cp <= '9') || ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z');
+    if (cp == 0x200C || cp == 0x200D || (cp >= 0x24B6 && cp <= 0x24E9) ||
+        (cp >= 0x1F130 && cp <= 0x1F149) || (cp >= 0x1F150 && cp <= 0x1F169) ||
+        (cp >= 0x1F170 && cp <= 0x1F189))
+        return 1;
+    switch (utf8proc_category((utf8proc_int32_t)cp)) {
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO:
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_PC:
+        return 1;
+    default:
+        return 0;
+    }
 }
 
 /* Start of the code point that ends at s[end) (end > 0). */
