@@ -86,6 +86,22 @@ def random_cases(rng, n):
     return out
 
 
+def random_codepoints(rng, n):
+    """Strings of random code points from every plane (no surrogates)."""
+    out = []
+    for _ in range(n):
+        cps = []
+        for _ in range(rng.randint(1, 12)):
+            r = rng.random()
+            cp = (rng.randrange(0x80) if r < 0.3 else rng.randrange(0x10000) if r < 0.8
+                  else rng.randrange(0x10000, 0x110000) if r < 0.9 else rng.randrange(0x300, 0x370))
+            if 0xD800 <= cp <= 0xDFFF:
+                cp = 0x20
+            cps.append(chr(cp))
+        out.append("".join(cps))
+    return out
+
+
 def fnv64(data):
     h = 0xCBF29CE484222325
     for b in data:
@@ -108,6 +124,7 @@ def case_text(case):
 def all_cases():
     cases = [{"text": t} for t in FIXED]
     cases += [{"text": t} for t in random_cases(random.Random(1234), 400)]
+    cases += [{"text": t} for t in random_codepoints(random.Random(99), 300)]
     cases += [{"repeat": r} for r in REPEATS]
     cases += [{"hex": h.hex()} for h in HEXES]
     return cases
