@@ -34,18 +34,18 @@ static void put(Buf *b, const char *s, size_t n) {
     b->s[b->n] = 0;
 }
 
-static void puts_(Buf *b, const char *s) {
+static void put_str(Buf *b, const char *s) {
     put(b, s, strlen(s));
 }
 
 /* The members of class k (UC_LETTER, UC_NUMBER, UC_SPACE) as class-body ranges. */
 static void put_members(Buf *b, int k) {
     if (k == UC_LETTER)
-        puts_(b, "A-Za-z");
+        put_str(b, "A-Za-z");
     else if (k == UC_NUMBER)
-        puts_(b, "0-9");
+        put_str(b, "0-9");
     else
-        puts_(b, "\\t-\\r ");
+        put_str(b, "\\t-\\r ");
     for (size_t i = 0; i < UNICODE_CLASS_N_RANGES; i++) {
         const UnicodeRange *r = &UNICODE_CLASS_RANGES[i];
         if (r->cls != k) continue;
@@ -75,9 +75,9 @@ static char *rewrite_classes(const char *p) {
             else if ((e == 'p' || e == 'P') && strncmp(p + i + 2, "{N}", 3) == 0)
                 k = UC_NUMBER, neg = e == 'P', len = 5;
             if (k >= 0 && !(neg && in_class)) {
-                if (!in_class) puts_(&b, neg ? "[^" : "[");
+                if (!in_class) put_str(&b, neg ? "[^" : "[");
                 put_members(&b, k);
-                if (!in_class) puts_(&b, "]");
+                if (!in_class) put_str(&b, "]");
             } else {
                 put(&b, p + i, len);
             }
