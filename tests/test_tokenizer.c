@@ -49,6 +49,54 @@ static void test_tiny_matches_hf(void **state) {
     tokenizer_free(t);
 }
 
+/* The tiny tokenizer with other pre-tokenizer / normalizer settings (ByteLevel with a prefix
+ * space, Split by a string or a custom regex through PCRE2, no normalizer, NFKC, NFD+NFC)
+ * against HF's ids (tests/fixtures/tokenizer/tiny_variants.json). */
+static void test_variants_match_hf(void **state) {
+    (void)state;
+    char *bp = fixture("tests/fixtures/tokenizer/tiny_gpt2/tokenizer.json");
+    char *vp = fixture("tests/fixtures/tokenizer/tiny_variants.json");
+    Err err;
+    json_t *base = json_load_path(bp, &err), *vars = json_load_path(vp, &err);
+    assert_non_null(base);
+    assert_non_null(vars);
+    size_t i, k;
+    json_t *v, *c;
+    int bad = 0, n = 0;
+    json_array_foreach(json_object_get(vars, "variants"), i, v) {
+        json_object_set(base, "pre_tokenizer", json_object_get(v, "pre_tokenizer"));
+        json_object_set(base, "normalizer", json_object_get(v, "normalizer"));
+        char *text = json_dumps(base, 0);
+        const char *name = json_string_value(json_object_get(v, "name"));
+        Tokenizer *t = tokenizer_load_mem(text, strlen(text), name, &err);
+        free(text);
+        if (!t) {
+            fprintf(stderr, "%s\n", err.msg);
+            fail();
+        }
+        json_array_foreach(json_object_get(v, "cases"), k, c) {
+            json_t *in = json_object_get(c, "text"), *want = json_object_get(c, "ids");
+            IdVec ids = {0};
+            assert_int_equal(
+                tokenizer_encode(t, json_string_value(in), json_string_length(in), &ids, &err), 0);
+            int ok = ids.n == json_array_size(want);
+            for (size_t m = 0; ok && m < ids.n; m++)
+                ok = ids.ids[m] == (uint32_t)json_integer_value(json_array_get(want, m));
+            if (!ok && bad++ < 5)
+                fprintf(stderr, "%s: ids differ from HF on \"%s\"\n", name, json_string_value(in));
+            n++;
+            idvec_free(&ids);
+        }
+        tokenizer_free(t);
+    }
+    assert_int_equal(bad, 0);
+    assert_true(n >= 100);
+    json_decref(base);
+    json_decref(vars);
+    free(bp);
+    free(vp);
+}
+
 /* The same file through jansson alone (the fast vocab/merges reader declines when the "model"
  * key is spelled with an escape) gives the same tokenizer. */
 static void test_jansson_path_matches(void **state) {
@@ -475,6 +523,7 @@ int main(void) {
         cmocka_unit_test(test_tiny_matches_hf),
         cmocka_unit_test(test_unicode_classes_match_hf),
         cmocka_unit_test(test_jansson_path_matches),
+        cmocka_unit_test(test_variants_match_hf),
         cmocka_unit_test(test_scanner_matches_pcre2),
         cmocka_unit_test(test_scanner_long_runs),
         cmocka_unit_test(test_bpe_heap_matches_scan),

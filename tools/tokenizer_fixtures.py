@@ -10,6 +10,9 @@ Writes into tests/fixtures/tokenizer/:
                      as "a b" strings, with added tokens using lstrip / rstrip / single_word /
                      normalized, and a Sequence[NFC] normalizer
   tiny_edge.jsonl    the edge cases encoded with the tiny tokenizer
+  tiny_variants.json the tiny tokenizer with other pre_tokenizer / normalizer settings
+                     (ByteLevel add_prefix_space, Split with a String or a custom Regex, no
+                     normalizer, NFKC) and HF's ids for a few texts under each
   qwen3_classes.json the class HF's Qwen3 pre-tokenizer gives every code point (letter, number,
                      whitespace; others omitted), probed through how it splits short strings
 and src/text/unicode_classes.c, the same classes for non-ASCII code points as a C table, so
@@ -225,6 +228,38 @@ def write_class_table(ranges, path):
         f.write("};\n// clang-format on\nconst size_t UNICODE_CLASS_N_RANGES = %d;\n" % len(rows))
 
 
+VARIANT_TEXTS = ["hello world", " hello", "a<mask>b c", "x\n\ny  z", "it's 12 caf\u00e9", "  ",
+                 "", "word a word", "<|sep|>x y", "\ufb01 \u2460 \uff21", "cafe\u0301 \u212b"]
+
+
+def variants(tiny_path, path):
+    base = json.load(open(tiny_path, encoding="utf-8"))
+    bl = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+    pres = {
+        "prefix": dict(bl, add_prefix_space=True, use_regex=True),
+        "no_regex": bl,
+        "split_string": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"String": " "}, "behavior": "Isolated", "invert": False},
+            bl]},
+        "split_regex_prefix": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": "\\s+|\\p{N}+|\\P{L}"},
+             "behavior": "Isolated", "invert": False}, dict(bl, add_prefix_space=True)]},
+    }
+    norms = {"nfc": {"type": "NFC"}, "none": None, "nfkc": {"type": "NFKC"},
+             "seq_nfd_nfc": {"type": "Sequence", "normalizers": [{"type": "NFD"}, {"type": "NFC"}]}}
+    out = []
+    for pname, pre in pres.items():
+        for nname, norm in norms.items():
+            j = dict(base, pre_tokenizer=pre, normalizer=norm)
+            tok = Tokenizer.from_str(json.dumps(j))
+            cases = [{"text": t, "ids": tok.encode(t, add_special_tokens=False).ids}
+                     for t in VARIANT_TEXTS]
+            out.append({"name": pname + "/" + nname, "pre_tokenizer": pre, "normalizer": norm,
+                        "cases": cases})
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"variants": out}, f, ensure_ascii=True)
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     qwen = Tokenizer.from_file(os.path.join(SHARED, "tokenizers", "qwen3", "tokenizer.json"))
@@ -235,6 +270,7 @@ def main():
     c4_fixture(qwen, c4, os.path.join(OUT, "c4_qwen3.jsonl"))
     tiny = tiny_tokenizer(c4, os.path.join(OUT, "tiny_gpt2", "tokenizer.json"))
     write_cases(tiny, os.path.join(OUT, "tiny_edge.jsonl"))
+    variants(os.path.join(OUT, "tiny_gpt2", "tokenizer.json"), os.path.join(OUT, "tiny_variants.json"))
 
 
 if __name__ == "__main__":
