@@ -308,7 +308,9 @@ static int build_model(Tokenizer *t, const TokJson *tj, const char *path, Err *e
         len[id] = tj->vocab[k].len;
         src[id] = tj->vocab[k].s;
     }
-    uint8_t *is_added = xcalloc(t->n_ids + 1, 1);
+    uint8_t *is_added = xcalloc(t->n_ids + 1, 1), *is_vocab = xcalloc(t->n_ids + 1, 1);
+    for (size_t k = 0; k < tj->n_vocab; k++)
+        is_vocab[tj->vocab[k].id] = 1;
     for (size_t i = 0; i < t->n_added; i++) {
         uint32_t id = t->added[i].id;
         t->has_tok[id] = 1;
@@ -327,17 +329,19 @@ static int build_model(Tokenizer *t, const TokJson *tj, const char *path, Err *e
         t->map_cap *= 2;
     t->map = xmalloc(t->map_cap * sizeof *t->map);
     memset(t->map, 0xFF, t->map_cap * sizeof *t->map);
+    /* The model's vocabulary first: merges and byte tokens resolve against it alone. (An added
+     * token that reuses a vocab id with other text replaces that text, as id_to_token does in
+     * HF; merges naming the old text then fail to load.) */
     for (uint32_t id = 0; id < t->n_ids; id++) {
-        if (!t->has_tok[id]) continue;
-        int64_t old = map_insert(t, id);
-        if (old >= 0 && !is_added[id]) {
+        if (!is_vocab[id]) continue;
+        if (map_insert(t, id) >= 0) {
             size_t l;
             const char *s = tok_str(t, id, &l);
             free(is_added);
+            free(is_vocab);
             return err_set(err, "%s: model.vocab has the token \"%.*s\" twice", path, (int)l, s);
         }
     }
-    free(is_added);
 
     bpe_init(&t->bpe, tj->n_merges);
     for (int b = 0; b < 256; b++) {
@@ -372,10 +376,17 @@ static int build_model(Tokenizer *t, const TokJson *tj, const char *path, Err *e
                          path, i, (int)m->la, m->a, (int)m->lb, m->b);
         if (rc) {
             free(cat);
+            free(is_added);
+            free(is_vocab);
             return -1;
         }
     }
     free(cat);
+    /* Then added tokens, which win for their text in tokenizer_token_id, as in HF. */
+    for (uint32_t id = 0; id < t->n_ids; id++)
+        if (is_added[id]) map_insert(t, id);
+    free(is_added);
+    free(is_vocab);
     return 0;
 }
 
