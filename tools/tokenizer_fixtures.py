@@ -52,7 +52,7 @@ FIXED = [
     "def f(x):\n    return x**2\n\n\tpass\n", "https://example.com/a?b=c&d=e#f",
     "ALL CAPS SHOUTING", "MiXeD cAsE", "snake_case camelCase", "   ", "\n", "\t",
     "\u0870\u0871 (Unicode 14 letters)", "\U0001FAE0 melting face", "\U00011F00\U00011F04 Kawi",
-    "\u1c89\u1c8a \ua7cb Unicode 16",
+    "\u1c89\u1c8a \ua7cb Unicode 16", "\U00011935\U00011930 \U00011938 Dives Akuru",
     "a" * 100, " " * 100, "\n" * 100, "x\n \n \n y",
     # Added tokens of the tiny tokenizer: lstrip, rstrip, single_word, normalized, longest match.
     " <mask> x", "a  <mask>b", "\t\n<mask>", "<mask><mask>", "[SEP]  x", "[SEP]\n\ny",

@@ -476,8 +476,7 @@ static int parse_model(Tokenizer *t, const json_t *model, const TokJson *fast, c
     return build_model(t, fast, path, err);
 }
 
-/* Applies one utf8proc normalization (options opt) to s[0..n) into a malloc'd copy. */
-static char *normalize_copy(const char *s, size_t n, int opt, size_t *out_len) {
+static char *map_one(const char *s, size_t n, int opt, size_t *out_len) {
     utf8proc_uint8_t *dst = NULL;
     utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &dst, opt);
     if (r < 0) { /* cannot happen on valid UTF-8; keep the text unchanged */
@@ -489,6 +488,31 @@ static char *normalize_copy(const char *s, size_t n, int opt, size_t *out_len) {
     }
     *out_len = (size_t)r;
     return (char *)dst;
+}
+
+/* Applies one utf8proc normalization (options opt) to s[0..n) into a malloc'd copy. HF's
+ * normalization tables predate the Unicode 13 composition U+11935 U+11930 -> U+11938, the one
+ * place where they and utf8proc disagree (tools/check_nfc_vs_hf.py), so composing forms cut
+ * the text between those two characters and normalize the parts on their own. */
+static char *normalize_copy(const char *s, size_t n, int opt, size_t *out_len) {
+    static const char pair[] = "\xF0\x91\xA4\xB5\xF0\x91\xA4\xB0";
+    const char *cut = (opt & UTF8PROC_COMPOSE) ? memmem(s, n, pair, 8) : NULL;
+    if (!cut) return map_one(s, n, opt, out_len);
+    char *out = NULL;
+    size_t len = 0, start = 0;
+    while (start < n) {
+        cut = memmem(s + start, n - start, pair, 8);
+        size_t end = cut ? (size_t)(cut - s) + 4 : n, l;
+        char *part = map_one(s + start, end - start, opt, &l);
+        out = xrealloc(out, len + l + 1);
+        memcpy(out + len, part, l);
+        len += l;
+        free(part);
+        start = end;
+    }
+    out[len] = 0;
+    *out_len = len;
+    return out;
 }
 
 static int parse_added(Tokenizer *t, const json_t *list, const char *path, Err *err) {
