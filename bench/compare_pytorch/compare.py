@@ -1,0 +1,307 @@
+#!/usr/bin/env python3
+"""qtitan vs PyTorch (transformers Qwen3ForCausalLM) training throughput and memory on CPU.
+
+Each case trains the same Qwen3 shape from the same initial weights on the same token rows,
+with the same batch, sequence length, precision and thread count, once in qtitan and once in
+PyTorch, each in its own process under /usr/bin/time -v (peak RSS = its high-water mark).
+Steady-state tokens/s are the median (and best) over the steps after the warm-up steps.
+
+Same data: the C4 sample's texts joined into one plain-text document (so qtitan's document
+shuffle is the identity), tokenized by `qtitan tokenize` (the ids qtitan's dataset makes),
+EOS appended, packed as qtitan packs: row g is stream[g*T : g*T + T + 1] (inputs, then targets
+shifted by one), document_mask off (positions 0..T-1, plain causal attention). Same weights:
+the model is created once by transformers (seed 0) and saved; qtitan loads it with
+checkpoint.initial_load_in_hf. The step-1 losses are printed side by side as the check that
+both saw the same model and rows.
+
+Usage (run.sh calls it): compare.py --qtitan BUILD/qtitan --work DIR [--quick] [--threads N]
+"""
+import argparse
+import json
+import math
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# name, qtitan flavor, field replacements, HF shape, batch, seq_len
+SHAPES = {
+    "debugmodel": dict(flavor="debugmodel", fields={}, dim=256, layers=8, heads=16, kv=8,
+                       ffn=3072, vocab=2048, B=4, T=128),
+    "0.6B-2layers": dict(flavor="0.6B", fields={"n_layers": 2}, dim=1024, layers=2, heads=16,
+                         kv=8, ffn=3072, vocab=151936, B=2, T=512),
+}
+LR, BETAS, EPS, WD, MAX_NORM = 3e-4, (0.9, 0.95), 1e-8, 0.1, 1.0
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
+
+
+def max_rss_gib(time_v_stderr):
+    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", time_v_stderr)
+    return int(m.group(1)) / 1048576.0 if m else float("nan")
+
+
+def eos_id(tok_dir):
+    with open(os.path.join(tok_dir, "tokenizer.json"), encoding="utf-8") as f:
+        for t in json.load(f).get("added_tokens", []):
+            if t["content"] == "<|endoftext|>":
+                return t["id"]
+    raise SystemExit(f"{tok_dir}: no <|endoftext|> token")
+
+
+def prepare_data(args, tok_dir, tag):
+    """corpus.txt (one document) and its ids from `qtitan tokenize`, EOS appended."""
+    data = os.path.join(args.shared, "data/c4_sample/c4_sample.jsonl")
+    corpus = os.path.join(args.work, "corpus.txt")
+    if not os.path.exists(corpus):
+        with open(data, encoding="utf-8") as f:
+            texts = [json.loads(line)["text"] for line in f if line.strip()]
+        with open(corpus, "w", encoding="utf-8") as f:
+            f.write("\n\n".join(texts))
+    ids_path = os.path.join(args.work, f"ids_{tag}.txt")
+    if not os.path.exists(ids_path):
+        with open(corpus, encoding="utf-8") as f:
+            text = f.read()
+        one = os.path.join(args.work, "corpus.jsonl")
+        with open(one, "w", encoding="utf-8") as f:
+            f.write(json.dumps({"text": text}) + "\n")
+        sh([args.qtitan, "tokenize", "--tokenizer", tok_dir, "--input", one, "--output", ids_path])
+    with open(ids_path) as f:
+        ids = [int(x) for x in f.read().split()]
+    return corpus, ids + [eos_id(tok_dir)]
+
+
+def make_init(args, shape, name):
+    """HF model directory with seed-0 weights for the shape (made once per shape)."""
+    out = os.path.join(args.work, f"init_{name}")
+    if os.path.exists(os.path.join(out, "config.json")):
+        return out
+    import torch
+    import transformers
+    from transformers import Qwen3ForCausalLM
+    torch.manual_seed(0)
+    cfg = hf_config(shape)
+    transformers.utils.logging.disable_progress_bar()
+    model = Qwen3ForCausalLM(cfg)
+    model.save_pretrained(out, safe_serialization=True)
+    return out
+
+
+def hf_config(s):
+    from transformers import Qwen3Config
+    return Qwen3Config(vocab_size=s["vocab"], hidden_size=s["dim"], intermediate_size=s["ffn"],
+                       num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
+                       num_key_value_heads=s["kv"], head_dim=128, max_position_embeddings=4096,
+                       rms_norm_eps=1e-6,
+                       rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+                       tie_word_embeddings=True, attention_bias=False, use_cache=False)
+
+
+def torch_worker(spec_path):
+    """Runs in its own process: trains and prints one JSON line of results."""
+    with open(spec_path) as f:
+        w = json.load(f)
+    import torch
+    import torch.nn.functional as F
+    from transformers import Qwen3ForCausalLM
+    torch.set_num_threads(w["threads"])
+    with open(w["ids"]) as f:
+        stream = [int(x) for x in f.read().split()]
+    model = Qwen3ForCausalLM.from_pretrained(w["init"], attn_implementation="sdpa",
+                                             dtype=torch.float32)
+    model.train()
+    kind = "fused"
+    try:
+        opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, eps=EPS,
+                                weight_decay=WD, fused=True)
+    except (RuntimeError, TypeError):
+        opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, eps=EPS,
+                                weight_decay=WD, foreach=True)
+        kind = "foreach"
+    B, T, V = w["B"], w["T"], w["vocab"]
+    times, losses = [], []
+    for step in range(1, w["steps"] + 1):
+        rows = [stream[g * T:g * T + T + 1] for g in range((step - 1) * B, step * B)]
+        batch = torch.tensor(rows, dtype=torch.long)
+        x, y = batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        if w["bf16"]:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                logits = model(input_ids=x).logits
+        else:
+            logits = model(input_ids=x).logits
+        loss = F.cross_entropy(logits.float().view(-1, V), y.view(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM, foreach=True)
+        opt.step()
+        times.append(time.perf_counter() - t0)
+        losses.append(loss.item())
+    print(json.dumps({"step_time_s": times, "loss": losses, "adamw": kind,
+                      "torch": torch.__version__}))
+
+
+def run_pytorch(args, case, ids_path, init):
+    spec = dict(ids=ids_path, init=init, threads=args.threads, steps=case["steps"],
+                B=case["B"], T=case["T"], vocab=case["vocab"], bf16=case["bf16"])
+    spec_path = os.path.join(args.work, f"torch_{case['name']}.json")
+    with open(spec_path, "w") as f:
+        json.dump(spec, f)
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    p = subprocess.run(["/usr/bin/time", "-v", sys.executable, os.path.abspath(__file__),
+                        "--torch-worker", spec_path], capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        raise SystemExit(f"pytorch {case['name']} failed:\n{p.stderr[-3000:]}")
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    r["rss_gib"] = max_rss_gib(p.stderr)
+    return r
+
+
+def run_qtitan(args, case, corpus, tok_dir, init):
+    dump = os.path.join(args.work, f"qt_{case['name']}")
+    cmd = [args.qtitan, "train", "--config", os.path.join(ROOT, "configs/debug.toml"),
+           f"--model.flavor={case['flavor']}", f"--model.tokenizer_path={tok_dir}"]
+    cmd += [f"--model.{k}={v}" for k, v in case["fields"].items()]
+    cmd += [f"--training.dataset_path={corpus}", "--training.document_mask=false",
+            f"--training.local_batch_size={case['B']}", f"--training.seq_len={case['T']}",
+            f"--training.steps={case['steps']}", f"--training.max_norm={MAX_NORM}",
+            f"--optimizer.lr={LR}", f"--optimizer.beta1={BETAS[0]}",
+            f"--optimizer.beta2={BETAS[1]}", f"--optimizer.eps={EPS}",
+            f"--optimizer.weight_decay={WD}", "--lr_scheduler.warmup_steps=0",
+            f"--checkpoint.initial_load_path={init}", "--checkpoint.initial_load_in_hf=true",
+            "--checkpoint.enable=false", f"--job.dump_folder={dump}",
+            "--training.mixed_precision_param=" + ("bfloat16" if case["bf16"] else "float32")]
+    if args.peak_tflops:
+        cmd.append(f"--metrics.peak_tflops={args.peak_tflops}")
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads),
+               QT_CACHE_DIR=os.path.join(args.work, "cache"))
+    if os.path.exists(os.path.join(dump, "metrics.jsonl")):
+        os.remove(os.path.join(dump, "metrics.jsonl"))
+    p = subprocess.run(["/usr/bin/time", "-v"] + cmd, capture_output=True, text=True, env=env)
+    log = p.stdout + p.stderr
+    if p.returncode != 0:
+        raise SystemExit(f"qtitan {case['name']} failed:\n{log[-3000:]}\ncommand: {' '.join(cmd)}")
+    if case["bf16"] and "the reference path computes in fp32" in log:
+        return None  # bf16 mixed precision not built into this qtitan
+    with open(os.path.join(dump, "metrics.jsonl")) as f:
+        recs = [json.loads(line) for line in f]
+    m = re.search(r"measured peak: ([0-9.]+) TFLOP/s", log)
+    peak = float(m.group(1)) if m else args.peak_tflops
+    return {"step_time_s": [r["step_time_s"] for r in recs], "loss": [r["loss"] for r in recs],
+            "tflops": [r["tflops"] for r in recs], "rss_gib": max_rss_gib(p.stderr),
+            "peak_tflops": peak, "command": " ".join(cmd)}
+
+
+def steady(r, case):
+    """Median and best tokens/s over the steps after the warm-up."""
+    t = r["step_time_s"][case["warmup"]:]
+    tok = case["B"] * case["T"]
+    return tok / statistics.median(t), tok / min(t)
+
+
+def flops_per_token(s, T):
+    D, L, H, K, E, F, V = s["dim"], s["layers"], s["heads"], s["kv"], 128, s["ffn"], s["vocab"]
+    mm = L * (D * H * E * 2 + 2 * D * K * E + 3 * D * F) + V * D
+    return 6 * mm + 12 * L * H * E * T
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--torch-worker")
+    ap.add_argument("--qtitan")
+    ap.add_argument("--work")
+    ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--peak-tflops", type=float, default=0.0)
+    ap.add_argument("--only", default="", help="run the cases whose name contains this")
+    args = ap.parse_args()
+    if args.torch_worker:
+        return torch_worker(args.torch_worker)
+    os.makedirs(args.work, exist_ok=True)
+    import torch
+    import transformers
+    cpu = "?"
+    try:
+        cpu = re.search(r"Model name:\s*(.*)", sh(["lscpu"]).stdout).group(1).strip()
+    except Exception:
+        pass
+    print(f"machine: {cpu}, {os.cpu_count()} cpus; {platform.platform()}")
+    print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average at start: "
+          f"{loadavg()}")
+    print(f"threads: {args.threads} (torch.set_num_threads and OMP_NUM_THREADS); torch "
+          f"{torch.__version__}, transformers {transformers.__version__}; "
+          f"{'quick' if args.quick else 'full'} mode")
+    tok2048 = os.path.join(args.work, "tok2048")
+    if not os.path.exists(os.path.join(tok2048, "tokenizer.json")):
+        sh([args.qtitan, "tokenizer-train", "--input",
+            os.path.join(args.shared, "data/c4_sample/c4_sample.jsonl"), "--vocab-size", "2048",
+            "--output", tok2048])
+    toks = {"debugmodel": tok2048, "0.6B-2layers": os.path.join(args.shared, "tokenizers/qwen3")}
+    steps, warmup = (3, 1) if args.quick else (6, 2)
+    ratios, lines = [], []
+    for sname, s in SHAPES.items():
+        tag = "2048" if s["vocab"] == 2048 else "qwen3"
+        corpus, stream = prepare_data(args, toks[sname], tag)
+        ids_path = os.path.join(args.work, f"stream_{tag}.txt")
+        with open(ids_path, "w") as f:
+            f.write(" ".join(map(str, stream)))
+        init = None
+        for prec in ("fp32", "bf16"):
+            case = dict(s, name=f"{sname}-{prec}", bf16=prec == "bf16", steps=steps,
+                        warmup=warmup)
+            if args.only and args.only not in case["name"]:
+                continue
+            init = init or make_init(args, s, sname)
+            need = steps * s["B"] * s["T"] + 1
+            assert len(stream) >= need, f"{len(stream)} tokens, need {need}"
+            print(f"\n== {sname} {prec}: batch {s['B']} x seq {s['T']}, {steps} steps "
+                  f"({warmup} warm-up excluded), load {loadavg()}", flush=True)
+            q = run_qtitan(args, case, corpus, toks[sname], init)
+            pt = run_pytorch(args, case, ids_path, init)
+            pt_med, pt_best = steady(pt, case)
+            if q is None:
+                print(f"qtitan {prec}: not available (training.mixed_precision_param = bfloat16 "
+                      f"is not built into this qtitan)")
+            else:
+                q_med, q_best = steady(q, case)
+                fpt = flops_per_token(s, s["T"])
+                mfu = 100 * fpt * q_med / 1e12 / q["peak_tflops"] if q["peak_tflops"] else 0
+                print(f"qtitan : {q_med:9.1f} tokens/s median ({q_best:.1f} best), peak RSS "
+                      f"{q['rss_gib']:.3f} GiB, MFU {mfu:.1f}% of the measured fp32 peak "
+                      f"{q['peak_tflops']:.3f} TFLOP/s, step-1 loss {q['loss'][0]:.5f}")
+            print(f"pytorch: {pt_med:9.1f} tokens/s median ({pt_best:.1f} best), peak RSS "
+                  f"{pt['rss_gib']:.3f} GiB, AdamW {pt['adamw']}, step-1 loss {pt['loss'][0]:.5f}")
+            if q is not None:
+                r = q_med / pt_med
+                ratios.append(r)
+                lines.append(f"{case['name']}: tokens/s ratio {r:.2f}, peak RSS ratio "
+                             f"{q['rss_gib'] / pt['rss_gib']:.2f}")
+                print(f"{case['name']} qtitan/pytorch: tokens/s {r:.2f}x, memory "
+                      f"{q['rss_gib'] / pt['rss_gib']:.2f}x")
+    print(f"\nload average at end: {loadavg()}")
+    print("summary:")
+    for line in lines:
+        print("  " + line)
+    if ratios:
+        g = math.exp(sum(map(math.log, ratios)) / len(ratios))
+        print(f"qtitan/pytorch tokens/s ratio: {g:.2f} (geometric mean over {len(ratios)} "
+              f"case(s))")
+    else:
+        print("qtitan/pytorch tokens/s ratio: n/a")
+
+
+if __name__ == "__main__":
+    main()
