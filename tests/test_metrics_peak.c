@@ -25,6 +25,11 @@ static double process_cpu_seconds(void) {
 
 static void test_peak_above_gemm(void **state) {
     (void)state;
+#ifndef __OPTIMIZE__
+    /* Unoptimised (Debug / sanitizer) builds keep the peak loop's chains in memory, so the
+     * measured peak is meaningless there while oneDNN's GEMM stays optimised. */
+    skip();
+#endif
     const int n = 1024;
     float *a = malloc((size_t)n * n * sizeof *a), *b = malloc((size_t)n * n * sizeof *b);
     float *c = malloc((size_t)n * n * sizeof *c);
