@@ -288,11 +288,22 @@ static void test_damaged_cache(void **state) {
     assert_int_equal(write(fd, "zz", 2), 2);
     close(fd);
     reopen_expect_rebuilt(&o, &enc);
-    /* An id out of the vocab is caught when a row reads it, with the file named. */
-    uint32_t big = 5000;
-    corrupt(cache, 128 + 4, &big, 4);
+    /* Any one byte changed anywhere (header, ids, padding, offsets) is caught. */
+    stat_of(cache, &st);
+    for (long at = 0; at < st.st_size; at++) {
+        char byte;
+        fd = open(cache, O_RDONLY);
+        assert_int_equal(pread(fd, &byte, 1, at), 1);
+        close(fd);
+        byte ^= 0x20;
+        corrupt(cache, at, &byte, 1);
+        reopen_expect_rebuilt(&o, &enc);
+    }
+    /* An id out of the vocab written under an open dataset is caught when a row reads it. */
     assert_int_equal(dataset_open(&ds, &o, &enc, &err), 0);
     assert_int_equal(ds.cache_reused, 1);
+    uint32_t big = 5000;
+    corrupt(cache, 128 + 4, &big, 4);
     Batch b;
     batch_alloc(&b, 4, 3);
     assert_int_equal(dataset_rows(&ds, 0, 4, &b, &err), -1);
