@@ -26,6 +26,8 @@ typedef struct Trainer {
     Rng rng;
     int64_t step, tokens_seen;
     double lr;
+    MetricsExtra extra[TRAIN_MAX_EXTRA]; /* the model's metrics of the last step */
+    int nextra;
 } Trainer;
 
 static int64_t numel(const CkptTensor *t) {
@@ -109,6 +111,9 @@ static int train_step(Trainer *t, StepMetrics *m, Err *err) {
                        "step %" PRId64 ": loss %g, grad_norm %g: training diverged (try a "
                        "lower optimizer.lr or training.max_norm)",
                        step, loss, norm);
+    t->nextra = 0;
+    if (md->before_optimizer_step)
+        TRY(md->before_optimizer_step(md->ctx, t->extra, &t->nextra, err));
     t->lr = lr_schedule_lr(&t->sched, step);
     adamw_step(&t->opt, t->lr);
     t->step = step;
@@ -155,7 +160,7 @@ static int run(Trainer *t, Err *err) {
             char line[512];
             metrics_format_line(line, sizeof line, &m);
             log_info("%s", line);
-            rc = metrics_writer_write(&mw, &m, NULL, 0, err);
+            rc = metrics_writer_write(&mw, &m, t->extra, t->nextra, err);
         }
         if (o->on_step) o->on_step(o->on_step_ctx, &m);
         if (rc == 0 && o->ckpt_enable &&
