@@ -4,7 +4,7 @@
  * lines, and compare logits, loss (with the router auxiliary loss where the fixture has it)
  * and every parameter gradient, router gate and experts included, with what HF computed.
  * Runs with both experts implementations (grouped, reference), batched and packed, and with
- * full activation checkpointing. The measured errors are printed. */
+ * full and selective activation checkpointing. The measured errors are printed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -224,7 +224,8 @@ static void check_fixture(const char *root, const char *fixture) {
         double lbc;
     } runs[] = {{&moe_experts_grouped, AC_NONE, 0},
                 {&moe_experts_reference, AC_NONE, 0},
-                {&moe_experts_grouped, AC_FULL, 1e-3}};
+                {&moe_experts_grouped, AC_FULL, 1e-3},
+                {&moe_experts_grouped, AC_SELECTIVE, 0}};
     for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
         s.load_balance_coeff = runs[r].lbc;
         Qwen3 m;
@@ -236,8 +237,10 @@ static void check_fixture(const char *root, const char *fixture) {
             Errs e = run_case(&m, &tl, &exp, packed);
             printf("%-20s %-9s %-7s %-7s logits %.2e  loss %.2e  grad %.2e (worst %s)\n", fixture,
                    runs[r].impl->h.name, packed ? "packed" : "batched",
-                   runs[r].ac == AC_FULL ? "ac=full" : "ac=none", e.logits, e.loss, e.grad,
-                   e.worst_grad);
+                   runs[r].ac == AC_FULL ? "ac=full"
+                   : runs[r].ac          ? "ac=sel"
+                                         : "ac=none",
+                   e.logits, e.loss, e.grad, e.worst_grad);
             assert_true(e.logits <= TOL_LOGITS);
             assert_true(e.loss <= TOL_LOSS);
             assert_true(e.grad <= TOL_GRAD);

@@ -47,7 +47,7 @@ typedef struct Ctx {
     int nloss;
 } Ctx;
 
-static int fwd_bwd(void *p, const void *batch, double scale, double *loss_sum, Err *err) {
+static int fwd_bwd(void *p, const void *batch, double divisor, double *loss_sum, Err *err) {
     (void)err;
     Ctx *c = p;
     const Batch *b = batch;
@@ -59,7 +59,7 @@ static int fwd_bwd(void *p, const void *batch, double scale, double *loss_sum, E
         c->doc[i] = b->doc_ids[i];
     }
     qwen3_forward(&c->m, c->tok, c->tgt, c->pos, c->doc, b->B, b->T);
-    qwen3_backward(&c->m, 1.0 / scale);
+    qwen3_backward(&c->m, divisor);
     *loss_sum = c->m.loss_sum;
     return 0;
 }

@@ -18,6 +18,7 @@
 #include <pcre2.h>
 
 #include "core/fs.h"
+#include "core/json.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "text/bpe.h"
@@ -49,6 +50,64 @@ static void test_tiny_matches_hf(void **state) {
     assert_int_equal(tokenizer_token_id(t, "<mask>"), 600);
     assert_int_equal(tokenizer_token_id(t, "no such token"), -1);
     tokenizer_free(t);
+}
+
+/* The same file through jansson alone (the fast vocab/merges reader declines when the "model"
+ * key is spelled with an escape) gives the same tokenizer. */
+static void test_jansson_path_matches(void **state) {
+    (void)state;
+    char *p = fixture("tests/fixtures/tokenizer/tiny_gpt2/tokenizer.json");
+    char *data;
+    size_t len;
+    Err err;
+    assert_int_equal(fs_read_all(p, &data, &len, &err), 0);
+    char *at = strstr(data, "\"model\"");
+    assert_non_null(at);
+    char *alt = malloc(len + 16);
+    size_t head = (size_t)(at - data);
+    memcpy(alt, data, head);
+    memcpy(alt + head, "\"\\u006dodel\"", 12);
+    memcpy(alt + head + 12, at + 7, len - head - 7);
+    Tokenizer *t = tokenizer_load_mem(alt, len + 5, "tiny-jansson", &err);
+    if (!t) fprintf(stderr, "%s\n", err.msg);
+    assert_non_null(t);
+    int n;
+    assert_int_equal(check_cases(t, "tiny_edge.jsonl", &n), 0);
+    tokenizer_free(t);
+    free(alt);
+    free(data);
+    free(p);
+}
+
+/* Every non-ASCII code point gets the class that HF's Qwen3 pre-tokenizer gives it
+ * (tests/fixtures/tokenizer/qwen3_classes.json, probed by tools/tokenizer_fixtures.py). */
+static void test_unicode_classes_match_hf(void **state) {
+    (void)state;
+    char *p = fixture("tests/fixtures/tokenizer/qwen3_classes.json");
+    Err err;
+    json_t *j = json_load_path(p, &err);
+    assert_non_null(j);
+    uint8_t *want = calloc(0x110000, 1); /* UC_OTHER unless listed */
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(j, "ranges"), i, r) {
+        const char *k = json_string_value(json_array_get(r, 2));
+        int cls = k[0] == 'L' ? UC_LETTER : k[0] == 'N' ? UC_NUMBER : UC_SPACE;
+        for (json_int_t cp = json_integer_value(json_array_get(r, 0));
+             cp <= json_integer_value(json_array_get(r, 1)); cp++)
+            want[cp] = (uint8_t)cls;
+    }
+    int bad = 0;
+    for (uint32_t cp = 0x80; cp < 0x110000; cp++) {
+        if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+        if (utf8_class(cp) != want[cp] && bad++ < 10)
+            fprintf(stderr, "U+%04X: class %d, HF %d\n", cp, utf8_class(cp), want[cp]);
+    }
+    if (bad) fprintf(stderr, "%d code points differ from HF\n", bad);
+    assert_int_equal(bad, 0);
+    free(want);
+    json_decref(j);
+    free(p);
 }
 
 /* ---- scanner vs PCRE2 */
@@ -446,10 +505,16 @@ static void test_minimal_and_decode_errors(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tiny_matches_hf),   cmocka_unit_test(test_scanner_matches_pcre2),
-        cmocka_unit_test(test_scanner_long_runs), cmocka_unit_test(test_bpe_heap_matches_scan),
-        cmocka_unit_test(test_utf8_repair),       cmocka_unit_test(test_threads),
-        cmocka_unit_test(test_malformed),         cmocka_unit_test(test_minimal_and_decode_errors),
+        cmocka_unit_test(test_tiny_matches_hf),
+        cmocka_unit_test(test_unicode_classes_match_hf),
+        cmocka_unit_test(test_jansson_path_matches),
+        cmocka_unit_test(test_scanner_matches_pcre2),
+        cmocka_unit_test(test_scanner_long_runs),
+        cmocka_unit_test(test_bpe_heap_matches_scan),
+        cmocka_unit_test(test_utf8_repair),
+        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_minimal_and_decode_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -97,11 +97,32 @@ static void layout_params(Qwen3 *m, Arena *pa, Arena *ga) {
 
 /* ---- activations ---- */
 
+/* The FFN block's saved activations: dense (h1, h3, g) and / or MoE (routing and the experts'
+ * saved buffers; their scratch is shared and placed later). */
+static void layout_ffn_acts(Qwen3LayerActs *a, Arena *ar, const ModelSpec *s, long N, int dense,
+                            int moe) {
+    long F = s->hidden_dim;
+    int D = s->dim;
+    if (dense) {
+        a->h1 = arena_floats(ar, N * F);
+        a->h3 = arena_floats(ar, N * F);
+        a->g = arena_floats(ar, N * F);
+    }
+    if (moe) {
+        int X = s->num_experts, k = s->top_k, Fm = s->moe_hidden_dim;
+        a->probs = arena_floats(ar, N * X);
+        a->topk_idx = arena_alloc(ar, (size_t)(N * k) * sizeof(int32_t));
+        a->topk_w = arena_floats(ar, N * k);
+        float *saved = arena_floats(ar, (size_t)moe_experts_saved_floats(N, k, D, Fm));
+        int32_t *ints = arena_alloc(ar, (size_t)moe_experts_saved_ints(N, k, X) * sizeof(int32_t));
+        moe_experts_bufs_place(&a->ex, saved, ints, NULL, N, k, D, Fm, X);
+    }
+}
+
 /* dense / moe: which FFN block's activations this set holds (both when layers share it). */
 static void layout_layer_acts(Qwen3LayerActs *a, Arena *ar, const ModelSpec *s, long N, long BHT,
                               int dense, int moe) {
     long D = s->dim, HE = (long)s->n_heads * s->head_dim, KE = (long)s->n_kv_heads * s->head_dim;
-    long F = s->hidden_dim;
     a->xn1 = arena_floats(ar, N * D);
     a->rstd1 = arena_floats(ar, N);
     a->q = arena_floats(ar, N * HE);
@@ -118,20 +139,7 @@ static void layout_layer_acts(Qwen3LayerActs *a, Arena *ar, const ModelSpec *s, 
     a->xmid = arena_floats(ar, N * D);
     a->xn2 = arena_floats(ar, N * D);
     a->rstd2 = arena_floats(ar, N);
-    if (dense) {
-        a->h1 = arena_floats(ar, N * F);
-        a->h3 = arena_floats(ar, N * F);
-        a->g = arena_floats(ar, N * F);
-    }
-    if (moe) {
-        int X = s->num_experts, k = s->top_k, Fm = s->moe_hidden_dim;
-        a->probs = arena_floats(ar, N * X);
-        a->topk_idx = arena_alloc(ar, (size_t)(N * k) * sizeof(int32_t));
-        a->topk_w = arena_floats(ar, N * k);
-        float *saved = arena_floats(ar, (size_t)moe_experts_saved_floats(N, k, (int)D, Fm));
-        int32_t *ints = arena_alloc(ar, (size_t)moe_experts_saved_ints(N, k, X) * sizeof(int32_t));
-        moe_experts_bufs_place(&a->ex, saved, ints, NULL, N, k, (int)D, Fm, X);
-    }
+    layout_ffn_acts(a, ar, s, N, dense, moe);
 }
 
 static void layout_acts(Qwen3 *m, Arena *ar) {
@@ -157,10 +165,22 @@ static void layout_acts(Qwen3 *m, Arena *ar) {
         } else if (i == 0) {
             layout_layer_acts(&a->layers[i], ar, s, N, BHT, any_dense, any_moe);
         } else {
-            /* AC_FULL: every layer works in layer 0's buffers; backward recomputes. */
-            float *x = a->layers[i].x;
-            a->layers[i] = a->layers[0];
-            a->layers[i].x = x;
+            /* Later layers work in layer 0's buffers; backward recomputes them. */
+            Qwen3LayerActs *l = &a->layers[i];
+            float *x = l->x;
+            *l = a->layers[0];
+            l->x = x;
+            if (m->ac == AC_SELECTIVE) {
+                /* Outputs of the matmuls and attention stay per layer. */
+                long HE = (long)s->n_heads * s->head_dim, KE = (long)s->n_kv_heads * s->head_dim;
+                l->q = arena_floats(ar, N * HE);
+                l->k = arena_floats(ar, N * KE);
+                l->v = arena_floats(ar, N * KE);
+                l->att = arena_floats(ar, N * HE);
+                l->lse = arena_floats(ar, BHT);
+                l->xmid = arena_floats(ar, N * D);
+                layout_ffn_acts(l, ar, s, N, !moe, moe);
+            }
         }
     }
     a->h = arena_floats(ar, N * D);
@@ -195,14 +215,7 @@ static void layout_acts(Qwen3 *m, Arena *ar) {
         m->moe_counts = arena_alloc(ar, (size_t)s->n_layers * X * sizeof(double));
         float *scratch = arena_floats(ar, (size_t)moe_experts_scratch_floats(N, k, (int)D, Fm));
         for (int i = 0; i < s->n_layers; i++)
-            if (m->ac == AC_NONE ? model_spec_layer_is_moe(s, i) : i == 0)
-                moe_experts_bufs_place(&a->layers[i].ex, NULL, NULL, scratch, N, k, (int)D, Fm, X);
-        /* AC_FULL layers copied layer 0's set before its scratch was placed. */
-        for (int i = 1; i < s->n_layers && m->ac != AC_NONE; i++) {
-            float *x = a->layers[i].x;
-            a->layers[i] = a->layers[0];
-            a->layers[i].x = x;
-        }
+            moe_experts_bufs_place(&a->layers[i].ex, NULL, NULL, scratch, N, k, (int)D, Fm, X);
     }
 }
 
@@ -460,6 +473,23 @@ static void layer_forward(Qwen3 *m, int i, float *out, int count) {
     add_into(out, a->xmid, N * D);
 }
 
+/* AC_SELECTIVE: rebuilds layer i's norm and rope outputs from the kept activations. */
+static void layer_recompute_selective(Qwen3 *m, int i) {
+    const ModelSpec *s = &m->spec;
+    const Qwen3LayerParams *p = &m->p.layers[i];
+    const Qwen3LayerModules *md = &m->mod.layers[i];
+    Qwen3LayerActs *a = &m->a.layers[i];
+    int D = s->dim, H = s->n_heads, K = s->n_kv_heads, E = s->head_dim;
+    long N = (long)m->B * m->T;
+    float eps = (float)s->norm_eps;
+    md->attention_norm->forward(a->xn1, a->rstd1, a->x, p->attention_norm, N, D, eps);
+    md->q_norm->forward(a->qn, a->q_rstd, a->q, p->q_norm, N * H, E, eps);
+    md->k_norm->forward(a->kn, a->k_rstd, a->k, p->k_norm, N * K, E, eps);
+    md->rope->forward(a->qr, a->qn, m->a.positions, N, H, E, s->rope_theta);
+    md->rope->forward(a->kr, a->kn, m->a.positions, N, K, E, s->rope_theta);
+    md->ffn_norm->forward(a->xn2, a->rstd2, a->xmid, p->ffn_norm, N, D, eps);
+}
+
 /* Layer i backward: m->a.dres holds d out on entry and d x on exit. */
 static void layer_backward(Qwen3 *m, int i) {
     const ModelSpec *s = &m->spec;
@@ -500,9 +530,15 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
                     const int32_t *positions, const int32_t *doc, int B, int T) {
     const ModelSpec *s = &m->spec;
     Qwen3Acts *a = &m->a;
+    long N = (long)B * T;
+    if (B < 1 || T < 1 || N > (long)m->max_B * m->max_T) {
+        /* The activation arena was sized for max_B x max_T; more is a caller's bug. */
+        fprintf(stderr, "internal error: qwen3_forward on %d x %d tokens, sized for %d x %d\n", B,
+                T, m->max_B, m->max_T);
+        abort();
+    }
     m->B = B;
     m->T = T;
-    long N = (long)B * T;
     int D = s->dim, V = s->vocab_size;
     memcpy(a->tokens, tokens, (size_t)N * sizeof(int32_t));
     for (long n = 0; n < N; n++) {
@@ -511,7 +547,6 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
         a->doc[n] = doc ? doc[n] : 0;
     }
     a->has_doc = doc != NULL;
-    m->has_targets = targets != NULL;
 
     if (m->n_moe_layers && s->router_aux_loss_coef > 0) {
         memset(a->aux_counts, 0, (size_t)s->num_experts * sizeof(double));
@@ -552,10 +587,13 @@ void qwen3_backward(Qwen3 *m, double divisor) {
     m->mod.lm_head->backward(a->dxn, m->g.output, a->logits, a->hn, m->p.output, N, D, V, 0.0f);
     m->mod.norm->backward(a->dres, m->g.norm, a->dxn, a->h, m->p.norm, a->rstdf, N, D);
     for (int i = s->n_layers - 1; i >= 0; i--) {
+        /* The last layer's shared buffers still hold its own forward values. */
         if (m->ac == AC_FULL && i + 1 < s->n_layers) {
             /* Recompute layer i from its kept input; the output is already in
              * layers[i + 1].x, so write it to a scratch that is free now. */
             layer_forward(m, i, a->dtmp, 0);
+        } else if (m->ac == AC_SELECTIVE && i + 1 < s->n_layers) {
+            layer_recompute_selective(m, i);
         }
         layer_backward(m, i);
     }

@@ -29,8 +29,9 @@
 #include "ops/swiglu.h"
 
 typedef enum ActCheckpoint {
-    AC_NONE = 0, /* keep every activation */
-    AC_FULL,     /* keep each layer's input only; recompute the layer in backward */
+    AC_NONE = 0,  /* keep every activation */
+    AC_FULL,      /* keep each layer's input only; recompute the layer in backward */
+    AC_SELECTIVE, /* keep matmul and attention outputs; recompute norms and rope in backward */
 } ActCheckpoint;
 
 /* One layer's parameters (also used for its gradients). */
@@ -99,7 +100,8 @@ typedef struct Qwen3Modules {
     const CrossEntropyOp *loss;
 } Qwen3Modules;
 
-/* Activations of one layer. In AC_FULL mode all layers share one set except x. */
+/* Activations of one layer. AC_FULL: all layers share one set except x. AC_SELECTIVE: they
+ * share the norm and rope outputs (xn1, rstd1, qn, q_rstd, kn, k_rstd, qr, kr, xn2, rstd2). */
 typedef struct Qwen3LayerActs {
     float *x;      /* (N, D) layer input (residual stream), kept in every mode */
     float *xn1;    /* (N, D) attention_norm output */
@@ -180,7 +182,6 @@ typedef struct Qwen3 {
     int B, T;
     double loss_sum; /* sum of CE over valid targets */
     long n_valid;
-    int has_targets;
     /* MoE */
     int n_moe_layers;
     double aux_loss;    /* HF router auxiliary loss of the last forward (0 when coef is 0) */
@@ -202,13 +203,14 @@ void qwen3_init_params(Qwen3 *m, uint64_t seed);
 const Qwen3Param *qwen3_find_param(const Qwen3 *m, const char *name);
 void qwen3_zero_grads(Qwen3 *m);
 
-/* Forward on B x T tokens (B <= max_B, T <= max_T). tokens and targets in [0, V), targets
- * may be CE_IGNORE or the whole array NULL (no loss: logits only). positions NULL means
- * 0..T-1 in every row; doc NULL means plain causal attention. Returns the mean loss over
- * valid targets (0 when none) plus, in MoE models with router_aux_loss_coef > 0, coef times
- * the router auxiliary loss (as HF's loss does); fills m->loss_sum (cross-entropy only) /
- * m->n_valid / m->aux_loss; logits stay in m->a.logits (N, V) until backward. MoE layers add
- * their routing counts to m->moe_counts. Token ids must already be checked. */
+/* Forward on B x T tokens (B * T <= max_B * max_T; more aborts as a programming error). tokens
+ * and targets in [0, V), targets may be CE_IGNORE or the whole array NULL (no loss: logits
+ * only). positions NULL means 0..T-1 in every row; doc NULL means plain causal attention.
+ * Returns the mean loss over valid targets (0 when none) plus, in MoE models with
+ * router_aux_loss_coef > 0, coef times the router auxiliary loss (as HF's loss does); fills
+ * m->loss_sum (cross-entropy only) / m->n_valid / m->aux_loss; logits stay in m->a.logits
+ * (N, V) until backward. MoE layers add their routing counts to m->moe_counts. Token ids must
+ * already be checked. */
 float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
                     const int32_t *positions, const int32_t *doc, int B, int T);
 /* Backward of loss = loss_sum / divisor (divisor <= 0: this forward's n_valid); parameter
