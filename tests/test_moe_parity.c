@@ -4,7 +4,11 @@
  * lines, and compare logits, loss (with the router auxiliary loss where the fixture has it)
  * and every parameter gradient, router gate and experts included, with what HF computed.
  * Runs with both experts implementations (grouped, reference), batched and packed, and with
- * full and selective activation checkpointing. The measured errors are printed. */
+ * full and selective activation checkpointing. The measured errors are printed.
+ *
+ * HF keys: the product's loader (train_qwen3_load_hf over io/hf_keys) must fill every
+ * parameter exactly as this test's own stacking of the per-expert tensors does, and a sharded
+ * export through io/hf_keys must hold exactly the fixture's keys and values. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,9 +24,11 @@
 
 #include "core/fs.h"
 #include "core/json.h"
+#include "io/hf_keys.h"
 #include "io/safetensors.h"
 #include "io/token_lines.h"
 #include "model/qwen3.h"
+#include "train/train_qwen3.h"
 
 #define TOL_LOGITS 1e-4 /* max abs diff / max |logit| */
 #define TOL_LOSS 1e-5   /* relative */
@@ -201,6 +207,73 @@ static Errs run_case(Qwen3 *m, const TokenLines *tl, const StFile *exp, int pack
     return e;
 }
 
+/* Import with the product's loader and export sharded through io/hf_keys, against this test's
+ * own mapping. m holds the fixture's weights loaded by load(). */
+static void check_hf_io(const Qwen3 *m, const char *dir) {
+    Err err;
+    TrainQwen3 *q = train_qwen3_create(&m->spec, 1, 4, 0, &err);
+    if (!q) fail_msg("%s", err.msg);
+    if (train_qwen3_load_hf(q, dir, &err)) fail_msg("%s", err.msg);
+    TrainModel tm;
+    train_qwen3_model(q, &tm, 0);
+    assert_int_equal(tm.nparams, m->nparams);
+    for (int i = 0; i < m->nparams; i++) {
+        assert_string_equal(tm.params[i].name, m->table[i].name);
+        assert_memory_equal(tm.params[i].data, m->table[i].data,
+                            (size_t)m->table[i].numel * sizeof(float));
+        /* expert_bias is balancing state: never decayed */
+        if (m->table[i].is_buffer) assert_int_equal(tm.decay[i], 0);
+    }
+    train_qwen3_free(q);
+
+    HfKeyTable keys;
+    hf_keys_build(&keys, &m->spec);
+    assert_int_equal(keys.nparams, m->nparams);
+    const float **params = calloc((size_t)keys.nparams, sizeof *params);
+    for (int i = 0; i < keys.nparams; i++) {
+        const Qwen3Param *p = qwen3_find_param(m, keys.params[i].name);
+        assert_non_null(p);
+        assert_int_equal(keys.params[i].numel, p->numel);
+        assert_int_equal(keys.params[i].ndim, p->ndim);
+        for (int d = 0; d < p->ndim; d++)
+            assert_int_equal(keys.params[i].shape[d], p->shape[d]);
+        assert_int_equal(keys.params[i].kind == PK_EXPERT_BIAS, p->is_buffer);
+        params[i] = p->data;
+    }
+    char tmp[] = "/tmp/qt_moe_export_XXXXXX";
+    assert_non_null(mkdtemp(tmp));
+    StWriter w;
+    st_writer_init(&w);
+    hf_keys_add_to_writer(&w, &keys, params, DT_F32);
+    if (st_write_hf_shards(&w, tmp, 64 * 1024, &err)) fail_msg("%s", err.msg);
+    st_writer_free(&w);
+    StSet exported, orig;
+    if (st_set_open(&exported, tmp, &err)) fail_msg("%s", err.msg);
+    if (st_set_open(&orig, dir, &err)) fail_msg("%s", err.msg);
+    assert_true(exported.nfiles > 1); /* sharded, with an index */
+    HfCheck chk;
+    assert_int_equal(hf_keys_check(&chk, &keys, &exported), 0);
+    hf_check_free(&chk);
+    int n_orig = 0, n_exp = 0;
+    for (int f = 0; f < orig.nfiles; f++)
+        for (int t = 0; t < orig.files[f].n; t++) {
+            const StTensor *a = &orig.files[f].tensors[t], *b = st_set_find(&exported, a->name);
+            if (m->spec.tie_embeddings && strcmp(a->name, "lm_head.weight") == 0) continue;
+            if (!b) fail_msg("export lacks %s", a->name);
+            assert_int_equal(a->nbytes, b->nbytes);
+            assert_memory_equal(a->data, b->data, a->nbytes);
+            n_orig++;
+        }
+    for (int f = 0; f < exported.nfiles; f++)
+        n_exp += exported.files[f].n;
+    assert_int_equal(n_exp, n_orig); /* nothing extra: no expert_bias, no tied lm_head */
+    st_set_close(&exported);
+    st_set_close(&orig);
+    fs_remove_tree(tmp, &err);
+    free(params);
+    hf_keys_free(&keys);
+}
+
 static void check_fixture(const char *root, const char *fixture) {
     char *dir = fs_join(root, fixture);
     ModelSpec s;
@@ -231,6 +304,7 @@ static void check_fixture(const char *root, const char *fixture) {
         Qwen3 m;
         if (qwen3_create(&m, &s, tl.n, (int)tl.total, runs[r].ac, &err)) fail_msg("%s", err.msg);
         load(&m, &set);
+        if (r == sizeof runs / sizeof runs[0] - 2) check_hf_io(&m, dir); /* has expert_bias */
         for (int i = 0; i < s.n_layers; i++)
             if (m.mod.layers[i].experts) m.mod.layers[i].experts = runs[r].impl;
         for (int packed = equal && r == 0 ? 0 : 1; packed <= 1; packed++) {
