@@ -6,7 +6,7 @@
  * Runs with both experts implementations (grouped, reference), batched and packed, and with
  * full and selective activation checkpointing. The measured errors are printed.
  *
- * HF keys: the product's loader (train_qwen3_load_hf over io/hf_keys) must fill every
+ * HF keys: the product's loaders (train_qwen3_load_hf, qwen3_load_hf) must fill every
  * parameter exactly as this test's own stacking of the per-expert tensors does, and a sharded
  * export through io/hf_keys must hold exactly the fixture's keys and values. */
 #include <setjmp.h>
@@ -28,6 +28,7 @@
 #include "io/safetensors.h"
 #include "io/token_lines.h"
 #include "model/qwen3.h"
+#include "model/qwen3_hf.h"
 #include "train/train_qwen3.h"
 
 #define TOL_LOGITS 1e-4 /* max abs diff / max |logit| */
@@ -225,6 +226,17 @@ static void check_hf_io(const Qwen3 *m, const char *dir) {
         if (m->table[i].is_buffer) assert_int_equal(tm.decay[i], 0);
     }
     train_qwen3_free(q);
+    /* The model's own loader (qtitan eval) too. */
+    Qwen3 m2;
+    if (qwen3_create(&m2, &m->spec, 1, 4, AC_NONE, &err)) fail_msg("%s", err.msg);
+    StSet set;
+    if (st_set_open(&set, dir, &err)) fail_msg("%s", err.msg);
+    if (qwen3_load_hf(&m2, &set, &err)) fail_msg("%s", err.msg);
+    st_set_close(&set);
+    for (int i = 0; i < m->nparams; i++)
+        assert_memory_equal(m2.table[i].data, m->table[i].data,
+                            (size_t)m->table[i].numel * sizeof(float));
+    qwen3_free(&m2);
 
     HfKeyTable keys;
     hf_keys_build(&keys, &m->spec);
