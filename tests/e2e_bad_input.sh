@@ -71,6 +71,25 @@ st "$S/metadata_number.safetensors" "{\"__metadata__\":{\"format\":1},$A}" 8
 deep=$(printf '%*s' 100000 '' | tr ' ' '[')
 st "$S/deep.safetensors" "{\"a\":$deep" 0
 
+# Sharded checkpoints: model.safetensors.index.json next to good.safetensors.
+I=$tmp/index
+mkdir "$I"
+cp "$S/good.safetensors" "$I/good.safetensors"
+index() { printf '%s' "$2" >"$I/$1.safetensors.index.json"; }
+index not_json '{"weight_map": {"a": "good.safetensors"'
+index no_weight_map '{"metadata": {}}'
+index entry_number '{"weight_map": {"a": 5}}'
+index entry_path '{"weight_map": {"a": "../good.safetensors"}}'
+index entry_dotdot '{"weight_map": {"a": ".."}}'
+index missing_shard '{"weight_map": {"a": "good.safetensors", "b": "other.safetensors"}}'
+index missing_tensor '{"weight_map": {"a": "good.safetensors", "zz": "good.safetensors"}}'
+# 200000 distinct shard names (6 MB): once took minutes (pairwise duplicate check).
+{
+    printf '{"weight_map": {'
+    seq 1 200000 | awk '{printf "%s\"t%d\": \"s%d.safetensors\"", (NR > 1 ? "," : ""), $1, $1}'
+    printf '}}'
+} >"$I/many_shards.safetensors.index.json"
+
 bin=${QT_BINARY:-$src/build/qtitan}
 qa_run st_good 0 inspect "$S/good.safetensors" || true
 
@@ -80,6 +99,14 @@ bad_st() {
     shift
     qa_run "st_$name" fail inspect "$S/$name.safetensors" &&
         qa_error "st_$name" "$S/$name.safetensors" "$@"
+}
+
+# bad_index NAME TEXT...: qtitan inspect $I/NAME.safetensors.index.json fails naming it and TEXT.
+bad_index() {
+    local name=$1
+    shift
+    qa_run "index_$name" fail inspect "$I/$name.safetensors.index.json" &&
+        qa_error "index_$name" "$I/$name.safetensors.index.json" "$@"
 }
 
 # ---- config.json, through `qtitan inspect DIR` and `qtitan eval --model DIR` ----
@@ -244,6 +271,15 @@ run_all() {
     bad_st duplicate "duplicate"
     bad_st metadata_number "__metadata__" "format"
     bad_st deep ""
+
+    bad_index not_json ""
+    bad_index no_weight_map "weight_map"
+    bad_index entry_number '"a"'
+    bad_index entry_path "../good.safetensors"
+    bad_index entry_dotdot ".."
+    bad_index missing_shard "other.safetensors"
+    bad_index missing_tensor '"zz"'
+    bad_index many_shards "s1.safetensors"
 
     bad_cfg truncated ":1:55"
     bad_cfg empty ""
