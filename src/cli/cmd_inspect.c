@@ -149,8 +149,9 @@ int cmd_inspect(int argc, char **argv) {
     const char *path = NULL;
     for (int i = 1; i < argc; i++) {
         if (argv[i][0] == '-' && argv[i][1] != 0) {
-            fprintf(stderr, "error: qtitan inspect: unknown option '%s'\n", argv[i]);
-            usage(stderr);
+            fprintf(stderr,
+                    "error: qtitan inspect: unknown option '%s' (see qtitan inspect --help)\n",
+                    argv[i]);
             return 2;
         }
         if (path) {
@@ -161,7 +162,7 @@ int cmd_inspect(int argc, char **argv) {
         path = argv[i];
     }
     if (!path) {
-        usage(stderr);
+        fprintf(stderr, "error: qtitan inspect needs a PATH (see qtitan inspect --help)\n");
         return 2;
     }
     if (fs_is_dir(path)) return inspect_dir(path);
