@@ -52,6 +52,24 @@ static void test_sizes_match_create(void **state) {
                 assert_int_equal(z.nparams, m.nparams);
                 qwen3_free(&m);
             }
+    /* MoE: two of three layers sparse (decoder_sparse_step 1, layer 1 dense). */
+    for (int k = 0; k < 3; k++) {
+        ModelSpec s = spec(0, 3);
+        s.num_experts = 4;
+        s.top_k = 2;
+        s.moe_hidden_dim = 16;
+        s.decoder_sparse_step = 1;
+        s.mlp_only_layers[1] = 1;
+        Err err;
+        Qwen3Sizes z;
+        assert_int_equal(qwen3_sizes(&z, &s, 2, 5, modes[k], &err), 0);
+        Qwen3 m;
+        assert_int_equal(qwen3_create(&m, &s, 2, 5, modes[k], &err), 0);
+        assert_int_equal(z.param_bytes, m.param_arena.capacity);
+        assert_int_equal(z.grad_bytes, m.grad_arena.capacity);
+        assert_int_equal(z.act_bytes, m.act_arena.capacity);
+        qwen3_free(&m);
+    }
     /* Full checkpointing keeps less than none for more than one layer. */
     ModelSpec s = spec(0, 3);
     Err err;

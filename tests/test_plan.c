@@ -1,8 +1,8 @@
 /* `qtitan plan` (train/train_plan.h) on job configs: the parameter, gradient and optimizer
  * bytes equal a count written out by hand from the debugmodel's shapes (DESIGN §1), the FLOPs
  * per step equal 6 x matmul parameters + attention per token times the step's tokens, the
- * total is the sum of its parts, FSDP sharding divides the per-rank state, and bad configs
- * fail with a sentence. */
+ * total is the sum of its parts, FSDP sharding divides the per-rank state, MoE models are
+ * planned, and bad configs fail with a sentence. */
 /* cmocka.h needs these four first. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -67,13 +67,29 @@ static void test_debugmodel(void **state) {
     assert_true(s.notes[0][0] != 0);
 }
 
+static void test_moe(void **state) {
+    (void)state;
+    char *argv[] = {"--model.flavor=debugmodel_moe", "--training.local_batch_size=2",
+                    "--training.seq_len=16"};
+    TrainPlan p;
+    Err err;
+    assert_int_equal(plan(&p, 3, argv, &err), 0);
+    /* debugmodel_moe: untied, 64 experts of ffn 768 in every layer, a router per layer. The
+     * expert_bias buffers (64 per layer) sit in the parameter arena too. */
+    double D = 256, L = 8, HE = 2048, KE = 1024, E = 128, V = 2048, X = 64, Fm = 768;
+    double layer = D * HE * 2 + D * KE * 2 + X * D + 3 * X * Fm * D + 2 * D + 2 * E;
+    double numel = 2 * V * D + L * layer + D;
+    assert_true(p.params >= 4 * numel && p.params <= 4 * (numel + L * X) + 64 * 200);
+    assert_true(p.acts > 0);
+}
+
 static void test_errors(void **state) {
     (void)state;
     TrainPlan p;
     Err err;
-    char *moe[] = {"--model.flavor=debugmodel_moe"};
-    assert_int_equal(plan(&p, 1, moe, &err), -1);
-    assert_non_null(strstr(err.msg, "num_experts"));
+    char *moe[] = {"--model.flavor=debugmodel_moe", "--model.top_k=0"};
+    assert_int_equal(plan(&p, 2, moe, &err), -1);
+    assert_non_null(strstr(err.msg, "top_k"));
     char *flavor[] = {"--model.flavor=7B"};
     assert_int_equal(plan(&p, 1, flavor, &err), -1);
     char *seq[] = {"--model.flavor=debugmodel", "--training.seq_len=1000000"};
@@ -83,6 +99,7 @@ static void test_errors(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_debugmodel),
+        cmocka_unit_test(test_moe),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
