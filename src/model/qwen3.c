@@ -195,7 +195,8 @@ static void build_modules(Qwen3 *m) {
     add_slot(m, OP_CROSS_ENTROPY, &d->loss, "loss", 0);
 }
 
-int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac, Err *err) {
+static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac, int owned,
+                  Err *err) {
     memset(m, 0, sizeof *m);
     m->spec = *spec;
     const ModelSpec *s = &m->spec;
@@ -226,16 +227,28 @@ int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac
     build_modules(m);
     m->table = xcalloc((size_t)m->nparams, sizeof *m->table);
     m->slots = xcalloc((size_t)m->nslots, sizeof *m->slots);
-    if (arena_init(&m->param_arena, "parameter", pc.used, err) ||
-        arena_init(&m->grad_arena, "gradient", gc.used, err) ||
+    if ((owned && (arena_init(&m->param_arena, "parameter", pc.used, err) ||
+                   arena_init(&m->grad_arena, "gradient", gc.used, err))) ||
         arena_init(&m->act_arena, "activation", ac_count.used, err)) {
         qwen3_free(m);
         return -1;
     }
-    layout_params(m, &m->param_arena, &m->grad_arena);
+    if (owned)
+        layout_params(m, &m->param_arena, &m->grad_arena);
+    else /* counting arenas place nothing: the table gets NULL data and grad */
+        layout_params(m, &pc, &gc);
     layout_acts(m, &m->act_arena);
     build_modules(m);
     return 0;
+}
+
+int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac, Err *err) {
+    return create(m, spec, B, T, ac, 1, err);
+}
+
+int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac,
+                         Err *err) {
+    return create(m, spec, B, T, ac, 0, err);
 }
 
 void qwen3_free(Qwen3 *m) {
@@ -248,18 +261,21 @@ void qwen3_free(Qwen3 *m) {
     m->slots = NULL;
 }
 
-void qwen3_init_params(Qwen3 *m, uint64_t seed) {
-    for (int i = 0; i < m->nparams; i++) {
-        Qwen3Param *p = &m->table[i];
-        if (p->is_norm) {
-            for (long j = 0; j < p->numel; j++)
-                p->data[j] = 1.0f;
-        } else {
-            Rng r;
-            rng_seed(&r, seed, (uint64_t)i);
-            rng_fill_normal(&r, p->data, p->numel, 0.02f);
-        }
+void qwen3_init_param(const Qwen3 *m, int i, uint64_t seed, float *out) {
+    const Qwen3Param *p = &m->table[i];
+    if (p->is_norm) {
+        for (long j = 0; j < p->numel; j++)
+            out[j] = 1.0f;
+    } else {
+        Rng r;
+        rng_seed(&r, seed, (uint64_t)i);
+        rng_fill_normal(&r, out, p->numel, 0.02f);
     }
+}
+
+void qwen3_init_params(Qwen3 *m, uint64_t seed) {
+    for (int i = 0; i < m->nparams; i++)
+        qwen3_init_param(m, i, seed, m->table[i].data);
 }
 
 const Qwen3Param *qwen3_find_param(const Qwen3 *m, const char *name) {
@@ -284,6 +300,10 @@ int qwen3_check_tokens(const Qwen3 *m, const int32_t *ids, long n, int allow_ign
 }
 
 /* ---- forward / backward ---- */
+
+static void hook(Qwen3 *m, int unit, Qwen3HookPhase phase) {
+    if (m->unit_hook) m->unit_hook(m->unit_hook_ctx, m, unit, phase);
+}
 
 static void add_into(float *y, const float *x, long n) {
 #pragma omp parallel for schedule(static)
@@ -391,9 +411,16 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
     }
     a->has_doc = doc != NULL;
 
+    int L = s->n_layers;
+    hook(m, 0, QWEN3_PRE_FORWARD);
     m->mod.tok_embeddings->forward(a->layers[0].x, a->tokens, m->p.tok_embeddings, N, D);
-    for (int i = 0; i < s->n_layers; i++)
-        layer_forward(m, i, i + 1 < s->n_layers ? a->layers[i + 1].x : a->h);
+    hook(m, 0, QWEN3_POST_FORWARD);
+    for (int i = 0; i < L; i++) {
+        hook(m, 1 + i, QWEN3_PRE_FORWARD);
+        layer_forward(m, i, i + 1 < L ? a->layers[i + 1].x : a->h);
+        hook(m, 1 + i, QWEN3_POST_FORWARD);
+    }
+    hook(m, L + 1, QWEN3_PRE_FORWARD);
     m->mod.norm->forward(a->hn, a->rstdf, a->h, m->p.norm, N, D, (float)s->norm_eps);
     m->mod.lm_head->forward(a->logits, a->hn, m->p.output, N, D, V);
     m->loss_sum = 0.0;
@@ -403,6 +430,7 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
         for (long n = 0; n < N; n++)
             m->n_valid += a->targets[n] != CE_IGNORE;
     }
+    hook(m, L + 1, QWEN3_POST_FORWARD);
     return m->n_valid ? (float)(m->loss_sum / m->n_valid) : 0.0f;
 }
 
@@ -412,12 +440,15 @@ void qwen3_backward(Qwen3 *m, double divisor) {
     long N = (long)m->B * m->T;
     int D = s->dim, V = s->vocab_size;
     if (divisor <= 0) divisor = m->n_valid > 0 ? (double)m->n_valid : 1.0;
+    hook(m, s->n_layers + 1, QWEN3_PRE_BACKWARD);
     /* dlogits overwrite the logits in place. */
     m->mod.loss->backward(a->logits, a->logits, a->ce_lse, a->targets, N, V,
                           (float)(1.0 / divisor));
     m->mod.lm_head->backward(a->dxn, m->g.output, a->logits, a->hn, m->p.output, N, D, V, 0.0f);
     m->mod.norm->backward(a->dres, m->g.norm, a->dxn, a->h, m->p.norm, a->rstdf, N, D);
+    hook(m, s->n_layers + 1, QWEN3_POST_BACKWARD);
     for (int i = s->n_layers - 1; i >= 0; i--) {
+        hook(m, 1 + i, QWEN3_PRE_BACKWARD);
         /* The last layer's shared buffers still hold its own forward values. */
         if (m->ac == AC_FULL && i + 1 < s->n_layers) {
             /* Recompute layer i from its kept input; the output is already in
@@ -427,6 +458,9 @@ void qwen3_backward(Qwen3 *m, double divisor) {
             layer_recompute_selective(m, i);
         }
         layer_backward(m, i);
+        hook(m, 1 + i, QWEN3_POST_BACKWARD);
     }
+    hook(m, 0, QWEN3_PRE_BACKWARD);
     m->mod.tok_embeddings->backward(m->g.tok_embeddings, a->dres, a->tokens, N, D);
+    hook(m, 0, QWEN3_POST_BACKWARD);
 }

@@ -1,0 +1,177 @@
+/* Sharded checkpoints: per-rank ckpt_save folders and rank 0's latest.json commit marker. */
+#include "train/ckpt_dist.h"
+
+#include <dirent.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fs.h"
+#include "core/json.h"
+#include "core/log.h"
+
+#define FORMAT "qtitan-sharded-checkpoint"
+#define MAX_KEPT 64 /* steps listed in the marker when keep_latest_k is 0 or larger */
+
+char *ckpt_dist_rank_dir(const char *root, int rank) {
+    char name[32];
+    snprintf(name, sizeof name, "rank-%d", rank);
+    return fs_join(root, name);
+}
+
+/* Rank 0: the marker's steps (oldest first) into steps[0..*n); *ranks. 0 and *n = 0 when
+ * there is no marker. */
+static int read_marker(const char *root, int64_t *steps, int *n, int64_t *ranks, Err *err) {
+    *n = 0;
+    *ranks = 0;
+    char *path = fs_join(root, CKPT_DIST_MARKER);
+    if (!fs_exists(path)) {
+        free(path);
+        return 0;
+    }
+    json_error_t je;
+    json_t *o = json_load_file(path, 0, &je);
+    int rc = 0;
+    const char *format = NULL;
+    json_t *list = o ? json_object_get(o, "steps") : NULL;
+    if (!o) {
+        rc = err_set(err, "%s:%d:%d: %s", path, je.line, je.column, je.text);
+    } else if (json_req_str(o, "format", &format, path, err) != 0 ||
+               json_req_int(o, "ranks", ranks, path, err) != 0) {
+        rc = -1;
+    } else if (strcmp(format, FORMAT) != 0 || !json_is_array(list) ||
+               json_array_size(list) > MAX_KEPT) {
+        rc = err_set(err, "%s: expected format \"%s\" and a list \"steps\" of at most %d numbers",
+                     path, FORMAT, MAX_KEPT);
+    } else {
+        for (size_t i = 0; i < json_array_size(list) && rc == 0; i++) {
+            json_t *v = json_array_get(list, i);
+            if (!json_is_integer(v) || json_integer_value(v) < 0)
+                rc = err_set(err, "%s: steps[%zu] is not a step number", path, i);
+            else
+                steps[(*n)++] = json_integer_value(v);
+        }
+    }
+    json_decref(o);
+    free(path);
+    return rc;
+}
+
+static int write_marker(const char *root, const int64_t *steps, int n, int ranks, Err *err) {
+    json_t *o = json_object(), *list = json_array();
+    json_object_set_new(o, "format", json_string(FORMAT));
+    json_object_set_new(o, "ranks", json_integer(ranks));
+    json_object_set_new(o, "step", json_integer(steps[n - 1]));
+    for (int i = 0; i < n; i++)
+        json_array_append_new(list, json_integer(steps[i]));
+    json_object_set_new(o, "steps", list);
+    char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(o);
+    char *path = fs_join(root, CKPT_DIST_MARKER);
+    size_t len = strlen(text);
+    text[len] = '\n';
+    int rc = fs_write_atomic(path, text, len + 1, err);
+    free(text);
+    free(path);
+    return rc;
+}
+
+/* Removes this rank's step-N folders whose N is not among kept[0..n). */
+static void prune_rank(const char *dir, const int64_t *kept, int n) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char *end;
+        if (strncmp(e->d_name, "step-", 5) != 0) continue;
+        long long s = strtoll(e->d_name + 5, &end, 10);
+        if (*end != 0 || end == e->d_name + 5) continue;
+        int keep = 0;
+        for (int i = 0; i < n && !keep; i++)
+            keep = kept[i] == s;
+        if (keep) continue;
+        char *path = fs_join(dir, e->d_name);
+        Err ignore;
+        if (fs_remove_tree(path, &ignore) != 0)
+            log_warn("checkpoint: cannot remove old %s: %s", path, ignore.msg);
+        free(path);
+    }
+    closedir(d);
+}
+
+int ckpt_dist_save(Comm *world, const char *root, const CkptState *st, const CkptTensor *model,
+                   int nmodel, const CkptTensor *optim, int noptim, int keep_latest_k, Err *err) {
+    char *dir = ckpt_dist_rank_dir(root, world->rank);
+    int rc = ckpt_save(dir, st, model, nmodel, optim, noptim, 0, err);
+    if (comm_agree(world, rc, err) != 0) {
+        free(dir);
+        return -1;
+    }
+    /* Rank 0 commits; the list of kept steps travels to every rank: [count, steps...]. */
+    double kept[MAX_KEPT + 1] = {0};
+    if (world->rank == 0) {
+        int64_t steps[MAX_KEPT + 1], ranks;
+        int n;
+        rc = read_marker(root, steps, &n, &ranks, err);
+        if (rc == 0) {
+            int m = 0; /* drop st->step if listed (saved again after a resume) and newer ones */
+            for (int i = 0; i < n; i++)
+                if (steps[i] < st->step) steps[m++] = steps[i];
+            steps[m++] = st->step;
+            int keep = keep_latest_k > 0 && keep_latest_k < MAX_KEPT ? keep_latest_k : MAX_KEPT;
+            int first = m > keep ? m - keep : 0;
+            rc = write_marker(root, steps + first, m - first, world->size, err);
+            kept[0] = m - first;
+            for (int i = first; i < m; i++)
+                kept[1 + i - first] = (double)steps[i];
+        }
+        if (rc != 0) err_wrap(err, "cannot commit the checkpoint of step %" PRId64, st->step);
+    }
+    rc = comm_agree(world, rc, err);
+    if (rc == 0) rc = comm_broadcast(world, kept, sizeof kept, 0, err);
+    if (rc == 0 && keep_latest_k > 0) {
+        int64_t k64[MAX_KEPT];
+        int n = (int)kept[0];
+        for (int i = 0; i < n; i++)
+            k64[i] = (int64_t)kept[1 + i];
+        prune_rank(dir, k64, n);
+    }
+    free(dir);
+    return rc;
+}
+
+int ckpt_dist_find_latest(Comm *world, const char *root, int64_t *step, char **path, Err *err) {
+    *path = NULL;
+    char *dir = ckpt_dist_rank_dir(root, world->rank);
+    int rc = fs_exists(dir) ? ckpt_clean_stale(dir, err) : 0;
+    double found[3] = {0, 0, 0}; /* have one, step, ranks */
+    if (rc == 0 && world->rank == 0) {
+        int64_t steps[MAX_KEPT + 1], ranks;
+        int n;
+        rc = read_marker(root, steps, &n, &ranks, err);
+        if (rc == 0 && n > 0) {
+            found[0] = 1;
+            found[1] = (double)steps[n - 1];
+            found[2] = (double)ranks;
+        }
+    }
+    rc = comm_agree(world, rc, err);
+    if (rc == 0) rc = comm_broadcast(world, found, sizeof found, 0, err);
+    if (rc == 0 && found[0] != 0 && (int)found[2] != world->size)
+        rc = err_set(err,
+                     "the checkpoint in %s was saved by %d processes but this job has %d; "
+                     "resume with %d processes (resharding a checkpoint is not supported)",
+                     root, (int)found[2], world->size, (int)found[2]);
+    if (rc != 0 || found[0] == 0) {
+        free(dir);
+        return rc != 0 ? -1 : 0;
+    }
+    *step = (int64_t)found[1];
+    char name[48];
+    snprintf(name, sizeof name, "step-%" PRId64, *step);
+    *path = fs_join(dir, name);
+    free(dir);
+    return 1;
+}
