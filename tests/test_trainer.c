@@ -215,6 +215,12 @@ static void test_divergence_is_an_error(void **state) {
     Err err;
     assert_int_equal(trainer_run(&o, &md, &d, &err), -1);
     assert_non_null(strstr(err.msg, "diverged"));
+    /* With skip_nonfinite the run goes on and the parameters are left as they were. */
+    float w4 = m->w[4], b0 = m->b[0];
+    o.skip_nonfinite = 1;
+    assert_int_equal(trainer_run(&o, &md, &d, &err), 0);
+    assert_true(m->w[4] == w4 && m->b[0] == b0);
+    assert_true(isnan(m->losses[STEPS]));
     fs_remove_tree(tmpl, &err);
     free(m);
 }

@@ -553,10 +553,10 @@ out:
     return rc;
 }
 
-int ckpt_load(const char *dir, CkptState *st, const CkptTensor *model, int nmodel,
-              const CkptTensor *optim, int noptim, Err *err) {
+static int load(const char *dir, int full, CkptState *st, const CkptTensor *model, int nmodel,
+                const CkptTensor *optim, int noptim, Err *err) {
     memset(st, 0, sizeof *st);
-    TRY(ckpt_verify(dir, 1, err));
+    TRY(ckpt_verify(dir, full, err));
     TRY(ckpt_read_state(dir, st, err));
     char *mpath = fs_join(dir, CKPT_MODEL_FILE), *opath = fs_join(dir, CKPT_OPTIM_FILE);
     int64_t ostep = -1;
@@ -573,6 +573,16 @@ int ckpt_load(const char *dir, CkptState *st, const CkptTensor *model, int nmode
         st->data_position = NULL;
     }
     return rc;
+}
+
+int ckpt_load(const char *dir, CkptState *st, const CkptTensor *model, int nmodel,
+              const CkptTensor *optim, int noptim, Err *err) {
+    return load(dir, 1, st, model, nmodel, optim, noptim, err);
+}
+
+int ckpt_load_found(const char *dir, CkptState *st, const CkptTensor *model, int nmodel,
+                    const CkptTensor *optim, int noptim, Err *err) {
+    return load(dir, 0, st, model, nmodel, optim, noptim, err);
 }
 
 /* ---- optimizer state as tensors ---------------------------------------------------------- */

@@ -69,6 +69,10 @@ int ckpt_read_state(const char *step_dir, CkptState *st, Err *err);
  * *st (data_position as a new reference). */
 int ckpt_load(const char *step_dir, CkptState *st, const CkptTensor *model, int nmodel,
               const CkptTensor *optim, int noptim, Err *err);
+/* The same for a step ckpt_find_latest has just returned: it checked the checksums already, so
+ * only the sizes are checked again (saves a full read of a large checkpoint). */
+int ckpt_load_found(const char *step_dir, CkptState *st, const CkptTensor *model, int nmodel,
+                    const CkptTensor *optim, int noptim, Err *err);
 
 /* The optimizer state of opt as checkpoint tensors, named "<param>.exp_avg" and
  * "<param>.exp_avg_sq" and shaped like model[i], which must list opt's parameters in the same

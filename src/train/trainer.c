@@ -70,8 +70,11 @@ static int resume(Trainer *t, Err *err) {
     }
     if (found <= 0) return found;
     CkptState st;
-    int rc = ckpt_load(path, &st, t->model->params, t->model->nparams, t->optim,
-                       2 * t->model->nparams, err);
+    /* ckpt_find_latest verified the checksums already; the sharded lookup did not. */
+    int rc = par ? ckpt_load(path, &st, t->model->params, t->model->nparams, t->optim,
+                             2 * t->model->nparams, err)
+                 : ckpt_load_found(path, &st, t->model->params, t->model->nparams, t->optim,
+                                   2 * t->model->nparams, err);
     if (par) rc = comm_agree(par->world, rc, err); /* every rank resumes, or none */
     if (rc == 0 && st.config_hash != t->o->config_hash)
         log_warn("[checkpoint] %s was written under another config (hash %016" PRIx64
