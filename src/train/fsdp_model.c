@@ -45,7 +45,8 @@ struct FsdpModel {
     float **piece_grads; /* (npieces) */
     int *piece_decay;    /* (npieces) */
     int *piece_param;    /* (npieces) table index of each piece */
-    double comm_s;       /* seconds in collectives since the last fsdp_comm_seconds */
+    double comm_s;       /* seconds in collectives since the last comm_seconds call */
+    int prefetch;        /* 0: gather each unit only when it is needed (bench/dist) */
 };
 
 /* ---- parameters: units and pointer fields ---- */
@@ -152,7 +153,7 @@ static void ensure(FsdpModel *f, int unit) {
 /* Starts gathering `unit` (-1: none) unless its slot already holds it. Only called when the
  * slot's current unit is finished for this pass. */
 static void prefetch(FsdpModel *f, int unit) {
-    if (unit < 0 || f->slot[slot_of(f, unit)].holds == unit) return;
+    if (!f->prefetch || unit < 0 || f->slot[slot_of(f, unit)].holds == unit) return;
     start_gather(f, unit);
 }
 
@@ -232,6 +233,9 @@ FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, c
     }
     FsdpModel *f = xcalloc(1, sizeof *f);
     f->mesh = mesh;
+    /* QTITAN_FSDP_PREFETCH=0 turns prefetching off, to measure what it buys (bench/dist). */
+    const char *pf_env = getenv("QTITAN_FSDP_PREFETCH");
+    f->prefetch = !(pf_env && strcmp(pf_env, "0") == 0);
     if (qwen3_create_unowned(&f->m, spec, B, T, full_ac ? AC_FULL : AC_NONE, err) != 0) {
         free(f);
         return NULL;
