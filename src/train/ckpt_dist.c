@@ -11,6 +11,7 @@
 #include "core/fs.h"
 #include "core/json.h"
 #include "core/log.h"
+#include "io/safetensors.h"
 
 #define FORMAT "qtitan-sharded-checkpoint"
 #define MAX_KEPT 64 /* steps listed in the marker when keep_latest_k is 0 or larger */
@@ -174,4 +175,63 @@ int ckpt_dist_find_latest(Comm *world, const char *root, int64_t *step, char **p
     *path = fs_join(dir, name);
     free(dir);
     return 1;
+}
+
+int ckpt_dist_reader_open(CkptDistReader *r, const char *root, Err *err) {
+    memset(r, 0, sizeof *r);
+    int64_t steps[MAX_KEPT + 1], ranks;
+    int n;
+    TRY(read_marker(root, steps, &n, &ranks, err));
+    if (n == 0)
+        return err_set(err, "%s has no %s: not a committed sharded checkpoint", root,
+                       CKPT_DIST_MARKER);
+    if (ranks < 1 || ranks > 1 << 20)
+        return err_set(err, "%s/%s: ranks = %" PRId64 " is out of range", root, CKPT_DIST_MARKER,
+                       ranks);
+    r->ranks = (int)ranks;
+    r->step = steps[n - 1];
+    r->files = xcalloc((size_t)r->ranks, sizeof *r->files);
+    for (int k = 0; k < r->ranks; k++) {
+        char *dir = ckpt_dist_rank_dir(root, k), name[64];
+        snprintf(name, sizeof name, "step-%" PRId64 "/model.safetensors", r->step);
+        char *path = fs_join(dir, name);
+        int rc = st_open(&r->files[k], path, err);
+        free(path);
+        free(dir);
+        if (rc != 0) {
+            r->ranks = k; /* close the ones opened */
+            ckpt_dist_reader_close(r);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void ckpt_dist_reader_close(CkptDistReader *r) {
+    for (int k = 0; r->files && k < r->ranks; k++)
+        st_close(&r->files[k]);
+    free(r->files);
+    memset(r, 0, sizeof *r);
+}
+
+int ckpt_dist_reader_tensor(const CkptDistReader *r, const char *name, float *out, size_t numel,
+                            Err *err) {
+    size_t at = 0;
+    for (int k = 0; k < r->ranks; k++) {
+        const StTensor *t = st_find(&r->files[k], name);
+        if (!t) continue;
+        if (t->dtype != DT_F32 || t->ndim != 1 || at + (size_t)t->numel > numel)
+            return err_set(err,
+                           "%s: %s is not a 1-D F32 piece that fits the %zu elements of the "
+                           "parameter (%zu already read)",
+                           r->files[k].path, name, numel, at);
+        st_to_f32(t, out + at);
+        at += (size_t)t->numel;
+    }
+    if (at != numel)
+        return err_set(err,
+                       "sharded checkpoint step %" PRId64 ": the pieces of %s hold %zu of its %zu "
+                       "elements",
+                       r->step, name, at, numel);
+    return 0;
 }

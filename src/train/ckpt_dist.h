@@ -10,6 +10,7 @@
 #define QT_CKPT_DIST_H
 
 #include "dist/comm.h"
+#include "io/safetensors.h"
 #include "train/checkpoint.h"
 
 #define CKPT_DIST_MARKER "latest.json"
@@ -23,6 +24,23 @@ int ckpt_dist_save(Comm *world, const char *root, const CkptState *st, const Ckp
  * (e.g. one saved by a different number of processes). Removes this rank's leftovers of
  * interrupted saves first. */
 int ckpt_dist_find_latest(Comm *world, const char *root, int64_t *step, char **path, Err *err);
+
+/* Reads a committed sharded checkpoint without MPI and without holding the model: every
+ * rank's parameter file is mapped, and a full parameter is assembled from the ranks' pieces
+ * (which, in rank order, are consecutive runs of the flattened tensor: FSDP gives shard rank
+ * k the k-th slice of each unit) one tensor at a time (HF export, inspection). */
+typedef struct CkptDistReader {
+    int ranks;
+    int64_t step;
+    StFile *files; /* (ranks) rank-K/step-N/model.safetensors */
+} CkptDistReader;
+
+/* Opens the newest committed step under root (latest.json). */
+int ckpt_dist_reader_open(CkptDistReader *r, const char *root, Err *err);
+void ckpt_dist_reader_close(CkptDistReader *r);
+/* out (numel floats) = parameter `name`; fails when the pieces do not add up to numel. */
+int ckpt_dist_reader_tensor(const CkptDistReader *r, const char *name, float *out, size_t numel,
+                            Err *err);
 
 /* This rank's folder under root (malloc'd). */
 char *ckpt_dist_rank_dir(const char *root, int rank);
