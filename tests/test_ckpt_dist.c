@@ -18,6 +18,8 @@
 #include "dist/fsdp.h"
 #include "train/ckpt_dist.h"
 
+static const int MESH1[3] = {1, 1, 1};
+
 static char *tmp_root(void) {
     char tmpl[] = "/tmp/qt_ckpt_dist_XXXXXX";
     assert_non_null(mkdtemp(tmpl));
@@ -45,13 +47,13 @@ static void test_save_find_prune(void **state) {
     Err err;
     int64_t step;
     char *path;
-    assert_int_equal(ckpt_dist_find_latest(c, root, &step, &path, &err), 0);
+    assert_int_equal(ckpt_dist_find_latest(c, MESH1, root, &step, &path, &err), 0);
     for (int64_t s = 1; s <= 3; s++) {
         CkptState st = {.step = s, .optim_step = s};
         w[0] = (float)s;
-        assert_int_equal(ckpt_dist_save(c, root, &st, &model, 1, optim, 2, 2, &err), 0);
+        assert_int_equal(ckpt_dist_save(c, MESH1, root, &st, &model, 1, optim, 2, 2, &err), 0);
     }
-    assert_int_equal(ckpt_dist_find_latest(c, root, &step, &path, &err), 1);
+    assert_int_equal(ckpt_dist_find_latest(c, MESH1, root, &step, &path, &err), 1);
     assert_int_equal(step, 3);
     assert_non_null(strstr(path, "rank-0/step-3"));
     CkptState st;
@@ -67,15 +69,15 @@ static void test_save_find_prune(void **state) {
     assert_true(fs_exists(s2));
     /* A crash before the marker named step 3 leaves step 2 current. */
     write_marker(root, 1, "2", 2);
-    assert_int_equal(ckpt_dist_find_latest(c, root, &step, &path, &err), 1);
+    assert_int_equal(ckpt_dist_find_latest(c, MESH1, root, &step, &path, &err), 1);
     assert_int_equal(step, 2);
     free(path);
     /* Shards of another world size are refused with a sentence. */
     write_marker(root, 4, "2", 2);
-    assert_int_equal(ckpt_dist_find_latest(c, root, &step, &path, &err), -1);
+    assert_int_equal(ckpt_dist_find_latest(c, MESH1, root, &step, &path, &err), -1);
     assert_non_null(strstr(err.msg, "saved by 4 processes but this job has 1"));
     write_marker(root, 1, "\"x\"", 2);
-    assert_int_equal(ckpt_dist_find_latest(c, root, &step, &path, &err), -1);
+    assert_int_equal(ckpt_dist_find_latest(c, MESH1, root, &step, &path, &err), -1);
     assert_non_null(strstr(err.msg, "steps[0]"));
     free(s1);
     free(s2);
@@ -135,6 +137,16 @@ static void reader_round_trip(int ranks) {
         free(full[i]);
     }
     ckpt_dist_reader_close(&rd);
+    /* Tensor-parallel pieces are not consecutive runs: the reader refuses them. */
+    char *path = fs_join(root, CKPT_DIST_MARKER), text[256];
+    int len = snprintf(text, sizeof text,
+                       "{\"format\": \"qtitan-sharded-checkpoint\", \"ranks\": %d, \"mesh\": "
+                       "[1, %d, 2], \"step\": 7, \"steps\": [7]}\n",
+                       2 * ranks, ranks);
+    assert_int_equal(fs_write_atomic(path, text, (size_t)len, &err), 0);
+    free(path);
+    assert_int_equal(ckpt_dist_reader_open(&rd, root, &err), -1);
+    assert_non_null(strstr(err.msg, "tensor parallelism"));
     assert_int_equal(fs_remove_tree(root, &err), 0);
     free(root);
 }

@@ -305,6 +305,10 @@ static void hook(Qwen3 *m, int unit, Qwen3HookPhase phase) {
     if (m->unit_hook) m->unit_hook(m->unit_hook_ctx, m, unit, phase);
 }
 
+static void tp_sum(Qwen3 *m, float *buf, long n) {
+    if (m->tp_sum) m->tp_sum(m->unit_hook_ctx, buf, n);
+}
+
 static void add_into(float *y, const float *x, long n) {
 #pragma omp parallel for schedule(static)
     for (long i = 0; i < n; i++)
@@ -332,10 +336,12 @@ static void layer_forward(Qwen3 *m, int i, float *out) {
     md->rope->forward(a->kr, a->kn, m->a.positions, N, K, E, s->rope_theta);
     md->sdpa->forward(a->att, a->lse, a->qr, a->kr, a->v, doc, B, T, H, K, E);
     md->wo->forward(a->xmid, a->att, p->wo, N, H * E, D);
+    tp_sum(m, a->xmid, N * D);
     add_into(a->xmid, a->x, N * D);
     md->ffn_norm->forward(a->xn2, a->rstd2, a->xmid, p->ffn_norm, N, D, eps);
     md->feed_forward->forward(out, a->h1, a->h3, a->g, a->xn2, p->w1, p->w3, p->w2, N, D,
                               s->hidden_dim);
+    tp_sum(m, out, N * D);
     add_into(out, a->xmid, N * D);
 }
 
@@ -371,6 +377,7 @@ static void layer_backward(Qwen3 *m, int i) {
 
     md->feed_forward->backward(A->dxn, g->w1, g->w3, g->w2, A->dh1, A->dh3, A->dres, a->xn2, a->h1,
                                a->h3, a->g, p->w1, p->w3, p->w2, N, D, F);
+    tp_sum(m, A->dxn, N * D);
     md->ffn_norm->backward(A->dtmp, g->ffn_norm, A->dxn, a->xmid, p->ffn_norm, a->rstd2, N, D);
     add_into(A->dres, A->dtmp, N * D); /* dres = d xmid */
 
@@ -384,6 +391,7 @@ static void layer_backward(Qwen3 *m, int i) {
     md->qkv->backward(A->dxn, g->wq, A->dq, a->xn1, p->wq, N, D, H * E, 0.0f);
     md->qkv->backward(A->dxn, g->wk, A->dk, a->xn1, p->wk, N, D, K * E, 1.0f);
     md->qkv->backward(A->dxn, g->wv, A->dv, a->xn1, p->wv, N, D, K * E, 1.0f);
+    tp_sum(m, A->dxn, N * D);
     md->attention_norm->backward(A->dtmp, g->attention_norm, A->dxn, a->x, p->attention_norm,
                                  a->rstd1, N, D);
     add_into(A->dres, A->dtmp, N * D); /* dres = d x */

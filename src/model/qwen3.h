@@ -173,6 +173,11 @@ struct Qwen3 {
      * norm with lm_head. NULL (the default): never called. */
     void (*unit_hook)(void *ctx, Qwen3 *m, int unit, Qwen3HookPhase phase);
     void *unit_hook_ctx;
+    /* Tensor parallel (same driver and ctx): the model then has this rank's heads and FFN
+     * columns, and this sums buf (n floats) over the tensor-parallel group in place, where
+     * partial results meet: the wo and w2 outputs before the residual adds, and the
+     * gradients of the attention / FFN norm outputs. NULL: never called. */
+    void (*tp_sum)(void *ctx, float *buf, long n);
 };
 
 /* Builds the parameter table and arenas for spec and activations for up to B x T tokens.

@@ -22,9 +22,11 @@ char *ckpt_dist_rank_dir(const char *root, int rank) {
     return fs_join(root, name);
 }
 
-/* Rank 0: the marker's steps (oldest first) into steps[0..*n); *ranks. 0 and *n = 0 when
- * there is no marker. */
-static int read_marker(const char *root, int64_t *steps, int *n, int64_t *ranks, Err *err) {
+/* Rank 0: the marker's steps (oldest first) into steps[0..*n), *ranks and the mesh
+ * [dp_replicate, dp_shard, tp] (mesh absent: [1, ranks, 1]). 0 and *n = 0 when there is no
+ * marker. */
+static int read_marker(const char *root, int64_t *steps, int *n, int64_t *ranks, int64_t mesh[3],
+                       Err *err) {
     *n = 0;
     *ranks = 0;
     char *path = fs_join(root, CKPT_DIST_MARKER);
@@ -47,6 +49,13 @@ static int read_marker(const char *root, int64_t *steps, int *n, int64_t *ranks,
         rc = err_set(err, "%s: expected format \"%s\" and a list \"steps\" of at most %d numbers",
                      path, FORMAT, MAX_KEPT);
     } else {
+        json_t *m = json_object_get(o, "mesh");
+        mesh[0] = 1, mesh[1] = *ranks, mesh[2] = 1;
+        for (int k = 0; k < 3 && json_is_array(m); k++)
+            mesh[k] = json_integer_value(json_array_get(m, (size_t)k));
+        if (m && (!json_is_array(m) || json_array_size(m) != 3 || mesh[0] < 1 || mesh[1] < 1 ||
+                  mesh[2] < 1 || mesh[0] * mesh[1] * mesh[2] != *ranks))
+            rc = err_set(err, "%s: mesh must be 3 positive integers whose product is ranks", path);
         for (size_t i = 0; i < json_array_size(list) && rc == 0; i++) {
             json_t *v = json_array_get(list, i);
             if (!json_is_integer(v) || json_integer_value(v) < 0)
@@ -60,10 +69,14 @@ static int read_marker(const char *root, int64_t *steps, int *n, int64_t *ranks,
     return rc;
 }
 
-static int write_marker(const char *root, const int64_t *steps, int n, int ranks, Err *err) {
-    json_t *o = json_object(), *list = json_array();
+static int write_marker(const char *root, const int64_t *steps, int n, int ranks, const int mesh[3],
+                        Err *err) {
+    json_t *o = json_object(), *list = json_array(), *m = json_array();
     json_object_set_new(o, "format", json_string(FORMAT));
     json_object_set_new(o, "ranks", json_integer(ranks));
+    for (int k = 0; k < 3; k++)
+        json_array_append_new(m, json_integer(mesh[k]));
+    json_object_set_new(o, "mesh", m);
     json_object_set_new(o, "step", json_integer(steps[n - 1]));
     for (int i = 0; i < n; i++)
         json_array_append_new(list, json_integer(steps[i]));
@@ -102,8 +115,9 @@ static void prune_rank(const char *dir, const int64_t *kept, int n) {
     closedir(d);
 }
 
-int ckpt_dist_save(Comm *world, const char *root, const CkptState *st, const CkptTensor *model,
-                   int nmodel, const CkptTensor *optim, int noptim, int keep_latest_k, Err *err) {
+int ckpt_dist_save(Comm *world, const int mesh[3], const char *root, const CkptState *st,
+                   const CkptTensor *model, int nmodel, const CkptTensor *optim, int noptim,
+                   int keep_latest_k, Err *err) {
     char *dir = ckpt_dist_rank_dir(root, world->rank);
     int rc = ckpt_save(dir, st, model, nmodel, optim, noptim, 0, err);
     if (comm_agree(world, rc, err) != 0) {
@@ -113,9 +127,9 @@ int ckpt_dist_save(Comm *world, const char *root, const CkptState *st, const Ckp
     /* Rank 0 commits; the list of kept steps travels to every rank: [count, steps...]. */
     double kept[MAX_KEPT + 1] = {0};
     if (world->rank == 0) {
-        int64_t steps[MAX_KEPT + 1], ranks;
+        int64_t steps[MAX_KEPT + 1], ranks, old_mesh[3];
         int n;
-        rc = read_marker(root, steps, &n, &ranks, err);
+        rc = read_marker(root, steps, &n, &ranks, old_mesh, err);
         if (rc == 0) {
             int m = 0; /* drop st->step if listed (saved again after a resume) and newer ones */
             for (int i = 0; i < n; i++)
@@ -123,7 +137,7 @@ int ckpt_dist_save(Comm *world, const char *root, const CkptState *st, const Ckp
             steps[m++] = st->step;
             int keep = keep_latest_k > 0 && keep_latest_k < MAX_KEPT ? keep_latest_k : MAX_KEPT;
             int first = m > keep ? m - keep : 0;
-            rc = write_marker(root, steps + first, m - first, world->size, err);
+            rc = write_marker(root, steps + first, m - first, world->size, mesh, err);
             kept[0] = m - first;
             for (int i = first; i < m; i++)
                 kept[1 + i - first] = (double)steps[i];
@@ -143,19 +157,22 @@ int ckpt_dist_save(Comm *world, const char *root, const CkptState *st, const Ckp
     return rc;
 }
 
-int ckpt_dist_find_latest(Comm *world, const char *root, int64_t *step, char **path, Err *err) {
+int ckpt_dist_find_latest(Comm *world, const int mesh[3], const char *root, int64_t *step,
+                          char **path, Err *err) {
     *path = NULL;
     char *dir = ckpt_dist_rank_dir(root, world->rank);
     int rc = fs_exists(dir) ? ckpt_clean_stale(dir, err) : 0;
-    double found[3] = {0, 0, 0}; /* have one, step, ranks */
+    double found[6] = {0}; /* have one, step, ranks, mesh */
     if (rc == 0 && world->rank == 0) {
-        int64_t steps[MAX_KEPT + 1], ranks;
+        int64_t steps[MAX_KEPT + 1], ranks, old_mesh[3];
         int n;
-        rc = read_marker(root, steps, &n, &ranks, err);
+        rc = read_marker(root, steps, &n, &ranks, old_mesh, err);
         if (rc == 0 && n > 0) {
             found[0] = 1;
             found[1] = (double)steps[n - 1];
             found[2] = (double)ranks;
+            for (int k = 0; k < 3; k++)
+                found[3 + k] = (double)old_mesh[k];
         }
     }
     rc = comm_agree(world, rc, err);
@@ -165,6 +182,12 @@ int ckpt_dist_find_latest(Comm *world, const char *root, int64_t *step, char **p
                      "the checkpoint in %s was saved by %d processes but this job has %d; "
                      "resume with %d processes (resharding a checkpoint is not supported)",
                      root, (int)found[2], world->size, (int)found[2]);
+    else if (rc == 0 && found[0] != 0 &&
+             ((int)found[3] != mesh[0] || (int)found[4] != mesh[1] || (int)found[5] != mesh[2]))
+        rc = err_set(err,
+                     "the checkpoint in %s was saved on the mesh [dp_replicate %d, dp_shard %d, "
+                     "tp %d] but this job's is [%d, %d, %d]; resume on the same mesh",
+                     root, (int)found[3], (int)found[4], (int)found[5], mesh[0], mesh[1], mesh[2]);
     if (rc != 0 || found[0] == 0) {
         free(dir);
         return rc != 0 ? -1 : 0;
@@ -179,16 +202,23 @@ int ckpt_dist_find_latest(Comm *world, const char *root, int64_t *step, char **p
 
 int ckpt_dist_reader_open(CkptDistReader *r, const char *root, Err *err) {
     memset(r, 0, sizeof *r);
-    int64_t steps[MAX_KEPT + 1], ranks;
+    int64_t steps[MAX_KEPT + 1], ranks, mesh[3];
     int n;
-    TRY(read_marker(root, steps, &n, &ranks, err));
+    TRY(read_marker(root, steps, &n, &ranks, mesh, err));
     if (n == 0)
         return err_set(err, "%s has no %s: not a committed sharded checkpoint", root,
                        CKPT_DIST_MARKER);
     if (ranks < 1 || ranks > 1 << 20)
         return err_set(err, "%s/%s: ranks = %" PRId64 " is out of range", root, CKPT_DIST_MARKER,
                        ranks);
-    r->ranks = (int)ranks;
+    if (mesh[2] != 1)
+        return err_set(err,
+                       "%s was saved with tensor parallelism (tp %" PRId64
+                       "); the reader only joins FSDP pieces",
+                       root, mesh[2]);
+    /* With HSDP every replica holds the same pieces: replica 0 (the first dp_shard ranks) has
+     * all of them. */
+    r->ranks = (int)mesh[1];
     r->step = steps[n - 1];
     r->files = xcalloc((size_t)r->ranks, sizeof *r->files);
     for (int k = 0; k < r->ranks; k++) {

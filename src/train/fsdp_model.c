@@ -32,7 +32,11 @@ typedef struct Slot {
 } Slot;
 
 struct FsdpModel {
-    Qwen3 m;
+    Qwen3 m;                 /* this rank's tensor-parallel part of the model */
+    Qwen3 full;              /* tp > 1: the whole model's table (full shapes), no parameters */
+    int tp, t;               /* tensor-parallel degree and this rank's index */
+    unsigned char *tp_split; /* (nparams) TP_REPLICATED, TP_ROWS or TP_COLS */
+    unsigned char *tp_repl;  /* (nparams) 1 where tp_split is TP_REPLICATED */
     const Mesh *mesh;
     FsdpPlan plan;
     int L, tied;
@@ -97,6 +101,25 @@ static int param_slot(FsdpModel *f, const char *name, int *unit, float ***pf, fl
                    "FSDP: parameter %s has no place in a sharding unit (only dense Qwen3 "
                    "layers are sharded)",
                    name);
+}
+
+/* How tensor parallelism splits a parameter: column-parallel linears (q, k, v, w1, w3) keep
+ * a block of rows (output features), row-parallel ones (wo, w2) a block of columns (input
+ * features); norms, the embedding and lm_head are replicated. */
+enum { TP_REPLICATED, TP_ROWS, TP_COLS };
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n > k && strcmp(s + n - k, suffix) == 0;
+}
+
+static int tp_split_of(const char *name) {
+    static const char *const rows[] = {".wq.weight", ".wk.weight", ".wv.weight", ".w1.weight",
+                                       ".w3.weight"};
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++)
+        if (ends_with(name, rows[k])) return TP_ROWS;
+    if (ends_with(name, ".wo.weight") || ends_with(name, ".w2.weight")) return TP_COLS;
+    return TP_REPLICATED;
 }
 
 static int slot_of(const FsdpModel *f, int unit) {
@@ -174,10 +197,18 @@ static void grad_end(FsdpModel *f, int unit) {
     s->rs_pending = 1;
 }
 
+static void on_tp_sum(void *ctx, float *buf, long n) {
+    FsdpModel *f = ctx;
+    Err err;
+    double t0 = now_seconds();
+    if (comm_all_reduce_sum(f->mesh->tp, buf, (size_t)n, COMM_F32, &err))
+        fail("tensor-parallel all-reduce", &err);
+    f->comm_s += now_seconds() - t0;
+}
+
 /* The model's hook. Units in the model's numbering (0 embedding, 1 + i layer i, L + 1 head);
  * when tied, the head's parameters are unit 0's, which stays gathered for the whole pass. */
 static void on_unit(void *ctx, Qwen3 *m, int unit, Qwen3HookPhase phase) {
-    (void)m;
     FsdpModel *f = ctx;
     int L = f->L, head = unit == L + 1;
     switch (phase) {
@@ -208,6 +239,13 @@ static void on_unit(void *ctx, Qwen3 *m, int unit, Qwen3HookPhase phase) {
         break;
     case QWEN3_POST_BACKWARD:
         if (head && f->tied) break;
+        if (f->tp > 1 && unit >= 1 && unit <= L) {
+            /* q_norm and k_norm are shared by all heads, and each rank saw only its own:
+             * their gradients are sums over the tensor-parallel group. */
+            const Qwen3LayerParams *g = &m->g.layers[unit - 1];
+            on_tp_sum(f, g->q_norm, m->spec.head_dim);
+            on_tp_sum(f, g->k_norm, m->spec.head_dim);
+        }
         grad_end(f, unit);
         break;
     }
@@ -224,19 +262,25 @@ FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, c
                 spec->num_experts);
         return NULL;
     }
-    if (mesh->dims.tp > 1) {
-        err_set(err,
-                "parallelism.tensor_parallel_degree = %d: tensor parallelism is not "
-                "implemented yet (see docs/distributed.md)",
-                mesh->dims.tp);
-        return NULL;
-    }
     FsdpModel *f = xcalloc(1, sizeof *f);
     f->mesh = mesh;
+    f->tp = mesh->dims.tp;
+    f->t = mesh->dims.t;
     /* QTITAN_FSDP_PREFETCH=0 turns prefetching off, to measure what it buys (bench/dist). */
     const char *pf_env = getenv("QTITAN_FSDP_PREFETCH");
     f->prefetch = !(pf_env && strcmp(pf_env, "0") == 0);
-    if (qwen3_create_unowned(&f->m, spec, B, T, full_ac ? AC_FULL : AC_NONE, err) != 0) {
+    /* Tensor parallel: the rank's model has n_heads / tp heads, n_kv_heads / tp key/value
+     * heads and hidden_dim / tp FFN columns (the mesh checked that they divide). */
+    ModelSpec local = *spec;
+    local.n_heads /= f->tp;
+    local.n_kv_heads /= f->tp;
+    local.hidden_dim /= f->tp;
+    if (qwen3_create_unowned(&f->m, &local, B, T, full_ac ? AC_FULL : AC_NONE, err) != 0) {
+        free(f);
+        return NULL;
+    }
+    if (f->tp > 1 && qwen3_create_unowned(&f->full, spec, 1, 1, AC_NONE, err) != 0) {
+        qwen3_free(&f->m);
         free(f);
         return NULL;
     }
@@ -289,6 +333,13 @@ FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, c
     f->grad = xcalloc(f->plan.shard_numel + 16, sizeof(float));
     f->m.unit_hook = on_unit;
     f->m.unit_hook_ctx = f;
+    f->tp_split = xcalloc((size_t)n, 1);
+    f->tp_repl = xcalloc((size_t)n, 1);
+    for (int i = 0; i < n; i++) {
+        f->tp_split[i] = (unsigned char)(f->tp > 1 ? tp_split_of(f->m.table[i].name) : 0);
+        f->tp_repl[i] = f->tp_split[i] == TP_REPLICATED;
+    }
+    if (f->tp > 1) f->m.tp_sum = on_tp_sum;
 
     /* The trainer's pieces. */
     f->pieces = xcalloc((size_t)n, sizeof *f->pieces);
@@ -316,6 +367,9 @@ void fsdp_model_free(FsdpModel *f) {
     }
     fsdp_plan_free(&f->plan);
     qwen3_free(&f->m);
+    if (f->tp > 1) qwen3_free(&f->full);
+    free(f->tp_split);
+    free(f->tp_repl);
     free(f->shard);
     free(f->grad);
     free(f->pieces);
@@ -327,26 +381,47 @@ void fsdp_model_free(FsdpModel *f) {
 
 /* ---- initial values ---- */
 
-static void keep_slice(FsdpModel *f, int i, const float *full) {
+/* Keeps this rank's part of parameter i, given whole: first its tensor-parallel block (rows
+ * or columns, cut into tmp), then its FSDP slice of that. */
+static void keep_slice(FsdpModel *f, int i, const float *full, float *tmp) {
+    if (f->tp_split[i] != TP_REPLICATED) {
+        const Qwen3Param *p = &f->m.table[i]; /* the local shape */
+        long rows = (long)p->shape[0], cols = p->ndim == 2 ? (long)p->shape[1] : 1;
+        if (f->tp_split[i] == TP_ROWS) {
+            memcpy(tmp, full + (size_t)f->t * rows * cols, (size_t)(rows * cols) * sizeof *tmp);
+        } else {
+            long full_cols = cols * f->tp;
+            for (long r = 0; r < rows; r++)
+                memcpy(tmp + r * cols, full + r * full_cols + (long)f->t * cols,
+                       (size_t)cols * sizeof *tmp);
+        }
+        full = tmp;
+    }
     size_t lo, hi, at;
     fsdp_param_shard(&f->plan, i, &lo, &hi, &at);
     if (hi > lo) memcpy(f->shard + at, full + lo, (hi - lo) * sizeof *full);
 }
 
+/* The whole model's table (the rank's own when tp = 1). */
+static const Qwen3 *whole(const FsdpModel *f) {
+    return f->tp > 1 ? &f->full : &f->m;
+}
+
 static size_t max_numel(const FsdpModel *f) {
     size_t mx = 1;
-    for (int i = 0; i < f->m.nparams; i++)
-        if ((size_t)f->m.table[i].numel > mx) mx = (size_t)f->m.table[i].numel;
+    for (int i = 0; i < whole(f)->nparams; i++)
+        if ((size_t)whole(f)->table[i].numel > mx) mx = (size_t)whole(f)->table[i].numel;
     return mx;
 }
 
 void fsdp_model_init(FsdpModel *f, uint64_t seed) {
-    float *tmp = xmalloc(max_numel(f) * sizeof *tmp);
+    float *tmp = xmalloc(max_numel(f) * sizeof *tmp), *part = xmalloc(max_numel(f) * sizeof *tmp);
     for (int i = 0; i < f->m.nparams; i++) {
-        qwen3_init_param(&f->m, i, seed, tmp);
-        keep_slice(f, i, tmp);
+        qwen3_init_param(whole(f), i, seed, tmp);
+        keep_slice(f, i, tmp, part);
     }
     free(tmp);
+    free(part);
     for (int s = 0; s < NSLOTS; s++)
         f->slot[s].holds = -1;
 }
@@ -354,10 +429,10 @@ void fsdp_model_init(FsdpModel *f, uint64_t seed) {
 int fsdp_model_load_hf(FsdpModel *f, const char *path, Err *err) {
     StSet set;
     TRY(st_set_open(&set, path, err));
-    float *tmp = xmalloc(max_numel(f) * sizeof *tmp);
+    float *tmp = xmalloc(max_numel(f) * sizeof *tmp), *part = xmalloc(max_numel(f) * sizeof *tmp);
     int rc = 0;
     for (int i = 0; i < f->m.nparams && rc == 0; i++) {
-        const Qwen3Param *p = &f->m.table[i];
+        const Qwen3Param *p = &whole(f)->table[i];
         char name[160];
         if (train_qwen3_hf_name(name, sizeof name, p->name) != 0) {
             rc = err_set(err, "model: parameter %s has no Hugging Face name", p->name);
@@ -379,9 +454,10 @@ int fsdp_model_load_hf(FsdpModel *f, const char *path, Err *err) {
             break;
         }
         st_to_f32(t, tmp);
-        keep_slice(f, i, tmp);
+        keep_slice(f, i, tmp, part);
     }
     free(tmp);
+    free(part);
     st_set_close(&set);
     return rc;
 }
@@ -432,8 +508,11 @@ static int finish_grads(void *ctx, double *loss_sum, Err *err) {
 
 static int grad_norm(void *ctx, double local_sq, double *norm, Err *err) {
     FsdpModel *f = ctx;
+    double sharded = local_sq, replicated = 0;
+    /* With tensor parallelism the replicated parameters' squares count once, not per rank. */
+    if (f->tp > 1) fsdp_shard_sq_sums(&f->plan, f->grad, f->tp_repl, &sharded, &replicated);
     double t0 = now_seconds();
-    int rc = mesh_global_norm(norm, f->mesh, local_sq, 0.0, err);
+    int rc = mesh_global_norm(norm, f->mesh, sharded, replicated, err);
     f->comm_s += now_seconds() - t0;
     return rc;
 }
@@ -448,6 +527,7 @@ static double comm_seconds(void *ctx) {
 void fsdp_model_parallel(FsdpModel *f, TrainParallel *out) {
     *out = (TrainParallel){.ctx = f,
                            .world = f->mesh->world,
+                           .mesh = {f->mesh->dims.dp_replicate, f->mesh->dims.dp_shard, f->tp},
                            .finish_grads = finish_grads,
                            .grad_norm = grad_norm,
                            .comm_seconds = comm_seconds};

@@ -127,12 +127,11 @@ static int mesh_from_config(Mesh *mesh, Comm *world, const JobConfig *cfg, const
                      .local_batch = cfg->training.local_batch_size,
                      .global_batch = cfg->training.global_batch_size};
     TRY(mesh_create(mesh, world, &mc, err));
-    if (mesh->dims.tp > 1) {
+    if (mesh->dims.tp > 1 && cfg->parallelism.enable_sequence_parallel) {
         mesh_destroy(mesh);
-        return err_set(err,
-                       "parallelism.tensor_parallel_degree = %d: tensor parallelism is not "
-                       "implemented yet (docs/distributed.md)",
-                       mesh->dims.tp);
+        return err_set(err, "parallelism.enable_sequence_parallel: sequence parallelism is not "
+                            "implemented yet; set it to false (tensor parallelism works without "
+                            "it, docs/distributed.md)");
     }
     return 0;
 }

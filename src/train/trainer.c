@@ -46,11 +46,11 @@ static int save(Trainer *t, Err *err) {
     memcpy(st.rng, t->rng.s, sizeof st.rng);
     double t0 = now_seconds();
     const TrainParallel *par = t->o->par;
-    int rc =
-        par ? ckpt_dist_save(par->world, t->ckpt_root, &st, t->model->params, t->model->nparams,
-                             t->optim, 2 * t->model->nparams, t->o->keep_latest_k, err)
-            : ckpt_save(t->ckpt_root, &st, t->model->params, t->model->nparams, t->optim,
-                        2 * t->model->nparams, t->o->keep_latest_k, err);
+    int rc = par ? ckpt_dist_save(par->world, par->mesh, t->ckpt_root, &st, t->model->params,
+                                  t->model->nparams, t->optim, 2 * t->model->nparams,
+                                  t->o->keep_latest_k, err)
+                 : ckpt_save(t->ckpt_root, &st, t->model->params, t->model->nparams, t->optim,
+                             2 * t->model->nparams, t->o->keep_latest_k, err);
     json_decref(st.data_position);
     if (rc == 0)
         log_info("[checkpoint] saved step %" PRId64 " in %.2f s", t->step, now_seconds() - t0);
@@ -63,7 +63,7 @@ static int resume(Trainer *t, Err *err) {
     char *path;
     int found;
     if (par) {
-        found = ckpt_dist_find_latest(par->world, t->ckpt_root, &step, &path, err);
+        found = ckpt_dist_find_latest(par->world, par->mesh, t->ckpt_root, &step, &path, err);
     } else {
         TRY(ckpt_clean_stale(t->ckpt_root, err));
         found = ckpt_find_latest(t->ckpt_root, &step, &path, err);
