@@ -242,6 +242,7 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
         fsdp_model_train_model(fm, &model, cfg->optimizer.exempt_norms_and_embeddings);
         fsdp_model_parallel(fm, &par);
     } else {
+        train_qwen3_set_micro_batches(q, micro);
         train_qwen3_model(q, &model, cfg->optimizer.exempt_norms_and_embeddings);
     }
     TrainData data = {.ctx = &d,

@@ -27,6 +27,8 @@ typedef struct Trainer {
     Rng rng;
     int64_t step, tokens_seen;
     double lr;
+    MetricsExtra extra[TRAIN_MAX_EXTRA]; /* the model's metrics of the last step */
+    int nextra;
 } Trainer;
 
 static int64_t numel(const CkptTensor *t) {
@@ -127,6 +129,11 @@ static int train_step(Trainer *t, StepMetrics *m, Err *err) {
     }
     int finite = isfinite(norm) != 0;
     double loss = loss_sum / (double)valid;
+    /* Before the finiteness check: the model's per-step state (MoE routing counts) restarts
+     * even when the update is skipped. */
+    t->nextra = 0;
+    if (md->before_optimizer_step)
+        TRY(md->before_optimizer_step(md->ctx, t->extra, &t->nextra, err));
     t->lr = lr_schedule_lr(&t->sched, step);
     if (!isfinite(loss) || !finite) {
         if (!o->skip_nonfinite)
@@ -185,8 +192,11 @@ static int run(Trainer *t, Err *err) {
             char line[512];
             metrics_format_line(line, sizeof line, &m);
             log_info("%s", line);
-            MetricsExtra extra = {"comm_s", comm_s};
-            if (writer) rc = metrics_writer_write(&mw, &m, &extra, o->par ? 1 : 0, err);
+            MetricsExtra extra[TRAIN_MAX_EXTRA + 1];
+            memcpy(extra, t->extra, (size_t)t->nextra * sizeof *extra);
+            int nextra = t->nextra;
+            if (o->par) extra[nextra++] = (MetricsExtra){"comm_s", comm_s};
+            if (writer) rc = metrics_writer_write(&mw, &m, extra, nextra, err);
         }
         if (o->on_step) o->on_step(o->on_step_ctx, &m);
         if (rc == 0 && o->ckpt_enable &&
