@@ -140,6 +140,19 @@ typedef struct Qwen3Acts {
     float *dh3;  /* (N, F) */
 } Qwen3Acts;
 
+/* Mixed precision: the bf16 copies of the matmul weights, refreshed from the fp32 masters at
+ * every forward. */
+typedef struct Qwen3Bf16Layer {
+    uint16_t *wq, *wk, *wv, *wo; /* shaped as the fp32 weights */
+    uint16_t *w1, *w3, *w2;
+} Qwen3Bf16Layer;
+
+typedef struct Qwen3Bf16 {
+    Qwen3Bf16Layer layers[QT_MAX_LAYERS];
+    uint16_t *output;  /* (V, D) */
+    uint16_t *scratch; /* bf16 casts of matmul inputs, sized for the largest product */
+} Qwen3Bf16;
+
 typedef struct Qwen3 {
     ModelSpec spec;
     int max_B, max_T; /* activation capacity */
@@ -153,6 +166,9 @@ typedef struct Qwen3 {
     ModuleSlot *slots;
     int nslots;
     Qwen3Acts a;
+    int bf16; /* 1 after qwen3_enable_bf16 */
+    Arena bf16_arena;
+    Qwen3Bf16 pb;
     /* Set by forward, read by backward. */
     int B, T;
     double loss_sum; /* sum of CE over valid targets */
@@ -163,6 +179,12 @@ typedef struct Qwen3 {
  * Parameters are zero until qwen3_init_params or a load fills them. Dense models only. */
 int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac, Err *err);
 void qwen3_free(Qwen3 *m);
+
+/* Mixed precision (DESIGN §5): from now on every forward first copies the matmul weights
+ * (attention and FFN projections, lm_head) to bf16, and the linear / feed_forward modules whose
+ * implementation has a bf16 path multiply in bf16 with fp32 accumulation. Master weights,
+ * gradients, norms, attention, softmax and loss stay fp32. */
+int qwen3_enable_bf16(Qwen3 *m, Err *err);
 
 /* DESIGN §5: normal(0, 0.02) for linears and the embedding, ones for norms; parameter i of
  * the table draws from rng stream i of seed, so the result does not depend on order. */

@@ -106,9 +106,6 @@ static uint64_t config_hash(const JobConfig *cfg) {
 int train_job_run(const JobConfig *cfg, Err *err) {
     if (cfg->training.device == DEVICE_CUDA)
         return err_set(err, "training.device = \"cuda\": this build trains on the CPU only");
-    if (cfg->training.mixed_precision_param != DT_F32)
-        log_warn("training.mixed_precision_param = %s: the reference path computes in fp32",
-                 config_dtype_name(cfg->training.mixed_precision_param));
     if (cfg->parallelism.tensor_parallel_degree > 1 ||
         cfg->parallelism.data_parallel_replicate_degree > 1 ||
         cfg->parallelism.data_parallel_shard_degree > 1)
@@ -169,6 +166,10 @@ int train_job_run(const JobConfig *cfg, Err *err) {
     if (!q) {
         rc = -1;
         goto out;
+    }
+    if (cfg->training.mixed_precision_param == DT_BF16) {
+        if ((rc = train_qwen3_enable_bf16(q, err)) != 0) goto out;
+        log_info("mixed precision: bf16 matmuls, fp32 master weights, optimizer and loss");
     }
     if (cfg->checkpoint.initial_load_path[0]) {
         if (!cfg->checkpoint.initial_load_in_hf) {

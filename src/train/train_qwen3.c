@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "io/safetensors.h"
+#include "kernels/cpu_ops.h"
 #include "model/qwen3.h"
 
 struct TrainQwen3 {
@@ -29,6 +31,12 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, int full_ac,
         free(q);
         return NULL;
     }
+    /* The fast CPU kernels by default; QT_KERNELS=reference runs the plain references. */
+    const char *kern = getenv("QT_KERNELS");
+    if (kern && strcmp(kern, "reference") == 0)
+        log_info("kernels: references (QT_KERNELS=reference)");
+    else
+        cpu_apply_defaults(q->m.slots, q->m.nslots, spec);
     int n = q->m.nparams;
     q->params = xcalloc((size_t)n, sizeof *q->params);
     q->grads = xcalloc((size_t)n, sizeof *q->grads);
@@ -48,6 +56,10 @@ void train_qwen3_free(TrainQwen3 *q) {
     free(q->grads);
     free(q->decay);
     free(q);
+}
+
+int train_qwen3_enable_bf16(TrainQwen3 *q, Err *err) {
+    return qwen3_enable_bf16(&q->m, err);
 }
 
 void train_qwen3_init(TrainQwen3 *q, uint64_t seed) {

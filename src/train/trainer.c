@@ -11,6 +11,7 @@
 #include "core/fs.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "ops/op_profile.h"
 #include "train/clip.h"
 #include "train/lr_schedule.h"
 
@@ -90,8 +91,10 @@ static int train_step(Trainer *t, StepMetrics *m, Err *err) {
     int64_t tokens, valid;
     TRY(t->data->count(t->data->ctx, step, &tokens, &valid, err));
     if (valid <= 0) return err_set(err, "step %" PRId64 " has no label that counts", step);
+    int tok = prof_begin("zero_grads", "", 0);
     for (int i = 0; i < md->nparams; i++)
         memset(md->grads[i], 0, t->grads[i].n * sizeof(float));
+    prof_end(tok);
     double loss_sum = 0;
     for (int micro = 0; micro < o->micro_batches; micro++) {
         const void *batch;
@@ -103,7 +106,8 @@ static int train_step(Trainer *t, StepMetrics *m, Err *err) {
     /* Data parallel: the all-reduce of grads and of loss_sum belongs here. */
     double loss = loss_sum / (double)valid;
     int finite;
-    double norm = grad_clip(t->grads, md->nparams, o->max_norm, &finite);
+    double norm;
+    PROF_STEP("grad_clip", norm = grad_clip(t->grads, md->nparams, o->max_norm, &finite));
     t->lr = lr_schedule_lr(&t->sched, step);
     if (!isfinite(loss) || !finite) {
         if (!o->skip_nonfinite)
@@ -113,7 +117,7 @@ static int train_step(Trainer *t, StepMetrics *m, Err *err) {
                            step, loss, norm);
         log_warn("step %" PRId64 ": loss %g, grad_norm %g: update skipped", step, loss, norm);
     } else {
-        adamw_step(&t->opt, t->lr);
+        PROF_STEP("adamw", adamw_step(&t->opt, t->lr));
     }
     t->step = step;
     t->tokens_seen += tokens;
@@ -154,6 +158,7 @@ static int run(Trainer *t, Err *err) {
         rc = train_step(t, &m, err);
         if (rc != 0) break;
         metrics_summary_add(&summary, &m);
+        if (summary.seen == 1) prof_reset(); /* the profile, too, leaves out the first step */
         int last = t->step == o->steps;
         if (m.step == 1 || last || (o->log_freq > 0 && m.step % o->log_freq == 0)) {
             char line[512];
@@ -171,6 +176,7 @@ static int run(Trainer *t, Err *err) {
         char line[512];
         metrics_summary_format(line, sizeof line, &summary);
         log_info("%s", line);
+        prof_report(stderr, (long)summary.n);
     }
     return rc;
 }
