@@ -361,8 +361,9 @@ static void linear_bwd(const Qwen3 *m, const LinearOp *op, float *dx, float *dw,
 
 /* ---- forward / backward ---- */
 
-static void add_into(float *y, const float *x, long n) {
-    int tok = prof_begin("residual_add", "", 0);
+/* bwd: for the op profile's direction column. */
+static void add_into(float *y, const float *x, long n, int bwd) {
+    int tok = prof_begin("residual_add", "", bwd);
 #pragma omp parallel for schedule(static)
     for (long i = 0; i < n; i++)
         y[i] += x[i];
@@ -397,7 +398,7 @@ static void layer_forward(Qwen3 *m, int i, float *out) {
     PROF_OP(&md->sdpa->h, 0,
             md->sdpa->forward(a->att, a->lse, a->qr, a->kr, a->v, doc, B, T, H, K, E));
     linear_fwd(m, md->wo, a->xmid, a->att, p->wo, pb->wo, N, H * E, D);
-    add_into(a->xmid, a->x, N * D);
+    add_into(a->xmid, a->x, N * D, 0);
     PROF_OP(&md->ffn_norm->h, 0,
             md->ffn_norm->forward(a->xn2, a->rstd2, a->xmid, p->ffn_norm, N, D, eps));
     const SwigluOp *ff = md->feed_forward;
@@ -409,7 +410,7 @@ static void layer_forward(Qwen3 *m, int i, float *out) {
         PROF_OP(
             &ff->h, 0,
             ff->forward(out, a->h1, a->h3, a->g, a->xn2, p->w1, p->w3, p->w2, N, D, s->hidden_dim));
-    add_into(out, a->xmid, N * D);
+    add_into(out, a->xmid, N * D, 0);
 }
 
 /* AC_SELECTIVE: rebuilds layer i's norm and rope outputs from the kept activations. */
@@ -462,7 +463,7 @@ static void layer_backward(Qwen3 *m, int i) {
     PROF_OP(
         &md->ffn_norm->h, 1,
         md->ffn_norm->backward(A->dtmp, g->ffn_norm, A->dxn, a->xmid, p->ffn_norm, a->rstd2, N, D));
-    add_into(A->dres, A->dtmp, N * D); /* dres = d xmid */
+    add_into(A->dres, A->dtmp, N * D, 1); /* dres = d xmid */
 
     linear_bwd(m, md->wo, A->datt, g->wo, A->dres, a->att, p->wo, pb->wo, N, H * E, D, 0.0f);
     PROF_OP(&md->sdpa->h, 1,
@@ -482,7 +483,7 @@ static void layer_backward(Qwen3 *m, int i) {
     PROF_OP(&md->attention_norm->h, 1,
             md->attention_norm->backward(A->dtmp, g->attention_norm, A->dxn, a->x,
                                          p->attention_norm, a->rstd1, N, D));
-    add_into(A->dres, A->dtmp, N * D); /* dres = d x */
+    add_into(A->dres, A->dtmp, N * D, 1); /* dres = d x */
 }
 
 float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,

@@ -53,6 +53,10 @@ void adamw_free(AdamW *opt) {
 }
 
 void adamw_step(AdamW *opt, double lr) {
+    adamw_step_scaled(opt, lr, 1.0f);
+}
+
+void adamw_step_scaled(AdamW *opt, double lr, float grad_scale) {
     opt->step++;
     const AdamWConfig *c = &opt->cfg;
     double t = (double)opt->step;
@@ -82,7 +86,7 @@ void adamw_step(AdamW *opt, double lr) {
         if (use_lerp_low) {
 #pragma omp for simd schedule(static) nowait
             for (long j = 0; j < n; j++) {
-                float gj = g[j];
+                float gj = g[j] * grad_scale; /* exact when 1 */
                 float mj = m[j] + w1 * (gj - m[j]);
                 float vj = v[j] * b2;
                 vj = vj + one_minus_b2 * gj * gj;
@@ -94,7 +98,7 @@ void adamw_step(AdamW *opt, double lr) {
         } else {
 #pragma omp for simd schedule(static) nowait
             for (long j = 0; j < n; j++) {
-                float gj = g[j];
+                float gj = g[j] * grad_scale; /* exact when 1 */
                 float mj = gj - (gj - m[j]) * (1.0f - w1);
                 float vj = v[j] * b2;
                 vj = vj + one_minus_b2 * gj * gj;

@@ -47,9 +47,14 @@ double grad_global_norm(const GradRef *grads, int n) {
     return sqrt(grad_sum_squares(grads, n));
 }
 
-float grad_clip_scale(const GradRef *grads, int n, double total_norm, double max_norm) {
+float grad_clip_coef(double total_norm, double max_norm) {
     if (!isfinite(total_norm) || !(max_norm > 0)) return 1.0f;
     float coef = (float)max_norm / ((float)total_norm + 1e-6f);
+    return coef < 1.0f ? coef : 1.0f;
+}
+
+float grad_clip_scale(const GradRef *grads, int n, double total_norm, double max_norm) {
+    float coef = grad_clip_coef(total_norm, max_norm);
     if (coef >= 1.0f) return 1.0f;
     for (int t = 0; t < n; t++) {
         float *g = grads[t].g;

@@ -107,7 +107,10 @@ static int train_step(Trainer *t, StepMetrics *m, Err *err) {
     double loss = loss_sum / (double)valid;
     int finite;
     double norm;
-    PROF_STEP("grad_clip", norm = grad_clip(t->grads, md->nparams, o->max_norm, &finite));
+    PROF_STEP("grad_norm", norm = grad_global_norm(t->grads, md->nparams));
+    finite = isfinite(norm) != 0;
+    /* Clipping is applied inside AdamW (one pass over the gradients fewer). */
+    float clip = grad_clip_coef(norm, o->max_norm);
     t->lr = lr_schedule_lr(&t->sched, step);
     if (!isfinite(loss) || !finite) {
         if (!o->skip_nonfinite)
@@ -117,7 +120,7 @@ static int train_step(Trainer *t, StepMetrics *m, Err *err) {
                            step, loss, norm);
         log_warn("step %" PRId64 ": loss %g, grad_norm %g: update skipped", step, loss, norm);
     } else {
-        PROF_STEP("adamw", adamw_step(&t->opt, t->lr));
+        PROF_STEP("adamw", adamw_step_scaled(&t->opt, t->lr, clip));
     }
     t->step = step;
     t->tokens_seen += tokens;
