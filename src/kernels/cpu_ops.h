@@ -30,7 +30,8 @@ extern const LinearOp linear_cpu;              /* the reference's GEMMs; bf16 pa
 /* The default CPU implementation of kind for a model of spec's shapes: the "cpu" kernel when
  * it handles them, else the reference. */
 const OpHeader *cpu_default_op(OpKind kind, const ModelSpec *spec);
-/* Sets every module instance of a model's tree to its kind's CPU default. */
-void cpu_apply_defaults(const ModuleSlot *slots, int nslots, const ModelSpec *spec);
+/* Sets every module instance of a model's tree to its kind's CPU default and returns 1; with
+ * QT_KERNELS=reference in the environment leaves the references in place and returns 0. */
+int cpu_apply_defaults(const ModuleSlot *slots, int nslots, const ModelSpec *spec);
 
 #endif

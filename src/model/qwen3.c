@@ -274,7 +274,8 @@ static void build_modules(Qwen3 *m) {
     add_slot(m, OP_CROSS_ENTROPY, &d->loss, "loss", 0);
 }
 
-int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac, Err *err) {
+static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac, int owned,
+                  Err *err) {
     memset(m, 0, sizeof *m);
     m->spec = *spec;
     const ModelSpec *s = &m->spec;
@@ -312,16 +313,28 @@ int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac
     build_modules(m);
     m->table = xcalloc((size_t)m->nparams, sizeof *m->table);
     m->slots = xcalloc((size_t)m->nslots, sizeof *m->slots);
-    if (arena_init(&m->param_arena, "parameter", pc.used, err) ||
-        arena_init(&m->grad_arena, "gradient", gc.used, err) ||
+    if ((owned && (arena_init(&m->param_arena, "parameter", pc.used, err) ||
+                   arena_init(&m->grad_arena, "gradient", gc.used, err))) ||
         arena_init(&m->act_arena, "activation", ac_count.used, err)) {
         qwen3_free(m);
         return -1;
     }
-    layout_params(m, &m->param_arena, &m->grad_arena);
+    if (owned)
+        layout_params(m, &m->param_arena, &m->grad_arena);
+    else /* counting arenas place nothing: the table gets NULL data and grad */
+        layout_params(m, &pc, &gc);
     layout_acts(m, &m->act_arena);
     build_modules(m);
     return 0;
+}
+
+int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac, Err *err) {
+    return create(m, spec, B, T, ac, 1, err);
+}
+
+int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac,
+                         Err *err) {
+    return create(m, spec, B, T, ac, 0, err);
 }
 
 void qwen3_free(Qwen3 *m) {
@@ -340,23 +353,26 @@ static int ends_with(const char *s, const char *suffix) {
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-void qwen3_init_params(Qwen3 *m, uint64_t seed) {
+void qwen3_init_param(const Qwen3 *m, int i, uint64_t seed, float *out) {
+    const Qwen3Param *p = &m->table[i];
     float residual_std = (float)(0.02 / sqrt(2.0 * m->spec.n_layers));
-    for (int i = 0; i < m->nparams; i++) {
-        Qwen3Param *p = &m->table[i];
-        if (p->is_norm) {
-            for (long j = 0; j < p->numel; j++)
-                p->data[j] = 1.0f;
-        } else if (p->is_buffer) {
-            memset(p->data, 0, (size_t)p->numel * sizeof(float));
-        } else {
-            int residual = m->spec.num_experts > 0 && (ends_with(p->name, "attention.wo.weight") ||
-                                                       ends_with(p->name, "moe.experts.w2"));
-            Rng r;
-            rng_seed(&r, seed, (uint64_t)i);
-            rng_fill_normal(&r, p->data, p->numel, residual ? residual_std : 0.02f);
-        }
+    if (p->is_norm) {
+        for (long j = 0; j < p->numel; j++)
+            out[j] = 1.0f;
+    } else if (p->is_buffer) {
+        memset(out, 0, (size_t)p->numel * sizeof(float));
+    } else {
+        int residual = m->spec.num_experts > 0 && (ends_with(p->name, "attention.wo.weight") ||
+                                                   ends_with(p->name, "moe.experts.w2"));
+        Rng r;
+        rng_seed(&r, seed, (uint64_t)i);
+        rng_fill_normal(&r, out, p->numel, residual ? residual_std : 0.02f);
     }
+}
+
+void qwen3_init_params(Qwen3 *m, uint64_t seed) {
+    for (int i = 0; i < m->nparams; i++)
+        qwen3_init_param(m, i, seed, m->table[i].data);
 }
 
 const Qwen3Param *qwen3_find_param(const Qwen3 *m, const char *name) {
@@ -470,6 +486,14 @@ static void linear_bwd(const Qwen3 *m, const LinearOp *op, float *dx, float *dw,
 
 /* ---- forward / backward ---- */
 
+static void hook(Qwen3 *m, int unit, Qwen3HookPhase phase) {
+    if (m->unit_hook) m->unit_hook(m->unit_hook_ctx, m, unit, phase);
+}
+
+static void tp_sum(Qwen3 *m, float *buf, long n) {
+    if (m->tp_sum) m->tp_sum(m->unit_hook_ctx, buf, n);
+}
+
 /* bwd: for the op profile's direction column. */
 static void add_into(float *y, const float *x, long n, int bwd) {
     int tok = prof_begin("residual_add", "", bwd);
@@ -555,6 +579,7 @@ static void layer_forward(Qwen3 *m, int i, float *out, int count) {
     PROF_OP(&md->sdpa->h, 0,
             md->sdpa->forward(a->att, a->lse, a->qr, a->kr, a->v, doc, B, T, H, K, E));
     linear_fwd(m, md->wo, a->xmid, a->att, p->wo, pb->wo, N, H * E, D);
+    tp_sum(m, a->xmid, N * D);
     add_into(a->xmid, a->x, N * D, 0);
     PROF_OP(&md->ffn_norm->h, 0,
             md->ffn_norm->forward(a->xn2, a->rstd2, a->xmid, p->ffn_norm, N, D, eps));
@@ -569,6 +594,7 @@ static void layer_forward(Qwen3 *m, int i, float *out, int count) {
         PROF_OP(
             &ff->h, 0,
             ff->forward(out, a->h1, a->h3, a->g, a->xn2, p->w1, p->w3, p->w2, N, D, s->hidden_dim));
+    tp_sum(m, out, N * D);
     add_into(out, a->xmid, N * D, 0);
 }
 
@@ -621,6 +647,7 @@ static void layer_backward(Qwen3 *m, int i) {
         PROF_OP(&ff->h, 1,
                 ff->backward(A->dxn, g->w1, g->w3, g->w2, A->dh1, A->dh3, A->dres, a->xn2, a->h1,
                              a->h3, a->g, p->w1, p->w3, p->w2, N, D, F));
+    tp_sum(m, A->dxn, N * D);
     PROF_OP(
         &md->ffn_norm->h, 1,
         md->ffn_norm->backward(A->dtmp, g->ffn_norm, A->dxn, a->xmid, p->ffn_norm, a->rstd2, N, D));
@@ -641,6 +668,7 @@ static void layer_backward(Qwen3 *m, int i) {
     linear_bwd(m, md->qkv, A->dxn, g->wq, A->dq, a->xn1, p->wq, pb->wq, N, D, H * E, 0.0f);
     linear_bwd(m, md->qkv, A->dxn, g->wk, A->dk, a->xn1, p->wk, pb->wk, N, D, K * E, 1.0f);
     linear_bwd(m, md->qkv, A->dxn, g->wv, A->dv, a->xn1, p->wv, pb->wv, N, D, K * E, 1.0f);
+    tp_sum(m, A->dxn, N * D);
     PROF_OP(&md->attention_norm->h, 1,
             md->attention_norm->backward(A->dtmp, g->attention_norm, A->dxn, a->x,
                                          p->attention_norm, a->rstd1, N, D));
@@ -675,10 +703,17 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
     }
     if (m->bf16) PROF_STEP("bf16 weight cast", cast_weights_bf16(m));
     const Qwen3Modules *md = &m->mod;
+    int L = s->n_layers;
+    hook(m, 0, QWEN3_PRE_FORWARD);
     PROF_OP(&md->tok_embeddings->h, 0,
             md->tok_embeddings->forward(a->layers[0].x, a->tokens, m->p.tok_embeddings, N, D));
-    for (int i = 0; i < s->n_layers; i++)
-        layer_forward(m, i, i + 1 < s->n_layers ? a->layers[i + 1].x : a->h, 1);
+    hook(m, 0, QWEN3_POST_FORWARD);
+    for (int i = 0; i < L; i++) {
+        hook(m, 1 + i, QWEN3_PRE_FORWARD);
+        layer_forward(m, i, i + 1 < L ? a->layers[i + 1].x : a->h, 1);
+        hook(m, 1 + i, QWEN3_POST_FORWARD);
+    }
+    hook(m, L + 1, QWEN3_PRE_FORWARD);
     PROF_OP(&md->norm->h, 0,
             md->norm->forward(a->hn, a->rstdf, a->h, m->p.norm, N, D, (float)s->norm_eps));
     linear_fwd(m, md->lm_head, a->logits, a->hn, m->p.output, m->pb.output, N, D, V);
@@ -694,6 +729,7 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
     double rows = (double)N * m->n_moe_layers;
     if (m->n_moe_layers && s->router_aux_loss_coef > 0)
         m->aux_loss = moe_aux_loss(a->aux_counts, a->aux_psum, rows, s->num_experts);
+    hook(m, L + 1, QWEN3_POST_FORWARD);
     double ce = m->n_valid ? m->loss_sum / m->n_valid : 0.0;
     return (float)(ce + s->router_aux_loss_coef * m->aux_loss);
 }
@@ -707,6 +743,7 @@ void qwen3_backward(Qwen3 *m, double divisor) {
     if (m->n_moe_layers && s->router_aux_loss_coef > 0)
         moe_aux_dprob(a->aux_dprob, a->aux_counts, (double)N * m->n_moe_layers, s->num_experts,
                       s->router_aux_loss_coef * m->aux_weight);
+    hook(m, s->n_layers + 1, QWEN3_PRE_BACKWARD);
     /* dlogits overwrite the logits in place. */
     const Qwen3Modules *md = &m->mod;
     PROF_OP(&md->loss->h, 1,
@@ -716,7 +753,9 @@ void qwen3_backward(Qwen3 *m, double divisor) {
                D, V, 0.0f);
     PROF_OP(&md->norm->h, 1,
             md->norm->backward(a->dres, m->g.norm, a->dxn, a->h, m->p.norm, a->rstdf, N, D));
+    hook(m, s->n_layers + 1, QWEN3_POST_BACKWARD);
     for (int i = s->n_layers - 1; i >= 0; i--) {
+        hook(m, 1 + i, QWEN3_PRE_BACKWARD);
         /* The last layer's shared buffers still hold its own forward values. */
         if (m->ac == AC_FULL && i + 1 < s->n_layers) {
             /* Recompute layer i from its kept input; the output is already in
@@ -726,7 +765,10 @@ void qwen3_backward(Qwen3 *m, double divisor) {
             layer_recompute_selective(m, i);
         }
         layer_backward(m, i);
+        hook(m, 1 + i, QWEN3_POST_BACKWARD);
     }
+    hook(m, 0, QWEN3_PRE_BACKWARD);
     PROF_OP(&md->tok_embeddings->h, 1,
             md->tok_embeddings->backward(m->g.tok_embeddings, a->dres, a->tokens, N, D));
+    hook(m, 0, QWEN3_POST_BACKWARD);
 }

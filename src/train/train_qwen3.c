@@ -27,11 +27,8 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, int full_ac,
         return NULL;
     }
     /* The fast CPU kernels by default; QT_KERNELS=reference runs the plain references. */
-    const char *kern = getenv("QT_KERNELS");
-    if (kern && strcmp(kern, "reference") == 0)
+    if (!cpu_apply_defaults(q->m.slots, q->m.nslots, spec))
         log_info("kernels: references (QT_KERNELS=reference)");
-    else
-        cpu_apply_defaults(q->m.slots, q->m.nslots, spec);
     int n = q->m.nparams;
     q->params = xcalloc((size_t)n, sizeof *q->params);
     q->grads = xcalloc((size_t)n, sizeof *q->grads);
