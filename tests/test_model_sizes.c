@@ -1,6 +1,7 @@
 /* qwen3_sizes (what `qtitan plan` reports) equals the arenas qwen3_create really allocates for
  * every activation-checkpointing mode, tied or not; train_qwen3_sizes maps the trainer's flag
- * the same way train_qwen3_create does; and AdamW's state arena is exactly twice the gradient
+ * the same way train_qwen3_create does; the bf16 weight arena is sized as qwen3_enable_bf16
+ * allocates it; and AdamW's state arena is exactly twice the gradient
  * arena (the plan counts it so). */
 /* cmocka.h needs these four first. */
 #include <setjmp.h>
@@ -50,6 +51,8 @@ static void test_sizes_match_create(void **state) {
                 assert_int_equal(z.grad_bytes, m.grad_arena.capacity);
                 assert_int_equal(z.act_bytes, m.act_arena.capacity);
                 assert_int_equal(z.nparams, m.nparams);
+                assert_int_equal(qwen3_enable_bf16(&m, &err), 0);
+                assert_int_equal(z.bf16_bytes, m.bf16_arena.capacity);
                 qwen3_free(&m);
             }
     /* MoE: two of three layers sparse (decoder_sparse_step 1, layer 1 dense). */
@@ -68,6 +71,8 @@ static void test_sizes_match_create(void **state) {
         assert_int_equal(z.param_bytes, m.param_arena.capacity);
         assert_int_equal(z.grad_bytes, m.grad_arena.capacity);
         assert_int_equal(z.act_bytes, m.act_arena.capacity);
+        assert_int_equal(qwen3_enable_bf16(&m, &err), 0);
+        assert_int_equal(z.bf16_bytes, m.bf16_arena.capacity);
         qwen3_free(&m);
     }
     /* Full checkpointing keeps less than none for more than one layer. */

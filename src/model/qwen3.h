@@ -165,7 +165,30 @@ typedef struct Qwen3Acts {
     double *aux_psum;     /* (X) this forward's router probabilities over all MoE layers */
 } Qwen3Acts;
 
-typedef struct Qwen3 {
+/* Mixed precision: the bf16 copies of the matmul weights, refreshed from the fp32 masters at
+ * every forward. */
+typedef struct Qwen3Bf16Layer {
+    uint16_t *wq, *wk, *wv, *wo; /* shaped as the fp32 weights */
+    uint16_t *w1, *w3, *w2;
+} Qwen3Bf16Layer;
+
+typedef struct Qwen3Bf16 {
+    Qwen3Bf16Layer layers[QT_MAX_LAYERS];
+    uint16_t *output;  /* (V, D) */
+    uint16_t *scratch; /* bf16 casts of matmul inputs, sized for the largest product */
+} Qwen3Bf16;
+
+/* FSDP hook phases (see Qwen3.unit_hook). */
+typedef enum Qwen3HookPhase {
+    QWEN3_PRE_FORWARD,
+    QWEN3_POST_FORWARD,
+    QWEN3_PRE_BACKWARD,
+    QWEN3_POST_BACKWARD,
+} Qwen3HookPhase;
+
+typedef struct Qwen3 Qwen3;
+
+struct Qwen3 {
     ModelSpec spec;
     int max_B, max_T; /* activation capacity */
     ActCheckpoint ac;
@@ -178,6 +201,9 @@ typedef struct Qwen3 {
     ModuleSlot *slots;
     int nslots;
     Qwen3Acts a;
+    int bf16; /* 1 after qwen3_enable_bf16 */
+    Arena bf16_arena;
+    Qwen3Bf16 pb;
     /* Set by forward, read by backward. */
     int B, T;
     double loss_sum; /* sum of CE over valid targets */
@@ -189,25 +215,49 @@ typedef struct Qwen3 {
                          * the trainer accumulates, so the step adds coef * mean aux) */
     double *moe_counts; /* (L, X) tokens routed to each expert, summed over forwards since
                          * qwen3_moe_reset_counts (recomputation excluded); dense layers 0 */
-} Qwen3;
+    /* Sharded training (src/train/fsdp_model.c): called before and after each unit's forward
+     * and backward, so a driver can point the unit's m->p / m->g pointers at gathered
+     * buffers just in time. Units: 0 the embedding, 1 + i layer i, n_layers + 1 the final
+     * norm with lm_head. NULL (the default): never called. */
+    void (*unit_hook)(void *ctx, Qwen3 *m, int unit, Qwen3HookPhase phase);
+    void *unit_hook_ctx;
+    /* Tensor parallel (same driver and ctx): the model then has this rank's heads and FFN
+     * columns, and this sums buf (n floats) over the tensor-parallel group in place, where
+     * partial results meet: the wo and w2 outputs before the residual adds, and the
+     * gradients of the attention / FFN norm outputs. NULL: never called. */
+    void (*tp_sum)(void *ctx, float *buf, long n);
+};
 
 /* Builds the parameter table and arenas for spec and activations for up to B x T tokens.
  * Parameters are zero until qwen3_init_params or a load fills them. */
 int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac, Err *err);
+/* The same without parameter and gradient memory: the table has names and shapes but NULL
+ * data and grad, and m->p / m->g stay NULL until a unit_hook points them somewhere (FSDP). */
+int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac, Err *err);
 void qwen3_free(Qwen3 *m);
 
 /* Bytes of the three arenas qwen3_create would allocate for the same arguments, computed by
  * the same layout code on counting arenas (so they cannot drift), without allocating them. */
 typedef struct Qwen3Sizes {
     size_t param_bytes, grad_bytes, act_bytes;
-    int nparams; /* entries of the parameter table (a tied output is no entry) */
+    size_t bf16_bytes; /* the bf16 weight arena qwen3_enable_bf16 would add */
+    int nparams;       /* entries of the parameter table (a tied output is no entry) */
 } Qwen3Sizes;
 int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, ActCheckpoint ac, Err *err);
+
+/* Mixed precision (DESIGN §5): from now on every forward first copies the matmul weights
+ * (attention and FFN projections, lm_head) to bf16, and the linear / feed_forward modules whose
+ * implementation has a bf16 path multiply in bf16 with fp32 accumulation. Master weights,
+ * gradients, norms, attention, softmax, loss and the MoE layers stay fp32. */
+int qwen3_enable_bf16(Qwen3 *m, Err *err);
 
 /* DESIGN §5: normal(0, 0.02) for linears and the embedding, ones for norms, zeros for buffers;
  * in MoE models wo and the experts' w2 use 0.02 / sqrt(2 L). Parameter i of the table draws
  * from rng stream i of seed, so the result does not depend on order. */
 void qwen3_init_params(Qwen3 *m, uint64_t seed);
+/* The same for parameter i alone, written to out (table[i].numel floats): a sharded run
+ * initialises one tensor at a time and keeps only its slice. */
+void qwen3_init_param(const Qwen3 *m, int i, uint64_t seed, float *out);
 const Qwen3Param *qwen3_find_param(const Qwen3 *m, const char *name);
 void qwen3_zero_grads(Qwen3 *m);
 

@@ -6,8 +6,10 @@
 #include "core/config.h"
 #include "core/err.h"
 #include "core/model_spec.h"
+#include "dist/comm.h"
 
-int train_job_run(const JobConfig *cfg, Err *err);
+/* world: the job's communicator (comm_init), or NULL for one process without MPI. */
+int train_job_run(const JobConfig *cfg, Comm *world, Err *err);
 /* The model the job trains: the flavor or HF config.json, the [model] field replacements,
  * validated, and checked against training.seq_len (shared with `qtitan plan`). */
 int train_job_spec(const JobConfig *cfg, ModelSpec *spec, Err *err);

@@ -99,9 +99,14 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
      * copies (none: the reference path computes in fp32), GEMM scratch. */
     double N = (double)p->B * p->T;
     p->workspace = 5.0 * 4.0 * N;
-    if (cfg->training.mixed_precision_param != DT_F32)
-        note(p, "mixed_precision_param = bfloat16 is not built yet: training computes in fp32, "
-                "so no bf16 copies are counted");
+    /* bf16 mixed precision: the bf16 weight copies and matmul scratch arena, as
+     * train_job_run enables it (single process only; the FSDP model computes in fp32). */
+    if (cfg->training.mixed_precision_param == DT_BF16) {
+        if (p->dp_shard > 1)
+            note(p, "bfloat16 with FSDP: the sharded model computes in fp32, no bf16 copies");
+        else
+            p->workspace += (double)z.bf16_bytes;
+    }
     double D = p->spec.dim, V = p->spec.vocab_size, F = p->spec.hidden_dim;
     double big = V * D > F * D ? V * D : F * D;
     p->workspace += PLAN_GEMM_SCRATCH_PER_BYTE * 4.0 * big;

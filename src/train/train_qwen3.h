@@ -23,7 +23,9 @@ typedef struct TrainQwen3Batch {
     const int32_t *doc;       /* (B, T) or NULL */
 } TrainQwen3Batch;
 
-/* Dense and MoE models; activations sized for B x T; full_ac recomputes layers in backward. */
+/* Dense and MoE models; activations sized for B x T; full_ac recomputes layers in backward.
+ * The modules run the fast CPU kernels (kernels/cpu_ops.h), or the references when the
+ * environment has QT_KERNELS=reference. */
 TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, int full_ac, Err *err);
 void train_qwen3_free(TrainQwen3 *q);
 
@@ -31,10 +33,14 @@ void train_qwen3_free(TrainQwen3 *q);
  * for the same arguments (model/qwen3.h qwen3_sizes: the same layout code, counting only). */
 typedef struct TrainQwen3Sizes {
     size_t param_bytes, grad_bytes, act_bytes;
+    size_t bf16_bytes; /* added by train_qwen3_enable_bf16 */
     int nparams;
 } TrainQwen3Sizes;
 int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T, int full_ac,
                       Err *err);
+
+/* Mixed precision (training.mixed_precision_param = "bfloat16"): bf16 matmuls, fp32 masters. */
+int train_qwen3_enable_bf16(TrainQwen3 *q, Err *err);
 /* DESIGN §5 random init. */
 void train_qwen3_init(TrainQwen3 *q, uint64_t seed);
 /* Loads HF-named weights (a .safetensors file or an HF directory), any of F32/BF16/F16. Every
