@@ -5,6 +5,11 @@
 #     parallel on 2 ranks and FSDP x TP (2 x 2) give the per-step losses and grad norms of one
 #     process to 1e-5 relative over 10 fp32 steps, for tied and untied embeddings (the
 #     embedding / head units differ), and with full activation checkpointing;
+#   - MoE (4 experts, top 2, auxiliary-loss-free balancing and the HF auxiliary loss): FSDP on
+#     2 and 4 ranks and HSDP 2 x 2 with full AC match one process the same way, and the
+#     per-step routing figures (tokens of the least / most loaded expert: counts over the
+#     global batch, before the expert_bias update) are exactly one process's; MoE with tensor
+#     parallelism stops with a sentence;
 #   - sharded checkpoints: a 2-rank run resumed from its step-5 checkpoint (the step-10 commit
 #     undone by rewriting latest.json, as a crash before the commit would leave it) ends with
 #     bitwise the same per-rank shard files and losses as the run that never stopped;
@@ -91,6 +96,29 @@ run 4 fsdptp4 --parallelism.tensor_parallel_degree=2 && same one-true fsdptp4 "F
 grep -q '^\[rank 0\] step:  1  loss' "$TMP/fsdp2-true.log" && ! grep -q '^\[rank 1\] step' "$TMP/fsdp2-true.log" ||
   { echo "FAIL: the step lines should come from rank 0 only"; fail=1; }
 grep -q '"comm_s":' "$TMP/fsdp2-true/metrics.jsonl" || { echo "FAIL: no comm_s in metrics.jsonl"; fail=1; }
+
+# MoE: routing counts are summed over the data-parallel ranks before the bias update.
+MOE=(--model.tie_embeddings=false --model.num_experts=4 --model.top_k=2 --model.moe_hidden_dim=16
+  --model.load_balance_coeff=0.01 --model.router_aux_loss_coef=0.01)
+moe_counts() { grep -o '"moe_tokens_min":[^,]*,"moe_tokens_max":[^,]*' "$TMP/$1/metrics.jsonl"; }
+if run 0 moe-one "${MOE[@]}" && has_metrics moe-one && [ "$(moe_counts moe-one | wc -l)" = 10 ]; then
+  for c in "2 moe-fsdp2" "4 moe-fsdp4" "4 moe-hsdp4 --parallelism.data_parallel_replicate_degree=2 --activation_checkpoint.mode=full"; do
+    set -- $c
+    np=$1 name=$2
+    shift 2
+    run "$np" "$name" "${MOE[@]}" "$@" && has_metrics "$name" && same moe-one "$name" "MoE $name" || { fail=1; continue; }
+    [ "$(moe_counts moe-one)" = "$(moe_counts "$name")" ] ||
+      { echo "FAIL: MoE $name routing counts differ from one process"; paste <(moe_counts moe-one) <(moe_counts "$name"); fail=1; }
+  done
+else
+  echo "FAIL: one-process MoE run"; cat "$TMP/moe-one.log"; fail=1
+fi
+run 2 moe-tp2 "${MOE[@]}" --parallelism.tensor_parallel_degree=2
+if [ $? -ne 0 ] && grep -q 'mixture-of-experts models (num_experts = 4) train with FSDP / HSDP only' "$TMP/moe-tp2.log"; then
+  echo "ok: MoE with tensor parallelism stops with a sentence"
+else
+  echo "FAIL: MoE with tensor parallelism should stop with a sentence"; cat "$TMP/moe-tp2.log"; fail=1
+fi
 
 # Sharded checkpoints: run a straight through; run b the same, with the step-10 commit undone.
 CK=(--checkpoint.enable=true --checkpoint.interval=5 --checkpoint.keep_latest_k=2)

@@ -239,6 +239,7 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     TrainModel model;
     TrainParallel par;
     if (sharded) {
+        fsdp_model_set_micro_batches(fm, micro);
         fsdp_model_train_model(fm, &model, cfg->optimizer.exempt_norms_and_embeddings);
         fsdp_model_parallel(fm, &par);
     } else {
