@@ -11,6 +11,8 @@
 #include "core/fs.h"
 #include "core/json.h"
 #include "core/log.h"
+#include "io/hf_config.h"
+#include "io/hf_keys.h"
 #include "io/safetensors.h"
 
 #define FORMAT "qtitan-sharded-checkpoint"
@@ -264,4 +266,77 @@ int ckpt_dist_reader_tensor(const CkptDistReader *r, const char *name, float *ou
                        "elements",
                        r->step, name, at, numel);
     return 0;
+}
+
+int ckpt_dist_reader_range(const CkptDistReader *r, const char *name, size_t numel, size_t first,
+                           size_t n, float *out, Err *err) {
+    size_t at = 0; /* where rank k's piece starts in the flattened parameter */
+    for (int k = 0; k < r->ranks; k++) {
+        const StTensor *t = st_find(&r->files[k], name);
+        if (!t) continue;
+        if (t->dtype != DT_F32 || t->ndim != 1 || at + (size_t)t->numel > numel)
+            return err_set(err,
+                           "%s: %s is not a 1-D F32 piece that fits the %zu elements of the "
+                           "parameter (%zu already read)",
+                           r->files[k].path, name, numel, at);
+        size_t lo = first > at ? first : at, end = at + (size_t)t->numel;
+        size_t hi = first + n < end ? first + n : end;
+        if (hi > lo)
+            memcpy(out + (lo - first), (const char *)t->data + (lo - at) * sizeof(float),
+                   (hi - lo) * sizeof(float));
+        at = end;
+    }
+    if (at != numel || first + n > numel)
+        return err_set(err,
+                       "sharded checkpoint step %" PRId64 ": the pieces of %s hold %zu of its %zu "
+                       "elements",
+                       r->step, name, at, numel);
+    return 0;
+}
+
+/* One HF tensor: a whole parameter or one expert's slice of a stacked one. */
+typedef struct ExportSource {
+    const CkptDistReader *r;
+    const char *param;
+    size_t numel;  /* of the parameter */
+    size_t offset; /* of the HF tensor within it */
+} ExportSource;
+
+static int pull(void *ctx, float *dst, size_t first, size_t n, Err *err) {
+    const ExportSource *s = ctx;
+    return ckpt_dist_reader_range(s->r, s->param, s->numel, s->offset + first, n, dst, err);
+}
+
+int ckpt_dist_export_hf(const char *out_dir, const CkptDistReader *r, const ModelSpec *spec,
+                        DType dtype, size_t max_shard_bytes, Err *err) {
+    const char *torch = dtype == DT_F32    ? "float32"
+                        : dtype == DT_BF16 ? "bfloat16"
+                        : dtype == DT_F16  ? "float16"
+                                           : NULL;
+    if (!torch)
+        return err_set(err, "export dtype %s is not one of float32, bfloat16, float16",
+                       dtype_name(dtype));
+    HfKeyTable t;
+    hf_keys_build(&t, spec);
+    ExportSource *src = xcalloc((size_t)t.nhf + 1, sizeof *src);
+    StWriter w;
+    st_writer_init(&w);
+    for (int i = 0; i < t.nhf; i++) {
+        const HfTensor *h = &t.hf[i];
+        const QtParam *p = &t.params[h->param];
+        src[i] = (ExportSource){r, p->name, (size_t)p->numel,
+                                h->expert < 0 ? 0 : (size_t)h->expert * (size_t)h->numel};
+        st_writer_add_f32_source(&w, h->name, dtype, h->ndim, h->shape, pull, &src[i]);
+    }
+    char *cfg = fs_join(out_dir, "config.json");
+    int rc = model_spec_write_hf_config(spec, cfg, torch, err);
+    if (rc == 0)
+        rc = st_write_hf_shards(
+            &w, out_dir, max_shard_bytes ? max_shard_bytes : (size_t)5000 * 1000 * 1000, err);
+    if (rc != 0) err_wrap(err, "HF export of sharded checkpoint step %" PRId64, r->step);
+    free(cfg);
+    st_writer_free(&w);
+    free(src);
+    hf_keys_free(&t);
+    return rc;
 }

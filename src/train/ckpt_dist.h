@@ -10,6 +10,7 @@
 #ifndef QT_CKPT_DIST_H
 #define QT_CKPT_DIST_H
 
+#include "core/model_spec.h"
 #include "dist/comm.h"
 #include "io/safetensors.h"
 #include "train/checkpoint.h"
@@ -45,6 +46,21 @@ void ckpt_dist_reader_close(CkptDistReader *r);
 /* out (numel floats) = parameter `name`; fails when the pieces do not add up to numel. */
 int ckpt_dist_reader_tensor(const CkptDistReader *r, const char *name, float *out, size_t numel,
                             Err *err);
+
+/* out (n floats) = elements [first, first + n) of the flattened parameter `name`, whose pieces
+ * must add up to numel: a part of a tensor without assembling the rest. */
+int ckpt_dist_reader_range(const CkptDistReader *r, const char *name, size_t numel, size_t first,
+                           size_t n, float *out, Err *err);
+
+/* HF export of the reader's step for the model spec: writes into out_dir (which must exist)
+ * config.json (torch_dtype = dtype) and the weights exactly as an export of the whole fp32
+ * parameters through io/hf_keys and st_write_hf_shards would (model.safetensors, or shards of
+ * at most max_shard_bytes, 0 = 5 GB, with model.safetensors.index.json), byte for byte. Each
+ * HF tensor is pulled from the ranks' pieces in chunks while its file is written, so neither
+ * this process nor any rank ever holds the model, nor even one whole tensor. expert_bias
+ * (training state) is not exported; tied embeddings have no lm_head.weight. */
+int ckpt_dist_export_hf(const char *out_dir, const CkptDistReader *r, const ModelSpec *spec,
+                        DType dtype, size_t max_shard_bytes, Err *err);
 
 /* This rank's folder under root (malloc'd). */
 char *ckpt_dist_rank_dir(const char *root, int rank);
