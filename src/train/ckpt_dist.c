@@ -340,3 +340,28 @@ int ckpt_dist_export_hf(const char *out_dir, const CkptDistReader *r, const Mode
     hf_keys_free(&t);
     return rc;
 }
+
+static int export_step(const char *root, const ModelSpec *spec, DType dtype, Err *err) {
+    CkptDistReader r;
+    TRY(ckpt_dist_reader_open(&r, root, err));
+    char name[48];
+    snprintf(name, sizeof name, "step-%" PRId64, r.step);
+    char *dir = fs_join(root, name), *out = fs_join(dir, "hf"), *tmp = fs_join(dir, "hf.tmp");
+    int rc = fs_exists(tmp) ? fs_remove_tree(tmp, err) : 0;
+    if (rc == 0) rc = fs_mkdirs(tmp, err);
+    if (rc == 0) rc = ckpt_dist_export_hf(tmp, &r, spec, dtype, 0, err);
+    if (rc == 0 && fs_exists(out)) rc = fs_remove_tree(out, err);
+    if (rc == 0 && rename(tmp, out) != 0) rc = err_sys(err, "cannot rename %s to %s", tmp, out);
+    if (rc == 0) rc = fs_sync_dir(dir, err);
+    if (rc == 0)
+        log_info("[checkpoint] exported step %" PRId64 " to %s (Hugging Face format)", r.step, out);
+    free(dir), free(out), free(tmp);
+    ckpt_dist_reader_close(&r);
+    return rc;
+}
+
+int ckpt_dist_last_save_hf(Comm *world, const char *root, const ModelSpec *spec, DType dtype,
+                           Err *err) {
+    int rc = world->rank == 0 ? export_step(root, spec, dtype, err) : 0;
+    return comm_agree(world, rc, err);
+}

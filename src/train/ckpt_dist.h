@@ -62,6 +62,14 @@ int ckpt_dist_reader_range(const CkptDistReader *r, const char *name, size_t num
 int ckpt_dist_export_hf(const char *out_dir, const CkptDistReader *r, const ModelSpec *spec,
                         DType dtype, size_t max_shard_bytes, Err *err);
 
+/* checkpoint.last_save_in_hf on many processes. Collective over world, after the run's last
+ * sharded checkpoint is committed: rank 0 exports the newest committed step N under root to
+ * {root}/step-N/hf (written as hf.tmp and renamed into place: the same path as one process's
+ * export) with ckpt_dist_export_hf, while the other ranks wait; every rank returns rank 0's
+ * result and sentence. */
+int ckpt_dist_last_save_hf(Comm *world, const char *root, const ModelSpec *spec, DType dtype,
+                           Err *err);
+
 /* This rank's folder under root (malloc'd). */
 char *ckpt_dist_rank_dir(const char *root, int rank);
 
