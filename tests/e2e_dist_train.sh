@@ -154,7 +154,7 @@ HF=(--checkpoint.enable=true --checkpoint.interval=5 --checkpoint.last_save_in_h
 hf_file() { echo "$TMP/$1/checkpoint/step-3/hf/model.safetensors"; }
 run 2 hf2 "${HF[@]}" && run 4 hf4 "${HF[@]}" && run 4 hfh4 "${HF[@]}" --parallelism.data_parallel_replicate_degree=2 &&
   run 0 hf1 "${HF[@]}" || { echo "FAIL: runs with last_save_in_hf"; cat "$TMP"/hf*.log; fail=1; }
-if [ -f "$(hf_file hf2)" ] && [ -f "$TMP/hf2/checkpoint/step-3/hf/config.json" ] &&
+if [ -f "$(hf_file hf2)" ] && [ -f "$TMP/hf2/checkpoint/step-3/hf/config.json" ] && [ -f "$TMP/hf2/checkpoint/config.json" ] &&
   cmp -s "$(hf_file hf2)" "$(hf_file hf4)" && cmp -s "$(hf_file hf2)" "$(hf_file hfh4)"; then
   echo "ok: HF exports of FSDP 2, FSDP 4 and HSDP 2 x 2 shards are byte-identical"
 else

@@ -279,6 +279,34 @@ static void export_round_trip(const char *flavor, int ranks, DType dtype, size_t
         assert_int_equal(nfiles, want_files);
     else
         assert_true(nfiles >= 4); /* config.json, the index and at least two shards */
+    /* By path, as `qtitan export` does: the folder (its newest step) or a rank's step dir,
+     * with the model from the folder's config.json. */
+    Comm *c = comm_single_create();
+    assert_int_equal(ckpt_dist_write_config(c, root, &spec, &err), 0);
+    comm_destroy(c);
+    char *step_dir = fs_join(root, "rank-1/step-3/"), *by_path = fs_join(root, "by-path");
+    int64_t step = 0;
+    assert_true(ckpt_dist_is_sharded_path(root));
+    assert_true(ckpt_dist_is_sharded_path(step_dir));
+    assert_false(ckpt_dist_is_sharded_path(ref));
+    for (int twice = 0; twice < 2; twice++) { /* the second replaces the first */
+        if (ckpt_dist_export_path(twice ? step_dir : root, by_path, dtype, shard_bytes, &step,
+                                  &err) != 0)
+            fail_msg("%s", err.msg);
+        assert_int_equal(step, 3);
+        assert_int_equal(assert_same_dir(ref, by_path), nfiles);
+    }
+    char *other = fs_join(root, "rank-0/step-2");
+    assert_int_equal(ckpt_dist_export_path(other, by_path, dtype, shard_bytes, &step, &err), -1);
+    assert_non_null(strstr(err.msg, "does not list step 2"));
+    char *gone_dir = fs_join(root, "rank-0"); /* not a root: the marker is one level up */
+    assert_int_equal(ckpt_dist_export_path(gone_dir, by_path, dtype, shard_bytes, &step, &err), -1);
+    assert_non_null(strstr(err.msg, "is not a sharded checkpoint"));
+    /* An output that is some other directory is left alone. */
+    char *other_out = fs_join(root, "rank-1");
+    assert_int_equal(ckpt_dist_export_path(root, other_out, dtype, shard_bytes, &step, &err), -1);
+    assert_non_null(strstr(err.msg, "not an HF model directory"));
+    free(other_out), free(gone_dir), free(other), free(step_dir), free(by_path);
     /* A part of a tensor across a piece boundary. */
     int big = 0;
     for (int i = 0; i < np; i++)

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/fs.h"
 #include "core/json.h"
@@ -203,6 +204,10 @@ int ckpt_dist_find_latest(Comm *world, const int mesh[3], const char *root, int6
 }
 
 int ckpt_dist_reader_open(CkptDistReader *r, const char *root, Err *err) {
+    return ckpt_dist_reader_open_step(r, root, -1, err);
+}
+
+int ckpt_dist_reader_open_step(CkptDistReader *r, const char *root, int64_t step, Err *err) {
     memset(r, 0, sizeof *r);
     int64_t steps[MAX_KEPT + 1], ranks, mesh[3];
     int n;
@@ -210,6 +215,14 @@ int ckpt_dist_reader_open(CkptDistReader *r, const char *root, Err *err) {
     if (n == 0)
         return err_set(err, "%s has no %s: not a committed sharded checkpoint", root,
                        CKPT_DIST_MARKER);
+    int listed = step < 0;
+    for (int i = 0; i < n && !listed; i++)
+        listed = steps[i] == step;
+    if (!listed)
+        return err_set(err,
+                       "%s/%s does not list step %" PRId64
+                       " as committed (the newest is step %" PRId64 ")",
+                       root, CKPT_DIST_MARKER, step, steps[n - 1]);
     if (ranks < 1 || ranks > 1 << 20)
         return err_set(err, "%s/%s: ranks = %" PRId64 " is out of range", root, CKPT_DIST_MARKER,
                        ranks);
@@ -221,7 +234,7 @@ int ckpt_dist_reader_open(CkptDistReader *r, const char *root, Err *err) {
     /* With HSDP every replica holds the same pieces: replica 0 (the first dp_shard ranks) has
      * all of them. */
     r->ranks = (int)mesh[1];
-    r->step = steps[n - 1];
+    r->step = step < 0 ? steps[n - 1] : step;
     r->files = xcalloc((size_t)r->ranks, sizeof *r->files);
     for (int k = 0; k < r->ranks; k++) {
         char *dir = ckpt_dist_rank_dir(root, k), name[64];
@@ -341,21 +354,45 @@ int ckpt_dist_export_hf(const char *out_dir, const CkptDistReader *r, const Mode
     return rc;
 }
 
+/* Exports r's step to out_dir through out_dir.tmp-<pid>, renamed into place (an existing
+ * out_dir is replaced only when it is an HF directory or empty). */
+static int export_to(const char *out_dir, const CkptDistReader *r, const ModelSpec *spec,
+                     DType dtype, size_t max_shard_bytes, Err *err) {
+    char *cfg = fs_join(out_dir, "config.json");
+    int replaceable = !fs_exists(out_dir) || fs_exists(cfg) || rmdir(out_dir) == 0;
+    free(cfg);
+    if (!replaceable)
+        return err_set(err,
+                       "%s exists and is not an HF model directory (no config.json); remove it "
+                       "or choose another output",
+                       out_dir);
+    size_t cap = strlen(out_dir) + 32;
+    char *tmp = xmalloc(cap);
+    snprintf(tmp, cap, "%s.tmp-%ld", out_dir, (long)getpid());
+    int rc = fs_exists(tmp) ? fs_remove_tree(tmp, err) : 0;
+    if (rc == 0) rc = fs_mkdirs(tmp, err);
+    if (rc == 0) rc = ckpt_dist_export_hf(tmp, r, spec, dtype, max_shard_bytes, err);
+    if (rc == 0 && fs_exists(out_dir)) rc = fs_remove_tree(out_dir, err);
+    if (rc == 0 && rename(tmp, out_dir) != 0)
+        rc = err_sys(err, "cannot rename %s to %s", tmp, out_dir);
+    Err ignore;
+    if (rc != 0 && fs_exists(tmp)) fs_remove_tree(tmp, &ignore);
+    free(tmp);
+    return rc;
+}
+
 static int export_step(const char *root, const ModelSpec *spec, DType dtype, Err *err) {
     CkptDistReader r;
     TRY(ckpt_dist_reader_open(&r, root, err));
     char name[48];
     snprintf(name, sizeof name, "step-%" PRId64, r.step);
-    char *dir = fs_join(root, name), *out = fs_join(dir, "hf"), *tmp = fs_join(dir, "hf.tmp");
-    int rc = fs_exists(tmp) ? fs_remove_tree(tmp, err) : 0;
-    if (rc == 0) rc = fs_mkdirs(tmp, err);
-    if (rc == 0) rc = ckpt_dist_export_hf(tmp, &r, spec, dtype, 0, err);
-    if (rc == 0 && fs_exists(out)) rc = fs_remove_tree(out, err);
-    if (rc == 0 && rename(tmp, out) != 0) rc = err_sys(err, "cannot rename %s to %s", tmp, out);
+    char *dir = fs_join(root, name), *out = fs_join(dir, "hf");
+    int rc = fs_mkdirs(dir, err);
+    if (rc == 0) rc = export_to(out, &r, spec, dtype, 0, err);
     if (rc == 0) rc = fs_sync_dir(dir, err);
     if (rc == 0)
         log_info("[checkpoint] exported step %" PRId64 " to %s (Hugging Face format)", r.step, out);
-    free(dir), free(out), free(tmp);
+    free(dir), free(out);
     ckpt_dist_reader_close(&r);
     return rc;
 }
@@ -364,4 +401,93 @@ int ckpt_dist_last_save_hf(Comm *world, const char *root, const ModelSpec *spec,
                            Err *err) {
     int rc = world->rank == 0 ? export_step(root, spec, dtype, err) : 0;
     return comm_agree(world, rc, err);
+}
+
+int ckpt_dist_write_config(Comm *world, const char *root, const ModelSpec *spec, Err *err) {
+    int rc = 0;
+    if (world->rank == 0) {
+        char *path = fs_join(root, "config.json");
+        rc = fs_mkdirs(root, err);
+        if (rc == 0) rc = model_spec_write_hf_config(spec, path, "float32", err);
+        free(path);
+    }
+    return comm_agree(world, rc, err);
+}
+
+/* The checkpoint folder of path (malloc'd) and the step it names (-1: the newest), or NULL
+ * when path is neither a folder with the marker nor FOLDER/rank-K/step-N. */
+static char *sharded_root(const char *path, int64_t *step) {
+    /* path is the root (it has the marker) or root/rank-K/step-N. */
+    char *root = NULL;
+    int64_t want = -1;
+    char *marker = fs_join(path, CKPT_DIST_MARKER);
+    if (fs_exists(marker)) {
+        root = xstrdup(path);
+    } else {
+        /* Split off the last two components: rank-K and step-N; the rest is the root. */
+        char *p = xstrdup(path);
+        size_t n = strlen(p);
+        while (n > 1 && p[n - 1] == '/')
+            p[--n] = '\0';
+        char *step_part = strrchr(p, '/');
+        if (step_part) {
+            *step_part++ = '\0';
+            char *rank_part = strrchr(p, '/');
+            const char *rest = ".";
+            if (rank_part) {
+                *rank_part++ = '\0';
+                rest = *p ? p : "/";
+            } else {
+                rank_part = p;
+            }
+            long long s;
+            int k, a = 0, b = 0;
+            if (sscanf(step_part, "step-%lld%n", &s, &a) == 1 && step_part[a] == '\0' &&
+                sscanf(rank_part, "rank-%d%n", &k, &b) == 1 && rank_part[b] == '\0') {
+                root = xstrdup(rest);
+                want = s;
+            }
+        }
+        free(p);
+    }
+    free(marker);
+    *step = want;
+    return root;
+}
+
+int ckpt_dist_is_sharded_path(const char *path) {
+    int64_t step;
+    char *root = sharded_root(path, &step);
+    free(root);
+    return root != NULL;
+}
+
+int ckpt_dist_export_path(const char *path, const char *out_dir, DType dtype,
+                          size_t max_shard_bytes, int64_t *step, Err *err) {
+    int64_t want;
+    char *root = sharded_root(path, &want);
+    if (!root)
+        return err_set(err,
+                       "%s is not a sharded checkpoint: expected a checkpoint folder with %s or "
+                       "its FOLDER/rank-K/step-N",
+                       path, CKPT_DIST_MARKER);
+    char *cfg = fs_join(root, "config.json");
+    ModelSpec spec;
+    int rc = 0;
+    if (!fs_exists(cfg))
+        rc = err_set(err,
+                     "%s has no config.json (sharded checkpoints record the model from this "
+                     "version on); it cannot be exported",
+                     root);
+    if (rc == 0) rc = model_spec_from_hf_config(&spec, cfg, err);
+    CkptDistReader r;
+    if (rc == 0) rc = ckpt_dist_reader_open_step(&r, root, want, err);
+    if (rc == 0) {
+        *step = r.step;
+        rc = export_to(out_dir, &r, &spec, dtype, max_shard_bytes, err);
+        ckpt_dist_reader_close(&r);
+    }
+    free(cfg);
+    free(root);
+    return rc;
 }

@@ -42,6 +42,8 @@ typedef struct CkptDistReader {
 
 /* Opens the newest committed step under root (latest.json); FSDP / HSDP only (tp = 1). */
 int ckpt_dist_reader_open(CkptDistReader *r, const char *root, Err *err);
+/* The same for a chosen step (< 0: the newest), which latest.json must list as committed. */
+int ckpt_dist_reader_open_step(CkptDistReader *r, const char *root, int64_t step, Err *err);
 void ckpt_dist_reader_close(CkptDistReader *r);
 /* out (numel floats) = parameter `name`; fails when the pieces do not add up to numel. */
 int ckpt_dist_reader_tensor(const CkptDistReader *r, const char *name, float *out, size_t numel,
@@ -69,6 +71,21 @@ int ckpt_dist_export_hf(const char *out_dir, const CkptDistReader *r, const Mode
  * result and sentence. */
 int ckpt_dist_last_save_hf(Comm *world, const char *root, const ModelSpec *spec, DType dtype,
                            Err *err);
+
+/* Collective: rank 0 writes {root}/config.json (the model, torch_dtype float32), so that a
+ * sharded checkpoint folder can be exported on its own (ckpt_dist_export_path). */
+int ckpt_dist_write_config(Comm *world, const char *root, const ModelSpec *spec, Err *err);
+
+/* `qtitan export` of a sharded checkpoint, without MPI: path is the checkpoint folder (its
+ * newest committed step) or one of its FOLDER/rank-K/step-N directories (that step); the
+ * model comes from FOLDER/config.json. Writes out_dir (through out_dir.tmp-<pid>, renamed into
+ * place; an existing out_dir is replaced only when it is an HF directory or empty) and sets
+ * *step to the step exported. */
+int ckpt_dist_export_path(const char *path, const char *out_dir, DType dtype,
+                          size_t max_shard_bytes, int64_t *step, Err *err);
+/* 1 when path is what ckpt_dist_export_path takes (by its shape: a folder with latest.json, or
+ * a FOLDER/rank-K/step-N path), so `qtitan export` can tell sharded checkpoints apart. */
+int ckpt_dist_is_sharded_path(const char *path);
 
 /* This rank's folder under root (malloc'd). */
 char *ckpt_dist_rank_dir(const char *root, int rank);

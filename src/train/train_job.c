@@ -294,6 +294,13 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
         log_info("%s; FSDP: each rank keeps 1/%d of the parameters, gradients and "
                  "optimizer state",
                  mesh_line, mesh.dims.dp_shard);
+    if (sharded && cfg->checkpoint.enable) {
+        /* The folder describes its model, so `qtitan export` can read it alone. */
+        char *root = fs_join(cfg->job.dump_folder, cfg->checkpoint.folder);
+        rc = ckpt_dist_write_config(world, root, &spec, err);
+        free(root);
+        if (rc != 0) goto out;
+    }
     rc = trainer_run(&o, &model, &data, err);
     if (rc == 0 && sharded && cfg->checkpoint.last_save_in_hf && mesh.dims.tp > 1) {
         log_warn("checkpoint.last_save_in_hf: the HF export of a tensor-parallel run is not "
