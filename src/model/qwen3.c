@@ -120,7 +120,7 @@ static void layout_acts(Qwen3 *m, Arena *ar) {
     a->h = arena_floats(ar, N * D);
     a->hn = arena_floats(ar, N * D);
     a->rstdf = arena_floats(ar, N);
-    a->logits = arena_floats(ar, N * V);
+    a->logits = arena_floats(ar, (size_t)m->mod.loss->workspace_floats(N, (int)V));
     a->ce_lse = arena_floats(ar, N);
     a->losses = arena_floats(ar, N);
     a->dres = arena_floats(ar, N * D);
@@ -140,22 +140,28 @@ static void layout_acts(Qwen3 *m, Arena *ar) {
 
 /* ---- module tree ---- */
 
-static void add_slot(Qwen3 *m, OpKind kind, void *field, const char *fmt, int layer) {
-    if (m->slots) {
-        ModuleSlot *s = &m->slots[m->nslots];
+typedef struct TreeBuild {
+    ModuleSlot *slots; /* NULL: count only */
+    int n;
+} TreeBuild;
+
+static void add_slot(TreeBuild *tb, OpKind kind, void *field, const char *fmt, int layer) {
+    if (tb->slots) {
+        ModuleSlot *s = &tb->slots[tb->n];
         snprintf(s->fqn, sizeof s->fqn, fmt, layer);
         s->kind = kind;
         s->field = field;
     }
-    m->nslots++;
+    tb->n++;
 }
 
-static void build_modules(Qwen3 *m) {
-    Qwen3Modules *d = &m->mod;
-    m->nslots = 0;
+int qwen3_module_tree(const ModelSpec *spec, Qwen3Modules *d, ModuleSlot *slots) {
+    TreeBuild tb = {slots, 0};
+    TreeBuild *m = &tb;
+    memset(d, 0, sizeof *d);
     d->tok_embeddings = &embedding_reference;
     add_slot(m, OP_EMBEDDING, &d->tok_embeddings, "tok_embeddings", 0);
-    for (int i = 0; i < m->spec.n_layers; i++) {
+    for (int i = 0; i < spec->n_layers && i < QT_MAX_LAYERS; i++) {
         Qwen3LayerModules *l = &d->layers[i];
         l->attention_norm = l->q_norm = l->k_norm = l->ffn_norm = &rmsnorm_reference;
         l->qkv = l->wo = &linear_reference;
@@ -174,13 +180,26 @@ static void build_modules(Qwen3 *m) {
     }
     d->norm = &rmsnorm_reference;
     d->lm_head = &linear_reference;
-    d->loss = &cross_entropy_reference;
+    d->loss = &lm_head_loss_reference;
     add_slot(m, OP_RMSNORM, &d->norm, "norm", 0);
     add_slot(m, OP_LINEAR, &d->lm_head, "lm_head", 0);
-    add_slot(m, OP_CROSS_ENTROPY, &d->loss, "loss", 0);
+    add_slot(m, OP_LM_HEAD_LOSS, &d->loss, "loss", 0);
+    return tb.n;
+}
+
+/* The tree into m->mod and m->slots (when allocated), then impl's choices on top; the slots
+ * point into m->mod, so copying impl over it keeps them valid. */
+static void build_modules(Qwen3 *m, const Qwen3Modules *impl) {
+    m->nslots = qwen3_module_tree(&m->spec, &m->mod, m->slots);
+    if (impl) m->mod = *impl;
 }
 
 int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac, Err *err) {
+    return qwen3_create_with(m, spec, B, T, ac, NULL, err);
+}
+
+int qwen3_create_with(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac,
+                      const Qwen3Modules *impl, Err *err) {
     memset(m, 0, sizeof *m);
     m->spec = *spec;
     const ModelSpec *s = &m->spec;
@@ -206,9 +225,9 @@ int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac
     arena_init_counting(&pc, "parameter");
     arena_init_counting(&gc, "gradient");
     arena_init_counting(&ac_count, "activation");
+    build_modules(m, impl); /* before the activations: the loss op sizes its workspace */
     layout_params(m, &pc, &gc);
     layout_acts(m, &ac_count);
-    build_modules(m);
     m->table = xcalloc((size_t)m->nparams, sizeof *m->table);
     m->slots = xcalloc((size_t)m->nslots, sizeof *m->slots);
     if (arena_init(&m->param_arena, "parameter", pc.used, err) ||
@@ -217,9 +236,9 @@ int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac
         qwen3_free(m);
         return -1;
     }
+    build_modules(m, impl);
     layout_params(m, &m->param_arena, &m->grad_arena);
     layout_acts(m, &m->act_arena);
-    build_modules(m);
     return 0;
 }
 
@@ -276,6 +295,18 @@ static void add_into(float *y, const float *x, long n) {
         y[i] += x[i];
 }
 
+/* dres += the norm's dx: fused by ops that provide backward_acc, else through tmp. */
+static void norm_backward_into(const RmsnormOp *op, float *dres, float *tmp, float *dw,
+                               const float *dout, const float *x, const float *w, const float *rstd,
+                               long N, int D) {
+    if (op->backward_acc) {
+        op->backward_acc(dres, dw, dout, x, w, rstd, N, D);
+        return;
+    }
+    op->backward(tmp, dw, dout, x, w, rstd, N, D);
+    add_into(dres, tmp, N * D);
+}
+
 /* Layer i: a->x -> out (N, D). */
 static void layer_forward(Qwen3 *m, int i, float *out) {
     const ModelSpec *s = &m->spec;
@@ -297,8 +328,12 @@ static void layer_forward(Qwen3 *m, int i, float *out) {
     md->rope->forward(a->kr, a->kn, m->a.positions, N, K, E, s->rope_theta);
     md->sdpa->forward(a->att, a->lse, a->qr, a->kr, a->v, doc, B, T, H, K, E);
     md->wo->forward(a->xmid, a->att, p->wo, N, H * E, D);
-    add_into(a->xmid, a->x, N * D);
-    md->ffn_norm->forward(a->xn2, a->rstd2, a->xmid, p->ffn_norm, N, D, eps);
+    if (md->ffn_norm->forward_add) { /* a kernel fusing the residual add into the norm */
+        md->ffn_norm->forward_add(a->xmid, a->xn2, a->rstd2, a->xmid, a->x, p->ffn_norm, N, D, eps);
+    } else {
+        add_into(a->xmid, a->x, N * D);
+        md->ffn_norm->forward(a->xn2, a->rstd2, a->xmid, p->ffn_norm, N, D, eps);
+    }
     md->feed_forward->forward(out, a->h1, a->h3, a->g, a->xn2, p->w1, p->w3, p->w2, N, D,
                               s->hidden_dim);
     add_into(out, a->xmid, N * D);
@@ -319,8 +354,8 @@ static void layer_backward(Qwen3 *m, int i) {
 
     md->feed_forward->backward(A->dxn, g->w1, g->w3, g->w2, A->dh1, A->dh3, A->dres, a->xn2, a->h1,
                                a->h3, a->g, p->w1, p->w3, p->w2, N, D, F);
-    md->ffn_norm->backward(A->dtmp, g->ffn_norm, A->dxn, a->xmid, p->ffn_norm, a->rstd2, N, D);
-    add_into(A->dres, A->dtmp, N * D); /* dres = d xmid */
+    norm_backward_into(md->ffn_norm, A->dres, A->dtmp, g->ffn_norm, A->dxn, a->xmid, p->ffn_norm,
+                       a->rstd2, N, D); /* dres = d xmid */
 
     md->wo->backward(A->datt, g->wo, A->dres, a->att, p->wo, N, H * E, D, 0.0f);
     md->sdpa->backward(A->dqr, A->dkr, A->dv, A->datt, a->qr, a->kr, a->v, a->att, a->lse, doc, B,
@@ -332,9 +367,8 @@ static void layer_backward(Qwen3 *m, int i) {
     md->qkv->backward(A->dxn, g->wq, A->dq, a->xn1, p->wq, N, D, H * E, 0.0f);
     md->qkv->backward(A->dxn, g->wk, A->dk, a->xn1, p->wk, N, D, K * E, 1.0f);
     md->qkv->backward(A->dxn, g->wv, A->dv, a->xn1, p->wv, N, D, K * E, 1.0f);
-    md->attention_norm->backward(A->dtmp, g->attention_norm, A->dxn, a->x, p->attention_norm,
-                                 a->rstd1, N, D);
-    add_into(A->dres, A->dtmp, N * D); /* dres = d x */
+    norm_backward_into(md->attention_norm, A->dres, A->dtmp, g->attention_norm, A->dxn, a->x,
+                       p->attention_norm, a->rstd1, N, D); /* dres = d x */
 }
 
 float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
@@ -358,14 +392,12 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
     for (int i = 0; i < s->n_layers; i++)
         layer_forward(m, i, i + 1 < s->n_layers ? a->layers[i + 1].x : a->h);
     m->mod.norm->forward(a->hn, a->rstdf, a->h, m->p.norm, N, D, (float)s->norm_eps);
-    m->mod.lm_head->forward(a->logits, a->hn, m->p.output, N, D, V);
-    m->loss_sum = 0.0;
+    m->loss_sum = m->mod.loss->forward(a->losses, a->ce_lse, a->logits, a->hn, m->p.output,
+                                       targets ? a->targets : NULL, m->mod.lm_head, N, D, V);
     m->n_valid = 0;
-    if (targets) {
-        m->loss_sum = m->mod.loss->forward(a->losses, a->ce_lse, a->logits, a->targets, N, V);
+    if (targets)
         for (long n = 0; n < N; n++)
             m->n_valid += a->targets[n] != CE_IGNORE;
-    }
     return m->n_valid ? (float)(m->loss_sum / m->n_valid) : 0.0f;
 }
 
@@ -375,10 +407,8 @@ void qwen3_backward(Qwen3 *m, double divisor) {
     long N = (long)m->B * m->T;
     int D = s->dim, V = s->vocab_size;
     if (divisor <= 0) divisor = m->n_valid > 0 ? (double)m->n_valid : 1.0;
-    /* dlogits overwrite the logits in place. */
-    m->mod.loss->backward(a->logits, a->logits, a->ce_lse, a->targets, N, V,
-                          (float)(1.0 / divisor));
-    m->mod.lm_head->backward(a->dxn, m->g.output, a->logits, a->hn, m->p.output, N, D, V, 0.0f);
+    m->mod.loss->backward(a->dxn, m->g.output, a->logits, a->hn, m->p.output, a->targets,
+                          a->ce_lse, m->mod.lm_head, N, D, V, (float)(1.0 / divisor));
     m->mod.norm->backward(a->dres, m->g.norm, a->dxn, a->h, m->p.norm, a->rstdf, N, D);
     for (int i = s->n_layers - 1; i >= 0; i--) {
         if (m->ac == AC_FULL && i + 1 < s->n_layers) {

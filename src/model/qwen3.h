@@ -19,6 +19,7 @@
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
 #include "ops/linear.h"
+#include "ops/lm_head_loss.h"
 #include "ops/op.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
@@ -81,8 +82,8 @@ typedef struct Qwen3Modules {
     const EmbeddingOp *tok_embeddings;
     Qwen3LayerModules layers[QT_MAX_LAYERS];
     const RmsnormOp *norm;
-    const LinearOp *lm_head;
-    const CrossEntropyOp *loss;
+    const LinearOp *lm_head; /* the projection, called by loss */
+    const LmHeadLossOp *loss; /* lm_head + cross-entropy (ops/lm_head_loss.h) */
 } Qwen3Modules;
 
 /* Activations of one layer. In AC_FULL mode all layers share one set except x. */
@@ -119,7 +120,8 @@ typedef struct Qwen3Acts {
     float *h;      /* (N, D) output of the last layer */
     float *hn;     /* (N, D) after the final norm */
     float *rstdf;  /* (N) */
-    float *logits; /* (N, V); becomes dlogits during backward */
+    float *logits; /* loss workspace: (N, V) logits with the reference, becomes dlogits during
+                    * backward; a chunked loss sizes it smaller (workspace_floats) */
     float *ce_lse; /* (N) */
     float *losses; /* (N) */
     /* Activation gradients: one set, reused by every layer in turn. */
@@ -158,9 +160,21 @@ typedef struct Qwen3 {
     int has_targets;
 } Qwen3;
 
+/* The module tree of spec (DESIGN §4), without allocating a model: fills mod with each
+ * kind's reference implementation and, when slots is not NULL, slots[i] with instance i's FQN,
+ * kind and the address of its pointer inside mod. Returns the number of instances. The model
+ * builds its own tree with this function, so the override check (kernels/overrides.h) sees
+ * exactly the instances the model runs. */
+int qwen3_module_tree(const ModelSpec *spec, Qwen3Modules *mod, ModuleSlot *slots);
+
 /* Builds the parameter table and arenas for spec and activations for up to B x T tokens.
  * Parameters are zero until qwen3_init_params or a load fills them. Dense models only. */
 int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac, Err *err);
+/* As qwen3_create with the module implementations taken from impl (a tree from
+ * qwen3_module_tree for the same spec, with overrides applied; NULL = references), so the
+ * activations are sized for them (a chunked loss needs no (N, V) logits). */
+int qwen3_create_with(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac,
+                      const Qwen3Modules *impl, Err *err);
 void qwen3_free(Qwen3 *m);
 
 /* DESIGN §5: normal(0, 0.02) for linears and the embedding, ones for norms; parameter i of

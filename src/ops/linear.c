@@ -14,4 +14,4 @@ void linear_backward(float *dx, float *dw, const float *dout, const float *x, co
 }
 
 const LinearOp linear_reference = {
-    {"reference", OP_LINEAR, "cpu"}, linear_forward, linear_backward};
+    {"reference", OP_LINEAR, "cpu", 0}, linear_forward, linear_backward};

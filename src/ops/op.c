@@ -4,6 +4,7 @@
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
 #include "ops/linear.h"
+#include "ops/lm_head_loss.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
 #include "ops/sdpa.h"
@@ -11,7 +12,7 @@
 
 const char *op_kind_name(OpKind kind) {
     static const char *const names[OP_NKINDS] = {"embedding", "rmsnorm", "linear",       "rope",
-                                                 "sdpa",      "swiglu",  "cross_entropy"};
+                                                 "sdpa",      "swiglu",  "cross_entropy", "lm_head_loss"};
     return (unsigned)kind < OP_NKINDS ? names[kind] : "?";
 }
 
@@ -31,6 +32,8 @@ const OpHeader *op_reference(OpKind kind) {
         return &swiglu_reference.h;
     case OP_CROSS_ENTROPY:
         return &cross_entropy_reference.h;
+    case OP_LM_HEAD_LOSS:
+        return &lm_head_loss_reference.h;
     default:
         return 0;
     }
@@ -54,6 +57,8 @@ const OpHeader *module_slot_get(const ModuleSlot *s) {
         return &(*(const SwigluOp **)s->field)->h;
     case OP_CROSS_ENTROPY:
         return &(*(const CrossEntropyOp **)s->field)->h;
+    case OP_LM_HEAD_LOSS:
+        return &(*(const LmHeadLossOp **)s->field)->h;
     default:
         return 0;
     }
@@ -82,6 +87,9 @@ int module_slot_set(const ModuleSlot *s, const OpHeader *impl) {
         break;
     case OP_CROSS_ENTROPY:
         *(const CrossEntropyOp **)s->field = (const CrossEntropyOp *)impl;
+        break;
+    case OP_LM_HEAD_LOSS:
+        *(const LmHeadLossOp **)s->field = (const LmHeadLossOp *)impl;
         break;
     default:
         return -1;

@@ -40,4 +40,4 @@ void swiglu_backward(float *dx, float *dw1, float *dw3, float *dw2, float *dh1, 
 }
 
 const SwigluOp swiglu_reference = {
-    {"reference", OP_SWIGLU, "cpu"}, swiglu_forward, swiglu_backward};
+    {"reference", OP_SWIGLU, "cpu", 0}, swiglu_forward, swiglu_backward};

@@ -1,0 +1,36 @@
+/* The model side of overrides: the module tree of a spec and applying a plan to it. Kept out
+ * of overrides.c, which reads core/config.h (see overrides.h). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/log.h"
+#include "kernels/overrides.h"
+#include "kernels/registry.h"
+#include "model/qwen3.h"
+
+int overrides_tree(const ModelSpec *spec, ModuleSlot **slots) {
+    Qwen3Modules *mod = xmalloc(sizeof *mod);
+    int n = qwen3_module_tree(spec, mod, NULL);
+    *slots = xcalloc((size_t)n, sizeof **slots);
+    qwen3_module_tree(spec, mod, *slots);
+    for (int i = 0; i < n; i++)
+        (*slots)[i].field = NULL; /* pointed into mod */
+    free(mod);
+    return n;
+}
+
+int overrides_apply(const OverridePlan *plan, Qwen3Modules *mod) {
+    int nslots = qwen3_module_tree(&plan->spec, mod, NULL);
+    ModuleSlot *slots = xcalloc((size_t)nslots, sizeof *slots);
+    qwen3_module_tree(&plan->spec, mod, slots);
+    for (int c = 0; c < plan->n; c++) {
+        const ModuleSlot *s = &slots[plan->choices[c].slot];
+        const OpHeader *old = module_slot_get(s);
+        module_slot_set(s, plan->choices[c].impl);
+        log_info("[override] %s: %s -> %s", s->fqn, kernel_display_name(old),
+                 kernel_display_name(plan->choices[c].impl));
+    }
+    log_info("applied %d override(s)", plan->n);
+    free(slots);
+    return plan->n;
+}
