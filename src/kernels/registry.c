@@ -18,13 +18,13 @@ static const KernelInfo REGISTRY[] = {
     {&swiglu_reference.h, 1, 0, 0, "three GEMMs and a separate activation"},
     {&cross_entropy_reference.h, 1, 0, 0, "row log-sum-exp in double"},
     {&lm_head_loss_reference.h, 1, 0, 0, "full (N, V) logits, then cross-entropy"},
-    /* Tolerances: fp32 kernels that reorder sums (tiles, chunks, SIMD) differ from the
-     * references by rounding only; each bound sits >= 10x above the largest difference
-     * verify-kernels measures at its shapes (rmsnorm_fused: fp32 row sums against the
-     * reference's double sums, hence the wider bound). */
-    {&sdpa_flash.h, 0, 2e-5, 1e-4, "tiled online-softmax attention, memory linear in T"},
+    /* Tolerances: fp32 kernels that reorder sums (tiles, chunks, SIMD, GEMM shapes) differ
+     * from the references by rounding only, growing with the reduced length (head_dim, dim,
+     * ffn); each bound sits several times above what verify-kernels measures at the debug
+     * model's dims (docs/kernels.md has the table). */
+    {&sdpa_flash.h, 0, 5e-5, 1e-4, "tiled online-softmax attention, memory linear in T"},
     {&rope_nogather.h, 0, 1e-6, 1e-5, "positions 0..T-1 from the row index, no table"},
-    {&swiglu_fused.h, 0, 2e-5, 1e-4, "one GEMM against [w1; w3], fused SiLU * up"},
+    {&swiglu_fused.h, 0, 1e-4, 1e-3, "one GEMM against [w1; w3], fused SiLU * up"},
     {&rmsnorm_fused.h, 0, 1e-4, 1e-3, "AVX-512 rows, residual add fused into the norm"},
     {&loss_chunked.h, 0, 2e-5, 1e-4, "lm_head + cross-entropy in token chunks, no (N, V)"},
 };
