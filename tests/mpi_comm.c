@@ -113,6 +113,21 @@ static void test_broadcast_gather_scatter(void) {
     OK(comm_wait(W, rg, E));
     CHECK(memcmp(all2, all, n * P * sizeof *all) == 0, "non-blocking all-gather");
     CHECK(memcmp(out2, out, sizeof out) == 0, "non-blocking reduce-scatter");
+
+    /* A ninth outstanding collective is refused with a sentence, identically on every rank,
+     * and the eight in flight still complete. */
+    CommReq *many[9];
+    float *sink = malloc(9 * n * P * sizeof *sink);
+    for (int i = 0; i < 8; i++)
+        OK(comm_iall_gather(W, sink + i * n * P, mine, n, COMM_F32, &many[i], E));
+    Err e9 = {{0}};
+    CHECK(comm_iall_gather(W, sink + 8 * n * P, mine, n, COMM_F32, &many[8], &e9) == -1 &&
+              strstr(e9.msg, "more than 8 non-blocking collectives are outstanding") != NULL,
+          "ninth outstanding collective: '%s'", e9.msg);
+    for (int i = 7; i >= 0; i--)
+        OK(comm_wait(W, many[i], E));
+    CHECK(memcmp(sink + 7 * n * P, all, n * P * sizeof *all) == 0, "pooled all-gather");
+    free(sink);
     free(all);
     free(all2);
     free(want);
@@ -192,6 +207,18 @@ static void test_mesh(int R, int S, int T) {
         CHECK(groups[g]->rank == index[g], "mesh group %d rank %d, want %d", g, groups[g]->rank,
               index[g]);
     }
+    /* Global norm: tp-sharded squares differ on every rank and add over dp_shard and tp;
+     * tp-replicated ones are equal across tp and add over dp_shard only; replicas (other r)
+     * are not added. */
+    double norm, want_sq = 0;
+    for (int s = 0; s < d->dp_shard; s++) {
+        want_sq += 0.5 * (s + 1);
+        for (int t = 0; t < d->tp; t++)
+            want_sq += mesh_rank_of(d, d->r, s, t) + 1;
+    }
+    OK(mesh_global_norm(&norm, &m, W->rank + 1, 0.5 * (d->s + 1), E));
+    CHECK(fabs(norm - sqrt(want_sq)) <= 1e-12 * sqrt(want_sq),
+          "mesh %dx%dx%d norm %.17g, want %.17g", R, S, T, norm, sqrt(want_sq));
     mesh_destroy(&m);
 }
 
@@ -228,16 +255,39 @@ static void test_fsdp(int R) {
                 CHECK(memcmp(full[u % 2] + p.params[i].full_offset, params[i],
                              numel[i] * sizeof(float)) == 0,
                       "gathered parameter %d", i);
-        if (u + 1 < NUNIT) OK(fsdp_wait(m.dp_shard, &next, E));
-    }
-    /* Gradients: every unit twice (two microbatches) to exercise accumulation. */
-    float *grad = calloc(p.shard_numel, sizeof *grad);
-    float *g = malloc(p.max_full_numel * sizeof *g);
-    for (int micro = 0; micro < 2; micro++)
-        for (int u = NUNIT - 1; u >= 0; u--) {
-            fill(g, p.units[u].full_numel, 100 + u + 10 * micro, W->rank);
-            OK(fsdp_reduce_scatter_unit(&p, m.dp_shard, grad, g, u, E));
+        if (u + 1 < NUNIT) {
+            /* Poll until the prefetch has moved (every rank polls, so it progresses), then
+             * complete it. */
+            int done = 0;
+            long spins = 0;
+            while (!done && spins++ < 100000000L)
+                OK(fsdp_test(m.dp_shard, &next, &done, E));
+            CHECK(done, "prefetch of unit %d never finished", u + 1);
+            OK(fsdp_wait(m.dp_shard, &next, E));
         }
+    }
+    /* Gradients: every unit twice (two microbatches) to exercise accumulation; the first
+     * microbatch reduce-scatters blocking, the second keeps one reduce-scatter in flight
+     * while the next unit's gradient is made (two gradient buffers, two scratches). */
+    float *grad = calloc(p.shard_numel, sizeof *grad);
+    float *g[2], *scratch[2];
+    for (int k = 0; k < 2; k++) {
+        g[k] = malloc(p.max_full_numel * sizeof(float));
+        scratch[k] = malloc(p.max_unit_shard * sizeof(float));
+    }
+    for (int u = NUNIT - 1; u >= 0; u--) {
+        fill(g[0], p.units[u].full_numel, 100 + u, W->rank);
+        OK(fsdp_reduce_scatter_unit(&p, m.dp_shard, grad, g[0], u, scratch[0], E));
+    }
+    FsdpReq pending, started;
+    for (int u = NUNIT - 1; u >= 0; u--) {
+        int k = u % 2;
+        fill(g[k], p.units[u].full_numel, 100 + u + 10, W->rank);
+        OK(fsdp_reduce_scatter_unit_start(&p, m.dp_shard, grad, g[k], u, scratch[k], &started, E));
+        if (u < NUNIT - 1) OK(fsdp_wait(m.dp_shard, &pending, E));
+        pending = started;
+    }
+    OK(fsdp_wait(m.dp_shard, &pending, E));
     OK(fsdp_all_reduce_replicas(&p, m.dp_replicate, grad, E));
     /* Two serial references. `tot` is the plain double sum of every rank's and microbatch's
      * gradient, for a tolerance check scaled by the sum of magnitudes; `want` below repeats
@@ -304,7 +354,8 @@ static void test_fsdp(int R) {
     free(full[0]);
     free(full[1]);
     free(grad);
-    free(g);
+    for (int k = 0; k < 2; k++)
+        free(g[k]), free(scratch[k]);
     fsdp_plan_free(&p);
     mesh_destroy(&m);
 }

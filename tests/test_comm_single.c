@@ -35,6 +35,9 @@ static void test_single_collectives(void **state) {
     assert_memory_equal(x, y, sizeof x);
     CommReq *req = (CommReq *)1;
     assert_int_equal(comm_iall_gather(c, y, x, 5, COMM_F32, &req, &err), 0);
+    int done = 0;
+    assert_int_equal(comm_test(c, req, &done, &err), 0);
+    assert_int_equal(done, 1);
     assert_int_equal(comm_wait(c, req, &err), 0);
     assert_int_equal(comm_broadcast(c, d, sizeof d, 0, &err), 0);
     assert_int_equal(comm_broadcast(c, d, sizeof d, 1, &err), -1);
@@ -100,6 +103,7 @@ static void test_fsdp_layout(void **state) {
     assert_int_equal(p.units[2].shard_offset, 144);
     assert_int_equal(p.shard_numel, 144 + 0 + 48 + 16);
     assert_int_equal(p.max_full_numel, 432);
+    assert_int_equal(p.max_unit_shard, 144);
     fsdp_plan_free(&p);
     int bad_unit[] = {0, 4};
     assert_int_equal(fsdp_plan(&p, NUMEL, bad_unit, 2, NU, 2, 0, &err), -1);
@@ -182,15 +186,16 @@ static void test_fsdp_single_gather_scatter(void **state) {
     float *shard = calloc(p.shard_numel, sizeof(float));
     float *grad = calloc(p.shard_numel, sizeof(float));
     float *full = calloc(p.max_full_numel, sizeof(float));
+    float *scratch = calloc(p.max_unit_shard, sizeof(float));
     for (size_t i = 0; i < p.shard_numel; i++)
         shard[i] = (float)i;
     assert_int_equal(fsdp_gather_unit(&p, c, full, shard, 2, &err), 0);
     assert_memory_equal(full, shard + p.units[2].shard_offset,
                         p.units[2].full_numel * sizeof(float));
     /* Reduce-scatter accumulates: twice the same gradient gives double. */
-    assert_int_equal(fsdp_reduce_scatter_unit(&p, c, grad, full, 2, &err), 0);
+    assert_int_equal(fsdp_reduce_scatter_unit(&p, c, grad, full, 2, scratch, &err), 0);
     FsdpReq req;
-    assert_int_equal(fsdp_reduce_scatter_unit_start(&p, c, grad, full, 2, &req, &err), 0);
+    assert_int_equal(fsdp_reduce_scatter_unit_start(&p, c, grad, full, 2, scratch, &req, &err), 0);
     assert_int_equal(fsdp_wait(c, &req, &err), 0);
     for (size_t i = 0; i < p.units[2].shard_numel; i++)
         assert_true(grad[p.units[2].shard_offset + i] == 2 * full[i]);
@@ -200,6 +205,7 @@ static void test_fsdp_single_gather_scatter(void **state) {
     free(shard);
     free(grad);
     free(full);
+    free(scratch);
     fsdp_plan_free(&p);
     comm_destroy(c);
 }

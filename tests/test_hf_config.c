@@ -216,6 +216,16 @@ static void test_errors(void **state) {
                  "decoder_sparse_step", NULL);
     expect_error("{\"architectures\":[\"Qwen3ForCausalLM\"],\"eos_token_id\":\"x\"}",
                  "eos_token_id", NULL);
+    expect_error("{\"architectures\":[\"Qwen3ForCausalLM\"],\"hidden_size\":16000000,"
+                 "\"vocab_size\":16000000}",
+                 "over the", "element limit");
+    expect_error("{\"architectures\":[\"Qwen3MoeForCausalLM\"],\"num_experts\":100000}",
+                 "num_experts", "1024");
+    expect_error("{\"architectures\":[\"Qwen3MoeForCausalLM\"],\"hidden_size\":2,"
+                 "\"num_attention_heads\":4,\"num_key_value_heads\":4}",
+                 "head_dim is absent", NULL);
+    expect_error("{\"architectures\":[\"Qwen3ForCausalLM\"],\"head_dim\":7}", "head_dim = 7",
+                 "even");
     expect_error("[1]", "expected a JSON object", NULL);
     expect_error("{\"architectures\":", "invalid JSON", NULL);
     Err err;

@@ -1,5 +1,5 @@
-/* Qwen3 model driver: activation checkpointing gives bit-identical gradients, results do
- * not depend on the thread count, packed documents equal separate rows, init follows
+/* Qwen3 model driver: activation checkpointing (full, selective) gives bit-identical gradients,
+ * results do not depend on the thread count, packed documents equal separate rows, init follows
  * DESIGN §5, and every op call goes through the module instance's pointer. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -70,17 +70,20 @@ static float *run(ActCheckpoint ac, int tied, float *loss, size_t *nbytes) {
     return g;
 }
 
-static void test_checkpoint_full_is_bit_identical(void **state) {
+static void test_checkpointing_is_bit_identical(void **state) {
     (void)state;
     for (int tied = 0; tied <= 1; tied++) {
-        float l0, l1;
-        size_t n0, n1;
+        float l0, l1, l2;
+        size_t n0, n1, n2;
         float *g0 = run(AC_NONE, tied, &l0, &n0), *g1 = run(AC_FULL, tied, &l1, &n1);
-        assert_true(l0 == l1);
-        assert_true(n0 == n1);
+        float *g2 = run(AC_SELECTIVE, tied, &l2, &n2);
+        assert_true(l0 == l1 && l0 == l2);
+        assert_true(n0 == n1 && n0 == n2);
         assert_memory_equal(g0, g1, n0);
+        assert_memory_equal(g0, g2, n0);
         free(g0);
         free(g1);
+        free(g2);
     }
 }
 
@@ -163,6 +166,12 @@ static void test_init_and_table(void **state) {
     int32_t t[4] = {1, 2, 3, 4}, y[4] = {2, 3, 4, CE_IGNORE};
     float loss = qwen3_forward(&m, t, y, NULL, NULL, 1, 4);
     assert_true(fabs(loss - log(50.0)) < 0.1);
+    int32_t bad[3] = {0, CE_IGNORE, 50};
+    assert_int_equal(qwen3_check_tokens(&m, bad, 2, 1, "targets", &err), 0);
+    assert_int_equal(qwen3_check_tokens(&m, bad, 2, 0, "tokens", &err), -1);
+    assert_non_null(strstr(err.msg, "tokens[1] = -100"));
+    assert_int_equal(qwen3_check_tokens(&m, bad, 3, 1, "targets", &err), -1);
+    assert_non_null(strstr(err.msg, "targets[2] = 50 is outside the vocabulary [0, 50)"));
     qwen3_free(&m);
 }
 
@@ -205,7 +214,7 @@ static void test_module_slots(void **state) {
 int main(void) {
     make_batch();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_checkpoint_full_is_bit_identical),
+        cmocka_unit_test(test_checkpointing_is_bit_identical),
         cmocka_unit_test(test_thread_count_invariant),
         cmocka_unit_test(test_packed_equals_separate),
         cmocka_unit_test(test_init_and_table),

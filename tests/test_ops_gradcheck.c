@@ -12,6 +12,7 @@
 #include <cmocka.h> /* after the headers it relies on */
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -406,6 +407,9 @@ static void test_model_gradcheck(void **state) {
 
 int main(void) {
     rng_seed(&rng, 1234, 0);
+    /* Thousands of tiny forward passes: one thread avoids OpenMP barrier costs on a busy
+     * machine; thread-count invariance is test_model's job. */
+    omp_set_num_threads(1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_embedding),     cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_rope),          cmocka_unit_test(test_sdpa),

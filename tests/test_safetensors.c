@@ -292,6 +292,11 @@ static void test_sharded_roundtrip(void **state) {
     assert_memory_equal(got, b, sizeof b);
     assert_null(st_set_find(&s, "nope"));
     st_set_close(&s);
+    /* The index file itself names the same set. */
+    assert_int_equal(st_set_open(&s, ip, &err), 0);
+    assert_int_equal(s.nfiles, 3);
+    assert_non_null(st_set_find(&s, "w.c"));
+    st_set_close(&s);
 
     /* A large limit gives one model.safetensors and removes the stale index. */
     assert_int_equal(st_write_hf_shards(&w, dir, 1u << 20, &err), 0);

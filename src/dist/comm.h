@@ -38,6 +38,7 @@ typedef struct CommOps {
     int (*ireduce_scatter_sum)(Comm *c, void *out, const void *in, size_t n, CommDtype t,
                                CommReq **req, Err *err);
     int (*wait)(Comm *c, CommReq *req, Err *err);
+    int (*test)(Comm *c, CommReq *req, int *done, Err *err);
     int (*split)(Comm *c, int color, int key, Comm **out, Err *err);
     void (*destroy)(Comm *c);
 } CommOps;
@@ -92,10 +93,22 @@ static inline int comm_ireduce_scatter_sum(Comm *c, void *out, const void *in, s
                                            CommDtype t, CommReq **req, Err *err) {
     return c->ops->ireduce_scatter_sum(c, out, in, n, t, req, err);
 }
-/* Completes a request started on c (NULL is already complete) and frees it. Until then the
- * buffers it was given must stay untouched. */
+/* Completes a request started on c (NULL is already complete) and releases it. Until then
+ * the buffers it was given must stay untouched. The MPI communicator allows 8 requests in
+ * flight and refuses a ninth with an error. */
 static inline int comm_wait(Comm *c, CommReq *req, Err *err) {
     return req ? c->ops->wait(c, req, err) : 0;
+}
+/* Lets a request progress without blocking; *done = 1 once it has finished moving data
+ * (comm_wait is still needed to complete and release it). Open MPI moves a non-blocking
+ * collective only inside MPI calls, so a trainer that wants a prefetch to overlap compute
+ * calls this between kernels. */
+static inline int comm_test(Comm *c, CommReq *req, int *done, Err *err) {
+    if (!req) {
+        *done = 1;
+        return 0;
+    }
+    return c->ops->test(c, req, done, err);
 }
 /* Blocking forms of the two above. */
 int comm_all_gather(Comm *c, void *out, const void *in, size_t n, CommDtype t, Err *err);

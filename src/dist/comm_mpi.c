@@ -11,24 +11,31 @@
 #include "core/log.h"
 #include "dist/comm.h"
 
+typedef enum { REQ_GATHER, REQ_REDUCE_SCATTER } ReqKind;
+
+/* Requests live in a small per-communicator pool and keep their receive buffers between
+ * uses, so after the first step a non-blocking collective allocates nothing. */
+struct CommReq {
+    MPI_Request request;
+    ReqKind kind;
+    int busy;
+    char *recv;        /* (size, n): the chunks a reduce-scatter received, one per rank */
+    size_t recv_bytes; /* capacity of recv */
+    void *out;         /* (n): where the reduce-scatter's sum goes */
+    size_t n;
+    CommDtype t;
+};
+
+#define MAX_PENDING 8 /* outstanding non-blocking collectives per communicator */
+
 typedef struct MpiImpl {
     MPI_Comm comm;
     int owns_mpi;  /* the world communicator finalises MPI when destroyed */
     char *scratch; /* blocking all-reduce's receive buffer, kept across calls */
     size_t scratch_bytes;
     int *counts; /* (4 * size) counts and displacements for the all-reduce */
+    CommReq pool[MAX_PENDING];
 } MpiImpl;
-
-typedef enum { REQ_GATHER, REQ_REDUCE_SCATTER } ReqKind;
-
-struct CommReq {
-    MPI_Request request;
-    ReqKind kind;
-    void *recv; /* (size, n): the chunks a reduce-scatter received, one per rank */
-    void *out;  /* (n): where the reduce-scatter's sum goes */
-    size_t n;
-    CommDtype t;
-};
 
 static int g_active = 0;
 
@@ -71,6 +78,7 @@ static int count_fits(Comm *c, size_t n, const char *what, Err *err) {
  * rank by rank over whole chunks (same association as a per-element loop, but streaming and
  * vectorisable). */
 static void sum_in_rank_order(void *out, const void *in, size_t n, int ranks, CommDtype t) {
+    if (n == 0) return; /* a rank with no chunk may have no receive buffer at all */
     if (t == COMM_F64) {
         const double *x = in;
         double *y = out;
@@ -147,16 +155,36 @@ static int mpi_broadcast(Comm *c, void *buf, size_t bytes, int root, Err *err) {
     return 0;
 }
 
+static CommReq *take_request(Comm *c, ReqKind kind, size_t recv_bytes, Err *err) {
+    MpiImpl *m = c->impl;
+    for (int i = 0; i < MAX_PENDING; i++) {
+        CommReq *q = &m->pool[i];
+        if (q->busy) continue;
+        if (recv_bytes > q->recv_bytes) {
+            q->recv = xrealloc(q->recv, recv_bytes);
+            q->recv_bytes = recv_bytes;
+        }
+        q->busy = 1;
+        q->kind = kind;
+        return q;
+    }
+    err_set(err,
+            "more than %d non-blocking collectives are outstanding on rank %d's %d-rank "
+            "communicator; wait for one first",
+            MAX_PENDING, c->rank, c->size);
+    return NULL;
+}
+
 static int mpi_iall_gather(Comm *c, void *out, const void *in, size_t n, CommDtype t, CommReq **req,
                            Err *err) {
     *req = NULL;
     TRY(count_fits(c, n, "all-gather", err));
-    CommReq *q = xcalloc(1, sizeof *q);
-    q->kind = REQ_GATHER;
+    CommReq *q = take_request(c, REQ_GATHER, 0, err);
+    if (!q) return -1;
     int rc =
         MPI_Iallgather(in, (int)n, mpi_type(t), out, (int)n, mpi_type(t), mpi_of(c), &q->request);
     if (rc != MPI_SUCCESS) {
-        free(q);
+        q->busy = 0;
         return mpi_fail(c, rc, "MPI_Iallgather", err);
     }
     *req = q;
@@ -167,17 +195,15 @@ static int mpi_ireduce_scatter_sum(Comm *c, void *out, const void *in, size_t n,
                                    CommReq **req, Err *err) {
     *req = NULL;
     TRY(count_fits(c, n, "reduce-scatter", err));
-    CommReq *q = xcalloc(1, sizeof *q);
-    q->kind = REQ_REDUCE_SCATTER;
-    q->recv = xmalloc((size_t)c->size * (n ? n : 1) * comm_dtype_size(t));
+    CommReq *q = take_request(c, REQ_REDUCE_SCATTER, (size_t)c->size * n * comm_dtype_size(t), err);
+    if (!q) return -1;
     q->out = out;
     q->n = n;
     q->t = t;
     int rc = MPI_Ialltoall(in, (int)n, mpi_type(t), q->recv, (int)n, mpi_type(t), mpi_of(c),
                            &q->request);
     if (rc != MPI_SUCCESS) {
-        free(q->recv);
-        free(q);
+        q->busy = 0;
         return mpi_fail(c, rc, "MPI_Ialltoall (reduce-scatter)", err);
     }
     *req = q;
@@ -188,9 +214,16 @@ static int mpi_wait(Comm *c, CommReq *q, Err *err) {
     int rc = MPI_Wait(&q->request, MPI_STATUS_IGNORE);
     if (rc == MPI_SUCCESS && q->kind == REQ_REDUCE_SCATTER)
         sum_in_rank_order(q->out, q->recv, q->n, c->size, q->t);
-    free(q->recv);
-    free(q);
+    q->busy = 0;
     if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Wait", err);
+    return 0;
+}
+
+static int mpi_test(Comm *c, CommReq *q, int *done, Err *err) {
+    /* A request MPI_Test completes becomes MPI_REQUEST_NULL, which MPI_Wait returns at once. */
+    int flag = 0;
+    MPI_TRY(c, MPI_Test(&q->request, &flag, MPI_STATUS_IGNORE), "MPI_Test", err);
+    *done = flag;
     return 0;
 }
 
@@ -228,6 +261,8 @@ static void mpi_destroy(Comm *c) {
     }
     free(m->scratch);
     free(m->counts);
+    for (int i = 0; i < MAX_PENDING; i++)
+        free(m->pool[i].recv);
     free(m);
     free(c);
 }
@@ -239,6 +274,7 @@ static const CommOps MPI_OPS = {
     .iall_gather = mpi_iall_gather,
     .ireduce_scatter_sum = mpi_ireduce_scatter_sum,
     .wait = mpi_wait,
+    .test = mpi_test,
     .split = mpi_split,
     .destroy = mpi_destroy,
 };

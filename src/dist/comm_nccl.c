@@ -120,6 +120,14 @@ static int nccl_wait(Comm *c, CommReq *q, Err *err) {
     return 0;
 }
 
+static int nccl_test(Comm *c, CommReq *q, int *done, Err *err) {
+    cudaError_t rc = cudaEventQuery(q->done);
+    if (rc != cudaSuccess && rc != cudaErrorNotReady)
+        return cuda_fail(c, rc, "cudaEventQuery", err);
+    *done = rc == cudaSuccess;
+    return 0;
+}
+
 static const CommOps NCCL_OPS;
 
 /* Wraps an initialised ncclComm_t with a new stream and scratch word on `device`. */
@@ -168,6 +176,7 @@ static const CommOps NCCL_OPS = {
     .iall_gather = nccl_iall_gather,
     .ireduce_scatter_sum = nccl_ireduce_scatter_sum,
     .wait = nccl_wait,
+    .test = nccl_test,
     .split = nccl_split,
     .destroy = nccl_destroy,
 };

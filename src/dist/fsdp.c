@@ -46,6 +46,7 @@ int fsdp_plan(FsdpPlan *out, const size_t *numel, const int *unit, int n_params,
         u->shard_offset = offset;
         offset += u->shard_numel;
         if (u->full_numel > out->max_full_numel) out->max_full_numel = u->full_numel;
+        if (u->shard_numel > out->max_unit_shard) out->max_unit_shard = u->shard_numel;
     }
     out->shard_numel = offset;
     return 0;
@@ -108,18 +109,18 @@ int fsdp_gather_unit(const FsdpPlan *p, Comm *comm, float *full, const float *sh
 }
 
 int fsdp_reduce_scatter_unit_start(const FsdpPlan *p, Comm *comm, float *grad_shard,
-                                   const float *full_grad, int unit, FsdpReq *req, Err *err) {
+                                   const float *full_grad, int unit, float *scratch, FsdpReq *req,
+                                   Err *err) {
     memset(req, 0, sizeof *req);
     TRY(check_unit(p, comm, unit, err));
     const FsdpUnit *u = &p->units[unit];
-    /* The sum lands in a scratch piece and is added on completion, so gradients accumulate
-     * over microbatches without a second full-size buffer. */
+    /* The sum lands in the scratch and is added on completion, so gradients accumulate over
+     * microbatches. */
     req->acc = grad_shard + u->shard_offset;
     req->n = u->shard_numel;
-    req->tmp = xmalloc((req->n ? req->n : 1) * sizeof(float));
-    if (comm_ireduce_scatter_sum(comm, req->tmp, full_grad, u->shard_numel, COMM_F32, &req->req,
+    req->tmp = scratch;
+    if (comm_ireduce_scatter_sum(comm, scratch, full_grad, u->shard_numel, COMM_F32, &req->req,
                                  err)) {
-        free(req->tmp);
         req->tmp = NULL;
         return -1;
     }
@@ -127,10 +128,14 @@ int fsdp_reduce_scatter_unit_start(const FsdpPlan *p, Comm *comm, float *grad_sh
 }
 
 int fsdp_reduce_scatter_unit(const FsdpPlan *p, Comm *comm, float *grad_shard,
-                             const float *full_grad, int unit, Err *err) {
+                             const float *full_grad, int unit, float *scratch, Err *err) {
     FsdpReq req;
-    TRY(fsdp_reduce_scatter_unit_start(p, comm, grad_shard, full_grad, unit, &req, err));
+    TRY(fsdp_reduce_scatter_unit_start(p, comm, grad_shard, full_grad, unit, scratch, &req, err));
     return fsdp_wait(comm, &req, err);
+}
+
+int fsdp_test(Comm *comm, FsdpReq *req, int *done, Err *err) {
+    return comm_test(comm, req->req, done, err);
 }
 
 int fsdp_wait(Comm *comm, FsdpReq *req, Err *err) {
@@ -139,7 +144,6 @@ int fsdp_wait(Comm *comm, FsdpReq *req, Err *err) {
     if (rc == 0 && req->tmp)
         for (size_t i = 0; i < req->n; i++)
             req->acc[i] += req->tmp[i];
-    free(req->tmp);
     req->tmp = NULL;
     return rc;
 }

@@ -43,6 +43,7 @@ typedef struct FsdpPlan {
     FsdpUnit *units;       /* (n_units) */
     size_t shard_numel;    /* a rank's whole shard buffer */
     size_t max_full_numel; /* the largest unit: size of one full workspace */
+    size_t max_unit_shard; /* the largest unit's shard piece: size of a reduce-scatter scratch */
 } FsdpPlan;
 
 /* Plans n_params parameters of numel[i] elements in unit[i] (0 <= unit < n_units; a unit
@@ -77,11 +78,17 @@ int fsdp_gather_unit(const FsdpPlan *p, Comm *comm, float *full, const float *sh
 int fsdp_gather_unit_start(const FsdpPlan *p, Comm *comm, float *full, const float *shard, int unit,
                            FsdpReq *req, Err *err);
 /* grad_shard (this rank's whole shard buffer) += this rank's piece of the sum over ranks of
- * full_grad (the unit's full_numel): accumulation, so microbatches add up. */
+ * full_grad (the unit's full_numel): accumulation, so microbatches add up. scratch
+ * (max_unit_shard floats, one per outstanding reduce-scatter) receives the sum first, so
+ * nothing is allocated here. */
 int fsdp_reduce_scatter_unit(const FsdpPlan *p, Comm *comm, float *grad_shard,
-                             const float *full_grad, int unit, Err *err);
+                             const float *full_grad, int unit, float *scratch, Err *err);
 int fsdp_reduce_scatter_unit_start(const FsdpPlan *p, Comm *comm, float *grad_shard,
-                                   const float *full_grad, int unit, FsdpReq *req, Err *err);
+                                   const float *full_grad, int unit, float *scratch, FsdpReq *req,
+                                   Err *err);
+/* Lets a started gather or reduce-scatter progress (see comm_test); *done = 1 once its data
+ * has moved. */
+int fsdp_test(Comm *comm, FsdpReq *req, int *done, Err *err);
 /* Completes a started gather or reduce-scatter. */
 int fsdp_wait(Comm *comm, FsdpReq *req, Err *err);
 

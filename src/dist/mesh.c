@@ -84,6 +84,10 @@ void mesh_describe(char *out, size_t cap, const MeshDims *d) {
              d->dp_replicate, d->dp_shard, d->tp, d->world, d->grad_accum_steps);
 }
 
+long mesh_first_row(const MeshDims *d, long local_batch, int micro) {
+    return ((long)micro * d->dp + d->dp_rank) * local_batch;
+}
+
 int mesh_rank_of(const MeshDims *d, int r, int s, int t) {
     return (r * d->dp_shard + s) * d->tp + t;
 }

@@ -45,6 +45,13 @@ int mesh_resolve(MeshDims *out, const MeshConfig *cfg, int rank, Err *err);
 /* One line for the start-up log, e.g. "mesh [dp_replicate 1, dp_shard 4, tp 1] on 4
  * processes, 2 microbatch(es) per step". */
 void mesh_describe(char *out, size_t cap, const MeshDims *d);
+/* The first row, within the step's global batch (global_batch rows, numbered as on one
+ * process), of this rank's microbatch `micro` (0 <= micro < grad_accum_steps); the rows are
+ * [first, first + local_batch). Microbatch k of all data-parallel ranks together covers rows
+ * [k * dp * local_batch, (k + 1) * dp * local_batch), data-parallel rank order inside, so 1, 2
+ * or 4 processes (or more accumulation steps) see the same rows every step. Tensor-parallel
+ * peers get the same rows. */
+long mesh_first_row(const MeshDims *d, long local_batch, int micro);
 /* Rank of coordinates (r, s, t) in a resolved mesh. */
 int mesh_rank_of(const MeshDims *d, int r, int s, int t);
 

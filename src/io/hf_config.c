@@ -14,11 +14,17 @@
 static const char *const ARCH_DENSE = "Qwen3ForCausalLM";
 static const char *const ARCH_MOE = "Qwen3MoeForCausalLM";
 
+#define HF_MAX_SIZE (1 << 24)
+#define HF_MAX_EXPERTS 1024
+#define HF_MAX_PARAM_NUMEL (1LL << 40)
+
 /* An optional integer key in [lo, hi]; absent or null leaves *out unchanged. */
 static int get_int(const json_t *o, const char *key, int *out, int64_t lo, int64_t hi,
                    const char *what, Err *err) {
     int64_t v = *out;
     TRY(json_opt_int(o, key, &v, what, err));
+    const json_t *j = json_object_get(o, key);
+    if (!j || json_is_null(j)) return 0;
     if (v < lo || v > hi)
         return err_set(err, "%s: key \"%s\" is %lld, expected an integer in [%lld, %lld]", what,
                        key, (long long)v, (long long)lo, (long long)hi);
@@ -162,7 +168,9 @@ static int parse_config(ModelSpec *s, HfConfigExtra *extra, const json_t *root, 
     s->max_seq_len = 32768;
     s->norm_eps = 1e-6;
     s->rope_theta = 10000.0;
-    const int big = INT_MAX;
+    /* Caps far above any published model that keep every size product inside int64 and
+     * the key table (layers x experts x 3 entries) allocatable. */
+    const int big = HF_MAX_SIZE;
     TRY(get_int(root, "vocab_size", &s->vocab_size, 1, big, what, err));
     TRY(get_int(root, "hidden_size", &s->dim, 1, big, what, err));
     TRY(get_int(root, "intermediate_size", &s->hidden_dim, 1, big, what, err));
@@ -180,7 +188,11 @@ static int parse_config(ModelSpec *s, HfConfigExtra *extra, const json_t *root, 
     /* Qwen3Config defaults head_dim to 128; the MoE model uses hidden_size / heads. */
     s->head_dim = moe ? s->dim / s->n_heads : 128;
     TRY(get_int(root, "head_dim", &s->head_dim, 1, big, what, err));
-    TRY(get_int(root, "max_position_embeddings", &s->max_seq_len, 1, big, what, err));
+    if (s->head_dim < 1)
+        return err_set(err,
+                       "%s: head_dim is absent and hidden_size %d / num_attention_heads %d is 0",
+                       what, s->dim, s->n_heads);
+    TRY(get_int(root, "max_position_embeddings", &s->max_seq_len, 1, INT_MAX, what, err));
     TRY(get_num(root, "rms_norm_eps", &s->norm_eps, 0.0, what, err));
     TRY(get_num(root, "rope_theta", &s->rope_theta, 1e-30, what, err));
     TRY(parse_rope(root, "rope_scaling", &s->rope_theta, what, err));
@@ -223,8 +235,8 @@ static int parse_config(ModelSpec *s, HfConfigExtra *extra, const json_t *root, 
         s->decoder_sparse_step = 1;
         s->router_aux_loss_coef = 0.001;
         int local = -1;
-        TRY(get_int(root, "num_experts", &s->num_experts, 0, 1 << 20, what, err));
-        TRY(get_int(root, "num_local_experts", &local, -1, 1 << 20, what, err));
+        TRY(get_int(root, "num_experts", &s->num_experts, 0, HF_MAX_EXPERTS, what, err));
+        TRY(get_int(root, "num_local_experts", &local, -1, HF_MAX_EXPERTS, what, err));
         if (local >= 0 && json_object_get(root, "num_experts") && local != s->num_experts)
             return err_set(err, "%s: num_experts %d and num_local_experts %d disagree", what,
                            s->num_experts, local);
@@ -253,6 +265,17 @@ static int parse_config(ModelSpec *s, HfConfigExtra *extra, const json_t *root, 
             }
         }
     }
+    /* The largest weight matrix must stay a sane size (and its byte count inside int64). */
+    double D = s->dim, biggest = (double)s->vocab_size * D;
+    double mats[3] = {(double)s->n_heads * s->head_dim * D, (double)s->hidden_dim * D,
+                      (double)s->num_experts * s->moe_hidden_dim * D};
+    for (int i = 0; i < 3; i++)
+        if (mats[i] > biggest) biggest = mats[i];
+    if (biggest > HF_MAX_PARAM_NUMEL)
+        return err_set(err, "%s: a weight of %.3g elements is over the %.3g-element limit", what,
+                       biggest, (double)HF_MAX_PARAM_NUMEL);
+    /* The same rules as for native flavors (e.g. an even head_dim for RoPE). */
+    if (model_spec_validate(s, err) != 0) return err_wrap(err, "%s", what);
     /* Token ids are checked even when the caller does not want them. */
     HfConfigExtra unused;
     if (!extra) extra = &unused;

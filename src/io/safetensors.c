@@ -16,6 +16,7 @@
 
 #include "core/fs.h"
 #include "core/json.h"
+#include "core/strutil.h"
 
 /* ---- reader ---- */
 
@@ -772,7 +773,12 @@ static int open_index(StSet *s, const char *dir, const char *index_path, Err *er
 int st_set_open(StSet *s, const char *path, Err *err) {
     memset(s, 0, sizeof *s);
     int rc;
-    if (!fs_is_dir(path)) {
+    if (str_ends_with(path, ".safetensors.index.json") && !fs_is_dir(path)) {
+        const char *slash = strrchr(path, '/');
+        char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : NULL;
+        rc = open_index(s, dir ? dir : ".", path, err);
+        free(dir);
+    } else if (!fs_is_dir(path)) {
         rc = set_add(s, path, err);
     } else {
         char *index = fs_join(path, "model.safetensors.index.json");

@@ -92,9 +92,10 @@ typedef struct StSet {
     int nfiles;
 } StSet;
 
-/* path: a .safetensors file, or a directory with model.safetensors.index.json (preferred)
- * or model.safetensors. With an index every listed shard must exist and hold the tensors
- * the weight_map assigns to it, and no tensor may appear in two shards. */
+/* path: a .safetensors file, an index file (*.safetensors.index.json), or a directory with
+ * model.safetensors.index.json (preferred) or model.safetensors. With an index every listed shard
+ * must exist and hold the tensors the weight_map assigns to it, and no tensor may appear in two
+ * shards. */
 int st_set_open(StSet *s, const char *path, Err *err);
 void st_set_close(StSet *s);
 const StTensor *st_set_find(const StSet *s, const char *name);

@@ -13,6 +13,14 @@ int token_lines_read(TokenLines *t, const char *path, int vocab, long max_len, E
     char *data;
     size_t len;
     if (fs_read_all(path, &data, &len, err)) return -1;
+    int rc = token_lines_parse(t, data, len, path, vocab, max_len, err);
+    free(data);
+    return rc;
+}
+
+int token_lines_parse(TokenLines *t, const char *data, size_t len, const char *path, int vocab,
+                      long max_len, Err *err) {
+    memset(t, 0, sizeof *t);
     long cap = 1024, lcap = 16;
     t->ids = xmalloc((size_t)cap * sizeof *t->ids);
     t->start = xmalloc((size_t)lcap * sizeof *t->start);
@@ -65,14 +73,12 @@ int token_lines_read(TokenLines *t, const char *path, int vocab, long max_len, E
         t->ids[t->total++] = (int32_t)v;
         i = (size_t)(end - data);
     }
-    free(data);
     if (t->n == 0) {
         token_lines_free(t);
         return err_set(err, "%s holds no token ids", path);
     }
     return 0;
 fail:
-    free(data);
     token_lines_free(t);
     return -1;
 }

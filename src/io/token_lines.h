@@ -3,6 +3,7 @@
 #ifndef QT_TOKEN_LINES_H
 #define QT_TOKEN_LINES_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/err.h"
@@ -17,6 +18,9 @@ typedef struct TokenLines {
 /* Reads path; a non-integer token, an id outside [0, vocab), a line longer than max_len or a
  * file without any id is an error naming the file, line and column. */
 int token_lines_read(TokenLines *t, const char *path, int vocab, long max_len, Err *err);
+/* The same on text already in memory (data[len] must be NUL); path names it in errors. */
+int token_lines_parse(TokenLines *t, const char *data, size_t len, const char *path, int vocab,
+                      long max_len, Err *err);
 void token_lines_free(TokenLines *t);
 
 #endif

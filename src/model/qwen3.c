@@ -111,10 +111,25 @@ static void layout_acts(Qwen3 *m, Arena *ar) {
         if (m->ac == AC_NONE || i == 0) {
             layout_layer_acts(&a->layers[i], ar, s, N, BHT);
         } else {
-            /* AC_FULL: every layer works in layer 0's buffers; backward recomputes. */
-            float *x = a->layers[i].x;
-            a->layers[i] = a->layers[0];
-            a->layers[i].x = x;
+            /* Later layers work in layer 0's buffers; backward recomputes them. */
+            Qwen3LayerActs *l = &a->layers[i];
+            float *x = l->x;
+            *l = a->layers[0];
+            l->x = x;
+            if (m->ac == AC_SELECTIVE) {
+                /* Outputs of the matmuls and attention stay per layer. */
+                long HE = (long)s->n_heads * s->head_dim, KE = (long)s->n_kv_heads * s->head_dim;
+                long F = s->hidden_dim;
+                l->q = arena_floats(ar, N * HE);
+                l->k = arena_floats(ar, N * KE);
+                l->v = arena_floats(ar, N * KE);
+                l->att = arena_floats(ar, N * HE);
+                l->lse = arena_floats(ar, BHT);
+                l->xmid = arena_floats(ar, N * D);
+                l->h1 = arena_floats(ar, N * F);
+                l->h3 = arena_floats(ar, N * F);
+                l->g = arena_floats(ar, N * F);
+            }
         }
     }
     a->h = arena_floats(ar, N * D);
@@ -339,6 +354,23 @@ static void layer_forward(Qwen3 *m, int i, float *out) {
     add_into(out, a->xmid, N * D);
 }
 
+/* AC_SELECTIVE: rebuilds layer i's norm and rope outputs from the kept activations. */
+static void layer_recompute_selective(Qwen3 *m, int i) {
+    const ModelSpec *s = &m->spec;
+    const Qwen3LayerParams *p = &m->p.layers[i];
+    const Qwen3LayerModules *md = &m->mod.layers[i];
+    Qwen3LayerActs *a = &m->a.layers[i];
+    int D = s->dim, H = s->n_heads, K = s->n_kv_heads, E = s->head_dim;
+    long N = (long)m->B * m->T;
+    float eps = (float)s->norm_eps;
+    md->attention_norm->forward(a->xn1, a->rstd1, a->x, p->attention_norm, N, D, eps);
+    md->q_norm->forward(a->qn, a->q_rstd, a->q, p->q_norm, N * H, E, eps);
+    md->k_norm->forward(a->kn, a->k_rstd, a->k, p->k_norm, N * K, E, eps);
+    md->rope->forward(a->qr, a->qn, m->a.positions, N, H, E, s->rope_theta);
+    md->rope->forward(a->kr, a->kn, m->a.positions, N, K, E, s->rope_theta);
+    md->ffn_norm->forward(a->xn2, a->rstd2, a->xmid, p->ffn_norm, N, D, eps);
+}
+
 /* Layer i backward: m->a.dres holds d out on entry and d x on exit. */
 static void layer_backward(Qwen3 *m, int i) {
     const ModelSpec *s = &m->spec;
@@ -375,9 +407,15 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
                     const int32_t *positions, const int32_t *doc, int B, int T) {
     const ModelSpec *s = &m->spec;
     Qwen3Acts *a = &m->a;
+    long N = (long)B * T;
+    if (B < 1 || T < 1 || N > (long)m->max_B * m->max_T) {
+        /* The activation arena was sized for max_B x max_T; more is a caller's bug. */
+        fprintf(stderr, "internal error: qwen3_forward on %d x %d tokens, sized for %d x %d\n", B,
+                T, m->max_B, m->max_T);
+        abort();
+    }
     m->B = B;
     m->T = T;
-    long N = (long)B * T;
     int D = s->dim, V = s->vocab_size;
     memcpy(a->tokens, tokens, (size_t)N * sizeof(int32_t));
     for (long n = 0; n < N; n++) {
@@ -386,7 +424,6 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
         a->doc[n] = doc ? doc[n] : 0;
     }
     a->has_doc = doc != NULL;
-    m->has_targets = targets != NULL;
 
     m->mod.tok_embeddings->forward(a->layers[0].x, a->tokens, m->p.tok_embeddings, N, D);
     for (int i = 0; i < s->n_layers; i++)
@@ -411,10 +448,13 @@ void qwen3_backward(Qwen3 *m, double divisor) {
                           a->ce_lse, m->mod.lm_head, N, D, V, (float)(1.0 / divisor));
     m->mod.norm->backward(a->dres, m->g.norm, a->dxn, a->h, m->p.norm, a->rstdf, N, D);
     for (int i = s->n_layers - 1; i >= 0; i--) {
+        /* The last layer's shared buffers still hold its own forward values. */
         if (m->ac == AC_FULL && i + 1 < s->n_layers) {
             /* Recompute layer i from its kept input; the output is already in
              * layers[i + 1].x, so write it to a scratch that is free now. */
             layer_forward(m, i, a->dtmp);
+        } else if (m->ac == AC_SELECTIVE && i + 1 < s->n_layers) {
+            layer_recompute_selective(m, i);
         }
         layer_backward(m, i);
     }

@@ -27,8 +27,9 @@
 #include "ops/swiglu.h"
 
 typedef enum ActCheckpoint {
-    AC_NONE = 0, /* keep every activation */
-    AC_FULL,     /* keep each layer's input only; recompute the layer in backward */
+    AC_NONE = 0,  /* keep every activation */
+    AC_FULL,      /* keep each layer's input only; recompute the layer in backward */
+    AC_SELECTIVE, /* keep matmul and attention outputs; recompute norms and rope in backward */
 } ActCheckpoint;
 
 /* One layer's parameters (also used for its gradients). */
@@ -86,7 +87,8 @@ typedef struct Qwen3Modules {
     const LmHeadLossOp *loss; /* lm_head + cross-entropy (ops/lm_head_loss.h) */
 } Qwen3Modules;
 
-/* Activations of one layer. In AC_FULL mode all layers share one set except x. */
+/* Activations of one layer. AC_FULL: all layers share one set except x. AC_SELECTIVE: they
+ * share the norm and rope outputs (xn1, rstd1, qn, q_rstd, kn, k_rstd, qr, kr, xn2, rstd2). */
 typedef struct Qwen3LayerActs {
     float *x;      /* (N, D) layer input (residual stream), kept in every mode */
     float *xn1;    /* (N, D) attention_norm output */
@@ -157,7 +159,6 @@ typedef struct Qwen3 {
     int B, T;
     double loss_sum; /* sum of CE over valid targets */
     long n_valid;
-    int has_targets;
 } Qwen3;
 
 /* The module tree of spec (DESIGN §4), without allocating a model: fills mod with each
@@ -183,10 +184,10 @@ void qwen3_init_params(Qwen3 *m, uint64_t seed);
 const Qwen3Param *qwen3_find_param(const Qwen3 *m, const char *name);
 void qwen3_zero_grads(Qwen3 *m);
 
-/* Forward on B x T tokens (B <= max_B, T <= max_T). tokens and targets in [0, V), targets
- * may be CE_IGNORE or the whole array NULL (no loss: logits only). positions NULL means
- * 0..T-1 in every row; doc NULL means plain causal attention. Returns the mean loss over
- * valid targets (0 when none) and fills m->loss_sum / m->n_valid; logits stay in
+/* Forward on B x T tokens (B * T <= max_B * max_T; more aborts as a programming error). tokens and
+ * targets in [0, V), targets may be CE_IGNORE or the whole array NULL (no loss: logits only).
+ * positions NULL means 0..T-1 in every row; doc NULL means plain causal attention. Returns the mean
+ * loss over valid targets (0 when none) and fills m->loss_sum / m->n_valid; logits stay in
  * m->a.logits (N, V) until backward. Token ids must already be checked. */
 float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
                     const int32_t *positions, const int32_t *doc, int B, int T);

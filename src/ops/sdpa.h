@@ -1,8 +1,8 @@
 /* Causal scaled-dot-product attention with grouped KV heads (GQA) and an optional document
- * mask: query token t attends key s when s <= t and, with doc ids, doc[s] == doc[t] (packed
- * documents do not see each other). Scale 1/sqrt(E). Head h reads KV head h / (H/K).
- * Tensors are token-major as the projections produce them.
- * B batch, T sequence, H query heads, K kv heads, E head dim. */
+ * mask: query token t attends key s when s <= t and, with doc ids, s lies in t's document, a
+ * maximal run of equal ids in the row (packed documents do not see each other). Scale 1/sqrt(E).
+ * Head h reads KV head h / (H/K). Tensors are token-major as the projections produce them. B batch,
+ * T sequence, H query heads, K kv heads, E head dim. */
 #ifndef QT_OP_SDPA_H
 #define QT_OP_SDPA_H
 

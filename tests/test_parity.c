@@ -1,0 +1,196 @@
+/* Parity with Hugging Face transformers' Qwen3ForCausalLM in fp32: for every fixture under
+ * tests/fixtures/parity/ (made by tools/make_parity_fixtures.py), load the checkpoint, run
+ * forward and backward on its token lines, and compare logits, loss and every parameter
+ * gradient with the values HF computed. Lines of equal length run as one batch; every
+ * fixture also runs with all lines packed into one row (document mask, positions restarting
+ * at 0), which must match HF running the lines separately. The measured errors are printed. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h> /* after the headers it relies on */
+
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fs.h"
+#include "core/json.h"
+#include "io/safetensors.h"
+#include "io/token_lines.h"
+#include "model/qwen3.h"
+#include "model/qwen3_hf.h"
+
+#define TOL_LOGITS 1e-4 /* max abs diff / max |logit| */
+#define TOL_LOSS 1e-5   /* relative */
+#define TOL_GRAD 1e-4   /* relative L2 per tensor */
+
+/* Reads config.json here rather than through io/hf_config, so the test does not trust the
+ * code under test for the architecture. */
+static void read_spec(ModelSpec *s, const char *dir) {
+    char *path = fs_join(dir, "config.json");
+    Err err;
+    json_t *j = json_load_path(path, &err);
+    assert_non_null(j);
+    memset(s, 0, sizeof *s);
+    int64_t v;
+    assert_int_equal(json_req_int(j, "hidden_size", &v, path, &err), 0), s->dim = (int)v;
+    assert_int_equal(json_req_int(j, "num_hidden_layers", &v, path, &err), 0);
+    s->n_layers = (int)v;
+    assert_int_equal(json_req_int(j, "num_attention_heads", &v, path, &err), 0);
+    s->n_heads = (int)v;
+    assert_int_equal(json_req_int(j, "num_key_value_heads", &v, path, &err), 0);
+    s->n_kv_heads = (int)v;
+    assert_int_equal(json_req_int(j, "head_dim", &v, path, &err), 0), s->head_dim = (int)v;
+    assert_int_equal(json_req_int(j, "intermediate_size", &v, path, &err), 0);
+    s->hidden_dim = (int)v;
+    assert_int_equal(json_req_int(j, "vocab_size", &v, path, &err), 0), s->vocab_size = (int)v;
+    assert_int_equal(json_req_num(j, "rms_norm_eps", &s->norm_eps, path, &err), 0);
+    assert_int_equal(json_opt_bool(j, "tie_word_embeddings", &s->tie_embeddings, path, &err), 0);
+    json_t *rp = json_object_get(j, "rope_parameters");
+    s->rope_theta = 0;
+    if (rp)
+        assert_int_equal(json_req_num(rp, "rope_theta", &s->rope_theta, path, &err), 0);
+    else
+        assert_int_equal(json_req_num(j, "rope_theta", &s->rope_theta, path, &err), 0);
+    json_decref(j);
+    free(path);
+}
+
+typedef struct Errs {
+    double logits, loss, grad;
+    char worst_grad[96];
+} Errs;
+
+/* Forward + backward of all lines, batched (packed = 0, equal lengths) or packed in one row;
+ * compares with expected. */
+static Errs run_case(Qwen3 *m, const TokenLines *tl, const StFile *exp, int packed) {
+    Errs e = {0, 0, 0, ""};
+    long N = tl->total;
+    int B = packed ? 1 : tl->n, T = (int)(packed ? N : N / tl->n);
+    int32_t *tgt = malloc((size_t)N * sizeof(int32_t)), *pos = malloc((size_t)N * sizeof(int32_t));
+    int32_t *doc = malloc((size_t)N * sizeof(int32_t));
+    for (int l = 0; l < tl->n; l++)
+        for (long i = tl->start[l]; i < tl->start[l + 1]; i++) {
+            int last = i + 1 == tl->start[l + 1];
+            tgt[i] = last ? CE_IGNORE : tl->ids[i + 1];
+            pos[i] = (int32_t)(i - tl->start[l]);
+            doc[i] = l;
+        }
+    qwen3_zero_grads(m);
+    float loss = qwen3_forward(m, tl->ids, tgt, packed ? pos : NULL, packed ? doc : NULL, B, T);
+    int V = m->spec.vocab_size;
+    for (int l = 0; l < tl->n; l++) {
+        char name[32];
+        snprintf(name, sizeof name, "logits.%d", l);
+        const StTensor *t = st_find(exp, name);
+        assert_non_null(t);
+        long len = tl->start[l + 1] - tl->start[l];
+        assert_true(t->numel == len * V);
+        float *ref = malloc((size_t)t->numel * sizeof(float));
+        st_to_f32(t, ref);
+        double maxabs = 0, maxdiff = 0;
+        const float *got = m->a.logits + tl->start[l] * V;
+        for (long i = 0; i < t->numel; i++) {
+            maxabs = fmax(maxabs, fabs(ref[i]));
+            maxdiff = fmax(maxdiff, fabs(ref[i] - got[i]));
+        }
+        e.logits = fmax(e.logits, maxdiff / maxabs);
+        free(ref);
+    }
+    float ref_loss;
+    st_to_f32(st_find(exp, "loss"), &ref_loss);
+    e.loss = fabs(loss - ref_loss) / fabs(ref_loss);
+    qwen3_backward(m, 0);
+    for (int i = 0; i < m->nparams; i++) {
+        const Qwen3Param *p = &m->table[i];
+        char hf[160];
+        assert_int_equal(qwen3_hf_name(hf, sizeof hf, p->name), 0);
+        const StTensor *t = st_find(exp, hf);
+        assert_non_null(t);
+        assert_true(t->numel == p->numel);
+        float *ref = malloc((size_t)t->numel * sizeof(float));
+        st_to_f32(t, ref);
+        double d2 = 0, r2 = 0;
+        for (long k = 0; k < p->numel; k++) {
+            d2 += ((double)p->grad[k] - ref[k]) * ((double)p->grad[k] - ref[k]);
+            r2 += (double)ref[k] * ref[k];
+        }
+        double rel = sqrt(d2 / r2);
+        if (rel > e.grad) {
+            e.grad = rel;
+            snprintf(e.worst_grad, sizeof e.worst_grad, "%s", p->name);
+        }
+        free(ref);
+    }
+    free(tgt), free(pos), free(doc);
+    return e;
+}
+
+static void test_parity(void **state) {
+    (void)state;
+    const char *src = getenv("QT_SOURCE_DIR");
+    char root[4096];
+    snprintf(root, sizeof root, "%s/tests/fixtures/parity", src ? src : ".");
+    struct dirent **names;
+    int n = scandir(root, &names, NULL, alphasort);
+    assert_true(n > 0);
+    int checked = 0;
+    for (int f = 0; f < n; f++) {
+        if (names[f]->d_name[0] == '.') {
+            free(names[f]);
+            continue;
+        }
+        char fixture[256];
+        snprintf(fixture, sizeof fixture, "%s", names[f]->d_name);
+        char *dir = fs_join(root, fixture);
+        free(names[f]);
+        ModelSpec s;
+        read_spec(&s, dir);
+        Err err;
+        char *tokens = fs_join(dir, "tokens.txt"), *expected = fs_join(dir, "expected.safetensors");
+        TokenLines tl;
+        assert_int_equal(token_lines_read(&tl, tokens, s.vocab_size, 1 << 20, &err), 0);
+        int equal = 1;
+        for (int l = 1; l < tl.n; l++)
+            equal &= tl.start[l + 1] - tl.start[l] == tl.start[1] - tl.start[0];
+        StSet set;
+        if (st_set_open(&set, dir, &err)) fail_msg("%s", err.msg);
+        StFile exp;
+        if (st_open(&exp, expected, &err)) fail_msg("%s", err.msg);
+        /* Activation checkpointing must not change a bit; it runs packed only. */
+        for (int ac = AC_NONE; ac <= AC_SELECTIVE; ac++) {
+            Qwen3 m;
+            assert_int_equal(qwen3_create(&m, &s, tl.n, (int)tl.total, ac, &err), 0);
+            if (qwen3_load_hf(&m, &set, &err)) fail_msg("%s", err.msg);
+            for (int packed = equal && ac == AC_NONE ? 0 : 1; packed <= 1; packed++) {
+                Errs e = run_case(&m, &tl, &exp, packed);
+                printf("%-20s %-7s %-7s logits %.2e  loss %.2e  grad %.2e (worst %s)\n", fixture,
+                       packed ? "packed" : "batched",
+                       ac == AC_FULL        ? "ac=full"
+                       : ac == AC_SELECTIVE ? "ac=sel"
+                                            : "ac=none",
+                       e.logits, e.loss, e.grad, e.worst_grad);
+                assert_true(e.logits <= TOL_LOGITS);
+                assert_true(e.loss <= TOL_LOSS);
+                assert_true(e.grad <= TOL_GRAD);
+            }
+            qwen3_free(&m);
+        }
+        checked++;
+        st_close(&exp);
+        st_set_close(&set);
+        token_lines_free(&tl);
+        free(tokens), free(expected), free(dir);
+    }
+    free(names);
+    assert_true(checked >= 4);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_parity)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
