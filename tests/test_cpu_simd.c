@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/dtype.h"
 #include "core/rng.h"
 #include "kernels/cpu_simd.h"
 
@@ -211,11 +212,47 @@ static void test_reduction_alignment(void **state) {
     free(a), free(b);
 }
 
+/* bf16 conversions agree bit for bit with core/dtype.h: every bf16 value widened, and fp32
+ * patterns covering every exponent (subnormals, inf, NaN), exact ties and random bits. */
+static void test_bf16_convert(void **state) {
+    (void)state;
+    enum { N = 65536 * 4 + 1000003 };
+    uint32_t *bits = malloc((size_t)N * 4);
+    uint16_t *h = malloc((size_t)N * 2), *hw = malloc((size_t)N * 2);
+    float *f = malloc((size_t)N * 4);
+    Rng r;
+    rng_seed(&r, 23, 0);
+    const uint32_t lows[4] = {0x0000, 0x8000, 0x7fff, 0x8001}; /* exact, tie, below, above */
+    for (long i = 0; i < 65536 * 4; i++)
+        bits[i] = (uint32_t)(i >> 2) << 16 | lows[i & 3];
+    for (long i = 65536 * 4; i < N; i++)
+        bits[i] = (uint32_t)rng_u64(&r);
+    memcpy(f, bits, (size_t)N * 4);
+    for (long i = 0; i < N; i++)
+        hw[i] = f32_to_bf16(f[i]);
+    FOR_EACH_PATH({
+        memset(h, 0, (size_t)N * 2);
+        simd_f32_to_bf16(h, f, N - 5); /* odd length: the masked tail */
+        assert_memory_equal(h, hw, (size_t)(N - 5) * 2);
+        assert_true(h[N - 5] == 0);
+        for (long i = 0; i < 65536; i++)
+            h[i] = (uint16_t)i;
+        simd_bf16_to_f32(f, h, 65536 - 3);
+        for (long i = 0; i < 65536 - 3; i++) {
+            float w = bf16_to_f32((uint16_t)i);
+            assert_memory_equal(&f[i], &w, 4);
+        }
+        memcpy(f, bits, (size_t)N * 4);
+    });
+    free(bits), free(h), free(hw), free(f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_exp),     cmocka_unit_test(test_dot_axpy),
-        cmocka_unit_test(test_softmax), cmocka_unit_test(test_silu_swiglu),
-        cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_reduction_alignment),
+        cmocka_unit_test(test_exp),          cmocka_unit_test(test_dot_axpy),
+        cmocka_unit_test(test_softmax),      cmocka_unit_test(test_silu_swiglu),
+        cmocka_unit_test(test_rmsnorm),      cmocka_unit_test(test_reduction_alignment),
+        cmocka_unit_test(test_bf16_convert),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -255,13 +255,50 @@ static void test_concurrent_callers(void **state) {
     }
 }
 
+/* Per-head products issued from inside an OpenMP loop (as attention may do): correct, and the
+ * same bits as the same products issued one by one from outside. */
+static void test_inside_omp_region(void **state) {
+    (void)state;
+    enum { H = 6, T = 70, E = 40 };
+    Rng r;
+    rng_seed(&r, 21, 0);
+    float *Q = malloc(H * T * E * 4), *Kt = malloc(H * T * E * 4);
+    float *S1 = malloc(H * T * T * 4), *S2 = malloc(H * T * T * 4);
+    fill(Q, H * T * E, &r);
+    fill(Kt, H * T * E, &r);
+    const char *names[] = {"dnnl", "sgemm"};
+    for (int b = 0; b < 2; b++) {
+        assert_int_equal(gemm_set_backend(names[b]), 0);
+#pragma omp parallel for schedule(static)
+        for (int h = 0; h < H; h++)
+            gemm_f32(0, 1, T, T, E, 0.5f, Q + h * T * E, E, Kt + h * T * E, E, 0.0f, S1 + h * T * T,
+                     T);
+        for (int h = 0; h < H; h++)
+            gemm_f32(0, 1, T, T, E, 0.5f, Q + h * T * E, E, Kt + h * T * E, E, 0.0f, S2 + h * T * T,
+                     T);
+        assert_memory_equal(S1, S2, H * T * T * 4);
+        for (int h = 0; h < H; h += 5)
+            for (int i = 0; i < T; i += 7)
+                for (int j = 0; j < T; j += 3) {
+                    double w = 0, a = 0;
+                    for (int k = 0; k < E; k++) {
+                        double p = 0.5 * Q[h * T * E + i * E + k] * Kt[h * T * E + j * E + k];
+                        w += p, a += fabs(p);
+                    }
+                    assert_true(fabs(S1[h * T * T + i * T + j] - w) <= (E + 4) * 0x1p-23 * a);
+                }
+    }
+    free(Q), free(Kt), free(S1), free(S2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_dnnl_f32),      cmocka_unit_test(test_dnnl_bf16),
-        cmocka_unit_test(test_sgemm_f32),     cmocka_unit_test(test_sgemm_bf16),
-        cmocka_unit_test(test_ref_f32),       cmocka_unit_test(test_ref_bf16),
-        cmocka_unit_test(test_degenerate),    cmocka_unit_test(test_nan_propagates),
-        cmocka_unit_test(test_deterministic), cmocka_unit_test(test_concurrent_callers),
+        cmocka_unit_test(test_dnnl_f32),          cmocka_unit_test(test_dnnl_bf16),
+        cmocka_unit_test(test_sgemm_f32),         cmocka_unit_test(test_sgemm_bf16),
+        cmocka_unit_test(test_ref_f32),           cmocka_unit_test(test_ref_bf16),
+        cmocka_unit_test(test_degenerate),        cmocka_unit_test(test_nan_propagates),
+        cmocka_unit_test(test_deterministic),     cmocka_unit_test(test_concurrent_callers),
+        cmocka_unit_test(test_inside_omp_region),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

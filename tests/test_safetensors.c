@@ -431,6 +431,39 @@ static void test_malformed_header(void **state) {
     free(missing);
 }
 
+/* Other writers need not pad the header, so data can start at any byte offset. */
+static void test_unaligned_data(void **state) {
+    (void)state;
+    const char *hdr = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                      "\"b\":{\"dtype\":\"BF16\",\"shape\":[1],\"data_offsets\":[8,10]},"
+                      "\"c\":{\"dtype\":\"F16\",\"shape\":[1],\"data_offsets\":[11,13]}} ";
+    size_t h = strlen(hdr), n = 8 + h + 13;
+    assert_true((8 + h) % 2 == 1);
+    unsigned char *buf = calloc(1, n);
+    for (int i = 0; i < 8; i++)
+        buf[i] = (unsigned char)((uint64_t)h >> (8 * i));
+    memcpy(buf + 8, hdr, h);
+    const float a[2] = {1.5f, -3.25f};
+    const uint16_t b = 0x4049, c = 0x3c00; /* bf16 3.140625, f16 1.0 */
+    memcpy(buf + 8 + h, a, 8);
+    memcpy(buf + 8 + h + 8, &b, 2);
+    memcpy(buf + 8 + h + 11, &c, 2);
+    char *p = write_raw("unaligned.safetensors", buf, n);
+    free(buf);
+    StFile f;
+    Err err;
+    assert_int_equal(st_open(&f, p, &err), 0);
+    float got[2];
+    st_to_f32(st_find(&f, "a"), got);
+    assert_memory_equal(got, a, sizeof a);
+    st_to_f32(st_find(&f, "b"), got);
+    assert_true(got[0] == 3.140625f);
+    st_to_f32(st_find(&f, "c"), got);
+    assert_true(got[0] == 1.0f);
+    st_close(&f);
+    free(p);
+}
+
 static void test_bad_index(void **state) {
     (void)state;
     char *dir = tmp_path("idx");
@@ -517,7 +550,8 @@ int main(void) {
         cmocka_unit_test(test_roundtrip_f32),       cmocka_unit_test(test_roundtrip_bf16),
         cmocka_unit_test(test_roundtrip_f16),       cmocka_unit_test(test_sharded_roundtrip),
         cmocka_unit_test(test_malformed_framing),   cmocka_unit_test(test_malformed_header),
-        cmocka_unit_test(test_bad_index),           cmocka_unit_test(test_writer_rejects),
+        cmocka_unit_test(test_unaligned_data),      cmocka_unit_test(test_bad_index),
+        cmocka_unit_test(test_writer_rejects),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,163 +1,25 @@
 /* GEMM throughput: GFLOP/s of each gemm.h backend for fp32 and bf16 on square products and
- * on Qwen3-0.6B's real shapes, next to the measured FMA peak of this machine (a register-only
- * AVX-512 loop on every OpenMP thread), so results read as a fraction of peak.
+ * on Qwen3-0.6B's real shapes, next to this machine's measured peaks (kernels/cpu_peak.h:
+ * register-only FMA and bf16 loops on every OpenMP thread), so results read as a fraction of
+ * peak.
  * Usage: bench_gemm [--quick] [--lmhead] [--only SUBSTRING]   (--quick: 64 and 512 only; --lmhead
  * adds the 151936-wide LM head product, ~160 GFLOP per call). Each figure is the best of several
  * timed calls, since the machine may be shared. */
-#include <cpuid.h>
-#include <immintrin.h>
 #include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "core/dtype.h"
+#include "kernels/cpu_peak.h"
 #include "ops/gemm.h"
 
 static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
-/* 12 independent FMA chains hide the 4-cycle latency on two FMA ports. */
-__attribute__((target("avx512f"))) static float fma_loop(long iters) {
-    __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-3f);
-    /* Distinct starting values: identical chains would be merged into one by the compiler. */
-    __m512 a0 = _mm512_set1_ps(0), a1 = _mm512_set1_ps(1), a2 = _mm512_set1_ps(2),
-           a3 = _mm512_set1_ps(3), a4 = _mm512_set1_ps(4), a5 = _mm512_set1_ps(5),
-           a6 = _mm512_set1_ps(6), a7 = _mm512_set1_ps(7), a8 = _mm512_set1_ps(8),
-           a9 = _mm512_set1_ps(9), a10 = _mm512_set1_ps(10), a11 = _mm512_set1_ps(11);
-    for (long i = 0; i < iters; i++) {
-        a0 = _mm512_fmadd_ps(a0, x, y);
-        a1 = _mm512_fmadd_ps(a1, x, y);
-        a2 = _mm512_fmadd_ps(a2, x, y);
-        a3 = _mm512_fmadd_ps(a3, x, y);
-        a4 = _mm512_fmadd_ps(a4, x, y);
-        a5 = _mm512_fmadd_ps(a5, x, y);
-        a6 = _mm512_fmadd_ps(a6, x, y);
-        a7 = _mm512_fmadd_ps(a7, x, y);
-        a8 = _mm512_fmadd_ps(a8, x, y);
-        a9 = _mm512_fmadd_ps(a9, x, y);
-        a10 = _mm512_fmadd_ps(a10, x, y);
-        a11 = _mm512_fmadd_ps(a11, x, y);
-    }
-    __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
-                             _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
-    s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
-    return _mm512_reduce_add_ps(s);
-}
-
-/* Same with vdpbf16ps: each instruction does 32 bf16 multiply-adds into 16 fp32 lanes. */
-__attribute__((target("avx512f,avx512bf16"))) static float dpbf16_loop(long iters) {
-    __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80), y = (__m512bh)_mm512_set1_epi16(0x3a80);
-    __m512 a0 = _mm512_set1_ps(0), a1 = _mm512_set1_ps(1), a2 = _mm512_set1_ps(2),
-           a3 = _mm512_set1_ps(3), a4 = _mm512_set1_ps(4), a5 = _mm512_set1_ps(5),
-           a6 = _mm512_set1_ps(6), a7 = _mm512_set1_ps(7), a8 = _mm512_set1_ps(8),
-           a9 = _mm512_set1_ps(9), a10 = _mm512_set1_ps(10), a11 = _mm512_set1_ps(11);
-    for (long i = 0; i < iters; i++) {
-        a0 = _mm512_dpbf16_ps(a0, x, y);
-        a1 = _mm512_dpbf16_ps(a1, x, y);
-        a2 = _mm512_dpbf16_ps(a2, x, y);
-        a3 = _mm512_dpbf16_ps(a3, x, y);
-        a4 = _mm512_dpbf16_ps(a4, x, y);
-        a5 = _mm512_dpbf16_ps(a5, x, y);
-        a6 = _mm512_dpbf16_ps(a6, x, y);
-        a7 = _mm512_dpbf16_ps(a7, x, y);
-        a8 = _mm512_dpbf16_ps(a8, x, y);
-        a9 = _mm512_dpbf16_ps(a9, x, y);
-        a10 = _mm512_dpbf16_ps(a10, x, y);
-        a11 = _mm512_dpbf16_ps(a11, x, y);
-    }
-    __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
-                             _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
-    s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
-    return _mm512_reduce_add_ps(s);
-}
-
-/* AMX: four 16x16 fp32 accumulator tiles fed by two A and two B tiles; each tdpbf16ps is
- * 16*16*32 multiply-adds. Linux hands out the tile state only on request (arch_prctl). */
-typedef struct TileCfg {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} TileCfg;
-
-/* CPUID feature bit (GCC and clang disagree on __builtin_cpu_supports names for these). */
-static int cpu_has(unsigned leaf, unsigned sub, int reg, int bit) {
-    unsigned r[4];
-    if (!__get_cpuid_count(leaf, sub, &r[0], &r[1], &r[2], &r[3])) return 0;
-    return (r[reg] >> bit) & 1;
-}
-#define HAS_AVX512_BF16() cpu_has(7, 1, 0, 5)                         /* EAX bit 5 */
-#define HAS_AMX_BF16() (cpu_has(7, 0, 3, 22) && cpu_has(7, 0, 3, 24)) /* EDX: AMX-BF16, -TILE */
-
-static int amx_enable(void) {
-    const long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
-    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
-}
-
-__attribute__((target("amx-tile,amx-bf16"))) static float amx_loop(long iters) {
-    static _Alignas(64) uint16_t src[16 * 32];
-    _Alignas(64) float out[16 * 16];
-    for (int i = 0; i < 16 * 32; i++)
-        src[i] = 0x3c00; /* bf16 2^-7 */
-    TileCfg cfg = {.palette = 1};
-    for (int t = 0; t < 8; t++)
-        cfg.colsb[t] = 64, cfg.rows[t] = 16;
-    _tile_loadconfig(&cfg);
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    _tile_loadd(4, src, 64);
-    _tile_loadd(5, src, 64);
-    _tile_loadd(6, src, 64);
-    _tile_loadd(7, src, 64);
-    for (long i = 0; i < iters; i++) {
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-    }
-    _tile_stored(0, out, 64);
-    _tile_release();
-    return out[0];
-}
-
-static double amx_peak(void) {
-    const long iters = 1000000;
-    double best = 0;
-    volatile float sink = 0;
-    for (int rep = 0; rep < 10; rep++) {
-        double t0 = now();
-#pragma omp parallel reduction(+ : sink)
-        sink += amx_loop(iters);
-        double dt = now() - t0;
-        double flop = (double)omp_get_max_threads() * iters * 4 * 16 * 16 * 32 * 2;
-        if (flop / dt > best) best = flop / dt;
-    }
-    return best * 1e-9;
-}
-
-/* Best-of-10 GFLOP/s of the register loop on all threads; flop_per_iter per thread. */
-static double peak(int bf16) {
-    const long iters = 20000000;
-    double best = 0;
-    volatile float sink = 0;
-    for (int rep = 0; rep < 10; rep++) {
-        double t0 = now();
-#pragma omp parallel reduction(+ : sink)
-        sink += bf16 ? dpbf16_loop(iters) : fma_loop(iters);
-        double dt = now() - t0;
-        double flop = (double)omp_get_max_threads() * iters * 12 * 16 * 2 * (bf16 ? 2 : 1);
-        if (flop / dt > best) best = flop / dt;
-    }
-    return best * 1e-9;
 }
 
 typedef struct Shape {
@@ -237,13 +99,11 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < maxb; i++)
         Bh[i] = f32_to_bf16(B[i]);
 
-    int avx512 = __builtin_cpu_supports("avx512f");
-    double pf = avx512 ? peak(0) : 0, pb = avx512 && HAS_AVX512_BF16() ? peak(1) : 0;
-    double pa = HAS_AMX_BF16() && amx_enable() ? amx_peak() : 0;
-    printf("threads %d\nfp32 FMA peak %.0f GFLOP/s; bf16 peak %.0f GFLOP/s (AVX512_BF16 "
-           "vdpbf16ps), %.0f GFLOP/s (AMX tdpbf16ps; 0 = no AMX)\n",
-           omp_get_max_threads(), pf, pb, pa);
-    if (pa > pb) pb = pa; /* bf16 %%peak is against the best bf16 unit present */
+    CpuPeak peak;
+    cpu_peak_measure(&peak);
+    double pf = peak.fp32_gflops, pb = peak.bf16_gflops;
+    printf("threads %d\npeak fp32 %.0f GFLOP/s (%s), bf16 %.0f GFLOP/s (%s)\n",
+           omp_get_max_threads(), pf, peak.fp32_unit, pb, peak.bf16_unit);
     const char *backends[] = {"dnnl", "sgemm", "ref"};
     for (int b = 0; b < 3; b++) {
         gemm_set_backend(backends[b]);

@@ -1,8 +1,9 @@
 /* Throughput of the kernels/cpu_simd.h helpers, AVX-512 path against the scalar twin, on
  * Qwen3-0.6B sizes for T = 512 tokens (softmax over 512x512 attention rows, SwiGLU over
- * T x 3072, RMSNorm over T x 1024). Best of several calls; the machine may be shared.
- * Usage: bench_simd */
+ * T x 3072, RMSNorm over T x 1024, bf16 conversion of T x 3072). Best of several calls; the machine
+ * may be shared. Usage: bench_simd */
 #include <omp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -41,6 +42,9 @@ static double best_us(int what, float *x, float *y, float *z, float *w) {
         case 5:
             simd_axpy(y, 1e-3f, x, (long)T * F);
             break;
+        case 6:
+            simd_f32_to_bf16((uint16_t *)z, x, (long)T * F);
+            break;
         }
         double dt = (now() - t0) * 1e6;
         if (dt < best) best = dt;
@@ -51,7 +55,8 @@ static double best_us(int what, float *x, float *y, float *z, float *w) {
 int main(void) {
     const char *names[] = {"exp        T*F = 1.57M", "softmax    512 rows x 512",
                            "swiglu     T*F = 1.57M", "rmsnorm    T=512 x D=1024",
-                           "dot        T*D = 0.52M", "axpy       T*F = 1.57M"};
+                           "dot        T*D = 0.52M", "axpy       T*F = 1.57M",
+                           "f32->bf16  T*F = 1.57M"};
     float *x = malloc((size_t)T * F * 4), *y = malloc((size_t)T * F * 4);
     float *z = malloc((size_t)T * F * 4), *w = malloc(D * 4);
     if (!x || !y || !z || !w) return 1;
@@ -62,7 +67,7 @@ int main(void) {
     printf("threads %d (softmax and rmsnorm split rows over threads; the rest are serial)\n",
            omp_get_max_threads());
     printf("%-28s %12s %12s %8s\n", "op", "scalar us", "avx512 us", "speedup");
-    for (int what = 0; what < 6; what++) {
+    for (int what = 0; what < 7; what++) {
         simd_force(0);
         double s = best_us(what, x, y, z, w);
         simd_force(1);

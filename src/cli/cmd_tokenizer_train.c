@@ -1,12 +1,130 @@
-/* qtitan tokenizer-train. */
+/* qtitan tokenizer-train: learns a byte-level BPE (Qwen pre-tokenizer) from text or JSONL
+ * files and writes tokenizer.json + tokenizer_config.json into a directory. */
 #include "cli/commands.h"
 
+#include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fs.h"
+#include "core/strutil.h"
+#include "core/timer.h"
+#include "text/bpe_train.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: qtitan tokenizer-train --input FILES --vocab-size N --output DIR\n"
+               "                              [--min-frequency K] [--special TOKEN ...]\n\n"
+               "  --input FILES      comma-separated (or repeated) files: *.jsonl files give one\n"
+               "                     document per line from their \"text\" field; any other file\n"
+               "                     is one document of plain UTF-8 text\n"
+               "  --vocab-size N     total ids: 256 byte tokens + merges + special tokens\n"
+               "  --output DIR       gets tokenizer.json and tokenizer_config.json\n"
+               "  --min-frequency K  never merge a pair seen fewer than K times (default 2)\n"
+               "  --special TOKEN    special token (repeatable; default <|endoftext|>,\n"
+               "                     <|im_start|>, <|im_end|>; the first is eos and pad)\n");
+}
+
+static int add_file(BpeTrainer *tr, const char *path, Err *err) {
+    char *data;
+    size_t len;
+    TRY(fs_read_all(path, &data, &len, err));
+    if (!str_ends_with(path, ".jsonl")) {
+        bpe_trainer_add(tr, data, len);
+        free(data);
+        return 0;
+    }
+    size_t lineno = 0;
+    int rc = 0;
+    for (char *p = data, *end = data + len; p < end && rc == 0;) {
+        char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        lineno++;
+        size_t k = 0;
+        while (k < n && (p[k] == ' ' || p[k] == '\t' || p[k] == '\r'))
+            k++;
+        if (k < n) {
+            json_error_t je;
+            json_t *doc = json_loadb(p, n, JSON_ALLOW_NUL, &je);
+            json_t *text = json_object_get(doc, "text");
+            if (!doc)
+                rc = err_set(err, "%s:%zu: not JSON: %s", path, lineno, je.text);
+            else if (!json_is_string(text))
+                rc = err_set(err, "%s:%zu: missing string \"text\"", path, lineno);
+            else
+                bpe_trainer_add(tr, json_string_value(text), json_string_length(text));
+            json_decref(doc);
+        }
+        p += n + 1;
+    }
+    free(data);
+    return rc;
+}
 
 int cmd_tokenizer_train(int argc, char **argv) {
     if (cmd_wants_help(argc, argv)) {
-        printf("usage: qtitan tokenizer-train [options]\n\nNot built yet.\n");
+        usage(stdout);
         return 0;
     }
-    return cmd_not_built("tokenizer-train");
+    const char *inputs[256], *special[64], *out = NULL;
+    size_t n_in = 0, n_special = 0;
+    long vocab = 0, minf = 2;
+    char *lists[256];
+    size_t n_lists = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int has = i + 1 < argc;
+        if (strcmp(a, "--input") == 0 && has && n_lists < 256) {
+            char *copy = lists[n_lists++] = xstrdup(argv[++i]);
+            for (char *tok = strtok(copy, ","); tok && n_in < 256; tok = strtok(NULL, ","))
+                inputs[n_in++] = tok;
+        } else if (strcmp(a, "--vocab-size") == 0 && has) {
+            vocab = strtol(argv[++i], NULL, 10);
+        } else if (strcmp(a, "--min-frequency") == 0 && has) {
+            minf = strtol(argv[++i], NULL, 10);
+        } else if (strcmp(a, "--special") == 0 && has && n_special < 64) {
+            special[n_special++] = argv[++i];
+        } else if (strcmp(a, "--output") == 0 && has) {
+            out = argv[++i];
+        } else {
+            fprintf(stderr, "error: unknown or incomplete option \"%s\"\n", a);
+            usage(stderr);
+            for (size_t k = 0; k < n_lists; k++)
+                free(lists[k]);
+            return 2;
+        }
+    }
+    int status = 0;
+    if (n_in == 0 || !out || vocab < 1 || vocab > (1 << 24) || minf < 0) {
+        fprintf(stderr, "error: --input, --output and --vocab-size (1..2^24) are required\n");
+        usage(stderr);
+        status = 2;
+    }
+    if (n_special == 0) {
+        special[n_special++] = "<|endoftext|>";
+        special[n_special++] = "<|im_start|>";
+        special[n_special++] = "<|im_end|>";
+    }
+    if (status == 0) {
+        BpeTrainOptions opt = {(uint32_t)vocab, (uint32_t)minf, special, n_special};
+        BpeTrainer *tr = bpe_trainer_new(&opt);
+        Err err;
+        double t0 = now_seconds();
+        size_t merges = 0;
+        for (size_t k = 0; k < n_in && status == 0; k++)
+            if (add_file(tr, inputs[k], &err) != 0) status = 1;
+        double t1 = now_seconds();
+        if (status == 0 && bpe_trainer_finish(tr, out, &merges, &err) != 0) status = 1;
+        if (status != 0)
+            fprintf(stderr, "error: %s\n", err.msg);
+        else
+            fprintf(stderr,
+                    "tokenizer-train: %zu merges, vocab %ld, read %.2f s, trained %.2f s; wrote "
+                    "%s/tokenizer.json\n",
+                    merges, vocab, t1 - t0, now_seconds() - t1, out);
+        bpe_trainer_free(tr);
+    }
+    for (size_t k = 0; k < n_lists; k++)
+        free(lists[k]);
+    return status;
 }

@@ -257,7 +257,13 @@ const StTensor *st_find(const StFile *f, const char *name) {
 void st_to_f32(const StTensor *t, float *dst) {
     size_t es = dtype_size(t->dtype), n = (size_t)t->numel;
     const unsigned char *src = t->data;
-    /* Convert through an aligned bounce buffer: mapped data may sit at any byte offset. */
+    int is_float = t->dtype == DT_F32 || t->dtype == DT_BF16 || t->dtype == DT_F16;
+    if (is_float && (uintptr_t)src % es == 0) {
+        dtype_to_f32(dst, src, t->dtype, n);
+        return;
+    }
+    /* Otherwise convert through an aligned bounce buffer: files from other writers may put
+     * data at any byte offset. */
     enum { CHUNK = 4096 };
     uint64_t buf[CHUNK];
     for (size_t i = 0; i < n;) {

@@ -3,6 +3,8 @@
  * is made once at run time from CPUID (and QT_SIMD=scalar for debugging). */
 #include "kernels/cpu_simd.h"
 
+#include "core/dtype.h"
+
 #include <immintrin.h>
 #include <math.h>
 #include <pthread.h>
@@ -12,9 +14,16 @@
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_avx512;
 
+/* F for the float paths, BW and VL for the 16-bit masked loads and stores (every AVX-512 CPU
+ * since Skylake-SP has all three). */
+static int has_avx512(void) {
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+}
+
 static void init_once(void) {
     const char *env = getenv("QT_SIMD");
-    g_avx512 = __builtin_cpu_supports("avx512f") && !(env && strcmp(env, "scalar") == 0);
+    g_avx512 = has_avx512() && !(env && strcmp(env, "scalar") == 0);
 }
 
 int simd_avx512_active(void) {
@@ -24,7 +33,7 @@ int simd_avx512_active(void) {
 
 void simd_force(int avx512) {
     pthread_once(&g_once, init_once);
-    g_avx512 = avx512 && __builtin_cpu_supports("avx512f");
+    g_avx512 = avx512 && has_avx512();
 }
 
 /* ---- scalar twins ----------------------------------------------------------------------- */
@@ -82,7 +91,7 @@ static void scale_mul_scalar(float *out, const float *x, float r, const float *w
 
 /* ---- AVX-512 ---------------------------------------------------------------------------- */
 
-#define AVX512 __attribute__((target("avx512f")))
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
 /* Mask of the first n (< 16) lanes, for loop tails. */
 AVX512 static inline __mmask16 tail(long n) {
@@ -232,6 +241,42 @@ AVX512 static void scale_mul_avx512(float *out, const float *x, float r, const f
     }
 }
 
+/* f32_to_bf16 on 16 lanes in integer arithmetic: add 0x7fff plus the lowest kept bit, keep
+ * the top half; NaN keeps its top half with the quiet bit set. */
+AVX512 static inline __m256i bf16_16(__m512 f) {
+    __m512i u = _mm512_castps_si512(f);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+    __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
+    r = _mm512_mask_mov_epi32(r, nan,
+                              _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+    return _mm512_cvtepi32_epi16(r);
+}
+
+AVX512 static void to_bf16_avx512(uint16_t *dst, const float *src, long n) {
+    long i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(dst + i), bf16_16(_mm512_loadu_ps(src + i)));
+    if (i < n) {
+        __mmask16 m = tail(n - i);
+        _mm256_mask_storeu_epi16(dst + i, m, bf16_16(_mm512_maskz_loadu_ps(m, src + i)));
+    }
+}
+
+AVX512 static void from_bf16_avx512(float *dst, const uint16_t *src, long n) {
+    long i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + i)));
+        _mm512_storeu_si512(dst + i, _mm512_slli_epi32(w, 16));
+    }
+    if (i < n) {
+        __mmask16 m = tail(n - i);
+        __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src + i));
+        _mm512_mask_storeu_ps(dst + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+    }
+}
+
 /* ---- dispatch --------------------------------------------------------------------------- */
 
 void simd_exp(float *y, const float *x, long n) {
@@ -282,6 +327,36 @@ void simd_swiglu(float *out, const float *gate, const float *up, long n) {
         swiglu_avx512(out, gate, up, n);
     else
         swiglu_scalar(out, gate, up, n);
+}
+
+/* Conversions go in chunks of 64K elements, one chunk per loop iteration, so the split over
+ * threads never changes a result (each element is converted independently anyway). */
+#define CONVERT_CHUNK 65536L
+
+void simd_f32_to_bf16(uint16_t *dst, const float *src, long n) {
+    int v = simd_avx512_active();
+#pragma omp parallel for schedule(static) if (n > 4 * CONVERT_CHUNK)
+    for (long c = 0; c < n; c += CONVERT_CHUNK) {
+        long len = n - c < CONVERT_CHUNK ? n - c : CONVERT_CHUNK;
+        if (v)
+            to_bf16_avx512(dst + c, src + c, len);
+        else
+            for (long i = c; i < c + len; i++)
+                dst[i] = f32_to_bf16(src[i]);
+    }
+}
+
+void simd_bf16_to_f32(float *dst, const uint16_t *src, long n) {
+    int v = simd_avx512_active();
+#pragma omp parallel for schedule(static) if (n > 4 * CONVERT_CHUNK)
+    for (long c = 0; c < n; c += CONVERT_CHUNK) {
+        long len = n - c < CONVERT_CHUNK ? n - c : CONVERT_CHUNK;
+        if (v)
+            from_bf16_avx512(dst + c, src + c, len);
+        else
+            for (long i = c; i < c + len; i++)
+                dst[i] = bf16_to_f32(src[i]);
+    }
 }
 
 void simd_rmsnorm_rows(float *out, float *rstd, const float *x, const float *w, int T, int D,

@@ -1,11 +1,11 @@
 /* AVX-512 building blocks for the non-GEMM ops (softmax, SiLU / SwiGLU, RMSNorm, dot, axpy),
- * each with a portable scalar twin chosen at run time when the CPU lacks AVX-512F. They are
+ * each with a portable scalar twin chosen at run time when the CPU lacks AVX-512. They are
  * meant to be called from inside the ops in src/ops (which own the math and the backward
  * passes); bench/README.md, section "CPU SIMD helpers", says how to wire them in and what
  * they gain.
  *
- * Numerics: simd_exp is within 2 ulp of expf over the whole float range (NaN -> NaN,
- * -inf -> 0, +inf and overflow -> inf). Reductions (dot, row sums, sums of squares) add in
+ * Numerics: simd_exp is within 2 ulp of the correctly rounded exp over the whole float range (NaN
+ * -> NaN, -inf -> 0, +inf and overflow -> inf). Reductions (dot, row sums, sums of squares) add in
  * a fixed order that depends only on n, never on threads or alignment, so results are
  * bitwise reproducible; the order differs from a left-to-right scalar loop, so they match the
  * scalar twins to rounding, not bit for bit. Row functions are serial; the _rows variants
@@ -13,7 +13,10 @@
 #ifndef QT_CPU_SIMD_H
 #define QT_CPU_SIMD_H
 
-/* 1 when the AVX-512 paths are in use (CPU has AVX-512F and QT_SIMD is not "scalar"). */
+#include <stdint.h>
+
+/* 1 when the AVX-512 paths are in use (CPU has AVX-512 F, BW and VL, and QT_SIMD is not
+ * "scalar"). */
 int simd_avx512_active(void);
 /* Forces the scalar (0) or the AVX-512 (1, when the CPU has it) paths; for tests. */
 void simd_force(int avx512);
@@ -40,5 +43,12 @@ void simd_swiglu(float *out, const float *gate, const float *up, long n);
  * out may alias x; rstd may be NULL. Rows split over threads. */
 void simd_rmsnorm_rows(float *out, float *rstd, const float *x, const float *w, int T, int D,
                        float eps);
+
+/* dst[i] = bf16(src[i]) with round-to-nearest-even, bit-identical to core/dtype.h's
+ * f32_to_bf16 (NaN stays NaN, subnormals are rounded, not flushed as vcvtneps2bf16 would),
+ * and the exact widening back. Large n is split over threads. For the per-step bf16 copies
+ * of weights and activations in mixed precision. */
+void simd_f32_to_bf16(uint16_t *dst, const float *src, long n);
+void simd_bf16_to_f32(float *dst, const uint16_t *src, long n);
 
 #endif

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/dtype.h"
+#include "core/err.h"
 #include "core/log.h"
 
 void gemm_f32_ref(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
@@ -167,6 +168,11 @@ static int matmul_cached(const Key *k, const void *A, const void *B, float *C) {
         if (e) {
             e->key = *k;
             e->prim = build_matmul(k, &e->scratch_bytes);
+            if (!e->prim) /* once per problem: the fallback is correct but slow */
+                log_warn("gemm: oneDNN has no %s matmul for ta=%d tb=%d M=%d N=%d K=%d lda=%d "
+                         "ldb=%d ldc=%d; using the %s fallback",
+                         k->bf16 ? "bf16" : "fp32", k->ta, k->tb, k->M, k->N, k->K, k->lda, k->ldb,
+                         k->ldc, k->bf16 ? "fp32-conversion" : "reference");
             e->next = g_buckets[h];
             g_buckets[h] = e;
             g_count++;
@@ -287,11 +293,7 @@ void gemm_f32(int ta, int tb, int M, int N, int K, float alpha, const float *A, 
 
 /* Widens rows x cols bf16 values (row stride ld) into a dense fp32 copy. */
 static float *widen(const uint16_t *X, int rows, int cols, int ld) {
-    float *out = malloc((size_t)rows * cols * sizeof *out);
-    if (!out) {
-        log_error("gemm: out of memory widening a %dx%d bf16 operand", rows, cols);
-        abort();
-    }
+    float *out = xmalloc((size_t)rows * cols * sizeof *out);
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++)

@@ -8,9 +8,10 @@
  *          beta); fp32 and bf16 (bf16 needs AVX512_BF16 or oneDNN's AVX-512 emulation).
  *   sgemm  oneDNN's dnnl_sgemm (fp32 only; bf16 goes through the fp32 conversion fallback).
  *   ref    the plain loops below (gemm_f32_ref); the numerical truth in tests.
- * Results are bitwise reproducible run to run for a fixed thread count and fixed shapes
- * (tests/test_gemm.c checks repeated calls); a different OMP_NUM_THREADS may change the
- * summation order and so the last bits. */
+ * Results are bitwise reproducible run to run for a fixed thread count and fixed shapes, also
+ * across buffer alignment (tests/test_gemm.c checks it); a different OMP_NUM_THREADS may change
+ * the summation order and so the last bits (measured: oneDNN bf16 and dnnl_sgemm do, see
+ * bench/README.md). Thread-safe: any number of threads may call concurrently. */
 #ifndef QT_GEMM_H
 #define QT_GEMM_H
 

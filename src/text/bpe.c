@@ -23,29 +23,27 @@ void bpe_init(Bpe *b, size_t n_merges) {
     b->cap = 16;
     while (b->cap < n_merges * 2 + 16)
         b->cap *= 2;
-    b->keys = xmalloc(b->cap * sizeof *b->keys);
-    b->vals = xmalloc(b->cap * sizeof *b->vals);
-    memset(b->keys, 0xFF, b->cap * sizeof *b->keys);
+    b->slots = xmalloc(b->cap * sizeof *b->slots);
+    for (size_t i = 0; i < b->cap; i++)
+        b->slots[i].key = UINT64_MAX;
     for (int i = 0; i < 256; i++)
         b->byte_id[i] = BPE_NONE;
     b->tag = __atomic_fetch_add(&next_tag, 1, __ATOMIC_RELAXED);
 }
 
 void bpe_free(Bpe *b) {
-    free(b->keys);
-    free(b->vals);
+    free(b->slots);
     memset(b, 0, sizeof *b);
 }
 
 int bpe_add_merge(Bpe *b, uint32_t left, uint32_t right, uint32_t merged, uint32_t rank) {
     uint64_t key = (uint64_t)left << 32 | right;
     size_t mask = b->cap - 1, h = mix64(key) & mask;
-    while (b->keys[h] != UINT64_MAX) {
-        if (b->keys[h] == key) return -1;
+    while (b->slots[h].key != UINT64_MAX) {
+        if (b->slots[h].key == key) return -1;
         h = (h + 1) & mask;
     }
-    b->keys[h] = key;
-    b->vals[h] = (uint64_t)rank << 32 | merged;
+    b->slots[h] = (BpeSlot){key, rank, merged};
     b->n++;
     return 0;
 }
@@ -54,12 +52,13 @@ int bpe_lookup(const Bpe *b, uint32_t left, uint32_t right, uint32_t *rank, uint
     uint64_t key = (uint64_t)left << 32 | right;
     size_t mask = b->cap - 1, h = mix64(key) & mask;
     for (;;) {
-        uint64_t k = b->keys[h];
-        if (k == key) {
-            *rank = (uint32_t)(b->vals[h] >> 32);
-            *merged = (uint32_t)b->vals[h];
+        const BpeSlot *sl = &b->slots[h];
+        if (sl->key == key) {
+            *rank = sl->rank;
+            *merged = sl->merged;
             return 1;
         }
+        uint64_t k = sl->key;
         if (k == UINT64_MAX) return 0;
         h = (h + 1) & mask;
     }

@@ -10,9 +10,15 @@
 
 #define BPE_NONE UINT32_MAX
 
+/* One merge-table slot: key and value side by side, so a lookup touches one cache line. */
+typedef struct BpeSlot {
+    uint64_t key;    // left << 32 | right, or UINT64_MAX when empty
+    uint32_t rank;   // merge priority (lower first)
+    uint32_t merged; // id of the merged token
+} BpeSlot;
+
 typedef struct Bpe {
-    uint64_t *keys; // (cap) pair (left << 32 | right), or UINT64_MAX when empty
-    uint64_t *vals; // (cap) (rank << 32 | merged id)
+    BpeSlot *slots; // (cap) open addressing, linear probing
     size_t cap, n;
     uint32_t byte_id[256]; // id of the token for each single byte, BPE_NONE when missing
     uint64_t tag;          // unique per loaded tokenizer: keys the per-thread word cache

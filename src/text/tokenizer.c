@@ -15,6 +15,7 @@
 #include "core/json.h"
 #include "text/bpe.h"
 #include "text/pretok.h"
+#include "text/tokjson.h"
 #include "text/utf8.h"
 
 void idvec_push(IdVec *v, uint32_t id) {
@@ -89,14 +90,12 @@ static uint32_t byte_char(int b) {
 static int char_byte(uint32_t cp) {
     if ((cp >= 33 && cp <= 126) || (cp >= 161 && cp <= 172) || (cp >= 174 && cp <= 255))
         return (int)cp;
-    if (cp < 256 || cp > 256 + 67) return -1;
-    int n = 0;
-    for (int i = 0; i < 256; i++)
-        if (!((i >= 33 && i <= 126) || (i >= 161 && i <= 172) || i >= 174)) {
-            if (256u + (uint32_t)n == cp) return i;
-            n++;
-        }
-    return -1;
+    if (cp < 256 || cp >= 256 + 68) return -1;
+    /* The shifted characters U+0100.. stand for bytes 0-32, 127-160 and 173, in order. */
+    uint32_t k = cp - 256;
+    if (k <= 32) return (int)k;
+    if (k <= 32 + 34) return (int)(127 + k - 33);
+    return 173;
 }
 
 /* ---- string -> id table */
@@ -125,7 +124,9 @@ static int64_t map_find(const Tokenizer *t, const char *s, size_t n) {
     }
 }
 
-static void map_insert(Tokenizer *t, uint32_t id) {
+/* Inserts id under its string; returns the id it displaced (the later one wins, so an added
+ * token replaces a vocab entry with the same text, as in HF) or -1. */
+static int64_t map_insert(Tokenizer *t, uint32_t id) {
     size_t l;
     const char *s = tok_str(t, id, &l);
     size_t mask = t->map_cap - 1, h = hash_bytes(s, l) & mask;
@@ -133,12 +134,14 @@ static void map_insert(Tokenizer *t, uint32_t id) {
         size_t l2;
         const char *s2 = tok_str(t, t->map[h], &l2);
         if (l2 == l && memcmp(s, s2, l) == 0) {
-            t->map[h] = id; /* an added token with the same text wins, as in HF */
-            return;
+            int64_t old = t->map[h];
+            t->map[h] = id;
+            return old;
         }
         h = (h + 1) & mask;
     }
     t->map[h] = id;
+    return -1;
 }
 
 /* ---- loading */
@@ -269,9 +272,127 @@ static int parse_decoder(Tokenizer *t, const json_t *d, const char *path, Err *e
     return 0;
 }
 
-/* Splits a merge entry ("a b" or ["a", "b"]) into its two token strings. */
-static int merge_parts(const json_t *m, char **a, char **b, size_t idx, const char *path,
-                       Err *err) {
+/* Token tables, string map and merges from the flat vocab / merges. */
+static int build_model(Tokenizer *t, const TokJson *tj, const char *path, Err *err) {
+    /* Ids: vocab and added tokens together decide the table size. */
+    uint64_t max_id = 0;
+    size_t blob = 0;
+    for (size_t k = 0; k < tj->n_vocab; k++) {
+        if (tj->vocab[k].id >= (1 << 24))
+            return err_set(err, "%s: model.vocab[\"%s\"] must be an id in [0, 2^24)", path,
+                           tj->vocab[k].s);
+        if ((uint64_t)tj->vocab[k].id > max_id) max_id = (uint64_t)tj->vocab[k].id;
+        blob += tj->vocab[k].len;
+    }
+    for (size_t i = 0; i < t->n_added; i++) {
+        if (t->added[i].id > max_id) max_id = t->added[i].id;
+        blob += t->added[i].len;
+    }
+    t->n_ids = tj->n_vocab + t->n_added > 0 ? (uint32_t)max_id + 1 : 0;
+    t->tok_off = xcalloc(t->n_ids + 1, sizeof *t->tok_off);
+    t->has_tok = xcalloc(t->n_ids + 1, 1);
+    t->tok_blob = xmalloc(blob + 1);
+    /* Lengths first, then prefix sums, then copies, so strings sit in id order. */
+    size_t *len = xcalloc(t->n_ids + 1, sizeof *len);
+    const char **src = xcalloc(t->n_ids + 1, sizeof *src);
+    for (size_t k = 0; k < tj->n_vocab; k++) {
+        uint32_t id = (uint32_t)tj->vocab[k].id;
+        if (t->has_tok[id]) {
+            err_set(err, "%s: model.vocab gives id %u to two tokens (\"%s\" and \"%s\")", path, id,
+                    src[id], tj->vocab[k].s);
+            free(len);
+            free(src);
+            return -1;
+        }
+        t->has_tok[id] = 1;
+        len[id] = tj->vocab[k].len;
+        src[id] = tj->vocab[k].s;
+    }
+    uint8_t *is_added = xcalloc(t->n_ids + 1, 1), *is_vocab = xcalloc(t->n_ids + 1, 1);
+    for (size_t k = 0; k < tj->n_vocab; k++)
+        is_vocab[tj->vocab[k].id] = 1;
+    for (size_t i = 0; i < t->n_added; i++) {
+        uint32_t id = t->added[i].id;
+        t->has_tok[id] = 1;
+        is_added[id] = 1;
+        len[id] = t->added[i].len;
+        src[id] = t->added[i].content;
+    }
+    for (uint32_t id = 0; id < t->n_ids; id++) {
+        t->tok_off[id + 1] = t->tok_off[id] + len[id];
+        if (len[id]) memcpy(t->tok_blob + t->tok_off[id], src[id], len[id]);
+    }
+    free(len);
+    free(src);
+    t->map_cap = 16;
+    while (t->map_cap < 2 * (size_t)t->n_ids + 16)
+        t->map_cap *= 2;
+    t->map = xmalloc(t->map_cap * sizeof *t->map);
+    memset(t->map, 0xFF, t->map_cap * sizeof *t->map);
+    /* The model's vocabulary first: merges and byte tokens resolve against it alone. (An added
+     * token that reuses a vocab id with other text replaces that text, as id_to_token does in
+     * HF; merges naming the old text then fail to load.) */
+    for (uint32_t id = 0; id < t->n_ids; id++) {
+        if (!is_vocab[id]) continue;
+        if (map_insert(t, id) >= 0) {
+            size_t l;
+            const char *s = tok_str(t, id, &l);
+            free(is_added);
+            free(is_vocab);
+            return err_set(err, "%s: model.vocab has the token \"%.*s\" twice", path, (int)l, s);
+        }
+    }
+
+    bpe_init(&t->bpe, tj->n_merges);
+    for (int b = 0; b < 256; b++) {
+        char c[4];
+        int n = utf8_encode(c, byte_char(b));
+        int64_t id = map_find(t, c, (size_t)n);
+        if (id >= 0) t->bpe.byte_id[b] = (uint32_t)id;
+    }
+    char *cat = NULL;
+    size_t cat_cap = 0;
+    for (size_t i = 0; i < tj->n_merges; i++) {
+        const TokMerge *m = &tj->merges[i];
+        if (m->la + m->lb > cat_cap) cat = xrealloc(cat, cat_cap = 2 * (m->la + m->lb) + 64);
+        memcpy(cat, m->a, m->la);
+        memcpy(cat + m->la, m->b, m->lb);
+        int64_t ia = map_find(t, m->a, m->la), ib = map_find(t, m->b, m->lb),
+                im = map_find(t, cat, m->la + m->lb);
+        int rc = 0;
+        if (ia < 0 || ib < 0 || im < 0)
+            rc = err_set(err,
+                         "%s: model.merges[%zu] (\"%.*s\" \"%.*s\") refers to a token not in "
+                         "model.vocab (\"%.*s\")",
+                         path, i, (int)m->la, m->a, (int)m->lb, m->b,
+                         ia < 0   ? (int)m->la
+                         : ib < 0 ? (int)m->lb
+                                  : 16,
+                         ia < 0   ? m->a
+                         : ib < 0 ? m->b
+                                  : "the merged token");
+        else if (bpe_add_merge(&t->bpe, (uint32_t)ia, (uint32_t)ib, (uint32_t)im, (uint32_t)i))
+            rc = err_set(err, "%s: model.merges[%zu] (\"%.*s\" \"%.*s\") repeats an earlier merge",
+                         path, i, (int)m->la, m->a, (int)m->lb, m->b);
+        if (rc) {
+            free(cat);
+            free(is_added);
+            free(is_vocab);
+            return -1;
+        }
+    }
+    free(cat);
+    /* Then added tokens, which win for their text in tokenizer_token_id, as in HF. */
+    for (uint32_t id = 0; id < t->n_ids; id++)
+        if (is_added[id]) map_insert(t, id);
+    free(is_added);
+    free(is_vocab);
+    return 0;
+}
+
+/* Splits a merge entry ("a b" or ["a", "b"]) into its two token strings (pointing into the
+ * jansson value). */
+static int merge_parts(const json_t *m, TokMerge *out, size_t idx, const char *path, Err *err) {
     if (json_is_string(m)) {
         const char *s = json_string_value(m);
         const char *sp = strchr(s, ' ');
@@ -280,20 +401,46 @@ static int merge_parts(const json_t *m, char **a, char **b, size_t idx, const ch
                            "%s: model.merges[%zu] \"%s\" is not two tokens split by one "
                            "space",
                            path, idx, s);
-        *a = strndup(s, (size_t)(sp - s));
-        *b = xstrdup(sp + 1);
+        out->a = s;
+        out->la = (uint32_t)(sp - s);
+        out->b = sp + 1;
+        out->lb = (uint32_t)strlen(sp + 1);
         return 0;
     }
     if (json_is_array(m) && json_array_size(m) == 2 && json_is_string(json_array_get(m, 0)) &&
         json_is_string(json_array_get(m, 1))) {
-        *a = xstrdup(json_string_value(json_array_get(m, 0)));
-        *b = xstrdup(json_string_value(json_array_get(m, 1)));
+        out->a = json_string_value(json_array_get(m, 0));
+        out->la = (uint32_t)json_string_length(json_array_get(m, 0));
+        out->b = json_string_value(json_array_get(m, 1));
+        out->lb = (uint32_t)json_string_length(json_array_get(m, 1));
         return 0;
     }
     return err_set(err, "%s: model.merges[%zu] must be \"a b\" or [\"a\", \"b\"]", path, idx);
 }
 
-static int parse_model(Tokenizer *t, const json_t *model, const char *path, Err *err) {
+/* Vocab and merges from the jansson tree (when the fast path declined) into flat arrays. */
+static int flatten_model(TokJson *tj, const json_t *vocab, const json_t *merges, const char *path,
+                         Err *err) {
+    const char *key;
+    json_t *v;
+    tj->vocab = xmalloc((json_object_size(vocab) + 1) * sizeof *tj->vocab);
+    json_object_foreach((json_t *)vocab, key, v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= (1 << 24))
+            return err_set(err, "%s: model.vocab[\"%s\"] must be an id in [0, 2^24)", path, key);
+        TokVocab *e = &tj->vocab[tj->n_vocab++];
+        e->s = key;
+        e->len = (uint32_t)strlen(key);
+        e->id = json_integer_value(v);
+    }
+    size_t i;
+    json_t *m;
+    tj->merges = xmalloc((json_array_size(merges) + 1) * sizeof *tj->merges);
+    json_array_foreach(merges, i, m) TRY(merge_parts(m, &tj->merges[tj->n_merges++], i, path, err));
+    return 0;
+}
+
+static int parse_model(Tokenizer *t, const json_t *model, const TokJson *fast, const char *path,
+                       Err *err) {
     if (!json_is_object(model)) return err_set(err, "%s: missing \"model\" object", path);
     const char *type = NULL;
     TRY(json_opt_str(model, "type", &type, path, err));
@@ -319,104 +466,17 @@ static int parse_model(Tokenizer *t, const json_t *model, const char *path, Err 
     json_t *merges = json_object_get(model, "merges");
     if (!json_is_object(vocab)) return err_set(err, "%s: model.vocab must be an object", path);
     if (!json_is_array(merges)) return err_set(err, "%s: model.merges must be an array", path);
-
-    /* Ids: vocab and added tokens together decide the table size. */
-    uint64_t max_id = 0;
-    size_t blob = 0;
-    const char *key;
-    json_object_foreach(vocab, key, v) {
-        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= (1 << 24))
-            return err_set(err, "%s: model.vocab[\"%s\"] must be an id in [0, 2^24)", path, key);
-        if ((uint64_t)json_integer_value(v) > max_id) max_id = (uint64_t)json_integer_value(v);
-        blob += strlen(key);
+    TokJson flat = {0};
+    if (!fast) {
+        int rc = flatten_model(&flat, vocab, merges, path, err);
+        if (rc == 0) rc = build_model(t, &flat, path, err);
+        tokjson_free(&flat);
+        return rc;
     }
-    for (size_t i = 0; i < t->n_added; i++) {
-        if (t->added[i].id > max_id) max_id = t->added[i].id;
-        blob += t->added[i].len;
-    }
-    t->n_ids = json_object_size(vocab) + t->n_added > 0 ? (uint32_t)max_id + 1 : 0;
-    t->tok_off = xcalloc(t->n_ids + 1, sizeof *t->tok_off);
-    t->has_tok = xcalloc(t->n_ids + 1, 1);
-    t->tok_blob = xmalloc(blob + 1);
-    /* Lengths first, then prefix sums, then copies, so strings sit in id order. */
-    size_t *len = xcalloc(t->n_ids + 1, sizeof *len);
-    const char **src = xcalloc(t->n_ids + 1, sizeof *src);
-    json_object_foreach(vocab, key, v) {
-        uint32_t id = (uint32_t)json_integer_value(v);
-        if (t->has_tok[id]) {
-            err_set(err, "%s: model.vocab gives id %u to two tokens (\"%s\" and \"%s\")", path, id,
-                    src[id], key);
-            free(len);
-            free(src);
-            return -1;
-        }
-        t->has_tok[id] = 1;
-        len[id] = strlen(key);
-        src[id] = key;
-    }
-    for (size_t i = 0; i < t->n_added; i++) {
-        uint32_t id = t->added[i].id;
-        t->has_tok[id] = 1;
-        len[id] = t->added[i].len;
-        src[id] = t->added[i].content;
-    }
-    for (uint32_t id = 0; id < t->n_ids; id++) {
-        t->tok_off[id + 1] = t->tok_off[id] + len[id];
-        if (len[id]) memcpy(t->tok_blob + t->tok_off[id], src[id], len[id]);
-    }
-    free(len);
-    free(src);
-    t->map_cap = 16;
-    while (t->map_cap < 2 * (size_t)t->n_ids + 16)
-        t->map_cap *= 2;
-    t->map = xmalloc(t->map_cap * sizeof *t->map);
-    memset(t->map, 0xFF, t->map_cap * sizeof *t->map);
-    for (uint32_t id = 0; id < t->n_ids; id++)
-        if (t->has_tok[id]) map_insert(t, id);
-
-    bpe_init(&t->bpe, json_array_size(merges));
-    for (int b = 0; b < 256; b++) {
-        char c[4];
-        int n = utf8_encode(c, byte_char(b));
-        int64_t id = map_find(t, c, (size_t)n);
-        if (id >= 0) t->bpe.byte_id[b] = (uint32_t)id;
-    }
-    size_t i;
-    json_t *m;
-    char *cat = NULL;
-    size_t cat_cap = 0;
-    json_array_foreach(merges, i, m) {
-        char *a = NULL, *b = NULL;
-        TRY(merge_parts(m, &a, &b, i, path, err));
-        size_t la = strlen(a), lb = strlen(b);
-        if (la + lb > cat_cap) cat = xrealloc(cat, cat_cap = 2 * (la + lb) + 64);
-        memcpy(cat, a, la);
-        memcpy(cat + la, b, lb);
-        int64_t ia = map_find(t, a, la), ib = map_find(t, b, lb), im = map_find(t, cat, la + lb);
-        int rc = 0;
-        if (ia < 0 || ib < 0 || im < 0)
-            rc = err_set(err,
-                         "%s: model.merges[%zu] (\"%s\" \"%s\") refers to a token not in "
-                         "model.vocab (\"%s\")",
-                         path, i, a, b,
-                         ia < 0   ? a
-                         : ib < 0 ? b
-                                  : "the merged token");
-        else if (bpe_add_merge(&t->bpe, (uint32_t)ia, (uint32_t)ib, (uint32_t)im, (uint32_t)i))
-            rc = err_set(err, "%s: model.merges[%zu] (\"%s\" \"%s\") repeats an earlier merge",
-                         path, i, a, b);
-        free(a);
-        free(b);
-        if (rc) {
-            free(cat);
-            return -1;
-        }
-    }
-    free(cat);
-    return 0;
+    return build_model(t, fast, path, err);
 }
 
-static char *nfc_copy(const char *s, size_t n, int opt, size_t *out_len) {
+static char *map_one(const char *s, size_t n, int opt, size_t *out_len) {
     utf8proc_uint8_t *dst = NULL;
     utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &dst, opt);
     if (r < 0) { /* cannot happen on valid UTF-8; keep the text unchanged */
@@ -428,6 +488,31 @@ static char *nfc_copy(const char *s, size_t n, int opt, size_t *out_len) {
     }
     *out_len = (size_t)r;
     return (char *)dst;
+}
+
+/* Applies one utf8proc normalization (options opt) to s[0..n) into a malloc'd copy. HF's
+ * normalization tables predate the Unicode 13 composition U+11935 U+11930 -> U+11938, the one
+ * place where they and utf8proc disagree (tools/check_nfc_vs_hf.py), so composing forms cut
+ * the text between those two characters and normalize the parts on their own. */
+static char *normalize_copy(const char *s, size_t n, int opt, size_t *out_len) {
+    static const char pair[] = "\xF0\x91\xA4\xB5\xF0\x91\xA4\xB0";
+    const char *cut = (opt & UTF8PROC_COMPOSE) ? memmem(s, n, pair, 8) : NULL;
+    if (!cut) return map_one(s, n, opt, out_len);
+    char *out = NULL;
+    size_t len = 0, start = 0;
+    while (start < n) {
+        cut = memmem(s + start, n - start, pair, 8);
+        size_t end = cut ? (size_t)(cut - s) + 4 : n, l;
+        char *part = map_one(s + start, end - start, opt, &l);
+        out = xrealloc(out, len + l + 1);
+        memcpy(out + len, part, l);
+        len += l;
+        free(part);
+        start = end;
+    }
+    out[len] = 0;
+    *out_len = len;
+    return out;
 }
 
 static int parse_added(Tokenizer *t, const json_t *list, const char *path, Err *err) {
@@ -482,7 +567,7 @@ static void build_sets(Tokenizer *t) {
         if (a->normalized) {
             for (int k = 0; k < t->n_norm; k++) {
                 size_t l;
-                char *c = nfc_copy(a->content, a->len, t->norm[k], &l);
+                char *c = normalize_copy(a->content, a->len, t->norm[k], &l);
                 free(a->content);
                 a->content = c;
                 a->len = l;
@@ -560,7 +645,8 @@ void tokenizer_free(Tokenizer *t) {
     free(t);
 }
 
-static int load_json(Tokenizer *t, const json_t *root, const char *path, Err *err) {
+static int load_json(Tokenizer *t, const json_t *root, const TokJson *fast, const char *path,
+                     Err *err) {
     if (!json_is_object(root)) return err_set(err, "%s: expected a JSON object", path);
     json_t *model = json_object_get(root, "model");
     if (!model) return err_set(err, "%s: missing \"model\"", path);
@@ -579,31 +665,54 @@ static int load_json(Tokenizer *t, const json_t *root, const char *path, Err *er
                        "supported)",
                        path);
     TRY(parse_decoder(t, json_object_get(root, "decoder"), path, err));
-    TRY(parse_model(t, model, path, err));
+    TRY(parse_model(t, model, fast, path, err));
     build_sets(t);
     build_decode(t);
     return 0;
+}
+
+static Tokenizer *load_mem(const char *data, size_t len, const char *name, int try_fast, Err *err) {
+    Tokenizer *t = xcalloc(1, sizeof *t);
+    t->path = xstrdup(name);
+    t->hash = hash_file(data, len);
+    TokJson fast;
+    int have_fast = try_fast && tokjson_split(&fast, data, len);
+    json_t *root = have_fast ? json_load_mem(fast.rest, fast.rest_len, t->path, err)
+                             : json_load_mem(data, len, t->path, err);
+    if (have_fast && !root) {
+        /* jansson reports the error at its place in the original text. */
+        tokjson_free(&fast);
+        have_fast = 0;
+        root = json_load_mem(data, len, t->path, err);
+    }
+    int rc = root ? load_json(t, root, have_fast ? &fast : NULL, t->path, err) : -1;
+    json_decref(root);
+    if (have_fast) tokjson_free(&fast);
+    if (rc != 0) {
+        tokenizer_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+Tokenizer *tokenizer_load_mem(const char *data, size_t len, const char *name, Err *err) {
+    return load_mem(data, len, name, 1, err);
+}
+
+Tokenizer *tokenizer_load_mem_jansson(const char *data, size_t len, const char *name, Err *err) {
+    return load_mem(data, len, name, 0, err);
 }
 
 Tokenizer *tokenizer_load(const char *path, Err *err) {
     char *file = fs_is_dir(path) ? fs_join(path, "tokenizer.json") : xstrdup(path);
     char *data;
     size_t len;
-    if (fs_read_all(file, &data, &len, err) != 0) {
-        free(file);
-        return NULL;
+    Tokenizer *t = NULL;
+    if (fs_read_all(file, &data, &len, err) == 0) {
+        t = tokenizer_load_mem(data, len, file, err);
+        free(data);
     }
-    Tokenizer *t = xcalloc(1, sizeof *t);
-    t->path = file;
-    t->hash = hash_file(data, len);
-    json_t *root = json_load_mem(data, len, file, err);
-    free(data);
-    if (!root || load_json(t, root, file, err) != 0) {
-        json_decref(root);
-        tokenizer_free(t);
-        return NULL;
-    }
-    json_decref(root);
+    free(file);
     return t;
 }
 
@@ -682,9 +791,33 @@ static int run_steps(const Tokenizer *t, int step, const char *s, size_t n, IdVe
     return rc;
 }
 
+/* A word character for single_word, as the \w of Rust's regex crate that HF uses:
+ * Alphabetic, marks, connector punctuation, decimal digits and the joiners. Alphabetic is
+ * letters, letter numbers and Other_Alphabetic, whose members outside the marks are the
+ * circled and squared Latin letters listed here. */
 static int is_word_char(uint32_t cp) {
-    int k = utf8_class(cp);
-    return cp == '_' || k == UC_LETTER || k == UC_NUMBER;
+    if (cp < 0x80)
+        return cp == '_' || (cp >= '0' && cp <= '9') || ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z');
+    if (cp == 0x200C || cp == 0x200D || (cp >= 0x24B6 && cp <= 0x24E9) ||
+        (cp >= 0x1F130 && cp <= 0x1F149) || (cp >= 0x1F150 && cp <= 0x1F169) ||
+        (cp >= 0x1F170 && cp <= 0x1F189))
+        return 1;
+    switch (utf8proc_category((utf8proc_int32_t)cp)) {
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO:
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_PC:
+        return 1;
+    default:
+        return 0;
+    }
 }
 
 /* Start of the code point that ends at s[end) (end > 0). */
@@ -753,24 +886,38 @@ static int pretok_gap(const Tokenizer *t, const char *s, size_t n, IdVec *out, E
     return run_steps(t, 0, s, n, out, err);
 }
 
-/* Text with no code point at or above U+0300 (no byte >= 0xCC) is unchanged by NFC/NFD;
- * NFKC/NFKD need the full pass. */
-static int norm_is_identity(const Tokenizer *t, const char *s, size_t n) {
-    for (int k = 0; k < t->n_norm; k++)
-        if (t->norm[k] & UTF8PROC_COMPAT) return 0;
-    for (size_t i = 0; i < n; i++)
-        if ((uint8_t)s[i] >= 0xCC) return 0;
+/* 1 when every normalizer leaves s unchanged: each code point is ASCII, or has combining
+ * class 0, no decomposition and no part in any canonical composition (then it is NFC, NFD,
+ * NFKC and NFKD quick-check "yes" and nothing can reorder). Hangul is composed by rule, not by
+ * table, so it always takes the full pass. */
+static int norm_is_identity(const char *str, size_t n) {
+    const uint8_t *s = (const uint8_t *)str;
+    size_t i = 0;
+    while (i < n) {
+        if (s[i] < 0x80) {
+            i++;
+            continue;
+        }
+        int w;
+        uint32_t cp = utf8_decode(s, i, &w);
+        if ((cp >= 0x1100 && cp <= 0x11FF) || (cp >= 0xAC00 && cp <= 0xD7A3)) return 0;
+        const utf8proc_property_t *p = utf8proc_get_property((utf8proc_int32_t)cp);
+        if (p->combining_class != 0 || p->decomp_seqindex != UINT16_MAX ||
+            p->comb_index != UINT16_MAX)
+            return 0;
+        i += (size_t)w;
+    }
     return 1;
 }
 
 static int normalize_gap(const Tokenizer *t, const char *s, size_t n, IdVec *out, Err *err) {
-    if (t->n_norm == 0 || norm_is_identity(t, s, n))
+    if (t->n_norm == 0 || norm_is_identity(s, n))
         return split_added(t, &t->norm_set, s, n, pretok_gap, out, err);
     char *cur = NULL;
     size_t len = n;
     for (int k = 0; k < t->n_norm; k++) {
         size_t l;
-        char *next = nfc_copy(cur ? cur : s, len, t->norm[k], &l);
+        char *next = normalize_copy(cur ? cur : s, len, t->norm[k], &l);
         free(cur);
         cur = next;
         len = l;

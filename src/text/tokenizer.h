@@ -20,6 +20,9 @@ void idvec_free(IdVec *v);
 
 /* path: a tokenizer.json file or a directory holding one. */
 Tokenizer *tokenizer_load(const char *path, Err *err);
+/* The same from len bytes of tokenizer.json text; `name` stands for the file in errors and is
+ * what tokenizer_path returns. */
+Tokenizer *tokenizer_load_mem(const char *data, size_t len, const char *name, Err *err);
 void tokenizer_free(Tokenizer *t);
 /* Appends the ids of text[0..len) to out. Thread-safe for concurrent calls on one tokenizer. */
 int tokenizer_encode(const Tokenizer *t, const char *text, size_t len, IdVec *out, Err *err);

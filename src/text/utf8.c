@@ -1,10 +1,11 @@
 /* UTF-8 validation, repair and character classes for the tokenizer. */
 #include "text/utf8.h"
 
+#include <pthread.h>
 #include <string.h>
-#include <utf8proc.h>
 
 #include "core/err.h"
+#include "text/unicode_classes.h"
 
 int utf8_is_space(uint32_t cp) {
     /* The White_Space property (Unicode 6.3 and later), which Oniguruma's and Rust's \s use;
@@ -15,28 +16,46 @@ int utf8_is_space(uint32_t cp) {
            cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
+static uint8_t bmp_class[0x10000]; // classes of U+0000..U+FFFF, filled once
+static pthread_once_t bmp_once = PTHREAD_ONCE_INIT;
+
+static void fill_bmp(void) {
+    for (uint32_t cp = 0; cp < 0x80; cp++) {
+        uint8_t k = UC_OTHER;
+        if ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z')
+            k = UC_LETTER;
+        else if (cp >= '0' && cp <= '9')
+            k = UC_NUMBER;
+        else if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D))
+            k = UC_SPACE;
+        bmp_class[cp] = k;
+    }
+    for (size_t i = 0; i < UNICODE_CLASS_N_RANGES; i++) {
+        const UnicodeRange *r = &UNICODE_CLASS_RANGES[i];
+        for (uint32_t cp = r->first; cp <= r->last && cp < 0x10000; cp++)
+            bmp_class[cp] = r->cls;
+    }
+}
+
+/* Classes follow HF tokenizers' regex engine (tables in unicode_classes.c), not utf8proc,
+ * whose Unicode version is older. */
 int utf8_class(uint32_t cp) {
-    if (cp < 0x80) {
-        if ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z') return UC_LETTER;
-        if (cp >= '0' && cp <= '9') return UC_NUMBER;
-        if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D)) return UC_SPACE;
-        return UC_OTHER;
+    if (cp < 0x10000) {
+        pthread_once(&bmp_once, fill_bmp);
+        return bmp_class[cp];
     }
-    if (utf8_is_space(cp)) return UC_SPACE;
-    switch (utf8proc_category((utf8proc_int32_t)cp)) {
-    case UTF8PROC_CATEGORY_LU:
-    case UTF8PROC_CATEGORY_LL:
-    case UTF8PROC_CATEGORY_LT:
-    case UTF8PROC_CATEGORY_LM:
-    case UTF8PROC_CATEGORY_LO:
-        return UC_LETTER;
-    case UTF8PROC_CATEGORY_ND:
-    case UTF8PROC_CATEGORY_NL:
-    case UTF8PROC_CATEGORY_NO:
-        return UC_NUMBER;
-    default:
-        return UC_OTHER;
+    size_t lo = 0, hi = UNICODE_CLASS_N_RANGES;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        const UnicodeRange *r = &UNICODE_CLASS_RANGES[mid];
+        if (cp < r->first)
+            hi = mid;
+        else if (cp > r->last)
+            lo = mid + 1;
+        else
+            return r->cls;
     }
+    return UC_OTHER;
 }
 
 int utf8_encode(char *out, uint32_t cp) {

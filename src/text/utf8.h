@@ -11,7 +11,7 @@
  * Oniguruma's \s), and everything else. */
 enum { UC_OTHER = 0, UC_LETTER = 1, UC_NUMBER = 2, UC_SPACE = 3 };
 
-/* Class of a code point (Unicode categories from utf8proc). */
+/* Class of a code point, as HF tokenizers' regex engine sees it (see unicode_classes.c). */
 int utf8_class(uint32_t cp);
 /* 1 when cp has the White_Space property. */
 int utf8_is_space(uint32_t cp);

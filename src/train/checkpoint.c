@@ -50,7 +50,7 @@ static inline uint64_t avalanche(uint64_t h) {
 
 /* Four independent multiply-rotate lanes over 32-byte blocks (so the loop runs at memory
  * speed), folded together with the length; the tail goes through FNV-1a. */
-uint64_t ckpt_checksum(const void *data, size_t n) {
+static uint64_t block_checksum(const void *data, size_t n) {
     const unsigned char *p = data;
     const uint64_t m1 = 0x9e3779b97f4a7c15ULL, m2 = 0xd6e8feb86659fd93ULL;
     uint64_t lane[4] = {m1, m2, ~m1, ~m2};
@@ -65,6 +65,28 @@ uint64_t ckpt_checksum(const void *data, size_t n) {
     for (int k = 0; k < 4; k++)
         h = rotl64(h ^ avalanche(lane[k]), 27) * m2;
     return avalanche(h ^ avalanche(tail));
+}
+
+/* Blocks hashed independently (in parallel) and then folded in order: the result depends on
+ * the bytes only, not on the thread count. */
+#define CKPT_HASH_BLOCK ((size_t)4 << 20)
+
+uint64_t ckpt_checksum(const void *data, size_t n) {
+    const unsigned char *p = data;
+    long nblocks = n == 0 ? 1 : (long)((n + CKPT_HASH_BLOCK - 1) / CKPT_HASH_BLOCK);
+    if (nblocks == 1) return block_checksum(p, n);
+    uint64_t *h = xmalloc((size_t)nblocks * sizeof *h);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (long b = 0; b < nblocks; b++) {
+        size_t lo = (size_t)b * CKPT_HASH_BLOCK;
+        size_t len = n - lo < CKPT_HASH_BLOCK ? n - lo : CKPT_HASH_BLOCK;
+        h[b] = block_checksum(p + lo, len);
+    }
+    uint64_t acc = avalanche((uint64_t)n);
+    for (long b = 0; b < nblocks; b++)
+        acc = avalanche(rotl64(acc, 23) ^ h[b]) * 0x9e3779b97f4a7c15ULL;
+    free(h);
+    return avalanche(acc);
 }
 
 /* Size and checksum of a whole file, read through a mapping. */
@@ -491,10 +513,8 @@ static int read_tensors(const char *path, const CkptTensor *t, int n, int64_t *s
     return rc;
 }
 
-int ckpt_load(const char *dir, CkptState *st, const CkptTensor *model, int nmodel,
-              const CkptTensor *optim, int noptim, Err *err) {
+int ckpt_read_state(const char *dir, CkptState *st, Err *err) {
     memset(st, 0, sizeof *st);
-    TRY(ckpt_verify(dir, 1, err));
     char *spath = NULL;
     json_t *o = load_state_json(dir, &spath, err);
     if (!o) return -1;
@@ -506,11 +526,15 @@ int ckpt_load(const char *dir, CkptState *st, const CkptTensor *model, int nmode
         json_req_int(o, "optim_step", &st->optim_step, spath, err) != 0 ||
         json_req_str(o, "config_hash", &hash, spath, err) != 0)
         goto out;
+    if (st->step < 0 || st->tokens_seen < 0 || st->optim_step < 0) {
+        err_set(err, "%s: step, tokens_seen and optim_step must be >= 0", spath);
+        goto out;
+    }
     if (parse_u64(hash, 1, &st->config_hash) != 0) {
         err_set(err, "%s: config_hash \"%s\" is not a hex number", spath, hash);
         goto out;
     }
-    if (json_array_size(rng) != 4) {
+    if (!json_is_array(rng) || json_array_size(rng) != 4) {
         err_set(err, "%s: rng must be an array of 4 decimal strings", spath);
         goto out;
     }
@@ -522,9 +546,21 @@ int ckpt_load(const char *dir, CkptState *st, const CkptTensor *model, int nmode
     if (json_is_object(sched) && json_opt_num(sched, "lr", &st->lr, spath, err) != 0) goto out;
     json_t *pos = json_object_get(o, "data_position");
     if (json_is_object(pos)) st->data_position = json_incref(pos);
+    rc = 0;
+out:
+    json_decref(o);
+    free(spath);
+    return rc;
+}
+
+static int load(const char *dir, int full, CkptState *st, const CkptTensor *model, int nmodel,
+                const CkptTensor *optim, int noptim, Err *err) {
+    memset(st, 0, sizeof *st);
+    TRY(ckpt_verify(dir, full, err));
+    TRY(ckpt_read_state(dir, st, err));
     char *mpath = fs_join(dir, CKPT_MODEL_FILE), *opath = fs_join(dir, CKPT_OPTIM_FILE);
     int64_t ostep = -1;
-    rc = read_tensors(mpath, model, nmodel, NULL, err);
+    int rc = read_tensors(mpath, model, nmodel, NULL, err);
     if (rc == 0) rc = read_tensors(opath, optim, noptim, &ostep, err);
     if (rc == 0 && ostep != st->optim_step)
         rc = err_set(err,
@@ -536,10 +572,17 @@ int ckpt_load(const char *dir, CkptState *st, const CkptTensor *model, int nmode
         json_decref(st->data_position);
         st->data_position = NULL;
     }
-out:
-    json_decref(o);
-    free(spath);
     return rc;
+}
+
+int ckpt_load(const char *dir, CkptState *st, const CkptTensor *model, int nmodel,
+              const CkptTensor *optim, int noptim, Err *err) {
+    return load(dir, 1, st, model, nmodel, optim, noptim, err);
+}
+
+int ckpt_load_found(const char *dir, CkptState *st, const CkptTensor *model, int nmodel,
+                    const CkptTensor *optim, int noptim, Err *err) {
+    return load(dir, 0, st, model, nmodel, optim, noptim, err);
 }
 
 /* ---- optimizer state as tensors ---------------------------------------------------------- */

@@ -60,11 +60,19 @@ int ckpt_find_latest(const char *root, int64_t *step, char **path, Err *err);
 /* Removes leftover step-N.tmp-* directories of interrupted saves. */
 int ckpt_clean_stale(const char *root, Err *err);
 
+/* Reads train_state.json of step_dir into *st (data_position as a new reference) without
+ * touching the tensor files or verifying them (for inspection; ckpt_load verifies). */
+int ckpt_read_state(const char *step_dir, CkptState *st, Err *err);
+
 /* Loads a verified checkpoint into the caller's buffers: every tensor named in model / optim
  * must exist with exactly that shape (fp32), and the files must hold no other tensors. Fills
  * *st (data_position as a new reference). */
 int ckpt_load(const char *step_dir, CkptState *st, const CkptTensor *model, int nmodel,
               const CkptTensor *optim, int noptim, Err *err);
+/* The same for a step ckpt_find_latest has just returned: it checked the checksums already, so
+ * only the sizes are checked again (saves a full read of a large checkpoint). */
+int ckpt_load_found(const char *step_dir, CkptState *st, const CkptTensor *model, int nmodel,
+                    const CkptTensor *optim, int noptim, Err *err);
 
 /* The optimizer state of opt as checkpoint tensors, named "<param>.exp_avg" and
  * "<param>.exp_avg_sq" and shaped like model[i], which must list opt's parameters in the same

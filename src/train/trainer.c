@@ -59,8 +59,8 @@ static int resume(Trainer *t, Err *err) {
     int found = ckpt_find_latest(t->ckpt_root, &step, &path, err);
     if (found <= 0) return found;
     CkptState st;
-    int rc = ckpt_load(path, &st, t->model->params, t->model->nparams, t->optim,
-                       2 * t->model->nparams, err);
+    int rc = ckpt_load_found(path, &st, t->model->params, t->model->nparams, t->optim,
+                             2 * t->model->nparams, err);
     if (rc == 0 && st.config_hash != t->o->config_hash)
         log_warn("[checkpoint] %s was written under another config (hash %016" PRIx64
                  ", now %016" PRIx64 ")",
@@ -97,20 +97,24 @@ static int train_step(Trainer *t, StepMetrics *m, Err *err) {
         const void *batch;
         double part;
         TRY(t->data->next(t->data->ctx, step, micro, &batch, err));
-        TRY(md->forward_backward(md->ctx, batch, 1.0 / (double)valid, &part, err));
+        TRY(md->forward_backward(md->ctx, batch, (double)valid, &part, err));
         loss_sum += part;
     }
     /* Data parallel: the all-reduce of grads and of loss_sum belongs here. */
     double loss = loss_sum / (double)valid;
     int finite;
     double norm = grad_clip(t->grads, md->nparams, o->max_norm, &finite);
-    if (!isfinite(loss) || !finite)
-        return err_set(err,
-                       "step %" PRId64 ": loss %g, grad_norm %g: training diverged (try a "
-                       "lower optimizer.lr or training.max_norm)",
-                       step, loss, norm);
     t->lr = lr_schedule_lr(&t->sched, step);
-    adamw_step(&t->opt, t->lr);
+    if (!isfinite(loss) || !finite) {
+        if (!o->skip_nonfinite)
+            return err_set(err,
+                           "step %" PRId64 ": loss %g, grad_norm %g: training diverged (try a "
+                           "lower optimizer.lr or training.max_norm, or training.skip_nonfinite)",
+                           step, loss, norm);
+        log_warn("step %" PRId64 ": loss %g, grad_norm %g: update skipped", step, loss, norm);
+    } else {
+        adamw_step(&t->opt, t->lr);
+    }
     t->step = step;
     t->tokens_seen += tokens;
     memset(m, 0, sizeof *m);

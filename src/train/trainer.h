@@ -46,7 +46,8 @@ typedef struct TrainerOptions {
     const char *decay_type;
     double min_lr_factor;
     AdamWConfig adamw;
-    double max_norm; /* <= 0: no clipping (the norm is still reported) */
+    double max_norm;    /* <= 0: no clipping (the norm is still reported) */
+    int skip_nonfinite; /* 1: a step with a non-finite loss or norm skips its update; 0: error */
     const char *dump_folder;
     int ckpt_enable;
     const char *ckpt_folder; /* below dump_folder, "checkpoint" by default */
@@ -63,8 +64,9 @@ typedef struct TrainerOptions {
 } TrainerOptions;
 
 /* Trains from the newest complete checkpoint in {dump_folder}/{ckpt_folder} when one exists
- * (else from the model's current parameters) up to opts->steps. Stops with an error naming the
- * step when the loss or the gradient norm is not finite. */
+ * (else from the model's current parameters) up to opts->steps. A non-finite loss or gradient
+ * norm stops with an error naming the step, or with skip_nonfinite leaves the parameters and
+ * optimizer state untouched for that step (which still counts) and goes on. */
 int trainer_run(const TrainerOptions *opts, TrainModel *model, TrainData *data, Err *err);
 
 #endif

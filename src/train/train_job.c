@@ -1,0 +1,228 @@
+/* From a job config to a running trainer (single process, CPU, fp32 reference model). */
+#include "train/train_job.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fs.h"
+#include "core/log.h"
+#include "io/hf_config.h"
+#include "text/dataset.h"
+#include "text/tokenizer.h"
+#include "train/train_qwen3.h"
+#include "train/trainer.h"
+
+/* Dataset-backed TrainData: step s reads global rows [(s-1)*R, s*R) in micro-batches of B. */
+typedef struct JobData {
+    Dataset ds;
+    Batch raw;
+    int32_t *tokens; /* (B, T) the raw uint32 ids as the model's int32 */
+    TrainQwen3Batch mb;
+    int B, T, micro, global_rows;
+    int64_t step_done; /* the last step whose rows were handed out */
+} JobData;
+
+static int data_count(void *ctx, int64_t step, int64_t *tokens, int64_t *valid, Err *err) {
+    (void)step;
+    (void)err;
+    JobData *d = ctx;
+    /* Packed rows have a target at every position. */
+    *tokens = *valid = (int64_t)d->global_rows * d->T;
+    return 0;
+}
+
+static int data_next(void *ctx, int64_t step, int micro, const void **batch, Err *err) {
+    JobData *d = ctx;
+    int64_t row = (step - 1) * (int64_t)d->global_rows + (int64_t)micro * d->B;
+    TRY(dataset_rows(&d->ds, row, d->B, &d->raw, err));
+    for (long i = 0; i < (long)d->B * d->T; i++)
+        d->tokens[i] = (int32_t)d->raw.tokens[i];
+    d->mb = (TrainQwen3Batch){.B = d->B,
+                              .T = d->T,
+                              .tokens = d->tokens,
+                              .targets = d->raw.targets,
+                              .positions = d->raw.positions,
+                              .doc = d->raw.doc_ids};
+    d->step_done = step;
+    *batch = &d->mb;
+    return 0;
+}
+
+static json_t *data_position(void *ctx) {
+    JobData *d = ctx;
+    d->ds.next_row = d->step_done * (int64_t)d->global_rows;
+    DatasetState st;
+    dataset_state_save(&d->ds, &st);
+    return dataset_state_to_json(&st);
+}
+
+static int data_restore(void *ctx, const json_t *pos, Err *err) {
+    JobData *d = ctx;
+    DatasetState st;
+    TRY(dataset_state_from_json(pos, &st, "checkpoint data_position", err));
+    TRY(dataset_state_restore(&d->ds, &st, err));
+    d->step_done = st.row / d->global_rows;
+    return 0;
+}
+
+static int build_spec(const JobConfig *cfg, ModelSpec *spec, Err *err) {
+    if (strcmp(cfg->model.flavor, "hf") == 0) {
+        if (!cfg->model.hf_assets_path[0])
+            return err_set(err, "model.flavor = \"hf\" needs model.hf_assets_path (a Hugging Face "
+                                "model directory with config.json)");
+        char *path = fs_join(cfg->model.hf_assets_path, "config.json");
+        int rc = model_spec_from_hf_config(spec, path, err);
+        free(path);
+        TRY(rc);
+    } else {
+        TRY(model_spec_flavor(spec, cfg->model.flavor, err));
+    }
+    for (int i = 0; i < cfg->model.n_fields; i++)
+        if (model_spec_set_field(spec, cfg->model.fields[i].field, cfg->model.fields[i].value,
+                                 err) != 0)
+            return err_wrap(err, "model.%s", cfg->model.fields[i].field);
+    TRY(model_spec_validate(spec, err));
+    if (cfg->training.seq_len > spec->max_seq_len)
+        return err_set(err, "training.seq_len = %d exceeds the model's max_seq_len %d",
+                       cfg->training.seq_len, spec->max_seq_len);
+    return 0;
+}
+
+/* A hash of the resolved config, so a resume under another config can be told apart. */
+static uint64_t config_hash(const JobConfig *cfg) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return 0;
+    config_dump(cfg, f);
+    fclose(f);
+    uint64_t h = ckpt_checksum(text, len);
+    free(text);
+    return h;
+}
+
+int train_job_run(const JobConfig *cfg, Err *err) {
+    if (cfg->training.device == DEVICE_CUDA)
+        return err_set(err, "training.device = \"cuda\": this build trains on the CPU only");
+    if (cfg->training.mixed_precision_param != DT_F32)
+        log_warn("training.mixed_precision_param = %s: the reference path computes in fp32",
+                 config_dtype_name(cfg->training.mixed_precision_param));
+    if (cfg->parallelism.tensor_parallel_degree > 1 ||
+        cfg->parallelism.data_parallel_replicate_degree > 1 ||
+        cfg->parallelism.data_parallel_shard_degree > 1)
+        return err_set(err, "parallelism: this trainer runs one process; set the data / tensor "
+                            "parallel degrees to 1 (or -1 for data_parallel_shard_degree)");
+    if (cfg->n_overrides > 0)
+        log_warn("%d [[override]] entr%s ignored: kernel overrides are not wired into training "
+                 "yet",
+                 cfg->n_overrides, cfg->n_overrides == 1 ? "y" : "ies");
+    if (cfg->checkpoint.last_save_in_hf)
+        log_warn("checkpoint.last_save_in_hf: HF export at the end of training is not wired yet; "
+                 "the last checkpoint is saved in the native format");
+    ModelSpec spec;
+    TRY(build_spec(cfg, &spec, err));
+    int micro;
+    TRY(config_grad_accum_steps(cfg, 1, &micro, err));
+    const char *tok_path;
+    TRY(config_tokenizer_path(cfg, &tok_path, err));
+    Tokenizer *tok = tokenizer_load(tok_path, err);
+    if (!tok) return -1;
+    if (tokenizer_vocab_size(tok) > (uint32_t)spec.vocab_size) {
+        err_set(err,
+                "the tokenizer at %s has %u tokens but the model's vocab_size is %d (set "
+                "model.vocab_size or use a smaller tokenizer)",
+                tok_path, tokenizer_vocab_size(tok), spec.vocab_size);
+        tokenizer_free(tok);
+        return -1;
+    }
+    JobData d;
+    memset(&d, 0, sizeof d);
+    d.B = cfg->training.local_batch_size;
+    d.T = cfg->training.seq_len;
+    d.micro = micro;
+    d.global_rows = d.B * micro;
+    DatasetEncoder enc;
+    DatasetOptions dopt;
+    dataset_options_default(&dopt);
+    char *dpath = NULL;
+    int rc = config_dataset_path(cfg, &dpath, err);
+    if (rc == 0) rc = dataset_encoder_for_tokenizer(&enc, tok, err);
+    if (rc == 0) {
+        dopt.path = dpath;
+        dopt.seq_len = d.T;
+        dopt.seed = (uint64_t)cfg->training.seed;
+        dopt.document_mask = cfg->training.document_mask;
+        rc = dataset_open(&d.ds, &dopt, &enc, err);
+    }
+    free(dpath);
+    if (rc != 0) {
+        tokenizer_free(tok);
+        return -1;
+    }
+    batch_alloc(&d.raw, d.B, d.T);
+    d.tokens = xmalloc((size_t)d.B * d.T * sizeof *d.tokens);
+
+    TrainQwen3 *q =
+        train_qwen3_create(&spec, d.B, d.T, cfg->activation_checkpoint.mode == AC_FULL, err);
+    if (!q) {
+        rc = -1;
+        goto out;
+    }
+    if (cfg->checkpoint.initial_load_path[0]) {
+        if (!cfg->checkpoint.initial_load_in_hf) {
+            rc = err_set(err, "checkpoint.initial_load_path needs initial_load_in_hf = true (only "
+                              "Hugging Face weights can be loaded as a starting point)");
+            goto out;
+        }
+        if ((rc = train_qwen3_load_hf(q, cfg->checkpoint.initial_load_path, err)) != 0) goto out;
+        log_info("loaded initial weights from %s", cfg->checkpoint.initial_load_path);
+    } else {
+        train_qwen3_init(q, (uint64_t)cfg->training.seed);
+    }
+    TrainModel model;
+    train_qwen3_model(q, &model, cfg->optimizer.exempt_norms_and_embeddings);
+    TrainData data = {.ctx = &d,
+                      .count = data_count,
+                      .next = data_next,
+                      .position = data_position,
+                      .restore = data_restore};
+    TrainerOptions o = {
+        .steps = cfg->training.steps,
+        .micro_batches = micro,
+        .lr = cfg->optimizer.lr,
+        .warmup_steps = cfg->lr_scheduler.warmup_steps,
+        .decay_ratio = cfg->lr_scheduler.decay_ratio,
+        .decay_type = config_decay_type_name(cfg->lr_scheduler.decay_type),
+        .min_lr_factor = cfg->lr_scheduler.min_lr_factor,
+        .adamw = {.beta1 = cfg->optimizer.beta1,
+                  .beta2 = cfg->optimizer.beta2,
+                  .eps = cfg->optimizer.eps,
+                  .weight_decay = cfg->optimizer.weight_decay},
+        .max_norm = cfg->training.max_norm,
+        .skip_nonfinite = cfg->training.skip_nonfinite,
+        .dump_folder = cfg->job.dump_folder,
+        .ckpt_enable = cfg->checkpoint.enable,
+        .ckpt_folder = cfg->checkpoint.folder,
+        .ckpt_interval = cfg->checkpoint.interval,
+        .keep_latest_k = cfg->checkpoint.keep_latest_k,
+        .log_freq = cfg->metrics.log_freq,
+        .peak_tflops = cfg->metrics.peak_tflops,
+        .flops_per_token = metrics_flops_per_token(&spec, d.T),
+        .seed = (uint64_t)cfg->training.seed,
+        .config_hash = config_hash(cfg),
+    };
+    log_info("model: %s, %d layers, dim %d, vocab %d; %.3g matmul parameters; %d x %d tokens "
+             "per micro-batch, %d micro-batch(es) per step",
+             spec.flavor, spec.n_layers, spec.dim, spec.vocab_size, metrics_matmul_params(&spec),
+             d.B, d.T, micro);
+    rc = trainer_run(&o, &model, &data, err);
+out:
+    train_qwen3_free(q);
+    free(d.tokens);
+    batch_free(&d.raw);
+    dataset_close(&d.ds);
+    tokenizer_free(tok);
+    return rc;
+}
