@@ -50,6 +50,7 @@ static void measure(const char *op, const char *shape, const OpHeader *impl, Set
                     FreeFn fr, int T, double *t_out) {
     int fd[2];
     if (pipe(fd)) return;
+    fflush(stdout); /* the child must not print the parent's buffered lines again */
     pid_t pid = fork();
     if (pid == 0) {
         void *ctx;

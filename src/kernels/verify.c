@@ -97,8 +97,10 @@ static void verify_rope(Cmp *c, const RopeOp *k, const VerifyShape *s, Rng *g) {
 static void verify_swiglu(Cmp *c, const SwigluOp *k, const VerifyShape *s, Rng *g) {
     const SwigluOp *r = (const SwigluOp *)op_reference(OP_SWIGLU);
     long N = (long)s->B * s->T, D = s->D, F = s->F;
-    float *x = randn(g, N * D, 1.0f), *w1 = randn(g, F * D, 0.1f), *w3 = randn(g, F * D, 0.1f);
-    float *w2 = randn(g, D * F, 0.1f), *dout = randn(g, N * D, 1.0f);
+    /* Weights at 1/sqrt(fan_in) keep activations O(1) at any width, as trained models do. */
+    float si = 1.0f / sqrtf((float)D), so = 1.0f / sqrtf((float)F);
+    float *x = randn(g, N * D, 1.0f), *w1 = randn(g, F * D, si), *w3 = randn(g, F * D, si);
+    float *w2 = randn(g, D * F, so), *dout = randn(g, N * D, 1.0f);
     float *dw0 = randn(g, F * D, 0.01f); /* gradients accumulate onto this start */
     float *o[2], *h1[2], *h3[2], *gg[2], *dx[2], *dw1[2], *dw3[2], *dw2[2], *s1[2], *s3[2];
     const SwigluOp *ops[2] = {r, k};
@@ -168,7 +170,7 @@ static void verify_loss(Cmp *c, const LmHeadLossOp *k, const VerifyShape *s, Rng
     const LmHeadLossOp *r = (const LmHeadLossOp *)op_reference(OP_LM_HEAD_LOSS);
     const LinearOp *proj = (const LinearOp *)op_reference(OP_LINEAR);
     long N = (long)s->B * s->T, D = s->D, V = s->V;
-    float *x = randn(g, N * D, 1.0f), *w = randn(g, V * D, 0.5f);
+    float *x = randn(g, N * D, 1.0f), *w = randn(g, V * D, 2.0f / sqrtf((float)D));
     float *dw0 = randn(g, V * D, 0.01f);
     int32_t *tg = xmalloc((size_t)N * sizeof *tg);
     for (long i = 0; i < N; i++)
