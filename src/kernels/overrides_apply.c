@@ -27,8 +27,11 @@ int overrides_apply(const OverridePlan *plan, Qwen3Modules *mod) {
         const ModuleSlot *s = &slots[plan->choices[c].slot];
         const OpHeader *old = module_slot_get(s);
         module_slot_set(s, plan->choices[c].impl);
-        log_info("[override] %s: %s -> %s", s->fqn, kernel_display_name(old),
-                 kernel_display_name(plan->choices[c].impl));
+        if (old == plan->choices[c].impl) /* e.g. naming the device default explicitly */
+            log_info("[override] %s: %s (already the default)", s->fqn, kernel_display_name(old));
+        else
+            log_info("[override] %s: %s -> %s", s->fqn, kernel_display_name(old),
+                     kernel_display_name(plan->choices[c].impl));
     }
     log_info("applied %d override(s)", plan->n);
     free(slots);
