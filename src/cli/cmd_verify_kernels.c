@@ -44,6 +44,12 @@ static const VerifyShape LOSS_SHAPES[] = {
     {.B = 3, .T = 171, .D = 8, .V = 257},
 };
 
+static const VerifyShape MOE_SHAPES[] = {
+    {.B = 1, .T = 9, .D = 16, .F = 8, .X = 4, .k = 2},
+    {.B = 2, .T = 37, .D = 48, .F = 24, .X = 16, .k = 4},
+    {.B = 1, .T = 64, .D = 64, .F = 32, .X = 8, .k = 8},
+};
+
 static int failures;
 
 static void header(void) {
@@ -90,6 +96,9 @@ static void shapes_of(OpKind kind, const VerifyShape **s, int *n) {
     case OP_LM_HEAD_LOSS:
         SET(LOSS_SHAPES);
         break;
+    case OP_MOE_EXPERTS:
+        SET(MOE_SHAPES);
+        break;
     default:
         break;
     }
@@ -101,7 +110,7 @@ static int verify_all(void) {
     const KernelInfo *reg = kernel_registry(&n);
     header();
     for (int i = 0; i < n; i++) {
-        if (strcmp(reg[i].op->name, "reference") == 0) continue;
+        if (op_reference(reg[i].op->kind) == reg[i].op) continue;
         const VerifyShape *s;
         int ns;
         shapes_of(reg[i].op->kind, &s, &ns);
@@ -155,7 +164,7 @@ static int verify_config(const char *path) {
     int ndone = 0;
     for (int c = 0; c < plan.n; c++) {
         const OpHeader *op = plan.choices[c].impl;
-        int seen = strcmp(op->name, "reference") == 0;
+        int seen = op_reference(op->kind) == op;
         for (int d = 0; d < ndone && !seen; d++)
             seen = done[d] == op;
         if (seen || ndone == 64) continue;
@@ -169,7 +178,10 @@ static int verify_config(const char *path) {
                           .F = spec.hidden_dim,
                           .V = spec.vocab_size,
                           .doc = cfg.training.document_mask,
-                          .theta = spec.rope_theta};
+                          .theta = spec.rope_theta,
+                          .X = spec.num_experts,
+                          .k = spec.top_k};
+        if (op->kind == OP_MOE_EXPERTS) sh.F = spec.moe_hidden_dim;
         if (op->kind == OP_RMSNORM && strstr(plan.choices[c].fqn, "_norm") &&
             strstr(plan.choices[c].fqn, "attention.")) {
             sh.D = spec.head_dim; /* q_norm / k_norm rows are one head */

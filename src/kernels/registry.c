@@ -8,6 +8,7 @@
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
 #include "ops/linear.h"
+#include "ops/moe_experts.h"
 
 static const KernelInfo REGISTRY[] = {
     {&embedding_reference.h, 1, 0, 0, "row gather / scatter-add"},
@@ -18,6 +19,9 @@ static const KernelInfo REGISTRY[] = {
     {&swiglu_reference.h, 1, 0, 0, "three GEMMs and a separate activation"},
     {&cross_entropy_reference.h, 1, 0, 0, "row log-sum-exp in double"},
     {&lm_head_loss_reference.h, 1, 0, 0, "full (N, V) logits, then cross-entropy"},
+    /* moe.experts: the per-token reference is the truth; grouped is the CPU default. */
+    {&moe_experts_reference.h, 0, 0, 0, "per token, per chosen expert matvecs"},
+    {&moe_experts_grouped.h, 1, 5e-5, 1e-3, "tokens grouped by expert, one GEMM per expert"},
     /* Tolerances: fp32 kernels that reorder sums (tiles, chunks, SIMD, GEMM shapes) differ
      * from the references by rounding only, growing with the reduced length (head_dim, dim,
      * ffn); each bound sits several times above what verify-kernels measures at the debug

@@ -10,6 +10,7 @@
 #include "core/rng.h"
 #include "kernels/kernels.h"
 #include "ops/cross_entropy.h"
+#include "ops/moe_experts.h"
 
 typedef struct Cmp {
     VerifyResult *r;
@@ -195,6 +196,53 @@ static void verify_loss(Cmp *c, const LmHeadLossOp *k, const VerifyShape *s, Rng
     free(x), free(w), free(dw0), free(tg);
 }
 
+static void verify_experts(Cmp *c, const MoeExpertsOp *k, const VerifyShape *s, Rng *g) {
+    const MoeExpertsOp *r = (const MoeExpertsOp *)op_reference(OP_MOE_EXPERTS);
+    long N = (long)s->B * s->T, D = s->D, F = s->F, X = s->X, kk = s->k;
+    float *x = randn(g, N * D, 1.0f), *gw = randn(g, N * kk, 0.5f), *dout = randn(g, N * D, 1.0f);
+    float si = 1.0f / sqrtf((float)D), so = 1.0f / sqrtf((float)F); /* as in verify_swiglu */
+    float *w1 = randn(g, X * F * D, si), *w3 = randn(g, X * F * D, si);
+    float *w2 = randn(g, X * D * F, so), *dw0 = randn(g, X * F * D, 0.01f);
+    int32_t *idx = xmalloc((size_t)(N * kk) * sizeof *idx);
+    int usable = (int)(X > kk + 1 ? X - 1 : X); /* expert X-1 gets no token: an empty group */
+    for (long n = 0; n < N; n++)
+        for (long j = 0; j < kk; j++) {
+            int e, dup;
+            do { /* distinct experts per token */
+                e = (int)rng_below(g, (uint64_t)usable);
+                dup = 0;
+                for (long i = 0; i < j; i++)
+                    dup |= idx[n * kk + i] == e;
+            } while (dup);
+            idx[n * kk + j] = e;
+        }
+    const MoeExpertsOp *ops[2] = {r, k};
+    float *o[2], *dx[2], *dgw[2], *dw1[2], *dw3[2], *dw2[2], *sv[2], *sc[2];
+    int32_t *in[2];
+    for (int i = 0; i < 2; i++) {
+        MoeExpertsBufs b;
+        sv[i] = zeros(moe_experts_saved_floats(N, (int)kk, (int)D, (int)F));
+        sc[i] = zeros(moe_experts_scratch_floats(N, (int)kk, (int)D, (int)F));
+        in[i] = xcalloc((size_t)moe_experts_saved_ints(N, (int)kk, (int)X), sizeof(int32_t));
+        moe_experts_bufs_place(&b, sv[i], in[i], sc[i], N, (int)kk, (int)D, (int)F, (int)X);
+        o[i] = zeros(N * D), dx[i] = zeros(N * D), dgw[i] = zeros(N * kk);
+        dw1[i] = copy(dw0, X * F * D), dw3[i] = copy(dw0, X * F * D), dw2[i] = copy(dw0, X * D * F);
+        ops[i]->forward(o[i], &b, x, idx, gw, w1, w3, w2, N, (int)kk, (int)D, (int)F, (int)X);
+        ops[i]->backward(dx[i], dgw[i], dw1[i], dw3[i], dw2[i], &b, dout, x, idx, gw, w1, w3, w2, N,
+                         (int)kk, (int)D, (int)F, (int)X);
+    }
+    cmp(c, "out", o[1], o[0], N * D);
+    cmp(c, "dx", dx[1], dx[0], N * D);
+    cmp(c, "dgw", dgw[1], dgw[0], N * kk);
+    cmp(c, "dw1", dw1[1], dw1[0], X * F * D);
+    cmp(c, "dw3", dw3[1], dw3[0], X * F * D);
+    cmp(c, "dw2", dw2[1], dw2[0], X * D * F);
+    for (int i = 0; i < 2; i++)
+        free(o[i]), free(dx[i]), free(dgw[i]), free(dw1[i]), free(dw3[i]), free(dw2[i]),
+            free(sv[i]), free(sc[i]), free(in[i]);
+    free(x), free(gw), free(dout), free(w1), free(w3), free(w2), free(dw0), free(idx);
+}
+
 void verify_kernel(VerifyResult *r, const KernelInfo *k, const VerifyShape *sh, unsigned seed) {
     memset(r, 0, sizeof *r);
     r->ok = 1;
@@ -216,6 +264,9 @@ void verify_kernel(VerifyResult *r, const KernelInfo *k, const VerifyShape *sh, 
         break;
     case OP_LM_HEAD_LOSS:
         verify_loss(&c, (const LmHeadLossOp *)k->op, sh, &g);
+        break;
+    case OP_MOE_EXPERTS:
+        verify_experts(&c, (const MoeExpertsOp *)k->op, sh, &g);
         break;
     default:
         r->ok = 0;
@@ -240,6 +291,9 @@ void verify_shape_label(char *buf, unsigned cap, OpKind kind, const VerifyShape 
         break;
     case OP_LM_HEAD_LOSS:
         snprintf(buf, cap, "N%d D%d V%d", s->B * s->T, s->D, s->V);
+        break;
+    case OP_MOE_EXPERTS:
+        snprintf(buf, cap, "N%d D%d F%d X%d k%d", s->B * s->T, s->D, s->F, s->X, s->k);
         break;
     default:
         snprintf(buf, cap, "-");

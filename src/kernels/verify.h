@@ -11,9 +11,11 @@
  *   rope          B, T, H (heads per token), E, theta
  *   swiglu        B*T tokens, D, F
  *   rmsnorm       B*T rows, D columns (also forward_add / backward_acc when present)
- *   lm_head_loss  B*T tokens, D, V (every 7th target ignored) */
+ *   lm_head_loss  B*T tokens, D, V (every 7th target ignored)
+ *   moe.experts   B*T tokens, D, F (expert ffn), X experts, k per token (distinct random
+ *                 experts per token, one expert left without tokens when X > k + 1) */
 typedef struct VerifyShape {
-    int B, T, H, K, E, D, F, V, doc;
+    int B, T, H, K, E, D, F, V, doc, X, k;
     double theta;
 } VerifyShape;
 

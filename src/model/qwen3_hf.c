@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "io/hf_keys.h"
+
 /* Suffix after "layers.{i}." in qtitan and HF naming. */
 static const char *const LAYER_NAMES[][2] = {
     {"attention_norm.weight", "input_layernorm.weight"},
@@ -37,9 +39,32 @@ int qwen3_hf_name(char *out, size_t cap, const char *qt_name) {
     return -1;
 }
 
+/* MoE router and stacked experts through io/hf_keys, which knows the per-expert tensors;
+ * expert_bias has no HF tensor and starts at zero. */
+static int load_moe(Qwen3 *m, const StSet *set, Err *err) {
+    HfKeyTable keys;
+    hf_keys_build(&keys, &m->spec);
+    int rc = 0;
+    for (int i = 0; i < m->nparams && rc == 0; i++) {
+        Qwen3Param *p = &m->table[i];
+        if (!strstr(p->name, ".moe.")) continue;
+        if (p->is_buffer) {
+            memset(p->data, 0, (size_t)p->numel * sizeof(float));
+            continue;
+        }
+        int k = hf_keys_find_param(&keys, p->name);
+        rc = k < 0 ? err_set(err, "parameter %s has no Hugging Face name", p->name)
+                   : hf_keys_load_param(p->data, &keys, k, set, err);
+    }
+    hf_keys_free(&keys);
+    return rc;
+}
+
 int qwen3_load_hf(Qwen3 *m, const StSet *set, Err *err) {
+    if (m->n_moe_layers) TRY(load_moe(m, set, err));
     for (int i = 0; i < m->nparams; i++) {
         Qwen3Param *p = &m->table[i];
+        if (strstr(p->name, ".moe.")) continue;
         char hf[160];
         if (qwen3_hf_name(hf, sizeof hf, p->name))
             return err_set(err, "parameter %s has no Hugging Face name", p->name);

@@ -12,7 +12,8 @@
  * "model.layers.0.self_attn.q_proj.weight"); -1 when the name is not a Qwen3 parameter. */
 int qwen3_hf_name(char *out, size_t cap, const char *qt_name);
 /* Fills every parameter of m from the tensors of set (F32, BF16 or F16), checking shapes. A
- * tied model ignores lm_head.weight; an untied one requires it. */
+ * tied model ignores lm_head.weight; an untied one requires it. MoE layers: the router and
+ * the per-expert tensors (stacked) come through io/hf_keys; expert_bias is set to zero. */
 int qwen3_load_hf(Qwen3 *m, const StSet *set, Err *err);
 
 #endif

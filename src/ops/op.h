@@ -17,6 +17,7 @@ typedef enum OpKind {
     OP_SWIGLU,
     OP_CROSS_ENTROPY,
     OP_LM_HEAD_LOSS, /* output projection + cross-entropy as one op (ops/lm_head_loss.h) */
+    OP_MOE_EXPERTS,
     OP_NKINDS
 } OpKind;
 

@@ -22,7 +22,7 @@ typedef struct TrainQwen3Batch {
     const int32_t *doc;       /* (B, T) or NULL */
 } TrainQwen3Batch;
 
-/* Dense models only; activations sized for B x T; full_ac recomputes layers in backward. */
+/* Dense and MoE models; activations sized for B x T; full_ac recomputes layers in backward. */
 TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, int full_ac, Err *err);
 void train_qwen3_free(TrainQwen3 *q);
 /* DESIGN §5 random init. */
@@ -30,7 +30,13 @@ void train_qwen3_init(TrainQwen3 *q, uint64_t seed);
 /* Loads HF-named weights (a .safetensors file or an HF directory), any of F32/BF16/F16. Every
  * parameter must be present with its shape; lm_head.weight may be absent when tied. */
 int train_qwen3_load_hf(TrainQwen3 *q, const char *path, Err *err);
-/* The TrainModel view (valid while q lives). exempt: no weight decay for norms and embeddings. */
+/* MoE: each micro-batch's router auxiliary loss counts 1 / micro_batches, so a step adds
+ * router_aux_loss_coef times the mean over its micro-batches (the reported loss is the
+ * cross-entropy alone). */
+void train_qwen3_set_micro_batches(TrainQwen3 *q, int micro_batches);
+/* The TrainModel view (valid while q lives). exempt: no weight decay for norms and embeddings.
+ * MoE models also get the before_optimizer_step hook (train/moe_step.h): expert_bias update
+ * and the moe_tokens_min / moe_tokens_max / moe_imbalance metrics. */
 void train_qwen3_model(TrainQwen3 *q, TrainModel *out, int exempt);
 /* The Hugging Face name of a qtitan parameter name into out; -1 when it has none. */
 int train_qwen3_hf_name(char *out, size_t cap, const char *qt_name);
