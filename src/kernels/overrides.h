@@ -1,11 +1,11 @@
 /* [[override]] entries (DESIGN §4) checked against the module tree and the kernel registry
  * before any memory is sized, then applied to the model's module implementations.
  *
- * Use (the trainer, once `qtitan train` builds the model):
+ * Use (train/train_job.c and train/train_qwen3.c do this for `qtitan train`):
  *   OverridePlan plan;
  *   overrides_resolve(&plan, &spec, cfg.overrides, cfg.n_overrides, cfg.path, "cpu", &run, err);
  *   Qwen3Modules mod;
- *   overrides_apply(&plan, &mod);                 // logs one line per replacement
+ *   overrides_apply(&plan, &mod);                       // logs one line per replacement
  *   qwen3_create_with(&m, &spec, B, T, ac, &mod, err);  // sized for the chosen kernels
  *   overrides_plan_free(&plan);
  */

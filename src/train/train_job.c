@@ -114,28 +114,31 @@ int train_job_run(const JobConfig *cfg, Err *err) {
         cfg->parallelism.data_parallel_shard_degree > 1)
         return err_set(err, "parallelism: this trainer runs one process; set the data / tensor "
                             "parallel degrees to 1 (or -1 for data_parallel_shard_degree)");
-    if (cfg->n_overrides > 0)
-        log_warn("%d [[override]] entr%s ignored: kernel overrides are not wired into training "
-                 "yet",
-                 cfg->n_overrides, cfg->n_overrides == 1 ? "y" : "ies");
     if (cfg->checkpoint.last_save_in_hf)
         log_warn("checkpoint.last_save_in_hf: HF export at the end of training is not wired yet; "
                  "the last checkpoint is saved in the native format");
     ModelSpec spec;
     TRY(build_spec(cfg, &spec, err));
+    /* [[override]] entries against the module tree and the registry, before anything is
+     * sized (DESIGN §4); the plan is applied when the model is created. */
+    OverridePlan plan;
+    OpRun run = {&spec, cfg->training.local_batch_size, cfg->training.seq_len,
+                 cfg->training.document_mask, cfg->training.mixed_precision_param == DT_BF16};
+    TRY(overrides_resolve(&plan, &spec, cfg->overrides, cfg->n_overrides, cfg->path, "cpu", &run,
+                          err));
     int micro;
-    TRY(config_grad_accum_steps(cfg, 1, &micro, err));
+    if (config_grad_accum_steps(cfg, 1, &micro, err)) goto early;
     const char *tok_path;
-    TRY(config_tokenizer_path(cfg, &tok_path, err));
+    if (config_tokenizer_path(cfg, &tok_path, err)) goto early;
     Tokenizer *tok = tokenizer_load(tok_path, err);
-    if (!tok) return -1;
+    if (!tok) goto early;
     if (tokenizer_vocab_size(tok) > (uint32_t)spec.vocab_size) {
         err_set(err,
                 "the tokenizer at %s has %u tokens but the model's vocab_size is %d (set "
                 "model.vocab_size or use a smaller tokenizer)",
                 tok_path, tokenizer_vocab_size(tok), spec.vocab_size);
         tokenizer_free(tok);
-        return -1;
+        goto early;
     }
     JobData d;
     memset(&d, 0, sizeof d);
@@ -159,13 +162,13 @@ int train_job_run(const JobConfig *cfg, Err *err) {
     free(dpath);
     if (rc != 0) {
         tokenizer_free(tok);
-        return -1;
+        goto early;
     }
     batch_alloc(&d.raw, d.B, d.T);
     d.tokens = xmalloc((size_t)d.B * d.T * sizeof *d.tokens);
 
-    TrainQwen3 *q =
-        train_qwen3_create(&spec, d.B, d.T, cfg->activation_checkpoint.mode == AC_FULL, err);
+    TrainQwen3 *q = train_qwen3_create_with(&spec, d.B, d.T,
+                                            cfg->activation_checkpoint.mode == AC_FULL, &plan, err);
     if (!q) {
         rc = -1;
         goto out;
@@ -220,10 +223,14 @@ int train_job_run(const JobConfig *cfg, Err *err) {
              d.B, d.T, micro);
     rc = trainer_run(&o, &model, &data, err);
 out:
+    overrides_plan_free(&plan);
     train_qwen3_free(q);
     free(d.tokens);
     batch_free(&d.raw);
     dataset_close(&d.ds);
     tokenizer_free(tok);
     return rc;
+early: /* failed before the data and the model exist */
+    overrides_plan_free(&plan);
+    return -1;
 }

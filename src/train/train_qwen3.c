@@ -19,8 +19,20 @@ struct TrainQwen3 {
 };
 
 TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, int full_ac, Err *err) {
+    return train_qwen3_create_with(spec, B, T, full_ac, NULL, err);
+}
+
+TrainQwen3 *train_qwen3_create_with(const ModelSpec *spec, int B, int T, int full_ac,
+                                    const OverridePlan *plan, Err *err) {
     TrainQwen3 *q = xcalloc(1, sizeof *q);
-    if (qwen3_create(&q->m, spec, B, T, full_ac ? AC_FULL : AC_NONE, err) != 0) {
+    Qwen3Modules *mod = NULL;
+    if (plan) {
+        mod = xmalloc(sizeof *mod);
+        overrides_apply(plan, mod);
+    }
+    int rc = qwen3_create_with(&q->m, spec, B, T, full_ac ? AC_FULL : AC_NONE, mod, err);
+    free(mod);
+    if (rc != 0) {
         free(q);
         return NULL;
     }

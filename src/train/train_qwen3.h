@@ -9,6 +9,7 @@
 
 #include "core/err.h"
 #include "core/model_spec.h"
+#include "kernels/overrides.h"
 #include "train/trainer.h"
 
 typedef struct TrainQwen3 TrainQwen3;
@@ -24,6 +25,10 @@ typedef struct TrainQwen3Batch {
 
 /* Dense and MoE models; activations sized for B x T; full_ac recomputes layers in backward. */
 TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, int full_ac, Err *err);
+/* As train_qwen3_create with the kernels of plan (from overrides_resolve; NULL = none) applied
+ * before the activations are sized; logs one line per replacement. */
+TrainQwen3 *train_qwen3_create_with(const ModelSpec *spec, int B, int T, int full_ac,
+                                    const OverridePlan *plan, Err *err);
 void train_qwen3_free(TrainQwen3 *q);
 /* DESIGN §5 random init. */
 void train_qwen3_init(TrainQwen3 *q, uint64_t seed);
