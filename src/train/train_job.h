@@ -5,7 +5,9 @@
 
 #include "core/config.h"
 #include "core/err.h"
+#include "dist/comm.h"
 
-int train_job_run(const JobConfig *cfg, Err *err);
+/* world: the job's communicator (comm_init), or NULL for one process without MPI. */
+int train_job_run(const JobConfig *cfg, Comm *world, Err *err);
 
 #endif
