@@ -183,7 +183,7 @@ static void counting_forward(float *out, float *rstd, const float *x, const floa
     rmsnorm_forward(out, rstd, x, w, R, C, eps);
 }
 static const RmsnormOp counting_rmsnorm = {
-    {"counting", OP_RMSNORM, "cpu"}, counting_forward, rmsnorm_backward};
+    {"counting", OP_RMSNORM, "cpu", 0}, counting_forward, rmsnorm_backward, 0, 0};
 
 static void test_module_slots(void **state) {
     (void)state;

@@ -21,6 +21,7 @@
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
 #include "ops/linear.h"
+#include "ops/lm_head_loss.h"
 #include "ops/moe_experts.h"
 #include "ops/op.h"
 #include "ops/rmsnorm.h"
@@ -96,8 +97,11 @@ typedef struct Qwen3Modules {
     const EmbeddingOp *tok_embeddings;
     Qwen3LayerModules layers[QT_MAX_LAYERS];
     const RmsnormOp *norm;
-    const LinearOp *lm_head;
-    const CrossEntropyOp *loss;
+    const LinearOp *lm_head; /* the projection, called by loss */
+    const LmHeadLossOp *loss; /* lm_head + cross-entropy (ops/lm_head_loss.h) */
+    /* The cross-entropy the reference `loss` op runs inside the model (so lm_head keeps its
+     * bf16 path): part of the `loss` instance, not a module of its own. */
+    const CrossEntropyOp *ce;
 } Qwen3Modules;
 
 /* Activations of one layer. AC_FULL: all layers share one set except x. AC_SELECTIVE: they
@@ -140,7 +144,8 @@ typedef struct Qwen3Acts {
     float *h;      /* (N, D) output of the last layer */
     float *hn;     /* (N, D) after the final norm */
     float *rstdf;  /* (N) */
-    float *logits; /* (N, V); becomes dlogits during backward */
+    float *logits; /* loss workspace: (N, V) logits with the reference, becomes dlogits during
+                    * backward; a chunked loss sizes it smaller (workspace_floats) */
     float *ce_lse; /* (N) */
     float *losses; /* (N) */
     /* Activation gradients: one set, reused by every layer in turn. */
@@ -228,9 +233,21 @@ struct Qwen3 {
     void (*tp_sum)(void *ctx, float *buf, long n);
 };
 
+/* The module tree of spec (DESIGN §4), without allocating a model: fills mod with each
+ * kind's reference implementation and, when slots is not NULL, slots[i] with instance i's FQN,
+ * kind and the address of its pointer inside mod. Returns the number of instances. The model
+ * builds its own tree with this function, so the override check (kernels/overrides.h) sees
+ * exactly the instances the model runs. */
+int qwen3_module_tree(const ModelSpec *spec, Qwen3Modules *mod, ModuleSlot *slots);
+
 /* Builds the parameter table and arenas for spec and activations for up to B x T tokens.
  * Parameters are zero until qwen3_init_params or a load fills them. */
 int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac, Err *err);
+/* As qwen3_create with the module implementations taken from impl (a tree from
+ * qwen3_module_tree for the same spec, with overrides applied; NULL = references), so the
+ * activations are sized for them (a chunked loss needs no (N, V) logits). */
+int qwen3_create_with(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac,
+                      const Qwen3Modules *impl, Err *err);
 /* The same without parameter and gradient memory: the table has names and shapes but NULL
  * data and grad, and m->p / m->g stay NULL until a unit_hook points them somewhere (FSDP). */
 int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac, Err *err);

@@ -291,7 +291,8 @@ FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, c
         free(f);
         return NULL;
     }
-    cpu_apply_defaults(f->m.slots, f->m.nslots, &local); /* as train_qwen3_create */
+    if (cpu_apply_defaults(f->m.slots, f->m.nslots, &local)) /* as train_qwen3_create */
+        f->m.mod.ce = &cross_entropy_cpu;
     if (f->tp > 1 && qwen3_create_unowned(&f->full, spec, 1, 1, AC_NONE, err) != 0) {
         qwen3_free(&f->m);
         free(f);

@@ -149,19 +149,25 @@ int train_job_run(const JobConfig *cfg, Comm *world, Err *err) {
 static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     if (cfg->training.device == DEVICE_CUDA)
         return err_set(err, "training.device = \"cuda\": this build trains on the CPU only");
-    if (cfg->n_overrides > 0)
-        log_warn("%d [[override]] entr%s ignored: kernel overrides are not wired into training "
-                 "yet",
-                 cfg->n_overrides, cfg->n_overrides == 1 ? "y" : "ies");
     if (cfg->checkpoint.last_save_in_hf && world->size == 1)
         log_warn("checkpoint.last_save_in_hf: HF export at the end of training is not wired yet "
                  "on one process; the last checkpoint is saved in the native format");
     ModelSpec spec;
     TRY(build_spec(cfg, &spec, err));
+    /* [[override]] entries against the module tree and the registry, before anything is
+     * sized (DESIGN §4); the plan is applied when the model is created. */
+    OverridePlan plan;
+    OpRun run = {&spec, cfg->training.local_batch_size, cfg->training.seq_len,
+                 cfg->training.document_mask, cfg->training.mixed_precision_param == DT_BF16};
+    TRY(overrides_resolve(&plan, &spec, cfg->overrides, cfg->n_overrides, cfg->path, "cpu", &run,
+                          err));
     /* The mesh is checked before anything large exists; every rank computes the same
      * sentence from the same config. */
     Mesh mesh;
-    TRY(mesh_from_config(&mesh, world, cfg, &spec, err));
+    if (mesh_from_config(&mesh, world, cfg, &spec, err)) {
+        overrides_plan_free(&plan);
+        return -1;
+    }
     int micro = mesh.dims.grad_accum_steps;
     JobData d;
     memset(&d, 0, sizeof d);
@@ -201,6 +207,7 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
         if (rc == 0) dataset_close(&d.ds);
         tokenizer_free(tok);
         mesh_destroy(&mesh);
+        overrides_plan_free(&plan);
         return -1;
     }
     batch_alloc(&d.raw, d.B, d.T);
@@ -209,10 +216,14 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     int full_ac = cfg->activation_checkpoint.mode == AC_FULL;
     int sharded = world->size > 1;
     if (sharded) {
+        if (plan.n > 0) /* fsdp_model_create builds its model without a module set yet */
+            log_warn("%d [[override]] replacement(s) not applied: sharded (FSDP) runs use the "
+                     "reference kernels for now",
+                     plan.n);
         fm = fsdp_model_create(&spec, d.B, d.T, full_ac, &mesh, err);
         rc = fm ? 0 : -1;
     } else {
-        q = train_qwen3_create(&spec, d.B, d.T, full_ac, err);
+        q = train_qwen3_create_with(&spec, d.B, d.T, full_ac, &plan, err);
         rc = q ? 0 : -1;
     }
     if (rc == 0 && cfg->checkpoint.initial_load_path[0]) {
@@ -316,6 +327,7 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
      * wait in a collective: end the whole job, with the cause. */
     if (rc != 0 && sharded) comm_abort(1, err->msg);
 out:
+    overrides_plan_free(&plan);
     train_qwen3_free(q);
     fsdp_model_free(fm);
     mesh_destroy(&mesh);

@@ -9,7 +9,7 @@
 #include "core/log.h"
 #include "io/hf_keys.h"
 #include "io/safetensors.h"
-#include "kernels/cpu_ops.h"
+#include "kernels/overrides.h"
 #include "model/qwen3.h"
 #include "train/moe_step.h"
 
@@ -21,14 +21,24 @@ struct TrainQwen3 {
 };
 
 TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, int full_ac, Err *err) {
+    return train_qwen3_create_with(spec, B, T, full_ac, NULL, err);
+}
+
+TrainQwen3 *train_qwen3_create_with(const ModelSpec *spec, int B, int T, int full_ac,
+                                    const OverridePlan *plan, Err *err) {
     TrainQwen3 *q = xcalloc(1, sizeof *q);
-    if (qwen3_create(&q->m, spec, B, T, full_ac ? AC_FULL : AC_NONE, err) != 0) {
+    /* The fast CPU kernels by default; QT_KERNELS=reference runs the plain references. */
+    Qwen3Modules *mod = xmalloc(sizeof *mod);
+    if (plan)
+        overrides_apply(plan, mod);
+    else if (!overrides_cpu_defaults(spec, mod))
+        log_info("kernels: references (QT_KERNELS=reference)");
+    int rc = qwen3_create_with(&q->m, spec, B, T, full_ac ? AC_FULL : AC_NONE, mod, err);
+    free(mod);
+    if (rc != 0) {
         free(q);
         return NULL;
     }
-    /* The fast CPU kernels by default; QT_KERNELS=reference runs the plain references. */
-    if (!cpu_apply_defaults(q->m.slots, q->m.nslots, spec))
-        log_info("kernels: references (QT_KERNELS=reference)");
     int n = q->m.nparams;
     q->params = xcalloc((size_t)n, sizeof *q->params);
     q->grads = xcalloc((size_t)n, sizeof *q->grads);

@@ -9,6 +9,7 @@
 
 #include "core/err.h"
 #include "core/model_spec.h"
+#include "kernels/overrides.h"
 #include "train/trainer.h"
 
 typedef struct TrainQwen3 TrainQwen3;
@@ -26,6 +27,10 @@ typedef struct TrainQwen3Batch {
  * The modules run the fast CPU kernels (kernels/cpu_ops.h), or the references when the
  * environment has QT_KERNELS=reference. */
 TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, int full_ac, Err *err);
+/* As train_qwen3_create with the kernels of plan (from overrides_resolve; NULL = none) applied
+ * before the activations are sized; logs one line per replacement. */
+TrainQwen3 *train_qwen3_create_with(const ModelSpec *spec, int B, int T, int full_ac,
+                                    const OverridePlan *plan, Err *err);
 void train_qwen3_free(TrainQwen3 *q);
 /* Mixed precision (training.mixed_precision_param = "bfloat16"): bf16 matmuls, fp32 masters. */
 int train_qwen3_enable_bf16(TrainQwen3 *q, Err *err);
