@@ -264,4 +264,4 @@ static void grouped_backward(float *dx, float *dgw, float *dw1, float *dw3, floa
 }
 
 const MoeExpertsOp moe_experts_grouped = {
-    {"grouped", OP_MOE_EXPERTS, "cpu", 0}, grouped_forward, grouped_backward};
+    {"experts_grouped", OP_MOE_EXPERTS, "cpu", 0}, grouped_forward, grouped_backward};
