@@ -195,7 +195,7 @@ static void build_modules(Qwen3 *m) {
     add_slot(m, OP_CROSS_ENTROPY, &d->loss, "loss", 0);
 }
 
-int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac, Err *err) {
+int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *err) {
     memset(m, 0, sizeof *m);
     m->spec = *spec;
     const ModelSpec *s = &m->spec;

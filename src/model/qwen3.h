@@ -13,6 +13,7 @@
 
 #include <stdint.h>
 
+#include "core/ac_mode.h"
 #include "core/arena.h"
 #include "core/err.h"
 #include "core/model_spec.h"
@@ -24,12 +25,6 @@
 #include "ops/rope.h"
 #include "ops/sdpa.h"
 #include "ops/swiglu.h"
-
-typedef enum ActCheckpoint {
-    AC_NONE = 0,  /* keep every activation */
-    AC_FULL,      /* keep each layer's input only; recompute the layer in backward */
-    AC_SELECTIVE, /* keep matmul and attention outputs; recompute norms and rope in backward */
-} ActCheckpoint;
 
 /* One layer's parameters (also used for its gradients). */
 typedef struct Qwen3LayerParams {
@@ -143,7 +138,7 @@ typedef struct Qwen3Acts {
 typedef struct Qwen3 {
     ModelSpec spec;
     int max_B, max_T; /* activation capacity */
-    ActCheckpoint ac;
+    AcMode ac;
     Arena param_arena, grad_arena, act_arena;
     Qwen3Params p;
     Qwen3Params g; /* gradients, same layout */
@@ -161,7 +156,7 @@ typedef struct Qwen3 {
 
 /* Builds the parameter table and arenas for spec and activations for up to B x T tokens.
  * Parameters are zero until qwen3_init_params or a load fills them. Dense models only. */
-int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac, Err *err);
+int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *err);
 void qwen3_free(Qwen3 *m);
 
 /* DESIGN §5: normal(0, 0.02) for linears and the embedding, ones for norms; parameter i of

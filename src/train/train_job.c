@@ -5,12 +5,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/fs.h"
 #include "core/log.h"
 #include "io/hf_config.h"
 #include "text/dataset.h"
 #include "text/tokenizer.h"
+#include "train/train_hf.h"
 #include "train/train_qwen3.h"
 #include "train/trainer.h"
 
@@ -67,13 +69,14 @@ static int data_restore(void *ctx, const json_t *pos, Err *err) {
     return 0;
 }
 
-static int build_spec(const JobConfig *cfg, ModelSpec *spec, Err *err) {
+static int build_spec(const JobConfig *cfg, ModelSpec *spec, HfConfigExtra *extra, Err *err) {
+    memset(extra, 0, sizeof *extra);
     if (strcmp(cfg->model.flavor, "hf") == 0) {
         if (!cfg->model.hf_assets_path[0])
             return err_set(err, "model.flavor = \"hf\" needs model.hf_assets_path (a Hugging Face "
                                 "model directory with config.json)");
         char *path = fs_join(cfg->model.hf_assets_path, "config.json");
-        int rc = model_spec_from_hf_config(spec, path, err);
+        int rc = model_spec_from_hf_config_ex(spec, extra, path, err);
         free(path);
         TRY(rc);
     } else {
@@ -103,6 +106,32 @@ static uint64_t config_hash(const JobConfig *cfg) {
     return h;
 }
 
+/* Values that are each valid alone but not together, checked before anything large is
+ * allocated so a bad config fails in a moment with one sentence. */
+static int train_job_check(const JobConfig *cfg, Err *err) {
+    if (cfg->lr_scheduler.warmup_steps > cfg->training.steps)
+        return err_set(err,
+                       "lr_scheduler.warmup_steps = %d is longer than the run (training.steps = "
+                       "%d)",
+                       cfg->lr_scheduler.warmup_steps, cfg->training.steps);
+    if (cfg->checkpoint.last_save_in_hf && !cfg->checkpoint.enable)
+        return err_set(err, "checkpoint.last_save_in_hf = true needs checkpoint.enable = true (the "
+                            "HF export is written into the last checkpoint's folder)");
+    if (cfg->checkpoint.initial_load_path[0]) {
+        if (!cfg->checkpoint.initial_load_in_hf)
+            return err_set(err, "checkpoint.initial_load_path needs initial_load_in_hf = true "
+                                "(only Hugging Face weights can be loaded as a starting point)");
+        if (!fs_exists(cfg->checkpoint.initial_load_path))
+            return err_set(err, "checkpoint.initial_load_path %s does not exist",
+                           cfg->checkpoint.initial_load_path);
+    }
+    if (fs_mkdirs(cfg->job.dump_folder, err) != 0)
+        return err_wrap(err, "job.dump_folder %s cannot be created", cfg->job.dump_folder);
+    if (access(cfg->job.dump_folder, W_OK | X_OK) != 0)
+        return err_sys(err, "job.dump_folder %s is not writable", cfg->job.dump_folder);
+    return 0;
+}
+
 int train_job_run(const JobConfig *cfg, Err *err) {
     if (cfg->training.device == DEVICE_CUDA)
         return err_set(err, "training.device = \"cuda\": this build trains on the CPU only");
@@ -118,11 +147,10 @@ int train_job_run(const JobConfig *cfg, Err *err) {
         log_warn("%d [[override]] entr%s ignored: kernel overrides are not wired into training "
                  "yet",
                  cfg->n_overrides, cfg->n_overrides == 1 ? "y" : "ies");
-    if (cfg->checkpoint.last_save_in_hf)
-        log_warn("checkpoint.last_save_in_hf: HF export at the end of training is not wired yet; "
-                 "the last checkpoint is saved in the native format");
     ModelSpec spec;
-    TRY(build_spec(cfg, &spec, err));
+    HfConfigExtra extra;
+    TRY(build_spec(cfg, &spec, &extra, err));
+    TRY(train_job_check(cfg, err));
     int micro;
     TRY(config_grad_accum_steps(cfg, 1, &micro, err));
     const char *tok_path;
@@ -164,18 +192,16 @@ int train_job_run(const JobConfig *cfg, Err *err) {
     batch_alloc(&d.raw, d.B, d.T);
     d.tokens = xmalloc((size_t)d.B * d.T * sizeof *d.tokens);
 
-    TrainQwen3 *q =
-        train_qwen3_create(&spec, d.B, d.T, cfg->activation_checkpoint.mode == AC_FULL, err);
+    TrainHf hf;
+    memset(&hf, 0, sizeof hf);
+    TrainQwen3 *q = NULL;
+    if ((rc = train_hf_init(&hf, cfg, &spec, &extra, tok_path, err)) != 0) goto out;
+    q = train_qwen3_create(&spec, d.B, d.T, cfg->activation_checkpoint.mode, err);
     if (!q) {
         rc = -1;
         goto out;
     }
     if (cfg->checkpoint.initial_load_path[0]) {
-        if (!cfg->checkpoint.initial_load_in_hf) {
-            rc = err_set(err, "checkpoint.initial_load_path needs initial_load_in_hf = true (only "
-                              "Hugging Face weights can be loaded as a starting point)");
-            goto out;
-        }
         if ((rc = train_qwen3_load_hf(q, cfg->checkpoint.initial_load_path, err)) != 0) goto out;
         log_info("loaded initial weights from %s", cfg->checkpoint.initial_load_path);
     } else {
@@ -212,13 +238,19 @@ int train_job_run(const JobConfig *cfg, Err *err) {
         .flops_per_token = metrics_flops_per_token(&spec, d.T),
         .seed = (uint64_t)cfg->training.seed,
         .config_hash = config_hash(cfg),
+        .ckpt_files = hf.files,
+        .n_ckpt_files = hf.nfiles,
+        .on_last_save = cfg->checkpoint.last_save_in_hf ? train_hf_on_last_save : NULL,
+        .on_last_save_ctx = &hf,
     };
+    hf.model = &model;
     log_info("model: %s, %d layers, dim %d, vocab %d; %.3g matmul parameters; %d x %d tokens "
              "per micro-batch, %d micro-batch(es) per step",
              spec.flavor, spec.n_layers, spec.dim, spec.vocab_size, metrics_matmul_params(&spec),
              d.B, d.T, micro);
     rc = trainer_run(&o, &model, &data, err);
 out:
+    train_hf_free(&hf);
     train_qwen3_free(q);
     free(d.tokens);
     batch_free(&d.raw);

@@ -1,12 +1,12 @@
 /* The Qwen3 reference model behind the trainer's TrainModel interface: parameter table as
  * named tensors, weight-decay flags, forward + backward on one micro-batch, and loading HF
- * weights by name. Kept apart from train_job.c so that no file includes both model/qwen3.h and
- * core/config.h (both name activation-checkpoint modes AC_NONE / AC_FULL). */
+ * weights by name. */
 #ifndef QT_TRAIN_QWEN3_H
 #define QT_TRAIN_QWEN3_H
 
 #include <stdint.h>
 
+#include "core/ac_mode.h"
 #include "core/err.h"
 #include "core/model_spec.h"
 #include "train/trainer.h"
@@ -22,17 +22,16 @@ typedef struct TrainQwen3Batch {
     const int32_t *doc;       /* (B, T) or NULL */
 } TrainQwen3Batch;
 
-/* Dense models only; activations sized for B x T; full_ac recomputes layers in backward. */
-TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, int full_ac, Err *err);
+/* Dense models only; activations sized for B x T, kept or recomputed as ac says. */
+TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, Err *err);
 void train_qwen3_free(TrainQwen3 *q);
 /* DESIGN §5 random init. */
 void train_qwen3_init(TrainQwen3 *q, uint64_t seed);
-/* Loads HF-named weights (a .safetensors file or an HF directory), any of F32/BF16/F16. Every
- * parameter must be present with its shape; lm_head.weight may be absent when tied. */
+/* Loads HF-named weights (a .safetensors file or an HF directory), any of F32/BF16/F16. The
+ * files must hold exactly the model's tensors with their shapes (lm_head.weight may be absent
+ * when tied); the error lists every missing, unexpected and misshaped key. */
 int train_qwen3_load_hf(TrainQwen3 *q, const char *path, Err *err);
 /* The TrainModel view (valid while q lives). exempt: no weight decay for norms and embeddings. */
 void train_qwen3_model(TrainQwen3 *q, TrainModel *out, int exempt);
-/* The Hugging Face name of a qtitan parameter name into out; -1 when it has none. */
-int train_qwen3_hf_name(char *out, size_t cap, const char *qt_name);
 
 #endif
