@@ -26,7 +26,7 @@ int qwen3_load_hf(Qwen3 *m, const StSet *set, const char *what, Err *err) {
     HfCheck c;
     int rc = 0;
     if (hf_keys_check(&c, &t, set) != 0) {
-        char msg[760] = "";
+        char msg[880] = "";
         list_keys(msg, sizeof msg, "missing", c.missing, c.nmissing);
         list_keys(msg, sizeof msg, "unexpected", c.unexpected, c.nunexpected);
         list_keys(msg, sizeof msg, "misshaped", c.wrong, c.nwrong);

@@ -69,7 +69,7 @@ static int data_restore(void *ctx, const json_t *pos, Err *err) {
     return 0;
 }
 
-static int build_spec(const JobConfig *cfg, ModelSpec *spec, HfConfigExtra *extra, Err *err) {
+int train_job_spec(const JobConfig *cfg, ModelSpec *spec, HfConfigExtra *extra, Err *err) {
     memset(extra, 0, sizeof *extra);
     if (strcmp(cfg->model.flavor, "hf") == 0) {
         if (!cfg->model.hf_assets_path[0])
@@ -86,11 +86,7 @@ static int build_spec(const JobConfig *cfg, ModelSpec *spec, HfConfigExtra *extr
         if (model_spec_set_field(spec, cfg->model.fields[i].field, cfg->model.fields[i].value,
                                  err) != 0)
             return err_wrap(err, "model.%s", cfg->model.fields[i].field);
-    TRY(model_spec_validate(spec, err));
-    if (cfg->training.seq_len > spec->max_seq_len)
-        return err_set(err, "training.seq_len = %d exceeds the model's max_seq_len %d",
-                       cfg->training.seq_len, spec->max_seq_len);
-    return 0;
+    return model_spec_validate(spec, err);
 }
 
 /* A hash of the resolved config, so a resume under another config can be told apart. */
@@ -106,9 +102,12 @@ static uint64_t config_hash(const JobConfig *cfg) {
     return h;
 }
 
-/* Values that are each valid alone but not together, checked before anything large is
- * allocated so a bad config fails in a moment with one sentence. */
-static int train_job_check(const JobConfig *cfg, Err *err) {
+int train_job_check(const JobConfig *cfg, const ModelSpec *spec, Err *err) {
+    if (spec && cfg->training.seq_len > spec->max_seq_len)
+        return err_set(err, "training.seq_len = %d exceeds the model's max_seq_len %d",
+                       cfg->training.seq_len, spec->max_seq_len);
+    int micro;
+    TRY(config_grad_accum_steps(cfg, 1, &micro, err));
     if (cfg->lr_scheduler.warmup_steps > cfg->training.steps)
         return err_set(err,
                        "lr_scheduler.warmup_steps = %d is longer than the run (training.steps = "
@@ -117,14 +116,17 @@ static int train_job_check(const JobConfig *cfg, Err *err) {
     if (cfg->checkpoint.last_save_in_hf && !cfg->checkpoint.enable)
         return err_set(err, "checkpoint.last_save_in_hf = true needs checkpoint.enable = true (the "
                             "HF export is written into the last checkpoint's folder)");
-    if (cfg->checkpoint.initial_load_path[0]) {
-        if (!cfg->checkpoint.initial_load_in_hf)
-            return err_set(err, "checkpoint.initial_load_path needs initial_load_in_hf = true "
-                                "(only Hugging Face weights can be loaded as a starting point)");
-        if (!fs_exists(cfg->checkpoint.initial_load_path))
-            return err_set(err, "checkpoint.initial_load_path %s does not exist",
-                           cfg->checkpoint.initial_load_path);
-    }
+    if (cfg->checkpoint.initial_load_path[0] && !cfg->checkpoint.initial_load_in_hf)
+        return err_set(err, "checkpoint.initial_load_path needs initial_load_in_hf = true (only "
+                            "Hugging Face weights can be loaded as a starting point)");
+    return 0;
+}
+
+/* The paths a run reads and writes, checked before anything large is allocated. */
+static int check_paths(const JobConfig *cfg, Err *err) {
+    if (cfg->checkpoint.initial_load_path[0] && !fs_exists(cfg->checkpoint.initial_load_path))
+        return err_set(err, "checkpoint.initial_load_path %s does not exist",
+                       cfg->checkpoint.initial_load_path);
     if (fs_mkdirs(cfg->job.dump_folder, err) != 0)
         return err_wrap(err, "job.dump_folder %s cannot be created", cfg->job.dump_folder);
     if (access(cfg->job.dump_folder, W_OK | X_OK) != 0)
@@ -149,8 +151,9 @@ int train_job_run(const JobConfig *cfg, Err *err) {
                  cfg->n_overrides, cfg->n_overrides == 1 ? "y" : "ies");
     ModelSpec spec;
     HfConfigExtra extra;
-    TRY(build_spec(cfg, &spec, &extra, err));
-    TRY(train_job_check(cfg, err));
+    TRY(train_job_spec(cfg, &spec, &extra, err));
+    TRY(train_job_check(cfg, &spec, err));
+    TRY(check_paths(cfg, err));
     int micro;
     TRY(config_grad_accum_steps(cfg, 1, &micro, err));
     const char *tok_path;
