@@ -75,8 +75,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t rlen;
     char *fixed = utf8_repair((const char *)data, size, &rlen);
     /* NFC of the repaired input, piece by piece around the special token as the encoder does;
-     * compared only when the token is absent, to keep the oracle independent and simple. */
-    if (!memmem(fixed, rlen, "<|endoftext|>", 13)) {
+     * compared only when the token is absent, to keep the oracle independent and simple. Also
+     * skipped when U+11935 U+11930 occur: HF leaves that pair uncomposed where utf8proc's
+     * Unicode 13+ tables compose it (tokenizer.c normalize_copy; a tokenizer fixture case
+     * checks the HF behaviour). */
+    if (!memmem(fixed, rlen, "<|endoftext|>", 13) &&
+        !memmem(fixed, rlen, "\xF0\x91\xA4\xB5\xF0\x91\xA4\xB0", 8)) {
         utf8proc_uint8_t *nfc = NULL;
         utf8proc_ssize_t nl = utf8proc_map((const utf8proc_uint8_t *)fixed, (utf8proc_ssize_t)rlen,
                                            &nfc, UTF8PROC_STABLE | UTF8PROC_COMPOSE);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang into build-fuzz/ and runs each for N seconds
-# (default 60) from the seed corpus in fuzz/seeds/<target>/.
+# (default 60) from the seed corpus in fuzz/seeds/<target>/. A crashing input is written to
+# build-fuzz/<target>-crash-<hash>; add it to the seeds as a regression case once fixed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
@@ -16,6 +17,7 @@ for src in "${targets[@]}"; do
   [ -d "$seeds" ] || seeds=
   echo "fuzz: $name for ${secs}s"
   ./build-fuzz/$name -max_total_time="$secs" -rss_limit_mb=2048 -print_final_stats=0 \
-      "$corpus" $seeds 2>build-fuzz/$name.log || { tail -40 build-fuzz/$name.log; exit 1; }
+      -artifact_prefix="build-fuzz/$name-" "$corpus" $seeds 2>build-fuzz/$name.log ||
+      { tail -40 build-fuzz/$name.log; exit 1; }
 done
 echo "fuzz: all targets ran clean"

@@ -57,6 +57,10 @@ run moe 0 "$fix/hf_tiny/moe_sharded"
 expect moe out "experts 4, top_k 2"
 expect moe out "(model-00003-of-00003.safetensors)"
 expect moe out "ok: all 45 tensors"
+# Some layers dense (decoder_sparse_step 2 over 4 layers: 1 and 3 are MoE).
+run moe_sparse 0 "$fix/moe_parity/sparse_step2_nonorm"
+expect moe_sparse out "dense FFN layers (2): 0 2"
+expect moe_sparse out "ok: all"
 
 variant missing dense_tied 's/"num_hidden_layers": 2/"num_hidden_layers": 3/'
 run missing 1 "$tmp/missing"

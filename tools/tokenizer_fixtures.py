@@ -10,6 +10,9 @@ Writes into tests/fixtures/tokenizer/:
                      as "a b" strings, with added tokens using lstrip / rstrip / single_word /
                      normalized, and a Sequence[NFC] normalizer
   tiny_edge.jsonl    the edge cases encoded with the tiny tokenizer
+  tiny_variants.json the tiny tokenizer with other pre_tokenizer / normalizer settings
+                     (ByteLevel add_prefix_space, Split with a String or a custom Regex, no
+                     normalizer, NFKC) and HF's ids for a few texts under each
   qwen3_classes.json the class HF's Qwen3 pre-tokenizer gives every code point (letter, number,
                      whitespace; others omitted), probed through how it splits short strings
 and src/text/unicode_classes.c, the same classes for non-ASCII code points as a C table, so
@@ -49,8 +52,13 @@ FIXED = [
     "def f(x):\n    return x**2\n\n\tpass\n", "https://example.com/a?b=c&d=e#f",
     "ALL CAPS SHOUTING", "MiXeD cAsE", "snake_case camelCase", "   ", "\n", "\t",
     "\u0870\u0871 (Unicode 14 letters)", "\U0001FAE0 melting face", "\U00011F00\U00011F04 Kawi",
-    "\u1c89\u1c8a \ua7cb Unicode 16",
+    "\u1c89\u1c8a \ua7cb Unicode 16", "\U00011935\U00011930 \U00011938 Dives Akuru",
     "a" * 100, " " * 100, "\n" * 100, "x\n \n \n y",
+    # Added tokens of the tiny tokenizer: lstrip, rstrip, single_word, normalized, longest match.
+    " <mask> x", "a  <mask>b", "\t\n<mask>", "<mask><mask>", "[SEP]  x", "[SEP]\n\ny",
+    "word", "a word b", "sword", "words", "_word", "word_", "éword", "word1", "(word)",
+    "Abc Ab Abcd", "AbAbc", "<|sep|>", "x  <|sep|>  y", "cafe\u0301 café CAFÉ", "\u00a0<mask>\u00a0",
+    " [SEP] <mask> word <|sep|> ",
 ]
 
 # Long runs (the 100k-character linearity checks live in the C tests, which need no HF ids).
@@ -69,7 +77,8 @@ PIECES = ["a", "B", "z", "é", "E\u0301", "ß", "ſ", "İ", "ı", "中", "日", 
           "\u3000", "\u2028", "\u0085", "'", "'s", "'S", "'ll", "'LL", "'Re", "'ve", "'m", "'D",
           "'t", "!", "?", ".", ",", "-", "_", "$", "%", "(", ")", "\"", "👍", "👨\u200d👩",
           "🏽", "\u200d", "\u0301", "\u0308", "\ufe0f", "<|endoftext|>", "<|im_start|>",
-          "<think>", "x", "y", "hello", " world", "The", "ing", "\x00", "\x7f", "€", "£"]
+          "<think>", "x", "y", "hello", " world", "The", "ing", "\x00", "\x7f", "€", "£",
+          "<mask>", "[SEP]", "word", "Ab", "Abc", "café", "cafe\u0301", "<|sep|>"]
 
 
 def random_cases(rng, n):
@@ -77,6 +86,22 @@ def random_cases(rng, n):
     for _ in range(n):
         k = rng.randint(1, 40)
         out.append("".join(rng.choice(PIECES) for _ in range(k)))
+    return out
+
+
+def random_codepoints(rng, n):
+    """Strings of random code points from every plane (no surrogates)."""
+    out = []
+    for _ in range(n):
+        cps = []
+        for _ in range(rng.randint(1, 12)):
+            r = rng.random()
+            cp = (rng.randrange(0x80) if r < 0.3 else rng.randrange(0x10000) if r < 0.8
+                  else rng.randrange(0x10000, 0x110000) if r < 0.9 else rng.randrange(0x300, 0x370))
+            if 0xD800 <= cp <= 0xDFFF:
+                cp = 0x20
+            cps.append(chr(cp))
+        out.append("".join(cps))
     return out
 
 
@@ -102,6 +127,7 @@ def case_text(case):
 def all_cases():
     cases = [{"text": t} for t in FIXED]
     cases += [{"text": t} for t in random_cases(random.Random(1234), 400)]
+    cases += [{"text": t} for t in random_codepoints(random.Random(99), 300)]
     cases += [{"repeat": r} for r in REPEATS]
     cases += [{"hex": h.hex()} for h in HEXES]
     return cases
@@ -202,6 +228,38 @@ def write_class_table(ranges, path):
         f.write("};\n// clang-format on\nconst size_t UNICODE_CLASS_N_RANGES = %d;\n" % len(rows))
 
 
+VARIANT_TEXTS = ["hello world", " hello", "a<mask>b c", "x\n\ny  z", "it's 12 caf\u00e9", "  ",
+                 "", "word a word", "<|sep|>x y", "\ufb01 \u2460 \uff21", "cafe\u0301 \u212b"]
+
+
+def variants(tiny_path, path):
+    base = json.load(open(tiny_path, encoding="utf-8"))
+    bl = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+    pres = {
+        "prefix": dict(bl, add_prefix_space=True, use_regex=True),
+        "no_regex": bl,
+        "split_string": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"String": " "}, "behavior": "Isolated", "invert": False},
+            bl]},
+        "split_regex_prefix": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": "\\s+|\\p{N}+|\\P{L}"},
+             "behavior": "Isolated", "invert": False}, dict(bl, add_prefix_space=True)]},
+    }
+    norms = {"nfc": {"type": "NFC"}, "none": None, "nfkc": {"type": "NFKC"},
+             "seq_nfd_nfc": {"type": "Sequence", "normalizers": [{"type": "NFD"}, {"type": "NFC"}]}}
+    out = []
+    for pname, pre in pres.items():
+        for nname, norm in norms.items():
+            j = dict(base, pre_tokenizer=pre, normalizer=norm)
+            tok = Tokenizer.from_str(json.dumps(j))
+            cases = [{"text": t, "ids": tok.encode(t, add_special_tokens=False).ids}
+                     for t in VARIANT_TEXTS]
+            out.append({"name": pname + "/" + nname, "pre_tokenizer": pre, "normalizer": norm,
+                        "cases": cases})
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"variants": out}, f, ensure_ascii=True)
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     qwen = Tokenizer.from_file(os.path.join(SHARED, "tokenizers", "qwen3", "tokenizer.json"))
@@ -212,6 +270,7 @@ def main():
     c4_fixture(qwen, c4, os.path.join(OUT, "c4_qwen3.jsonl"))
     tiny = tiny_tokenizer(c4, os.path.join(OUT, "tiny_gpt2", "tokenizer.json"))
     write_cases(tiny, os.path.join(OUT, "tiny_edge.jsonl"))
+    variants(os.path.join(OUT, "tiny_gpt2", "tokenizer.json"), os.path.join(OUT, "tiny_variants.json"))
 
 
 if __name__ == "__main__":

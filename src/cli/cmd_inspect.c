@@ -100,9 +100,21 @@ static int inspect_dir(const char *dir) {
            spec.num_experts > 0 ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM", spec.dim,
            spec.n_layers, spec.n_heads, spec.n_kv_heads, spec.head_dim, spec.hidden_dim,
            spec.vocab_size, spec.tie_embeddings ? ", tied embeddings" : "");
-    if (spec.num_experts > 0)
-        printf("  experts %d, top_k %d, expert ffn %d, decoder_sparse_step %d\n", spec.num_experts,
-               spec.top_k, spec.moe_hidden_dim, spec.decoder_sparse_step);
+    if (spec.num_experts > 0) {
+        printf("  experts %d, top_k %d, expert ffn %d, decoder_sparse_step %d, norm_topk_prob %s\n",
+               spec.num_experts, spec.top_k, spec.moe_hidden_dim, spec.decoder_sparse_step,
+               spec.norm_topk_prob ? "true" : "false");
+        /* mlp_only_layers and decoder_sparse_step can leave some layers dense. */
+        int ndense = 0;
+        for (int i = 0; i < spec.n_layers; i++)
+            ndense += !model_spec_layer_is_moe(&spec, i);
+        if (ndense) {
+            printf("  dense FFN layers (%d):", ndense);
+            for (int i = 0; i < spec.n_layers; i++)
+                if (!model_spec_layer_is_moe(&spec, i)) printf(" %d", i);
+            printf("\n");
+        }
+    }
     print_tensors(&set, set.nfiles > 1);
     HfKeyTable t;
     hf_keys_build(&t, &spec);
@@ -137,8 +149,9 @@ int cmd_inspect(int argc, char **argv) {
     const char *path = NULL;
     for (int i = 1; i < argc; i++) {
         if (argv[i][0] == '-' && argv[i][1] != 0) {
-            fprintf(stderr, "error: qtitan inspect: unknown option '%s'\n", argv[i]);
-            usage(stderr);
+            fprintf(stderr,
+                    "error: qtitan inspect: unknown option '%s' (see qtitan inspect --help)\n",
+                    argv[i]);
             return 2;
         }
         if (path) {
@@ -149,7 +162,7 @@ int cmd_inspect(int argc, char **argv) {
         path = argv[i];
     }
     if (!path) {
-        usage(stderr);
+        fprintf(stderr, "error: qtitan inspect needs a PATH (see qtitan inspect --help)\n");
         return 2;
     }
     if (fs_is_dir(path)) return inspect_dir(path);

@@ -166,14 +166,15 @@ int cmd_tokenize(int argc, char **argv) {
             }
             threads = (int)v;
         } else {
-            fprintf(stderr, "error: unknown or incomplete option \"%s\"\n", a);
-            usage(stderr);
+            fprintf(stderr,
+                    "error: unknown option or missing value: \"%s\" (see qtitan tokenize "
+                    "--help)\n",
+                    a);
             return 2;
         }
     }
     if (!tok_path) {
-        fprintf(stderr, "error: --tokenizer PATH is required\n");
-        usage(stderr);
+        fprintf(stderr, "error: --tokenizer PATH is required (see qtitan tokenize --help)\n");
         return 2;
     }
     Err err;

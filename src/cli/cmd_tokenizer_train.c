@@ -87,8 +87,10 @@ int cmd_tokenizer_train(int argc, char **argv) {
         } else if (strcmp(a, "--output") == 0 && has) {
             out = argv[++i];
         } else {
-            fprintf(stderr, "error: unknown or incomplete option \"%s\"\n", a);
-            usage(stderr);
+            fprintf(stderr,
+                    "error: unknown option or missing value: \"%s\" (see qtitan "
+                    "tokenizer-train --help)\n",
+                    a);
             for (size_t k = 0; k < n_lists; k++)
                 free(lists[k]);
             return 2;
@@ -96,8 +98,8 @@ int cmd_tokenizer_train(int argc, char **argv) {
     }
     int status = 0;
     if (n_in == 0 || !out || vocab < 1 || vocab > (1 << 24) || minf < 0) {
-        fprintf(stderr, "error: --input, --output and --vocab-size (1..2^24) are required\n");
-        usage(stderr);
+        fprintf(stderr, "error: --input, --output and --vocab-size (1..2^24) are required (see "
+                        "qtitan tokenizer-train --help)\n");
         status = 2;
     }
     if (n_special == 0) {

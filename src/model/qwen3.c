@@ -1,5 +1,6 @@
-/* Qwen3 dense model: layouts (parameters, activations), module tree, forward and backward.
- * Residual adds are done here; everything else is an op called through its module pointer. */
+/* Qwen3 model (dense and MoE): layouts (parameters, activations), module tree, forward and
+ * backward. Residual adds are done here; everything else is an op called through its module
+ * pointer. */
 #include "model/qwen3.h"
 
 #include <math.h>
@@ -8,6 +9,7 @@
 #include <string.h>
 
 #include "core/rng.h"
+#include "model/moe.h"
 
 /* ---- parameter table ---- */
 
@@ -17,24 +19,32 @@ typedef struct ParamLayout {
     int count; /* entries placed so far */
 } ParamLayout;
 
-static float *add_param(ParamLayout *L, float **grad, int is_norm, int64_t d0, int64_t d1,
-                        const char *fmt, int layer) {
-    long numel = (long)d0 * (d1 > 0 ? d1 : 1);
+/* kind: 0 linear / embedding, 1 norm, 2 buffer. Trailing zero dimensions are absent. */
+static float *add_param3(ParamLayout *L, float **grad, int kind, int64_t d0, int64_t d1, int64_t d2,
+                         const char *fmt, int layer) {
+    long numel = (long)d0 * (d1 > 0 ? d1 : 1) * (d2 > 0 ? d2 : 1);
     float *data = arena_floats(L->pa, (size_t)numel);
     *grad = arena_floats(L->ga, (size_t)numel);
     if (L->m->table) {
         Qwen3Param *p = &L->m->table[L->count];
         snprintf(p->name, sizeof p->name, fmt, layer);
-        p->ndim = d1 > 0 ? 2 : 1;
+        p->ndim = d2 > 0 ? 3 : d1 > 0 ? 2 : 1;
         p->shape[0] = d0;
         p->shape[1] = d1 > 0 ? d1 : 0;
+        p->shape[2] = d2 > 0 ? d2 : 0;
         p->numel = numel;
         p->data = data;
         p->grad = *grad;
-        p->is_norm = is_norm;
+        p->is_norm = kind == 1;
+        p->is_buffer = kind == 2;
     }
     L->count++;
     return data;
+}
+
+static float *add_param(ParamLayout *L, float **grad, int is_norm, int64_t d0, int64_t d1,
+                        const char *fmt, int layer) {
+    return add_param3(L, grad, is_norm, d0, d1, 0, fmt, layer);
 }
 
 /* Runs once counting (table NULL, arenas counting) and once placing. */
@@ -56,9 +66,24 @@ static void layout_params(Qwen3 *m, Arena *pa, Arena *ga) {
         lp->q_norm = add_param(&L, &lg->q_norm, 1, E, 0, "layers.%d.attention.q_norm.weight", i);
         lp->k_norm = add_param(&L, &lg->k_norm, 1, E, 0, "layers.%d.attention.k_norm.weight", i);
         lp->ffn_norm = add_param(&L, &lg->ffn_norm, 1, D, 0, "layers.%d.ffn_norm.weight", i);
-        lp->w1 = add_param(&L, &lg->w1, 0, F, D, "layers.%d.feed_forward.w1.weight", i);
-        lp->w3 = add_param(&L, &lg->w3, 0, F, D, "layers.%d.feed_forward.w3.weight", i);
-        lp->w2 = add_param(&L, &lg->w2, 0, D, F, "layers.%d.feed_forward.w2.weight", i);
+        if (model_spec_layer_is_moe(s, i)) {
+            long X = s->num_experts, Fm = s->moe_hidden_dim;
+            lp->router_gate =
+                add_param(&L, &lg->router_gate, 0, X, D, "layers.%d.moe.router.gate.weight", i);
+            lp->experts_w1 =
+                add_param3(&L, &lg->experts_w1, 0, X, Fm, D, "layers.%d.moe.experts.w1", i);
+            lp->experts_w2 =
+                add_param3(&L, &lg->experts_w2, 0, X, D, Fm, "layers.%d.moe.experts.w2", i);
+            lp->experts_w3 =
+                add_param3(&L, &lg->experts_w3, 0, X, Fm, D, "layers.%d.moe.experts.w3", i);
+            if (s->load_balance_coeff > 0)
+                lp->expert_bias =
+                    add_param3(&L, &lg->expert_bias, 2, X, 0, 0, "layers.%d.moe.expert_bias", i);
+        } else {
+            lp->w1 = add_param(&L, &lg->w1, 0, F, D, "layers.%d.feed_forward.w1.weight", i);
+            lp->w3 = add_param(&L, &lg->w3, 0, F, D, "layers.%d.feed_forward.w3.weight", i);
+            lp->w2 = add_param(&L, &lg->w2, 0, D, F, "layers.%d.feed_forward.w2.weight", i);
+        }
     }
     p->norm = add_param(&L, &g->norm, 1, D, 0, "norm.weight", 0);
     if (s->tie_embeddings) {
@@ -72,9 +97,32 @@ static void layout_params(Qwen3 *m, Arena *pa, Arena *ga) {
 
 /* ---- activations ---- */
 
-static void layout_layer_acts(Qwen3LayerActs *a, Arena *ar, const ModelSpec *s, long N, long BHT) {
-    long D = s->dim, HE = (long)s->n_heads * s->head_dim, KE = (long)s->n_kv_heads * s->head_dim;
+/* The FFN block's saved activations: dense (h1, h3, g) and / or MoE (routing and the experts'
+ * saved buffers; their scratch is shared and placed later). */
+static void layout_ffn_acts(Qwen3LayerActs *a, Arena *ar, const ModelSpec *s, long N, int dense,
+                            int moe) {
     long F = s->hidden_dim;
+    int D = s->dim;
+    if (dense) {
+        a->h1 = arena_floats(ar, N * F);
+        a->h3 = arena_floats(ar, N * F);
+        a->g = arena_floats(ar, N * F);
+    }
+    if (moe) {
+        int X = s->num_experts, k = s->top_k, Fm = s->moe_hidden_dim;
+        a->probs = arena_floats(ar, N * X);
+        a->topk_idx = arena_alloc(ar, (size_t)(N * k) * sizeof(int32_t));
+        a->topk_w = arena_floats(ar, N * k);
+        float *saved = arena_floats(ar, (size_t)moe_experts_saved_floats(N, k, D, Fm));
+        int32_t *ints = arena_alloc(ar, (size_t)moe_experts_saved_ints(N, k, X) * sizeof(int32_t));
+        moe_experts_bufs_place(&a->ex, saved, ints, NULL, N, k, D, Fm, X);
+    }
+}
+
+/* dense / moe: which FFN block's activations this set holds (both when layers share it). */
+static void layout_layer_acts(Qwen3LayerActs *a, Arena *ar, const ModelSpec *s, long N, long BHT,
+                              int dense, int moe) {
+    long D = s->dim, HE = (long)s->n_heads * s->head_dim, KE = (long)s->n_kv_heads * s->head_dim;
     a->xn1 = arena_floats(ar, N * D);
     a->rstd1 = arena_floats(ar, N);
     a->q = arena_floats(ar, N * HE);
@@ -91,9 +139,7 @@ static void layout_layer_acts(Qwen3LayerActs *a, Arena *ar, const ModelSpec *s, 
     a->xmid = arena_floats(ar, N * D);
     a->xn2 = arena_floats(ar, N * D);
     a->rstd2 = arena_floats(ar, N);
-    a->h1 = arena_floats(ar, N * F);
-    a->h3 = arena_floats(ar, N * F);
-    a->g = arena_floats(ar, N * F);
+    layout_ffn_acts(a, ar, s, N, dense, moe);
 }
 
 static void layout_acts(Qwen3 *m, Arena *ar) {
@@ -106,10 +152,18 @@ static void layout_acts(Qwen3 *m, Arena *ar) {
     a->targets = arena_alloc(ar, (size_t)N * sizeof(int32_t));
     a->positions = arena_alloc(ar, (size_t)N * sizeof(int32_t));
     a->doc = arena_alloc(ar, (size_t)N * sizeof(int32_t));
+    int any_dense = 0, any_moe = 0;
+    for (int i = 0; i < s->n_layers; i++) {
+        any_moe |= model_spec_layer_is_moe(s, i);
+        any_dense |= !model_spec_layer_is_moe(s, i);
+    }
     for (int i = 0; i < s->n_layers; i++) {
         a->layers[i].x = arena_floats(ar, N * D);
-        if (m->ac == AC_NONE || i == 0) {
-            layout_layer_acts(&a->layers[i], ar, s, N, BHT);
+        int moe = model_spec_layer_is_moe(s, i);
+        if (m->ac == AC_NONE) {
+            layout_layer_acts(&a->layers[i], ar, s, N, BHT, !moe, moe);
+        } else if (i == 0) {
+            layout_layer_acts(&a->layers[i], ar, s, N, BHT, any_dense, any_moe);
         } else {
             /* Later layers work in layer 0's buffers; backward recomputes them. */
             Qwen3LayerActs *l = &a->layers[i];
@@ -119,16 +173,13 @@ static void layout_acts(Qwen3 *m, Arena *ar) {
             if (m->ac == AC_SELECTIVE) {
                 /* Outputs of the matmuls and attention stay per layer. */
                 long HE = (long)s->n_heads * s->head_dim, KE = (long)s->n_kv_heads * s->head_dim;
-                long F = s->hidden_dim;
                 l->q = arena_floats(ar, N * HE);
                 l->k = arena_floats(ar, N * KE);
                 l->v = arena_floats(ar, N * KE);
                 l->att = arena_floats(ar, N * HE);
                 l->lse = arena_floats(ar, BHT);
                 l->xmid = arena_floats(ar, N * D);
-                l->h1 = arena_floats(ar, N * F);
-                l->h3 = arena_floats(ar, N * F);
-                l->g = arena_floats(ar, N * F);
+                layout_ffn_acts(l, ar, s, N, !moe, moe);
             }
         }
     }
@@ -149,8 +200,23 @@ static void layout_acts(Qwen3 *m, Arena *ar) {
     a->dkn = arena_floats(ar, N * KE);
     a->dk = arena_floats(ar, N * KE);
     a->dv = arena_floats(ar, N * KE);
-    a->dh1 = arena_floats(ar, N * F);
-    a->dh3 = arena_floats(ar, N * F);
+    if (any_dense) {
+        a->dh1 = arena_floats(ar, N * F);
+        a->dh3 = arena_floats(ar, N * F);
+    }
+    m->moe_counts = NULL;
+    if (any_moe) {
+        int X = s->num_experts, k = s->top_k, Fm = s->moe_hidden_dim;
+        a->router_logits = arena_floats(ar, N * X);
+        a->dgw = arena_floats(ar, N * k);
+        a->aux_dprob = arena_floats(ar, X);
+        a->aux_counts = arena_alloc(ar, (size_t)X * sizeof(double));
+        a->aux_psum = arena_alloc(ar, (size_t)X * sizeof(double));
+        m->moe_counts = arena_alloc(ar, (size_t)s->n_layers * X * sizeof(double));
+        float *scratch = arena_floats(ar, (size_t)moe_experts_scratch_floats(N, k, (int)D, Fm));
+        for (int i = 0; i < s->n_layers; i++)
+            moe_experts_bufs_place(&a->layers[i].ex, NULL, NULL, scratch, N, k, (int)D, Fm, X);
+    }
 }
 
 /* ---- module tree ---- */
@@ -176,7 +242,9 @@ static void build_modules(Qwen3 *m) {
         l->qkv = l->wo = &linear_reference;
         l->rope = &rope_reference;
         l->sdpa = &sdpa_reference;
-        l->feed_forward = &swiglu_reference;
+        l->feed_forward = NULL;
+        l->router = NULL;
+        l->experts = NULL;
         add_slot(m, OP_RMSNORM, &l->attention_norm, "layers.%d.attention_norm", i);
         add_slot(m, OP_LINEAR, &l->qkv, "layers.%d.attention.qkv", i);
         add_slot(m, OP_RMSNORM, &l->q_norm, "layers.%d.attention.q_norm", i);
@@ -185,7 +253,16 @@ static void build_modules(Qwen3 *m) {
         add_slot(m, OP_SDPA, &l->sdpa, "layers.%d.attention.sdpa", i);
         add_slot(m, OP_LINEAR, &l->wo, "layers.%d.attention.wo", i);
         add_slot(m, OP_RMSNORM, &l->ffn_norm, "layers.%d.ffn_norm", i);
-        add_slot(m, OP_SWIGLU, &l->feed_forward, "layers.%d.feed_forward", i);
+        if (model_spec_layer_is_moe(&m->spec, i)) {
+            /* grouped is the CPU default: same maths as the reference, GEMM-sized work. */
+            l->router = &linear_reference;
+            l->experts = &moe_experts_grouped;
+            add_slot(m, OP_LINEAR, &l->router, "layers.%d.moe.router", i);
+            add_slot(m, OP_MOE_EXPERTS, &l->experts, "layers.%d.moe.experts", i);
+        } else {
+            l->feed_forward = &swiglu_reference;
+            add_slot(m, OP_SWIGLU, &l->feed_forward, "layers.%d.feed_forward", i);
+        }
     }
     d->norm = &rmsnorm_reference;
     d->lm_head = &linear_reference;
@@ -199,14 +276,18 @@ int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *
     memset(m, 0, sizeof *m);
     m->spec = *spec;
     const ModelSpec *s = &m->spec;
-    if (s->num_experts > 0)
+    if (s->num_experts > 0 && (s->top_k < 1 || s->top_k > s->num_experts || s->moe_hidden_dim < 1 ||
+                               s->decoder_sparse_step < 1))
         return err_set(err,
-                       "the fp32 reference model supports dense Qwen3 only (num_experts = "
-                       "%d)",
-                       s->num_experts);
+                       "MoE shape is invalid (experts %d, top_k %d, moe ffn %d, "
+                       "decoder_sparse_step %d)",
+                       s->num_experts, s->top_k, s->moe_hidden_dim, s->decoder_sparse_step);
+    int all_moe = 1;
+    for (int i = 0; i < s->n_layers && i < QT_MAX_LAYERS; i++)
+        all_moe &= model_spec_layer_is_moe(s, i);
     if (s->n_layers < 1 || s->n_layers > QT_MAX_LAYERS || s->dim < 1 || s->n_heads < 1 ||
         s->n_kv_heads < 1 || s->n_heads % s->n_kv_heads || s->head_dim < 2 || s->head_dim % 2 ||
-        s->hidden_dim < 1 || s->vocab_size < 1)
+        (s->hidden_dim < 1 && !all_moe) || s->vocab_size < 1)
         return err_set(err,
                        "model shape is invalid (layers %d, dim %d, heads %d, kv heads %d, "
                        "head_dim %d, ffn %d, vocab %d)",
@@ -216,6 +297,9 @@ int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *
     m->max_B = B;
     m->max_T = T;
     m->ac = ac;
+    m->aux_weight = 1.0;
+    for (int i = 0; i < s->n_layers; i++)
+        m->n_moe_layers += model_spec_layer_is_moe(s, i);
 
     Arena pc, gc, ac_count;
     arena_init_counting(&pc, "parameter");
@@ -248,16 +332,26 @@ void qwen3_free(Qwen3 *m) {
     m->slots = NULL;
 }
 
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
 void qwen3_init_params(Qwen3 *m, uint64_t seed) {
+    float residual_std = (float)(0.02 / sqrt(2.0 * m->spec.n_layers));
     for (int i = 0; i < m->nparams; i++) {
         Qwen3Param *p = &m->table[i];
         if (p->is_norm) {
             for (long j = 0; j < p->numel; j++)
                 p->data[j] = 1.0f;
+        } else if (p->is_buffer) {
+            memset(p->data, 0, (size_t)p->numel * sizeof(float));
         } else {
+            int residual = m->spec.num_experts > 0 && (ends_with(p->name, "attention.wo.weight") ||
+                                                       ends_with(p->name, "moe.experts.w2"));
             Rng r;
             rng_seed(&r, seed, (uint64_t)i);
-            rng_fill_normal(&r, p->data, p->numel, 0.02f);
+            rng_fill_normal(&r, p->data, p->numel, residual ? residual_std : 0.02f);
         }
     }
 }
@@ -270,6 +364,19 @@ const Qwen3Param *qwen3_find_param(const Qwen3 *m, const char *name) {
 
 void qwen3_zero_grads(Qwen3 *m) {
     memset(m->grad_arena.base, 0, m->grad_arena.capacity);
+}
+
+void qwen3_moe_reset_counts(Qwen3 *m) {
+    if (m->moe_counts)
+        memset(m->moe_counts, 0, (size_t)m->spec.n_layers * m->spec.num_experts * sizeof(double));
+}
+
+void qwen3_moe_update_bias(Qwen3 *m, const double *counts) {
+    const ModelSpec *s = &m->spec;
+    for (int i = 0; i < s->n_layers; i++)
+        if (m->p.layers[i].expert_bias)
+            moe_update_expert_bias(m->p.layers[i].expert_bias, counts + (long)i * s->num_experts,
+                                   s->num_experts, s->load_balance_coeff);
 }
 
 int qwen3_check_tokens(const Qwen3 *m, const int32_t *ids, long n, int allow_ignore,
@@ -291,8 +398,52 @@ static void add_into(float *y, const float *x, long n) {
         y[i] += x[i];
 }
 
-/* Layer i: a->x -> out (N, D). */
-static void layer_forward(Qwen3 *m, int i, float *out) {
+/* MoE block of layer i: a->xn2 -> out (N, D). count: add the routing to the balancing counts
+ * and the auxiliary-loss sums (not when backward recomputes the layer). */
+static void moe_forward(Qwen3 *m, int i, float *out, int count) {
+    const ModelSpec *s = &m->spec;
+    const Qwen3LayerParams *p = &m->p.layers[i];
+    const Qwen3LayerModules *md = &m->mod.layers[i];
+    Qwen3LayerActs *a = &m->a.layers[i];
+    Qwen3Acts *A = &m->a;
+    int D = s->dim, X = s->num_experts, k = s->top_k, Fm = s->moe_hidden_dim;
+    long N = (long)m->B * m->T;
+    md->router->forward(A->router_logits, a->xn2, p->router_gate, N, D, X);
+    moe_router_forward(a->probs, a->topk_idx, a->topk_w, A->router_logits, p->expert_bias, N, X, k,
+                       s->norm_topk_prob);
+    if (count) {
+        moe_count_add(m->moe_counts + (long)i * X, a->topk_idx, N, k);
+        if (s->router_aux_loss_coef > 0) {
+            moe_count_add(A->aux_counts, a->topk_idx, N, k);
+            moe_prob_sum_add(A->aux_psum, a->probs, N, X);
+        }
+    }
+    md->experts->forward(out, &a->ex, a->xn2, a->topk_idx, a->topk_w, p->experts_w1, p->experts_w3,
+                         p->experts_w2, N, k, D, Fm, X);
+}
+
+/* Backward of the MoE block: A->dres holds d out; d xn2 is written to A->dxn. */
+static void moe_backward(Qwen3 *m, int i) {
+    const ModelSpec *s = &m->spec;
+    const Qwen3LayerParams *p = &m->p.layers[i];
+    Qwen3LayerParams *g = &m->g.layers[i];
+    const Qwen3LayerModules *md = &m->mod.layers[i];
+    Qwen3LayerActs *a = &m->a.layers[i];
+    Qwen3Acts *A = &m->a;
+    int D = s->dim, X = s->num_experts, k = s->top_k, Fm = s->moe_hidden_dim;
+    long N = (long)m->B * m->T;
+    md->experts->backward(A->dxn, A->dgw, g->experts_w1, g->experts_w3, g->experts_w2, &a->ex,
+                          A->dres, a->xn2, a->topk_idx, a->topk_w, p->experts_w1, p->experts_w3,
+                          p->experts_w2, N, k, D, Fm, X);
+    moe_router_backward(A->router_logits, A->dgw, a->probs, a->topk_idx,
+                        s->router_aux_loss_coef > 0 ? A->aux_dprob : NULL, N, X, k,
+                        s->norm_topk_prob);
+    md->router->backward(A->dxn, g->router_gate, A->router_logits, a->xn2, p->router_gate, N, D, X,
+                         1.0f);
+}
+
+/* Layer i: a->x -> out (N, D); count as in moe_forward. */
+static void layer_forward(Qwen3 *m, int i, float *out, int count) {
     const ModelSpec *s = &m->spec;
     const Qwen3LayerParams *p = &m->p.layers[i];
     const Qwen3LayerModules *md = &m->mod.layers[i];
@@ -314,8 +465,11 @@ static void layer_forward(Qwen3 *m, int i, float *out) {
     md->wo->forward(a->xmid, a->att, p->wo, N, H * E, D);
     add_into(a->xmid, a->x, N * D);
     md->ffn_norm->forward(a->xn2, a->rstd2, a->xmid, p->ffn_norm, N, D, eps);
-    md->feed_forward->forward(out, a->h1, a->h3, a->g, a->xn2, p->w1, p->w3, p->w2, N, D,
-                              s->hidden_dim);
+    if (md->experts)
+        moe_forward(m, i, out, count);
+    else
+        md->feed_forward->forward(out, a->h1, a->h3, a->g, a->xn2, p->w1, p->w3, p->w2, N, D,
+                                  s->hidden_dim);
     add_into(out, a->xmid, N * D);
 }
 
@@ -349,8 +503,11 @@ static void layer_backward(Qwen3 *m, int i) {
     long N = (long)B * T;
     const int32_t *doc = A->has_doc ? A->doc : NULL;
 
-    md->feed_forward->backward(A->dxn, g->w1, g->w3, g->w2, A->dh1, A->dh3, A->dres, a->xn2, a->h1,
-                               a->h3, a->g, p->w1, p->w3, p->w2, N, D, F);
+    if (md->experts)
+        moe_backward(m, i);
+    else
+        md->feed_forward->backward(A->dxn, g->w1, g->w3, g->w2, A->dh1, A->dh3, A->dres, a->xn2,
+                                   a->h1, a->h3, a->g, p->w1, p->w3, p->w2, N, D, F);
     md->ffn_norm->backward(A->dtmp, g->ffn_norm, A->dxn, a->xmid, p->ffn_norm, a->rstd2, N, D);
     add_into(A->dres, A->dtmp, N * D); /* dres = d xmid */
 
@@ -391,9 +548,13 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
     }
     a->has_doc = doc != NULL;
 
+    if (m->n_moe_layers && s->router_aux_loss_coef > 0) {
+        memset(a->aux_counts, 0, (size_t)s->num_experts * sizeof(double));
+        memset(a->aux_psum, 0, (size_t)s->num_experts * sizeof(double));
+    }
     m->mod.tok_embeddings->forward(a->layers[0].x, a->tokens, m->p.tok_embeddings, N, D);
     for (int i = 0; i < s->n_layers; i++)
-        layer_forward(m, i, i + 1 < s->n_layers ? a->layers[i + 1].x : a->h);
+        layer_forward(m, i, i + 1 < s->n_layers ? a->layers[i + 1].x : a->h, 1);
     m->mod.norm->forward(a->hn, a->rstdf, a->h, m->p.norm, N, D, (float)s->norm_eps);
     m->mod.lm_head->forward(a->logits, a->hn, m->p.output, N, D, V);
     m->loss_sum = 0.0;
@@ -403,7 +564,12 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
         for (long n = 0; n < N; n++)
             m->n_valid += a->targets[n] != CE_IGNORE;
     }
-    return m->n_valid ? (float)(m->loss_sum / m->n_valid) : 0.0f;
+    m->aux_loss = 0.0;
+    double rows = (double)N * m->n_moe_layers;
+    if (m->n_moe_layers && s->router_aux_loss_coef > 0)
+        m->aux_loss = moe_aux_loss(a->aux_counts, a->aux_psum, rows, s->num_experts);
+    double ce = m->n_valid ? m->loss_sum / m->n_valid : 0.0;
+    return (float)(ce + s->router_aux_loss_coef * m->aux_loss);
 }
 
 void qwen3_backward(Qwen3 *m, double divisor) {
@@ -412,6 +578,9 @@ void qwen3_backward(Qwen3 *m, double divisor) {
     long N = (long)m->B * m->T;
     int D = s->dim, V = s->vocab_size;
     if (divisor <= 0) divisor = m->n_valid > 0 ? (double)m->n_valid : 1.0;
+    if (m->n_moe_layers && s->router_aux_loss_coef > 0)
+        moe_aux_dprob(a->aux_dprob, a->aux_counts, (double)N * m->n_moe_layers, s->num_experts,
+                      s->router_aux_loss_coef * m->aux_weight);
     /* dlogits overwrite the logits in place. */
     m->mod.loss->backward(a->logits, a->logits, a->ce_lse, a->targets, N, V,
                           (float)(1.0 / divisor));
@@ -422,7 +591,7 @@ void qwen3_backward(Qwen3 *m, double divisor) {
         if (m->ac == AC_FULL && i + 1 < s->n_layers) {
             /* Recompute layer i from its kept input; the output is already in
              * layers[i + 1].x, so write it to a scratch that is free now. */
-            layer_forward(m, i, a->dtmp);
+            layer_forward(m, i, a->dtmp, 0);
         } else if (m->ac == AC_SELECTIVE && i + 1 < s->n_layers) {
             layer_recompute_selective(m, i);
         }

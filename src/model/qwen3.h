@@ -1,8 +1,10 @@
-/* Qwen3 dense model on the fp32 reference path: parameter table, module tree, forward and
- * backward. Matches HF transformers' Qwen3ForCausalLM (tests/test_parity.c).
+/* Qwen3 model (dense and MoE) on the fp32 reference path: parameter table, module tree,
+ * forward and backward. Matches HF transformers' Qwen3ForCausalLM (tests/test_parity.c) and
+ * Qwen3MoeForCausalLM (tests/test_moe_parity.c).
  *
  * Dimensions: B batch, T sequence, N = B*T tokens, D model dim, H heads, K kv heads,
- * E head dim, F ffn dim, V vocab, L layers.
+ * E head dim, F ffn dim (dense layers), V vocab, L layers; MoE layers: X experts, k experts
+ * per token, Fm expert ffn dim.
  *
  * Memory: parameters, gradients and activations each live in one arena, sized before the
  * first step (a counting pass runs the same layout code); forward/backward allocate nothing.
@@ -20,6 +22,7 @@
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
 #include "ops/linear.h"
+#include "ops/moe_experts.h"
 #include "ops/op.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
@@ -40,6 +43,12 @@ typedef struct Qwen3LayerParams {
     float *w1; /* (F, D) */
     float *w3; /* (F, D) */
     float *w2; /* (D, F) */
+    /* MoE block (model/moe.h); NULL in dense layers. */
+    float *router_gate; /* (X, D) */
+    float *experts_w1;  /* (X, Fm, D) */
+    float *experts_w3;  /* (X, Fm, D) */
+    float *experts_w2;  /* (X, D, Fm) */
+    float *expert_bias; /* (X) balancing state; NULL when load_balance_coeff is 0 */
 } Qwen3LayerParams;
 
 typedef struct Qwen3Params {
@@ -53,11 +62,14 @@ typedef struct Qwen3Params {
 typedef struct Qwen3Param {
     char name[96];
     int ndim;
-    int64_t shape[2];
+    int64_t shape[3];
     long numel;
     float *data; /* points into the parameter arena */
     float *grad; /* points into the gradient arena */
     int is_norm; /* initialised to ones rather than normal(0, 0.02) */
+    /* Not trained by the optimizer and not exported to HF (moe.expert_bias: the balancing
+     * rule updates it; checkpoints keep it); initialised to zeros, its gradient stays 0. */
+    int is_buffer;
 } Qwen3Param;
 
 /* Implementation pointer of every module instance (DESIGN §4). */
@@ -70,7 +82,9 @@ typedef struct Qwen3LayerModules {
     const SdpaOp *sdpa;
     const LinearOp *wo;
     const RmsnormOp *ffn_norm;
-    const SwigluOp *feed_forward;
+    const SwigluOp *feed_forward; /* dense layers */
+    const LinearOp *router;       /* MoE layers: moe.router (the gate linear) */
+    const MoeExpertsOp *experts;  /* MoE layers: moe.experts */
 } Qwen3LayerModules;
 
 typedef struct Qwen3Modules {
@@ -104,6 +118,11 @@ typedef struct Qwen3LayerActs {
     float *h1;     /* (N, F) */
     float *h3;     /* (N, F) */
     float *g;      /* (N, F) */
+    /* MoE layers */
+    float *probs;      /* (N, X) router softmax */
+    int32_t *topk_idx; /* (N, k) chosen experts */
+    float *topk_w;     /* (N, k) gate weights */
+    MoeExpertsBufs ex; /* saved per layer; scratch shared by all layers */
 } Qwen3LayerActs;
 
 typedef struct Qwen3Acts {
@@ -133,6 +152,12 @@ typedef struct Qwen3Acts {
     float *dv;   /* (N, K*E) */
     float *dh1;  /* (N, F) */
     float *dh3;  /* (N, F) */
+    /* MoE, shared by all layers */
+    float *router_logits; /* (N, X); router logits, then their gradient in backward */
+    float *dgw;           /* (N, k) */
+    float *aux_dprob;     /* (X) */
+    double *aux_counts;   /* (X) this forward's assignments over all MoE layers */
+    double *aux_psum;     /* (X) this forward's router probabilities over all MoE layers */
 } Qwen3Acts;
 
 typedef struct Qwen3 {
@@ -152,29 +177,47 @@ typedef struct Qwen3 {
     int B, T;
     double loss_sum; /* sum of CE over valid targets */
     long n_valid;
+    /* MoE */
+    int n_moe_layers;
+    double aux_loss;    /* HF router auxiliary loss of the last forward (0 when coef is 0) */
+    double aux_weight;  /* backward scales d(coef * aux) by this (1; 1/micro-batches when
+                         * the trainer accumulates, so the step adds coef * mean aux) */
+    double *moe_counts; /* (L, X) tokens routed to each expert, summed over forwards since
+                         * qwen3_moe_reset_counts (recomputation excluded); dense layers 0 */
 } Qwen3;
 
 /* Builds the parameter table and arenas for spec and activations for up to B x T tokens.
- * Parameters are zero until qwen3_init_params or a load fills them. Dense models only. */
+ * Parameters are zero until qwen3_init_params or a load fills them. */
 int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *err);
 void qwen3_free(Qwen3 *m);
 
-/* DESIGN §5: normal(0, 0.02) for linears and the embedding, ones for norms; parameter i of
- * the table draws from rng stream i of seed, so the result does not depend on order. */
+/* DESIGN §5: normal(0, 0.02) for linears and the embedding, ones for norms, zeros for buffers;
+ * in MoE models wo and the experts' w2 use 0.02 / sqrt(2 L). Parameter i of the table draws
+ * from rng stream i of seed, so the result does not depend on order. */
 void qwen3_init_params(Qwen3 *m, uint64_t seed);
 const Qwen3Param *qwen3_find_param(const Qwen3 *m, const char *name);
 void qwen3_zero_grads(Qwen3 *m);
 
-/* Forward on B x T tokens (B * T <= max_B * max_T; more aborts as a programming error). tokens and
- * targets in [0, V), targets may be CE_IGNORE or the whole array NULL (no loss: logits only).
- * positions NULL means 0..T-1 in every row; doc NULL means plain causal attention. Returns the mean
- * loss over valid targets (0 when none) and fills m->loss_sum / m->n_valid; logits stay in
- * m->a.logits (N, V) until backward. Token ids must already be checked. */
+/* Forward on B x T tokens (B * T <= max_B * max_T; more aborts as a programming error). tokens
+ * and targets in [0, V), targets may be CE_IGNORE or the whole array NULL (no loss: logits
+ * only). positions NULL means 0..T-1 in every row; doc NULL means plain causal attention.
+ * Returns the mean loss over valid targets (0 when none) plus, in MoE models with
+ * router_aux_loss_coef > 0, coef times the router auxiliary loss (as HF's loss does); fills
+ * m->loss_sum (cross-entropy only) / m->n_valid / m->aux_loss; logits stay in m->a.logits
+ * (N, V) until backward. MoE layers add their routing counts to m->moe_counts. Token ids must
+ * already be checked. */
 float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
                     const int32_t *positions, const int32_t *doc, int B, int T);
 /* Backward of loss = loss_sum / divisor (divisor <= 0: this forward's n_valid); parameter
  * gradients accumulate into m->g. Needs a forward with targets just before. */
 void qwen3_backward(Qwen3 *m, double divisor);
+
+/* MoE load balancing: zeroes m->moe_counts (call at the start of each optimizer step). */
+void qwen3_moe_reset_counts(Qwen3 *m);
+/* Applies moe_update_expert_bias to every MoE layer with counts (L, X) (m->moe_counts, or the
+ * same all-reduced over data-parallel ranks), using spec.load_balance_coeff; no-op when it is
+ * 0. Call after the step's backward passes, before the optimizer step. */
+void qwen3_moe_update_bias(Qwen3 *m, const double *counts);
 
 /* Checks token ids (and targets) against the vocabulary; the sentence names the index. */
 int qwen3_check_tokens(const Qwen3 *m, const int32_t *ids, long n, int allow_ignore,

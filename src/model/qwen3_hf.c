@@ -35,6 +35,10 @@ int qwen3_load_hf(Qwen3 *m, const StSet *set, const char *what, Err *err) {
     hf_check_free(&c);
     for (int i = 0; i < m->nparams && rc == 0; i++) {
         Qwen3Param *p = &m->table[i];
+        if (p->is_buffer) { /* moe.expert_bias: training state, not in HF files */
+            memset(p->data, 0, (size_t)p->numel * sizeof(float));
+            continue;
+        }
         int k = hf_keys_find_param(&t, p->name);
         if (k < 0 || t.params[k].numel != p->numel)
             rc = err_set(err, "model parameter %s is not in the Hugging Face name table", p->name);

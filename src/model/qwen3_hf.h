@@ -10,7 +10,8 @@
 /* Fills every parameter of m from the tensors of set (F32, BF16 or F16). The set must hold
  * exactly the model's HF tensors: otherwise the error lists every missing, unexpected and
  * misshaped key (as many as fit in one message, with the counts of each). A tied model accepts
- * and ignores an lm_head.weight of the embedding's shape, as transformers does. what names the
+ * and ignores an lm_head.weight of the embedding's shape, as transformers does; MoE
+ * expert_bias (no HF tensor) is set to zero. what names the
  * weights in the message (a path). */
 int qwen3_load_hf(Qwen3 *m, const StSet *set, const char *what, Err *err);
 

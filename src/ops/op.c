@@ -4,14 +4,15 @@
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
 #include "ops/linear.h"
+#include "ops/moe_experts.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
 #include "ops/sdpa.h"
 #include "ops/swiglu.h"
 
 const char *op_kind_name(OpKind kind) {
-    static const char *const names[OP_NKINDS] = {"embedding", "rmsnorm", "linear",       "rope",
-                                                 "sdpa",      "swiglu",  "cross_entropy"};
+    static const char *const names[OP_NKINDS] = {
+        "embedding", "rmsnorm", "linear", "rope", "sdpa", "swiglu", "cross_entropy", "moe.experts"};
     return (unsigned)kind < OP_NKINDS ? names[kind] : "?";
 }
 
@@ -31,6 +32,8 @@ const OpHeader *op_reference(OpKind kind) {
         return &swiglu_reference.h;
     case OP_CROSS_ENTROPY:
         return &cross_entropy_reference.h;
+    case OP_MOE_EXPERTS:
+        return &moe_experts_reference.h;
     default:
         return 0;
     }
@@ -54,6 +57,8 @@ const OpHeader *module_slot_get(const ModuleSlot *s) {
         return &(*(const SwigluOp **)s->field)->h;
     case OP_CROSS_ENTROPY:
         return &(*(const CrossEntropyOp **)s->field)->h;
+    case OP_MOE_EXPERTS:
+        return &(*(const MoeExpertsOp **)s->field)->h;
     default:
         return 0;
     }
@@ -82,6 +87,9 @@ int module_slot_set(const ModuleSlot *s, const OpHeader *impl) {
         break;
     case OP_CROSS_ENTROPY:
         *(const CrossEntropyOp **)s->field = (const CrossEntropyOp *)impl;
+        break;
+    case OP_MOE_EXPERTS:
+        *(const MoeExpertsOp **)s->field = (const MoeExpertsOp *)impl;
         break;
     default:
         return -1;

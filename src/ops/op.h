@@ -14,6 +14,7 @@ typedef enum OpKind {
     OP_SDPA,
     OP_SWIGLU,
     OP_CROSS_ENTROPY,
+    OP_MOE_EXPERTS,
     OP_NKINDS
 } OpKind;
 

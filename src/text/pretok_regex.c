@@ -1,63 +1,105 @@
 /* Split patterns other than Qwen's, run through PCRE2 with UTF and UCP. HF tokenizers runs
- * them with Oniguruma, whose \s is the White_Space property; PCRE2's \s also takes U+180E, so
- * \s and \S are rewritten to an explicit White_Space class before compiling. */
+ * them with its own regex engine, whose Unicode tables are newer than PCRE2's and whose \s is
+ * the White_Space property (PCRE2's also takes U+180E). So \s, \S, \p{L} and \p{N} are
+ * rewritten into explicit classes from the same table the Qwen scanner uses
+ * (unicode_classes.c) before compiling. */
 #include "text/pretok.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/err.h"
+#include "text/unicode_classes.h"
 
 struct PretokRegex {
     pcre2_code *code;
 };
 
-#define WS_SET                                                                                     \
-    "\\t-\\r "                                                                                     \
-    "\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}"
+/* Appends text to a growing buffer. */
+typedef struct Buf {
+    char *s;
+    size_t n, cap;
+} Buf;
 
-/* Rewrites \s and \S (outside character classes for \S) into explicit classes. */
-static char *rewrite_space(const char *p) {
-    size_t n = strlen(p), o = 0;
-    char *out = xmalloc(n * 64 + 1);
+static void put(Buf *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        b->cap = (b->n + n + 1) * 2;
+        b->s = xrealloc(b->s, b->cap);
+    }
+    memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = 0;
+}
+
+static void put_str(Buf *b, const char *s) {
+    put(b, s, strlen(s));
+}
+
+/* The members of class k (UC_LETTER, UC_NUMBER, UC_SPACE) as class-body ranges. */
+static void put_members(Buf *b, int k) {
+    if (k == UC_LETTER)
+        put_str(b, "A-Za-z");
+    else if (k == UC_NUMBER)
+        put_str(b, "0-9");
+    else
+        put_str(b, "\\t-\\r ");
+    for (size_t i = 0; i < UNICODE_CLASS_N_RANGES; i++) {
+        const UnicodeRange *r = &UNICODE_CLASS_RANGES[i];
+        if (r->cls != k) continue;
+        char tmp[48];
+        int n = r->first == r->last
+                    ? snprintf(tmp, sizeof tmp, "\\x{%x}", r->first)
+                    : snprintf(tmp, sizeof tmp, "\\x{%x}-\\x{%x}", r->first, r->last);
+        put(b, tmp, (size_t)n);
+    }
+}
+
+/* Rewrites \s, \p{L}, \p{N} (anywhere) and \S, \P{L}, \P{N} (outside classes). */
+static char *rewrite_classes(const char *p) {
+    size_t n = strlen(p);
+    Buf b = {0};
+    put(&b, "", 0);
     int in_class = 0;
     for (size_t i = 0; i < n; i++) {
         if (p[i] == '\\' && i + 1 < n) {
             char e = p[i + 1];
-            const char *rep = NULL;
-            if (e == 's')
-                rep = in_class ? WS_SET : "[" WS_SET "]";
-            else if (e == 'S' && !in_class)
-                rep = "[^" WS_SET "]";
-            if (rep) {
-                memcpy(out + o, rep, strlen(rep));
-                o += strlen(rep);
+            int k = -1, neg = 0;
+            size_t len = 2;
+            if (e == 's' || e == 'S')
+                k = UC_SPACE, neg = e == 'S';
+            else if ((e == 'p' || e == 'P') && strncmp(p + i + 2, "{L}", 3) == 0)
+                k = UC_LETTER, neg = e == 'P', len = 5;
+            else if ((e == 'p' || e == 'P') && strncmp(p + i + 2, "{N}", 3) == 0)
+                k = UC_NUMBER, neg = e == 'P', len = 5;
+            if (k >= 0 && !(neg && in_class)) {
+                if (!in_class) put_str(&b, neg ? "[^" : "[");
+                put_members(&b, k);
+                if (!in_class) put_str(&b, "]");
             } else {
-                out[o++] = p[i];
-                out[o++] = e;
+                put(&b, p + i, len);
             }
-            i++;
+            i += len - 1;
             continue;
         }
         if (p[i] == '[' && !in_class) {
             in_class = 1;
-            out[o++] = p[i];
+            put(&b, p + i, 1);
             /* A ']' right after '[' or '[^' is a literal. */
-            if (i + 1 < n && p[i + 1] == '^') out[o++] = p[++i];
-            if (i + 1 < n && p[i + 1] == ']') out[o++] = p[++i];
+            if (i + 1 < n && p[i + 1] == '^') put(&b, p + ++i, 1);
+            if (i + 1 < n && p[i + 1] == ']') put(&b, p + ++i, 1);
             continue;
         }
         if (p[i] == ']' && in_class) in_class = 0;
-        out[o++] = p[i];
+        put(&b, p + i, 1);
     }
-    out[o] = 0;
-    return out;
+    return b.s;
 }
 
 PretokRegex *pretok_regex_compile(const char *pattern, const char *what, Err *err) {
-    char *p = rewrite_space(pattern);
+    char *p = rewrite_classes(pattern);
     int code;
     PCRE2_SIZE off;
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)p, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,

@@ -308,7 +308,9 @@ static int build_model(Tokenizer *t, const TokJson *tj, const char *path, Err *e
         len[id] = tj->vocab[k].len;
         src[id] = tj->vocab[k].s;
     }
-    uint8_t *is_added = xcalloc(t->n_ids + 1, 1);
+    uint8_t *is_added = xcalloc(t->n_ids + 1, 1), *is_vocab = xcalloc(t->n_ids + 1, 1);
+    for (size_t k = 0; k < tj->n_vocab; k++)
+        is_vocab[tj->vocab[k].id] = 1;
     for (size_t i = 0; i < t->n_added; i++) {
         uint32_t id = t->added[i].id;
         t->has_tok[id] = 1;
@@ -327,17 +329,19 @@ static int build_model(Tokenizer *t, const TokJson *tj, const char *path, Err *e
         t->map_cap *= 2;
     t->map = xmalloc(t->map_cap * sizeof *t->map);
     memset(t->map, 0xFF, t->map_cap * sizeof *t->map);
+    /* The model's vocabulary first: merges and byte tokens resolve against it alone. (An added
+     * token that reuses a vocab id with other text replaces that text, as id_to_token does in
+     * HF; merges naming the old text then fail to load.) */
     for (uint32_t id = 0; id < t->n_ids; id++) {
-        if (!t->has_tok[id]) continue;
-        int64_t old = map_insert(t, id);
-        if (old >= 0 && !is_added[id]) {
+        if (!is_vocab[id]) continue;
+        if (map_insert(t, id) >= 0) {
             size_t l;
             const char *s = tok_str(t, id, &l);
             free(is_added);
+            free(is_vocab);
             return err_set(err, "%s: model.vocab has the token \"%.*s\" twice", path, (int)l, s);
         }
     }
-    free(is_added);
 
     bpe_init(&t->bpe, tj->n_merges);
     for (int b = 0; b < 256; b++) {
@@ -372,10 +376,17 @@ static int build_model(Tokenizer *t, const TokJson *tj, const char *path, Err *e
                          path, i, (int)m->la, m->a, (int)m->lb, m->b);
         if (rc) {
             free(cat);
+            free(is_added);
+            free(is_vocab);
             return -1;
         }
     }
     free(cat);
+    /* Then added tokens, which win for their text in tokenizer_token_id, as in HF. */
+    for (uint32_t id = 0; id < t->n_ids; id++)
+        if (is_added[id]) map_insert(t, id);
+    free(is_added);
+    free(is_vocab);
     return 0;
 }
 
@@ -465,7 +476,7 @@ static int parse_model(Tokenizer *t, const json_t *model, const TokJson *fast, c
     return build_model(t, fast, path, err);
 }
 
-static char *nfc_copy(const char *s, size_t n, int opt, size_t *out_len) {
+static char *map_one(const char *s, size_t n, int opt, size_t *out_len) {
     utf8proc_uint8_t *dst = NULL;
     utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &dst, opt);
     if (r < 0) { /* cannot happen on valid UTF-8; keep the text unchanged */
@@ -477,6 +488,31 @@ static char *nfc_copy(const char *s, size_t n, int opt, size_t *out_len) {
     }
     *out_len = (size_t)r;
     return (char *)dst;
+}
+
+/* Applies one utf8proc normalization (options opt) to s[0..n) into a malloc'd copy. HF's
+ * normalization tables predate the Unicode 13 composition U+11935 U+11930 -> U+11938, the one
+ * place where they and utf8proc disagree (tools/check_nfc_vs_hf.py), so composing forms cut
+ * the text between those two characters and normalize the parts on their own. */
+static char *normalize_copy(const char *s, size_t n, int opt, size_t *out_len) {
+    static const char pair[] = "\xF0\x91\xA4\xB5\xF0\x91\xA4\xB0";
+    const char *cut = (opt & UTF8PROC_COMPOSE) ? memmem(s, n, pair, 8) : NULL;
+    if (!cut) return map_one(s, n, opt, out_len);
+    char *out = NULL;
+    size_t len = 0, start = 0;
+    while (start < n) {
+        cut = memmem(s + start, n - start, pair, 8);
+        size_t end = cut ? (size_t)(cut - s) + 4 : n, l;
+        char *part = map_one(s + start, end - start, opt, &l);
+        out = xrealloc(out, len + l + 1);
+        memcpy(out + len, part, l);
+        len += l;
+        free(part);
+        start = end;
+    }
+    out[len] = 0;
+    *out_len = len;
+    return out;
 }
 
 static int parse_added(Tokenizer *t, const json_t *list, const char *path, Err *err) {
@@ -531,7 +567,7 @@ static void build_sets(Tokenizer *t) {
         if (a->normalized) {
             for (int k = 0; k < t->n_norm; k++) {
                 size_t l;
-                char *c = nfc_copy(a->content, a->len, t->norm[k], &l);
+                char *c = normalize_copy(a->content, a->len, t->norm[k], &l);
                 free(a->content);
                 a->content = c;
                 a->len = l;
@@ -755,9 +791,33 @@ static int run_steps(const Tokenizer *t, int step, const char *s, size_t n, IdVe
     return rc;
 }
 
+/* A word character for single_word, as the \w of Rust's regex crate that HF uses:
+ * Alphabetic, marks, connector punctuation, decimal digits and the joiners. Alphabetic is
+ * letters, letter numbers and Other_Alphabetic, whose members outside the marks are the
+ * circled and squared Latin letters listed here. */
 static int is_word_char(uint32_t cp) {
-    int k = utf8_class(cp);
-    return cp == '_' || k == UC_LETTER || k == UC_NUMBER;
+    if (cp < 0x80)
+        return cp == '_' || (cp >= '0' && cp <= '9') || ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z');
+    if (cp == 0x200C || cp == 0x200D || (cp >= 0x24B6 && cp <= 0x24E9) ||
+        (cp >= 0x1F130 && cp <= 0x1F149) || (cp >= 0x1F150 && cp <= 0x1F169) ||
+        (cp >= 0x1F170 && cp <= 0x1F189))
+        return 1;
+    switch (utf8proc_category((utf8proc_int32_t)cp)) {
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO:
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_PC:
+        return 1;
+    default:
+        return 0;
+    }
 }
 
 /* Start of the code point that ends at s[end) (end > 0). */
@@ -857,7 +917,7 @@ static int normalize_gap(const Tokenizer *t, const char *s, size_t n, IdVec *out
     size_t len = n;
     for (int k = 0; k < t->n_norm; k++) {
         size_t l;
-        char *next = nfc_copy(cur ? cur : s, len, t->norm[k], &l);
+        char *next = normalize_copy(cur ? cur : s, len, t->norm[k], &l);
         free(cur);
         cur = next;
         len = l;

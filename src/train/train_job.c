@@ -211,6 +211,7 @@ int train_job_run(const JobConfig *cfg, Err *err) {
         train_qwen3_init(q, (uint64_t)cfg->training.seed);
     }
     TrainModel model;
+    train_qwen3_set_micro_batches(q, micro);
     train_qwen3_model(q, &model, cfg->optimizer.exempt_norms_and_embeddings);
     TrainData data = {.ctx = &d,
                       .count = data_count,

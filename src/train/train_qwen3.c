@@ -6,9 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/hf_keys.h"
 #include "io/safetensors.h"
 #include "model/qwen3.h"
 #include "model/qwen3_hf.h"
+#include "train/moe_step.h"
 
 struct TrainQwen3 {
     Qwen3 m;
@@ -18,13 +20,6 @@ struct TrainQwen3 {
 };
 
 TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, Err *err) {
-    if (spec->num_experts > 0) {
-        err_set(err,
-                "model: mixture-of-experts models (num_experts = %d) cannot be trained yet; "
-                "the reference model is dense",
-                spec->num_experts);
-        return NULL;
-    }
     TrainQwen3 *q = xcalloc(1, sizeof *q);
     if (qwen3_create(&q->m, spec, B, T, ac, err) != 0) {
         free(q);
@@ -36,7 +31,8 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, E
     q->decay = xcalloc((size_t)n, sizeof *q->decay);
     for (int i = 0; i < n; i++) {
         const Qwen3Param *p = &q->m.table[i];
-        q->params[i] = (CkptTensor){p->name, p->ndim, {p->shape[0], p->shape[1]}, p->data};
+        q->params[i] =
+            (CkptTensor){p->name, p->ndim, {p->shape[0], p->shape[1], p->shape[2]}, p->data};
         q->grads[i] = p->grad;
     }
     return q;
@@ -78,13 +74,27 @@ static int forward_backward(void *ctx, const void *batch, double divisor, double
     return 0;
 }
 
+/* MoE: expert_bias update from the step's routing counts and the load metrics. Single process
+ * for now; with data parallelism the counts are summed over the ranks first (moe_step.h). */
+static int before_optimizer_step(void *ctx, MetricsExtra *extra, int *nextra, Err *err) {
+    TrainQwen3 *q = ctx;
+    return moe_train_step(&q->m, NULL, extra, nextra, TRAIN_MAX_EXTRA, err);
+}
+
+void train_qwen3_set_micro_batches(TrainQwen3 *q, int micro_batches) {
+    q->m.aux_weight = 1.0 / (micro_batches > 0 ? micro_batches : 1);
+}
+
 void train_qwen3_model(TrainQwen3 *q, TrainModel *out, int exempt) {
     for (int i = 0; i < q->m.nparams; i++)
-        q->decay[i] = adamw_default_decay(q->m.table[i].name, exempt, exempt);
+        /* expert_bias is balancing state: zero gradient, and it must not decay. */
+        q->decay[i] =
+            q->m.table[i].is_buffer ? 0 : adamw_default_decay(q->m.table[i].name, exempt, exempt);
     *out = (TrainModel){.ctx = q,
                         .nparams = q->m.nparams,
                         .params = q->params,
                         .grads = q->grads,
                         .decay = q->decay,
-                        .forward_backward = forward_backward};
+                        .forward_backward = forward_backward,
+                        .before_optimizer_step = q->m.n_moe_layers ? before_optimizer_step : NULL};
 }

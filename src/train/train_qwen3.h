@@ -22,7 +22,7 @@ typedef struct TrainQwen3Batch {
     const int32_t *doc;       /* (B, T) or NULL */
 } TrainQwen3Batch;
 
-/* Dense models only; activations sized for B x T, kept or recomputed as ac says. */
+/* Dense and MoE models; activations sized for B x T, kept or recomputed as ac says. */
 TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, Err *err);
 void train_qwen3_free(TrainQwen3 *q);
 /* DESIGN §5 random init. */
@@ -31,7 +31,13 @@ void train_qwen3_init(TrainQwen3 *q, uint64_t seed);
  * files must hold exactly the model's tensors with their shapes (lm_head.weight may be absent
  * when tied); the error lists every missing, unexpected and misshaped key. */
 int train_qwen3_load_hf(TrainQwen3 *q, const char *path, Err *err);
-/* The TrainModel view (valid while q lives). exempt: no weight decay for norms and embeddings. */
+/* MoE: each micro-batch's router auxiliary loss counts 1 / micro_batches, so a step adds
+ * router_aux_loss_coef times the mean over its micro-batches (the reported loss is the
+ * cross-entropy alone). */
+void train_qwen3_set_micro_batches(TrainQwen3 *q, int micro_batches);
+/* The TrainModel view (valid while q lives). exempt: no weight decay for norms and embeddings.
+ * MoE models also get the before_optimizer_step hook (train/moe_step.h): expert_bias update
+ * and the moe_tokens_min / moe_tokens_max / moe_imbalance metrics. */
 void train_qwen3_model(TrainQwen3 *q, TrainModel *out, int exempt);
 
 #endif

@@ -27,6 +27,8 @@ typedef struct Trainer {
     Rng rng;
     int64_t step, tokens_seen;
     double lr;
+    MetricsExtra extra[TRAIN_MAX_EXTRA]; /* the model's metrics of the last step */
+    int nextra;
 } Trainer;
 
 static int64_t numel(const CkptTensor *t) {
@@ -123,6 +125,11 @@ static int train_step(Trainer *t, StepMetrics *m, Err *err) {
     double loss = loss_sum / (double)valid;
     int finite;
     double norm = grad_clip(t->grads, md->nparams, o->max_norm, &finite);
+    /* Before the finiteness check: the model's per-step state (MoE routing counts) restarts
+     * even when the update is skipped. */
+    t->nextra = 0;
+    if (md->before_optimizer_step)
+        TRY(md->before_optimizer_step(md->ctx, t->extra, &t->nextra, err));
     t->lr = lr_schedule_lr(&t->sched, step);
     if (!isfinite(loss) || !finite) {
         if (!o->skip_nonfinite)
@@ -178,7 +185,7 @@ static int run(Trainer *t, Err *err) {
             char line[512];
             metrics_format_line(line, sizeof line, &m);
             log_info("%s", line);
-            rc = metrics_writer_write(&mw, &m, NULL, 0, err);
+            rc = metrics_writer_write(&mw, &m, t->extra, t->nextra, err);
         }
         if (o->on_step) o->on_step(o->on_step_ctx, &m);
         if (rc == 0 && o->ckpt_enable &&

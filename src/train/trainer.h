@@ -23,7 +23,14 @@ typedef struct TrainModel {
     /* Runs forward and backward on one micro-batch, adding scale * d(sum of token losses) into
      * grads (+=). Writes the sum of token losses (unscaled) to *loss_sum. */
     int (*forward_backward)(void *ctx, const void *batch, double scale, double *loss_sum, Err *err);
+    /* Optional (NULL: none). Called once per step after every micro-batch's backward and before
+     * the optimizer step; MoE models update their expert_bias here from the step's routing
+     * counts (model/moe.h). It may append up to TRAIN_MAX_EXTRA numeric metrics (e.g. tokens
+     * per expert) to the step's metrics.jsonl record through extra / *nextra. */
+    int (*before_optimizer_step)(void *ctx, MetricsExtra *extra, int *nextra, Err *err);
 } TrainModel;
+
+#define TRAIN_MAX_EXTRA 8
 
 typedef struct TrainData {
     void *ctx;

@@ -1,0 +1,209 @@
+/* A small Qwen3-MoE model trained by the real trainer (AdamW, LR schedule, clipping, two
+ * micro-batches per step) on the C4 sample through the data feed, with the MoE step hook
+ * (expert_bias update, load metrics): the loss must fall, metrics.jsonl must carry the MoE
+ * load figures and the biases must move while staying zero-mean. The C4 text goes through the
+ * real Qwen3 tokenizer with ids folded into a 2048-token vocabulary (id mod 2048, like the
+ * debug flavors' size), so the model stays CPU-small. Needs QT_SHARED_DIR (exits 77 without). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h> /* after the headers it relies on */
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fs.h"
+#include "model/qwen3.h"
+#include "text/dataset.h"
+#include "text/tokenizer.h"
+#include "train/data_feed.h"
+#include "train/metrics.h"
+#include "train/moe_step.h"
+#include "train/trainer.h"
+
+#define VOCAB 2048
+#define STEPS 60
+
+static Tokenizer *qwen;
+static char *c4_path;
+static char tmp_dir[64];
+
+static int fold_encode(const void *ctx, const char *text, size_t len, IdVec *out, Err *err) {
+    size_t n0 = out->n;
+    TRY(tokenizer_encode(ctx, text, len, out, err));
+    for (size_t i = n0; i < out->n; i++)
+        out->ids[i] %= VOCAB;
+    return 0;
+}
+
+typedef struct Ctx {
+    Qwen3 m;
+    int32_t *tok, *tgt, *pos, *doc; /* (B*T) */
+    float losses[STEPS];
+    int nloss;
+} Ctx;
+
+static int fwd_bwd(void *p, const void *batch, double divisor, double *loss_sum, Err *err) {
+    (void)err;
+    Ctx *c = p;
+    const Batch *b = batch;
+    long N = (long)b->B * b->T;
+    for (long i = 0; i < N; i++) {
+        c->tok[i] = (int32_t)b->tokens[i];
+        c->tgt[i] = b->targets[i];
+        c->pos[i] = b->positions[i];
+        c->doc[i] = b->doc_ids[i];
+    }
+    qwen3_forward(&c->m, c->tok, c->tgt, c->pos, c->doc, b->B, b->T);
+    qwen3_backward(&c->m, divisor);
+    *loss_sum = c->m.loss_sum;
+    return 0;
+}
+
+static int before_opt(void *p, MetricsExtra *extra, int *nextra, Err *err) {
+    Ctx *c = p;
+    return moe_train_step(&c->m, NULL, extra, nextra, TRAIN_MAX_EXTRA, err);
+}
+
+static void on_step(void *p, const StepMetrics *m) {
+    Ctx *c = p;
+    c->losses[c->nloss++] = (float)m->loss;
+}
+
+static void test_moe_trains_on_c4(void **state) {
+    (void)state;
+    Err err;
+    DatasetEncoder enc;
+    assert_int_equal(dataset_encoder_for_tokenizer(&enc, qwen, &err), 0);
+    enc.encode = fold_encode;
+    enc.hash ^= 0x6d6f65; /* another id mapping than the plain tokenizer's cache */
+    enc.eos_id %= VOCAB;
+    enc.vocab_size = VOCAB;
+    int T = 64, rows = 4, micro = 2;
+    DatasetOptions o;
+    dataset_options_default(&o);
+    o.path = c4_path;
+    o.cache_dir = tmp_dir;
+    o.seq_len = T;
+    o.seed = 5;
+    Dataset ds;
+    if (dataset_open(&ds, &o, &enc, &err)) fail_msg("%s", err.msg);
+    DataFeed feed;
+    assert_int_equal(data_feed_init(&feed, &ds, rows, 0, 1, micro, &err), 0);
+    TrainData td;
+    data_feed_bind(&feed, &td);
+
+    ModelSpec s;
+    memset(&s, 0, sizeof s);
+    snprintf(s.flavor, sizeof s.flavor, "test");
+    s.dim = 64, s.n_layers = 2, s.n_heads = 4, s.n_kv_heads = 2, s.head_dim = 16;
+    s.vocab_size = VOCAB, s.max_seq_len = T, s.norm_eps = 1e-6, s.rope_theta = 1e4;
+    s.num_experts = 8, s.top_k = 2, s.moe_hidden_dim = 64, s.norm_topk_prob = 1;
+    s.decoder_sparse_step = 1, s.load_balance_coeff = 1e-3;
+    static Ctx c;
+    assert_int_equal(qwen3_create(&c.m, &s, rows / micro, T, AC_NONE, &err), 0);
+    qwen3_init_params(&c.m, 99);
+    long N = (long)rows / micro * T;
+    c.tok = malloc((size_t)N * sizeof(int32_t)), c.tgt = malloc((size_t)N * sizeof(int32_t));
+    c.pos = malloc((size_t)N * sizeof(int32_t)), c.doc = malloc((size_t)N * sizeof(int32_t));
+
+    int np = c.m.nparams;
+    CkptTensor *params = calloc((size_t)np, sizeof *params);
+    float **grads = calloc((size_t)np, sizeof *grads);
+    int *decay = calloc((size_t)np, sizeof *decay);
+    for (int i = 0; i < np; i++) {
+        Qwen3Param *p = &c.m.table[i];
+        params[i].name = p->name;
+        params[i].ndim = p->ndim;
+        for (int d = 0; d < p->ndim; d++)
+            params[i].shape[d] = p->shape[d];
+        params[i].data = p->data;
+        grads[i] = p->grad;
+        /* expert_bias is balancing state: its gradient is 0 and it must not decay. */
+        decay[i] = !p->is_norm && !p->is_buffer;
+    }
+    TrainModel tm = {.ctx = &c,
+                     .nparams = np,
+                     .params = params,
+                     .grads = grads,
+                     .decay = decay,
+                     .forward_backward = fwd_bwd,
+                     .before_optimizer_step = before_opt};
+    char *dump = fs_join(tmp_dir, "run");
+    TrainerOptions opt = {.steps = STEPS,
+                          .micro_batches = micro,
+                          .lr = 1e-2,
+                          .warmup_steps = 3,
+                          .decay_ratio = -1,
+                          .decay_type = "linear",
+                          .adamw = {0.9, 0.95, 1e-8, 0.1},
+                          .max_norm = 1.0,
+                          .dump_folder = dump,
+                          .log_freq = 20,
+                          .peak_tflops = 1.0,
+                          .flops_per_token = metrics_flops_per_token(&s, T),
+                          .seed = 1,
+                          .on_step = on_step,
+                          .on_step_ctx = &c};
+    if (trainer_run(&opt, &tm, &td, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(c.nloss, STEPS);
+    double first = 0, last = 0;
+    for (int i = 0; i < 5; i++)
+        first += c.losses[i] / 5, last += c.losses[STEPS - 5 + i] / 5;
+    printf("loss: step 1 %.4f, step 20 %.4f, step 40 %.4f, step 60 %.4f (mean of first 5 %.4f, "
+           "last 5 %.4f)\n",
+           c.losses[0], c.losses[19], c.losses[39], c.losses[59], first, last);
+    assert_true(c.losses[0] > 7.0f && c.losses[0] < 8.5f); /* ~ ln 2048 = 7.62 at init */
+    assert_true(last < first - 0.7);
+
+    for (int l = 0; l < s.n_layers; l++) {
+        const float *b = c.m.p.layers[l].expert_bias;
+        double mean = 0, spread = 0;
+        for (int e = 0; e < s.num_experts; e++)
+            mean += b[e], spread += fabs(b[e]);
+        assert_true(fabs(mean) < 1e-5 && spread > 1e-3);
+    }
+    char *jsonl = fs_join(dump, "metrics.jsonl");
+    char *text;
+    size_t len;
+    assert_int_equal(fs_read_all(jsonl, &text, &len, &err), 0);
+    assert_non_null(strstr(text, "\"moe_imbalance\""));
+    assert_non_null(strstr(text, "\"moe_tokens_min\""));
+    assert_non_null(strstr(text, "\"moe_tokens_max\""));
+    free(text), free(jsonl), free(dump);
+    free(params), free(grads), free(decay);
+    free(c.tok), free(c.tgt), free(c.pos), free(c.doc);
+    qwen3_free(&c.m);
+    data_feed_free(&feed);
+    dataset_close(&ds);
+}
+
+int main(void) {
+    const char *shared = getenv("QT_SHARED_DIR");
+    if (!shared) return 77;
+    char *tok = fs_join(shared, "tokenizers/qwen3");
+    c4_path = fs_join(shared, "data/c4_sample/c4_sample.jsonl");
+    if (!fs_exists(tok) || !fs_exists(c4_path)) {
+        fprintf(stderr, "skipped: the Qwen3 tokenizer or the C4 sample is absent\n");
+        return 77;
+    }
+    Err err;
+    qwen = tokenizer_load(tok, &err);
+    free(tok);
+    if (!qwen) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/qt_moetrain_XXXXXX");
+    if (!mkdtemp(tmp_dir)) return 1;
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_moe_trains_on_c4)};
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    fs_remove_tree(tmp_dir, &err);
+    tokenizer_free(qwen);
+    free(c4_path);
+    return rc;
+}
