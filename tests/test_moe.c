@@ -408,13 +408,59 @@ static void test_moe_model_sgd(void **state) {
     assert_memory_equal(b1, b2, sizeof b1);
 }
 
+/* Activation checkpointing recomputes MoE layers in backward: gradients must be bitwise those
+ * of keeping everything, and the routing counts must not count the recomputation. */
+static void test_moe_activation_checkpointing(void **state) {
+    (void)state;
+    ModelSpec s = tiny_moe();
+    s.n_layers = 4; /* MoE, dense, MoE, MoE: recomputation crosses both kinds */
+    int B = 2, T = 12;
+    int32_t tok[24], tgt[24];
+    for (int i = 0; i < B * T; i++)
+        tok[i] = (int32_t)((i * 11 + 5) % s.vocab_size),
+        tgt[i] = (int32_t)((i * 5 + 1) % s.vocab_size);
+    Qwen3 ref;
+    Err err;
+    assert_int_equal(qwen3_create(&ref, &s, B, T, AC_NONE, &err), 0);
+    qwen3_init_params(&ref, 77);
+    qwen3_zero_grads(&ref);
+    float l0 = qwen3_forward(&ref, tok, tgt, NULL, NULL, B, T);
+    qwen3_backward(&ref, 0);
+    const ActCheckpoint modes[] = {AC_FULL, AC_SELECTIVE};
+    for (int mi = 0; mi < 2; mi++) {
+        Qwen3 m;
+        assert_int_equal(qwen3_create(&m, &s, B, T, modes[mi], &err), 0);
+        qwen3_init_params(&m, 77);
+        qwen3_zero_grads(&m);
+        float l = qwen3_forward(&m, tok, tgt, NULL, NULL, B, T);
+        qwen3_backward(&m, 0);
+        assert_true(l == l0);
+        for (int i = 0; i < m.nparams; i++)
+            assert_memory_equal(m.table[i].grad, ref.table[i].grad,
+                                (size_t)m.table[i].numel * sizeof(float));
+        assert_memory_equal(m.moe_counts, ref.moe_counts,
+                            (size_t)s.n_layers * s.num_experts * sizeof(double));
+        qwen3_free(&m);
+    }
+    double routed = 0;
+    for (long i = 0; i < (long)s.n_layers * s.num_experts; i++)
+        routed += ref.moe_counts[i];
+    assert_true(routed == 3.0 * B * T * s.top_k); /* three MoE layers, counted once */
+    qwen3_free(&ref);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_experts_gradcheck), cmocka_unit_test(test_grouped_matches_reference),
-        cmocka_unit_test(test_router_gradcheck),  cmocka_unit_test(test_router_rule),
-        cmocka_unit_test(test_aux_loss_value),    cmocka_unit_test(test_bias_update),
-        cmocka_unit_test(test_load_stats),        cmocka_unit_test(test_flops_active_experts),
+        cmocka_unit_test(test_experts_gradcheck),
+        cmocka_unit_test(test_grouped_matches_reference),
+        cmocka_unit_test(test_router_gradcheck),
+        cmocka_unit_test(test_router_rule),
+        cmocka_unit_test(test_aux_loss_value),
+        cmocka_unit_test(test_bias_update),
+        cmocka_unit_test(test_load_stats),
+        cmocka_unit_test(test_flops_active_experts),
         cmocka_unit_test(test_moe_model_sgd),
+        cmocka_unit_test(test_moe_activation_checkpointing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# qtitan train end to end with a tiny mixture-of-experts model on the C4 sample: every step
+# logs the MoE load figures to metrics.jsonl, checkpoints hold each layer's expert_bias, and a
+# run resumed from its step-2 checkpoint ends with bitwise the same losses, parameters
+# (expert_bias included) and optimizer state as a run that never stopped.
+set -euo pipefail
+shared=${QT_SHARED_DIR:-}
+tok=$shared/tokenizers/qwen3
+data=$shared/data/c4_sample/c4_sample.jsonl
+if [ -z "$shared" ] || [ ! -f "$tok/tokenizer.json" ] || [ ! -f "$data" ]; then
+  echo "skip: shared tokenizer or C4 sample missing"; exit 77
+fi
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+export QT_CACHE_DIR=$tmp/cache
+train() {
+  "$QT_BINARY" train --config "$QT_SOURCE_DIR/configs/qwen3_moe_debug.toml" \
+    --model.tokenizer_path="$tok" --training.dataset_path="$data" \
+    --model.vocab_size=151936 --model.dim=32 --model.n_layers=2 --model.n_heads=4 \
+    --model.n_kv_heads=2 --model.head_dim=8 --model.num_experts=4 --model.top_k=2 \
+    --model.moe_hidden_dim=16 --model.load_balance_coeff=0.01 \
+    --training.seq_len=32 --training.local_batch_size=2 --training.steps=4 \
+    --checkpoint.enable=true --checkpoint.interval=2 --metrics.peak_tflops=1 \
+    --job.dump_folder="$1" 2>&1
+}
+train "$tmp/a" >"$tmp/a.log"
+[ "$(grep -c '^step: ' "$tmp/a.log")" = 4 ] || { cat "$tmp/a.log"; echo "FAIL: expected 4 step lines"; exit 1; }
+[ "$(grep -c '"moe_imbalance":' "$tmp/a/metrics.jsonl")" = 4 ] \
+  || { cat "$tmp/a/metrics.jsonl"; echo "FAIL: metrics.jsonl lacks moe_imbalance"; exit 1; }
+grep -q '"moe_tokens_max":' "$tmp/a/metrics.jsonl" || { echo "FAIL: no moe_tokens_max"; exit 1; }
+grep -aq 'layers.1.moe.expert_bias' "$tmp/a/checkpoint/step-4/model.safetensors" \
+  || { echo "FAIL: the checkpoint lacks expert_bias"; exit 1; }
+
+train "$tmp/b" >"$tmp/b1.log"
+rm -rf "$tmp/b/checkpoint/step-4"
+train "$tmp/b" >"$tmp/b2.log"
+grep -q 'resumed from .*step-2' "$tmp/b2.log" || { cat "$tmp/b2.log"; echo "FAIL: no resume"; exit 1; }
+for f in model.safetensors optim.safetensors; do
+  cmp "$tmp/a/checkpoint/step-4/$f" "$tmp/b/checkpoint/step-4/$f" \
+    || { echo "FAIL: $f after a resume differs from the uninterrupted run"; exit 1; }
+done
+losses() { grep -o '"step":[34],"loss":[^,]*' "$1"; }
+[ "$(losses "$tmp/a/metrics.jsonl")" = "$(losses "$tmp/b/metrics.jsonl" | tail -2)" ] \
+  || { echo "FAIL: resumed losses differ"; exit 1; }
+echo "e2e_train_moe: ok"
