@@ -136,6 +136,12 @@ cfg huge_vocab 's/"vocab_size": 80/"vocab_size": 99999999999999/'
 cfg huge_dims 's/"hidden_size": 32/"hidden_size": 2000000000/'
 cfg arch_not_list 's/"architectures": \[/"architectures": 7, "x": [/'
 cfg nan_eps 's/"rms_norm_eps": 1e-06/"rms_norm_eps": -1/'
+# Weights that do not fit the config (eval only: inspect lists these on stdout by design).
+cfg ffn_mismatch 's/"intermediate_size": 64/"intermediate_size": 60/'
+cfg weights_cut 's/x/x/'
+head -c 3000 "$fix/parity/untied_mha/model.safetensors" >"$C/weights_cut/model.safetensors"
+cfg weights_foreign 's/x/x/'
+cp "$S/good.safetensors" "$C/weights_foreign/model.safetensors"
 
 # (A missing key is not an error: it takes transformers' default, as Qwen3Config does.)
 # bad_cfg NAME TEXT...: inspect and eval on $C/NAME both fail naming config.json and TEXT.
@@ -293,6 +299,12 @@ run_all() {
     bad_cfg huge_dims "hidden_size"
     bad_cfg arch_not_list "architectures"
     bad_cfg nan_eps "rms_norm_eps"
+    qa_run eval_ffn_mismatch fail eval --model "$C/ffn_mismatch" --tokens "$tmp/tokens.txt" &&
+        qa_error eval_ffn_mismatch "mlp" "60"
+    qa_run eval_weights_cut fail eval --model "$C/weights_cut" --tokens "$tmp/tokens.txt" &&
+        qa_error eval_weights_cut "$C/weights_cut/model.safetensors"
+    qa_run eval_weights_foreign fail eval --model "$C/weights_foreign" --tokens "$tmp/tokens.txt" &&
+        qa_error eval_weights_foreign "model.embed_tokens.weight"
 
     bad_toml unclosed_table ":1:"
     bad_toml no_value ":2:"

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2154
 # Shared checks for tests/e2e_cli.sh and tests/e2e_bad_input.sh (sourced, not a test itself).
 #
 # The rule for every failing command: it exits non-zero (2 for a usage error: unknown option,

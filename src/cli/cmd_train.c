@@ -5,22 +5,34 @@
 
 #include "core/config.h"
 #include "core/log.h"
+#include "dist/comm.h"
 #include "train/train_job.h"
 
 int cmd_train(int argc, char **argv) {
     if (cmd_wants_help(argc, argv)) {
-        printf("usage: qtitan train --config FILE.toml [--section.key=value ...]\n\n"
-               "Trains a Qwen3 model as the job config describes (DESIGN.md section 6).\n");
+        printf("usage: qtitan train --config FILE.toml [--section.key=value ...]\n"
+               "       mpirun -np N qtitan train --config FILE.toml [...]\n\n"
+               "Trains a Qwen3 model as the job config describes (DESIGN.md section 6); under\n"
+               "mpirun on the device mesh of [parallelism] (docs/distributed.md).\n");
         return 0;
     }
-    JobConfig cfg;
+    Comm *world;
     Err err;
-    if (config_load(&cfg, NULL, argc - 1, argv + 1, &err) != 0) {
+    /* MPI starts only when mpirun started this process; from here every rank logs with its
+     * rank and only rank 0 prints info lines. */
+    if (comm_init(&world, &argc, &argv, &err) != 0) {
         log_error("%s", err.msg);
-        return 2;
+        return 1;
     }
-    int rc = train_job_run(&cfg, &err);
+    JobConfig cfg;
+    int rc;
+    if (config_load(&cfg, NULL, argc - 1, argv + 1, &err) != 0) {
+        rc = 2;
+    } else {
+        rc = train_job_run(&cfg, world, &err) == 0 ? 0 : 1;
+        config_free(&cfg);
+    }
     if (rc != 0) log_error("%s", err.msg);
-    config_free(&cfg);
-    return rc == 0 ? 0 : 1;
+    comm_destroy(world);
+    return rc;
 }

@@ -11,13 +11,21 @@ void log_set_rank(int rank, int world) {
     g_world = world;
 }
 
-int log_rank(void) { return g_rank; }
+int log_rank(void) {
+    return g_rank;
+}
 
+/* The line is formatted first and written with one call, so the lines of ranks sharing a
+ * console (mpirun forwards them) do not interleave mid-line on unbuffered stderr. */
 static void vlog(FILE *f, const char *tag, const char *fmt, va_list ap) {
-    if (g_world > 1) fprintf(f, "[rank %d] ", g_rank);
-    if (tag) fputs(tag, f);
-    vfprintf(f, fmt, ap);
-    fputc('\n', f);
+    char line[4096];
+    int n = 0;
+    if (g_world > 1) n = snprintf(line, sizeof line, "[rank %d] ", g_rank);
+    n += snprintf(line + n, sizeof line - (size_t)n, "%s", tag ? tag : "");
+    int m = vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    n = m < 0 ? n : (n + m < (int)sizeof line - 1 ? n + m : (int)sizeof line - 2);
+    line[n++] = '\n';
+    fwrite(line, 1, (size_t)n, f);
     fflush(f);
 }
 

@@ -272,7 +272,8 @@ static void build_modules(Qwen3 *m) {
     add_slot(m, OP_CROSS_ENTROPY, &d->loss, "loss", 0);
 }
 
-int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *err) {
+static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int owned,
+                  Err *err) {
     memset(m, 0, sizeof *m);
     m->spec = *spec;
     const ModelSpec *s = &m->spec;
@@ -310,16 +311,28 @@ int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *
     build_modules(m);
     m->table = xcalloc((size_t)m->nparams, sizeof *m->table);
     m->slots = xcalloc((size_t)m->nslots, sizeof *m->slots);
-    if (arena_init(&m->param_arena, "parameter", pc.used, err) ||
-        arena_init(&m->grad_arena, "gradient", gc.used, err) ||
+    if ((owned && (arena_init(&m->param_arena, "parameter", pc.used, err) ||
+                   arena_init(&m->grad_arena, "gradient", gc.used, err))) ||
         arena_init(&m->act_arena, "activation", ac_count.used, err)) {
         qwen3_free(m);
         return -1;
     }
-    layout_params(m, &m->param_arena, &m->grad_arena);
+    if (owned)
+        layout_params(m, &m->param_arena, &m->grad_arena);
+    else /* counting arenas place nothing: the table gets NULL data and grad */
+        layout_params(m, &pc, &gc);
     layout_acts(m, &m->act_arena);
     build_modules(m);
     return 0;
+}
+
+int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *err) {
+    return create(m, spec, B, T, ac, 1, err);
+}
+
+int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
+                         Err *err) {
+    return create(m, spec, B, T, ac, 0, err);
 }
 
 void qwen3_free(Qwen3 *m) {
@@ -337,23 +350,26 @@ static int ends_with(const char *s, const char *suffix) {
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
-void qwen3_init_params(Qwen3 *m, uint64_t seed) {
+void qwen3_init_param(const Qwen3 *m, int i, uint64_t seed, float *out) {
+    const Qwen3Param *p = &m->table[i];
     float residual_std = (float)(0.02 / sqrt(2.0 * m->spec.n_layers));
-    for (int i = 0; i < m->nparams; i++) {
-        Qwen3Param *p = &m->table[i];
-        if (p->is_norm) {
-            for (long j = 0; j < p->numel; j++)
-                p->data[j] = 1.0f;
-        } else if (p->is_buffer) {
-            memset(p->data, 0, (size_t)p->numel * sizeof(float));
-        } else {
-            int residual = m->spec.num_experts > 0 && (ends_with(p->name, "attention.wo.weight") ||
-                                                       ends_with(p->name, "moe.experts.w2"));
-            Rng r;
-            rng_seed(&r, seed, (uint64_t)i);
-            rng_fill_normal(&r, p->data, p->numel, residual ? residual_std : 0.02f);
-        }
+    if (p->is_norm) {
+        for (long j = 0; j < p->numel; j++)
+            out[j] = 1.0f;
+    } else if (p->is_buffer) {
+        memset(out, 0, (size_t)p->numel * sizeof(float));
+    } else {
+        int residual = m->spec.num_experts > 0 && (ends_with(p->name, "attention.wo.weight") ||
+                                                   ends_with(p->name, "moe.experts.w2"));
+        Rng r;
+        rng_seed(&r, seed, (uint64_t)i);
+        rng_fill_normal(&r, out, p->numel, residual ? residual_std : 0.02f);
     }
+}
+
+void qwen3_init_params(Qwen3 *m, uint64_t seed) {
+    for (int i = 0; i < m->nparams; i++)
+        qwen3_init_param(m, i, seed, m->table[i].data);
 }
 
 const Qwen3Param *qwen3_find_param(const Qwen3 *m, const char *name) {
@@ -391,6 +407,14 @@ int qwen3_check_tokens(const Qwen3 *m, const int32_t *ids, long n, int allow_ign
 }
 
 /* ---- forward / backward ---- */
+
+static void hook(Qwen3 *m, int unit, Qwen3HookPhase phase) {
+    if (m->unit_hook) m->unit_hook(m->unit_hook_ctx, m, unit, phase);
+}
+
+static void tp_sum(Qwen3 *m, float *buf, long n) {
+    if (m->tp_sum) m->tp_sum(m->unit_hook_ctx, buf, n);
+}
 
 static void add_into(float *y, const float *x, long n) {
 #pragma omp parallel for schedule(static)
@@ -463,6 +487,7 @@ static void layer_forward(Qwen3 *m, int i, float *out, int count) {
     md->rope->forward(a->kr, a->kn, m->a.positions, N, K, E, s->rope_theta);
     md->sdpa->forward(a->att, a->lse, a->qr, a->kr, a->v, doc, B, T, H, K, E);
     md->wo->forward(a->xmid, a->att, p->wo, N, H * E, D);
+    tp_sum(m, a->xmid, N * D);
     add_into(a->xmid, a->x, N * D);
     md->ffn_norm->forward(a->xn2, a->rstd2, a->xmid, p->ffn_norm, N, D, eps);
     if (md->experts)
@@ -470,6 +495,7 @@ static void layer_forward(Qwen3 *m, int i, float *out, int count) {
     else
         md->feed_forward->forward(out, a->h1, a->h3, a->g, a->xn2, p->w1, p->w3, p->w2, N, D,
                                   s->hidden_dim);
+    tp_sum(m, out, N * D);
     add_into(out, a->xmid, N * D);
 }
 
@@ -508,6 +534,7 @@ static void layer_backward(Qwen3 *m, int i) {
     else
         md->feed_forward->backward(A->dxn, g->w1, g->w3, g->w2, A->dh1, A->dh3, A->dres, a->xn2,
                                    a->h1, a->h3, a->g, p->w1, p->w3, p->w2, N, D, F);
+    tp_sum(m, A->dxn, N * D);
     md->ffn_norm->backward(A->dtmp, g->ffn_norm, A->dxn, a->xmid, p->ffn_norm, a->rstd2, N, D);
     add_into(A->dres, A->dtmp, N * D); /* dres = d xmid */
 
@@ -521,6 +548,7 @@ static void layer_backward(Qwen3 *m, int i) {
     md->qkv->backward(A->dxn, g->wq, A->dq, a->xn1, p->wq, N, D, H * E, 0.0f);
     md->qkv->backward(A->dxn, g->wk, A->dk, a->xn1, p->wk, N, D, K * E, 1.0f);
     md->qkv->backward(A->dxn, g->wv, A->dv, a->xn1, p->wv, N, D, K * E, 1.0f);
+    tp_sum(m, A->dxn, N * D);
     md->attention_norm->backward(A->dtmp, g->attention_norm, A->dxn, a->x, p->attention_norm,
                                  a->rstd1, N, D);
     add_into(A->dres, A->dtmp, N * D); /* dres = d x */
@@ -552,9 +580,16 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
         memset(a->aux_counts, 0, (size_t)s->num_experts * sizeof(double));
         memset(a->aux_psum, 0, (size_t)s->num_experts * sizeof(double));
     }
+    int L = s->n_layers;
+    hook(m, 0, QWEN3_PRE_FORWARD);
     m->mod.tok_embeddings->forward(a->layers[0].x, a->tokens, m->p.tok_embeddings, N, D);
-    for (int i = 0; i < s->n_layers; i++)
-        layer_forward(m, i, i + 1 < s->n_layers ? a->layers[i + 1].x : a->h, 1);
+    hook(m, 0, QWEN3_POST_FORWARD);
+    for (int i = 0; i < L; i++) {
+        hook(m, 1 + i, QWEN3_PRE_FORWARD);
+        layer_forward(m, i, i + 1 < L ? a->layers[i + 1].x : a->h, 1);
+        hook(m, 1 + i, QWEN3_POST_FORWARD);
+    }
+    hook(m, L + 1, QWEN3_PRE_FORWARD);
     m->mod.norm->forward(a->hn, a->rstdf, a->h, m->p.norm, N, D, (float)s->norm_eps);
     m->mod.lm_head->forward(a->logits, a->hn, m->p.output, N, D, V);
     m->loss_sum = 0.0;
@@ -568,6 +603,7 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
     double rows = (double)N * m->n_moe_layers;
     if (m->n_moe_layers && s->router_aux_loss_coef > 0)
         m->aux_loss = moe_aux_loss(a->aux_counts, a->aux_psum, rows, s->num_experts);
+    hook(m, L + 1, QWEN3_POST_FORWARD);
     double ce = m->n_valid ? m->loss_sum / m->n_valid : 0.0;
     return (float)(ce + s->router_aux_loss_coef * m->aux_loss);
 }
@@ -581,12 +617,15 @@ void qwen3_backward(Qwen3 *m, double divisor) {
     if (m->n_moe_layers && s->router_aux_loss_coef > 0)
         moe_aux_dprob(a->aux_dprob, a->aux_counts, (double)N * m->n_moe_layers, s->num_experts,
                       s->router_aux_loss_coef * m->aux_weight);
+    hook(m, s->n_layers + 1, QWEN3_PRE_BACKWARD);
     /* dlogits overwrite the logits in place. */
     m->mod.loss->backward(a->logits, a->logits, a->ce_lse, a->targets, N, V,
                           (float)(1.0 / divisor));
     m->mod.lm_head->backward(a->dxn, m->g.output, a->logits, a->hn, m->p.output, N, D, V, 0.0f);
     m->mod.norm->backward(a->dres, m->g.norm, a->dxn, a->h, m->p.norm, a->rstdf, N, D);
+    hook(m, s->n_layers + 1, QWEN3_POST_BACKWARD);
     for (int i = s->n_layers - 1; i >= 0; i--) {
+        hook(m, 1 + i, QWEN3_PRE_BACKWARD);
         /* The last layer's shared buffers still hold its own forward values. */
         if (m->ac == AC_FULL && i + 1 < s->n_layers) {
             /* Recompute layer i from its kept input; the output is already in
@@ -596,6 +635,9 @@ void qwen3_backward(Qwen3 *m, double divisor) {
             layer_recompute_selective(m, i);
         }
         layer_backward(m, i);
+        hook(m, 1 + i, QWEN3_POST_BACKWARD);
     }
+    hook(m, 0, QWEN3_PRE_BACKWARD);
     m->mod.tok_embeddings->backward(m->g.tok_embeddings, a->dres, a->tokens, N, D);
+    hook(m, 0, QWEN3_POST_BACKWARD);
 }

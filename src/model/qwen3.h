@@ -160,7 +160,17 @@ typedef struct Qwen3Acts {
     double *aux_psum;     /* (X) this forward's router probabilities over all MoE layers */
 } Qwen3Acts;
 
-typedef struct Qwen3 {
+/* FSDP hook phases (see Qwen3.unit_hook). */
+typedef enum Qwen3HookPhase {
+    QWEN3_PRE_FORWARD,
+    QWEN3_POST_FORWARD,
+    QWEN3_PRE_BACKWARD,
+    QWEN3_POST_BACKWARD,
+} Qwen3HookPhase;
+
+typedef struct Qwen3 Qwen3;
+
+struct Qwen3 {
     ModelSpec spec;
     int max_B, max_T; /* activation capacity */
     AcMode ac;
@@ -184,17 +194,34 @@ typedef struct Qwen3 {
                          * the trainer accumulates, so the step adds coef * mean aux) */
     double *moe_counts; /* (L, X) tokens routed to each expert, summed over forwards since
                          * qwen3_moe_reset_counts (recomputation excluded); dense layers 0 */
-} Qwen3;
+    /* Sharded training (src/train/fsdp_model.c): called before and after each unit's forward
+     * and backward, so a driver can point the unit's m->p / m->g pointers at gathered
+     * buffers just in time. Units: 0 the embedding, 1 + i layer i, n_layers + 1 the final
+     * norm with lm_head. NULL (the default): never called. */
+    void (*unit_hook)(void *ctx, Qwen3 *m, int unit, Qwen3HookPhase phase);
+    void *unit_hook_ctx;
+    /* Tensor parallel (same driver and ctx): the model then has this rank's heads and FFN
+     * columns, and this sums buf (n floats) over the tensor-parallel group in place, where
+     * partial results meet: the wo and w2 outputs before the residual adds, and the
+     * gradients of the attention / FFN norm outputs. NULL: never called. */
+    void (*tp_sum)(void *ctx, float *buf, long n);
+};
 
 /* Builds the parameter table and arenas for spec and activations for up to B x T tokens.
  * Parameters are zero until qwen3_init_params or a load fills them. */
 int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *err);
+/* The same without parameter and gradient memory: the table has names and shapes but NULL
+ * data and grad, and m->p / m->g stay NULL until a unit_hook points them somewhere (FSDP). */
+int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *err);
 void qwen3_free(Qwen3 *m);
 
 /* DESIGN §5: normal(0, 0.02) for linears and the embedding, ones for norms, zeros for buffers;
  * in MoE models wo and the experts' w2 use 0.02 / sqrt(2 L). Parameter i of the table draws
  * from rng stream i of seed, so the result does not depend on order. */
 void qwen3_init_params(Qwen3 *m, uint64_t seed);
+/* The same for parameter i alone, written to out (table[i].numel floats): a sharded run
+ * initialises one tensor at a time and keeps only its slice. */
+void qwen3_init_param(const Qwen3 *m, int i, uint64_t seed, float *out);
 const Qwen3Param *qwen3_find_param(const Qwen3 *m, const char *name);
 void qwen3_zero_grads(Qwen3 *m);
 

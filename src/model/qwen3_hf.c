@@ -20,9 +20,9 @@ static void list_keys(char *msg, size_t cap, const char *label, char **keys, int
     if (k < cap) snprintf(msg + k, cap - k, ")");
 }
 
-int qwen3_load_hf(Qwen3 *m, const StSet *set, const char *what, Err *err) {
+int qwen3_hf_check(const ModelSpec *spec, const StSet *set, const char *what, Err *err) {
     HfKeyTable t;
-    hf_keys_build(&t, &m->spec);
+    hf_keys_build(&t, spec);
     HfCheck c;
     int rc = 0;
     if (hf_keys_check(&c, &t, set) != 0) {
@@ -33,6 +33,15 @@ int qwen3_load_hf(Qwen3 *m, const StSet *set, const char *what, Err *err) {
         rc = err_set(err, "the Hugging Face weights in %s do not fit the model: %s", what, msg);
     }
     hf_check_free(&c);
+    hf_keys_free(&t);
+    return rc;
+}
+
+int qwen3_load_hf(Qwen3 *m, const StSet *set, const char *what, Err *err) {
+    TRY(qwen3_hf_check(&m->spec, set, what, err));
+    HfKeyTable t;
+    hf_keys_build(&t, &m->spec);
+    int rc = 0;
     for (int i = 0; i < m->nparams && rc == 0; i++) {
         Qwen3Param *p = &m->table[i];
         if (p->is_buffer) { /* moe.expert_bias: training state, not in HF files */

@@ -14,5 +14,8 @@
  * expert_bias (no HF tensor) is set to zero. what names the
  * weights in the message (a path). */
 int qwen3_load_hf(Qwen3 *m, const StSet *set, const char *what, Err *err);
+/* The check qwen3_load_hf starts with: 0 when set holds exactly spec's HF tensors, else -1
+ * with the sentence listing every problem. */
+int qwen3_hf_check(const ModelSpec *spec, const StSet *set, const char *what, Err *err);
 
 #endif

@@ -1,4 +1,5 @@
-/* From a job config to a running trainer (single process, CPU, fp32 reference model). */
+/* From a job config to a running trainer (CPU, fp32 reference model), on one process or, under
+ * mpirun, on a device mesh with FSDP (src/train/fsdp_model.c). */
 #include "train/train_job.h"
 
 #include <inttypes.h>
@@ -12,17 +13,21 @@
 #include "io/hf_config.h"
 #include "text/dataset.h"
 #include "text/tokenizer.h"
+#include "train/fsdp_model.h"
 #include "train/train_hf.h"
 #include "train/train_qwen3.h"
 #include "train/trainer.h"
 
-/* Dataset-backed TrainData: step s reads global rows [(s-1)*R, s*R) in micro-batches of B. */
+/* Dataset-backed TrainData: step s reads global rows [(s-1)*R, s*R) in micro-batches of B;
+ * data-parallel rank d of dp takes micro-batch k's rows (k * dp + d) * B onward, so every
+ * mesh sees the same rows per step (mesh_first_row). */
 typedef struct JobData {
     Dataset ds;
     Batch raw;
     int32_t *tokens; /* (B, T) the raw uint32 ids as the model's int32 */
     TrainQwen3Batch mb;
     int B, T, micro, global_rows;
+    int dp, dp_rank;
     int64_t step_done; /* the last step whose rows were handed out */
 } JobData;
 
@@ -30,14 +35,17 @@ static int data_count(void *ctx, int64_t step, int64_t *tokens, int64_t *valid, 
     (void)step;
     (void)err;
     JobData *d = ctx;
-    /* Packed rows have a target at every position. */
-    *tokens = *valid = (int64_t)d->global_rows * d->T;
+    /* Packed rows have a target at every position; tokens are this rank's (throughput is
+     * per device), valid labels the whole step's (the loss denominator). */
+    *valid = (int64_t)d->global_rows * d->T;
+    *tokens = *valid / d->dp;
     return 0;
 }
 
 static int data_next(void *ctx, int64_t step, int micro, const void **batch, Err *err) {
     JobData *d = ctx;
-    int64_t row = (step - 1) * (int64_t)d->global_rows + (int64_t)micro * d->B;
+    int64_t row =
+        (step - 1) * (int64_t)d->global_rows + ((int64_t)micro * d->dp + d->dp_rank) * d->B;
     TRY(dataset_rows(&d->ds, row, d->B, &d->raw, err));
     for (long i = 0; i < (long)d->B * d->T; i++)
         d->tokens[i] = (int32_t)d->raw.tokens[i];
@@ -134,17 +142,46 @@ static int check_paths(const JobConfig *cfg, Err *err) {
     return 0;
 }
 
-int train_job_run(const JobConfig *cfg, Err *err) {
+static int mesh_from_config(Mesh *mesh, Comm *world, const JobConfig *cfg, const ModelSpec *spec,
+                            Err *err) {
+    MeshConfig mc = {.world = world->size,
+                     .dp_replicate = cfg->parallelism.data_parallel_replicate_degree,
+                     .dp_shard = cfg->parallelism.data_parallel_shard_degree,
+                     .tp = cfg->parallelism.tensor_parallel_degree,
+                     .sequence_parallel = cfg->parallelism.enable_sequence_parallel,
+                     .n_heads = spec->n_heads,
+                     .n_kv_heads = spec->n_kv_heads,
+                     .hidden_dim = spec->hidden_dim,
+                     .moe_hidden_dim = spec->num_experts > 0 ? spec->moe_hidden_dim : 0,
+                     .vocab_size = spec->vocab_size,
+                     .seq_len = cfg->training.seq_len,
+                     .local_batch = cfg->training.local_batch_size,
+                     .global_batch = cfg->training.global_batch_size};
+    TRY(mesh_create(mesh, world, &mc, err));
+    if (mesh->dims.tp > 1 && cfg->parallelism.enable_sequence_parallel) {
+        mesh_destroy(mesh);
+        return err_set(err, "parallelism.enable_sequence_parallel: sequence parallelism is not "
+                            "implemented yet; set it to false (tensor parallelism works without "
+                            "it, docs/distributed.md)");
+    }
+    return 0;
+}
+
+static int run_job(const JobConfig *cfg, Comm *world, Err *err);
+
+int train_job_run(const JobConfig *cfg, Comm *world, Err *err) {
+    Comm *single = world ? NULL : comm_single_create();
+    int rc = run_job(cfg, world ? world : single, err);
+    comm_destroy(single);
+    return rc;
+}
+
+static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     if (cfg->training.device == DEVICE_CUDA)
         return err_set(err, "training.device = \"cuda\": this build trains on the CPU only");
     if (cfg->training.mixed_precision_param != DT_F32)
         log_warn("training.mixed_precision_param = %s: the reference path computes in fp32",
                  config_dtype_name(cfg->training.mixed_precision_param));
-    if (cfg->parallelism.tensor_parallel_degree > 1 ||
-        cfg->parallelism.data_parallel_replicate_degree > 1 ||
-        cfg->parallelism.data_parallel_shard_degree > 1)
-        return err_set(err, "parallelism: this trainer runs one process; set the data / tensor "
-                            "parallel degrees to 1 (or -1 for data_parallel_shard_degree)");
     if (cfg->n_overrides > 0)
         log_warn("%d [[override]] entr%s ignored: kernel overrides are not wired into training "
                  "yet",
@@ -154,31 +191,41 @@ int train_job_run(const JobConfig *cfg, Err *err) {
     TRY(train_job_spec(cfg, &spec, &extra, err));
     TRY(train_job_check(cfg, &spec, err));
     TRY(check_paths(cfg, err));
-    int micro;
-    TRY(config_grad_accum_steps(cfg, 1, &micro, err));
-    const char *tok_path;
-    TRY(config_tokenizer_path(cfg, &tok_path, err));
-    Tokenizer *tok = tokenizer_load(tok_path, err);
-    if (!tok) return -1;
-    if (tokenizer_vocab_size(tok) > (uint32_t)spec.vocab_size) {
-        err_set(err,
-                "the tokenizer at %s has %u tokens but the model's vocab_size is %d (set "
-                "model.vocab_size or use a smaller tokenizer)",
-                tok_path, tokenizer_vocab_size(tok), spec.vocab_size);
-        tokenizer_free(tok);
-        return -1;
-    }
+    if (cfg->checkpoint.last_save_in_hf && world->size > 1)
+        log_warn("checkpoint.last_save_in_hf: the HF export of a run on %d processes is not "
+                 "written yet (sharded checkpoints); train on one process to get step-N/hf",
+                 world->size);
+    /* The mesh is checked before anything large exists; every rank computes the same
+     * sentence from the same config. */
+    Mesh mesh;
+    TRY(mesh_from_config(&mesh, world, cfg, &spec, err));
+    int micro = mesh.dims.grad_accum_steps;
     JobData d;
     memset(&d, 0, sizeof d);
     d.B = cfg->training.local_batch_size;
     d.T = cfg->training.seq_len;
     d.micro = micro;
-    d.global_rows = d.B * micro;
+    d.dp = mesh.dims.dp;
+    d.dp_rank = mesh.dims.dp_rank;
+    d.global_rows = d.B * micro * d.dp;
+    TrainQwen3 *q = NULL;
+    FsdpModel *fm = NULL;
+    TrainHf hf;
+    memset(&hf, 0, sizeof hf);
     DatasetEncoder enc;
     DatasetOptions dopt;
     dataset_options_default(&dopt);
     char *dpath = NULL;
-    int rc = config_dataset_path(cfg, &dpath, err);
+    const char *tok_path;
+    int rc = config_tokenizer_path(cfg, &tok_path, err);
+    Tokenizer *tok = rc == 0 ? tokenizer_load(tok_path, err) : NULL;
+    if (rc == 0 && !tok) rc = -1;
+    if (rc == 0 && tokenizer_vocab_size(tok) > (uint32_t)spec.vocab_size)
+        rc = err_set(err,
+                     "the tokenizer at %s has %u tokens but the model's vocab_size is %d (set "
+                     "model.vocab_size or use a smaller tokenizer)",
+                     tok_path, tokenizer_vocab_size(tok), spec.vocab_size);
+    if (rc == 0) rc = config_dataset_path(cfg, &dpath, err);
     if (rc == 0) rc = dataset_encoder_for_tokenizer(&enc, tok, err);
     if (rc == 0) {
         dopt.path = dpath;
@@ -188,31 +235,51 @@ int train_job_run(const JobConfig *cfg, Err *err) {
         rc = dataset_open(&d.ds, &dopt, &enc, err);
     }
     free(dpath);
-    if (rc != 0) {
+    /* A rank that cannot read its tokenizer or dataset stops every rank, with its sentence. */
+    if (comm_agree(world, rc, err) != 0) {
+        if (rc == 0) dataset_close(&d.ds);
         tokenizer_free(tok);
+        mesh_destroy(&mesh);
         return -1;
     }
     batch_alloc(&d.raw, d.B, d.T);
     d.tokens = xmalloc((size_t)d.B * d.T * sizeof *d.tokens);
 
-    TrainHf hf;
-    memset(&hf, 0, sizeof hf);
-    TrainQwen3 *q = NULL;
-    if ((rc = train_hf_init(&hf, cfg, &spec, &extra, tok_path, err)) != 0) goto out;
-    q = train_qwen3_create(&spec, d.B, d.T, cfg->activation_checkpoint.mode, err);
-    if (!q) {
+    int full_ac = cfg->activation_checkpoint.mode == AC_FULL;
+    int sharded = world->size > 1;
+    if (sharded) {
+        fm = fsdp_model_create(&spec, d.B, d.T, full_ac, &mesh, err);
+        rc = fm ? 0 : -1;
+    } else {
+        rc = train_hf_init(&hf, cfg, &spec, &extra, tok_path, err);
+        if (rc == 0) q = train_qwen3_create(&spec, d.B, d.T, cfg->activation_checkpoint.mode, err);
+        if (rc == 0 && !q) rc = -1;
+    }
+    if (rc == 0 && cfg->checkpoint.initial_load_path[0]) {
+        if (sharded)
+            rc = fsdp_model_load_hf(fm, cfg->checkpoint.initial_load_path, err);
+        else
+            rc = train_qwen3_load_hf(q, cfg->checkpoint.initial_load_path, err);
+        if (rc == 0) log_info("loaded initial weights from %s", cfg->checkpoint.initial_load_path);
+    } else if (rc == 0) {
+        if (sharded)
+            fsdp_model_init(fm, (uint64_t)cfg->training.seed);
+        else
+            train_qwen3_init(q, (uint64_t)cfg->training.seed);
+    }
+    if (comm_agree(world, rc, err) != 0) {
         rc = -1;
         goto out;
     }
-    if (cfg->checkpoint.initial_load_path[0]) {
-        if ((rc = train_qwen3_load_hf(q, cfg->checkpoint.initial_load_path, err)) != 0) goto out;
-        log_info("loaded initial weights from %s", cfg->checkpoint.initial_load_path);
-    } else {
-        train_qwen3_init(q, (uint64_t)cfg->training.seed);
-    }
     TrainModel model;
-    train_qwen3_set_micro_batches(q, micro);
-    train_qwen3_model(q, &model, cfg->optimizer.exempt_norms_and_embeddings);
+    TrainParallel par;
+    if (sharded) {
+        fsdp_model_train_model(fm, &model, cfg->optimizer.exempt_norms_and_embeddings);
+        fsdp_model_parallel(fm, &par);
+    } else {
+        train_qwen3_set_micro_batches(q, micro);
+        train_qwen3_model(q, &model, cfg->optimizer.exempt_norms_and_embeddings);
+    }
     TrainData data = {.ctx = &d,
                       .count = data_count,
                       .next = data_next,
@@ -242,9 +309,10 @@ int train_job_run(const JobConfig *cfg, Err *err) {
         .flops_per_token = metrics_flops_per_token(&spec, d.T),
         .seed = (uint64_t)cfg->training.seed,
         .config_hash = config_hash(cfg),
+        .par = sharded ? &par : NULL,
         .ckpt_files = hf.files,
         .n_ckpt_files = hf.nfiles,
-        .on_last_save = cfg->checkpoint.last_save_in_hf ? train_hf_on_last_save : NULL,
+        .on_last_save = cfg->checkpoint.last_save_in_hf && !sharded ? train_hf_on_last_save : NULL,
         .on_last_save_ctx = &hf,
     };
     hf.model = &model;
@@ -252,10 +320,21 @@ int train_job_run(const JobConfig *cfg, Err *err) {
              "per micro-batch, %d micro-batch(es) per step",
              spec.flavor, spec.n_layers, spec.dim, spec.vocab_size, metrics_matmul_params(&spec),
              d.B, d.T, micro);
+    char mesh_line[160];
+    mesh_describe(mesh_line, sizeof mesh_line, &mesh.dims);
+    if (sharded)
+        log_info("%s; FSDP: each rank keeps 1/%d of the parameters, gradients and "
+                 "optimizer state",
+                 mesh_line, mesh.dims.dp_shard);
     rc = trainer_run(&o, &model, &data, err);
+    /* A failure inside the loop may be this rank's alone (its data, a file) while the others
+     * wait in a collective: end the whole job, with the cause. */
+    if (rc != 0 && sharded) comm_abort(1, err->msg);
 out:
     train_hf_free(&hf);
     train_qwen3_free(q);
+    fsdp_model_free(fm);
+    mesh_destroy(&mesh);
     free(d.tokens);
     batch_free(&d.raw);
     dataset_close(&d.ds);

@@ -6,9 +6,11 @@
 #include "core/config.h"
 #include "core/err.h"
 #include "core/model_spec.h"
+#include "dist/comm.h"
 #include "io/hf_config.h"
 
-int train_job_run(const JobConfig *cfg, Err *err);
+/* world: the job's communicator (comm_init), or NULL for one process without MPI. */
+int train_job_run(const JobConfig *cfg, Comm *world, Err *err);
 
 /* The model a config describes: a native flavor, or model.hf_assets_path/config.json for
  * flavor = "hf" (with its token ids in extra), then the [model] field replacements, validated. */

@@ -12,6 +12,7 @@
 #include "core/fs.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "train/ckpt_dist.h"
 #include "train/clip.h"
 #include "train/lr_schedule.h"
 
@@ -49,12 +50,16 @@ static const char *nonfinite_param(const TrainModel *md) {
 }
 
 static int save(Trainer *t, Err *err) {
+    const TrainParallel *par = t->o->par;
     const char *bad = nonfinite_param(t->model);
-    if (bad)
-        return err_set(err,
-                       "step %" PRId64 ": parameter %s holds a non-finite value, so no checkpoint "
-                       "is written (try a lower optimizer.lr)",
-                       t->step, bad);
+    int ok = bad ? err_set(err,
+                           "step %" PRId64 ": parameter %s holds a non-finite value, so no "
+                           "checkpoint is written (try a lower optimizer.lr)",
+                           t->step, bad)
+                 : 0;
+    /* Every rank checks its own shard; all skip the collective save when one fails. */
+    if (par) ok = comm_agree(par->world, ok, err);
+    TRY(ok);
     CkptState st = {.step = t->step,
                     .tokens_seen = t->tokens_seen,
                     .optim_step = t->opt.step,
@@ -65,8 +70,11 @@ static int save(Trainer *t, Err *err) {
                     .nfiles = t->o->n_ckpt_files};
     memcpy(st.rng, t->rng.s, sizeof st.rng);
     double t0 = now_seconds();
-    int rc = ckpt_save(t->ckpt_root, &st, t->model->params, t->model->nparams, t->optim,
-                       2 * t->model->nparams, t->o->keep_latest_k, err);
+    int rc = par ? ckpt_dist_save(par->world, par->mesh, t->ckpt_root, &st, t->model->params,
+                                  t->model->nparams, t->optim, 2 * t->model->nparams,
+                                  t->o->keep_latest_k, err)
+                 : ckpt_save(t->ckpt_root, &st, t->model->params, t->model->nparams, t->optim,
+                             2 * t->model->nparams, t->o->keep_latest_k, err);
     json_decref(st.data_position);
     if (rc == 0)
         log_info("[checkpoint] saved step %" PRId64 " in %.2f s", t->step, now_seconds() - t0);
@@ -74,14 +82,24 @@ static int save(Trainer *t, Err *err) {
 }
 
 static int resume(Trainer *t, Err *err) {
-    TRY(ckpt_clean_stale(t->ckpt_root, err));
+    const TrainParallel *par = t->o->par;
     int64_t step;
     char *path;
-    int found = ckpt_find_latest(t->ckpt_root, &step, &path, err);
+    int found;
+    if (par) {
+        found = ckpt_dist_find_latest(par->world, par->mesh, t->ckpt_root, &step, &path, err);
+    } else {
+        TRY(ckpt_clean_stale(t->ckpt_root, err));
+        found = ckpt_find_latest(t->ckpt_root, &step, &path, err);
+    }
     if (found <= 0) return found;
     CkptState st;
-    int rc = ckpt_load_found(path, &st, t->model->params, t->model->nparams, t->optim,
-                             2 * t->model->nparams, err);
+    /* ckpt_find_latest verified the checksums already; the sharded lookup did not. */
+    int rc = par ? ckpt_load(path, &st, t->model->params, t->model->nparams, t->optim,
+                             2 * t->model->nparams, err)
+                 : ckpt_load_found(path, &st, t->model->params, t->model->nparams, t->optim,
+                                   2 * t->model->nparams, err);
+    if (par) rc = comm_agree(par->world, rc, err); /* every rank resumes, or none */
     if (rc == 0 && st.config_hash != t->o->config_hash)
         log_warn("[checkpoint] %s was written under another config (hash %016" PRIx64
                  ", now %016" PRIx64 ")",
@@ -121,10 +139,18 @@ static int train_step(Trainer *t, StepMetrics *m, Err *err) {
         TRY(md->forward_backward(md->ctx, batch, (double)valid, &part, err));
         loss_sum += part;
     }
-    /* Data parallel: the all-reduce of grads and of loss_sum belongs here. */
+    double norm;
+    if (o->par) {
+        /* This rank's gradient and loss are its share; complete them across ranks. */
+        TRY(o->par->finish_grads(o->par->ctx, &loss_sum, err));
+        TRY(o->par->grad_norm(o->par->ctx, grad_sum_squares(t->grads, md->nparams), &norm, err));
+        grad_clip_scale(t->grads, md->nparams, norm, o->max_norm);
+    } else {
+        norm = grad_global_norm(t->grads, md->nparams);
+        grad_clip_scale(t->grads, md->nparams, norm, o->max_norm);
+    }
+    int finite = isfinite(norm) != 0;
     double loss = loss_sum / (double)valid;
-    int finite;
-    double norm = grad_clip(t->grads, md->nparams, o->max_norm, &finite);
     /* Before the finiteness check: the model's per-step state (MoE routing counts) restarts
      * even when the update is skipped. */
     t->nextra = 0;
@@ -171,8 +197,10 @@ static int run(Trainer *t, Err *err) {
     t->optim = ckpt_adamw_tensors(&t->opt, md->params, md->nparams, err);
     if (!t->optim) return -1;
     if (o->ckpt_enable) TRY(resume(t, err));
-    MetricsWriter mw;
-    TRY(metrics_writer_open(&mw, o->dump_folder, t->step > 0, err));
+    /* On many processes rank 0 writes metrics.jsonl; all ranks hold the same step values. */
+    int writer = !o->par || o->par->world->rank == 0;
+    MetricsWriter mw = {0};
+    if (writer) TRY(metrics_writer_open(&mw, o->dump_folder, t->step > 0, err));
     MetricsSummary summary = {0};
     rc = 0;
     while (rc == 0 && t->step < o->steps) {
@@ -181,11 +209,16 @@ static int run(Trainer *t, Err *err) {
         if (rc != 0) break;
         metrics_summary_add(&summary, &m);
         int last = t->step == o->steps;
+        double comm_s = o->par ? o->par->comm_seconds(o->par->ctx) : 0;
         if (m.step == 1 || last || (o->log_freq > 0 && m.step % o->log_freq == 0)) {
             char line[512];
             metrics_format_line(line, sizeof line, &m);
             log_info("%s", line);
-            rc = metrics_writer_write(&mw, &m, t->extra, t->nextra, err);
+            MetricsExtra extra[TRAIN_MAX_EXTRA + 1];
+            memcpy(extra, t->extra, (size_t)t->nextra * sizeof *extra);
+            int nextra = t->nextra;
+            if (o->par) extra[nextra++] = (MetricsExtra){"comm_s", comm_s};
+            if (writer) rc = metrics_writer_write(&mw, &m, extra, nextra, err);
         }
         if (o->on_step) o->on_step(o->on_step_ctx, &m);
         if (rc == 0 && o->ckpt_enable &&
@@ -199,7 +232,7 @@ static int run(Trainer *t, Err *err) {
             free(dir);
         }
     }
-    metrics_writer_close(&mw);
+    if (writer) metrics_writer_close(&mw);
     if (rc == 0) {
         char line[512];
         metrics_summary_format(line, sizeof line, &summary);

@@ -1,7 +1,8 @@
 /* The training loop, wired from its components (AdamW, LR schedule, clipping, metrics,
  * checkpoints) and two interfaces the caller fills: the model (parameters, gradients, one
- * forward + backward call) and the data (the micro-batches of a step). Single process; the
- * data-parallel gradient reduction goes where trainer.c marks it once src/dist exists. */
+ * forward + backward call) and the data (the micro-batches of a step). On many processes
+ * the model is this rank's shard and TrainParallel completes gradients, norm and checkpoints
+ * across ranks. */
 #ifndef QT_TRAINER_H
 #define QT_TRAINER_H
 
@@ -10,6 +11,7 @@
 
 #include "core/err.h"
 #include "core/rng.h"
+#include "dist/comm.h"
 #include "train/adamw.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
@@ -44,6 +46,21 @@ typedef struct TrainData {
     int (*restore)(void *ctx, const json_t *position, Err *err);
 } TrainData;
 
+/* Data-parallel hooks (src/train/fsdp_model.c); TrainerOptions.par is NULL on one process.
+ * With them the model's params / grads are this rank's slices. */
+typedef struct TrainParallel {
+    void *ctx;
+    Comm *world; /* every rank of the job: sharded checkpoints, agreement */
+    int mesh[3]; /* [dp_replicate, dp_shard, tp], recorded with sharded checkpoints */
+    /* After a step's micro-batches: completes this rank's gradient slices and sums *loss_sum
+     * over the data-parallel ranks (in place). */
+    int (*finish_grads)(void *ctx, double *loss_sum, Err *err);
+    /* The global gradient norm from this rank's sum of squares over its slices. */
+    int (*grad_norm)(void *ctx, double local_sq, double *norm, Err *err);
+    /* Seconds spent in collectives since the previous call (metrics' comm_s). */
+    double (*comm_seconds)(void *ctx);
+} TrainParallel;
+
 typedef struct TrainerOptions {
     int64_t steps;     /* [training] steps */
     int micro_batches; /* gradient accumulation steps per optimizer step (>= 1) */
@@ -74,6 +91,7 @@ typedef struct TrainerOptions {
     /* Called after every step with its metrics (tests, progress hooks); may be NULL. */
     void (*on_step)(void *ctx, const StepMetrics *m);
     void *on_step_ctx;
+    const TrainParallel *par; /* NULL: one process */
 } TrainerOptions;
 
 /* Trains from the newest complete checkpoint in {dump_folder}/{ckpt_folder} when one exists

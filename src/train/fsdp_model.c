@@ -1,0 +1,527 @@
+/* FSDP (ZeRO-3) driver for Qwen3: the shard plan over the model's parameter table, the unit
+ * hook that gathers parameters and reduce-scatters gradients around each unit, and the
+ * trainer's view of the slices. */
+#include "train/fsdp_model.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/timer.h"
+#include "dist/fsdp.h"
+#include "io/hf_keys.h"
+#include "io/safetensors.h"
+#include "model/qwen3.h"
+#include "model/qwen3_hf.h"
+#include "train/adamw.h"
+#include "train/train_qwen3.h"
+
+/* A full-size workspace: the gathered parameters of the unit it holds and that unit's
+ * gradient. Layers alternate between slots 0 and 1 (one computes while the other is
+ * prefetched); the embedding and the final norm + lm_head share slot 2. */
+enum { NSLOTS = 3, EDGE = 2 };
+
+typedef struct Slot {
+    float *p;       /* (capacity) gathered parameters */
+    float *g;       /* (capacity) full gradient of the unit in backward */
+    float *scratch; /* (max_unit_shard) the reduce-scatter's received sum */
+    int holds;      /* unit whose parameters are in p (or being gathered), -1 none */
+    FsdpReq gather, rs;
+    int gather_pending, rs_pending;
+} Slot;
+
+struct FsdpModel {
+    Qwen3 m;                 /* this rank's tensor-parallel part of the model */
+    Qwen3 full;              /* tp > 1: the whole model's table (full shapes), no parameters */
+    int tp, t;               /* tensor-parallel degree and this rank's index */
+    unsigned char *tp_split; /* (nparams) TP_REPLICATED, TP_ROWS or TP_COLS */
+    unsigned char *tp_repl;  /* (nparams) 1 where tp_split is TP_REPLICATED */
+    const Mesh *mesh;
+    FsdpPlan plan;
+    int L, tied;
+    float *shard; /* (plan.shard_numel) master parameters */
+    float *grad;  /* (plan.shard_numel) gradient slices */
+    Slot slot[NSLOTS];
+    /* The trainer's view: pieces of parameters this rank holds. */
+    int npieces;
+    CkptTensor *pieces;  /* (npieces) */
+    float **piece_grads; /* (npieces) */
+    int *piece_decay;    /* (npieces) */
+    int *piece_param;    /* (npieces) table index of each piece */
+    double comm_s;       /* seconds in collectives since the last comm_seconds call */
+    int prefetch;        /* 0: gather each unit only when it is needed (bench/dist) */
+};
+
+/* ---- parameters: units and pointer fields ---- */
+
+static const struct {
+    const char *suffix;
+    size_t offset;
+} LAYER_FIELDS[] = {
+    {"attention_norm.weight", offsetof(Qwen3LayerParams, attention_norm)},
+    {"attention.wq.weight", offsetof(Qwen3LayerParams, wq)},
+    {"attention.wk.weight", offsetof(Qwen3LayerParams, wk)},
+    {"attention.wv.weight", offsetof(Qwen3LayerParams, wv)},
+    {"attention.wo.weight", offsetof(Qwen3LayerParams, wo)},
+    {"attention.q_norm.weight", offsetof(Qwen3LayerParams, q_norm)},
+    {"attention.k_norm.weight", offsetof(Qwen3LayerParams, k_norm)},
+    {"ffn_norm.weight", offsetof(Qwen3LayerParams, ffn_norm)},
+    {"feed_forward.w1.weight", offsetof(Qwen3LayerParams, w1)},
+    {"feed_forward.w3.weight", offsetof(Qwen3LayerParams, w3)},
+    {"feed_forward.w2.weight", offsetof(Qwen3LayerParams, w2)},
+};
+
+/* The FSDP unit of a parameter and where the model keeps its pointer in p (the same offset
+ * in g). Units: 0 embedding (plus the final norm when tied: then all three are used from
+ * the first forward to the last backward), 1 + i layer i, L + 1 final norm + lm_head. */
+static int param_slot(FsdpModel *f, const char *name, int *unit, float ***pf, float ***gf,
+                      Err *err) {
+    Qwen3Params *p = &f->m.p, *g = &f->m.g;
+    int layer, n = 0;
+    if (sscanf(name, "layers.%d.%n", &layer, &n) == 1 && n > 0 && layer >= 0 && layer < f->L) {
+        for (size_t k = 0; k < sizeof LAYER_FIELDS / sizeof LAYER_FIELDS[0]; k++)
+            if (strcmp(name + n, LAYER_FIELDS[k].suffix) == 0) {
+                *unit = 1 + layer;
+                *pf = (float **)((char *)&p->layers[layer] + LAYER_FIELDS[k].offset);
+                *gf = (float **)((char *)&g->layers[layer] + LAYER_FIELDS[k].offset);
+                return 0;
+            }
+    } else if (strcmp(name, "tok_embeddings.weight") == 0) {
+        *unit = 0, *pf = &p->tok_embeddings, *gf = &g->tok_embeddings;
+        return 0;
+    } else if (strcmp(name, "norm.weight") == 0) {
+        *unit = f->tied ? 0 : f->L + 1, *pf = &p->norm, *gf = &g->norm;
+        return 0;
+    } else if (strcmp(name, "output.weight") == 0) {
+        *unit = f->L + 1, *pf = &p->output, *gf = &g->output;
+        return 0;
+    }
+    return err_set(err,
+                   "FSDP: parameter %s has no place in a sharding unit (only dense Qwen3 "
+                   "layers are sharded)",
+                   name);
+}
+
+/* How tensor parallelism splits a parameter: column-parallel linears (q, k, v, w1, w3) keep
+ * a block of rows (output features), row-parallel ones (wo, w2) a block of columns (input
+ * features); norms, the embedding and lm_head are replicated. */
+enum { TP_REPLICATED, TP_ROWS, TP_COLS };
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n > k && strcmp(s + n - k, suffix) == 0;
+}
+
+static int tp_split_of(const char *name) {
+    static const char *const rows[] = {".wq.weight", ".wk.weight", ".wv.weight", ".w1.weight",
+                                       ".w3.weight"};
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++)
+        if (ends_with(name, rows[k])) return TP_ROWS;
+    if (ends_with(name, ".wo.weight") || ends_with(name, ".w2.weight")) return TP_COLS;
+    return TP_REPLICATED;
+}
+
+static int slot_of(const FsdpModel *f, int unit) {
+    return unit == 0 || unit == f->L + 1 ? EDGE : (unit - 1) % 2;
+}
+
+/* ---- collectives, timed ---- */
+
+static void fail(const char *what, const Err *err) {
+    /* A collective failed in the middle of forward or backward: the other ranks are waiting
+     * in the next one, so the job cannot stop in agreement. */
+    char msg[sizeof err->msg + 64];
+    snprintf(msg, sizeof msg, "FSDP %s: %s", what, err->msg);
+    comm_abort(1, msg);
+}
+
+static void wait_gather(FsdpModel *f, Slot *s) {
+    if (!s->gather_pending) return;
+    Err err;
+    double t0 = now_seconds();
+    if (fsdp_wait(f->mesh->dp_shard, &s->gather, &err)) fail("gather", &err);
+    f->comm_s += now_seconds() - t0;
+    s->gather_pending = 0;
+}
+
+static void wait_rs(FsdpModel *f, Slot *s) {
+    if (!s->rs_pending) return;
+    Err err;
+    double t0 = now_seconds();
+    if (fsdp_wait(f->mesh->dp_shard, &s->rs, &err)) fail("reduce-scatter", &err);
+    f->comm_s += now_seconds() - t0;
+    s->rs_pending = 0;
+}
+
+static void start_gather(FsdpModel *f, int unit) {
+    Slot *s = &f->slot[slot_of(f, unit)];
+    wait_gather(f, s);
+    Err err;
+    double t0 = now_seconds();
+    if (fsdp_gather_unit_start(&f->plan, f->mesh->dp_shard, s->p, f->shard, unit, &s->gather, &err))
+        fail("gather", &err);
+    f->comm_s += now_seconds() - t0;
+    s->gather_pending = 1;
+    s->holds = unit;
+}
+
+/* The unit's parameters are in its slot once this returns. */
+static void ensure(FsdpModel *f, int unit) {
+    Slot *s = &f->slot[slot_of(f, unit)];
+    if (s->holds != unit) start_gather(f, unit);
+    wait_gather(f, s);
+}
+
+/* Starts gathering `unit` (-1: none) unless its slot already holds it. Only called when the
+ * slot's current unit is finished for this pass. */
+static void prefetch(FsdpModel *f, int unit) {
+    if (!f->prefetch || unit < 0 || f->slot[slot_of(f, unit)].holds == unit) return;
+    start_gather(f, unit);
+}
+
+static void grad_begin(FsdpModel *f, int unit) {
+    Slot *s = &f->slot[slot_of(f, unit)];
+    wait_rs(f, s); /* the previous unit's gradient is still being sent from s->g */
+    memset(s->g, 0, f->plan.units[unit].full_numel * sizeof *s->g);
+}
+
+static void grad_end(FsdpModel *f, int unit) {
+    Slot *s = &f->slot[slot_of(f, unit)];
+    Err err;
+    double t0 = now_seconds();
+    if (fsdp_reduce_scatter_unit_start(&f->plan, f->mesh->dp_shard, f->grad, s->g, unit, s->scratch,
+                                       &s->rs, &err))
+        fail("reduce-scatter", &err);
+    f->comm_s += now_seconds() - t0;
+    s->rs_pending = 1;
+}
+
+static void on_tp_sum(void *ctx, float *buf, long n) {
+    FsdpModel *f = ctx;
+    Err err;
+    double t0 = now_seconds();
+    if (comm_all_reduce_sum(f->mesh->tp, buf, (size_t)n, COMM_F32, &err))
+        fail("tensor-parallel all-reduce", &err);
+    f->comm_s += now_seconds() - t0;
+}
+
+/* The model's hook. Units in the model's numbering (0 embedding, 1 + i layer i, L + 1 head);
+ * when tied, the head's parameters are unit 0's, which stays gathered for the whole pass. */
+static void on_unit(void *ctx, Qwen3 *m, int unit, Qwen3HookPhase phase) {
+    FsdpModel *f = ctx;
+    int L = f->L, head = unit == L + 1;
+    switch (phase) {
+    case QWEN3_PRE_FORWARD:
+        if (head && f->tied) break;
+        ensure(f, unit);
+        if (unit < L)
+            prefetch(f, unit + 1); /* the next layer */
+        else if (unit == L && !f->tied)
+            prefetch(f, L + 1); /* the slot's embedding is done */
+        break;
+    case QWEN3_POST_FORWARD:
+        break;
+    case QWEN3_PRE_BACKWARD:
+        if (head && f->tied) {
+            grad_begin(f, 0); /* lm_head's gradient is the embedding's */
+            break;
+        }
+        if (unit == 0 && f->tied) break;
+        ensure(f, unit);
+        if (head)
+            prefetch(f, L);
+        else if (unit > 1)
+            prefetch(f, unit - 1);
+        else if (unit == 1 && !f->tied)
+            prefetch(f, 0); /* the head is done with slot 2 */
+        grad_begin(f, unit);
+        break;
+    case QWEN3_POST_BACKWARD:
+        if (head && f->tied) break;
+        if (f->tp > 1 && unit >= 1 && unit <= L) {
+            /* q_norm and k_norm are shared by all heads, and each rank saw only its own:
+             * their gradients are sums over the tensor-parallel group. */
+            const Qwen3LayerParams *g = &m->g.layers[unit - 1];
+            on_tp_sum(f, g->q_norm, m->spec.head_dim);
+            on_tp_sum(f, g->k_norm, m->spec.head_dim);
+        }
+        grad_end(f, unit);
+        break;
+    }
+}
+
+/* ---- create / free ---- */
+
+FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, const Mesh *mesh,
+                             Err *err) {
+    if (spec->num_experts > 0) {
+        err_set(err,
+                "model: mixture-of-experts models (num_experts = %d) cannot be trained with "
+                "FSDP yet",
+                spec->num_experts);
+        return NULL;
+    }
+    FsdpModel *f = xcalloc(1, sizeof *f);
+    f->mesh = mesh;
+    f->tp = mesh->dims.tp;
+    f->t = mesh->dims.t;
+    /* QTITAN_FSDP_PREFETCH=0 turns prefetching off, to measure what it buys (bench/dist). */
+    const char *pf_env = getenv("QTITAN_FSDP_PREFETCH");
+    f->prefetch = !(pf_env && strcmp(pf_env, "0") == 0);
+    /* Tensor parallel: the rank's model has n_heads / tp heads, n_kv_heads / tp key/value
+     * heads and hidden_dim / tp FFN columns (the mesh checked that they divide). */
+    ModelSpec local = *spec;
+    local.n_heads /= f->tp;
+    local.n_kv_heads /= f->tp;
+    local.hidden_dim /= f->tp;
+    if (qwen3_create_unowned(&f->m, &local, B, T, full_ac ? AC_FULL : AC_NONE, err) != 0) {
+        free(f);
+        return NULL;
+    }
+    if (f->tp > 1 && qwen3_create_unowned(&f->full, spec, 1, 1, AC_NONE, err) != 0) {
+        qwen3_free(&f->m);
+        free(f);
+        return NULL;
+    }
+    f->L = spec->n_layers;
+    f->tied = spec->tie_embeddings;
+    int n = f->m.nparams, nunits = f->L + 2;
+    size_t *numel = xcalloc((size_t)n, sizeof *numel);
+    int *unit = xcalloc((size_t)n, sizeof *unit);
+    float ***pf = xcalloc((size_t)n, sizeof *pf), ***gf = xcalloc((size_t)n, sizeof *gf);
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        numel[i] = (size_t)f->m.table[i].numel;
+        rc = param_slot(f, f->m.table[i].name, &unit[i], &pf[i], &gf[i], err);
+    }
+    if (rc == 0)
+        rc = fsdp_plan(&f->plan, numel, unit, n, nunits, mesh->dims.dp_shard, mesh->dp_shard->rank,
+                       err);
+    if (rc != 0) {
+        free(numel), free(unit), free(pf), free(gf);
+        fsdp_model_free(f);
+        return NULL;
+    }
+    /* Workspaces: the largest layer for slots 0 and 1, the larger of embedding and head for
+     * slot 2. A unit always lives in the same slot, so the model's pointers are set once. */
+    size_t cap[NSLOTS] = {0, 0, 0};
+    for (int u = 0; u < nunits; u++) {
+        size_t fu = f->plan.units[u].full_numel;
+        int s = slot_of(f, u);
+        if (fu > cap[s]) cap[s] = fu;
+    }
+    cap[1] = cap[0];
+    for (int s = 0; s < NSLOTS; s++) {
+        size_t c = cap[s] ? cap[s] : 16;
+        f->slot[s].p = xcalloc(c, sizeof(float));
+        f->slot[s].g = xcalloc(c, sizeof(float));
+        f->slot[s].scratch = xcalloc(f->plan.max_unit_shard + 16, sizeof(float));
+        f->slot[s].holds = -1;
+    }
+    for (int i = 0; i < n; i++) {
+        Slot *s = &f->slot[slot_of(f, unit[i])];
+        *pf[i] = s->p + f->plan.params[i].full_offset;
+        *gf[i] = s->g + f->plan.params[i].full_offset;
+    }
+    if (f->tied) {
+        f->m.p.output = f->m.p.tok_embeddings;
+        f->m.g.output = f->m.g.tok_embeddings;
+    }
+    free(numel), free(unit), free(pf), free(gf);
+    f->shard = xcalloc(f->plan.shard_numel + 16, sizeof(float));
+    f->grad = xcalloc(f->plan.shard_numel + 16, sizeof(float));
+    f->m.unit_hook = on_unit;
+    f->m.unit_hook_ctx = f;
+    f->tp_split = xcalloc((size_t)n, 1);
+    f->tp_repl = xcalloc((size_t)n, 1);
+    for (int i = 0; i < n; i++) {
+        f->tp_split[i] = (unsigned char)(f->tp > 1 ? tp_split_of(f->m.table[i].name) : 0);
+        f->tp_repl[i] = f->tp_split[i] == TP_REPLICATED;
+    }
+    if (f->tp > 1) f->m.tp_sum = on_tp_sum;
+
+    /* The trainer's pieces. */
+    f->pieces = xcalloc((size_t)n, sizeof *f->pieces);
+    f->piece_grads = xcalloc((size_t)n, sizeof *f->piece_grads);
+    f->piece_decay = xcalloc((size_t)n, sizeof *f->piece_decay);
+    f->piece_param = xcalloc((size_t)n, sizeof *f->piece_param);
+    for (int i = 0; i < n; i++) {
+        size_t lo, hi, at;
+        fsdp_param_shard(&f->plan, i, &lo, &hi, &at);
+        if (hi <= lo) continue;
+        int k = f->npieces++;
+        f->pieces[k] = (CkptTensor){f->m.table[i].name, 1, {(int64_t)(hi - lo)}, f->shard + at};
+        f->piece_grads[k] = f->grad + at;
+        f->piece_param[k] = i;
+    }
+    return f;
+}
+
+void fsdp_model_free(FsdpModel *f) {
+    if (!f) return;
+    for (int s = 0; s < NSLOTS; s++) {
+        free(f->slot[s].p);
+        free(f->slot[s].g);
+        free(f->slot[s].scratch);
+    }
+    fsdp_plan_free(&f->plan);
+    qwen3_free(&f->m);
+    if (f->tp > 1) qwen3_free(&f->full);
+    free(f->tp_split);
+    free(f->tp_repl);
+    free(f->shard);
+    free(f->grad);
+    free(f->pieces);
+    free(f->piece_grads);
+    free(f->piece_decay);
+    free(f->piece_param);
+    free(f);
+}
+
+/* ---- initial values ---- */
+
+/* Keeps this rank's part of parameter i, given whole: first its tensor-parallel block (rows
+ * or columns, cut into tmp), then its FSDP slice of that. */
+static void keep_slice(FsdpModel *f, int i, const float *full, float *tmp) {
+    if (f->tp_split[i] != TP_REPLICATED) {
+        const Qwen3Param *p = &f->m.table[i]; /* the local shape */
+        long rows = (long)p->shape[0], cols = p->ndim == 2 ? (long)p->shape[1] : 1;
+        if (f->tp_split[i] == TP_ROWS) {
+            memcpy(tmp, full + (size_t)f->t * rows * cols, (size_t)(rows * cols) * sizeof *tmp);
+        } else {
+            long full_cols = cols * f->tp;
+            for (long r = 0; r < rows; r++)
+                memcpy(tmp + r * cols, full + r * full_cols + (long)f->t * cols,
+                       (size_t)cols * sizeof *tmp);
+        }
+        full = tmp;
+    }
+    size_t lo, hi, at;
+    fsdp_param_shard(&f->plan, i, &lo, &hi, &at);
+    if (hi > lo) memcpy(f->shard + at, full + lo, (hi - lo) * sizeof *full);
+}
+
+/* The whole model's table (the rank's own when tp = 1). */
+static const Qwen3 *whole(const FsdpModel *f) {
+    return f->tp > 1 ? &f->full : &f->m;
+}
+
+static size_t max_numel(const FsdpModel *f) {
+    size_t mx = 1;
+    for (int i = 0; i < whole(f)->nparams; i++)
+        if ((size_t)whole(f)->table[i].numel > mx) mx = (size_t)whole(f)->table[i].numel;
+    return mx;
+}
+
+void fsdp_model_init(FsdpModel *f, uint64_t seed) {
+    float *tmp = xmalloc(max_numel(f) * sizeof *tmp), *part = xmalloc(max_numel(f) * sizeof *tmp);
+    for (int i = 0; i < f->m.nparams; i++) {
+        qwen3_init_param(whole(f), i, seed, tmp);
+        keep_slice(f, i, tmp, part);
+    }
+    free(tmp);
+    free(part);
+    for (int s = 0; s < NSLOTS; s++)
+        f->slot[s].holds = -1;
+}
+
+int fsdp_model_load_hf(FsdpModel *f, const char *path, Err *err) {
+    StSet set;
+    TRY(st_set_open(&set, path, err));
+    float *tmp = xmalloc(max_numel(f) * sizeof *tmp), *part = xmalloc(max_numel(f) * sizeof *tmp);
+    int rc = 0;
+    HfKeyTable keys;
+    hf_keys_build(&keys, &whole(f)->spec);
+    rc = qwen3_hf_check(&whole(f)->spec, &set, path, err);
+    for (int i = 0; i < f->m.nparams && rc == 0; i++) {
+        const Qwen3Param *p = &whole(f)->table[i];
+        int k = p->is_buffer ? -1 : hf_keys_find_param(&keys, p->name);
+        if (p->is_buffer) /* moe.expert_bias: training state, not in HF files */
+            memset(tmp, 0, (size_t)p->numel * sizeof *tmp);
+        else if (k < 0)
+            rc = err_set(err, "model parameter %s is not in the Hugging Face name table", p->name);
+        else if (hf_keys_load_param(tmp, &keys, k, &set, err) != 0)
+            rc = err_wrap(err, "%s", path);
+        if (rc != 0) break;
+        keep_slice(f, i, tmp, part);
+    }
+    hf_keys_free(&keys);
+    free(tmp);
+    free(part);
+    st_set_close(&set);
+    return rc;
+}
+
+/* ---- the trainer's interfaces ---- */
+
+static int forward_backward(void *ctx, const void *batch, double divisor, double *loss_sum,
+                            Err *err) {
+    FsdpModel *f = ctx;
+    const TrainQwen3Batch *b = batch;
+    if (b->B > f->m.max_B || b->T > f->m.max_T)
+        return err_set(err,
+                       "model: a micro-batch of %d x %d tokens exceeds the %d x %d the "
+                       "activations were sized for",
+                       b->B, b->T, f->m.max_B, f->m.max_T);
+    qwen3_forward(&f->m, b->tokens, b->targets, b->positions, b->doc, b->B, b->T);
+    qwen3_backward(&f->m, divisor);
+    *loss_sum = f->m.loss_sum;
+    return 0;
+}
+
+void fsdp_model_train_model(FsdpModel *f, TrainModel *out, int exempt) {
+    for (int k = 0; k < f->npieces; k++)
+        f->piece_decay[k] = adamw_default_decay(f->pieces[k].name, exempt, exempt);
+    *out = (TrainModel){.ctx = f,
+                        .nparams = f->npieces,
+                        .params = f->pieces,
+                        .grads = f->piece_grads,
+                        .decay = f->piece_decay,
+                        .forward_backward = forward_backward};
+}
+
+static int finish_grads(void *ctx, double *loss_sum, Err *err) {
+    FsdpModel *f = ctx;
+    for (int s = 0; s < NSLOTS; s++) {
+        wait_gather(f, &f->slot[s]);
+        wait_rs(f, &f->slot[s]);
+        f->slot[s].holds = -1; /* the optimizer is about to change the parameters */
+    }
+    double t0 = now_seconds();
+    int rc = 0;
+    if (f->mesh->dims.dp_replicate > 1)
+        rc = fsdp_all_reduce_replicas(&f->plan, f->mesh->dp_replicate, f->grad, err);
+    if (rc == 0) rc = comm_all_reduce_sum(f->mesh->dp, loss_sum, 1, COMM_F64, err);
+    f->comm_s += now_seconds() - t0;
+    return rc;
+}
+
+static int grad_norm(void *ctx, double local_sq, double *norm, Err *err) {
+    FsdpModel *f = ctx;
+    double sharded = local_sq, replicated = 0;
+    /* With tensor parallelism the replicated parameters' squares count once, not per rank. */
+    if (f->tp > 1) fsdp_shard_sq_sums(&f->plan, f->grad, f->tp_repl, &sharded, &replicated);
+    double t0 = now_seconds();
+    int rc = mesh_global_norm(norm, f->mesh, sharded, replicated, err);
+    f->comm_s += now_seconds() - t0;
+    return rc;
+}
+
+static double comm_seconds(void *ctx) {
+    FsdpModel *f = ctx;
+    double s = f->comm_s;
+    f->comm_s = 0;
+    return s;
+}
+
+void fsdp_model_parallel(FsdpModel *f, TrainParallel *out) {
+    *out = (TrainParallel){.ctx = f,
+                           .world = f->mesh->world,
+                           .mesh = {f->mesh->dims.dp_replicate, f->mesh->dims.dp_shard, f->tp},
+                           .finish_grads = finish_grads,
+                           .grad_norm = grad_norm,
+                           .comm_seconds = comm_seconds};
+}

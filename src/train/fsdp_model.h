@@ -1,0 +1,40 @@
+/* Qwen3 trained with FSDP (ZeRO-3) over a device mesh: each rank keeps 1/dp_shard of every
+ * parameter (the fp32 master copy), of its gradient and, through the trainer's AdamW over
+ * those slices, of the optimizer state. The model holds no parameters of its own: its
+ * per-unit hook (Qwen3.unit_hook) all-gathers a unit (the embedding, one layer, the final
+ * norm with lm_head) into one of a few full-size workspaces just before the unit's forward
+ * and again before its backward, prefetching the next unit with a non-blocking gather, and
+ * reduce-scatters the unit's gradient into the rank's slice right after its backward. With
+ * dp_replicate > 1 (HSDP) the slices are then summed across replicas.
+ *
+ * Kept apart from train_job.c for the same reason as train_qwen3.h (model/qwen3.h and
+ * core/config.h both name AC_NONE / AC_FULL). */
+#ifndef QT_FSDP_MODEL_H
+#define QT_FSDP_MODEL_H
+
+#include <stdint.h>
+
+#include "core/err.h"
+#include "core/model_spec.h"
+#include "dist/mesh.h"
+#include "train/trainer.h"
+
+typedef struct FsdpModel FsdpModel;
+
+/* A sharded Qwen3 for micro-batches of up to B x T tokens (the batch type is
+ * TrainQwen3Batch). Parameters start at zero. Dense models without tensor parallelism. */
+FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, const Mesh *mesh,
+                             Err *err);
+void fsdp_model_free(FsdpModel *f);
+/* DESIGN §5 init, bitwise the same values as one process: each tensor is drawn whole (one
+ * at a time) and only this rank's slice is kept. */
+void fsdp_model_init(FsdpModel *f, uint64_t seed);
+/* Loads HF weights one tensor at a time, keeping this rank's slice. */
+int fsdp_model_load_hf(FsdpModel *f, const char *path, Err *err);
+/* The trainer's view: parameters and gradients are this rank's slices, one 1-D tensor per
+ * parameter piece the rank holds (named like the full parameter). */
+void fsdp_model_train_model(FsdpModel *f, TrainModel *out, int exempt);
+/* The trainer's data-parallel hooks (gradient completion, global norm, comm time). */
+void fsdp_model_parallel(FsdpModel *f, TrainParallel *out);
+
+#endif

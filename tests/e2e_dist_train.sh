@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# qtitan train on many processes (mpirun --oversubscribe through a localhost hostfile), on a
+# small generated dataset and the tiny fixture tokenizer, so it needs nothing from ../shared:
+#   - equivalence: with the same global batch, FSDP on 2 and 4 ranks, HSDP (2 x 2), tensor
+#     parallel on 2 ranks and FSDP x TP (2 x 2) give the per-step losses and grad norms of one
+#     process to 1e-5 relative over 10 fp32 steps, for tied and untied embeddings (the
+#     embedding / head units differ), and with full activation checkpointing;
+#   - sharded checkpoints: a 2-rank run resumed from its step-5 checkpoint (the step-10 commit
+#     undone by rewriting latest.json, as a crash before the commit would leave it) ends with
+#     bitwise the same per-rank shard files and losses as the run that never stopped;
+#   - faults: a rank that cannot read its dataset, and a rank killed mid-run, end every rank
+#     non-zero with the cause printed, well inside the timeout;
+#   - an impossible mesh fails with one sentence on every rank.
+set -uo pipefail
+command -v mpirun >/dev/null || { echo "skip: mpirun not found"; exit 77; }
+BIN="${QT_BINARY:-build/qtitan}"
+SRC="${QT_SOURCE_DIR:-.}"
+[ -x "$(dirname "$BIN")/mpi_comm" ] || { echo "skip: built without MPI"; exit 77; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0}"
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
+export QT_CACHE_DIR="$TMP/cache"
+printf 'localhost slots=4\n' >"$TMP/hostfile"
+fail=0
+
+# 300 documents of 20-80 words from a fixed word list (a fixed LCG, no awk rand()).
+awk 'BEGIN {
+  n = split("the quick brown fox jumps over a lazy dog and then runs far away from home " \
+            "while small birds sing in green trees near the old river bank at dawn", w, " ");
+  s = 12345;
+  for (d = 0; d < 300; d++) {
+    s = (s * 1103515245 + 12345) % 2147483648; len = 20 + s % 61; line = "";
+    for (i = 0; i < len; i++) {
+      s = (s * 1103515245 + 12345) % 2147483648;
+      line = line (i ? " " : "") w[1 + int(s / 65536) % n];
+    }
+    printf "{\"text\": \"%s\"}\n", line;
+  }
+}' >"$TMP/data.jsonl"
+
+ARGS=(--config "$SRC/configs/debug.toml" --model.tokenizer_path="$SRC/tests/fixtures/tokenizer/tiny_gpt2"
+  --training.dataset_path="$TMP/data.jsonl" --model.vocab_size=640 --model.dim=32
+  --model.n_layers=3 --model.n_heads=4 --model.n_kv_heads=2 --model.head_dim=8
+  --model.hidden_dim=64 --training.seq_len=32 --training.local_batch_size=2
+  --training.global_batch_size=8 --training.steps=10 --metrics.peak_tflops=1)
+
+# run NP NAME ARGS...: NP = 0 runs one process without mpirun.
+run() {
+  local np=$1 name=$2
+  shift 2
+  if [ "$np" = 0 ]; then
+    timeout 120 "$BIN" train "${ARGS[@]}" --job.dump_folder="$TMP/$name" "$@" >"$TMP/$name.log" 2>&1
+  else
+    timeout 120 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np "$np" "$BIN" train \
+      "${ARGS[@]}" --job.dump_folder="$TMP/$name" "$@" >"$TMP/$name.log" 2>&1
+  fi
+}
+# "step loss grad_norm" per line, from metrics.jsonl.
+table() { sed -E 's/.*"step":([0-9]+),"loss":([^,]+),"grad_norm":([^,]+),.*/\1 \2 \3/' "$1"; }
+# same REF OTHER LABEL: every step's loss and grad norm within 1e-5 relative.
+same() {
+  local ok
+  ok=$(paste -d' ' <(table "$TMP/$1/metrics.jsonl") <(table "$TMP/$2/metrics.jsonl") | awk '
+    function rel(a, b) { d = a - b; if (d < 0) d = -d; m = a < 0 ? -a : a; return d / (m > 1e-30 ? m : 1e-30) }
+    { n++; if ($1 != $4 || rel($2, $5) > 1e-5 || rel($3, $6) > 1e-5) bad++ }
+    END { print (n == 10 && !bad) ? "ok" : "bad" }')
+  if [ "$ok" = ok ]; then
+    echo "ok: $3 matches one process over 10 steps"
+  else
+    echo "FAIL: $3 differs from one process (step loss grad_norm, one process | $3):"
+    paste -d' ' <(table "$TMP/$1/metrics.jsonl") <(table "$TMP/$2/metrics.jsonl")
+    cat "$TMP/$2.log"
+    fail=1
+  fi
+}
+has_metrics() { [ -s "$TMP/$1/metrics.jsonl" ] || { echo "FAIL: $1 wrote no metrics"; cat "$TMP/$1.log"; fail=1; return 1; }; }
+
+for tie in true false; do
+  run 0 "one-$tie" --model.tie_embeddings=$tie && has_metrics "one-$tie" || { fail=1; continue; }
+  run 2 "fsdp2-$tie" --model.tie_embeddings=$tie && has_metrics "fsdp2-$tie" && same "one-$tie" "fsdp2-$tie" "FSDP on 2 ranks (tie_embeddings=$tie)" || fail=1
+done
+run 4 fsdp4-false --model.tie_embeddings=false && same one-false fsdp4-false "FSDP on 4 ranks (tie_embeddings=false)" || fail=1
+run 4 hsdp4 --parallelism.data_parallel_replicate_degree=2 --model.tie_embeddings=false &&
+  same one-false hsdp4 "HSDP 2 x 2 (tie_embeddings=false)" || fail=1
+run 2 ac2 --activation_checkpoint.mode=full && same one-true ac2 "FSDP on 2 ranks with full AC" || fail=1
+run 2 tp2 --parallelism.tensor_parallel_degree=2 --model.tie_embeddings=false &&
+  same one-false tp2 "TP on 2 ranks (tie_embeddings=false)" || fail=1
+run 4 fsdptp4 --parallelism.tensor_parallel_degree=2 && same one-true fsdptp4 "FSDP 2 x TP 2 (tie_embeddings=true)" || fail=1
+grep -q '^\[rank 0\] step:  1  loss' "$TMP/fsdp2-true.log" && ! grep -q '^\[rank 1\] step' "$TMP/fsdp2-true.log" ||
+  { echo "FAIL: the step lines should come from rank 0 only"; fail=1; }
+grep -q '"comm_s":' "$TMP/fsdp2-true/metrics.jsonl" || { echo "FAIL: no comm_s in metrics.jsonl"; fail=1; }
+
+# Sharded checkpoints: run a straight through; run b the same, with the step-10 commit undone.
+CK=(--checkpoint.enable=true --checkpoint.interval=5 --checkpoint.keep_latest_k=2)
+run 2 ck-a "${CK[@]}" && run 2 ck-b "${CK[@]}" || { echo "FAIL: checkpointed runs"; cat "$TMP/ck-a.log"; fail=1; }
+for r in 0 1; do
+  [ -f "$TMP/ck-a/checkpoint/rank-$r/step-10/model.safetensors" ] || { echo "FAIL: no rank-$r shard"; ls -R "$TMP/ck-a"; fail=1; }
+done
+printf '{"format": "qtitan-sharded-checkpoint", "ranks": 2, "step": 5, "steps": [5]}\n' \
+  >"$TMP/ck-b/checkpoint/latest.json"
+run 2 ck-b "${CK[@]}"
+grep -q 'resumed from .*rank-0/step-5' "$TMP/ck-b.log" || { echo "FAIL: no resume from step 5"; cat "$TMP/ck-b.log"; fail=1; }
+for r in 0 1; do
+  for f in model.safetensors optim.safetensors; do
+    cmp -s "$TMP/ck-a/checkpoint/rank-$r/step-10/$f" "$TMP/ck-b/checkpoint/rank-$r/step-10/$f" ||
+      { echo "FAIL: rank $r $f after the resume differs"; fail=1; }
+  done
+done
+[ "$(table "$TMP/ck-a/metrics.jsonl" | tail -5)" = "$(table "$TMP/ck-b/metrics.jsonl" | tail -5)" ] ||
+  { echo "FAIL: resumed losses differ"; fail=1; }
+echo "ok: a 2-rank run resumed from its sharded step-5 checkpoint is bitwise the uninterrupted one"
+run 4 ck-b "${CK[@]}"
+[ $? -ne 0 ] && grep -q 'saved by 2 processes but this job has 4' "$TMP/ck-b.log" ||
+  { echo "FAIL: resuming 2-rank shards on 4 ranks should stop with a sentence"; cat "$TMP/ck-b.log"; fail=1; }
+
+# Faults. Rank 1 of an MPMD launch reads a dataset that does not exist.
+start=$SECONDS
+timeout 60 mpirun --hostfile "$TMP/hostfile" --oversubscribe \
+  -np 1 "$BIN" train "${ARGS[@]}" --job.dump_folder="$TMP/f1" : \
+  -np 1 "$BIN" train "${ARGS[@]}" --job.dump_folder="$TMP/f1" --training.dataset_path="$TMP/missing.jsonl" \
+  >"$TMP/f1.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ "$(grep -c 'error: rank 1: .*missing.jsonl' "$TMP/f1.log")" != 2 ]; then
+  echo "FAIL: a rank without its dataset (rc=$rc; 124 means a hang)"; cat "$TMP/f1.log"; fail=1
+else
+  echo "ok: a rank without its dataset stopped both ranks (rc=$rc) in $((SECONDS - start)) s"
+fi
+# Rank 1 is killed (SIGKILL) while training.
+start=$SECONDS
+timeout 60 mpirun --hostfile "$TMP/hostfile" --oversubscribe \
+  -np 1 "$BIN" train "${ARGS[@]}" --job.dump_folder="$TMP/f2" --training.steps=100000 : \
+  -np 1 sh -c '"$0" "$@" & p=$!; sleep 3; kill -9 $p; wait $p' "$BIN" train "${ARGS[@]}" \
+  --job.dump_folder="$TMP/f2" --training.steps=100000 >"$TMP/f2.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ]; then
+  echo "FAIL: a killed rank (rc=$rc; 124 means a hang)"; cat "$TMP/f2.log"; fail=1
+else
+  echo "ok: a killed rank ended the job (rc=$rc) in $((SECONDS - start)) s"
+fi
+# An impossible mesh: one sentence on every rank, before training.
+timeout 60 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 3 "$BIN" train "${ARGS[@]}" \
+  --job.dump_folder="$TMP/f3" --parallelism.data_parallel_replicate_degree=2 >"$TMP/f3.log" 2>&1
+rc=$?
+n=$(grep -c 'error: parallelism.data_parallel_shard_degree = -1 cannot fill 3 processes' "$TMP/f3.log")
+if [ $rc -eq 0 ] || [ "$n" != 3 ]; then
+  echo "FAIL: an impossible mesh (rc=$rc, $n of 3 ranks said why)"; cat "$TMP/f3.log"; fail=1
+else
+  echo "ok: an impossible mesh stopped all 3 ranks with one sentence"
+fi
+
+col() { table "$TMP/$1/metrics.jsonl" | cut -d' ' -f2; }
+echo "losses (step, 1 process, FSDP 2, FSDP 4, HSDP 2x2, TP 2; untied):"
+paste -d' ' <(table "$TMP/one-false/metrics.jsonl") <(col fsdp2-false) <(col fsdp4-false) <(col hsdp4) <(col tp2) |
+  awk '{ printf "  %2d  %.9f  %.9f  %.9f  %.9f  %.9f\n", $1, $2, $4, $5, $6, $7 }'
+echo "losses (step, 1 process, FSDP 2, FSDP 2 x TP 2; tied):"
+paste -d' ' <(table "$TMP/one-true/metrics.jsonl") <(col fsdp2-true) <(col fsdptp4) |
+  awk '{ printf "  %2d  %.9f  %.9f  %.9f\n", $1, $2, $4, $5 }'
+[ $fail = 0 ] && echo "e2e_dist_train: ok"
+exit $fail
