@@ -9,7 +9,9 @@
 #include <string.h>
 
 #include "core/rng.h"
+#include "kernels/cpu_simd.h"
 #include "model/moe.h"
+#include "ops/op_profile.h"
 
 /* ---- parameter table ---- */
 
@@ -339,6 +341,7 @@ void qwen3_free(Qwen3 *m) {
     arena_free(&m->param_arena);
     arena_free(&m->grad_arena);
     arena_free(&m->act_arena);
+    arena_free(&m->bf16_arena);
     free(m->table);
     free(m->slots);
     m->table = NULL;
@@ -406,6 +409,81 @@ int qwen3_check_tokens(const Qwen3 *m, const int32_t *ids, long n, int allow_ign
     return 0;
 }
 
+/* ---- mixed precision ---- */
+
+/* Runs once counting, once placing (as the other layouts). */
+static void layout_bf16(Qwen3 *m, Arena *ar) {
+    const ModelSpec *s = &m->spec;
+    long D = s->dim, HE = (long)s->n_heads * s->head_dim, KE = (long)s->n_kv_heads * s->head_dim;
+    long F = s->hidden_dim, V = s->vocab_size, N = (long)m->max_B * m->max_T;
+    for (int i = 0; i < s->n_layers; i++) {
+        Qwen3Bf16Layer *l = &m->pb.layers[i];
+        l->wq = arena_alloc(ar, (size_t)(HE * D) * sizeof(uint16_t));
+        l->wk = arena_alloc(ar, (size_t)(KE * D) * sizeof(uint16_t));
+        l->wv = arena_alloc(ar, (size_t)(KE * D) * sizeof(uint16_t));
+        l->wo = arena_alloc(ar, (size_t)(D * HE) * sizeof(uint16_t));
+        if (!m->p.layers[i].w1) continue; /* an MoE layer: its experts stay fp32 */
+        l->w1 = arena_alloc(ar, (size_t)(F * D) * sizeof(uint16_t));
+        l->w3 = arena_alloc(ar, (size_t)(F * D) * sizeof(uint16_t));
+        l->w2 = arena_alloc(ar, (size_t)(D * F) * sizeof(uint16_t));
+    }
+    m->pb.output = arena_alloc(ar, (size_t)(V * D) * sizeof(uint16_t));
+    /* The largest product's inputs: the FFN backward (linear.h, swiglu.h) or lm_head. */
+    long need = 2 * D + 2 * F;
+    if (D + V > need) need = D + V;
+    if (D + HE > need) need = D + HE;
+    m->pb.scratch = arena_alloc(ar, (size_t)(N * need) * sizeof(uint16_t));
+}
+
+int qwen3_enable_bf16(Qwen3 *m, Err *err) {
+    if (m->bf16) return 0;
+    Arena count;
+    arena_init_counting(&count, "bf16 weight");
+    layout_bf16(m, &count);
+    TRY(arena_init(&m->bf16_arena, "bf16 weight", count.used, err));
+    layout_bf16(m, &m->bf16_arena);
+    m->bf16 = 1;
+    return 0;
+}
+
+static void cast_weights_bf16(Qwen3 *m) {
+    const ModelSpec *s = &m->spec;
+    long D = s->dim, HE = (long)s->n_heads * s->head_dim, KE = (long)s->n_kv_heads * s->head_dim;
+    long F = s->hidden_dim;
+    for (int i = 0; i < s->n_layers; i++) {
+        const Qwen3LayerParams *p = &m->p.layers[i];
+        Qwen3Bf16Layer *l = &m->pb.layers[i];
+        simd_f32_to_bf16(l->wq, p->wq, HE * D);
+        simd_f32_to_bf16(l->wk, p->wk, KE * D);
+        simd_f32_to_bf16(l->wv, p->wv, KE * D);
+        simd_f32_to_bf16(l->wo, p->wo, D * HE);
+        if (!p->w1) continue;
+        simd_f32_to_bf16(l->w1, p->w1, F * D);
+        simd_f32_to_bf16(l->w3, p->w3, F * D);
+        simd_f32_to_bf16(l->w2, p->w2, D * F);
+    }
+    simd_f32_to_bf16(m->pb.output, m->p.output, (long)s->vocab_size * D);
+}
+
+/* The linear and feed_forward calls: the bf16 path when mixed precision is on and the
+ * implementation has one, else fp32. */
+static void linear_fwd(const Qwen3 *m, const LinearOp *op, float *out, const float *x,
+                       const float *w, const uint16_t *wb, long N, int I, int O) {
+    if (m->bf16 && op->forward_bf16)
+        PROF_OP(&op->h, 0, op->forward_bf16(out, x, wb, m->pb.scratch, N, I, O));
+    else
+        PROF_OP(&op->h, 0, op->forward(out, x, w, N, I, O));
+}
+
+static void linear_bwd(const Qwen3 *m, const LinearOp *op, float *dx, float *dw, const float *dout,
+                       const float *x, const float *w, const uint16_t *wb, long N, int I, int O,
+                       float dx_beta) {
+    if (m->bf16 && op->backward_bf16)
+        PROF_OP(&op->h, 1, op->backward_bf16(dx, dw, dout, x, wb, m->pb.scratch, N, I, O, dx_beta));
+    else
+        PROF_OP(&op->h, 1, op->backward(dx, dw, dout, x, w, N, I, O, dx_beta));
+}
+
 /* ---- forward / backward ---- */
 
 static void hook(Qwen3 *m, int unit, Qwen3HookPhase phase) {
@@ -416,10 +494,13 @@ static void tp_sum(Qwen3 *m, float *buf, long n) {
     if (m->tp_sum) m->tp_sum(m->unit_hook_ctx, buf, n);
 }
 
-static void add_into(float *y, const float *x, long n) {
+/* bwd: for the op profile's direction column. */
+static void add_into(float *y, const float *x, long n, int bwd) {
+    int tok = prof_begin("residual_add", "", bwd);
 #pragma omp parallel for schedule(static)
     for (long i = 0; i < n; i++)
         y[i] += x[i];
+    prof_end(tok);
 }
 
 /* MoE block of layer i: a->xn2 -> out (N, D). count: add the routing to the balancing counts
@@ -432,7 +513,8 @@ static void moe_forward(Qwen3 *m, int i, float *out, int count) {
     Qwen3Acts *A = &m->a;
     int D = s->dim, X = s->num_experts, k = s->top_k, Fm = s->moe_hidden_dim;
     long N = (long)m->B * m->T;
-    md->router->forward(A->router_logits, a->xn2, p->router_gate, N, D, X);
+    PROF_OP(&md->router->h, 0,
+            md->router->forward(A->router_logits, a->xn2, p->router_gate, N, D, X));
     moe_router_forward(a->probs, a->topk_idx, a->topk_w, A->router_logits, p->expert_bias, N, X, k,
                        s->norm_topk_prob);
     if (count) {
@@ -442,8 +524,9 @@ static void moe_forward(Qwen3 *m, int i, float *out, int count) {
             moe_prob_sum_add(A->aux_psum, a->probs, N, X);
         }
     }
-    md->experts->forward(out, &a->ex, a->xn2, a->topk_idx, a->topk_w, p->experts_w1, p->experts_w3,
-                         p->experts_w2, N, k, D, Fm, X);
+    PROF_OP(&md->experts->h, 0,
+            md->experts->forward(out, &a->ex, a->xn2, a->topk_idx, a->topk_w, p->experts_w1,
+                                 p->experts_w3, p->experts_w2, N, k, D, Fm, X));
 }
 
 /* Backward of the MoE block: A->dres holds d out; d xn2 is written to A->dxn. */
@@ -456,14 +539,16 @@ static void moe_backward(Qwen3 *m, int i) {
     Qwen3Acts *A = &m->a;
     int D = s->dim, X = s->num_experts, k = s->top_k, Fm = s->moe_hidden_dim;
     long N = (long)m->B * m->T;
-    md->experts->backward(A->dxn, A->dgw, g->experts_w1, g->experts_w3, g->experts_w2, &a->ex,
-                          A->dres, a->xn2, a->topk_idx, a->topk_w, p->experts_w1, p->experts_w3,
-                          p->experts_w2, N, k, D, Fm, X);
+    PROF_OP(&md->experts->h, 1,
+            md->experts->backward(A->dxn, A->dgw, g->experts_w1, g->experts_w3, g->experts_w2,
+                                  &a->ex, A->dres, a->xn2, a->topk_idx, a->topk_w, p->experts_w1,
+                                  p->experts_w3, p->experts_w2, N, k, D, Fm, X));
     moe_router_backward(A->router_logits, A->dgw, a->probs, a->topk_idx,
                         s->router_aux_loss_coef > 0 ? A->aux_dprob : NULL, N, X, k,
                         s->norm_topk_prob);
-    md->router->backward(A->dxn, g->router_gate, A->router_logits, a->xn2, p->router_gate, N, D, X,
-                         1.0f);
+    PROF_OP(&md->router->h, 1,
+            md->router->backward(A->dxn, g->router_gate, A->router_logits, a->xn2, p->router_gate,
+                                 N, D, X, 1.0f));
 }
 
 /* Layer i: a->x -> out (N, D); count as in moe_forward. */
@@ -477,26 +562,40 @@ static void layer_forward(Qwen3 *m, int i, float *out, int count) {
     float eps = (float)s->norm_eps;
     const int32_t *doc = m->a.has_doc ? m->a.doc : NULL;
 
-    md->attention_norm->forward(a->xn1, a->rstd1, a->x, p->attention_norm, N, D, eps);
-    md->qkv->forward(a->q, a->xn1, p->wq, N, D, H * E);
-    md->qkv->forward(a->k, a->xn1, p->wk, N, D, K * E);
-    md->qkv->forward(a->v, a->xn1, p->wv, N, D, K * E);
-    md->q_norm->forward(a->qn, a->q_rstd, a->q, p->q_norm, N * H, E, eps);
-    md->k_norm->forward(a->kn, a->k_rstd, a->k, p->k_norm, N * K, E, eps);
-    md->rope->forward(a->qr, a->qn, m->a.positions, N, H, E, s->rope_theta);
-    md->rope->forward(a->kr, a->kn, m->a.positions, N, K, E, s->rope_theta);
-    md->sdpa->forward(a->att, a->lse, a->qr, a->kr, a->v, doc, B, T, H, K, E);
-    md->wo->forward(a->xmid, a->att, p->wo, N, H * E, D);
+    const Qwen3Bf16Layer *pb = &m->pb.layers[i];
+    PROF_OP(&md->attention_norm->h, 0,
+            md->attention_norm->forward(a->xn1, a->rstd1, a->x, p->attention_norm, N, D, eps));
+    linear_fwd(m, md->qkv, a->q, a->xn1, p->wq, pb->wq, N, D, H * E);
+    linear_fwd(m, md->qkv, a->k, a->xn1, p->wk, pb->wk, N, D, K * E);
+    linear_fwd(m, md->qkv, a->v, a->xn1, p->wv, pb->wv, N, D, K * E);
+    PROF_OP(&md->q_norm->h, 0,
+            md->q_norm->forward(a->qn, a->q_rstd, a->q, p->q_norm, N * H, E, eps));
+    PROF_OP(&md->k_norm->h, 0,
+            md->k_norm->forward(a->kn, a->k_rstd, a->k, p->k_norm, N * K, E, eps));
+    PROF_OP(&md->rope->h, 0,
+            md->rope->forward(a->qr, a->qn, m->a.positions, N, H, E, s->rope_theta));
+    PROF_OP(&md->rope->h, 0,
+            md->rope->forward(a->kr, a->kn, m->a.positions, N, K, E, s->rope_theta));
+    PROF_OP(&md->sdpa->h, 0,
+            md->sdpa->forward(a->att, a->lse, a->qr, a->kr, a->v, doc, B, T, H, K, E));
+    linear_fwd(m, md->wo, a->xmid, a->att, p->wo, pb->wo, N, H * E, D);
     tp_sum(m, a->xmid, N * D);
-    add_into(a->xmid, a->x, N * D);
-    md->ffn_norm->forward(a->xn2, a->rstd2, a->xmid, p->ffn_norm, N, D, eps);
+    add_into(a->xmid, a->x, N * D, 0);
+    PROF_OP(&md->ffn_norm->h, 0,
+            md->ffn_norm->forward(a->xn2, a->rstd2, a->xmid, p->ffn_norm, N, D, eps));
+    const SwigluOp *ff = md->feed_forward;
     if (md->experts)
         moe_forward(m, i, out, count);
+    else if (m->bf16 && ff->forward_bf16)
+        PROF_OP(&ff->h, 0,
+                ff->forward_bf16(out, a->h1, a->h3, a->g, a->xn2, pb->w1, pb->w3, pb->w2,
+                                 m->pb.scratch, N, D, s->hidden_dim));
     else
-        md->feed_forward->forward(out, a->h1, a->h3, a->g, a->xn2, p->w1, p->w3, p->w2, N, D,
-                                  s->hidden_dim);
+        PROF_OP(
+            &ff->h, 0,
+            ff->forward(out, a->h1, a->h3, a->g, a->xn2, p->w1, p->w3, p->w2, N, D, s->hidden_dim));
     tp_sum(m, out, N * D);
-    add_into(out, a->xmid, N * D);
+    add_into(out, a->xmid, N * D, 0);
 }
 
 /* AC_SELECTIVE: rebuilds layer i's norm and rope outputs from the kept activations. */
@@ -508,12 +607,18 @@ static void layer_recompute_selective(Qwen3 *m, int i) {
     int D = s->dim, H = s->n_heads, K = s->n_kv_heads, E = s->head_dim;
     long N = (long)m->B * m->T;
     float eps = (float)s->norm_eps;
-    md->attention_norm->forward(a->xn1, a->rstd1, a->x, p->attention_norm, N, D, eps);
-    md->q_norm->forward(a->qn, a->q_rstd, a->q, p->q_norm, N * H, E, eps);
-    md->k_norm->forward(a->kn, a->k_rstd, a->k, p->k_norm, N * K, E, eps);
-    md->rope->forward(a->qr, a->qn, m->a.positions, N, H, E, s->rope_theta);
-    md->rope->forward(a->kr, a->kn, m->a.positions, N, K, E, s->rope_theta);
-    md->ffn_norm->forward(a->xn2, a->rstd2, a->xmid, p->ffn_norm, N, D, eps);
+    PROF_OP(&md->attention_norm->h, 0,
+            md->attention_norm->forward(a->xn1, a->rstd1, a->x, p->attention_norm, N, D, eps));
+    PROF_OP(&md->q_norm->h, 0,
+            md->q_norm->forward(a->qn, a->q_rstd, a->q, p->q_norm, N * H, E, eps));
+    PROF_OP(&md->k_norm->h, 0,
+            md->k_norm->forward(a->kn, a->k_rstd, a->k, p->k_norm, N * K, E, eps));
+    PROF_OP(&md->rope->h, 0,
+            md->rope->forward(a->qr, a->qn, m->a.positions, N, H, E, s->rope_theta));
+    PROF_OP(&md->rope->h, 0,
+            md->rope->forward(a->kr, a->kn, m->a.positions, N, K, E, s->rope_theta));
+    PROF_OP(&md->ffn_norm->h, 0,
+            md->ffn_norm->forward(a->xn2, a->rstd2, a->xmid, p->ffn_norm, N, D, eps));
 }
 
 /* Layer i backward: m->a.dres holds d out on entry and d x on exit. */
@@ -529,29 +634,45 @@ static void layer_backward(Qwen3 *m, int i) {
     long N = (long)B * T;
     const int32_t *doc = A->has_doc ? A->doc : NULL;
 
+    const Qwen3Bf16Layer *pb = &m->pb.layers[i];
+    const SwigluOp *ff = md->feed_forward;
     if (md->experts)
         moe_backward(m, i);
+    else if (m->bf16 && ff->backward_bf16)
+        PROF_OP(&ff->h, 1,
+                ff->backward_bf16(A->dxn, g->w1, g->w3, g->w2, A->dh1, A->dh3, A->dres, a->xn2,
+                                  a->h1, a->h3, a->g, pb->w1, pb->w3, pb->w2, m->pb.scratch, N, D,
+                                  F));
     else
-        md->feed_forward->backward(A->dxn, g->w1, g->w3, g->w2, A->dh1, A->dh3, A->dres, a->xn2,
-                                   a->h1, a->h3, a->g, p->w1, p->w3, p->w2, N, D, F);
+        PROF_OP(&ff->h, 1,
+                ff->backward(A->dxn, g->w1, g->w3, g->w2, A->dh1, A->dh3, A->dres, a->xn2, a->h1,
+                             a->h3, a->g, p->w1, p->w3, p->w2, N, D, F));
     tp_sum(m, A->dxn, N * D);
-    md->ffn_norm->backward(A->dtmp, g->ffn_norm, A->dxn, a->xmid, p->ffn_norm, a->rstd2, N, D);
-    add_into(A->dres, A->dtmp, N * D); /* dres = d xmid */
+    PROF_OP(
+        &md->ffn_norm->h, 1,
+        md->ffn_norm->backward(A->dtmp, g->ffn_norm, A->dxn, a->xmid, p->ffn_norm, a->rstd2, N, D));
+    add_into(A->dres, A->dtmp, N * D, 1); /* dres = d xmid */
 
-    md->wo->backward(A->datt, g->wo, A->dres, a->att, p->wo, N, H * E, D, 0.0f);
-    md->sdpa->backward(A->dqr, A->dkr, A->dv, A->datt, a->qr, a->kr, a->v, a->att, a->lse, doc, B,
-                       T, H, K, E);
-    md->rope->backward(A->dqn, A->dqr, A->positions, N, H, E, s->rope_theta);
-    md->rope->backward(A->dkn, A->dkr, A->positions, N, K, E, s->rope_theta);
-    md->q_norm->backward(A->dq, g->q_norm, A->dqn, a->q, p->q_norm, a->q_rstd, N * H, E);
-    md->k_norm->backward(A->dk, g->k_norm, A->dkn, a->k, p->k_norm, a->k_rstd, N * K, E);
-    md->qkv->backward(A->dxn, g->wq, A->dq, a->xn1, p->wq, N, D, H * E, 0.0f);
-    md->qkv->backward(A->dxn, g->wk, A->dk, a->xn1, p->wk, N, D, K * E, 1.0f);
-    md->qkv->backward(A->dxn, g->wv, A->dv, a->xn1, p->wv, N, D, K * E, 1.0f);
+    linear_bwd(m, md->wo, A->datt, g->wo, A->dres, a->att, p->wo, pb->wo, N, H * E, D, 0.0f);
+    PROF_OP(&md->sdpa->h, 1,
+            md->sdpa->backward(A->dqr, A->dkr, A->dv, A->datt, a->qr, a->kr, a->v, a->att, a->lse,
+                               doc, B, T, H, K, E));
+    PROF_OP(&md->rope->h, 1,
+            md->rope->backward(A->dqn, A->dqr, A->positions, N, H, E, s->rope_theta));
+    PROF_OP(&md->rope->h, 1,
+            md->rope->backward(A->dkn, A->dkr, A->positions, N, K, E, s->rope_theta));
+    PROF_OP(&md->q_norm->h, 1,
+            md->q_norm->backward(A->dq, g->q_norm, A->dqn, a->q, p->q_norm, a->q_rstd, N * H, E));
+    PROF_OP(&md->k_norm->h, 1,
+            md->k_norm->backward(A->dk, g->k_norm, A->dkn, a->k, p->k_norm, a->k_rstd, N * K, E));
+    linear_bwd(m, md->qkv, A->dxn, g->wq, A->dq, a->xn1, p->wq, pb->wq, N, D, H * E, 0.0f);
+    linear_bwd(m, md->qkv, A->dxn, g->wk, A->dk, a->xn1, p->wk, pb->wk, N, D, K * E, 1.0f);
+    linear_bwd(m, md->qkv, A->dxn, g->wv, A->dv, a->xn1, p->wv, pb->wv, N, D, K * E, 1.0f);
     tp_sum(m, A->dxn, N * D);
-    md->attention_norm->backward(A->dtmp, g->attention_norm, A->dxn, a->x, p->attention_norm,
-                                 a->rstd1, N, D);
-    add_into(A->dres, A->dtmp, N * D); /* dres = d x */
+    PROF_OP(&md->attention_norm->h, 1,
+            md->attention_norm->backward(A->dtmp, g->attention_norm, A->dxn, a->x,
+                                         p->attention_norm, a->rstd1, N, D));
+    add_into(A->dres, A->dtmp, N * D, 1); /* dres = d x */
 }
 
 float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
@@ -580,9 +701,12 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
         memset(a->aux_counts, 0, (size_t)s->num_experts * sizeof(double));
         memset(a->aux_psum, 0, (size_t)s->num_experts * sizeof(double));
     }
+    if (m->bf16) PROF_STEP("bf16 weight cast", cast_weights_bf16(m));
+    const Qwen3Modules *md = &m->mod;
     int L = s->n_layers;
     hook(m, 0, QWEN3_PRE_FORWARD);
-    m->mod.tok_embeddings->forward(a->layers[0].x, a->tokens, m->p.tok_embeddings, N, D);
+    PROF_OP(&md->tok_embeddings->h, 0,
+            md->tok_embeddings->forward(a->layers[0].x, a->tokens, m->p.tok_embeddings, N, D));
     hook(m, 0, QWEN3_POST_FORWARD);
     for (int i = 0; i < L; i++) {
         hook(m, 1 + i, QWEN3_PRE_FORWARD);
@@ -590,12 +714,14 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
         hook(m, 1 + i, QWEN3_POST_FORWARD);
     }
     hook(m, L + 1, QWEN3_PRE_FORWARD);
-    m->mod.norm->forward(a->hn, a->rstdf, a->h, m->p.norm, N, D, (float)s->norm_eps);
-    m->mod.lm_head->forward(a->logits, a->hn, m->p.output, N, D, V);
+    PROF_OP(&md->norm->h, 0,
+            md->norm->forward(a->hn, a->rstdf, a->h, m->p.norm, N, D, (float)s->norm_eps));
+    linear_fwd(m, md->lm_head, a->logits, a->hn, m->p.output, m->pb.output, N, D, V);
     m->loss_sum = 0.0;
     m->n_valid = 0;
     if (targets) {
-        m->loss_sum = m->mod.loss->forward(a->losses, a->ce_lse, a->logits, a->targets, N, V);
+        PROF_OP(&md->loss->h, 0,
+                m->loss_sum = md->loss->forward(a->losses, a->ce_lse, a->logits, a->targets, N, V));
         for (long n = 0; n < N; n++)
             m->n_valid += a->targets[n] != CE_IGNORE;
     }
@@ -619,10 +745,14 @@ void qwen3_backward(Qwen3 *m, double divisor) {
                       s->router_aux_loss_coef * m->aux_weight);
     hook(m, s->n_layers + 1, QWEN3_PRE_BACKWARD);
     /* dlogits overwrite the logits in place. */
-    m->mod.loss->backward(a->logits, a->logits, a->ce_lse, a->targets, N, V,
-                          (float)(1.0 / divisor));
-    m->mod.lm_head->backward(a->dxn, m->g.output, a->logits, a->hn, m->p.output, N, D, V, 0.0f);
-    m->mod.norm->backward(a->dres, m->g.norm, a->dxn, a->h, m->p.norm, a->rstdf, N, D);
+    const Qwen3Modules *md = &m->mod;
+    PROF_OP(&md->loss->h, 1,
+            md->loss->backward(a->logits, a->logits, a->ce_lse, a->targets, N, V,
+                               (float)(1.0 / divisor)));
+    linear_bwd(m, md->lm_head, a->dxn, m->g.output, a->logits, a->hn, m->p.output, m->pb.output, N,
+               D, V, 0.0f);
+    PROF_OP(&md->norm->h, 1,
+            md->norm->backward(a->dres, m->g.norm, a->dxn, a->h, m->p.norm, a->rstdf, N, D));
     hook(m, s->n_layers + 1, QWEN3_POST_BACKWARD);
     for (int i = s->n_layers - 1; i >= 0; i--) {
         hook(m, 1 + i, QWEN3_PRE_BACKWARD);
@@ -638,6 +768,7 @@ void qwen3_backward(Qwen3 *m, double divisor) {
         hook(m, 1 + i, QWEN3_POST_BACKWARD);
     }
     hook(m, 0, QWEN3_PRE_BACKWARD);
-    m->mod.tok_embeddings->backward(m->g.tok_embeddings, a->dres, a->tokens, N, D);
+    PROF_OP(&md->tok_embeddings->h, 1,
+            md->tok_embeddings->backward(m->g.tok_embeddings, a->dres, a->tokens, N, D));
     hook(m, 0, QWEN3_POST_BACKWARD);
 }

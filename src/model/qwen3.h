@@ -160,6 +160,19 @@ typedef struct Qwen3Acts {
     double *aux_psum;     /* (X) this forward's router probabilities over all MoE layers */
 } Qwen3Acts;
 
+/* Mixed precision: the bf16 copies of the matmul weights, refreshed from the fp32 masters at
+ * every forward. */
+typedef struct Qwen3Bf16Layer {
+    uint16_t *wq, *wk, *wv, *wo; /* shaped as the fp32 weights */
+    uint16_t *w1, *w3, *w2;
+} Qwen3Bf16Layer;
+
+typedef struct Qwen3Bf16 {
+    Qwen3Bf16Layer layers[QT_MAX_LAYERS];
+    uint16_t *output;  /* (V, D) */
+    uint16_t *scratch; /* bf16 casts of matmul inputs, sized for the largest product */
+} Qwen3Bf16;
+
 /* FSDP hook phases (see Qwen3.unit_hook). */
 typedef enum Qwen3HookPhase {
     QWEN3_PRE_FORWARD,
@@ -183,6 +196,9 @@ struct Qwen3 {
     ModuleSlot *slots;
     int nslots;
     Qwen3Acts a;
+    int bf16; /* 1 after qwen3_enable_bf16 */
+    Arena bf16_arena;
+    Qwen3Bf16 pb;
     /* Set by forward, read by backward. */
     int B, T;
     double loss_sum; /* sum of CE over valid targets */
@@ -214,6 +230,12 @@ int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *
  * data and grad, and m->p / m->g stay NULL until a unit_hook points them somewhere (FSDP). */
 int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *err);
 void qwen3_free(Qwen3 *m);
+
+/* Mixed precision (DESIGN §5): from now on every forward first copies the matmul weights
+ * (attention and FFN projections, lm_head) to bf16, and the linear / feed_forward modules whose
+ * implementation has a bf16 path multiply in bf16 with fp32 accumulation. Master weights,
+ * gradients, norms, attention, softmax, loss and the MoE layers stay fp32. */
+int qwen3_enable_bf16(Qwen3 *m, Err *err);
 
 /* DESIGN §5: normal(0, 0.02) for linears and the embedding, ones for norms, zeros for buffers;
  * in MoE models wo and the experts' w2 use 0.02 / sqrt(2 L). Parameter i of the table draws

@@ -14,6 +14,8 @@
 #include "core/dtype.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/timer.h"
+#include "ops/op_profile.h"
 
 void gemm_f32_ref(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                   const float *B, int ldb, float beta, float *C, int ldc) {
@@ -276,8 +278,8 @@ static int trivial(int M, int N, int K, float beta, float *C, int ldc) {
     return 1;
 }
 
-void gemm_f32(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-              const float *B, int ldb, float beta, float *C, int ldc) {
+static void gemm_f32_run(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                         const float *B, int ldb, float beta, float *C, int ldc) {
     pthread_once(&g_once, init_once);
     if (trivial(M, N, K, beta, C, ldc)) return;
     if (g_backend == BK_DNNL) {
@@ -301,8 +303,8 @@ static float *widen(const uint16_t *X, int rows, int cols, int ld) {
     return out;
 }
 
-void gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
-               const uint16_t *B, int ldb, float beta, float *C, int ldc) {
+static void gemm_bf16_run(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A,
+                          int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc) {
     pthread_once(&g_once, init_once);
     if (trivial(M, N, K, beta, C, ldc)) return;
     if (g_backend == BK_DNNL) {
@@ -313,7 +315,22 @@ void gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const uint16_t 
      * bf16 kernel only in summation order. */
     float *a = widen(A, ta ? K : M, ta ? M : K, lda);
     float *b = widen(B, tb ? N : K, tb ? K : N, ldb);
-    gemm_f32(ta, tb, M, N, K, alpha, a, ta ? M : K, b, tb ? K : N, beta, C, ldc);
+    gemm_f32_run(ta, tb, M, N, K, alpha, a, ta ? M : K, b, tb ? K : N, beta, C, ldc);
     free(a);
     free(b);
+}
+
+/* The public entry points time each GEMM for the op profile (ops/op_profile.h). */
+void gemm_f32(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+              const float *B, int ldb, float beta, float *C, int ldc) {
+    double t0 = prof_enabled() ? now_seconds() : 0;
+    gemm_f32_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (t0 > 0) prof_gemm_add(now_seconds() - t0);
+}
+
+void gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
+               const uint16_t *B, int ldb, float beta, float *C, int ldc) {
+    double t0 = prof_enabled() ? now_seconds() : 0;
+    gemm_bf16_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (t0 > 0) prof_gemm_add(now_seconds() - t0);
 }

@@ -13,5 +13,6 @@ void linear_backward(float *dx, float *dw, const float *dout, const float *x, co
     gemm_f32(1, 0, O, I, (int)N, 1.0f, dout, O, x, I, 1.0f, dw, I);
 }
 
-const LinearOp linear_reference = {
-    {"reference", OP_LINEAR, "cpu"}, linear_forward, linear_backward};
+const LinearOp linear_reference = {.h = {.name = "reference", .kind = OP_LINEAR, .device = "cpu"},
+                                   .forward = linear_forward,
+                                   .backward = linear_backward};

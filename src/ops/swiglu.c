@@ -39,5 +39,6 @@ void swiglu_backward(float *dx, float *dw1, float *dw3, float *dw2, float *dh1, 
     gemm_f32(0, 0, (int)N, D, F, 1.0f, dh3, F, w3, D, 1.0f, dx, D);
 }
 
-const SwigluOp swiglu_reference = {
-    {"reference", OP_SWIGLU, "cpu"}, swiglu_forward, swiglu_backward};
+const SwigluOp swiglu_reference = {.h = {.name = "reference", .kind = OP_SWIGLU, .device = "cpu"},
+                                   .forward = swiglu_forward,
+                                   .backward = swiglu_backward};

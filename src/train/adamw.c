@@ -53,6 +53,10 @@ void adamw_free(AdamW *opt) {
 }
 
 void adamw_step(AdamW *opt, double lr) {
+    adamw_step_scaled(opt, lr, 1.0f);
+}
+
+void adamw_step_scaled(AdamW *opt, double lr, float grad_scale) {
     opt->step++;
     const AdamWConfig *c = &opt->cfg;
     double t = (double)opt->step;
@@ -73,22 +77,36 @@ void adamw_step(AdamW *opt, double lr) {
         const float *restrict g = p->grad;
         float *restrict m = opt->m[i];
         float *restrict v = opt->v[i];
-        const int decay = p->decay && c->weight_decay != 0.0;
+        /* Multiplying by 1 is exact, so one loop serves tensors with and without decay. */
+        const float dm = p->decay && c->weight_decay != 0.0 ? decay_mul : 1.0f;
         long n = (long)p->n;
-#pragma omp for schedule(static) nowait
-        for (long j = 0; j < n; j++) {
-            float xj = x[j];
-            if (decay) xj *= decay_mul;
-            float gj = g[j];
-            /* torch's lerp picks the form that is exact at its nearer end. */
-            float mj = use_lerp_low ? m[j] + w1 * (gj - m[j]) : gj - (gj - m[j]) * (1.0f - w1);
-            float vj = v[j] * b2;
-            vj = vj + one_minus_b2 * gj * gj;
-            float denom = sqrtf(vj) / bc2_sqrt + eps;
-            xj = xj + neg_step_size * mj / denom;
-            m[j] = mj;
-            v[j] = vj;
-            x[j] = xj;
+        /* Elementwise and branch-free, so the vector code gives bitwise the scalar results
+         * (no FMA contraction in ISO C mode); torch's lerp picks the form that is exact at its
+         * nearer end, one loop per form. */
+        if (use_lerp_low) {
+#pragma omp for simd schedule(static) nowait
+            for (long j = 0; j < n; j++) {
+                float gj = g[j] * grad_scale; /* exact when 1 */
+                float mj = m[j] + w1 * (gj - m[j]);
+                float vj = v[j] * b2;
+                vj = vj + one_minus_b2 * gj * gj;
+                float denom = sqrtf(vj) / bc2_sqrt + eps;
+                x[j] = x[j] * dm + neg_step_size * mj / denom;
+                m[j] = mj;
+                v[j] = vj;
+            }
+        } else {
+#pragma omp for simd schedule(static) nowait
+            for (long j = 0; j < n; j++) {
+                float gj = g[j] * grad_scale; /* exact when 1 */
+                float mj = gj - (gj - m[j]) * (1.0f - w1);
+                float vj = v[j] * b2;
+                vj = vj + one_minus_b2 * gj * gj;
+                float denom = sqrtf(vj) / bc2_sqrt + eps;
+                x[j] = x[j] * dm + neg_step_size * mj / denom;
+                m[j] = mj;
+                v[j] = vj;
+            }
         }
     }
 }

@@ -42,6 +42,9 @@ void adamw_free(AdamW *opt);
  * does). Elementwise and statically partitioned over OpenMP threads, so results do not depend
  * on the thread count. */
 void adamw_step(AdamW *opt, double lr);
+/* adamw_step on the gradients times grad_scale (a clipping coefficient from grad_clip_coef),
+ * bitwise as if they had been scaled in place first, without writing them. */
+void adamw_step_scaled(AdamW *opt, double lr, float grad_scale);
 
 /* The usual exemption rule: 0 (no decay) for RMSNorm weights (a name containing "norm") when
  * exempt_norms, and for "tok_embeddings" when exempt_embeddings; otherwise 1. */

@@ -8,6 +8,7 @@
 
 /* Elements per partial sum: big enough to amortise scheduling, small enough to balance. */
 #define CLIP_CHUNK 65536
+#define CLIP_LANES 16
 
 double grad_sum_squares(const GradRef *grads, int n) {
     double total = 0.0;
@@ -21,10 +22,19 @@ double grad_sum_squares(const GradRef *grads, int n) {
         for (long c = 0; c < nchunks; c++) {
             size_t lo = (size_t)c * CLIP_CHUNK;
             size_t hi = lo + CLIP_CHUNK < len ? lo + CLIP_CHUNK : len;
-            double s = 0.0;
-            for (size_t i = lo; i < hi; i++)
-                s += (double)g[i] * (double)g[i];
-            partial[c] = s;
+            /* CLIP_LANES running sums in a fixed order (one running sum cannot be vectorised
+             * without reordering it), added pairwise at the end. */
+            double lane[CLIP_LANES] = {0};
+            size_t i = lo;
+            for (; i + CLIP_LANES <= hi; i += CLIP_LANES)
+                for (int l = 0; l < CLIP_LANES; l++)
+                    lane[l] += (double)g[i + l] * (double)g[i + l];
+            for (; i < hi; i++)
+                lane[0] += (double)g[i] * (double)g[i];
+            for (int w = CLIP_LANES / 2; w > 0; w /= 2)
+                for (int l = 0; l < w; l++)
+                    lane[l] += lane[l + w];
+            partial[c] = lane[0];
         }
         for (long c = 0; c < nchunks; c++)
             total += partial[c];
@@ -37,9 +47,14 @@ double grad_global_norm(const GradRef *grads, int n) {
     return sqrt(grad_sum_squares(grads, n));
 }
 
-float grad_clip_scale(const GradRef *grads, int n, double total_norm, double max_norm) {
+float grad_clip_coef(double total_norm, double max_norm) {
     if (!isfinite(total_norm) || !(max_norm > 0)) return 1.0f;
     float coef = (float)max_norm / ((float)total_norm + 1e-6f);
+    return coef < 1.0f ? coef : 1.0f;
+}
+
+float grad_clip_scale(const GradRef *grads, int n, double total_norm, double max_norm) {
+    float coef = grad_clip_coef(total_norm, max_norm);
     if (coef >= 1.0f) return 1.0f;
     for (int t = 0; t < n; t++) {
         float *g = grads[t].g;

@@ -22,6 +22,9 @@ double grad_sum_squares(const GradRef *grads, int n);
  * when total_norm is not finite or max_norm <= 0; the caller decides what a non-finite norm
  * means (skip the step or stop). */
 float grad_clip_scale(const GradRef *grads, int n, double total_norm, double max_norm);
+/* The scale grad_clip_scale would apply, without applying it (the trainer passes it to
+ * adamw_step_scaled, which saves a pass over every gradient). */
+float grad_clip_coef(double total_norm, double max_norm);
 /* Both of the above: returns the pre-clip norm; *finite is 0 when the norm is NaN or inf. */
 double grad_clip(const GradRef *grads, int n, double max_norm, int *finite);
 

@@ -14,6 +14,7 @@
 #include "dist/fsdp.h"
 #include "io/hf_keys.h"
 #include "io/safetensors.h"
+#include "kernels/cpu_ops.h"
 #include "model/qwen3.h"
 #include "model/qwen3_hf.h"
 #include "train/adamw.h"
@@ -281,6 +282,7 @@ FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, c
         free(f);
         return NULL;
     }
+    cpu_apply_defaults(f->m.slots, f->m.nslots, &local); /* as train_qwen3_create */
     if (f->tp > 1 && qwen3_create_unowned(&f->full, spec, 1, 1, AC_NONE, err) != 0) {
         qwen3_free(&f->m);
         free(f);

@@ -179,9 +179,6 @@ int train_job_run(const JobConfig *cfg, Comm *world, Err *err) {
 static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     if (cfg->training.device == DEVICE_CUDA)
         return err_set(err, "training.device = \"cuda\": this build trains on the CPU only");
-    if (cfg->training.mixed_precision_param != DT_F32)
-        log_warn("training.mixed_precision_param = %s: the reference path computes in fp32",
-                 config_dtype_name(cfg->training.mixed_precision_param));
     if (cfg->n_overrides > 0)
         log_warn("%d [[override]] entr%s ignored: kernel overrides are not wired into training "
                  "yet",
@@ -270,6 +267,15 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     if (comm_agree(world, rc, err) != 0) {
         rc = -1;
         goto out;
+    }
+    if (cfg->training.mixed_precision_param == DT_BF16) {
+        if (sharded) {
+            log_warn("training.mixed_precision_param = bfloat16: the sharded (FSDP) model "
+                     "computes in fp32 for now");
+        } else {
+            if ((rc = train_qwen3_enable_bf16(q, err)) != 0) goto out;
+            log_info("mixed precision: bf16 matmuls, fp32 master weights, optimizer and loss");
+        }
     }
     TrainModel model;
     TrainParallel par;

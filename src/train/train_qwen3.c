@@ -6,8 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "io/hf_keys.h"
 #include "io/safetensors.h"
+#include "kernels/cpu_ops.h"
 #include "model/qwen3.h"
 #include "model/qwen3_hf.h"
 #include "train/moe_step.h"
@@ -25,6 +27,9 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, E
         free(q);
         return NULL;
     }
+    /* The fast CPU kernels by default; QT_KERNELS=reference runs the plain references. */
+    if (!cpu_apply_defaults(q->m.slots, q->m.nslots, spec))
+        log_info("kernels: references (QT_KERNELS=reference)");
     int n = q->m.nparams;
     q->params = xcalloc((size_t)n, sizeof *q->params);
     q->grads = xcalloc((size_t)n, sizeof *q->grads);
@@ -45,6 +50,10 @@ void train_qwen3_free(TrainQwen3 *q) {
     free(q->grads);
     free(q->decay);
     free(q);
+}
+
+int train_qwen3_enable_bf16(TrainQwen3 *q, Err *err) {
+    return qwen3_enable_bf16(&q->m, err);
 }
 
 void train_qwen3_init(TrainQwen3 *q, uint64_t seed) {

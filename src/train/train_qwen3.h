@@ -22,9 +22,13 @@ typedef struct TrainQwen3Batch {
     const int32_t *doc;       /* (B, T) or NULL */
 } TrainQwen3Batch;
 
-/* Dense and MoE models; activations sized for B x T, kept or recomputed as ac says. */
+/* Dense and MoE models; activations sized for B x T, kept or recomputed as ac says. The
+ * modules run the fast CPU kernels (kernels/cpu_ops.h), or the references when the
+ * environment has QT_KERNELS=reference. */
 TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, Err *err);
 void train_qwen3_free(TrainQwen3 *q);
+/* Mixed precision (training.mixed_precision_param = "bfloat16"): bf16 matmuls, fp32 masters. */
+int train_qwen3_enable_bf16(TrainQwen3 *q, Err *err);
 /* DESIGN §5 random init. */
 void train_qwen3_init(TrainQwen3 *q, uint64_t seed);
 /* Loads HF-named weights (a .safetensors file or an HF directory), any of F32/BF16/F16. The

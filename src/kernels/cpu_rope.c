@@ -1,0 +1,49 @@
+/* rope "cpu": the default CPU RoPE. Per token the cos / sin of every frequency are computed once
+ * (the reference recomputes them for each head), then each head is rotated with vector code.
+ * Angles and products are formed exactly as in ops/rope.c, so the output is bitwise the
+ * reference's. */
+#include <math.h>
+
+#include "kernels/cpu_ops.h"
+
+static void rotate(float *out, const float *x, const int32_t *positions, long N, int NH, int E,
+                   double theta, float sign) {
+    int half = E / 2;
+    float inv[SDPA_MAX_HEAD_DIM / 2];
+    for (int i = 0; i < half; i++)
+        inv[i] = 1.0f / powf((float)theta, (float)(2 * i) / (float)E);
+#pragma omp parallel for schedule(static)
+    for (long n = 0; n < N; n++) {
+        float c[SDPA_MAX_HEAD_DIM / 2], s[SDPA_MAX_HEAD_DIM / 2];
+        float pos = (float)positions[n];
+        for (int i = 0; i < half; i++) {
+            float a = pos * inv[i];
+            c[i] = cosf(a);
+            s[i] = sign * sinf(a);
+        }
+        for (int h = 0; h < NH; h++) {
+            const float *xv = x + (n * NH + h) * E;
+            float *o = out + (n * NH + h) * E;
+#pragma omp simd
+            for (int i = 0; i < half; i++) {
+                float x1 = xv[i], x2 = xv[i + half];
+                o[i] = x1 * c[i] - x2 * s[i];
+                o[i + half] = x2 * c[i] + x1 * s[i];
+            }
+        }
+    }
+}
+
+static void cpu_rope_forward(float *out, const float *x, const int32_t *positions, long N, int NH,
+                             int E, double theta) {
+    rotate(out, x, positions, N, NH, E, theta, 1.0f);
+}
+
+static void cpu_rope_backward(float *dx, const float *dout, const int32_t *positions, long N,
+                              int NH, int E, double theta) {
+    rotate(dx, dout, positions, N, NH, E, theta, -1.0f);
+}
+
+const RopeOp rope_cpu = {.h = {.name = "cpu", .kind = OP_ROPE, .device = "cpu"},
+                         .forward = cpu_rope_forward,
+                         .backward = cpu_rope_backward};
