@@ -52,7 +52,7 @@ static void make_batch(void) {
 }
 
 /* Builds, inits, runs forward + backward; returns the gradient arena copy. */
-static float *run(ActCheckpoint ac, int tied, float *loss, size_t *nbytes) {
+static float *run(AcMode ac, int tied, float *loss, size_t *nbytes) {
     ModelSpec s = spec(tied);
     Qwen3 m;
     Err err;

@@ -289,7 +289,7 @@ static void build_modules(Qwen3 *m, const Qwen3Modules *impl) {
     if (impl) m->mod = *impl;
 }
 
-static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac, int owned,
+static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int owned,
                   const Qwen3Modules *impl, Err *err) {
     memset(m, 0, sizeof *m);
     m->spec = *spec;
@@ -343,16 +343,16 @@ static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint a
     return 0;
 }
 
-int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac, Err *err) {
+int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *err) {
     return create(m, spec, B, T, ac, 1, NULL, err);
 }
 
-int qwen3_create_with(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac,
+int qwen3_create_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
                       const Qwen3Modules *impl, Err *err) {
     return create(m, spec, B, T, ac, 1, impl, err);
 }
 
-int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac,
+int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
                          Err *err) {
     return create(m, spec, B, T, ac, 0, NULL, err);
 }

@@ -15,6 +15,7 @@
 
 #include <stdint.h>
 
+#include "core/ac_mode.h"
 #include "core/arena.h"
 #include "core/err.h"
 #include "core/model_spec.h"
@@ -28,12 +29,6 @@
 #include "ops/rope.h"
 #include "ops/sdpa.h"
 #include "ops/swiglu.h"
-
-typedef enum ActCheckpoint {
-    AC_NONE = 0,  /* keep every activation */
-    AC_FULL,      /* keep each layer's input only; recompute the layer in backward */
-    AC_SELECTIVE, /* keep matmul and attention outputs; recompute norms and rope in backward */
-} ActCheckpoint;
 
 /* One layer's parameters (also used for its gradients). */
 typedef struct Qwen3LayerParams {
@@ -196,7 +191,7 @@ typedef struct Qwen3 Qwen3;
 struct Qwen3 {
     ModelSpec spec;
     int max_B, max_T; /* activation capacity */
-    ActCheckpoint ac;
+    AcMode ac;
     Arena param_arena, grad_arena, act_arena;
     Qwen3Params p;
     Qwen3Params g; /* gradients, same layout */
@@ -242,15 +237,15 @@ int qwen3_module_tree(const ModelSpec *spec, Qwen3Modules *mod, ModuleSlot *slot
 
 /* Builds the parameter table and arenas for spec and activations for up to B x T tokens.
  * Parameters are zero until qwen3_init_params or a load fills them. */
-int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac, Err *err);
+int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *err);
 /* As qwen3_create with the module implementations taken from impl (a tree from
  * qwen3_module_tree for the same spec, with overrides applied; NULL = references), so the
  * activations are sized for them (a chunked loss needs no (N, V) logits). */
-int qwen3_create_with(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac,
+int qwen3_create_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
                       const Qwen3Modules *impl, Err *err);
 /* The same without parameter and gradient memory: the table has names and shapes but NULL
  * data and grad, and m->p / m->g stay NULL until a unit_hook points them somewhere (FSDP). */
-int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac, Err *err);
+int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *err);
 void qwen3_free(Qwen3 *m);
 
 /* Mixed precision (DESIGN §5): from now on every forward first copies the matmul weights

@@ -16,6 +16,7 @@
 #include "io/safetensors.h"
 #include "kernels/cpu_ops.h"
 #include "model/qwen3.h"
+#include "model/qwen3_hf.h"
 #include "train/adamw.h"
 #include "train/moe_step.h"
 #include "train/train_qwen3.h"
@@ -452,54 +453,26 @@ void fsdp_model_init(FsdpModel *f, uint64_t seed) {
 int fsdp_model_load_hf(FsdpModel *f, const char *path, Err *err) {
     StSet set;
     TRY(st_set_open(&set, path, err));
-    HfKeyTable keys = {0};
-    if (f->m.n_moe_layers) hf_keys_build(&keys, &f->m.spec);
     float *tmp = xmalloc(max_numel(f) * sizeof *tmp), *part = xmalloc(max_numel(f) * sizeof *tmp);
     int rc = 0;
+    HfKeyTable keys;
+    hf_keys_build(&keys, &whole(f)->spec);
+    rc = qwen3_hf_check(&whole(f)->spec, &set, path, err);
     for (int i = 0; i < f->m.nparams && rc == 0; i++) {
         const Qwen3Param *p = &whole(f)->table[i];
-        if (p->is_buffer) continue; /* moe.expert_bias: not in HF files, starts at zero */
-        if (strstr(p->name, ".moe.")) {
-            /* Router and stacked experts (no tensor parallelism with MoE). */
-            int k = hf_keys_find_param(&keys, p->name);
-            if (k < 0) {
-                rc = err_set(err, "model: parameter %s has no Hugging Face name", p->name);
-                break;
-            }
-            rc = hf_keys_load_param(tmp, &keys, k, &set, err);
-            if (rc) {
-                err_wrap(err, "%s", path);
-                break;
-            }
-            keep_slice(f, i, tmp, part);
-            continue;
-        }
-        char name[160];
-        if (train_qwen3_hf_name(name, sizeof name, p->name) != 0) {
-            rc = err_set(err, "model: parameter %s has no Hugging Face name", p->name);
-            break;
-        }
-        const StTensor *t = st_set_find(&set, name);
-        if (!t) {
-            rc = err_set(err, "%s: no tensor %s (for %s)", path, name, p->name);
-            break;
-        }
-        int same = t->ndim == p->ndim && t->numel == p->numel;
-        for (int k = 0; same && k < p->ndim; k++)
-            same = t->shape[k] == p->shape[k];
-        if (!same || (t->dtype != DT_F32 && t->dtype != DT_BF16 && t->dtype != DT_F16)) {
-            rc = err_set(err,
-                         "%s: tensor %s has dtype %s and %lld elements, expected F32, BF16 or "
-                         "F16 with %ld elements",
-                         path, name, dtype_name(t->dtype), (long long)t->numel, p->numel);
-            break;
-        }
-        st_to_f32(t, tmp);
+        int k = p->is_buffer ? -1 : hf_keys_find_param(&keys, p->name);
+        if (p->is_buffer) /* moe.expert_bias: training state, not in HF files */
+            memset(tmp, 0, (size_t)p->numel * sizeof *tmp);
+        else if (k < 0)
+            rc = err_set(err, "model parameter %s is not in the Hugging Face name table", p->name);
+        else if (hf_keys_load_param(tmp, &keys, k, &set, err) != 0)
+            rc = err_wrap(err, "%s", path);
+        if (rc != 0) break;
         keep_slice(f, i, tmp, part);
     }
+    hf_keys_free(&keys);
     free(tmp);
     free(part);
-    if (f->m.n_moe_layers) hf_keys_free(&keys);
     st_set_close(&set);
     return rc;
 }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/fs.h"
 #include "core/log.h"
@@ -14,6 +15,7 @@
 #include "text/tokenizer.h"
 #include "train/ckpt_dist.h"
 #include "train/fsdp_model.h"
+#include "train/train_hf.h"
 #include "train/train_qwen3.h"
 #include "train/trainer.h"
 
@@ -76,13 +78,14 @@ static int data_restore(void *ctx, const json_t *pos, Err *err) {
     return 0;
 }
 
-static int build_spec(const JobConfig *cfg, ModelSpec *spec, Err *err) {
+int train_job_spec(const JobConfig *cfg, ModelSpec *spec, HfConfigExtra *extra, Err *err) {
+    memset(extra, 0, sizeof *extra);
     if (strcmp(cfg->model.flavor, "hf") == 0) {
         if (!cfg->model.hf_assets_path[0])
             return err_set(err, "model.flavor = \"hf\" needs model.hf_assets_path (a Hugging Face "
                                 "model directory with config.json)");
         char *path = fs_join(cfg->model.hf_assets_path, "config.json");
-        int rc = model_spec_from_hf_config(spec, path, err);
+        int rc = model_spec_from_hf_config_ex(spec, extra, path, err);
         free(path);
         TRY(rc);
     } else {
@@ -92,11 +95,7 @@ static int build_spec(const JobConfig *cfg, ModelSpec *spec, Err *err) {
         if (model_spec_set_field(spec, cfg->model.fields[i].field, cfg->model.fields[i].value,
                                  err) != 0)
             return err_wrap(err, "model.%s", cfg->model.fields[i].field);
-    TRY(model_spec_validate(spec, err));
-    if (cfg->training.seq_len > spec->max_seq_len)
-        return err_set(err, "training.seq_len = %d exceeds the model's max_seq_len %d",
-                       cfg->training.seq_len, spec->max_seq_len);
-    return 0;
+    return model_spec_validate(spec, err);
 }
 
 /* A hash of the resolved config, so a resume under another config can be told apart. */
@@ -110,6 +109,38 @@ static uint64_t config_hash(const JobConfig *cfg) {
     uint64_t h = ckpt_checksum(text, len);
     free(text);
     return h;
+}
+
+int train_job_check(const JobConfig *cfg, const ModelSpec *spec, Err *err) {
+    if (spec && cfg->training.seq_len > spec->max_seq_len)
+        return err_set(err, "training.seq_len = %d exceeds the model's max_seq_len %d",
+                       cfg->training.seq_len, spec->max_seq_len);
+    int micro;
+    TRY(config_grad_accum_steps(cfg, 1, &micro, err));
+    if (cfg->lr_scheduler.warmup_steps > cfg->training.steps)
+        return err_set(err,
+                       "lr_scheduler.warmup_steps = %d is longer than the run (training.steps = "
+                       "%d)",
+                       cfg->lr_scheduler.warmup_steps, cfg->training.steps);
+    if (cfg->checkpoint.last_save_in_hf && !cfg->checkpoint.enable)
+        return err_set(err, "checkpoint.last_save_in_hf = true needs checkpoint.enable = true (the "
+                            "HF export is written into the last checkpoint's folder)");
+    if (cfg->checkpoint.initial_load_path[0] && !cfg->checkpoint.initial_load_in_hf)
+        return err_set(err, "checkpoint.initial_load_path needs initial_load_in_hf = true (only "
+                            "Hugging Face weights can be loaded as a starting point)");
+    return 0;
+}
+
+/* The paths a run reads and writes, checked before anything large is allocated. */
+static int check_paths(const JobConfig *cfg, Err *err) {
+    if (cfg->checkpoint.initial_load_path[0] && !fs_exists(cfg->checkpoint.initial_load_path))
+        return err_set(err, "checkpoint.initial_load_path %s does not exist",
+                       cfg->checkpoint.initial_load_path);
+    if (fs_mkdirs(cfg->job.dump_folder, err) != 0)
+        return err_wrap(err, "job.dump_folder %s cannot be created", cfg->job.dump_folder);
+    if (access(cfg->job.dump_folder, W_OK | X_OK) != 0)
+        return err_sys(err, "job.dump_folder %s is not writable", cfg->job.dump_folder);
+    return 0;
 }
 
 static int mesh_from_config(Mesh *mesh, Comm *world, const JobConfig *cfg, const ModelSpec *spec,
@@ -149,11 +180,11 @@ int train_job_run(const JobConfig *cfg, Comm *world, Err *err) {
 static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     if (cfg->training.device == DEVICE_CUDA)
         return err_set(err, "training.device = \"cuda\": this build trains on the CPU only");
-    if (cfg->checkpoint.last_save_in_hf && world->size == 1)
-        log_warn("checkpoint.last_save_in_hf: HF export at the end of training is not wired yet "
-                 "on one process; the last checkpoint is saved in the native format");
     ModelSpec spec;
-    TRY(build_spec(cfg, &spec, err));
+    HfConfigExtra extra;
+    TRY(train_job_spec(cfg, &spec, &extra, err));
+    TRY(train_job_check(cfg, &spec, err));
+    TRY(check_paths(cfg, err));
     /* [[override]] entries against the module tree and the registry, before anything is
      * sized (DESIGN §4); the plan is applied when the model is created. */
     OverridePlan plan;
@@ -179,6 +210,8 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     d.global_rows = d.B * micro * d.dp;
     TrainQwen3 *q = NULL;
     FsdpModel *fm = NULL;
+    TrainHf hf;
+    memset(&hf, 0, sizeof hf);
     DatasetEncoder enc;
     DatasetOptions dopt;
     dataset_options_default(&dopt);
@@ -223,14 +256,14 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
         fm = fsdp_model_create(&spec, d.B, d.T, full_ac, &mesh, err);
         rc = fm ? 0 : -1;
     } else {
-        q = train_qwen3_create_with(&spec, d.B, d.T, full_ac, &plan, err);
-        rc = q ? 0 : -1;
+        rc = train_hf_init(&hf, cfg, &spec, &extra, tok_path, err);
+        if (rc == 0)
+            q = train_qwen3_create_with(&spec, d.B, d.T, cfg->activation_checkpoint.mode, &plan,
+                                        err);
+        if (rc == 0 && !q) rc = -1;
     }
     if (rc == 0 && cfg->checkpoint.initial_load_path[0]) {
-        if (!cfg->checkpoint.initial_load_in_hf)
-            rc = err_set(err, "checkpoint.initial_load_path needs initial_load_in_hf = true (only "
-                              "Hugging Face weights can be loaded as a starting point)");
-        else if (sharded)
+        if (sharded)
             rc = fsdp_model_load_hf(fm, cfg->checkpoint.initial_load_path, err);
         else
             rc = train_qwen3_load_hf(q, cfg->checkpoint.initial_load_path, err);
@@ -294,7 +327,12 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
         .seed = (uint64_t)cfg->training.seed,
         .config_hash = config_hash(cfg),
         .par = sharded ? &par : NULL,
+        .ckpt_files = hf.files,
+        .n_ckpt_files = hf.nfiles,
+        .on_last_save = cfg->checkpoint.last_save_in_hf && !sharded ? train_hf_on_last_save : NULL,
+        .on_last_save_ctx = &hf,
     };
+    hf.model = &model;
     log_info("model: %s, %d layers, dim %d, vocab %d; %.3g matmul parameters; %d x %d tokens "
              "per micro-batch, %d micro-batch(es) per step",
              spec.flavor, spec.n_layers, spec.dim, spec.vocab_size, metrics_matmul_params(&spec),
@@ -328,6 +366,7 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     if (rc != 0 && sharded) comm_abort(1, err->msg);
 out:
     overrides_plan_free(&plan);
+    train_hf_free(&hf);
     train_qwen3_free(q);
     fsdp_model_free(fm);
     mesh_destroy(&mesh);
