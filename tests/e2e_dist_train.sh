@@ -15,9 +15,10 @@
 #     bitwise the same per-rank shard files and losses as the run that never stopped;
 #   - HF export (checkpoint.last_save_in_hf) of sharded runs: with lr = 0 (the parameters stay
 #     the initial ones, bitwise the same on any mesh) FSDP on 2 and 4 ranks and HSDP 2 x 2,
-#     whose pieces are cut at different places, export byte-identical model.safetensors (and,
-#     once one process exports too, the same file as one process); a trained MoE run's export
-#     loads as the initial weights of a one-process run;
+#     whose pieces are cut at different places, export byte-identical model.safetensors, the
+#     same file as one process's export, and so does `qtitan export` of the 2-rank folder or
+#     of one rank's step directory; a trained MoE run's export loads as the initial weights of
+#     a one-process run;
 #   - faults: a rank that cannot read its dataset, and a rank killed mid-run, end every rank
 #     non-zero with the cause printed, well inside the timeout;
 #   - an impossible mesh fails with one sentence on every rank.
@@ -160,15 +161,20 @@ if [ -f "$(hf_file hf2)" ] && [ -f "$TMP/hf2/checkpoint/step-3/hf/config.json" ]
 else
   echo "FAIL: HF exports of sharded runs are missing or differ"; ls -R "$TMP/hf2/checkpoint"; cat "$TMP/hf2.log"; fail=1
 fi
-if [ -f "$(hf_file hf1)" ]; then
-  cmp -s "$(hf_file hf1)" "$(hf_file hf2)" && echo "ok: the 2-rank HF export is byte-identical to one process's" ||
-    { echo "FAIL: the 2-rank HF export differs from one process's"; fail=1; }
-else
-  echo "note: one process wrote no HF export (last_save_in_hf on one process not built here); not compared"
-fi
+cmp -s "$(hf_file hf1)" "$(hf_file hf2)" && echo "ok: the 2-rank HF export is byte-identical to one process's" ||
+  { echo "FAIL: the 2-rank HF export differs from one process's (or is missing)"; ls -R "$TMP/hf1/checkpoint"; fail=1; }
+# qtitan export of the folder (newest step) and of a rank's step directory, without MPI.
+for src in checkpoint checkpoint/rank-1/step-3; do
+  if "$BIN" export --checkpoint "$TMP/hf2/$src" --out "$TMP/hf2-export" >"$TMP/hf2-export.log" 2>&1 &&
+    cmp -s "$(hf_file hf1)" "$TMP/hf2-export/model.safetensors"; then
+    echo "ok: qtitan export --checkpoint <2-rank run>/$src writes one process's model.safetensors"
+  else
+    echo "FAIL: qtitan export of the sharded $src"; cat "$TMP/hf2-export.log"; fail=1
+  fi
+done
 MOEHF=(--checkpoint.enable=true --checkpoint.interval=10 --checkpoint.last_save_in_hf=true)
 if run 2 hfmoe "${MOE[@]}" "${MOEHF[@]}" && [ -f "$TMP/hfmoe/checkpoint/step-10/hf/model.safetensors" ] &&
-  run 0 hfmoe-load "${MOE[@]}" --training.steps=1 --checkpoint.initial_load_in_hf=true \
+  run 0 hfmoe-load "${MOE[@]}" --training.steps=2 --checkpoint.initial_load_in_hf=true \
     --checkpoint.initial_load_path="$TMP/hfmoe/checkpoint/step-10/hf" &&
   grep -q 'loaded initial weights' "$TMP/hfmoe-load.log"; then
   echo "ok: the HF export of a 2-rank MoE run loads as initial weights on one process"

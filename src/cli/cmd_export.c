@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "core/fs.h"
+#include "train/ckpt_dist.h"
 #include "train/train_hf.h"
 
 static const char *USAGE =
@@ -16,7 +17,11 @@ static const char *USAGE =
     "AutoModelForCausalLM.from_pretrained: config.json, model.safetensors or shards with\n"
     "model.safetensors.index.json, and the tokenizer files saved in the checkpoint (--tokenizer\n"
     "takes them from DIR instead). --dtype defaults to float32; lm_head.weight is left out when\n"
-    "the embeddings are tied.\n";
+    "the embeddings are tied.\n"
+    "\n"
+    "A run on many processes: STEP_DIR is its checkpoint folder (with latest.json; its newest\n"
+    "committed step) or FOLDER/rank-K/step-N (that step); each tensor is joined from the\n"
+    "ranks' pieces while it is written. No tokenizer files are written for such runs yet.\n";
 
 static int parse_dtype(const char *s, DType *out) {
     *out = strcmp(s, "float32") == 0    ? DT_F32
@@ -59,6 +64,21 @@ int cmd_export(int argc, char **argv) {
     if (shard && hf_parse_size(shard, &o.max_shard_bytes, &err) != 0) {
         fprintf(stderr, "error: --max-shard-size: %s\n", err.msg);
         return 2;
+    }
+    if (ckpt_dist_is_sharded_path(ckpt)) {
+        /* A run on many processes: the ranks' pieces are joined while the files are written. */
+        if (tok) {
+            fprintf(stderr, "error: --tokenizer is not supported for sharded checkpoints yet\n");
+            return 2;
+        }
+        int64_t step;
+        int rc = ckpt_dist_export_path(ckpt, out, o.dtype, o.max_shard_bytes, &step, &err);
+        if (rc == 0)
+            fprintf(stderr, "export: wrote %s from step %lld of the sharded checkpoint %s (%s)\n",
+                    out, (long long)step, ckpt, dtype);
+        else
+            fprintf(stderr, "error: %s\n", err.msg);
+        return rc == 0 ? 0 : 1;
     }
     char *state = fs_join(ckpt, "train_state.json");
     char *step_dir = NULL;
