@@ -5,9 +5,20 @@
 #     parallel on 2 ranks and FSDP x TP (2 x 2) give the per-step losses and grad norms of one
 #     process to 1e-5 relative over 10 fp32 steps, for tied and untied embeddings (the
 #     embedding / head units differ), and with full activation checkpointing;
+#   - MoE (4 experts, top 2, auxiliary-loss-free balancing and the HF auxiliary loss): FSDP on
+#     2 and 4 ranks and HSDP 2 x 2 with full AC match one process the same way, and the
+#     per-step routing figures (tokens of the least / most loaded expert: counts over the
+#     global batch, before the expert_bias update) are exactly one process's; MoE with tensor
+#     parallelism stops with a sentence;
 #   - sharded checkpoints: a 2-rank run resumed from its step-5 checkpoint (the step-10 commit
 #     undone by rewriting latest.json, as a crash before the commit would leave it) ends with
 #     bitwise the same per-rank shard files and losses as the run that never stopped;
+#   - HF export (checkpoint.last_save_in_hf) of sharded runs: with lr = 0 (the parameters stay
+#     the initial ones, bitwise the same on any mesh) FSDP on 2 and 4 ranks and HSDP 2 x 2,
+#     whose pieces are cut at different places, export byte-identical model.safetensors, the
+#     same file as one process's export, and so does `qtitan export` of the 2-rank folder or
+#     of one rank's step directory; a trained MoE run's export loads as the initial weights of
+#     a one-process run;
 #   - faults: a rank that cannot read its dataset, and a rank killed mid-run, end every rank
 #     non-zero with the cause printed, well inside the timeout;
 #   - an impossible mesh fails with one sentence on every rank.
@@ -92,6 +103,29 @@ grep -q '^\[rank 0\] step:  1  loss' "$TMP/fsdp2-true.log" && ! grep -q '^\[rank
   { echo "FAIL: the step lines should come from rank 0 only"; fail=1; }
 grep -q '"comm_s":' "$TMP/fsdp2-true/metrics.jsonl" || { echo "FAIL: no comm_s in metrics.jsonl"; fail=1; }
 
+# MoE: routing counts are summed over the data-parallel ranks before the bias update.
+MOE=(--model.tie_embeddings=false --model.num_experts=4 --model.top_k=2 --model.moe_hidden_dim=16
+  --model.load_balance_coeff=0.01 --model.router_aux_loss_coef=0.01)
+moe_counts() { grep -o '"moe_tokens_min":[^,]*,"moe_tokens_max":[^,]*' "$TMP/$1/metrics.jsonl"; }
+if run 0 moe-one "${MOE[@]}" && has_metrics moe-one && [ "$(moe_counts moe-one | wc -l)" = 10 ]; then
+  for c in "2 moe-fsdp2" "4 moe-fsdp4" "4 moe-hsdp4 --parallelism.data_parallel_replicate_degree=2 --activation_checkpoint.mode=full"; do
+    set -- $c
+    np=$1 name=$2
+    shift 2
+    run "$np" "$name" "${MOE[@]}" "$@" && has_metrics "$name" && same moe-one "$name" "MoE $name" || { fail=1; continue; }
+    [ "$(moe_counts moe-one)" = "$(moe_counts "$name")" ] ||
+      { echo "FAIL: MoE $name routing counts differ from one process"; paste <(moe_counts moe-one) <(moe_counts "$name"); fail=1; }
+  done
+else
+  echo "FAIL: one-process MoE run"; cat "$TMP/moe-one.log"; fail=1
+fi
+run 2 moe-tp2 "${MOE[@]}" --parallelism.tensor_parallel_degree=2
+if [ $? -ne 0 ] && grep -q 'mixture-of-experts models (num_experts = 4) train with FSDP / HSDP only' "$TMP/moe-tp2.log"; then
+  echo "ok: MoE with tensor parallelism stops with a sentence"
+else
+  echo "FAIL: MoE with tensor parallelism should stop with a sentence"; cat "$TMP/moe-tp2.log"; fail=1
+fi
+
 # Sharded checkpoints: run a straight through; run b the same, with the step-10 commit undone.
 CK=(--checkpoint.enable=true --checkpoint.interval=5 --checkpoint.keep_latest_k=2)
 run 2 ck-a "${CK[@]}" && run 2 ck-b "${CK[@]}" || { echo "FAIL: checkpointed runs"; cat "$TMP/ck-a.log"; fail=1; }
@@ -114,6 +148,39 @@ echo "ok: a 2-rank run resumed from its sharded step-5 checkpoint is bitwise the
 run 4 ck-b "${CK[@]}"
 [ $? -ne 0 ] && grep -q 'saved by 2 processes but this job has 4' "$TMP/ck-b.log" ||
   { echo "FAIL: resuming 2-rank shards on 4 ranks should stop with a sentence"; cat "$TMP/ck-b.log"; fail=1; }
+
+# HF export at the end of sharded runs: rank 0 pulls each tensor from the rank files.
+HF=(--checkpoint.enable=true --checkpoint.interval=5 --checkpoint.last_save_in_hf=true --training.steps=3
+  --optimizer.lr=0)
+hf_file() { echo "$TMP/$1/checkpoint/step-3/hf/model.safetensors"; }
+run 2 hf2 "${HF[@]}" && run 4 hf4 "${HF[@]}" && run 4 hfh4 "${HF[@]}" --parallelism.data_parallel_replicate_degree=2 &&
+  run 0 hf1 "${HF[@]}" || { echo "FAIL: runs with last_save_in_hf"; cat "$TMP"/hf*.log; fail=1; }
+if [ -f "$(hf_file hf2)" ] && [ -f "$TMP/hf2/checkpoint/step-3/hf/config.json" ] && [ -f "$TMP/hf2/checkpoint/config.json" ] &&
+  cmp -s "$(hf_file hf2)" "$(hf_file hf4)" && cmp -s "$(hf_file hf2)" "$(hf_file hfh4)"; then
+  echo "ok: HF exports of FSDP 2, FSDP 4 and HSDP 2 x 2 shards are byte-identical"
+else
+  echo "FAIL: HF exports of sharded runs are missing or differ"; ls -R "$TMP/hf2/checkpoint"; cat "$TMP/hf2.log"; fail=1
+fi
+cmp -s "$(hf_file hf1)" "$(hf_file hf2)" && echo "ok: the 2-rank HF export is byte-identical to one process's" ||
+  { echo "FAIL: the 2-rank HF export differs from one process's (or is missing)"; ls -R "$TMP/hf1/checkpoint"; fail=1; }
+# qtitan export of the folder (newest step) and of a rank's step directory, without MPI.
+for src in checkpoint checkpoint/rank-1/step-3; do
+  if "$BIN" export --checkpoint "$TMP/hf2/$src" --out "$TMP/hf2-export" >"$TMP/hf2-export.log" 2>&1 &&
+    cmp -s "$(hf_file hf1)" "$TMP/hf2-export/model.safetensors"; then
+    echo "ok: qtitan export --checkpoint <2-rank run>/$src writes one process's model.safetensors"
+  else
+    echo "FAIL: qtitan export of the sharded $src"; cat "$TMP/hf2-export.log"; fail=1
+  fi
+done
+MOEHF=(--checkpoint.enable=true --checkpoint.interval=10 --checkpoint.last_save_in_hf=true)
+if run 2 hfmoe "${MOE[@]}" "${MOEHF[@]}" && [ -f "$TMP/hfmoe/checkpoint/step-10/hf/model.safetensors" ] &&
+  run 0 hfmoe-load "${MOE[@]}" --training.steps=2 --checkpoint.initial_load_in_hf=true \
+    --checkpoint.initial_load_path="$TMP/hfmoe/checkpoint/step-10/hf" &&
+  grep -q 'loaded initial weights' "$TMP/hfmoe-load.log"; then
+  echo "ok: the HF export of a 2-rank MoE run loads as initial weights on one process"
+else
+  echo "FAIL: HF export of a 2-rank MoE run"; cat "$TMP/hfmoe.log" "$TMP/hfmoe-load.log"; fail=1
+fi
 
 # Faults. Rank 1 of an MPMD launch reads a dataset that does not exist.
 start=$SECONDS

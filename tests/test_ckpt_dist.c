@@ -1,7 +1,8 @@
 /* Sharded checkpoints (src/train/ckpt_dist.h) on the single-process communicator: the commit
  * marker, keep_latest_k pruning per rank, refusing shards saved by another number of ranks,
  * and the offline reader that assembles each full parameter from 2 and 3 ranks' FSDP pieces
- * (checked bitwise against the tensors that were cut up). */
+ * (checked bitwise against the tensors that were cut up), and the HF export of a sharded
+ * checkpoint (byte for byte the files an export of the whole tensors writes). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,9 +14,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <dirent.h>
+#include <unistd.h>
+
 #include "core/fs.h"
 #include "core/rng.h"
 #include "dist/fsdp.h"
+#include "io/hf_config.h"
+#include "io/hf_keys.h"
 #include "train/ckpt_dist.h"
 
 static const int MESH1[3] = {1, 1, 1};
@@ -157,10 +163,196 @@ static void test_reader(void **state) {
     reader_round_trip(3);
 }
 
+static void assert_same_file(const char *a, const char *b) {
+    char *da, *db;
+    size_t na, nb;
+    Err err;
+    assert_int_equal(fs_read_all(a, &da, &na, &err), 0);
+    assert_int_equal(fs_read_all(b, &db, &nb, &err), 0);
+    assert_int_equal(na, nb);
+    assert_memory_equal(da, db, na);
+    free(da);
+    free(db);
+}
+
+/* Every file of ref is in got with the same bytes, and got has no other; returns the count. */
+static int assert_same_dir(const char *ref, const char *got) {
+    int n = 0, m = 0;
+    DIR *d = opendir(ref);
+    assert_non_null(d);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char *a = fs_join(ref, e->d_name), *b = fs_join(got, e->d_name);
+        assert_same_file(a, b);
+        free(a), free(b);
+        n++;
+    }
+    closedir(d);
+    d = opendir(got);
+    while ((e = readdir(d)))
+        m += e->d_name[0] != '.';
+    closedir(d);
+    assert_int_equal(n, m);
+    return n;
+}
+
+/* A tiny model's parameters (random, expert_bias included) are cut into `ranks` FSDP shards
+ * and saved as a sharded checkpoint; its HF export must be the export of the whole tensors. */
+static void export_round_trip(const char *flavor, int ranks, DType dtype, size_t shard_bytes,
+                              int want_files) {
+    ModelSpec spec;
+    Err err;
+    assert_int_equal(model_spec_flavor(&spec, flavor, &err), 0);
+    const char *fields[][2] = {{"dim", "16"},
+                               {"n_layers", "2"},
+                               {"n_heads", "2"},
+                               {"n_kv_heads", "1"},
+                               {"head_dim", "8"},
+                               {"hidden_dim", "24"},
+                               {"vocab_size", "50"},
+                               {"num_experts", "4"},
+                               {"top_k", "2"},
+                               {"moe_hidden_dim", "12"},
+                               {"load_balance_coeff", "0.01"}};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        if (spec.num_experts > 0 || i < 7)
+            assert_int_equal(model_spec_set_field(&spec, fields[i][0], fields[i][1], &err), 0);
+    assert_int_equal(model_spec_validate(&spec, &err), 0);
+    HfKeyTable t;
+    hf_keys_build(&t, &spec);
+    int np = t.nparams;
+    float **full = calloc((size_t)np, sizeof *full);
+    size_t *numel = calloc((size_t)np, sizeof *numel);
+    int *unit = calloc((size_t)np, sizeof *unit);
+    const char **names = calloc((size_t)np, sizeof *names);
+    Rng r;
+    rng_seed(&r, 5, (uint64_t)ranks);
+    for (int i = 0; i < np; i++) {
+        numel[i] = (size_t)t.params[i].numel;
+        unit[i] = t.params[i].layer + 1; /* -1 (embedding, norm, head) -> unit 0 */
+        names[i] = t.params[i].name;
+        full[i] = malloc(numel[i] * sizeof(float));
+        rng_fill_normal(&r, full[i], (long)numel[i], 1.0f);
+    }
+    char *root = tmp_root();
+    for (int k = 0; k < ranks; k++) {
+        FsdpPlan p;
+        assert_int_equal(fsdp_plan(&p, numel, unit, np, spec.n_layers + 1, ranks, k, &err), 0);
+        float *shard = calloc(p.shard_numel + 1, sizeof(float));
+        fsdp_shard_from_full(&p, shard, (const float *const *)full);
+        CkptTensor *pieces = calloc((size_t)np, sizeof *pieces);
+        int n = 0;
+        for (int i = 0; i < np; i++) {
+            size_t lo, hi, at;
+            fsdp_param_shard(&p, i, &lo, &hi, &at);
+            if (hi > lo) pieces[n++] = (CkptTensor){names[i], 1, {(int64_t)(hi - lo)}, shard + at};
+        }
+        CkptState st = {.step = 3};
+        char *dir = ckpt_dist_rank_dir(root, k);
+        assert_int_equal(ckpt_save(dir, &st, pieces, n, NULL, 0, 0, &err), 0);
+        free(dir);
+        free(pieces);
+        free(shard);
+        fsdp_plan_free(&p);
+    }
+    write_marker(root, ranks, "3", 3);
+    /* The reference: the whole tensors through the writer, as a one-process export does. */
+    char *ref = fs_join(root, "ref"), *got = fs_join(root, "got");
+    assert_int_equal(fs_mkdirs(ref, &err), 0);
+    assert_int_equal(fs_mkdirs(got, &err), 0);
+    StWriter w;
+    st_writer_init(&w);
+    hf_keys_add_to_writer(&w, &t, (const float *const *)full, dtype);
+    assert_int_equal(st_write_hf_shards(&w, ref, shard_bytes, &err), 0);
+    st_writer_free(&w);
+    char *cfg = fs_join(ref, "config.json");
+    assert_int_equal(
+        model_spec_write_hf_config(&spec, cfg, dtype == DT_F32 ? "float32" : "bfloat16", &err), 0);
+    free(cfg);
+    CkptDistReader rd;
+    assert_int_equal(ckpt_dist_reader_open(&rd, root, &err), 0);
+    if (ckpt_dist_export_hf(got, &rd, &spec, dtype, shard_bytes, &err) != 0)
+        fail_msg("%s", err.msg);
+    int nfiles = assert_same_dir(ref, got);
+    if (want_files > 0)
+        assert_int_equal(nfiles, want_files);
+    else
+        assert_true(nfiles >= 4); /* config.json, the index and at least two shards */
+    /* By path, as `qtitan export` does: the folder (its newest step) or a rank's step dir,
+     * with the model from the folder's config.json. */
+    Comm *c = comm_single_create();
+    assert_int_equal(ckpt_dist_write_config(c, root, &spec, &err), 0);
+    comm_destroy(c);
+    char *step_dir = fs_join(root, "rank-1/step-3/"), *by_path = fs_join(root, "by-path");
+    int64_t step = 0;
+    assert_true(ckpt_dist_is_sharded_path(root));
+    assert_true(ckpt_dist_is_sharded_path(step_dir));
+    assert_false(ckpt_dist_is_sharded_path(ref));
+    for (int twice = 0; twice < 2; twice++) { /* the second replaces the first */
+        if (ckpt_dist_export_path(twice ? step_dir : root, by_path, dtype, shard_bytes, &step,
+                                  &err) != 0)
+            fail_msg("%s", err.msg);
+        assert_int_equal(step, 3);
+        assert_int_equal(assert_same_dir(ref, by_path), nfiles);
+    }
+    char *other = fs_join(root, "rank-0/step-2");
+    assert_int_equal(ckpt_dist_export_path(other, by_path, dtype, shard_bytes, &step, &err), -1);
+    assert_non_null(strstr(err.msg, "does not list step 2"));
+    char *gone_dir = fs_join(root, "rank-0"); /* not a root: the marker is one level up */
+    assert_int_equal(ckpt_dist_export_path(gone_dir, by_path, dtype, shard_bytes, &step, &err), -1);
+    assert_non_null(strstr(err.msg, "is not a sharded checkpoint"));
+    /* An output that is some other directory is left alone. */
+    char *other_out = fs_join(root, "rank-1");
+    assert_int_equal(ckpt_dist_export_path(root, other_out, dtype, shard_bytes, &step, &err), -1);
+    assert_non_null(strstr(err.msg, "not an HF model directory"));
+    free(other_out), free(gone_dir), free(other), free(step_dir), free(by_path);
+    /* A part of a tensor across a piece boundary. */
+    int big = 0;
+    for (int i = 0; i < np; i++)
+        if (numel[i] > numel[big]) big = i;
+    float part[40];
+    assert_int_equal(
+        ckpt_dist_reader_range(&rd, names[big], numel[big], numel[big] / 2 - 20, 40, part, &err),
+        0);
+    assert_memory_equal(part, full[big] + numel[big] / 2 - 20, sizeof part);
+    assert_int_equal(
+        ckpt_dist_reader_range(&rd, names[big], numel[big], numel[big] - 20, 40, part, &err), -1);
+    ckpt_dist_reader_close(&rd);
+    /* A missing piece fails the export with a sentence naming the parameter. */
+    char *gone = fs_join(root, "rank-0/step-3/model.safetensors");
+    assert_int_equal(unlink(gone), 0);
+    CkptState st = {.step = 3};
+    CkptTensor one = {names[0], 1, {1}, full[0]};
+    char *dir0 = ckpt_dist_rank_dir(root, 0);
+    assert_int_equal(ckpt_save(dir0, &st, &one, 1, NULL, 0, 0, &err), 0);
+    assert_int_equal(ckpt_dist_reader_open(&rd, root, &err), 0);
+    char *bad = fs_join(root, "bad");
+    assert_int_equal(fs_mkdirs(bad, &err), 0);
+    assert_int_equal(ckpt_dist_export_hf(bad, &rd, &spec, dtype, shard_bytes, &err), -1);
+    assert_non_null(strstr(err.msg, "elements"));
+    ckpt_dist_reader_close(&rd);
+    free(dir0), free(gone), free(bad), free(ref), free(got);
+    for (int i = 0; i < np; i++)
+        free(full[i]);
+    free(full), free(numel), free(unit), free(names);
+    hf_keys_free(&t);
+    assert_int_equal(fs_remove_tree(root, &err), 0);
+    free(root);
+}
+
+static void test_export_hf(void **state) {
+    (void)state;
+    export_round_trip("debugmodel", 2, DT_F32, 5000000000u, 2);      /* tied, one file */
+    export_round_trip("debugmodel_moe", 3, DT_F32, 6000, 0);         /* shards + index */
+    export_round_trip("debugmodel_moe", 2, DT_BF16, 5000000000u, 2); /* converted while written */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_save_find_prune),
         cmocka_unit_test(test_reader),
+        cmocka_unit_test(test_export_hf),
     };
     return cmocka_run_group_tests(tests, 0, NULL);
 }

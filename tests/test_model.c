@@ -52,7 +52,7 @@ static void make_batch(void) {
 }
 
 /* Builds, inits, runs forward + backward; returns the gradient arena copy. */
-static float *run(ActCheckpoint ac, int tied, float *loss, size_t *nbytes) {
+static float *run(AcMode ac, int tied, float *loss, size_t *nbytes) {
     ModelSpec s = spec(tied);
     Qwen3 m;
     Err err;
@@ -183,7 +183,7 @@ static void counting_forward(float *out, float *rstd, const float *x, const floa
     rmsnorm_forward(out, rstd, x, w, R, C, eps);
 }
 static const RmsnormOp counting_rmsnorm = {
-    {"counting", OP_RMSNORM, "cpu"}, counting_forward, rmsnorm_backward};
+    {"counting", OP_RMSNORM, "cpu", 0}, counting_forward, rmsnorm_backward, 0, 0};
 
 static void test_module_slots(void **state) {
     (void)state;

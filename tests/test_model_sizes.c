@@ -37,14 +37,14 @@ static ModelSpec spec(int tied, int layers) {
 
 static void test_sizes_match_create(void **state) {
     (void)state;
-    const ActCheckpoint modes[] = {AC_NONE, AC_FULL, AC_SELECTIVE};
+    const AcMode modes[] = {AC_NONE, AC_FULL, AC_SELECTIVE};
     for (int tied = 0; tied < 2; tied++)
         for (int k = 0; k < 3; k++)
             for (int layers = 1; layers <= 3; layers += 2) {
                 ModelSpec s = spec(tied, layers);
                 Err err;
                 Qwen3Sizes z;
-                assert_int_equal(qwen3_sizes(&z, &s, 3, 7, modes[k], &err), 0);
+                assert_int_equal(qwen3_sizes(&z, &s, 3, 7, modes[k], NULL, &err), 0);
                 Qwen3 m;
                 assert_int_equal(qwen3_create(&m, &s, 3, 7, modes[k], &err), 0);
                 assert_int_equal(z.param_bytes, m.param_arena.capacity);
@@ -65,7 +65,7 @@ static void test_sizes_match_create(void **state) {
         s.mlp_only_layers[1] = 1;
         Err err;
         Qwen3Sizes z;
-        assert_int_equal(qwen3_sizes(&z, &s, 2, 5, modes[k], &err), 0);
+        assert_int_equal(qwen3_sizes(&z, &s, 2, 5, modes[k], NULL, &err), 0);
         Qwen3 m;
         assert_int_equal(qwen3_create(&m, &s, 2, 5, modes[k], &err), 0);
         assert_int_equal(z.param_bytes, m.param_arena.capacity);
@@ -79,8 +79,8 @@ static void test_sizes_match_create(void **state) {
     ModelSpec s = spec(0, 3);
     Err err;
     Qwen3Sizes none, full;
-    assert_int_equal(qwen3_sizes(&none, &s, 3, 7, AC_NONE, &err), 0);
-    assert_int_equal(qwen3_sizes(&full, &s, 3, 7, AC_FULL, &err), 0);
+    assert_int_equal(qwen3_sizes(&none, &s, 3, 7, AC_NONE, NULL, &err), 0);
+    assert_int_equal(qwen3_sizes(&full, &s, 3, 7, AC_FULL, NULL, &err), 0);
     assert_true(full.act_bytes < none.act_bytes);
 }
 
@@ -89,11 +89,11 @@ static void test_bad_input(void **state) {
     ModelSpec s = spec(0, 0);
     Err err;
     Qwen3Sizes z;
-    assert_int_equal(qwen3_sizes(&z, &s, 1, 1, AC_NONE, &err), -1);
+    assert_int_equal(qwen3_sizes(&z, &s, 1, 1, AC_NONE, NULL, &err), -1);
     s = spec(0, 2);
-    assert_int_equal(qwen3_sizes(&z, &s, 0, 1, AC_NONE, &err), -1);
+    assert_int_equal(qwen3_sizes(&z, &s, 0, 1, AC_NONE, NULL, &err), -1);
     s.num_experts = 4;
-    assert_int_equal(qwen3_sizes(&z, &s, 1, 1, AC_NONE, &err), -1);
+    assert_int_equal(qwen3_sizes(&z, &s, 1, 1, AC_NONE, NULL, &err), -1);
 }
 
 static void test_trainer_and_adamw(void **state) {
@@ -102,11 +102,11 @@ static void test_trainer_and_adamw(void **state) {
         ModelSpec s = spec(1, 3);
         Err err;
         TrainQwen3Sizes z;
-        assert_int_equal(train_qwen3_sizes(&z, &s, 2, 5, full, &err), 0);
+        assert_int_equal(train_qwen3_sizes(&z, &s, 2, 5, full ? AC_FULL : AC_NONE, NULL, &err), 0);
         Qwen3Sizes ref;
-        assert_int_equal(qwen3_sizes(&ref, &s, 2, 5, full ? AC_FULL : AC_NONE, &err), 0);
+        assert_int_equal(qwen3_sizes(&ref, &s, 2, 5, full ? AC_FULL : AC_NONE, NULL, &err), 0);
         assert_int_equal(z.act_bytes, ref.act_bytes);
-        TrainQwen3 *q = train_qwen3_create(&s, 2, 5, full, &err);
+        TrainQwen3 *q = train_qwen3_create(&s, 2, 5, full ? AC_FULL : AC_NONE, &err);
         assert_non_null(q);
         TrainModel tm;
         train_qwen3_model(q, &tm, 0);

@@ -426,7 +426,7 @@ static void test_moe_activation_checkpointing(void **state) {
     qwen3_zero_grads(&ref);
     float l0 = qwen3_forward(&ref, tok, tgt, NULL, NULL, B, T);
     qwen3_backward(&ref, 0);
-    const ActCheckpoint modes[] = {AC_FULL, AC_SELECTIVE};
+    const AcMode modes[] = {AC_FULL, AC_SELECTIVE};
     for (int mi = 0; mi < 2; mi++) {
         Qwen3 m;
         assert_int_equal(qwen3_create(&m, &s, B, T, modes[mi], &err), 0);

@@ -231,7 +231,7 @@ static void check_hf_io(const Qwen3 *m, const char *dir) {
     if (qwen3_create(&m2, &m->spec, 1, 4, AC_NONE, &err)) fail_msg("%s", err.msg);
     StSet set;
     if (st_set_open(&set, dir, &err)) fail_msg("%s", err.msg);
-    if (qwen3_load_hf(&m2, &set, &err)) fail_msg("%s", err.msg);
+    if (qwen3_load_hf(&m2, &set, dir, &err)) fail_msg("%s", err.msg);
     st_set_close(&set);
     for (int i = 0; i < m->nparams; i++)
         assert_memory_equal(m2.table[i].data, m->table[i].data,
@@ -305,7 +305,7 @@ static void check_fixture(const char *root, const char *fixture) {
      * but is zero in the last run, which must not change anything. */
     static const struct {
         const MoeExpertsOp *impl;
-        ActCheckpoint ac;
+        AcMode ac;
         double lbc;
     } runs[] = {{&moe_experts_grouped, AC_NONE, 0},
                 {&moe_experts_reference, AC_NONE, 0},

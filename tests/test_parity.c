@@ -19,6 +19,7 @@
 
 #include "core/fs.h"
 #include "core/json.h"
+#include "io/hf_keys.h"
 #include "io/safetensors.h"
 #include "io/token_lines.h"
 #include "model/qwen3.h"
@@ -105,10 +106,15 @@ static Errs run_case(Qwen3 *m, const TokenLines *tl, const StFile *exp, int pack
     st_to_f32(st_find(exp, "loss"), &ref_loss);
     e.loss = fabs(loss - ref_loss) / fabs(ref_loss);
     qwen3_backward(m, 0);
+    HfKeyTable keys;
+    hf_keys_build(&keys, &m->spec);
     for (int i = 0; i < m->nparams; i++) {
         const Qwen3Param *p = &m->table[i];
-        char hf[160];
-        assert_int_equal(qwen3_hf_name(hf, sizeof hf, p->name), 0);
+        const char *hf = NULL;
+        int k = hf_keys_find_param(&keys, p->name);
+        for (int h = 0; h < keys.nhf && !hf; h++)
+            if (keys.hf[h].param == k) hf = keys.hf[h].name;
+        assert_non_null(hf);
         const StTensor *t = st_find(exp, hf);
         assert_non_null(t);
         assert_true(t->numel == p->numel);
@@ -127,6 +133,7 @@ static Errs run_case(Qwen3 *m, const TokenLines *tl, const StFile *exp, int pack
         free(ref);
     }
     free(tgt), free(pos), free(doc);
+    hf_keys_free(&keys);
     return e;
 }
 
@@ -165,7 +172,7 @@ static void test_parity(void **state) {
         for (int ac = AC_NONE; ac <= AC_SELECTIVE; ac++) {
             Qwen3 m;
             assert_int_equal(qwen3_create(&m, &s, tl.n, (int)tl.total, ac, &err), 0);
-            if (qwen3_load_hf(&m, &set, &err)) fail_msg("%s", err.msg);
+            if (qwen3_load_hf(&m, &set, dir, &err)) fail_msg("%s", err.msg);
             for (int packed = equal && ac == AC_NONE ? 0 : 1; packed <= 1; packed++) {
                 Errs e = run_case(&m, &tl, &exp, packed);
                 printf("%-20s %-7s %-7s logits %.2e  loss %.2e  grad %.2e (worst %s)\n", fixture,

@@ -225,8 +225,68 @@ static void test_divergence_is_an_error(void **state) {
     free(m);
 }
 
+/* Parameters that hold a NaN are never checkpointed: with skip_nonfinite the run reaches its
+ * first save and fails there, naming the step and the parameter, and writes no step folder. */
+static void test_no_checkpoint_holds_nan(void **state) {
+    (void)state;
+    char tmpl[] = "/tmp/qt_trainer_XXXXXX";
+    assert_non_null(mkdtemp(tmpl));
+    Toy *m = malloc(sizeof *m);
+    toy_init(m);
+    m->w[3] = NAN;
+    TrainerOptions o = options(m, tmpl);
+    o.skip_nonfinite = 1;
+    TrainModel md = model_of(m);
+    TrainData d = data_of(m);
+    Err err;
+    assert_int_equal(trainer_run(&o, &md, &d, &err), -1);
+    printf("%s\n", err.msg);
+    assert_non_null(strstr(err.msg, "step 4: parameter bigram.weight holds a non-finite value"));
+    char path[4096];
+    snprintf(path, sizeof path, "%s/checkpoint/step-4", tmpl);
+    assert_false(fs_exists(path));
+    fs_remove_tree(tmpl, &err);
+    free(m);
+}
+
+static int last_save_calls;
+static char last_save_dir[4096];
+static int on_last_save(void *ctx, const char *dir, Err *err) {
+    (void)ctx;
+    (void)err;
+    last_save_calls++;
+    snprintf(last_save_dir, sizeof last_save_dir, "%s", dir);
+    return 0;
+}
+
+/* The last-save hook (HF export) runs once, after the last step's checkpoint is committed. */
+static void test_last_save_hook(void **state) {
+    (void)state;
+    char tmpl[] = "/tmp/qt_trainer_XXXXXX";
+    assert_non_null(mkdtemp(tmpl));
+    Toy *m = malloc(sizeof *m);
+    toy_init(m);
+    TrainerOptions o = options(m, tmpl);
+    o.on_last_save = on_last_save;
+    TrainModel md = model_of(m);
+    TrainData d = data_of(m);
+    Err err;
+    last_save_calls = 0;
+    assert_int_equal(trainer_run(&o, &md, &d, &err), 0);
+    assert_int_equal(last_save_calls, 1);
+    char want[4096];
+    snprintf(want, sizeof want, "%s/checkpoint/step-%d", tmpl, STEPS);
+    assert_string_equal(last_save_dir, want);
+    snprintf(want, sizeof want, "%s/train_state.json", last_save_dir);
+    assert_true(fs_exists(want));
+    fs_remove_tree(tmpl, &err);
+    free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_no_checkpoint_holds_nan),
+        cmocka_unit_test(test_last_save_hook),
         cmocka_unit_test(test_resume_is_bitwise),
         cmocka_unit_test(test_divergence_is_an_error),
     };

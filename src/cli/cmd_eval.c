@@ -73,7 +73,7 @@ static int eval_run(const EvalArgs *a, Err *err) {
     rc = -1;
     if (qwen3_create(&m, &spec, 1, (int)row, AC_NONE, err)) goto out_lines;
     if (st_set_open(&set, a->model, err)) goto out_model;
-    if (qwen3_load_hf(&m, &set, err)) goto out_set;
+    if (qwen3_load_hf(&m, &set, a->model, err)) goto out_set;
 
     long N = tl.total, V = spec.vocab_size;
     tgt = xmalloc((size_t)N * sizeof *tgt);

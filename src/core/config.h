@@ -17,13 +17,13 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/ac_mode.h"
 #include "core/dtype.h"
 #include "core/err.h"
 #include "core/model_spec.h"
 
 typedef enum DecayType { DECAY_LINEAR = 0, DECAY_SQRT, DECAY_COSINE } DecayType;
 typedef enum DeviceKind { DEVICE_CPU = 0, DEVICE_CUDA, DEVICE_AUTO } DeviceKind;
-typedef enum AcMode { AC_NONE = 0, AC_SELECTIVE, AC_FULL } AcMode;
 typedef enum OptimizerKind { OPTIMIZER_ADAMW = 0 } OptimizerKind;
 
 /* One replacement of a model field ([model] n_layers = 4, or --model.n_layers=4), applied in

@@ -329,12 +329,13 @@ static json_t *token_ids_json(const int64_t *ids, int n, int as_list) {
     return a;
 }
 
-int model_spec_write_hf_config_ex(const ModelSpec *s, const HfConfigExtra *extra, const char *path,
-                                  const char *torch_dtype, Err *err) {
+char *model_spec_hf_config_text(const ModelSpec *s, const HfConfigExtra *extra,
+                                const char *torch_dtype, size_t *len, Err *err) {
     if (strcmp(torch_dtype, "float32") != 0 && strcmp(torch_dtype, "bfloat16") != 0 &&
-        strcmp(torch_dtype, "float16") != 0)
-        return err_set(err, "%s: torch_dtype \"%s\" is not one of float32, bfloat16, float16", path,
-                       torch_dtype);
+        strcmp(torch_dtype, "float16") != 0) {
+        err_set(err, "torch_dtype \"%s\" is not one of float32, bfloat16, float16", torch_dtype);
+        return NULL;
+    }
     int moe = s->num_experts > 0;
     json_t *o = json_object();
     json_t *archs = json_array();
@@ -394,9 +395,19 @@ int model_spec_write_hf_config_ex(const ModelSpec *s, const HfConfigExtra *extra
     char *buf = xmalloc(n + 2);
     memcpy(buf, text, n);
     buf[n] = '\n';
+    buf[n + 1] = '\0';
     free(text);
-    int rc = fs_write_atomic(path, buf, n + 1, err);
-    free(buf);
+    *len = n + 1;
+    return buf;
+}
+
+int model_spec_write_hf_config_ex(const ModelSpec *s, const HfConfigExtra *extra, const char *path,
+                                  const char *torch_dtype, Err *err) {
+    size_t len;
+    char *text = model_spec_hf_config_text(s, extra, torch_dtype, &len, err);
+    if (!text) return err_wrap(err, "%s", path);
+    int rc = fs_write_atomic(path, text, len, err);
+    free(text);
     return rc;
 }
 

@@ -44,6 +44,10 @@ int model_spec_from_hf_config_text(ModelSpec *spec, HfConfigExtra *extra, const 
  * "bfloat16" or "float16"). */
 int model_spec_write_hf_config(const ModelSpec *spec, const char *path, const char *torch_dtype,
                                Err *err);
+/* The text of that config.json (malloc'd, NUL-terminated, *len bytes with the final newline),
+ * or NULL after an error. */
+char *model_spec_hf_config_text(const ModelSpec *spec, const HfConfigExtra *extra,
+                                const char *torch_dtype, size_t *len, Err *err);
 /* Same, with bos/eos token ids from extra (NULL or absent ids are omitted). */
 int model_spec_write_hf_config_ex(const ModelSpec *spec, const HfConfigExtra *extra,
                                   const char *path, const char *torch_dtype, Err *err);

@@ -332,6 +332,14 @@ void st_writer_add_f32(StWriter *w, const char *name, DType dtype, int ndim, con
     push_item(w, name, dtype, ndim, shape, data)->from_f32 = 1;
 }
 
+void st_writer_add_f32_source(StWriter *w, const char *name, DType dtype, int ndim,
+                              const int64_t *shape, StF32Source source, void *ctx) {
+    StWriteItem *it = push_item(w, name, dtype, ndim, shape, NULL);
+    it->from_f32 = 1;
+    it->source = source;
+    it->source_ctx = ctx;
+}
+
 void st_writer_set_metadata(StWriter *w, const char *key, const char *value) {
     for (int i = 0; i < w->nmeta; i++)
         if (strcmp(w->meta[2 * i], key) == 0) {
@@ -484,17 +492,27 @@ static int out_put(Out *o, const void *p, size_t n, Err *err) {
 }
 
 static int out_item(Out *o, const StWriteItem *it, Err *err) {
-    if (!it->from_f32 || it->dtype == DT_F32) return out_put(o, it->data, it->nbytes, err);
+    if (!it->source && (!it->from_f32 || it->dtype == DT_F32))
+        return out_put(o, it->data, it->nbytes, err);
     size_t es = dtype_size(it->dtype), n = it->nbytes / es;
-    const float *src = it->data;
     enum { CHUNK = 1 << 16 };
-    for (size_t i = 0; i < n; i += CHUNK) {
+    float *pulled = it->source ? xmalloc(CHUNK * sizeof *pulled) : NULL;
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i += CHUNK) {
         size_t m = n - i < CHUNK ? n - i : CHUNK;
-        if (o->n + m * es > OUT_BUF) TRY(out_flush(o, err));
-        dtype_from_f32(o->buf + o->n, src + i, it->dtype, m);
-        o->n += m * es;
+        const float *src = pulled;
+        if (pulled)
+            rc = it->source(it->source_ctx, pulled, i, m, err);
+        else
+            src = (const float *)it->data + i;
+        if (rc == 0 && o->n + m * es > OUT_BUF) rc = out_flush(o, err);
+        if (rc == 0) {
+            dtype_from_f32(o->buf + o->n, src, it->dtype, m);
+            o->n += m * es;
+        }
     }
-    return 0;
+    free(pulled);
+    return rc;
 }
 
 static void build_header(Buf *h, StWriteItem **order, int n, char **meta, int nmeta) {

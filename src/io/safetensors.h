@@ -48,14 +48,19 @@ void st_to_f32(const StTensor *t, float *dst);
  * the one the Python `safetensors` package writes, byte for byte: tensors ordered by dtype
  * (I64, F32, I32, BF16, F16, U8) then name, header in that order with `__metadata__` first,
  * padded with spaces so the data starts at an 8-byte aligned offset. */
+/* Fills dst with elements [first, first + n) of a tensor as fp32 (st_writer_add_f32_source). */
+typedef int (*StF32Source)(void *ctx, float *dst, size_t first, size_t n, Err *err);
+
 typedef struct StWriteItem {
     char *name;
     DType dtype; /* dtype written to the file */
     int ndim;
     int64_t shape[ST_MAX_DIMS];
     const void *data;
-    size_t nbytes; /* bytes in the file (numel * dtype_size(dtype)) */
-    int from_f32;  /* data is fp32 and is converted to dtype while writing */
+    size_t nbytes;      /* bytes in the file (numel * dtype_size(dtype)) */
+    int from_f32;       /* data is fp32 and is converted to dtype while writing */
+    StF32Source source; /* when set (data NULL): the fp32 values are pulled from it */
+    void *source_ctx;
 } StWriteItem;
 
 typedef struct StWriter {
@@ -73,6 +78,11 @@ void st_writer_add(StWriter *w, const char *name, DType dtype, int ndim, const i
  * file is written so no converted copy of the model is ever held. */
 void st_writer_add_f32(StWriter *w, const char *name, DType dtype, int ndim, const int64_t *shape,
                        const float *data);
+/* The same with the values pulled from source in chunks while the file is written, so the
+ * tensor never exists whole in memory (HF export of a sharded checkpoint). A failing source
+ * fails the write with its sentence. */
+void st_writer_add_f32_source(StWriter *w, const char *name, DType dtype, int ndim,
+                              const int64_t *shape, StF32Source source, void *ctx);
 /* Sets one `__metadata__` entry (HF writes {"format": "pt"}); keys are written sorted. */
 void st_writer_set_metadata(StWriter *w, const char *key, const char *value);
 int st_write_finish(StWriter *w, const char *path, Err *err);

@@ -188,7 +188,7 @@ static void layout_acts(Qwen3 *m, Arena *ar) {
     a->h = arena_floats(ar, N * D);
     a->hn = arena_floats(ar, N * D);
     a->rstdf = arena_floats(ar, N);
-    a->logits = arena_floats(ar, N * V);
+    a->logits = arena_floats(ar, (size_t)m->mod.loss->workspace_floats(N, (int)V));
     a->ce_lse = arena_floats(ar, N);
     a->losses = arena_floats(ar, N);
     a->dres = arena_floats(ar, N * D);
@@ -223,22 +223,28 @@ static void layout_acts(Qwen3 *m, Arena *ar) {
 
 /* ---- module tree ---- */
 
-static void add_slot(Qwen3 *m, OpKind kind, void *field, const char *fmt, int layer) {
-    if (m->slots) {
-        ModuleSlot *s = &m->slots[m->nslots];
+typedef struct TreeBuild {
+    ModuleSlot *slots; /* NULL: count only */
+    int n;
+} TreeBuild;
+
+static void add_slot(TreeBuild *tb, OpKind kind, void *field, const char *fmt, int layer) {
+    if (tb->slots) {
+        ModuleSlot *s = &tb->slots[tb->n];
         snprintf(s->fqn, sizeof s->fqn, fmt, layer);
         s->kind = kind;
         s->field = field;
     }
-    m->nslots++;
+    tb->n++;
 }
 
-static void build_modules(Qwen3 *m) {
-    Qwen3Modules *d = &m->mod;
-    m->nslots = 0;
+int qwen3_module_tree(const ModelSpec *spec, Qwen3Modules *d, ModuleSlot *slots) {
+    TreeBuild tb = {slots, 0};
+    TreeBuild *m = &tb;
+    memset(d, 0, sizeof *d);
     d->tok_embeddings = &embedding_reference;
     add_slot(m, OP_EMBEDDING, &d->tok_embeddings, "tok_embeddings", 0);
-    for (int i = 0; i < m->spec.n_layers; i++) {
+    for (int i = 0; i < spec->n_layers && i < QT_MAX_LAYERS; i++) {
         Qwen3LayerModules *l = &d->layers[i];
         l->attention_norm = l->q_norm = l->k_norm = l->ffn_norm = &rmsnorm_reference;
         l->qkv = l->wo = &linear_reference;
@@ -255,7 +261,7 @@ static void build_modules(Qwen3 *m) {
         add_slot(m, OP_SDPA, &l->sdpa, "layers.%d.attention.sdpa", i);
         add_slot(m, OP_LINEAR, &l->wo, "layers.%d.attention.wo", i);
         add_slot(m, OP_RMSNORM, &l->ffn_norm, "layers.%d.ffn_norm", i);
-        if (model_spec_layer_is_moe(&m->spec, i)) {
+        if (model_spec_layer_is_moe(spec, i)) {
             /* grouped is the CPU default: same maths as the reference, GEMM-sized work. */
             l->router = &linear_reference;
             l->experts = &moe_experts_grouped;
@@ -268,15 +274,24 @@ static void build_modules(Qwen3 *m) {
     }
     d->norm = &rmsnorm_reference;
     d->lm_head = &linear_reference;
-    d->loss = &cross_entropy_reference;
+    d->loss = &lm_head_loss_reference;
+    d->ce = &cross_entropy_reference;
     add_slot(m, OP_RMSNORM, &d->norm, "norm", 0);
     add_slot(m, OP_LINEAR, &d->lm_head, "lm_head", 0);
-    add_slot(m, OP_CROSS_ENTROPY, &d->loss, "loss", 0);
+    add_slot(m, OP_LM_HEAD_LOSS, &d->loss, "loss", 0);
+    return tb.n;
+}
+
+/* The tree into m->mod and m->slots (when allocated), then impl's choices on top; the slots
+ * point into m->mod, so copying impl over it keeps them valid. */
+static void build_modules(Qwen3 *m, const Qwen3Modules *impl) {
+    m->nslots = qwen3_module_tree(&m->spec, &m->mod, m->slots);
+    if (impl) m->mod = *impl;
 }
 
 /* Checks the shape and fills what the layout functions read; shared by create and
  * qwen3_sizes so the plan sizes exactly what is created. */
-static int setup(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac, Err *err) {
+static int setup(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *err) {
     memset(m, 0, sizeof *m);
     m->spec = *spec;
     const ModelSpec *s = &m->spec;
@@ -307,16 +322,16 @@ static int setup(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac
     return 0;
 }
 
-static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac, int owned,
-                  Err *err) {
+static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int owned,
+                  const Qwen3Modules *impl, Err *err) {
     TRY(setup(m, spec, B, T, ac, err));
     Arena pc, gc, ac_count;
     arena_init_counting(&pc, "parameter");
     arena_init_counting(&gc, "gradient");
     arena_init_counting(&ac_count, "activation");
+    build_modules(m, impl); /* before the activations: the loss op sizes its workspace */
     layout_params(m, &pc, &gc);
     layout_acts(m, &ac_count);
-    build_modules(m);
     m->table = xcalloc((size_t)m->nparams, sizeof *m->table);
     m->slots = xcalloc((size_t)m->nslots, sizeof *m->slots);
     if ((owned && (arena_init(&m->param_arena, "parameter", pc.used, err) ||
@@ -325,22 +340,26 @@ static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint a
         qwen3_free(m);
         return -1;
     }
+    build_modules(m, impl);
     if (owned)
         layout_params(m, &m->param_arena, &m->grad_arena);
     else /* counting arenas place nothing: the table gets NULL data and grad */
         layout_params(m, &pc, &gc);
     layout_acts(m, &m->act_arena);
-    build_modules(m);
     return 0;
 }
 
-int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac, Err *err) {
-    return create(m, spec, B, T, ac, 1, err);
+int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *err) {
+    return create(m, spec, B, T, ac, 1, NULL, err);
 }
 
-int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac,
-                         Err *err) {
-    return create(m, spec, B, T, ac, 0, err);
+int qwen3_create_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
+                      const Qwen3Modules *impl, Err *err) {
+    return create(m, spec, B, T, ac, 1, impl, err);
+}
+
+int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *err) {
+    return create(m, spec, B, T, ac, 0, NULL, err);
 }
 
 void qwen3_free(Qwen3 *m) {
@@ -509,6 +528,18 @@ static void add_into(float *y, const float *x, long n, int bwd) {
     prof_end(tok);
 }
 
+/* dres += the norm's dx: fused by ops that provide backward_acc, else through tmp. */
+static void norm_backward_into(const RmsnormOp *op, float *dres, float *tmp, float *dw,
+                               const float *dout, const float *x, const float *w, const float *rstd,
+                               long N, int D) {
+    if (op->backward_acc) {
+        op->backward_acc(dres, dw, dout, x, w, rstd, N, D);
+        return;
+    }
+    op->backward(tmp, dw, dout, x, w, rstd, N, D);
+    add_into(dres, tmp, N * D, 1);
+}
+
 /* MoE block of layer i: a->xn2 -> out (N, D). count: add the routing to the balancing counts
  * and the auxiliary-loss sums (not when backward recomputes the layer). */
 static void moe_forward(Qwen3 *m, int i, float *out, int count) {
@@ -586,9 +617,15 @@ static void layer_forward(Qwen3 *m, int i, float *out, int count) {
             md->sdpa->forward(a->att, a->lse, a->qr, a->kr, a->v, doc, B, T, H, K, E));
     linear_fwd(m, md->wo, a->xmid, a->att, p->wo, pb->wo, N, H * E, D);
     tp_sum(m, a->xmid, N * D);
-    add_into(a->xmid, a->x, N * D, 0);
-    PROF_OP(&md->ffn_norm->h, 0,
-            md->ffn_norm->forward(a->xn2, a->rstd2, a->xmid, p->ffn_norm, N, D, eps));
+    if (md->ffn_norm->forward_add) { /* a kernel fusing the residual add into the norm */
+        PROF_OP(&md->ffn_norm->h, 0,
+                md->ffn_norm->forward_add(a->xmid, a->xn2, a->rstd2, a->xmid, a->x, p->ffn_norm, N,
+                                          D, eps));
+    } else {
+        add_into(a->xmid, a->x, N * D, 0);
+        PROF_OP(&md->ffn_norm->h, 0,
+                md->ffn_norm->forward(a->xn2, a->rstd2, a->xmid, p->ffn_norm, N, D, eps));
+    }
     const SwigluOp *ff = md->feed_forward;
     if (md->experts)
         moe_forward(m, i, out, count);
@@ -654,10 +691,9 @@ static void layer_backward(Qwen3 *m, int i) {
                 ff->backward(A->dxn, g->w1, g->w3, g->w2, A->dh1, A->dh3, A->dres, a->xn2, a->h1,
                              a->h3, a->g, p->w1, p->w3, p->w2, N, D, F));
     tp_sum(m, A->dxn, N * D);
-    PROF_OP(
-        &md->ffn_norm->h, 1,
-        md->ffn_norm->backward(A->dtmp, g->ffn_norm, A->dxn, a->xmid, p->ffn_norm, a->rstd2, N, D));
-    add_into(A->dres, A->dtmp, N * D, 1); /* dres = d xmid */
+    PROF_OP(&md->ffn_norm->h, 1,
+            norm_backward_into(md->ffn_norm, A->dres, A->dtmp, g->ffn_norm, A->dxn, a->xmid,
+                               p->ffn_norm, a->rstd2, N, D)); /* dres = d xmid */
 
     linear_bwd(m, md->wo, A->datt, g->wo, A->dres, a->att, p->wo, pb->wo, N, H * E, D, 0.0f);
     PROF_OP(&md->sdpa->h, 1,
@@ -676,9 +712,8 @@ static void layer_backward(Qwen3 *m, int i) {
     linear_bwd(m, md->qkv, A->dxn, g->wv, A->dv, a->xn1, p->wv, pb->wv, N, D, K * E, 1.0f);
     tp_sum(m, A->dxn, N * D);
     PROF_OP(&md->attention_norm->h, 1,
-            md->attention_norm->backward(A->dtmp, g->attention_norm, A->dxn, a->x,
-                                         p->attention_norm, a->rstd1, N, D));
-    add_into(A->dres, A->dtmp, N * D, 1); /* dres = d x */
+            norm_backward_into(md->attention_norm, A->dres, A->dtmp, g->attention_norm, A->dxn,
+                               a->x, p->attention_norm, a->rstd1, N, D)); /* dres = d x */
 }
 
 float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
@@ -722,15 +757,24 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
     hook(m, L + 1, QWEN3_PRE_FORWARD);
     PROF_OP(&md->norm->h, 0,
             md->norm->forward(a->hn, a->rstdf, a->h, m->p.norm, N, D, (float)s->norm_eps));
-    linear_fwd(m, md->lm_head, a->logits, a->hn, m->p.output, m->pb.output, N, D, V);
-    m->loss_sum = 0.0;
     m->n_valid = 0;
-    if (targets) {
+    if (md->loss == &lm_head_loss_reference) {
+        /* The reference output op, scheduled here so lm_head can take the bf16 path and the
+         * cross-entropy the module set's implementation (md->ce). */
+        linear_fwd(m, md->lm_head, a->logits, a->hn, m->p.output, m->pb.output, N, D, V);
+        m->loss_sum = 0.0;
+        if (targets)
+            PROF_OP(&md->ce->h, 0,
+                    m->loss_sum =
+                        md->ce->forward(a->losses, a->ce_lse, a->logits, a->targets, N, V));
+    } else {
         PROF_OP(&md->loss->h, 0,
-                m->loss_sum = md->loss->forward(a->losses, a->ce_lse, a->logits, a->targets, N, V));
+                m->loss_sum = md->loss->forward(a->losses, a->ce_lse, a->logits, a->hn, m->p.output,
+                                                targets ? a->targets : NULL, md->lm_head, N, D, V));
+    }
+    if (targets)
         for (long n = 0; n < N; n++)
             m->n_valid += a->targets[n] != CE_IGNORE;
-    }
     m->aux_loss = 0.0;
     double rows = (double)N * m->n_moe_layers;
     if (m->n_moe_layers && s->router_aux_loss_coef > 0)
@@ -750,13 +794,19 @@ void qwen3_backward(Qwen3 *m, double divisor) {
         moe_aux_dprob(a->aux_dprob, a->aux_counts, (double)N * m->n_moe_layers, s->num_experts,
                       s->router_aux_loss_coef * m->aux_weight);
     hook(m, s->n_layers + 1, QWEN3_PRE_BACKWARD);
-    /* dlogits overwrite the logits in place. */
     const Qwen3Modules *md = &m->mod;
-    PROF_OP(&md->loss->h, 1,
-            md->loss->backward(a->logits, a->logits, a->ce_lse, a->targets, N, V,
-                               (float)(1.0 / divisor)));
-    linear_bwd(m, md->lm_head, a->dxn, m->g.output, a->logits, a->hn, m->p.output, m->pb.output, N,
-               D, V, 0.0f);
+    if (md->loss == &lm_head_loss_reference) {
+        /* dlogits overwrite the logits in place. */
+        PROF_OP(&md->ce->h, 1,
+                md->ce->backward(a->logits, a->logits, a->ce_lse, a->targets, N, V,
+                                 (float)(1.0 / divisor)));
+        linear_bwd(m, md->lm_head, a->dxn, m->g.output, a->logits, a->hn, m->p.output, m->pb.output,
+                   N, D, V, 0.0f);
+    } else {
+        PROF_OP(&md->loss->h, 1,
+                md->loss->backward(a->dxn, m->g.output, a->logits, a->hn, m->p.output, a->targets,
+                                   a->ce_lse, md->lm_head, N, D, V, (float)(1.0 / divisor)));
+    }
     PROF_OP(&md->norm->h, 1,
             md->norm->backward(a->dres, m->g.norm, a->dxn, a->h, m->p.norm, a->rstdf, N, D));
     hook(m, s->n_layers + 1, QWEN3_POST_BACKWARD);
@@ -781,16 +831,17 @@ void qwen3_backward(Qwen3 *m, double divisor) {
 
 /* ---- sizing without allocating ---- */
 
-int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, ActCheckpoint ac, Err *err) {
+int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
+                const Qwen3Modules *impl, Err *err) {
     memset(out, 0, sizeof *out);
-    /* The same checks and layout functions qwen3_create runs, on counting arenas only: no
-     * table, no slots, no memory. (With per-instance implementations, the module tree must be
-     * built before layout_acts, as qwen3_create does, since the loss op sizes its workspace.) */
+    /* The same checks, module tree and layout functions create runs, on counting arenas
+     * only: no table, no slots, no memory. */
     Qwen3 *m = xcalloc(1, sizeof *m);
     if (setup(m, spec, B, T, ac, err) != 0) {
         free(m);
         return -1;
     }
+    build_modules(m, impl); /* before the activations: the loss op sizes its workspace */
     Arena pc, gc, acnt;
     arena_init_counting(&pc, "parameter");
     arena_init_counting(&gc, "gradient");

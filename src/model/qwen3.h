@@ -15,24 +15,20 @@
 
 #include <stdint.h>
 
+#include "core/ac_mode.h"
 #include "core/arena.h"
 #include "core/err.h"
 #include "core/model_spec.h"
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
 #include "ops/linear.h"
+#include "ops/lm_head_loss.h"
 #include "ops/moe_experts.h"
 #include "ops/op.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
 #include "ops/sdpa.h"
 #include "ops/swiglu.h"
-
-typedef enum ActCheckpoint {
-    AC_NONE = 0,  /* keep every activation */
-    AC_FULL,      /* keep each layer's input only; recompute the layer in backward */
-    AC_SELECTIVE, /* keep matmul and attention outputs; recompute norms and rope in backward */
-} ActCheckpoint;
 
 /* One layer's parameters (also used for its gradients). */
 typedef struct Qwen3LayerParams {
@@ -96,8 +92,11 @@ typedef struct Qwen3Modules {
     const EmbeddingOp *tok_embeddings;
     Qwen3LayerModules layers[QT_MAX_LAYERS];
     const RmsnormOp *norm;
-    const LinearOp *lm_head;
-    const CrossEntropyOp *loss;
+    const LinearOp *lm_head;  /* the projection, called by loss */
+    const LmHeadLossOp *loss; /* lm_head + cross-entropy (ops/lm_head_loss.h) */
+    /* The cross-entropy the reference `loss` op runs inside the model (so lm_head keeps its
+     * bf16 path): part of the `loss` instance, not a module of its own. */
+    const CrossEntropyOp *ce;
 } Qwen3Modules;
 
 /* Activations of one layer. AC_FULL: all layers share one set except x. AC_SELECTIVE: they
@@ -140,7 +139,8 @@ typedef struct Qwen3Acts {
     float *h;      /* (N, D) output of the last layer */
     float *hn;     /* (N, D) after the final norm */
     float *rstdf;  /* (N) */
-    float *logits; /* (N, V); becomes dlogits during backward */
+    float *logits; /* loss workspace: (N, V) logits with the reference, becomes dlogits during
+                    * backward; a chunked loss sizes it smaller (workspace_floats) */
     float *ce_lse; /* (N) */
     float *losses; /* (N) */
     /* Activation gradients: one set, reused by every layer in turn. */
@@ -191,7 +191,7 @@ typedef struct Qwen3 Qwen3;
 struct Qwen3 {
     ModelSpec spec;
     int max_B, max_T; /* activation capacity */
-    ActCheckpoint ac;
+    AcMode ac;
     Arena param_arena, grad_arena, act_arena;
     Qwen3Params p;
     Qwen3Params g; /* gradients, same layout */
@@ -228,12 +228,24 @@ struct Qwen3 {
     void (*tp_sum)(void *ctx, float *buf, long n);
 };
 
+/* The module tree of spec (DESIGN §4), without allocating a model: fills mod with each
+ * kind's reference implementation and, when slots is not NULL, slots[i] with instance i's FQN,
+ * kind and the address of its pointer inside mod. Returns the number of instances. The model
+ * builds its own tree with this function, so the override check (kernels/overrides.h) sees
+ * exactly the instances the model runs. */
+int qwen3_module_tree(const ModelSpec *spec, Qwen3Modules *mod, ModuleSlot *slots);
+
 /* Builds the parameter table and arenas for spec and activations for up to B x T tokens.
  * Parameters are zero until qwen3_init_params or a load fills them. */
-int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac, Err *err);
+int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *err);
+/* As qwen3_create with the module implementations taken from impl (a tree from
+ * qwen3_module_tree for the same spec, with overrides applied; NULL = references), so the
+ * activations are sized for them (a chunked loss needs no (N, V) logits). */
+int qwen3_create_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
+                      const Qwen3Modules *impl, Err *err);
 /* The same without parameter and gradient memory: the table has names and shapes but NULL
  * data and grad, and m->p / m->g stay NULL until a unit_hook points them somewhere (FSDP). */
-int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, ActCheckpoint ac, Err *err);
+int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *err);
 void qwen3_free(Qwen3 *m);
 
 /* Bytes of the three arenas qwen3_create would allocate for the same arguments, computed by
@@ -243,7 +255,8 @@ typedef struct Qwen3Sizes {
     size_t bf16_bytes; /* the bf16 weight arena qwen3_enable_bf16 would add */
     int nparams;       /* entries of the parameter table (a tied output is no entry) */
 } Qwen3Sizes;
-int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, ActCheckpoint ac, Err *err);
+int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
+                const Qwen3Modules *impl, Err *err);
 
 /* Mixed precision (DESIGN §5): from now on every forward first copies the matmul weights
  * (attention and FFN projections, lm_head) to bf16, and the linear / feed_forward modules whose

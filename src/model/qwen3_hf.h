@@ -1,19 +1,21 @@
-/* Loading Hugging Face Qwen3ForCausalLM weights into a Qwen3 model. */
+/* Loading Hugging Face Qwen3ForCausalLM weights into a Qwen3 model, through the one name table
+ * of io/hf_keys.h. */
 #ifndef QT_QWEN3_HF_H
 #define QT_QWEN3_HF_H
-
-#include <stddef.h>
 
 #include "core/err.h"
 #include "io/safetensors.h"
 #include "model/qwen3.h"
 
-/* HF key of a qtitan parameter name ("layers.0.attention.wq.weight" ->
- * "model.layers.0.self_attn.q_proj.weight"); -1 when the name is not a Qwen3 parameter. */
-int qwen3_hf_name(char *out, size_t cap, const char *qt_name);
-/* Fills every parameter of m from the tensors of set (F32, BF16 or F16), checking shapes. A
- * tied model ignores lm_head.weight; an untied one requires it. MoE layers: the router and
- * the per-expert tensors (stacked) come through io/hf_keys; expert_bias is set to zero. */
-int qwen3_load_hf(Qwen3 *m, const StSet *set, Err *err);
+/* Fills every parameter of m from the tensors of set (F32, BF16 or F16). The set must hold
+ * exactly the model's HF tensors: otherwise the error lists every missing, unexpected and
+ * misshaped key (as many as fit in one message, with the counts of each). A tied model accepts
+ * and ignores an lm_head.weight of the embedding's shape, as transformers does; MoE
+ * expert_bias (no HF tensor) is set to zero. what names the
+ * weights in the message (a path). */
+int qwen3_load_hf(Qwen3 *m, const StSet *set, const char *what, Err *err);
+/* The check qwen3_load_hf starts with: 0 when set holds exactly spec's HF tensors, else -1
+ * with the sentence listing every problem. */
+int qwen3_hf_check(const ModelSpec *spec, const StSet *set, const char *what, Err *err);
 
 #endif

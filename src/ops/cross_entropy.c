@@ -44,4 +44,4 @@ void cross_entropy_backward(float *dlogits, const float *logits, const float *ls
 }
 
 const CrossEntropyOp cross_entropy_reference = {
-    {"reference", OP_CROSS_ENTROPY, "cpu"}, cross_entropy_forward, cross_entropy_backward};
+    {"reference", OP_CROSS_ENTROPY, "cpu", 0}, cross_entropy_forward, cross_entropy_backward};

@@ -27,4 +27,4 @@ void embedding_backward(float *dtable, const float *dout, const int32_t *tokens,
 }
 
 const EmbeddingOp embedding_reference = {
-    {"reference", OP_EMBEDDING, "cpu"}, embedding_forward, embedding_backward};
+    {"reference", OP_EMBEDDING, "cpu", 0}, embedding_forward, embedding_backward};

@@ -146,7 +146,7 @@ static void reference_backward(float *dx, float *dgw, float *dw1, float *dw3, fl
 }
 
 const MoeExpertsOp moe_experts_reference = {
-    {"reference", OP_MOE_EXPERTS, "cpu"}, reference_forward, reference_backward};
+    {"reference", OP_MOE_EXPERTS, "cpu", 0}, reference_forward, reference_backward};
 
 /* ---- grouped: sort by expert, one GEMM per expert ---- */
 
@@ -264,4 +264,4 @@ static void grouped_backward(float *dx, float *dgw, float *dw1, float *dw3, floa
 }
 
 const MoeExpertsOp moe_experts_grouped = {
-    {"grouped", OP_MOE_EXPERTS, "cpu"}, grouped_forward, grouped_backward};
+    {"experts_grouped", OP_MOE_EXPERTS, "cpu", 0}, grouped_forward, grouped_backward};

@@ -4,6 +4,7 @@
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
 #include "ops/linear.h"
+#include "ops/lm_head_loss.h"
 #include "ops/moe_experts.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
@@ -11,8 +12,9 @@
 #include "ops/swiglu.h"
 
 const char *op_kind_name(OpKind kind) {
-    static const char *const names[OP_NKINDS] = {
-        "embedding", "rmsnorm", "linear", "rope", "sdpa", "swiglu", "cross_entropy", "moe.experts"};
+    static const char *const names[OP_NKINDS] = {"embedding",     "rmsnorm",      "linear",
+                                                 "rope",          "sdpa",         "swiglu",
+                                                 "cross_entropy", "lm_head_loss", "moe.experts"};
     return (unsigned)kind < OP_NKINDS ? names[kind] : "?";
 }
 
@@ -32,6 +34,8 @@ const OpHeader *op_reference(OpKind kind) {
         return &swiglu_reference.h;
     case OP_CROSS_ENTROPY:
         return &cross_entropy_reference.h;
+    case OP_LM_HEAD_LOSS:
+        return &lm_head_loss_reference.h;
     case OP_MOE_EXPERTS:
         return &moe_experts_reference.h;
     default:
@@ -57,6 +61,8 @@ const OpHeader *module_slot_get(const ModuleSlot *s) {
         return &(*(const SwigluOp **)s->field)->h;
     case OP_CROSS_ENTROPY:
         return &(*(const CrossEntropyOp **)s->field)->h;
+    case OP_LM_HEAD_LOSS:
+        return &(*(const LmHeadLossOp **)s->field)->h;
     case OP_MOE_EXPERTS:
         return &(*(const MoeExpertsOp **)s->field)->h;
     default:
@@ -87,6 +93,9 @@ int module_slot_set(const ModuleSlot *s, const OpHeader *impl) {
         break;
     case OP_CROSS_ENTROPY:
         *(const CrossEntropyOp **)s->field = (const CrossEntropyOp *)impl;
+        break;
+    case OP_LM_HEAD_LOSS:
+        *(const LmHeadLossOp **)s->field = (const LmHeadLossOp *)impl;
         break;
     case OP_MOE_EXPERTS:
         *(const MoeExpertsOp **)s->field = (const MoeExpertsOp *)impl;

@@ -6,6 +6,8 @@
 #ifndef QT_OP_H
 #define QT_OP_H
 
+#include "core/model_spec.h"
+
 typedef enum OpKind {
     OP_EMBEDDING = 0,
     OP_RMSNORM,
@@ -14,14 +16,29 @@ typedef enum OpKind {
     OP_SDPA,
     OP_SWIGLU,
     OP_CROSS_ENTROPY,
+    OP_LM_HEAD_LOSS, /* output projection + cross-entropy as one op (ops/lm_head_loss.h) */
     OP_MOE_EXPERTS,
     OP_NKINDS
 } OpKind;
 
+/* What a kernel's supports() may look at: the model and the shape of the run, known from the
+ * spec and the job config before any memory is sized. */
+typedef struct OpRun {
+    const ModelSpec *spec;
+    int B, T;          /* local batch rows, sequence length */
+    int document_mask; /* packed documents: positions restart and attention stops at boundaries */
+    int bf16;          /* 1 when activations are bf16 (mixed_precision_param = "bfloat16") */
+} OpRun;
+
+/* NULL when the implementation handles run, else one sentence naming the failed rule
+ * ("seq_len must be a multiple of 64"); the string is static. */
+typedef const char *(*OpSupportsFn)(const OpRun *run);
+
 typedef struct OpHeader {
     const char *name; /* "reference", "flash", ... unique within its kind */
     OpKind kind;
-    const char *device; /* "cpu", "cuda" */
+    const char *device;    /* "cpu", "cuda" */
+    OpSupportsFn supports; /* NULL: every run */
 } OpHeader;
 
 /* A module instance by name (e.g. "layers.3.attention.rope"), for the kernel registry:

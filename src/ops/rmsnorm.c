@@ -47,4 +47,4 @@ void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, c
 }
 
 const RmsnormOp rmsnorm_reference = {
-    {"reference", OP_RMSNORM, "cpu"}, rmsnorm_forward, rmsnorm_backward};
+    {"reference", OP_RMSNORM, "cpu", 0}, rmsnorm_forward, rmsnorm_backward, 0, 0};

@@ -19,10 +19,24 @@ typedef void (*RmsnormBackwardFn)(float *dx,         /* (R, C) written */
                                   const float *rstd, /* (R) */
                                   long R, int C);
 
+/* Residual add fused with the norm: xsum = a + b, out = norm(xsum) in one pass (xsum may
+ * alias a). The model uses it at ffn_norm (xmid = x + attention) when an op provides it. */
+typedef void (*RmsnormAddForwardFn)(float *xsum,    /* (R, C) */
+                                    float *out,     /* (R, C) */
+                                    float *rstd,    /* (R) */
+                                    const float *a, /* (R, C) */
+                                    const float *b, /* (R, C) */
+                                    const float *w, /* (C) */
+                                    long R, int C, float eps);
+
 typedef struct RmsnormOp {
     OpHeader h;
     RmsnormForwardFn forward;
     RmsnormBackwardFn backward;
+    /* Optional fusions (NULL in the reference; the model then adds separately): */
+    RmsnormAddForwardFn forward_add;
+    /* As backward, but dx accumulates (+=) into the residual-stream gradient. */
+    RmsnormBackwardFn backward_acc;
 } RmsnormOp;
 
 void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, long R, int C,

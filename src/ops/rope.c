@@ -39,4 +39,4 @@ void rope_backward(float *dx, const float *dout, const int32_t *positions, long 
     rope_rotate(dx, dout, positions, N, NH, E, theta, -1.0f);
 }
 
-const RopeOp rope_reference = {{"reference", OP_ROPE, "cpu"}, rope_forward, rope_backward};
+const RopeOp rope_reference = {{"reference", OP_ROPE, "cpu", 0}, rope_forward, rope_backward};

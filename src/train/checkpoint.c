@@ -232,8 +232,9 @@ static int write_state(const char *dir, const CkptState *st, Err *err) {
     json_object_set_new(o, "rng", rng);
     json_object_set_new(o, "config_hash", u64_str(st->config_hash, 1));
     json_t *files = json_object();
-    for (int i = 0; i < CKPT_NFILES; i++) {
-        char *path = fs_join(dir, CKPT_FILES[i]);
+    for (int i = 0; i < CKPT_NFILES + st->nfiles; i++) {
+        const char *name = i < CKPT_NFILES ? CKPT_FILES[i] : st->files[i - CKPT_NFILES].name;
+        char *path = fs_join(dir, name);
         uint64_t size, hash;
         int rc = file_digest(path, &size, &hash, err);
         free(path);
@@ -245,7 +246,7 @@ static int write_state(const char *dir, const CkptState *st, Err *err) {
         json_t *f = json_object();
         json_object_set_new(f, "bytes", json_integer((json_int_t)size));
         json_object_set_new(f, "checksum", u64_str(hash, 1));
-        json_object_set_new(files, CKPT_FILES[i], f);
+        json_object_set_new(files, name, f);
     }
     json_object_set_new(o, "files", files);
     char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
@@ -289,6 +290,12 @@ int ckpt_save(const char *root, const CkptState *st, const CkptTensor *model, in
         return err_set(err, "checkpoint: the data position must be a JSON object");
     TRY(check_tensors(model, nmodel, "model", err));
     TRY(check_tensors(optim, noptim, "optimizer", err));
+    for (int i = 0; i < st->nfiles; i++) {
+        const char *n = st->files[i].name;
+        if (!n || !*n || strchr(n, '/') || n[0] == '.' || strcmp(n, CKPT_STATE_FILE) == 0 ||
+            strcmp(n, CKPT_MODEL_FILE) == 0 || strcmp(n, CKPT_OPTIM_FILE) == 0)
+            return err_set(err, "checkpoint: extra file name \"%s\" is not allowed", n ? n : "");
+    }
     if (fs_mkdirs(root, err) != 0) return err_wrap(err, "cannot create checkpoint folder %s", root);
     char name[96];
     snprintf(name, sizeof name, "step-%" PRId64 ".tmp-%ld", st->step, (long)getpid());
@@ -306,6 +313,11 @@ int ckpt_save(const char *root, const CkptState *st, const CkptTensor *model, in
     if (rc == 0) rc = write_tensors(optim_path, optim, noptim, &st->optim_step, err);
     free(model_path);
     free(optim_path);
+    for (int i = 0; i < st->nfiles && rc == 0; i++) {
+        char *path = fs_join(tmp, st->files[i].name);
+        rc = fs_write_atomic(path, st->files[i].data, st->files[i].len, err);
+        free(path);
+    }
     if (rc != 0 || write_state(tmp, st, err) != 0 || fs_sync_dir(tmp, err) != 0) goto fail;
     if (fs_exists(final)) {
         /* A step saved again (after a resume): move the old one aside under a stale-tmp name
@@ -383,13 +395,18 @@ int ckpt_verify(const char *dir, int full, Err *err) {
     if (!o) return -1;
     int rc = 0;
     json_t *files = json_object_get(o, "files");
-    for (int i = 0; i < CKPT_NFILES && rc == 0; i++) {
-        json_t *f = json_object_get(files, CKPT_FILES[i]);
+    for (int i = 0; i < CKPT_NFILES && rc == 0; i++)
+        if (!json_is_object(json_object_get(files, CKPT_FILES[i])))
+            rc = err_set(err, "%s: files.%s is missing", spath, CKPT_FILES[i]);
+    const char *name;
+    json_t *f;
+    json_object_foreach(files, name, f) {
+        if (rc != 0) break;
         int64_t bytes;
         const char *sum;
         uint64_t want;
-        if (!json_is_object(f)) {
-            rc = err_set(err, "%s: files.%s is missing", spath, CKPT_FILES[i]);
+        if (!json_is_object(f) || !*name || strchr(name, '/') || name[0] == '.') {
+            rc = err_set(err, "%s: files.%s is not a file entry", spath, name);
             break;
         }
         if (json_req_int(f, "bytes", &bytes, spath, err) != 0 ||
@@ -398,11 +415,10 @@ int ckpt_verify(const char *dir, int full, Err *err) {
             break;
         }
         if (parse_u64(sum, 1, &want) != 0) {
-            rc = err_set(err, "%s: files.%s.checksum \"%s\" is not a hex number", spath,
-                         CKPT_FILES[i], sum);
+            rc = err_set(err, "%s: files.%s.checksum \"%s\" is not a hex number", spath, name, sum);
             break;
         }
-        char *path = fs_join(dir, CKPT_FILES[i]);
+        char *path = fs_join(dir, name);
         struct stat st;
         if (stat(path, &st) != 0) {
             rc = err_sys(err, "checkpoint file %s is missing", path);

@@ -25,6 +25,14 @@ typedef struct CkptTensor {
     float *data; /* (prod(shape)); read on save, written on load */
 } CkptTensor;
 
+/* A small file saved alongside the tensors (the model's config.json, the job config, the
+ * tokenizer files), so that a checkpoint alone can be exported; checksummed like the rest. */
+typedef struct CkptFile {
+    const char *name; /* a plain file name (no '/'), not one of the checkpoint's own files */
+    const void *data; /* (len) bytes */
+    size_t len;
+} CkptFile;
+
 /* Everything besides tensors that a resumed run needs. */
 typedef struct CkptState {
     int64_t step;          /* training steps completed */
@@ -36,6 +44,8 @@ typedef struct CkptState {
                               new reference the caller owns (NULL when the file had none) */
     uint64_t rng[4];       /* xoshiro256** state */
     uint64_t config_hash;  /* the job config's hash; resuming under another config warns */
+    const CkptFile *files; /* (nfiles) extra files written by save; load leaves them NULL */
+    int nfiles;
 } CkptState;
 
 /* 64-bit checksum of a byte range (a streaming-free, word-at-a-time mix; not cryptographic). */
@@ -48,8 +58,8 @@ int ckpt_save(const char *root, const CkptState *st, const CkptTensor *model, in
               const CkptTensor *optim, int noptim, int keep_latest_k, Err *err);
 
 /* Checks that step_dir is a complete checkpoint: train_state.json parses with the right format
- * and version, every file it lists is present with the recorded size and, when full is 1, the
- * recorded checksum. */
+ * and version, every file it lists (the tensor files and the extra files) is present with the
+ * recorded size and, when full is 1, the recorded checksum. */
 int ckpt_verify(const char *step_dir, int full, Err *err);
 
 /* Finds the newest complete step under root (fully verified; broken steps are skipped with a

@@ -7,10 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/fs.h"
 #include "core/json.h"
 #include "core/log.h"
+#include "io/hf_config.h"
+#include "io/hf_keys.h"
 #include "io/safetensors.h"
 
 #define FORMAT "qtitan-sharded-checkpoint"
@@ -201,6 +204,10 @@ int ckpt_dist_find_latest(Comm *world, const int mesh[3], const char *root, int6
 }
 
 int ckpt_dist_reader_open(CkptDistReader *r, const char *root, Err *err) {
+    return ckpt_dist_reader_open_step(r, root, -1, err);
+}
+
+int ckpt_dist_reader_open_step(CkptDistReader *r, const char *root, int64_t step, Err *err) {
     memset(r, 0, sizeof *r);
     int64_t steps[MAX_KEPT + 1], ranks, mesh[3];
     int n;
@@ -208,6 +215,14 @@ int ckpt_dist_reader_open(CkptDistReader *r, const char *root, Err *err) {
     if (n == 0)
         return err_set(err, "%s has no %s: not a committed sharded checkpoint", root,
                        CKPT_DIST_MARKER);
+    int listed = step < 0;
+    for (int i = 0; i < n && !listed; i++)
+        listed = steps[i] == step;
+    if (!listed)
+        return err_set(err,
+                       "%s/%s does not list step %" PRId64
+                       " as committed (the newest is step %" PRId64 ")",
+                       root, CKPT_DIST_MARKER, step, steps[n - 1]);
     if (ranks < 1 || ranks > 1 << 20)
         return err_set(err, "%s/%s: ranks = %" PRId64 " is out of range", root, CKPT_DIST_MARKER,
                        ranks);
@@ -219,7 +234,7 @@ int ckpt_dist_reader_open(CkptDistReader *r, const char *root, Err *err) {
     /* With HSDP every replica holds the same pieces: replica 0 (the first dp_shard ranks) has
      * all of them. */
     r->ranks = (int)mesh[1];
-    r->step = steps[n - 1];
+    r->step = step < 0 ? steps[n - 1] : step;
     r->files = xcalloc((size_t)r->ranks, sizeof *r->files);
     for (int k = 0; k < r->ranks; k++) {
         char *dir = ckpt_dist_rank_dir(root, k), name[64];
@@ -264,4 +279,215 @@ int ckpt_dist_reader_tensor(const CkptDistReader *r, const char *name, float *ou
                        "elements",
                        r->step, name, at, numel);
     return 0;
+}
+
+int ckpt_dist_reader_range(const CkptDistReader *r, const char *name, size_t numel, size_t first,
+                           size_t n, float *out, Err *err) {
+    size_t at = 0; /* where rank k's piece starts in the flattened parameter */
+    for (int k = 0; k < r->ranks; k++) {
+        const StTensor *t = st_find(&r->files[k], name);
+        if (!t) continue;
+        if (t->dtype != DT_F32 || t->ndim != 1 || at + (size_t)t->numel > numel)
+            return err_set(err,
+                           "%s: %s is not a 1-D F32 piece that fits the %zu elements of the "
+                           "parameter (%zu already read)",
+                           r->files[k].path, name, numel, at);
+        size_t lo = first > at ? first : at, end = at + (size_t)t->numel;
+        size_t hi = first + n < end ? first + n : end;
+        if (hi > lo)
+            memcpy(out + (lo - first), (const char *)t->data + (lo - at) * sizeof(float),
+                   (hi - lo) * sizeof(float));
+        at = end;
+    }
+    if (at != numel || first + n > numel)
+        return err_set(err,
+                       "sharded checkpoint step %" PRId64 ": the pieces of %s hold %zu of its %zu "
+                       "elements",
+                       r->step, name, at, numel);
+    return 0;
+}
+
+/* One HF tensor: a whole parameter or one expert's slice of a stacked one. */
+typedef struct ExportSource {
+    const CkptDistReader *r;
+    const char *param;
+    size_t numel;  /* of the parameter */
+    size_t offset; /* of the HF tensor within it */
+} ExportSource;
+
+static int pull(void *ctx, float *dst, size_t first, size_t n, Err *err) {
+    const ExportSource *s = ctx;
+    return ckpt_dist_reader_range(s->r, s->param, s->numel, s->offset + first, n, dst, err);
+}
+
+int ckpt_dist_export_hf(const char *out_dir, const CkptDistReader *r, const ModelSpec *spec,
+                        DType dtype, size_t max_shard_bytes, Err *err) {
+    const char *torch = dtype == DT_F32    ? "float32"
+                        : dtype == DT_BF16 ? "bfloat16"
+                        : dtype == DT_F16  ? "float16"
+                                           : NULL;
+    if (!torch)
+        return err_set(err, "export dtype %s is not one of float32, bfloat16, float16",
+                       dtype_name(dtype));
+    HfKeyTable t;
+    hf_keys_build(&t, spec);
+    ExportSource *src = xcalloc((size_t)t.nhf + 1, sizeof *src);
+    StWriter w;
+    st_writer_init(&w);
+    for (int i = 0; i < t.nhf; i++) {
+        const HfTensor *h = &t.hf[i];
+        const QtParam *p = &t.params[h->param];
+        src[i] = (ExportSource){r, p->name, (size_t)p->numel,
+                                h->expert < 0 ? 0 : (size_t)h->expert * (size_t)h->numel};
+        st_writer_add_f32_source(&w, h->name, dtype, h->ndim, h->shape, pull, &src[i]);
+    }
+    char *cfg = fs_join(out_dir, "config.json");
+    int rc = model_spec_write_hf_config(spec, cfg, torch, err);
+    if (rc == 0)
+        rc = st_write_hf_shards(
+            &w, out_dir, max_shard_bytes ? max_shard_bytes : (size_t)5000 * 1000 * 1000, err);
+    if (rc != 0) err_wrap(err, "HF export of sharded checkpoint step %" PRId64, r->step);
+    free(cfg);
+    st_writer_free(&w);
+    free(src);
+    hf_keys_free(&t);
+    return rc;
+}
+
+/* Exports r's step to out_dir through out_dir.tmp-<pid>, renamed into place (an existing
+ * out_dir is replaced only when it is an HF directory or empty). */
+static int export_to(const char *out_dir, const CkptDistReader *r, const ModelSpec *spec,
+                     DType dtype, size_t max_shard_bytes, Err *err) {
+    char *cfg = fs_join(out_dir, "config.json");
+    int replaceable = !fs_exists(out_dir) || fs_exists(cfg) || rmdir(out_dir) == 0;
+    free(cfg);
+    if (!replaceable)
+        return err_set(err,
+                       "%s exists and is not an HF model directory (no config.json); remove it "
+                       "or choose another output",
+                       out_dir);
+    size_t cap = strlen(out_dir) + 32;
+    char *tmp = xmalloc(cap);
+    snprintf(tmp, cap, "%s.tmp-%ld", out_dir, (long)getpid());
+    int rc = fs_exists(tmp) ? fs_remove_tree(tmp, err) : 0;
+    if (rc == 0) rc = fs_mkdirs(tmp, err);
+    if (rc == 0) rc = ckpt_dist_export_hf(tmp, r, spec, dtype, max_shard_bytes, err);
+    if (rc == 0 && fs_exists(out_dir)) rc = fs_remove_tree(out_dir, err);
+    if (rc == 0 && rename(tmp, out_dir) != 0)
+        rc = err_sys(err, "cannot rename %s to %s", tmp, out_dir);
+    Err ignore;
+    if (rc != 0 && fs_exists(tmp)) fs_remove_tree(tmp, &ignore);
+    free(tmp);
+    return rc;
+}
+
+static int export_step(const char *root, const ModelSpec *spec, DType dtype, Err *err) {
+    CkptDistReader r;
+    TRY(ckpt_dist_reader_open(&r, root, err));
+    char name[48];
+    snprintf(name, sizeof name, "step-%" PRId64, r.step);
+    char *dir = fs_join(root, name), *out = fs_join(dir, "hf");
+    int rc = fs_mkdirs(dir, err);
+    if (rc == 0) rc = export_to(out, &r, spec, dtype, 0, err);
+    if (rc == 0) rc = fs_sync_dir(dir, err);
+    if (rc == 0)
+        log_info("[checkpoint] exported step %" PRId64 " to %s (Hugging Face format)", r.step, out);
+    free(dir), free(out);
+    ckpt_dist_reader_close(&r);
+    return rc;
+}
+
+int ckpt_dist_last_save_hf(Comm *world, const char *root, const ModelSpec *spec, DType dtype,
+                           Err *err) {
+    int rc = world->rank == 0 ? export_step(root, spec, dtype, err) : 0;
+    return comm_agree(world, rc, err);
+}
+
+int ckpt_dist_write_config(Comm *world, const char *root, const ModelSpec *spec, Err *err) {
+    int rc = 0;
+    if (world->rank == 0) {
+        char *path = fs_join(root, "config.json");
+        rc = fs_mkdirs(root, err);
+        if (rc == 0) rc = model_spec_write_hf_config(spec, path, "float32", err);
+        free(path);
+    }
+    return comm_agree(world, rc, err);
+}
+
+/* The checkpoint folder of path (malloc'd) and the step it names (-1: the newest), or NULL
+ * when path is neither a folder with the marker nor FOLDER/rank-K/step-N. */
+static char *sharded_root(const char *path, int64_t *step) {
+    /* path is the root (it has the marker) or root/rank-K/step-N. */
+    char *root = NULL;
+    int64_t want = -1;
+    char *marker = fs_join(path, CKPT_DIST_MARKER);
+    if (fs_exists(marker)) {
+        root = xstrdup(path);
+    } else {
+        /* Split off the last two components: rank-K and step-N; the rest is the root. */
+        char *p = xstrdup(path);
+        size_t n = strlen(p);
+        while (n > 1 && p[n - 1] == '/')
+            p[--n] = '\0';
+        char *step_part = strrchr(p, '/');
+        if (step_part) {
+            *step_part++ = '\0';
+            char *rank_part = strrchr(p, '/');
+            const char *rest = ".";
+            if (rank_part) {
+                *rank_part++ = '\0';
+                rest = *p ? p : "/";
+            } else {
+                rank_part = p;
+            }
+            long long s;
+            int k, a = 0, b = 0;
+            if (sscanf(step_part, "step-%lld%n", &s, &a) == 1 && step_part[a] == '\0' &&
+                sscanf(rank_part, "rank-%d%n", &k, &b) == 1 && rank_part[b] == '\0') {
+                root = xstrdup(rest);
+                want = s;
+            }
+        }
+        free(p);
+    }
+    free(marker);
+    *step = want;
+    return root;
+}
+
+int ckpt_dist_is_sharded_path(const char *path) {
+    int64_t step;
+    char *root = sharded_root(path, &step);
+    free(root);
+    return root != NULL;
+}
+
+int ckpt_dist_export_path(const char *path, const char *out_dir, DType dtype,
+                          size_t max_shard_bytes, int64_t *step, Err *err) {
+    int64_t want;
+    char *root = sharded_root(path, &want);
+    if (!root)
+        return err_set(err,
+                       "%s is not a sharded checkpoint: expected a checkpoint folder with %s or "
+                       "its FOLDER/rank-K/step-N",
+                       path, CKPT_DIST_MARKER);
+    char *cfg = fs_join(root, "config.json");
+    ModelSpec spec;
+    int rc = 0;
+    if (!fs_exists(cfg))
+        rc = err_set(err,
+                     "%s has no config.json (sharded checkpoints record the model from this "
+                     "version on); it cannot be exported",
+                     root);
+    if (rc == 0) rc = model_spec_from_hf_config(&spec, cfg, err);
+    CkptDistReader r;
+    if (rc == 0) rc = ckpt_dist_reader_open_step(&r, root, want, err);
+    if (rc == 0) {
+        *step = r.step;
+        rc = export_to(out_dir, &r, &spec, dtype, max_shard_bytes, err);
+        ckpt_dist_reader_close(&r);
+    }
+    free(cfg);
+    free(root);
+    return rc;
 }

@@ -10,6 +10,7 @@
 #ifndef QT_CKPT_DIST_H
 #define QT_CKPT_DIST_H
 
+#include "core/model_spec.h"
 #include "dist/comm.h"
 #include "io/safetensors.h"
 #include "train/checkpoint.h"
@@ -41,10 +42,50 @@ typedef struct CkptDistReader {
 
 /* Opens the newest committed step under root (latest.json); FSDP / HSDP only (tp = 1). */
 int ckpt_dist_reader_open(CkptDistReader *r, const char *root, Err *err);
+/* The same for a chosen step (< 0: the newest), which latest.json must list as committed. */
+int ckpt_dist_reader_open_step(CkptDistReader *r, const char *root, int64_t step, Err *err);
 void ckpt_dist_reader_close(CkptDistReader *r);
 /* out (numel floats) = parameter `name`; fails when the pieces do not add up to numel. */
 int ckpt_dist_reader_tensor(const CkptDistReader *r, const char *name, float *out, size_t numel,
                             Err *err);
+
+/* out (n floats) = elements [first, first + n) of the flattened parameter `name`, whose pieces
+ * must add up to numel: a part of a tensor without assembling the rest. */
+int ckpt_dist_reader_range(const CkptDistReader *r, const char *name, size_t numel, size_t first,
+                           size_t n, float *out, Err *err);
+
+/* HF export of the reader's step for the model spec: writes into out_dir (which must exist)
+ * config.json (torch_dtype = dtype) and the weights exactly as an export of the whole fp32
+ * parameters through io/hf_keys and st_write_hf_shards would (model.safetensors, or shards of
+ * at most max_shard_bytes, 0 = 5 GB, with model.safetensors.index.json), byte for byte. Each
+ * HF tensor is pulled from the ranks' pieces in chunks while its file is written, so neither
+ * this process nor any rank ever holds the model, nor even one whole tensor. expert_bias
+ * (training state) is not exported; tied embeddings have no lm_head.weight. */
+int ckpt_dist_export_hf(const char *out_dir, const CkptDistReader *r, const ModelSpec *spec,
+                        DType dtype, size_t max_shard_bytes, Err *err);
+
+/* checkpoint.last_save_in_hf on many processes. Collective over world, after the run's last
+ * sharded checkpoint is committed: rank 0 exports the newest committed step N under root to
+ * {root}/step-N/hf (written as hf.tmp and renamed into place: the same path as one process's
+ * export) with ckpt_dist_export_hf, while the other ranks wait; every rank returns rank 0's
+ * result and sentence. */
+int ckpt_dist_last_save_hf(Comm *world, const char *root, const ModelSpec *spec, DType dtype,
+                           Err *err);
+
+/* Collective: rank 0 writes {root}/config.json (the model, torch_dtype float32), so that a
+ * sharded checkpoint folder can be exported on its own (ckpt_dist_export_path). */
+int ckpt_dist_write_config(Comm *world, const char *root, const ModelSpec *spec, Err *err);
+
+/* `qtitan export` of a sharded checkpoint, without MPI: path is the checkpoint folder (its
+ * newest committed step) or one of its FOLDER/rank-K/step-N directories (that step); the
+ * model comes from FOLDER/config.json. Writes out_dir (through out_dir.tmp-<pid>, renamed into
+ * place; an existing out_dir is replaced only when it is an HF directory or empty) and sets
+ * *step to the step exported. */
+int ckpt_dist_export_path(const char *path, const char *out_dir, DType dtype,
+                          size_t max_shard_bytes, int64_t *step, Err *err);
+/* 1 when path is what ckpt_dist_export_path takes (by its shape: a folder with latest.json, or
+ * a FOLDER/rank-K/step-N path), so `qtitan export` can tell sharded checkpoints apart. */
+int ckpt_dist_is_sharded_path(const char *path);
 
 /* This rank's folder under root (malloc'd). */
 char *ckpt_dist_rank_dir(const char *root, int rank);

@@ -12,10 +12,13 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "dist/fsdp.h"
+#include "io/hf_keys.h"
 #include "io/safetensors.h"
 #include "kernels/cpu_ops.h"
 #include "model/qwen3.h"
+#include "model/qwen3_hf.h"
 #include "train/adamw.h"
+#include "train/moe_step.h"
 #include "train/train_qwen3.h"
 
 /* A full-size workspace: the gathered parameters of the unit it holds and that unit's
@@ -50,6 +53,8 @@ struct FsdpModel {
     float **piece_grads; /* (npieces) */
     int *piece_decay;    /* (npieces) */
     int *piece_param;    /* (npieces) table index of each piece */
+    int *bias_param;     /* (L) table index of layer l's moe.expert_bias, -1 none */
+    float *bias_full;    /* (L, X) full-size copies of the biases for the balancing update */
     double comm_s;       /* seconds in collectives since the last comm_seconds call */
     int prefetch;        /* 0: gather each unit only when it is needed (bench/dist) */
 };
@@ -71,6 +76,13 @@ static const struct {
     {"feed_forward.w1.weight", offsetof(Qwen3LayerParams, w1)},
     {"feed_forward.w3.weight", offsetof(Qwen3LayerParams, w3)},
     {"feed_forward.w2.weight", offsetof(Qwen3LayerParams, w2)},
+    {"moe.router.gate.weight", offsetof(Qwen3LayerParams, router_gate)},
+    {"moe.experts.w1", offsetof(Qwen3LayerParams, experts_w1)},
+    {"moe.experts.w3", offsetof(Qwen3LayerParams, experts_w3)},
+    {"moe.experts.w2", offsetof(Qwen3LayerParams, experts_w2)},
+    /* A buffer (zero gradient, no decay): sharded and checkpointed like the rest, updated on
+     * the shards by before_optimizer_step. */
+    {"moe.expert_bias", offsetof(Qwen3LayerParams, expert_bias)},
 };
 
 /* The FSDP unit of a parameter and where the model keeps its pointer in p (the same offset
@@ -99,8 +111,8 @@ static int param_slot(FsdpModel *f, const char *name, int *unit, float ***pf, fl
         return 0;
     }
     return err_set(err,
-                   "FSDP: parameter %s has no place in a sharding unit (only dense Qwen3 "
-                   "layers are sharded)",
+                   "FSDP: parameter %s has no place in a sharding unit (only Qwen3 layers "
+                   "are sharded)",
                    name);
 }
 
@@ -256,11 +268,11 @@ static void on_unit(void *ctx, Qwen3 *m, int unit, Qwen3HookPhase phase) {
 
 FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, const Mesh *mesh,
                              Err *err) {
-    if (spec->num_experts > 0) {
+    if (spec->num_experts > 0 && mesh->dims.tp > 1) {
         err_set(err,
-                "model: mixture-of-experts models (num_experts = %d) cannot be trained with "
-                "FSDP yet",
-                spec->num_experts);
+                "parallelism.tensor_parallel_degree = %d: mixture-of-experts models "
+                "(num_experts = %d) train with FSDP / HSDP only; set it to 1",
+                mesh->dims.tp, spec->num_experts);
         return NULL;
     }
     FsdpModel *f = xcalloc(1, sizeof *f);
@@ -280,7 +292,8 @@ FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, c
         free(f);
         return NULL;
     }
-    cpu_apply_defaults(f->m.slots, f->m.nslots, &local); /* as train_qwen3_create */
+    if (cpu_apply_defaults(f->m.slots, f->m.nslots, &local)) /* as train_qwen3_create */
+        f->m.mod.ce = &cross_entropy_cpu;
     if (f->tp > 1 && qwen3_create_unowned(&f->full, spec, 1, 1, AC_NONE, err) != 0) {
         qwen3_free(&f->m);
         free(f);
@@ -326,6 +339,13 @@ FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, c
         *pf[i] = s->p + f->plan.params[i].full_offset;
         *gf[i] = s->g + f->plan.params[i].full_offset;
     }
+    f->bias_param = xmalloc((size_t)f->L * sizeof *f->bias_param);
+    for (int l = 0; l < f->L; l++)
+        f->bias_param[l] = -1;
+    for (int i = 0; i < n; i++)
+        if (f->m.table[i].is_buffer) f->bias_param[unit[i] - 1] = i;
+    f->bias_full = xcalloc((size_t)f->L * (spec->num_experts > 0 ? spec->num_experts : 1),
+                           sizeof *f->bias_full);
     if (f->tied) {
         f->m.p.output = f->m.p.tok_embeddings;
         f->m.g.output = f->m.g.tok_embeddings;
@@ -378,6 +398,8 @@ void fsdp_model_free(FsdpModel *f) {
     free(f->piece_grads);
     free(f->piece_decay);
     free(f->piece_param);
+    free(f->bias_param);
+    free(f->bias_full);
     free(f);
 }
 
@@ -433,31 +455,22 @@ int fsdp_model_load_hf(FsdpModel *f, const char *path, Err *err) {
     TRY(st_set_open(&set, path, err));
     float *tmp = xmalloc(max_numel(f) * sizeof *tmp), *part = xmalloc(max_numel(f) * sizeof *tmp);
     int rc = 0;
+    HfKeyTable keys;
+    hf_keys_build(&keys, &whole(f)->spec);
+    rc = qwen3_hf_check(&whole(f)->spec, &set, path, err);
     for (int i = 0; i < f->m.nparams && rc == 0; i++) {
         const Qwen3Param *p = &whole(f)->table[i];
-        char name[160];
-        if (train_qwen3_hf_name(name, sizeof name, p->name) != 0) {
-            rc = err_set(err, "model: parameter %s has no Hugging Face name", p->name);
-            break;
-        }
-        const StTensor *t = st_set_find(&set, name);
-        if (!t) {
-            rc = err_set(err, "%s: no tensor %s (for %s)", path, name, p->name);
-            break;
-        }
-        int same = t->ndim == p->ndim && t->numel == p->numel;
-        for (int k = 0; same && k < p->ndim; k++)
-            same = t->shape[k] == p->shape[k];
-        if (!same || (t->dtype != DT_F32 && t->dtype != DT_BF16 && t->dtype != DT_F16)) {
-            rc = err_set(err,
-                         "%s: tensor %s has dtype %s and %lld elements, expected F32, BF16 or "
-                         "F16 with %ld elements",
-                         path, name, dtype_name(t->dtype), (long long)t->numel, p->numel);
-            break;
-        }
-        st_to_f32(t, tmp);
+        int k = p->is_buffer ? -1 : hf_keys_find_param(&keys, p->name);
+        if (p->is_buffer) /* moe.expert_bias: training state, not in HF files */
+            memset(tmp, 0, (size_t)p->numel * sizeof *tmp);
+        else if (k < 0)
+            rc = err_set(err, "model parameter %s is not in the Hugging Face name table", p->name);
+        else if (hf_keys_load_param(tmp, &keys, k, &set, err) != 0)
+            rc = err_wrap(err, "%s", path);
+        if (rc != 0) break;
         keep_slice(f, i, tmp, part);
     }
+    hf_keys_free(&keys);
     free(tmp);
     free(part);
     st_set_close(&set);
@@ -481,15 +494,58 @@ static int forward_backward(void *ctx, const void *batch, double divisor, double
     return 0;
 }
 
+/* MoE, once per step after finish_grads: moe_train_step sums the routing counts over every
+ * data-parallel rank (so the counts are those of the whole global batch, as on one process)
+ * and updates the biases through m->p, which would be a gathered workspace. It gets full-size
+ * copies holding this rank's slices instead; every element's update depends only on the
+ * counts, so the slices come out as on one process and are written back to the shard. */
+static int before_optimizer_step(void *ctx, MetricsExtra *extra, int *nextra, Err *err) {
+    FsdpModel *f = ctx;
+    int X = f->m.spec.num_experts;
+    float *in_slot[QT_MAX_LAYERS];
+    for (int l = 0; l < f->L; l++) {
+        int i = f->bias_param[l];
+        if (i < 0) continue;
+        float *full = f->bias_full + (size_t)l * X;
+        size_t lo, hi, at;
+        fsdp_param_shard(&f->plan, i, &lo, &hi, &at);
+        memset(full, 0, (size_t)X * sizeof *full);
+        if (hi > lo) memcpy(full + lo, f->shard + at, (hi - lo) * sizeof *full);
+        in_slot[l] = f->m.p.layers[l].expert_bias;
+        f->m.p.layers[l].expert_bias = full;
+    }
+    double t0 = now_seconds();
+    int rc = moe_train_step(&f->m, f->mesh->dp, extra, nextra, TRAIN_MAX_EXTRA, err);
+    f->comm_s += now_seconds() - t0;
+    for (int l = 0; l < f->L; l++) {
+        int i = f->bias_param[l];
+        if (i < 0) continue;
+        size_t lo, hi, at;
+        fsdp_param_shard(&f->plan, i, &lo, &hi, &at);
+        if (hi > lo)
+            memcpy(f->shard + at, f->m.p.layers[l].expert_bias + lo, (hi - lo) * sizeof(float));
+        f->m.p.layers[l].expert_bias = in_slot[l];
+    }
+    return rc;
+}
+
+void fsdp_model_set_micro_batches(FsdpModel *f, int micro_batches) {
+    f->m.aux_weight = 1.0 / ((micro_batches > 0 ? micro_batches : 1) * f->mesh->dims.dp);
+}
+
 void fsdp_model_train_model(FsdpModel *f, TrainModel *out, int exempt) {
     for (int k = 0; k < f->npieces; k++)
-        f->piece_decay[k] = adamw_default_decay(f->pieces[k].name, exempt, exempt);
+        /* expert_bias is balancing state: zero gradient, and it must not decay. */
+        f->piece_decay[k] = f->m.table[f->piece_param[k]].is_buffer
+                                ? 0
+                                : adamw_default_decay(f->pieces[k].name, exempt, exempt);
     *out = (TrainModel){.ctx = f,
                         .nparams = f->npieces,
                         .params = f->pieces,
                         .grads = f->piece_grads,
                         .decay = f->piece_decay,
-                        .forward_backward = forward_backward};
+                        .forward_backward = forward_backward,
+                        .before_optimizer_step = f->m.n_moe_layers ? before_optimizer_step : NULL};
 }
 
 static int finish_grads(void *ctx, double *loss_sum, Err *err) {

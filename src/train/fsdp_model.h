@@ -22,7 +22,9 @@
 typedef struct FsdpModel FsdpModel;
 
 /* A sharded Qwen3 for micro-batches of up to B x T tokens (the batch type is
- * TrainQwen3Batch). Parameters start at zero. Dense models without tensor parallelism. */
+ * TrainQwen3Batch). Parameters start at zero. Dense models with or without tensor
+ * parallelism; MoE models (router, stacked experts and expert_bias sharded with their layer)
+ * without it. */
 FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, const Mesh *mesh,
                              Err *err);
 void fsdp_model_free(FsdpModel *f);
@@ -31,8 +33,14 @@ void fsdp_model_free(FsdpModel *f);
 void fsdp_model_init(FsdpModel *f, uint64_t seed);
 /* Loads HF weights one tensor at a time, keeping this rank's slice. */
 int fsdp_model_load_hf(FsdpModel *f, const char *path, Err *err);
+/* MoE: each micro-batch's router auxiliary loss counts 1 / (micro_batches x dp ranks), so a
+ * step adds router_aux_loss_coef times the mean over the global batch's micro-batches, as
+ * train_qwen3_set_micro_batches does on one process. */
+void fsdp_model_set_micro_batches(FsdpModel *f, int micro_batches);
 /* The trainer's view: parameters and gradients are this rank's slices, one 1-D tensor per
- * parameter piece the rank holds (named like the full parameter). */
+ * parameter piece the rank holds (named like the full parameter). MoE models also get
+ * before_optimizer_step: the routing counts are summed over the data-parallel ranks before the
+ * expert_bias update (train/moe_step.h), which is applied to the shards. */
 void fsdp_model_train_model(FsdpModel *f, TrainModel *out, int exempt);
 /* The trainer's data-parallel hooks (gradient completion, global norm, comm time). */
 void fsdp_model_parallel(FsdpModel *f, TrainParallel *out);

@@ -6,13 +6,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/fs.h"
 #include "core/log.h"
 #include "io/hf_config.h"
 #include "text/dataset.h"
 #include "text/tokenizer.h"
+#include "train/ckpt_dist.h"
 #include "train/fsdp_model.h"
+#include "train/train_hf.h"
 #include "train/train_qwen3.h"
 #include "train/trainer.h"
 
@@ -75,13 +78,14 @@ static int data_restore(void *ctx, const json_t *pos, Err *err) {
     return 0;
 }
 
-int train_job_spec(const JobConfig *cfg, ModelSpec *spec, Err *err) {
+int train_job_spec(const JobConfig *cfg, ModelSpec *spec, HfConfigExtra *extra, Err *err) {
+    memset(extra, 0, sizeof *extra);
     if (strcmp(cfg->model.flavor, "hf") == 0) {
         if (!cfg->model.hf_assets_path[0])
             return err_set(err, "model.flavor = \"hf\" needs model.hf_assets_path (a Hugging Face "
                                 "model directory with config.json)");
         char *path = fs_join(cfg->model.hf_assets_path, "config.json");
-        int rc = model_spec_from_hf_config(spec, path, err);
+        int rc = model_spec_from_hf_config_ex(spec, extra, path, err);
         free(path);
         TRY(rc);
     } else {
@@ -91,11 +95,7 @@ int train_job_spec(const JobConfig *cfg, ModelSpec *spec, Err *err) {
         if (model_spec_set_field(spec, cfg->model.fields[i].field, cfg->model.fields[i].value,
                                  err) != 0)
             return err_wrap(err, "model.%s", cfg->model.fields[i].field);
-    TRY(model_spec_validate(spec, err));
-    if (cfg->training.seq_len > spec->max_seq_len)
-        return err_set(err, "training.seq_len = %d exceeds the model's max_seq_len %d",
-                       cfg->training.seq_len, spec->max_seq_len);
-    return 0;
+    return model_spec_validate(spec, err);
 }
 
 /* A hash of the resolved config, so a resume under another config can be told apart. */
@@ -109,6 +109,38 @@ static uint64_t config_hash(const JobConfig *cfg) {
     uint64_t h = ckpt_checksum(text, len);
     free(text);
     return h;
+}
+
+int train_job_check(const JobConfig *cfg, const ModelSpec *spec, Err *err) {
+    if (spec && cfg->training.seq_len > spec->max_seq_len)
+        return err_set(err, "training.seq_len = %d exceeds the model's max_seq_len %d",
+                       cfg->training.seq_len, spec->max_seq_len);
+    int micro;
+    TRY(config_grad_accum_steps(cfg, 1, &micro, err));
+    if (cfg->lr_scheduler.warmup_steps > cfg->training.steps)
+        return err_set(err,
+                       "lr_scheduler.warmup_steps = %d is longer than the run (training.steps = "
+                       "%d)",
+                       cfg->lr_scheduler.warmup_steps, cfg->training.steps);
+    if (cfg->checkpoint.last_save_in_hf && !cfg->checkpoint.enable)
+        return err_set(err, "checkpoint.last_save_in_hf = true needs checkpoint.enable = true (the "
+                            "HF export is written into the last checkpoint's folder)");
+    if (cfg->checkpoint.initial_load_path[0] && !cfg->checkpoint.initial_load_in_hf)
+        return err_set(err, "checkpoint.initial_load_path needs initial_load_in_hf = true (only "
+                            "Hugging Face weights can be loaded as a starting point)");
+    return 0;
+}
+
+/* The paths a run reads and writes, checked before anything large is allocated. */
+static int check_paths(const JobConfig *cfg, Err *err) {
+    if (cfg->checkpoint.initial_load_path[0] && !fs_exists(cfg->checkpoint.initial_load_path))
+        return err_set(err, "checkpoint.initial_load_path %s does not exist",
+                       cfg->checkpoint.initial_load_path);
+    if (fs_mkdirs(cfg->job.dump_folder, err) != 0)
+        return err_wrap(err, "job.dump_folder %s cannot be created", cfg->job.dump_folder);
+    if (access(cfg->job.dump_folder, W_OK | X_OK) != 0)
+        return err_sys(err, "job.dump_folder %s is not writable", cfg->job.dump_folder);
+    return 0;
 }
 
 static int mesh_from_config(Mesh *mesh, Comm *world, const JobConfig *cfg, const ModelSpec *spec,
@@ -148,19 +180,25 @@ int train_job_run(const JobConfig *cfg, Comm *world, Err *err) {
 static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     if (cfg->training.device == DEVICE_CUDA)
         return err_set(err, "training.device = \"cuda\": this build trains on the CPU only");
-    if (cfg->n_overrides > 0)
-        log_warn("%d [[override]] entr%s ignored: kernel overrides are not wired into training "
-                 "yet",
-                 cfg->n_overrides, cfg->n_overrides == 1 ? "y" : "ies");
-    if (cfg->checkpoint.last_save_in_hf)
-        log_warn("checkpoint.last_save_in_hf: HF export at the end of training is not wired yet; "
-                 "the last checkpoint is saved in the native format");
     ModelSpec spec;
-    TRY(train_job_spec(cfg, &spec, err));
+    HfConfigExtra extra;
+    TRY(train_job_spec(cfg, &spec, &extra, err));
+    TRY(train_job_check(cfg, &spec, err));
+    TRY(check_paths(cfg, err));
+    /* [[override]] entries against the module tree and the registry, before anything is
+     * sized (DESIGN §4); the plan is applied when the model is created. */
+    OverridePlan plan;
+    OpRun run = {&spec, cfg->training.local_batch_size, cfg->training.seq_len,
+                 cfg->training.document_mask, cfg->training.mixed_precision_param == DT_BF16};
+    TRY(overrides_resolve(&plan, &spec, cfg->overrides, cfg->n_overrides, cfg->path, "cpu", &run,
+                          err));
     /* The mesh is checked before anything large exists; every rank computes the same
      * sentence from the same config. */
     Mesh mesh;
-    TRY(mesh_from_config(&mesh, world, cfg, &spec, err));
+    if (mesh_from_config(&mesh, world, cfg, &spec, err)) {
+        overrides_plan_free(&plan);
+        return -1;
+    }
     int micro = mesh.dims.grad_accum_steps;
     JobData d;
     memset(&d, 0, sizeof d);
@@ -172,6 +210,8 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     d.global_rows = d.B * micro * d.dp;
     TrainQwen3 *q = NULL;
     FsdpModel *fm = NULL;
+    TrainHf hf;
+    memset(&hf, 0, sizeof hf);
     DatasetEncoder enc;
     DatasetOptions dopt;
     dataset_options_default(&dopt);
@@ -200,6 +240,7 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
         if (rc == 0) dataset_close(&d.ds);
         tokenizer_free(tok);
         mesh_destroy(&mesh);
+        overrides_plan_free(&plan);
         return -1;
     }
     batch_alloc(&d.raw, d.B, d.T);
@@ -208,17 +249,21 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     int full_ac = cfg->activation_checkpoint.mode == AC_FULL;
     int sharded = world->size > 1;
     if (sharded) {
+        if (plan.n > 0) /* fsdp_model_create builds its model without a module set yet */
+            log_warn("%d [[override]] replacement(s) not applied: sharded (FSDP) runs use the "
+                     "reference kernels for now",
+                     plan.n);
         fm = fsdp_model_create(&spec, d.B, d.T, full_ac, &mesh, err);
         rc = fm ? 0 : -1;
     } else {
-        q = train_qwen3_create(&spec, d.B, d.T, full_ac, err);
-        rc = q ? 0 : -1;
+        rc = train_hf_init(&hf, cfg, &spec, &extra, tok_path, err);
+        if (rc == 0)
+            q = train_qwen3_create_with(&spec, d.B, d.T, cfg->activation_checkpoint.mode, &plan,
+                                        err);
+        if (rc == 0 && !q) rc = -1;
     }
     if (rc == 0 && cfg->checkpoint.initial_load_path[0]) {
-        if (!cfg->checkpoint.initial_load_in_hf)
-            rc = err_set(err, "checkpoint.initial_load_path needs initial_load_in_hf = true (only "
-                              "Hugging Face weights can be loaded as a starting point)");
-        else if (sharded)
+        if (sharded)
             rc = fsdp_model_load_hf(fm, cfg->checkpoint.initial_load_path, err);
         else
             rc = train_qwen3_load_hf(q, cfg->checkpoint.initial_load_path, err);
@@ -245,6 +290,7 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     TrainModel model;
     TrainParallel par;
     if (sharded) {
+        fsdp_model_set_micro_batches(fm, micro);
         fsdp_model_train_model(fm, &model, cfg->optimizer.exempt_norms_and_embeddings);
         fsdp_model_parallel(fm, &par);
     } else {
@@ -281,7 +327,12 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
         .seed = (uint64_t)cfg->training.seed,
         .config_hash = config_hash(cfg),
         .par = sharded ? &par : NULL,
+        .ckpt_files = hf.files,
+        .n_ckpt_files = hf.nfiles,
+        .on_last_save = cfg->checkpoint.last_save_in_hf && !sharded ? train_hf_on_last_save : NULL,
+        .on_last_save_ctx = &hf,
     };
+    hf.model = &model;
     log_info("model: %s, %d layers, dim %d, vocab %d; %.3g matmul parameters; %d x %d tokens "
              "per micro-batch, %d micro-batch(es) per step",
              spec.flavor, spec.n_layers, spec.dim, spec.vocab_size, metrics_matmul_params(&spec),
@@ -292,11 +343,30 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
         log_info("%s; FSDP: each rank keeps 1/%d of the parameters, gradients and "
                  "optimizer state",
                  mesh_line, mesh.dims.dp_shard);
+    if (sharded && cfg->checkpoint.enable) {
+        /* The folder describes its model, so `qtitan export` can read it alone. */
+        char *root = fs_join(cfg->job.dump_folder, cfg->checkpoint.folder);
+        rc = ckpt_dist_write_config(world, root, &spec, err);
+        free(root);
+        if (rc != 0) goto out;
+    }
     rc = trainer_run(&o, &model, &data, err);
+    if (rc == 0 && sharded && cfg->checkpoint.last_save_in_hf && mesh.dims.tp > 1) {
+        log_warn("checkpoint.last_save_in_hf: the HF export of a tensor-parallel run is not "
+                 "built yet (docs/distributed.md); the last checkpoint stays sharded");
+    } else if (rc == 0 && sharded && cfg->checkpoint.last_save_in_hf && cfg->checkpoint.enable) {
+        /* The last step's sharded checkpoint is committed: rank 0 exports it, a tensor at a
+         * time from the ranks' files. */
+        char *root = fs_join(cfg->job.dump_folder, cfg->checkpoint.folder);
+        rc = ckpt_dist_last_save_hf(world, root, &spec, cfg->checkpoint.export_dtype, err);
+        free(root);
+    }
     /* A failure inside the loop may be this rank's alone (its data, a file) while the others
      * wait in a collective: end the whole job, with the cause. */
     if (rc != 0 && sharded) comm_abort(1, err->msg);
 out:
+    overrides_plan_free(&plan);
+    train_hf_free(&hf);
     train_qwen3_free(q);
     fsdp_model_free(fm);
     mesh_destroy(&mesh);

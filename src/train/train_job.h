@@ -7,11 +7,17 @@
 #include "core/err.h"
 #include "core/model_spec.h"
 #include "dist/comm.h"
+#include "io/hf_config.h"
 
 /* world: the job's communicator (comm_init), or NULL for one process without MPI. */
 int train_job_run(const JobConfig *cfg, Comm *world, Err *err);
-/* The model the job trains: the flavor or HF config.json, the [model] field replacements,
- * validated, and checked against training.seq_len (shared with `qtitan plan`). */
-int train_job_spec(const JobConfig *cfg, ModelSpec *spec, Err *err);
+
+/* The model a config describes: a native flavor, or model.hf_assets_path/config.json for
+ * flavor = "hf" (with its token ids in extra), then the [model] field replacements, validated. */
+int train_job_spec(const JobConfig *cfg, ModelSpec *spec, HfConfigExtra *extra, Err *err);
+/* Values that are each valid alone but not together (seq_len beyond the model's positions, a
+ * global batch that is not a multiple, warmup longer than the run, ...), checked before
+ * anything large is allocated. spec may be NULL (the checks that need it are skipped). */
+int train_job_check(const JobConfig *cfg, const ModelSpec *spec, Err *err);
 
 #endif

@@ -65,19 +65,26 @@ static void note(TrainPlan *p, const char *text) {
 
 int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     memset(p, 0, sizeof *p);
-    TRY(train_job_spec(cfg, &p->spec, err));
+    HfConfigExtra extra;
+    TRY(train_job_spec(cfg, &p->spec, &extra, err));
+    TRY(train_job_check(cfg, &p->spec, err));
     TRY(config_grad_accum_steps(cfg, 1, &p->micro, err));
     p->B = cfg->training.local_batch_size;
     p->T = cfg->training.seq_len;
-    /* As train_job_run passes it: only "full" changes the layout today; "selective" runs as
-     * "none" until the trainer wires it. */
-    int full_ac = cfg->activation_checkpoint.mode == AC_FULL;
-    p->ac = full_ac ? "full" : "none";
-    if (cfg->activation_checkpoint.mode == AC_SELECTIVE) {
-        p->ac = "none (selective is not wired into training yet)";
-    }
+    /* The kernels training would run ([[override]] entries resolved as train_job_run does):
+     * they decide the activation workspace (e.g. loss_chunked keeps no (N, V) logits). */
+    OverridePlan plan;
+    OpRun run = {&p->spec, p->B, p->T, cfg->training.document_mask,
+                 cfg->training.mixed_precision_param == DT_BF16};
+    TRY(overrides_resolve(&plan, &p->spec, cfg->overrides, cfg->n_overrides, cfg->path, "cpu", &run,
+                          err));
+    AcMode ac = cfg->activation_checkpoint.mode;
+    int full_ac = ac == AC_FULL;
+    p->ac = ac == AC_FULL ? "full" : ac == AC_SELECTIVE ? "selective" : "none";
     TrainQwen3Sizes z;
-    TRY(train_qwen3_sizes(&z, &p->spec, p->B, p->T, full_ac, err));
+    int rc = train_qwen3_sizes(&z, &p->spec, p->B, p->T, ac, &plan, err);
+    overrides_plan_free(&plan);
+    TRY(rc);
     p->numel = (double)z.param_bytes / 4.0; /* upper bound by alignment padding only */
 
     /* FSDP: every rank holds 1/dp_shard of the parameters, gradients and optimizer state.
@@ -110,9 +117,6 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     double D = p->spec.dim, V = p->spec.vocab_size, F = p->spec.hidden_dim;
     double big = V * D > F * D ? V * D : F * D;
     p->workspace += PLAN_GEMM_SCRATCH_PER_BYTE * 4.0 * big;
-    if (cfg->n_overrides > 0)
-        note(p, "[[override]] entries are not applied by training yet; sized for the reference "
-                "kernels");
 
     const char *tok_path = NULL;
     Err ignored;

@@ -9,8 +9,9 @@
 #include "core/log.h"
 #include "io/hf_keys.h"
 #include "io/safetensors.h"
-#include "kernels/cpu_ops.h"
+#include "kernels/overrides.h"
 #include "model/qwen3.h"
+#include "model/qwen3_hf.h"
 #include "train/moe_step.h"
 
 struct TrainQwen3 {
@@ -20,21 +21,32 @@ struct TrainQwen3 {
     int *decay;         /* (nparams) */
 };
 
-/* The one place the trainer's checkpointing choice becomes the model's mode (create and sizes
- * both go through it, so `qtitan plan` sizes what training allocates). */
-static ActCheckpoint ac_mode(int full_ac) {
-    return full_ac ? AC_FULL : AC_NONE;
+TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, Err *err) {
+    return train_qwen3_create_with(spec, B, T, ac, NULL, err);
 }
 
-TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, int full_ac, Err *err) {
+/* The module set the model runs (create and sizes both take it from here, so `qtitan plan`
+ * sizes what training allocates): the fast CPU kernels by default, QT_KERNELS=reference the
+ * plain references, plan's overrides when given. Caller frees. */
+static Qwen3Modules *modules(const ModelSpec *spec, const OverridePlan *plan, int verbose) {
+    Qwen3Modules *mod = xmalloc(sizeof *mod);
+    if (plan)
+        overrides_apply(plan, mod);
+    else if (!overrides_cpu_defaults(spec, mod) && verbose)
+        log_info("kernels: references (QT_KERNELS=reference)");
+    return mod;
+}
+
+TrainQwen3 *train_qwen3_create_with(const ModelSpec *spec, int B, int T, AcMode ac,
+                                    const OverridePlan *plan, Err *err) {
     TrainQwen3 *q = xcalloc(1, sizeof *q);
-    if (qwen3_create(&q->m, spec, B, T, ac_mode(full_ac), err) != 0) {
+    Qwen3Modules *mod = modules(spec, plan, 1);
+    int rc = qwen3_create_with(&q->m, spec, B, T, ac, mod, err);
+    free(mod);
+    if (rc != 0) {
         free(q);
         return NULL;
     }
-    /* The fast CPU kernels by default; QT_KERNELS=reference runs the plain references. */
-    if (!cpu_apply_defaults(q->m.slots, q->m.nslots, spec))
-        log_info("kernels: references (QT_KERNELS=reference)");
     int n = q->m.nparams;
     q->params = xcalloc((size_t)n, sizeof *q->params);
     q->grads = xcalloc((size_t)n, sizeof *q->grads);
@@ -65,83 +77,10 @@ void train_qwen3_init(TrainQwen3 *q, uint64_t seed) {
     qwen3_init_params(&q->m, seed);
 }
 
-int train_qwen3_hf_name(char *out, size_t cap, const char *qt) {
-    static const char *const map[][2] = {
-        {"attention_norm.weight", "input_layernorm.weight"},
-        {"attention.wq.weight", "self_attn.q_proj.weight"},
-        {"attention.wk.weight", "self_attn.k_proj.weight"},
-        {"attention.wv.weight", "self_attn.v_proj.weight"},
-        {"attention.wo.weight", "self_attn.o_proj.weight"},
-        {"attention.q_norm.weight", "self_attn.q_norm.weight"},
-        {"attention.k_norm.weight", "self_attn.k_norm.weight"},
-        {"ffn_norm.weight", "post_attention_layernorm.weight"},
-        {"feed_forward.w1.weight", "mlp.gate_proj.weight"},
-        {"feed_forward.w3.weight", "mlp.up_proj.weight"},
-        {"feed_forward.w2.weight", "mlp.down_proj.weight"},
-    };
-    int layer, n = 0;
-    if (sscanf(qt, "layers.%d.%n", &layer, &n) == 1 && n > 0) {
-        for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
-            if (strcmp(qt + n, map[i][0]) == 0) {
-                snprintf(out, cap, "model.layers.%d.%s", layer, map[i][1]);
-                return 0;
-            }
-        return -1;
-    }
-    if (strcmp(qt, "tok_embeddings.weight") == 0)
-        snprintf(out, cap, "model.embed_tokens.weight");
-    else if (strcmp(qt, "norm.weight") == 0)
-        snprintf(out, cap, "model.norm.weight");
-    else if (strcmp(qt, "output.weight") == 0)
-        snprintf(out, cap, "lm_head.weight");
-    else
-        return -1;
-    return 0;
-}
-
 int train_qwen3_load_hf(TrainQwen3 *q, const char *path, Err *err) {
     StSet set;
     TRY(st_set_open(&set, path, err));
-    HfKeyTable keys = {0};
-    if (q->m.n_moe_layers) hf_keys_build(&keys, &q->m.spec);
-    int rc = 0;
-    for (int i = 0; i < q->m.nparams && rc == 0; i++) {
-        const Qwen3Param *p = &q->m.table[i];
-        if (p->is_buffer) continue; /* moe.expert_bias: not in HF files, starts at zero */
-        if (strstr(p->name, ".moe.")) {
-            /* Router and stacked experts: io/hf_keys knows the per-expert HF tensors. */
-            int k = hf_keys_find_param(&keys, p->name);
-            if (k < 0) {
-                rc = err_set(err, "model: parameter %s has no Hugging Face name", p->name);
-                break;
-            }
-            rc = hf_keys_load_param(p->data, &keys, k, &set, err);
-            if (rc) err_wrap(err, "%s", path);
-            continue;
-        }
-        char name[160];
-        if (train_qwen3_hf_name(name, sizeof name, p->name) != 0) {
-            rc = err_set(err, "model: parameter %s has no Hugging Face name", p->name);
-            break;
-        }
-        const StTensor *t = st_set_find(&set, name);
-        if (!t) {
-            rc = err_set(err, "%s: no tensor %s (for %s)", path, name, p->name);
-            break;
-        }
-        int same = t->ndim == p->ndim && t->numel == p->numel;
-        for (int k = 0; same && k < p->ndim; k++)
-            same = t->shape[k] == p->shape[k];
-        if (!same || (t->dtype != DT_F32 && t->dtype != DT_BF16 && t->dtype != DT_F16)) {
-            rc = err_set(err,
-                         "%s: tensor %s has dtype %s and %lld elements, expected F32, BF16 or "
-                         "F16 with %ld elements",
-                         path, name, dtype_name(t->dtype), (long long)t->numel, p->numel);
-            break;
-        }
-        st_to_f32(t, p->data);
-    }
-    if (q->m.n_moe_layers) hf_keys_free(&keys);
+    int rc = qwen3_load_hf(&q->m, &set, path, err);
     st_set_close(&set);
     return rc;
 }
@@ -186,11 +125,14 @@ void train_qwen3_model(TrainQwen3 *q, TrainModel *out, int exempt) {
                         .before_optimizer_step = q->m.n_moe_layers ? before_optimizer_step : NULL};
 }
 
-int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T, int full_ac,
-                      Err *err) {
+int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
+                      const OverridePlan *plan, Err *err) {
     memset(out, 0, sizeof *out);
+    Qwen3Modules *mod = modules(spec, plan, 0);
     Qwen3Sizes z;
-    TRY(qwen3_sizes(&z, spec, B, T, ac_mode(full_ac), err));
+    int rc = qwen3_sizes(&z, spec, B, T, ac, mod, err);
+    free(mod);
+    TRY(rc);
     out->param_bytes = z.param_bytes;
     out->grad_bytes = z.grad_bytes;
     out->act_bytes = z.act_bytes;

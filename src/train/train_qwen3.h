@@ -1,15 +1,16 @@
 /* The Qwen3 reference model behind the trainer's TrainModel interface: parameter table as
  * named tensors, weight-decay flags, forward + backward on one micro-batch, and loading HF
- * weights by name. Kept apart from train_job.c so that no file includes both model/qwen3.h and
- * core/config.h (both name activation-checkpoint modes AC_NONE / AC_FULL). */
+ * weights by name. */
 #ifndef QT_TRAIN_QWEN3_H
 #define QT_TRAIN_QWEN3_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/ac_mode.h"
 #include "core/err.h"
 #include "core/model_spec.h"
+#include "kernels/overrides.h"
 #include "train/trainer.h"
 
 typedef struct TrainQwen3 TrainQwen3;
@@ -23,10 +24,14 @@ typedef struct TrainQwen3Batch {
     const int32_t *doc;       /* (B, T) or NULL */
 } TrainQwen3Batch;
 
-/* Dense and MoE models; activations sized for B x T; full_ac recomputes layers in backward.
- * The modules run the fast CPU kernels (kernels/cpu_ops.h), or the references when the
+/* Dense and MoE models; activations sized for B x T, kept or recomputed as ac says. The
+ * modules run the fast CPU kernels (kernels/cpu_ops.h), or the references when the
  * environment has QT_KERNELS=reference. */
-TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, int full_ac, Err *err);
+TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, Err *err);
+/* As train_qwen3_create with the kernels of plan (from overrides_resolve; NULL = none) applied
+ * before the activations are sized; logs one line per replacement. */
+TrainQwen3 *train_qwen3_create_with(const ModelSpec *spec, int B, int T, AcMode ac,
+                                    const OverridePlan *plan, Err *err);
 void train_qwen3_free(TrainQwen3 *q);
 
 /* Bytes of the parameter, gradient and activation arenas train_qwen3_create would allocate
@@ -36,15 +41,16 @@ typedef struct TrainQwen3Sizes {
     size_t bf16_bytes; /* added by train_qwen3_enable_bf16 */
     int nparams;
 } TrainQwen3Sizes;
-int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T, int full_ac,
-                      Err *err);
+int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
+                      const OverridePlan *plan, Err *err);
 
 /* Mixed precision (training.mixed_precision_param = "bfloat16"): bf16 matmuls, fp32 masters. */
 int train_qwen3_enable_bf16(TrainQwen3 *q, Err *err);
 /* DESIGN §5 random init. */
 void train_qwen3_init(TrainQwen3 *q, uint64_t seed);
-/* Loads HF-named weights (a .safetensors file or an HF directory), any of F32/BF16/F16. Every
- * parameter must be present with its shape; lm_head.weight may be absent when tied. */
+/* Loads HF-named weights (a .safetensors file or an HF directory), any of F32/BF16/F16. The
+ * files must hold exactly the model's tensors with their shapes (lm_head.weight may be absent
+ * when tied); the error lists every missing, unexpected and misshaped key. */
 int train_qwen3_load_hf(TrainQwen3 *q, const char *path, Err *err);
 /* MoE: each micro-batch's router auxiliary loss counts 1 / micro_batches, so a step adds
  * router_aux_loss_coef times the mean over its micro-batches (the reported loss is the
@@ -54,7 +60,5 @@ void train_qwen3_set_micro_batches(TrainQwen3 *q, int micro_batches);
  * MoE models also get the before_optimizer_step hook (train/moe_step.h): expert_bias update
  * and the moe_tokens_min / moe_tokens_max / moe_imbalance metrics. */
 void train_qwen3_model(TrainQwen3 *q, TrainModel *out, int exempt);
-/* The Hugging Face name of a qtitan parameter name into out; -1 when it has none. */
-int train_qwen3_hf_name(char *out, size_t cap, const char *qt_name);
 
 #endif

@@ -5,6 +5,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,16 +40,37 @@ static int64_t numel(const CkptTensor *t) {
     return n;
 }
 
+/* The first parameter holding a NaN or an infinity, or NULL. */
+static const char *nonfinite_param(const TrainModel *md) {
+    for (int i = 0; i < md->nparams; i++) {
+        const float *p = md->params[i].data;
+        for (int64_t k = 0, n = numel(&md->params[i]); k < n; k++)
+            if (!isfinite(p[k])) return md->params[i].name;
+    }
+    return NULL;
+}
+
 static int save(Trainer *t, Err *err) {
+    const TrainParallel *par = t->o->par;
+    const char *bad = nonfinite_param(t->model);
+    int ok = bad ? err_set(err,
+                           "step %" PRId64 ": parameter %s holds a non-finite value, so no "
+                           "checkpoint is written (try a lower optimizer.lr)",
+                           t->step, bad)
+                 : 0;
+    /* Every rank checks its own shard; all skip the collective save when one fails. */
+    if (par) ok = comm_agree(par->world, ok, err);
+    TRY(ok);
     CkptState st = {.step = t->step,
                     .tokens_seen = t->tokens_seen,
                     .optim_step = t->opt.step,
                     .lr = t->lr,
                     .data_position = t->data->position ? t->data->position(t->data->ctx) : NULL,
-                    .config_hash = t->o->config_hash};
+                    .config_hash = t->o->config_hash,
+                    .files = t->o->ckpt_files,
+                    .nfiles = t->o->n_ckpt_files};
     memcpy(st.rng, t->rng.s, sizeof st.rng);
     double t0 = now_seconds();
-    const TrainParallel *par = t->o->par;
     int rc = par ? ckpt_dist_save(par->world, par->mesh, t->ckpt_root, &st, t->model->params,
                                   t->model->nparams, t->optim, 2 * t->model->nparams,
                                   t->o->keep_latest_k, err)
@@ -209,6 +231,13 @@ static int run(Trainer *t, Err *err) {
         if (rc == 0 && o->ckpt_enable &&
             (last || (o->ckpt_interval > 0 && t->step % o->ckpt_interval == 0)))
             rc = save(t, err);
+        if (rc == 0 && o->ckpt_enable && last && o->on_last_save) {
+            char name[48];
+            snprintf(name, sizeof name, "step-%" PRId64, t->step);
+            char *dir = fs_join(t->ckpt_root, name);
+            rc = o->on_last_save(o->on_last_save_ctx, dir, err);
+            free(dir);
+        }
     }
     if (writer) metrics_writer_close(&mw);
     if (rc == 0) {

@@ -82,6 +82,12 @@ typedef struct TrainerOptions {
     double flops_per_token; /* metrics_flops_per_token of the model */
     uint64_t seed;
     uint64_t config_hash;
+    const CkptFile *ckpt_files; /* (n_ckpt_files) saved into every checkpoint (config.json, ...) */
+    int n_ckpt_files;
+    /* Called once the checkpoint of the last step is committed, with its directory (the HF
+     * export of checkpoint.last_save_in_hf); may be NULL. */
+    int (*on_last_save)(void *ctx, const char *step_dir, Err *err);
+    void *on_last_save_ctx;
     /* Called after every step with its metrics (tests, progress hooks); may be NULL. */
     void (*on_step)(void *ctx, const StepMetrics *m);
     void *on_step_ctx;
@@ -91,7 +97,8 @@ typedef struct TrainerOptions {
 /* Trains from the newest complete checkpoint in {dump_folder}/{ckpt_folder} when one exists
  * (else from the model's current parameters) up to opts->steps. A non-finite loss or gradient
  * norm stops with an error naming the step, or with skip_nonfinite leaves the parameters and
- * optimizer state untouched for that step (which still counts) and goes on. */
+ * optimizer state untouched for that step (which still counts) and goes on. A checkpoint is
+ * never written from parameters holding a non-finite value: that save is an error instead. */
 int trainer_run(const TrainerOptions *opts, TrainModel *model, TrainData *data, Err *err);
 
 #endif

@@ -1,0 +1,205 @@
+/* HF model directory export: config.json, safetensors shards + index, tokenizer files. */
+#include "io/hf_export.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/fs.h"
+#include "io/hf_keys.h"
+#include "io/safetensors.h"
+
+const char *const HF_TOKENIZER_FILES[] = {
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+    "merges.txt",     "added_tokens.json",     "generation_config.json"};
+const int HF_NTOKENIZER_FILES = sizeof HF_TOKENIZER_FILES / sizeof HF_TOKENIZER_FILES[0];
+
+static const char *torch_dtype_name(DType d) {
+    return d == DT_F32 ? "float32" : d == DT_BF16 ? "bfloat16" : d == DT_F16 ? "float16" : NULL;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static int copy_file(const char *from, const char *to, Err *err) {
+    char *data;
+    size_t len;
+    TRY(fs_read_all(from, &data, &len, err));
+    int rc = fs_write_atomic(to, data, len, err);
+    free(data);
+    return rc;
+}
+
+static int copy_tokenizer(const char *src, const char *dir, Err *err) {
+    if (!src || !*src) return 0;
+    if (!fs_is_dir(src)) {
+        if (!fs_exists(src)) return err_set(err, "tokenizer %s does not exist", src);
+        char *to = fs_join(dir, "tokenizer.json");
+        int rc = copy_file(src, to, err);
+        free(to);
+        return rc;
+    }
+    int rc = 0;
+    for (int i = 0; i < HF_NTOKENIZER_FILES && rc == 0; i++) {
+        char *from = fs_join(src, HF_TOKENIZER_FILES[i]), *to = fs_join(dir, HF_TOKENIZER_FILES[i]);
+        if (fs_exists(from)) rc = copy_file(from, to, err);
+        free(from);
+        free(to);
+    }
+    return rc;
+}
+
+/* An existing out_dir may be replaced when it is empty or holds an HF config.json. */
+static int replaceable(const char *dir) {
+    char *cfg = fs_join(dir, "config.json");
+    int ok = fs_exists(cfg);
+    free(cfg);
+    if (ok) return 1;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *e;
+    int empty = 1;
+    while (empty && (e = readdir(d)))
+        empty = strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0;
+    closedir(d);
+    return empty;
+}
+
+static char *parent_of(const char *path) {
+    char *p = xstrdup(path);
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/')
+        p[--n] = '\0';
+    char *slash = strrchr(p, '/');
+    if (!slash) {
+        free(p);
+        return xstrdup(".");
+    }
+    if (slash == p)
+        slash[1] = '\0';
+    else
+        *slash = '\0';
+    return p;
+}
+
+static int write_dir(const char *dir, const ModelSpec *spec, const float *const *params,
+                     const HfKeyTable *t, const HfExportOptions *o, Err *err) {
+    size_t len;
+    char *cfg = model_spec_hf_config_text(spec, o->extra, torch_dtype_name(o->dtype), &len, err);
+    if (!cfg) return -1;
+    char *path = fs_join(dir, "config.json");
+    int rc = fs_write_atomic(path, cfg, len, err);
+    free(path);
+    free(cfg);
+    TRY(rc);
+    StWriter w;
+    st_writer_init(&w);
+    hf_keys_add_to_writer(&w, t, params, o->dtype);
+    rc = st_write_hf_shards(&w, dir,
+                            o->max_shard_bytes ? o->max_shard_bytes : HF_EXPORT_DEFAULT_SHARD, err);
+    st_writer_free(&w);
+    TRY(rc);
+    TRY(copy_tokenizer(o->tokenizer, dir, err));
+    return fs_sync_dir(dir, err);
+}
+
+int hf_export(const char *out_dir, const ModelSpec *spec, const HfExportTensor *tensors, int n,
+              const HfExportOptions *o, Err *err) {
+    if (!torch_dtype_name(o->dtype))
+        return err_set(err, "export dtype %s is not one of float32, bfloat16, float16",
+                       dtype_name(o->dtype));
+    if (fs_exists(out_dir) && (!fs_is_dir(out_dir) || !replaceable(out_dir)))
+        return err_set(err,
+                       "%s exists and is not an HF model directory (no config.json); remove it "
+                       "or choose another output",
+                       out_dir);
+    HfKeyTable t;
+    hf_keys_build(&t, spec);
+    const float **params = xcalloc((size_t)t.nparams + 1, sizeof *params);
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        if (ends_with(tensors[i].name, ".expert_bias")) continue;
+        int k = hf_keys_find_param(&t, tensors[i].name);
+        if (k < 0)
+            rc = err_set(err, "tensor %s is not a parameter of the model described by config.json",
+                         tensors[i].name);
+        else if (t.params[k].numel != tensors[i].numel)
+            rc =
+                err_set(err, "tensor %s has %lld elements, the model expects %lld", tensors[i].name,
+                        (long long)tensors[i].numel, (long long)t.params[k].numel);
+        else
+            params[k] = tensors[i].data;
+    }
+    for (int k = 0; k < t.nparams && rc == 0; k++)
+        if (t.params[k].exported && !params[k])
+            rc = err_set(err, "no tensor for parameter %s", t.params[k].name);
+    char *parent = parent_of(out_dir);
+    size_t cap = strlen(out_dir) + 48;
+    char *tmp = xmalloc(cap), *old = xmalloc(cap);
+    snprintf(tmp, cap, "%s.tmp-%ld", out_dir, (long)getpid());
+    snprintf(old, cap, "%s.old-%ld", out_dir, (long)getpid());
+    Err ignore;
+    if (rc == 0) rc = fs_mkdirs(parent, err);
+    if (rc == 0 && fs_exists(tmp)) rc = fs_remove_tree(tmp, err);
+    if (rc == 0) rc = fs_mkdirs(tmp, err);
+    if (rc == 0) rc = write_dir(tmp, spec, params, &t, o, err);
+    if (rc == 0 && fs_exists(out_dir) && rename(out_dir, old) != 0)
+        rc = err_sys(err, "cannot move %s aside", out_dir);
+    if (rc == 0 && rename(tmp, out_dir) != 0) {
+        rc = err_sys(err, "cannot rename %s to %s", tmp, out_dir);
+        if (fs_exists(old)) rename(old, out_dir);
+    }
+    if (rc == 0) rc = fs_sync_dir(parent, err);
+    if (fs_exists(old)) fs_remove_tree(old, &ignore);
+    if (fs_exists(tmp)) fs_remove_tree(tmp, &ignore);
+    if (rc != 0) err_wrap(err, "HF export to %s failed", out_dir);
+    free(tmp);
+    free(old);
+    free(parent);
+    free(params);
+    hf_keys_free(&t);
+    return rc;
+}
+
+int hf_parse_size(const char *text, size_t *out, Err *err) {
+    char *end;
+    double v = strtod(text, &end);
+    while (isspace((unsigned char)*end))
+        end++;
+    static const struct {
+        const char *unit;
+        double mult;
+    } units[] = {{"", 1},
+                 {"B", 1},
+                 {"KB", 1e3},
+                 {"MB", 1e6},
+                 {"GB", 1e9},
+                 {"TB", 1e12},
+                 {"KIB", 1024.0},
+                 {"MIB", 1048576.0},
+                 {"GIB", 1073741824.0},
+                 {"TIB", 1099511627776.0}};
+    char unit[8];
+    size_t k = 0;
+    for (; end[k] && k < sizeof unit - 1; k++)
+        unit[k] = (char)toupper((unsigned char)end[k]);
+    unit[k] = '\0';
+    if (end == text || end[k] || !(v > 0))
+        return err_set(err,
+                       "size \"%s\" is not a positive number with an optional unit (B, KB, "
+                       "MB, GB, KiB, MiB, GiB)",
+                       text);
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (strcmp(unit, units[i].unit) == 0) {
+            double bytes = v * units[i].mult;
+            if (bytes < 1 || bytes > 1e18) return err_set(err, "size \"%s\" is out of range", text);
+            *out = (size_t)bytes;
+            return 0;
+        }
+    return err_set(err, "size \"%s\" has an unknown unit (B, KB, MB, GB, KiB, MiB, GiB)", text);
+}

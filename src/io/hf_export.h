@@ -1,0 +1,52 @@
+/* Writes a Hugging Face model directory from fp32 parameters under qtitan names: config.json
+ * (every field transformers needs, torch_dtype = the export dtype), the weights as
+ * model.safetensors or shards with model.safetensors.index.json (through io/hf_keys' table, so
+ * lm_head.weight is left out when the embeddings are tied and MoE expert_bias is never
+ * written), and the tokenizer files. Used by `qtitan export` and checkpoint.last_save_in_hf.
+ *
+ * The directory is built under OUT.tmp-<pid> and renamed into place, so a failed export leaves
+ * no half-written OUT; an existing OUT is replaced only when it is empty or an HF directory
+ * (has config.json). */
+#ifndef QT_HF_EXPORT_H
+#define QT_HF_EXPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/dtype.h"
+#include "core/err.h"
+#include "core/model_spec.h"
+#include "io/hf_config.h"
+
+/* transformers' save_pretrained default max_shard_size, "5GB". */
+#define HF_EXPORT_DEFAULT_SHARD ((size_t)5000 * 1000 * 1000)
+
+/* Tokenizer files copied when present (transformers' names). */
+extern const char *const HF_TOKENIZER_FILES[];
+extern const int HF_NTOKENIZER_FILES;
+
+typedef struct HfExportOptions {
+    DType dtype;                /* DT_F32, DT_BF16 or DT_F16 */
+    size_t max_shard_bytes;     /* 0 = HF_EXPORT_DEFAULT_SHARD */
+    const HfConfigExtra *extra; /* bos / eos token ids for config.json; NULL = none */
+    const char *tokenizer;      /* directory holding tokenizer files, a tokenizer.json file, or
+                                   NULL / "" = no tokenizer files */
+} HfExportOptions;
+
+/* One parameter: qtitan name, element count and fp32 values. */
+typedef struct HfExportTensor {
+    const char *name;
+    int64_t numel;
+    const float *data; /* (numel) */
+} HfExportTensor;
+
+/* Writes out_dir for spec from the n tensors, which must hold every exported parameter of
+ * spec's name table with its element count; a tensor that is not a parameter of spec is an
+ * error, except MoE expert_bias (training state, skipped). */
+int hf_export(const char *out_dir, const ModelSpec *spec, const HfExportTensor *tensors, int n,
+              const HfExportOptions *o, Err *err);
+
+/* Parses a size like "5GB", "500MB", "2GiB", "1000" (bytes) into *out. */
+int hf_parse_size(const char *text, size_t *out, Err *err);
+
+#endif

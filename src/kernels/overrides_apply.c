@@ -1,0 +1,56 @@
+/* The model side of overrides: the module tree of a spec and applying a plan to it. Kept out
+ * of overrides.c, which reads core/config.h (see overrides.h). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/log.h"
+#include "kernels/cpu_ops.h"
+#include "kernels/overrides.h"
+#include "kernels/registry.h"
+#include "model/qwen3.h"
+
+int overrides_tree(const ModelSpec *spec, ModuleSlot **slots) {
+    Qwen3Modules *mod = xmalloc(sizeof *mod);
+    int n = qwen3_module_tree(spec, mod, NULL);
+    *slots = xcalloc((size_t)n, sizeof **slots);
+    qwen3_module_tree(spec, mod, *slots);
+    for (int i = 0; i < n; i++)
+        (*slots)[i].field = NULL; /* pointed into mod */
+    free(mod);
+    return n;
+}
+
+int overrides_cpu_defaults(const ModelSpec *spec, Qwen3Modules *mod) {
+    int nslots = qwen3_module_tree(spec, mod, NULL);
+    ModuleSlot *slots = xcalloc((size_t)nslots, sizeof *slots);
+    qwen3_module_tree(spec, mod, slots);
+    int fast = cpu_apply_defaults(slots, nslots, spec);
+    if (fast) mod->ce = &cross_entropy_cpu;
+    free(slots);
+    return fast;
+}
+
+int overrides_apply(const OverridePlan *plan, Qwen3Modules *mod) {
+    /* The CPU defaults first, so a replacement is logged against what it replaces; the slots
+     * point into mod, so copying the defaults over it keeps them valid. */
+    Qwen3Modules *defaults = xmalloc(sizeof *defaults);
+    overrides_cpu_defaults(&plan->spec, defaults);
+    int nslots = qwen3_module_tree(&plan->spec, mod, NULL);
+    ModuleSlot *slots = xcalloc((size_t)nslots, sizeof *slots);
+    qwen3_module_tree(&plan->spec, mod, slots);
+    *mod = *defaults;
+    free(defaults);
+    for (int c = 0; c < plan->n; c++) {
+        const ModuleSlot *s = &slots[plan->choices[c].slot];
+        const OpHeader *old = module_slot_get(s);
+        module_slot_set(s, plan->choices[c].impl);
+        if (old == plan->choices[c].impl) /* e.g. naming the device default explicitly */
+            log_info("[override] %s: %s (already the default)", s->fqn, kernel_display_name(old));
+        else
+            log_info("[override] %s: %s -> %s", s->fqn, kernel_display_name(old),
+                     kernel_display_name(plan->choices[c].impl));
+    }
+    log_info("applied %d override(s)", plan->n);
+    free(slots);
+    return plan->n;
+}

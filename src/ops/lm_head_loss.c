@@ -1,0 +1,28 @@
+/* Reference lm_head + loss: the full (N, V) logits through proj, then cross_entropy. */
+#include "ops/lm_head_loss.h"
+
+#include "ops/cross_entropy.h"
+
+static double lm_head_loss_forward(float *losses, float *lse, float *logits, const float *x,
+                                   const float *w, const int32_t *targets, const LinearOp *proj,
+                                   long N, int D, int V) {
+    proj->forward(logits, x, w, N, D, V);
+    if (!targets) return 0.0;
+    return cross_entropy_forward(losses, lse, logits, targets, N, V);
+}
+
+static void lm_head_loss_backward(float *dx, float *dw, float *logits, const float *x,
+                                  const float *w, const int32_t *targets, const float *lse,
+                                  const LinearOp *proj, long N, int D, int V, float scale) {
+    cross_entropy_backward(logits, logits, lse, targets, N, V, scale); /* in place */
+    proj->backward(dx, dw, logits, x, w, N, D, V, 0.0f);
+}
+
+static long lm_head_loss_workspace(long N, int V) {
+    return N * V;
+}
+
+const LmHeadLossOp lm_head_loss_reference = {{"reference", OP_LM_HEAD_LOSS, "cpu", 0},
+                                             lm_head_loss_forward,
+                                             lm_head_loss_backward,
+                                             lm_head_loss_workspace};

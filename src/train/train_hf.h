@@ -1,0 +1,43 @@
+/* What a training job adds to its checkpoints so that they can be exported as HF directories
+ * (the model's config.json, the job config, the tokenizer files), the export at the end of a
+ * run (checkpoint.last_save_in_hf), and the export of any checkpoint (`qtitan export`). */
+#ifndef QT_TRAIN_HF_H
+#define QT_TRAIN_HF_H
+
+#include "core/config.h"
+#include "core/err.h"
+#include "core/model_spec.h"
+#include "io/hf_config.h"
+#include "io/hf_export.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+#define TRAIN_HF_MAX_FILES 12
+
+typedef struct TrainHf {
+    CkptFile files[TRAIN_HF_MAX_FILES]; /* config.json, job.toml, tokenizer files */
+    int nfiles;
+    char *names[TRAIN_HF_MAX_FILES], *data[TRAIN_HF_MAX_FILES];
+    ModelSpec spec;
+    HfConfigExtra extra;
+    const TrainModel *model; /* set before the export hook runs */
+    DType dtype;             /* checkpoint.export_dtype */
+    const char *tokenizer;   /* the job's tokenizer directory or file */
+} TrainHf;
+
+/* Collects the checkpoint files for a job: config.json of spec (torch_dtype float32, the token
+ * ids of extra), the resolved job config as job.toml, and the tokenizer files found at tok_path
+ * (a directory, or a tokenizer.json file). */
+int train_hf_init(TrainHf *h, const JobConfig *cfg, const ModelSpec *spec,
+                  const HfConfigExtra *extra, const char *tok_path, Err *err);
+void train_hf_free(TrainHf *h);
+/* TrainerOptions.on_last_save: exports the trainer's parameters to STEP_DIR/hf. */
+int train_hf_on_last_save(void *ctx, const char *step_dir, Err *err);
+
+/* Exports checkpoint step_dir (verified first) to out_dir: the architecture from the
+ * checkpoint's config.json, the tokenizer files the checkpoint holds (o->tokenizer, when set,
+ * replaces them). o->extra is ignored: the token ids come from the checkpoint's config.json. */
+int train_hf_export_checkpoint(const char *step_dir, const char *out_dir, const HfExportOptions *o,
+                               Err *err);
+
+#endif
