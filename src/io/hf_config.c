@@ -285,6 +285,7 @@ static int parse_config(ModelSpec *s, HfConfigExtra *extra, const json_t *root, 
                           err));
         TRY(get_token_ids(root, "eos_token_id", extra->eos_token_id, &extra->n_eos,
                           &extra->eos_is_list, what, err));
+        TRY(json_opt_bool(root, "output_router_logits", &extra->output_router_logits, what, err));
     }
     return 0;
 }

@@ -29,6 +29,9 @@ typedef struct HfConfigExtra {
     int64_t bos_token_id[HF_MAX_TOKEN_IDS];
     int64_t eos_token_id[HF_MAX_TOKEN_IDS]; /* HF allows a list of EOS ids */
     int eos_is_list;                        /* written back as a list when it was one */
+    /* transformers adds the router auxiliary loss only when this is true; the published
+     * Qwen3-MoE configs carry router_aux_loss_coef = 0.001 with it false. */
+    int output_router_logits;
 } HfConfigExtra;
 
 /* Reads an HF config.json; an unsupported architecture or rope_scaling type is an error. */

@@ -88,6 +88,9 @@ int train_job_spec(const JobConfig *cfg, ModelSpec *spec, HfConfigExtra *extra, 
         int rc = model_spec_from_hf_config_ex(spec, extra, path, err);
         free(path);
         TRY(rc);
+        /* As transformers trains it: the auxiliary loss only with output_router_logits (a
+         * [model] router_aux_loss_coef below still turns it on). */
+        if (!extra->output_router_logits) spec->router_aux_loss_coef = 0.0;
     } else {
         TRY(model_spec_flavor(spec, cfg->model.flavor, err));
     }
