@@ -306,9 +306,13 @@ static int parse_escape(Parser *p, Buf *b) {
     }
 }
 
-/* Basic string; the cursor is on the opening quote(s). */
-static int parse_basic_string(Parser *p, char **out) {
-    int multi = peek_at(p, 1) == '"' && peek_at(p, 2) == '"';
+/* Basic ("...", """...""") or literal ('...', '''...''') string; the cursor is on the opening
+ * quote(s). Literal strings take no escapes; otherwise the two kinds read alike. */
+static int parse_string(Parser *p, char **out) {
+    const char quote = (char)peek(p);
+    const int basic = quote == '"';
+    const char *what = basic ? "string" : "literal string";
+    int multi = peek_at(p, 1) == quote && peek_at(p, 2) == quote;
     int start_line = p->line;
     Buf b = {0};
     p->s += multi ? 3 : 1;
@@ -317,33 +321,33 @@ static int parse_basic_string(Parser *p, char **out) {
         int c = peek(p);
         if (c < 0) {
             p->line = start_line;
-            perr(p, "unterminated string");
+            perr(p, "unterminated %s", what);
             goto fail;
         }
-        if (c == '"') {
+        if (c == quote) {
             if (!multi) {
                 p->s++;
                 break;
             }
             int q = 0;
-            while (peek_at(p, (size_t)q) == '"')
+            while (peek_at(p, (size_t)q) == quote)
                 q++;
             if (q >= 3) {
                 if (q > 5) {
-                    perr(p, "too many quotes at the end of a multi-line string");
+                    perr(p, "too many quotes at the end of a multi-line %s", what);
                     goto fail;
                 }
                 for (int i = 0; i < q - 3; i++)
-                    buf_push(&b, '"');
+                    buf_push(&b, quote);
                 p->s += q;
                 break;
             }
             for (int i = 0; i < q; i++)
-                buf_push(&b, '"');
+                buf_push(&b, quote);
             p->s += q;
             continue;
         }
-        if (c == '\\') {
+        if (c == '\\' && basic) {
             p->s++;
             if (multi) {
                 /* A backslash ending a line trims the newline and the blanks after it. */
@@ -367,7 +371,7 @@ static int parse_basic_string(Parser *p, char **out) {
         }
         if (c == '\n' || c == '\r') {
             if (!multi) {
-                perr(p, "unterminated string (a newline before the closing quote)");
+                perr(p, "unterminated %s (a newline before the closing quote)", what);
                 goto fail;
             }
             if (eat_newline(p) < 0) goto fail;
@@ -375,67 +379,7 @@ static int parse_basic_string(Parser *p, char **out) {
             continue;
         }
         if (is_control(c)) {
-            perr(p, "control character 0x%02X in a string; use an escape", c);
-            goto fail;
-        }
-        buf_push(&b, (char)c);
-        p->s++;
-    }
-    *out = buf_take(&b);
-    return 0;
-fail:
-    free(b.p);
-    return -1;
-}
-
-/* Literal string ('...' or '''...'''): no escapes. */
-static int parse_literal_string(Parser *p, char **out) {
-    int multi = peek_at(p, 1) == '\'' && peek_at(p, 2) == '\'';
-    int start_line = p->line;
-    Buf b = {0};
-    p->s += multi ? 3 : 1;
-    if (multi && eat_newline(p) < 0) goto fail;
-    for (;;) {
-        int c = peek(p);
-        if (c < 0) {
-            p->line = start_line;
-            perr(p, "unterminated literal string");
-            goto fail;
-        }
-        if (c == '\'') {
-            if (!multi) {
-                p->s++;
-                break;
-            }
-            int q = 0;
-            while (peek_at(p, (size_t)q) == '\'')
-                q++;
-            if (q >= 3) {
-                if (q > 5) {
-                    perr(p, "too many quotes at the end of a multi-line literal string");
-                    goto fail;
-                }
-                for (int i = 0; i < q - 3; i++)
-                    buf_push(&b, '\'');
-                p->s += q;
-                break;
-            }
-            for (int i = 0; i < q; i++)
-                buf_push(&b, '\'');
-            p->s += q;
-            continue;
-        }
-        if (c == '\n' || c == '\r') {
-            if (!multi) {
-                perr(p, "unterminated literal string (a newline before the closing quote)");
-                goto fail;
-            }
-            if (eat_newline(p) < 0) goto fail;
-            buf_push(&b, '\n');
-            continue;
-        }
-        if (is_control(c)) {
-            perr(p, "control character 0x%02X in a literal string", c);
+            perr(p, "control character 0x%02X in a %s%s", c, what, basic ? "; use an escape" : "");
             goto fail;
         }
         buf_push(&b, (char)c);
@@ -457,15 +401,10 @@ static int is_bare_key_char(int c) {
 
 static int parse_simple_key(Parser *p, char **out) {
     int c = peek(p);
-    if (c == '"') {
-        if (peek_at(p, 1) == '"' && peek_at(p, 2) == '"')
+    if (c == '"' || c == '\'') {
+        if (peek_at(p, 1) == c && peek_at(p, 2) == c)
             return perr(p, "a multi-line string cannot be a key");
-        return parse_basic_string(p, out);
-    }
-    if (c == '\'') {
-        if (peek_at(p, 1) == '\'' && peek_at(p, 2) == '\'')
-            return perr(p, "a multi-line string cannot be a key");
-        return parse_literal_string(p, out);
+        return parse_string(p, out);
     }
     const char *start = p->s;
     while (p->s < p->end && is_bare_key_char((unsigned char)*p->s))
@@ -825,7 +764,7 @@ static int parse_value(Parser *p, TomlValue **out) {
     int line = p->line;
     if (c == '"' || c == '\'') {
         char *s;
-        TRY(c == '"' ? parse_basic_string(p, &s) : parse_literal_string(p, &s));
+        TRY(parse_string(p, &s));
         TomlValue *v = new_value(TOML_STRING, line);
         v->s = s;
         *out = v;
