@@ -24,24 +24,7 @@
 
 #define TOL_FD 1e-3
 
-static Rng rng;
-
-static float *randn(long n, float std) {
-    float *x = malloc((size_t)n * sizeof(float));
-    rng_fill_normal(&rng, x, n, std);
-    return x;
-}
-
-static float *zeros(long n) {
-    return calloc((size_t)n, sizeof(float));
-}
-
-static double project(const float *out, const float *R, long n) {
-    double s = 0.0;
-    for (long i = 0; i < n; i++)
-        s += (double)out[i] * R[i];
-    return s;
-}
+#include "fd_util.h"
 
 static double rel_l2(const float *a, const float *b, long n) {
     double d = 0, r = 0;

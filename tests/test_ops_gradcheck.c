@@ -32,24 +32,7 @@
 #define TOL_OP 1e-3
 #define TOL_MODEL 1.5e-2
 
-static Rng rng;
-
-static float *randn(long n, float std) {
-    float *x = malloc((size_t)n * sizeof(float));
-    rng_fill_normal(&rng, x, n, std);
-    return x;
-}
-
-static float *zeros(long n) {
-    return calloc((size_t)n, sizeof(float));
-}
-
-static double project(const float *out, const float *R, long n) {
-    double s = 0.0;
-    for (long i = 0; i < n; i++)
-        s += (double)out[i] * R[i];
-    return s;
-}
+#include "fd_util.h"
 
 /* The op under test, as "run forward on the current inputs and return the projected loss". */
 typedef double (*LossFn)(void *ctx);
