@@ -54,13 +54,30 @@ static double thread_cpu_seconds(void) {
  * through a store and a reload and it read ~4x below the real peak, e.g. 0.097 instead of
  * ~0.42 TFLOP/s on 2 Sapphire Rapids cores.) Returns the sum of the threads' FLOP/s; *cpu gets
  * the shortest thread CPU time (for sizing the run). */
-static double peak_run(long iters, double *cpu, volatile float *sink) {
+typedef enum PeakUnit { PEAK_FMA, PEAK_DPBF16, PEAK_AMX } PeakUnit;
+
+/* FLOPs one iteration of a unit's loop does on one thread (kernels/cpu_peak.h). */
+static double peak_flop_per_iter(PeakUnit u) {
+    switch (u) {
+    case PEAK_AMX: return 4.0 * 16 * 16 * 32 * 2;  /* 4 tiles of 16x16, 32 products each */
+    case PEAK_DPBF16: return 12.0 * 32 * 2;        /* 12 chains of 32 products */
+    default: return 2.0 * 12.0 * cpu_peak_fma_lanes();
+    }
+}
+
+static double peak_loop(PeakUnit u, long iters) {
+    return u == PEAK_AMX      ? cpu_peak_amx_loop(iters)
+           : u == PEAK_DPBF16 ? cpu_peak_dpbf16_loop(iters)
+                              : cpu_peak_fma_loop(iters, 1.0f, 1.0f);
+}
+
+static double peak_run(PeakUnit u, long iters, double *cpu, volatile float *sink) {
     double rate = 0, shortest = 1e300;
-    const double flop_per_iter = 2.0 * 12.0 * cpu_peak_fma_lanes();
+    const double flop_per_iter = peak_flop_per_iter(u);
 #pragma omp parallel reduction(+ : rate) reduction(min : shortest)
     {
         double t0 = thread_cpu_seconds();
-        double r = cpu_peak_fma_loop(iters, 1.0f, 1.0f);
+        double r = peak_loop(u, iters);
         double t = thread_cpu_seconds() - t0;
         if (r == 12345.678) *sink = (float)r; /* keeps the loop alive */
         if (t <= 0) t = 1e-9;
@@ -71,25 +88,37 @@ static double peak_run(long iters, double *cpu, volatile float *sink) {
     return rate;
 }
 
-double metrics_measure_peak_tflops(double seconds) {
+static double measure_peak(PeakUnit u, double seconds) {
     volatile float sink = 0;
     long iters = 1 << 12;
     double cpu;
-    peak_run(iters, &cpu, &sink);
+    peak_run(u, iters, &cpu, &sink);
     /* Grow the run until it is long enough to time, then size the measured runs; the best of
      * three is kept (a run can still lose its core's caches or frequency to a neighbour). */
     while (cpu < 0.01 && iters < (1L << 40)) {
         iters *= 4;
-        peak_run(iters, &cpu, &sink);
+        peak_run(u, iters, &cpu, &sink);
     }
     long measured = (long)((double)iters * seconds / 3.0 / (cpu > 0 ? cpu : 1e-9));
     if (measured < iters) measured = iters;
     double best = 0;
     for (int rep = 0; rep < 3; rep++) {
-        double r = peak_run(measured, &cpu, &sink);
+        double r = peak_run(u, measured, &cpu, &sink);
         if (r > best) best = r;
     }
     return best / 1e12;
+}
+
+double metrics_measure_peak_tflops(double seconds) {
+    return measure_peak(PEAK_FMA, seconds);
+}
+
+double metrics_measure_peak_tflops_bf16(double seconds, const char **unit) {
+    PeakUnit u = cpu_peak_amx_loop(1) >= 0      ? PEAK_AMX
+                 : cpu_peak_dpbf16_loop(1) >= 0 ? PEAK_DPBF16
+                                                : PEAK_FMA;
+    if (unit) *unit = u == PEAK_AMX ? "amx bf16" : u == PEAK_DPBF16 ? "avx512_bf16" : "fp32 fma";
+    return measure_peak(u, seconds);
 }
 
 double metrics_peak_rss_gib(void) {

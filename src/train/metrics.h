@@ -21,6 +21,10 @@ double metrics_flops_per_token(const ModelSpec *spec, int seq_len);
 /* Measures this machine's fp32 FMA throughput on all OpenMP threads for about `seconds` and
  * returns TFLOP/s (an upper bound real kernels approach, used as the MFU denominator on CPU). */
 double metrics_measure_peak_tflops(double seconds);
+/* The same for bf16 products with fp32 accumulation, on the fastest unit present (AMX tiles,
+ * else AVX512_BF16 dot products, else the fp32 FMA): the MFU denominator of mixed-precision
+ * runs. *unit (may be NULL) names the unit. */
+double metrics_measure_peak_tflops_bf16(double seconds, const char **unit);
 
 /* Peak resident memory of this process and total RAM, in GiB. */
 double metrics_peak_rss_gib(void);

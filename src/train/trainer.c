@@ -259,7 +259,12 @@ int trainer_run(const TrainerOptions *opts, TrainModel *model, TrainData *data, 
     t.data = data;
     rng_seed(&t.rng, opts->seed, 0);
     TrainerOptions local = *opts;
-    if (local.peak_tflops <= 0) {
+    if (local.peak_tflops <= 0 && opts->bf16_matmuls) {
+        const char *unit;
+        local.peak_tflops = metrics_measure_peak_tflops_bf16(0.3, &unit);
+        log_info("measured peak: %.2f TFLOP/s bf16 (%s; set metrics.peak_tflops to override)",
+                 local.peak_tflops, unit);
+    } else if (local.peak_tflops <= 0) {
         local.peak_tflops = metrics_measure_peak_tflops(0.3);
         log_info("measured peak: %.2f TFLOP/s fp32 (set metrics.peak_tflops to override)",
                  local.peak_tflops);
