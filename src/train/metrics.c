@@ -152,11 +152,52 @@ int metrics_format_line(char *buf, size_t cap, const StepMetrics *m) {
                     round(m->tps), m->tflops, m->mfu);
 }
 
-int metrics_writer_open(MetricsWriter *w, const char *dump_folder, int append, Err *err) {
+/* Keeps the records of steps <= keep_step (and drops a torn last line): a run resumed from the
+ * checkpoint of keep_step redoes the steps after it and writes their records again. The file is
+ * rewritten atomically, so a crash here leaves the old one. */
+static int drop_records_after(const char *path, int64_t keep_step, Err *err) {
+    if (!fs_exists(path)) return 0;
+    char *data;
+    size_t len;
+    TRY(fs_read_all(path, &data, &len, err));
+    size_t out = 0;
+    int dropped = 0;
+    for (size_t i = 0; i < len;) {
+        size_t end = i;
+        while (end < len && data[end] != '\n')
+            end++;
+        int keep = 0;
+        if (end < len) { /* a complete line */
+            json_error_t je;
+            json_t *o = json_loadb(data + i, end - i, 0, &je);
+            json_t *st = o ? json_object_get(o, "step") : NULL;
+            keep = json_is_integer(st) && json_integer_value(st) <= keep_step;
+            json_decref(o);
+        }
+        if (keep) {
+            memmove(data + out, data + i, end + 1 - i);
+            out += end + 1 - i;
+        } else {
+            dropped = 1;
+        }
+        i = end + 1;
+    }
+    int rc = dropped ? fs_write_atomic(path, data, out, err) : 0;
+    free(data);
+    return rc;
+}
+
+int metrics_writer_open(MetricsWriter *w, const char *dump_folder, int64_t resume_step,
+                        Err *err) {
     memset(w, 0, sizeof *w);
     TRY(fs_mkdirs(dump_folder, err));
     w->path = fs_join(dump_folder, "metrics.jsonl");
-    w->f = fopen(w->path, append ? "a" : "w");
+    if (resume_step > 0 && drop_records_after(w->path, resume_step, err) != 0) {
+        free(w->path);
+        w->path = NULL;
+        return -1;
+    }
+    w->f = fopen(w->path, resume_step > 0 ? "a" : "w");
     if (!w->f) {
         err_sys(err, "cannot open %s for writing", w->path);
         free(w->path);

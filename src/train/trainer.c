@@ -206,7 +206,7 @@ static int run(Trainer *t, Err *err) {
     /* On many processes rank 0 writes metrics.jsonl; all ranks hold the same step values. */
     int writer = !o->par || o->par->world->rank == 0;
     MetricsWriter mw = {0};
-    if (writer) TRY(metrics_writer_open(&mw, o->dump_folder, t->step > 0, err));
+    if (writer) TRY(metrics_writer_open(&mw, o->dump_folder, t->step, err));
     MetricsSummary summary = {0};
     rc = 0;
     while (rc == 0 && t->step < o->steps) {
