@@ -19,6 +19,7 @@
 #include "model/qwen3_hf.h"
 #include "train/adamw.h"
 #include "train/moe_step.h"
+#include "train/tp_split.h"
 #include "train/train_qwen3.h"
 
 /* A full-size workspace: the gathered parameters of the unit it holds and that unit's
@@ -114,25 +115,6 @@ static int param_slot(FsdpModel *f, const char *name, int *unit, float ***pf, fl
                    "FSDP: parameter %s has no place in a sharding unit (only Qwen3 layers "
                    "are sharded)",
                    name);
-}
-
-/* How tensor parallelism splits a parameter: column-parallel linears (q, k, v, w1, w3) keep
- * a block of rows (output features), row-parallel ones (wo, w2) a block of columns (input
- * features); norms, the embedding and lm_head are replicated. */
-enum { TP_REPLICATED, TP_ROWS, TP_COLS };
-
-static int ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), k = strlen(suffix);
-    return n > k && strcmp(s + n - k, suffix) == 0;
-}
-
-static int tp_split_of(const char *name) {
-    static const char *const rows[] = {".wq.weight", ".wk.weight", ".wv.weight", ".w1.weight",
-                                       ".w3.weight"};
-    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++)
-        if (ends_with(name, rows[k])) return TP_ROWS;
-    if (ends_with(name, ".wo.weight") || ends_with(name, ".w2.weight")) return TP_COLS;
-    return TP_REPLICATED;
 }
 
 static int slot_of(const FsdpModel *f, int unit) {

@@ -354,12 +354,9 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
         if (rc != 0) goto out;
     }
     rc = trainer_run(&o, &model, &data, err);
-    if (rc == 0 && sharded && cfg->checkpoint.last_save_in_hf && mesh.dims.tp > 1) {
-        log_warn("checkpoint.last_save_in_hf: the HF export of a tensor-parallel run is not "
-                 "built yet (docs/distributed.md); the last checkpoint stays sharded");
-    } else if (rc == 0 && sharded && cfg->checkpoint.last_save_in_hf && cfg->checkpoint.enable) {
-        /* The last step's sharded checkpoint is committed: rank 0 exports it, a tensor at a
-         * time from the ranks' files. */
+    if (rc == 0 && sharded && cfg->checkpoint.last_save_in_hf && cfg->checkpoint.enable) {
+        /* The last step's sharded checkpoint is committed: rank 0 exports it, a run of
+         * elements at a time from the ranks' files (FSDP and tensor-parallel pieces joined). */
         char *root = fs_join(cfg->job.dump_folder, cfg->checkpoint.folder);
         rc = ckpt_dist_last_save_hf(world, root, &spec, cfg->checkpoint.export_dtype, err);
         free(root);
