@@ -362,6 +362,11 @@ int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode a
     return create(m, spec, B, T, ac, 0, NULL, err);
 }
 
+int qwen3_create_unowned_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
+                              const Qwen3Modules *impl, Err *err) {
+    return create(m, spec, B, T, ac, 0, impl, err);
+}
+
 void qwen3_free(Qwen3 *m) {
     arena_free(&m->param_arena);
     arena_free(&m->grad_arena);

@@ -246,6 +246,9 @@ int qwen3_create_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
 /* The same without parameter and gradient memory: the table has names and shapes but NULL
  * data and grad, and m->p / m->g stay NULL until a unit_hook points them somewhere (FSDP). */
 int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *err);
+/* The same with the module implementations taken from impl (as qwen3_create_with). */
+int qwen3_create_unowned_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
+                              const Qwen3Modules *impl, Err *err);
 void qwen3_free(Qwen3 *m);
 
 /* Bytes of the three arenas qwen3_create would allocate for the same arguments, computed by

@@ -14,7 +14,6 @@
 #include "dist/fsdp.h"
 #include "io/hf_keys.h"
 #include "io/safetensors.h"
-#include "kernels/cpu_ops.h"
 #include "model/qwen3.h"
 #include "model/qwen3_hf.h"
 #include "train/adamw.h"
@@ -249,7 +248,7 @@ static void on_unit(void *ctx, Qwen3 *m, int unit, Qwen3HookPhase phase) {
 /* ---- create / free ---- */
 
 FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, const Mesh *mesh,
-                             Err *err) {
+                             const OverridePlan *plan, Err *err) {
     if (spec->num_experts > 0 && mesh->dims.tp > 1) {
         err_set(err,
                 "parallelism.tensor_parallel_degree = %d: mixture-of-experts models "
@@ -270,12 +269,15 @@ FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, c
     local.n_heads /= f->tp;
     local.n_kv_heads /= f->tp;
     local.hidden_dim /= f->tp;
-    if (qwen3_create_unowned(&f->m, &local, B, T, full_ac ? AC_FULL : AC_NONE, err) != 0) {
+    /* The kernels of one process's model (train_qwen3_create_with), chosen for the rank's
+     * shapes. */
+    Qwen3Modules *mod = train_qwen3_modules(&local, plan, 0);
+    int rc = qwen3_create_unowned_with(&f->m, &local, B, T, full_ac ? AC_FULL : AC_NONE, mod, err);
+    free(mod);
+    if (rc != 0) {
         free(f);
         return NULL;
     }
-    if (cpu_apply_defaults(f->m.slots, f->m.nslots, &local)) /* as train_qwen3_create */
-        f->m.mod.ce = &cross_entropy_cpu;
     if (f->tp > 1 && qwen3_create_unowned(&f->full, spec, 1, 1, AC_NONE, err) != 0) {
         qwen3_free(&f->m);
         free(f);
@@ -287,7 +289,6 @@ FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, c
     size_t *numel = xcalloc((size_t)n, sizeof *numel);
     int *unit = xcalloc((size_t)n, sizeof *unit);
     float ***pf = xcalloc((size_t)n, sizeof *pf), ***gf = xcalloc((size_t)n, sizeof *gf);
-    int rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
         numel[i] = (size_t)f->m.table[i].numel;
         rc = param_slot(f, f->m.table[i].name, &unit[i], &pf[i], &gf[i], err);

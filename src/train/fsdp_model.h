@@ -17,6 +17,7 @@
 #include "core/err.h"
 #include "core/model_spec.h"
 #include "dist/mesh.h"
+#include "kernels/overrides.h"
 #include "train/trainer.h"
 
 typedef struct FsdpModel FsdpModel;
@@ -26,7 +27,7 @@ typedef struct FsdpModel FsdpModel;
  * parallelism; MoE models (router, stacked experts and expert_bias sharded with their layer)
  * without it. */
 FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, const Mesh *mesh,
-                             Err *err);
+                             const OverridePlan *plan, Err *err);
 void fsdp_model_free(FsdpModel *f);
 /* DESIGN §5 init, bitwise the same values as one process: each tensor is drawn whole (one
  * at a time) and only this rank's slice is kept. */

@@ -252,11 +252,7 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     int full_ac = cfg->activation_checkpoint.mode == AC_FULL;
     int sharded = world->size > 1;
     if (sharded) {
-        if (plan.n > 0) /* fsdp_model_create builds its model without a module set yet */
-            log_warn("%d [[override]] replacement(s) not applied: sharded (FSDP) runs use the "
-                     "reference kernels for now",
-                     plan.n);
-        fm = fsdp_model_create(&spec, d.B, d.T, full_ac, &mesh, err);
+        fm = fsdp_model_create(&spec, d.B, d.T, full_ac, &mesh, &plan, err);
         rc = fm ? 0 : -1;
     } else {
         rc = train_hf_init(&hf, cfg, &spec, &extra, tok_path, err);
