@@ -14,6 +14,7 @@
 #include "dist/fsdp.h"
 #include "io/hf_keys.h"
 #include "io/safetensors.h"
+#include "kernels/cpu_simd.h"
 #include "model/qwen3.h"
 #include "model/qwen3_hf.h"
 #include "train/adamw.h"
@@ -30,6 +31,8 @@ typedef struct Slot {
     float *p;       /* (capacity) gathered parameters */
     float *g;       /* (capacity) full gradient of the unit in backward */
     float *scratch; /* (max_unit_shard) the reduce-scatter's received sum */
+    uint16_t *pb;   /* (capacity) bf16 copy of p under mixed precision, else NULL */
+    size_t cap;     /* floats in p and g */
     int holds;      /* unit whose parameters are in p (or being gathered), -1 none */
     FsdpReq gather, rs;
     int gather_pending, rs_pending;
@@ -160,11 +163,15 @@ static void start_gather(FsdpModel *f, int unit) {
     s->holds = unit;
 }
 
-/* The unit's parameters are in its slot once this returns. */
+/* The unit's parameters are in its slot once this returns, and under mixed precision their
+ * bf16 copy (made once per gather: a gather is only ever completed here, by start_gather for a
+ * unit it then replaces, or by finish_grads, which forgets the unit). */
 static void ensure(FsdpModel *f, int unit) {
     Slot *s = &f->slot[slot_of(f, unit)];
     if (s->holds != unit) start_gather(f, unit);
+    int fresh = s->gather_pending;
     wait_gather(f, s);
+    if (fresh && s->pb) simd_f32_to_bf16(s->pb, s->p, (long)f->plan.units[unit].full_numel);
 }
 
 /* Starts gathering `unit` (-1: none) unless its slot already holds it. Only called when the
@@ -312,6 +319,7 @@ FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, c
     cap[1] = cap[0];
     for (int s = 0; s < NSLOTS; s++) {
         size_t c = cap[s] ? cap[s] : 16;
+        f->slot[s].cap = c;
         f->slot[s].p = xcalloc(c, sizeof(float));
         f->slot[s].g = xcalloc(c, sizeof(float));
         f->slot[s].scratch = xcalloc(f->plan.max_unit_shard + 16, sizeof(float));
@@ -369,6 +377,7 @@ void fsdp_model_free(FsdpModel *f) {
         free(f->slot[s].p);
         free(f->slot[s].g);
         free(f->slot[s].scratch);
+        free(f->slot[s].pb);
     }
     fsdp_plan_free(&f->plan);
     qwen3_free(&f->m);
@@ -384,6 +393,29 @@ void fsdp_model_free(FsdpModel *f) {
     free(f->bias_param);
     free(f->bias_full);
     free(f);
+}
+
+/* The bf16 twin, in slot s's copy, of a weight in slot s (NULL: no such weight). */
+static uint16_t *twin(const Slot *s, const float *w) {
+    return w ? s->pb + (w - s->p) : NULL;
+}
+
+int fsdp_model_enable_bf16(FsdpModel *f, Err *err) {
+    TRY(qwen3_enable_bf16_by_hook(&f->m, err));
+    for (int s = 0; s < NSLOTS; s++)
+        f->slot[s].pb = xcalloc(f->slot[s].cap, sizeof(uint16_t));
+    for (int l = 0; l < f->L; l++) {
+        const Slot *s = &f->slot[slot_of(f, 1 + l)];
+        const Qwen3LayerParams *p = &f->m.p.layers[l];
+        Qwen3Bf16Layer *b = &f->m.pb.layers[l];
+        b->wq = twin(s, p->wq), b->wk = twin(s, p->wk), b->wv = twin(s, p->wv);
+        b->wo = twin(s, p->wo), b->w1 = twin(s, p->w1), b->w3 = twin(s, p->w3);
+        b->w2 = twin(s, p->w2); /* w1 / w3 / w2 NULL in MoE layers: experts stay fp32 */
+    }
+    f->m.pb.output = twin(&f->slot[EDGE], f->m.p.output); /* tied: the embedding's */
+    for (int s = 0; s < NSLOTS; s++)
+        f->slot[s].holds = -1; /* the next ensure gathers, and so casts */
+    return 0;
 }
 
 /* ---- initial values ---- */

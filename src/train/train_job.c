@@ -278,13 +278,12 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
         goto out;
     }
     if (cfg->training.mixed_precision_param == DT_BF16) {
-        if (sharded) {
-            log_warn("training.mixed_precision_param = bfloat16: the sharded (FSDP) model "
-                     "computes in fp32 for now");
-        } else {
-            if ((rc = train_qwen3_enable_bf16(q, err)) != 0) goto out;
-            log_info("mixed precision: bf16 matmuls, fp32 master weights, optimizer and loss");
+        rc = sharded ? fsdp_model_enable_bf16(fm, err) : train_qwen3_enable_bf16(q, err);
+        if (comm_agree(world, rc, err) != 0) { /* an allocation may fail on one rank alone */
+            rc = -1;
+            goto out;
         }
+        log_info("mixed precision: bf16 matmuls, fp32 master weights, optimizer and loss");
     }
     TrainModel model;
     TrainParallel par;
