@@ -316,6 +316,7 @@ FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, c
         int s = slot_of(f, u);
         if (fu > cap[s]) cap[s] = fu;
     }
+    if (cap[1] > cap[0]) cap[0] = cap[1]; /* layers differ when dense and MoE blocks mix */
     cap[1] = cap[0];
     for (int s = 0; s < NSLOTS; s++) {
         size_t c = cap[s] ? cap[s] : 16;
