@@ -2,9 +2,9 @@
 # HF export of tensor-parallel runs (mpirun --oversubscribe through a localhost hostfile, on a
 # small generated dataset and the tiny fixture tokenizer):
 #   - with lr = 0 (the parameters stay the initial ones, bitwise the same on any mesh) TP 2
-#     (untied) and FSDP 2 x TP 2 (tied) write checkpoint.last_save_in_hf files byte-identical
-#     to one process's export, and so does `qtitan export` (no MPI) of their folders and of one
-#     rank's step directory;
+#     (untied), FSDP 2 x TP 2 (tied) and HSDP 2 x TP 2 (replicas of a TP pair; untied) write
+#     checkpoint.last_save_in_hf files byte-identical to one process's export, and so does
+#     `qtitan export` (no MPI) of their folders and of one rank's step directory;
 #   - a TP 2 run trained for 10 steps exports a model that loads as the initial weights of a
 #     one-process run, and whose loss on held-out lines (`qtitan eval`) is that of the export of
 #     the same training on one process, to 1e-5 relative.
@@ -60,7 +60,8 @@ hf_file() { echo "$TMP/$1/checkpoint/step-$2/hf/model.safetensors"; }
 HF=(--checkpoint.enable=true --checkpoint.interval=5 --checkpoint.last_save_in_hf=true --training.steps=3
   --optimizer.lr=0)
 for c in "tp2 2 false --parallelism.tensor_parallel_degree=2" \
-  "fsdptp4 4 true --parallelism.tensor_parallel_degree=2"; do
+  "fsdptp4 4 true --parallelism.tensor_parallel_degree=2" \
+  "hsdptp4 4 false --parallelism.tensor_parallel_degree=2 --parallelism.data_parallel_replicate_degree=2"; do
   set -- $c
   name=$1 np=$2 tie=$3
   shift 3

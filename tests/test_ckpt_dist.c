@@ -372,6 +372,13 @@ static void export_round_trip(const char *flavor, const char *tie, int dp_shard,
         assert_memory_equal(back, full[i] + first, n * sizeof(float));
         free(back);
     }
+    if (tp > 1) { /* a row-parallel parameter whose rows do not split is refused */
+        int wo = hf_keys_find_param(&t, "layers.0.attention.wo.weight");
+        float one;
+        assert_int_equal(ckpt_dist_reader_range(&rd, names[wo], numel[wo], 3, 0, 1, &one, &err),
+                         -1);
+        assert_non_null(strstr(err.msg, "does not split into 2 tensor-parallel parts"));
+    }
     float run[40];
     size_t big_cols = (size_t)t.params[big].shape[t.params[big].ndim - 1];
     assert_int_equal(ckpt_dist_reader_range(&rd, names[big], numel[big], big_cols, numel[big] - 20,
