@@ -8,8 +8,9 @@
 #   - MoE (4 experts, top 2, auxiliary-loss-free balancing and the HF auxiliary loss): FSDP on
 #     2 and 4 ranks and HSDP 2 x 2 with full AC match one process the same way, and the
 #     per-step routing figures (tokens of the least / most loaded expert: counts over the
-#     global batch, before the expert_bias update) are exactly one process's; MoE with tensor
-#     parallelism stops with a sentence;
+#     global batch, before the expert_bias update) are exactly one process's; a model mixing
+#     dense and MoE layers (decoder_sparse_step 2) on FSDP 2 matches one process; MoE with
+#     tensor parallelism stops with a sentence;
 #   - sharded checkpoints: a 2-rank run resumed from its step-5 checkpoint (the step-10 commit
 #     undone by rewriting latest.json, as a crash before the commit would leave it) ends with
 #     bitwise the same per-rank shard files and losses as the run that never stopped;
@@ -125,6 +126,11 @@ if [ $? -ne 0 ] && grep -q 'mixture-of-experts models (num_experts = 4) train wi
 else
   echo "FAIL: MoE with tensor parallelism should stop with a sentence"; cat "$TMP/moe-tp2.log"; fail=1
 fi
+
+# Dense and MoE blocks mixed (decoder_sparse_step = 2: layer 1 alone is MoE, and the largest
+# layer is in the second workspace).
+run 0 moe-mixed-one "${MOE[@]}" --model.decoder_sparse_step=2 && run 2 moe-mixed-fsdp2 "${MOE[@]}" --model.decoder_sparse_step=2 &&
+  same moe-mixed-one moe-mixed-fsdp2 "MoE with dense layers on FSDP 2" || { echo "FAIL: MoE with dense layers on FSDP 2"; cat "$TMP/moe-mixed-fsdp2.log"; fail=1; }
 
 # Sharded checkpoints: run a straight through; run b the same, with the step-10 commit undone.
 CK=(--checkpoint.enable=true --checkpoint.interval=5 --checkpoint.keep_latest_k=2)

@@ -1,8 +1,9 @@
 /* Sharded checkpoints (src/train/ckpt_dist.h) on the single-process communicator: the commit
  * marker, keep_latest_k pruning per rank, refusing shards saved by another number of ranks,
  * and the offline reader that assembles each full parameter from 2 and 3 ranks' FSDP pieces
- * (checked bitwise against the tensors that were cut up), and the HF export of a sharded
- * checkpoint (byte for byte the files an export of the whole tensors writes). */
+ * and from FSDP x TP pieces (checked bitwise against the tensors that were cut up), and the
+ * HF export of a sharded checkpoint, FSDP, TP and FSDP x TP (byte for byte the files an export
+ * of the whole tensors writes). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -38,6 +39,18 @@ static void write_marker(const char *root, int ranks, const char *steps, int64_t
                      "{\"format\": \"qtitan-sharded-checkpoint\", \"ranks\": %d, \"step\": %lld, "
                      "\"steps\": [%s]}\n",
                      ranks, (long long)step, steps);
+    Err err;
+    assert_int_equal(fs_write_atomic(path, text, (size_t)n, &err), 0);
+    free(path);
+}
+
+/* The marker of a run on the mesh [1, dp_shard, tp] that committed step `step` alone. */
+static void write_mesh_marker(const char *root, int dp_shard, int tp, int64_t step) {
+    char *path = fs_join(root, CKPT_DIST_MARKER), text[256];
+    int n = snprintf(text, sizeof text,
+                     "{\"format\": \"qtitan-sharded-checkpoint\", \"ranks\": %d, \"mesh\": "
+                     "[1, %d, %d], \"step\": %lld, \"steps\": [%lld]}\n",
+                     dp_shard * tp, dp_shard, tp, (long long)step, (long long)step);
     Err err;
     assert_int_equal(fs_write_atomic(path, text, (size_t)n, &err), 0);
     free(path);
@@ -135,24 +148,21 @@ static void reader_round_trip(int ranks) {
     assert_int_equal(ckpt_dist_reader_open(&rd, root, &err), 0);
     for (int i = 0; i < NP; i++) {
         float *back = calloc(numel[i], sizeof(float));
-        assert_int_equal(ckpt_dist_reader_tensor(&rd, names[i], back, numel[i], &err), 0);
+        assert_int_equal(ckpt_dist_reader_tensor(&rd, names[i], back, numel[i], numel[i], &err), 0);
         assert_memory_equal(back, full[i], numel[i] * sizeof(float));
         /* The wrong size is caught. */
-        assert_int_equal(ckpt_dist_reader_tensor(&rd, names[i], back, numel[i] + 1, &err), -1);
+        assert_int_equal(
+            ckpt_dist_reader_tensor(&rd, names[i], back, numel[i] + 1, numel[i] + 1, &err), -1);
         free(back);
         free(full[i]);
     }
     ckpt_dist_reader_close(&rd);
-    /* Tensor-parallel pieces are not consecutive runs: the reader refuses them. */
-    char *path = fs_join(root, CKPT_DIST_MARKER), text[256];
-    int len = snprintf(text, sizeof text,
-                       "{\"format\": \"qtitan-sharded-checkpoint\", \"ranks\": %d, \"mesh\": "
-                       "[1, %d, 2], \"step\": 7, \"steps\": [7]}\n",
-                       2 * ranks, ranks);
-    assert_int_equal(fs_write_atomic(path, text, (size_t)len, &err), 0);
-    free(path);
+    /* A marker that names more ranks (tp 2) than saved files: the first missing one is named. */
+    write_mesh_marker(root, ranks, 2, 7);
     assert_int_equal(ckpt_dist_reader_open(&rd, root, &err), -1);
-    assert_non_null(strstr(err.msg, "tensor parallelism"));
+    char want[32];
+    snprintf(want, sizeof want, "rank-%d", ranks);
+    assert_non_null(strstr(err.msg, want));
     assert_int_equal(fs_remove_tree(root, &err), 0);
     free(root);
 }
@@ -197,17 +207,42 @@ static int assert_same_dir(const char *ref, const char *got) {
     return n;
 }
 
-/* A tiny model's parameters (random, expert_bias included) are cut into `ranks` FSDP shards
- * and saved as a sharded checkpoint; its HF export must be the export of the whole tensors. */
-static void export_round_trip(const char *flavor, int ranks, DType dtype, size_t shard_bytes,
-                              int want_files) {
+/* Tensor-parallel rank t's part of parameter p, cut as docs/distributed.md says the trainer
+ * does: q, k, v, w1 and w3 a block of rows, wo and w2 a block of columns, the rest whole. */
+static size_t tp_part(float *out, const float *full, const QtParam *p, int t, int tp) {
+    static const char *const rows[] = {"attention.wq.", "attention.wk.", "attention.wv.",
+                                       "feed_forward.w1.", "feed_forward.w3."};
+    static const char *const cols[] = {"attention.wo.", "feed_forward.w2."};
+    size_t numel = (size_t)p->numel, n = numel / (size_t)tp;
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++)
+        if (strstr(p->name, rows[k])) {
+            memcpy(out, full + (size_t)t * n, n * sizeof *out);
+            return n;
+        }
+    for (size_t k = 0; k < sizeof cols / sizeof cols[0]; k++)
+        if (strstr(p->name, cols[k])) {
+            size_t C = (size_t)p->shape[1], c = C / (size_t)tp;
+            for (size_t r = 0; r < (size_t)p->shape[0]; r++)
+                memcpy(out + r * c, full + r * C + (size_t)t * c, c * sizeof *out);
+            return n;
+        }
+    memcpy(out, full, numel * sizeof *out);
+    return numel;
+}
+
+/* A tiny model's parameters (random, expert_bias included) are cut into tp tensor-parallel
+ * parts and each part into dp_shard FSDP shards, saved as the sharded checkpoint of the mesh
+ * [1, dp_shard, tp] (rank s * tp + t holds shard s of part t); its HF export must be the export
+ * of the whole tensors. tie: "true" / "false", or NULL for the flavor's. */
+static void export_round_trip(const char *flavor, const char *tie, int dp_shard, int tp,
+                              DType dtype, size_t shard_bytes, int want_files) {
     ModelSpec spec;
     Err err;
     assert_int_equal(model_spec_flavor(&spec, flavor, &err), 0);
     const char *fields[][2] = {{"dim", "16"},
                                {"n_layers", "2"},
-                               {"n_heads", "2"},
-                               {"n_kv_heads", "1"},
+                               {"n_heads", "4"},
+                               {"n_kv_heads", "2"},
                                {"head_dim", "8"},
                                {"hidden_dim", "24"},
                                {"vocab_size", "50"},
@@ -218,6 +253,7 @@ static void export_round_trip(const char *flavor, int ranks, DType dtype, size_t
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
         if (spec.num_experts > 0 || i < 7)
             assert_int_equal(model_spec_set_field(&spec, fields[i][0], fields[i][1], &err), 0);
+    if (tie) assert_int_equal(model_spec_set_field(&spec, "tie_embeddings", tie, &err), 0);
     assert_int_equal(model_spec_validate(&spec, &err), 0);
     HfKeyTable t;
     hf_keys_build(&t, &spec);
@@ -227,7 +263,7 @@ static void export_round_trip(const char *flavor, int ranks, DType dtype, size_t
     int *unit = calloc((size_t)np, sizeof *unit);
     const char **names = calloc((size_t)np, sizeof *names);
     Rng r;
-    rng_seed(&r, 5, (uint64_t)ranks);
+    rng_seed(&r, 5, (uint64_t)(dp_shard * tp));
     for (int i = 0; i < np; i++) {
         numel[i] = (size_t)t.params[i].numel;
         unit[i] = t.params[i].layer + 1; /* -1 (embedding, norm, head) -> unit 0 */
@@ -236,27 +272,40 @@ static void export_round_trip(const char *flavor, int ranks, DType dtype, size_t
         rng_fill_normal(&r, full[i], (long)numel[i], 1.0f);
     }
     char *root = tmp_root();
-    for (int k = 0; k < ranks; k++) {
-        FsdpPlan p;
-        assert_int_equal(fsdp_plan(&p, numel, unit, np, spec.n_layers + 1, ranks, k, &err), 0);
-        float *shard = calloc(p.shard_numel + 1, sizeof(float));
-        fsdp_shard_from_full(&p, shard, (const float *const *)full);
-        CkptTensor *pieces = calloc((size_t)np, sizeof *pieces);
-        int n = 0;
+    float **part = calloc((size_t)np, sizeof *part);
+    size_t *part_numel = calloc((size_t)np, sizeof *part_numel);
+    for (int q = 0; q < tp; q++) {
         for (int i = 0; i < np; i++) {
-            size_t lo, hi, at;
-            fsdp_param_shard(&p, i, &lo, &hi, &at);
-            if (hi > lo) pieces[n++] = (CkptTensor){names[i], 1, {(int64_t)(hi - lo)}, shard + at};
+            part[i] = realloc(part[i], numel[i] * sizeof(float));
+            part_numel[i] = tp_part(part[i], full[i], &t.params[i], q, tp);
         }
-        CkptState st = {.step = 3};
-        char *dir = ckpt_dist_rank_dir(root, k);
-        assert_int_equal(ckpt_save(dir, &st, pieces, n, NULL, 0, 0, &err), 0);
-        free(dir);
-        free(pieces);
-        free(shard);
-        fsdp_plan_free(&p);
+        for (int s = 0; s < dp_shard; s++) {
+            FsdpPlan p;
+            assert_int_equal(
+                fsdp_plan(&p, part_numel, unit, np, spec.n_layers + 1, dp_shard, s, &err), 0);
+            float *shard = calloc(p.shard_numel + 1, sizeof(float));
+            fsdp_shard_from_full(&p, shard, (const float *const *)part);
+            CkptTensor *pieces = calloc((size_t)np, sizeof *pieces);
+            int n = 0;
+            for (int i = 0; i < np; i++) {
+                size_t lo, hi, at;
+                fsdp_param_shard(&p, i, &lo, &hi, &at);
+                if (hi > lo)
+                    pieces[n++] = (CkptTensor){names[i], 1, {(int64_t)(hi - lo)}, shard + at};
+            }
+            CkptState st = {.step = 3};
+            char *dir = ckpt_dist_rank_dir(root, s * tp + q);
+            assert_int_equal(ckpt_save(dir, &st, pieces, n, NULL, 0, 0, &err), 0);
+            free(dir);
+            free(pieces);
+            free(shard);
+            fsdp_plan_free(&p);
+        }
     }
-    write_marker(root, ranks, "3", 3);
+    for (int i = 0; i < np; i++)
+        free(part[i]);
+    free(part), free(part_numel);
+    write_mesh_marker(root, dp_shard, tp, 3);
     /* The reference: the whole tensors through the writer, as a one-process export does. */
     char *ref = fs_join(root, "ref"), *got = fs_join(root, "got");
     assert_int_equal(fs_mkdirs(ref, &err), 0);
@@ -307,17 +356,34 @@ static void export_round_trip(const char *flavor, int ranks, DType dtype, size_t
     assert_int_equal(ckpt_dist_export_path(root, other_out, dtype, shard_bytes, &step, &err), -1);
     assert_non_null(strstr(err.msg, "not an HF model directory"));
     free(other_out), free(gone_dir), free(other), free(step_dir), free(by_path);
-    /* A part of a tensor across a piece boundary. */
+    /* Every parameter whole, and a run from a third of the way in (across piece, row and
+     * tensor-parallel block boundaries). */
     int big = 0;
-    for (int i = 0; i < np; i++)
+    for (int i = 0; i < np; i++) {
         if (numel[i] > numel[big]) big = i;
-    float part[40];
-    assert_int_equal(
-        ckpt_dist_reader_range(&rd, names[big], numel[big], numel[big] / 2 - 20, 40, part, &err),
-        0);
-    assert_memory_equal(part, full[big] + numel[big] / 2 - 20, sizeof part);
-    assert_int_equal(
-        ckpt_dist_reader_range(&rd, names[big], numel[big], numel[big] - 20, 40, part, &err), -1);
+        size_t cols = (size_t)t.params[i].shape[t.params[i].ndim - 1];
+        float *back = calloc(numel[i], sizeof(float));
+        if (ckpt_dist_reader_tensor(&rd, names[i], back, numel[i], cols, &err) != 0)
+            fail_msg("%s", err.msg);
+        assert_memory_equal(back, full[i], numel[i] * sizeof(float));
+        size_t first = numel[i] / 3, n = numel[i] / 2;
+        assert_int_equal(
+            ckpt_dist_reader_range(&rd, names[i], numel[i], cols, first, n, back, &err), 0);
+        assert_memory_equal(back, full[i] + first, n * sizeof(float));
+        free(back);
+    }
+    if (tp > 1) { /* a row-parallel parameter whose rows do not split is refused */
+        int wo = hf_keys_find_param(&t, "layers.0.attention.wo.weight");
+        float one;
+        assert_int_equal(ckpt_dist_reader_range(&rd, names[wo], numel[wo], 3, 0, 1, &one, &err),
+                         -1);
+        assert_non_null(strstr(err.msg, "does not split into 2 tensor-parallel parts"));
+    }
+    float run[40];
+    size_t big_cols = (size_t)t.params[big].shape[t.params[big].ndim - 1];
+    assert_int_equal(ckpt_dist_reader_range(&rd, names[big], numel[big], big_cols, numel[big] - 20,
+                                            40, run, &err),
+                     -1);
     ckpt_dist_reader_close(&rd);
     /* A missing piece fails the export with a sentence naming the parameter. */
     char *gone = fs_join(root, "rank-0/step-3/model.safetensors");
@@ -343,9 +409,18 @@ static void export_round_trip(const char *flavor, int ranks, DType dtype, size_t
 
 static void test_export_hf(void **state) {
     (void)state;
-    export_round_trip("debugmodel", 2, DT_F32, 5000000000u, 2);      /* tied, one file */
-    export_round_trip("debugmodel_moe", 3, DT_F32, 6000, 0);         /* shards + index */
-    export_round_trip("debugmodel_moe", 2, DT_BF16, 5000000000u, 2); /* converted while written */
+    export_round_trip("debugmodel", NULL, 2, 1, DT_F32, 5000000000u, 2);      /* tied, one file */
+    export_round_trip("debugmodel_moe", NULL, 3, 1, DT_F32, 6000, 0);         /* shards + index */
+    export_round_trip("debugmodel_moe", NULL, 2, 1, DT_BF16, 5000000000u, 2); /* converted */
+}
+
+/* Tensor-parallel pieces joined: TP 2 alone, FSDP 2 x TP 2 (untied, in shards, bf16) and
+ * FSDP 3 x TP 2 (pieces cut inside rows). */
+static void test_export_hf_tp(void **state) {
+    (void)state;
+    export_round_trip("debugmodel", NULL, 1, 2, DT_F32, 5000000000u, 2);
+    export_round_trip("debugmodel", "false", 2, 2, DT_BF16, 6000, 0);
+    export_round_trip("debugmodel", "false", 3, 2, DT_F32, 5000000000u, 2);
 }
 
 int main(void) {
@@ -353,6 +428,7 @@ int main(void) {
         cmocka_unit_test(test_save_find_prune),
         cmocka_unit_test(test_reader),
         cmocka_unit_test(test_export_hf),
+        cmocka_unit_test(test_export_hf_tp),
     };
     return cmocka_run_group_tests(tests, 0, NULL);
 }

@@ -362,6 +362,11 @@ int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode a
     return create(m, spec, B, T, ac, 0, NULL, err);
 }
 
+int qwen3_create_unowned_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
+                              const Qwen3Modules *impl, Err *err) {
+    return create(m, spec, B, T, ac, 0, impl, err);
+}
+
 void qwen3_free(Qwen3 *m) {
     arena_free(&m->param_arena);
     arena_free(&m->grad_arena);
@@ -436,12 +441,13 @@ int qwen3_check_tokens(const Qwen3 *m, const int32_t *ids, long n, int allow_ign
 
 /* ---- mixed precision ---- */
 
-/* Runs once counting, once placing (as the other layouts). */
-static void layout_bf16(Qwen3 *m, Arena *ar) {
+/* Runs once counting, once placing (as the other layouts); the weight copies only when
+ * weights is 1. */
+static void layout_bf16(Qwen3 *m, Arena *ar, int weights) {
     const ModelSpec *s = &m->spec;
     long D = s->dim, HE = (long)s->n_heads * s->head_dim, KE = (long)s->n_kv_heads * s->head_dim;
     long F = s->hidden_dim, V = s->vocab_size, N = (long)m->max_B * m->max_T;
-    for (int i = 0; i < s->n_layers; i++) {
+    for (int i = 0; i < s->n_layers && weights; i++) {
         Qwen3Bf16Layer *l = &m->pb.layers[i];
         l->wq = arena_alloc(ar, (size_t)(HE * D) * sizeof(uint16_t));
         l->wk = arena_alloc(ar, (size_t)(KE * D) * sizeof(uint16_t));
@@ -452,7 +458,7 @@ static void layout_bf16(Qwen3 *m, Arena *ar) {
         l->w3 = arena_alloc(ar, (size_t)(F * D) * sizeof(uint16_t));
         l->w2 = arena_alloc(ar, (size_t)(D * F) * sizeof(uint16_t));
     }
-    m->pb.output = arena_alloc(ar, (size_t)(V * D) * sizeof(uint16_t));
+    if (weights) m->pb.output = arena_alloc(ar, (size_t)(V * D) * sizeof(uint16_t));
     /* The largest product's inputs: the FFN backward (linear.h, swiglu.h) or lm_head. */
     long need = 2 * D + 2 * F;
     if (D + V > need) need = D + V;
@@ -460,15 +466,24 @@ static void layout_bf16(Qwen3 *m, Arena *ar) {
     m->pb.scratch = arena_alloc(ar, (size_t)(N * need) * sizeof(uint16_t));
 }
 
-int qwen3_enable_bf16(Qwen3 *m, Err *err) {
+static int enable_bf16(Qwen3 *m, int weights, Err *err) {
     if (m->bf16) return 0;
     Arena count;
     arena_init_counting(&count, "bf16 weight");
-    layout_bf16(m, &count);
+    layout_bf16(m, &count, weights);
     TRY(arena_init(&m->bf16_arena, "bf16 weight", count.used, err));
-    layout_bf16(m, &m->bf16_arena);
+    layout_bf16(m, &m->bf16_arena, weights);
     m->bf16 = 1;
+    m->bf16_by_hook = !weights;
     return 0;
+}
+
+int qwen3_enable_bf16(Qwen3 *m, Err *err) {
+    return enable_bf16(m, 1, err);
+}
+
+int qwen3_enable_bf16_by_hook(Qwen3 *m, Err *err) {
+    return enable_bf16(m, 0, err);
 }
 
 static void cast_weights_bf16(Qwen3 *m) {
@@ -745,7 +760,7 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
         memset(a->aux_counts, 0, (size_t)s->num_experts * sizeof(double));
         memset(a->aux_psum, 0, (size_t)s->num_experts * sizeof(double));
     }
-    if (m->bf16) PROF_STEP("bf16 weight cast", cast_weights_bf16(m));
+    if (m->bf16 && !m->bf16_by_hook) PROF_STEP("bf16 weight cast", cast_weights_bf16(m));
     const Qwen3Modules *md = &m->mod;
     int L = s->n_layers;
     hook(m, 0, QWEN3_PRE_FORWARD);
@@ -858,7 +873,7 @@ int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
     out->nparams = m->nparams;
     Arena bc;
     arena_init_counting(&bc, "bf16 weight");
-    layout_bf16(m, &bc);
+    layout_bf16(m, &bc, 1);
     out->bf16_bytes = (bc.used + 63) / 64 * 64;
     free(m);
     return 0;

@@ -201,7 +201,8 @@ struct Qwen3 {
     ModuleSlot *slots;
     int nslots;
     Qwen3Acts a;
-    int bf16; /* 1 after qwen3_enable_bf16 */
+    int bf16;         /* 1 after qwen3_enable_bf16 */
+    int bf16_by_hook; /* 1 after qwen3_enable_bf16_by_hook: pb's weights are the driver's */
     Arena bf16_arena;
     Qwen3Bf16 pb;
     /* Set by forward, read by backward. */
@@ -246,6 +247,9 @@ int qwen3_create_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
 /* The same without parameter and gradient memory: the table has names and shapes but NULL
  * data and grad, and m->p / m->g stay NULL until a unit_hook points them somewhere (FSDP). */
 int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *err);
+/* The same with the module implementations taken from impl (as qwen3_create_with). */
+int qwen3_create_unowned_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
+                              const Qwen3Modules *impl, Err *err);
 void qwen3_free(Qwen3 *m);
 
 /* Bytes of the three arenas qwen3_create would allocate for the same arguments, computed by
@@ -263,6 +267,10 @@ int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
  * implementation has a bf16 path multiply in bf16 with fp32 accumulation. Master weights,
  * gradients, norms, attention, softmax, loss and the MoE layers stay fp32. */
 int qwen3_enable_bf16(Qwen3 *m, Err *err);
+/* The same for a model driven by a unit_hook (FSDP), which owns the bf16 weights: it points
+ * m->pb.layers[*] and m->pb.output at its own buffers and fills a unit's copies from the fp32
+ * weights before the unit runs; forward casts nothing. Only the matmul scratch is allocated. */
+int qwen3_enable_bf16_by_hook(Qwen3 *m, Err *err);
 
 /* DESIGN §5: normal(0, 0.02) for linears and the embedding, ones for norms, zeros for buffers;
  * in MoE models wo and the experts' w2 use 0.02 / sqrt(2 L). Parameter i of the table draws

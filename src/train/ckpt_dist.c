@@ -15,6 +15,7 @@
 #include "io/hf_config.h"
 #include "io/hf_keys.h"
 #include "io/safetensors.h"
+#include "train/tp_split.h"
 
 #define FORMAT "qtitan-sharded-checkpoint"
 #define MAX_KEPT 64 /* steps listed in the marker when keep_latest_k is 0 or larger */
@@ -226,17 +227,14 @@ int ckpt_dist_reader_open_step(CkptDistReader *r, const char *root, int64_t step
     if (ranks < 1 || ranks > 1 << 20)
         return err_set(err, "%s/%s: ranks = %" PRId64 " is out of range", root, CKPT_DIST_MARKER,
                        ranks);
-    if (mesh[2] != 1)
-        return err_set(err,
-                       "%s was saved with tensor parallelism (tp %" PRId64
-                       "); the reader only joins FSDP pieces",
-                       root, mesh[2]);
-    /* With HSDP every replica holds the same pieces: replica 0 (the first dp_shard ranks) has
-     * all of them. */
-    r->ranks = (int)mesh[1];
+    /* With HSDP every replica holds the same pieces: replica 0 (the first dp_shard x tp ranks)
+     * has all of them. */
+    r->dp_shard = (int)mesh[1];
+    r->tp = (int)mesh[2];
     r->step = step < 0 ? steps[n - 1] : step;
-    r->files = xcalloc((size_t)r->ranks, sizeof *r->files);
-    for (int k = 0; k < r->ranks; k++) {
+    int nfiles = r->dp_shard * r->tp;
+    r->files = xcalloc((size_t)nfiles, sizeof *r->files);
+    for (int k = 0; k < nfiles; k++) {
         char *dir = ckpt_dist_rank_dir(root, k), name[64];
         snprintf(name, sizeof name, "step-%" PRId64 "/model.safetensors", r->step);
         char *path = fs_join(dir, name);
@@ -244,7 +242,7 @@ int ckpt_dist_reader_open_step(CkptDistReader *r, const char *root, int64_t step
         free(path);
         free(dir);
         if (rc != 0) {
-            r->ranks = k; /* close the ones opened */
+            r->dp_shard = k, r->tp = 1; /* close the ones opened */
             ckpt_dist_reader_close(r);
             return -1;
         }
@@ -253,58 +251,98 @@ int ckpt_dist_reader_open_step(CkptDistReader *r, const char *root, int64_t step
 }
 
 void ckpt_dist_reader_close(CkptDistReader *r) {
-    for (int k = 0; r->files && k < r->ranks; k++)
+    for (int k = 0; r->files && k < r->dp_shard * r->tp; k++)
         st_close(&r->files[k]);
     free(r->files);
     memset(r, 0, sizeof *r);
 }
 
-int ckpt_dist_reader_tensor(const CkptDistReader *r, const char *name, float *out, size_t numel,
-                            Err *err) {
-    size_t at = 0;
-    for (int k = 0; k < r->ranks; k++) {
-        const StTensor *t = st_find(&r->files[k], name);
-        if (!t) continue;
-        if (t->dtype != DT_F32 || t->ndim != 1 || at + (size_t)t->numel > numel)
+/* One rank's piece of a parameter: elements [start, start + numel) of its tp rank's part. */
+typedef struct Piece {
+    const char *data; /* F32, maybe unaligned; NULL when the rank holds none */
+    size_t start, numel;
+} Piece;
+
+/* pc[t * dp_shard + s] = rank s * tp + t's piece of `name`, for t < nparts; the pieces of each
+ * part must be 1-D F32 runs that add up to part elements. */
+static int find_pieces(const CkptDistReader *r, const char *name, size_t part, int nparts,
+                       Piece *pc, Err *err) {
+    for (int t = 0; t < nparts; t++) {
+        size_t at = 0;
+        for (int s = 0; s < r->dp_shard; s++) {
+            const StFile *f = &r->files[s * r->tp + t];
+            const StTensor *x = st_find(f, name);
+            Piece *p = &pc[t * r->dp_shard + s];
+            *p = (Piece){NULL, at, 0};
+            if (!x) continue;
+            if (x->dtype != DT_F32 || x->ndim != 1 || at + (size_t)x->numel > part)
+                return err_set(err,
+                               "%s: %s is not a 1-D F32 piece that fits the %zu elements of the "
+                               "parameter's part (%zu already read)",
+                               f->path, name, part, at);
+            p->data = x->data;
+            p->numel = (size_t)x->numel;
+            at += p->numel;
+        }
+        if (at != part)
             return err_set(err,
-                           "%s: %s is not a 1-D F32 piece that fits the %zu elements of the "
-                           "parameter (%zu already read)",
-                           r->files[k].path, name, numel, at);
-        st_to_f32(t, out + at);
-        at += (size_t)t->numel;
+                           "sharded checkpoint step %" PRId64 ": the pieces of %s%s hold %zu of "
+                           "its %zu elements",
+                           r->step, name, nparts > 1 ? " on one tp rank" : "", at, part);
     }
-    if (at != numel)
-        return err_set(err,
-                       "sharded checkpoint step %" PRId64 ": the pieces of %s hold %zu of its %zu "
-                       "elements",
-                       r->step, name, at, numel);
     return 0;
 }
 
-int ckpt_dist_reader_range(const CkptDistReader *r, const char *name, size_t numel, size_t first,
-                           size_t n, float *out, Err *err) {
-    size_t at = 0; /* where rank k's piece starts in the flattened parameter */
-    for (int k = 0; k < r->ranks; k++) {
-        const StTensor *t = st_find(&r->files[k], name);
-        if (!t) continue;
-        if (t->dtype != DT_F32 || t->ndim != 1 || at + (size_t)t->numel > numel)
-            return err_set(err,
-                           "%s: %s is not a 1-D F32 piece that fits the %zu elements of the "
-                           "parameter (%zu already read)",
-                           r->files[k].path, name, numel, at);
-        size_t lo = first > at ? first : at, end = at + (size_t)t->numel;
-        size_t hi = first + n < end ? first + n : end;
-        if (hi > lo)
-            memcpy(out + (lo - first), (const char *)t->data + (lo - at) * sizeof(float),
-                   (hi - lo) * sizeof(float));
-        at = end;
+/* out = elements [first, first + n) of one part, from its consecutive pieces pc[0..ns). */
+static void copy_part(const Piece *pc, int ns, size_t first, size_t n, float *out) {
+    for (int s = 0; s < ns && n > 0; s++) {
+        size_t end = pc[s].start + pc[s].numel;
+        if (first >= end) continue;
+        size_t m = n < end - first ? n : end - first;
+        memcpy(out, pc[s].data + (first - pc[s].start) * sizeof(float), m * sizeof(float));
+        out += m, first += m, n -= m;
     }
-    if (at != numel || first + n > numel)
+}
+
+int ckpt_dist_reader_range(const CkptDistReader *r, const char *name, size_t numel, size_t cols,
+                           size_t first, size_t n, float *out, Err *err) {
+    if (first > numel || n > numel - first)
+        return err_set(err, "elements [%zu, %zu) of %s are outside its %zu elements", first,
+                       first + n, name, numel);
+    TpSplit split = r->tp > 1 ? tp_split_of(name) : TP_REPLICATED;
+    int nparts = split == TP_REPLICATED ? 1 : r->tp;
+    if (numel % (size_t)nparts ||
+        (split == TP_COLS && (cols == 0 || numel % cols || cols % (size_t)nparts)))
         return err_set(err,
-                       "sharded checkpoint step %" PRId64 ": the pieces of %s hold %zu of its %zu "
-                       "elements",
-                       r->step, name, at, numel);
-    return 0;
+                       "sharded checkpoint step %" PRId64 ": %s (%zu elements in rows of %zu) "
+                       "does not split into %d tensor-parallel parts",
+                       r->step, name, numel, cols, r->tp);
+    size_t part = numel / (size_t)nparts;
+    int ns = r->dp_shard;
+    Piece *pc = xmalloc((size_t)nparts * (size_t)ns * sizeof *pc);
+    int rc = find_pieces(r, name, part, nparts, pc, err);
+    while (rc == 0 && n > 0) {
+        /* The next run that lies in one part: tp rank t's elements [at, at + m). */
+        size_t t = 0, at = first, m = n;
+        if (split == TP_ROWS) {
+            t = first / part, at = first % part;
+            m = part - at;
+        } else if (split == TP_COLS) {
+            size_t c = cols / (size_t)nparts, col = first % cols;
+            t = col / c, at = first / cols * c + col % c;
+            m = c - col % c;
+        }
+        if (m > n) m = n;
+        copy_part(pc + t * (size_t)ns, ns, at, m, out);
+        out += m, first += m, n -= m;
+    }
+    free(pc);
+    return rc;
+}
+
+int ckpt_dist_reader_tensor(const CkptDistReader *r, const char *name, float *out, size_t numel,
+                            size_t cols, Err *err) {
+    return ckpt_dist_reader_range(r, name, numel, cols, 0, numel, out, err);
 }
 
 /* One HF tensor: a whole parameter or one expert's slice of a stacked one. */
@@ -312,12 +350,14 @@ typedef struct ExportSource {
     const CkptDistReader *r;
     const char *param;
     size_t numel;  /* of the parameter */
+    size_t cols;   /* its last dimension */
     size_t offset; /* of the HF tensor within it */
 } ExportSource;
 
 static int pull(void *ctx, float *dst, size_t first, size_t n, Err *err) {
     const ExportSource *s = ctx;
-    return ckpt_dist_reader_range(s->r, s->param, s->numel, s->offset + first, n, dst, err);
+    return ckpt_dist_reader_range(s->r, s->param, s->numel, s->cols, s->offset + first, n, dst,
+                                  err);
 }
 
 int ckpt_dist_export_hf(const char *out_dir, const CkptDistReader *r, const ModelSpec *spec,
@@ -337,7 +377,7 @@ int ckpt_dist_export_hf(const char *out_dir, const CkptDistReader *r, const Mode
     for (int i = 0; i < t.nhf; i++) {
         const HfTensor *h = &t.hf[i];
         const QtParam *p = &t.params[h->param];
-        src[i] = (ExportSource){r, p->name, (size_t)p->numel,
+        src[i] = (ExportSource){r, p->name, (size_t)p->numel, (size_t)p->shape[p->ndim - 1],
                                 h->expert < 0 ? 0 : (size_t)h->expert * (size_t)h->numel};
         st_writer_add_f32_source(&w, h->name, dtype, h->ndim, h->shape, pull, &src[i]);
     }

@@ -31,28 +31,32 @@ int ckpt_dist_find_latest(Comm *world, const int mesh[3], const char *root, int6
                           char **path, Err *err);
 
 /* Reads a committed sharded checkpoint without MPI and without holding the model: every
- * rank's parameter file is mapped, and a full parameter is assembled from the ranks' pieces
- * (which, in rank order, are consecutive runs of the flattened tensor: FSDP gives shard rank
- * k the k-th slice of each unit) one tensor at a time (HF export, inspection). */
+ * parameter file of replica 0 is mapped, and a full parameter, or any run of its elements, is
+ * assembled from the ranks' pieces (HF export, inspection). Rank s * tp + t holds FSDP slice s
+ * of tp rank t's part of each parameter: in s order the pieces are consecutive runs of that
+ * part; the part is a block of rows or of columns of the whole tensor, or all of it
+ * (train/tp_split.h; replicated parameters are read from tp rank 0). */
 typedef struct CkptDistReader {
-    int ranks;
+    int dp_shard, tp; /* of the mesh that saved the checkpoint */
     int64_t step;
-    StFile *files; /* (ranks) rank-K/step-N/model.safetensors */
+    StFile *files; /* (dp_shard * tp) rank-K/step-N/model.safetensors */
 } CkptDistReader;
 
-/* Opens the newest committed step under root (latest.json); FSDP / HSDP only (tp = 1). */
+/* Opens the newest committed step under root (latest.json). */
 int ckpt_dist_reader_open(CkptDistReader *r, const char *root, Err *err);
 /* The same for a chosen step (< 0: the newest), which latest.json must list as committed. */
 int ckpt_dist_reader_open_step(CkptDistReader *r, const char *root, int64_t step, Err *err);
 void ckpt_dist_reader_close(CkptDistReader *r);
-/* out (numel floats) = parameter `name`; fails when the pieces do not add up to numel. */
+/* out (numel floats) = parameter `name`, whose rows hold cols elements (its last dimension;
+ * only row-parallel parameters need it); fails when the pieces do not add up to numel. */
 int ckpt_dist_reader_tensor(const CkptDistReader *r, const char *name, float *out, size_t numel,
-                            Err *err);
+                            size_t cols, Err *err);
 
-/* out (n floats) = elements [first, first + n) of the flattened parameter `name`, whose pieces
- * must add up to numel: a part of a tensor without assembling the rest. */
-int ckpt_dist_reader_range(const CkptDistReader *r, const char *name, size_t numel, size_t first,
-                           size_t n, float *out, Err *err);
+/* out (n floats) = elements [first, first + n) of the flattened parameter `name` (numel
+ * elements in rows of cols), whose pieces must add up to numel: a part of a tensor without
+ * assembling the rest. */
+int ckpt_dist_reader_range(const CkptDistReader *r, const char *name, size_t numel, size_t cols,
+                           size_t first, size_t n, float *out, Err *err);
 
 /* HF export of the reader's step for the model spec: writes into out_dir (which must exist)
  * config.json (torch_dtype = dtype) and the weights exactly as an export of the whole fp32

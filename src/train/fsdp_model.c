@@ -14,11 +14,12 @@
 #include "dist/fsdp.h"
 #include "io/hf_keys.h"
 #include "io/safetensors.h"
-#include "kernels/cpu_ops.h"
+#include "kernels/cpu_simd.h"
 #include "model/qwen3.h"
 #include "model/qwen3_hf.h"
 #include "train/adamw.h"
 #include "train/moe_step.h"
+#include "train/tp_split.h"
 #include "train/train_qwen3.h"
 
 /* A full-size workspace: the gathered parameters of the unit it holds and that unit's
@@ -30,6 +31,8 @@ typedef struct Slot {
     float *p;       /* (capacity) gathered parameters */
     float *g;       /* (capacity) full gradient of the unit in backward */
     float *scratch; /* (max_unit_shard) the reduce-scatter's received sum */
+    uint16_t *pb;   /* (capacity) bf16 copy of p under mixed precision, else NULL */
+    size_t cap;     /* floats in p and g */
     int holds;      /* unit whose parameters are in p (or being gathered), -1 none */
     FsdpReq gather, rs;
     int gather_pending, rs_pending;
@@ -116,25 +119,6 @@ static int param_slot(FsdpModel *f, const char *name, int *unit, float ***pf, fl
                    name);
 }
 
-/* How tensor parallelism splits a parameter: column-parallel linears (q, k, v, w1, w3) keep
- * a block of rows (output features), row-parallel ones (wo, w2) a block of columns (input
- * features); norms, the embedding and lm_head are replicated. */
-enum { TP_REPLICATED, TP_ROWS, TP_COLS };
-
-static int ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), k = strlen(suffix);
-    return n > k && strcmp(s + n - k, suffix) == 0;
-}
-
-static int tp_split_of(const char *name) {
-    static const char *const rows[] = {".wq.weight", ".wk.weight", ".wv.weight", ".w1.weight",
-                                       ".w3.weight"};
-    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++)
-        if (ends_with(name, rows[k])) return TP_ROWS;
-    if (ends_with(name, ".wo.weight") || ends_with(name, ".w2.weight")) return TP_COLS;
-    return TP_REPLICATED;
-}
-
 static int slot_of(const FsdpModel *f, int unit) {
     return unit == 0 || unit == f->L + 1 ? EDGE : (unit - 1) % 2;
 }
@@ -179,11 +163,15 @@ static void start_gather(FsdpModel *f, int unit) {
     s->holds = unit;
 }
 
-/* The unit's parameters are in its slot once this returns. */
+/* The unit's parameters are in its slot once this returns, and under mixed precision their
+ * bf16 copy (made once per gather: a gather is only ever completed here, by start_gather for a
+ * unit it then replaces, or by finish_grads, which forgets the unit). */
 static void ensure(FsdpModel *f, int unit) {
     Slot *s = &f->slot[slot_of(f, unit)];
     if (s->holds != unit) start_gather(f, unit);
+    int fresh = s->gather_pending;
     wait_gather(f, s);
+    if (fresh && s->pb) simd_f32_to_bf16(s->pb, s->p, (long)f->plan.units[unit].full_numel);
 }
 
 /* Starts gathering `unit` (-1: none) unless its slot already holds it. Only called when the
@@ -267,7 +255,7 @@ static void on_unit(void *ctx, Qwen3 *m, int unit, Qwen3HookPhase phase) {
 /* ---- create / free ---- */
 
 FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, const Mesh *mesh,
-                             Err *err) {
+                             const OverridePlan *plan, Err *err) {
     if (spec->num_experts > 0 && mesh->dims.tp > 1) {
         err_set(err,
                 "parallelism.tensor_parallel_degree = %d: mixture-of-experts models "
@@ -288,12 +276,15 @@ FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, c
     local.n_heads /= f->tp;
     local.n_kv_heads /= f->tp;
     local.hidden_dim /= f->tp;
-    if (qwen3_create_unowned(&f->m, &local, B, T, full_ac ? AC_FULL : AC_NONE, err) != 0) {
+    /* The kernels of one process's model (train_qwen3_create_with), chosen for the rank's
+     * shapes. */
+    Qwen3Modules *mod = train_qwen3_modules(&local, plan, 0);
+    int rc = qwen3_create_unowned_with(&f->m, &local, B, T, full_ac ? AC_FULL : AC_NONE, mod, err);
+    free(mod);
+    if (rc != 0) {
         free(f);
         return NULL;
     }
-    if (cpu_apply_defaults(f->m.slots, f->m.nslots, &local)) /* as train_qwen3_create */
-        f->m.mod.ce = &cross_entropy_cpu;
     if (f->tp > 1 && qwen3_create_unowned(&f->full, spec, 1, 1, AC_NONE, err) != 0) {
         qwen3_free(&f->m);
         free(f);
@@ -305,7 +296,6 @@ FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, c
     size_t *numel = xcalloc((size_t)n, sizeof *numel);
     int *unit = xcalloc((size_t)n, sizeof *unit);
     float ***pf = xcalloc((size_t)n, sizeof *pf), ***gf = xcalloc((size_t)n, sizeof *gf);
-    int rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
         numel[i] = (size_t)f->m.table[i].numel;
         rc = param_slot(f, f->m.table[i].name, &unit[i], &pf[i], &gf[i], err);
@@ -326,9 +316,11 @@ FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, c
         int s = slot_of(f, u);
         if (fu > cap[s]) cap[s] = fu;
     }
+    if (cap[1] > cap[0]) cap[0] = cap[1]; /* layers differ when dense and MoE blocks mix */
     cap[1] = cap[0];
     for (int s = 0; s < NSLOTS; s++) {
         size_t c = cap[s] ? cap[s] : 16;
+        f->slot[s].cap = c;
         f->slot[s].p = xcalloc(c, sizeof(float));
         f->slot[s].g = xcalloc(c, sizeof(float));
         f->slot[s].scratch = xcalloc(f->plan.max_unit_shard + 16, sizeof(float));
@@ -386,6 +378,7 @@ void fsdp_model_free(FsdpModel *f) {
         free(f->slot[s].p);
         free(f->slot[s].g);
         free(f->slot[s].scratch);
+        free(f->slot[s].pb);
     }
     fsdp_plan_free(&f->plan);
     qwen3_free(&f->m);
@@ -401,6 +394,29 @@ void fsdp_model_free(FsdpModel *f) {
     free(f->bias_param);
     free(f->bias_full);
     free(f);
+}
+
+/* The bf16 twin, in slot s's copy, of a weight in slot s (NULL: no such weight). */
+static uint16_t *twin(const Slot *s, const float *w) {
+    return w ? s->pb + (w - s->p) : NULL;
+}
+
+int fsdp_model_enable_bf16(FsdpModel *f, Err *err) {
+    TRY(qwen3_enable_bf16_by_hook(&f->m, err));
+    for (int s = 0; s < NSLOTS; s++)
+        f->slot[s].pb = xcalloc(f->slot[s].cap, sizeof(uint16_t));
+    for (int l = 0; l < f->L; l++) {
+        const Slot *s = &f->slot[slot_of(f, 1 + l)];
+        const Qwen3LayerParams *p = &f->m.p.layers[l];
+        Qwen3Bf16Layer *b = &f->m.pb.layers[l];
+        b->wq = twin(s, p->wq), b->wk = twin(s, p->wk), b->wv = twin(s, p->wv);
+        b->wo = twin(s, p->wo), b->w1 = twin(s, p->w1), b->w3 = twin(s, p->w3);
+        b->w2 = twin(s, p->w2); /* w1 / w3 / w2 NULL in MoE layers: experts stay fp32 */
+    }
+    f->m.pb.output = twin(&f->slot[EDGE], f->m.p.output); /* tied: the embedding's */
+    for (int s = 0; s < NSLOTS; s++)
+        f->slot[s].holds = -1; /* the next ensure gathers, and so casts */
+    return 0;
 }
 
 /* ---- initial values ---- */

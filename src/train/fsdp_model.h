@@ -17,6 +17,7 @@
 #include "core/err.h"
 #include "core/model_spec.h"
 #include "dist/mesh.h"
+#include "kernels/overrides.h"
 #include "train/trainer.h"
 
 typedef struct FsdpModel FsdpModel;
@@ -26,8 +27,13 @@ typedef struct FsdpModel FsdpModel;
  * parallelism; MoE models (router, stacked experts and expert_bias sharded with their layer)
  * without it. */
 FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, const Mesh *mesh,
-                             Err *err);
+                             const OverridePlan *plan, Err *err);
 void fsdp_model_free(FsdpModel *f);
+/* Mixed precision (training.mixed_precision_param = "bfloat16"), as one process's model: the
+ * matmuls take bf16 copies of the weights, made from each unit's gathered fp32 weights into a
+ * bf16 twin of its workspace, so a rank holds bf16 copies of three workspaces, never of the
+ * model. Master weights, gradients, collectives and the optimizer stay fp32. */
+int fsdp_model_enable_bf16(FsdpModel *f, Err *err);
 /* DESIGN §5 init, bitwise the same values as one process: each tensor is drawn whole (one
  * at a time) and only this rank's slice is kept. */
 void fsdp_model_init(FsdpModel *f, uint64_t seed);

@@ -252,11 +252,7 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     int full_ac = cfg->activation_checkpoint.mode == AC_FULL;
     int sharded = world->size > 1;
     if (sharded) {
-        if (plan.n > 0) /* fsdp_model_create builds its model without a module set yet */
-            log_warn("%d [[override]] replacement(s) not applied: sharded (FSDP) runs use the "
-                     "reference kernels for now",
-                     plan.n);
-        fm = fsdp_model_create(&spec, d.B, d.T, full_ac, &mesh, err);
+        fm = fsdp_model_create(&spec, d.B, d.T, full_ac, &mesh, &plan, err);
         rc = fm ? 0 : -1;
     } else {
         rc = train_hf_init(&hf, cfg, &spec, &extra, tok_path, err);
@@ -283,14 +279,13 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     }
     int bf16_matmuls = 0;
     if (cfg->training.mixed_precision_param == DT_BF16) {
-        if (sharded) {
-            log_warn("training.mixed_precision_param = bfloat16: the sharded (FSDP) model "
-                     "computes in fp32 for now");
-        } else {
-            if ((rc = train_qwen3_enable_bf16(q, err)) != 0) goto out;
-            bf16_matmuls = 1;
-            log_info("mixed precision: bf16 matmuls, fp32 master weights, optimizer and loss");
+        rc = sharded ? fsdp_model_enable_bf16(fm, err) : train_qwen3_enable_bf16(q, err);
+        if (comm_agree(world, rc, err) != 0) { /* an allocation may fail on one rank alone */
+            rc = -1;
+            goto out;
         }
+        bf16_matmuls = 1;
+        log_info("mixed precision: bf16 matmuls, fp32 master weights, optimizer and loss");
     }
     TrainModel model;
     TrainParallel par;
@@ -358,12 +353,9 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
         if (rc != 0) goto out;
     }
     rc = trainer_run(&o, &model, &data, err);
-    if (rc == 0 && sharded && cfg->checkpoint.last_save_in_hf && mesh.dims.tp > 1) {
-        log_warn("checkpoint.last_save_in_hf: the HF export of a tensor-parallel run is not "
-                 "built yet (docs/distributed.md); the last checkpoint stays sharded");
-    } else if (rc == 0 && sharded && cfg->checkpoint.last_save_in_hf && cfg->checkpoint.enable) {
-        /* The last step's sharded checkpoint is committed: rank 0 exports it, a tensor at a
-         * time from the ranks' files. */
+    if (rc == 0 && sharded && cfg->checkpoint.last_save_in_hf && cfg->checkpoint.enable) {
+        /* The last step's sharded checkpoint is committed: rank 0 exports it, a run of
+         * elements at a time from the ranks' files (FSDP and tensor-parallel pieces joined). */
         char *root = fs_join(cfg->job.dump_folder, cfg->checkpoint.folder);
         rc = ckpt_dist_last_save_hf(world, root, &spec, cfg->checkpoint.export_dtype, err);
         free(root);

@@ -107,10 +107,12 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     double N = (double)p->B * p->T;
     p->workspace = 5.0 * 4.0 * N;
     /* bf16 mixed precision: the bf16 weight copies and matmul scratch arena, as
-     * train_job_run enables it (single process only; the FSDP model computes in fp32). */
+     * train_job_run enables it on one process; with FSDP the copies are of the gathered-layer
+     * workspaces, which are not counted either. */
     if (cfg->training.mixed_precision_param == DT_BF16) {
         if (p->dp_shard > 1)
-            note(p, "bfloat16 with FSDP: the sharded model computes in fp32, no bf16 copies");
+            note(p, "bfloat16 with FSDP: the bf16 copies of the gathered-layer buffers and the "
+                    "matmul scratch are not counted");
         else
             p->workspace += (double)z.bf16_bytes;
     }

@@ -25,22 +25,25 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, E
     return train_qwen3_create_with(spec, B, T, ac, NULL, err);
 }
 
-/* The module set the model runs (create and sizes both take it from here, so `qtitan plan`
- * sizes what training allocates): the fast CPU kernels by default, QT_KERNELS=reference the
- * plain references, plan's overrides when given. Caller frees. */
-static Qwen3Modules *modules(const ModelSpec *spec, const OverridePlan *plan, int verbose) {
+struct Qwen3Modules *train_qwen3_modules(const ModelSpec *spec, const OverridePlan *plan,
+                                         int verbose) {
     Qwen3Modules *mod = xmalloc(sizeof *mod);
-    if (plan)
-        overrides_apply(plan, mod);
-    else if (!overrides_cpu_defaults(spec, mod) && verbose)
+    if (plan) {
+        /* The module tree depends only on the layers, so a tensor-parallel rank's spec (fewer
+         * heads and FFN columns) has the plan's instances; the defaults are chosen for spec. */
+        OverridePlan on_spec = *plan;
+        on_spec.spec = *spec;
+        overrides_apply(&on_spec, mod);
+    } else if (!overrides_cpu_defaults(spec, mod) && verbose) {
         log_info("kernels: references (QT_KERNELS=reference)");
+    }
     return mod;
 }
 
 TrainQwen3 *train_qwen3_create_with(const ModelSpec *spec, int B, int T, AcMode ac,
                                     const OverridePlan *plan, Err *err) {
     TrainQwen3 *q = xcalloc(1, sizeof *q);
-    Qwen3Modules *mod = modules(spec, plan, 1);
+    Qwen3Modules *mod = train_qwen3_modules(spec, plan, 1);
     int rc = qwen3_create_with(&q->m, spec, B, T, ac, mod, err);
     free(mod);
     if (rc != 0) {
@@ -128,7 +131,7 @@ void train_qwen3_model(TrainQwen3 *q, TrainModel *out, int exempt) {
 int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
                       const OverridePlan *plan, Err *err) {
     memset(out, 0, sizeof *out);
-    Qwen3Modules *mod = modules(spec, plan, 0);
+    Qwen3Modules *mod = train_qwen3_modules(spec, plan, 0);
     Qwen3Sizes z;
     int rc = qwen3_sizes(&z, spec, B, T, ac, mod, err);
     free(mod);

@@ -33,6 +33,13 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, E
 TrainQwen3 *train_qwen3_create_with(const ModelSpec *spec, int B, int T, AcMode ac,
                                     const OverridePlan *plan, Err *err);
 void train_qwen3_free(TrainQwen3 *q);
+/* The module set a model of spec runs (creating and sizing both take it from here, so `qtitan
+ * plan` sizes what training allocates): the fast CPU kernels by default, the plain references
+ * with QT_KERNELS=reference (said once when verbose), plan's overrides when plan is not NULL
+ * (one log line per replacement). spec may be a tensor-parallel rank's part of plan's model.
+ * Caller frees. */
+struct Qwen3Modules *train_qwen3_modules(const ModelSpec *spec, const OverridePlan *plan,
+                                         int verbose);
 
 /* Bytes of the parameter, gradient and activation arenas train_qwen3_create would allocate
  * for the same arguments (model/qwen3.h qwen3_sizes: the same layout code, counting only). */

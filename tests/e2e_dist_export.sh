@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# HF export of tensor-parallel runs (mpirun --oversubscribe through a localhost hostfile, on a
+# small generated dataset and the tiny fixture tokenizer):
+#   - with lr = 0 (the parameters stay the initial ones, bitwise the same on any mesh) TP 2
+#     (untied), FSDP 2 x TP 2 (tied) and HSDP 2 x TP 2 (replicas of a TP pair; untied) write
+#     checkpoint.last_save_in_hf files byte-identical to one process's export, and so does
+#     `qtitan export` (no MPI) of their folders and of one rank's step directory;
+#   - a TP 2 run trained for 10 steps exports a model that loads as the initial weights of a
+#     one-process run, and whose loss on held-out lines (`qtitan eval`) is that of the export of
+#     the same training on one process, to 1e-5 relative.
+set -uo pipefail
+command -v mpirun >/dev/null || { echo "skip: mpirun not found"; exit 77; }
+BIN="${QT_BINARY:-build/qtitan}"
+SRC="${QT_SOURCE_DIR:-.}"
+[ -x "$(dirname "$BIN")/mpi_comm" ] || { echo "skip: built without MPI"; exit 77; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0}"
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
+export QT_CACHE_DIR="$TMP/cache"
+printf 'localhost slots=4\n' >"$TMP/hostfile"
+fail=0
+
+# 300 documents of 20-80 words from a fixed word list (a fixed LCG), as e2e_dist_train.sh.
+awk 'BEGIN {
+  n = split("the quick brown fox jumps over a lazy dog and then runs far away from home " \
+            "while small birds sing in green trees near the old river bank at dawn", w, " ");
+  s = 12345;
+  for (d = 0; d < 300; d++) {
+    s = (s * 1103515245 + 12345) % 2147483648; len = 20 + s % 61; line = "";
+    for (i = 0; i < len; i++) {
+      s = (s * 1103515245 + 12345) % 2147483648;
+      line = line (i ? " " : "") w[1 + int(s / 65536) % n];
+    }
+    printf "{\"text\": \"%s\"}\n", line;
+  }
+}' >"$TMP/data.jsonl"
+
+ARGS=(--config "$SRC/configs/debug.toml" --model.tokenizer_path="$SRC/tests/fixtures/tokenizer/tiny_gpt2"
+  --training.dataset_path="$TMP/data.jsonl" --model.vocab_size=640 --model.dim=32
+  --model.n_layers=3 --model.n_heads=4 --model.n_kv_heads=2 --model.head_dim=8
+  --model.hidden_dim=64 --training.seq_len=32 --training.local_batch_size=2
+  --training.global_batch_size=8 --metrics.peak_tflops=1)
+
+# run NP NAME ARGS...: NP = 0 runs one process without mpirun.
+run() {
+  local np=$1 name=$2
+  shift 2
+  if [ "$np" = 0 ]; then
+    timeout 120 "$BIN" train "${ARGS[@]}" --job.dump_folder="$TMP/$name" "$@" >"$TMP/$name.log" 2>&1
+  else
+    timeout 120 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np "$np" "$BIN" train \
+      "${ARGS[@]}" --job.dump_folder="$TMP/$name" "$@" >"$TMP/$name.log" 2>&1
+  fi
+}
+hf_file() { echo "$TMP/$1/checkpoint/step-$2/hf/model.safetensors"; }
+
+# lr = 0: every mesh holds one process's initial parameters.
+HF=(--checkpoint.enable=true --checkpoint.interval=5 --checkpoint.last_save_in_hf=true --training.steps=3
+  --optimizer.lr=0)
+for c in "tp2 2 false --parallelism.tensor_parallel_degree=2" \
+  "fsdptp4 4 true --parallelism.tensor_parallel_degree=2" \
+  "hsdptp4 4 false --parallelism.tensor_parallel_degree=2 --parallelism.data_parallel_replicate_degree=2"; do
+  set -- $c
+  name=$1 np=$2 tie=$3
+  shift 3
+  run 0 "one-$tie" "${HF[@]}" --model.tie_embeddings="$tie" &&
+    run "$np" "$name" "${HF[@]}" --model.tie_embeddings="$tie" "$@" ||
+    { echo "FAIL: $name or one-$tie with last_save_in_hf"; cat "$TMP/one-$tie.log" "$TMP/$name.log"; fail=1; continue; }
+  if grep -q 'not built yet' "$TMP/$name.log" || ! [ -f "$(hf_file "$name" 3)" ]; then
+    echo "FAIL: $name wrote no HF export"; cat "$TMP/$name.log"; fail=1; continue
+  fi
+  cmp -s "$(hf_file "one-$tie" 3)" "$(hf_file "$name" 3)" &&
+    cmp -s "$TMP/one-$tie/checkpoint/step-3/hf/config.json" "$TMP/$name/checkpoint/step-3/hf/config.json" &&
+    echo "ok: the HF export of $name (tie_embeddings=$tie) is byte-identical to one process's" ||
+    { echo "FAIL: the HF export of $name differs from one process's"; fail=1; }
+  for src in checkpoint "checkpoint/rank-$((np - 1))/step-3"; do
+    rm -rf "$TMP/export"
+    if "$BIN" export --checkpoint "$TMP/$name/$src" --out "$TMP/export" >"$TMP/export.log" 2>&1 &&
+      cmp -s "$(hf_file "one-$tie" 3)" "$TMP/export/model.safetensors"; then
+      echo "ok: qtitan export --checkpoint <$name>/$src writes one process's model.safetensors"
+    else
+      echo "FAIL: qtitan export of $name's $src"; cat "$TMP/export.log"; fail=1
+    fi
+  done
+done
+
+# Trained: TP 2 and one process train the same 10 steps; both exports score held-out lines.
+TR=(--model.tie_embeddings=false --training.steps=10 --checkpoint.enable=true --checkpoint.interval=10
+  --checkpoint.last_save_in_hf=true)
+awk 'BEGIN { s = 777; for (l = 0; l < 4; l++) { line = "";
+  for (i = 0; i < 24; i++) { s = (s * 1103515245 + 12345) % 2147483648; line = line (i ? " " : "") int(s / 65536) % 640 }
+  print line } }' >"$TMP/heldout.txt"
+loss_of() { "$BIN" eval --model "$1" --tokens "$TMP/heldout.txt" 2>&1 | sed -n 's/^loss: *//p'; }
+if run 0 tr-one "${TR[@]}" && run 2 tr-tp2 "${TR[@]}" --parallelism.tensor_parallel_degree=2 &&
+  [ -f "$(hf_file tr-tp2 10)" ] &&
+  run 0 tr-load --model.tie_embeddings=false --training.steps=2 --checkpoint.initial_load_in_hf=true \
+    --checkpoint.initial_load_path="$TMP/tr-tp2/checkpoint/step-10/hf" &&
+  grep -q 'loaded initial weights' "$TMP/tr-load.log"; then
+  echo "ok: the HF export of a trained TP 2 run loads as initial weights on one process"
+else
+  echo "FAIL: trained TP 2 export"; cat "$TMP/tr-tp2.log" "$TMP/tr-load.log"; fail=1
+fi
+a=$(loss_of "$TMP/tr-one/checkpoint/step-10/hf") b=$(loss_of "$TMP/tr-tp2/checkpoint/step-10/hf")
+if [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * a) }'; then
+  echo "ok: held-out loss of the trained exports, one process $a, TP 2 $b"
+else
+  echo "FAIL: held-out loss of the trained exports differs (one process '$a', TP 2 '$b')"; fail=1
+fi
+[ $fail = 0 ] && echo "e2e_dist_export: ok"
+exit $fail
