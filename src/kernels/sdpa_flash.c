@@ -213,4 +213,4 @@ static const char *flash_supports(const OpRun *run) {
 }
 
 const SdpaOp sdpa_flash = {
-    {"flash", OP_SDPA, "cpu", flash_supports}, flash_forward, flash_backward, NULL, NULL};
+    {"flash", OP_SDPA, "cpu", flash_supports}, flash_forward, flash_backward};

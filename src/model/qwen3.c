@@ -628,9 +628,8 @@ static void layer_forward(Qwen3 *m, int i, float *out, int count) {
             md->rope->forward(a->qr, a->qn, m->a.positions, N, H, E, s->rope_theta));
     PROF_OP(&md->rope->h, 0,
             md->rope->forward(a->kr, a->kn, m->a.positions, N, K, E, s->rope_theta));
-    SdpaForwardFn sdpa_fwd =
-        m->bf16 && md->sdpa->forward_bf16 ? md->sdpa->forward_bf16 : md->sdpa->forward;
-    PROF_OP(&md->sdpa->h, 0, sdpa_fwd(a->att, a->lse, a->qr, a->kr, a->v, doc, B, T, H, K, E));
+    PROF_OP(&md->sdpa->h, 0,
+            md->sdpa->forward(a->att, a->lse, a->qr, a->kr, a->v, doc, B, T, H, K, E));
     linear_fwd(m, md->wo, a->xmid, a->att, p->wo, pb->wo, N, H * E, D);
     tp_sum(m, a->xmid, N * D);
     if (md->ffn_norm->forward_add) { /* a kernel fusing the residual add into the norm */
@@ -712,11 +711,9 @@ static void layer_backward(Qwen3 *m, int i) {
                                p->ffn_norm, a->rstd2, N, D)); /* dres = d xmid */
 
     linear_bwd(m, md->wo, A->datt, g->wo, A->dres, a->att, p->wo, pb->wo, N, H * E, D, 0.0f);
-    SdpaBackwardFn sdpa_bwd =
-        m->bf16 && md->sdpa->backward_bf16 ? md->sdpa->backward_bf16 : md->sdpa->backward;
     PROF_OP(&md->sdpa->h, 1,
-            sdpa_bwd(A->dqr, A->dkr, A->dv, A->datt, a->qr, a->kr, a->v, a->att, a->lse, doc, B, T,
-                     H, K, E));
+            md->sdpa->backward(A->dqr, A->dkr, A->dv, A->datt, a->qr, a->kr, a->v, a->att, a->lse,
+                               doc, B, T, H, K, E));
     PROF_OP(&md->rope->h, 1,
             md->rope->backward(A->dqn, A->dqr, A->positions, N, H, E, s->rope_theta));
     PROF_OP(&md->rope->h, 1,

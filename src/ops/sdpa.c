@@ -109,5 +109,4 @@ void sdpa_backward(float *dq, float *dk, float *dv, const float *dout, const flo
         }
 }
 
-const SdpaOp sdpa_reference = {{"reference", OP_SDPA, "cpu", 0}, sdpa_forward, sdpa_backward,
-                               NULL, NULL};
+const SdpaOp sdpa_reference = {{"reference", OP_SDPA, "cpu", 0}, sdpa_forward, sdpa_backward};

@@ -34,11 +34,6 @@ typedef struct SdpaOp {
     OpHeader h;
     SdpaForwardFn forward;
     SdpaBackwardFn backward;
-    /* Mixed precision (training.mixed_precision_param = "bfloat16"): the same contract with the
-     * products' inputs rounded to bf16 (fp32 accumulation, softmax and outputs). NULL when the
-     * implementation has none (the model then runs the fp32 path). */
-    SdpaForwardFn forward_bf16;
-    SdpaBackwardFn backward_bf16;
 } SdpaOp;
 
 void sdpa_forward(float *out, float *lse, const float *q, const float *k, const float *v,
