@@ -39,6 +39,7 @@ struct FsdpModel {
     Qwen3 m;                 /* this rank's tensor-parallel part of the model */
     Qwen3 full;              /* tp > 1: the whole model's table (full shapes), no parameters */
     int tp, t;               /* tensor-parallel degree and this rank's index */
+    int sp;                  /* 1: sequence parallel (the tp group also splits the tokens) */
     unsigned char *tp_split; /* (nparams) TP_REPLICATED, TP_ROWS or TP_COLS */
     unsigned char *tp_repl;  /* (nparams) 1 where tp_split is TP_REPLICATED */
     const Mesh *mesh;
@@ -219,6 +220,24 @@ static void on_tp_sum(void *ctx, float *buf, long n) {
     f->comm_s += now_seconds() - t0;
 }
 
+static void on_tp_gather(void *ctx, float *full, const float *part, long n) {
+    FsdpModel *f = ctx;
+    Err err;
+    double t0 = now_seconds();
+    if (comm_all_gather(f->mesh->tp, full, part, (size_t)n, COMM_F32, &err))
+        fail("sequence-parallel all-gather", &err);
+    f->comm_s += now_seconds() - t0;
+}
+
+static void on_tp_reduce_scatter(void *ctx, float *part, const float *full, long n) {
+    FsdpModel *f = ctx;
+    Err err;
+    double t0 = now_seconds();
+    if (comm_reduce_scatter_sum(f->mesh->tp, part, full, (size_t)n, COMM_F32, &err))
+        fail("sequence-parallel reduce-scatter", &err);
+    f->comm_s += now_seconds() - t0;
+}
+
 /* The model's hook. Units in the model's numbering (0 embedding, 1 + i layer i, L + 1 head);
  * when tied, the head's parameters are unit 0's, which stays gathered for the whole pass. */
 static void on_unit(void *ctx, Qwen3 *m, int unit, Qwen3HookPhase phase) {
@@ -258,6 +277,14 @@ static void on_unit(void *ctx, Qwen3 *m, int unit, Qwen3HookPhase phase) {
             const Qwen3LayerParams *g = &m->g.layers[unit - 1];
             on_tp_sum(f, g->q_norm, m->spec.head_dim);
             on_tp_sum(f, g->k_norm, m->spec.head_dim);
+            if (f->sp) { /* and the layer's two norms saw only the rank's tokens */
+                on_tp_sum(f, g->attention_norm, m->spec.dim);
+                on_tp_sum(f, g->ffn_norm, m->spec.dim);
+            }
+        } else if (f->sp) {
+            /* The embedding, the final norm and lm_head ran on the rank's tokens: every
+             * gradient of the unit is a share of the group's sum. */
+            on_tp_sum(f, f->slot[EDGE].g, (long)f->plan.units[unit].full_numel);
         }
         grad_end(f, unit);
         break;
@@ -266,7 +293,7 @@ static void on_unit(void *ctx, Qwen3 *m, int unit, Qwen3HookPhase phase) {
 
 /* ---- create / free ---- */
 
-FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, const Mesh *mesh,
+FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, AcMode ac, const Mesh *mesh,
                              Err *err) {
     if (spec->num_experts > 0 && mesh->dims.tp > 1) {
         err_set(err,
@@ -279,6 +306,7 @@ FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, c
     f->mesh = mesh;
     f->tp = mesh->dims.tp;
     f->t = mesh->dims.t;
+    f->sp = mesh->dims.sequence_parallel;
     /* QTITAN_FSDP_PREFETCH=0 turns prefetching off, to measure what it buys (bench/dist). */
     const char *pf_env = getenv("QTITAN_FSDP_PREFETCH");
     f->prefetch = !(pf_env && strcmp(pf_env, "0") == 0);
@@ -288,13 +316,13 @@ FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, c
     local.n_heads /= f->tp;
     local.n_kv_heads /= f->tp;
     local.hidden_dim /= f->tp;
-    if (qwen3_create_unowned(&f->m, &local, B, T, full_ac ? AC_FULL : AC_NONE, err) != 0) {
+    if (qwen3_create_unowned(&f->m, &local, B, T, ac, f->sp ? f->tp : 1, err) != 0) {
         free(f);
         return NULL;
     }
     if (cpu_apply_defaults(f->m.slots, f->m.nslots, &local)) /* as train_qwen3_create */
         f->m.mod.ce = &cross_entropy_cpu;
-    if (f->tp > 1 && qwen3_create_unowned(&f->full, spec, 1, 1, AC_NONE, err) != 0) {
+    if (f->tp > 1 && qwen3_create_unowned(&f->full, spec, 1, 1, AC_NONE, 1, err) != 0) {
         qwen3_free(&f->m);
         free(f);
         return NULL;
@@ -362,6 +390,11 @@ FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, c
         f->tp_repl[i] = f->tp_split[i] == TP_REPLICATED;
     }
     if (f->tp > 1) f->m.tp_sum = on_tp_sum;
+    if (f->sp) {
+        f->m.sp_rank = f->t;
+        f->m.tp_gather = on_tp_gather;
+        f->m.tp_reduce_scatter = on_tp_reduce_scatter;
+    }
 
     /* The trainer's pieces. */
     f->pieces = xcalloc((size_t)n, sizeof *f->pieces);
@@ -560,6 +593,8 @@ static int finish_grads(void *ctx, double *loss_sum, Err *err) {
     if (f->mesh->dims.dp_replicate > 1)
         rc = fsdp_all_reduce_replicas(&f->plan, f->mesh->dp_replicate, f->grad, err);
     if (rc == 0) rc = comm_all_reduce_sum(f->mesh->dp, loss_sum, 1, COMM_F64, err);
+    /* Sequence parallel: each tp rank's loss covers its tokens only. */
+    if (rc == 0 && f->sp) rc = comm_all_reduce_sum(f->mesh->tp, loss_sum, 1, COMM_F64, err);
     f->comm_s += now_seconds() - t0;
     return rc;
 }

@@ -14,6 +14,7 @@
 
 #include <stdint.h>
 
+#include "core/ac_mode.h"
 #include "core/err.h"
 #include "core/model_spec.h"
 #include "dist/mesh.h"
@@ -22,10 +23,10 @@
 typedef struct FsdpModel FsdpModel;
 
 /* A sharded Qwen3 for micro-batches of up to B x T tokens (the batch type is
- * TrainQwen3Batch). Parameters start at zero. Dense models with or without tensor
- * parallelism; MoE models (router, stacked experts and expert_bias sharded with their layer)
- * without it. */
-FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, const Mesh *mesh,
+ * TrainQwen3Batch), with activation checkpointing ac. Parameters start at zero. Dense models
+ * with or without tensor parallelism (and sequence parallelism when the mesh has it); MoE
+ * models (router, stacked experts and expert_bias sharded with their layer) without it. */
+FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, AcMode ac, const Mesh *mesh,
                              Err *err);
 void fsdp_model_free(FsdpModel *f);
 /* DESIGN §5 init, bitwise the same values as one process: each tensor is drawn whole (one

@@ -161,14 +161,7 @@ static int mesh_from_config(Mesh *mesh, Comm *world, const JobConfig *cfg, const
                      .seq_len = cfg->training.seq_len,
                      .local_batch = cfg->training.local_batch_size,
                      .global_batch = cfg->training.global_batch_size};
-    TRY(mesh_create(mesh, world, &mc, err));
-    if (mesh->dims.tp > 1 && cfg->parallelism.enable_sequence_parallel) {
-        mesh_destroy(mesh);
-        return err_set(err, "parallelism.enable_sequence_parallel: sequence parallelism is not "
-                            "implemented yet; set it to false (tensor parallelism works without "
-                            "it, docs/distributed.md)");
-    }
-    return 0;
+    return mesh_create(mesh, world, &mc, err);
 }
 
 static int run_job(const JobConfig *cfg, Comm *world, Err *err);
@@ -249,14 +242,13 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     batch_alloc(&d.raw, d.B, d.T);
     d.tokens = xmalloc((size_t)d.B * d.T * sizeof *d.tokens);
 
-    int full_ac = cfg->activation_checkpoint.mode == AC_FULL;
     int sharded = world->size > 1;
     if (sharded) {
         if (plan.n > 0) /* fsdp_model_create builds its model without a module set yet */
             log_warn("%d [[override]] replacement(s) not applied: sharded (FSDP) runs use the "
                      "reference kernels for now",
                      plan.n);
-        fm = fsdp_model_create(&spec, d.B, d.T, full_ac, &mesh, err);
+        fm = fsdp_model_create(&spec, d.B, d.T, cfg->activation_checkpoint.mode, &mesh, err);
         rc = fm ? 0 : -1;
     } else {
         rc = train_hf_init(&hf, cfg, &spec, &extra, tok_path, err);
