@@ -6,9 +6,9 @@
 #     process to 1e-5 relative over 10 fp32 steps, for tied and untied embeddings (the
 #     embedding / head units differ), and with full activation checkpointing;
 #   - sequence parallelism: TP 2 + SP and FSDP 2 x TP 2 + SP, tied and untied, and with full
-#     and selective activation checkpointing, match one process the same way; a TP 2 + SP run
-#     resumed from its step-5 checkpoint is bitwise the uninterrupted one; a seq_len that the
-#     tp group cannot split stops every rank with one sentence;
+#     and selective activation checkpointing, match one process the same way (to 1e-6); a
+#     TP 2 + SP run resumed from its step-5 checkpoint is bitwise the uninterrupted one; a
+#     seq_len that the tp group cannot split stops every rank with one sentence;
 #   - MoE (4 experts, top 2, auxiliary-loss-free balancing and the HF auxiliary loss): FSDP on
 #     2 and 4 ranks and HSDP 2 x 2 with full AC match one process the same way, and the
 #     per-step routing figures (tokens of the least / most loaded expert: counts over the
@@ -74,15 +74,15 @@ run() {
 }
 # "step loss grad_norm" per line, from metrics.jsonl.
 table() { sed -E 's/.*"step":([0-9]+),"loss":([^,]+),"grad_norm":([^,]+),.*/\1 \2 \3/' "$1"; }
-# same REF OTHER LABEL: every step's loss and grad norm within 1e-5 relative.
+# same REF OTHER LABEL [TOL]: every step's loss and grad norm within TOL (1e-5) relative.
 same() {
   local ok
-  ok=$(paste -d' ' <(table "$TMP/$1/metrics.jsonl") <(table "$TMP/$2/metrics.jsonl") | awk '
+  ok=$(paste -d' ' <(table "$TMP/$1/metrics.jsonl") <(table "$TMP/$2/metrics.jsonl") | awk -v tol="${4:-1e-5}" '
     function rel(a, b) { d = a - b; if (d < 0) d = -d; m = a < 0 ? -a : a; return d / (m > 1e-30 ? m : 1e-30) }
-    { n++; if ($1 != $4 || rel($2, $5) > 1e-5 || rel($3, $6) > 1e-5) bad++ }
+    { n++; if ($1 != $4 || rel($2, $5) > tol || rel($3, $6) > tol) bad++ }
     END { print (n == 10 && !bad) ? "ok" : "bad" }')
   if [ "$ok" = ok ]; then
-    echo "ok: $3 matches one process over 10 steps"
+    echo "ok: $3 matches one process over 10 steps (${4:-1e-5})"
   else
     echo "FAIL: $3 differs from one process (step loss grad_norm, one process | $3):"
     paste -d' ' <(table "$TMP/$1/metrics.jsonl") <(table "$TMP/$2/metrics.jsonl")
@@ -103,19 +103,21 @@ run 2 ac2 --activation_checkpoint.mode=full && same one-true ac2 "FSDP on 2 rank
 run 2 tp2 --parallelism.tensor_parallel_degree=2 --model.tie_embeddings=false &&
   same one-false tp2 "TP on 2 ranks (tie_embeddings=false)" || fail=1
 run 4 fsdptp4 --parallelism.tensor_parallel_degree=2 && same one-true fsdptp4 "FSDP 2 x TP 2 (tie_embeddings=true)" || fail=1
-# Sequence parallel: each tp rank keeps 1/2 of the tokens in the residual stream.
+# Sequence parallel: each tp rank keeps 1/2 of the tokens in the residual stream. Held to
+# 1e-6: a norm weight gradient that missed the other rank's tokens moved the grad norm by only
+# 3e-6 in the first steps, while rounding leaves about 3e-8 here.
 SP=(--parallelism.tensor_parallel_degree=2 --parallelism.enable_sequence_parallel=true)
 for tie in true false; do
   run 2 "tpsp2-$tie" "${SP[@]}" --model.tie_embeddings=$tie && has_metrics "tpsp2-$tie" &&
-    same "one-$tie" "tpsp2-$tie" "TP 2 + SP (tie_embeddings=$tie)" || fail=1
+    same "one-$tie" "tpsp2-$tie" "TP 2 + SP (tie_embeddings=$tie)" 1e-6 || fail=1
   run 4 "fsdptpsp4-$tie" "${SP[@]}" --model.tie_embeddings=$tie && has_metrics "fsdptpsp4-$tie" &&
-    same "one-$tie" "fsdptpsp4-$tie" "FSDP 2 x TP 2 + SP (tie_embeddings=$tie)" || fail=1
+    same "one-$tie" "fsdptpsp4-$tie" "FSDP 2 x TP 2 + SP (tie_embeddings=$tie)" 1e-6 || fail=1
 done
 grep -q 'tp 2 + sequence parallel\]' "$TMP/tpsp2-true.log" || { echo "FAIL: the mesh line should say sequence parallel"; fail=1; }
 run 2 tpsp2-full "${SP[@]}" --activation_checkpoint.mode=full && has_metrics tpsp2-full &&
-  same one-true tpsp2-full "TP 2 + SP with full AC" || fail=1
+  same one-true tpsp2-full "TP 2 + SP with full AC" 1e-6 || fail=1
 run 4 fsdptpsp4-sel "${SP[@]}" --activation_checkpoint.mode=selective --model.tie_embeddings=false &&
-  has_metrics fsdptpsp4-sel && same one-false fsdptpsp4-sel "FSDP 2 x TP 2 + SP with selective AC" || fail=1
+  has_metrics fsdptpsp4-sel && same one-false fsdptpsp4-sel "FSDP 2 x TP 2 + SP with selective AC" 1e-6 || fail=1
 run 2 tpsp2-odd "${SP[@]}" --training.seq_len=31
 rc=$?
 n=$(grep -c 'error: training.seq_len (with parallelism.enable_sequence_parallel) = 31 is not divisible by parallelism.tensor_parallel_degree = 2' "$TMP/tpsp2-odd.log")
