@@ -900,13 +900,13 @@ void qwen3_backward(Qwen3 *m, double divisor) {
 
 /* ---- sizing without allocating ---- */
 
-int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
+int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
                 const Qwen3Modules *impl, Err *err) {
     memset(out, 0, sizeof *out);
     /* The same checks, module tree and layout functions create runs, on counting arenas
      * only: no table, no slots, no memory. */
     Qwen3 *m = xcalloc(1, sizeof *m);
-    if (setup(m, spec, B, T, ac, 1, err) != 0) {
+    if (setup(m, spec, B, T, ac, sp, err) != 0) {
         free(m);
         return -1;
     }

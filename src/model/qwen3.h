@@ -272,14 +272,16 @@ int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode a
                          Err *err);
 void qwen3_free(Qwen3 *m);
 
-/* Bytes of the three arenas qwen3_create would allocate for the same arguments, computed by
- * the same layout code on counting arenas (so they cannot drift), without allocating them. */
+/* Bytes of the three arenas qwen3_create would allocate for the same arguments (with sp > 1,
+ * qwen3_create_unowned's activation arena; its parameter and gradient arenas are not
+ * allocated), computed by the same layout code on counting arenas (so they cannot drift),
+ * without allocating them. */
 typedef struct Qwen3Sizes {
     size_t param_bytes, grad_bytes, act_bytes;
     size_t bf16_bytes; /* the bf16 weight arena qwen3_enable_bf16 would add */
     int nparams;       /* entries of the parameter table (a tied output is no entry) */
 } Qwen3Sizes;
-int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
+int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
                 const Qwen3Modules *impl, Err *err);
 
 /* Mixed precision (DESIGN §5): from now on every forward first copies the matmul weights

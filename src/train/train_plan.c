@@ -82,7 +82,7 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     int full_ac = ac == AC_FULL;
     p->ac = ac == AC_FULL ? "full" : ac == AC_SELECTIVE ? "selective" : "none";
     TrainQwen3Sizes z;
-    int rc = train_qwen3_sizes(&z, &p->spec, p->B, p->T, ac, &plan, err);
+    int rc = train_qwen3_sizes(&z, &p->spec, p->B, p->T, ac, 1, &plan, err);
     overrides_plan_free(&plan);
     TRY(rc);
     p->numel = (double)z.param_bytes / 4.0; /* upper bound by alignment padding only */
