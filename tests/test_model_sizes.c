@@ -103,7 +103,8 @@ static void test_trainer_and_adamw(void **state) {
         ModelSpec s = spec(1, 3);
         Err err;
         TrainQwen3Sizes z;
-        assert_int_equal(train_qwen3_sizes(&z, &s, 2, 5, full ? AC_FULL : AC_NONE, 1, NULL, &err), 0);
+        assert_int_equal(train_qwen3_sizes(&z, &s, 2, 5, full ? AC_FULL : AC_NONE, 1, NULL, &err),
+                         0);
         Qwen3Sizes ref;
         assert_int_equal(qwen3_sizes(&ref, &s, 2, 5, full ? AC_FULL : AC_NONE, 1, NULL, &err), 0);
         assert_int_equal(z.act_bytes, ref.act_bytes);

@@ -293,15 +293,18 @@ static void on_unit(void *ctx, Qwen3 *m, int unit, Qwen3HookPhase phase) {
 
 /* ---- create / free ---- */
 
+int fsdp_model_check(const ModelSpec *spec, int tp, Err *err) {
+    if (spec->num_experts > 0 && tp > 1)
+        return err_set(err,
+                       "parallelism.tensor_parallel_degree = %d: mixture-of-experts models "
+                       "(num_experts = %d) train with FSDP / HSDP only; set it to 1",
+                       tp, spec->num_experts);
+    return 0;
+}
+
 FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, AcMode ac, const Mesh *mesh,
                              Err *err) {
-    if (spec->num_experts > 0 && mesh->dims.tp > 1) {
-        err_set(err,
-                "parallelism.tensor_parallel_degree = %d: mixture-of-experts models "
-                "(num_experts = %d) train with FSDP / HSDP only; set it to 1",
-                mesh->dims.tp, spec->num_experts);
-        return NULL;
-    }
+    if (fsdp_model_check(spec, mesh->dims.tp, err) != 0) return NULL;
     FsdpModel *f = xcalloc(1, sizeof *f);
     f->mesh = mesh;
     f->tp = mesh->dims.tp;

@@ -28,6 +28,9 @@ typedef struct FsdpModel FsdpModel;
  * models (router, stacked experts and expert_bias sharded with their layer) without it. */
 FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, AcMode ac, const Mesh *mesh,
                              Err *err);
+/* What fsdp_model_create refuses beyond the mesh's checks (MoE with tensor parallelism), for
+ * `qtitan plan` to say the same. */
+int fsdp_model_check(const ModelSpec *spec, int tp, Err *err);
 void fsdp_model_free(FsdpModel *f);
 /* DESIGN §5 init, bitwise the same values as one process: each tensor is drawn whole (one
  * at a time) and only this rank's slice is kept. */
