@@ -6,9 +6,10 @@
 #     process to 1e-5 relative over 10 fp32 steps, for tied and untied embeddings (the
 #     embedding / head units differ), and with full activation checkpointing;
 #   - sequence parallelism: TP 2 + SP and FSDP 2 x TP 2 + SP, tied and untied, and with full
-#     and selective activation checkpointing, match one process the same way (to 1e-6); a
-#     TP 2 + SP run resumed from its step-5 checkpoint is bitwise the uninterrupted one; a
-#     seq_len that the tp group cannot split stops every rank with one sentence;
+#     and selective activation checkpointing, and TP 4 + SP (half a row per rank) match one
+#     process the same way (to 1e-6); a TP 2 + SP run resumed from its step-5 checkpoint is
+#     bitwise the uninterrupted one; a seq_len that the tp group cannot split stops every rank
+#     with one sentence;
 #   - MoE (4 experts, top 2, auxiliary-loss-free balancing and the HF auxiliary loss): FSDP on
 #     2 and 4 ranks and HSDP 2 x 2 with full AC match one process the same way, and the
 #     per-step routing figures (tokens of the least / most loaded expert: counts over the
@@ -118,6 +119,11 @@ run 2 tpsp2-full "${SP[@]}" --activation_checkpoint.mode=full && has_metrics tps
   same one-true tpsp2-full "TP 2 + SP with full AC" 1e-6 || fail=1
 run 4 fsdptpsp4-sel "${SP[@]}" --activation_checkpoint.mode=selective --model.tie_embeddings=false &&
   has_metrics fsdptpsp4-sel && same one-false fsdptpsp4-sel "FSDP 2 x TP 2 + SP with selective AC" 1e-6 || fail=1
+# TP 4 + SP: each rank holds half a row (2 x 32 tokens over 4 ranks), so attention only sees
+# whole rows through the gather. 4 kv heads, so that tp 4 divides them.
+run 0 one-kv4 --model.n_kv_heads=4 && has_metrics one-kv4 &&
+  run 4 tpsp4 --model.n_kv_heads=4 --parallelism.tensor_parallel_degree=4 --parallelism.enable_sequence_parallel=true &&
+  has_metrics tpsp4 && same one-kv4 tpsp4 "TP 4 + SP (half a row per rank)" 1e-6 || fail=1
 run 2 tpsp2-odd "${SP[@]}" --training.seq_len=31
 rc=$?
 n=$(grep -c 'error: training.seq_len (with parallelism.enable_sequence_parallel) = 31 is not divisible by parallelism.tensor_parallel_degree = 2' "$TMP/tpsp2-odd.log")
