@@ -100,7 +100,7 @@ static void test_sdpa(void **state) {
         float *o1 = zeros(nq), *l1 = zeros(nl), *dq1 = zeros(nq), *dk1 = zeros(nk),
               *dv1 = zeros(nk);
         sdpa_run(&sdpa_reference, c, q, k, v, dout, doc, o0, l0, dq0, dk0, dv0);
-        /* The portable tile code first (no AVX-512), then the AVX-512 one. */
+        /* The portable vector helpers first (no AVX-512), then the AVX-512 ones. */
         for (int avx = 0; avx <= 1; avx++) {
             simd_force(avx);
             sdpa_run(&sdpa_cpu, c, q, k, v, dout, doc, o1, l1, dq1, dk1, dv1);

@@ -123,6 +123,12 @@ static void test_sgemm_f32(void **s) {
 static void test_sgemm_bf16(void **s) {
     (void)s, run_backend("sgemm", 1);
 }
+static void test_auto_f32(void **s) {
+    (void)s, run_backend("auto", 0);
+}
+static void test_auto_bf16(void **s) {
+    (void)s, run_backend("auto", 1);
+}
 static void test_ref_f32(void **s) {
     (void)s, run_backend("ref", 0);
 }
@@ -133,8 +139,8 @@ static void test_ref_bf16(void **s) {
 /* Empty products: M or N = 0 touches nothing; K = 0 leaves beta * C. */
 static void test_degenerate(void **state) {
     (void)state;
-    const char *names[] = {"dnnl", "sgemm", "ref"};
-    for (int b = 0; b < 3; b++) {
+    const char *names[] = {"auto", "dnnl", "sgemm", "ref"};
+    for (int b = 0; b < 4; b++) {
         assert_int_equal(gemm_set_backend(names[b]), 0);
         float C[6] = {1, 2, 3, 4, 5, 6}, A[1] = {0}, B[1] = {0};
         gemm_f32(0, 0, 0, 3, 4, 1.0f, A, 4, B, 3, 0.0f, C, 3);
@@ -151,8 +157,8 @@ static void test_degenerate(void **state) {
 /* A NaN in A reaches exactly its row of C (no zero-skipping shortcut swallows it). */
 static void test_nan_propagates(void **state) {
     (void)state;
-    const char *names[] = {"dnnl", "sgemm", "ref"};
-    for (int b = 0; b < 3; b++) {
+    const char *names[] = {"auto", "dnnl", "sgemm", "ref"};
+    for (int b = 0; b < 4; b++) {
         assert_int_equal(gemm_set_backend(names[b]), 0);
         float A[4 * 8] = {0}, B[8 * 5] = {0}, C[4 * 5];
         A[2 * 8 + 3] = NAN;
@@ -193,8 +199,8 @@ static void test_deterministic(void **state) {
         Ah[i] = f32_to_bf16(A[i]);
     for (size_t i = 0; i < nb; i++)
         Bh[i] = f32_to_bf16(B[i]);
-    const char *names[] = {"dnnl", "sgemm"};
-    for (int b = 0; b < 2; b++) {
+    const char *names[] = {"auto", "dnnl", "sgemm"};
+    for (int b = 0; b < 3; b++) {
         assert_int_equal(gemm_set_backend(names[b]), 0);
         for (int bf16 = 0; bf16 < 2; bf16++)
             for (int t = 0; t < 4; t++) {
@@ -266,8 +272,8 @@ static void test_inside_omp_region(void **state) {
     float *S1 = malloc(H * T * T * 4), *S2 = malloc(H * T * T * 4);
     fill(Q, H * T * E, &r);
     fill(Kt, H * T * E, &r);
-    const char *names[] = {"dnnl", "sgemm"};
-    for (int b = 0; b < 2; b++) {
+    const char *names[] = {"auto", "dnnl", "sgemm"};
+    for (int b = 0; b < 3; b++) {
         assert_int_equal(gemm_set_backend(names[b]), 0);
 #pragma omp parallel for schedule(static)
         for (int h = 0; h < H; h++)
@@ -295,6 +301,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dnnl_f32),          cmocka_unit_test(test_dnnl_bf16),
         cmocka_unit_test(test_sgemm_f32),         cmocka_unit_test(test_sgemm_bf16),
+        cmocka_unit_test(test_auto_f32),          cmocka_unit_test(test_auto_bf16),
         cmocka_unit_test(test_ref_f32),           cmocka_unit_test(test_ref_bf16),
         cmocka_unit_test(test_degenerate),        cmocka_unit_test(test_nan_propagates),
         cmocka_unit_test(test_deterministic),     cmocka_unit_test(test_concurrent_callers),

@@ -138,8 +138,9 @@ static void test_fill_and_jsonl(void **state) {
     assert_true(json_is_null(json_object_get(o, "loss")));
     json_decref(o);
     free(data);
-    /* Append mode keeps the earlier lines (a resumed run). */
-    assert_int_equal(metrics_writer_open(&w, sub, 1, &err), 0);
+    /* Resuming from step 4 keeps both lines (steps 3 and 4) and appends. */
+    assert_int_equal(metrics_writer_open(&w, sub, 4, &err), 0);
+    m.step = 5;
     assert_int_equal(metrics_writer_write(&w, &m, NULL, 0, &err), 0);
     metrics_writer_close(&w);
     assert_int_equal(fs_read_all(path, &data, &len, &err), 0);
@@ -147,6 +148,33 @@ static void test_fill_and_jsonl(void **state) {
     for (size_t i = 0; i < len; i++)
         lines += data[i] == '\n';
     assert_int_equal(lines, 3);
+    free(data);
+    /* Resuming from step 3 drops the records of steps 4 and 5, which the run redoes, and a torn
+     * last line (a crash mid-write). */
+    FILE *f = fopen(path, "a");
+    assert_non_null(f);
+    fputs("{\"step\": 6, \"lo", f);
+    fclose(f);
+    assert_int_equal(metrics_writer_open(&w, sub, 3, &err), 0);
+    m.step = 4;
+    m.loss = 2.5;
+    assert_int_equal(metrics_writer_write(&w, &m, NULL, 0, &err), 0);
+    metrics_writer_close(&w);
+    assert_int_equal(fs_read_all(path, &data, &len, &err), 0);
+    int64_t steps[8];
+    int n = 0;
+    for (char *line = data; line < data + len && n < 8;) {
+        char *end = strchr(line, '\n');
+        assert_non_null(end);
+        json_t *r = json_loadb(line, (size_t)(end - line), 0, &je);
+        assert_non_null(r);
+        steps[n++] = json_integer_value(json_object_get(r, "step"));
+        json_decref(r);
+        line = end + 1;
+    }
+    assert_int_equal(n, 2);
+    assert_int_equal(steps[0], 3);
+    assert_int_equal(steps[1], 4);
     free(data);
     assert_int_equal(fs_remove_tree(dir, &err), 0);
     free(path);

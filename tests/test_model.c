@@ -121,19 +121,27 @@ static void test_packed_equals_separate(void **state) {
     qwen3_forward(&m, tok, NULL, pos, doc, B_, T_);
     float *packed = malloc((size_t)T_ * V * sizeof(float));
     memcpy(packed, m.a.logits, (size_t)T_ * V * sizeof(float));
+    /* Equal up to fp32 rounding: the GEMMs of a 9-row and a 5-row batch may sum in different
+     * orders (dnnl_sgemm does), and the x10 weights make logits of tens of units and amplify
+     * rounding layer by layer (measured: 1.1e-4 at max |logit| 35). */
+    double big = 1.0;
+    for (long i = 0; i < T_ * V; i++)
+        big = fabs(packed[i]) > big ? fabs(packed[i]) : big;
+    double tol = 1e-5 * big;
     /* Document 0 alone (5 tokens), then document 1 alone (4 tokens). */
     qwen3_forward(&m, tok, NULL, NULL, NULL, 1, 5);
     for (long i = 0; i < 5 * V; i++)
-        assert_float_equal(m.a.logits[i], packed[i], 1e-5);
+        assert_float_equal(m.a.logits[i], packed[i], tol);
     qwen3_forward(&m, tok + 5, NULL, NULL, NULL, 1, 4);
     for (long i = 0; i < 4 * V; i++)
-        assert_float_equal(m.a.logits[i], packed[5 * V + i], 1e-5);
+        assert_float_equal(m.a.logits[i], packed[5 * V + i], tol);
     /* Without the mask the second document sees the first: logits differ. */
     qwen3_forward(&m, tok, NULL, pos, NULL, 1, T_);
     double diff = 0;
     for (long i = 5 * V; i < T_ * V; i++)
         diff += fabs(m.a.logits[i] - packed[i]);
-    assert_true(diff > 1e-3);
+    printf("max |logit| %.3f, tolerance %.2e, unmasked differs by %.3f in sum\n", big, tol, diff);
+    assert_true(diff > 1e3 * tol);
     free(packed);
     qwen3_free(&m);
 }

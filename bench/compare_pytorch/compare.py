@@ -200,11 +200,12 @@ def run_qtitan(args, case, corpus, tok_dir, init):
         raise SystemExit(f"qtitan {case['name']} failed:\n{log[-3000:]}\ncommand: {' '.join(cmd)}")
     with open(os.path.join(dump, "metrics.jsonl")) as f:
         recs = [json.loads(line) for line in f]
-    m = re.search(r"measured peak: ([0-9.]+) TFLOP/s", log)
+    m = re.search(r"measured peak: ([0-9.]+) TFLOP/s (fp32|bf16)", log)
     peak = float(m.group(1)) if m else args.peak_tflops
+    peak_kind = m.group(2) if m else "given"
     return {"step_time_s": [r["step_time_s"] for r in recs], "loss": [r["loss"] for r in recs],
             "tflops": [r["tflops"] for r in recs], "rss_gib": max_rss_gib(p.stderr),
-            "peak_tflops": peak, "command": " ".join(cmd)}
+            "peak_tflops": peak, "peak_kind": peak_kind, "command": " ".join(cmd)}
 
 
 def steady(r, case):
@@ -288,7 +289,7 @@ def main():
                 fpt = flops_per_token(s, s["T"])
                 mfu = 100 * fpt * q_med / 1e12 / q["peak_tflops"] if q["peak_tflops"] else 0
                 print(f"qtitan : {q_med:9.1f} tokens/s median ({q_best:.1f} best), peak RSS "
-                      f"{q['rss_gib']:.3f} GiB, MFU {mfu:.1f}% of the measured fp32 peak "
+                      f"{q['rss_gib']:.3f} GiB, MFU {mfu:.1f}% of the measured {q['peak_kind']} peak "
                       f"{q['peak_tflops']:.3f} TFLOP/s, step-1 loss {q['loss'][0]:.5f}")
             print(f"pytorch: {pt_med:9.1f} tokens/s median ({pt_best:.1f} best), peak RSS "
                   f"{pt['rss_gib']:.3f} GiB, AdamW {pt['adamw']}, step-1 loss {pt['loss'][0]:.5f}")

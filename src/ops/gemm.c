@@ -42,11 +42,12 @@ void gemm_f32_ref(int ta, int tb, int M, int N, int K, float alpha, const float 
     }
 }
 
-typedef enum Backend { BK_REF, BK_DNNL, BK_SGEMM } Backend;
-static const char *const backend_names[] = {"ref", "dnnl", "sgemm"};
+typedef enum Backend { BK_REF, BK_DNNL, BK_SGEMM, BK_AUTO } Backend;
+static const char *const backend_names[] = {"ref", "dnnl", "sgemm", "auto"};
+#define N_BACKENDS 4
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static Backend g_backend = BK_DNNL;
+static Backend g_backend = BK_AUTO;
 static dnnl_engine_t g_engine;
 static char g_desc[160];
 
@@ -215,6 +216,10 @@ static void describe(void) {
     int nt = omp_get_max_threads();
     if (g_backend == BK_REF) {
         snprintf(g_desc, sizeof g_desc, "reference loops (fp32; bf16 converted), %d threads", nt);
+    } else if (g_backend == BK_AUTO) {
+        const char *b = probe_impl(1);
+        snprintf(g_desc, sizeof g_desc, "oneDNN %d.%d.%d (fp32 via dnnl_sgemm, bf16 via %s), %d threads",
+                 v->major, v->minor, v->patch, b ? b : "fp32 conversion", nt);
     } else if (g_backend == BK_SGEMM) {
         snprintf(g_desc, sizeof g_desc,
                  "oneDNN %d.%d.%d dnnl_sgemm (fp32; bf16 converted to fp32), %d threads", v->major,
@@ -232,7 +237,7 @@ static void describe(void) {
 }
 
 static int parse_backend(const char *name, Backend *out) {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < N_BACKENDS; i++)
         if (strcmp(name, backend_names[i]) == 0) {
             *out = (Backend)i;
             return 0;
@@ -244,7 +249,7 @@ static void init_once(void) {
     if (dnnl_engine_create(&g_engine, dnnl_cpu, 0) != dnnl_success) g_engine = NULL;
     const char *env = getenv("QT_GEMM");
     if (env && *env && parse_backend(env, &g_backend) != 0)
-        log_warn("gemm: QT_GEMM=%s is not one of ref, dnnl, sgemm; using dnnl", env);
+        log_warn("gemm: QT_GEMM=%s is not one of auto, dnnl, sgemm, ref; using auto", env);
     if (!g_engine && g_backend != BK_REF) {
         log_warn("gemm: oneDNN CPU engine unavailable; using the reference loops");
         g_backend = BK_REF;
@@ -285,7 +290,7 @@ static void gemm_f32_run(int ta, int tb, int M, int N, int K, float alpha, const
     if (g_backend == BK_DNNL) {
         Key k = {0, !!ta, !!tb, M, N, K, lda, ldb, ldc, alpha, beta};
         if (matmul_cached(&k, A, B, C) == 0) return;
-    } else if (g_backend == BK_SGEMM) {
+    } else if (g_backend == BK_SGEMM || g_backend == BK_AUTO) {
         if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C,
                        ldc) == dnnl_success)
             return;
@@ -307,7 +312,7 @@ static void gemm_bf16_run(int ta, int tb, int M, int N, int K, float alpha, cons
                           int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc) {
     pthread_once(&g_once, init_once);
     if (trivial(M, N, K, beta, C, ldc)) return;
-    if (g_backend == BK_DNNL) {
+    if (g_backend == BK_DNNL || g_backend == BK_AUTO) {
         Key k = {1, !!ta, !!tb, M, N, K, lda, ldb, ldc, alpha, beta};
         if (matmul_cached(&k, A, B, C) == 0) return;
     }

@@ -3,7 +3,11 @@
  * (ta / tb). lda, ldb, ldc are row strides of A, B, C as stored. beta = 1 accumulates, which
  * parameter gradients use; beta = 0 never reads C (NaN or garbage there does not leak in).
  *
- * Backends (chosen once, logged once; QT_GEMM=ref|dnnl|sgemm forces one for debugging):
+ * Backends (chosen once, logged once; QT_GEMM=auto|dnnl|sgemm|ref forces one for debugging):
+ *   auto   the default: fp32 through dnnl_sgemm, bf16 through oneDNN matmul primitives. On
+ *          the model's real products sgemm is as fast as matmul or faster, and matmul falls
+ *          to 20-30% of peak when a row stride is a multiple of 4 KiB (w2's dX and dW with
+ *          F = 3072: bench/README.md "GEMM"); matmul is the only route to AMX for bf16.
  *   dnnl   oneDNN matmul primitives, cached per (dtype, shape, transposition, strides, alpha,
  *          beta); fp32 and bf16 (bf16 needs AVX512_BF16 or oneDNN's AVX-512 emulation).
  *   sgemm  oneDNN's dnnl_sgemm (fp32 only; bf16 goes through the fp32 conversion fallback).
@@ -28,7 +32,7 @@ void gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const uint16_t 
 void gemm_f32_ref(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                   const float *B, int ldb, float beta, float *C, int ldc);
 
-/* Selects a backend by name ("ref", "dnnl", "sgemm") for tests and benchmarks; returns -1
+/* Selects a backend by name ("auto", "dnnl", "sgemm", "ref") for tests and benchmarks; returns -1
  * for an unknown name. Not thread-safe against concurrent GEMMs. */
 int gemm_set_backend(const char *name);
 /* The active backend's one-line description, e.g. "oneDNN 2.6.3 matmul (fp32, bf16)". */

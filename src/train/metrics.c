@@ -54,13 +54,30 @@ static double thread_cpu_seconds(void) {
  * through a store and a reload and it read ~4x below the real peak, e.g. 0.097 instead of
  * ~0.42 TFLOP/s on 2 Sapphire Rapids cores.) Returns the sum of the threads' FLOP/s; *cpu gets
  * the shortest thread CPU time (for sizing the run). */
-static double peak_run(long iters, double *cpu, volatile float *sink) {
+typedef enum PeakUnit { PEAK_FMA, PEAK_DPBF16, PEAK_AMX } PeakUnit;
+
+/* FLOPs one iteration of a unit's loop does on one thread (kernels/cpu_peak.h). */
+static double peak_flop_per_iter(PeakUnit u) {
+    switch (u) {
+    case PEAK_AMX: return 4.0 * 16 * 16 * 32 * 2;  /* 4 tiles of 16x16, 32 products each */
+    case PEAK_DPBF16: return 12.0 * 32 * 2;        /* 12 chains of 32 products */
+    default: return 2.0 * 12.0 * cpu_peak_fma_lanes();
+    }
+}
+
+static double peak_loop(PeakUnit u, long iters) {
+    return u == PEAK_AMX      ? cpu_peak_amx_loop(iters)
+           : u == PEAK_DPBF16 ? cpu_peak_dpbf16_loop(iters)
+                              : cpu_peak_fma_loop(iters, 1.0f, 1.0f);
+}
+
+static double peak_run(PeakUnit u, long iters, double *cpu, volatile float *sink) {
     double rate = 0, shortest = 1e300;
-    const double flop_per_iter = 2.0 * 12.0 * cpu_peak_fma_lanes();
+    const double flop_per_iter = peak_flop_per_iter(u);
 #pragma omp parallel reduction(+ : rate) reduction(min : shortest)
     {
         double t0 = thread_cpu_seconds();
-        double r = cpu_peak_fma_loop(iters, 1.0f, 1.0f);
+        double r = peak_loop(u, iters);
         double t = thread_cpu_seconds() - t0;
         if (r == 12345.678) *sink = (float)r; /* keeps the loop alive */
         if (t <= 0) t = 1e-9;
@@ -71,25 +88,37 @@ static double peak_run(long iters, double *cpu, volatile float *sink) {
     return rate;
 }
 
-double metrics_measure_peak_tflops(double seconds) {
+static double measure_peak(PeakUnit u, double seconds) {
     volatile float sink = 0;
     long iters = 1 << 12;
     double cpu;
-    peak_run(iters, &cpu, &sink);
+    peak_run(u, iters, &cpu, &sink);
     /* Grow the run until it is long enough to time, then size the measured runs; the best of
      * three is kept (a run can still lose its core's caches or frequency to a neighbour). */
     while (cpu < 0.01 && iters < (1L << 40)) {
         iters *= 4;
-        peak_run(iters, &cpu, &sink);
+        peak_run(u, iters, &cpu, &sink);
     }
     long measured = (long)((double)iters * seconds / 3.0 / (cpu > 0 ? cpu : 1e-9));
     if (measured < iters) measured = iters;
     double best = 0;
     for (int rep = 0; rep < 3; rep++) {
-        double r = peak_run(measured, &cpu, &sink);
+        double r = peak_run(u, measured, &cpu, &sink);
         if (r > best) best = r;
     }
     return best / 1e12;
+}
+
+double metrics_measure_peak_tflops(double seconds) {
+    return measure_peak(PEAK_FMA, seconds);
+}
+
+double metrics_measure_peak_tflops_bf16(double seconds, const char **unit) {
+    PeakUnit u = cpu_peak_amx_loop(1) >= 0      ? PEAK_AMX
+                 : cpu_peak_dpbf16_loop(1) >= 0 ? PEAK_DPBF16
+                                                : PEAK_FMA;
+    if (unit) *unit = u == PEAK_AMX ? "amx bf16" : u == PEAK_DPBF16 ? "avx512_bf16" : "fp32 fma";
+    return measure_peak(u, seconds);
 }
 
 double metrics_peak_rss_gib(void) {
@@ -123,11 +152,52 @@ int metrics_format_line(char *buf, size_t cap, const StepMetrics *m) {
                     round(m->tps), m->tflops, m->mfu);
 }
 
-int metrics_writer_open(MetricsWriter *w, const char *dump_folder, int append, Err *err) {
+/* Keeps the records of steps <= keep_step (and drops a torn last line): a run resumed from the
+ * checkpoint of keep_step redoes the steps after it and writes their records again. The file is
+ * rewritten atomically, so a crash here leaves the old one. */
+static int drop_records_after(const char *path, int64_t keep_step, Err *err) {
+    if (!fs_exists(path)) return 0;
+    char *data;
+    size_t len;
+    TRY(fs_read_all(path, &data, &len, err));
+    size_t out = 0;
+    int dropped = 0;
+    for (size_t i = 0; i < len;) {
+        size_t end = i;
+        while (end < len && data[end] != '\n')
+            end++;
+        int keep = 0;
+        if (end < len) { /* a complete line */
+            json_error_t je;
+            json_t *o = json_loadb(data + i, end - i, 0, &je);
+            json_t *st = o ? json_object_get(o, "step") : NULL;
+            keep = json_is_integer(st) && json_integer_value(st) <= keep_step;
+            json_decref(o);
+        }
+        if (keep) {
+            memmove(data + out, data + i, end + 1 - i);
+            out += end + 1 - i;
+        } else {
+            dropped = 1;
+        }
+        i = end + 1;
+    }
+    int rc = dropped ? fs_write_atomic(path, data, out, err) : 0;
+    free(data);
+    return rc;
+}
+
+int metrics_writer_open(MetricsWriter *w, const char *dump_folder, int64_t resume_step,
+                        Err *err) {
     memset(w, 0, sizeof *w);
     TRY(fs_mkdirs(dump_folder, err));
     w->path = fs_join(dump_folder, "metrics.jsonl");
-    w->f = fopen(w->path, append ? "a" : "w");
+    if (resume_step > 0 && drop_records_after(w->path, resume_step, err) != 0) {
+        free(w->path);
+        w->path = NULL;
+        return -1;
+    }
+    w->f = fopen(w->path, resume_step > 0 ? "a" : "w");
     if (!w->f) {
         err_sys(err, "cannot open %s for writing", w->path);
         free(w->path);

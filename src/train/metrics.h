@@ -21,6 +21,10 @@ double metrics_flops_per_token(const ModelSpec *spec, int seq_len);
 /* Measures this machine's fp32 FMA throughput on all OpenMP threads for about `seconds` and
  * returns TFLOP/s (an upper bound real kernels approach, used as the MFU denominator on CPU). */
 double metrics_measure_peak_tflops(double seconds);
+/* The same for bf16 products with fp32 accumulation, on the fastest unit present (AMX tiles,
+ * else AVX512_BF16 dot products, else the fp32 FMA): the MFU denominator of mixed-precision
+ * runs. *unit (may be NULL) names the unit. */
+double metrics_measure_peak_tflops_bf16(double seconds, const char **unit);
 
 /* Peak resident memory of this process and total RAM, in GiB. */
 double metrics_peak_rss_gib(void);
@@ -57,9 +61,11 @@ typedef struct MetricsWriter {
     char *path;
 } MetricsWriter;
 
-/* Opens {dump_folder}/metrics.jsonl (creating the folder); append = 1 keeps earlier records
- * (a resumed run), 0 starts the file afresh. */
-int metrics_writer_open(MetricsWriter *w, const char *dump_folder, int append, Err *err);
+/* Opens {dump_folder}/metrics.jsonl (creating the folder). resume_step = 0 starts the file
+ * afresh; a run resumed from the checkpoint of step S > 0 keeps the records of steps <= S and
+ * appends, so the steps redone after S are not in the file twice. */
+int metrics_writer_open(MetricsWriter *w, const char *dump_folder, int64_t resume_step,
+                        Err *err);
 /* One JSON object per line: step, loss, grad_norm, lr, memory_gib, tps, tflops, mfu,
  * step_time_s, then the extras; flushed so a crash loses at most the current line. */
 int metrics_writer_write(MetricsWriter *w, const StepMetrics *m, const MetricsExtra *extra,

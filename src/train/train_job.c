@@ -279,12 +279,14 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
         rc = -1;
         goto out;
     }
+    int bf16_matmuls = 0;
     if (cfg->training.mixed_precision_param == DT_BF16) {
         if (sharded) {
             log_warn("training.mixed_precision_param = bfloat16: the sharded (FSDP) model "
                      "computes in fp32 for now");
         } else {
             if ((rc = train_qwen3_enable_bf16(q, err)) != 0) goto out;
+            bf16_matmuls = 1;
             log_info("mixed precision: bf16 matmuls, fp32 master weights, optimizer and loss");
         }
     }
@@ -324,6 +326,7 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
         .keep_latest_k = cfg->checkpoint.keep_latest_k,
         .log_freq = cfg->metrics.log_freq,
         .peak_tflops = cfg->metrics.peak_tflops,
+        .bf16_matmuls = bf16_matmuls,
         .flops_per_token = metrics_flops_per_token(&spec, d.T),
         .seed = (uint64_t)cfg->training.seed,
         .config_hash = config_hash(cfg),

@@ -206,7 +206,7 @@ static int run(Trainer *t, Err *err) {
     /* On many processes rank 0 writes metrics.jsonl; all ranks hold the same step values. */
     int writer = !o->par || o->par->world->rank == 0;
     MetricsWriter mw = {0};
-    if (writer) TRY(metrics_writer_open(&mw, o->dump_folder, t->step > 0, err));
+    if (writer) TRY(metrics_writer_open(&mw, o->dump_folder, t->step, err));
     MetricsSummary summary = {0};
     rc = 0;
     while (rc == 0 && t->step < o->steps) {
@@ -259,7 +259,12 @@ int trainer_run(const TrainerOptions *opts, TrainModel *model, TrainData *data, 
     t.data = data;
     rng_seed(&t.rng, opts->seed, 0);
     TrainerOptions local = *opts;
-    if (local.peak_tflops <= 0) {
+    if (local.peak_tflops <= 0 && opts->bf16_matmuls) {
+        const char *unit;
+        local.peak_tflops = metrics_measure_peak_tflops_bf16(0.3, &unit);
+        log_info("measured peak: %.2f TFLOP/s bf16 (%s; set metrics.peak_tflops to override)",
+                 local.peak_tflops, unit);
+    } else if (local.peak_tflops <= 0) {
         local.peak_tflops = metrics_measure_peak_tflops(0.3);
         log_info("measured peak: %.2f TFLOP/s fp32 (set metrics.peak_tflops to override)",
                  local.peak_tflops);

@@ -79,6 +79,7 @@ typedef struct TrainerOptions {
     int keep_latest_k;
     int log_freq;
     double peak_tflops;     /* <= 0: measured at start-up */
+    int bf16_matmuls;       /* mixed precision: the measured peak is the bf16 unit's */
     double flops_per_token; /* metrics_flops_per_token of the model */
     uint64_t seed;
     uint64_t config_hash;
