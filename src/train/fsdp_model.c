@@ -1,6 +1,7 @@
 /* FSDP (ZeRO-3) driver for Qwen3: the shard plan over the model's parameter table, the unit
- * hook that gathers parameters and reduce-scatters gradients around each unit, and the
- * trainer's view of the slices. */
+ * hook that gathers parameters and reduce-scatters gradients around each unit, the
+ * tensor-parallel (and sequence-parallel) collectives the model calls, and the trainer's view
+ * of the slices. */
 #include "train/fsdp_model.h"
 
 #include <math.h>
@@ -39,7 +40,7 @@ struct FsdpModel {
     Qwen3 m;                 /* this rank's tensor-parallel part of the model */
     Qwen3 full;              /* tp > 1: the whole model's table (full shapes), no parameters */
     int tp, t;               /* tensor-parallel degree and this rank's index */
-    int sp;                  /* 1: sequence parallel (the tp group also splits the tokens) */
+    int seq_parallel;        /* 1: the tp group also splits the tokens */
     unsigned char *tp_split; /* (nparams) TP_REPLICATED, TP_ROWS or TP_COLS */
     unsigned char *tp_repl;  /* (nparams) 1 where tp_split is TP_REPLICATED */
     const Mesh *mesh;
@@ -277,11 +278,11 @@ static void on_unit(void *ctx, Qwen3 *m, int unit, Qwen3HookPhase phase) {
             const Qwen3LayerParams *g = &m->g.layers[unit - 1];
             on_tp_sum(f, g->q_norm, m->spec.head_dim);
             on_tp_sum(f, g->k_norm, m->spec.head_dim);
-            if (f->sp) { /* and the layer's two norms saw only the rank's tokens */
+            if (f->seq_parallel) { /* and the layer's two norms saw only the rank's tokens */
                 on_tp_sum(f, g->attention_norm, m->spec.dim);
                 on_tp_sum(f, g->ffn_norm, m->spec.dim);
             }
-        } else if (f->sp) {
+        } else if (f->seq_parallel) {
             /* The embedding, the final norm and lm_head ran on the rank's tokens: every
              * gradient of the unit is a share of the group's sum. */
             on_tp_sum(f, f->slot[EDGE].g, (long)f->plan.units[unit].full_numel);
@@ -309,7 +310,7 @@ FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, AcMode ac, con
     f->mesh = mesh;
     f->tp = mesh->dims.tp;
     f->t = mesh->dims.t;
-    f->sp = mesh->dims.sequence_parallel;
+    f->seq_parallel = mesh->dims.sequence_parallel;
     /* QTITAN_FSDP_PREFETCH=0 turns prefetching off, to measure what it buys (bench/dist). */
     const char *pf_env = getenv("QTITAN_FSDP_PREFETCH");
     f->prefetch = !(pf_env && strcmp(pf_env, "0") == 0);
@@ -319,7 +320,7 @@ FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, AcMode ac, con
     local.n_heads /= f->tp;
     local.n_kv_heads /= f->tp;
     local.hidden_dim /= f->tp;
-    if (qwen3_create_unowned(&f->m, &local, B, T, ac, f->sp ? f->tp : 1, err) != 0) {
+    if (qwen3_create_unowned(&f->m, &local, B, T, ac, f->seq_parallel ? f->tp : 1, err) != 0) {
         free(f);
         return NULL;
     }
@@ -393,7 +394,7 @@ FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, AcMode ac, con
         f->tp_repl[i] = f->tp_split[i] == TP_REPLICATED;
     }
     if (f->tp > 1) f->m.tp_sum = on_tp_sum;
-    if (f->sp) {
+    if (f->seq_parallel) {
         f->m.sp_rank = f->t;
         f->m.tp_gather = on_tp_gather;
         f->m.tp_reduce_scatter = on_tp_reduce_scatter;
@@ -597,7 +598,8 @@ static int finish_grads(void *ctx, double *loss_sum, Err *err) {
         rc = fsdp_all_reduce_replicas(&f->plan, f->mesh->dp_replicate, f->grad, err);
     if (rc == 0) rc = comm_all_reduce_sum(f->mesh->dp, loss_sum, 1, COMM_F64, err);
     /* Sequence parallel: each tp rank's loss covers its tokens only. */
-    if (rc == 0 && f->sp) rc = comm_all_reduce_sum(f->mesh->tp, loss_sum, 1, COMM_F64, err);
+    if (rc == 0 && f->seq_parallel)
+        rc = comm_all_reduce_sum(f->mesh->tp, loss_sum, 1, COMM_F64, err);
     f->comm_s += now_seconds() - t0;
     return rc;
 }
