@@ -19,7 +19,7 @@ train() {
     --model.n_kv_heads=2 --model.head_dim=8 --model.hidden_dim=64 \
     --training.seq_len=32 --training.local_batch_size=2 --training.steps=4 \
     --checkpoint.enable=true --checkpoint.interval=2 --metrics.peak_tflops=1 \
-    --job.dump_folder="$1" 2>&1
+    --job.dump_folder="$1" "${@:2}" 2>&1
 }
 train "$tmp/a" >"$tmp/a.log"
 [ "$(grep -c '^step: ' "$tmp/a.log")" = 4 ] || { cat "$tmp/a.log"; echo "FAIL: expected 4 step lines"; exit 1; }
@@ -45,4 +45,26 @@ losses() { grep -o '"step":[34],"loss":[^,]*' "$1"; }
 # The resumed run redid steps 3-4: metrics.jsonl has each step once, in order.
 [ "$(grep -o '"step":[0-9]*' "$tmp/b/metrics.jsonl" | tr '\n' ' ')" = '"step":1 "step":2 "step":3 "step":4 ' ] \
   || { cat "$tmp/b/metrics.jsonl"; echo "FAIL: metrics.jsonl after a resume should hold steps 1-4 once"; exit 1; }
+
+# Run c: checkpoint.last_save_model_only. Step 2 keeps the optimizer state, the last step holds
+# the weights only (the same bytes as run a's), a re-run of the finished job has nothing to do,
+# and continuing past it is refused with a sentence.
+train "$tmp/c" --checkpoint.last_save_model_only=true >"$tmp/c1.log"
+grep -q '"model_only": *true' "$tmp/c/checkpoint/step-4/train_state.json" \
+  || { cat "$tmp/c/checkpoint/step-4/train_state.json"; echo "FAIL: step 4 should be model-only"; exit 1; }
+! grep -q 'model_only' "$tmp/c/checkpoint/step-2/train_state.json" \
+  || { echo "FAIL: step 2 should keep the optimizer state"; exit 1; }
+cmp "$tmp/a/checkpoint/step-4/model.safetensors" "$tmp/c/checkpoint/step-4/model.safetensors" \
+  || { echo "FAIL: the model-only save differs from the full one"; exit 1; }
+[ "$(stat -c %s "$tmp/c/checkpoint/step-4/optim.safetensors")" -lt 1000 ] \
+  || { echo "FAIL: the model-only save holds optimizer tensors"; exit 1; }
+train "$tmp/c" --checkpoint.last_save_model_only=true >"$tmp/c2.log" \
+  || { cat "$tmp/c2.log"; echo "FAIL: re-running the finished job should succeed"; exit 1; }
+[ "$(grep -c '^step: ' "$tmp/c2.log" || true)" = 0 ] || { echo "FAIL: nothing should be retrained"; exit 1; }
+if train "$tmp/c" --training.steps=6 >"$tmp/c3.log"; then
+  echo "FAIL: continuing from a model-only checkpoint should fail"; exit 1
+fi
+grep -q 'holds the model only' "$tmp/c3.log" || { cat "$tmp/c3.log"; echo "FAIL: no sentence"; exit 1; }
+"$QT_BINARY" export --checkpoint "$tmp/c/checkpoint" --out "$tmp/c_hf" >/dev/null 2>&1 \
+  || { echo "FAIL: qtitan export of a model-only checkpoint"; exit 1; }
 echo "e2e_train: ok"

@@ -225,6 +225,7 @@ static int write_state(const char *dir, const CkptState *st, Err *err) {
     json_object_set_new(sched, "lr", json_real(st->lr));
     json_object_set_new(o, "lr_schedule", sched);
     json_object_set_new(o, "optim_step", json_integer(st->optim_step));
+    if (st->model_only) json_object_set_new(o, "model_only", json_true());
     json_object_set(o, "data_position", st->data_position ? st->data_position : json_null());
     json_t *rng = json_array();
     for (int i = 0; i < 4; i++)
@@ -290,6 +291,8 @@ int ckpt_save(const char *root, const CkptState *st, const CkptTensor *model, in
         return err_set(err, "checkpoint: the data position must be a JSON object");
     TRY(check_tensors(model, nmodel, "model", err));
     TRY(check_tensors(optim, noptim, "optimizer", err));
+    if (st->model_only && noptim != 0)
+        return err_set(err, "checkpoint: a model-only save takes no optimizer tensors");
     for (int i = 0; i < st->nfiles; i++) {
         const char *n = st->files[i].name;
         if (!n || !*n || strchr(n, '/') || n[0] == '.' || strcmp(n, CKPT_STATE_FILE) == 0 ||
@@ -560,6 +563,12 @@ int ckpt_read_state(const char *dir, CkptState *st, Err *err) {
             goto out;
         }
     if (json_is_object(sched) && json_opt_num(sched, "lr", &st->lr, spath, err) != 0) goto out;
+    json_t *mo = json_object_get(o, "model_only");
+    if (mo && !json_is_boolean(mo)) {
+        err_set(err, "%s: model_only must be true or false", spath);
+        goto out;
+    }
+    st->model_only = json_is_true(mo);
     json_t *pos = json_object_get(o, "data_position");
     if (json_is_object(pos)) st->data_position = json_incref(pos);
     rc = 0;
@@ -576,7 +585,14 @@ static int load(const char *dir, int full, CkptState *st, const CkptTensor *mode
     TRY(ckpt_read_state(dir, st, err));
     char *mpath = fs_join(dir, CKPT_MODEL_FILE), *opath = fs_join(dir, CKPT_OPTIM_FILE);
     int64_t ostep = -1;
-    int rc = read_tensors(mpath, model, nmodel, NULL, err);
+    int rc = 0;
+    if (st->model_only && noptim > 0)
+        rc = err_set(err,
+                     "%s holds the model only (checkpoint.last_save_model_only), not the optimizer "
+                     "state training resumes with; export it (qtitan export --checkpoint DIR --out "
+                     "HFDIR) to start a new run from its weights, or resume from an earlier step",
+                     dir);
+    if (rc == 0) rc = read_tensors(mpath, model, nmodel, NULL, err);
     if (rc == 0) rc = read_tensors(opath, optim, noptim, &ostep, err);
     if (rc == 0 && ostep != st->optim_step)
         rc = err_set(err,

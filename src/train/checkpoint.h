@@ -46,6 +46,10 @@ typedef struct CkptState {
     uint64_t config_hash;  /* the job config's hash; resuming under another config warns */
     const CkptFile *files; /* (nfiles) extra files written by save; load leaves them NULL */
     int nfiles;
+    /* The model's weights without the optimizer state (checkpoint.last_save_model_only): save
+     * needs noptim = 0 then; such a step loads as weights (noptim = 0) but is no place to
+     * resume training from, and loading it with optimizer tensors fails with a sentence. */
+    int model_only;
 } CkptState;
 
 /* 64-bit checksum of a byte range (a streaming-free, word-at-a-time mix; not cryptographic). */

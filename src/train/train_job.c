@@ -323,6 +323,7 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
         .ckpt_enable = cfg->checkpoint.enable,
         .ckpt_folder = cfg->checkpoint.folder,
         .ckpt_interval = cfg->checkpoint.interval,
+        .last_save_model_only = cfg->checkpoint.last_save_model_only,
         .keep_latest_k = cfg->checkpoint.keep_latest_k,
         .log_freq = cfg->metrics.log_freq,
         .peak_tflops = cfg->metrics.peak_tflops,

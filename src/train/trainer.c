@@ -52,6 +52,8 @@ static const char *nonfinite_param(const TrainModel *md) {
 
 static int save(Trainer *t, Err *err) {
     const TrainParallel *par = t->o->par;
+    int model_only = t->o->last_save_model_only && t->step == t->o->steps;
+    int noptim = model_only ? 0 : 2 * t->model->nparams;
     const char *bad = nonfinite_param(t->model);
     int ok = bad ? err_set(err,
                            "step %" PRId64 ": parameter %s holds a non-finite value, so no "
@@ -68,17 +70,18 @@ static int save(Trainer *t, Err *err) {
                     .data_position = t->data->position ? t->data->position(t->data->ctx) : NULL,
                     .config_hash = t->o->config_hash,
                     .files = t->o->ckpt_files,
-                    .nfiles = t->o->n_ckpt_files};
+                    .nfiles = t->o->n_ckpt_files,
+                    .model_only = model_only};
     memcpy(st.rng, t->rng.s, sizeof st.rng);
     double t0 = now_seconds();
     int rc = par ? ckpt_dist_save(par->world, par->mesh, t->ckpt_root, &st, t->model->params,
-                                  t->model->nparams, t->optim, 2 * t->model->nparams,
-                                  t->o->keep_latest_k, err)
+                                  t->model->nparams, t->optim, noptim, t->o->keep_latest_k, err)
                  : ckpt_save(t->ckpt_root, &st, t->model->params, t->model->nparams, t->optim,
-                             2 * t->model->nparams, t->o->keep_latest_k, err);
+                             noptim, t->o->keep_latest_k, err);
     json_decref(st.data_position);
     if (rc == 0)
-        log_info("[checkpoint] saved step %" PRId64 " in %.2f s", t->step, now_seconds() - t0);
+        log_info("[checkpoint] saved step %" PRId64 "%s in %.2f s", t->step,
+                 model_only ? " (model only)" : "", now_seconds() - t0);
     return rc;
 }
 
@@ -95,11 +98,19 @@ static int resume(Trainer *t, Err *err) {
     }
     if (found <= 0) return found;
     CkptState st;
+    /* A model-only step (checkpoint.last_save_model_only) ends a finished run: re-running the
+     * job loads its weights and has nothing left to do. Continuing past it needs the optimizer
+     * state, which it lacks: loading then fails with a sentence. */
+    int noptim = 2 * t->model->nparams;
+    if (ckpt_read_state(path, &st, err) == 0) {
+        if (st.model_only && st.step >= t->o->steps) noptim = 0;
+        json_decref(st.data_position);
+    }
     /* ckpt_find_latest verified the checksums already; the sharded lookup did not. */
-    int rc = par ? ckpt_load(path, &st, t->model->params, t->model->nparams, t->optim,
-                             2 * t->model->nparams, err)
+    int rc = par ? ckpt_load(path, &st, t->model->params, t->model->nparams, t->optim, noptim,
+                             err)
                  : ckpt_load_found(path, &st, t->model->params, t->model->nparams, t->optim,
-                                   2 * t->model->nparams, err);
+                                   noptim, err);
     if (par) rc = comm_agree(par->world, rc, err); /* every rank resumes, or none */
     if (rc == 0 && st.config_hash != t->o->config_hash)
         log_warn("[checkpoint] %s was written under another config (hash %016" PRIx64

@@ -76,6 +76,7 @@ typedef struct TrainerOptions {
     int ckpt_enable;
     const char *ckpt_folder; /* below dump_folder, "checkpoint" by default */
     int64_t ckpt_interval;   /* save every N steps and at the last step */
+    int last_save_model_only; /* the last step's checkpoint holds the weights only */
     int keep_latest_k;
     int log_freq;
     double peak_tflops;     /* <= 0: measured at start-up */
