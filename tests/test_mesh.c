@@ -41,6 +41,13 @@ static void test_shard_takes_the_rest(void **state) {
     mesh_describe(line, sizeof line, &d);
     assert_string_equal(line, "mesh [dp_replicate 2, dp_shard 2, tp 2] on 8 processes, 4 "
                               "microbatch(es) per step");
+    assert_int_equal(d.sequence_parallel, 0);
+    c.sequence_parallel = 1;
+    assert_int_equal(mesh_resolve(&d, &c, 0, &err), 0);
+    assert_int_equal(d.sequence_parallel, 1);
+    mesh_describe(line, sizeof line, &d);
+    assert_string_equal(line, "mesh [dp_replicate 2, dp_shard 2, tp 2 + sequence parallel] on 8 "
+                              "processes, 4 microbatch(es) per step");
     c = base(1, 1, -1, 1);
     assert_int_equal(mesh_resolve(&d, &c, 0, &err), 0);
     assert_int_equal(d.dp_shard, 1);

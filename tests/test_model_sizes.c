@@ -1,8 +1,9 @@
 /* qwen3_sizes (what `qtitan plan` reports) equals the arenas qwen3_create really allocates for
  * every activation-checkpointing mode, tied or not; train_qwen3_sizes maps the trainer's flag
  * the same way train_qwen3_create does; the bf16 weight arena is sized as qwen3_enable_bf16
- * allocates it; and AdamW's state arena is exactly twice the gradient
- * arena (the plan counts it so). */
+ * allocates it; AdamW's state arena is exactly twice the gradient arena (the plan counts it
+ * so); and under sequence parallelism each layer keeps its residual stream for its tokens
+ * only. */
 /* cmocka.h needs these four first. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -44,7 +45,7 @@ static void test_sizes_match_create(void **state) {
                 ModelSpec s = spec(tied, layers);
                 Err err;
                 Qwen3Sizes z;
-                assert_int_equal(qwen3_sizes(&z, &s, 3, 7, modes[k], NULL, &err), 0);
+                assert_int_equal(qwen3_sizes(&z, &s, 3, 7, modes[k], 1, NULL, &err), 0);
                 Qwen3 m;
                 assert_int_equal(qwen3_create(&m, &s, 3, 7, modes[k], &err), 0);
                 assert_int_equal(z.param_bytes, m.param_arena.capacity);
@@ -65,7 +66,7 @@ static void test_sizes_match_create(void **state) {
         s.mlp_only_layers[1] = 1;
         Err err;
         Qwen3Sizes z;
-        assert_int_equal(qwen3_sizes(&z, &s, 2, 5, modes[k], NULL, &err), 0);
+        assert_int_equal(qwen3_sizes(&z, &s, 2, 5, modes[k], 1, NULL, &err), 0);
         Qwen3 m;
         assert_int_equal(qwen3_create(&m, &s, 2, 5, modes[k], &err), 0);
         assert_int_equal(z.param_bytes, m.param_arena.capacity);
@@ -79,8 +80,8 @@ static void test_sizes_match_create(void **state) {
     ModelSpec s = spec(0, 3);
     Err err;
     Qwen3Sizes none, full;
-    assert_int_equal(qwen3_sizes(&none, &s, 3, 7, AC_NONE, NULL, &err), 0);
-    assert_int_equal(qwen3_sizes(&full, &s, 3, 7, AC_FULL, NULL, &err), 0);
+    assert_int_equal(qwen3_sizes(&none, &s, 3, 7, AC_NONE, 1, NULL, &err), 0);
+    assert_int_equal(qwen3_sizes(&full, &s, 3, 7, AC_FULL, 1, NULL, &err), 0);
     assert_true(full.act_bytes < none.act_bytes);
 }
 
@@ -89,11 +90,11 @@ static void test_bad_input(void **state) {
     ModelSpec s = spec(0, 0);
     Err err;
     Qwen3Sizes z;
-    assert_int_equal(qwen3_sizes(&z, &s, 1, 1, AC_NONE, NULL, &err), -1);
+    assert_int_equal(qwen3_sizes(&z, &s, 1, 1, AC_NONE, 1, NULL, &err), -1);
     s = spec(0, 2);
-    assert_int_equal(qwen3_sizes(&z, &s, 0, 1, AC_NONE, NULL, &err), -1);
+    assert_int_equal(qwen3_sizes(&z, &s, 0, 1, AC_NONE, 1, NULL, &err), -1);
     s.num_experts = 4;
-    assert_int_equal(qwen3_sizes(&z, &s, 1, 1, AC_NONE, NULL, &err), -1);
+    assert_int_equal(qwen3_sizes(&z, &s, 1, 1, AC_NONE, 1, NULL, &err), -1);
 }
 
 static void test_trainer_and_adamw(void **state) {
@@ -102,9 +103,10 @@ static void test_trainer_and_adamw(void **state) {
         ModelSpec s = spec(1, 3);
         Err err;
         TrainQwen3Sizes z;
-        assert_int_equal(train_qwen3_sizes(&z, &s, 2, 5, full ? AC_FULL : AC_NONE, NULL, &err), 0);
+        assert_int_equal(train_qwen3_sizes(&z, &s, 2, 5, full ? AC_FULL : AC_NONE, 1, NULL, &err),
+                         0);
         Qwen3Sizes ref;
-        assert_int_equal(qwen3_sizes(&ref, &s, 2, 5, full ? AC_FULL : AC_NONE, NULL, &err), 0);
+        assert_int_equal(qwen3_sizes(&ref, &s, 2, 5, full ? AC_FULL : AC_NONE, 1, NULL, &err), 0);
         assert_int_equal(z.act_bytes, ref.act_bytes);
         TrainQwen3 *q = train_qwen3_create(&s, 2, 5, full ? AC_FULL : AC_NONE, &err);
         assert_non_null(q);
@@ -131,11 +133,51 @@ static void test_trainer_and_adamw(void **state) {
     }
 }
 
+/* Sequence parallel over 2 ranks: the sizes equal qwen3_create_unowned's activation arena,
+ * and each layer keeps its residual-stream tensors (x, xn1, xmid, xn2 and the two rstd) for
+ * half the tokens. N = 2 x 16 = 32 tokens, n = 16 per rank; D = 24, so every tensor is a
+ * multiple of the arena's 64-byte alignment and the difference is exact. */
+static void test_sequence_parallel(void **state) {
+    (void)state;
+    const AcMode modes[] = {AC_NONE, AC_FULL, AC_SELECTIVE};
+    for (int k = 0; k < 3; k++) {
+        ModelSpec s = spec(1, 3);
+        Err err;
+        Qwen3Sizes z;
+        assert_int_equal(qwen3_sizes(&z, &s, 2, 16, modes[k], 2, NULL, &err), 0);
+        Qwen3 m;
+        assert_int_equal(qwen3_create_unowned(&m, &s, 2, 16, modes[k], 2, &err), 0);
+        assert_int_equal(z.act_bytes, m.act_arena.capacity);
+        assert_int_equal(m.sp, 2);
+        qwen3_free(&m);
+    }
+    size_t per_layer[2]; /* sp = 1, 2 */
+    for (int sp = 1; sp <= 2; sp++) {
+        ModelSpec one = spec(1, 1), three = spec(1, 3);
+        Err err;
+        Qwen3Sizes a, b;
+        assert_int_equal(qwen3_sizes(&a, &one, 2, 16, AC_NONE, sp, NULL, &err), 0);
+        assert_int_equal(qwen3_sizes(&b, &three, 2, 16, AC_NONE, sp, NULL, &err), 0);
+        per_layer[sp - 1] = (b.act_bytes - a.act_bytes) / 2;
+    }
+    size_t n = 16, D = 24;
+    assert_int_equal(per_layer[0] - per_layer[1], sizeof(float) * (4 * n * D + 2 * n));
+    /* Tokens that do not split, and MoE, are refused. */
+    ModelSpec s = spec(0, 2);
+    Err err;
+    Qwen3Sizes z;
+    assert_int_equal(qwen3_sizes(&z, &s, 1, 7, AC_NONE, 2, NULL, &err), -1);
+    s.num_experts = 4, s.top_k = 2, s.moe_hidden_dim = 16, s.decoder_sparse_step = 1;
+    assert_int_equal(qwen3_sizes(&z, &s, 2, 16, AC_NONE, 2, NULL, &err), -1);
+    assert_non_null(strstr(err.msg, "sequence parallelism is for dense models"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sizes_match_create),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_trainer_and_adamw),
+        cmocka_unit_test(test_sequence_parallel),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

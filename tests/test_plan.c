@@ -1,8 +1,9 @@
 /* `qtitan plan` (train/train_plan.h) on job configs: the parameter, gradient and optimizer
  * bytes equal a count written out by hand from the debugmodel's shapes (DESIGN §1), the FLOPs
  * per step equal 6 x matmul parameters + attention per token times the step's tokens, the
- * total is the sum of its parts, FSDP sharding divides the per-rank state, MoE models are
- * planned, and bad configs fail with a sentence. */
+ * total is the sum of its parts, FSDP sharding divides the per-rank state, tensor and
+ * sequence parallelism shrink a rank's parameters and activations as counted by hand, MoE
+ * models are planned, and bad configs fail with a sentence. */
 /* cmocka.h needs these four first. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -83,6 +84,43 @@ static void test_moe(void **state) {
     assert_true(p.acts > 0);
 }
 
+/* Tensor parallel over 2 ranks: a rank's parameters are its half of every attention and FFN
+ * matrix plus the whole norms and embedding (counted by hand as above); sequence parallelism
+ * keeps each layer's residual stream (x, xn1, xmid, xn2 and the two rstd) for half the
+ * tokens. */
+static void test_tensor_parallel(void **state) {
+    (void)state;
+    char *tp[] = {"--model.flavor=debugmodel", "--training.local_batch_size=3",
+                  "--training.seq_len=32", "--parallelism.tensor_parallel_degree=2"};
+    TrainPlan p, one;
+    Err err;
+    assert_int_equal(plan(&p, 4, tp, &err), 0);
+    assert_int_equal(plan(&one, 3, tp, &err), 0);
+    double D = 256, L = 8, HE = 16 * 128, KE = 8 * 128, E = 128, F = 3072, V = 2048;
+    double layer_mm = D * HE * 2 + D * KE * 2 + 3 * D * F;
+    assert_true(p.params == 4 * (V * D + L * (layer_mm / 2 + 2 * D + 2 * E) + D));
+    assert_true(p.numel == one.numel);
+    assert_true(p.acts < one.acts);
+    assert_int_equal(p.tp, 2);
+    assert_int_equal(p.sp, 0);
+
+    /* Per layer (4 layers less 2 layers, halved), with and without sequence parallelism. */
+    double per_layer[2];
+    for (int sp = 0; sp < 2; sp++) {
+        char *a[] = {"--model.flavor=debugmodel", "--training.local_batch_size=3",
+                     "--training.seq_len=32",     "--parallelism.tensor_parallel_degree=2",
+                     "--model.n_layers=4",        "--parallelism.enable_sequence_parallel=true"};
+        TrainPlan four, two;
+        assert_int_equal(plan(&four, 5 + sp, a, &err), 0);
+        a[4] = "--model.n_layers=2";
+        assert_int_equal(plan(&two, 5 + sp, a, &err), 0);
+        assert_int_equal(four.sp, sp);
+        per_layer[sp] = (four.acts - two.acts) / 2;
+    }
+    double n = 3 * 32 / 2;
+    assert_true(per_layer[0] - per_layer[1] == 4 * (4 * n * D + 2 * n));
+}
+
 static void test_errors(void **state) {
     (void)state;
     TrainPlan p;
@@ -94,12 +132,23 @@ static void test_errors(void **state) {
     assert_int_equal(plan(&p, 1, flavor, &err), -1);
     char *seq[] = {"--model.flavor=debugmodel", "--training.seq_len=1000000"};
     assert_int_equal(plan(&p, 2, seq, &err), -1);
+    char *sp[] = {"--model.flavor=debugmodel", "--training.seq_len=31",
+                  "--parallelism.tensor_parallel_degree=2",
+                  "--parallelism.enable_sequence_parallel=true"};
+    assert_int_equal(plan(&p, 4, sp, &err), -1);
+    assert_string_equal(err.msg, "training.seq_len (with parallelism.enable_sequence_parallel) = "
+                                 "31 is not divisible by parallelism.tensor_parallel_degree = 2");
+    char *moe_tp[] = {"--model.flavor=debugmodel_moe", "--parallelism.tensor_parallel_degree=2"};
+    assert_int_equal(plan(&p, 2, moe_tp, &err), -1);
+    assert_non_null(strstr(err.msg, "mixture-of-experts models (num_experts = 64) train with "
+                                    "FSDP / HSDP only"));
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_debugmodel),
         cmocka_unit_test(test_moe),
+        cmocka_unit_test(test_tensor_parallel),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -66,6 +66,7 @@ int mesh_resolve(MeshDims *out, const MeshConfig *cfg, int rank, Err *err) {
     out->dp_replicate = R;
     out->dp_shard = S;
     out->tp = T;
+    out->sequence_parallel = cfg->sequence_parallel && T > 1;
     out->rank = rank;
     out->t = rank % T;
     out->s = (rank / T) % S;
@@ -79,9 +80,10 @@ int mesh_resolve(MeshDims *out, const MeshConfig *cfg, int rank, Err *err) {
 
 void mesh_describe(char *out, size_t cap, const MeshDims *d) {
     snprintf(out, cap,
-             "mesh [dp_replicate %d, dp_shard %d, tp %d] on %d processes, %d "
+             "mesh [dp_replicate %d, dp_shard %d, tp %d%s] on %d processes, %d "
              "microbatch(es) per step",
-             d->dp_replicate, d->dp_shard, d->tp, d->world, d->grad_accum_steps);
+             d->dp_replicate, d->dp_shard, d->tp,
+             d->sequence_parallel ? " + sequence parallel" : "", d->world, d->grad_accum_steps);
 }
 
 long mesh_first_row(const MeshDims *d, long local_batch, int micro) {

@@ -33,6 +33,7 @@ typedef struct MeshConfig {
 typedef struct MeshDims {
     int world;
     int dp_replicate, dp_shard, tp; /* dp_shard resolved from -1 */
+    int sequence_parallel;          /* 1: tp > 1 and the tp group also splits the tokens */
     int rank;
     int r, s, t;          /* coordinates: replicate, shard, tensor-parallel index */
     int dp, dp_rank;      /* data-parallel ranks (dp_replicate * dp_shard) and this one's */

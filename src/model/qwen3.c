@@ -121,12 +121,13 @@ static void layout_ffn_acts(Qwen3LayerActs *a, Arena *ar, const ModelSpec *s, lo
     }
 }
 
-/* dense / moe: which FFN block's activations this set holds (both when layers share it). */
-static void layout_layer_acts(Qwen3LayerActs *a, Arena *ar, const ModelSpec *s, long N, long BHT,
-                              int dense, int moe) {
+/* dense / moe: which FFN block's activations this set holds (both when layers share it); n:
+ * the tokens of the residual stream (N / sp). */
+static void layout_layer_acts(Qwen3LayerActs *a, Arena *ar, const ModelSpec *s, long N, long n,
+                              long BHT, int dense, int moe) {
     long D = s->dim, HE = (long)s->n_heads * s->head_dim, KE = (long)s->n_kv_heads * s->head_dim;
-    a->xn1 = arena_floats(ar, N * D);
-    a->rstd1 = arena_floats(ar, N);
+    a->xn1 = arena_floats(ar, n * D);
+    a->rstd1 = arena_floats(ar, n);
     a->q = arena_floats(ar, N * HE);
     a->k = arena_floats(ar, N * KE);
     a->v = arena_floats(ar, N * KE);
@@ -138,9 +139,9 @@ static void layout_layer_acts(Qwen3LayerActs *a, Arena *ar, const ModelSpec *s, 
     a->kr = arena_floats(ar, N * KE);
     a->att = arena_floats(ar, N * HE);
     a->lse = arena_floats(ar, BHT);
-    a->xmid = arena_floats(ar, N * D);
-    a->xn2 = arena_floats(ar, N * D);
-    a->rstd2 = arena_floats(ar, N);
+    a->xmid = arena_floats(ar, n * D);
+    a->xn2 = arena_floats(ar, n * D);
+    a->rstd2 = arena_floats(ar, n);
     layout_ffn_acts(a, ar, s, N, dense, moe);
 }
 
@@ -149,7 +150,7 @@ static void layout_acts(Qwen3 *m, Arena *ar) {
     Qwen3Acts *a = &m->a;
     long N = (long)m->max_B * m->max_T, D = s->dim, V = s->vocab_size, F = s->hidden_dim;
     long HE = (long)s->n_heads * s->head_dim, KE = (long)s->n_kv_heads * s->head_dim;
-    long BHT = N * s->n_heads;
+    long BHT = N * s->n_heads, n = N / m->sp;
     a->tokens = arena_alloc(ar, (size_t)N * sizeof(int32_t));
     a->targets = arena_alloc(ar, (size_t)N * sizeof(int32_t));
     a->positions = arena_alloc(ar, (size_t)N * sizeof(int32_t));
@@ -160,12 +161,12 @@ static void layout_acts(Qwen3 *m, Arena *ar) {
         any_dense |= !model_spec_layer_is_moe(s, i);
     }
     for (int i = 0; i < s->n_layers; i++) {
-        a->layers[i].x = arena_floats(ar, N * D);
+        a->layers[i].x = arena_floats(ar, n * D);
         int moe = model_spec_layer_is_moe(s, i);
         if (m->ac == AC_NONE) {
-            layout_layer_acts(&a->layers[i], ar, s, N, BHT, !moe, moe);
+            layout_layer_acts(&a->layers[i], ar, s, N, n, BHT, !moe, moe);
         } else if (i == 0) {
-            layout_layer_acts(&a->layers[i], ar, s, N, BHT, any_dense, any_moe);
+            layout_layer_acts(&a->layers[i], ar, s, N, n, BHT, any_dense, any_moe);
         } else {
             /* Later layers work in layer 0's buffers; backward recomputes them. */
             Qwen3LayerActs *l = &a->layers[i];
@@ -180,20 +181,25 @@ static void layout_acts(Qwen3 *m, Arena *ar) {
                 l->v = arena_floats(ar, N * KE);
                 l->att = arena_floats(ar, N * HE);
                 l->lse = arena_floats(ar, BHT);
-                l->xmid = arena_floats(ar, N * D);
+                l->xmid = arena_floats(ar, n * D);
                 layout_ffn_acts(l, ar, s, N, !moe, moe);
             }
         }
     }
-    a->h = arena_floats(ar, N * D);
-    a->hn = arena_floats(ar, N * D);
-    a->rstdf = arena_floats(ar, N);
-    a->logits = arena_floats(ar, (size_t)m->mod.loss->workspace_floats(N, (int)V));
-    a->ce_lse = arena_floats(ar, N);
-    a->losses = arena_floats(ar, N);
-    a->dres = arena_floats(ar, N * D);
+    a->h = arena_floats(ar, n * D);
+    a->hn = arena_floats(ar, n * D);
+    a->rstdf = arena_floats(ar, n);
+    a->logits = arena_floats(ar, (size_t)m->mod.loss->workspace_floats(n, (int)V));
+    a->ce_lse = arena_floats(ar, n);
+    a->losses = arena_floats(ar, n);
+    a->dres = arena_floats(ar, n * D);
     a->dxn = arena_floats(ar, N * D);
-    a->dtmp = arena_floats(ar, N * D);
+    a->dtmp = arena_floats(ar, n * D);
+    a->xg = a->yg = NULL;
+    if (m->sp > 1) {
+        a->xg = arena_floats(ar, N * D);
+        a->yg = arena_floats(ar, N * D);
+    }
     a->datt = arena_floats(ar, N * HE);
     a->dqr = arena_floats(ar, N * HE);
     a->dqn = arena_floats(ar, N * HE);
@@ -291,7 +297,7 @@ static void build_modules(Qwen3 *m, const Qwen3Modules *impl) {
 
 /* Checks the shape and fills what the layout functions read; shared by create and
  * qwen3_sizes so the plan sizes exactly what is created. */
-static int setup(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *err) {
+static int setup(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp, Err *err) {
     memset(m, 0, sizeof *m);
     m->spec = *spec;
     const ModelSpec *s = &m->spec;
@@ -313,6 +319,13 @@ static int setup(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *
                        s->n_layers, s->dim, s->n_heads, s->n_kv_heads, s->head_dim, s->hidden_dim,
                        s->vocab_size);
     if (B < 1 || T < 1) return err_set(err, "batch %d x sequence %d is empty", B, T);
+    if (sp < 1 || ((long)B * T) % sp != 0)
+        return err_set(err, "sequence parallel over %d ranks: %d x %d tokens do not split evenly",
+                       sp, B, T);
+    if (sp > 1 && s->num_experts > 0)
+        return err_set(err, "sequence parallelism is for dense models (this one has %d experts)",
+                       s->num_experts);
+    m->sp = sp;
     m->max_B = B;
     m->max_T = T;
     m->ac = ac;
@@ -322,9 +335,9 @@ static int setup(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *
     return 0;
 }
 
-static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int owned,
+static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp, int owned,
                   const Qwen3Modules *impl, Err *err) {
-    TRY(setup(m, spec, B, T, ac, err));
+    TRY(setup(m, spec, B, T, ac, sp, err));
     Arena pc, gc, ac_count;
     arena_init_counting(&pc, "parameter");
     arena_init_counting(&gc, "gradient");
@@ -350,21 +363,22 @@ static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int 
 }
 
 int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *err) {
-    return create(m, spec, B, T, ac, 1, NULL, err);
+    return create(m, spec, B, T, ac, 1, 1, NULL, err);
 }
 
 int qwen3_create_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
                       const Qwen3Modules *impl, Err *err) {
-    return create(m, spec, B, T, ac, 1, impl, err);
+    return create(m, spec, B, T, ac, 1, 1, impl, err);
 }
 
-int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *err) {
-    return create(m, spec, B, T, ac, 0, NULL, err);
+int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
+                         Err *err) {
+    return create(m, spec, B, T, ac, sp, 0, NULL, err);
 }
 
-int qwen3_create_unowned_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
+int qwen3_create_unowned_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
                               const Qwen3Modules *impl, Err *err) {
-    return create(m, spec, B, T, ac, 0, impl, err);
+    return create(m, spec, B, T, ac, sp, 0, impl, err);
 }
 
 void qwen3_free(Qwen3 *m) {
@@ -534,6 +548,49 @@ static void tp_sum(Qwen3 *m, float *buf, long n) {
     if (m->tp_sum) m->tp_sum(m->unit_hook_ctx, buf, n);
 }
 
+/* Tokens of the residual stream on this rank (all of them without sequence parallelism), and
+ * the first one's index in the micro-batch. */
+static long local_tokens(const Qwen3 *m) {
+    return (long)m->B * m->T / m->sp;
+}
+
+static long first_token(const Qwen3 *m) {
+    return m->sp_rank * local_tokens(m);
+}
+
+/* What a tensor-parallel block reads: part (n, D) itself, or under sequence parallelism every
+ * rank's tokens of it gathered into full (N, D). */
+static const float *sp_gather(Qwen3 *m, float *full, const float *part, long n_floats) {
+    if (m->sp == 1) return part;
+    m->tp_gather(m->unit_hook_ctx, full, part, n_floats);
+    return full;
+}
+
+/* Where wo and w2 write their partial (N, D) sums: straight into out, or into yg. */
+static float *tp_partial(Qwen3 *m, float *out) {
+    return m->sp == 1 ? out : m->a.yg;
+}
+
+/* The partial sums in tp_partial(m, out) become the group's sum: in place over all tokens,
+ * or reduce-scattered into out's n tokens (n_floats = n * D). */
+static void tp_combine(Qwen3 *m, float *out, long n_floats) {
+    if (m->sp == 1)
+        tp_sum(m, out, n_floats);
+    else
+        m->tp_reduce_scatter(m->unit_hook_ctx, out, m->a.yg, n_floats);
+}
+
+/* dxn (N, D) holds partial sums of a norm output's gradient; returns the group's sum for this
+ * rank's tokens: dxn itself, or under sequence parallelism yg (n, D) (free by then). */
+static const float *tp_combine_grad(Qwen3 *m, float *dxn, long n_floats) {
+    if (m->sp == 1) {
+        tp_sum(m, dxn, n_floats);
+        return dxn;
+    }
+    m->tp_reduce_scatter(m->unit_hook_ctx, m->a.yg, dxn, n_floats);
+    return m->a.yg;
+}
+
 /* bwd: for the op profile's direction column. */
 static void add_into(float *y, const float *x, long n, int bwd) {
     int tok = prof_begin("residual_add", "", bwd);
@@ -610,16 +667,17 @@ static void layer_forward(Qwen3 *m, int i, float *out, int count) {
     const Qwen3LayerModules *md = &m->mod.layers[i];
     Qwen3LayerActs *a = &m->a.layers[i];
     int B = m->B, T = m->T, D = s->dim, H = s->n_heads, K = s->n_kv_heads, E = s->head_dim;
-    long N = (long)B * T;
+    long N = (long)B * T, n = local_tokens(m);
     float eps = (float)s->norm_eps;
     const int32_t *doc = m->a.has_doc ? m->a.doc : NULL;
 
     const Qwen3Bf16Layer *pb = &m->pb.layers[i];
     PROF_OP(&md->attention_norm->h, 0,
-            md->attention_norm->forward(a->xn1, a->rstd1, a->x, p->attention_norm, N, D, eps));
-    linear_fwd(m, md->qkv, a->q, a->xn1, p->wq, pb->wq, N, D, H * E);
-    linear_fwd(m, md->qkv, a->k, a->xn1, p->wk, pb->wk, N, D, K * E);
-    linear_fwd(m, md->qkv, a->v, a->xn1, p->wv, pb->wv, N, D, K * E);
+            md->attention_norm->forward(a->xn1, a->rstd1, a->x, p->attention_norm, n, D, eps));
+    const float *xn1 = sp_gather(m, m->a.xg, a->xn1, n * D);
+    linear_fwd(m, md->qkv, a->q, xn1, p->wq, pb->wq, N, D, H * E);
+    linear_fwd(m, md->qkv, a->k, xn1, p->wk, pb->wk, N, D, K * E);
+    linear_fwd(m, md->qkv, a->v, xn1, p->wv, pb->wv, N, D, K * E);
     PROF_OP(&md->q_norm->h, 0,
             md->q_norm->forward(a->qn, a->q_rstd, a->q, p->q_norm, N * H, E, eps));
     PROF_OP(&md->k_norm->h, 0,
@@ -630,30 +688,31 @@ static void layer_forward(Qwen3 *m, int i, float *out, int count) {
             md->rope->forward(a->kr, a->kn, m->a.positions, N, K, E, s->rope_theta));
     PROF_OP(&md->sdpa->h, 0,
             md->sdpa->forward(a->att, a->lse, a->qr, a->kr, a->v, doc, B, T, H, K, E));
-    linear_fwd(m, md->wo, a->xmid, a->att, p->wo, pb->wo, N, H * E, D);
-    tp_sum(m, a->xmid, N * D);
+    linear_fwd(m, md->wo, tp_partial(m, a->xmid), a->att, p->wo, pb->wo, N, H * E, D);
+    tp_combine(m, a->xmid, n * D);
     if (md->ffn_norm->forward_add) { /* a kernel fusing the residual add into the norm */
         PROF_OP(&md->ffn_norm->h, 0,
-                md->ffn_norm->forward_add(a->xmid, a->xn2, a->rstd2, a->xmid, a->x, p->ffn_norm, N,
+                md->ffn_norm->forward_add(a->xmid, a->xn2, a->rstd2, a->xmid, a->x, p->ffn_norm, n,
                                           D, eps));
     } else {
-        add_into(a->xmid, a->x, N * D, 0);
+        add_into(a->xmid, a->x, n * D, 0);
         PROF_OP(&md->ffn_norm->h, 0,
-                md->ffn_norm->forward(a->xn2, a->rstd2, a->xmid, p->ffn_norm, N, D, eps));
+                md->ffn_norm->forward(a->xn2, a->rstd2, a->xmid, p->ffn_norm, n, D, eps));
     }
+    const float *xn2 = sp_gather(m, m->a.xg, a->xn2, n * D);
+    float *y = tp_partial(m, out);
     const SwigluOp *ff = md->feed_forward;
-    if (md->experts)
+    if (md->experts) /* never sequence parallel (setup refuses it) */
         moe_forward(m, i, out, count);
     else if (m->bf16 && ff->forward_bf16)
         PROF_OP(&ff->h, 0,
-                ff->forward_bf16(out, a->h1, a->h3, a->g, a->xn2, pb->w1, pb->w3, pb->w2,
-                                 m->pb.scratch, N, D, s->hidden_dim));
+                ff->forward_bf16(y, a->h1, a->h3, a->g, xn2, pb->w1, pb->w3, pb->w2, m->pb.scratch,
+                                 N, D, s->hidden_dim));
     else
-        PROF_OP(
-            &ff->h, 0,
-            ff->forward(out, a->h1, a->h3, a->g, a->xn2, p->w1, p->w3, p->w2, N, D, s->hidden_dim));
-    tp_sum(m, out, N * D);
-    add_into(out, a->xmid, N * D, 0);
+        PROF_OP(&ff->h, 0,
+                ff->forward(y, a->h1, a->h3, a->g, xn2, p->w1, p->w3, p->w2, N, D, s->hidden_dim));
+    tp_combine(m, out, n * D);
+    add_into(out, a->xmid, n * D, 0);
 }
 
 /* AC_SELECTIVE: rebuilds layer i's norm and rope outputs from the kept activations. */
@@ -663,10 +722,10 @@ static void layer_recompute_selective(Qwen3 *m, int i) {
     const Qwen3LayerModules *md = &m->mod.layers[i];
     Qwen3LayerActs *a = &m->a.layers[i];
     int D = s->dim, H = s->n_heads, K = s->n_kv_heads, E = s->head_dim;
-    long N = (long)m->B * m->T;
+    long N = (long)m->B * m->T, n = local_tokens(m);
     float eps = (float)s->norm_eps;
     PROF_OP(&md->attention_norm->h, 0,
-            md->attention_norm->forward(a->xn1, a->rstd1, a->x, p->attention_norm, N, D, eps));
+            md->attention_norm->forward(a->xn1, a->rstd1, a->x, p->attention_norm, n, D, eps));
     PROF_OP(&md->q_norm->h, 0,
             md->q_norm->forward(a->qn, a->q_rstd, a->q, p->q_norm, N * H, E, eps));
     PROF_OP(&md->k_norm->h, 0,
@@ -676,7 +735,7 @@ static void layer_recompute_selective(Qwen3 *m, int i) {
     PROF_OP(&md->rope->h, 0,
             md->rope->forward(a->kr, a->kn, m->a.positions, N, K, E, s->rope_theta));
     PROF_OP(&md->ffn_norm->h, 0,
-            md->ffn_norm->forward(a->xn2, a->rstd2, a->xmid, p->ffn_norm, N, D, eps));
+            md->ffn_norm->forward(a->xn2, a->rstd2, a->xmid, p->ffn_norm, n, D, eps));
 }
 
 /* Layer i backward: m->a.dres holds d out on entry and d x on exit. */
@@ -689,28 +748,32 @@ static void layer_backward(Qwen3 *m, int i) {
     Qwen3Acts *A = &m->a;
     int B = m->B, T = m->T, D = s->dim, H = s->n_heads, K = s->n_kv_heads, E = s->head_dim;
     int F = s->hidden_dim;
-    long N = (long)B * T;
+    long N = (long)B * T, n = local_tokens(m);
     const int32_t *doc = A->has_doc ? A->doc : NULL;
 
     const Qwen3Bf16Layer *pb = &m->pb.layers[i];
     const SwigluOp *ff = md->feed_forward;
+    /* Sequence parallel: the FFN's input is gathered again (only the rank's tokens were kept)
+     * and so is the gradient of its output. */
+    const float *xn2 = sp_gather(m, A->xg, a->xn2, n * D);
+    const float *dout = sp_gather(m, A->yg, A->dres, n * D);
     if (md->experts)
         moe_backward(m, i);
     else if (m->bf16 && ff->backward_bf16)
         PROF_OP(&ff->h, 1,
-                ff->backward_bf16(A->dxn, g->w1, g->w3, g->w2, A->dh1, A->dh3, A->dres, a->xn2,
-                                  a->h1, a->h3, a->g, pb->w1, pb->w3, pb->w2, m->pb.scratch, N, D,
-                                  F));
+                ff->backward_bf16(A->dxn, g->w1, g->w3, g->w2, A->dh1, A->dh3, dout, xn2, a->h1,
+                                  a->h3, a->g, pb->w1, pb->w3, pb->w2, m->pb.scratch, N, D, F));
     else
         PROF_OP(&ff->h, 1,
-                ff->backward(A->dxn, g->w1, g->w3, g->w2, A->dh1, A->dh3, A->dres, a->xn2, a->h1,
-                             a->h3, a->g, p->w1, p->w3, p->w2, N, D, F));
-    tp_sum(m, A->dxn, N * D);
+                ff->backward(A->dxn, g->w1, g->w3, g->w2, A->dh1, A->dh3, dout, xn2, a->h1, a->h3,
+                             a->g, p->w1, p->w3, p->w2, N, D, F));
+    const float *dxn = tp_combine_grad(m, A->dxn, n * D);
     PROF_OP(&md->ffn_norm->h, 1,
-            norm_backward_into(md->ffn_norm, A->dres, A->dtmp, g->ffn_norm, A->dxn, a->xmid,
-                               p->ffn_norm, a->rstd2, N, D)); /* dres = d xmid */
+            norm_backward_into(md->ffn_norm, A->dres, A->dtmp, g->ffn_norm, dxn, a->xmid,
+                               p->ffn_norm, a->rstd2, n, D)); /* dres = d xmid */
 
-    linear_bwd(m, md->wo, A->datt, g->wo, A->dres, a->att, p->wo, pb->wo, N, H * E, D, 0.0f);
+    dout = sp_gather(m, A->yg, A->dres, n * D);
+    linear_bwd(m, md->wo, A->datt, g->wo, dout, a->att, p->wo, pb->wo, N, H * E, D, 0.0f);
     PROF_OP(&md->sdpa->h, 1,
             md->sdpa->backward(A->dqr, A->dkr, A->dv, A->datt, a->qr, a->kr, a->v, a->att, a->lse,
                                doc, B, T, H, K, E));
@@ -722,13 +785,14 @@ static void layer_backward(Qwen3 *m, int i) {
             md->q_norm->backward(A->dq, g->q_norm, A->dqn, a->q, p->q_norm, a->q_rstd, N * H, E));
     PROF_OP(&md->k_norm->h, 1,
             md->k_norm->backward(A->dk, g->k_norm, A->dkn, a->k, p->k_norm, a->k_rstd, N * K, E));
-    linear_bwd(m, md->qkv, A->dxn, g->wq, A->dq, a->xn1, p->wq, pb->wq, N, D, H * E, 0.0f);
-    linear_bwd(m, md->qkv, A->dxn, g->wk, A->dk, a->xn1, p->wk, pb->wk, N, D, K * E, 1.0f);
-    linear_bwd(m, md->qkv, A->dxn, g->wv, A->dv, a->xn1, p->wv, pb->wv, N, D, K * E, 1.0f);
-    tp_sum(m, A->dxn, N * D);
+    const float *xn1 = sp_gather(m, A->xg, a->xn1, n * D);
+    linear_bwd(m, md->qkv, A->dxn, g->wq, A->dq, xn1, p->wq, pb->wq, N, D, H * E, 0.0f);
+    linear_bwd(m, md->qkv, A->dxn, g->wk, A->dk, xn1, p->wk, pb->wk, N, D, K * E, 1.0f);
+    linear_bwd(m, md->qkv, A->dxn, g->wv, A->dv, xn1, p->wv, pb->wv, N, D, K * E, 1.0f);
+    dxn = tp_combine_grad(m, A->dxn, n * D);
     PROF_OP(&md->attention_norm->h, 1,
-            norm_backward_into(md->attention_norm, A->dres, A->dtmp, g->attention_norm, A->dxn,
-                               a->x, p->attention_norm, a->rstd1, N, D)); /* dres = d x */
+            norm_backward_into(md->attention_norm, A->dres, A->dtmp, g->attention_norm, dxn, a->x,
+                               p->attention_norm, a->rstd1, n, D)); /* dres = d x */
 }
 
 float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
@@ -736,8 +800,9 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
     const ModelSpec *s = &m->spec;
     Qwen3Acts *a = &m->a;
     long N = (long)B * T;
-    if (B < 1 || T < 1 || N > (long)m->max_B * m->max_T) {
-        /* The activation arena was sized for max_B x max_T; more is a caller's bug. */
+    if (B < 1 || T < 1 || N > (long)m->max_B * m->max_T || N % m->sp != 0) {
+        /* The activation arena was sized for max_B x max_T (split over sp ranks); more, or
+         * tokens that do not split, is a caller's bug. */
         fprintf(stderr, "internal error: qwen3_forward on %d x %d tokens, sized for %d x %d\n", B,
                 T, m->max_B, m->max_T);
         abort();
@@ -760,9 +825,12 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
     if (m->bf16 && !m->bf16_by_hook) PROF_STEP("bf16 weight cast", cast_weights_bf16(m));
     const Qwen3Modules *md = &m->mod;
     int L = s->n_layers;
+    /* The embedding, the final norm and the loss run on the rank's tokens (all without
+     * sequence parallelism). */
+    long n = local_tokens(m), t0 = first_token(m);
     hook(m, 0, QWEN3_PRE_FORWARD);
     PROF_OP(&md->tok_embeddings->h, 0,
-            md->tok_embeddings->forward(a->layers[0].x, a->tokens, m->p.tok_embeddings, N, D));
+            md->tok_embeddings->forward(a->layers[0].x, a->tokens + t0, m->p.tok_embeddings, n, D));
     hook(m, 0, QWEN3_POST_FORWARD);
     for (int i = 0; i < L; i++) {
         hook(m, 1 + i, QWEN3_PRE_FORWARD);
@@ -771,25 +839,25 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
     }
     hook(m, L + 1, QWEN3_PRE_FORWARD);
     PROF_OP(&md->norm->h, 0,
-            md->norm->forward(a->hn, a->rstdf, a->h, m->p.norm, N, D, (float)s->norm_eps));
+            md->norm->forward(a->hn, a->rstdf, a->h, m->p.norm, n, D, (float)s->norm_eps));
     m->n_valid = 0;
+    const int32_t *tg = a->targets + t0;
     if (md->loss == &lm_head_loss_reference) {
         /* The reference output op, scheduled here so lm_head can take the bf16 path and the
          * cross-entropy the module set's implementation (md->ce). */
-        linear_fwd(m, md->lm_head, a->logits, a->hn, m->p.output, m->pb.output, N, D, V);
+        linear_fwd(m, md->lm_head, a->logits, a->hn, m->p.output, m->pb.output, n, D, V);
         m->loss_sum = 0.0;
         if (targets)
             PROF_OP(&md->ce->h, 0,
-                    m->loss_sum =
-                        md->ce->forward(a->losses, a->ce_lse, a->logits, a->targets, N, V));
+                    m->loss_sum = md->ce->forward(a->losses, a->ce_lse, a->logits, tg, n, V));
     } else {
         PROF_OP(&md->loss->h, 0,
                 m->loss_sum = md->loss->forward(a->losses, a->ce_lse, a->logits, a->hn, m->p.output,
-                                                targets ? a->targets : NULL, md->lm_head, N, D, V));
+                                                targets ? tg : NULL, md->lm_head, n, D, V));
     }
     if (targets)
-        for (long n = 0; n < N; n++)
-            m->n_valid += a->targets[n] != CE_IGNORE;
+        for (long j = 0; j < n; j++)
+            m->n_valid += tg[j] != CE_IGNORE;
     m->aux_loss = 0.0;
     double rows = (double)N * m->n_moe_layers;
     if (m->n_moe_layers && s->router_aux_loss_coef > 0)
@@ -802,7 +870,7 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
 void qwen3_backward(Qwen3 *m, double divisor) {
     const ModelSpec *s = &m->spec;
     Qwen3Acts *a = &m->a;
-    long N = (long)m->B * m->T;
+    long N = (long)m->B * m->T, n = local_tokens(m), t0 = first_token(m);
     int D = s->dim, V = s->vocab_size;
     if (divisor <= 0) divisor = m->n_valid > 0 ? (double)m->n_valid : 1.0;
     if (m->n_moe_layers && s->router_aux_loss_coef > 0)
@@ -813,17 +881,18 @@ void qwen3_backward(Qwen3 *m, double divisor) {
     if (md->loss == &lm_head_loss_reference) {
         /* dlogits overwrite the logits in place. */
         PROF_OP(&md->ce->h, 1,
-                md->ce->backward(a->logits, a->logits, a->ce_lse, a->targets, N, V,
+                md->ce->backward(a->logits, a->logits, a->ce_lse, a->targets + t0, n, V,
                                  (float)(1.0 / divisor)));
         linear_bwd(m, md->lm_head, a->dxn, m->g.output, a->logits, a->hn, m->p.output, m->pb.output,
-                   N, D, V, 0.0f);
+                   n, D, V, 0.0f);
     } else {
         PROF_OP(&md->loss->h, 1,
-                md->loss->backward(a->dxn, m->g.output, a->logits, a->hn, m->p.output, a->targets,
-                                   a->ce_lse, md->lm_head, N, D, V, (float)(1.0 / divisor)));
+                md->loss->backward(a->dxn, m->g.output, a->logits, a->hn, m->p.output,
+                                   a->targets + t0, a->ce_lse, md->lm_head, n, D, V,
+                                   (float)(1.0 / divisor)));
     }
     PROF_OP(&md->norm->h, 1,
-            md->norm->backward(a->dres, m->g.norm, a->dxn, a->h, m->p.norm, a->rstdf, N, D));
+            md->norm->backward(a->dres, m->g.norm, a->dxn, a->h, m->p.norm, a->rstdf, n, D));
     hook(m, s->n_layers + 1, QWEN3_POST_BACKWARD);
     for (int i = s->n_layers - 1; i >= 0; i--) {
         hook(m, 1 + i, QWEN3_PRE_BACKWARD);
@@ -840,19 +909,19 @@ void qwen3_backward(Qwen3 *m, double divisor) {
     }
     hook(m, 0, QWEN3_PRE_BACKWARD);
     PROF_OP(&md->tok_embeddings->h, 1,
-            md->tok_embeddings->backward(m->g.tok_embeddings, a->dres, a->tokens, N, D));
+            md->tok_embeddings->backward(m->g.tok_embeddings, a->dres, a->tokens + t0, n, D));
     hook(m, 0, QWEN3_POST_BACKWARD);
 }
 
 /* ---- sizing without allocating ---- */
 
-int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
+int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
                 const Qwen3Modules *impl, Err *err) {
     memset(out, 0, sizeof *out);
     /* The same checks, module tree and layout functions create runs, on counting arenas
      * only: no table, no slots, no memory. */
     Qwen3 *m = xcalloc(1, sizeof *m);
-    if (setup(m, spec, B, T, ac, err) != 0) {
+    if (setup(m, spec, B, T, ac, sp, err) != 0) {
         free(m);
         return -1;
     }

@@ -100,11 +100,13 @@ typedef struct Qwen3Modules {
 } Qwen3Modules;
 
 /* Activations of one layer. AC_FULL: all layers share one set except x. AC_SELECTIVE: they
- * share the norm and rope outputs (xn1, rstd1, qn, q_rstd, kn, k_rstd, qr, kr, xn2, rstd2). */
+ * share the norm and rope outputs (xn1, rstd1, qn, q_rstd, kn, k_rstd, qr, kr, xn2, rstd2).
+ * n is the number of tokens a rank keeps in the residual stream: N, or N / sp under sequence
+ * parallelism (Qwen3.sp). */
 typedef struct Qwen3LayerActs {
-    float *x;      /* (N, D) layer input (residual stream), kept in every mode */
-    float *xn1;    /* (N, D) attention_norm output */
-    float *rstd1;  /* (N) */
+    float *x;      /* (n, D) layer input (residual stream), kept in every mode */
+    float *xn1;    /* (n, D) attention_norm output */
+    float *rstd1;  /* (n) */
     float *q;      /* (N, H*E) */
     float *k;      /* (N, K*E) */
     float *v;      /* (N, K*E) */
@@ -116,9 +118,9 @@ typedef struct Qwen3LayerActs {
     float *kr;     /* (N, K*E) after rope */
     float *att;    /* (N, H*E) sdpa output */
     float *lse;    /* (B, H, T) */
-    float *xmid;   /* (N, D) x + attention */
-    float *xn2;    /* (N, D) ffn_norm output */
-    float *rstd2;  /* (N) */
+    float *xmid;   /* (n, D) x + attention */
+    float *xn2;    /* (n, D) ffn_norm output */
+    float *rstd2;  /* (n) */
     float *h1;     /* (N, F) */
     float *h3;     /* (N, F) */
     float *g;      /* (N, F) */
@@ -136,17 +138,17 @@ typedef struct Qwen3Acts {
     int32_t *doc;       /* (N) */
     int has_doc;
     Qwen3LayerActs layers[QT_MAX_LAYERS];
-    float *h;      /* (N, D) output of the last layer */
-    float *hn;     /* (N, D) after the final norm */
-    float *rstdf;  /* (N) */
-    float *logits; /* loss workspace: (N, V) logits with the reference, becomes dlogits during
+    float *h;      /* (n, D) output of the last layer */
+    float *hn;     /* (n, D) after the final norm */
+    float *rstdf;  /* (n) */
+    float *logits; /* loss workspace: (n, V) logits with the reference, becomes dlogits during
                     * backward; a chunked loss sizes it smaller (workspace_floats) */
-    float *ce_lse; /* (N) */
-    float *losses; /* (N) */
+    float *ce_lse; /* (n) */
+    float *losses; /* (n) */
     /* Activation gradients: one set, reused by every layer in turn. */
-    float *dres; /* (N, D) gradient of the residual stream */
+    float *dres; /* (n, D) gradient of the residual stream */
     float *dxn;  /* (N, D) */
-    float *dtmp; /* (N, D) */
+    float *dtmp; /* (n, D) */
     float *datt; /* (N, H*E) */
     float *dqr;  /* (N, H*E) */
     float *dqn;  /* (N, H*E) */
@@ -163,6 +165,10 @@ typedef struct Qwen3Acts {
     float *aux_dprob;     /* (X) */
     double *aux_counts;   /* (X) this forward's assignments over all MoE layers */
     double *aux_psum;     /* (X) this forward's router probabilities over all MoE layers */
+    /* Sequence parallelism only (NULL without it), shared by all layers. */
+    float *xg; /* (N, D) a norm output gathered from the group: the q/k/v or w1/w3 input */
+    float *yg; /* (N, D) wo or FFN partial sums before their reduce-scatter; in backward the
+                * residual gradient gathered from the group, then a reduce-scattered dxn */
 } Qwen3Acts;
 
 /* Mixed precision: the bf16 copies of the matmul weights, refreshed from the fp32 masters at
@@ -227,6 +233,21 @@ struct Qwen3 {
      * partial results meet: the wo and w2 outputs before the residual adds, and the
      * gradients of the attention / FFN norm outputs. NULL: never called. */
     void (*tp_sum)(void *ctx, float *buf, long n);
+    /* Sequence parallel (sp > 1, from qwen3_create_unowned; 1 without it): the tensor-parallel
+     * group of sp ranks also splits the tokens. Rank sp_rank (set by the driver) keeps tokens
+     * [sp_rank * n, (sp_rank + 1) * n), n = B * T / sp, of the flattened micro-batch in the
+     * residual stream, the attention and FFN norms, the embedding, the final norm, lm_head
+     * and the loss; attention and the FFN see all N tokens (their heads and columns). The
+     * driver moves them (same ctx as tp_sum, which is then not called): tp_gather writes
+     * into full (n * sp floats) every rank's part (n floats) in rank order, before q/k/v and
+     * w1/w3 and for the residual gradient in backward; tp_reduce_scatter writes into part
+     * this rank's n floats of the group's sum of full, after wo and w2 and for the norm
+     * output gradients. loss_sum and n_valid count the rank's tokens, and the gradients of
+     * the norm weights, the embedding and lm_head its tokens' share: the driver sums them
+     * over the group. Dense models only. */
+    int sp, sp_rank;
+    void (*tp_gather)(void *ctx, float *full, const float *part, long n);
+    void (*tp_reduce_scatter)(void *ctx, float *part, const float *full, long n);
 };
 
 /* The module tree of spec (DESIGN §4), without allocating a model: fills mod with each
@@ -245,21 +266,26 @@ int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *
 int qwen3_create_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
                       const Qwen3Modules *impl, Err *err);
 /* The same without parameter and gradient memory: the table has names and shapes but NULL
- * data and grad, and m->p / m->g stay NULL until a unit_hook points them somewhere (FSDP). */
-int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *err);
+ * data and grad, and m->p / m->g stay NULL until a unit_hook points them somewhere (FSDP).
+ * sp > 1: sequence parallel over sp ranks (Qwen3.sp; B * T must be divisible by it), with the
+ * residual-stream activations sized for B * T / sp tokens. */
+int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
+                         Err *err);
 /* The same with the module implementations taken from impl (as qwen3_create_with). */
-int qwen3_create_unowned_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
+int qwen3_create_unowned_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
                               const Qwen3Modules *impl, Err *err);
 void qwen3_free(Qwen3 *m);
 
-/* Bytes of the three arenas qwen3_create would allocate for the same arguments, computed by
- * the same layout code on counting arenas (so they cannot drift), without allocating them. */
+/* Bytes of the three arenas qwen3_create would allocate for the same arguments (with sp > 1,
+ * qwen3_create_unowned's activation arena; its parameter and gradient arenas are not
+ * allocated), computed by the same layout code on counting arenas (so they cannot drift),
+ * without allocating them. */
 typedef struct Qwen3Sizes {
     size_t param_bytes, grad_bytes, act_bytes;
     size_t bf16_bytes; /* the bf16 weight arena qwen3_enable_bf16 would add */
     int nparams;       /* entries of the parameter table (a tied output is no entry) */
 } Qwen3Sizes;
-int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
+int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
                 const Qwen3Modules *impl, Err *err);
 
 /* Mixed precision (DESIGN §5): from now on every forward first copies the matmul weights

@@ -1,6 +1,7 @@
 /* FSDP (ZeRO-3) driver for Qwen3: the shard plan over the model's parameter table, the unit
- * hook that gathers parameters and reduce-scatters gradients around each unit, and the
- * trainer's view of the slices. */
+ * hook that gathers parameters and reduce-scatters gradients around each unit, the
+ * tensor-parallel (and sequence-parallel) collectives the model calls, and the trainer's view
+ * of the slices. */
 #include "train/fsdp_model.h"
 
 #include <math.h>
@@ -42,6 +43,7 @@ struct FsdpModel {
     Qwen3 m;                 /* this rank's tensor-parallel part of the model */
     Qwen3 full;              /* tp > 1: the whole model's table (full shapes), no parameters */
     int tp, t;               /* tensor-parallel degree and this rank's index */
+    int seq_parallel;        /* 1: the tp group also splits the tokens */
     unsigned char *tp_split; /* (nparams) TP_REPLICATED, TP_ROWS or TP_COLS */
     unsigned char *tp_repl;  /* (nparams) 1 where tp_split is TP_REPLICATED */
     const Mesh *mesh;
@@ -207,6 +209,24 @@ static void on_tp_sum(void *ctx, float *buf, long n) {
     f->comm_s += now_seconds() - t0;
 }
 
+static void on_tp_gather(void *ctx, float *full, const float *part, long n) {
+    FsdpModel *f = ctx;
+    Err err;
+    double t0 = now_seconds();
+    if (comm_all_gather(f->mesh->tp, full, part, (size_t)n, COMM_F32, &err))
+        fail("sequence-parallel all-gather", &err);
+    f->comm_s += now_seconds() - t0;
+}
+
+static void on_tp_reduce_scatter(void *ctx, float *part, const float *full, long n) {
+    FsdpModel *f = ctx;
+    Err err;
+    double t0 = now_seconds();
+    if (comm_reduce_scatter_sum(f->mesh->tp, part, full, (size_t)n, COMM_F32, &err))
+        fail("sequence-parallel reduce-scatter", &err);
+    f->comm_s += now_seconds() - t0;
+}
+
 /* The model's hook. Units in the model's numbering (0 embedding, 1 + i layer i, L + 1 head);
  * when tied, the head's parameters are unit 0's, which stays gathered for the whole pass. */
 static void on_unit(void *ctx, Qwen3 *m, int unit, Qwen3HookPhase phase) {
@@ -246,6 +266,14 @@ static void on_unit(void *ctx, Qwen3 *m, int unit, Qwen3HookPhase phase) {
             const Qwen3LayerParams *g = &m->g.layers[unit - 1];
             on_tp_sum(f, g->q_norm, m->spec.head_dim);
             on_tp_sum(f, g->k_norm, m->spec.head_dim);
+            if (f->seq_parallel) { /* and the layer's two norms saw only the rank's tokens */
+                on_tp_sum(f, g->attention_norm, m->spec.dim);
+                on_tp_sum(f, g->ffn_norm, m->spec.dim);
+            }
+        } else if (f->seq_parallel) {
+            /* The embedding, the final norm and lm_head ran on the rank's tokens: every
+             * gradient of the unit is a share of the group's sum. */
+            on_tp_sum(f, f->slot[EDGE].g, (long)f->plan.units[unit].full_numel);
         }
         grad_end(f, unit);
         break;
@@ -254,19 +282,23 @@ static void on_unit(void *ctx, Qwen3 *m, int unit, Qwen3HookPhase phase) {
 
 /* ---- create / free ---- */
 
-FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, const Mesh *mesh,
+int fsdp_model_check(const ModelSpec *spec, int tp, Err *err) {
+    if (spec->num_experts > 0 && tp > 1)
+        return err_set(err,
+                       "parallelism.tensor_parallel_degree = %d: mixture-of-experts models "
+                       "(num_experts = %d) train with FSDP / HSDP only; set it to 1",
+                       tp, spec->num_experts);
+    return 0;
+}
+
+FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, AcMode ac, const Mesh *mesh,
                              const OverridePlan *plan, Err *err) {
-    if (spec->num_experts > 0 && mesh->dims.tp > 1) {
-        err_set(err,
-                "parallelism.tensor_parallel_degree = %d: mixture-of-experts models "
-                "(num_experts = %d) train with FSDP / HSDP only; set it to 1",
-                mesh->dims.tp, spec->num_experts);
-        return NULL;
-    }
+    if (fsdp_model_check(spec, mesh->dims.tp, err) != 0) return NULL;
     FsdpModel *f = xcalloc(1, sizeof *f);
     f->mesh = mesh;
     f->tp = mesh->dims.tp;
     f->t = mesh->dims.t;
+    f->seq_parallel = mesh->dims.sequence_parallel;
     /* QTITAN_FSDP_PREFETCH=0 turns prefetching off, to measure what it buys (bench/dist). */
     const char *pf_env = getenv("QTITAN_FSDP_PREFETCH");
     f->prefetch = !(pf_env && strcmp(pf_env, "0") == 0);
@@ -279,13 +311,14 @@ FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, c
     /* The kernels of one process's model (train_qwen3_create_with), chosen for the rank's
      * shapes. */
     Qwen3Modules *mod = train_qwen3_modules(&local, plan, 0);
-    int rc = qwen3_create_unowned_with(&f->m, &local, B, T, full_ac ? AC_FULL : AC_NONE, mod, err);
+    int rc = qwen3_create_unowned_with(&f->m, &local, B, T, ac, f->seq_parallel ? f->tp : 1, mod,
+                                       err);
     free(mod);
     if (rc != 0) {
         free(f);
         return NULL;
     }
-    if (f->tp > 1 && qwen3_create_unowned(&f->full, spec, 1, 1, AC_NONE, err) != 0) {
+    if (f->tp > 1 && qwen3_create_unowned(&f->full, spec, 1, 1, AC_NONE, 1, err) != 0) {
         qwen3_free(&f->m);
         free(f);
         return NULL;
@@ -354,6 +387,11 @@ FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, c
         f->tp_repl[i] = f->tp_split[i] == TP_REPLICATED;
     }
     if (f->tp > 1) f->m.tp_sum = on_tp_sum;
+    if (f->seq_parallel) {
+        f->m.sp_rank = f->t;
+        f->m.tp_gather = on_tp_gather;
+        f->m.tp_reduce_scatter = on_tp_reduce_scatter;
+    }
 
     /* The trainer's pieces. */
     f->pieces = xcalloc((size_t)n, sizeof *f->pieces);
@@ -576,6 +614,9 @@ static int finish_grads(void *ctx, double *loss_sum, Err *err) {
     if (f->mesh->dims.dp_replicate > 1)
         rc = fsdp_all_reduce_replicas(&f->plan, f->mesh->dp_replicate, f->grad, err);
     if (rc == 0) rc = comm_all_reduce_sum(f->mesh->dp, loss_sum, 1, COMM_F64, err);
+    /* Sequence parallel: each tp rank's loss covers its tokens only. */
+    if (rc == 0 && f->seq_parallel)
+        rc = comm_all_reduce_sum(f->mesh->tp, loss_sum, 1, COMM_F64, err);
     f->comm_s += now_seconds() - t0;
     return rc;
 }

@@ -14,6 +14,7 @@
 
 #include <stdint.h>
 
+#include "core/ac_mode.h"
 #include "core/err.h"
 #include "core/model_spec.h"
 #include "dist/mesh.h"
@@ -23,11 +24,15 @@
 typedef struct FsdpModel FsdpModel;
 
 /* A sharded Qwen3 for micro-batches of up to B x T tokens (the batch type is
- * TrainQwen3Batch). Parameters start at zero. Dense models with or without tensor
- * parallelism; MoE models (router, stacked experts and expert_bias sharded with their layer)
- * without it. */
-FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, int full_ac, const Mesh *mesh,
+ * TrainQwen3Batch), with activation checkpointing ac and the kernels of plan (as one process
+ * builds them, for the rank's shapes). Parameters start at zero. Dense models with or without
+ * tensor parallelism (and sequence parallelism when the mesh has it); MoE models (router,
+ * stacked experts and expert_bias sharded with their layer) without it. */
+FsdpModel *fsdp_model_create(const ModelSpec *spec, int B, int T, AcMode ac, const Mesh *mesh,
                              const OverridePlan *plan, Err *err);
+/* What fsdp_model_create refuses beyond the mesh's checks (MoE with tensor parallelism), for
+ * `qtitan plan` to say the same. */
+int fsdp_model_check(const ModelSpec *spec, int tp, Err *err);
 void fsdp_model_free(FsdpModel *f);
 /* Mixed precision (training.mixed_precision_param = "bfloat16"), as one process's model: the
  * matmuls take bf16 copies of the weights, made from each unit's gathered fp32 weights into a

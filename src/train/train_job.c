@@ -146,29 +146,28 @@ static int check_paths(const JobConfig *cfg, Err *err) {
     return 0;
 }
 
+void train_job_mesh_config(MeshConfig *out, const JobConfig *cfg, const ModelSpec *spec,
+                           int world) {
+    *out = (MeshConfig){.world = world,
+                        .dp_replicate = cfg->parallelism.data_parallel_replicate_degree,
+                        .dp_shard = cfg->parallelism.data_parallel_shard_degree,
+                        .tp = cfg->parallelism.tensor_parallel_degree,
+                        .sequence_parallel = cfg->parallelism.enable_sequence_parallel,
+                        .n_heads = spec->n_heads,
+                        .n_kv_heads = spec->n_kv_heads,
+                        .hidden_dim = spec->hidden_dim,
+                        .moe_hidden_dim = spec->num_experts > 0 ? spec->moe_hidden_dim : 0,
+                        .vocab_size = spec->vocab_size,
+                        .seq_len = cfg->training.seq_len,
+                        .local_batch = cfg->training.local_batch_size,
+                        .global_batch = cfg->training.global_batch_size};
+}
+
 static int mesh_from_config(Mesh *mesh, Comm *world, const JobConfig *cfg, const ModelSpec *spec,
                             Err *err) {
-    MeshConfig mc = {.world = world->size,
-                     .dp_replicate = cfg->parallelism.data_parallel_replicate_degree,
-                     .dp_shard = cfg->parallelism.data_parallel_shard_degree,
-                     .tp = cfg->parallelism.tensor_parallel_degree,
-                     .sequence_parallel = cfg->parallelism.enable_sequence_parallel,
-                     .n_heads = spec->n_heads,
-                     .n_kv_heads = spec->n_kv_heads,
-                     .hidden_dim = spec->hidden_dim,
-                     .moe_hidden_dim = spec->num_experts > 0 ? spec->moe_hidden_dim : 0,
-                     .vocab_size = spec->vocab_size,
-                     .seq_len = cfg->training.seq_len,
-                     .local_batch = cfg->training.local_batch_size,
-                     .global_batch = cfg->training.global_batch_size};
-    TRY(mesh_create(mesh, world, &mc, err));
-    if (mesh->dims.tp > 1 && cfg->parallelism.enable_sequence_parallel) {
-        mesh_destroy(mesh);
-        return err_set(err, "parallelism.enable_sequence_parallel: sequence parallelism is not "
-                            "implemented yet; set it to false (tensor parallelism works without "
-                            "it, docs/distributed.md)");
-    }
-    return 0;
+    MeshConfig mc;
+    train_job_mesh_config(&mc, cfg, spec, world->size);
+    return mesh_create(mesh, world, &mc, err);
 }
 
 static int run_job(const JobConfig *cfg, Comm *world, Err *err);
@@ -249,10 +248,10 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     batch_alloc(&d.raw, d.B, d.T);
     d.tokens = xmalloc((size_t)d.B * d.T * sizeof *d.tokens);
 
-    int full_ac = cfg->activation_checkpoint.mode == AC_FULL;
     int sharded = world->size > 1;
     if (sharded) {
-        fm = fsdp_model_create(&spec, d.B, d.T, full_ac, &mesh, &plan, err);
+        fm = fsdp_model_create(&spec, d.B, d.T, cfg->activation_checkpoint.mode, &mesh, &plan,
+                               err);
         rc = fm ? 0 : -1;
     } else {
         rc = train_hf_init(&hf, cfg, &spec, &extra, tok_path, err);

@@ -7,6 +7,7 @@
 #include "core/err.h"
 #include "core/model_spec.h"
 #include "dist/comm.h"
+#include "dist/mesh.h"
 #include "io/hf_config.h"
 
 /* world: the job's communicator (comm_init), or NULL for one process without MPI. */
@@ -19,5 +20,8 @@ int train_job_spec(const JobConfig *cfg, ModelSpec *spec, HfConfigExtra *extra, 
  * global batch that is not a multiple, warmup longer than the run, ...), checked before
  * anything large is allocated. spec may be NULL (the checks that need it are skipped). */
 int train_job_check(const JobConfig *cfg, const ModelSpec *spec, Err *err);
+/* The mesh a config asks for on `world` processes, with the model shapes its checks need
+ * (mesh_create / mesh_resolve take it). */
+void train_job_mesh_config(MeshConfig *out, const JobConfig *cfg, const ModelSpec *spec, int world);
 
 #endif

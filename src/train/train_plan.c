@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "core/fs.h"
+#include "train/fsdp_model.h"
 #include "train/metrics.h"
 #include "train/train_job.h"
 #include "train/train_qwen3.h"
@@ -71,6 +72,29 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     TRY(config_grad_accum_steps(cfg, 1, &p->micro, err));
     p->B = cfg->training.local_batch_size;
     p->T = cfg->training.seq_len;
+    /* Tensor parallelism: a rank's model has n_heads / tp heads, n_kv_heads / tp key/value
+     * heads and hidden_dim / tp FFN columns (fsdp_model_create), so its arenas are sized from
+     * that shape; with sequence parallelism its residual stream keeps 1/tp of the tokens. The
+     * mesh is checked as training checks it, on the processes the degrees ask for. */
+    ModelSpec local = p->spec;
+    p->tp = 1;
+    if (cfg->parallelism.tensor_parallel_degree > 1) {
+        int shard = cfg->parallelism.data_parallel_shard_degree > 1
+                        ? cfg->parallelism.data_parallel_shard_degree
+                        : 1;
+        MeshConfig mc;
+        train_job_mesh_config(&mc, cfg, &p->spec,
+                              cfg->parallelism.data_parallel_replicate_degree * shard *
+                                  cfg->parallelism.tensor_parallel_degree);
+        MeshDims dims;
+        TRY(mesh_resolve(&dims, &mc, 0, err));
+        TRY(fsdp_model_check(&p->spec, dims.tp, err));
+        p->tp = dims.tp;
+        p->sp = dims.sequence_parallel;
+        local.n_heads /= p->tp;
+        local.n_kv_heads /= p->tp;
+        local.hidden_dim /= p->tp;
+    }
     /* The kernels training would run ([[override]] entries resolved as train_job_run does):
      * they decide the activation workspace (e.g. loss_chunked keeps no (N, V) logits). */
     OverridePlan plan;
@@ -81,14 +105,17 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     AcMode ac = cfg->activation_checkpoint.mode;
     int full_ac = ac == AC_FULL;
     p->ac = ac == AC_FULL ? "full" : ac == AC_SELECTIVE ? "selective" : "none";
-    TrainQwen3Sizes z;
-    int rc = train_qwen3_sizes(&z, &p->spec, p->B, p->T, ac, &plan, err);
+    TrainQwen3Sizes z, whole;
+    int rc = train_qwen3_sizes(&z, &local, p->B, p->T, ac, p->sp ? p->tp : 1, &plan, err);
+    if (rc == 0) rc = train_qwen3_sizes(&whole, &p->spec, p->B, p->T, ac, 1, &plan, err);
     overrides_plan_free(&plan);
     TRY(rc);
-    p->numel = (double)z.param_bytes / 4.0; /* upper bound by alignment padding only */
+    p->numel = (double)whole.param_bytes / 4.0; /* upper bound by alignment padding only */
+    if (p->tp > 1)
+        note(p, "tensor parallel: parameters and activations are one tp rank's (its heads and "
+                "FFN columns; norms, embedding and lm_head whole)");
 
-    /* FSDP: every rank holds 1/dp_shard of the parameters, gradients and optimizer state.
-     * Training runs one process today (train_job_run rejects degrees > 1), so this is 1 there. */
+    /* FSDP: every rank holds 1/dp_shard of the parameters, gradients and optimizer state. */
     p->dp_shard = cfg->parallelism.data_parallel_shard_degree > 1
                       ? cfg->parallelism.data_parallel_shard_degree
                       : 1;
@@ -110,9 +137,9 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
      * train_job_run enables it on one process; with FSDP the copies are of the gathered-layer
      * workspaces, which are not counted either. */
     if (cfg->training.mixed_precision_param == DT_BF16) {
-        if (p->dp_shard > 1)
-            note(p, "bfloat16 with FSDP: the bf16 copies of the gathered-layer buffers and the "
-                    "matmul scratch are not counted");
+        if (p->dp_shard > 1 || p->tp > 1)
+            note(p, "bfloat16 on many processes: the bf16 copies of the gathered-unit buffers "
+                    "and the matmul scratch are not counted");
         else
             p->workspace += (double)z.bf16_bytes;
     }
@@ -161,8 +188,9 @@ void train_plan_print(const TrainPlan *p, FILE *f) {
             s->vocab_size, s->tie_embeddings ? " (tied)" : "", p->numel);
     fprintf(f,
             "batch: %d x %d tokens per micro-batch, %d micro-batch(es) per step; activation "
-            "checkpointing: %s; FSDP shard degree %d\n",
-            p->B, p->T, p->micro, p->ac, p->dp_shard);
+            "checkpointing: %s; FSDP shard degree %d; tensor parallel degree %d%s\n",
+            p->B, p->T, p->micro, p->ac, p->dp_shard, p->tp,
+            p->sp ? " with sequence parallelism" : "");
     fprintf(f, "memory per rank:\n");
     double t = p->total;
     row(f, "parameters", p->params, t, "fp32 parameter arena");

@@ -17,6 +17,7 @@ typedef struct TrainPlan {
     ModelSpec spec;
     int B, T, micro; /* micro-batch rows, seq_len, micro-batches per optimizer step */
     int dp_shard;    /* FSDP shard degree the per-rank numbers are divided by */
+    int tp, sp;      /* tensor-parallel degree; sp 1 when it also splits the tokens */
     const char *ac;  /* activation checkpointing as training applies it */
     double numel;    /* parameter elements (a tied embedding counted once) */
     /* Bytes per rank. */

@@ -129,11 +129,11 @@ void train_qwen3_model(TrainQwen3 *q, TrainModel *out, int exempt) {
 }
 
 int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
-                      const OverridePlan *plan, Err *err) {
+                      int sp, const OverridePlan *plan, Err *err) {
     memset(out, 0, sizeof *out);
     Qwen3Modules *mod = train_qwen3_modules(spec, plan, 0);
     Qwen3Sizes z;
-    int rc = qwen3_sizes(&z, spec, B, T, ac, mod, err);
+    int rc = qwen3_sizes(&z, spec, B, T, ac, sp, mod, err);
     free(mod);
     TRY(rc);
     out->param_bytes = z.param_bytes;

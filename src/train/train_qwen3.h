@@ -42,14 +42,15 @@ struct Qwen3Modules *train_qwen3_modules(const ModelSpec *spec, const OverridePl
                                          int verbose);
 
 /* Bytes of the parameter, gradient and activation arenas train_qwen3_create would allocate
- * for the same arguments (model/qwen3.h qwen3_sizes: the same layout code, counting only). */
+ * for the same arguments (model/qwen3.h qwen3_sizes: the same layout code, counting only);
+ * sp > 1: the activations of a sequence-parallel rank (the sharded model's). */
 typedef struct TrainQwen3Sizes {
     size_t param_bytes, grad_bytes, act_bytes;
     size_t bf16_bytes; /* added by train_qwen3_enable_bf16 */
     int nparams;
 } TrainQwen3Sizes;
 int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
-                      const OverridePlan *plan, Err *err);
+                      int sp, const OverridePlan *plan, Err *err);
 
 /* Mixed precision (training.mixed_precision_param = "bfloat16"): bf16 matmuls, fp32 masters. */
 int train_qwen3_enable_bf16(TrainQwen3 *q, Err *err);
