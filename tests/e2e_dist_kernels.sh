@@ -85,7 +85,8 @@ ok_run() { [ -s "$TMP/$1/metrics.jsonl" ] || { echo "FAIL: $1 wrote no metrics";
 # Overrides: the same kernels on every rank's (per-rank shaped) model.
 run 0 ovr-one debug_kernels.toml --model.tie_embeddings=false && ok_run ovr-one &&
   grep -q 'applied [1-9][0-9]* override(s)' "$TMP/ovr-one.log" || { echo "FAIL: one process with overrides"; fail=1; }
-for c in "ovr-fsdp2 2" "ovr-tp2 2 --parallelism.tensor_parallel_degree=2" "ovr-fsdptp4 4 --parallelism.tensor_parallel_degree=2"; do
+for c in "ovr-fsdp2 2" "ovr-tp2 2 --parallelism.tensor_parallel_degree=2" "ovr-fsdptp4 4 --parallelism.tensor_parallel_degree=2" \
+  "ovr-tpsp2 2 --parallelism.tensor_parallel_degree=2 --parallelism.enable_sequence_parallel=true"; do
   set -- $c
   name=$1 np=$2
   shift 2
@@ -117,7 +118,8 @@ else
   echo "FAIL: fp32 and bf16 on one process differ by only $g in grad norm: the bf16 checks below cannot tell them apart"; fail=1
 fi
 for c in "bf-fsdp2 2" "bf-tp2 2 --parallelism.tensor_parallel_degree=2" \
-  "bf-fsdptp4 4 --parallelism.tensor_parallel_degree=2"; do
+  "bf-fsdptp4 4 --parallelism.tensor_parallel_degree=2" \
+  "bf-fsdptpsp4 4 --parallelism.tensor_parallel_degree=2 --parallelism.enable_sequence_parallel=true"; do
   set -- $c
   name=$1 np=$2
   shift 2
