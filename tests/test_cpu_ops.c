@@ -73,6 +73,10 @@ static void test_sdpa(void **state) {
     static const SdpaCase cases[] = {
         {1, 1, 2, 1, 8, 0},    {2, 37, 4, 2, 16, 0}, {2, 70, 4, 4, 8, 1},   {1, 130, 8, 2, 32, 1},
         {1, 96, 2, 1, 128, 0}, {2, 65, 6, 3, 24, 1}, {1, 200, 4, 1, 64, 1},
+        /* Past one key chunk (256 keys): with documents longer than a chunk that start off a
+         * block boundary (docs = 2), a block straddles a chunk start, so some of its rows end
+         * before a chunk begins. */
+        {1, 700, 2, 1, 16, 2}, {1, 600, 2, 1, 16, 1}, {1, 520, 2, 2, 8, 0},
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const SdpaCase *c = &cases[ci];
@@ -89,7 +93,7 @@ static void test_sdpa(void **state) {
                 for (int t = 0; t < c->T; t++) {
                     if (left-- == 0) {
                         id++;
-                        left = (id * 29 + 5) % 70;
+                        left = c->docs == 2 ? 290 + id * 37 : (id * 29 + 5) % 70;
                     }
                     doc[b * c->T + t] = id;
                 }

@@ -57,11 +57,12 @@ static float row_sum(const float *x, int lo, int hi) {
     return s;
 }
 
-/* Keys [lo, hi) of row i within the chunk of nk keys from s0 (empty when lo >= hi). */
+/* Keys [lo, hi) of row i within the chunk of nk keys from s0, with 0 <= lo <= hi <= nk (empty
+ * when the row's document starts after the chunk or the row ends before it). */
 static void row_range(const int *start, int t0, int s0, int nk, int i, int *lo, int *hi) {
     int a = start[i] - s0, b = t0 + i + 1 - s0;
-    *lo = a > 0 ? a : 0;
-    *hi = b < nk ? b : nk;
+    *lo = a < 0 ? 0 : a > nk ? nk : a;
+    *hi = b < *lo ? *lo : b > nk ? nk : b;
 }
 
 static void cpu_sdpa_forward(float *out, float *lse, const float *q, const float *k, const float *v,
@@ -186,7 +187,7 @@ static void cpu_sdpa_backward(float *dq, float *dk, float *dv, const float *dout
                                 /* Masked keys have P = 0, hence dS = 0. */
                                 for (int j = 0; j < lo; j++)
                                     pr[j] = 0.0f;
-                                for (int j = hi > lo ? hi : lo; j < nk; j++)
+                                for (int j = hi; j < nk; j++)
                                     pr[j] = 0.0f;
                                 float di = Dt[i];
 #pragma omp simd

@@ -47,8 +47,10 @@ int overrides_apply(const OverridePlan *plan, Qwen3Modules *mod) {
         if (old == plan->choices[c].impl) /* e.g. naming the device default explicitly */
             log_info("[override] %s: %s (already the default)", s->fqn, kernel_display_name(old));
         else
+            /* The default reads as the op ("sdpa"), the choice by its own name ("flash",
+             * "reference"). */
             log_info("[override] %s: %s -> %s", s->fqn, kernel_display_name(old),
-                     kernel_display_name(plan->choices[c].impl));
+                     plan->choices[c].impl->name);
     }
     log_info("applied %d override(s)", plan->n);
     free(slots);
