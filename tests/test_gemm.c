@@ -136,6 +136,21 @@ static void test_ref_bf16(void **s) {
     (void)s, run_backend("ref", 1);
 }
 
+/* bf16 reductions past 16384 are cut into K chunks summed into C (gemm.c): every transposition,
+ * an uneven last chunk, beta = 0 (not reading C), 1 and 0.5 (applied once, not per chunk). */
+static void test_bf16_long_k(void **state) {
+    (void)state;
+    Rng r;
+    rng_seed(&r, 9, 0);
+    const char *names[] = {"auto", "dnnl"};
+    for (int b = 0; b < 2; b++) {
+        assert_int_equal(gemm_set_backend(names[b]), 0);
+        for (int t = 0; t < 4; t++)
+            check_case(1, t >> 1, t & 1, 5 + t, 7, 40001, t == 3 ? -0.5f : 1.0f,
+                       t == 0 ? 0.0f : t == 1 ? 1.0f : 0.5f, t, &r);
+    }
+}
+
 /* Empty products: M or N = 0 touches nothing; K = 0 leaves beta * C. */
 static void test_degenerate(void **state) {
     (void)state;
@@ -302,6 +317,7 @@ int main(void) {
         cmocka_unit_test(test_dnnl_f32),          cmocka_unit_test(test_dnnl_bf16),
         cmocka_unit_test(test_sgemm_f32),         cmocka_unit_test(test_sgemm_bf16),
         cmocka_unit_test(test_auto_f32),          cmocka_unit_test(test_auto_bf16),
+        cmocka_unit_test(test_bf16_long_k),
         cmocka_unit_test(test_ref_f32),           cmocka_unit_test(test_ref_bf16),
         cmocka_unit_test(test_degenerate),        cmocka_unit_test(test_nan_propagates),
         cmocka_unit_test(test_deterministic),     cmocka_unit_test(test_concurrent_callers),

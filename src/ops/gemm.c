@@ -308,21 +308,44 @@ static float *widen(const uint16_t *X, int rows, int cols, int ld) {
     return out;
 }
 
-static void gemm_bf16_run(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A,
-                          int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc) {
-    pthread_once(&g_once, init_once);
-    if (trivial(M, N, K, beta, C, ldc)) return;
-    if (g_backend == BK_DNNL || g_backend == BK_AUTO) {
-        Key k = {1, !!ta, !!tb, M, N, K, lda, ldb, ldc, alpha, beta};
-        if (matmul_cached(&k, A, B, C) == 0) return;
-    }
-    /* Fallback: the products of bf16 values are exact in fp32, so this differs from a native
-     * bf16 kernel only in summation order. */
+/* The fallback for bf16: the products of bf16 values are exact in fp32, so this differs from a
+ * native bf16 kernel only in summation order. */
+static void bf16_widened(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A,
+                         int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc) {
     float *a = widen(A, ta ? K : M, ta ? M : K, lda);
     float *b = widen(B, tb ? N : K, tb ? K : N, ldb);
     gemm_f32_run(ta, tb, M, N, K, alpha, a, ta ? M : K, b, tb ? K : N, beta, C, ldc);
     free(a);
     free(b);
+}
+
+/* oneDNN 2.6's bf16 matmul slows down on very long reductions: the LM head's dX = dlogits E
+ * (K = 151936) ran at 245 GFLOP/s on 2 threads against 450-700 when cut into K chunks of about
+ * 8192 summed into C (bench/README.md "GEMM"). The cut depends on K alone, so results stay
+ * reproducible. */
+#define BF16_K_SPLIT 16384
+#define BF16_K_CHUNK 8192
+
+static void gemm_bf16_run(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A,
+                          int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc) {
+    pthread_once(&g_once, init_once);
+    if (trivial(M, N, K, beta, C, ldc)) return;
+    if (g_backend != BK_DNNL && g_backend != BK_AUTO) {
+        bf16_widened(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    int chunks = K > BF16_K_SPLIT ? (K + BF16_K_CHUNK - 1) / BF16_K_CHUNK : 1;
+    int kc = (K + chunks - 1) / chunks;
+    for (int k0 = 0; k0 < K; k0 += kc) {
+        int k = K - k0 < kc ? K - k0 : kc;
+        /* op(A)[:, k0:k0+k] and op(B)[k0:k0+k, :] */
+        const uint16_t *a = A + (ta ? (long)k0 * lda : k0);
+        const uint16_t *b = B + (tb ? k0 : (long)k0 * ldb);
+        float bt = k0 == 0 ? beta : 1.0f;
+        Key key = {1, !!ta, !!tb, M, N, k, lda, ldb, ldc, alpha, bt};
+        if (matmul_cached(&key, a, b, C) != 0)
+            bf16_widened(ta, tb, M, N, k, alpha, a, lda, b, ldb, bt, C, ldc);
+    }
 }
 
 /* The public entry points time each GEMM for the op profile (ops/op_profile.h). */
