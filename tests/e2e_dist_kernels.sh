@@ -9,33 +9,9 @@
 #     bf16 on one process, to 1e-5 (loss) and 5e-4 (grad norm), a tolerance that one process's
 #     fp32 run fails (why: below), and FSDP's first step bitwise.
 set -uo pipefail
-command -v mpirun >/dev/null || { echo "skip: mpirun not found"; exit 77; }
-BIN="${QT_BINARY:-build/qtitan}"
-SRC="${QT_SOURCE_DIR:-.}"
-[ -x "$(dirname "$BIN")/mpi_comm" ] || { echo "skip: built without MPI"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1
-export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0}"
-TMP="$(mktemp -d)"
-trap 'rm -rf "$TMP"' EXIT
-export QT_CACHE_DIR="$TMP/cache"
-printf 'localhost slots=4\n' >"$TMP/hostfile"
-fail=0
-
-# 300 documents of 20-80 words from a fixed word list (a fixed LCG), as e2e_dist_train.sh.
-awk 'BEGIN {
-  n = split("the quick brown fox jumps over a lazy dog and then runs far away from home " \
-            "while small birds sing in green trees near the old river bank at dawn", w, " ");
-  s = 12345;
-  for (d = 0; d < 300; d++) {
-    s = (s * 1103515245 + 12345) % 2147483648; len = 20 + s % 61; line = "";
-    for (i = 0; i < len; i++) {
-      s = (s * 1103515245 + 12345) % 2147483648;
-      line = line (i ? " " : "") w[1 + int(s / 65536) % n];
-    }
-    printf "{\"text\": \"%s\"}\n", line;
-  }
-}' >"$TMP/data.jsonl"
+# shellcheck source=tests/dist_lib.sh
+. "$(dirname "$0")/dist_lib.sh"
+dist_data "$TMP/data.jsonl"
 
 # seq_len 64: flash's tile.
 BASE=(--model.tokenizer_path="$SRC/tests/fixtures/tokenizer/tiny_gpt2"
@@ -49,16 +25,9 @@ BASE=(--model.tokenizer_path="$SRC/tests/fixtures/tokenizer/tiny_gpt2"
 run() {
   local np=$1 name=$2 cfg=$3
   shift 3
-  if [ "$np" = 0 ]; then
-    timeout 120 "$BIN" train --config "$SRC/configs/$cfg" "${BASE[@]}" --job.dump_folder="$TMP/$name" "$@" \
-      >"$TMP/$name.log" 2>&1
-  else
-    timeout 120 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np "$np" "$BIN" train \
-      --config "$SRC/configs/$cfg" "${BASE[@]}" --job.dump_folder="$TMP/$name" "$@" >"$TMP/$name.log" 2>&1
-  fi
+  dist_run "$np" "$name" --config "$SRC/configs/$cfg" "${BASE[@]}" "$@"
 }
-# "step loss grad_norm" per line, from metrics.jsonl.
-table() { sed -E 's/.*"step":([0-9]+),"loss":([^,]+),"grad_norm":([^,]+),.*/\1 \2 \3/' "$TMP/$1/metrics.jsonl"; }
+table() { dist_table "$TMP/$1"; }
 # maxrel REF OTHER: "STEPS LOSS GRAD", the steps both runs logged alike and the largest
 # relative differences of loss and grad norm over them.
 maxrel() {

@@ -29,33 +29,9 @@
 #     non-zero with the cause printed, well inside the timeout;
 #   - an impossible mesh fails with one sentence on every rank.
 set -uo pipefail
-command -v mpirun >/dev/null || { echo "skip: mpirun not found"; exit 77; }
-BIN="${QT_BINARY:-build/qtitan}"
-SRC="${QT_SOURCE_DIR:-.}"
-[ -x "$(dirname "$BIN")/mpi_comm" ] || { echo "skip: built without MPI"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1
-export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0}"
-TMP="$(mktemp -d)"
-trap 'rm -rf "$TMP"' EXIT
-export QT_CACHE_DIR="$TMP/cache"
-printf 'localhost slots=4\n' >"$TMP/hostfile"
-fail=0
-
-# 300 documents of 20-80 words from a fixed word list (a fixed LCG, no awk rand()).
-awk 'BEGIN {
-  n = split("the quick brown fox jumps over a lazy dog and then runs far away from home " \
-            "while small birds sing in green trees near the old river bank at dawn", w, " ");
-  s = 12345;
-  for (d = 0; d < 300; d++) {
-    s = (s * 1103515245 + 12345) % 2147483648; len = 20 + s % 61; line = "";
-    for (i = 0; i < len; i++) {
-      s = (s * 1103515245 + 12345) % 2147483648;
-      line = line (i ? " " : "") w[1 + int(s / 65536) % n];
-    }
-    printf "{\"text\": \"%s\"}\n", line;
-  }
-}' >"$TMP/data.jsonl"
+# shellcheck source=tests/dist_lib.sh
+. "$(dirname "$0")/dist_lib.sh"
+dist_data "$TMP/data.jsonl"
 
 ARGS=(--config "$SRC/configs/debug.toml" --model.tokenizer_path="$SRC/tests/fixtures/tokenizer/tiny_gpt2"
   --training.dataset_path="$TMP/data.jsonl" --model.vocab_size=640 --model.dim=32
@@ -67,19 +43,13 @@ ARGS=(--config "$SRC/configs/debug.toml" --model.tokenizer_path="$SRC/tests/fixt
 run() {
   local np=$1 name=$2
   shift 2
-  if [ "$np" = 0 ]; then
-    timeout 120 "$BIN" train "${ARGS[@]}" --job.dump_folder="$TMP/$name" "$@" >"$TMP/$name.log" 2>&1
-  else
-    timeout 120 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np "$np" "$BIN" train \
-      "${ARGS[@]}" --job.dump_folder="$TMP/$name" "$@" >"$TMP/$name.log" 2>&1
-  fi
+  dist_run "$np" "$name" "${ARGS[@]}" "$@"
 }
-# "step loss grad_norm" per line, from metrics.jsonl.
-table() { sed -E 's/.*"step":([0-9]+),"loss":([^,]+),"grad_norm":([^,]+),.*/\1 \2 \3/' "$1"; }
+table() { dist_table "$1"; }
 # same REF OTHER LABEL [TOL]: every step's loss and grad norm within TOL (1e-5) relative.
 same() {
   local ok
-  ok=$(paste -d' ' <(table "$TMP/$1/metrics.jsonl") <(table "$TMP/$2/metrics.jsonl") | awk -v tol="${4:-1e-5}" '
+  ok=$(paste -d' ' <(table "$TMP/$1") <(table "$TMP/$2") | awk -v tol="${4:-1e-5}" '
     function rel(a, b) { d = a - b; if (d < 0) d = -d; m = a < 0 ? -a : a; return d / (m > 1e-30 ? m : 1e-30) }
     { n++; if ($1 != $4 || rel($2, $5) > tol || rel($3, $6) > tol) bad++ }
     END { print (n == 10 && !bad) ? "ok" : "bad" }')
@@ -87,7 +57,7 @@ same() {
     echo "ok: $3 matches one process over 10 steps (${4:-1e-5})"
   else
     echo "FAIL: $3 differs from one process (step loss grad_norm, one process | $3):"
-    paste -d' ' <(table "$TMP/$1/metrics.jsonl") <(table "$TMP/$2/metrics.jsonl")
+    paste -d' ' <(table "$TMP/$1") <(table "$TMP/$2")
     cat "$TMP/$2.log"
     fail=1
   fi
@@ -181,7 +151,7 @@ for r in 0 1; do
       { echo "FAIL: rank $r $f after the resume differs"; fail=1; }
   done
 done
-[ "$(table "$TMP/ck-a/metrics.jsonl" | tail -5)" = "$(table "$TMP/ck-b/metrics.jsonl" | tail -5)" ] ||
+[ "$(table "$TMP/ck-a" | tail -5)" = "$(table "$TMP/ck-b" | tail -5)" ] ||
   { echo "FAIL: resumed losses differ"; fail=1; }
 echo "ok: a 2-rank run resumed from its sharded step-5 checkpoint is bitwise the uninterrupted one"
 # The same for TP 2 + SP (mesh [1, 1, 2]).
@@ -197,7 +167,7 @@ for r in 0 1; do
       { echo "FAIL: TP + SP rank $r $f after the resume differs (or is missing)"; spck=bad; }
   done
 done
-[ "$(table "$TMP/cksp-a/metrics.jsonl" | tail -5)" = "$(table "$TMP/cksp-b/metrics.jsonl" | tail -5)" ] ||
+[ "$(table "$TMP/cksp-a" | tail -5)" = "$(table "$TMP/cksp-b" | tail -5)" ] ||
   { echo "FAIL: TP + SP resumed losses differ"; spck=bad; }
 [ $spck = ok ] && echo "ok: a TP 2 + SP run resumed from its step-5 checkpoint is bitwise the uninterrupted one" || fail=1
 run 4 ck-b "${CK[@]}"
@@ -272,16 +242,16 @@ else
   echo "ok: an impossible mesh stopped all 3 ranks with one sentence"
 fi
 
-col() { table "$TMP/$1/metrics.jsonl" | cut -d' ' -f2; }
+col() { table "$TMP/$1" | cut -d' ' -f2; }
 echo "losses (step, 1 process, FSDP 2, FSDP 4, HSDP 2x2, TP 2; untied):"
-paste -d' ' <(table "$TMP/one-false/metrics.jsonl") <(col fsdp2-false) <(col fsdp4-false) <(col hsdp4) <(col tp2) |
+paste -d' ' <(table "$TMP/one-false") <(col fsdp2-false) <(col fsdp4-false) <(col hsdp4) <(col tp2) |
   awk '{ printf "  %2d  %.9f  %.9f  %.9f  %.9f  %.9f\n", $1, $2, $4, $5, $6, $7 }'
 echo "losses (step, 1 process, FSDP 2, FSDP 2 x TP 2; tied):"
-paste -d' ' <(table "$TMP/one-true/metrics.jsonl") <(col fsdp2-true) <(col fsdptp4) |
+paste -d' ' <(table "$TMP/one-true") <(col fsdp2-true) <(col fsdptp4) |
   awk '{ printf "  %2d  %.9f  %.9f  %.9f\n", $1, $2, $4, $5 }'
 for tie in true false; do
   echo "losses (step, 1 process, TP 2 + SP, FSDP 2 x TP 2 + SP; tie_embeddings=$tie):"
-  paste -d' ' <(table "$TMP/one-$tie/metrics.jsonl") <(col "tpsp2-$tie") <(col "fsdptpsp4-$tie") |
+  paste -d' ' <(table "$TMP/one-$tie") <(col "tpsp2-$tie") <(col "fsdptpsp4-$tie") |
     awk '{ printf "  %2d  %.9f  %.9f  %.9f\n", $1, $2, $4, $5 }'
 done
 [ $fail = 0 ] && echo "e2e_dist_train: ok"

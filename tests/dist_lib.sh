@@ -1,0 +1,50 @@
+# Shared by the multi-process end-to-end tests (tests/e2e_dist_*.sh), sourced after `set -uo
+# pipefail`: skips (exit 77) without mpirun or an MPI build, sets the Open MPI environment for
+# root and containers, one OpenMP thread per rank, a temporary folder $TMP (removed on exit)
+# with a localhost hostfile, fail=0, and:
+#   dist_data FILE          300 documents of 20-80 words from a fixed word list (a fixed LCG,
+#                           no awk rand()), one JSONL line each;
+#   dist_run NP NAME ARGS   `qtitan train ARGS` into $TMP/NAME, log $TMP/NAME.log; NP = 0 runs
+#                           one process without mpirun, else mpirun -np NP (120 s limit);
+#   dist_table DIR          "step loss grad_norm" per line of DIR/metrics.jsonl.
+command -v mpirun >/dev/null || { echo "skip: mpirun not found"; exit 77; }
+BIN="${QT_BINARY:-build/qtitan}"
+SRC="${QT_SOURCE_DIR:-.}"
+[ -x "$(dirname "$BIN")/mpi_comm" ] || { echo "skip: built without MPI"; exit 77; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0}"
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
+export QT_CACHE_DIR="$TMP/cache"
+printf 'localhost slots=4\n' >"$TMP/hostfile"
+fail=0
+
+dist_data() {
+  awk 'BEGIN {
+    n = split("the quick brown fox jumps over a lazy dog and then runs far away from home " \
+              "while small birds sing in green trees near the old river bank at dawn", w, " ");
+    s = 12345;
+    for (d = 0; d < 300; d++) {
+      s = (s * 1103515245 + 12345) % 2147483648; len = 20 + s % 61; line = "";
+      for (i = 0; i < len; i++) {
+        s = (s * 1103515245 + 12345) % 2147483648;
+        line = line (i ? " " : "") w[1 + int(s / 65536) % n];
+      }
+      printf "{\"text\": \"%s\"}\n", line;
+    }
+  }' >"$1"
+}
+
+dist_run() {
+  local np=$1 name=$2
+  shift 2
+  if [ "$np" = 0 ]; then
+    timeout 120 "$BIN" train "$@" --job.dump_folder="$TMP/$name" >"$TMP/$name.log" 2>&1
+  else
+    timeout 120 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np "$np" "$BIN" train \
+      "$@" --job.dump_folder="$TMP/$name" >"$TMP/$name.log" 2>&1
+  fi
+}
+
+dist_table() { sed -E 's/.*"step":([0-9]+),"loss":([^,]+),"grad_norm":([^,]+),.*/\1 \2 \3/' "$1/metrics.jsonl"; }
