@@ -42,7 +42,7 @@ static double rel_err(const char *what, const float *a, const float *b, long n) 
     double d = 0, m = 0;
     for (long i = 0; i < n; i++) {
         double e = fabs((double)a[i] - b[i]);
-        if (!(e <= d)) d = e; /* NaN propagates */
+        if (isnan(e) || e > d) d = e; /* a NaN sticks: nothing compares above it */
         if (fabs(b[i]) > m) m = fabs(b[i]);
     }
     double r = d / (m > 0 ? m : 1);

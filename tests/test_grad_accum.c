@@ -77,7 +77,7 @@ static double worst_rel(const Qwen3 *m, const float *want, const float *got, dou
         if (w2 == 0 && d2 == 0 && m->spec.num_experts > 0 && strstr(p->name, "experts")) continue;
         if (!(w2 > 0)) fail_msg("%s: zero gradient", p->name);
         double rel = sqrt(d2 / w2);
-        if (rel > worst) worst = rel;
+        if (isnan(rel) || rel > worst) worst = rel; /* a NaN sticks as the worst, and fails */
     }
     return worst;
 }

@@ -97,9 +97,12 @@ static Errs run_case(Qwen3 *m, const TokenLines *tl, const StFile *exp, int pack
         const float *got = m->a.logits + tl->start[l] * V;
         for (long i = 0; i < t->numel; i++) {
             maxabs = fmax(maxabs, fabs(ref[i]));
-            maxdiff = fmax(maxdiff, fabs(ref[i] - got[i]));
+            /* Not fmax, which drops a NaN: a NaN logit sticks and fails the check. */
+            double d = fabs(ref[i] - got[i]);
+            if (isnan(d) || d > maxdiff) maxdiff = d;
         }
-        e.logits = fmax(e.logits, maxdiff / maxabs);
+        double r = maxdiff / maxabs;
+        if (isnan(r) || r > e.logits) e.logits = r;
         free(ref);
     }
     float ref_loss;
@@ -126,7 +129,7 @@ static Errs run_case(Qwen3 *m, const TokenLines *tl, const StFile *exp, int pack
             r2 += (double)ref[k] * ref[k];
         }
         double rel = sqrt(d2 / r2);
-        if (rel > e.grad) {
+        if (isnan(rel) || rel > e.grad) { /* a NaN gradient sticks as the worst, and fails */
             e.grad = rel;
             snprintf(e.worst_grad, sizeof e.worst_grad, "%s", p->name);
         }

@@ -86,7 +86,7 @@ static void load_hf(Qwen3 *m, const char *path, int compare, double *max_abs, do
         st_to_f32(t, want);
         for (long k = 0; k < p->numel; k++) {
             double d = fabs((double)p->data[k] - want[k]);
-            *max_abs = fmax(*max_abs, d);
+            if (isnan(d) || d > *max_abs) *max_abs = d; /* not fmax, which drops a NaN */
             sum += d;
             count++;
         }
@@ -213,8 +213,10 @@ static void test_five_steps_match_torch(void **state) {
         double lr = json_number_value(json_object_get(e, "lr"));
         printf("step %d: loss %.7f (torch %.7f)  grad_norm %.7f (torch %.7f)\n", s, p->loss[s],
                loss, p->grad_norm[s], norm);
-        worst_loss = fmax(worst_loss, fabs(p->loss[s] - loss) / loss);
-        worst_norm = fmax(worst_norm, fabs(p->grad_norm[s] - norm) / norm);
+        /* Not fmax, which drops a NaN: a NaN loss or norm must fail the checks below. */
+        double dl = fabs(p->loss[s] - loss) / loss, dn = fabs(p->grad_norm[s] - norm) / norm;
+        if (isnan(dl) || dl > worst_loss) worst_loss = dl;
+        if (isnan(dn) || dn > worst_norm) worst_norm = dn;
         assert_true(fabs(p->lr[s] - lr) <= 1e-17);
     }
     double max_abs = 0, mean_abs = 0;
