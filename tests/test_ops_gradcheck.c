@@ -1,7 +1,7 @@
-/* Finite-difference checks of every reference op's backward, w.r.t. every input and
- * parameter, and of the whole model for a few parameters. Each op's output is reduced to a
- * scalar by a fixed random projection, loss = sum(out * R) (in double), so every output
- * element contributes; central differences of that loss are compared with the analytic
+/* Finite-difference checks of every reference op's backward (and loss_chunked's), w.r.t.
+ * every input and parameter, and of the whole model for a few parameters. Each op's output is
+ * reduced to a scalar by a fixed random projection, loss = sum(out * R) (in double), so every
+ * output element contributes; central differences of that loss are compared with the analytic
  * gradient by relative L2 error over the tensor. A dropped term in a backward gives O(1)
  * error; fp32 rounding and truncation stay near 1e-3. */
 #include <setjmp.h>
@@ -18,10 +18,12 @@
 #include <string.h>
 
 #include "core/rng.h"
+#include "kernels/kernels.h"
 #include "model/qwen3.h"
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
 #include "ops/linear.h"
+#include "ops/lm_head_loss.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
 #include "ops/sdpa.h"
@@ -307,6 +309,63 @@ static void test_cross_entropy(void **state) {
     free(c.losses), free(c.lse), free(c.logits), free(d), free(inplace);
 }
 
+/* ---- lm_head + loss ---- */
+/* The model runs the reference as cross_entropy + linear itself, so the op kind's own
+ * backward (the reference verify-kernels holds loss_chunked to) is checked here, and
+ * loss_chunked with it on enough tokens for three chunks. */
+typedef struct {
+    const LmHeadLossOp *op;
+    float *losses, *lse, *logits, *x, *w;
+    int32_t *tgt;
+    long N;
+    int D, V;
+    double scale;
+} LmCtx;
+static double lm_loss(void *p) {
+    LmCtx *c = p;
+    return c->op->forward(c->losses, c->lse, c->logits, c->x, c->w, c->tgt, &linear_reference, c->N,
+                          c->D, c->V) *
+           c->scale;
+}
+static void lm_head_loss_case(const LmHeadLossOp *op) {
+    long N = 2 * LOSS_CHUNK + 5;
+    int D = 6, V = 9;
+    int32_t *tgt = malloc((size_t)N * sizeof(int32_t));
+    for (long i = 0; i < N; i++)
+        tgt[i] = i % 7 == 3 ? CE_IGNORE : (int32_t)((i * 5 + 1) % V);
+    LmCtx c = {op,
+               zeros(N),
+               zeros(N),
+               zeros(op->workspace_floats(N, V)),
+               randn(N * D, 1.0f),
+               randn((long)V * D, 0.5f),
+               tgt,
+               N,
+               D,
+               V,
+               1.0 / 3.0};
+    float *dx = randn(N * D, 1.0f), *dw = randn((long)V * D, 1.0f);
+    float *dw0 = malloc((size_t)V * D * sizeof(float));
+    memcpy(dw0, dw, (size_t)V * D * sizeof(float));
+    lm_loss(&c);
+    op->backward(dx, dw, c.logits, c.x, c.w, tgt, c.lse, &linear_reference, N, D, V,
+                 (float)c.scale); /* dx written over the random start */
+    for (long j = 0; j < (long)V * D; j++)
+        dw[j] -= dw0[j]; /* dw accumulates onto what was there */
+    char name[64];
+    snprintf(name, sizeof name, "lm_head_loss %s dx", op->h.name);
+    check(name, c.x, N * D, dx, lm_loss, &c, 1e-2f, 1000, TOL_OP);
+    snprintf(name, sizeof name, "lm_head_loss %s dw", op->h.name);
+    check(name, c.w, (long)V * D, dw, lm_loss, &c, 1e-2f, 1000, TOL_OP);
+    free(c.losses), free(c.lse), free(c.logits), free(c.x), free(c.w), free(tgt);
+    free(dx), free(dw), free(dw0);
+}
+static void test_lm_head_loss(void **state) {
+    (void)state;
+    lm_head_loss_case(&lm_head_loss_reference);
+    lm_head_loss_case(&loss_chunked);
+}
+
 /* ---- whole model ---- */
 static ModelSpec tiny_spec(int tied) {
     ModelSpec s;
@@ -394,10 +453,15 @@ int main(void) {
      * machine; thread-count invariance is test_model's job. */
     omp_set_num_threads(1);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_embedding),     cmocka_unit_test(test_rmsnorm),
-        cmocka_unit_test(test_rope),          cmocka_unit_test(test_sdpa),
-        cmocka_unit_test(test_swiglu),        cmocka_unit_test(test_linear),
-        cmocka_unit_test(test_cross_entropy), cmocka_unit_test(test_model_gradcheck),
+        cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_sdpa),
+        cmocka_unit_test(test_swiglu),
+        cmocka_unit_test(test_linear),
+        cmocka_unit_test(test_cross_entropy),
+        cmocka_unit_test(test_lm_head_loss),
+        cmocka_unit_test(test_model_gradcheck),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
