@@ -38,10 +38,12 @@ for f in model.safetensors optim.safetensors; do
   cmp "$tmp/a/checkpoint/step-4/$f" "$tmp/b/checkpoint/step-4/$f" \
     || { echo "FAIL: $f after a resume differs from the uninterrupted run"; exit 1; }
 done
-# Losses of steps 3 and 4, as written with 17 significant digits.
-losses() { grep -o '"step":[34],"loss":[^,]*' "$1"; }
-[ "$(losses "$tmp/a/metrics.jsonl")" = "$(losses "$tmp/b/metrics.jsonl")" ] \
-  || { echo "FAIL: resumed losses differ"; exit 1; }
+# Losses of steps 3 and 4, as written with 17 significant digits; two finite ones each, so
+# that a format change (no match in either file) cannot pass as equal.
+losses() { grep -o '"step":[34],"loss":[0-9][^,]*' "$1" || true; }
+la=$(losses "$tmp/a/metrics.jsonl"); lb=$(losses "$tmp/b/metrics.jsonl")
+[ "$(grep -c . <<<"$la")" = 2 ] || { cat "$tmp/a/metrics.jsonl"; echo "FAIL: no losses of steps 3-4"; exit 1; }
+[ "$la" = "$lb" ] || { echo "FAIL: resumed losses differ"; exit 1; }
 # The resumed run redid steps 3-4: metrics.jsonl has each step once, in order.
 [ "$(grep -o '"step":[0-9]*' "$tmp/b/metrics.jsonl" | tr '\n' ' ')" = '"step":1 "step":2 "step":3 "step":4 ' ] \
   || { cat "$tmp/b/metrics.jsonl"; echo "FAIL: metrics.jsonl after a resume should hold steps 1-4 once"; exit 1; }
