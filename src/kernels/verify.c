@@ -47,6 +47,16 @@ static float *zeros(long n) {
     return xcalloc((size_t)n, sizeof(float));
 }
 
+/* The start of an output the op writes (=): not zero, so a kernel that accumulates into it,
+ * or reads it, differs from the reference. Both sides get the same start, so an element that
+ * neither writes still compares equal. */
+static float *unwritten(long n) {
+    float *x = xmalloc((size_t)n * sizeof *x);
+    for (long i = 0; i < n; i++)
+        x[i] = 7.0f;
+    return x;
+}
+
 static void verify_sdpa(Cmp *c, const SdpaOp *k, const VerifyShape *s, Rng *g) {
     const SdpaOp *r = (const SdpaOp *)op_reference(OP_SDPA);
     long nq = (long)s->B * s->T * s->H * s->E, nk = (long)s->B * s->T * s->K * s->E;
@@ -62,13 +72,13 @@ static void verify_sdpa(Cmp *c, const SdpaOp *k, const VerifyShape *s, Rng *g) {
                                               : t < (2 * s->T) / 3 + 5 ? 1
                                                                        : 2);
     }
-    float *o1 = zeros(nq), *o2 = zeros(nq), *l1 = zeros(nl), *l2 = zeros(nl);
+    float *o1 = unwritten(nq), *o2 = unwritten(nq), *l1 = unwritten(nl), *l2 = unwritten(nl);
     r->forward(o1, l1, q, kk, v, doc, s->B, s->T, s->H, s->K, s->E);
     k->forward(o2, l2, q, kk, v, doc, s->B, s->T, s->H, s->K, s->E);
     cmp(c, "out", o2, o1, nq);
     cmp(c, "lse", l2, l1, nl);
-    float *dq1 = zeros(nq), *dk1 = zeros(nk), *dv1 = zeros(nk);
-    float *dq2 = zeros(nq), *dk2 = zeros(nk), *dv2 = zeros(nk);
+    float *dq1 = unwritten(nq), *dk1 = unwritten(nk), *dv1 = unwritten(nk);
+    float *dq2 = unwritten(nq), *dk2 = unwritten(nk), *dv2 = unwritten(nk);
     r->backward(dq1, dk1, dv1, dout, q, kk, v, o1, l1, doc, s->B, s->T, s->H, s->K, s->E);
     /* The kernel's backward from its own forward's outputs, as in training. */
     k->backward(dq2, dk2, dv2, dout, q, kk, v, o2, l2, doc, s->B, s->T, s->H, s->K, s->E);
@@ -85,7 +95,7 @@ static void verify_rope(Cmp *c, const RopeOp *k, const VerifyShape *s, Rng *g) {
     int32_t *pos = xmalloc((size_t)N * sizeof *pos);
     for (long i = 0; i < N; i++)
         pos[i] = (int32_t)(i % s->T);
-    float *x = randn(g, n, 1.0f), *a = zeros(n), *b = zeros(n);
+    float *x = randn(g, n, 1.0f), *a = unwritten(n), *b = unwritten(n);
     r->forward(a, x, pos, N, s->H, s->E, s->theta);
     k->forward(b, x, pos, N, s->H, s->E, s->theta);
     cmp(c, "out", b, a, n);
@@ -106,8 +116,9 @@ static void verify_swiglu(Cmp *c, const SwigluOp *k, const VerifyShape *s, Rng *
     float *o[2], *h1[2], *h3[2], *gg[2], *dx[2], *dw1[2], *dw3[2], *dw2[2], *s1[2], *s3[2];
     const SwigluOp *ops[2] = {r, k};
     for (int i = 0; i < 2; i++) {
-        o[i] = zeros(N * D), h1[i] = zeros(N * F), h3[i] = zeros(N * F), gg[i] = zeros(N * F);
-        dx[i] = zeros(N * D), dw1[i] = copy(dw0, F * D), dw3[i] = copy(dw0, F * D);
+        o[i] = unwritten(N * D), h1[i] = unwritten(N * F), h3[i] = unwritten(N * F);
+        gg[i] = unwritten(N * F), dx[i] = unwritten(N * D);
+        dw1[i] = copy(dw0, F * D), dw3[i] = copy(dw0, F * D);
         dw2[i] = copy(dw0, D * F), s1[i] = zeros(N * F), s3[i] = zeros(N * F);
         ops[i]->forward(o[i], h1[i], h3[i], gg[i], x, w1, w3, w2, N, (int)D, (int)F);
         ops[i]->backward(dx[i], dw1[i], dw3[i], dw2[i], s1[i], s3[i], dout, x, h1[i], h3[i], gg[i],
@@ -133,7 +144,7 @@ static void verify_rmsnorm(Cmp *c, const RmsnormOp *k, const VerifyShape *s, Rng
     float *o[2], *rs[2], *dx[2], *dw[2];
     const RmsnormOp *ops[2] = {r, k};
     for (int i = 0; i < 2; i++) {
-        o[i] = zeros(n), rs[i] = zeros(R), dx[i] = zeros(n), dw[i] = copy(dw0, C);
+        o[i] = unwritten(n), rs[i] = unwritten(R), dx[i] = unwritten(n), dw[i] = copy(dw0, C);
         ops[i]->forward(o[i], rs[i], x, w, R, (int)C, eps);
         ops[i]->backward(dx[i], dw[i], dout, x, w, rs[i], R, (int)C);
     }
@@ -180,7 +191,8 @@ static void verify_loss(Cmp *c, const LmHeadLossOp *k, const VerifyShape *s, Rng
     double sum[2];
     const LmHeadLossOp *ops[2] = {r, k};
     for (int i = 0; i < 2; i++) {
-        ls[i] = zeros(N), lse[i] = zeros(N), dx[i] = zeros(N * D), dw[i] = copy(dw0, V * D);
+        ls[i] = unwritten(N), lse[i] = unwritten(N), dx[i] = unwritten(N * D);
+        dw[i] = copy(dw0, V * D);
         ws[i] = zeros(ops[i]->workspace_floats(N, (int)V));
         sum[i] = ops[i]->forward(ls[i], lse[i], ws[i], x, w, tg, proj, N, (int)D, (int)V);
         ops[i]->backward(dx[i], dw[i], ws[i], x, w, tg, lse[i], proj, N, (int)D, (int)V, 0.01f);
@@ -225,7 +237,7 @@ static void verify_experts(Cmp *c, const MoeExpertsOp *k, const VerifyShape *s, 
         sc[i] = zeros(moe_experts_scratch_floats(N, (int)kk, (int)D, (int)F));
         in[i] = xcalloc((size_t)moe_experts_saved_ints(N, (int)kk, (int)X), sizeof(int32_t));
         moe_experts_bufs_place(&b, sv[i], in[i], sc[i], N, (int)kk, (int)D, (int)F, (int)X);
-        o[i] = zeros(N * D), dx[i] = zeros(N * D), dgw[i] = zeros(N * kk);
+        o[i] = unwritten(N * D), dx[i] = unwritten(N * D), dgw[i] = unwritten(N * kk);
         dw1[i] = copy(dw0, X * F * D), dw3[i] = copy(dw0, X * F * D), dw2[i] = copy(dw0, X * D * F);
         ops[i]->forward(o[i], &b, x, idx, gw, w1, w3, w2, N, (int)kk, (int)D, (int)F, (int)X);
         ops[i]->backward(dx[i], dgw[i], dw1[i], dw3[i], dw2[i], &b, dout, x, idx, gw, w1, w3, w2, N,

@@ -1,6 +1,7 @@
 /* The kernel check behind `qtitan verify-kernels`: one registered implementation against its
  * op kind's reference on seeded random fp32 inputs of one shape, forward and every backward
- * output (parameter gradients accumulate onto a non-zero start, so += is checked too). */
+ * output (parameter gradients accumulate onto a non-zero start, so += is checked too, and
+ * written outputs start non-zero, so a kernel that accumulates into one fails). */
 #ifndef QT_KERNELS_VERIFY_H
 #define QT_KERNELS_VERIFY_H
 
