@@ -23,8 +23,8 @@ static void cmp(Cmp *c, const char *name, const float *got, const float *ref, lo
         double d = fabs((double)got[i] - ref[i]), a = fabs((double)ref[i]);
         double rel = d / (a > 1e-6 ? a : 1e-6);
         if (!(d <= c->ta || d <= c->tr * a)) r->ok = 0; /* NaN fails too */
-        if (!(d <= r->max_abs)) r->max_abs = d;
-        if (!(rel <= r->max_rel)) r->max_rel = rel;
+        if (isnan(d) || d > r->max_abs) r->max_abs = d; /* a NaN sticks in the report */
+        if (isnan(rel) || rel > r->max_rel) r->max_rel = rel;
     }
     r->n_checked += n;
     size_t len = strlen(r->outputs);
