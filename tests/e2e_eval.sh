@@ -19,6 +19,7 @@ for dir in "$FIX"/*/; do
     awk -v a="$got" -v b="$want" 'BEGIN { d = (a - b) / b; if (d < 0) d = -d; exit !(d <= 1e-6) }' ||
         fail "$name: loss $got, HF $want"
     echo "$name: loss $got (HF $want)"
+    # Only present here; test_parity compares the dumped logits with HF's.
     [ -s "$TMP/$name.safetensors" ] || fail "$name: --dump-logits wrote nothing"
     n=$((n + 1))
 done

@@ -3,7 +3,8 @@
  * forward and backward on its token lines, and compare logits, loss and every parameter
  * gradient with the values HF computed. Lines of equal length run as one batch; every
  * fixture also runs with all lines packed into one row (document mask, positions restarting
- * at 0), which must match HF running the lines separately. The measured errors are printed. */
+ * at 0), which must match HF running the lines separately. The measured errors are printed.
+ * `qtitan eval --dump-logits` (QT_BINARY) on each fixture writes HF's logits too. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/fs.h"
 #include "core/json.h"
@@ -200,7 +202,77 @@ static void test_parity(void **state) {
     assert_true(checked >= 4);
 }
 
+/* Max abs difference / max |logit| between the logits.L tensors of two files, over every line;
+ * a NaN or a missing or misshaped tensor gives NaN. */
+static double logits_err(const StFile *got, const StFile *want, int lines) {
+    double worst = 0;
+    for (int l = 0; l < lines; l++) {
+        char name[32];
+        snprintf(name, sizeof name, "logits.%d", l);
+        const StTensor *g = st_find(got, name), *w = st_find(want, name);
+        assert_non_null(w);
+        if (!g || g->numel != w->numel) return NAN;
+        float *a = malloc((size_t)g->numel * sizeof(float)),
+              *b = malloc((size_t)w->numel * sizeof(float));
+        st_to_f32(g, a);
+        st_to_f32(w, b);
+        double maxabs = 0, maxdiff = 0;
+        for (long i = 0; i < w->numel; i++) {
+            maxabs = fmax(maxabs, fabs(b[i]));
+            double d = fabs((double)a[i] - b[i]);
+            if (isnan(d) || d > maxdiff) maxdiff = d;
+        }
+        double r = maxdiff / maxabs;
+        if (isnan(r) || r > worst) worst = r;
+        free(a), free(b);
+    }
+    return worst;
+}
+
+static void test_eval_dump_logits(void **state) {
+    (void)state;
+    const char *src = getenv("QT_SOURCE_DIR"), *bin = getenv("QT_BINARY");
+    assert_non_null(src);
+    assert_non_null(bin);
+    char root[4096], tmp[] = "/tmp/qt_parity_dump_XXXXXX";
+    snprintf(root, sizeof root, "%s/tests/fixtures/parity", src);
+    assert_non_null(mkdtemp(tmp));
+    struct dirent **names;
+    int n = scandir(root, &names, NULL, alphasort), checked = 0;
+    assert_true(n > 0);
+    for (int f = 0; f < n; f++) {
+        if (names[f]->d_name[0] != '.') {
+            char *dir = fs_join(root, names[f]->d_name), *out = fs_join(tmp, "logits.safetensors");
+            char *want = fs_join(dir, "expected.safetensors"), cmd[16384];
+            snprintf(
+                cmd, sizeof cmd,
+                "'%s' eval --model '%s' --tokens '%s/tokens.txt' --dump-logits '%s' >/dev/null",
+                bin, dir, dir, out);
+            assert_int_equal(system(cmd), 0);
+            Err err;
+            StFile g, w;
+            if (st_open(&g, out, &err) || st_open(&w, want, &err)) fail_msg("%s", err.msg);
+            TokenLines tl;
+            char *tokens = fs_join(dir, "tokens.txt");
+            assert_int_equal(token_lines_read(&tl, tokens, 1 << 30, 1 << 20, &err), 0);
+            double e = logits_err(&g, &w, tl.n);
+            printf("%-20s qtitan eval --dump-logits: logits %.2e\n", names[f]->d_name, e);
+            assert_true(e <= TOL_LOGITS);
+            checked++;
+            token_lines_free(&tl);
+            st_close(&g), st_close(&w);
+            unlink(out);
+            free(dir), free(out), free(want), free(tokens);
+        }
+        free(names[f]);
+    }
+    free(names);
+    rmdir(tmp);
+    assert_true(checked >= 4);
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_parity)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_parity),
+                                       cmocka_unit_test(test_eval_dump_logits)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
