@@ -12,8 +12,6 @@ int cmd_export(int argc, char **argv);
 int cmd_verify_kernels(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 
-/* Shared by commands: prints "qtitan NAME: not built yet" and returns 2. */
-int cmd_not_built(const char *name);
 /* 1 when argv holds -h or --help. */
 int cmd_wants_help(int argc, char **argv);
 

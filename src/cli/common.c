@@ -1,13 +1,7 @@
 /* Helpers shared by the command entry points. */
 #include "cli/commands.h"
 
-#include <stdio.h>
 #include <string.h>
-
-int cmd_not_built(const char *name) {
-    fprintf(stderr, "error: qtitan %s is not built yet in this version\n", name);
-    return 2;
-}
 
 int cmd_wants_help(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
