@@ -398,6 +398,14 @@ static void test_model_field_text(void **state) {
     assert_string_equal(c.model.fields[3].value, "false");
     assert_string_equal(c.model.fields[4].value, "0.001");
     config_free(&c);
+    /* A boolean model field alone means true, like a boolean key, also before another option. */
+    char *argv2[] = {"--model.tie_embeddings", "--training.steps=3", "--model.norm_topk_prob"};
+    load_ok(&c, "", 3, argv2);
+    assert_int_equal(c.model.n_fields, 2);
+    assert_string_equal(c.model.fields[0].value, "true");
+    assert_string_equal(c.model.fields[1].value, "true");
+    assert_int_equal(c.training.steps, 3);
+    config_free(&c);
 }
 
 static void test_overrides(void **state) {
