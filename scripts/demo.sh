@@ -8,7 +8,7 @@
 #   4. reload the export with qtitan eval on the held-out documents and check that its loss is
 #      close to the final training loss (within DEMO_TOLERANCE, 10% by default, relative) and
 #      far below ln(512) = 6.24, the loss of a uniform guess.
-# Environment: DEMO_STEPS (default: the config's 150), DEMO_DIR (default runs/demo),
+# Environment: DEMO_STEPS (default: the config's 120), DEMO_DIR (default runs/demo),
 # QT_BINARY (default build/qtitan). A rerun starts over in DEMO_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."

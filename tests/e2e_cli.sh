@@ -40,6 +40,10 @@ for c in $commands; do
         head -1 "$tmp/${n}_help.out" | grep -q "^usage: qtitan $c" ||
             qa_fail "${n}_help" "stdout does not start with 'usage: qtitan $c'"
         [ -s "$tmp/${n}_help.err" ] && qa_fail "${n}_help" "--help wrote to stderr"
+        # A page the help points to is in the repository.
+        for page in $(grep -oE '[A-Za-z_/]+\.md' "$tmp/${n}_help.out"); do
+            [ -f "$src/$page" ] || qa_fail "${n}_help" "points to $page, which is not in the repository"
+        done
     fi
     qa_run "${n}_h" 0 "$c" -h
     qa_expect_error "${n}_unknown" 2 "--no-such-option" "$c" --no-such-option

@@ -2,7 +2,8 @@
 # qtitan train end to end with a tiny mixture-of-experts model on the C4 sample: every step
 # logs the MoE load figures to metrics.jsonl, checkpoints hold each layer's expert_bias, and a
 # run resumed from its step-2 checkpoint ends with bitwise the same losses, parameters
-# (expert_bias included) and optimizer state as a run that never stopped.
+# (expert_bias included) and optimizer state as a run that never stopped. qtitan eval loads the
+# run's HF export.
 set -euo pipefail
 shared=${QT_SHARED_DIR:-}
 tok=$shared/tokenizers/qwen3
@@ -29,6 +30,11 @@ train "$tmp/a" >"$tmp/a.log"
 grep -q '"moe_tokens_max":' "$tmp/a/metrics.jsonl" || { echo "FAIL: no moe_tokens_max"; exit 1; }
 grep -aq 'layers.1.moe.expert_bias' "$tmp/a/checkpoint/step-4/model.safetensors" \
   || { echo "FAIL: the checkpoint lacks expert_bias"; exit 1; }
+# qtitan eval takes the MoE export as it takes a dense one (its --help says so).
+"$QT_BINARY" export --checkpoint "$tmp/a/checkpoint" --out "$tmp/hf" >/dev/null 2>&1
+echo "1 2 3 4 5 6 7 8" >"$tmp/ids"
+"$QT_BINARY" eval --model "$tmp/hf" --tokens "$tmp/ids" 2>/dev/null | grep -q '^loss: [0-9]' \
+  || { echo "FAIL: qtitan eval of the MoE export"; exit 1; }
 
 train "$tmp/b" >"$tmp/b1.log"
 rm -rf "$tmp/b/checkpoint/step-4"

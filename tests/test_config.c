@@ -1,7 +1,8 @@
 /* Unit tests for the job config: defaults, file + command-line precedence, suggestion and
  * type/range/enum errors with file:line, model field replacements and [[override]] entries
- * kept with their lines, dataset path resolution, the dump round trip, and every
- * configs/ TOML file in the repository loading cleanly. */
+ * kept with their lines, dataset path resolution, the dump round trip, every
+ * configs/ TOML file in the repository loading cleanly, and docs/config.md listing every key
+ * with the code's default. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "core/config.h"
+#include "core/fs.h"
 
 /* Writes text to a fresh temporary file; path must hold 64 bytes. */
 static void write_tmp(char *path, const char *text) {
@@ -398,6 +400,14 @@ static void test_model_field_text(void **state) {
     assert_string_equal(c.model.fields[3].value, "false");
     assert_string_equal(c.model.fields[4].value, "0.001");
     config_free(&c);
+    /* A boolean model field alone means true, like a boolean key, also before another option. */
+    char *argv2[] = {"--model.tie_embeddings", "--training.steps=3", "--model.norm_topk_prob"};
+    load_ok(&c, "", 3, argv2);
+    assert_int_equal(c.model.n_fields, 2);
+    assert_string_equal(c.model.fields[0].value, "true");
+    assert_string_equal(c.model.fields[1].value, "true");
+    assert_int_equal(c.training.steps, 3);
+    config_free(&c);
 }
 
 static void test_overrides(void **state) {
@@ -562,6 +572,67 @@ static void test_repo_configs(void **state) {
     globfree(&g);
 }
 
+/* docs/config.md has a row for every key with the default config_init gives it, and one for
+ * every model field, so the reference cannot drift from the code. */
+static void test_docs_list_every_key(void **state) {
+    (void)state;
+    const char *src = getenv("QT_SOURCE_DIR");
+    if (!src) skip();
+    char path[1024];
+    snprintf(path, sizeof path, "%s/docs/config.md", src);
+    char *doc;
+    size_t doc_len;
+    Err err = {{0}};
+    if (fs_read_all(path, &doc, &doc_len, &err) != 0) fail_msg("%s", err.msg);
+    JobConfig c;
+    config_init(&c);
+    char *dump = NULL;
+    size_t dump_len = 0;
+    FILE *f = open_memstream(&dump, &dump_len);
+    assert_non_null(f);
+    config_dump(&c, f);
+    fclose(f);
+    char section[64] = "", row[160];
+    int keys = 0;
+    char *save;
+    for (char *line = strtok_r(dump, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char key[64], value[256];
+        if (sscanf(line, "[%63[^]]", section) == 1) continue;
+        if (sscanf(line, "%63s = %255[^\n]", key, value) != 2) continue;
+        snprintf(row, sizeof row, "| `%s.%s` | ", section, key);
+        const char *r = strstr(doc, row);
+        if (!r) fail_msg("docs/config.md has no row for %s.%s", section, key);
+        /* The default is the first code span after the type cell, on the same line. */
+        const char *cell = strstr(r + strlen(row), "| `");
+        const char *eol = strchr(r, '\n');
+        if (!cell || (eol && cell > eol))
+            fail_msg("docs/config.md: %s.%s has no default", section, key);
+        cell += 3;
+        const char *end = strchr(cell, '`');
+        char shown[256];
+        snprintf(shown, sizeof shown, "%.*s", (int)(end - cell), cell);
+        int same = strcmp(shown, value) == 0;
+        if (!same) {
+            char *e1, *e2;
+            double a = strtod(shown, &e1), b = strtod(value, &e2);
+            same = e1 != shown && !*e1 && e2 != value && !*e2 && a == b;
+        }
+        if (!same)
+            fail_msg("docs/config.md gives %s.%s the default %s; config_init gives %s", section,
+                     key, shown, value);
+        keys++;
+    }
+    assert_true(keys >= 40);
+    for (int i = 0; i < MODEL_SPEC_NFIELDS; i++) {
+        snprintf(row, sizeof row, "| `%s` | ", MODEL_SPEC_FIELDS[i]);
+        if (!strstr(doc, row))
+            fail_msg("docs/config.md has no row for model field %s", MODEL_SPEC_FIELDS[i]);
+    }
+    free(dump);
+    free(doc);
+    config_free(&c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),          cmocka_unit_test(test_file_values),
@@ -570,7 +641,7 @@ int main(void) {
         cmocka_unit_test(test_model_fields),      cmocka_unit_test(test_model_field_text),
         cmocka_unit_test(test_overrides),         cmocka_unit_test(test_dataset_path),
         cmocka_unit_test(test_derived),           cmocka_unit_test(test_dump_roundtrip),
-        cmocka_unit_test(test_repo_configs),
+        cmocka_unit_test(test_repo_configs),      cmocka_unit_test(test_docs_list_every_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

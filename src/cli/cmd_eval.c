@@ -21,7 +21,8 @@ static const char *USAGE =
     "\n"
     "Prints `loss: X`, the mean next-token cross-entropy over all predicted positions of all\n"
     "lines of FILE (one sequence of whitespace-separated token ids per line), for the\n"
-    "Qwen3ForCausalLM checkpoint in HFDIR (config.json + safetensors) in fp32.\n"
+    "Qwen3ForCausalLM or Qwen3MoeForCausalLM checkpoint in HFDIR (config.json +\n"
+    "safetensors) in fp32.\n"
     "--dump-logits writes each line's logits as F32 logits.0, logits.1, ... (len, vocab).\n";
 
 typedef struct EvalArgs {

@@ -12,8 +12,9 @@ int cmd_train(int argc, char **argv) {
     if (cmd_wants_help(argc, argv)) {
         printf("usage: qtitan train --config FILE.toml [--section.key=value ...]\n"
                "       mpirun -np N qtitan train --config FILE.toml [...]\n\n"
-               "Trains a Qwen3 model as the job config describes (DESIGN.md section 6); under\n"
-               "mpirun on the device mesh of [parallelism] (docs/distributed.md).\n");
+               "Trains a Qwen3 model as the job config describes (keys and defaults:\n"
+               "docs/config.md); under mpirun on the device mesh of [parallelism]\n"
+               "(docs/distributed.md).\n");
         return 0;
     }
     Comm *world;

@@ -584,9 +584,12 @@ int config_load(JobConfig *cfg, const char *path, int argc, char **argv, Err *er
             char section[128];
             snprintf(section, sizeof section, "%.*s", (int)(dot - name), name);
             const KeyDesc *d = find_key(section, dot + 1);
+            /* Boolean model fields (--model.tie_embeddings) stand alone like boolean keys. */
+            int is_bool = (d && d->kind == K_BOOL) || (!d && strcmp(section, "model") == 0 &&
+                                                       model_spec_field_is_bool(dot + 1));
             int next_is_option = i + 1 < argc && strncmp(argv[i + 1], "--", 2) == 0 &&
                                  !(argv[i + 1][2] >= '0' && argv[i + 1][2] <= '9');
-            if (d && d->kind == K_BOOL && (i + 1 >= argc || next_is_option)) {
+            if (is_bool && (i + 1 >= argc || next_is_option)) {
                 value = "true";
             } else if (i + 1 >= argc) {
                 err_set(err, "command line: %s needs a value", a);

@@ -171,6 +171,12 @@ int model_spec_set_field(ModelSpec *spec, const char *field, const char *value, 
     return err_set(err, "model field %s has no parser", field);
 }
 
+int model_spec_field_is_bool(const char *field) {
+    for (int i = 0; i < NFIELDS; i++)
+        if (strcmp(FIELDS[i].name, field) == 0) return FIELDS[i].kind == F_BOOL;
+    return 0;
+}
+
 int model_spec_layer_is_moe(const ModelSpec *spec, int layer) {
     if (spec->num_experts <= 0 || layer < 0 || layer >= QT_MAX_LAYERS) return 0;
     if (spec->mlp_only_layers[layer]) return 0;

@@ -39,6 +39,8 @@ int model_spec_flavor(ModelSpec *spec, const char *flavor, Err *err);
 /* Replaces one field by its torchtitan name ("n_layers", "num_experts", "top_k", ...) from the
  * value's text; an unknown field is an error suggesting the nearest name. */
 int model_spec_set_field(ModelSpec *spec, const char *field, const char *value, Err *err);
+/* 1 when field names a boolean field (tie_embeddings, norm_topk_prob), 0 otherwise. */
+int model_spec_field_is_bool(const char *field);
 /* Checks internal consistency (heads divisible, top_k <= num_experts, ...). */
 int model_spec_validate(const ModelSpec *spec, Err *err);
 /* 1 when layer i uses the MoE block. */
