@@ -176,6 +176,8 @@ toml float_for_int '[training]\nseq_len = 1.5\n'
 toml negative_steps '[training]\nsteps = -1\n'
 toml bad_enum '[lr_scheduler]\ndecay_type = "exponential"\n'
 toml table_as_value 'training = 3\n'
+toml empty_dump_folder '[job]\ndump_folder = ""\n'
+toml abs_ckpt_folder '[checkpoint]\nfolder = "/tmp/ckpt"\n'
 printf '[job]\ndescription = %s\n' "$(printf '%*s' 100000 '' | tr ' ' '[')" >"$T/deep_array.toml"
 printf '[job]\ndescription = %s\n' "$(printf '%*s' 100000 '' | sed 's/ /{a=/g')" >"$T/deep_table.toml"
 
@@ -324,6 +326,8 @@ run_all() {
     bad_toml negative_steps "training.steps"
     bad_toml bad_enum "lr_scheduler.decay_type" "exponential"
     bad_toml table_as_value "training"
+    bad_toml empty_dump_folder ":2:" "job.dump_folder"
+    bad_toml abs_ckpt_folder ":2:" "checkpoint.folder" "/tmp/ckpt"
     bad_toml deep_array ""
     bad_toml deep_table ""
 

@@ -72,6 +72,20 @@ qa_expect_error export_nockpt 2 "--checkpoint" export --out "$tmp/hf"
 qa_expect_error export_noval 2 "--out" export --checkpoint "$tmp" --out
 qa_expect_error verify_noval 2 "--config" verify-kernels --config
 qa_expect_error plan_noval 2 "--config" plan --config
+qa_expect_error train_twoconfigs 2 "--config is given twice" train --config "$nope.toml" \
+    --config="$nope.toml"
+# Option values must be whole numbers in range, and special tokens distinct and non-empty.
+qa_expect_error toktrain_vocab_suffix 2 "--vocab-size|300x" tokenizer-train \
+    --input "$tmp/corpus.txt" --vocab-size 300x --output "$tmp/t"
+qa_expect_error toktrain_vocab_zero 2 "--vocab-size|\"0\"" tokenizer-train \
+    --input "$tmp/corpus.txt" --vocab-size 0 --output "$tmp/t"
+qa_expect_error toktrain_minfreq 2 "--min-frequency|-1" tokenizer-train \
+    --input "$tmp/corpus.txt" --vocab-size 300 --min-frequency -1 --output "$tmp/t"
+qa_expect_error toktrain_empty_special 2 "--special" tokenizer-train --input "$tmp/corpus.txt" \
+    --vocab-size 300 --special "" --output "$tmp/t"
+qa_expect_error toktrain_dup_special 2 '--special "<a>" is given twice' tokenizer-train \
+    --input "$tmp/corpus.txt" --vocab-size 300 --special "<a>" --special "<a>" --output "$tmp/t"
+[ -e "$tmp/t" ] && qa_fail toktrain_rejected "a rejected tokenizer-train wrote $tmp/t"
 
 # Input files that do not exist, or are directories: one sentence naming the path.
 qa_expect_error train_nofile fail "$nope.toml" train --config "$nope.toml"
@@ -86,6 +100,10 @@ qa_expect_error toktrain_noinput fail "$nope.txt" tokenizer-train --input "$nope
     --output "$tmp/t"
 qa_expect_error inspect_nofile fail "$nope.safetensors" inspect "$nope.safetensors"
 qa_expect_error export_nofile fail "$nope" export --checkpoint "$nope" --out "$tmp/hf"
+# A --tokenizer directory without tokenizer.json once gave an HF directory with no tokenizer.
+mkdir "$tmp/notok"
+qa_expect_error export_notokjson fail "$tmp/notok|tokenizer.json" export --checkpoint "$nope" \
+    --out "$tmp/hf" --tokenizer "$tmp/notok"
 qa_expect_error verify_nofile fail "$nope.toml" verify-kernels --config "$nope.toml"
 qa_expect_error plan_nofile fail "$nope.toml" plan --config "$nope.toml"
 

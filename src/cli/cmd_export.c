@@ -80,6 +80,17 @@ int cmd_export(int argc, char **argv) {
             fprintf(stderr, "error: %s\n", err.msg);
         return rc == 0 ? 0 : 1;
     }
+    if (tok && fs_is_dir(tok)) {
+        /* Files are copied from the directory when present: without this check a wrong
+         * directory gives an HF model with no tokenizer and no error. */
+        char *json = fs_join(tok, "tokenizer.json");
+        int found = fs_exists(json);
+        free(json);
+        if (!found) {
+            fprintf(stderr, "error: --tokenizer %s: the directory has no tokenizer.json\n", tok);
+            return 1;
+        }
+    }
     char *state = fs_join(ckpt, "train_state.json");
     char *step_dir = NULL;
     int rc = 0;

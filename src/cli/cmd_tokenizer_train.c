@@ -2,7 +2,9 @@
  * files and writes tokenizer.json + tokenizer_config.json into a directory. */
 #include "cli/commands.h"
 
+#include <errno.h>
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +63,37 @@ static int add_file(BpeTrainer *tr, const char *path, Err *err) {
     return rc;
 }
 
+/* An option's integer in [lo, hi]: the whole text must be the number, so "300x" is not 300. */
+static int parse_int_option(const char *opt, const char *text, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (end == text || *end || errno == ERANGE || v < lo || v > hi) {
+        fprintf(stderr, "error: %s expects an integer in [%ld, %ld], got \"%s\"\n", opt, lo, hi,
+                text);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A special token becomes an added token of its own id: an empty one matches nothing (and
+ * tokenizer.json loaders reject it), a repeated one would get two ids for one string. */
+static int check_special(const char *const *special, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (!special[i][0]) {
+            fprintf(stderr, "error: --special needs a non-empty token\n");
+            return -1;
+        }
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(special[i], special[j]) == 0) {
+                fprintf(stderr, "error: --special \"%s\" is given twice\n", special[i]);
+                return -1;
+            }
+    }
+    return 0;
+}
+
 int cmd_tokenizer_train(int argc, char **argv) {
     if (cmd_wants_help(argc, argv)) {
         usage(stdout);
@@ -71,7 +104,8 @@ int cmd_tokenizer_train(int argc, char **argv) {
     long vocab = 0, minf = 2;
     char *lists[256];
     size_t n_lists = 0;
-    for (int i = 1; i < argc; i++) {
+    int status = 0;
+    for (int i = 1; i < argc && status == 0; i++) {
         const char *a = argv[i];
         int has = i + 1 < argc;
         if (strcmp(a, "--input") == 0 && has && n_lists < 256) {
@@ -79,9 +113,9 @@ int cmd_tokenizer_train(int argc, char **argv) {
             for (char *tok = strtok(copy, ","); tok && n_in < 256; tok = strtok(NULL, ","))
                 inputs[n_in++] = tok;
         } else if (strcmp(a, "--vocab-size") == 0 && has) {
-            vocab = strtol(argv[++i], NULL, 10);
+            if (parse_int_option(a, argv[++i], 1, 1 << 24, &vocab) != 0) status = 2;
         } else if (strcmp(a, "--min-frequency") == 0 && has) {
-            minf = strtol(argv[++i], NULL, 10);
+            if (parse_int_option(a, argv[++i], 0, UINT32_MAX, &minf) != 0) status = 2;
         } else if (strcmp(a, "--special") == 0 && has && n_special < 64) {
             special[n_special++] = argv[++i];
         } else if (strcmp(a, "--output") == 0 && has) {
@@ -96,12 +130,12 @@ int cmd_tokenizer_train(int argc, char **argv) {
             return 2;
         }
     }
-    int status = 0;
-    if (n_in == 0 || !out || vocab < 1 || vocab > (1 << 24) || minf < 0) {
+    if (status == 0 && (n_in == 0 || !out || vocab == 0)) {
         fprintf(stderr, "error: --input, --output and --vocab-size (1..2^24) are required (see "
                         "qtitan tokenizer-train --help)\n");
         status = 2;
     }
+    if (status == 0 && check_special(special, n_special) != 0) status = 2;
     if (n_special == 0) {
         special[n_special++] = "<|endoftext|>";
         special[n_special++] = "<|im_start|>";

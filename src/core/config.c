@@ -247,6 +247,17 @@ static int set_key(JobConfig *cfg, const KeyDesc *d, const TomlValue *v, const c
             ModelSpec scratch;
             if (model_spec_flavor(&scratch, v->s, err) != 0) return err_wrap(err, "%s", where);
         }
+        /* An empty dump folder fails later with a message that names no path; an absolute
+         * checkpoint folder would silently land in "{dump_folder}/abs", as the two are always
+         * joined. */
+        if (d->off == OFF(job.dump_folder) && !v->s[0])
+            return err_set(err, "%s: job.dump_folder = \"\" is empty; expected a directory path",
+                           where);
+        if (d->off == OFF(checkpoint.folder) && v->s[0] == '/')
+            return err_set(err,
+                           "%s: checkpoint.folder = %s is an absolute path; expected a folder "
+                           "relative to job.dump_folder (move the run with job.dump_folder)",
+                           where, shown);
         set_str((char **)field, v->s);
         return 0;
     case K_BOOL:
@@ -537,18 +548,31 @@ static int check_local(const JobConfig *c, Err *err) {
 
 int config_load(JobConfig *cfg, const char *path, int argc, char **argv, Err *err) {
     config_init(cfg);
-    /* The file first, wherever --config appears, so the command line always wins. */
-    for (int i = 0; i < argc && !path; i++) {
+    /* The file first, wherever --config appears, so the command line always wins. A second
+     * --config is an error: only one file is read, and the other would be silently ignored. */
+    const char *from_argv = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *file = NULL;
         if (strcmp(argv[i], "--config") == 0) {
             if (i + 1 >= argc) {
                 err_set(err, "command line: --config needs a file name");
                 goto fail;
             }
-            path = argv[i + 1];
+            file = argv[++i];
         } else if (strncmp(argv[i], "--config=", 9) == 0) {
-            path = argv[i] + 9;
+            file = argv[i] + 9;
         }
+        if (!file) continue;
+        if (from_argv) {
+            err_set(
+                err,
+                "command line: --config is given twice (%s, then %s); a run reads one config file",
+                from_argv, file);
+            goto fail;
+        }
+        from_argv = file;
     }
+    if (!path) path = from_argv;
     if (path) {
         char *text;
         size_t len;
