@@ -33,6 +33,15 @@ cmp -s "$tmp/t1.txt" "$tmp/t3.txt" || fail "--threads 3 output differs"
 "$bin" tokenize --tokenizer "$tok" --decode --input "$tmp/t1.txt" --threads 2 >"$tmp/back.jsonl"
 sed 's/^{"text": /{"text":/' "$tmp/many.jsonl" | cmp -s - "$tmp/back.jsonl" || fail "round trip differs"
 
+# A UTF-8 byte order mark before line 1 is skipped, as training's dataset reader does: same ids
+# as without it, and tokenizer-train reads the file too.
+printf '\357\273\277' | cat - "$tmp/in.jsonl" >"$tmp/bom.jsonl"
+"$bin" tokenize --tokenizer "$tok" --input "$tmp/bom.jsonl" --output "$tmp/bom_ids.txt" ||
+  fail "a byte order mark before line 1 was rejected"
+cmp -s "$tmp/ids.txt" "$tmp/bom_ids.txt" || fail "a byte order mark changed the ids"
+"$bin" tokenizer-train --input "$tmp/bom.jsonl" --vocab-size 300 --output "$tmp/bom_tok" 2>"$tmp/err" ||
+  fail "tokenizer-train rejected a byte order mark: $(cat "$tmp/err")"
+
 # Errors name file:line and exit non-zero.
 printf '{"text": "ok"}\nnot json\n' >"$tmp/bad1.jsonl"
 if "$bin" tokenize --tokenizer "$tok" --input "$tmp/bad1.jsonl" >/dev/null 2>"$tmp/err"; then fail "bad JSON accepted"; fi

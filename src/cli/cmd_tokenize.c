@@ -216,16 +216,19 @@ int cmd_tokenize(int argc, char **argv) {
             size_t len = (size_t)r;
             while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
                 len--;
-            size_t k = 0;
+            /* As in training's dataset reader: a UTF-8 byte order mark, which some editors
+             * write, is not part of line 1. */
+            size_t bom = lineno == 1 && len >= 3 && memcmp(line, "\xef\xbb\xbf", 3) == 0 ? 3 : 0;
+            size_t k = bom;
             while (k < len && (line[k] == ' ' || line[k] == '\t'))
                 k++;
             if (k == len && !decode) continue;
             Job *j = &jobs[n++];
             memset(j, 0, sizeof *j);
-            j->line = xmalloc(len + 1);
-            memcpy(j->line, line, len);
-            j->line[len] = 0;
-            j->len = len;
+            j->len = len - bom;
+            j->line = xmalloc(j->len + 1);
+            memcpy(j->line, line + bom, j->len);
+            j->line[j->len] = 0;
             j->lineno = lineno;
         }
         if (ferror(in)) {
