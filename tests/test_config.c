@@ -401,6 +401,32 @@ static void test_model_fields(void **state) {
     config_free(&c);
 }
 
+/* Values that parse but make an invalid model are reported where a field the message names
+ * was set ("dim" must not match "head_dim"). */
+static void test_model_validation_origin(void **state) {
+    (void)state;
+    JobConfig c;
+    char *argv[] = {"--model.n_kv_heads=3"};
+    load_ok(&c, "[model]\nhead_dim = 7\ndim = 32\n", 0, NULL);
+    ModelSpec spec;
+    Err err = {{0}};
+    assert_int_equal(model_spec_flavor(&spec, c.model.flavor, &err), 0);
+    assert_int_equal(config_apply_model_fields(&spec, &c, &err), 0);
+    assert_int_equal(config_validate_model(&spec, &c, &err), -1);
+    char want[256];
+    snprintf(want, sizeof want, "%s:2: model head_dim = 7 must be even (RoPE rotates pairs)",
+             c.path);
+    assert_string_equal(err.msg, want);
+    config_free(&c);
+    load_ok(&c, "[model]\nn_heads = 8\n", 1, argv);
+    assert_int_equal(model_spec_flavor(&spec, c.model.flavor, &err), 0);
+    assert_int_equal(config_apply_model_fields(&spec, &c, &err), 0);
+    assert_int_equal(config_validate_model(&spec, &c, &err), -1);
+    assert_string_equal(err.msg, "command line: model n_heads = 8 is not a multiple of "
+                                 "n_kv_heads = 3");
+    config_free(&c);
+}
+
 static void test_model_field_text(void **state) {
     (void)state;
     /* Floats keep a float look and read back exactly; integers stay integers. */
@@ -649,13 +675,21 @@ static void test_docs_list_every_key(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_defaults),          cmocka_unit_test(test_file_values),
-        cmocka_unit_test(test_command_line_wins), cmocka_unit_test(test_command_line_errors),
-        cmocka_unit_test(test_unknown_names),     cmocka_unit_test(test_type_and_range_errors),
-        cmocka_unit_test(test_model_fields),      cmocka_unit_test(test_model_field_text),
-        cmocka_unit_test(test_overrides),         cmocka_unit_test(test_dataset_path),
-        cmocka_unit_test(test_derived),           cmocka_unit_test(test_dump_roundtrip),
-        cmocka_unit_test(test_repo_configs),      cmocka_unit_test(test_docs_list_every_key),
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_file_values),
+        cmocka_unit_test(test_command_line_wins),
+        cmocka_unit_test(test_command_line_errors),
+        cmocka_unit_test(test_unknown_names),
+        cmocka_unit_test(test_type_and_range_errors),
+        cmocka_unit_test(test_model_fields),
+        cmocka_unit_test(test_model_validation_origin),
+        cmocka_unit_test(test_model_field_text),
+        cmocka_unit_test(test_overrides),
+        cmocka_unit_test(test_dataset_path),
+        cmocka_unit_test(test_derived),
+        cmocka_unit_test(test_dump_roundtrip),
+        cmocka_unit_test(test_repo_configs),
+        cmocka_unit_test(test_docs_list_every_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

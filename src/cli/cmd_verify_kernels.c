@@ -142,7 +142,7 @@ static int verify_config(const char *path) {
         goto out;
     }
     if (model_spec_flavor(&spec, cfg.model.flavor, &err) ||
-        config_apply_model_fields(&spec, &cfg, &err) || model_spec_validate(&spec, &err)) {
+        config_apply_model_fields(&spec, &cfg, &err) || config_validate_model(&spec, &cfg, &err)) {
         log_error("%s", err.msg);
         goto out;
     }

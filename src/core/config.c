@@ -671,6 +671,21 @@ int config_apply_model_fields(ModelSpec *spec, const JobConfig *cfg, Err *err) {
     return 0;
 }
 
+int config_validate_model(const ModelSpec *spec, const JobConfig *cfg, Err *err) {
+    if (model_spec_validate(spec, err) == 0) return 0;
+    /* Flavors and HF config.json files are valid on their own, so a [model] field caused this;
+     * the message names it as " field = value" (a leading space: "dim" is not "head_dim"). */
+    for (int i = cfg->model.n_fields - 1; i >= 0; i--) {
+        const ModelFieldSet *m = &cfg->model.fields[i];
+        char named[80];
+        snprintf(named, sizeof named, " %s = ", m->field);
+        if (!strstr(err->msg, named)) continue;
+        if (m->line > 0) return err_wrap(err, "%s:%d", cfg->path, m->line);
+        return err_wrap(err, "command line");
+    }
+    return -1;
+}
+
 int config_grad_accum_steps(const JobConfig *cfg, int dp, int *out, Err *err) {
     int64_t per_step = (int64_t)cfg->training.local_batch_size * dp;
     if (dp < 1) return err_set(err, "data-parallel degree %d must be >= 1", dp);

@@ -141,8 +141,11 @@ int config_dataset_path(const JobConfig *cfg, char **out, Err *err);
 int config_tokenizer_path(const JobConfig *cfg, const char **out, Err *err);
 /* Applies cfg's [model] field replacements to spec in order with model_spec_set_field; an
  * error names where the field was set (file:line or the command line). The caller validates
- * the result (model_spec_validate). */
+ * the result (config_validate_model). */
 int config_apply_model_fields(ModelSpec *spec, const JobConfig *cfg, Err *err);
+/* model_spec_validate for a spec that cfg's [model] fields replaced; an error names where a
+ * field it mentions was set (file:line or the command line). */
+int config_validate_model(const ModelSpec *spec, const JobConfig *cfg, Err *err);
 /* Micro-steps per optimizer step for a data-parallel degree dp:
  * global_batch_size / (local_batch_size * dp), which must divide exactly. */
 int config_grad_accum_steps(const JobConfig *cfg, int dp, int *out, Err *err);

@@ -98,7 +98,7 @@ int train_job_spec(const JobConfig *cfg, ModelSpec *spec, HfConfigExtra *extra, 
         if (model_spec_set_field(spec, cfg->model.fields[i].field, cfg->model.fields[i].value,
                                  err) != 0)
             return err_wrap(err, "model.%s", cfg->model.fields[i].field);
-    return model_spec_validate(spec, err);
+    return config_validate_model(spec, cfg, err);
 }
 
 /* A hash of the resolved config, so a resume under another config can be told apart. */
