@@ -311,6 +311,24 @@ static void test_damaged_cache(void **state) {
     assert_non_null(strstr(err.msg, cache));
     batch_free(&b);
     dataset_close(&ds);
+    /* A directory where the cache file goes is named as such (it was "cannot map ...: No such
+     * device"), and so is a cache directory that is a file. */
+    assert_int_equal(unlink(cache), 0);
+    assert_int_equal(mkdir(cache, 0755), 0);
+    assert_int_equal(dataset_open(&ds, &o, &enc, &err), -1);
+    char want[1024];
+    snprintf(want, sizeof want, "dataset cache %s is a directory, expected a file (remove it)",
+             cache);
+    assert_string_equal(err.msg, want);
+    assert_int_equal(rmdir(cache), 0);
+    write_file("cache_is_a_file", "x");
+    DatasetOptions in_file = o;
+    char *file = path_in("cache_is_a_file");
+    in_file.cache_dir = file;
+    assert_int_equal(dataset_open(&ds, &in_file, &enc, &err), -1);
+    snprintf(want, sizeof want, "dataset cache directory: %s exists and is not a directory", file);
+    assert_string_equal(err.msg, want);
+    free(file);
     free(cache);
 }
 

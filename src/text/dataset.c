@@ -305,6 +305,10 @@ static int cache_try_open(Dataset *ds, const char *path, const DatasetEncoder *e
         close(fd);
         return -1;
     }
+    if (S_ISDIR(st.st_mode)) {
+        close(fd);
+        return err_set(err, "dataset cache %s is a directory, expected a file (remove it)", path);
+    }
     size_t size = (size_t)st.st_size;
     void *map = size ? mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0) : NULL;
     close(fd);
@@ -627,7 +631,8 @@ int dataset_open(Dataset *ds, const DatasetOptions *opt, const DatasetEncoder *e
     SourceList src = {0};
     int rc = expand_sources(&src, opt->path, err);
     if (rc == 0) rc = cache_key(&src, opt, enc, &ds->key, err);
-    if (rc == 0) rc = fs_mkdirs(ds->opt.cache_dir, err);
+    if (rc == 0 && fs_mkdirs(ds->opt.cache_dir, err) != 0)
+        rc = err_wrap(err, "dataset cache directory");
     if (rc == 0) {
         char name[32];
         snprintf(name, sizeof name, "%016llx.qtds", (unsigned long long)ds->key);
