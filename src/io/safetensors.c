@@ -36,8 +36,7 @@ static int cmp_span(const void *a, const void *b) {
     return 0;
 }
 
-/* Formats a shape as "[2, 3]" for error sentences. */
-static void shape_str(char *out, size_t cap, const int64_t *shape, int ndim) {
+void st_shape_str(char *out, size_t cap, const int64_t *shape, int ndim) {
     size_t k = (size_t)snprintf(out, cap, "[");
     for (int i = 0; i < ndim && k < cap; i++)
         k += (size_t)snprintf(out + k, cap - k, "%s%" PRId64, i ? ", " : "", shape[i]);
@@ -120,7 +119,7 @@ static int parse_tensor(StTensor *t, Span *span, const char *path, const char *n
     uint64_t need = (uint64_t)numel * esize;
     if (e - b != need) {
         char sh[256];
-        shape_str(sh, sizeof sh, t->shape, t->ndim);
+        st_shape_str(sh, sizeof sh, t->shape, t->ndim);
         return err_set(err,
                        "%s: tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64 "] span %" PRIu64
                        " bytes but shape %s of %s needs %" PRIu64,

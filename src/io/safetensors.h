@@ -40,6 +40,8 @@ typedef struct StFile {
 int st_open(StFile *f, const char *path, Err *err);
 void st_close(StFile *f);
 const StTensor *st_find(const StFile *f, const char *name);
+/* Formats a shape as "[2, 3]" for error sentences. */
+void st_shape_str(char *out, size_t cap, const int64_t *shape, int ndim);
 /* Copies a tensor into fp32 (converting BF16/F16, and integer types by value). */
 void st_to_f32(const StTensor *t, float *dst);
 

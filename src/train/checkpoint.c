@@ -506,10 +506,11 @@ static int read_tensors(const char *path, const CkptTensor *t, int n, int64_t *s
         for (int k = 0; same && k < s->ndim; k++)
             same = s->shape[k] == t[i].shape[k];
         if (!same) {
-            rc = err_set(err,
-                         "checkpoint file %s: tensor %s has dtype %s and %d dims, expected "
-                         "F32 with the model's shape (%d dims)",
-                         path, t[i].name, dtype_name(s->dtype), s->ndim, t[i].ndim);
+            char have[160], want[160];
+            st_shape_str(have, sizeof have, s->shape, s->ndim);
+            st_shape_str(want, sizeof want, t[i].shape, t[i].ndim);
+            rc = err_set(err, "checkpoint file %s: tensor %s is %s %s, the model expects F32 %s",
+                         path, t[i].name, dtype_name(s->dtype), have, want);
             break;
         }
         memcpy(t[i].data, s->data, s->nbytes);
