@@ -14,10 +14,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/fs.h"
 #include "core/rng.h"
 #include "io/hf_config.h"
+#include "io/hf_export.h"
 #include "io/hf_keys.h"
 #include "train/checkpoint.h"
 #include "train/train_hf.h"
@@ -193,6 +195,20 @@ static void test_errors(void **state) {
     char *hf = fs_join(g_dir, "hf_again");
     assert_int_equal(train_hf_export_checkpoint(c.step_dir, hf, &o, &err), 0);
     assert_int_equal(train_hf_export_checkpoint(c.step_dir, hf, &o, &err), 0);
+    /* A checkpoint also holds a config.json but is never replaced: not the step being
+     * exported (which was replaced, optimizer state and all), nor a sharded checkpoint
+     * folder. */
+    char *train_state = fs_join(c.step_dir, "train_state.json");
+    assert_int_equal(train_hf_export_checkpoint(c.step_dir, c.step_dir, &o, &err), -1);
+    assert_non_null(strstr(err.msg, "is a training checkpoint (it holds train_state.json)"));
+    assert_true(fs_exists(train_state));
+    char *latest = fs_join(hf, "latest.json");
+    assert_int_equal(fs_write_atomic(latest, "{}", 2, &err), 0);
+    assert_int_equal(hf_export_check_not_checkpoint(hf, &err), -1);
+    assert_non_null(strstr(err.msg, "(it holds latest.json)"));
+    assert_int_equal(unlink(latest), 0);
+    free(latest);
+    free(train_state);
     /* A corrupted checkpoint is refused (the export verifies checksums). */
     char *model = fs_join(c.step_dir, "model.safetensors");
     FILE *f = fopen(model, "r+b");

@@ -108,11 +108,27 @@ static int write_dir(const char *dir, const ModelSpec *spec, const float *const 
     return fs_sync_dir(dir, err);
 }
 
+int hf_export_check_not_checkpoint(const char *out_dir, Err *err) {
+    static const char *const marks[] = {"train_state.json", "latest.json"};
+    for (int i = 0; i < 2; i++) {
+        char *path = fs_join(out_dir, marks[i]);
+        int found = fs_exists(path);
+        free(path);
+        if (found)
+            return err_set(err,
+                           "%s is a training checkpoint (it holds %s), not an HF model "
+                           "directory; choose another output",
+                           out_dir, marks[i]);
+    }
+    return 0;
+}
+
 int hf_export(const char *out_dir, const ModelSpec *spec, const HfExportTensor *tensors, int n,
               const HfExportOptions *o, Err *err) {
     if (!torch_dtype_name(o->dtype))
         return err_set(err, "export dtype %s is not one of float32, bfloat16, float16",
                        dtype_name(o->dtype));
+    TRY(hf_export_check_not_checkpoint(out_dir, err));
     if (fs_exists(out_dir) && (!fs_is_dir(out_dir) || !replaceable(out_dir)))
         return err_set(err,
                        "%s exists and is not an HF model directory (no config.json); remove it "

@@ -40,6 +40,10 @@ typedef struct HfExportTensor {
     const float *data; /* (numel) */
 } HfExportTensor;
 
+/* 0 unless out_dir is a training checkpoint: a step (train_state.json) or a sharded
+ * checkpoint folder (latest.json). Both also hold a config.json, so an export there would
+ * replace the checkpoint, e.g. on `qtitan export --checkpoint STEP --out STEP`. */
+int hf_export_check_not_checkpoint(const char *out_dir, Err *err);
 /* Writes out_dir for spec from the n tensors, which must hold every exported parameter of
  * spec's name table with its element count; a tensor that is not a parameter of spec is an
  * error, except MoE expert_bias (training state, skipped). */

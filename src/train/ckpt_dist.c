@@ -13,6 +13,7 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "io/hf_config.h"
+#include "io/hf_export.h"
 #include "io/hf_keys.h"
 #include "io/safetensors.h"
 #include "train/tp_split.h"
@@ -398,6 +399,7 @@ int ckpt_dist_export_hf(const char *out_dir, const CkptDistReader *r, const Mode
  * out_dir is replaced only when it is an HF directory or empty). */
 static int export_to(const char *out_dir, const CkptDistReader *r, const ModelSpec *spec,
                      DType dtype, size_t max_shard_bytes, Err *err) {
+    TRY(hf_export_check_not_checkpoint(out_dir, err));
     char *cfg = fs_join(out_dir, "config.json");
     int replaceable = !fs_exists(out_dir) || fs_exists(cfg) || rmdir(out_dir) == 0;
     free(cfg);
