@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/err.h"
 #include "core/timer.h"
@@ -188,6 +189,20 @@ int cmd_tokenize(int argc, char **argv) {
         fprintf(stderr, "error: cannot open %s: %s\n", in_path, strerror(errno));
         tokenizer_free(tok);
         return 1;
+    }
+    /* Opening the output truncates it: were it the input, the input would be read empty and
+     * lost with a success status. */
+    struct stat in_st, out_st;
+    if (out_path && fstat(fileno(in), &in_st) == 0 && S_ISREG(in_st.st_mode) &&
+        stat(out_path, &out_st) == 0 && in_st.st_dev == out_st.st_dev &&
+        in_st.st_ino == out_st.st_ino) {
+        fprintf(stderr,
+                "error: --output %s is the input file; writing it would empty it before it is "
+                "read\n",
+                out_path);
+        if (in != stdin) fclose(in);
+        tokenizer_free(tok);
+        return 2;
     }
     FILE *out = out_path ? fopen(out_path, "wb") : stdout;
     if (!out) {
