@@ -142,6 +142,9 @@ cfg weights_cut 's/x/x/'
 head -c 3000 "$fix/parity/untied_mha/model.safetensors" >"$C/weights_cut/model.safetensors"
 cfg weights_foreign 's/x/x/'
 cp "$S/good.safetensors" "$C/weights_foreign/model.safetensors"
+# A training checkpoint step (train_state.json beside config.json) is not an HF directory.
+cfg checkpoint_step 's/x/x/'
+printf '{}' >"$C/checkpoint_step/train_state.json"
 
 # (A missing key is not an error: it takes transformers' default, as Qwen3Config does.)
 # bad_cfg NAME TEXT...: inspect and eval on $C/NAME both fail naming config.json and TEXT.
@@ -309,6 +312,8 @@ run_all() {
         qa_error eval_ffn_mismatch "mlp" "60"
     qa_run eval_weights_cut fail eval --model "$C/weights_cut" --tokens "$tmp/tokens.txt" &&
         qa_error eval_weights_cut "$C/weights_cut/model.safetensors"
+    qa_run inspect_checkpoint_step fail inspect "$C/checkpoint_step" &&
+        qa_error inspect_checkpoint_step "$C/checkpoint_step" "training checkpoint"
     qa_run eval_weights_foreign fail eval --model "$C/weights_foreign" --tokens "$tmp/tokens.txt" &&
         qa_error eval_weights_foreign "model.embed_tokens.weight"
 

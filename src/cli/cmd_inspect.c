@@ -92,6 +92,18 @@ static int inspect_dir(const char *dir) {
                 dir);
         goto out;
     }
+    /* A checkpoint step has a config.json too, but its tensors have qtitan's names: checked as
+     * an HF model it would read as every tensor missing and every one unexpected. */
+    char *state = fs_join(dir, "train_state.json");
+    int is_checkpoint = fs_exists(state);
+    free(state);
+    if (is_checkpoint) {
+        fprintf(stderr,
+                "error: %s is a training checkpoint, not an HF model directory; inspect its "
+                "model.safetensors, or check it as HF after qtitan export\n",
+                dir);
+        goto out;
+    }
     if (model_spec_from_hf_config(&spec, cfg, &err) != 0 || st_set_open(&set, dir, &err) != 0) {
         fprintf(stderr, "error: %s\n", err.msg);
         goto out;
