@@ -131,6 +131,11 @@ int train_job_check(const JobConfig *cfg, const ModelSpec *spec, Err *err) {
     if (cfg->checkpoint.initial_load_path[0] && !cfg->checkpoint.initial_load_in_hf)
         return err_set(err, "checkpoint.initial_load_path needs initial_load_in_hf = true (only "
                             "Hugging Face weights can be loaded as a starting point)");
+    /* Without a path the run would start from random weights, not the ones asked for. */
+    if (cfg->checkpoint.initial_load_in_hf && !cfg->checkpoint.initial_load_path[0])
+        return err_set(err,
+                       "checkpoint.initial_load_in_hf = true needs "
+                       "checkpoint.initial_load_path (the Hugging Face weights to start from)");
     return 0;
 }
 
