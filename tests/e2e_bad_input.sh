@@ -180,7 +180,6 @@ toml negative_steps '[training]\nsteps = -1\n'
 toml bad_enum '[lr_scheduler]\ndecay_type = "exponential"\n'
 toml table_as_value 'training = 3\n'
 toml empty_dump_folder '[job]\ndump_folder = ""\n'
-toml abs_ckpt_folder '[checkpoint]\nfolder = "/tmp/ckpt"\n'
 # [model] fields that parse but make no valid model (checked when the model is built).
 toml zero_dim '[model]\ndim = 0\n'
 toml kv_not_dividing_heads '[model]\nn_heads = 8\nn_kv_heads = 3\n'
@@ -336,7 +335,6 @@ run_all() {
     bad_toml bad_enum "lr_scheduler.decay_type" "exponential"
     bad_toml table_as_value "training"
     bad_toml empty_dump_folder ":2:" "job.dump_folder"
-    bad_toml abs_ckpt_folder ":2:" "checkpoint.folder" "/tmp/ckpt"
     bad_toml zero_dim ":2:" "dim = 0"
     bad_toml kv_not_dividing_heads ":3:" "n_kv_heads = 3"
     bad_toml topk_over_experts ":3:" "top_k = 65"

@@ -28,14 +28,17 @@ grep -q '^steady state over 3 steps' "$tmp/a.log" || { echo "FAIL: no steady-sta
 [ -f "$tmp/a/checkpoint/step-2/model.safetensors" ] && [ -f "$tmp/a/checkpoint/step-4/train_state.json" ] \
   || { ls -R "$tmp/a"; echo "FAIL: checkpoints missing"; exit 1; }
 
-# Run b: the same job, interrupted after step 2 (its step-4 checkpoint removed), then resumed.
-train "$tmp/b" >"$tmp/b1.log"
-rm -rf "$tmp/b/checkpoint/step-4"
-train "$tmp/b" >"$tmp/b2.log"
+# Run b: the same job, interrupted after step 2 (its step-4 checkpoint removed), then resumed;
+# its checkpoint.folder is absolute, so it lives outside the dump folder (as in torchtitan).
+train "$tmp/b" --checkpoint.folder="$tmp/b_ckpt" >"$tmp/b1.log"
+[ -d "$tmp/b_ckpt/step-2" ] && [ ! -e "$tmp/b/checkpoint" ] \
+  || { ls -R "$tmp"; echo "FAIL: an absolute checkpoint.folder should be used as it is"; exit 1; }
+rm -rf "$tmp/b_ckpt/step-4"
+train "$tmp/b" --checkpoint.folder="$tmp/b_ckpt" >"$tmp/b2.log"
 grep -q 'resumed from .*step-2' "$tmp/b2.log" || { cat "$tmp/b2.log"; echo "FAIL: no resume"; exit 1; }
 [ "$(grep -c '^step: ' "$tmp/b2.log")" = 2 ] || { echo "FAIL: the resumed run should run steps 3-4"; exit 1; }
 for f in model.safetensors optim.safetensors; do
-  cmp "$tmp/a/checkpoint/step-4/$f" "$tmp/b/checkpoint/step-4/$f" \
+  cmp "$tmp/a/checkpoint/step-4/$f" "$tmp/b_ckpt/step-4/$f" \
     || { echo "FAIL: $f after a resume differs from the uninterrupted run"; exit 1; }
 done
 # Losses of steps 3 and 4, as written with 17 significant digits; two finite ones each, so

@@ -344,15 +344,9 @@ static void test_type_and_range_errors(void **state) {
                       "2: model.name = \"llama3\" is not allowed; expected one of \"qwen3\"");
     expect_error_contains("[model]\nflavor = \"hf\"\n", 0, NULL,
                           "model.flavor = \"hf\" needs model.hf_assets_path");
-    /* An empty dump folder and an absolute checkpoint folder (which would land below the dump
-     * folder) are errors where they are set. */
+    /* An empty dump folder is an error where it is set. */
     expect_file_error("[job]\ndump_folder = \"\"\n", 0, NULL,
                       "2: job.dump_folder = \"\" is empty; expected a directory path");
-    expect_file_error("[checkpoint]\nfolder = \"/ckpt\"\n", 0, NULL,
-                      "2: checkpoint.folder = \"/ckpt\" is an absolute path; expected a folder "
-                      "relative to job.dump_folder (move the run with job.dump_folder)");
-    char *abs_folder[] = {"--checkpoint.folder=/ckpt"};
-    expect_error_contains("", 1, abs_folder, "command line: checkpoint.folder = \"/ckpt\"");
     /* TOML syntax errors come through with file:line. */
     expect_file_error("[training]\nsteps = 3\nsteps = 4\n", 0, NULL,
                       "3: duplicate key \"steps\" in [training] (first defined on line 2)");

@@ -117,6 +117,12 @@ static void test_fs_atomic_and_json_errors(void **state) {
     assert_false(fs_exists(dir));
     free(sub);
     free(path);
+    /* folder keys relative to job.dump_folder: an absolute one is used as it is */
+    char *rel = fs_resolve("runs/a", "checkpoint"), *abs = fs_resolve("runs/a", "/data/ckpt");
+    assert_string_equal(rel, "runs/a/checkpoint");
+    assert_string_equal(abs, "/data/ckpt");
+    free(rel);
+    free(abs);
 }
 
 int main(void) {

@@ -247,17 +247,10 @@ static int set_key(JobConfig *cfg, const KeyDesc *d, const TomlValue *v, const c
             ModelSpec scratch;
             if (model_spec_flavor(&scratch, v->s, err) != 0) return err_wrap(err, "%s", where);
         }
-        /* An empty dump folder fails later with a message that names no path; an absolute
-         * checkpoint folder would silently land in "{dump_folder}/abs", as the two are always
-         * joined. */
+        /* An empty dump folder fails later with a message that names no path. */
         if (d->off == OFF(job.dump_folder) && !v->s[0])
             return err_set(err, "%s: job.dump_folder = \"\" is empty; expected a directory path",
                            where);
-        if (d->off == OFF(checkpoint.folder) && v->s[0] == '/')
-            return err_set(err,
-                           "%s: checkpoint.folder = %s is an absolute path; expected a folder "
-                           "relative to job.dump_folder (move the run with job.dump_folder)",
-                           where, shown);
         set_str((char **)field, v->s);
         return 0;
     case K_BOOL:

@@ -164,6 +164,10 @@ int fs_remove_tree(const char *path, Err *err) {
     return 0;
 }
 
+char *fs_resolve(const char *dir, const char *path) {
+    return path[0] == '/' ? xstrdup(path) : fs_join(dir, path);
+}
+
 char *fs_join(const char *a, const char *b) {
     size_t na = strlen(a), nb = strlen(b);
     char *s = xmalloc(na + nb + 2);

@@ -20,5 +20,8 @@ int fs_remove_tree(const char *path, Err *err);
 int fs_sync_dir(const char *path, Err *err);
 /* Joins a and b with one '/' into a malloc'd string. */
 char *fs_join(const char *a, const char *b);
+/* path itself when it is absolute, else dir/path (malloc'd): how a folder key relative to
+ * job.dump_folder is resolved, as torchtitan's os.path.join does. */
+char *fs_resolve(const char *dir, const char *path);
 
 #endif

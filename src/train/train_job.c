@@ -351,7 +351,7 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
                  mesh_line, mesh.dims.dp_shard);
     if (sharded && cfg->checkpoint.enable) {
         /* The folder describes its model, so `qtitan export` can read it alone. */
-        char *root = fs_join(cfg->job.dump_folder, cfg->checkpoint.folder);
+        char *root = fs_resolve(cfg->job.dump_folder, cfg->checkpoint.folder);
         rc = ckpt_dist_write_config(world, root, &spec, err);
         free(root);
         if (rc != 0) goto out;
@@ -360,7 +360,7 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     if (rc == 0 && sharded && cfg->checkpoint.last_save_in_hf && cfg->checkpoint.enable) {
         /* The last step's sharded checkpoint is committed: rank 0 exports it, a run of
          * elements at a time from the ranks' files (FSDP and tensor-parallel pieces joined). */
-        char *root = fs_join(cfg->job.dump_folder, cfg->checkpoint.folder);
+        char *root = fs_resolve(cfg->job.dump_folder, cfg->checkpoint.folder);
         rc = ckpt_dist_last_save_hf(world, root, &spec, cfg->checkpoint.export_dtype, err);
         free(root);
     }
