@@ -66,6 +66,8 @@ cmp "$tmp/a/checkpoint/step-4/model.safetensors" "$tmp/c/checkpoint/step-4/model
 train "$tmp/c" --checkpoint.last_save_model_only=true >"$tmp/c2.log" \
   || { cat "$tmp/c2.log"; echo "FAIL: re-running the finished job should succeed"; exit 1; }
 [ "$(grep -c '^step: ' "$tmp/c2.log" || true)" = 0 ] || { echo "FAIL: nothing should be retrained"; exit 1; }
+grep -q 'already at training.steps = 4; nothing to train' "$tmp/c2.log" \
+  || { cat "$tmp/c2.log"; echo "FAIL: a finished run should say it has nothing to train"; exit 1; }
 if train "$tmp/c" --training.steps=6 >"$tmp/c3.log"; then
   echo "FAIL: continuing from a model-only checkpoint should fail"; exit 1
 fi

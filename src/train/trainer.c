@@ -125,6 +125,10 @@ static int resume(Trainer *t, Err *err) {
         t->lr = st.lr;
         memcpy(t->rng.s, st.rng, sizeof st.rng);
         log_info("[checkpoint] resumed from %s (step %" PRId64 ")", path, st.step);
+        if (st.step >= t->o->steps) /* torchtitan also trains nothing then; say so */
+            log_warn("[checkpoint] step %" PRId64 " is already at training.steps = %" PRId64
+                     "; nothing to train (raise training.steps to continue)",
+                     st.step, t->o->steps);
     } else {
         err_wrap(err, "cannot resume from %s", path);
     }
