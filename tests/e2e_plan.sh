@@ -32,4 +32,8 @@ check() { # name, then the job's arguments
 check debug --model.tokenizer_path="$tmp/tok2048" --training.local_batch_size=4 --training.seq_len=64
 check qwen3_0.6B_2l --model.tokenizer_path="$tok" --model.flavor=0.6B --model.n_layers=2 \
   --training.local_batch_size=1 --training.seq_len=256
+# Kernel replacements are logged once, as training logs them.
+"$QT_BINARY" plan --config "$QT_SOURCE_DIR/configs/debug_kernels.toml" >"$tmp/kernels.plan" 2>&1
+[ "$(grep -c 'layers.0.attention.sdpa: sdpa -> flash' "$tmp/kernels.plan")" = 1 ] \
+  || { cat "$tmp/kernels.plan"; echo "FAIL: plan should log each replacement once"; exit 1; }
 echo "e2e_plan: ok"

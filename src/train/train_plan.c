@@ -107,7 +107,9 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     p->ac = ac == AC_FULL ? "full" : ac == AC_SELECTIVE ? "selective" : "none";
     TrainQwen3Sizes z, whole;
     int rc = train_qwen3_sizes(&z, &local, p->B, p->T, ac, p->sp ? p->tp : 1, &plan, err);
-    if (rc == 0) rc = train_qwen3_sizes(&whole, &p->spec, p->B, p->T, ac, 1, &plan, err);
+    /* whole gives the parameter count only, which no kernel choice changes: without the plan,
+     * so its replacements are not logged twice */
+    if (rc == 0) rc = train_qwen3_sizes(&whole, &p->spec, p->B, p->T, ac, 1, NULL, err);
     overrides_plan_free(&plan);
     TRY(rc);
     p->numel = (double)whole.param_bytes / 4.0; /* upper bound by alignment padding only */
