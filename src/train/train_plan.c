@@ -131,8 +131,8 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     p->optim = 2.0 * (double)z.grad_bytes / p->dp_shard;
     p->acts = (double)z.act_bytes;
 
-    /* Workspace: the job's batch buffers (dataset Batch of 4 arrays + the int32 tokens), bf16
-     * copies (none: the reference path computes in fp32), GEMM scratch. */
+    /* Workspace: the job's batch buffers (dataset Batch of 4 arrays + the int32 tokens), the
+     * bf16 copies of mixed precision, GEMM scratch. */
     double N = (double)p->B * p->T;
     p->workspace = 5.0 * 4.0 * N;
     /* bf16 mixed precision: the bf16 weight copies and matmul scratch arena, as
