@@ -9,6 +9,7 @@
 /* cmocka.h needs the four headers above first. */
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -305,6 +306,51 @@ static void test_check_reports(void **state) {
     hf_keys_free(&t);
 }
 
+/* A NaN or an infinity in an HF file is refused at load, naming the HF tensor and the element
+ * (counted within that tensor, so within one expert's slice of a stacked parameter): trained
+ * from, it would make the first loss NaN and the run would blame the learning rate. */
+static void test_load_refuses_nonfinite(void **state) {
+    (void)state;
+    ModelSpec s;
+    load_spec(&s, "moe");
+    HfKeyTable t;
+    hf_keys_build(&t, &s);
+    float **ps = make_params(&t, 5);
+    int layer = 0;
+    while (!model_spec_layer_is_moe(&s, layer))
+        layer++;
+    char qn[HF_KEY_MAX], want[256];
+    snprintf(qn, sizeof qn, "layers.%d.moe.experts.w2", layer);
+    int w2 = hf_keys_find_param(&t, qn), norm = hf_keys_find_param(&t, "norm.weight");
+    ps[w2][2 * 16 * 12 + 7] = NAN; /* expert 2, element 7 */
+    ps[norm][3] = -INFINITY;
+    char *dir = fs_join(g_dir, "nonfinite");
+    Err err;
+    assert_int_equal(fs_mkdirs(dir, &err), 0);
+    StWriter w;
+    st_writer_init(&w);
+    hf_keys_add_to_writer(&w, &t, (const float *const *)ps, DT_BF16);
+    assert_int_equal(st_write_hf_shards(&w, dir, 1u << 20, &err), 0);
+    st_writer_free(&w);
+    StSet set;
+    assert_int_equal(st_set_open(&set, dir, &err), 0);
+    float *buf = xmalloc((size_t)t.params[w2].numel * sizeof(float));
+    assert_int_equal(hf_keys_load_param(buf, &t, w2, &set, &err), -1);
+    snprintf(want, sizeof want,
+             "HF tensor \"model.layers.%d.mlp.experts.2.down_proj.weight\" holds a NaN at "
+             "element 7; weights must be finite",
+             layer);
+    assert_string_equal(err.msg, want);
+    assert_int_equal(hf_keys_load_param(buf, &t, norm, &set, &err), -1);
+    assert_string_equal(err.msg, "HF tensor \"model.norm.weight\" holds an infinity at element 3; "
+                                 "weights must be finite");
+    free(buf);
+    st_set_close(&set);
+    free_params(&t, ps);
+    hf_keys_free(&t);
+    free(dir);
+}
+
 /* Loads a directory transformers wrote (tests/fixtures/hf_tiny) through the shard index and
  * checks each HF tensor's slice of the loaded parameters against its first value and sum as
  * read by the Python safetensors package. */
@@ -381,6 +427,7 @@ int main(void) {
         cmocka_unit_test(test_roundtrip_moe_bf16_sharded),
         cmocka_unit_test(test_roundtrip_tied_f16_sharded),
         cmocka_unit_test(test_check_reports),
+        cmocka_unit_test(test_load_refuses_nonfinite),
         cmocka_unit_test(test_load_transformers_dense_tied),
         cmocka_unit_test(test_load_transformers_moe_sharded),
     };

@@ -2,6 +2,7 @@
 #include "io/hf_keys.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -305,6 +306,13 @@ int hf_keys_load_param(float *dst, const HfKeyTable *t, int p, const StSet *set,
                            dtype_name(st->dtype));
         int64_t off = h->expert < 0 ? 0 : (int64_t)h->expert * h->numel;
         st_to_f32(st, dst + off);
+        /* A NaN or an infinity would make every loss and gradient NaN from the first step, and
+         * the run would then blame the learning rate; name the tensor instead. */
+        for (int64_t k = 0; k < h->numel; k++)
+            if (!isfinite(dst[off + k]))
+                return err_set(err, "HF tensor \"%s\" holds %s at element %" PRId64
+                               "; weights must be finite", h->name,
+                               isnan(dst[off + k]) ? "a NaN" : "an infinity", k);
         found++;
     }
     return found ? 0 : err_set(err, "parameter %s has no HF tensors", qp->name);

@@ -107,7 +107,8 @@ int hf_keys_check(HfCheck *out, const HfKeyTable *t, const StSet *set);
 void hf_check_free(HfCheck *c);
 
 /* Fills parameter p (fp32, its full shape) from the HF tensors that map to it, converting
- * BF16/F16. Missing or misshaped tensors are errors naming the HF key. */
+ * BF16/F16. Missing or misshaped tensors, and tensors holding a NaN or an infinity, are errors
+ * naming the HF key. */
 int hf_keys_load_param(float *dst, const HfKeyTable *t, int p, const StSet *set, Err *err);
 /* Adds every exported HF tensor to w, reading from params[p] (fp32, full shape of parameter
  * p) and converting to dtype while the file is written. */
