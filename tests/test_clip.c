@@ -41,6 +41,7 @@ static void test_norm_and_clip(void **state) {
     float b0 = b[0];
     assert_true(grad_clip(g, 2, 100.0, &finite) == norm && finite);
     assert_true(b[0] == b0);
+    assert_true(grad_clip_coef(1e30, INFINITY) == 1.0f); /* training.max_norm = inf: off */
     double pre = grad_clip(g, 2, 1.0, &finite);
     assert_true(pre == norm && finite);
     float coef = 1.0f / ((float)norm + 1e-6f);

@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 #include <glob.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -309,6 +310,12 @@ static void test_type_and_range_errors(void **state) {
                       "2: optimizer.lr = nan is out of range; expected a number >= 0");
     expect_file_error("[optimizer]\nlr = inf\n", 0, NULL,
                       "2: optimizer.lr = inf is out of range; expected a number >= 0");
+    expect_file_error("[training]\nmax_norm = 0\n", 0, NULL,
+                      "2: training.max_norm = 0 is out of range; expected a number > 0, or inf "
+                      "for no clipping");
+    expect_file_error("[training]\nmax_norm = -inf\n", 0, NULL,
+                      "2: training.max_norm = -inf is out of range; expected a number > 0, or "
+                      "inf for no clipping");
     expect_file_error("[optimizer]\nname = \"SGD\"\n", 0, NULL,
                       "2: optimizer.name = \"SGD\" is not allowed; expected one of \"AdamW\"");
     expect_file_error("[lr_scheduler]\ndecay_type = \"exp\"\n", 0, NULL,
@@ -555,11 +562,12 @@ static void test_dump_roundtrip(void **state) {
                     "--lr_scheduler.decay_ratio=0.1",
                     "--training.seed=99",
                     "--model.n_layers=2",
-                    "--checkpoint.export_dtype=bfloat16"};
+                    "--checkpoint.export_dtype=bfloat16",
+                    "--training.max_norm=inf"};
     load_ok(&a,
             "[model]\nnorm_eps = 1e-5\n[[override]]\ntarget = \"a.*\"\nkernel = \"k\"\n"
             "description = \"d\"\n",
-            6, argv);
+            7, argv);
     char *text = dump_to_string(&a);
     load_ok(&b, text, 0, NULL);
     char *text2 = dump_to_string(&b);
@@ -569,6 +577,7 @@ static void test_dump_roundtrip(void **state) {
     assert_true(b.lr_scheduler.decay_ratio == 0.1);
     assert_true(b.training.seed == 99);
     assert_int_equal(b.checkpoint.export_dtype, DT_BF16);
+    assert_true(isinf(b.training.max_norm) && b.training.max_norm > 0);
     assert_int_equal(b.model.n_fields, 2);
     assert_string_equal(b.model.fields[1].value, "2");
     assert_int_equal(b.n_overrides, 1);

@@ -93,7 +93,9 @@ static const KeyDesc KEYS[] = {
     INT(training, global_batch_size, 1, 1, "an integer >= 1, or -1 for local_batch_size x dp"),
     INT(training, seq_len, 1, 0, "an integer >= 1"),
     INT(training, steps, 1, 0, "an integer >= 1"),
-    FLT(training, max_norm, 0, INFINITY, 1, 1, "a number > 0"),
+    /* inf turns clipping off, as torch.nn.utils.clip_grad_norm_(max_norm=inf) does; 0 would
+     * zero every gradient there, so it is an error rather than a second spelling of "off". */
+    FLT(training, max_norm, 0, INFINITY, 1, 0, "a number > 0, or inf for no clipping"),
     STR(training, dataset),
     STR(training, dataset_path),
     {"training", "seed", K_I64, OFF(training.seed), 0, 9.2e18, 0, 0, 0, NULL, "an integer >= 0"},
@@ -291,7 +293,8 @@ static int set_key(JobConfig *cfg, const KeyDesc *d, const TomlValue *v, const c
     case K_FLOAT: {
         if (v->type != TOML_INT && v->type != TOML_FLOAT) break;
         double x = v->type == TOML_INT ? (double)v->i : v->f;
-        int ok = isfinite(x) && (d->lo_open ? x > d->lo : x >= d->lo) &&
+        /* Infinities pass only where the range includes them (max_norm). */
+        int ok = !isnan(x) && (d->lo_open ? x > d->lo : x >= d->lo) &&
                  (d->hi_open ? x < d->hi : x <= d->hi);
         if (!ok)
             return err_set(err, "%s: %s.%s = %s is out of range; expected %s", where, d->section,
