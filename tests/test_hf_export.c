@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,6 +178,36 @@ static void test_moe_with_expert_bias(void **state) {
     free_ckpt(&c);
 }
 
+/* Values an export cannot carry are refused by name: beyond float16's range (torch's .half()
+ * would write an infinity) and, in any dtype, a NaN. bfloat16 takes the large value. */
+static void test_values_out_of_range(void **state) {
+    (void)state;
+    Ckpt c;
+    make_ckpt(&c, "dense_untied", 0, "range");
+    HfExportTensor *ts = calloc((size_t)c.t.nparams, sizeof *ts);
+    for (int i = 0; i < c.t.nparams; i++)
+        ts[i] = (HfExportTensor){c.t.params[i].name, c.t.params[i].numel, c.data[i]};
+    int w1 = hf_keys_find_param(&c.t, "layers.1.feed_forward.w1.weight");
+    char *out = fs_join(g_dir, "range_out");
+    Err err;
+    c.data[w1][5] = 65519.0f; /* still rounds to 65504 */
+    HfExportOptions o = {.dtype = DT_F16};
+    if (hf_export(out, &c.spec, ts, c.t.nparams, &o, &err) != 0) fail_msg("%s", err.msg);
+    c.data[w1][5] = -65520.0f;
+    assert_int_equal(hf_export(out, &c.spec, ts, c.t.nparams, &o, &err), -1);
+    assert_non_null(strstr(err.msg, "tensor layers.1.feed_forward.w1.weight holds -65520 at "
+                                    "element 5, beyond float16's range (65504); export as "
+                                    "bfloat16 or float32"));
+    o.dtype = DT_BF16;
+    if (hf_export(out, &c.spec, ts, c.t.nparams, &o, &err) != 0) fail_msg("%s", err.msg);
+    c.data[w1][5] = NAN;
+    assert_int_equal(hf_export(out, &c.spec, ts, c.t.nparams, &o, &err), -1);
+    assert_non_null(strstr(err.msg, "w1.weight holds a NaN at element 5; weights must be finite"));
+    free(out);
+    free(ts);
+    free_ckpt(&c);
+}
+
 static void test_errors(void **state) {
     (void)state;
     Ckpt c;
@@ -242,6 +273,7 @@ int main(void) {
         cmocka_unit_test(test_dense_tied),
         cmocka_unit_test(test_dense_untied),
         cmocka_unit_test(test_moe_with_expert_bias),
+        cmocka_unit_test(test_values_out_of_range),
         cmocka_unit_test(test_errors),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,24 @@ const int HF_NTOKENIZER_FILES = sizeof HF_TOKENIZER_FILES / sizeof HF_TOKENIZER_
 
 static const char *torch_dtype_name(DType d) {
     return d == DT_F32 ? "float32" : d == DT_BF16 ? "bfloat16" : d == DT_F16 ? "float16" : NULL;
+}
+
+/* An export must load into a working model: a NaN or an infinity, or a value that float16
+ * rounds to an infinity (|x| >= 65520, as torch's .half() does), is an error naming the tensor
+ * rather than a directory whose logits come out NaN in transformers. */
+static int check_values(const HfExportTensor *t, DType dtype, Err *err) {
+    for (int64_t k = 0; k < t->numel; k++) {
+        float x = t->data[k];
+        if (!isfinite(x))
+            return err_set(err, "tensor %s holds %s at element %lld; weights must be finite",
+                           t->name, isnan(x) ? "a NaN" : "an infinity", (long long)k);
+        if (dtype == DT_F16 && fabsf(x) >= 65520.0f)
+            return err_set(err,
+                           "tensor %s holds %g at element %lld, beyond float16's range (65504); "
+                           "export as bfloat16 or float32",
+                           t->name, (double)x, (long long)k);
+    }
+    return 0;
 }
 
 static int ends_with(const char *s, const char *suffix) {
@@ -149,7 +168,8 @@ int hf_export(const char *out_dir, const ModelSpec *spec, const HfExportTensor *
                 err_set(err, "tensor %s has %lld elements, the model expects %lld", tensors[i].name,
                         (long long)tensors[i].numel, (long long)t.params[k].numel);
         else
-            params[k] = tensors[i].data;
+            rc = check_values(&tensors[i], o->dtype, err);
+        if (rc == 0) params[k] = tensors[i].data;
     }
     for (int k = 0; k < t.nparams && rc == 0; k++)
         if (t.params[k].exported && !params[k])
