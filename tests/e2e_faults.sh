@@ -5,7 +5,8 @@
 # came after the allocation would not finish within the timeout. Then: an unwritable dump
 # folder; a disk that fills up at a checkpoint (a file-size limit) keeps the earlier
 # checkpoint intact and leaves no partial one; a diverging run (lr 1e30) stops naming the
-# step, or with training.skip_nonfinite finishes; no checkpoint of it holds NaN.
+# step, or with training.skip_nonfinite finishes, leaving the model (MoE expert_bias included)
+# as it was on the skipped steps; no checkpoint of it holds NaN.
 set -euo pipefail
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 export QT_CACHE_DIR=$tmp/cache
@@ -67,6 +68,16 @@ grep -q "training diverged" "$tmp/out" || { echo "FAIL: divergence message"; exi
 "$q" train "${small[@]}" --optimizer.lr=1e30 --training.steps=4 --training.skip_nonfinite=true \
   --job.dump_folder="$tmp/skip" >"$tmp/out" 2>&1 || { cat "$tmp/out"; echo "FAIL: skip_nonfinite"; exit 1; }
 [ "$(grep -c 'update skipped' "$tmp/out")" = 3 ] || { cat "$tmp/out"; echo "FAIL: 3 skipped updates"; exit 1; }
+# A skipped step leaves the whole model as it was, an MoE model's expert_bias included (it
+# moved on skipped steps before): steps 2-4 are skipped, so their checkpoints equal step 1's.
+"$q" train "${small[@]}" --model.num_experts=4 --model.top_k=2 --model.moe_hidden_dim=32 \
+  --optimizer.lr=1e30 --training.steps=4 --training.skip_nonfinite=true \
+  --job.dump_folder="$tmp/skip_moe" >"$tmp/out" 2>&1 || { cat "$tmp/out"; echo "FAIL: skip_nonfinite MoE"; exit 1; }
+[ "$(grep -c 'update skipped' "$tmp/out")" = 3 ] || { cat "$tmp/out"; echo "FAIL: 3 skipped MoE updates"; exit 1; }
+for s in 2 4; do
+  cmp "$tmp/skip_moe/checkpoint/step-1/model.safetensors" "$tmp/skip_moe/checkpoint/step-$s/model.safetensors" \
+    || { echo "FAIL: skipped MoE step $s changed the model"; exit 1; }
+done
 # Every saved checkpoint's export evaluates to a finite loss (NaN weights would not).
 head -3 "$tmp/corpus.jsonl" | "$q" tokenize --tokenizer "$tmp/tok" >"$tmp/ids"
 for s in 1 4; do

@@ -64,9 +64,9 @@ static int fwd_bwd(void *p, const void *batch, double divisor, double *loss_sum,
     return 0;
 }
 
-static int before_opt(void *p, MetricsExtra *extra, int *nextra, Err *err) {
+static int before_opt(void *p, int update, MetricsExtra *extra, int *nextra, Err *err) {
     Ctx *c = p;
-    return moe_train_step(&c->m, NULL, extra, nextra, TRAIN_MAX_EXTRA, err);
+    return moe_train_step(&c->m, NULL, update, extra, nextra, TRAIN_MAX_EXTRA, err);
 }
 
 static void on_step(void *p, const StepMetrics *m) {

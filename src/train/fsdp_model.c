@@ -553,7 +553,8 @@ static int forward_backward(void *ctx, const void *batch, double divisor, double
  * and updates the biases through m->p, which would be a gathered workspace. It gets full-size
  * copies holding this rank's slices instead; every element's update depends only on the
  * counts, so the slices come out as on one process and are written back to the shard. */
-static int before_optimizer_step(void *ctx, MetricsExtra *extra, int *nextra, Err *err) {
+static int before_optimizer_step(void *ctx, int update, MetricsExtra *extra, int *nextra,
+                                 Err *err) {
     FsdpModel *f = ctx;
     int X = f->m.spec.num_experts;
     float *in_slot[QT_MAX_LAYERS];
@@ -569,7 +570,7 @@ static int before_optimizer_step(void *ctx, MetricsExtra *extra, int *nextra, Er
         f->m.p.layers[l].expert_bias = full;
     }
     double t0 = now_seconds();
-    int rc = moe_train_step(&f->m, f->mesh->dp, extra, nextra, TRAIN_MAX_EXTRA, err);
+    int rc = moe_train_step(&f->m, f->mesh->dp, update, extra, nextra, TRAIN_MAX_EXTRA, err);
     f->comm_s += now_seconds() - t0;
     for (int l = 0; l < f->L; l++) {
         int i = f->bias_param[l];

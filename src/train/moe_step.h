@@ -13,10 +13,12 @@
 
 #define MOE_STEP_NEXTRA 3
 
-/* comm: the data-parallel communicator (NULL or size 1: this process only). Appends
+/* comm: the data-parallel communicator (NULL or size 1: this process only). update = 0 (a
+ * skipped step) restarts the counts and reports the load without touching expert_bias. Appends
  * moe_tokens_min, moe_tokens_max and moe_imbalance (max / mean tokens of an expert, largest
  * over layers; 1 = even) to extra at *nextra when the model has MoE layers and room is left
  * (cap entries in all). A dense model is left alone. */
-int moe_train_step(Qwen3 *m, Comm *comm, MetricsExtra *extra, int *nextra, int cap, Err *err);
+int moe_train_step(Qwen3 *m, Comm *comm, int update, MetricsExtra *extra, int *nextra, int cap,
+                   Err *err);
 
 #endif

@@ -105,9 +105,10 @@ static int forward_backward(void *ctx, const void *batch, double divisor, double
 
 /* MoE: expert_bias update from the step's routing counts and the load metrics. Single process
  * for now; with data parallelism the counts are summed over the ranks first (moe_step.h). */
-static int before_optimizer_step(void *ctx, MetricsExtra *extra, int *nextra, Err *err) {
+static int before_optimizer_step(void *ctx, int update, MetricsExtra *extra, int *nextra,
+                                 Err *err) {
     TrainQwen3 *q = ctx;
-    return moe_train_step(&q->m, NULL, extra, nextra, TRAIN_MAX_EXTRA, err);
+    return moe_train_step(&q->m, NULL, update, extra, nextra, TRAIN_MAX_EXTRA, err);
 }
 
 void train_qwen3_set_micro_batches(TrainQwen3 *q, int micro_batches) {

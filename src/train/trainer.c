@@ -172,13 +172,15 @@ static int train_step(Trainer *t, StepMetrics *m, Err *err) {
     float clip = grad_clip_coef(norm, o->max_norm);
     int finite = isfinite(norm) != 0;
     double loss = loss_sum / (double)valid;
-    /* Before the finiteness check: the model's per-step state (MoE routing counts) restarts
-     * even when the update is skipped. */
+    int update = isfinite(loss) && finite;
+    /* Before the stop on a non-finite step, so that the model's per-step state (MoE routing
+     * counts) restarts even when the update is skipped; the model's own update (expert_bias)
+     * is skipped with the parameters'. */
     t->nextra = 0;
     if (md->before_optimizer_step)
-        TRY(md->before_optimizer_step(md->ctx, t->extra, &t->nextra, err));
+        TRY(md->before_optimizer_step(md->ctx, update, t->extra, &t->nextra, err));
     t->lr = lr_schedule_lr(&t->sched, step);
-    if (!isfinite(loss) || !finite) {
+    if (!update) {
         if (!o->skip_nonfinite)
             return err_set(err,
                            "step %" PRId64 ": loss %g, grad_norm %g: training diverged (try a "

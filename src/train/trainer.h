@@ -28,8 +28,11 @@ typedef struct TrainModel {
     /* Optional (NULL: none). Called once per step after every micro-batch's backward and before
      * the optimizer step; MoE models update their expert_bias here from the step's routing
      * counts (model/moe.h). It may append up to TRAIN_MAX_EXTRA numeric metrics (e.g. tokens
-     * per expert) to the step's metrics.jsonl record through extra / *nextra. */
-    int (*before_optimizer_step)(void *ctx, MetricsExtra *extra, int *nextra, Err *err);
+     * per expert) to the step's metrics.jsonl record through extra / *nextra. update is 0 on a
+     * step whose update is skipped (training.skip_nonfinite): the per-step state (routing
+     * counts) restarts, but the model is left as it is, like the parameters. */
+    int (*before_optimizer_step)(void *ctx, int update, MetricsExtra *extra, int *nextra,
+                                 Err *err);
 } TrainModel;
 
 #define TRAIN_MAX_EXTRA 8
