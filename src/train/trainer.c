@@ -172,6 +172,9 @@ static int train_step(Trainer *t, StepMetrics *m, Err *err) {
     float clip = grad_clip_coef(norm, o->max_norm);
     int finite = isfinite(norm) != 0;
     double loss = loss_sum / (double)valid;
+    /* A NaN's sign bit means nothing, but printf shows it ("-nan"); log "nan" as torch does. */
+    if (isnan(loss)) loss = NAN;
+    if (isnan(norm)) norm = NAN;
     int update = isfinite(loss) && finite;
     /* Before the stop on a non-finite step, so that the model's per-step state (MoE routing
      * counts) restarts even when the update is skipped; the model's own update (expert_bias)
