@@ -310,9 +310,9 @@ int hf_keys_load_param(float *dst, const HfKeyTable *t, int p, const StSet *set,
          * the run would then blame the learning rate; name the tensor instead. */
         for (int64_t k = 0; k < h->numel; k++)
             if (!isfinite(dst[off + k]))
-                return err_set(err, "HF tensor \"%s\" holds %s at element %" PRId64
-                               "; weights must be finite", h->name,
-                               isnan(dst[off + k]) ? "a NaN" : "an infinity", k);
+                return err_set(
+                    err, "HF tensor \"%s\" holds %s at element %" PRId64 "; weights must be finite",
+                    h->name, isnan(dst[off + k]) ? "a NaN" : "an infinity", k);
         found++;
     }
     return found ? 0 : err_set(err, "parameter %s has no HF tensors", qp->name);

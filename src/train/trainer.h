@@ -31,8 +31,7 @@ typedef struct TrainModel {
      * per expert) to the step's metrics.jsonl record through extra / *nextra. update is 0 on a
      * step whose update is skipped (training.skip_nonfinite): the per-step state (routing
      * counts) restarts, but the model is left as it is, like the parameters. */
-    int (*before_optimizer_step)(void *ctx, int update, MetricsExtra *extra, int *nextra,
-                                 Err *err);
+    int (*before_optimizer_step)(void *ctx, int update, MetricsExtra *extra, int *nextra, Err *err);
 } TrainModel;
 
 #define TRAIN_MAX_EXTRA 8
