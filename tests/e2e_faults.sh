@@ -34,8 +34,6 @@ fails 1 "global_batch_size = 5 is not a multiple" "${big[@]}" --training.global_
   --training.local_batch_size=2
 fails 1 "training.seq_len = 50000 exceeds the model's max_seq_len 40960" "${big[@]}" \
   --training.seq_len=50000
-fails 1 "warmup_steps = 20 is longer than the run (training.steps = 10)" "${big[@]}" \
-  --lr_scheduler.warmup_steps=20
 fails 1 "initial_load_in_hf = true needs checkpoint.initial_load_path" "${big[@]}" \
   --checkpoint.initial_load_in_hf=true
 fails 1 "$tmp/nowhere/data.jsonl" "${big[@]}" --training.dataset_path="$tmp/nowhere/data.jsonl"

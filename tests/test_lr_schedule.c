@@ -92,6 +92,20 @@ static void test_lr_matches_parity_fixture(void **state) {
     json_decref(root);
 }
 
+/* A warmup longer than the run trains on the ramp alone, as torchtitan's LambdaLR does (its
+ * decay and stable phases are empty or negative then): step s gets s / (warmup + 1). */
+static void test_lr_warmup_longer_than_run(void **state) {
+    (void)state;
+    const double ratios[] = {-1.0, 0.2, 1.0};
+    for (int r = 0; r < 3; r++) {
+        LrSchedule s;
+        Err err;
+        assert_int_equal(lr_schedule_init(&s, 1e-3, 10, 20, ratios[r], "cosine", 0.1, &err), 0);
+        for (int64_t step = 1; step <= 10; step++)
+            assert_true(fabs(lr_schedule_lr(&s, step) - 1e-3 * (double)step / 21.0) <= 1e-18);
+    }
+}
+
 static void test_lr_bad_input(void **state) {
     (void)state;
     LrSchedule s;
@@ -109,6 +123,7 @@ int main(void) {
         cmocka_unit_test(test_lr_hand_values),
         cmocka_unit_test(test_lr_matches_lambdalr),
         cmocka_unit_test(test_lr_matches_parity_fixture),
+        cmocka_unit_test(test_lr_warmup_longer_than_run),
         cmocka_unit_test(test_lr_bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -37,9 +37,17 @@ int lr_schedule_init(LrSchedule *s, double base_lr, int64_t training_steps, int6
     if (!(min_lr_factor >= 0.0 && min_lr_factor <= 1.0))
         return err_set(err, "lr_scheduler.min_lr_factor must be in [0, 1], got %g", min_lr_factor);
     int64_t decay;
-    if (decay_ratio >= 0.0) {
-        if (decay_ratio > 1.0)
-            return err_set(err, "lr_scheduler.decay_ratio must be in [0, 1], got %g", decay_ratio);
+    if (decay_ratio > 1.0)
+        return err_set(err, "lr_scheduler.decay_ratio must be in [0, 1], got %g", decay_ratio);
+    if (warmup_steps > training_steps) {
+        /* torchtitan runs such a job (a short smoke run of a recipe, say) on the warmup ramp
+         * alone; so do we, and say so */
+        log_warn("lr_scheduler: warmup_steps = %lld is longer than the run (training.steps = "
+                 "%lld); the lr stays on the warmup ramp and never reaches optimizer.lr",
+                 (long long)warmup_steps, (long long)training_steps);
+        decay = 0;
+        training_steps = warmup_steps; /* no stable phase */
+    } else if (decay_ratio >= 0.0) {
         decay = (int64_t)nearbyint((double)training_steps * decay_ratio); /* Python round() */
         if (warmup_steps + decay > training_steps) {
             log_warn("lr_scheduler: warmup (%lld) + decay (%lld) steps exceed training.steps "

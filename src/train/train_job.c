@@ -120,11 +120,6 @@ int train_job_check(const JobConfig *cfg, const ModelSpec *spec, Err *err) {
                        cfg->training.seq_len, spec->max_seq_len);
     int micro;
     TRY(config_grad_accum_steps(cfg, 1, &micro, err));
-    if (cfg->lr_scheduler.warmup_steps > cfg->training.steps)
-        return err_set(err,
-                       "lr_scheduler.warmup_steps = %d is longer than the run (training.steps = "
-                       "%d)",
-                       cfg->lr_scheduler.warmup_steps, cfg->training.steps);
     if (cfg->checkpoint.last_save_in_hf && !cfg->checkpoint.enable)
         return err_set(err, "checkpoint.last_save_in_hf = true needs checkpoint.enable = true (the "
                             "HF export is written into the last checkpoint's folder)");

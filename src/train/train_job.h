@@ -17,7 +17,7 @@ int train_job_run(const JobConfig *cfg, Comm *world, Err *err);
  * flavor = "hf" (with its token ids in extra), then the [model] field replacements, validated. */
 int train_job_spec(const JobConfig *cfg, ModelSpec *spec, HfConfigExtra *extra, Err *err);
 /* Values that are each valid alone but not together (seq_len beyond the model's positions, a
- * global batch that is not a multiple, warmup longer than the run, ...), checked before
+ * global batch that is not a multiple, ...), checked before
  * anything large is allocated. spec may be NULL (the checks that need it are skipped). */
 int train_job_check(const JobConfig *cfg, const ModelSpec *spec, Err *err);
 /* The mesh a config asks for on `world` processes, with the model shapes its checks need
