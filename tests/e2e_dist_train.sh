@@ -173,6 +173,17 @@ done
 run 4 ck-b "${CK[@]}"
 [ $? -ne 0 ] && grep -q 'saved by 2 processes but this job has 4' "$TMP/ck-b.log" ||
   { echo "FAIL: resuming 2-rank shards on 4 ranks should stop with a sentence"; cat "$TMP/ck-b.log"; fail=1; }
+# One process must not ignore the shards and train from scratch beside them.
+run 0 ck-b "${CK[@]}"
+[ $? -ne 0 ] && grep -q 'saved by 2 processes but this job has 1' "$TMP/ck-b.log" ||
+  { echo "FAIL: resuming 2-rank shards on one process should stop with a sentence"; cat "$TMP/ck-b.log"; fail=1; }
+# A resume that fails on another model leaves the folder's config.json, so it still exports.
+run 2 ck-b "${CK[@]}" --model.dim=48
+if [ $? -ne 0 ] && "$BIN" export --checkpoint "$TMP/ck-b/checkpoint" --out "$TMP/ck-b-export" >"$TMP/ck-b-export.log" 2>&1; then
+  echo "ok: a failed resume (another model, one process) leaves the sharded checkpoint as it was"
+else
+  echo "FAIL: after a failed resume on another model the checkpoint no longer exports"; cat "$TMP/ck-b.log" "$TMP/ck-b-export.log"; fail=1
+fi
 
 # HF export at the end of sharded runs: rank 0 pulls each tensor from the rank files.
 HF=(--checkpoint.enable=true --checkpoint.interval=5 --checkpoint.last_save_in_hf=true --training.steps=3
@@ -197,6 +208,21 @@ for src in checkpoint checkpoint/rank-1/step-3; do
     echo "FAIL: qtitan export of the sharded $src"; cat "$TMP/hf2-export.log"; fail=1
   fi
 done
+# A piece whose bytes changed after it was written (its checksum no longer matches) is
+# refused, not exported as wrong weights.
+cp -r "$TMP/hf2/checkpoint" "$TMP/hf2-bad"
+bad="$TMP/hf2-bad/rank-1/step-3/model.safetensors"
+printf 'XXXX' | dd of="$bad" bs=1 seek=$(($(stat -c %s "$bad") - 8)) conv=notrunc 2>/dev/null
+if ! "$BIN" export --checkpoint "$TMP/hf2-bad" --out "$TMP/hf2-bad-export" >"$TMP/hf2-bad-export.log" 2>&1 &&
+  grep -q 'rank-1/step-3/model.safetensors has checksum .*(corrupted)' "$TMP/hf2-bad-export.log"; then
+  echo "ok: qtitan export refuses a corrupted piece of a sharded checkpoint"
+else
+  echo "FAIL: qtitan export of a corrupted piece should stop with a sentence"; cat "$TMP/hf2-bad-export.log"; fail=1
+fi
+# A one-process checkpoint is not silently ignored by a job on 2 processes.
+run 2 hf1 "${HF[@]}"
+[ $? -ne 0 ] && grep -q 'was saved by 1 process but this job has 2' "$TMP/hf1.log" ||
+  { echo "FAIL: resuming a one-process checkpoint on 2 ranks should stop with a sentence"; cat "$TMP/hf1.log"; fail=1; }
 MOEHF=(--checkpoint.enable=true --checkpoint.interval=10 --checkpoint.last_save_in_hf=true)
 if run 2 hfmoe "${MOE[@]}" "${MOEHF[@]}" && [ -f "$TMP/hfmoe/checkpoint/step-10/hf/model.safetensors" ] &&
   run 0 hfmoe-load "${MOE[@]}" --training.steps=2 --checkpoint.initial_load_in_hf=true \

@@ -162,6 +162,20 @@ int ckpt_dist_save(Comm *world, const int mesh[3], const char *root, const CkptS
     return rc;
 }
 
+/* A folder holding one process's checkpoints (root/step-N) has no marker: without this check
+ * a job on many processes would train from scratch beside them, as if nothing were there. */
+static int refuse_one_process_steps(const char *root, int nproc, Err *err) {
+    int64_t step;
+    char *path;
+    int found = ckpt_find_latest(root, &step, &path, err);
+    if (found <= 0) return found;
+    free(path);
+    return err_set(err,
+                   "the checkpoint in %s (step %" PRId64 ") was saved by 1 process but this job "
+                   "has %d; resume with 1 process (resharding a checkpoint is not supported)",
+                   root, step, nproc);
+}
+
 int ckpt_dist_find_latest(Comm *world, const int mesh[3], const char *root, int64_t *step,
                           char **path, Err *err) {
     *path = NULL;
@@ -180,6 +194,8 @@ int ckpt_dist_find_latest(Comm *world, const int mesh[3], const char *root, int6
                 found[3 + k] = (double)old_mesh[k];
         }
     }
+    if (rc == 0 && world->rank == 0 && found[0] == 0)
+        rc = refuse_one_process_steps(root, world->size, err);
     rc = comm_agree(world, rc, err);
     if (rc == 0) rc = comm_broadcast(world, found, sizeof found, 0, err);
     if (rc == 0 && found[0] != 0 && (int)found[2] != world->size)
@@ -203,6 +219,17 @@ int ckpt_dist_find_latest(Comm *world, const int mesh[3], const char *root, int6
     *path = fs_join(dir, name);
     free(dir);
     return 1;
+}
+
+int ckpt_dist_refuse_sharded(const char *root, Err *err) {
+    int64_t steps[MAX_KEPT + 1], ranks, mesh[3];
+    int n;
+    TRY(read_marker(root, steps, &n, &ranks, mesh, err));
+    if (n == 0) return 0;
+    return err_set(err,
+                   "the checkpoint in %s was saved by %" PRId64 " processes but this job has 1; "
+                   "resume with %" PRId64 " processes (resharding a checkpoint is not supported)",
+                   root, ranks, ranks);
 }
 
 int ckpt_dist_reader_open(CkptDistReader *r, const char *root, Err *err) {
@@ -237,10 +264,14 @@ int ckpt_dist_reader_open_step(CkptDistReader *r, const char *root, int64_t step
     r->files = xcalloc((size_t)nfiles, sizeof *r->files);
     for (int k = 0; k < nfiles; k++) {
         char *dir = ckpt_dist_rank_dir(root, k), name[64];
-        snprintf(name, sizeof name, "step-%" PRId64 "/model.safetensors", r->step);
-        char *path = fs_join(dir, name);
-        int rc = st_open(&r->files[k], path, err);
+        snprintf(name, sizeof name, "step-%" PRId64, r->step);
+        char *step_dir = fs_join(dir, name), *path = fs_join(step_dir, "model.safetensors");
+        /* The checksums, as a resume checks them: an export of a corrupted piece would
+         * otherwise be a model with wrong weights and no error. */
+        int rc = ckpt_verify(step_dir, 1, err);
+        if (rc == 0) rc = st_open(&r->files[k], path, err);
         free(path);
+        free(step_dir);
         free(dir);
         if (rc != 0) {
             r->dp_shard = k, r->tp = 1; /* close the ones opened */

@@ -184,6 +184,21 @@ int train_job_run(const JobConfig *cfg, Comm *world, Err *err) {
     return rc;
 }
 
+/* The model of a sharded checkpoint folder ({folder}/config.json), so `qtitan export` can
+ * read the folder alone. Written only once the trainer has resumed: a job that fails to resume
+ * (another model, another number of processes) must not replace the description of the
+ * checkpoint that is there. */
+typedef struct FolderConfig {
+    Comm *world;
+    char *root;
+    const ModelSpec *spec;
+} FolderConfig;
+
+static int write_folder_config(void *ctx, Err *err) {
+    const FolderConfig *fc = ctx;
+    return ckpt_dist_write_config(fc->world, fc->root, fc->spec, err);
+}
+
 static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     if (cfg->training.device == DEVICE_CUDA)
         return err_set(err, "training.device = \"cuda\": this build trains on the CPU only");
@@ -349,14 +364,14 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
         log_info("%s; FSDP: each rank keeps 1/%d of the parameters, gradients and "
                  "optimizer state",
                  mesh_line, mesh.dims.dp_shard);
+    FolderConfig fc = {world, NULL, &spec};
     if (sharded && cfg->checkpoint.enable) {
-        /* The folder describes its model, so `qtitan export` can read it alone. */
-        char *root = fs_resolve(cfg->job.dump_folder, cfg->checkpoint.folder);
-        rc = ckpt_dist_write_config(world, root, &spec, err);
-        free(root);
-        if (rc != 0) goto out;
+        fc.root = fs_resolve(cfg->job.dump_folder, cfg->checkpoint.folder);
+        o.on_resumed = write_folder_config;
+        o.on_resumed_ctx = &fc;
     }
     rc = trainer_run(&o, &model, &data, err);
+    free(fc.root);
     if (rc == 0 && sharded && cfg->checkpoint.last_save_in_hf && cfg->checkpoint.enable) {
         /* The last step's sharded checkpoint is committed: rank 0 exports it, a run of
          * elements at a time from the ranks' files (FSDP and tensor-parallel pieces joined). */
