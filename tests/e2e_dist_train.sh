@@ -25,8 +25,12 @@
 #     same file as one process's export, and so does `qtitan export` of the 2-rank folder or
 #     of one rank's step directory; a trained MoE run's export loads as the initial weights of
 #     a one-process run;
-#   - faults: a rank that cannot read its dataset, and a rank killed mid-run, end every rank
-#     non-zero with the cause printed, well inside the timeout;
+#   - checkpoints of another job are refused with a sentence, never ignored: 2-rank shards on
+#     one process, a one-process checkpoint on 2 ranks; a resume that fails (another model)
+#     leaves the folder exportable, and `qtitan export` refuses a corrupted piece;
+#   - faults: a rank that cannot read its dataset, a rank killed mid-run, and ranks started
+#     with different configs end every rank non-zero with the cause printed, well inside the
+#     timeout;
 #   - an impossible mesh fails with one sentence on every rank.
 set -uo pipefail
 # shellcheck source=tests/dist_lib.sh
@@ -256,6 +260,17 @@ if [ $rc -eq 0 ] || [ $rc -eq 124 ]; then
   echo "FAIL: a killed rank (rc=$rc; 124 means a hang)"; cat "$TMP/f2.log"; fail=1
 else
   echo "ok: a killed rank ended the job (rc=$rc) in $((SECONDS - start)) s"
+fi
+# Ranks started with different configs (here training.steps) stop at start-up; rank 0 used
+# to finish while rank 1 waited forever in its 11th step.
+timeout 60 mpirun --hostfile "$TMP/hostfile" --oversubscribe \
+  -np 1 "$BIN" train "${ARGS[@]}" --job.dump_folder="$TMP/f4" : \
+  -np 1 "$BIN" train "${ARGS[@]}" --job.dump_folder="$TMP/f4" --training.steps=11 >"$TMP/f4.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ "$(grep -c 'error: rank 1: the resolved config .* differs from rank 0' "$TMP/f4.log")" != 2 ]; then
+  echo "FAIL: ranks with different configs (rc=$rc; 124 means a hang)"; cat "$TMP/f4.log"; fail=1
+else
+  echo "ok: ranks with different configs stopped at start-up with one sentence"
 fi
 # An impossible mesh: one sentence on every rank, before training.
 timeout 60 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 3 "$BIN" train "${ARGS[@]}" \

@@ -114,6 +114,21 @@ static uint64_t config_hash(const JobConfig *cfg) {
     return h;
 }
 
+/* Every rank must run the same config: one that differs (a stale copy of the file on another
+ * host, an MPMD launch) passes the mesh check and then, with another training.steps or model,
+ * leaves ranks waiting forever in collectives the others never reach. */
+static int check_same_config(Comm *world, uint64_t hash, Err *err) {
+    uint64_t first = hash;
+    TRY(comm_broadcast(world, &first, sizeof first, 0, err));
+    int rc = first == hash ? 0
+                           : err_set(err,
+                                     "the resolved config (hash %016" PRIx64 ") differs from rank "
+                                     "0's (%016" PRIx64 "); every process must run the same "
+                                     "config file with the same command-line overrides",
+                                     hash, first);
+    return comm_agree(world, rc, err);
+}
+
 int train_job_check(const JobConfig *cfg, const ModelSpec *spec, Err *err) {
     if (spec && cfg->training.seq_len > spec->max_seq_len)
         return err_set(err, "training.seq_len = %d exceeds the model's max_seq_len %d",
@@ -258,7 +273,9 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     }
     free(dpath);
     /* A rank that cannot read its tokenizer or dataset stops every rank, with its sentence. */
-    if (comm_agree(world, rc, err) != 0) {
+    int agreed = comm_agree(world, rc, err);
+    if (agreed == 0) agreed = check_same_config(world, config_hash(cfg), err);
+    if (agreed != 0) {
         if (rc == 0) dataset_close(&d.ds);
         tokenizer_free(tok);
         mesh_destroy(&mesh);
