@@ -28,9 +28,9 @@
 #   - checkpoints of another job are refused with a sentence, never ignored: 2-rank shards on
 #     one process, a one-process checkpoint on 2 ranks; a resume that fails (another model)
 #     leaves the folder exportable, and `qtitan export` refuses a corrupted piece;
-#   - faults: a rank that cannot read its dataset, a rank killed mid-run, and ranks started
-#     with different configs end every rank non-zero with the cause printed, well inside the
-#     timeout;
+#   - faults: a rank that cannot read its dataset, a rank killed mid-run, ranks started with
+#     different configs, and a rank that alone fails a start-up check (a config key, a missing
+#     path) end every rank non-zero with the cause printed, well inside the timeout;
 #   - an impossible mesh fails with one sentence on every rank.
 set -uo pipefail
 # shellcheck source=tests/dist_lib.sh
@@ -272,6 +272,20 @@ if [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ "$(grep -c 'error: rank 1: the resolved
 else
   echo "ok: ranks with different configs stopped at start-up with one sentence"
 fi
+# A rank that fails its own start-up checks (a config key, a path missing on its host) stops
+# the other too: before, rank 0 waited forever in the mesh's first collective.
+for bad in --training.bogus=1 "--checkpoint.initial_load_in_hf=true --checkpoint.initial_load_path=$TMP/missing"; do
+  # shellcheck disable=SC2086 # $bad is one or two arguments
+  timeout 60 mpirun --hostfile "$TMP/hostfile" --oversubscribe \
+    -np 1 "$BIN" train "${ARGS[@]}" --job.dump_folder="$TMP/f5" : \
+    -np 1 "$BIN" train "${ARGS[@]}" --job.dump_folder="$TMP/f5" $bad >"$TMP/f5.log" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q '^\[rank 0\] error: rank 1: ' "$TMP/f5.log"; then
+    echo "FAIL: rank 1 alone failing start-up ($bad; rc=$rc; 124 means a hang)"; cat "$TMP/f5.log"; fail=1
+  else
+    echo "ok: rank 1 alone failing start-up ($bad) stopped both ranks"
+  fi
+done
 # An impossible mesh: one sentence on every rank, before training.
 timeout 60 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 3 "$BIN" train "${ARGS[@]}" \
   --job.dump_folder="$TMP/f3" --parallelism.data_parallel_replicate_degree=2 >"$TMP/f3.log" 2>&1

@@ -215,24 +215,33 @@ static int write_folder_config(void *ctx, Err *err) {
 }
 
 static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
-    if (cfg->training.device == DEVICE_CUDA)
-        return err_set(err, "training.device = \"cuda\": this build trains on the CPU only");
     ModelSpec spec;
     HfConfigExtra extra;
-    TRY(train_job_spec(cfg, &spec, &extra, err));
-    TRY(train_job_check(cfg, &spec, err));
-    TRY(check_paths(cfg, err));
-    /* [[override]] entries against the module tree and the registry, before anything is
-     * sized (DESIGN §4); the plan is applied when the model is created. */
-    OverridePlan plan;
+    OverridePlan plan = {0};
     OpRun run = {&spec, cfg->training.local_batch_size, cfg->training.seq_len,
                  cfg->training.document_mask, cfg->training.mixed_precision_param == DT_BF16};
-    TRY(overrides_resolve(&plan, &spec, cfg->overrides, cfg->n_overrides, cfg->path, "cpu", &run,
-                          err));
+    int rc = cfg->training.device == DEVICE_CUDA
+                 ? err_set(err, "training.device = \"cuda\": this build trains on the CPU only")
+                 : train_job_spec(cfg, &spec, &extra, err);
+    if (rc == 0) rc = train_job_check(cfg, &spec, err);
+    if (rc == 0) rc = check_paths(cfg, err);
+    /* [[override]] entries against the module tree and the registry, before anything is
+     * sized (DESIGN §4); the plan is applied when the model is created. */
+    if (rc == 0)
+        rc = overrides_resolve(&plan, &spec, cfg->overrides, cfg->n_overrides, cfg->path, "cpu",
+                               &run, err);
     /* The mesh is checked before anything large exists; every rank computes the same
-     * sentence from the same config. */
+     * sentence from the same config. The checks agree before the mesh's first collective: a
+     * rank that fails alone (a path missing on its host, a config of its own) must not leave
+     * the others waiting there. */
+    if (rc == 0) {
+        MeshConfig mc;
+        MeshDims dims;
+        train_job_mesh_config(&mc, cfg, &spec, world->size);
+        rc = mesh_resolve(&dims, &mc, world->rank, err);
+    }
     Mesh mesh;
-    if (mesh_from_config(&mesh, world, cfg, &spec, err)) {
+    if (comm_agree_own(world, rc, err) != 0 || mesh_from_config(&mesh, world, cfg, &spec, err)) {
         overrides_plan_free(&plan);
         return -1;
     }
@@ -254,7 +263,7 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     dataset_options_default(&dopt);
     char *dpath = NULL;
     const char *tok_path;
-    int rc = config_tokenizer_path(cfg, &tok_path, err);
+    rc = config_tokenizer_path(cfg, &tok_path, err);
     Tokenizer *tok = rc == 0 ? tokenizer_load(tok_path, err) : NULL;
     if (rc == 0 && !tok) rc = -1;
     if (rc == 0 && tokenizer_vocab_size(tok) > (uint32_t)spec.vocab_size)
