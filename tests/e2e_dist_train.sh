@@ -27,7 +27,8 @@
 #     a one-process run;
 #   - checkpoints of another job are refused with a sentence, never ignored: 2-rank shards on
 #     one process, a one-process checkpoint on 2 ranks; a resume that fails (another model)
-#     leaves the folder exportable, and `qtitan export` refuses a corrupted piece;
+#     leaves the folder exportable, and `qtitan export` refuses a corrupted piece; a
+#     keep_latest_k past the 64 steps a sharded checkpoint lists is refused;
 #   - faults: a rank that cannot read its dataset, a rank killed mid-run, ranks started with
 #     different configs, and a rank that alone fails a start-up check (a config key, a missing
 #     path) end every rank non-zero with the cause printed, well inside the timeout;
@@ -188,6 +189,11 @@ if [ $? -ne 0 ] && "$BIN" export --checkpoint "$TMP/ck-b/checkpoint" --out "$TMP
 else
   echo "FAIL: after a failed resume on another model the checkpoint no longer exports"; cat "$TMP/ck-b.log" "$TMP/ck-b-export.log"; fail=1
 fi
+
+# keep_latest_k past the 64 steps the marker lists used to prune the steps past 64.
+run 2 ck-k "${CK[@]}" --checkpoint.keep_latest_k=65
+[ $? -ne 0 ] && [ "$(grep -c 'error: checkpoint.keep_latest_k = 65: a sharded checkpoint keeps at most 64 steps' "$TMP/ck-k.log")" = 2 ] ||
+  { echo "FAIL: keep_latest_k = 65 on 2 ranks should stop with a sentence"; cat "$TMP/ck-k.log"; fail=1; }
 
 # HF export at the end of sharded runs: rank 0 pulls each tensor from the rank files.
 HF=(--checkpoint.enable=true --checkpoint.interval=5 --checkpoint.last_save_in_hf=true --training.steps=3

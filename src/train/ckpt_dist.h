@@ -16,6 +16,9 @@
 #include "train/checkpoint.h"
 
 #define CKPT_DIST_MARKER "latest.json"
+/* Steps the marker lists (the newest ones when keep_latest_k is 0); a larger keep_latest_k is
+ * refused at start-up, since the steps past it would be pruned. */
+#define CKPT_DIST_MAX_KEPT 64
 
 /* Collective over world: every rank passes its own tensors and the job's mesh
  * [dp_replicate, dp_shard, tp]; the same result on every rank. */

@@ -225,6 +225,12 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
                  : train_job_spec(cfg, &spec, &extra, err);
     if (rc == 0) rc = train_job_check(cfg, &spec, err);
     if (rc == 0) rc = check_paths(cfg, err);
+    if (rc == 0 && world->size > 1 && cfg->checkpoint.enable &&
+        cfg->checkpoint.keep_latest_k > CKPT_DIST_MAX_KEPT)
+        rc = err_set(err,
+                     "checkpoint.keep_latest_k = %d: a sharded checkpoint keeps at most %d steps "
+                     "(older ones would be removed); set it to %d or less",
+                     cfg->checkpoint.keep_latest_k, CKPT_DIST_MAX_KEPT, CKPT_DIST_MAX_KEPT);
     /* [[override]] entries against the module tree and the registry, before anything is
      * sized (DESIGN §4); the plan is applied when the model is created. */
     if (rc == 0)
