@@ -128,7 +128,9 @@ if run 0 moe-one "${MOE[@]}" && has_metrics moe-one && [ "$(moe_counts moe-one |
 else
   echo "FAIL: one-process MoE run"; cat "$TMP/moe-one.log"; fail=1
 fi
-run 2 moe-tp2 "${MOE[@]}" --parallelism.tensor_parallel_degree=2
+# An expert hidden size that tp cannot split (15) still gets the MoE sentence, not the mesh's
+# divisibility one that would only lead to it.
+run 2 moe-tp2 "${MOE[@]}" --parallelism.tensor_parallel_degree=2 --model.moe_hidden_dim=15
 if [ $? -ne 0 ] && grep -q 'mixture-of-experts models (num_experts = 4) train with FSDP / HSDP only' "$TMP/moe-tp2.log"; then
   echo "ok: MoE with tensor parallelism stops with a sentence"
 else

@@ -240,6 +240,10 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
      * sentence from the same config. The checks agree before the mesh's first collective: a
      * rank that fails alone (a path missing on its host, a config of its own) must not leave
      * the others waiting there. */
+    /* MoE with tensor parallelism first: its refusal makes the mesh's divisibility of the
+     * experts' hidden size moot. */
+    if (rc == 0 && world->size > 1)
+        rc = fsdp_model_check(&spec, cfg->parallelism.tensor_parallel_degree, err);
     if (rc == 0) {
         MeshConfig mc;
         MeshDims dims;
