@@ -25,8 +25,13 @@
 #     same file as one process's export, and so does `qtitan export` of the 2-rank folder or
 #     of one rank's step directory; a trained MoE run's export loads as the initial weights of
 #     a one-process run;
-#   - faults: a rank that cannot read its dataset, and a rank killed mid-run, end every rank
-#     non-zero with the cause printed, well inside the timeout;
+#   - checkpoints of another job are refused with a sentence, never ignored: 2-rank shards on
+#     one process, a one-process checkpoint on 2 ranks; a resume that fails (another model)
+#     leaves the folder exportable, and `qtitan export` refuses a corrupted piece; a
+#     keep_latest_k past the 64 steps a sharded checkpoint lists is refused;
+#   - faults: a rank that cannot read its dataset, a rank killed mid-run, ranks started with
+#     different configs, and a rank that alone fails a start-up check (a config key, a missing
+#     path) end every rank non-zero with the cause printed, well inside the timeout;
 #   - an impossible mesh fails with one sentence on every rank.
 set -uo pipefail
 # shellcheck source=tests/dist_lib.sh
@@ -123,7 +128,9 @@ if run 0 moe-one "${MOE[@]}" && has_metrics moe-one && [ "$(moe_counts moe-one |
 else
   echo "FAIL: one-process MoE run"; cat "$TMP/moe-one.log"; fail=1
 fi
-run 2 moe-tp2 "${MOE[@]}" --parallelism.tensor_parallel_degree=2
+# An expert hidden size that tp cannot split (15) still gets the MoE sentence, not the mesh's
+# divisibility one that would only lead to it.
+run 2 moe-tp2 "${MOE[@]}" --parallelism.tensor_parallel_degree=2 --model.moe_hidden_dim=15
 if [ $? -ne 0 ] && grep -q 'mixture-of-experts models (num_experts = 4) train with FSDP / HSDP only' "$TMP/moe-tp2.log"; then
   echo "ok: MoE with tensor parallelism stops with a sentence"
 else
@@ -173,6 +180,22 @@ done
 run 4 ck-b "${CK[@]}"
 [ $? -ne 0 ] && grep -q 'saved by 2 processes but this job has 4' "$TMP/ck-b.log" ||
   { echo "FAIL: resuming 2-rank shards on 4 ranks should stop with a sentence"; cat "$TMP/ck-b.log"; fail=1; }
+# One process must not ignore the shards and train from scratch beside them.
+run 0 ck-b "${CK[@]}"
+[ $? -ne 0 ] && grep -q 'saved by 2 processes but this job has 1' "$TMP/ck-b.log" ||
+  { echo "FAIL: resuming 2-rank shards on one process should stop with a sentence"; cat "$TMP/ck-b.log"; fail=1; }
+# A resume that fails on another model leaves the folder's config.json, so it still exports.
+run 2 ck-b "${CK[@]}" --model.dim=48
+if [ $? -ne 0 ] && "$BIN" export --checkpoint "$TMP/ck-b/checkpoint" --out "$TMP/ck-b-export" >"$TMP/ck-b-export.log" 2>&1; then
+  echo "ok: a failed resume (another model, one process) leaves the sharded checkpoint as it was"
+else
+  echo "FAIL: after a failed resume on another model the checkpoint no longer exports"; cat "$TMP/ck-b.log" "$TMP/ck-b-export.log"; fail=1
+fi
+
+# keep_latest_k past the 64 steps the marker lists used to prune the steps past 64.
+run 2 ck-k "${CK[@]}" --checkpoint.keep_latest_k=65
+[ $? -ne 0 ] && [ "$(grep -c 'error: checkpoint.keep_latest_k = 65: a sharded checkpoint keeps at most 64 steps' "$TMP/ck-k.log")" = 2 ] ||
+  { echo "FAIL: keep_latest_k = 65 on 2 ranks should stop with a sentence"; cat "$TMP/ck-k.log"; fail=1; }
 
 # HF export at the end of sharded runs: rank 0 pulls each tensor from the rank files.
 HF=(--checkpoint.enable=true --checkpoint.interval=5 --checkpoint.last_save_in_hf=true --training.steps=3
@@ -197,6 +220,21 @@ for src in checkpoint checkpoint/rank-1/step-3; do
     echo "FAIL: qtitan export of the sharded $src"; cat "$TMP/hf2-export.log"; fail=1
   fi
 done
+# A piece whose bytes changed after it was written (its checksum no longer matches) is
+# refused, not exported as wrong weights.
+cp -r "$TMP/hf2/checkpoint" "$TMP/hf2-bad"
+bad="$TMP/hf2-bad/rank-1/step-3/model.safetensors"
+printf 'XXXX' | dd of="$bad" bs=1 seek=$(($(stat -c %s "$bad") - 8)) conv=notrunc 2>/dev/null
+if ! "$BIN" export --checkpoint "$TMP/hf2-bad" --out "$TMP/hf2-bad-export" >"$TMP/hf2-bad-export.log" 2>&1 &&
+  grep -q 'rank-1/step-3/model.safetensors has checksum .*(corrupted)' "$TMP/hf2-bad-export.log"; then
+  echo "ok: qtitan export refuses a corrupted piece of a sharded checkpoint"
+else
+  echo "FAIL: qtitan export of a corrupted piece should stop with a sentence"; cat "$TMP/hf2-bad-export.log"; fail=1
+fi
+# A one-process checkpoint is not silently ignored by a job on 2 processes.
+run 2 hf1 "${HF[@]}"
+[ $? -ne 0 ] && grep -q 'was saved by 1 process but this job has 2' "$TMP/hf1.log" ||
+  { echo "FAIL: resuming a one-process checkpoint on 2 ranks should stop with a sentence"; cat "$TMP/hf1.log"; fail=1; }
 MOEHF=(--checkpoint.enable=true --checkpoint.interval=10 --checkpoint.last_save_in_hf=true)
 if run 2 hfmoe "${MOE[@]}" "${MOEHF[@]}" && [ -f "$TMP/hfmoe/checkpoint/step-10/hf/model.safetensors" ] &&
   run 0 hfmoe-load "${MOE[@]}" --training.steps=2 --checkpoint.initial_load_in_hf=true \
@@ -231,6 +269,31 @@ if [ $rc -eq 0 ] || [ $rc -eq 124 ]; then
 else
   echo "ok: a killed rank ended the job (rc=$rc) in $((SECONDS - start)) s"
 fi
+# Ranks started with different configs (here training.steps) stop at start-up; rank 0 used
+# to finish while rank 1 waited forever in its 11th step.
+timeout 60 mpirun --hostfile "$TMP/hostfile" --oversubscribe \
+  -np 1 "$BIN" train "${ARGS[@]}" --job.dump_folder="$TMP/f4" : \
+  -np 1 "$BIN" train "${ARGS[@]}" --job.dump_folder="$TMP/f4" --training.steps=11 >"$TMP/f4.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ "$(grep -c 'error: rank 1: the resolved config .* differs from rank 0' "$TMP/f4.log")" != 2 ]; then
+  echo "FAIL: ranks with different configs (rc=$rc; 124 means a hang)"; cat "$TMP/f4.log"; fail=1
+else
+  echo "ok: ranks with different configs stopped at start-up with one sentence"
+fi
+# A rank that fails its own start-up checks (a config key, a path missing on its host) stops
+# the other too: before, rank 0 waited forever in the mesh's first collective.
+for bad in --training.bogus=1 "--checkpoint.initial_load_in_hf=true --checkpoint.initial_load_path=$TMP/missing"; do
+  # shellcheck disable=SC2086 # $bad is one or two arguments
+  timeout 60 mpirun --hostfile "$TMP/hostfile" --oversubscribe \
+    -np 1 "$BIN" train "${ARGS[@]}" --job.dump_folder="$TMP/f5" : \
+    -np 1 "$BIN" train "${ARGS[@]}" --job.dump_folder="$TMP/f5" $bad >"$TMP/f5.log" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q '^\[rank 0\] error: rank 1: ' "$TMP/f5.log"; then
+    echo "FAIL: rank 1 alone failing start-up ($bad; rc=$rc; 124 means a hang)"; cat "$TMP/f5.log"; fail=1
+  else
+    echo "ok: rank 1 alone failing start-up ($bad) stopped both ranks"
+  fi
+done
 # An impossible mesh: one sentence on every rank, before training.
 timeout 60 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 3 "$BIN" train "${ARGS[@]}" \
   --job.dump_folder="$TMP/f3" --parallelism.data_parallel_replicate_degree=2 >"$TMP/f3.log" 2>&1

@@ -26,11 +26,12 @@ int cmd_train(int argc, char **argv) {
         return 1;
     }
     JobConfig cfg;
-    int rc;
-    if (config_load(&cfg, NULL, argc - 1, argv + 1, &err) != 0) {
-        rc = 2;
-    } else {
-        rc = train_job_run(&cfg, world, &err) == 0 ? 0 : 1;
+    int rc = config_load(&cfg, NULL, argc - 1, argv + 1, &err) != 0 ? 2 : 0;
+    /* A config that fails on one rank alone (a file missing on one host) stops the others,
+     * which would otherwise wait for it forever in the job's first collective. */
+    int agreed = comm_agree_own(world, rc, &err);
+    if (rc == 0) {
+        rc = agreed == 0 && train_job_run(&cfg, world, &err) == 0 ? 0 : 1;
         config_free(&cfg);
     }
     if (rc != 0) log_error("%s", err.msg);

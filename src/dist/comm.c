@@ -72,6 +72,13 @@ int comm_agree(Comm *c, int local_rc, Err *err) {
     return err_set(err, "rank %d: %s", first, shared.msg);
 }
 
+int comm_agree_own(Comm *c, int local_rc, Err *err) {
+    if (local_rc == 0) return comm_agree(c, 0, err);
+    Err shared = *err;
+    comm_agree(c, local_rc, &shared);
+    return -1;
+}
+
 _Noreturn void comm_abort(int code, const char *msg) {
     log_error("%s", msg);
     if (code == 0) code = 1;

@@ -71,6 +71,10 @@ _Noreturn void comm_abort(int code, const char *msg);
  * failing rank's message, prefixed "rank K: " when the job has more than one rank. Host
  * communicators only (single, MPI). */
 int comm_agree(Comm *c, int local_rc, Err *err);
+/* comm_agree for checks that every rank normally fails alike (the config, the mesh): a rank
+ * that failed keeps its own sentence, unprefixed, and the others get the lowest failing
+ * rank's. */
+int comm_agree_own(Comm *c, int local_rc, Err *err);
 
 static inline int comm_barrier(Comm *c, Err *err) {
     return c->ops->barrier(c, err);

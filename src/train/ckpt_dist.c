@@ -19,7 +19,6 @@
 #include "train/tp_split.h"
 
 #define FORMAT "qtitan-sharded-checkpoint"
-#define MAX_KEPT 64 /* steps listed in the marker when keep_latest_k is 0 or larger */
 
 char *ckpt_dist_rank_dir(const char *root, int rank) {
     char name[32];
@@ -50,9 +49,9 @@ static int read_marker(const char *root, int64_t *steps, int *n, int64_t *ranks,
                json_req_int(o, "ranks", ranks, path, err) != 0) {
         rc = -1;
     } else if (strcmp(format, FORMAT) != 0 || !json_is_array(list) ||
-               json_array_size(list) > MAX_KEPT) {
+               json_array_size(list) > CKPT_DIST_MAX_KEPT) {
         rc = err_set(err, "%s: expected format \"%s\" and a list \"steps\" of at most %d numbers",
-                     path, FORMAT, MAX_KEPT);
+                     path, FORMAT, CKPT_DIST_MAX_KEPT);
     } else {
         json_t *m = json_object_get(o, "mesh");
         mesh[0] = 1, mesh[1] = *ranks, mesh[2] = 1;
@@ -130,9 +129,9 @@ int ckpt_dist_save(Comm *world, const int mesh[3], const char *root, const CkptS
         return -1;
     }
     /* Rank 0 commits; the list of kept steps travels to every rank: [count, steps...]. */
-    double kept[MAX_KEPT + 1] = {0};
+    double kept[CKPT_DIST_MAX_KEPT + 1] = {0};
     if (world->rank == 0) {
-        int64_t steps[MAX_KEPT + 1], ranks, old_mesh[3];
+        int64_t steps[CKPT_DIST_MAX_KEPT + 1], ranks, old_mesh[3];
         int n;
         rc = read_marker(root, steps, &n, &ranks, old_mesh, err);
         if (rc == 0) {
@@ -140,7 +139,8 @@ int ckpt_dist_save(Comm *world, const int mesh[3], const char *root, const CkptS
             for (int i = 0; i < n; i++)
                 if (steps[i] < st->step) steps[m++] = steps[i];
             steps[m++] = st->step;
-            int keep = keep_latest_k > 0 && keep_latest_k < MAX_KEPT ? keep_latest_k : MAX_KEPT;
+            int keep = keep_latest_k > 0 && keep_latest_k < CKPT_DIST_MAX_KEPT ? keep_latest_k
+                                                                               : CKPT_DIST_MAX_KEPT;
             int first = m > keep ? m - keep : 0;
             rc = write_marker(root, steps + first, m - first, world->size, mesh, err);
             kept[0] = m - first;
@@ -152,7 +152,7 @@ int ckpt_dist_save(Comm *world, const int mesh[3], const char *root, const CkptS
     rc = comm_agree(world, rc, err);
     if (rc == 0) rc = comm_broadcast(world, kept, sizeof kept, 0, err);
     if (rc == 0 && keep_latest_k > 0) {
-        int64_t k64[MAX_KEPT];
+        int64_t k64[CKPT_DIST_MAX_KEPT];
         int n = (int)kept[0];
         for (int i = 0; i < n; i++)
             k64[i] = (int64_t)kept[1 + i];
@@ -162,6 +162,20 @@ int ckpt_dist_save(Comm *world, const int mesh[3], const char *root, const CkptS
     return rc;
 }
 
+/* A folder holding one process's checkpoints (root/step-N) has no marker: without this check
+ * a job on many processes would train from scratch beside them, as if nothing were there. */
+static int refuse_one_process_steps(const char *root, int nproc, Err *err) {
+    int64_t step;
+    char *path;
+    int found = ckpt_find_latest(root, &step, &path, err);
+    if (found <= 0) return found;
+    free(path);
+    return err_set(err,
+                   "the checkpoint in %s (step %" PRId64 ") was saved by 1 process but this job "
+                   "has %d; resume with 1 process (resharding a checkpoint is not supported)",
+                   root, step, nproc);
+}
+
 int ckpt_dist_find_latest(Comm *world, const int mesh[3], const char *root, int64_t *step,
                           char **path, Err *err) {
     *path = NULL;
@@ -169,7 +183,7 @@ int ckpt_dist_find_latest(Comm *world, const int mesh[3], const char *root, int6
     int rc = fs_exists(dir) ? ckpt_clean_stale(dir, err) : 0;
     double found[6] = {0}; /* have one, step, ranks, mesh */
     if (rc == 0 && world->rank == 0) {
-        int64_t steps[MAX_KEPT + 1], ranks, old_mesh[3];
+        int64_t steps[CKPT_DIST_MAX_KEPT + 1], ranks, old_mesh[3];
         int n;
         rc = read_marker(root, steps, &n, &ranks, old_mesh, err);
         if (rc == 0 && n > 0) {
@@ -180,6 +194,8 @@ int ckpt_dist_find_latest(Comm *world, const int mesh[3], const char *root, int6
                 found[3 + k] = (double)old_mesh[k];
         }
     }
+    if (rc == 0 && world->rank == 0 && found[0] == 0)
+        rc = refuse_one_process_steps(root, world->size, err);
     rc = comm_agree(world, rc, err);
     if (rc == 0) rc = comm_broadcast(world, found, sizeof found, 0, err);
     if (rc == 0 && found[0] != 0 && (int)found[2] != world->size)
@@ -205,13 +221,24 @@ int ckpt_dist_find_latest(Comm *world, const int mesh[3], const char *root, int6
     return 1;
 }
 
+int ckpt_dist_refuse_sharded(const char *root, Err *err) {
+    int64_t steps[CKPT_DIST_MAX_KEPT + 1], ranks, mesh[3];
+    int n;
+    TRY(read_marker(root, steps, &n, &ranks, mesh, err));
+    if (n == 0) return 0;
+    return err_set(err,
+                   "the checkpoint in %s was saved by %" PRId64 " processes but this job has 1; "
+                   "resume with %" PRId64 " processes (resharding a checkpoint is not supported)",
+                   root, ranks, ranks);
+}
+
 int ckpt_dist_reader_open(CkptDistReader *r, const char *root, Err *err) {
     return ckpt_dist_reader_open_step(r, root, -1, err);
 }
 
 int ckpt_dist_reader_open_step(CkptDistReader *r, const char *root, int64_t step, Err *err) {
     memset(r, 0, sizeof *r);
-    int64_t steps[MAX_KEPT + 1], ranks, mesh[3];
+    int64_t steps[CKPT_DIST_MAX_KEPT + 1], ranks, mesh[3];
     int n;
     TRY(read_marker(root, steps, &n, &ranks, mesh, err));
     if (n == 0)
@@ -237,10 +264,14 @@ int ckpt_dist_reader_open_step(CkptDistReader *r, const char *root, int64_t step
     r->files = xcalloc((size_t)nfiles, sizeof *r->files);
     for (int k = 0; k < nfiles; k++) {
         char *dir = ckpt_dist_rank_dir(root, k), name[64];
-        snprintf(name, sizeof name, "step-%" PRId64 "/model.safetensors", r->step);
-        char *path = fs_join(dir, name);
-        int rc = st_open(&r->files[k], path, err);
+        snprintf(name, sizeof name, "step-%" PRId64, r->step);
+        char *step_dir = fs_join(dir, name), *path = fs_join(step_dir, "model.safetensors");
+        /* The checksums, as a resume checks them: an export of a corrupted piece would
+         * otherwise be a model with wrong weights and no error. */
+        int rc = ckpt_verify(step_dir, 1, err);
+        if (rc == 0) rc = st_open(&r->files[k], path, err);
         free(path);
+        free(step_dir);
         free(dir);
         if (rc != 0) {
             r->dp_shard = k, r->tp = 1; /* close the ones opened */

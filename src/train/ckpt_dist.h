@@ -16,6 +16,9 @@
 #include "train/checkpoint.h"
 
 #define CKPT_DIST_MARKER "latest.json"
+/* Steps the marker lists (the newest ones when keep_latest_k is 0); a larger keep_latest_k is
+ * refused at start-up, since the steps past it would be pruned. */
+#define CKPT_DIST_MAX_KEPT 64
 
 /* Collective over world: every rank passes its own tensors and the job's mesh
  * [dp_replicate, dp_shard, tp]; the same result on every rank. */
@@ -25,10 +28,14 @@ int ckpt_dist_save(Comm *world, const int mesh[3], const char *root, const CkptS
 
 /* Collective: 1 with *step and *path (this rank's step directory, malloc'd) when root has a
  * committed sharded checkpoint, 0 when it has none, -1 with the same sentence on every rank
- * (e.g. one saved by a different number of processes). Removes this rank's leftovers of
- * interrupted saves first. */
+ * (e.g. one saved by a different number of processes, or by one process: root/step-N).
+ * Removes this rank's leftovers of interrupted saves first. */
 int ckpt_dist_find_latest(Comm *world, const int mesh[3], const char *root, int64_t *step,
                           char **path, Err *err);
+
+/* A job on one process resuming from root: -1 with a sentence when root holds a committed
+ * sharded checkpoint (which it would otherwise ignore and train from scratch), else 0. */
+int ckpt_dist_refuse_sharded(const char *root, Err *err);
 
 /* Reads a committed sharded checkpoint without MPI and without holding the model: every
  * parameter file of replica 0 is mapped, and a full parameter, or any run of its elements, is
@@ -42,7 +49,8 @@ typedef struct CkptDistReader {
     StFile *files; /* (dp_shard * tp) rank-K/step-N/model.safetensors */
 } CkptDistReader;
 
-/* Opens the newest committed step under root (latest.json). */
+/* Opens the newest committed step under root (latest.json), after verifying each file's size
+ * and checksum against its train_state.json. */
 int ckpt_dist_reader_open(CkptDistReader *r, const char *root, Err *err);
 /* The same for a chosen step (< 0: the newest), which latest.json must list as committed. */
 int ckpt_dist_reader_open_step(CkptDistReader *r, const char *root, int64_t step, Err *err);

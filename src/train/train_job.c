@@ -114,6 +114,21 @@ static uint64_t config_hash(const JobConfig *cfg) {
     return h;
 }
 
+/* Every rank must run the same config: one that differs (a stale copy of the file on another
+ * host, an MPMD launch) passes the mesh check and then, with another training.steps or model,
+ * leaves ranks waiting forever in collectives the others never reach. */
+static int check_same_config(Comm *world, uint64_t hash, Err *err) {
+    uint64_t first = hash;
+    TRY(comm_broadcast(world, &first, sizeof first, 0, err));
+    int rc = first == hash ? 0
+                           : err_set(err,
+                                     "the resolved config (hash %016" PRIx64 ") differs from rank "
+                                     "0's (%016" PRIx64 "); every process must run the same "
+                                     "config file with the same command-line overrides",
+                                     hash, first);
+    return comm_agree(world, rc, err);
+}
+
 int train_job_check(const JobConfig *cfg, const ModelSpec *spec, Err *err) {
     if (spec && cfg->training.seq_len > spec->max_seq_len)
         return err_set(err, "training.seq_len = %d exceeds the model's max_seq_len %d",
@@ -179,25 +194,59 @@ int train_job_run(const JobConfig *cfg, Comm *world, Err *err) {
     return rc;
 }
 
+/* The model of a sharded checkpoint folder ({folder}/config.json), so `qtitan export` can
+ * read the folder alone. Written only once the trainer has resumed: a job that fails to resume
+ * (another model, another number of processes) must not replace the description of the
+ * checkpoint that is there. */
+typedef struct FolderConfig {
+    Comm *world;
+    char *root;
+    const ModelSpec *spec;
+} FolderConfig;
+
+static int write_folder_config(void *ctx, Err *err) {
+    const FolderConfig *fc = ctx;
+    return ckpt_dist_write_config(fc->world, fc->root, fc->spec, err);
+}
+
 static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
-    if (cfg->training.device == DEVICE_CUDA)
-        return err_set(err, "training.device = \"cuda\": this build trains on the CPU only");
     ModelSpec spec;
     HfConfigExtra extra;
-    TRY(train_job_spec(cfg, &spec, &extra, err));
-    TRY(train_job_check(cfg, &spec, err));
-    TRY(check_paths(cfg, err));
-    /* [[override]] entries against the module tree and the registry, before anything is
-     * sized (DESIGN §4); the plan is applied when the model is created. */
-    OverridePlan plan;
+    OverridePlan plan = {0};
     OpRun run = {&spec, cfg->training.local_batch_size, cfg->training.seq_len,
                  cfg->training.document_mask, cfg->training.mixed_precision_param == DT_BF16};
-    TRY(overrides_resolve(&plan, &spec, cfg->overrides, cfg->n_overrides, cfg->path, "cpu", &run,
-                          err));
+    int rc = cfg->training.device == DEVICE_CUDA
+                 ? err_set(err, "training.device = \"cuda\": this build trains on the CPU only")
+                 : train_job_spec(cfg, &spec, &extra, err);
+    if (rc == 0) rc = train_job_check(cfg, &spec, err);
+    if (rc == 0) rc = check_paths(cfg, err);
+    if (rc == 0 && world->size > 1 && cfg->checkpoint.enable &&
+        cfg->checkpoint.keep_latest_k > CKPT_DIST_MAX_KEPT)
+        rc = err_set(err,
+                     "checkpoint.keep_latest_k = %d: a sharded checkpoint keeps at most %d steps "
+                     "(older ones would be removed); set it to %d or less",
+                     cfg->checkpoint.keep_latest_k, CKPT_DIST_MAX_KEPT, CKPT_DIST_MAX_KEPT);
+    /* [[override]] entries against the module tree and the registry, before anything is
+     * sized (DESIGN §4); the plan is applied when the model is created. */
+    if (rc == 0)
+        rc = overrides_resolve(&plan, &spec, cfg->overrides, cfg->n_overrides, cfg->path, "cpu",
+                               &run, err);
     /* The mesh is checked before anything large exists; every rank computes the same
-     * sentence from the same config. */
+     * sentence from the same config. The checks agree before the mesh's first collective: a
+     * rank that fails alone (a path missing on its host, a config of its own) must not leave
+     * the others waiting there. */
+    /* MoE with tensor parallelism first: its refusal makes the mesh's divisibility of the
+     * experts' hidden size moot. */
+    if (rc == 0 && world->size > 1)
+        rc = fsdp_model_check(&spec, cfg->parallelism.tensor_parallel_degree, err);
+    if (rc == 0) {
+        MeshConfig mc;
+        MeshDims dims;
+        train_job_mesh_config(&mc, cfg, &spec, world->size);
+        rc = mesh_resolve(&dims, &mc, world->rank, err);
+    }
     Mesh mesh;
-    if (mesh_from_config(&mesh, world, cfg, &spec, err)) {
+    if (comm_agree_own(world, rc, err) != 0 || mesh_from_config(&mesh, world, cfg, &spec, err)) {
         overrides_plan_free(&plan);
         return -1;
     }
@@ -219,7 +268,7 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     dataset_options_default(&dopt);
     char *dpath = NULL;
     const char *tok_path;
-    int rc = config_tokenizer_path(cfg, &tok_path, err);
+    rc = config_tokenizer_path(cfg, &tok_path, err);
     Tokenizer *tok = rc == 0 ? tokenizer_load(tok_path, err) : NULL;
     if (rc == 0 && !tok) rc = -1;
     if (rc == 0 && tokenizer_vocab_size(tok) > (uint32_t)spec.vocab_size)
@@ -238,7 +287,9 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     }
     free(dpath);
     /* A rank that cannot read its tokenizer or dataset stops every rank, with its sentence. */
-    if (comm_agree(world, rc, err) != 0) {
+    int agreed = comm_agree(world, rc, err);
+    if (agreed == 0) agreed = check_same_config(world, config_hash(cfg), err);
+    if (agreed != 0) {
         if (rc == 0) dataset_close(&d.ds);
         tokenizer_free(tok);
         mesh_destroy(&mesh);
@@ -344,14 +395,14 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
         log_info("%s; FSDP: each rank keeps 1/%d of the parameters, gradients and "
                  "optimizer state",
                  mesh_line, mesh.dims.dp_shard);
+    FolderConfig fc = {world, NULL, &spec};
     if (sharded && cfg->checkpoint.enable) {
-        /* The folder describes its model, so `qtitan export` can read it alone. */
-        char *root = fs_resolve(cfg->job.dump_folder, cfg->checkpoint.folder);
-        rc = ckpt_dist_write_config(world, root, &spec, err);
-        free(root);
-        if (rc != 0) goto out;
+        fc.root = fs_resolve(cfg->job.dump_folder, cfg->checkpoint.folder);
+        o.on_resumed = write_folder_config;
+        o.on_resumed_ctx = &fc;
     }
     rc = trainer_run(&o, &model, &data, err);
+    free(fc.root);
     if (rc == 0 && sharded && cfg->checkpoint.last_save_in_hf && cfg->checkpoint.enable) {
         /* The last step's sharded checkpoint is committed: rank 0 exports it, a run of
          * elements at a time from the ranks' files (FSDP and tensor-parallel pieces joined). */

@@ -87,8 +87,8 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
                               cfg->parallelism.data_parallel_replicate_degree * shard *
                                   cfg->parallelism.tensor_parallel_degree);
         MeshDims dims;
+        TRY(fsdp_model_check(&p->spec, cfg->parallelism.tensor_parallel_degree, err));
         TRY(mesh_resolve(&dims, &mc, 0, err));
-        TRY(fsdp_model_check(&p->spec, dims.tp, err));
         p->tp = dims.tp;
         p->sp = dims.sequence_parallel;
         local.n_heads /= p->tp;

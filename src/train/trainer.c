@@ -93,6 +93,7 @@ static int resume(Trainer *t, Err *err) {
     if (par) {
         found = ckpt_dist_find_latest(par->world, par->mesh, t->ckpt_root, &step, &path, err);
     } else {
+        TRY(ckpt_dist_refuse_sharded(t->ckpt_root, err));
         TRY(ckpt_clean_stale(t->ckpt_root, err));
         found = ckpt_find_latest(t->ckpt_root, &step, &path, err);
     }
@@ -223,6 +224,7 @@ static int run(Trainer *t, Err *err) {
     t->optim = ckpt_adamw_tensors(&t->opt, md->params, md->nparams, err);
     if (!t->optim) return -1;
     if (o->ckpt_enable) TRY(resume(t, err));
+    if (o->ckpt_enable && o->on_resumed) TRY(o->on_resumed(o->on_resumed_ctx, err));
     /* On many processes rank 0 writes metrics.jsonl; all ranks hold the same step values. */
     int writer = !o->par || o->par->world->rank == 0;
     MetricsWriter mw = {0};

@@ -88,6 +88,10 @@ typedef struct TrainerOptions {
     uint64_t config_hash;
     const CkptFile *ckpt_files; /* (n_ckpt_files) saved into every checkpoint (config.json, ...) */
     int n_ckpt_files;
+    /* Called once the run's starting point is settled (resumed from a checkpoint, or none to
+     * resume), before the first step, when checkpoints are enabled; may be NULL. */
+    int (*on_resumed)(void *ctx, Err *err);
+    void *on_resumed_ctx;
     /* Called once the checkpoint of the last step is committed, with its directory (the HF
      * export of checkpoint.last_save_in_hf); may be NULL. */
     int (*on_last_save)(void *ctx, const char *step_dir, Err *err);
