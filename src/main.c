@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "dist/comm.h"
 
 typedef struct Command {
     const char *name;
@@ -43,8 +44,20 @@ int main(int argc, char **argv) {
         printf("qtitan %s\n", QTITAN_VERSION);
         return 0;
     }
-    for (size_t i = 0; i < NCOMMANDS; i++)
-        if (strcmp(argv[1], COMMANDS[i].name) == 0) return COMMANDS[i].run(argc - 1, argv + 1);
+    for (size_t i = 0; i < NCOMMANDS; i++) {
+        if (strcmp(argv[1], COMMANDS[i].name) != 0) continue;
+        /* Only train is one of many processes; N copies of another command would write the
+         * same files (under the same temporary names) at once. */
+        int n = comm_launcher_size();
+        if (n > 1 && COMMANDS[i].run != cmd_train) {
+            fprintf(stderr,
+                    "error: qtitan %s runs on one process, but mpirun started %d; run it without "
+                    "mpirun (only `qtitan train` runs on many)\n",
+                    argv[1], n);
+            return 2;
+        }
+        return COMMANDS[i].run(argc - 1, argv + 1);
+    }
     fprintf(stderr, "error: unknown command '%s'; run `qtitan --help` for the list\n", argv[1]);
     return 2;
 }

@@ -79,5 +79,15 @@ if [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if 
 else
   echo "FAIL: held-out loss of the trained exports differs (one process '$a', TP 2 '$b')"; fail=1
 fi
+# Only train runs on many processes: two copies of export would write the same files at once.
+if timeout 60 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 2 "$BIN" export \
+  --checkpoint "$TMP/tr-tp2/checkpoint" --out "$TMP/race" >"$TMP/race.log" 2>&1; then
+  echo "FAIL: qtitan export under mpirun -np 2 should refuse"; fail=1
+elif ! grep -q "qtitan export runs on one process, but mpirun started 2" "$TMP/race.log" ||
+  [ -e "$TMP/race" ]; then
+  echo "FAIL: qtitan export under mpirun -np 2"; cat "$TMP/race.log"; fail=1
+else
+  echo "ok: qtitan export under mpirun -np 2 refuses before writing"
+fi
 [ $fail = 0 ] && echo "e2e_dist_export: ok"
 exit $fail

@@ -17,6 +17,11 @@ static int launched_by_mpirun(void) {
     return getenv("OMPI_COMM_WORLD_SIZE") != NULL || getenv("PMIX_RANK") != NULL;
 }
 
+int comm_launcher_size(void) {
+    const char *n = getenv("OMPI_COMM_WORLD_SIZE");
+    return n && atoi(n) > 1 ? atoi(n) : 1;
+}
+
 int comm_init(Comm **out, int *argc, char ***argv, Err *err) {
     *out = NULL;
     if (launched_by_mpirun()) {

@@ -55,6 +55,9 @@ struct Comm {
  * plain `qtitan train` needs no MPI at all. Sets MPI_ERRORS_RETURN, so a failed MPI call
  * becomes an Err instead of killing the job silently, and tells the logger the rank. */
 int comm_init(Comm **out, int *argc, char ***argv, Err *err);
+/* How many processes a launcher started in this job: OMPI_COMM_WORLD_SIZE when mpirun set it,
+ * else 1. Needs no MPI (commands other than train check it before doing anything). */
+int comm_launcher_size(void);
 /* Frees a communicator from comm_init or comm_split; for the world one it also finalises MPI. */
 void comm_destroy(Comm *c);
 /* A single-process communicator (rank 0 of 1); never fails. */
