@@ -18,8 +18,9 @@ static int launched_by_mpirun(void) {
 }
 
 int comm_launcher_size(void) {
-    const char *n = getenv("OMPI_COMM_WORLD_SIZE");
-    return n && atoi(n) > 1 ? atoi(n) : 1;
+    const char *s = getenv("OMPI_COMM_WORLD_SIZE");
+    int n = s ? atoi(s) : 1;
+    return n > 1 ? n : 1;
 }
 
 int comm_init(Comm **out, int *argc, char ***argv, Err *err) {

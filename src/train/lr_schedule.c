@@ -46,7 +46,6 @@ int lr_schedule_init(LrSchedule *s, double base_lr, int64_t training_steps, int6
                  "%lld); the lr stays on the warmup ramp and never reaches optimizer.lr",
                  (long long)warmup_steps, (long long)training_steps);
         decay = 0;
-        training_steps = warmup_steps; /* no stable phase */
     } else if (decay_ratio >= 0.0) {
         decay = (int64_t)nearbyint((double)training_steps * decay_ratio); /* Python round() */
         if (warmup_steps + decay > training_steps) {
@@ -62,7 +61,8 @@ int lr_schedule_init(LrSchedule *s, double base_lr, int64_t training_steps, int6
     s->base_lr = base_lr;
     s->warmup_steps = warmup_steps;
     s->decay_steps = decay;
-    s->stable_steps = training_steps - warmup_steps - decay;
+    /* none when the warmup outlasts the run */
+    s->stable_steps = training_steps > warmup_steps ? training_steps - warmup_steps - decay : 0;
     s->min_lr_factor = min_lr_factor;
     return 0;
 }

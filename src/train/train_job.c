@@ -227,16 +227,15 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
                      "(older ones would be removed); set it to %d or less",
                      cfg->checkpoint.keep_latest_k, CKPT_DIST_MAX_KEPT, CKPT_DIST_MAX_KEPT);
     /* [[override]] entries against the module tree and the registry, before anything is
-     * sized (DESIGN §4); the plan is applied when the model is created. */
+     * sized; the plan is applied when the model is created. */
     if (rc == 0)
         rc = overrides_resolve(&plan, &spec, cfg->overrides, cfg->n_overrides, cfg->path, "cpu",
                                &run, err);
-    /* The mesh is checked before anything large exists; every rank computes the same
-     * sentence from the same config. The checks agree before the mesh's first collective: a
-     * rank that fails alone (a path missing on its host, a config of its own) must not leave
-     * the others waiting there. */
-    /* MoE with tensor parallelism first: its refusal makes the mesh's divisibility of the
-     * experts' hidden size moot. */
+    /* The mesh is checked here, before anything large exists, although mesh_from_config
+     * checks it again: every check so far must agree before the mesh's first collective, so
+     * that a rank that fails alone (a path missing on its host, a config of its own) does not
+     * leave the others waiting there. MoE with tensor parallelism first: its refusal makes the
+     * mesh's divisibility of the experts' hidden size moot. */
     if (rc == 0 && world->size > 1)
         rc = fsdp_model_check(&spec, cfg->parallelism.tensor_parallel_degree, err);
     if (rc == 0) {

@@ -292,7 +292,8 @@ int trainer_run(const TrainerOptions *opts, TrainModel *model, TrainData *data, 
                  local.peak_tflops);
     }
     t.o = &local;
-    t.ckpt_root = fs_resolve(opts->dump_folder, opts->ckpt_folder ? opts->ckpt_folder : "checkpoint");
+    t.ckpt_root =
+        fs_resolve(opts->dump_folder, opts->ckpt_folder ? opts->ckpt_folder : "checkpoint");
     int rc = run(&t, err);
     ckpt_tensors_free(t.optim, 2 * model->nparams);
     adamw_free(&t.opt);

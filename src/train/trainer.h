@@ -76,7 +76,7 @@ typedef struct TrainerOptions {
     int skip_nonfinite; /* 1: a step with a non-finite loss or norm skips its update; 0: error */
     const char *dump_folder;
     int ckpt_enable;
-    const char *ckpt_folder; /* below dump_folder unless absolute; "checkpoint" by default */
+    const char *ckpt_folder; /* under dump_folder, or absolute; default "checkpoint" */
     int64_t ckpt_interval;   /* save every N steps and at the last step */
     int last_save_model_only; /* the last step's checkpoint holds the weights only */
     int keep_latest_k;
