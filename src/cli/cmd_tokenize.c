@@ -13,6 +13,7 @@
 
 #include "core/err.h"
 #include "core/timer.h"
+#include "text/jsonl.h"
 #include "text/tokenizer.h"
 
 #define BATCH_LINES 4096
@@ -231,9 +232,7 @@ int cmd_tokenize(int argc, char **argv) {
             size_t len = (size_t)r;
             while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
                 len--;
-            /* As in training's dataset reader: a UTF-8 byte order mark, which some editors
-             * write, is not part of line 1. */
-            size_t bom = lineno == 1 && len >= 3 && memcmp(line, "\xef\xbb\xbf", 3) == 0 ? 3 : 0;
+            size_t bom = lineno == 1 ? jsonl_bom_len(line, len) : 0;
             size_t k = bom;
             while (k < len && (line[k] == ' ' || line[k] == '\t'))
                 k++;

@@ -13,6 +13,7 @@
 #include "core/strutil.h"
 #include "core/timer.h"
 #include "text/bpe_train.h"
+#include "text/jsonl.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: qtitan tokenizer-train --input FILES --vocab-size N --output DIR\n"
@@ -38,9 +39,7 @@ static int add_file(BpeTrainer *tr, const char *path, Err *err) {
     }
     size_t lineno = 0;
     int rc = 0;
-    /* As in training's dataset reader: a UTF-8 byte order mark is not part of line 1's JSON. */
-    size_t bom = len >= 3 && memcmp(data, "\xef\xbb\xbf", 3) == 0 ? 3 : 0;
-    for (char *p = data + bom, *end = data + len; p < end && rc == 0;) {
+    for (char *p = data + jsonl_bom_len(data, len), *end = data + len; p < end && rc == 0;) {
         char *nl = memchr(p, '\n', (size_t)(end - p));
         size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
         lineno++;

@@ -496,8 +496,7 @@ static int tokenize_file(Build *b, const char *path, Slot *slots, Err *err) {
         slots[0].len = size;
         rc = flush_slots(b, slots, 1, path, 0, err);
     } else {
-        /* A UTF-8 byte order mark, which some editors write, is not part of line 1's JSON. */
-        size_t pos = size >= 3 && memcmp(map, "\xef\xbb\xbf", 3) == 0 ? 3 : 0;
+        size_t pos = jsonl_bom_len(map, size);
         int64_t lineno = 0, n = 0;
         const char *line;
         size_t len;

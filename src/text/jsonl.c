@@ -17,6 +17,10 @@ int jsonl_next_line(const char *buf, size_t len, size_t *pos, const char **line,
     return 0;
 }
 
+size_t jsonl_bom_len(const char *buf, size_t len) {
+    return len >= 3 && memcmp(buf, "\xef\xbb\xbf", 3) == 0 ? 3 : 0;
+}
+
 int jsonl_is_blank(const char *line, size_t len) {
     for (size_t i = 0; i < len; i++)
         if (line[i] != ' ' && line[i] != '\t' && line[i] != '\r' && line[i] != '\n') return 0;

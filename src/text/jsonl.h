@@ -13,6 +13,10 @@
  * a line was found, 1 at the end of the buffer. A last line without '\n' still counts. */
 int jsonl_next_line(const char *buf, size_t len, size_t *pos, const char **line, size_t *line_len);
 
+/* 3 when buf[0..len) starts with a UTF-8 byte order mark, which some editors write and which
+ * is not part of line 1's JSON, else 0: where reading starts. */
+size_t jsonl_bom_len(const char *buf, size_t len);
+
 /* 1 when line[0..len) is empty or only JSON whitespace: such lines hold no document. */
 int jsonl_is_blank(const char *line, size_t len);
 
