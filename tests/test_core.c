@@ -110,6 +110,8 @@ static void test_fs_atomic_and_json_errors(void **state) {
     assert_non_null(strstr(err.msg, "\"s\" must be an integer"));
     assert_int_equal(json_req_int(j, "missing", &n, path, &err), -1);
     json_decref(j);
+    assert_true(fs_exists_in(dir, "a.json"));
+    assert_false(fs_exists_in(dir, "b.json"));
     char *sub = fs_join(dir, "x/y/z");
     assert_int_equal(fs_mkdirs(sub, &err), 0);
     assert_true(fs_is_dir(sub));

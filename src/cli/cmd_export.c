@@ -83,10 +83,7 @@ int cmd_export(int argc, char **argv) {
     if (tok && fs_is_dir(tok)) {
         /* Files are copied from the directory when present: without this check a wrong
          * directory gives an HF model with no tokenizer and no error. */
-        char *json = fs_join(tok, "tokenizer.json");
-        int found = fs_exists(json);
-        free(json);
-        if (!found) {
+        if (!fs_exists_in(tok, "tokenizer.json")) {
             fprintf(stderr, "error: --tokenizer %s: the directory has no tokenizer.json\n", tok);
             return 1;
         }

@@ -94,10 +94,7 @@ static int inspect_dir(const char *dir) {
     }
     /* A checkpoint step has a config.json too, but its tensors have qtitan's names: checked as
      * an HF model it would read as every tensor missing and every one unexpected. */
-    char *state = fs_join(dir, "train_state.json");
-    int is_checkpoint = fs_exists(state);
-    free(state);
-    if (is_checkpoint) {
+    if (fs_exists_in(dir, "train_state.json")) {
         fprintf(stderr,
                 "error: %s is a training checkpoint, not an HF model directory; inspect its "
                 "model.safetensors, or check it as HF after qtitan export\n",

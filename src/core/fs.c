@@ -164,6 +164,13 @@ int fs_remove_tree(const char *path, Err *err) {
     return 0;
 }
 
+int fs_exists_in(const char *dir, const char *name) {
+    char *path = fs_join(dir, name);
+    int found = fs_exists(path);
+    free(path);
+    return found;
+}
+
 char *fs_resolve(const char *dir, const char *path) {
     return path[0] == '/' ? xstrdup(path) : fs_join(dir, path);
 }

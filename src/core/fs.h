@@ -13,6 +13,8 @@ int fs_write_atomic(const char *path, const void *data, size_t len, Err *err);
 /* mkdir -p. */
 int fs_mkdirs(const char *path, Err *err);
 int fs_exists(const char *path);
+/* fs_exists of dir/name. */
+int fs_exists_in(const char *dir, const char *name);
 int fs_is_dir(const char *path);
 /* Removes a directory tree (for pruning old checkpoints). */
 int fs_remove_tree(const char *path, Err *err);

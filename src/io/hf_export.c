@@ -75,10 +75,7 @@ static int copy_tokenizer(const char *src, const char *dir, Err *err) {
 
 /* An existing out_dir may be replaced when it is empty or holds an HF config.json. */
 static int replaceable(const char *dir) {
-    char *cfg = fs_join(dir, "config.json");
-    int ok = fs_exists(cfg);
-    free(cfg);
-    if (ok) return 1;
+    if (fs_exists_in(dir, "config.json")) return 1;
     DIR *d = opendir(dir);
     if (!d) return 0;
     struct dirent *e;
@@ -129,16 +126,12 @@ static int write_dir(const char *dir, const ModelSpec *spec, const float *const 
 
 int hf_export_check_not_checkpoint(const char *out_dir, Err *err) {
     static const char *const marks[] = {"train_state.json", "latest.json"};
-    for (int i = 0; i < 2; i++) {
-        char *path = fs_join(out_dir, marks[i]);
-        int found = fs_exists(path);
-        free(path);
-        if (found)
+    for (int i = 0; i < 2; i++)
+        if (fs_exists_in(out_dir, marks[i]))
             return err_set(err,
                            "%s is a training checkpoint (it holds %s), not an HF model "
                            "directory; choose another output",
                            out_dir, marks[i]);
-    }
     return 0;
 }
 
