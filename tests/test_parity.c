@@ -68,6 +68,18 @@ typedef struct Errs {
     char worst_grad[96];
 } Errs;
 
+/* max |got - ref| / max |ref| over n values. Not fmax for the differences, which drops a
+ * NaN: a NaN sticks and fails the check. */
+static double rel_err(const float *got, const float *ref, long n) {
+    double maxabs = 0, maxdiff = 0;
+    for (long i = 0; i < n; i++) {
+        maxabs = fmax(maxabs, fabs(ref[i]));
+        double d = fabs((double)got[i] - ref[i]);
+        if (isnan(d) || d > maxdiff) maxdiff = d;
+    }
+    return maxdiff / maxabs;
+}
+
 /* Forward + backward of all lines, batched (packed = 0, equal lengths) or packed in one row;
  * compares with expected. */
 static Errs run_case(Qwen3 *m, const TokenLines *tl, const StFile *exp, int packed) {
@@ -95,15 +107,7 @@ static Errs run_case(Qwen3 *m, const TokenLines *tl, const StFile *exp, int pack
         assert_true(t->numel == len * V);
         float *ref = malloc((size_t)t->numel * sizeof(float));
         st_to_f32(t, ref);
-        double maxabs = 0, maxdiff = 0;
-        const float *got = m->a.logits + tl->start[l] * V;
-        for (long i = 0; i < t->numel; i++) {
-            maxabs = fmax(maxabs, fabs(ref[i]));
-            /* Not fmax, which drops a NaN: a NaN logit sticks and fails the check. */
-            double d = fabs(ref[i] - got[i]);
-            if (isnan(d) || d > maxdiff) maxdiff = d;
-        }
-        double r = maxdiff / maxabs;
+        double r = rel_err(m->a.logits + tl->start[l] * V, ref, t->numel);
         if (isnan(r) || r > e.logits) e.logits = r;
         free(ref);
     }
@@ -216,13 +220,7 @@ static double logits_err(const StFile *got, const StFile *want, int lines) {
               *b = malloc((size_t)w->numel * sizeof(float));
         st_to_f32(g, a);
         st_to_f32(w, b);
-        double maxabs = 0, maxdiff = 0;
-        for (long i = 0; i < w->numel; i++) {
-            maxabs = fmax(maxabs, fabs(b[i]));
-            double d = fabs((double)a[i] - b[i]);
-            if (isnan(d) || d > maxdiff) maxdiff = d;
-        }
-        double r = maxdiff / maxabs;
+        double r = rel_err(a, b, w->numel);
         if (isnan(r) || r > worst) worst = r;
         free(a), free(b);
     }
