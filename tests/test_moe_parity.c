@@ -29,6 +29,7 @@
 #include "io/token_lines.h"
 #include "model/qwen3.h"
 #include "model/qwen3_hf.h"
+#include "parity_util.h"
 #include "train/train_qwen3.h"
 
 #define TOL_LOGITS 1e-4 /* max abs diff / max |logit| */
@@ -169,15 +170,7 @@ static Errs run_case(Qwen3 *m, const TokenLines *tl, const StFile *exp, int pack
         assert_true(t->numel == (tl->start[l + 1] - tl->start[l]) * V);
         float *ref = malloc((size_t)t->numel * sizeof(float));
         st_to_f32(t, ref);
-        double maxabs = 0, maxdiff = 0;
-        const float *got = m->a.logits + tl->start[l] * V;
-        for (long i = 0; i < t->numel; i++) {
-            maxabs = fmax(maxabs, fabs(ref[i]));
-            /* Not fmax, which drops a NaN: a NaN logit sticks and fails the check. */
-            double d = fabs(ref[i] - got[i]);
-            if (isnan(d) || d > maxdiff) maxdiff = d;
-        }
-        double r = maxdiff / maxabs;
+        double r = rel_err(m->a.logits + tl->start[l] * V, ref, t->numel);
         if (isnan(r) || r > e.logits) e.logits = r;
         free(ref);
     }

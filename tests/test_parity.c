@@ -26,6 +26,7 @@
 #include "io/token_lines.h"
 #include "model/qwen3.h"
 #include "model/qwen3_hf.h"
+#include "parity_util.h"
 
 #define TOL_LOGITS 1e-4 /* max abs diff / max |logit| */
 #define TOL_LOSS 1e-5   /* relative */
@@ -67,18 +68,6 @@ typedef struct Errs {
     double logits, loss, grad;
     char worst_grad[96];
 } Errs;
-
-/* max |got - ref| / max |ref| over n values. Not fmax for the differences, which drops a
- * NaN: a NaN sticks and fails the check. */
-static double rel_err(const float *got, const float *ref, long n) {
-    double maxabs = 0, maxdiff = 0;
-    for (long i = 0; i < n; i++) {
-        maxabs = fmax(maxabs, fabs(ref[i]));
-        double d = fabs((double)got[i] - ref[i]);
-        if (isnan(d) || d > maxdiff) maxdiff = d;
-    }
-    return maxdiff / maxabs;
-}
 
 /* Forward + backward of all lines, batched (packed = 0, equal lengths) or packed in one row;
  * compares with expected. */
