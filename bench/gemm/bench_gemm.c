@@ -10,17 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/dtype.h"
+#include "core/timer.h"
 #include "kernels/cpu_peak.h"
 #include "ops/gemm.h"
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
 
 typedef struct Shape {
     const char *name;
@@ -33,12 +27,12 @@ static double time_gemm(const Shape *s, int bf16, float *A, float *B, uint16_t *
     int lda = s->ta ? s->M : s->K, ldb = s->tb ? s->K : s->N;
     double flop = 2.0 * s->M * s->N * s->K, best = 1e30, spent = 0;
     for (int rep = 0; rep < 12 && (rep < 3 || spent < 1.0); rep++) {
-        double t0 = now();
+        double t0 = now_seconds();
         if (bf16)
             gemm_bf16(s->ta, s->tb, s->M, s->N, s->K, 1.0f, Ah, lda, Bh, ldb, 0.0f, C, s->N);
         else
             gemm_f32(s->ta, s->tb, s->M, s->N, s->K, 1.0f, A, lda, B, ldb, 0.0f, C, s->N);
-        double dt = now() - t0;
+        double dt = now_seconds() - t0;
         if (rep > 0 && dt < best) best = dt; /* call 0 builds the primitive */
         spent += dt;
     }

@@ -21,8 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/timer.h"
 #include "kernels/cpu_peak.h"
 #include "ops/gemm.h"
 
@@ -278,12 +278,6 @@ static int packed_gemm(int ta, int tb, int M, int N, int K, float alpha, const f
 
 /* ---- harness ---------------------------------------------------------------------------- */
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
 typedef struct Shape {
     const char *name;
     int ta, tb, M, N, K;
@@ -343,13 +337,13 @@ int main(int argc, char **argv) {
         int reps = (int)(5e8 / flop) + 2;
         for (int r = 0; r < rounds; r++)
             for (int w = 0; w < 2; w++) {
-                double t0 = now();
+                double t0 = now_seconds();
                 for (int i = 0; i < reps; i++)
                     if (w == 0)
                         gemm_f32(sh->ta, sh->tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C1, N);
                     else
                         packed_gemm(sh->ta, sh->tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C2, N);
-                double t = now() - t0;
+                double t = now_seconds() - t0;
                 if (t < best[w]) best[w] = t;
             }
         printf("%-22s %5d %5d %5d  %9.1f %9.1f  %5.2fx  %.1e\n", sh->name, M, N, K,
