@@ -354,7 +354,7 @@ static void export_round_trip(const char *flavor, const char *tie, int dp_shard,
     /* An output that is some other directory is left alone. */
     char *other_out = fs_join(root, "rank-1");
     assert_int_equal(ckpt_dist_export_path(root, other_out, dtype, shard_bytes, &step, &err), -1);
-    assert_non_null(strstr(err.msg, "not an HF model directory"));
+    assert_non_null(strstr(err.msg, "which an export does not write"));
     free(other_out), free(gone_dir), free(other), free(step_dir), free(by_path);
     /* Every parameter whole, and a run from a third of the way in (across piece, row and
      * tensor-parallel block boundaries). */
