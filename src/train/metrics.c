@@ -8,9 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/fs.h"
+#include "core/log.h"
 #include "core/timer.h"
 #include "kernels/cpu_peak.h"
 
@@ -59,9 +61,12 @@ typedef enum PeakUnit { PEAK_FMA, PEAK_DPBF16, PEAK_AMX } PeakUnit;
 /* FLOPs one iteration of a unit's loop does on one thread (kernels/cpu_peak.h). */
 static double peak_flop_per_iter(PeakUnit u) {
     switch (u) {
-    case PEAK_AMX: return 4.0 * 16 * 16 * 32 * 2;  /* 4 tiles of 16x16, 32 products each */
-    case PEAK_DPBF16: return 12.0 * 32 * 2;        /* 12 chains of 32 products */
-    default: return 2.0 * 12.0 * cpu_peak_fma_lanes();
+    case PEAK_AMX:
+        return 4.0 * 16 * 16 * 32 * 2; /* 4 tiles of 16x16, 32 products each */
+    case PEAK_DPBF16:
+        return 12.0 * 32 * 2; /* 12 chains of 32 products */
+    default:
+        return 2.0 * 12.0 * cpu_peak_fma_lanes();
     }
 }
 
@@ -187,17 +192,39 @@ static int drop_records_after(const char *path, int64_t keep_step, Err *err) {
     return rc;
 }
 
-int metrics_writer_open(MetricsWriter *w, const char *dump_folder, int64_t resume_step,
-                        Err *err) {
+/* A fresh run's metrics.jsonl: an earlier run's non-empty file is moved to metrics.N.jsonl. */
+static int keep_earlier_run(const char *dump_folder, const char *path, Err *err) {
+    struct stat st;
+    if (stat(path, &st) != 0 || st.st_size == 0) return 0;
+    for (int n = 1;; n++) {
+        char name[48];
+        snprintf(name, sizeof name, "metrics.%d.jsonl", n);
+        char *kept = fs_join(dump_folder, name);
+        if (fs_exists(kept)) {
+            free(kept);
+            continue;
+        }
+        int rc = rename(path, kept) == 0 ? 0 : err_sys(err, "cannot move %s to %s", path, kept);
+        if (rc == 0)
+            log_info("metrics: %s holds an earlier run's records; kept them as %s, this run "
+                     "writes a new %s",
+                     path, kept, path);
+        free(kept);
+        return rc;
+    }
+}
+
+int metrics_writer_open(MetricsWriter *w, const char *dump_folder, int64_t resume_step, Err *err) {
     memset(w, 0, sizeof *w);
     TRY(fs_mkdirs(dump_folder, err));
     w->path = fs_join(dump_folder, "metrics.jsonl");
-    if (resume_step > 0 && drop_records_after(w->path, resume_step, err) != 0) {
+    if ((resume_step > 0 ? drop_records_after(w->path, resume_step, err)
+                         : keep_earlier_run(dump_folder, w->path, err)) != 0) {
         free(w->path);
         w->path = NULL;
         return -1;
     }
-    w->f = fopen(w->path, resume_step > 0 ? "a" : "w");
+    w->f = fopen(w->path, "a");
     if (!w->f) {
         err_sys(err, "cannot open %s for writing", w->path);
         free(w->path);

@@ -62,10 +62,11 @@ typedef struct MetricsWriter {
 } MetricsWriter;
 
 /* Opens {dump_folder}/metrics.jsonl (creating the folder). resume_step = 0 starts the file
- * afresh; a run resumed from the checkpoint of step S > 0 keeps the records of steps <= S and
- * appends, so the steps redone after S are not in the file twice. */
-int metrics_writer_open(MetricsWriter *w, const char *dump_folder, int64_t resume_step,
-                        Err *err);
+ * afresh, never over an earlier run's records: a non-empty metrics.jsonl is first renamed to
+ * the first free metrics.N.jsonl (N = 1, 2, ...), with a notice naming it. A run resumed from
+ * the checkpoint of step S > 0 keeps the records of steps <= S and appends, so the steps
+ * redone after S are not in the file twice. */
+int metrics_writer_open(MetricsWriter *w, const char *dump_folder, int64_t resume_step, Err *err);
 /* One JSON object per line: step, loss, grad_norm, lr, memory_gib, tps, tflops, mfu,
  * step_time_s, then the extras; flushed so a crash loses at most the current line. */
 int metrics_writer_write(MetricsWriter *w, const StepMetrics *m, const MetricsExtra *extra,
