@@ -15,6 +15,8 @@
 #include "text/tokenizer.h"
 #include "train/ckpt_dist.h"
 #include "train/fsdp_model.h"
+#include "train/lock.h"
+#include "train/lock.h"
 #include "train/train_hf.h"
 #include "train/train_qwen3.h"
 #include "train/trainer.h"
@@ -189,7 +191,10 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err);
 
 int train_job_run(const JobConfig *cfg, Comm *world, Err *err) {
     Comm *single = world ? NULL : comm_single_create();
-    int rc = run_job(cfg, world ? world : single, err);
+    TrainLock lock;
+    int rc = train_lock_take(&lock, world ? world : single, cfg, err);
+    if (rc == 0) rc = run_job(cfg, world ? world : single, err);
+    train_lock_release(&lock);
     comm_destroy(single);
     return rc;
 }
@@ -300,8 +305,7 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
 
     int sharded = world->size > 1;
     if (sharded) {
-        fm = fsdp_model_create(&spec, d.B, d.T, cfg->activation_checkpoint.mode, &mesh, &plan,
-                               err);
+        fm = fsdp_model_create(&spec, d.B, d.T, cfg->activation_checkpoint.mode, &mesh, &plan, err);
         rc = fm ? 0 : -1;
     } else {
         rc = train_hf_init(&hf, cfg, &spec, &extra, tok_path, err);
