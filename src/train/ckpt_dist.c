@@ -56,8 +56,11 @@ static int read_marker(const char *root, int64_t *steps, int *n, int64_t *ranks,
         mesh[0] = 1, mesh[1] = *ranks, mesh[2] = 1;
         for (int k = 0; k < 3 && json_is_array(m); k++)
             mesh[k] = json_integer_value(json_array_get(m, (size_t)k));
+        /* Checked before multiplying: a hostile mesh must not wrap to the right product. */
+        int64_t product = 0;
         if (m && (!json_is_array(m) || json_array_size(m) != 3 || mesh[0] < 1 || mesh[1] < 1 ||
-                  mesh[2] < 1 || mesh[0] * mesh[1] * mesh[2] != *ranks))
+                  mesh[2] < 1 || __builtin_mul_overflow(mesh[0], mesh[1], &product) ||
+                  __builtin_mul_overflow(product, mesh[2], &product) || product != *ranks))
             rc = err_set(err, "%s: mesh must be 3 positive integers whose product is ranks", path);
         for (size_t i = 0; i < json_array_size(list) && rc == 0; i++) {
             json_t *v = json_array_get(list, i);

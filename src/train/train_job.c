@@ -16,8 +16,8 @@
 #include "train/ckpt_dist.h"
 #include "train/fsdp_model.h"
 #include "train/lock.h"
-#include "train/lock.h"
 #include "train/train_hf.h"
+#include "train/train_plan.h"
 #include "train/train_qwen3.h"
 #include "train/trainer.h"
 
@@ -131,10 +131,38 @@ static int check_same_config(Comm *world, uint64_t hash, Err *err) {
     return comm_agree(world, rc, err);
 }
 
+/* The user's batch against the sizes computed from it: tokens per micro-batch are counted in
+ * int32 (positions, document ids), and the widest activation row over every layer, in bytes,
+ * must fit in int64 for the arena arithmetic (and the plan) to be exact. */
+static int check_batch_size(const JobConfig *cfg, const ModelSpec *spec, Err *err) {
+    int64_t tokens = (int64_t)cfg->training.local_batch_size * cfg->training.seq_len, bytes;
+    if (tokens > INT32_MAX)
+        return err_set(err,
+                       "training.local_batch_size x training.seq_len = %d x %d = %" PRId64
+                       " tokens per micro-batch, more than the %d a micro-batch may hold",
+                       cfg->training.local_batch_size, cfg->training.seq_len, tokens, INT32_MAX);
+    if (!spec) return 0;
+    int64_t row = spec->vocab_size;
+    const int64_t widths[] = {spec->dim, spec->hidden_dim,
+                              (int64_t)spec->moe_hidden_dim * (spec->top_k > 0 ? spec->top_k : 1),
+                              (int64_t)spec->n_heads * spec->head_dim};
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++)
+        if (widths[i] > row) row = widths[i];
+    if (__builtin_mul_overflow(tokens, row, &bytes) ||
+        __builtin_mul_overflow(bytes, (int64_t)4 * (spec->n_layers + 8), &bytes))
+        return err_set(err,
+                       "training.local_batch_size x training.seq_len = %" PRId64
+                       " tokens per micro-batch with rows of %" PRId64
+                       " values over %d layers needs more bytes than a 64-bit size can count",
+                       tokens, row, spec->n_layers);
+    return 0;
+}
+
 int train_job_check(const JobConfig *cfg, const ModelSpec *spec, Err *err) {
     if (spec && cfg->training.seq_len > spec->max_seq_len)
         return err_set(err, "training.seq_len = %d exceeds the model's max_seq_len %d",
                        cfg->training.seq_len, spec->max_seq_len);
+    TRY(check_batch_size(cfg, spec, err));
     int micro;
     TRY(config_grad_accum_steps(cfg, 1, &micro, err));
     if (cfg->checkpoint.last_save_in_hf && !cfg->checkpoint.enable)
@@ -193,6 +221,8 @@ int train_job_run(const JobConfig *cfg, Comm *world, Err *err) {
     Comm *single = world ? NULL : comm_single_create();
     TrainLock lock;
     int rc = train_lock_take(&lock, world ? world : single, cfg, err);
+    if (rc == 0)
+        rc = comm_agree_own(world ? world : single, train_plan_check_memory(cfg, err), err);
     if (rc == 0) rc = run_job(cfg, world ? world : single, err);
     train_lock_release(&lock);
     comm_destroy(single);
