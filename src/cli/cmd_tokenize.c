@@ -14,6 +14,7 @@
 
 #include "core/err.h"
 #include "core/fs.h"
+#include "core/json.h"
 #include "core/timer.h"
 #include "text/jsonl.h"
 #include "text/tokenizer.h"
@@ -66,7 +67,7 @@ static void append(char **buf, size_t *len, size_t *cap, const char *s, size_t n
 
 static int encode_job(const Tokenizer *tok, Job *j, const char *in_name) {
     json_error_t je;
-    json_t *doc = json_loadb(j->line, j->len, JSON_ALLOW_NUL, &je);
+    json_t *doc = json_parse(j->line, j->len, JSON_ALLOW_NUL, &je);
     if (!doc) return err_set(&j->err, "%s:%zu: not a JSON object: %s", in_name, j->lineno, je.text);
     json_t *text = json_object_get(doc, "text");
     if (!json_is_string(text)) {
@@ -308,12 +309,9 @@ int cmd_tokenize(int argc, char **argv) {
     free(line);
     free(jobs);
     if (in != stdin) fclose(in);
-    if (out != stdout) {
-        if (fclose(out) != 0 && status == 0) {
-            fprintf(stderr, "error: cannot write %s: %s\n", out_path, strerror(errno));
-            status = 1;
-        }
-    } else if (fflush(out) != 0 && status == 0) {
+    /* stdout is checked by main, as for every command. */
+    if (out != stdout && fclose(out) != 0 && status == 0) {
+        fprintf(stderr, "error: cannot write %s: %s\n", out_path, strerror(errno));
         status = 1;
     }
     tokenizer_free(tok);

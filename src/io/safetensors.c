@@ -133,7 +133,7 @@ static int parse_tensor(StTensor *t, Span *span, const char *path, const char *n
 
 static int parse_header(StFile *f, const char *hdr, size_t hlen, uint64_t data_off, Err *err) {
     json_error_t je;
-    json_t *root = json_loadb(hdr, hlen, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = json_parse(hdr, hlen, JSON_REJECT_DUPLICATES, &je);
     if (!root)
         return err_set(err, "%s: header is not valid JSON at byte %" PRIu64 ": %s", f->path,
                        (uint64_t)je.position + 8, je.text);

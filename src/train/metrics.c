@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/fs.h"
+#include "core/json.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "kernels/cpu_peak.h"
@@ -174,7 +175,7 @@ static int drop_records_after(const char *path, int64_t keep_step, Err *err) {
         int keep = 0;
         if (end < len) { /* a complete line */
             json_error_t je;
-            json_t *o = json_loadb(data + i, end - i, 0, &je);
+            json_t *o = json_parse(data + i, end - i, 0, &je);
             json_t *st = o ? json_object_get(o, "step") : NULL;
             keep = json_is_integer(st) && json_integer_value(st) <= keep_step;
             json_decref(o);
