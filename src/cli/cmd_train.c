@@ -27,6 +27,7 @@ int cmd_train(int argc, char **argv) {
     }
     JobConfig cfg;
     int rc = config_load(&cfg, NULL, argc - 1, argv + 1, &err) != 0 ? 2 : 0;
+    if (rc == 0) comm_set_timeouts(cfg.comm.init_timeout_seconds, cfg.comm.train_timeout_seconds);
     /* A config that fails on one rank alone (a file missing on one host) stops the others,
      * which would otherwise wait for it forever in the job's first collective. */
     int agreed = comm_agree_own(world, rc, &err);

@@ -67,7 +67,7 @@ _Static_assert(sizeof(DType) == sizeof(int) && sizeof(DecayType) == sizeof(int) 
 static const char *const SECTIONS[] = {
     "job",      "model",       "optimizer",  "lr_scheduler",
     "training", "parallelism", "checkpoint", "activation_checkpoint",
-    "metrics",  "override",
+    "metrics",  "comm",        "override",
 };
 #define NSECTIONS ((int)(sizeof SECTIONS / sizeof SECTIONS[0]))
 
@@ -120,6 +120,8 @@ static const KeyDesc KEYS[] = {
     ENUM(activation_checkpoint, mode, AC_MODES),
     INT(metrics, log_freq, 1, 0, "an integer >= 1"),
     FLT(metrics, peak_tflops, 0, INFINITY, 0, 1, "a number >= 0 (0 = measure)"),
+    INT(comm, init_timeout_seconds, 1, 0, "an integer >= 1"),
+    INT(comm, train_timeout_seconds, 1, 0, "an integer >= 1"),
 };
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 
@@ -510,6 +512,8 @@ void config_init(JobConfig *c) {
     c->checkpoint.export_dtype = DT_F32;
     c->activation_checkpoint.mode = AC_NONE;
     c->metrics.log_freq = 1;
+    c->comm.init_timeout_seconds = 300; /* torchtitan's defaults */
+    c->comm.train_timeout_seconds = 100;
 }
 
 void config_free(JobConfig *c) {

@@ -111,6 +111,13 @@ typedef struct JobConfig {
         int log_freq;
         double peak_tflops; /* per device, for MFU; 0 = measure */
     } metrics;
+    struct {
+        /* Seconds a collective may wait for the other ranks before every rank stops with a
+         * sentence naming the rank that stopped answering: init_timeout_seconds until the
+         * first training step has finished, train_timeout_seconds after it. */
+        int init_timeout_seconds;
+        int train_timeout_seconds;
+    } comm;
     KernelOverride *overrides; /* n_overrides entries in file order */
     int n_overrides;
 } JobConfig;

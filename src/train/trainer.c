@@ -12,6 +12,7 @@
 #include "core/fs.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "dist/comm.h"
 #include "ops/op_profile.h"
 #include "train/ckpt_dist.h"
 #include "train/clip.h"
@@ -108,10 +109,9 @@ static int resume(Trainer *t, Err *err) {
         json_decref(st.data_position);
     }
     /* ckpt_find_latest verified the checksums already; the sharded lookup did not. */
-    int rc = par ? ckpt_load(path, &st, t->model->params, t->model->nparams, t->optim, noptim,
-                             err)
-                 : ckpt_load_found(path, &st, t->model->params, t->model->nparams, t->optim,
-                                   noptim, err);
+    int rc = par ? ckpt_load(path, &st, t->model->params, t->model->nparams, t->optim, noptim, err)
+                 : ckpt_load_found(path, &st, t->model->params, t->model->nparams, t->optim, noptim,
+                                   err);
     if (par) rc = comm_agree(par->world, rc, err); /* every rank resumes, or none */
     if (rc == 0 && st.config_hash != t->o->config_hash)
         log_warn("[checkpoint] %s was written under another config (hash %016" PRIx64
@@ -236,7 +236,10 @@ static int run(Trainer *t, Err *err) {
         rc = train_step(t, &m, err);
         if (rc != 0) break;
         metrics_summary_add(&summary, &m);
-        if (summary.seen == 1) prof_reset(); /* the profile, too, leaves out the first step */
+        if (summary.seen == 1) {
+            prof_reset();           /* the profile, too, leaves out the first step */
+            comm_first_step_done(); /* collectives now wait comm.train_timeout_seconds */
+        }
         int last = t->step == o->steps;
         double comm_s = o->par ? o->par->comm_seconds(o->par->ctx) : 0;
         if (m.step == 1 || last || (o->log_freq > 0 && m.step % o->log_freq == 0)) {
