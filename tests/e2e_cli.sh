@@ -66,7 +66,7 @@ qa_expect_error tokenize_noval 2 "--input" tokenize --tokenizer "$tok" --input
 qa_expect_error tokenize_threads 2 "--threads" tokenize --tokenizer "$tok" --threads zero
 # The output is not the input: opening it would empty the input, with exit 0.
 cp "$tmp/doc.jsonl" "$tmp/same.jsonl"
-qa_expect_error tokenize_same_file 2 "--output $tmp/same.jsonl is the input file" tokenize \
+qa_expect_error tokenize_same_file 2 "--output $tmp/same.jsonl is the --input file" tokenize \
     --tokenizer "$tok" --input "$tmp/same.jsonl" --output "$tmp/same.jsonl"
 cmp -s "$tmp/doc.jsonl" "$tmp/same.jsonl" || qa_fail tokenize_same_file "the input was changed"
 qa_expect_error toktrain_novocab 2 "--vocab-size" tokenizer-train --input "$tmp/corpus.txt" --output "$tmp/t"
