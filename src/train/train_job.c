@@ -11,6 +11,7 @@
 #include "core/fs.h"
 #include "core/log.h"
 #include "io/hf_config.h"
+#include "model/qwen3_hf.h"
 #include "text/dataset.h"
 #include "text/tokenizer.h"
 #include "train/ckpt_dist.h"
@@ -221,8 +222,6 @@ int train_job_run(const JobConfig *cfg, Comm *world, Err *err) {
     Comm *single = world ? NULL : comm_single_create();
     TrainLock lock;
     int rc = train_lock_take(&lock, world ? world : single, cfg, err);
-    if (rc == 0)
-        rc = comm_agree_own(world ? world : single, train_plan_check_memory(cfg, err), err);
     if (rc == 0) rc = run_job(cfg, world ? world : single, err);
     train_lock_release(&lock);
     comm_destroy(single);
@@ -242,6 +241,16 @@ typedef struct FolderConfig {
 static int write_folder_config(void *ctx, Err *err) {
     const FolderConfig *fc = ctx;
     return ckpt_dist_write_config(fc->world, fc->root, fc->spec, err);
+}
+
+/* The last checks before the model's memory is sized, once every cheaper one has passed: the
+ * plan against physical memory, and initial weights against the model (a wrong vocab or shape
+ * costs a sentence, not gigabytes first). */
+static int check_before_sizing(const JobConfig *cfg, const ModelSpec *spec, Comm *world, Err *err) {
+    int rc = train_plan_check_memory(cfg, err);
+    if (rc == 0 && cfg->checkpoint.initial_load_path[0])
+        rc = qwen3_hf_check_path(spec, cfg->checkpoint.initial_load_path, err);
+    return comm_agree(world, rc, err);
 }
 
 static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
@@ -334,6 +343,10 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     d.tokens = xmalloc((size_t)d.B * d.T * sizeof *d.tokens);
 
     int sharded = world->size > 1;
+    if (check_before_sizing(cfg, &spec, world, err) != 0) {
+        rc = -1;
+        goto out;
+    }
     if (sharded) {
         fm = fsdp_model_create(&spec, d.B, d.T, cfg->activation_checkpoint.mode, &mesh, &plan, err);
         rc = fm ? 0 : -1;
