@@ -35,6 +35,14 @@ rm "$tmp/m_fifo_cfg/config.json" "$tmp/m_dev_cfg/config.json" "$tmp/m_fifo_st/mo
 mkfifo "$tmp/m_fifo_cfg/config.json" "$tmp/m_fifo_st/model.safetensors" \
     "$tmp/m_fifo_index/model.safetensors.index.json"
 ln -s /dev/zero "$tmp/m_dev_cfg/config.json"
+# Tokenizers with an empty vocabulary and with an empty token: clean results, and under the
+# sanitizers no memcpy from a NULL buffer.
+bl='"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+"decoder": {"type": "ByteLevel", "add_prefix_space": true, "use_regex": true}'
+printf '{%s, "model": {"type": "BPE", "vocab": {}, "merges": []}}' "$bl" >"$tmp/empty_vocab.json"
+printf '{%s, "model": {"type": "BPE", "vocab": {"": 0, "a": 1}, "merges": []}}' "$bl" \
+    >"$tmp/empty_token.json"
+printf '0 0 1\n\n' >"$tmp/ids_empty.txt"
 mkdir "$tmp/tok_fifo"
 mkfifo "$tmp/tok_fifo/tokenizer.json"
 
@@ -108,6 +116,10 @@ run_all() {
     qa_expect_error output_over_tokenizer fail "--output|--tokenizer" \
         tokenize --tokenizer "$tmp/tok.$1.json" --input "$tmp/doc.jsonl" --output "$tmp/tok.$1.json"
     same output_over_tokenizer "$tj" "$tmp/tok.$1.json"
+    qa_run empty_vocab 0 tokenize --tokenizer "$tmp/empty_vocab.json" --input "$tmp/doc.jsonl"
+    qa_run empty_token 0 tokenize --tokenizer "$tmp/empty_token.json" --input "$tmp/doc.jsonl"
+    qa_run empty_token_decode 0 tokenize --tokenizer "$tmp/empty_token.json" --decode \
+        --input "$tmp/ids_empty.txt"
     qa_expect_error line_cap fail "$tmp/long.jsonl:2|100-byte" \
         tokenize --tokenizer "$tj" --input "$tmp/long.jsonl" --max-line-bytes 100
 
