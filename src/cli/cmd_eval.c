@@ -100,7 +100,7 @@ static int eval_run(const EvalArgs *a, Err *err) {
     if (st_set_open(&set, a->model, err) || check_dump_target(a, &set, err) ||
         qwen3_hf_check(&spec, &set, a->model, err))
         goto out_set;
-    if (qwen3_create(&m, &spec, 1, (int)row, AC_NONE, err)) goto out_set;
+    if (qwen3_create_forward(&m, &spec, 1, (int)row, err)) goto out_set;
     if (qwen3_load_hf(&m, &set, a->model, err)) goto out_model;
 
     long N = tl.total, V = spec.vocab_size;
