@@ -40,6 +40,23 @@ static void resolve(const char *path, char out[PATH_MAX]) {
         snprintf(out, PATH_MAX, "%s", path);
 }
 
+/* resolve() of each entry of a comma-separated list (training.dataset_path), joined by ','. */
+static void resolve_list(const char *paths, char out[PATH_MAX]) {
+    out[0] = 0;
+    if (!paths) return;
+    size_t n = 0;
+    for (const char *p = paths; n < PATH_MAX;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char entry[PATH_MAX], one[PATH_MAX];
+        snprintf(entry, sizeof entry, "%.*s", (int)len, p);
+        resolve(entry, one);
+        n += (size_t)snprintf(out + n, PATH_MAX - n, "%s%s", n ? "," : "", one);
+        if (!comma) break;
+        p = comma + 1;
+    }
+}
+
 /* Every rank's resolved paths against rank 0's. */
 static int check_same_paths(Comm *world, const JobConfig *cfg, Err *err) {
     const char *tok = NULL;
@@ -52,7 +69,7 @@ static int check_same_paths(Comm *world, const JobConfig *cfg, Err *err) {
     int rc = 0;
     for (int i = 0; i < 3 && rc == 0; i++) {
         char mine[PATH_MAX], first[PATH_MAX];
-        resolve(given[i], mine);
+        resolve_list(given[i], mine);
         memcpy(first, mine, sizeof first);
         rc = comm_broadcast(world, first, sizeof first, 0, err);
         if (rc == 0 && strcmp(first, mine) != 0)

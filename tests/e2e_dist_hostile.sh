@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# The collective timeout (comm.init_timeout_seconds / comm.train_timeout_seconds): rank 1 of a
-# 2-rank run is stopped (SIGSTOP) mid-training; rank 0, waiting for it in a collective, must
-# stop the whole job within the timeout (5 s here) plus the 2 s liveness round, with one
-# sentence naming rank 1 as the rank that stopped answering, instead of spinning forever.
+# Multi-process runs that a careless launch or a stalled rank would break (issue 18):
+#   - ranks started in different working directories with the same relative job.dump_folder
+#     stop at start-up with a sentence naming both resolved folders, instead of splitting
+#     checkpoints between two folders;
+#   - the collective timeout (comm.init_timeout_seconds / comm.train_timeout_seconds): rank 1
+#     of a 2-rank run is stopped (SIGSTOP) mid-training; rank 0, waiting for it in a
+#     collective, must stop the whole job within the timeout (5 s here) plus the 2 s liveness
+#     round, with one sentence naming rank 1 as the rank that stopped answering, instead of
+#     spinning forever.
 set -uo pipefail
 # shellcheck source=tests/dist_lib.sh
 . "$(dirname "$0")/dist_lib.sh"
@@ -12,6 +17,19 @@ ARGS=(--config "$SRC/configs/debug.toml" --model.tokenizer_path="$SRC/tests/fixt
   --model.n_heads=4 --model.n_kv_heads=2 --model.head_dim=8 --model.hidden_dim=64
   --training.seq_len=32 --training.local_batch_size=2 --training.steps=1000000
   --metrics.peak_tflops=1 --metrics.log_freq=1000000 --comm.init_timeout_seconds=20 --comm.train_timeout_seconds=5)
+BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
+mkdir -p "$TMP/a" "$TMP/b"
+RT=$(cd "$TMP" && pwd -P) # what realpath gives
+timeout 120 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 1 --wdir "$TMP/a" "$BIN" train \
+  "${ARGS[@]}" --training.steps=2 --job.dump_folder=run : -np 1 --wdir "$TMP/b" "$BIN" train \
+  "${ARGS[@]}" --training.steps=2 --job.dump_folder=run >"$TMP/wdir.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] ||
+   ! grep -q "job.dump_folder run resolves to $RT/b/run on this rank but to $RT/a/run on rank 0" "$TMP/wdir.log"; then
+  echo "FAIL: ranks in different directories (rc=$rc; 124 means a hang)"; cat "$TMP/wdir.log"; exit 1
+fi
+echo "ok: ranks that resolve job.dump_folder apart stop at start-up"
+
 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 2 "$BIN" train "${ARGS[@]}" \
   --job.dump_folder="$TMP/run" >"$TMP/run.log" 2>&1 &
 launcher=$!
@@ -51,4 +69,4 @@ if [ "$rc" -eq 0 ] || [ "$took" -gt 20 ] ||
   echo "FAIL: rc=$rc after ${took} s; expected a non-zero exit within 20 s naming rank 1"
   tail -20 "$TMP/run.log"; exit 1
 fi
-echo "e2e_dist_timeout: ok (the job ended ${took} s after rank 1 stopped, naming it)"
+echo "e2e_dist_hostile: ok (the job ended ${took} s after rank 1 stopped, naming it)"
