@@ -297,7 +297,7 @@ static int cache_try_open(Dataset *ds, const char *path, const DatasetEncoder *e
     if (!fs_exists(path)) return 1;
     struct stat st;
     int fd = fs_open_read(path, &st, err);
-    if (fd < 0) return -1;
+    if (fd < 0) return err_wrap(err, "dataset cache (remove it)");
     size_t size = (size_t)st.st_size;
     void *map = size ? mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0) : NULL;
     close(fd);
