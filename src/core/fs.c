@@ -30,10 +30,10 @@ int fs_open_read(const char *path, struct stat *st, Err *err) {
     else if (S_ISSOCK(st->st_mode))
         kind = "a socket";
     else if (!S_ISREG(st->st_mode))
-        kind = "not a regular file";
+        kind = "a special file";
     if (kind) {
         close(fd);
-        return err_set(err, "%s is %s, expected a regular file", path, kind);
+        return err_set(err, "%s is %s, not a regular file", path, kind);
     }
     int flags = fcntl(fd, F_GETFL);
     if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
