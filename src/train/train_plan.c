@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "core/fs.h"
+#include "core/log.h"
 #include "train/fsdp_model.h"
 #include "train/metrics.h"
 #include "train/train_job.h"
@@ -220,7 +221,10 @@ void train_plan_print(const TrainPlan *p, FILE *f) {
 int train_plan_check_memory(const JobConfig *cfg, Err *err) {
     TrainPlan p;
     Err ignore;
-    if (train_plan_compute(&p, cfg, &ignore) != 0) return 0;
+    int was = log_set_info(0); /* the job logs its own override resolution */
+    int rc = train_plan_compute(&p, cfg, &ignore);
+    log_set_info(was);
+    if (rc != 0) return 0;
     double ram = metrics_total_ram_gib(), need = p.total / (double)(1 << 30);
     if (ram > 0 && need > ram)
         return err_set(err,
