@@ -1,5 +1,6 @@
-/* From a job config to a running trainer (CPU, fp32 reference model), on one process or, under
- * mpirun, on a device mesh with FSDP (src/train/fsdp_model.c). */
+/* From a job config to a running trainer (CPU): the spec, the checks every rank agrees on, the
+ * mesh (one process is a world of one), the data feed, the driver (src/train/train_qwen3.c)
+ * and the trainer, read top to bottom the same on every mesh. */
 #include "train/train_job.h"
 
 #include <inttypes.h>
