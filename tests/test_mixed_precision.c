@@ -130,7 +130,7 @@ static void train(int mode, float *losses, int steps) {
     AdamWParam *ap = calloc((size_t)m.nparams, sizeof *ap);
     for (int i = 0; i < m.nparams; i++)
         ap[i] = (AdamWParam){m.table[i].name, m.table[i].data, m.table[i].grad,
-                             (size_t)m.table[i].numel, !m.table[i].is_norm};
+                             (size_t)m.table[i].numel, m.table[i].kind->role != ROLE_NORM};
     AdamW opt;
     AdamWConfig cfg = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
     Err err;

@@ -342,7 +342,7 @@ static void sgd_run(float *losses, int steps, float *bias_out) {
     qwen3_init_params(&m, 1234);
     /* Larger weights than the 0.02 init so a few steps move the loss visibly. */
     for (int i = 0; i < m.nparams; i++)
-        if (!m.table[i].is_norm && !m.table[i].is_buffer)
+        if (m.table[i].kind->role != ROLE_NORM && m.table[i].kind->role != ROLE_BUFFER)
             for (long j = 0; j < m.table[i].numel; j++)
                 m.table[i].data[j] *= 5.0f;
     int32_t tok[32], tgt[32];
@@ -364,7 +364,7 @@ static void sgd_run(float *losses, int steps, float *bias_out) {
         qwen3_moe_update_bias(&m, m.moe_counts);
         for (int i = 0; i < m.nparams; i++) {
             Qwen3Param *p = &m.table[i];
-            if (p->is_buffer) continue;
+            if (p->kind->role == ROLE_BUFFER) continue;
             for (long j = 0; j < p->numel; j++)
                 p->data[j] -= 0.5f * p->grad[j];
         }

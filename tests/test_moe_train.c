@@ -124,7 +124,7 @@ static void test_moe_trains_on_c4(void **state) {
         params[i].data = p->data;
         grads[i] = p->grad;
         /* expert_bias is balancing state: its gradient is 0 and it must not decay. */
-        decay[i] = !p->is_norm && !p->is_buffer;
+        decay[i] = p->kind->role != ROLE_NORM && p->kind->role != ROLE_BUFFER;
     }
     TrainModel tm = {.ctx = &c,
                      .nparams = np,

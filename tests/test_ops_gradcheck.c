@@ -409,7 +409,8 @@ static void test_model_gradcheck(void **state) {
         for (int i = 0; i < m.nparams; i++) {
             Qwen3Param *p = &m.table[i];
             for (long j = 0; j < p->numel; j++)
-                p->data[j] = p->is_norm ? 0.6f + rng_uniform(&rng) : 0.4f * rng_normal(&rng);
+                p->data[j] =
+                    p->kind->role == ROLE_NORM ? 0.6f + rng_uniform(&rng) : 0.4f * rng_normal(&rng);
         }
         int32_t tok[12] = {1, 5, 19, 3, 3, 0, 7, 7, 2, 11, 4, 9};
         int32_t tgt[12] = {5, 19, 3, 3, 0, CE_IGNORE, 7, 2, 11, 4, 9, CE_IGNORE};

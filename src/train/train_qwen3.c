@@ -117,9 +117,7 @@ void train_qwen3_set_micro_batches(TrainQwen3 *q, int micro_batches) {
 
 void train_qwen3_model(TrainQwen3 *q, TrainModel *out, int exempt) {
     for (int i = 0; i < q->m.nparams; i++)
-        /* expert_bias is balancing state: zero gradient, and it must not decay. */
-        q->decay[i] =
-            q->m.table[i].is_buffer ? 0 : adamw_default_decay(q->m.table[i].name, exempt, exempt);
+        q->decay[i] = param_decays(q->m.table[i].kind, exempt, exempt);
     *out = (TrainModel){.ctx = q,
                         .nparams = q->m.nparams,
                         .params = q->params,
