@@ -1,6 +1,6 @@
 /* Qwen3 model driver: activation checkpointing (full, selective) gives bit-identical gradients,
  * results do not depend on the thread count, packed documents equal separate rows, init follows
- * DESIGN §5, and every op call goes through the module instance's pointer. */
+ * the parameter table's rules, and every op call goes through the module instance's pointer. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

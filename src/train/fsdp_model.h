@@ -5,10 +5,7 @@
  * norm with lm_head) into one of a few full-size workspaces just before the unit's forward
  * and again before its backward, prefetching the next unit with a non-blocking gather, and
  * reduce-scatters the unit's gradient into the rank's slice right after its backward. With
- * dp_replicate > 1 (HSDP) the slices are then summed across replicas.
- *
- * Kept apart from train_job.c for the same reason as train_qwen3.h (model/qwen3.h and
- * core/config.h both name AC_NONE / AC_FULL). */
+ * dp_replicate > 1 (HSDP) the slices are then summed across replicas. */
 #ifndef QT_FSDP_MODEL_H
 #define QT_FSDP_MODEL_H
 
@@ -39,8 +36,8 @@ void fsdp_model_free(FsdpModel *f);
  * bf16 twin of its workspace, so a rank holds bf16 copies of three workspaces, never of the
  * model. Master weights, gradients, collectives and the optimizer stay fp32. */
 int fsdp_model_enable_bf16(FsdpModel *f, Err *err);
-/* DESIGN §5 init, bitwise the same values as one process: each tensor is drawn whole (one
- * at a time) and only this rank's slice is kept. */
+/* The init of qwen3_init_params (by the parameter table's rules), bitwise the same values as one
+ * process: each tensor is drawn whole (one at a time) and only this rank's slice is kept. */
 void fsdp_model_init(FsdpModel *f, uint64_t seed);
 /* Loads HF weights one tensor at a time, keeping this rank's slice. */
 int fsdp_model_load_hf(FsdpModel *f, const char *path, Err *err);

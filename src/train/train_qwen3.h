@@ -54,7 +54,7 @@ int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T,
 
 /* Mixed precision (training.mixed_precision_param = "bfloat16"): bf16 matmuls, fp32 masters. */
 int train_qwen3_enable_bf16(TrainQwen3 *q, Err *err);
-/* DESIGN §5 random init. */
+/* Random init by the parameter table's rules (qwen3_init_params). */
 void train_qwen3_init(TrainQwen3 *q, uint64_t seed);
 /* Loads HF-named weights (a .safetensors file or an HF directory), any of F32/BF16/F16. The
  * files must hold exactly the model's tensors with their shapes (lm_head.weight may be absent
