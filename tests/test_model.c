@@ -15,23 +15,11 @@
 #include <string.h>
 
 #include "model/qwen3.h"
+#include "spec_util.h"
 
 static ModelSpec spec(int tied) {
-    ModelSpec s;
-    memset(&s, 0, sizeof s);
-    snprintf(s.flavor, sizeof s.flavor, "test");
-    s.dim = 24;
-    s.n_layers = 3;
-    s.n_heads = 4;
-    s.n_kv_heads = 2;
-    s.head_dim = 8;
-    s.hidden_dim = 40;
-    s.vocab_size = 50;
-    s.max_seq_len = 64;
-    s.norm_eps = 1e-6;
-    s.rope_theta = 1e6;
-    s.tie_embeddings = tied;
-    return s;
+    return test_spec((TestShape){
+        .D = 24, .L = 3, .H = 4, .K = 2, .E = 8, .F = 40, .V = 50, .T = 64, .tied = tied});
 }
 
 #define B_ 2

@@ -12,15 +12,14 @@
 #include <string.h>
 
 #include "core/param_table.h"
+#include "spec_util.h"
 
 /* D 24, H 4, K 2, E 6, F 40, V 50, X 3, Fm 10: every letter a different size. Four layers,
  * MoE every second one (1 and 3), with expert_bias. */
 static ModelSpec spec(void) {
-    ModelSpec s;
-    memset(&s, 0, sizeof s);
-    s.dim = 24, s.n_layers = 4, s.n_heads = 4, s.n_kv_heads = 2, s.head_dim = 6;
-    s.hidden_dim = 40, s.vocab_size = 50;
-    s.num_experts = 3, s.top_k = 2, s.moe_hidden_dim = 10, s.decoder_sparse_step = 2;
+    ModelSpec s = test_spec((TestShape){.D = 24, .L = 4, .H = 4, .K = 2, .E = 6, .F = 40, .V = 50});
+    test_spec_moe(&s, 3, 2, 10);
+    s.decoder_sparse_step = 2;
     s.load_balance_coeff = 1e-3;
     return s;
 }
