@@ -10,6 +10,7 @@
 #include "kernels/kernels.h"
 #include "kernels/overrides.h"
 #include "kernels/verify.h"
+#include "train/train_job.h"
 
 /* Tokens per row a --config check uses at most: enough to cross tiles and loss chunks, small
  * enough that a 151,936-token vocabulary or a 4096-token sequence stays a few seconds. */
@@ -135,14 +136,8 @@ static int verify_config(const char *path) {
     }
     int rc = 1;
     OverridePlan plan = {0};
-    if (strcmp(cfg.model.flavor, "hf") == 0) {
-        log_error("%s: verify-kernels --config needs a native flavor (model.flavor = \"hf\" reads "
-                  "the architecture from hf_assets_path, not supported here)",
-                  path);
-        goto out;
-    }
-    if (model_spec_flavor(&spec, cfg.model.flavor, &err) ||
-        config_apply_model_fields(&spec, &cfg, &err) || config_validate_model(&spec, &cfg, &err)) {
+    HfConfigExtra extra;
+    if (train_job_spec(&cfg, &spec, &extra, &err)) {
         log_error("%s", err.msg);
         goto out;
     }

@@ -1,4 +1,4 @@
-/* [[override]] entries (DESIGN §4) checked against the module tree and the kernel registry
+/* [[override]] entries (docs/kernels.md) checked against the module tree and the kernel registry
  * before any memory is sized, then applied to the model's module implementations.
  *
  * Use (train/train_job.c and train/train_qwen3.c do this for `qtitan train`):
@@ -16,8 +16,8 @@
 #include "core/model_spec.h"
 #include "ops/op.h"
 
-/* Incomplete here on purpose: core/config.h and model/qwen3.h both define AC_NONE / AC_FULL,
- * so no header includes both (train/train_qwen3.h keeps the same rule). */
+/* Only pointers to these are used here, so the header does not pull in the job config or the
+ * model. */
 struct KernelOverride; /* core/config.h */
 struct Qwen3Modules;   /* model/qwen3.h */
 

@@ -1,4 +1,4 @@
-/* The kernel registry (DESIGN §4): every implementation of every op kind, by name and device,
+/* The kernel registry (docs/kernels.md): every implementation of every op kind, by name and device,
  * with its supports() rule and the tolerance verify-kernels holds it to against the kind's
  * reference. The default per device is what a module instance runs when no [[override]]
  * names it; on the CPU the defaults are the references (kernels are opt-in by name).

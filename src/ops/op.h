@@ -1,5 +1,5 @@
 /* Op kinds and the per-instance implementation pointer. Every module instance of the model
- * tree (DESIGN §4) holds `const XxxOp *` for its op kind; the model calls ops only through
+ * tree (docs/kernels.md) holds `const XxxOp *` for its op kind; the model calls ops only through
  * these pointers, so a kernel registry can swap an implementation per instance by name.
  * Each op struct starts with an OpHeader, so generic code reads name/kind/device through a
  * `const OpHeader *` whatever the kind. */
