@@ -11,7 +11,7 @@
 
 #include "core/config.h"
 #include "kernels/kernels.h"
-#include "kernels/overrides.h"
+#include "model/overrides.h"
 #include "kernels/verify.h"
 
 static ModelSpec tiny(void) {

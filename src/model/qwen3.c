@@ -208,9 +208,17 @@ static void layout_acts(Qwen3 *m, Arena *ar) {
     a->dkn = arena_floats(ar, N * KE);
     a->dk = arena_floats(ar, N * KE);
     a->dv = arena_floats(ar, N * KE);
+    a->ffn_ws = NULL;
     if (any_dense) {
         a->dh1 = arena_floats(ar, N * F);
         a->dh3 = arena_floats(ar, N * F);
+        long ws = 0; /* the largest the layers' feed-forward kernels declare */
+        for (int i = 0; i < s->n_layers; i++) {
+            const SwigluOp *ff = m->mod.layers[i].feed_forward;
+            long w = ff && ff->workspace_floats ? ff->workspace_floats(N, (int)D, (int)F) : 0;
+            ws = w > ws ? w : ws;
+        }
+        if (ws) a->ffn_ws = arena_floats(ar, (size_t)ws);
     }
     m->moe_counts = NULL;
     if (any_moe) {
@@ -710,7 +718,8 @@ static void layer_forward(Qwen3 *m, int i, float *out, int count) {
                                  N, D, s->hidden_dim));
     else
         PROF_OP(&ff->h, 0,
-                ff->forward(y, a->h1, a->h3, a->g, xn2, p->w1, p->w3, p->w2, N, D, s->hidden_dim));
+                ff->forward(y, a->h1, a->h3, a->g, xn2, p->w1, p->w3, p->w2, m->a.ffn_ws, N, D,
+                            s->hidden_dim));
     tp_combine(m, out, n * D);
     add_into(out, a->xmid, n * D, 0);
 }
@@ -766,7 +775,7 @@ static void layer_backward(Qwen3 *m, int i) {
     else
         PROF_OP(&ff->h, 1,
                 ff->backward(A->dxn, g->w1, g->w3, g->w2, A->dh1, A->dh3, dout, xn2, a->h1, a->h3,
-                             a->g, p->w1, p->w3, p->w2, N, D, F));
+                             a->g, p->w1, p->w3, p->w2, A->ffn_ws, N, D, F));
     const float *dxn = tp_combine_grad(m, A->dxn, n * D);
     PROF_OP(&md->ffn_norm->h, 1,
             norm_backward_into(md->ffn_norm, A->dres, A->dtmp, g->ffn_norm, dxn, a->xmid,

@@ -9,7 +9,7 @@
 #include "core/log.h"
 #include "io/hf_keys.h"
 #include "io/safetensors.h"
-#include "kernels/overrides.h"
+#include "model/overrides.h"
 #include "model/qwen3.h"
 #include "model/qwen3_hf.h"
 #include "train/moe_step.h"
@@ -34,7 +34,7 @@ struct Qwen3Modules *train_qwen3_modules(const ModelSpec *spec, const OverridePl
         OverridePlan on_spec = *plan;
         on_spec.spec = *spec;
         overrides_apply(&on_spec, mod);
-    } else if (!overrides_cpu_defaults(spec, mod) && verbose) {
+    } else if (!overrides_defaults(spec, "cpu", mod) && verbose) {
         log_info("kernels: references (QT_KERNELS=reference)");
     }
     return mod;
@@ -129,8 +129,8 @@ void train_qwen3_model(TrainQwen3 *q, TrainModel *out, int exempt) {
                         .before_optimizer_step = q->m.n_moe_layers ? before_optimizer_step : NULL};
 }
 
-int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
-                      int sp, const OverridePlan *plan, Err *err) {
+int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
+                      const OverridePlan *plan, Err *err) {
     memset(out, 0, sizeof *out);
     Qwen3Modules *mod = train_qwen3_modules(spec, plan, 0);
     Qwen3Sizes z;

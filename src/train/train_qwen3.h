@@ -10,7 +10,7 @@
 #include "core/ac_mode.h"
 #include "core/err.h"
 #include "core/model_spec.h"
-#include "kernels/overrides.h"
+#include "model/overrides.h"
 #include "train/trainer.h"
 
 typedef struct TrainQwen3 TrainQwen3;
