@@ -145,7 +145,8 @@ static void layout_layer_acts(Qwen3LayerActs *a, Arena *ar, const ModelSpec *s, 
     layout_ffn_acts(a, ar, s, N, dense, moe);
 }
 
-static void layout_acts(Qwen3 *m, Arena *ar) {
+/* ks: the kernel scratch arena, for the workspaces the chosen ops declare. */
+static void layout_acts(Qwen3 *m, Arena *ar, Arena *ks) {
     const ModelSpec *s = &m->spec;
     Qwen3Acts *a = &m->a;
     long N = (long)m->max_B * m->max_T, D = s->dim, V = s->vocab_size, F = s->hidden_dim;
@@ -218,7 +219,7 @@ static void layout_acts(Qwen3 *m, Arena *ar) {
             long w = ff && ff->workspace_floats ? ff->workspace_floats(N, (int)D, (int)F) : 0;
             ws = w > ws ? w : ws;
         }
-        if (ws) a->ffn_ws = arena_floats(ar, (size_t)ws);
+        if (ws) a->ffn_ws = arena_floats(ks, (size_t)ws);
     }
     m->moe_counts = NULL;
     if (any_moe) {
@@ -346,18 +347,20 @@ static int setup(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int s
 static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp, int owned,
                   const Qwen3Modules *impl, Err *err) {
     TRY(setup(m, spec, B, T, ac, sp, err));
-    Arena pc, gc, ac_count;
+    Arena pc, gc, ac_count, ks_count;
     arena_init_counting(&pc, "parameter");
     arena_init_counting(&gc, "gradient");
     arena_init_counting(&ac_count, "activation");
+    arena_init_counting(&ks_count, "kernel scratch");
     build_modules(m, impl); /* before the activations: the loss op sizes its workspace */
     layout_params(m, &pc, &gc);
-    layout_acts(m, &ac_count);
+    layout_acts(m, &ac_count, &ks_count);
     m->table = xcalloc((size_t)m->nparams, sizeof *m->table);
     m->slots = xcalloc((size_t)m->nslots, sizeof *m->slots);
     if ((owned && (arena_init(&m->param_arena, "parameter", pc.used, err) ||
                    arena_init(&m->grad_arena, "gradient", gc.used, err))) ||
-        arena_init(&m->act_arena, "activation", ac_count.used, err)) {
+        arena_init(&m->act_arena, "activation", ac_count.used, err) ||
+        arena_init(&m->scratch_arena, "kernel scratch", ks_count.used, err)) {
         qwen3_free(m);
         return -1;
     }
@@ -366,7 +369,7 @@ static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int 
         layout_params(m, &m->param_arena, &m->grad_arena);
     else /* counting arenas place nothing: the table gets NULL data and grad */
         layout_params(m, &pc, &gc);
-    layout_acts(m, &m->act_arena);
+    layout_acts(m, &m->act_arena, &m->scratch_arena);
     return 0;
 }
 
@@ -393,6 +396,7 @@ void qwen3_free(Qwen3 *m) {
     arena_free(&m->param_arena);
     arena_free(&m->grad_arena);
     arena_free(&m->act_arena);
+    arena_free(&m->scratch_arena);
     arena_free(&m->bf16_arena);
     free(m->table);
     free(m->slots);
@@ -935,16 +939,18 @@ int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
         return -1;
     }
     build_modules(m, impl); /* before the activations: the loss op sizes its workspace */
-    Arena pc, gc, acnt;
+    Arena pc, gc, acnt, kcnt;
     arena_init_counting(&pc, "parameter");
     arena_init_counting(&gc, "gradient");
     arena_init_counting(&acnt, "activation");
+    arena_init_counting(&kcnt, "kernel scratch");
     layout_params(m, &pc, &gc);
-    layout_acts(m, &acnt);
+    layout_acts(m, &acnt, &kcnt);
     /* arena_init rounds a block up to the 64-byte alignment. */
     out->param_bytes = (pc.used + 63) / 64 * 64;
     out->grad_bytes = (gc.used + 63) / 64 * 64;
-    out->act_bytes = (acnt.used + 63) / 64 * 64;
+    /* the kernel scratch counts as activation memory for the plan */
+    out->act_bytes = (acnt.used + 63) / 64 * 64 + (kcnt.used + 63) / 64 * 64;
     out->nparams = m->nparams;
     Arena bc;
     arena_init_counting(&bc, "bf16 weight");

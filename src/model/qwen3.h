@@ -200,6 +200,7 @@ struct Qwen3 {
     int max_B, max_T; /* activation capacity */
     AcMode ac;
     Arena param_arena, grad_arena, act_arena;
+    Arena scratch_arena; /* the workspaces the chosen kernels declare (e.g. swiglu_fused's) */
     Qwen3Params p;
     Qwen3Params g; /* gradients, same layout */
     Qwen3Param *table;
