@@ -2,7 +2,7 @@
  * (kernel scratch arena) and the optimizer state are sized before the first step. This binary is
  * linked with -Wl,--wrap for malloc, calloc, realloc, aligned_alloc and posix_memalign
  * (CMakeLists.txt), so every such call made by qtitan's code goes through the counters below; a
- * step is forward, backward and an AdamW update with the CPU default kernels,
+ * step is forward, backward, gradient clipping and an AdamW update with the CPU default kernels,
  * in fp32 and bf16, for a dense and a MoE model. Allocations inside oneDNN and the OpenMP runtime
  * (shared libraries) are not seen. */
 #include <setjmp.h>
@@ -18,6 +18,7 @@
 #include "model/overrides.h"
 #include "model/qwen3.h"
 #include "train/adamw.h"
+#include "train/clip.h"
 
 static long g_allocs; /* calls while counting */
 static int g_counting;
@@ -79,9 +80,12 @@ static void run(int moe, int bf16) {
     qwen3_init_params(&m, 5);
     if (bf16) assert_int_equal(qwen3_enable_bf16(&m, &err), 0);
     AdamWParam *ap = calloc((size_t)m.nparams, sizeof *ap);
-    for (int i = 0; i < m.nparams; i++)
+    GradRef *gr = calloc((size_t)m.nparams, sizeof *gr);
+    for (int i = 0; i < m.nparams; i++) {
         ap[i] = (AdamWParam){m.table[i].name, m.table[i].data, m.table[i].grad,
                              (size_t)m.table[i].numel, 1};
+        gr[i] = (GradRef){m.table[i].grad, (size_t)m.table[i].numel};
+    }
     AdamWConfig cfg = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
     AdamW opt;
     assert_int_equal(adamw_init(&opt, &cfg, ap, m.nparams, &err), 0);
@@ -95,7 +99,8 @@ static void run(int moe, int bf16) {
         qwen3_moe_reset_counts(&m);
         qwen3_forward(&m, tok, tgt, NULL, NULL, B_, T_);
         qwen3_backward(&m, 0);
-        adamw_step(&opt, 1e-3);
+        double norm = grad_global_norm(gr, m.nparams);
+        adamw_step_scaled(&opt, 1e-3, grad_clip_coef(norm, 0.5));
         g_counting = 0;
         if (step > 1 && g_allocs != before)
             fail_msg("%s %s: step %d made %ld heap allocation(s)", moe ? "MoE" : "dense",
@@ -103,6 +108,7 @@ static void run(int moe, int bf16) {
     }
     adamw_free(&opt);
     free(ap);
+    free(gr);
     qwen3_free(&m);
 }
 
