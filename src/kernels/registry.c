@@ -3,10 +3,12 @@
  * by measurement: docs/kernels.md, "Defaults and overrides", gives the numbers. */
 #include "kernels/registry.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/err.h"
 #include "kernels/cpu_ops.h"
 #include "kernels/kernels.h"
 #include "ops/op_all.h"
@@ -38,9 +40,31 @@ static const KernelInfo REGISTRY[] = {
     {&moe_experts_grouped.h, 1, 5e-5, 1e-3, "tokens grouped by expert, one GEMM per expert"},
 };
 
+/* The rows of a GPU backend built into this program (e.g. src/cuda/registry_cuda.c defines
+ * them); weak, so a CPU build links without one and they are NULL. */
+extern const KernelInfo KERNELS_CUDA[] __attribute__((weak));
+extern const int KERNELS_CUDA_N __attribute__((weak));
+
+static KernelInfo *g_all; /* REGISTRY then KERNELS_CUDA, when a backend is linked in */
+static int g_nall;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void join_tables(void) {
+    int ncpu = (int)(sizeof REGISTRY / sizeof REGISTRY[0]);
+    g_all = xmalloc((size_t)(ncpu + KERNELS_CUDA_N) * sizeof *g_all);
+    memcpy(g_all, REGISTRY, sizeof REGISTRY);
+    memcpy(g_all + ncpu, KERNELS_CUDA, (size_t)KERNELS_CUDA_N * sizeof *g_all);
+    g_nall = ncpu + KERNELS_CUDA_N;
+}
+
 const KernelInfo *kernel_registry(int *n) {
-    *n = (int)(sizeof REGISTRY / sizeof REGISTRY[0]);
-    return REGISTRY;
+    if (!KERNELS_CUDA || !&KERNELS_CUDA_N) {
+        *n = (int)(sizeof REGISTRY / sizeof REGISTRY[0]);
+        return REGISTRY;
+    }
+    pthread_once(&g_once, join_tables);
+    *n = g_nall;
+    return g_all;
 }
 
 const KernelInfo *kernel_find(OpKind kind, const char *name, const char *device) {
