@@ -11,7 +11,7 @@
 /* The op kinds, one row each, and the only list of them: X(ID, id, "name", OpType, reference).
  * OP_<ID> is the enum value, "name" what configs and logs say, OpType the struct holding the
  * kind's function pointers (ops/<id>.h), reference its plain implementation there. Everything
- * indexed by kind (names, references, the typed slot access in op.c, the registry's reference
+ * indexed by kind (names, references, the typed slot access in op_kinds.c, the registry's reference
  * rows, verify-kernels' checks) is generated from this list, so a new kind is a new row plus
  * its files (docs/kernels.md, "Adding an op kind"). */
 #define QT_OP_KINDS(X)                                                                             \
