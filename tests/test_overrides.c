@@ -11,8 +11,8 @@
 
 #include "core/config.h"
 #include "kernels/kernels.h"
-#include "model/overrides.h"
 #include "kernels/verify.h"
+#include "model/overrides.h"
 
 static ModelSpec tiny(void) {
     ModelSpec s;
