@@ -18,8 +18,9 @@ static const KernelInfo REGISTRY[] = {
 #define QT_OP_REF_ROW(ID, id, name, Type, ref) {&ref.h, 0, 0, 0, "the reference (src/ops)"},
     QT_OP_KINDS(QT_OP_REF_ROW)
 #undef QT_OP_REF_ROW
-    /* Named overrides, kept for a measured win (flash: memory and time at long T; loss_chunked:
-     * the (N, V) logits) or to show the mechanism (docs/kernels.md says which). */
+    /* Named overrides, kept for a measured win (loss_chunked: memory, no (N, V) logits) or to
+     * show the mechanism (flash, rope_nogather, swiglu_fused, rmsnorm_fused: slower than or at
+     * parity with the cpu defaults where measured; docs/kernels.md has the numbers). */
     {&sdpa_flash.h, 0, 5e-5, 1e-4, "tiled online-softmax attention, memory linear in T"},
     {&rope_nogather.h, 0, 1e-6, 1e-5, "positions 0..T-1 from the row index, no table"},
     {&swiglu_fused.h, 0, 1e-4, 1e-3, "one GEMM against [w1; w3], fused SiLU * up"},
