@@ -16,7 +16,7 @@
 
 #include "core/rng.h"
 #include "kernels/kernels.h"
-#include "kernels/overrides.h"
+#include "model/overrides.h"
 #include "model/qwen3.h"
 #include "spec_util.h"
 
@@ -67,7 +67,7 @@ static void test_train_with_overrides(void **state) {
     Err err;
     ModuleSlot *slots;
     int n = overrides_tree(&s, &slots);
-    OverridePlan plan = {.spec = s};
+    OverridePlan plan = {.spec = s, .device = "cpu"};
     OverrideChoice choices[64];
     plan.choices = choices;
     choose(&plan, slots, n, "sdpa", &sdpa_flash.h);

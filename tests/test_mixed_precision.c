@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "kernels/cpu_ops.h"
+#include "kernels/registry.h"
 #include "model/qwen3.h"
 #include "spec_util.h"
 #include "train/adamw.h"
@@ -56,7 +57,8 @@ static void build(Qwen3 *m, int mode, int tied) {
     Err err;
     assert_int_equal(qwen3_create(m, &s, B_, T_, AC_NONE, &err), 0);
     qwen3_init_params(m, 7);
-    if (mode != REF) cpu_apply_defaults(m->slots, m->nslots, &s);
+    OpRun run = {.spec = &s};
+    if (mode != REF) kernels_apply_defaults(m->slots, m->nslots, "cpu", &run);
     if (mode == CPU_BF16) assert_int_equal(qwen3_enable_bf16(m, &err), 0);
 }
 

@@ -181,7 +181,7 @@ typedef struct {
 } SwiCtx;
 static double swi_loss(void *p) {
     SwiCtx *c = p;
-    swiglu_forward(c->out, c->h1, c->h3, c->g, c->x, c->w1, c->w3, c->w2, c->N, c->D, c->F);
+    swiglu_forward(c->out, c->h1, c->h3, c->g, c->x, c->w1, c->w3, c->w2, NULL, c->N, c->D, c->F);
     return project(c->out, c->R, c->N * c->D);
 }
 static void test_swiglu(void **state) {
@@ -203,8 +203,8 @@ static void test_swiglu(void **state) {
     float *dx = zeros(N * D), *dw1 = zeros((long)F * D), *dw3 = zeros((long)F * D);
     float *dw2 = zeros((long)D * F), *dh1 = zeros(N * F), *dh3 = zeros(N * F);
     swi_loss(&c);
-    swiglu_backward(dx, dw1, dw3, dw2, dh1, dh3, c.R, c.x, c.h1, c.h3, c.g, c.w1, c.w3, c.w2, N, D,
-                    F);
+    swiglu_backward(dx, dw1, dw3, dw2, dh1, dh3, c.R, c.x, c.h1, c.h3, c.g, c.w1, c.w3, c.w2, NULL,
+                    N, D, F);
     fd_check("swiglu dx", c.x, N * D, dx, swi_loss, &c, 1e-2f, 1000, TOL_OP);
     fd_check("swiglu dw1", c.w1, (long)F * D, dw1, swi_loss, &c, 1e-2f, 1000, TOL_OP);
     fd_check("swiglu dw3", c.w3, (long)F * D, dw3, swi_loss, &c, 1e-2f, 1000, TOL_OP);

@@ -11,8 +11,8 @@
 
 #include "core/config.h"
 #include "kernels/kernels.h"
-#include "kernels/overrides.h"
 #include "kernels/verify.h"
+#include "model/overrides.h"
 #include "spec_util.h"
 
 static ModelSpec tiny(void) {

@@ -141,7 +141,8 @@ static void layout_layer_acts(Qwen3LayerActs *a, Arena *ar, const ModelSpec *s, 
     layout_ffn_acts(a, ar, s, N, dense, moe);
 }
 
-static void layout_acts(Qwen3 *m, Arena *ar) {
+/* ks: the kernel scratch arena, for the workspaces the chosen ops declare. */
+static void layout_acts(Qwen3 *m, Arena *ar, Arena *ks) {
     const ModelSpec *s = &m->spec;
     Qwen3Acts *a = &m->a;
     long N = (long)m->max_B * m->max_T, D = s->dim, V = s->vocab_size, F = s->hidden_dim;
@@ -204,9 +205,17 @@ static void layout_acts(Qwen3 *m, Arena *ar) {
     a->dkn = arena_floats(ar, N * KE);
     a->dk = arena_floats(ar, N * KE);
     a->dv = arena_floats(ar, N * KE);
+    a->ffn_ws = NULL;
     if (any_dense) {
         a->dh1 = arena_floats(ar, N * F);
         a->dh3 = arena_floats(ar, N * F);
+        long ws = 0; /* the largest the layers' feed-forward kernels declare */
+        for (int i = 0; i < s->n_layers; i++) {
+            const SwigluOp *ff = m->mod.layers[i].feed_forward;
+            long w = ff && ff->workspace_floats ? ff->workspace_floats(N, (int)D, (int)F) : 0;
+            ws = w > ws ? w : ws;
+        }
+        if (ws) a->ffn_ws = arena_floats(ks, (size_t)ws);
     }
     m->moe_counts = NULL;
     if (any_moe) {
@@ -334,18 +343,20 @@ static int setup(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int s
 static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp, int owned,
                   const Qwen3Modules *impl, Err *err) {
     TRY(setup(m, spec, B, T, ac, sp, err));
-    Arena pc, gc, ac_count;
+    Arena pc, gc, ac_count, ks_count;
     arena_init_counting(&pc, "parameter");
     arena_init_counting(&gc, "gradient");
     arena_init_counting(&ac_count, "activation");
+    arena_init_counting(&ks_count, "kernel scratch");
     build_modules(m, impl); /* before the activations: the loss op sizes its workspace */
     layout_params(m, &pc, &gc);
-    layout_acts(m, &ac_count);
+    layout_acts(m, &ac_count, &ks_count);
     m->table = xcalloc((size_t)m->nparams, sizeof *m->table);
     m->slots = xcalloc((size_t)m->nslots, sizeof *m->slots);
     if ((owned && (arena_init(&m->param_arena, "parameter", pc.used, err) ||
                    arena_init(&m->grad_arena, "gradient", gc.used, err))) ||
-        arena_init(&m->act_arena, "activation", ac_count.used, err)) {
+        arena_init(&m->act_arena, "activation", ac_count.used, err) ||
+        arena_init(&m->scratch_arena, "kernel scratch", ks_count.used, err)) {
         qwen3_free(m);
         return -1;
     }
@@ -354,7 +365,7 @@ static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int 
         layout_params(m, &m->param_arena, &m->grad_arena);
     else /* counting arenas place nothing: the table gets NULL data and grad */
         layout_params(m, &pc, &gc);
-    layout_acts(m, &m->act_arena);
+    layout_acts(m, &m->act_arena, &m->scratch_arena);
     return 0;
 }
 
@@ -381,6 +392,7 @@ void qwen3_free(Qwen3 *m) {
     arena_free(&m->param_arena);
     arena_free(&m->grad_arena);
     arena_free(&m->act_arena);
+    arena_free(&m->scratch_arena);
     arena_free(&m->bf16_arena);
     free(m->table);
     free(m->slots);
@@ -706,7 +718,8 @@ static void layer_forward(Qwen3 *m, int i, float *out, int count) {
                                  N, D, s->hidden_dim));
     else
         PROF_OP(&ff->h, 0,
-                ff->forward(y, a->h1, a->h3, a->g, xn2, p->w1, p->w3, p->w2, N, D, s->hidden_dim));
+                ff->forward(y, a->h1, a->h3, a->g, xn2, p->w1, p->w3, p->w2, m->a.ffn_ws, N, D,
+                            s->hidden_dim));
     tp_combine(m, out, n * D);
     add_into(out, a->xmid, n * D, 0);
 }
@@ -762,7 +775,7 @@ static void layer_backward(Qwen3 *m, int i) {
     else
         PROF_OP(&ff->h, 1,
                 ff->backward(A->dxn, g->w1, g->w3, g->w2, A->dh1, A->dh3, dout, xn2, a->h1, a->h3,
-                             a->g, p->w1, p->w3, p->w2, N, D, F));
+                             a->g, p->w1, p->w3, p->w2, A->ffn_ws, N, D, F));
     const float *dxn = tp_combine_grad(m, A->dxn, n * D);
     PROF_OP(&md->ffn_norm->h, 1,
             norm_backward_into(md->ffn_norm, A->dres, A->dtmp, g->ffn_norm, dxn, a->xmid,
@@ -922,16 +935,18 @@ int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
         return -1;
     }
     build_modules(m, impl); /* before the activations: the loss op sizes its workspace */
-    Arena pc, gc, acnt;
+    Arena pc, gc, acnt, kcnt;
     arena_init_counting(&pc, "parameter");
     arena_init_counting(&gc, "gradient");
     arena_init_counting(&acnt, "activation");
+    arena_init_counting(&kcnt, "kernel scratch");
     layout_params(m, &pc, &gc);
-    layout_acts(m, &acnt);
+    layout_acts(m, &acnt, &kcnt);
     /* arena_init rounds a block up to the 64-byte alignment. */
     out->param_bytes = (pc.used + 63) / 64 * 64;
     out->grad_bytes = (gc.used + 63) / 64 * 64;
-    out->act_bytes = (acnt.used + 63) / 64 * 64;
+    /* the kernel scratch counts as activation memory for the plan */
+    out->act_bytes = (acnt.used + 63) / 64 * 64 + (kcnt.used + 63) / 64 * 64;
     out->nparams = m->nparams;
     Arena bc;
     arena_init_counting(&bc, "bf16 weight");

@@ -146,19 +146,20 @@ typedef struct Qwen3Acts {
     float *ce_lse; /* (n) */
     float *losses; /* (n) */
     /* Activation gradients: one set, reused by every layer in turn. */
-    float *dres; /* (n, D) gradient of the residual stream */
-    float *dxn;  /* (N, D) */
-    float *dtmp; /* (n, D) */
-    float *datt; /* (N, H*E) */
-    float *dqr;  /* (N, H*E) */
-    float *dqn;  /* (N, H*E) */
-    float *dq;   /* (N, H*E) */
-    float *dkr;  /* (N, K*E) */
-    float *dkn;  /* (N, K*E) */
-    float *dk;   /* (N, K*E) */
-    float *dv;   /* (N, K*E) */
-    float *dh1;  /* (N, F) */
-    float *dh3;  /* (N, F) */
+    float *dres;   /* (n, D) gradient of the residual stream */
+    float *dxn;    /* (N, D) */
+    float *dtmp;   /* (n, D) */
+    float *datt;   /* (N, H*E) */
+    float *dqr;    /* (N, H*E) */
+    float *dqn;    /* (N, H*E) */
+    float *dq;     /* (N, H*E) */
+    float *dkr;    /* (N, K*E) */
+    float *dkn;    /* (N, K*E) */
+    float *dk;     /* (N, K*E) */
+    float *dv;     /* (N, K*E) */
+    float *dh1;    /* (N, F) */
+    float *dh3;    /* (N, F) */
+    float *ffn_ws; /* the feed-forward ops' workspace (SwigluOp.workspace_floats), or NULL */
     /* MoE, shared by all layers */
     float *router_logits; /* (N, X); router logits, then their gradient in backward */
     float *dgw;           /* (N, k) */
@@ -219,6 +220,7 @@ struct Qwen3 {
     int max_B, max_T; /* activation capacity */
     AcMode ac;
     Arena param_arena, grad_arena, act_arena;
+    Arena scratch_arena; /* the workspaces the chosen kernels declare (e.g. swiglu_fused's) */
     Qwen3Params p;
     Qwen3Params g; /* gradients, same layout */
     Qwen3Param *table;
@@ -259,7 +261,7 @@ struct Qwen3 {
 /* The module tree of spec (docs/kernels.md), without allocating a model: fills mod with each
  * kind's reference implementation and, when slots is not NULL, slots[i] with instance i's FQN,
  * kind and the address of its pointer inside mod. Returns the number of instances. The model
- * builds its own tree with this function, so the override check (kernels/overrides.h) sees
+ * builds its own tree with this function, so the override check (model/overrides.h) sees
  * exactly the instances the model runs. */
 int qwen3_module_tree(const ModelSpec *spec, Qwen3Modules *mod, ModuleSlot *slots);
 

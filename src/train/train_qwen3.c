@@ -18,6 +18,7 @@
 #include "io/hf_keys.h"
 #include "io/safetensors.h"
 #include "kernels/cpu_simd.h"
+#include "model/overrides.h"
 #include "model/qwen3.h"
 #include "model/qwen3_hf.h"
 #include "train/adamw.h"
@@ -268,7 +269,7 @@ struct Qwen3Modules *train_qwen3_modules(const ModelSpec *spec, const OverridePl
         OverridePlan on_spec = *plan;
         on_spec.spec = *spec;
         overrides_apply(&on_spec, mod);
-    } else if (!overrides_cpu_defaults(spec, mod) && verbose) {
+    } else if (!overrides_defaults(spec, "cpu", mod) && verbose) {
         log_info("kernels: references (QT_KERNELS=reference)");
     }
     return mod;

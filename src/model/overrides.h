@@ -30,6 +30,7 @@ typedef struct OverrideChoice {
 
 typedef struct OverridePlan {
     ModelSpec spec;
+    char device[16];         /* the device the plan was resolved for ("cpu") */
     OverrideChoice *choices; /* n, in module tree order */
     int n;
     int n_unmatched; /* entries that matched no instance (warned) */
@@ -46,10 +47,12 @@ int overrides_resolve(OverridePlan *plan, const ModelSpec *spec,
                       const char *device, const OpRun *run, Err *err);
 void overrides_plan_free(OverridePlan *plan);
 
-/* Fills mod with spec's module tree and each kind's CPU default (kernels/cpu_ops.h; with
- * QT_KERNELS=reference the references stay). Returns 1 when the fast defaults were set. */
-int overrides_cpu_defaults(const ModelSpec *spec, struct Qwen3Modules *mod);
-/* Fills mod with plan->spec's module tree (CPU defaults) and the plan's replacements, logging
+/* Fills mod with spec's module tree and each kind's default on device (kernels/registry.h,
+ * kernel_default_op; with QT_KERNELS=reference the references stay). Returns 1 when the
+ * defaults were set. */
+int overrides_defaults(const ModelSpec *spec, const char *device, struct Qwen3Modules *mod);
+/* Fills mod with plan->spec's module tree (plan->device's defaults) and the plan's replacements,
+ * logging
  * "[override] FQN: OLD -> NEW" for each and "applied N override(s)". Returns N. */
 int overrides_apply(const OverridePlan *plan, struct Qwen3Modules *mod);
 
