@@ -50,6 +50,9 @@ set -e
 "$QT_BINARY" train --config "$fx/qwen3_moe_debug.toml" --training.steps=2 --training.seq_len=32 \
   --training.local_batch_size=2 --model.n_layers=2 --model.tokenizer_path=tok \
   --training.dataset_path="$data" >moe.log 2>&1 || { cat moe.log; fail "train qwen3_moe_debug"; }
+# The step line carries the total and the time left (not on the last step: nothing is left).
+grep -Eq '^step:  1/2  loss: .*  eta: [0-9]+m[0-9]{2}s$' moe.log && grep -Eq '^step:  2/2  loss: .*%$' moe.log ||
+  { cat moe.log; fail "step lines should read step: N/2 ... eta: XmYYs"; }
 m=outputs/metrics.jsonl
 [ "$(grep -c '"step":' "$m")" = 2 ] || { cat moe.log "$m"; fail "expected 2 step records"; }
 grep -q '"loss":[0-9]' "$m" || { cat "$m"; fail "no finite loss"; }

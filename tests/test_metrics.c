@@ -92,6 +92,19 @@ static void test_console_line(void **state) {
     metrics_format_line(buf, sizeof buf, &m);
     assert_string_equal(buf, "step: 1234  loss:  2.50000  grad_norm:  0.2500  memory: "
                              " 3.00GiB(5.00%)  tps: 12346  tflops: 1.00  mfu: 45.68%");
+    /* With the total and the time left (724.4 s rounds to 12m04s). */
+    m.step = 40;
+    m.total_steps = 1000;
+    m.eta_s = 724.4;
+    metrics_format_line(buf, sizeof buf, &m);
+    assert_string_equal(buf, "step: 40/1000  loss:  2.50000  grad_norm:  0.2500  memory: "
+                             " 3.00GiB(5.00%)  tps: 12346  tflops: 1.00  mfu: 45.68%  eta: "
+                             "12m04s");
+    char d[32];
+    metrics_format_duration(d, sizeof d, 3723.0);
+    assert_string_equal(d, "1h02m03s");
+    metrics_format_duration(d, sizeof d, 59.4);
+    assert_string_equal(d, "0m59s");
 }
 
 static void test_fill_and_jsonl(void **state) {

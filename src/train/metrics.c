@@ -59,9 +59,12 @@ typedef enum PeakUnit { PEAK_FMA, PEAK_DPBF16, PEAK_AMX } PeakUnit;
 /* FLOPs one iteration of a unit's loop does on one thread (kernels/cpu_peak.h). */
 static double peak_flop_per_iter(PeakUnit u) {
     switch (u) {
-    case PEAK_AMX: return 4.0 * 16 * 16 * 32 * 2;  /* 4 tiles of 16x16, 32 products each */
-    case PEAK_DPBF16: return 12.0 * 32 * 2;        /* 12 chains of 32 products */
-    default: return 2.0 * 12.0 * cpu_peak_fma_lanes();
+    case PEAK_AMX:
+        return 4.0 * 16 * 16 * 32 * 2; /* 4 tiles of 16x16, 32 products each */
+    case PEAK_DPBF16:
+        return 12.0 * 32 * 2; /* 12 chains of 32 products */
+    default:
+        return 2.0 * 12.0 * cpu_peak_fma_lanes();
     }
 }
 
@@ -144,12 +147,27 @@ void metrics_fill(StepMetrics *m, double tokens, double step_time_s, double flop
     m->memory_pct = total > 0 ? 100.0 * m->memory_gib / total : 0.0;
 }
 
+void metrics_format_duration(char *buf, size_t cap, double seconds) {
+    long long s = seconds > 0 && seconds < 1e12 ? (long long)llround(seconds) : 0;
+    if (s >= 3600)
+        snprintf(buf, cap, "%lldh%02lldm%02llds", s / 3600, s / 60 % 60, s % 60);
+    else
+        snprintf(buf, cap, "%lldm%02llds", s / 60, s % 60);
+}
+
 int metrics_format_line(char *buf, size_t cap, const StepMetrics *m) {
+    char total[32] = "", eta[48] = "";
+    if (m->total_steps > 0) snprintf(total, sizeof total, "/%lld", (long long)m->total_steps);
+    if (m->eta_s > 0) {
+        char d[32];
+        metrics_format_duration(d, sizeof d, m->eta_s);
+        snprintf(eta, sizeof eta, "  eta: %s", d);
+    }
     return snprintf(buf, cap,
-                    "step: %2lld  loss: %8.5f  grad_norm: %7.4f  memory: %5.2fGiB(%.2f%%)  "
-                    "tps: %.0f  tflops: %.2f  mfu: %.2f%%",
-                    (long long)m->step, m->loss, m->grad_norm, m->memory_gib, m->memory_pct,
-                    round(m->tps), m->tflops, m->mfu);
+                    "step: %2lld%s  loss: %8.5f  grad_norm: %7.4f  memory: %5.2fGiB(%.2f%%)  "
+                    "tps: %.0f  tflops: %.2f  mfu: %.2f%%%s",
+                    (long long)m->step, total, m->loss, m->grad_norm, m->memory_gib, m->memory_pct,
+                    round(m->tps), m->tflops, m->mfu, eta);
 }
 
 /* Keeps the records of steps <= keep_step (and drops a torn last line): a run resumed from the
@@ -187,8 +205,7 @@ static int drop_records_after(const char *path, int64_t keep_step, Err *err) {
     return rc;
 }
 
-int metrics_writer_open(MetricsWriter *w, const char *dump_folder, int64_t resume_step,
-                        Err *err) {
+int metrics_writer_open(MetricsWriter *w, const char *dump_folder, int64_t resume_step, Err *err) {
     memset(w, 0, sizeof *w);
     TRY(fs_mkdirs(dump_folder, err));
     w->path = fs_join(dump_folder, "metrics.jsonl");

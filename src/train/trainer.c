@@ -108,10 +108,9 @@ static int resume(Trainer *t, Err *err) {
         json_decref(st.data_position);
     }
     /* ckpt_find_latest verified the checksums already; the sharded lookup did not. */
-    int rc = par ? ckpt_load(path, &st, t->model->params, t->model->nparams, t->optim, noptim,
-                             err)
-                 : ckpt_load_found(path, &st, t->model->params, t->model->nparams, t->optim,
-                                   noptim, err);
+    int rc = par ? ckpt_load(path, &st, t->model->params, t->model->nparams, t->optim, noptim, err)
+                 : ckpt_load_found(path, &st, t->model->params, t->model->nparams, t->optim, noptim,
+                                   err);
     if (par) rc = comm_agree(par->world, rc, err); /* every rank resumes, or none */
     if (rc == 0 && st.config_hash != t->o->config_hash)
         log_warn("[checkpoint] %s was written under another config (hash %016" PRIx64
@@ -230,12 +229,17 @@ static int run(Trainer *t, Err *err) {
     MetricsWriter mw = {0};
     if (writer) TRY(metrics_writer_open(&mw, o->dump_folder, t->step, err));
     MetricsSummary summary = {0};
+    double time_sum = 0; /* of the steps after the first this process ran, for the eta */
     rc = 0;
     while (rc == 0 && t->step < o->steps) {
         StepMetrics m;
         rc = train_step(t, &m, err);
         if (rc != 0) break;
         metrics_summary_add(&summary, &m);
+        if (summary.seen > 1) time_sum += m.step_time_s;
+        m.total_steps = o->steps;
+        m.eta_s = (double)(o->steps - t->step) *
+                  (summary.seen > 1 ? time_sum / (double)(summary.seen - 1) : m.step_time_s);
         if (summary.seen == 1) prof_reset(); /* the profile, too, leaves out the first step */
         int last = t->step == o->steps;
         double comm_s = o->par ? o->par->comm_seconds(o->par->ctx) : 0;
