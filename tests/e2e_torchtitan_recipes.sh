@@ -8,6 +8,7 @@ shared=${QT_SHARED_DIR:-}
 data=$shared/data/c4_sample/c4_sample.jsonl
 fx=$QT_SOURCE_DIR/tests/fixtures/torchtitan
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+export QT_CACHE_DIR=$tmp/cache # a fresh cache, so the corpus is tokenized (with progress) here
 cd "$tmp"
 fail() { echo "FAIL: $*"; exit 1; }
 
@@ -47,12 +48,16 @@ set -e
 
 # debugmodel_moe has a 2048-token vocabulary: a tokenizer of that size from the sample.
 "$QT_BINARY" tokenizer-train --input "$data" --vocab-size 2048 --output tok >/dev/null 2>&1
-"$QT_BINARY" train --config "$fx/qwen3_moe_debug.toml" --training.steps=2 --training.seq_len=32 \
+QT_PROGRESS_SECONDS=0 "$QT_BINARY" train --config "$fx/qwen3_moe_debug.toml" --training.steps=2 --training.seq_len=32 \
   --training.local_batch_size=2 --model.n_layers=2 --model.tokenizer_path=tok \
   --training.dataset_path="$data" >moe.log 2>&1 || { cat moe.log; fail "train qwen3_moe_debug"; }
 # The step line carries the total and the time left (not on the last step: nothing is left).
 grep -Eq '^step:  1/2  loss: .*  eta: [0-9]+m[0-9]{2}s$' moe.log && grep -Eq '^step:  2/2  loss: .*%$' moe.log ||
   { cat moe.log; fail "step lines should read step: N/2 ... eta: XmYYs"; }
+# Tokenizing the corpus into the cache reports progress: with stderr not a terminal, plain
+# lines (one per update with QT_PROGRESS_SECONDS=0), never a carriage return.
+grep -Eq "^tokenizing $data: +[0-9]+%  [0-9.]+/[0-9.]+ MB" moe.log && ! grep -q $'\r' moe.log ||
+  { cat moe.log; fail "no plain progress lines for tokenizing"; }
 m=outputs/metrics.jsonl
 [ "$(grep -c '"step":' "$m")" = 2 ] || { cat moe.log "$m"; fail "expected 2 step records"; }
 grep -q '"loss":[0-9]' "$m" || { cat "$m"; fail "no finite loss"; }

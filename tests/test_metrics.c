@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/fs.h"
+#include "core/progress.h"
 #include "train/metrics.h"
 
 /* Qwen3-0.6B: D 1024, 28 layers, 16 heads, 8 kv heads, head_dim 128, FFN 3072, vocab 151936,
@@ -101,9 +102,9 @@ static void test_console_line(void **state) {
                              " 3.00GiB(5.00%)  tps: 12346  tflops: 1.00  mfu: 45.68%  eta: "
                              "12m04s");
     char d[32];
-    metrics_format_duration(d, sizeof d, 3723.0);
+    format_duration(d, sizeof d, 3723.0);
     assert_string_equal(d, "1h02m03s");
-    metrics_format_duration(d, sizeof d, 59.4);
+    format_duration(d, sizeof d, 59.4);
     assert_string_equal(d, "0m59s");
 }
 

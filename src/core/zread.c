@@ -77,6 +77,11 @@ int zread_open_stream(ZRead **out, FILE *f, const char *path, Err *err) {
     return 0;
 }
 
+unsigned long long zread_in_offset(const ZRead *z) {
+    if (z->kind == Z_PLAIN) return (unsigned long long)ftell(z->f);
+    return (unsigned long long)(z->in_off + z->in_pos);
+}
+
 void zread_close(ZRead *z) {
     if (!z) return;
     if (z->zs_live) inflateEnd(&z->zs);

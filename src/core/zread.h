@@ -25,6 +25,8 @@ int zread_open_stream(ZRead **out, FILE *f, const char *path, Err *err);
 /* Reads up to cap plain bytes; *got = 0 only at the clean end of the stream. */
 int zread_read(ZRead *z, void *buf, size_t cap, size_t *got, Err *err);
 void zread_close(ZRead *z);
+/* Bytes of the file consumed so far (compressed bytes for .gz / .zst): progress over the file. */
+unsigned long long zread_in_offset(const ZRead *z);
 
 /* The whole plain content, malloc'd and NUL-terminated (not counted in *len). */
 int zread_all(const char *path, char **data, size_t *len, Err *err);

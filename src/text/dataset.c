@@ -18,6 +18,7 @@
 #include "core/fs.h"
 #include "core/json.h"
 #include "core/log.h"
+#include "core/progress.h"
 #include "core/rng.h"
 #include "core/strutil.h"
 #include "core/zread.h"
@@ -408,6 +409,8 @@ typedef struct Build {
     uint64_t n_tokens;
     int64_t n_skipped;
     char first_skip[512];
+    Progress prog;       /* over the source files' bytes (compressed bytes for .gz / .zst) */
+    double bytes_before; /* of the files already tokenized */
 } Build;
 
 static void tokenize_slot(Slot *s, const char *file, int jsonl, const DatasetEncoder *enc) {
@@ -500,6 +503,8 @@ static int tokenize_lines(Build *b, const char *buf, size_t len, size_t *pos, in
         if (n == CHUNK_DOCS) {
             rc = flush_slots(b, slots, n, path, 1, err);
             n = 0;
+            if (!zread_is_compressed(path))
+                progress_update(&b->prog, b->bytes_before + (double)*pos);
         }
     }
     if (rc == 0 && n > 0) rc = flush_slots(b, slots, n, path, 1, err);
@@ -547,6 +552,7 @@ static int tokenize_compressed(Build *b, const char *path, Slot *slots, Err *err
         size_t pos = first ? jsonl_bom_len(buf, end) : 0;
         first = 0;
         rc = tokenize_lines(b, buf, end, &pos, &lineno, path, slots, err);
+        progress_update(&b->prog, b->bytes_before + (double)zread_in_offset(z));
         memmove(buf, buf + end, have - end);
         have -= end;
     }
@@ -611,8 +617,21 @@ static int cache_build(Dataset *ds, const SourceList *src, const DatasetEncoder 
     CacheHeader h;
     memset(&h, 0, sizeof h);
     int rc = writer_put(&b.w, &h, sizeof h, err);
-    for (int64_t i = 0; rc == 0 && i < src->n; i++)
+    double total = 0;
+    for (int64_t i = 0; i < src->n; i++) {
+        struct stat fst;
+        if (stat(src->paths[i], &fst) == 0) total += (double)fst.st_size;
+    }
+    char what[160];
+    snprintf(what, sizeof what, "tokenizing %s", ds->opt.path);
+    progress_start(&b.prog, what, total, "MB", 1e6);
+    for (int64_t i = 0; rc == 0 && i < src->n; i++) {
         rc = tokenize_file(&b, src->paths[i], slots, err);
+        struct stat fst;
+        if (stat(src->paths[i], &fst) == 0) b.bytes_before += (double)fst.st_size;
+        progress_update(&b.prog, b.bytes_before);
+    }
+    progress_finish(&b.prog);
     if (rc == 0 && b.n_docs == 0) {
         if (b.n_skipped)
             rc = err_set(err,

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/fs.h"
+#include "core/progress.h"
 #include "core/timer.h"
 #include "kernels/cpu_peak.h"
 
@@ -147,20 +148,12 @@ void metrics_fill(StepMetrics *m, double tokens, double step_time_s, double flop
     m->memory_pct = total > 0 ? 100.0 * m->memory_gib / total : 0.0;
 }
 
-void metrics_format_duration(char *buf, size_t cap, double seconds) {
-    long long s = seconds > 0 && seconds < 1e12 ? (long long)llround(seconds) : 0;
-    if (s >= 3600)
-        snprintf(buf, cap, "%lldh%02lldm%02llds", s / 3600, s / 60 % 60, s % 60);
-    else
-        snprintf(buf, cap, "%lldm%02llds", s / 60, s % 60);
-}
-
 int metrics_format_line(char *buf, size_t cap, const StepMetrics *m) {
     char total[32] = "", eta[48] = "";
     if (m->total_steps > 0) snprintf(total, sizeof total, "/%lld", (long long)m->total_steps);
     if (m->eta_s > 0) {
         char d[32];
-        metrics_format_duration(d, sizeof d, m->eta_s);
+        format_duration(d, sizeof d, m->eta_s);
         snprintf(eta, sizeof eta, "  eta: %s", d);
     }
     return snprintf(buf, cap,

@@ -74,9 +74,6 @@ int metrics_writer_write(MetricsWriter *w, const StepMetrics *m, const MetricsEx
                          int nextra, Err *err);
 void metrics_writer_close(MetricsWriter *w);
 
-/* A duration as the step line shows it: "12m04s", "1h02m03s". */
-void metrics_format_duration(char *buf, size_t cap, double seconds);
-
 /* Mean throughput over the steps after the first one this process ran (whose one-time costs,
  * page faults and allocation, would skew it). */
 typedef struct MetricsSummary {
