@@ -228,6 +228,11 @@ static int run(Trainer *t, Err *err) {
     int writer = !o->par || o->par->world->rank == 0;
     MetricsWriter mw = {0};
     if (writer) TRY(metrics_writer_open(&mw, o->dump_folder, t->step, err));
+    if (o->tb_dir && (writer || o->tb_all_ranks) &&
+        metrics_writer_open_tensorboard(&mw, o->tb_dir, err) != 0) {
+        metrics_writer_close(&mw);
+        return -1;
+    }
     MetricsSummary summary = {0};
     double time_sum = 0; /* of the steps after the first this process ran, for the eta */
     rc = 0;
@@ -251,7 +256,7 @@ static int run(Trainer *t, Err *err) {
             memcpy(extra, t->extra, (size_t)t->nextra * sizeof *extra);
             int nextra = t->nextra;
             if (o->par) extra[nextra++] = (MetricsExtra){"comm_s", comm_s};
-            if (writer) rc = metrics_writer_write(&mw, &m, extra, nextra, err);
+            if (writer || mw.tb) rc = metrics_writer_write(&mw, &m, extra, nextra, err);
         }
         if (o->on_step) o->on_step(o->on_step_ctx, &m);
         if (rc == 0 && o->ckpt_enable &&
@@ -265,7 +270,7 @@ static int run(Trainer *t, Err *err) {
             free(dir);
         }
     }
-    if (writer) metrics_writer_close(&mw);
+    metrics_writer_close(&mw);
     if (rc == 0) {
         char line[512];
         metrics_summary_format(line, sizeof line, &summary);
