@@ -429,8 +429,14 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     if (cfg->metrics.enable_tensorboard) rc = tb_run_dir(cfg, world, &tb_dir, err);
     o.tb_dir = tb_dir;
     o.tb_all_ranks = cfg->metrics.save_for_all_ranks;
+    char *trace_dir = cfg->profiling.enable_profiling
+                          ? fs_resolve(cfg->job.dump_folder, cfg->profiling.save_traces_folder)
+                          : NULL;
+    o.trace_dir = trace_dir;
+    o.trace_freq = cfg->profiling.profile_freq;
     if (rc == 0) rc = trainer_run(&o, &model, &data, err);
     free(tb_dir);
+    free(trace_dir);
     free(fc.root);
     if (rc == 0 && sharded && cfg->checkpoint.last_save_in_hf && cfg->checkpoint.enable) {
         /* The last step's sharded checkpoint is committed: rank 0 exports it, a run of

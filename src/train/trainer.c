@@ -12,6 +12,7 @@
 #include "core/fs.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "core/trace.h"
 #include "ops/op_profile.h"
 #include "train/ckpt_dist.h"
 #include "train/clip.h"
@@ -238,6 +239,9 @@ static int run(Trainer *t, Err *err) {
     rc = 0;
     while (rc == 0 && t->step < o->steps) {
         StepMetrics m;
+        int64_t next = t->step + 1;
+        int traced = o->trace_dir && o->trace_freq > 0 && next % o->trace_freq == 0;
+        if (traced) trace_start();
         rc = train_step(t, &m, err);
         if (rc != 0) break;
         metrics_summary_add(&summary, &m);
@@ -260,14 +264,21 @@ static int run(Trainer *t, Err *err) {
         }
         if (o->on_step) o->on_step(o->on_step_ctx, &m);
         if (rc == 0 && o->ckpt_enable &&
-            (last || (o->ckpt_interval > 0 && t->step % o->ckpt_interval == 0)))
+            (last || (o->ckpt_interval > 0 && t->step % o->ckpt_interval == 0))) {
+            double ts = trace_now();
             rc = save(t, err);
+            trace_span("checkpoint_save", NULL, "checkpoint", ts, NULL);
+        }
         if (rc == 0 && o->ckpt_enable && last && o->on_last_save) {
             char name[48];
             snprintf(name, sizeof name, "step-%" PRId64, t->step);
             char *dir = fs_join(t->ckpt_root, name);
             rc = o->on_last_save(o->on_last_save_ctx, dir, err);
             free(dir);
+        }
+        if (traced) {
+            int wrc = trace_write(o->trace_dir, next, o->par ? o->par->world->rank : 0, err);
+            if (rc == 0) rc = wrc;
         }
     }
     metrics_writer_close(&mw);
