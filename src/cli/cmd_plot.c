@@ -343,8 +343,7 @@ int cmd_plot(int argc, char **argv) {
             }
             smooth = (int)v;
         } else if (strncmp(a, "--", 2) == 0) {
-            fprintf(stderr, "error: unknown or incomplete option %s\n", a);
-            usage(stderr);
+            fprintf(stderr, "error: unknown or incomplete option %s (see qtitan plot --help)\n", a);
             return 2;
         } else if (ndirs == MAX_RUNS) {
             fprintf(stderr, "error: at most %d runs in one plot\n", MAX_RUNS);
@@ -354,7 +353,7 @@ int cmd_plot(int argc, char **argv) {
         }
     }
     if (ndirs == 0) {
-        usage(stderr);
+        fprintf(stderr, "error: no RUN_DIR given (see qtitan plot --help)\n");
         return 2;
     }
     if (out && !str_ends_with(out, ".svg")) {
