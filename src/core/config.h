@@ -10,7 +10,11 @@
  * config_dataset_path() resolves it: training.dataset_path when set (a JSONL / text file or a
  * glob); otherwise the built-in name "c4_test", which is $QT_C4_TEST_PATH when that variable is
  * set and non-empty, else ../shared/data/c4_sample/c4_sample.jsonl relative to the current
- * directory. Any other name without a dataset_path is an error. */
+ * directory. Any other name without a dataset_path is an error ("c4" says where C4 comes from).
+ *
+ * torchtitan's keys: those qtitan implements are rows of KEYS (debug.seed is training.seed);
+ * the rest are rows of config_compat.c, accepted with a notice or refused by value. Sections
+ * nest ([quantize.linear.float8], --quantize.linear.float8.filter_fqns=output). */
 #ifndef QT_CONFIG_H
 #define QT_CONFIG_H
 
@@ -49,6 +53,7 @@ typedef struct JobConfig {
     struct {
         char *dump_folder; /* "./outputs" */
         char *description;
+        int print_config; /* rank 0 prints the resolved config as TOML at start-up */
     } job;
     struct {
         char *name;            /* "qwen3" (the only model family) */
@@ -109,10 +114,22 @@ typedef struct JobConfig {
     } activation_checkpoint;
     struct {
         int log_freq;
-        double peak_tflops; /* per device, for MFU; 0 = measure */
+        double peak_tflops;     /* per device, for MFU; 0 = measure */
+        int enable_tensorboard; /* event files under DUMP/save_tb_folder/<run>/ */
+        char *save_tb_folder;   /* "tb" */
+        int save_for_all_ranks; /* every rank writes its own TensorBoard run, not rank 0 alone */
     } metrics;
+    struct {
+        int enable_profiling;     /* Chrome trace-event JSON of every profile_freq-th step */
+        char *save_traces_folder; /* under job.dump_folder: "profile_traces" */
+        int profile_freq;         /* steps between traced steps */
+    } profiling;
     KernelOverride *overrides; /* n_overrides entries in file order */
     int n_overrides;
+    /* One line each for torchtitan keys accepted without effect (config_compat.h), in the
+     * order met; the commands print them with config_log_notices. */
+    char **notices;
+    int n_notices;
 } JobConfig;
 
 /* Fills cfg with the defaults; pair with config_free. */
@@ -130,6 +147,9 @@ int config_apply_toml(JobConfig *cfg, const char *text, size_t len, const char *
 /* Applies one "section.key" = value text as from the command line (origin labels errors). */
 int config_apply_override(JobConfig *cfg, const char *dotted_key, const char *value,
                           const char *origin, Err *err);
+
+/* Logs cfg's notices (log_info: rank 0 only), one line each. */
+void config_log_notices(const JobConfig *cfg);
 
 /* Writes the resolved config as TOML that config_load reads back to the same values. */
 void config_dump(const JobConfig *cfg, FILE *f);
