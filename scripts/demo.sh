@@ -54,12 +54,13 @@ verdict=$(awk -v t="$train_loss" -v e="$eval_loss" -v f="$first_loss" -v tol="$t
          "first step %.4f; ln(512) = %.4f\n", ok ? "ok" : "FAIL", e, t, 100 * rel, 100 * tol, f,
          log(512)
 }')
+"$bin" plot "$dir" --out "$dir/loss.svg" --metric loss,grad_norm >/dev/null
 cat <<SUMMARY
 == demo finished in $(elapsed)
    $verdict
    corpus        $dir/data/train.jsonl, held-out $dir/data/heldout.jsonl
    tokenizer     $dir/tokenizer/tokenizer.json
-   log, metrics  $dir/train.log, $dir/metrics.jsonl
+   log, metrics  $dir/train.log, $dir/metrics.jsonl, curves $dir/loss.svg
    checkpoints   $dir/checkpoint/step-*
    HF export     $hf (transformers.AutoModelForCausalLM.from_pretrained loads it)
 SUMMARY

@@ -21,6 +21,7 @@ static const Command COMMANDS[] = {
     {"export", cmd_export, "write a training checkpoint as an HF model directory"},
     {"verify-kernels", cmd_verify_kernels, "check every kernel against its reference"},
     {"plan", cmd_plan, "memory and FLOPs of a config without running it"},
+    {"plot", cmd_plot, "draw runs' metrics.jsonl curves as an SVG"},
 };
 #define NCOMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 

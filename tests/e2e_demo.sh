@@ -15,5 +15,6 @@ grep -q '^   ok: held-out loss' "$tmp/log" || { cat "$tmp/log"; echo "FAIL: no v
 grep -q '"tie_word_embeddings": true' "$tmp/demo/checkpoint/step-30/hf/config.json" \
   || { echo "FAIL: tied config"; exit 1; }
 [ -f "$tmp/demo/checkpoint/step-30/hf/tokenizer.json" ] || { echo "FAIL: tokenizer not exported"; exit 1; }
+grep -q '>loss</text>' "$tmp/demo/loss.svg" || { echo "FAIL: the demo's loss.svg"; exit 1; }
 grep '^   ok' "$tmp/log"
 echo "e2e_demo: ok"

@@ -16,6 +16,7 @@
 #include "core/fs.h"
 #include "core/json.h"
 #include "core/timer.h"
+#include "core/zread.h"
 #include "text/jsonl.h"
 #include "text/tokenizer.h"
 
@@ -32,7 +33,8 @@ static void usage(FILE *f) {
     fprintf(f, "usage: qtitan tokenize --tokenizer PATH [--input F] [--output F] [--decode]\n"
                "                       [--threads N] [--max-line-bytes N]\n\n"
                "  --tokenizer PATH  tokenizer.json, or a directory holding one\n"
-               "  --input F         JSONL with a \"text\" field per line (default stdin);\n"
+               "  --input F         JSONL with a \"text\" field per line (default stdin),\n"
+               "                    plain or compressed (.gz, .zst);\n"
                "                    with --decode: lines of space-separated ids\n"
                "  --output F        one line of space-separated ids per document (default\n"
                "                    stdout); with --decode: JSONL {\"text\": ...}\n"
@@ -201,9 +203,15 @@ int cmd_tokenize(int argc, char **argv) {
         return 1;
     }
     /* Opening the output truncates it: were it one of the inputs (the same file under any
-     * name), the input would be read empty or the tokenizer lost, with a success status. */
+     * name, or the file standard input was redirected from), the input would be read empty
+     * or the tokenizer lost, with a success status. */
     char *tok_file = fs_join(tok_path, "tokenizer.json");
+    struct stat stdin_st, out_st;
+    int stdin_is_out = !in_path && out_path && fstat(STDIN_FILENO, &stdin_st) == 0 &&
+                       S_ISREG(stdin_st.st_mode) && stat(out_path, &out_st) == 0 &&
+                       stdin_st.st_dev == out_st.st_dev && stdin_st.st_ino == out_st.st_ino;
     const char *clobbered = !out_path                                    ? NULL
+                            : stdin_is_out                               ? "standard input"
                             : in_path && fs_same_file(out_path, in_path) ? "--input"
                             : fs_same_file(out_path, tok_path) || fs_same_file(out_path, tok_file)
                                 ? "--tokenizer"
@@ -215,8 +223,18 @@ int cmd_tokenize(int argc, char **argv) {
         tokenizer_free(tok);
         return 2;
     }
+    /* A .gz / .zst input is decompressed as it is read (core/zread.h); zerr keeps the sentence
+     * of a corrupt or truncated stream for the read-error report below. */
+    Err zerr = {{0}};
     FILE *in = stdin;
-    if (in_path) {
+    if (in_path && zread_is_compressed(in_path)) {
+        in = zread_fopen(in_path, &zerr);
+        if (!in) {
+            fprintf(stderr, "error: %s\n", zerr.msg);
+            tokenizer_free(tok);
+            return 1;
+        }
+    } else if (in_path) {
         struct stat in_st;
         int fd = fs_open_read(in_path, &in_st, &err);
         in = fd >= 0 ? fdopen(fd, "rb") : NULL;
@@ -251,7 +269,7 @@ int cmd_tokenize(int argc, char **argv) {
             size_t len;
             int r = fs_read_line(in, &line, &line_cap, &len, max_line, in_name, lineno + 1, &err);
             if (r < 0) {
-                fprintf(stderr, "error: %s\n", err.msg);
+                fprintf(stderr, "error: %s\n", zerr.msg[0] ? zerr.msg : err.msg);
                 status = 1;
             }
             if (r <= 0) {

@@ -11,6 +11,7 @@ int cmd_inspect(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_verify_kernels(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_plot(int argc, char **argv);
 
 /* 1 when argv holds -h or --help. */
 int cmd_wants_help(int argc, char **argv);

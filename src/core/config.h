@@ -1,4 +1,4 @@
-/* The job config (DESIGN §6): torchtitan-style TOML sections with their defaults, command-line
+/* The job config (docs/config.md): torchtitan-style TOML sections with their defaults, command-line
  * overrides (--section.key=value), and one-sentence errors that name file:line, key and what is
  * allowed (unknown keys suggest the nearest valid one).
  *
@@ -10,7 +10,11 @@
  * config_dataset_path() resolves it: training.dataset_path when set (a JSONL / text file or a
  * glob); otherwise the built-in name "c4_test", which is $QT_C4_TEST_PATH when that variable is
  * set and non-empty, else ../shared/data/c4_sample/c4_sample.jsonl relative to the current
- * directory. Any other name without a dataset_path is an error. */
+ * directory. Any other name without a dataset_path is an error ("c4" says where C4 comes from).
+ *
+ * torchtitan's keys: those qtitan implements are rows of KEYS (debug.seed is training.seed);
+ * the rest are rows of config_compat.c, accepted with a notice or refused by value. Sections
+ * nest ([quantize.linear.float8], --quantize.linear.float8.filter_fqns=output). */
 #ifndef QT_CONFIG_H
 #define QT_CONFIG_H
 
@@ -35,7 +39,7 @@ typedef struct ModelFieldSet {
     int line;    /* line in the config file; 0 = command line */
 } ModelFieldSet;
 
-/* One [[override]] entry (DESIGN §4). */
+/* One [[override]] entry (docs/kernels.md). */
 typedef struct KernelOverride {
     char *target;      /* glob over module FQNs, e.g. "layers.*.attention.rope" */
     char *kernel;      /* implementation name */
@@ -49,6 +53,7 @@ typedef struct JobConfig {
     struct {
         char *dump_folder; /* "./outputs" */
         char *description;
+        int print_config; /* rank 0 prints the resolved config as TOML at start-up */
     } job;
     struct {
         char *name;            /* "qwen3" (the only model family) */
@@ -109,7 +114,10 @@ typedef struct JobConfig {
     } activation_checkpoint;
     struct {
         int log_freq;
-        double peak_tflops; /* per device, for MFU; 0 = measure */
+        double peak_tflops;     /* per device, for MFU; 0 = measure */
+        int enable_tensorboard; /* event files under DUMP/save_tb_folder/<run>/ */
+        char *save_tb_folder;   /* "tb" */
+        int save_for_all_ranks; /* every rank writes its own TensorBoard run, not rank 0 alone */
     } metrics;
     struct {
         /* Seconds a collective may wait for the other ranks before every rank stops with a
@@ -118,8 +126,17 @@ typedef struct JobConfig {
         int init_timeout_seconds;
         int train_timeout_seconds;
     } comm;
+    struct {
+        int enable_profiling;     /* Chrome trace-event JSON of every profile_freq-th step */
+        char *save_traces_folder; /* under job.dump_folder: "profile_traces" */
+        int profile_freq;         /* steps between traced steps */
+    } profiling;
     KernelOverride *overrides; /* n_overrides entries in file order */
     int n_overrides;
+    /* One line each for torchtitan keys accepted without effect (config_compat.h), in the
+     * order met; the commands print them with config_log_notices. */
+    char **notices;
+    int n_notices;
 } JobConfig;
 
 /* Fills cfg with the defaults; pair with config_free. */
@@ -137,6 +154,9 @@ int config_apply_toml(JobConfig *cfg, const char *text, size_t len, const char *
 /* Applies one "section.key" = value text as from the command line (origin labels errors). */
 int config_apply_override(JobConfig *cfg, const char *dotted_key, const char *value,
                           const char *origin, Err *err);
+
+/* Logs cfg's notices (log_info: rank 0 only), one line each. */
+void config_log_notices(const JobConfig *cfg);
 
 /* Writes the resolved config as TOML that config_load reads back to the same values. */
 void config_dump(const JobConfig *cfg, FILE *f);

@@ -19,6 +19,7 @@
 #include "core/arena.h"
 #include "core/err.h"
 #include "core/model_spec.h"
+#include "core/param_table.h"
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
 #include "ops/linear.h"
@@ -59,21 +60,20 @@ typedef struct Qwen3Params {
     float *output; /* (V, D); == tok_embeddings when tied */
 } Qwen3Params;
 
-/* One entry of the parameter table: torchtitan name, shape, value and gradient. */
+/* One parameter of the model: its row of the parameter table (core/param_table.h) placed in
+ * a layer, with its value and gradient. */
 typedef struct Qwen3Param {
-    char name[96];
+    char name[PARAM_NAME_MAX];
+    const ParamKind *kind; /* role, HF name, split, decay group and init rule */
+    int layer;             /* -1 outside the layers */
     int ndim;
     int64_t shape[3];
     long numel;
     float *data; /* points into the parameter arena */
     float *grad; /* points into the gradient arena */
-    int is_norm; /* initialised to ones rather than normal(0, 0.02) */
-    /* Not trained by the optimizer and not exported to HF (moe.expert_bias: the balancing
-     * rule updates it; checkpoints keep it); initialised to zeros, its gradient stays 0. */
-    int is_buffer;
 } Qwen3Param;
 
-/* Implementation pointer of every module instance (DESIGN §4). */
+/* Implementation pointer of every module instance (docs/kernels.md). */
 typedef struct Qwen3LayerModules {
     const RmsnormOp *attention_norm;
     const LinearOp *qkv;
@@ -146,19 +146,20 @@ typedef struct Qwen3Acts {
     float *ce_lse; /* (n) */
     float *losses; /* (n) */
     /* Activation gradients: one set, reused by every layer in turn. */
-    float *dres; /* (n, D) gradient of the residual stream */
-    float *dxn;  /* (N, D) */
-    float *dtmp; /* (n, D) */
-    float *datt; /* (N, H*E) */
-    float *dqr;  /* (N, H*E) */
-    float *dqn;  /* (N, H*E) */
-    float *dq;   /* (N, H*E) */
-    float *dkr;  /* (N, K*E) */
-    float *dkn;  /* (N, K*E) */
-    float *dk;   /* (N, K*E) */
-    float *dv;   /* (N, K*E) */
-    float *dh1;  /* (N, F) */
-    float *dh3;  /* (N, F) */
+    float *dres;   /* (n, D) gradient of the residual stream */
+    float *dxn;    /* (N, D) */
+    float *dtmp;   /* (n, D) */
+    float *datt;   /* (N, H*E) */
+    float *dqr;    /* (N, H*E) */
+    float *dqn;    /* (N, H*E) */
+    float *dq;     /* (N, H*E) */
+    float *dkr;    /* (N, K*E) */
+    float *dkn;    /* (N, K*E) */
+    float *dk;     /* (N, K*E) */
+    float *dv;     /* (N, K*E) */
+    float *dh1;    /* (N, F) */
+    float *dh3;    /* (N, F) */
+    float *ffn_ws; /* the feed-forward ops' workspace (SwigluOp.workspace_floats), or NULL */
     /* MoE, shared by all layers */
     float *router_logits; /* (N, X); router logits, then their gradient in backward */
     float *dgw;           /* (N, k) */
@@ -184,7 +185,7 @@ typedef struct Qwen3Bf16 {
     uint16_t *scratch; /* bf16 casts of matmul inputs, sized for the largest product */
 } Qwen3Bf16;
 
-/* FSDP hook phases (see Qwen3.unit_hook). */
+/* FSDP hook phases (see Qwen3Dist.unit). */
 typedef enum Qwen3HookPhase {
     QWEN3_PRE_FORWARD,
     QWEN3_POST_FORWARD,
@@ -194,11 +195,32 @@ typedef enum Qwen3HookPhase {
 
 typedef struct Qwen3 Qwen3;
 
+/* The model's distributed callbacks, one ctx for all; a NULL callback is never called. */
+typedef struct Qwen3Dist {
+    void *ctx;
+    /* Called before and after each unit's forward and backward, so a sharded driver can point
+     * the unit's m->p / m->g pointers at gathered buffers just in time. Units: 0 the
+     * embedding, 1 + i layer i, n_layers + 1 the final norm with lm_head. */
+    void (*unit)(void *ctx, Qwen3 *m, int unit, Qwen3HookPhase phase);
+    /* Tensor parallel: the model then has this rank's heads and FFN columns, and this sums buf
+     * (n floats) over the tensor-parallel group in place, where partial results meet: the wo
+     * and w2 outputs before the residual adds, and the gradients of the attention / FFN norm
+     * outputs. Not called under sequence parallelism, which uses the two below instead. */
+    void (*tp_sum)(void *ctx, float *buf, long n);
+    /* Sequence parallel (Qwen3.sp > 1): tp_gather writes into full (n * sp floats) every
+     * rank's part (n floats) in rank order, before q/k/v and w1/w3 and for the residual
+     * gradient in backward; tp_reduce_scatter writes into part this rank's n floats of the
+     * group's sum of full, after wo and w2 and for the norm output gradients. */
+    void (*tp_gather)(void *ctx, float *full, const float *part, long n);
+    void (*tp_reduce_scatter)(void *ctx, float *part, const float *full, long n);
+} Qwen3Dist;
+
 struct Qwen3 {
     ModelSpec spec;
     int max_B, max_T; /* activation capacity */
     AcMode ac;
     Arena param_arena, grad_arena, act_arena;
+    Arena scratch_arena; /* the workspaces the chosen kernels declare (e.g. swiglu_fused's) */
     Qwen3Params p;
     Qwen3Params g; /* gradients, same layout */
     Qwen3Param *table;
@@ -222,38 +244,24 @@ struct Qwen3 {
                          * the trainer accumulates, so the step adds coef * mean aux) */
     double *moe_counts; /* (L, X) tokens routed to each expert, summed over forwards since
                          * qwen3_moe_reset_counts (recomputation excluded); dense layers 0 */
-    /* Sharded training (src/train/fsdp_model.c): called before and after each unit's forward
-     * and backward, so a driver can point the unit's m->p / m->g pointers at gathered
-     * buffers just in time. Units: 0 the embedding, 1 + i layer i, n_layers + 1 the final
-     * norm with lm_head. NULL (the default): never called. */
-    void (*unit_hook)(void *ctx, Qwen3 *m, int unit, Qwen3HookPhase phase);
-    void *unit_hook_ctx;
-    /* Tensor parallel (same driver and ctx): the model then has this rank's heads and FFN
-     * columns, and this sums buf (n floats) over the tensor-parallel group in place, where
-     * partial results meet: the wo and w2 outputs before the residual adds, and the
-     * gradients of the attention / FFN norm outputs. NULL: never called. */
-    void (*tp_sum)(void *ctx, float *buf, long n);
+    /* Parallelism, applied from outside by the training driver (src/train/train_qwen3.c);
+     * all NULL on a world of one. */
+    Qwen3Dist dist;
     /* Sequence parallel (sp > 1, from qwen3_create_unowned; 1 without it): the tensor-parallel
      * group of sp ranks also splits the tokens. Rank sp_rank (set by the driver) keeps tokens
      * [sp_rank * n, (sp_rank + 1) * n), n = B * T / sp, of the flattened micro-batch in the
      * residual stream, the attention and FFN norms, the embedding, the final norm, lm_head
-     * and the loss; attention and the FFN see all N tokens (their heads and columns). The
-     * driver moves them (same ctx as tp_sum, which is then not called): tp_gather writes
-     * into full (n * sp floats) every rank's part (n floats) in rank order, before q/k/v and
-     * w1/w3 and for the residual gradient in backward; tp_reduce_scatter writes into part
-     * this rank's n floats of the group's sum of full, after wo and w2 and for the norm
-     * output gradients. loss_sum and n_valid count the rank's tokens, and the gradients of
-     * the norm weights, the embedding and lm_head its tokens' share: the driver sums them
-     * over the group. Dense models only. */
+     * and the loss; attention and the FFN see all N tokens (their heads and columns), moved
+     * by dist.tp_gather and dist.tp_reduce_scatter. loss_sum and n_valid count the rank's
+     * tokens, and the gradients of the norm weights, the embedding and lm_head its tokens'
+     * share: the driver sums them over the group. Dense models only. */
     int sp, sp_rank;
-    void (*tp_gather)(void *ctx, float *full, const float *part, long n);
-    void (*tp_reduce_scatter)(void *ctx, float *part, const float *full, long n);
 };
 
-/* The module tree of spec (DESIGN §4), without allocating a model: fills mod with each
+/* The module tree of spec (docs/kernels.md), without allocating a model: fills mod with each
  * kind's reference implementation and, when slots is not NULL, slots[i] with instance i's FQN,
  * kind and the address of its pointer inside mod. Returns the number of instances. The model
- * builds its own tree with this function, so the override check (kernels/overrides.h) sees
+ * builds its own tree with this function, so the override check (model/overrides.h) sees
  * exactly the instances the model runs. */
 int qwen3_module_tree(const ModelSpec *spec, Qwen3Modules *mod, ModuleSlot *slots);
 
@@ -269,7 +277,7 @@ int qwen3_create_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
  * NULL), so a model costs its parameters and activations, not twice its parameters. */
 int qwen3_create_forward(Qwen3 *m, const ModelSpec *spec, int B, int T, Err *err);
 /* The same without parameter and gradient memory: the table has names and shapes but NULL
- * data and grad, and m->p / m->g stay NULL until a unit_hook points them somewhere (FSDP).
+ * data and grad, and m->p / m->g stay NULL until dist.unit points them somewhere (FSDP).
  * sp > 1: sequence parallel over sp ranks (Qwen3.sp; B * T must be divisible by it), with the
  * residual-stream activations sized for B * T / sp tokens. */
 int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
@@ -291,24 +299,28 @@ typedef struct Qwen3Sizes {
 int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
                 const Qwen3Modules *impl, Err *err);
 
-/* Mixed precision (DESIGN §5): from now on every forward first copies the matmul weights
+/* Mixed precision (docs/training.md): from now on every forward first copies the matmul weights
  * (attention and FFN projections, lm_head) to bf16, and the linear / feed_forward modules whose
  * implementation has a bf16 path multiply in bf16 with fp32 accumulation. Master weights,
  * gradients, norms, attention, softmax, loss and the MoE layers stay fp32. */
 int qwen3_enable_bf16(Qwen3 *m, Err *err);
-/* The same for a model driven by a unit_hook (FSDP), which owns the bf16 weights: it points
+/* The same for a model driven by dist.unit (FSDP), which owns the bf16 weights: it points
  * m->pb.layers[*] and m->pb.output at its own buffers and fills a unit's copies from the fp32
  * weights before the unit runs; forward casts nothing. Only the matmul scratch is allocated. */
 int qwen3_enable_bf16_by_hook(Qwen3 *m, Err *err);
 
-/* DESIGN §5: normal(0, 0.02) for linears and the embedding, ones for norms, zeros for buffers;
- * in MoE models wo and the experts' w2 use 0.02 / sqrt(2 L). Parameter i of the table draws
+/* Each parameter by its init rule in the parameter table (core/param_table.h): normal(0, 0.02)
+ * for linears and the embedding, ones for norms, zeros for buffers; in MoE models wo and the
+ * experts' w2 use 0.02 / sqrt(2 L). Parameter i of the table draws
  * from rng stream i of seed, so the result does not depend on order. */
 void qwen3_init_params(Qwen3 *m, uint64_t seed);
 /* The same for parameter i alone, written to out (table[i].numel floats): a sharded run
  * initialises one tensor at a time and keeps only its slice. */
 void qwen3_init_param(const Qwen3 *m, int i, uint64_t seed, float *out);
 const Qwen3Param *qwen3_find_param(const Qwen3 *m, const char *name);
+/* Where parameters of this kind and layer (-1 outside the layers) live in p: Qwen3Params is
+ * the model's named view of the parameter table (core/param_table.h). */
+float **qwen3_param_field(Qwen3Params *p, ParamKindId kind, int layer);
 void qwen3_zero_grads(Qwen3 *m);
 
 /* Forward on B x T tokens (B * T <= max_B * max_T; more aborts as a programming error). tokens

@@ -15,6 +15,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "core/trace.h"
 #include "ops/op_profile.h"
 
 void gemm_f32_ref(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
@@ -62,6 +63,11 @@ typedef struct Entry {
     Key key;
     dnnl_primitive_t prim; /* NULL: oneDNN has no implementation for this problem */
     size_t scratch_bytes;
+    /* The primitive's scratchpad, allocated on its first run and reused, so repeated problems
+     * (every training step after the first) allocate nothing here; busy guards it when two
+     * threads run the same problem at once (the second then takes its own, as before). */
+    void *scratch;
+    int busy;
     struct Entry *next;
 } Entry;
 
@@ -126,9 +132,10 @@ static dnnl_primitive_t build_matmul(const Key *k, size_t *scratch_bytes) {
     return st == dnnl_success ? prim : NULL;
 }
 
-/* Runs prim on the given buffers; returns 0 on success. */
-static int run_matmul(dnnl_primitive_t prim, size_t scratch_bytes, const void *A, const void *B,
-                      float *C) {
+/* Runs prim on the given buffers with scratch (scratch_bytes of it; NULL: a block allocated for
+ * this call); returns 0 on success. */
+static int run_matmul(dnnl_primitive_t prim, size_t scratch_bytes, void *scratch, const void *A,
+                      const void *B, float *C) {
     const dnnl_memory_desc_t *md;
     const_dnnl_primitive_desc_t pd;
     if (dnnl_primitive_get_primitive_desc(prim, &pd)) return -1;
@@ -138,8 +145,11 @@ static int run_matmul(dnnl_primitive_t prim, size_t scratch_bytes, const void *A
     dnnl_query_t q[4] = {dnnl_query_src_md, dnnl_query_weights_md, dnnl_query_dst_md,
                          dnnl_query_scratchpad_md};
     int n = scratch_bytes ? 4 : 3, rc = -1;
-    void *scratch = NULL;
-    if (scratch_bytes && posix_memalign(&scratch, 64, scratch_bytes)) return -1;
+    void *own = NULL;
+    if (scratch_bytes && !scratch) {
+        if (posix_memalign(&own, 64, scratch_bytes)) return -1;
+        scratch = own;
+    }
     bufs[3] = scratch;
     dnnl_exec_arg_t args[4];
     dnnl_stream_t stream = NULL;
@@ -155,7 +165,7 @@ out:
     if (stream) dnnl_stream_destroy(stream);
     for (int i = 0; i < 4; i++)
         if (mem[i]) dnnl_memory_destroy(mem[i]);
-    free(scratch);
+    free(own);
     return rc;
 }
 
@@ -182,11 +192,20 @@ static int matmul_cached(const Key *k, const void *A, const void *B, float *C) {
         }
     }
     pthread_mutex_unlock(&g_lock);
-    if (e) return e->prim ? run_matmul(e->prim, e->scratch_bytes, A, B, C) : -1;
+    if (e && !e->prim) return -1;
+    if (e) {
+        if (__atomic_exchange_n(&e->busy, 1, __ATOMIC_ACQUIRE))
+            return run_matmul(e->prim, e->scratch_bytes, NULL, A, B, C);
+        if (e->scratch_bytes && !e->scratch && posix_memalign(&e->scratch, 64, e->scratch_bytes))
+            e->scratch = NULL; /* run_matmul then allocates for the call */
+        int rc = run_matmul(e->prim, e->scratch_bytes, e->scratch, A, B, C);
+        __atomic_store_n(&e->busy, 0, __ATOMIC_RELEASE);
+        return rc;
+    }
     size_t sb = 0;
     dnnl_primitive_t p = build_matmul(k, &sb);
     if (!p) return -1;
-    int rc = run_matmul(p, sb, A, B, C);
+    int rc = run_matmul(p, sb, NULL, A, B, C);
     dnnl_primitive_destroy(p);
     return rc;
 }
@@ -218,8 +237,9 @@ static void describe(void) {
         snprintf(g_desc, sizeof g_desc, "reference loops (fp32; bf16 converted), %d threads", nt);
     } else if (g_backend == BK_AUTO) {
         const char *b = probe_impl(1);
-        snprintf(g_desc, sizeof g_desc, "oneDNN %d.%d.%d (fp32 via dnnl_sgemm, bf16 via %s), %d threads",
-                 v->major, v->minor, v->patch, b ? b : "fp32 conversion", nt);
+        snprintf(g_desc, sizeof g_desc,
+                 "oneDNN %d.%d.%d (fp32 via dnnl_sgemm, bf16 via %s), %d threads", v->major,
+                 v->minor, v->patch, b ? b : "fp32 conversion", nt);
     } else if (g_backend == BK_SGEMM) {
         snprintf(g_desc, sizeof g_desc,
                  "oneDNN %d.%d.%d dnnl_sgemm (fp32; bf16 converted to fp32), %d threads", v->major,
@@ -348,17 +368,26 @@ static void gemm_bf16_run(int ta, int tb, int M, int N, int K, float alpha, cons
     }
 }
 
-/* The public entry points time each GEMM for the op profile (ops/op_profile.h). */
+/* The public entry points time each GEMM for the op profile (ops/op_profile.h) and, with its
+ * shape, for a profiler trace (core/trace.h). */
+static void gemm_timed(const char *name, int M, int N, int K, double t0) {
+    prof_gemm_add(now_seconds() - t0);
+    if (!trace_recording() || omp_in_parallel()) return;
+    char args[64];
+    snprintf(args, sizeof args, "\"M\": %d, \"N\": %d, \"K\": %d", M, N, K);
+    trace_span(name, NULL, "gemm", t0, args);
+}
+
 void gemm_f32(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc) {
-    double t0 = prof_enabled() ? now_seconds() : 0;
+    double t0 = prof_timing() ? now_seconds() : 0;
     gemm_f32_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    if (t0 > 0) prof_gemm_add(now_seconds() - t0);
+    if (t0 > 0) gemm_timed("gemm_f32", M, N, K, t0);
 }
 
 void gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
                const uint16_t *B, int ldb, float beta, float *C, int ldc) {
-    double t0 = prof_enabled() ? now_seconds() : 0;
+    double t0 = prof_timing() ? now_seconds() : 0;
     gemm_bf16_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    if (t0 > 0) prof_gemm_add(now_seconds() - t0);
+    if (t0 > 0) gemm_timed("gemm_bf16", M, N, K, t0);
 }

@@ -12,11 +12,11 @@
 #include "core/fs.h"
 #include "core/json.h"
 #include "core/log.h"
+#include "core/param_table.h"
 #include "io/hf_config.h"
 #include "io/hf_export.h"
 #include "io/hf_keys.h"
 #include "io/safetensors.h"
-#include "train/tp_split.h"
 
 #define FORMAT "qtitan-sharded-checkpoint"
 
@@ -119,6 +119,15 @@ static void prune_rank(const char *dir, const int64_t *kept, int n) {
         free(path);
     }
     closedir(d);
+}
+
+int ckpt_dist_check_keep(int ranks, int enable, int keep_latest_k, Err *err) {
+    if (ranks > 1 && enable && keep_latest_k > CKPT_DIST_MAX_KEPT)
+        return err_set(err,
+                       "checkpoint.keep_latest_k = %d: a sharded checkpoint keeps at most %d steps "
+                       "(older ones would be removed); set it to %d or less",
+                       keep_latest_k, CKPT_DIST_MAX_KEPT, CKPT_DIST_MAX_KEPT);
+    return 0;
 }
 
 int ckpt_dist_save(Comm *world, const int mesh[3], const char *root, const CkptState *st,
@@ -410,7 +419,7 @@ int ckpt_dist_export_hf(const char *out_dir, const CkptDistReader *r, const Mode
     st_writer_init(&w);
     for (int i = 0; i < t.nhf; i++) {
         const HfTensor *h = &t.hf[i];
-        const QtParam *p = &t.params[h->param];
+        const ParamInfo *p = &t.params[h->param];
         src[i] = (ExportSource){r, p->name, (size_t)p->numel, (size_t)p->shape[p->ndim - 1],
                                 h->expert < 0 ? 0 : (size_t)h->expert * (size_t)h->numel};
         st_writer_add_f32_source(&w, h->name, dtype, h->ndim, h->shape, pull, &src[i]);

@@ -15,7 +15,8 @@
  * only, and lm_head. The embedding lookup is no matmul; when tied, its table is lm_head and is
  * counted once as lm_head. Norm weights are left out. */
 double metrics_matmul_params(const ModelSpec *spec);
-/* DESIGN §7: 6 * matmul params + 12 * n_layers * n_heads * head_dim * seq_len. */
+/* The FLOPs of one token, forward and backward (PaLM's count, as torchtitan's MFU): 6 * matmul
+ * params + 12 * n_layers * n_heads * head_dim * seq_len. */
 double metrics_flops_per_token(const ModelSpec *spec, int seq_len);
 
 /* Measures this machine's fp32 FMA throughput on all OpenMP threads for about `seconds` and
@@ -38,6 +39,8 @@ typedef struct StepMetrics {
     double tflops;                 /* achieved TFLOP/s per device */
     double mfu;                    /* percent of peak */
     double step_time_s;
+    int64_t total_steps; /* training.steps, shown as step/total; 0 = not shown */
+    double eta_s;        /* time left at the mean step time so far; 0 = not shown */
 } StepMetrics;
 
 /* Fills the throughput fields from the step's tokens (per device), its wall time, FLOPs per
@@ -46,8 +49,9 @@ void metrics_fill(StepMetrics *m, double tokens, double step_time_s, double flop
                   double peak_tflops);
 
 /* The console line:
- * step:  1  loss: 12.04959  grad_norm:  1.7336  memory: 59.90GiB(21.65%)  tps: 441  tflops: 7.98
- * mfu: 0.32% (one line). Returns the length snprintf reports. */
+ * step:  1/100  loss: 12.04959  grad_norm:  1.7336  memory: 59.90GiB(21.65%)  tps: 441
+ * tflops: 7.98  mfu: 0.32%  eta: 12m04s (one line; "/100" with total_steps, the eta with
+ * eta_s > 0). Returns the length snprintf reports. */
 int metrics_format_line(char *buf, size_t cap, const StepMetrics *m);
 
 /* Extra numeric keys appended to a JSONL record (comm_s, MoE load statistics, ...). */
@@ -56,9 +60,12 @@ typedef struct MetricsExtra {
     double value;
 } MetricsExtra;
 
+typedef struct TbWriter TbWriter;
+
 typedef struct MetricsWriter {
-    FILE *f;
+    FILE *f; /* metrics.jsonl, or NULL (a rank that writes TensorBoard events only) */
     char *path;
+    TbWriter *tb; /* TensorBoard events (metrics.enable_tensorboard), or NULL */
 } MetricsWriter;
 
 /* Opens {dump_folder}/metrics.jsonl (creating the folder). resume_step = 0 starts the file
@@ -67,10 +74,16 @@ typedef struct MetricsWriter {
  * the checkpoint of step S > 0 keeps the records of steps <= S and appends, so the steps
  * redone after S are not in the file twice. */
 int metrics_writer_open(MetricsWriter *w, const char *dump_folder, int64_t resume_step, Err *err);
+/* Adds TensorBoard events under dir (train/tensorboard.h) to w, opened or zeroed. */
+int metrics_writer_open_tensorboard(MetricsWriter *w, const char *dir, Err *err);
 /* One JSON object per line: step, loss, grad_norm, lr, memory_gib, tps, tflops, mfu,
- * step_time_s, then the extras; flushed so a crash loses at most the current line. */
+ * step_time_s, then the extras; flushed so a crash loses at most the current line. With
+ * TensorBoard on, the same numbers as scalars tagged with the same keys. */
 int metrics_writer_write(MetricsWriter *w, const StepMetrics *m, const MetricsExtra *extra,
                          int nextra, Err *err);
+/* Scalars that are not a training step's (validation: "validation/loss", ...) to TensorBoard
+ * at step; nothing when w has no TensorBoard events. */
+int metrics_log_scalars(MetricsWriter *w, int64_t step, const MetricsExtra *kv, int n, Err *err);
 void metrics_writer_close(MetricsWriter *w);
 
 /* Mean throughput over the steps after the first one this process ran (whose one-time costs,

@@ -12,6 +12,7 @@
 #include "core/fs.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "core/trace.h"
 #include "dist/comm.h"
 #include "ops/op_profile.h"
 #include "train/ckpt_dist.h"
@@ -51,8 +52,15 @@ static const char *nonfinite_param(const TrainModel *md) {
     return NULL;
 }
 
+/* The mesh hooks when the job has several processes, else NULL: sharded checkpoints,
+ * agreement across ranks and the comm_s metric are theirs. A world of one writes the
+ * one-process checkpoint, which `qtitan export` and `inspect` read as it is. */
+static const TrainParallel *many_ranks(const TrainerOptions *o) {
+    return o->par && o->par->world->size > 1 ? o->par : NULL;
+}
+
 static int save(Trainer *t, Err *err) {
-    const TrainParallel *par = t->o->par;
+    const TrainParallel *par = many_ranks(t->o);
     int model_only = t->o->last_save_model_only && t->step == t->o->steps;
     int noptim = model_only ? 0 : 2 * t->model->nparams;
     const char *bad = nonfinite_param(t->model);
@@ -87,7 +95,7 @@ static int save(Trainer *t, Err *err) {
 }
 
 static int resume(Trainer *t, Err *err) {
-    const TrainParallel *par = t->o->par;
+    const TrainParallel *par = many_ranks(t->o);
     int64_t step;
     char *path;
     int found;
@@ -208,8 +216,8 @@ static int train_step(Trainer *t, StepMetrics *m, Err *err) {
 static int run(Trainer *t, Err *err) {
     const TrainerOptions *o = t->o;
     TrainModel *md = t->model;
-    TRY(lr_schedule_init(&t->sched, o->lr, o->steps, o->warmup_steps, o->decay_ratio,
-                         o->decay_type ? o->decay_type : "linear", o->min_lr_factor, err));
+    TRY(lr_schedule_init(&t->sched, o->lr, o->steps, o->warmup_steps, o->decay_ratio, o->decay_type,
+                         o->min_lr_factor, err));
     AdamWParam *ap = xcalloc((size_t)md->nparams + 1, sizeof *ap);
     t->grads = xcalloc((size_t)md->nparams + 1, sizeof *t->grads);
     for (int i = 0; i < md->nparams; i++) {
@@ -229,13 +237,26 @@ static int run(Trainer *t, Err *err) {
     int writer = !o->par || o->par->world->rank == 0;
     MetricsWriter mw = {0};
     if (writer) TRY(metrics_writer_open(&mw, o->dump_folder, t->step, err));
+    if (o->tb_dir && (writer || o->tb_all_ranks) &&
+        metrics_writer_open_tensorboard(&mw, o->tb_dir, err) != 0) {
+        metrics_writer_close(&mw);
+        return -1;
+    }
     MetricsSummary summary = {0};
+    double time_sum = 0; /* of the steps after the first this process ran, for the eta */
     rc = 0;
     while (rc == 0 && t->step < o->steps) {
         StepMetrics m;
+        int64_t next = t->step + 1;
+        int traced = o->trace_dir && o->trace_freq > 0 && next % o->trace_freq == 0;
+        if (traced) trace_start();
         rc = train_step(t, &m, err);
         if (rc != 0) break;
         metrics_summary_add(&summary, &m);
+        if (summary.seen > 1) time_sum += m.step_time_s;
+        m.total_steps = o->steps;
+        m.eta_s = (double)(o->steps - t->step) *
+                  (summary.seen > 1 ? time_sum / (double)(summary.seen - 1) : m.step_time_s);
         if (summary.seen == 1) {
             prof_reset();           /* the profile, too, leaves out the first step */
             comm_first_step_done(); /* collectives now wait comm.train_timeout_seconds */
@@ -249,13 +270,16 @@ static int run(Trainer *t, Err *err) {
             MetricsExtra extra[TRAIN_MAX_EXTRA + 1];
             memcpy(extra, t->extra, (size_t)t->nextra * sizeof *extra);
             int nextra = t->nextra;
-            if (o->par) extra[nextra++] = (MetricsExtra){"comm_s", comm_s};
-            if (writer) rc = metrics_writer_write(&mw, &m, extra, nextra, err);
+            if (many_ranks(o)) extra[nextra++] = (MetricsExtra){"comm_s", comm_s};
+            if (writer || mw.tb) rc = metrics_writer_write(&mw, &m, extra, nextra, err);
         }
         if (o->on_step) o->on_step(o->on_step_ctx, &m);
         if (rc == 0 && o->ckpt_enable &&
-            (last || (o->ckpt_interval > 0 && t->step % o->ckpt_interval == 0)))
+            (last || (o->ckpt_interval > 0 && t->step % o->ckpt_interval == 0))) {
+            double ts = trace_now();
             rc = save(t, err);
+            trace_span("checkpoint_save", NULL, "checkpoint", ts, NULL);
+        }
         if (rc == 0 && o->ckpt_enable && last && o->on_last_save) {
             char name[48];
             snprintf(name, sizeof name, "step-%" PRId64, t->step);
@@ -263,8 +287,12 @@ static int run(Trainer *t, Err *err) {
             rc = o->on_last_save(o->on_last_save_ctx, dir, err);
             free(dir);
         }
+        if (traced) {
+            int wrc = trace_write(o->trace_dir, next, o->par ? o->par->world->rank : 0, err);
+            if (rc == 0) rc = wrc;
+        }
     }
-    if (writer) metrics_writer_close(&mw);
+    metrics_writer_close(&mw);
     if (rc == 0) {
         char line[512];
         metrics_summary_format(line, sizeof line, &summary);
