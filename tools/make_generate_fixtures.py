@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Builds small random Qwen3 / Qwen3-MoE checkpoints (fp32, eager attention) and the greedy
+continuations transformers' generate(do_sample=False) produces for them, as references for
+tests/test_generate.c.
+
+For each case writes tests/fixtures/generate/<name>/:
+  config.json, model.safetensors   save_pretrained (no generation_config.json, no EOS id: every
+                                   prompt runs the full NEW tokens)
+  prompts.txt                      one prompt of token ids per line, of different lengths
+  expected_ids.txt                 the NEW generated ids of each prompt, one line each
+  expected_logprobs.txt            log_softmax of the raw logits at each chosen id (%.9g)
+
+Each prompt is generated alone (no padding), so the reference does not depend on how
+transformers pads a batch; the C test generates all prompts of a case in one batch.
+
+Near ties: greedy decoding is only well defined where the best logit leads the second by more
+than float noise. A case's seed is increased until, at every step of every prompt, the margin
+exceeds MIN_MARGIN, and (MoE) every token's k-th router probability exceeds the (k+1)-th by
+MIN_GAP; the tool asserts both and prints them.
+
+Usage: python tools/make_generate_fixtures.py [OUT_DIR]
+"""
+import os
+import sys
+
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+NEW = 64
+MIN_MARGIN = 1e-3
+MIN_GAP = 1e-4
+
+BASE = dict(vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+            head_dim=8, intermediate_size=48, rope_theta=10000.0, max_position_embeddings=256,
+            rms_norm_eps=1e-6, eos_token_id=None, bos_token_id=None, pad_token_id=None)
+
+CASES = [
+    dict(name="dense_tied_gqa", seed=101, moe=False, lens=[5, 11, 17],
+         cfg=dict(num_key_value_heads=2, tie_word_embeddings=True)),
+    dict(name="dense_untied_mha", seed=201, moe=False, lens=[3, 9, 14, 20],
+         cfg=dict(num_key_value_heads=4, tie_word_embeddings=False)),
+    dict(name="moe", seed=301, moe=True, lens=[4, 13],
+         cfg=dict(num_key_value_heads=2, tie_word_embeddings=False, moe_intermediate_size=16,
+                  num_experts=8, num_experts_per_tok=2, norm_topk_prob=True)),
+]
+
+
+def scramble(model, gen):
+    """Large random weights, so logits are far from uniform (clear greedy choices) and norm
+    weights away from 1 so a dropped multiplication shows."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(0.5 + torch.rand(p.shape, generator=gen))
+            elif "embed_tokens" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+            elif name.endswith("mlp.gate.weight"):
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.4)
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.25)
+
+
+def router_gap(model, ids, k):
+    out = model(input_ids=ids, output_router_logits=True)
+    gap = float("inf")
+    for lg in out.router_logits:
+        top = torch.topk(torch.softmax(lg.float(), dim=-1), k + 1, dim=-1).values
+        gap = min(gap, float((top[:, k - 1] - top[:, k]).min()))
+    return gap
+
+
+def run(case, seed):
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    if case["moe"]:
+        cfg = Qwen3MoeConfig(**dict(BASE, **case["cfg"]))
+        cfg._attn_implementation = "eager"
+        model = Qwen3MoeForCausalLM(cfg).float()
+    else:
+        cfg = Qwen3Config(**dict(BASE, **case["cfg"]))
+        cfg._attn_implementation = "eager"
+        model = Qwen3ForCausalLM(cfg).float()
+    scramble(model, gen)
+    model.eval()
+    prompts = [torch.randint(0, cfg.vocab_size, (n,), generator=gen) for n in case["lens"]]
+    results, margin, gap = [], float("inf"), float("inf")
+    with torch.no_grad():
+        for p in prompts:
+            # An explicit mask: without it generate takes every pad_token_id in a prompt for
+            # padding.
+            out = model.generate(p[None], attention_mask=torch.ones_like(p[None]),
+                                 do_sample=False, max_new_tokens=NEW,
+                                 min_new_tokens=NEW, output_logits=True,
+                                 return_dict_in_generate=True, eos_token_id=None,
+                                 pad_token_id=0)
+            new = out.sequences[0, p.shape[0]:]
+            assert new.shape[0] == NEW
+            lps = []
+            for t, lg in enumerate(out.logits):
+                lg = lg[0].double()
+                top2 = torch.topk(lg, 2).values
+                margin = min(margin, float(top2[0] - top2[1]))
+                assert int(lg.argmax()) == int(new[t])
+                lps.append(float(torch.log_softmax(lg, dim=-1)[new[t]]))
+            if case["moe"]:
+                gap = min(gap, router_gap(model, out.sequences[:, :-1], cfg.num_experts_per_tok))
+            results.append((p, new, lps))
+    return model, results, margin, gap
+
+
+def build(case, out_root):
+    seed = case["seed"]
+    while True:
+        model, results, margin, gap = run(case, seed)
+        if margin > MIN_MARGIN and gap > MIN_GAP:
+            break
+        seed += 1000
+    d = os.path.join(out_root, case["name"])
+    os.makedirs(d, exist_ok=True)
+    model.save_pretrained(d, safe_serialization=True)
+    gc = os.path.join(d, "generation_config.json")
+    if os.path.exists(gc):
+        os.remove(gc)
+    with open(os.path.join(d, "prompts.txt"), "w") as f:
+        f.writelines(" ".join(str(int(x)) for x in p) + "\n" for p, _, _ in results)
+    with open(os.path.join(d, "expected_ids.txt"), "w") as f:
+        f.writelines(" ".join(str(int(x)) for x in n) + "\n" for _, n, _ in results)
+    with open(os.path.join(d, "expected_logprobs.txt"), "w") as f:
+        f.writelines(" ".join("%.9g" % x for x in l) + "\n" for _, _, l in results)
+    print(f"{case['name']}: seed {seed}, min greedy margin {margin:.3g}, min router gap {gap:.3g}")
+
+
+def main():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out_root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "tests", "fixtures",
+                                                                   "generate")
+    torch.set_num_threads(1)
+    for case in CASES:
+        build(case, out_root)
+
+
+if __name__ == "__main__":
+    main()
