@@ -5,6 +5,7 @@
 
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_tokenizer_train(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);

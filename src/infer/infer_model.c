@@ -44,7 +44,7 @@ static int resolve_step(const char *ckpt, char **step_dir, Err *err) {
     }
     int64_t step;
     int found = ckpt_find_latest(ckpt, &step, step_dir, err);
-    TRY(found);
+    if (found < 0) return -1;
     if (found == 0)
         return err_set(err,
                        "%s is not a checkpoint step (no train_state.json) and holds no complete "
