@@ -94,6 +94,20 @@ static void check_case(const char *name) {
     printf("%s: %d prompts x %d tokens identical, max |logprob diff| %.3g\n", name, prompts.n, NEW,
            worst);
     assert_true(worst < TOL_LOGPROB);
+    /* An EOS id ends a sequence there (kept as its last id); the others run on. */
+    int32_t eos = expected.ids[expected.start[0] + 5];
+    int stop_at = 0;
+    while (expected.ids[expected.start[0] + stop_at] != eos)
+        stop_at++;
+    o.eos = &eos;
+    o.n_eos = 1;
+    if (generate(&d, NULL, ptr, lens, prompts.n, &o, out, NULL, NULL, NULL, &err))
+        fail_msg("%s", err.msg);
+    assert_int_equal(out[0].n, stop_at + 1);
+    assert_int_equal(out[0].ids[stop_at], eos);
+    assert_string_equal(out[0].finish, "eos");
+    for (int i = 0; i < prompts.n; i++)
+        gen_output_free(&out[i]);
     decoder_free(&d);
     free(out), free(ptr), free(lens), free(lps);
     token_lines_free(&prompts), token_lines_free(&expected);

@@ -18,8 +18,16 @@ than float noise. A case's seed is increased until, at every step of every promp
 exceeds MIN_MARGIN, and (MoE) every token's k-th router probability exceeds the (k+1)-th by
 MIN_GAP; the tool asserts both and prints them.
 
+And tests/fixtures/generate/cli_tiny/: a one-layer model over the vocabulary of
+tests/fixtures/tokenizer/tiny_gpt2 (tokenizer.json copied in, EOS id 0 = <|endoftext|>), for
+tests/e2e_generate.sh: expected.json holds the prompt text, its ids (tokenizers' encode) and the
+greedy continuation of at most CLI_NEW tokens (ending at EOS if transformers' generate stops
+there).
+
 Usage: python tools/make_generate_fixtures.py [OUT_DIR]
 """
+import json
+import shutil
 import os
 import sys
 
@@ -130,6 +138,50 @@ def build(case, out_root):
     print(f"{case['name']}: seed {seed}, min greedy margin {margin:.3g}, min router gap {gap:.3g}")
 
 
+CLI_NEW = 24
+CLI_PROMPT = "The quick brown fox jumps over the lazy dog"
+
+
+def build_cli(root, out_root):
+    from transformers import PreTrainedTokenizerFast
+    tok_path = os.path.join(root, "tests", "fixtures", "tokenizer", "tiny_gpt2", "tokenizer.json")
+    tok = PreTrainedTokenizerFast(tokenizer_file=tok_path)
+    seed = 7
+    while True:
+        torch.manual_seed(seed)
+        gen = torch.Generator().manual_seed(seed)
+        cfg = Qwen3Config(**dict(BASE, vocab_size=608, hidden_size=16, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=1,
+                                 intermediate_size=24, tie_word_embeddings=True, eos_token_id=0))
+        cfg._attn_implementation = "eager"
+        model = Qwen3ForCausalLM(cfg).float()
+        scramble(model, gen)
+        model.eval()
+        ids = tok(CLI_PROMPT, add_special_tokens=False)["input_ids"]
+        p = torch.tensor([ids])
+        with torch.no_grad():
+            out = model.generate(p, attention_mask=torch.ones_like(p), do_sample=False,
+                                 max_new_tokens=CLI_NEW, output_logits=True,
+                                 return_dict_in_generate=True, pad_token_id=0)
+        margin = min(float(torch.topk(l[0], 2).values[0] - torch.topk(l[0], 2).values[1])
+                     for l in out.logits)
+        if margin > MIN_MARGIN:
+            break
+        seed += 1000
+    new = [int(x) for x in out.sequences[0, len(ids):]]
+    d = os.path.join(out_root, "cli_tiny")
+    os.makedirs(d, exist_ok=True)
+    model.save_pretrained(d, safe_serialization=True)
+    gc = os.path.join(d, "generation_config.json")
+    if os.path.exists(gc):
+        os.remove(gc)
+    shutil.copy(tok_path, os.path.join(d, "tokenizer.json"))
+    with open(os.path.join(d, "expected.json"), "w") as f:
+        json.dump(dict(prompt=CLI_PROMPT, prompt_ids=ids, ids=new), f)
+        f.write("\n")
+    print(f"cli_tiny: seed {seed}, {len(new)} new tokens, min greedy margin {margin:.3g}")
+
+
 def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out_root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "tests", "fixtures",
@@ -137,6 +189,7 @@ def main():
     torch.set_num_threads(1)
     for case in CASES:
         build(case, out_root)
+    build_cli(root, out_root)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "core/fs.h"
+#include "core/log.h"
 #include "infer/generate.h"
 #include "infer/infer_model.h"
 #include "text/chat_template.h"
@@ -324,6 +325,7 @@ int cmd_generate(int argc, char **argv) {
         fputs(USAGE, stdout);
         return 0;
     }
+    log_info_to_stderr(); /* stdout carries the generated text only */
     GenArgs a;
     Err err;
     if (parse_args(&a, argc, argv, &err)) {

@@ -69,7 +69,7 @@ static int accept(const Tokenizer *tok, const GenOptions *o, GenOutput *g, SeqSt
     int stop = 0;
     if (tok) {
         stop = update_text(tok, o, g, err);
-        TRY(stop);
+        if (stop < 0) return -1;
     }
     if (is_eos(o, id))
         g->finish = "eos", st->done = 1;
