@@ -24,9 +24,18 @@ tests/e2e_generate.sh: expected.json holds the prompt text, its ids (tokenizers'
 greedy continuation of at most CLI_NEW tokens (ending at EOS if transformers' generate stops
 there).
 
+cli_tiny/docs.jsonl and expected_eval.json: the reference for `qtitan eval --dataset`. The
+documents' ids (tokenizers), each followed by EOS, form one stream in file order; rows of
+EVAL_SEQ tokens are cut from it, and inside a row positions restart after every EOS and
+segments do not see each other (training's document mask). Each segment runs through the
+model alone; every stream token after the first (or the first EVAL_MAX of them) is a target.
+Recorded: mean loss and bits per byte (summed loss / ln 2 / UTF-8 bytes of the predicted
+text), for the whole file and for the first EVAL_MAX targets.
+
 Usage: python tools/make_generate_fixtures.py [OUT_DIR]
 """
 import json
+import math
 import shutil
 import os
 import sys
@@ -180,6 +189,62 @@ def build_cli(root, out_root):
         json.dump(dict(prompt=CLI_PROMPT, prompt_ids=ids, ids=new), f)
         f.write("\n")
     print(f"cli_tiny: seed {seed}, {len(new)} new tokens, min greedy margin {margin:.3g}")
+    build_eval(model, tok, d)
+
+
+EVAL_SEQ = 16
+EVAL_MAX = 40
+EVAL_DOCS = ["The quick brown fox jumps over the lazy dog.",
+             "A caf\u00e9 in Paris serves coffee \u2615 and tea.",
+             "Short.",
+             "Numbers: 12 plus 30 is 42, and 7 times 6 is 42 too; the answer is 42."]
+
+
+def eval_reference(model, tok, n_targets):
+    docs = [tok(t, add_special_tokens=False)["input_ids"] for t in EVAL_DOCS]
+    stream = []
+    for d in docs:
+        stream += d + [0]  # EOS = <|endoftext|>, id 0 in tiny_gpt2
+    n_targets = min(n_targets, len(stream) - 1)
+    total, count = 0.0, 0
+    for start in range(0, n_targets, EVAL_SEQ):
+        row = stream[start:start + EVAL_SEQ]
+        seg = 0
+        while seg < len(row):
+            end = seg
+            while end < len(row) and row[end] != 0:
+                end += 1
+            end = min(end + 1, len(row))  # the EOS closes its segment
+            with torch.no_grad():
+                lg = model(torch.tensor([row[seg:end]])).logits[0].double()
+            lp = torch.log_softmax(lg, dim=-1)
+            for j in range(seg, end):
+                pos = start + j + 1  # stream position of the target
+                if pos <= n_targets:
+                    total -= float(lp[j - seg, stream[pos]])
+                    count += 1
+            seg = end
+    # Bytes of the predicted text: targets that are not EOS, decoded per document.
+    nbytes, pos = 0, 0
+    for d in docs:
+        lo, hi = max(pos, 1), min(pos + len(d), n_targets + 1)
+        if hi > lo:
+            nbytes += len(tok.decode(stream[lo:hi]).encode("utf-8"))
+        pos += len(d) + 1
+    return dict(loss=total / count, bits_per_byte=total / math.log(2) / nbytes, tokens=count,
+                bytes=nbytes)
+
+
+def build_eval(model, tok, d):
+    with open(os.path.join(d, "docs.jsonl"), "w") as f:
+        for t in EVAL_DOCS:
+            f.write(json.dumps({"text": t}) + "\n")
+    ref = dict(seq_len=EVAL_SEQ, max_tokens=EVAL_MAX, all=eval_reference(model, tok, 1 << 30),
+               first=eval_reference(model, tok, EVAL_MAX))
+    with open(os.path.join(d, "expected_eval.json"), "w") as f:
+        json.dump(ref, f, indent=1)
+        f.write("\n")
+    print(f"cli_tiny eval: {ref}")
 
 
 def main():
