@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include <jansson.h>
 #include <stdio.h>
 
 #include "core/err.h"
@@ -70,6 +72,8 @@ int metrics_writer_open(MetricsWriter *w, const char *dump_folder, int64_t resum
  * step_time_s, then the extras; flushed so a crash loses at most the current line. */
 int metrics_writer_write(MetricsWriter *w, const StepMetrics *m, const MetricsExtra *extra,
                          int nextra, Err *err);
+/* Any record (validation) as one line, flushed; o is not consumed. */
+int metrics_writer_write_json(MetricsWriter *w, json_t *o, Err *err);
 void metrics_writer_close(MetricsWriter *w);
 
 /* Mean throughput over the steps after the first one this process ran (whose one-time costs,

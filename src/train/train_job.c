@@ -13,6 +13,7 @@
 #include "io/hf_config.h"
 #include "text/dataset.h"
 #include "text/tokenizer.h"
+#include "train/between_steps.h"
 #include "train/ckpt_dist.h"
 #include "train/fsdp_model.h"
 #include "train/train_hf.h"
@@ -400,7 +401,14 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
         o.on_resumed = write_folder_config;
         o.on_resumed_ctx = &fc;
     }
-    rc = trainer_run(&o, &model, &data, err);
+    BetweenSteps between;
+    rc = between_steps_open(&between, cfg, sharded ? NULL : q, tok, err);
+    if (rc == 0 && (between.validate || between.sample)) {
+        o.after_step = between_steps_run;
+        o.after_step_ctx = &between;
+    }
+    if (rc == 0) rc = trainer_run(&o, &model, &data, err);
+    between_steps_close(&between);
     free(fc.root);
     if (rc == 0 && sharded && cfg->checkpoint.last_save_in_hf && cfg->checkpoint.enable) {
         /* The last step's sharded checkpoint is committed: rank 0 exports it, a run of

@@ -63,6 +63,10 @@ TrainQwen3 *train_qwen3_create_with(const ModelSpec *spec, int B, int T, AcMode 
     return q;
 }
 
+Qwen3 *train_qwen3_qwen3(TrainQwen3 *q) {
+    return &q->m;
+}
+
 void train_qwen3_free(TrainQwen3 *q) {
     if (!q) return;
     qwen3_free(&q->m);

@@ -76,8 +76,8 @@ typedef struct TrainerOptions {
     int skip_nonfinite; /* 1: a step with a non-finite loss or norm skips its update; 0: error */
     const char *dump_folder;
     int ckpt_enable;
-    const char *ckpt_folder; /* under dump_folder, or absolute; default "checkpoint" */
-    int64_t ckpt_interval;   /* save every N steps and at the last step */
+    const char *ckpt_folder;  /* under dump_folder, or absolute; default "checkpoint" */
+    int64_t ckpt_interval;    /* save every N steps and at the last step */
     int last_save_model_only; /* the last step's checkpoint holds the weights only */
     int keep_latest_k;
     int log_freq;
@@ -99,6 +99,11 @@ typedef struct TrainerOptions {
     /* Called after every step with its metrics (tests, progress hooks); may be NULL. */
     void (*on_step)(void *ctx, const StepMetrics *m);
     void *on_step_ctx;
+    /* Called after every step (1-based), before its checkpoint, with the metrics writer (NULL
+     * on ranks that do not write): validation and samples run here. last is 1 on the final
+     * step. It must leave parameters, gradients and optimizer state as they are. May be NULL. */
+    int (*after_step)(void *ctx, int64_t step, int last, MetricsWriter *mw, Err *err);
+    void *after_step_ctx;
     const TrainParallel *par; /* NULL: one process */
 } TrainerOptions;
 
