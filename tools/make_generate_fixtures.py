@@ -32,6 +32,11 @@ model alone; every stream token after the first (or the first EVAL_MAX of them) 
 Recorded: mean loss and bits per byte (summed loss / ln 2 / UTF-8 bytes of the predicted
 text), for the whole file and for the first EVAL_MAX targets.
 
+chat_ids.json: the ids transformers' apply_chat_template(..., add_generation_prompt=True)
+gives for the conversations `qtitan generate --chat` builds (an optional system turn, then the
+prompt as a user turn; enable_thinking true and false), with the Qwen3 tokenizer of
+../shared/tokenizers/qwen3 (skipped when absent), for tests/e2e_generate_chat.sh.
+
 Usage: python tools/make_generate_fixtures.py [OUT_DIR]
 """
 import json
@@ -247,6 +252,36 @@ def build_eval(model, tok, d):
     print(f"cli_tiny eval: {ref}")
 
 
+CHAT_CASES = [
+    dict(system="You are terse.", prompt="What is 2+2?", thinking=True),
+    dict(system="You are terse.", prompt="Name a colour.", thinking=False),
+    dict(system=None, prompt="Hello there", thinking=True),
+    dict(system=None, prompt="caf\u00e9 \u2615?", thinking=False),
+]
+
+
+def build_chat(root, out_root):
+    tok_dir = os.path.join(os.path.dirname(root), "shared", "tokenizers", "qwen3")
+    if not os.path.exists(os.path.join(tok_dir, "tokenizer_config.json")):
+        print("chat_ids: skipped, no Qwen3 tokenizer at", tok_dir)
+        return
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(tok_dir)
+    cases = []
+    for c in CHAT_CASES:
+        msgs = ([dict(role="system", content=c["system"])] if c["system"] else []) + \
+               [dict(role="user", content=c["prompt"])]
+        ids = tok.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True,
+                                      enable_thinking=c["thinking"])
+        if isinstance(ids, dict) or hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        cases.append(dict(c, ids=[int(x) for x in ids]))
+    with open(os.path.join(out_root, "chat_ids.json"), "w") as f:
+        for c in cases:
+            f.write(json.dumps(c) + "\n")
+    print(f"chat_ids: {len(cases)} conversations")
+
+
 def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out_root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "tests", "fixtures",
@@ -255,6 +290,7 @@ def main():
     for case in CASES:
         build(case, out_root)
     build_cli(root, out_root)
+    build_chat(root, out_root)
 
 
 if __name__ == "__main__":
