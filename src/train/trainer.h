@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <stdint.h>
 
+#include "core/config.h"
 #include "core/err.h"
 #include "core/rng.h"
 #include "dist/comm.h"
@@ -48,8 +49,9 @@ typedef struct TrainData {
     int (*restore)(void *ctx, const json_t *position, Err *err);
 } TrainData;
 
-/* Data-parallel hooks (src/train/fsdp_model.c); TrainerOptions.par is NULL on one process.
- * With them the model's params / grads are this rank's slices. */
+/* The mesh's hooks (src/train/train_qwen3.c), for every mesh, a world of one included; NULL
+ * (a model of its own, in tests) runs as a world of one without them. With more than one
+ * process the model's params / grads are this rank's slices. */
 typedef struct TrainParallel {
     void *ctx;
     Comm *world; /* every rank of the job: sharded checkpoints, agreement */
@@ -68,8 +70,8 @@ typedef struct TrainerOptions {
     int micro_batches; /* gradient accumulation steps per optimizer step (>= 1) */
     double lr;         /* [optimizer] lr; the schedule multiplies it */
     int64_t warmup_steps;
-    double decay_ratio; /* < 0: none */
-    const char *decay_type;
+    double decay_ratio;   /* < 0: none */
+    DecayType decay_type; /* 0: linear */
     double min_lr_factor;
     AdamWConfig adamw;
     double max_norm;    /* <= 0: no clipping (the norm is still reported) */
@@ -104,7 +106,7 @@ typedef struct TrainerOptions {
      * step. It must leave parameters, gradients and optimizer state as they are. May be NULL. */
     int (*after_step)(void *ctx, int64_t step, int last, MetricsWriter *mw, Err *err);
     void *after_step_ctx;
-    const TrainParallel *par; /* NULL: one process */
+    const TrainParallel *par; /* NULL: a world of one without mesh hooks */
 } TrainerOptions;
 
 /* Trains from the newest complete checkpoint in {dump_folder}/{ckpt_folder} when one exists
