@@ -5,7 +5,8 @@
 set -euo pipefail
 
 PACKAGES=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libutf8proc-dev
-          libdnnl-dev libopenmpi-dev openmpi-bin libcmocka-dev clang libclang-rt-14-dev libomp-14-dev)
+          libdnnl-dev libopenmpi-dev openmpi-bin libcmocka-dev clang clang-format libclang-rt-14-dev
+          libomp-14-dev)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Route 1 (DESIGN §1) end to end on a tiny HF directory: flavor = "hf" takes the architecture
+# Fine-tuning from HF (docs/hf.md) end to end on a tiny HF directory: flavor = "hf" takes the architecture
 # from its config.json, initial_load_in_hf loads its weights, last_save_in_hf writes the result
 # back. With lr = 0 the written directory must equal the one loaded, byte for byte (config.json
 # and weights); with a real lr it trains. HF weights that do not fit config.json (missing,

@@ -2,7 +2,7 @@
 # qtitan train end to end on the C4 sample with the Qwen3 tokenizer and a tiny model: the run
 # logs every step, writes metrics.jsonl and checkpoints, and a run resumed from its step-2
 # checkpoint ends with bitwise the same losses, parameters and optimizer state as a run that
-# never stopped (DESIGN §5).
+# never stopped (docs/training.md).
 set -euo pipefail
 shared=${QT_SHARED_DIR:-}
 tok=$shared/tokenizers/qwen3

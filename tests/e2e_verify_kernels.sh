@@ -26,6 +26,29 @@ check "config kernels pass" "[ $rc -eq 0 ]"
 check "config run says tokens are reduced" "grep -q 'tokens reduced' '$TMP/cfg.txt'"
 check "config checks flash at head_dim 128" "grep -q '^flash .*E128' '$TMP/cfg.txt'"
 
+# flavor = "hf": the same config -> model path as train and plan, dims from config.json, and a
+# [model] replacement on top (its file:line named when it breaks the model).
+cat >"$TMP/hf.toml" <<TOML
+[model]
+flavor = "hf"
+hf_assets_path = "$SRC/tests/fixtures/hf_tiny/dense_tied"
+hidden_dim = 32
+[training]
+seq_len = 16
+TOML
+"$BIN" verify-kernels --config "$TMP/hf.toml" >"$TMP/hf.txt" 2>&1
+rc=$?
+cat "$TMP/hf.txt"
+check "flavor = hf config passes" "[ $rc -eq 0 ]"
+check "flavor = hf reads config.json and the [model] field" \
+    "grep -q 'dim 16, heads 4/2, head_dim 8, ffn 32' '$TMP/hf.txt'"
+sed -i 's/hidden_dim = 32/n_kv_heads = 3/' "$TMP/hf.toml"
+"$BIN" verify-kernels --config "$TMP/hf.toml" >"$TMP/hf_bad.txt" 2>&1
+rc=$?
+cat "$TMP/hf_bad.txt"
+check "invalid [model] field exits non-zero" "[ $rc -ne 0 ]"
+check "invalid [model] field names its line" "grep -q 'hf.toml:4' '$TMP/hf_bad.txt'"
+
 cat >"$TMP/bad.toml" <<'TOML'
 [model]
 flavor = "debugmodel"

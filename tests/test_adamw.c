@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/json.h"
+#include "core/param_table.h"
 #include "core/rng.h"
 #include "train/adamw.h"
 
@@ -129,6 +130,13 @@ static void test_adamw_matches_torch(void **state) {
         free(g[k]);
     }
     json_decref(root);
+}
+
+/* AdamW's decay groups come from the parameter table: the group of the parameter named name. */
+static int adamw_default_decay(const char *name, int exempt_norms, int exempt_embeddings) {
+    const ParamKind *k = param_kind_of_name(name, NULL);
+    assert_non_null(k);
+    return param_decays(k, exempt_norms, exempt_embeddings);
 }
 
 static void test_adamw_default_decay(void **state) {

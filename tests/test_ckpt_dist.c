@@ -208,24 +208,19 @@ static int assert_same_dir(const char *ref, const char *got) {
 }
 
 /* Tensor-parallel rank t's part of parameter p, cut as docs/distributed.md says the trainer
- * does: q, k, v, w1 and w3 a block of rows, wo and w2 a block of columns, the rest whole. */
-static size_t tp_part(float *out, const float *full, const QtParam *p, int t, int tp) {
-    static const char *const rows[] = {"attention.wq.", "attention.wk.", "attention.wv.",
-                                       "feed_forward.w1.", "feed_forward.w3."};
-    static const char *const cols[] = {"attention.wo.", "feed_forward.w2."};
+ * does: a block of rows or of columns by the table's split, the rest whole. */
+static size_t tp_part(float *out, const float *full, const ParamInfo *p, int t, int tp) {
     size_t numel = (size_t)p->numel, n = numel / (size_t)tp;
-    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++)
-        if (strstr(p->name, rows[k])) {
-            memcpy(out, full + (size_t)t * n, n * sizeof *out);
-            return n;
-        }
-    for (size_t k = 0; k < sizeof cols / sizeof cols[0]; k++)
-        if (strstr(p->name, cols[k])) {
-            size_t C = (size_t)p->shape[1], c = C / (size_t)tp;
-            for (size_t r = 0; r < (size_t)p->shape[0]; r++)
-                memcpy(out + r * c, full + r * C + (size_t)t * c, c * sizeof *out);
-            return n;
-        }
+    if (p->kind->tp == TP_ROWS) {
+        memcpy(out, full + (size_t)t * n, n * sizeof *out);
+        return n;
+    }
+    if (p->kind->tp == TP_COLS) {
+        size_t C = (size_t)p->shape[1], c = C / (size_t)tp;
+        for (size_t r = 0; r < (size_t)p->shape[0]; r++)
+            memcpy(out + r * c, full + r * C + (size_t)t * c, c * sizeof *out);
+        return n;
+    }
     memcpy(out, full, numel * sizeof *out);
     return numel;
 }

@@ -3,7 +3,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
+
+#include <cmocka.h> /* after the headers it relies on */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +75,26 @@ static void test_arena_counting_matches(void **state) {
     arena_free(&real);
 }
 
+/* An arena knows its device; on the CPU the host view is the memory itself (no copy), and a
+ * build without a GPU backend finds no "cuda" device. */
+static void test_arena_device(void **state) {
+    (void)state;
+    Arena a, count;
+    Err err;
+    arena_init_counting(&count, "test");
+    assert_null(count.device);
+    assert_int_equal(arena_init(&a, "test", 256, &err), 0);
+    assert_ptr_equal(a.device, &device_cpu);
+    float *p = arena_floats(&a, 16), staging[16];
+    p[3] = 2.5f;
+    const float *h = arena_host_view(&a, staging, p, 16 * sizeof *p);
+    assert_ptr_equal(h, p);
+    assert_true(h[3] == 2.5f);
+    assert_ptr_equal(device_find("cpu"), &device_cpu);
+    assert_null(device_find("cuda"));
+    arena_free(&a);
+}
+
 static void test_strings(void **state) {
     (void)state;
     assert_int_equal(str_edit_distance("kitten", "sitting"), 3);
@@ -129,9 +150,13 @@ static void test_fs_atomic_and_json_errors(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bf16_rounding),          cmocka_unit_test(test_f16_roundtrip),
-        cmocka_unit_test(test_rng_streams),            cmocka_unit_test(test_arena_counting_matches),
-        cmocka_unit_test(test_strings),                cmocka_unit_test(test_fs_atomic_and_json_errors),
+        cmocka_unit_test(test_bf16_rounding),
+        cmocka_unit_test(test_f16_roundtrip),
+        cmocka_unit_test(test_rng_streams),
+        cmocka_unit_test(test_arena_counting_matches),
+        cmocka_unit_test(test_arena_device),
+        cmocka_unit_test(test_strings),
+        cmocka_unit_test(test_fs_atomic_and_json_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

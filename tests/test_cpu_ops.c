@@ -71,12 +71,19 @@ static void sdpa_run(const SdpaOp *op, const SdpaCase *c, const float *q, const 
 static void test_sdpa(void **state) {
     (void)state;
     static const SdpaCase cases[] = {
-        {1, 1, 2, 1, 8, 0},    {2, 37, 4, 2, 16, 0}, {2, 70, 4, 4, 8, 1},   {1, 130, 8, 2, 32, 1},
-        {1, 96, 2, 1, 128, 0}, {2, 65, 6, 3, 24, 1}, {1, 200, 4, 1, 64, 1},
+        {1, 1, 2, 1, 8, 0},
+        {2, 37, 4, 2, 16, 0},
+        {2, 70, 4, 4, 8, 1},
+        {1, 130, 8, 2, 32, 1},
+        {1, 96, 2, 1, 128, 0},
+        {2, 65, 6, 3, 24, 1},
+        {1, 200, 4, 1, 64, 1},
         /* Past one key chunk (256 keys): with documents longer than a chunk that start off a
          * block boundary (docs = 2), a block straddles a chunk start, so some of its rows end
          * before a chunk begins. */
-        {1, 700, 2, 1, 16, 2}, {1, 600, 2, 1, 16, 1}, {1, 520, 2, 2, 8, 0},
+        {1, 700, 2, 1, 16, 2},
+        {1, 600, 2, 1, 16, 1},
+        {1, 520, 2, 2, 8, 0},
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const SdpaCase *c = &cases[ci];
@@ -233,12 +240,12 @@ static void test_swiglu(void **state) {
         dw2[r] = zeros((long)D * F);
     }
     /* 0: reference, 1: cpu fp32, 2: cpu bf16 */
-    swiglu_reference.forward(out[0], h1[0], h3[0], g[0], x, w1, w3, w2, N, D, F);
+    swiglu_reference.forward(out[0], h1[0], h3[0], g[0], x, w1, w3, w2, NULL, N, D, F);
     swiglu_reference.backward(dx[0], dw1[0], dw3[0], dw2[0], dh1, dh3, dout, x, h1[0], h3[0], g[0],
-                              w1, w3, w2, N, D, F);
-    swiglu_cpu.forward(out[1], h1[1], h3[1], g[1], x, w1, w3, w2, N, D, F);
+                              w1, w3, w2, NULL, N, D, F);
+    swiglu_cpu.forward(out[1], h1[1], h3[1], g[1], x, w1, w3, w2, NULL, N, D, F);
     swiglu_cpu.backward(dx[1], dw1[1], dw3[1], dw2[1], dh1, dh3, dout, x, h1[1], h3[1], g[1], w1,
-                        w3, w2, N, D, F);
+                        w3, w2, NULL, N, D, F);
     swiglu_cpu.forward_bf16(out[2], h1[2], h3[2], g[2], x, w1b, w3b, w2b, scratch, N, D, F);
     swiglu_cpu.backward_bf16(dx[2], dw1[2], dw3[2], dw2[2], dh1, dh3, dout, x, h1[2], h3[2], g[2],
                              w1b, w3b, w2b, scratch, N, D, F);

@@ -18,30 +18,26 @@
 
 #include "core/rng.h"
 #include "model/qwen3.h"
+#include "spec_util.h"
 
 enum { B = 2, T = 6 };
 
 /* Variant 0: untied dense, 1: tied dense, 2: MoE (top-2 of 4 experts, layer 1 dense, no
  * auxiliary loss, which is a function of the whole batch and would not split). */
 static ModelSpec tiny_spec(int variant) {
-    int tied = variant == 1;
-    ModelSpec s;
-    memset(&s, 0, sizeof s);
-    snprintf(s.flavor, sizeof s.flavor, "test");
-    s.dim = 16;
-    s.n_layers = 2;
-    s.n_heads = 4;
-    s.n_kv_heads = 2;
-    s.head_dim = 6;
-    s.hidden_dim = 24;
-    s.vocab_size = 20;
-    s.max_seq_len = 64;
-    s.norm_eps = 1e-6;
-    s.rope_theta = 10000.0;
-    s.tie_embeddings = tied;
+    ModelSpec s = test_spec((TestShape){.D = 16,
+                                        .L = 2,
+                                        .H = 4,
+                                        .K = 2,
+                                        .E = 6,
+                                        .F = 24,
+                                        .V = 20,
+                                        .T = 64,
+                                        .rope_theta = 10000.0,
+                                        .tied = variant == 1});
     if (variant == 2) {
-        s.num_experts = 4, s.top_k = 2, s.moe_hidden_dim = 8, s.norm_topk_prob = 1;
-        s.decoder_sparse_step = 1, s.mlp_only_layers[1] = 1;
+        test_spec_moe(&s, 4, 2, 8);
+        s.mlp_only_layers[1] = 1;
     }
     return s;
 }
@@ -66,7 +62,7 @@ static double worst_rel(const Qwen3 *m, const float *want, const float *got, dou
     double worst = 0;
     for (int i = 0; i < m->nparams; i++) {
         const Qwen3Param *p = &m->table[i];
-        if (p->is_buffer) continue;
+        if (p->kind->role == ROLE_BUFFER) continue;
         long off = p->grad - base;
         double d2 = 0, w2 = 0;
         for (long j = 0; j < p->numel; j++) {
@@ -74,7 +70,8 @@ static double worst_rel(const Qwen3 *m, const float *want, const float *got, dou
             d2 += d * d;
             w2 += w * w;
         }
-        if (w2 == 0 && d2 == 0 && m->spec.num_experts > 0 && strstr(p->name, "experts")) continue;
+        if (w2 == 0 && d2 == 0 && m->spec.num_experts > 0 && p->kind->role == ROLE_EXPERTS)
+            continue;
         if (!(w2 > 0)) fail_msg("%s: zero gradient", p->name);
         double rel = sqrt(d2 / w2);
         if (isnan(rel) || rel > worst) worst = rel; /* a NaN sticks as the worst, and fails */
@@ -96,9 +93,10 @@ static void test_micro_batches_add_up(void **state) {
         rng_seed(&r, 3, 0);
         for (int i = 0; i < m.nparams; i++) {
             Qwen3Param *p = &m.table[i];
-            if (p->is_buffer) continue;
+            if (p->kind->role == ROLE_BUFFER) continue;
             for (long j = 0; j < p->numel; j++)
-                p->data[j] = p->is_norm ? 0.6f + rng_uniform(&r) : 0.4f * rng_normal(&r);
+                p->data[j] =
+                    p->kind->role == ROLE_NORM ? 0.6f + rng_uniform(&r) : 0.4f * rng_normal(&r);
         }
         /* The whole batch at once. */
         qwen3_zero_grads(&m);

@@ -51,7 +51,7 @@ static void make_ckpt(Ckpt *c, const char *fixture, double lbc, const char *name
     Rng r;
     rng_seed(&r, 3, 0);
     for (int i = 0; i < c->t.nparams; i++) {
-        const QtParam *q = &c->t.params[i];
+        const ParamInfo *q = &c->t.params[i];
         c->data[i] = malloc((size_t)q->numel * sizeof(float));
         rng_fill_normal(&r, c->data[i], (size_t)q->numel, 1.0f);
         c->tensors[i] = (CkptTensor){q->name, q->ndim, {0}, c->data[i]};
@@ -112,8 +112,8 @@ static void check_export(const Ckpt *c, DType dt, size_t shard, int sharded) {
     assert_int_equal(ntensors, c->t.nhf);
     assert_int_equal(st_set_find(&set, "lm_head.weight") == NULL, c->spec.tie_embeddings);
     for (int i = 0; i < c->t.nparams; i++) {
-        const QtParam *q = &c->t.params[i];
-        if (!q->exported) continue;
+        const ParamInfo *q = &c->t.params[i];
+        if (!q->kind->hf) continue;
         size_t n = (size_t)q->numel;
         float *got = malloc(n * sizeof(float)), *want = malloc(n * sizeof(float));
         unsigned char *tmp = malloc(n * 4);

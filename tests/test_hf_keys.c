@@ -117,25 +117,29 @@ static void test_param_table(void **state) {
     assert_int_equal(t.nparams, 1 + 3 * 8 + 3 + 2 * 5 + 1 + 1);
     int p = hf_keys_find_param(&t, "layers.0.moe.experts.w2");
     assert_true(p >= 0);
-    assert_int_equal(t.params[p].kind, PK_EXPERTS);
+    assert_int_equal(t.params[p].kind->role, ROLE_EXPERTS);
     assert_int_equal(t.params[p].ndim, 3);
     assert_int_equal(t.params[p].shape[0], 4);
     assert_int_equal(t.params[p].shape[1], 16);
     assert_int_equal(t.params[p].shape[2], 12);
-    assert_true(t.params[p].residual_out);
+    assert_int_equal(t.params[p].kind->init, INIT_RESIDUAL);
     p = hf_keys_find_param(&t, "layers.2.moe.expert_bias");
     assert_true(p >= 0);
-    assert_false(t.params[p].exported);
-    assert_int_equal(t.params[p].kind, PK_EXPERT_BIAS);
+    assert_null(t.params[p].kind->hf);
+    assert_int_equal(t.params[p].kind->role, ROLE_BUFFER);
     p = hf_keys_find_param(&t, "layers.1.feed_forward.w2.weight");
-    assert_true(p >= 0 && t.params[p].residual_out && t.params[p].kind == PK_LINEAR);
+    assert_true(p >= 0 && t.params[p].kind->tp == TP_COLS && t.params[p].kind->role == ROLE_LINEAR);
     assert_true(hf_keys_find_param(&t, "layers.1.moe.experts.w1") < 0);
     p = hf_keys_find_param(&t, "layers.0.attention.wq.weight");
     assert_int_equal(t.params[p].shape[0], 4 * 8);
-    assert_false(t.params[p].no_decay);
-    assert_true(t.params[hf_keys_find_param(&t, "layers.0.attention.q_norm.weight")].no_decay);
-    assert_true(t.params[hf_keys_find_param(&t, "tok_embeddings.weight")].no_decay);
-    assert_true(t.params[hf_keys_find_param(&t, "layers.0.attention.wo.weight")].residual_out);
+    assert_int_equal(t.params[p].kind->decay, DECAY_ALWAYS);
+    assert_int_equal(
+        t.params[hf_keys_find_param(&t, "layers.0.attention.q_norm.weight")].kind->decay,
+        DECAY_NORMS);
+    assert_int_equal(t.params[hf_keys_find_param(&t, "tok_embeddings.weight")].kind->decay,
+                     DECAY_EMBEDDINGS);
+    assert_int_equal(t.params[hf_keys_find_param(&t, "layers.0.attention.wo.weight")].kind->init,
+                     INIT_RESIDUAL);
     assert_true(hf_keys_find_param(&t, "output.weight") >= 0);
     int h = hf_keys_find_hf(&t, "model.layers.2.mlp.experts.3.up_proj.weight");
     assert_true(h >= 0);
@@ -190,7 +194,7 @@ static void roundtrip(const char *name, DType dt, size_t shard_bytes) {
     assert_int_equal(hf_keys_check(&c, &t, &set), 0);
     hf_check_free(&c);
     for (int i = 0; i < t.nparams; i++) {
-        const QtParam *q = &t.params[i];
+        const ParamInfo *q = &t.params[i];
         float *got = xmalloc((size_t)q->numel * sizeof(float));
         float *want = xmalloc((size_t)q->numel * sizeof(float));
         unsigned char *tmp = xmalloc((size_t)q->numel * 4);

@@ -16,27 +16,16 @@
 
 #include "core/rng.h"
 #include "kernels/kernels.h"
-#include "kernels/overrides.h"
+#include "model/overrides.h"
 #include "model/qwen3.h"
+#include "spec_util.h"
 
 #define B_ 5
 #define T_ 64 /* flash tile; B_ * T_ = 320 tokens cross one loss chunk */
 
 static ModelSpec tiny(void) {
-    ModelSpec s;
-    memset(&s, 0, sizeof s);
-    snprintf(s.flavor, sizeof s.flavor, "test");
-    s.dim = 32;
-    s.n_layers = 2;
-    s.n_heads = 4;
-    s.n_kv_heads = 2;
-    s.head_dim = 8;
-    s.hidden_dim = 48;
-    s.vocab_size = 97;
-    s.max_seq_len = 128;
-    s.norm_eps = 1e-6;
-    s.rope_theta = 1e6;
-    return s;
+    return test_spec(
+        (TestShape){.D = 32, .L = 2, .H = 4, .K = 2, .E = 8, .F = 48, .V = 97, .T = 128});
 }
 
 /* A plan choosing impl for every instance whose FQN contains `part` and whose kind matches. */
@@ -78,7 +67,7 @@ static void test_train_with_overrides(void **state) {
     Err err;
     ModuleSlot *slots;
     int n = overrides_tree(&s, &slots);
-    OverridePlan plan = {.spec = s};
+    OverridePlan plan = {.spec = s, .device = "cpu"};
     OverrideChoice choices[64];
     plan.choices = choices;
     choose(&plan, slots, n, "sdpa", &sdpa_flash.h);

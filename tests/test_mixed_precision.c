@@ -21,7 +21,9 @@
 #include <string.h>
 
 #include "kernels/cpu_ops.h"
+#include "kernels/registry.h"
 #include "model/qwen3.h"
+#include "spec_util.h"
 #include "train/adamw.h"
 
 #define B_ 2
@@ -29,21 +31,8 @@
 #define V_ 384
 
 static ModelSpec spec(int tied) {
-    ModelSpec s;
-    memset(&s, 0, sizeof s);
-    snprintf(s.flavor, sizeof s.flavor, "test");
-    s.dim = 64;
-    s.n_layers = 2;
-    s.n_heads = 4;
-    s.n_kv_heads = 2;
-    s.head_dim = 16;
-    s.hidden_dim = 96;
-    s.vocab_size = V_;
-    s.max_seq_len = 64;
-    s.norm_eps = 1e-6;
-    s.rope_theta = 1e6;
-    s.tie_embeddings = tied;
-    return s;
+    return test_spec((TestShape){
+        .D = 64, .L = 2, .H = 4, .K = 2, .E = 16, .F = 96, .V = V_, .T = 64, .tied = tied});
 }
 
 static int32_t tok[B_ * T_], tgt[B_ * T_], pos[B_ * T_], doc[B_ * T_];
@@ -68,7 +57,8 @@ static void build(Qwen3 *m, int mode, int tied) {
     Err err;
     assert_int_equal(qwen3_create(m, &s, B_, T_, AC_NONE, &err), 0);
     qwen3_init_params(m, 7);
-    if (mode != REF) cpu_apply_defaults(m->slots, m->nslots, &s);
+    OpRun run = {.spec = &s};
+    if (mode != REF) kernels_apply_defaults(m->slots, m->nslots, "cpu", &run);
     if (mode == CPU_BF16) assert_int_equal(qwen3_enable_bf16(m, &err), 0);
 }
 
@@ -130,7 +120,7 @@ static void train(int mode, float *losses, int steps) {
     AdamWParam *ap = calloc((size_t)m.nparams, sizeof *ap);
     for (int i = 0; i < m.nparams; i++)
         ap[i] = (AdamWParam){m.table[i].name, m.table[i].data, m.table[i].grad,
-                             (size_t)m.table[i].numel, !m.table[i].is_norm};
+                             (size_t)m.table[i].numel, m.table[i].kind->role != ROLE_NORM};
     AdamW opt;
     AdamWConfig cfg = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
     Err err;

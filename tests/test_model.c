@@ -1,6 +1,6 @@
 /* Qwen3 model driver: activation checkpointing (full, selective) gives bit-identical gradients,
  * results do not depend on the thread count, packed documents equal separate rows, init follows
- * DESIGN §5, and every op call goes through the module instance's pointer. */
+ * the parameter table's rules, and every op call goes through the module instance's pointer. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,23 +15,11 @@
 #include <string.h>
 
 #include "model/qwen3.h"
+#include "spec_util.h"
 
 static ModelSpec spec(int tied) {
-    ModelSpec s;
-    memset(&s, 0, sizeof s);
-    snprintf(s.flavor, sizeof s.flavor, "test");
-    s.dim = 24;
-    s.n_layers = 3;
-    s.n_heads = 4;
-    s.n_kv_heads = 2;
-    s.head_dim = 8;
-    s.hidden_dim = 40;
-    s.vocab_size = 50;
-    s.max_seq_len = 64;
-    s.norm_eps = 1e-6;
-    s.rope_theta = 1e6;
-    s.tie_embeddings = tied;
-    return s;
+    return test_spec((TestShape){
+        .D = 24, .L = 3, .H = 4, .K = 2, .E = 8, .F = 40, .V = 50, .T = 64, .tied = tied});
 }
 
 #define B_ 2

@@ -15,25 +15,13 @@
 #include <string.h>
 
 #include "model/qwen3.h"
+#include "spec_util.h"
 #include "train/adamw.h"
 #include "train/train_qwen3.h"
 
 static ModelSpec spec(int tied, int layers) {
-    ModelSpec s;
-    memset(&s, 0, sizeof s);
-    strcpy(s.flavor, "test");
-    s.dim = 24;
-    s.n_layers = layers;
-    s.n_heads = 4;
-    s.n_kv_heads = 2;
-    s.head_dim = 8;
-    s.hidden_dim = 40;
-    s.vocab_size = 50;
-    s.max_seq_len = 64;
-    s.norm_eps = 1e-6;
-    s.rope_theta = 1e6;
-    s.tie_embeddings = tied;
-    return s;
+    return test_spec((TestShape){
+        .D = 24, .L = layers, .H = 4, .K = 2, .E = 8, .F = 40, .V = 50, .T = 64, .tied = tied});
 }
 
 static void test_sizes_match_create(void **state) {

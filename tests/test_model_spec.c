@@ -1,5 +1,5 @@
 /* Unit tests for the native flavor table, field replacement and validation of ModelSpec. The
- * expected numbers are typed in from the published Qwen/Qwen3-* config.json files (DESIGN §1),
+ * expected numbers are typed in from the published Qwen/Qwen3-* config.json files,
  * not taken from model_spec.c. */
 #include <setjmp.h>
 #include <stdarg.h>

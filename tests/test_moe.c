@@ -25,6 +25,7 @@
 #define TOL_FD 1e-3
 
 #include "fd_util.h"
+#include "spec_util.h"
 
 static double rel_l2(const float *a, const float *b, long n) {
     double d = 0, r = 0;
@@ -33,29 +34,6 @@ static double rel_l2(const float *a, const float *b, long n) {
         r += (double)b[i] * b[i];
     }
     return sqrt(d / (r + 1e-30));
-}
-
-typedef double (*LossFn)(void *ctx);
-
-static void check(const char *what, float *x, long n, const float *analytic, LossFn loss, void *ctx,
-                  float eps, long max_probe, double tol) {
-    long step = n > max_probe ? n / max_probe : 1;
-    double num2 = 0.0, diff2 = 0.0;
-    for (long i = 0; i < n; i += step) {
-        float keep = x[i];
-        x[i] = keep + eps;
-        double lp = loss(ctx);
-        x[i] = keep - eps;
-        double lm = loss(ctx);
-        x[i] = keep;
-        double num = (lp - lm) / (2.0 * eps);
-        num2 += num * num;
-        diff2 += (num - analytic[i]) * (num - analytic[i]);
-    }
-    double rel = sqrt(diff2) / (sqrt(num2) + 1e-12);
-    printf("  %-34s rel L2 error %.2e (|grad| %.3g)\n", what, rel, sqrt(num2));
-    assert_true(num2 > 0.0);
-    assert_true(rel < tol);
 }
 
 /* ---- experts op ---- */
@@ -134,11 +112,11 @@ static void test_experts_gradcheck(void **state) {
         ExpertsGrads g;
         experts_backward(&g, &c);
         long XFD = (long)c.X * c.F * c.D;
-        check("x", c.x, c.N * c.D, g.dx, experts_loss, &c, 1e-2f, 64, TOL_FD);
-        check("gate weights", c.gw, c.N * c.k, g.dgw, experts_loss, &c, 1e-2f, 64, TOL_FD);
-        check("w1", c.w1, XFD, g.dw1, experts_loss, &c, 1e-2f, 200, TOL_FD);
-        check("w3", c.w3, XFD, g.dw3, experts_loss, &c, 1e-2f, 200, TOL_FD);
-        check("w2", c.w2, XFD, g.dw2, experts_loss, &c, 1e-2f, 200, TOL_FD);
+        fd_check("x", c.x, c.N * c.D, g.dx, experts_loss, &c, 1e-2f, 64, TOL_FD);
+        fd_check("gate weights", c.gw, c.N * c.k, g.dgw, experts_loss, &c, 1e-2f, 64, TOL_FD);
+        fd_check("w1", c.w1, XFD, g.dw1, experts_loss, &c, 1e-2f, 200, TOL_FD);
+        fd_check("w3", c.w3, XFD, g.dw3, experts_loss, &c, 1e-2f, 200, TOL_FD);
+        fd_check("w2", c.w2, XFD, g.dw2, experts_loss, &c, 1e-2f, 200, TOL_FD);
         grads_free(&g);
         experts_free(&c);
     }
@@ -235,7 +213,7 @@ static void test_router_gradcheck(void **state) {
                                 r.X, r.k, r.norm);
             char what[64];
             snprintf(what, sizeof what, "router logits (norm %d, aux %d)", norm, aux);
-            check(what, r.logits, r.N * r.X, r.dlogits, router_loss, &r, 1e-3f, 64, TOL_FD);
+            fd_check(what, r.logits, r.N * r.X, r.dlogits, router_loss, &r, 1e-3f, 64, TOL_FD);
             free(r.logits), free(r.bias), free(r.probs), free(r.gw), free(r.Rw), free(r.dlogits);
             free(r.aux_dprob), free(r.idx), free(r.idx0);
         }
@@ -307,14 +285,10 @@ static void test_load_stats(void **state) {
 /* ---- model ---- */
 
 static ModelSpec tiny_moe(void) {
-    ModelSpec s;
-    memset(&s, 0, sizeof s);
-    snprintf(s.flavor, sizeof s.flavor, "test");
-    s.dim = 32, s.n_layers = 3, s.n_heads = 4, s.n_kv_heads = 2, s.head_dim = 8;
-    s.hidden_dim = 48, s.vocab_size = 61, s.max_seq_len = 64;
-    s.norm_eps = 1e-6, s.rope_theta = 1e4;
-    s.num_experts = 8, s.top_k = 2, s.moe_hidden_dim = 16, s.norm_topk_prob = 1;
-    s.decoder_sparse_step = 1, s.mlp_only_layers[1] = 1;
+    ModelSpec s = test_spec((TestShape){
+        .D = 32, .L = 3, .H = 4, .K = 2, .E = 8, .F = 48, .V = 61, .T = 64, .rope_theta = 1e4});
+    test_spec_moe(&s, 8, 2, 16);
+    s.mlp_only_layers[1] = 1;
     s.load_balance_coeff = 1e-3;
     return s;
 }
@@ -342,7 +316,7 @@ static void sgd_run(float *losses, int steps, float *bias_out) {
     qwen3_init_params(&m, 1234);
     /* Larger weights than the 0.02 init so a few steps move the loss visibly. */
     for (int i = 0; i < m.nparams; i++)
-        if (!m.table[i].is_norm && !m.table[i].is_buffer)
+        if (m.table[i].kind->role != ROLE_NORM && m.table[i].kind->role != ROLE_BUFFER)
             for (long j = 0; j < m.table[i].numel; j++)
                 m.table[i].data[j] *= 5.0f;
     int32_t tok[32], tgt[32];
@@ -364,7 +338,7 @@ static void sgd_run(float *losses, int steps, float *bias_out) {
         qwen3_moe_update_bias(&m, m.moe_counts);
         for (int i = 0; i < m.nparams; i++) {
             Qwen3Param *p = &m.table[i];
-            if (p->is_buffer) continue;
+            if (p->kind->role == ROLE_BUFFER) continue;
             for (long j = 0; j < p->numel; j++)
                 p->data[j] -= 0.5f * p->grad[j];
         }

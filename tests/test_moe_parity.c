@@ -139,7 +139,7 @@ static void fill(float *dst, const Qwen3Param *p, const StSet *set, const StFile
 
 static void load(Qwen3 *m, const StSet *set) {
     for (int i = 0; i < m->nparams; i++)
-        if (!m->table[i].is_buffer) fill(m->table[i].data, &m->table[i], set, NULL);
+        if (m->table[i].kind->role != ROLE_BUFFER) fill(m->table[i].data, &m->table[i], set, NULL);
 }
 
 typedef struct Errs {
@@ -180,7 +180,7 @@ static Errs run_case(Qwen3 *m, const TokenLines *tl, const StFile *exp, int pack
     qwen3_backward(m, 0);
     for (int i = 0; i < m->nparams; i++) {
         const Qwen3Param *p = &m->table[i];
-        if (p->is_buffer) {
+        if (p->kind->role == ROLE_BUFFER) {
             for (long k = 0; k < p->numel; k++)
                 assert_true(p->grad[k] == 0.0f);
             continue;
@@ -219,7 +219,7 @@ static void check_hf_io(const Qwen3 *m, const char *dir) {
         assert_memory_equal(tm.params[i].data, m->table[i].data,
                             (size_t)m->table[i].numel * sizeof(float));
         /* expert_bias is balancing state: never decayed */
-        if (m->table[i].is_buffer) assert_int_equal(tm.decay[i], 0);
+        if (m->table[i].kind->role == ROLE_BUFFER) assert_int_equal(tm.decay[i], 0);
     }
     train_qwen3_free(q);
     /* The model's own loader (qtitan eval) too. */
@@ -245,7 +245,7 @@ static void check_hf_io(const Qwen3 *m, const char *dir) {
         assert_int_equal(keys.params[i].ndim, p->ndim);
         for (int d = 0; d < p->ndim; d++)
             assert_int_equal(keys.params[i].shape[d], p->shape[d]);
-        assert_int_equal(keys.params[i].kind == PK_EXPERT_BIAS, p->is_buffer);
+        assert_int_equal(keys.params[i].kind->id == PK_EXPERT_BIAS, p->kind->role == ROLE_BUFFER);
         params[i] = p->data;
     }
     char tmp[] = "/tmp/qt_moe_export_XXXXXX";

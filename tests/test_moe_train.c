@@ -18,6 +18,7 @@
 
 #include "core/fs.h"
 #include "model/qwen3.h"
+#include "spec_util.h"
 #include "text/dataset.h"
 #include "text/tokenizer.h"
 #include "train/data_feed.h"
@@ -97,13 +98,10 @@ static void test_moe_trains_on_c4(void **state) {
     TrainData td;
     data_feed_bind(&feed, &td);
 
-    ModelSpec s;
-    memset(&s, 0, sizeof s);
-    snprintf(s.flavor, sizeof s.flavor, "test");
-    s.dim = 64, s.n_layers = 2, s.n_heads = 4, s.n_kv_heads = 2, s.head_dim = 16;
-    s.vocab_size = VOCAB, s.max_seq_len = T, s.norm_eps = 1e-6, s.rope_theta = 1e4;
-    s.num_experts = 8, s.top_k = 2, s.moe_hidden_dim = 64, s.norm_topk_prob = 1;
-    s.decoder_sparse_step = 1, s.load_balance_coeff = 1e-3;
+    ModelSpec s = test_spec((TestShape){
+        .D = 64, .L = 2, .H = 4, .K = 2, .E = 16, .V = VOCAB, .T = T, .rope_theta = 1e4});
+    test_spec_moe(&s, 8, 2, 64);
+    s.load_balance_coeff = 1e-3;
     static Ctx c;
     assert_int_equal(qwen3_create(&c.m, &s, rows / micro, T, AC_NONE, &err), 0);
     qwen3_init_params(&c.m, 99);
@@ -121,7 +119,7 @@ static void test_moe_trains_on_c4(void **state) {
         params[i].data = p->data;
         grads[i] = p->grad;
         /* expert_bias is balancing state: its gradient is 0 and it must not decay. */
-        decay[i] = !p->is_norm && !p->is_buffer;
+        decay[i] = p->kind->role != ROLE_NORM && p->kind->role != ROLE_BUFFER;
     }
     TrainModel tm = {.ctx = &c,
                      .nparams = np,

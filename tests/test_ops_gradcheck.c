@@ -35,32 +35,7 @@
 #define TOL_MODEL 1.5e-2
 
 #include "fd_util.h"
-
-/* The op under test, as "run forward on the current inputs and return the projected loss". */
-typedef double (*LossFn)(void *ctx);
-
-/* Compares analytic[0..n) with central differences of loss w.r.t. x[0..n) (at most
- * max_probe elements, spread over the tensor). */
-static void check(const char *what, float *x, long n, const float *analytic, LossFn loss, void *ctx,
-                  float eps, long max_probe, double tol) {
-    long step = n > max_probe ? n / max_probe : 1;
-    double num2 = 0.0, diff2 = 0.0;
-    for (long i = 0; i < n; i += step) {
-        float keep = x[i];
-        x[i] = keep + eps;
-        double lp = loss(ctx);
-        x[i] = keep - eps;
-        double lm = loss(ctx);
-        x[i] = keep;
-        double num = (lp - lm) / (2.0 * eps);
-        num2 += num * num;
-        diff2 += (num - analytic[i]) * (num - analytic[i]);
-    }
-    double rel = sqrt(diff2) / (sqrt(num2) + 1e-12);
-    printf("  %-28s rel L2 error %.2e (|grad| %.3g)\n", what, rel, sqrt(num2));
-    assert_true(num2 > 0.0); /* a check of an all-zero gradient proves nothing */
-    assert_true(rel < tol);
-}
+#include "spec_util.h"
 
 /* ---- embedding ---- */
 typedef struct {
@@ -82,7 +57,7 @@ static void test_embedding(void **state) {
     EmbCtx c = {zeros(N * D), randn(V * D, 1.0f), randn(N * D, 1.0f), tok, N, D};
     float *dt = zeros(V * D);
     embedding_backward(dt, c.R, tok, N, D);
-    check("embedding dtable", c.table, V * D, dt, emb_loss, &c, 1e-2f, 1000, TOL_OP);
+    fd_check("embedding dtable", c.table, V * D, dt, emb_loss, &c, 1e-2f, 1000, TOL_OP);
     free(c.out), free(c.table), free(c.R), free(dt);
 }
 
@@ -109,8 +84,8 @@ static void test_rmsnorm(void **state) {
     rmsnorm_backward(dx, dw, c.R, c.x, c.w, c.rstd, R, C);
     for (int j = 0; j < C; j++)
         dw[j] -= dw0[j]; /* dw accumulates onto what was there */
-    check("rmsnorm dx", c.x, R * C, dx, rms_loss, &c, 1e-2f, 1000, TOL_OP);
-    check("rmsnorm dw", c.w, C, dw, rms_loss, &c, 1e-2f, 1000, TOL_OP);
+    fd_check("rmsnorm dx", c.x, R * C, dx, rms_loss, &c, 1e-2f, 1000, TOL_OP);
+    fd_check("rmsnorm dw", c.w, C, dw, rms_loss, &c, 1e-2f, 1000, TOL_OP);
     free(c.out), free(c.rstd), free(c.x), free(c.w), free(c.R), free(dx), free(dw), free(dw0);
 }
 
@@ -135,7 +110,7 @@ static void test_rope(void **state) {
     RopeCtx c = {zeros(n), randn(n, 1.0f), randn(n, 1.0f), pos, N, NH, E};
     float *dx = zeros(n);
     rope_backward(dx, c.R, pos, N, NH, E, 10000.0);
-    check("rope dx", c.x, n, dx, rope_loss, &c, 1e-2f, 1000, TOL_OP);
+    fd_check("rope dx", c.x, n, dx, rope_loss, &c, 1e-2f, 1000, TOL_OP);
     /* Position 0 is the identity. */
     rope_forward(c.out, c.x, pos, N, NH, E, 10000.0);
     for (int j = 0; j < NH * E; j++)
@@ -175,11 +150,11 @@ static void sdpa_case(int H, int K, int with_doc) {
     sdpa_backward(dq, dk, dv, c.R, c.q, c.k, c.v, c.out, c.lse, c.doc, B, T, H, K, E);
     char name[64];
     snprintf(name, sizeof name, "sdpa H%d K%d doc%d dq", H, K, with_doc);
-    check(name, c.q, nq, dq, sdpa_loss, &c, 1e-2f, 1000, TOL_OP);
+    fd_check(name, c.q, nq, dq, sdpa_loss, &c, 1e-2f, 1000, TOL_OP);
     snprintf(name, sizeof name, "sdpa H%d K%d doc%d dk", H, K, with_doc);
-    check(name, c.k, nk, dk, sdpa_loss, &c, 1e-2f, 1000, TOL_OP);
+    fd_check(name, c.k, nk, dk, sdpa_loss, &c, 1e-2f, 1000, TOL_OP);
     snprintf(name, sizeof name, "sdpa H%d K%d doc%d dv", H, K, with_doc);
-    check(name, c.v, nk, dv, sdpa_loss, &c, 1e-2f, 1000, TOL_OP);
+    fd_check(name, c.v, nk, dv, sdpa_loss, &c, 1e-2f, 1000, TOL_OP);
     if (with_doc) {
         /* The first token of a document attends only itself: its output is its own v. */
         for (int h = 0; h < H; h++)
@@ -206,7 +181,7 @@ typedef struct {
 } SwiCtx;
 static double swi_loss(void *p) {
     SwiCtx *c = p;
-    swiglu_forward(c->out, c->h1, c->h3, c->g, c->x, c->w1, c->w3, c->w2, c->N, c->D, c->F);
+    swiglu_forward(c->out, c->h1, c->h3, c->g, c->x, c->w1, c->w3, c->w2, NULL, c->N, c->D, c->F);
     return project(c->out, c->R, c->N * c->D);
 }
 static void test_swiglu(void **state) {
@@ -228,12 +203,12 @@ static void test_swiglu(void **state) {
     float *dx = zeros(N * D), *dw1 = zeros((long)F * D), *dw3 = zeros((long)F * D);
     float *dw2 = zeros((long)D * F), *dh1 = zeros(N * F), *dh3 = zeros(N * F);
     swi_loss(&c);
-    swiglu_backward(dx, dw1, dw3, dw2, dh1, dh3, c.R, c.x, c.h1, c.h3, c.g, c.w1, c.w3, c.w2, N, D,
-                    F);
-    check("swiglu dx", c.x, N * D, dx, swi_loss, &c, 1e-2f, 1000, TOL_OP);
-    check("swiglu dw1", c.w1, (long)F * D, dw1, swi_loss, &c, 1e-2f, 1000, TOL_OP);
-    check("swiglu dw3", c.w3, (long)F * D, dw3, swi_loss, &c, 1e-2f, 1000, TOL_OP);
-    check("swiglu dw2", c.w2, (long)D * F, dw2, swi_loss, &c, 1e-2f, 1000, TOL_OP);
+    swiglu_backward(dx, dw1, dw3, dw2, dh1, dh3, c.R, c.x, c.h1, c.h3, c.g, c.w1, c.w3, c.w2, NULL,
+                    N, D, F);
+    fd_check("swiglu dx", c.x, N * D, dx, swi_loss, &c, 1e-2f, 1000, TOL_OP);
+    fd_check("swiglu dw1", c.w1, (long)F * D, dw1, swi_loss, &c, 1e-2f, 1000, TOL_OP);
+    fd_check("swiglu dw3", c.w3, (long)F * D, dw3, swi_loss, &c, 1e-2f, 1000, TOL_OP);
+    fd_check("swiglu dw2", c.w2, (long)D * F, dw2, swi_loss, &c, 1e-2f, 1000, TOL_OP);
     free(c.out), free(c.h1), free(c.h3), free(c.g), free(c.x), free(c.w1), free(c.w3);
     free(c.w2), free(c.R), free(dx), free(dw1), free(dw3), free(dw2), free(dh1), free(dh3);
 }
@@ -257,8 +232,8 @@ static void test_linear(void **state) {
         zeros(N * O), randn(N * I, 1.0f), randn((long)O * I, 1.0f), randn(N * O, 1.0f), N, I, O};
     float *dx = randn(N * I, 1.0f), *dw = zeros((long)O * I);
     linear_backward(dx, dw, c.R, c.x, c.w, N, I, O, 0.0f); /* dx_beta 0 overwrites */
-    check("linear dx", c.x, N * I, dx, lin_loss, &c, 1e-2f, 1000, TOL_OP);
-    check("linear dw", c.w, (long)O * I, dw, lin_loss, &c, 1e-2f, 1000, TOL_OP);
+    fd_check("linear dx", c.x, N * I, dx, lin_loss, &c, 1e-2f, 1000, TOL_OP);
+    fd_check("linear dw", c.w, (long)O * I, dw, lin_loss, &c, 1e-2f, 1000, TOL_OP);
     /* dx_beta 1 adds: twice the gradient after a second call. */
     float *dx2 = malloc((size_t)N * I * sizeof(float)), *dw2 = zeros((long)O * I);
     memcpy(dx2, dx, (size_t)N * I * sizeof(float));
@@ -296,7 +271,7 @@ static void test_cross_entropy(void **state) {
     assert_true(sum > 0.0);
     float *d = zeros(N * V);
     cross_entropy_backward(d, c.logits, c.lse, tgt, N, V, (float)c.scale);
-    check("cross_entropy dlogits", c.logits, N * V, d, ce_loss, &c, 1e-2f, 1000, TOL_OP);
+    fd_check("cross_entropy dlogits", c.logits, N * V, d, ce_loss, &c, 1e-2f, 1000, TOL_OP);
     for (int j = 0; j < V; j++)
         assert_true(d[1 * V + j] == 0.0f);
     /* In place gives the same numbers (the checks above left lse of a perturbed input). */
@@ -354,9 +329,9 @@ static void lm_head_loss_case(const LmHeadLossOp *op) {
         dw[j] -= dw0[j]; /* dw accumulates onto what was there */
     char name[64];
     snprintf(name, sizeof name, "lm_head_loss %s dx", op->h.name);
-    check(name, c.x, N * D, dx, lm_loss, &c, 1e-2f, 1000, TOL_OP);
+    fd_check(name, c.x, N * D, dx, lm_loss, &c, 1e-2f, 1000, TOL_OP);
     snprintf(name, sizeof name, "lm_head_loss %s dw", op->h.name);
-    check(name, c.w, (long)V * D, dw, lm_loss, &c, 1e-2f, 1000, TOL_OP);
+    fd_check(name, c.w, (long)V * D, dw, lm_loss, &c, 1e-2f, 1000, TOL_OP);
     free(c.losses), free(c.lse), free(c.logits), free(c.x), free(c.w), free(tgt);
     free(dx), free(dw), free(dw0);
 }
@@ -368,21 +343,16 @@ static void test_lm_head_loss(void **state) {
 
 /* ---- whole model ---- */
 static ModelSpec tiny_spec(int tied) {
-    ModelSpec s;
-    memset(&s, 0, sizeof s);
-    snprintf(s.flavor, sizeof s.flavor, "test");
-    s.dim = 16;
-    s.n_layers = 2;
-    s.n_heads = 4;
-    s.n_kv_heads = 2;
-    s.head_dim = 6;
-    s.hidden_dim = 24;
-    s.vocab_size = 20;
-    s.max_seq_len = 64;
-    s.norm_eps = 1e-6;
-    s.rope_theta = 10000.0;
-    s.tie_embeddings = tied;
-    return s;
+    return test_spec((TestShape){.D = 16,
+                                 .L = 2,
+                                 .H = 4,
+                                 .K = 2,
+                                 .E = 6,
+                                 .F = 24,
+                                 .V = 20,
+                                 .T = 64,
+                                 .rope_theta = 10000.0,
+                                 .tied = tied});
 }
 
 typedef struct {
@@ -409,7 +379,8 @@ static void test_model_gradcheck(void **state) {
         for (int i = 0; i < m.nparams; i++) {
             Qwen3Param *p = &m.table[i];
             for (long j = 0; j < p->numel; j++)
-                p->data[j] = p->is_norm ? 0.6f + rng_uniform(&rng) : 0.4f * rng_normal(&rng);
+                p->data[j] =
+                    p->kind->role == ROLE_NORM ? 0.6f + rng_uniform(&rng) : 0.4f * rng_normal(&rng);
         }
         int32_t tok[12] = {1, 5, 19, 3, 3, 0, 7, 7, 2, 11, 4, 9};
         int32_t tgt[12] = {5, 19, 3, 3, 0, CE_IGNORE, 7, 2, 11, 4, 9, CE_IGNORE};
@@ -441,7 +412,7 @@ static void test_model_gradcheck(void **state) {
             }
             char what[96];
             snprintf(what, sizeof what, "%s%s", tied ? "tied " : "", names[i]);
-            check(what, p->data, p->numel, p->grad, model_loss, &c, 1e-2f, 60, TOL_MODEL);
+            fd_check(what, p->data, p->numel, p->grad, model_loss, &c, 1e-2f, 60, TOL_MODEL);
         }
         qwen3_free(&m);
     }

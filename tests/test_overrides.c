@@ -11,24 +11,13 @@
 
 #include "core/config.h"
 #include "kernels/kernels.h"
-#include "kernels/overrides.h"
 #include "kernels/verify.h"
+#include "model/overrides.h"
+#include "spec_util.h"
 
 static ModelSpec tiny(void) {
-    ModelSpec s;
-    memset(&s, 0, sizeof s);
-    snprintf(s.flavor, sizeof s.flavor, "test");
-    s.dim = 32;
-    s.n_layers = 4;
-    s.n_heads = 4;
-    s.n_kv_heads = 2;
-    s.head_dim = 8;
-    s.hidden_dim = 48;
-    s.vocab_size = 97;
-    s.max_seq_len = 4096;
-    s.norm_eps = 1e-6;
-    s.rope_theta = 1e6;
-    return s;
+    return test_spec(
+        (TestShape){.D = 32, .L = 4, .H = 4, .K = 2, .E = 8, .F = 48, .V = 97, .T = 4096});
 }
 
 /* Loads the [[override]] entries of toml into cfg (file name "job.toml" labels messages). */

@@ -1,9 +1,9 @@
 /* `qtitan plan` (train/train_plan.h) on job configs: the parameter, gradient and optimizer
- * bytes equal a count written out by hand from the debugmodel's shapes (DESIGN §1), the FLOPs
- * per step equal 6 x matmul parameters + attention per token times the step's tokens, the
- * total is the sum of its parts, FSDP sharding divides the per-rank state, tensor and
- * sequence parallelism shrink a rank's parameters and activations as counted by hand, MoE
- * models are planned, and bad configs fail with a sentence. */
+ * bytes equal a count written out by hand from the debugmodel's shapes (the flavor table in
+ * src/core/model_spec.c), the FLOPs per step equal 6 x matmul parameters + attention per token
+ * times the step's tokens, the total is the sum of its parts, FSDP sharding divides the per-rank
+ * state, tensor and sequence parallelism shrink a rank's parameters and activations as counted by
+ * hand, MoE models are planned, and bad configs fail with a sentence. */
 /* cmocka.h needs these four first. */
 #include <setjmp.h>
 #include <stdarg.h>

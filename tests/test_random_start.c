@@ -1,4 +1,4 @@
-/* Random-start check (DESIGN §5): the 4B flavor's shapes (vocab 151936, dim 2560, 32 / 8
+/* Random-start check (docs/training.md): the 4B flavor's shapes (vocab 151936, dim 2560, 32 / 8
  * heads, head_dim 128, ffn 9728, tied) with n_layers reduced to 2, initialised as the trainer
  * does (qwen3_init_params, seed 0), on the first packed rows of the C4 sample tokenized with the
  * Qwen3 tokenizer, has a loss of 12.4 +- 0.15 on its first step: ln(151936) = 11.93 plus

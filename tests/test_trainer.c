@@ -1,6 +1,6 @@
 /* The training loop wired end to end on a toy model (a bigram table trained with softmax
  * cross-entropy): the loss falls, and an interrupted run resumed from its checkpoint gives
- * bitwise the same losses and parameters as a run that never stopped (DESIGN §5). */
+ * bitwise the same losses and parameters as a run that never stopped (docs/training.md). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -139,7 +139,7 @@ static void free_loss(void *c) {
 typedef struct {
     long N;
     int D, F;
-    float *x, *w1, *w3, *w2, *o, *h1, *h3, *g, *dx, *dw1, *dw3, *dw2, *s1, *s3, *dout;
+    float *x, *w1, *w3, *w2, *o, *h1, *h3, *g, *dx, *dw1, *dw3, *dw2, *s1, *s3, *dout, *ws;
 } FfnCtx;
 static void setup_ffn(void **c, int T) {
     FfnCtx *s = xcalloc(1, sizeof *s);
@@ -157,15 +157,17 @@ static void setup_ffn(void **c, int T) {
 static void run_ffn(const OpHeader *op, void *c) {
     FfnCtx *s = c;
     const SwigluOp *p = (const SwigluOp *)op;
-    p->forward(s->o, s->h1, s->h3, s->g, s->x, s->w1, s->w3, s->w2, s->N, s->D, s->F);
+    if (!s->ws && p->workspace_floats)
+        s->ws = xmalloc((size_t)p->workspace_floats(s->N, s->D, s->F) * 4);
+    p->forward(s->o, s->h1, s->h3, s->g, s->x, s->w1, s->w3, s->w2, s->ws, s->N, s->D, s->F);
     p->backward(s->dx, s->dw1, s->dw3, s->dw2, s->s1, s->s3, s->dout, s->x, s->h1, s->h3, s->g,
-                s->w1, s->w3, s->w2, s->N, s->D, s->F);
+                s->w1, s->w3, s->w2, s->ws, s->N, s->D, s->F);
 }
 static void free_ffn(void *c) {
     FfnCtx *s = c;
     free(s->x), free(s->w1), free(s->w3), free(s->w2), free(s->dout), free(s->o), free(s->dx),
         free(s->h1), free(s->h3), free(s->g), free(s->s1), free(s->s3), free(s->dw1), free(s->dw3),
-        free(s->dw2), free(s);
+        free(s->dw2), free(s->ws), free(s);
 }
 
 typedef struct {

@@ -174,8 +174,12 @@ static int eval_dataset(const EvalArgs *a, Err *err) {
     if (a->seq_len) TRY(parse_count("--seq-len", a->seq_len, &seq_len, err));
     if (a->max_tokens) TRY(parse_count("--max-tokens", a->max_tokens, &max_tokens, err));
     /* The context is known after config.json: open with one position, then size the model. */
+    char *step = NULL;
+    if (a->checkpoint) TRY(cli_checkpoint_step(a->checkpoint, &step, err));
     InferModel im;
-    TRY(infer_model_open(&im, a->model, a->checkpoint, 1, 1, 0, err));
+    int opened = infer_model_open(&im, a->model, step, 1, 1, 0, err);
+    free(step);
+    TRY(opened);
     int ctx = im.m.spec.max_seq_len, rc = 0;
     if (!seq_len) seq_len = ctx < 2048 ? ctx : 2048;
     if (seq_len > ctx)

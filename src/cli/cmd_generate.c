@@ -245,11 +245,14 @@ static int generate_run(const GenArgs *a, Err *err) {
         return -1;
     }
     InferModel im;
-    if (infer_model_open(&im, a->model, a->checkpoint, 1, 1, strcmp(a->dtype, "bfloat16") == 0,
-                         err)) {
+    char *step = NULL;
+    if ((a->checkpoint && cli_checkpoint_step(a->checkpoint, &step, err)) ||
+        infer_model_open(&im, a->model, step, 1, 1, strcmp(a->dtype, "bfloat16") == 0, err)) {
+        free(step);
         free(pr.data), free(pr.text);
         return -1;
     }
+    free(step);
     int rc = 0;
     ChatFormat *cf = NULL;
     if (!im.tok)

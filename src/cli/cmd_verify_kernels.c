@@ -8,47 +8,13 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "kernels/kernels.h"
-#include "kernels/overrides.h"
 #include "kernels/verify.h"
+#include "model/overrides.h"
+#include "train/train_job.h"
 
 /* Tokens per row a --config check uses at most: enough to cross tiles and loss chunks, small
  * enough that a 151,936-token vocabulary or a 4096-token sequence stays a few seconds. */
 #define CONFIG_MAX_T 256
-
-/* The default shapes per kind: small, ragged where supports() allows (odd rows, columns, head
- * counts, documents of uneven length), and across tile / chunk edges. */
-static const VerifyShape SDPA_SHAPES[] = {
-    {.B = 1, .T = 64, .H = 2, .K = 1, .E = 16},
-    {.B = 2, .T = 128, .H = 4, .K = 2, .E = 32, .doc = 1},
-    {.B = 1, .T = 192, .H = 3, .K = 3, .E = 8, .doc = 1},
-    {.B = 1, .T = 128, .H = 2, .K = 1, .E = 128},
-};
-static const VerifyShape ROPE_SHAPES[] = {
-    {.B = 2, .T = 7, .H = 3, .E = 8, .theta = 1e6},
-    {.B = 1, .T = 33, .H = 5, .E = 128, .theta = 1e6},
-    {.B = 3, .T = 64, .H = 1, .E = 2, .theta = 1e4},
-};
-static const VerifyShape SWIGLU_SHAPES[] = {
-    {.B = 1, .T = 7, .D = 16, .F = 24},
-    {.B = 1, .T = 65, .D = 64, .F = 96},
-    {.B = 2, .T = 33, .D = 48, .F = 200},
-};
-static const VerifyShape RMSNORM_SHAPES[] = {
-    {.B = 1, .T = 7, .D = 16},
-    {.B = 3, .T = 11, .D = 257},
-    {.B = 1, .T = 64, .D = 1024},
-};
-static const VerifyShape LOSS_SHAPES[] = {
-    {.B = 1, .T = 5, .D = 16, .V = 37},
-    {.B = 1, .T = 300, .D = 32, .V = 1001},
-    {.B = 3, .T = 171, .D = 8, .V = 257},
-};
-
-static const VerifyShape MOE_SHAPES[] = {
-    {.B = 1, .T = 9, .D = 16, .F = 8, .X = 4, .k = 2},
-    {.B = 2, .T = 37, .D = 48, .F = 24, .X = 16, .k = 4},
-    {.B = 1, .T = 64, .D = 64, .F = 32, .X = 8, .k = 8},
-};
 
 static int failures;
 
@@ -72,53 +38,14 @@ static void run_one(const KernelInfo *k, const VerifyShape *sh) {
     fflush(stdout);
 }
 
-static void shapes_of(OpKind kind, const VerifyShape **s, int *n) {
-#define SET(a)                                                                                     \
-    do {                                                                                           \
-        *s = a;                                                                                    \
-        *n = (int)(sizeof a / sizeof a[0]);                                                        \
-    } while (0)
-    *s = NULL;
-    *n = 0;
-    switch (kind) {
-    case OP_SDPA:
-        SET(SDPA_SHAPES);
-        break;
-    case OP_ROPE:
-        SET(ROPE_SHAPES);
-        break;
-    case OP_SWIGLU:
-        SET(SWIGLU_SHAPES);
-        break;
-    case OP_RMSNORM:
-        SET(RMSNORM_SHAPES);
-        break;
-    case OP_LM_HEAD_LOSS:
-        SET(LOSS_SHAPES);
-        break;
-    case OP_MOE_EXPERTS:
-        SET(MOE_SHAPES);
-        break;
-    default:
-        break;
-    }
-#undef SET
-}
-
 static int verify_all(void) {
     int n;
     const KernelInfo *reg = kernel_registry(&n);
     header();
     for (int i = 0; i < n; i++) {
         if (op_reference(reg[i].op->kind) == reg[i].op) continue;
-        const VerifyShape *s;
         int ns;
-        shapes_of(reg[i].op->kind, &s, &ns);
-        if (!ns) { /* a kernel without shapes here is a gap in this command, not a pass */
-            printf("%-14s %-13s no shapes defined for this op kind: FAIL\n", reg[i].op->name,
-                   op_kind_name(reg[i].op->kind));
-            failures++;
-        }
+        const VerifyShape *s = verify_shapes(reg[i].op->kind, &ns);
         for (int j = 0; j < ns; j++)
             run_one(&reg[i], &s[j]);
     }
@@ -135,14 +62,8 @@ static int verify_config(const char *path) {
     }
     int rc = 1;
     OverridePlan plan = {0};
-    if (strcmp(cfg.model.flavor, "hf") == 0) {
-        log_error("%s: verify-kernels --config needs a native flavor (model.flavor = \"hf\" reads "
-                  "the architecture from hf_assets_path, not supported here)",
-                  path);
-        goto out;
-    }
-    if (model_spec_flavor(&spec, cfg.model.flavor, &err) ||
-        config_apply_model_fields(&spec, &cfg, &err) || config_validate_model(&spec, &cfg, &err)) {
+    HfConfigExtra extra;
+    if (train_job_spec(&cfg, &spec, &extra, &err)) {
         log_error("%s", err.msg);
         goto out;
     }

@@ -13,17 +13,25 @@ void arena_init_counting(Arena *a, const char *name) {
 }
 
 int arena_init(Arena *a, const char *name, size_t bytes, Err *err) {
+    return arena_init_on(a, &device_cpu, name, bytes, err);
+}
+
+int arena_init_on(Arena *a, const Device *d, const char *name, size_t bytes, Err *err) {
     memset(a, 0, sizeof *a);
     a->name = name;
     size_t cap = (bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
     if (cap == 0) cap = ARENA_ALIGN;
-    a->base = aligned_alloc(ARENA_ALIGN, cap);
+    a->base = d->alloc(cap);
     if (!a->base)
-        return err_set(err, "cannot allocate %.3f GiB for the %s arena", cap / 1073741824.0,
-                       name);
-    memset(a->base, 0, cap);
+        return err_set(err, "cannot allocate %.3f GiB for the %s arena on %s", cap / 1073741824.0,
+                       name, d->name);
     a->capacity = cap;
+    a->device = d;
     return 0;
+}
+
+const void *arena_host_view(const Arena *a, void *staging, const void *p, size_t bytes) {
+    return device_host_view(a->device, staging, p, bytes);
 }
 
 void *arena_alloc(Arena *a, size_t bytes) {
@@ -31,18 +39,22 @@ void *arena_alloc(Arena *a, size_t bytes) {
     a->used = start + bytes;
     if (!a->base) return NULL;
     if (a->used > a->capacity) {
-        fprintf(stderr, "internal error: arena %s overflow (%zu > %zu bytes)\n", a->name,
-                a->used, a->capacity);
+        fprintf(stderr, "internal error: arena %s overflow (%zu > %zu bytes)\n", a->name, a->used,
+                a->capacity);
         abort();
     }
     return a->base + start;
 }
 
-float *arena_floats(Arena *a, size_t n) { return arena_alloc(a, n * sizeof(float)); }
+float *arena_floats(Arena *a, size_t n) {
+    return arena_alloc(a, n * sizeof(float));
+}
 
-void arena_reset(Arena *a) { a->used = 0; }
+void arena_reset(Arena *a) {
+    a->used = 0;
+}
 
 void arena_free(Arena *a) {
-    free(a->base);
+    if (a->base) a->device->release(a->base);
     memset(a, 0, sizeof *a);
 }

@@ -1,4 +1,4 @@
-/* The job config (DESIGN §6): torchtitan-style TOML sections with their defaults, command-line
+/* The job config (docs/config.md): torchtitan-style TOML sections with their defaults, command-line
  * overrides (--section.key=value), and one-sentence errors that name file:line, key and what is
  * allowed (unknown keys suggest the nearest valid one).
  *
@@ -35,7 +35,7 @@ typedef struct ModelFieldSet {
     int line;    /* line in the config file; 0 = command line */
 } ModelFieldSet;
 
-/* One [[override]] entry (DESIGN §4). */
+/* One [[override]] entry (docs/kernels.md). */
 typedef struct KernelOverride {
     char *target;      /* glob over module FQNs, e.g. "layers.*.attention.rope" */
     char *kernel;      /* implementation name */

@@ -1,5 +1,5 @@
-/* Native Qwen3 flavors (DESIGN §1) and field replacement / validation of a ModelSpec.
- * The numbers of the published sizes are those of the Qwen/Qwen3-* config.json files. */
+/* Native Qwen3 flavors (docs/config.md, model.flavor) and field replacement / validation of a
+ * ModelSpec. The numbers of the published sizes are those of the Qwen/Qwen3-* config.json files. */
 #include "core/model_spec.h"
 
 #include <errno.h>

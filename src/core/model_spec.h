@@ -1,6 +1,6 @@
 /* The shape of a Qwen3 model (dense or MoE), independent of where it came from: a native
- * flavor (DESIGN §1), an HF config.json, or either with fields replaced from the job config.
- * Names follow torchtitan's Qwen3 model args. */
+ * flavor (the published Qwen3 sizes), an HF config.json, or either with fields replaced from the
+ * job config. Names follow torchtitan's Qwen3 model args. */
 #ifndef QT_MODEL_SPEC_H
 #define QT_MODEL_SPEC_H
 

@@ -37,6 +37,13 @@ int decoder_create(Decoder *d, Qwen3 *m, int S, int C, Err *err) {
     d->scores = floats((long)S * H * C);
     d->h1 = floats(R * F), d->h3 = floats(R * F), d->g = floats(R * F);
     d->pos = xcalloc((size_t)R, sizeof *d->pos);
+    long ws = 0; /* the largest workspace the layers' feed-forward kernels declare for R rows */
+    for (int l = 0; l < s->n_layers; l++) {
+        const SwigluOp *ff = m->mod.layers[l].feed_forward;
+        long w = ff && ff->workspace_floats ? ff->workspace_floats(R, (int)D, (int)F) : 0;
+        ws = w > ws ? w : ws;
+    }
+    if (ws) d->ffn_ws = floats(ws);
     if (m->bf16) {
         /* The largest product's bf16 inputs (linear.h, swiglu.h): lm_head runs on at most S
          * rows, everything else on up to R. */
@@ -61,19 +68,19 @@ int decoder_create(Decoder *d, Qwen3 *m, int S, int C, Err *err) {
 }
 
 void decoder_free(Decoder *d) {
-    float *fs[] = {d->kc,    d->vc,
-                   d->x,     d->out,
-                   d->xmid,  d->xn,
-                   d->xn2,   d->rstd,
-                   d->q,     d->qn,
-                   d->qr,    d->k,
-                   d->kn,    d->kr,
-                   d->v,     d->att,
-                   d->lse,   d->scores,
-                   d->h1,    d->h3,
-                   d->g,     d->router_logits,
-                   d->probs, d->topk_w,
-                   d->ex_mem};
+    float *fs[] = {d->kc,     d->vc,
+                   d->x,      d->out,
+                   d->xmid,   d->xn,
+                   d->xn2,    d->rstd,
+                   d->q,      d->qn,
+                   d->qr,     d->k,
+                   d->kn,     d->kr,
+                   d->v,      d->att,
+                   d->lse,    d->scores,
+                   d->h1,     d->h3,
+                   d->g,      d->router_logits,
+                   d->probs,  d->topk_w,
+                   d->ex_mem, d->ffn_ws};
     for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
         free(fs[i]);
     free(d->len), free(d->pos), free(d->scratch), free(d->topk_idx), free(d->ex_ints);
@@ -188,7 +195,8 @@ static void layer(Decoder *d, int l, long n, int prefill_seq, const int *seq) {
         md->feed_forward->forward_bf16(d->out, d->h1, d->h3, d->g, d->xn2, pb->w1, pb->w3, pb->w2,
                                        d->scratch, n, D, F);
     } else {
-        md->feed_forward->forward(d->out, d->h1, d->h3, d->g, d->xn2, p->w1, p->w3, p->w2, n, D, F);
+        md->feed_forward->forward(d->out, d->h1, d->h3, d->g, d->xn2, p->w1, p->w3, p->w2,
+                                  d->ffn_ws, n, D, F);
     }
     for (long i = 0; i < n * D; i++)
         d->x[i] = d->out[i] + d->xmid[i];

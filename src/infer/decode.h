@@ -33,6 +33,7 @@ typedef struct Decoder {
     float *lse;             /* (H * C) prefill sdpa */
     float *scores;          /* (S * H, C) decode attention */
     float *h1, *h3, *g;     /* (R, F) */
+    float *ffn_ws;          /* the feed-forward kernel's declared workspace, or NULL */
     int32_t *pos;           /* (R) */
     uint16_t *scratch;      /* bf16 casts of matmul inputs */
     /* MoE layers */

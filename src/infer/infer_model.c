@@ -6,9 +6,8 @@
 
 #include "core/fs.h"
 #include "io/safetensors.h"
-#include "kernels/overrides.h"
+#include "model/overrides.h"
 #include "model/qwen3_hf.h"
-#include "train/checkpoint.h"
 
 /* A checkpoint's model.safetensors holds the parameter table's own names, in F32. */
 static int load_checkpoint_weights(Qwen3 *m, const char *step_dir, Err *err) {
@@ -32,27 +31,6 @@ static int load_checkpoint_weights(Qwen3 *m, const char *step_dir, Err *err) {
     return rc;
 }
 
-/* The step to load: step_dir itself when it is a step, else the newest complete step in it. */
-static int resolve_step(const char *ckpt, char **step_dir, Err *err) {
-    if (!fs_is_dir(ckpt)) return err_set(err, "checkpoint %s does not exist", ckpt);
-    char *state = fs_join(ckpt, "train_state.json");
-    int is_step = fs_exists(state);
-    free(state);
-    if (is_step) {
-        *step_dir = xstrdup(ckpt);
-        return 0;
-    }
-    int64_t step;
-    int found = ckpt_find_latest(ckpt, &step, step_dir, err);
-    if (found < 0) return -1;
-    if (found == 0)
-        return err_set(err,
-                       "%s is not a checkpoint step (no train_state.json) and holds no complete "
-                       "step-N checkpoint",
-                       ckpt);
-    return 0;
-}
-
 static void add_eos(InferModel *im, int64_t id) {
     if (id < 0 || id >= im->m.spec.vocab_size) return;
     for (int i = 0; i < im->n_eos; i++)
@@ -64,7 +42,8 @@ int infer_model_open(InferModel *im, const char *hf_dir, const char *step_dir, i
                      int bf16, Err *err) {
     memset(im, 0, sizeof *im);
     if (step_dir) {
-        TRY(resolve_step(step_dir, &im->dir, err));
+        if (!fs_is_dir(step_dir)) return err_set(err, "checkpoint %s does not exist", step_dir);
+        im->dir = xstrdup(step_dir);
     } else {
         if (!fs_is_dir(hf_dir)) return err_set(err, "model directory %s does not exist", hf_dir);
         im->dir = xstrdup(hf_dir);
@@ -85,7 +64,7 @@ int infer_model_open(InferModel *im, const char *hf_dir, const char *step_dir, i
     free(cfg);
     Qwen3Modules *mod = xmalloc(sizeof *mod);
     if (rc == 0) {
-        overrides_cpu_defaults(&spec, mod);
+        overrides_defaults(&spec, "cpu", mod);
         rc = qwen3_create_with(&im->m, &spec, B, T, AC_NONE, mod, err);
     }
     free(mod);

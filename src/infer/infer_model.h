@@ -22,8 +22,8 @@ typedef struct InferModel {
 } InferModel;
 
 /* hf_dir: an HF model directory (config.json + safetensors). step_dir: a checkpoint step
- * (DUMP/checkpoint/step-N) or a checkpoint folder (its newest complete step); exactly one of
- * the two is set. B x T: the activation capacity of m for full forwards (eval); 1 x 1 when
+ * (DUMP/checkpoint/step-N; cli_checkpoint_step finds a folder's newest); exactly one of the two
+ * is set. B x T: the activation capacity of m for full forwards (eval); 1 x 1 when
  * only a Decoder runs the model. bf16: multiply with bf16 weights (qwen3_enable_bf16). */
 int infer_model_open(InferModel *im, const char *hf_dir, const char *step_dir, int B, int T,
                      int bf16, Err *err);

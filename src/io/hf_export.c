@@ -40,11 +40,6 @@ static int check_values(const HfExportTensor *t, DType dtype, Err *err) {
     return 0;
 }
 
-static int ends_with(const char *s, const char *suffix) {
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
-}
-
 static int copy_file(const char *from, const char *to, Err *err) {
     char *data;
     size_t len;
@@ -151,7 +146,8 @@ int hf_export(const char *out_dir, const ModelSpec *spec, const HfExportTensor *
     const float **params = xcalloc((size_t)t.nparams + 1, sizeof *params);
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
-        if (ends_with(tensors[i].name, ".expert_bias")) continue;
+        const ParamKind *kind = param_kind_of_name(tensors[i].name, NULL);
+        if (kind && !kind->hf) continue; /* training state (expert_bias), not in HF files */
         int k = hf_keys_find_param(&t, tensors[i].name);
         if (k < 0)
             rc = err_set(err, "tensor %s is not a parameter of the model described by config.json",
@@ -165,7 +161,7 @@ int hf_export(const char *out_dir, const ModelSpec *spec, const HfExportTensor *
         if (rc == 0) params[k] = tensors[i].data;
     }
     for (int k = 0; k < t.nparams && rc == 0; k++)
-        if (t.params[k].exported && !params[k])
+        if (t.params[k].kind->hf && !params[k])
             rc = err_set(err, "no tensor for parameter %s", t.params[k].name);
     char *parent = parent_of(out_dir);
     size_t cap = strlen(out_dir) + 48;

@@ -1,4 +1,4 @@
-/* qtitan parameter table and its mapping to HF Qwen3 / Qwen3-MoE keys; see hf_keys.h. */
+/* qtitan parameters <-> HF Qwen3 / Qwen3-MoE keys, from the parameter table; see hf_keys.h. */
 #include "io/hf_keys.h"
 
 #include <inttypes.h>
@@ -8,60 +8,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct Builder {
-    HfKeyTable *t;
-    int pcap, hcap;
-} Builder;
-
-static int add_param(Builder *b, QtParamKind kind, int layer, const char *name, int ndim,
-                     int64_t d0, int64_t d1, int64_t d2) {
-    HfKeyTable *t = b->t;
-    if (t->nparams == b->pcap) {
-        b->pcap = b->pcap ? 2 * b->pcap : 64;
-        t->params = xrealloc(t->params, (size_t)b->pcap * sizeof *t->params);
-    }
-    QtParam *p = &t->params[t->nparams];
-    memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "%s", name);
-    p->kind = kind;
-    p->layer = layer;
-    p->ndim = ndim;
-    int64_t d[3] = {d0, d1, d2};
-    p->numel = 1;
-    for (int i = 0; i < ndim; i++) {
-        p->shape[i] = d[i];
-        p->numel *= d[i];
-    }
-    p->exported = kind != PK_EXPERT_BIAS;
-    p->no_decay = kind == PK_NORM || kind == PK_EMBEDDING;
-    return t->nparams++;
-}
-
-static void add_hf(Builder *b, int param, int expert, const char *name, int ndim, int64_t d0,
-                   int64_t d1) {
-    HfKeyTable *t = b->t;
-    if (t->nhf == b->hcap) {
-        b->hcap = b->hcap ? 2 * b->hcap : 64;
-        t->hf = xrealloc(t->hf, (size_t)b->hcap * sizeof *t->hf);
+static void add_hf(HfKeyTable *t, int *cap, int param, int expert, const ParamInfo *p,
+                   const char *name) {
+    if (t->nhf == *cap) {
+        *cap = *cap ? 2 * *cap : 64;
+        t->hf = xrealloc(t->hf, (size_t)*cap * sizeof *t->hf);
     }
     HfTensor *h = &t->hf[t->nhf++];
     memset(h, 0, sizeof *h);
     snprintf(h->name, sizeof h->name, "%s", name);
-    h->ndim = ndim;
-    h->shape[0] = d0;
-    h->shape[1] = ndim > 1 ? d1 : 0;
-    h->numel = ndim > 1 ? d0 * d1 : d0;
+    /* An expert's tensor is its slice of the stacked parameter: the shape without X. */
+    int skip = expert >= 0;
+    h->ndim = p->ndim - skip;
+    h->numel = 1;
+    for (int d = 0; d < h->ndim; d++) {
+        h->shape[d] = p->shape[d + skip];
+        h->numel *= h->shape[d];
+    }
     h->param = param;
     h->expert = expert;
-}
-
-static char *fmt(char *buf, const char *f, ...) __attribute__((format(printf, 2, 3)));
-static char *fmt(char *buf, const char *f, ...) {
-    va_list ap;
-    va_start(ap, f);
-    vsnprintf(buf, HF_KEY_MAX, f, ap);
-    va_end(ap);
-    return buf;
 }
 
 typedef struct NameIdx {
@@ -86,86 +51,57 @@ static int *sorted_indices(const char *base, size_t stride, int n) {
     return out;
 }
 
+/* The HF tensors of parameters [lo, hi) (one layer, or one model-scope parameter) in
+ * transformers' order: by hf_order, the experts' slices interleaved expert by expert (gate,
+ * up, down of expert 0, then of expert 1, ...). */
+static void add_hf_block(HfKeyTable *t, int *cap, int lo, int hi, int experts) {
+    int idx[PK_COUNT], n = 0;
+    for (int p = lo; p < hi; p++)
+        if (t->params[p].kind->hf) idx[n++] = p;
+    for (int i = 1; i < n; i++)
+        for (int j = i;
+             j > 0 && t->params[idx[j - 1]].kind->hf_order > t->params[idx[j]].kind->hf_order;
+             j--) {
+            int tmp = idx[j];
+            idx[j] = idx[j - 1];
+            idx[j - 1] = tmp;
+        }
+    char name[HF_KEY_MAX];
+    int experts_done = 0;
+    for (int i = 0; i < n; i++) {
+        const ParamInfo *q = &t->params[idx[i]];
+        if (q->kind->role != ROLE_EXPERTS) {
+            snprintf(name, sizeof name, q->kind->hf, q->layer);
+            add_hf(t, cap, idx[i], -1, q, name);
+            continue;
+        }
+        if (experts_done) continue;
+        experts_done = 1;
+        for (int e = 0; e < experts; e++)
+            for (int j = i; j < n; j++) {
+                const ParamInfo *x = &t->params[idx[j]];
+                if (x->kind->role != ROLE_EXPERTS) continue;
+                snprintf(name, sizeof name, x->kind->hf, x->layer, e);
+                add_hf(t, cap, idx[j], e, x, name);
+            }
+    }
+}
+
 void hf_keys_build(HfKeyTable *t, const ModelSpec *s) {
     memset(t, 0, sizeof *t);
-    Builder b = {.t = t};
-    const int64_t D = s->dim, H = s->n_heads, K = s->n_kv_heads, E = s->head_dim, V = s->vocab_size,
-                  X = s->num_experts;
     t->tied = s->tie_embeddings;
-    t->vocab = V;
-    t->dim = D;
-    char q[HF_KEY_MAX], h[HF_KEY_MAX];
-    int p = add_param(&b, PK_EMBEDDING, -1, "tok_embeddings.weight", 2, V, D, 0);
-    add_hf(&b, p, -1, "model.embed_tokens.weight", 2, V, D);
-    for (int i = 0; i < s->n_layers; i++) {
-        /* Parameters in forward order; HF tensors in transformers' registration order
-         * (self_attn, mlp, then the two norms), which is its save order. */
-        int an =
-            add_param(&b, PK_NORM, i, fmt(q, "layers.%d.attention_norm.weight", i), 1, D, 0, 0);
-        int wq =
-            add_param(&b, PK_LINEAR, i, fmt(q, "layers.%d.attention.wq.weight", i), 2, H * E, D, 0);
-        int wk =
-            add_param(&b, PK_LINEAR, i, fmt(q, "layers.%d.attention.wk.weight", i), 2, K * E, D, 0);
-        int wv =
-            add_param(&b, PK_LINEAR, i, fmt(q, "layers.%d.attention.wv.weight", i), 2, K * E, D, 0);
-        int qn =
-            add_param(&b, PK_NORM, i, fmt(q, "layers.%d.attention.q_norm.weight", i), 1, E, 0, 0);
-        int kn =
-            add_param(&b, PK_NORM, i, fmt(q, "layers.%d.attention.k_norm.weight", i), 1, E, 0, 0);
-        int wo =
-            add_param(&b, PK_LINEAR, i, fmt(q, "layers.%d.attention.wo.weight", i), 2, D, H * E, 0);
-        t->params[wo].residual_out = 1;
-        int fn = add_param(&b, PK_NORM, i, fmt(q, "layers.%d.ffn_norm.weight", i), 1, D, 0, 0);
-        add_hf(&b, wq, -1, fmt(h, "model.layers.%d.self_attn.q_proj.weight", i), 2, H * E, D);
-        add_hf(&b, wk, -1, fmt(h, "model.layers.%d.self_attn.k_proj.weight", i), 2, K * E, D);
-        add_hf(&b, wv, -1, fmt(h, "model.layers.%d.self_attn.v_proj.weight", i), 2, K * E, D);
-        add_hf(&b, wo, -1, fmt(h, "model.layers.%d.self_attn.o_proj.weight", i), 2, D, H * E);
-        add_hf(&b, qn, -1, fmt(h, "model.layers.%d.self_attn.q_norm.weight", i), 1, E, 0);
-        add_hf(&b, kn, -1, fmt(h, "model.layers.%d.self_attn.k_norm.weight", i), 1, E, 0);
-        if (model_spec_layer_is_moe(s, i)) {
-            const int64_t F = s->moe_hidden_dim;
-            int rg = add_param(&b, PK_ROUTER, i, fmt(q, "layers.%d.moe.router.gate.weight", i), 2,
-                               X, D, 0);
-            int w1 =
-                add_param(&b, PK_EXPERTS, i, fmt(q, "layers.%d.moe.experts.w1", i), 3, X, F, D);
-            int w3 =
-                add_param(&b, PK_EXPERTS, i, fmt(q, "layers.%d.moe.experts.w3", i), 3, X, F, D);
-            int w2 =
-                add_param(&b, PK_EXPERTS, i, fmt(q, "layers.%d.moe.experts.w2", i), 3, X, D, F);
-            t->params[w2].residual_out = 1;
-            if (s->load_balance_coeff > 0)
-                add_param(&b, PK_EXPERT_BIAS, i, fmt(q, "layers.%d.moe.expert_bias", i), 1, X, 0,
-                          0);
-            add_hf(&b, rg, -1, fmt(h, "model.layers.%d.mlp.gate.weight", i), 2, X, D);
-            for (int e = 0; e < X; e++) {
-                add_hf(&b, w1, e, fmt(h, "model.layers.%d.mlp.experts.%d.gate_proj.weight", i, e),
-                       2, F, D);
-                add_hf(&b, w3, e, fmt(h, "model.layers.%d.mlp.experts.%d.up_proj.weight", i, e), 2,
-                       F, D);
-                add_hf(&b, w2, e, fmt(h, "model.layers.%d.mlp.experts.%d.down_proj.weight", i, e),
-                       2, D, F);
-            }
-        } else {
-            const int64_t F = s->hidden_dim;
-            int w1 = add_param(&b, PK_LINEAR, i, fmt(q, "layers.%d.feed_forward.w1.weight", i), 2,
-                               F, D, 0);
-            int w3 = add_param(&b, PK_LINEAR, i, fmt(q, "layers.%d.feed_forward.w3.weight", i), 2,
-                               F, D, 0);
-            int w2 = add_param(&b, PK_LINEAR, i, fmt(q, "layers.%d.feed_forward.w2.weight", i), 2,
-                               D, F, 0);
-            t->params[w2].residual_out = 1;
-            add_hf(&b, w1, -1, fmt(h, "model.layers.%d.mlp.gate_proj.weight", i), 2, F, D);
-            add_hf(&b, w3, -1, fmt(h, "model.layers.%d.mlp.up_proj.weight", i), 2, F, D);
-            add_hf(&b, w2, -1, fmt(h, "model.layers.%d.mlp.down_proj.weight", i), 2, D, F);
-        }
-        add_hf(&b, an, -1, fmt(h, "model.layers.%d.input_layernorm.weight", i), 1, D, 0);
-        add_hf(&b, fn, -1, fmt(h, "model.layers.%d.post_attention_layernorm.weight", i), 1, D, 0);
-    }
-    p = add_param(&b, PK_NORM, -1, "norm.weight", 1, D, 0, 0);
-    add_hf(&b, p, -1, "model.norm.weight", 1, D, 0);
-    if (!s->tie_embeddings) {
-        p = add_param(&b, PK_LINEAR, -1, "output.weight", 2, V, D, 0);
-        add_hf(&b, p, -1, "lm_head.weight", 2, V, D);
+    t->vocab = s->vocab_size;
+    t->dim = s->dim;
+    t->nparams = param_list(s, NULL);
+    t->params = xmalloc((size_t)t->nparams * sizeof *t->params);
+    param_list(s, t->params);
+    int cap = 0;
+    for (int lo = 0, hi; lo < t->nparams; lo = hi) {
+        hi = lo + 1;
+        while (t->params[lo].layer >= 0 && hi < t->nparams &&
+               t->params[hi].layer == t->params[lo].layer)
+            hi++;
+        add_hf_block(t, &cap, lo, hi, s->num_experts);
     }
     t->param_by_name = sorted_indices(t->params[0].name, sizeof *t->params, t->nparams);
     t->hf_by_name = sorted_indices(t->hf[0].name, sizeof *t->hf, t->nhf);
@@ -256,7 +192,7 @@ int hf_keys_check(HfCheck *out, const HfKeyTable *t, const StSet *set) {
             const StTensor *st = &set->files[f].tensors[i];
             if (hf_keys_find_hf(t, st->name) >= 0) continue;
             shape_str(b, sizeof b, st->shape, st->ndim);
-            if (t->tied && strcmp(st->name, "lm_head.weight") == 0) {
+            if (t->tied && strcmp(st->name, PARAM_KINDS[PK_OUTPUT].hf) == 0) {
                 int64_t want[2] = {t->vocab, t->dim};
                 if (st->ndim != 2 || st->shape[0] != want[0] || st->shape[1] != want[1]) {
                     shape_str(a, sizeof a, want, 2);
@@ -285,8 +221,8 @@ void hf_check_free(HfCheck *c) {
 }
 
 int hf_keys_load_param(float *dst, const HfKeyTable *t, int p, const StSet *set, Err *err) {
-    const QtParam *qp = &t->params[p];
-    if (!qp->exported)
+    const ParamInfo *qp = &t->params[p];
+    if (!qp->kind->hf)
         return err_set(err, "parameter %s is not stored in HF checkpoints", qp->name);
     int found = 0;
     for (int i = 0; i < t->nhf; i++) {

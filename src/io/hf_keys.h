@@ -1,30 +1,7 @@
-/* The one table between qtitan parameter names (torchtitan style) and HF Qwen3 / Qwen3-MoE
- * checkpoint keys. For a ModelSpec it lists every qtitan parameter with its shape and kind,
- * and every HF tensor with its shape and the parameter (and expert slice) it maps to.
- *
- * Letters: D dim, H heads, K kv heads, E head dim, F ffn dim (dense or per expert), V vocab,
- * X experts.
- *
- *   qtitan                                   HF                                         shape
- *   tok_embeddings.weight                    model.embed_tokens.weight                  (V, D)
- *   layers.{i}.attention_norm.weight         model.layers.{i}.input_layernorm.weight    (D)
- *   layers.{i}.attention.wq.weight           model.layers.{i}.self_attn.q_proj.weight   (H*E, D)
- *   layers.{i}.attention.wk.weight           ...self_attn.k_proj.weight                 (K*E, D)
- *   layers.{i}.attention.wv.weight           ...self_attn.v_proj.weight                 (K*E, D)
- *   layers.{i}.attention.wo.weight           ...self_attn.o_proj.weight                 (D, H*E)
- *   layers.{i}.attention.q_norm.weight       ...self_attn.q_norm.weight                 (E)
- *   layers.{i}.attention.k_norm.weight       ...self_attn.k_norm.weight                 (E)
- *   layers.{i}.ffn_norm.weight               ...post_attention_layernorm.weight         (D)
- *   layers.{i}.feed_forward.w1.weight        ...mlp.gate_proj.weight                    (F, D)
- *   layers.{i}.feed_forward.w3.weight        ...mlp.up_proj.weight                      (F, D)
- *   layers.{i}.feed_forward.w2.weight        ...mlp.down_proj.weight                    (D, F)
- *   layers.{i}.moe.router.gate.weight        ...mlp.gate.weight                         (X, D)
- *   layers.{i}.moe.experts.w1  (X, F, D)     ...mlp.experts.{e}.gate_proj.weight        (F, D)
- *   layers.{i}.moe.experts.w3  (X, F, D)     ...mlp.experts.{e}.up_proj.weight          (F, D)
- *   layers.{i}.moe.experts.w2  (X, D, F)     ...mlp.experts.{e}.down_proj.weight        (D, F)
- *   layers.{i}.moe.expert_bias (X)           (training state only, not in HF files)
- *   norm.weight                              model.norm.weight                          (D)
- *   output.weight                            lm_head.weight                             (V, D)
+/* The mapping between qtitan parameters and HF Qwen3 / Qwen3-MoE checkpoint keys, built for a
+ * ModelSpec from the parameter table (core/param_table.h, which names both sides): every
+ * qtitan parameter, and every HF tensor with its shape and the parameter (and expert slice)
+ * it maps to.
  *
  * Expert e of a stacked (X, ...) parameter is the contiguous slice at e * (numel / X), in the
  * same row-major layout as the HF per-expert tensor, so no transposes are needed.
@@ -35,8 +12,7 @@
  * re-ties it to the embedding as well) and reported as misshaped otherwise.
  *
  * A layer uses the MoE block when model_spec_layer_is_moe says so (transformers'
- * Qwen3MoeDecoderLayer rule). The spec must have passed model_spec_validate.
- * expert_bias exists only when load_balance_coeff > 0 (aux-loss-free balancing). */
+ * Qwen3MoeDecoderLayer rule). The spec must have passed model_spec_validate. */
 #ifndef QT_HF_KEYS_H
 #define QT_HF_KEYS_H
 
@@ -44,30 +20,10 @@
 
 #include "core/err.h"
 #include "core/model_spec.h"
+#include "core/param_table.h"
 #include "io/safetensors.h"
 
-#define HF_KEY_MAX 96
-
-typedef enum QtParamKind {
-    PK_EMBEDDING,   /* tok_embeddings.weight */
-    PK_NORM,        /* every RMSNorm weight, including q_norm / k_norm */
-    PK_LINEAR,      /* attention and dense FFN projections, output.weight */
-    PK_ROUTER,      /* moe.router.gate.weight */
-    PK_EXPERTS,     /* moe.experts.w1 / w2 / w3 */
-    PK_EXPERT_BIAS, /* moe.expert_bias: updated by the balancing rule, not by the optimizer */
-} QtParamKind;
-
-typedef struct QtParam {
-    char name[HF_KEY_MAX];
-    QtParamKind kind;
-    int layer; /* -1 for tok_embeddings, norm, output */
-    int ndim;
-    int64_t shape[3];
-    int64_t numel;
-    int exported;     /* has HF tensors */
-    int no_decay;     /* norms and the embedding: candidates for weight-decay exemption */
-    int residual_out; /* wo and w2 (dense and experts): the projections back into the residual */
-} QtParam;
+#define HF_KEY_MAX PARAM_NAME_MAX
 
 typedef struct HfTensor {
     char name[HF_KEY_MAX];
@@ -79,7 +35,7 @@ typedef struct HfTensor {
 } HfTensor;
 
 typedef struct HfKeyTable {
-    QtParam *params; /* in model order (embedding, layers in forward order, norm, output) */
+    ParamInfo *params; /* in model order (param_list) */
     int nparams;
     HfTensor *hf; /* in transformers' state_dict order */
     int nhf;

@@ -2,12 +2,11 @@
  * compiler and kernels/cpu_simd.h) and split over OpenMP threads, each beside its plain
  * reference in src/ops and tested against it (tests/test_cpu_ops.c). Each sums in an order
  * fixed by the shapes alone, so results are the same for any thread count and run to run.
- * The embedding's reference is already a parallel copy / scatter-add, so it is also the CPU
- * default. */
+ * The registry (kernels/registry.c) marks them the CPU defaults; the embedding's reference is
+ * already a parallel copy / scatter-add, so it is also the CPU default. */
 #ifndef QT_CPU_OPS_H
 #define QT_CPU_OPS_H
 
-#include "core/model_spec.h"
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
 #include "ops/linear.h"
@@ -26,12 +25,7 @@ extern const RmsnormOp rmsnorm_cpu;            /* fp32 vector row sums */
 extern const RopeOp rope_cpu;                  /* cos / sin once per token; bitwise the reference */
 extern const SwigluOp swiglu_cpu;              /* vector gate; bf16 path */
 extern const LinearOp linear_cpu;              /* the reference's GEMMs; bf16 path */
-
-/* The default CPU implementation of kind for a model of spec's shapes: the "cpu" kernel when
- * it handles them, else the reference. */
-const OpHeader *cpu_default_op(OpKind kind, const ModelSpec *spec);
-/* Sets every module instance of a model's tree to its kind's CPU default and returns 1; with
- * QT_KERNELS=reference in the environment leaves the references in place and returns 0. */
-int cpu_apply_defaults(const ModuleSlot *slots, int nslots, const ModelSpec *spec);
+/* supports() of sdpa_cpu and rope_cpu: head_dim <= SDPA_MAX_HEAD_DIM. */
+const char *cpu_head_dim_supports(const OpRun *run);
 
 #endif

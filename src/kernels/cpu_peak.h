@@ -1,7 +1,7 @@
 /* Peak arithmetic rate of this CPU, measured with register-only loops on every OpenMP thread:
- * the denominator of MFU on CPU ("measured once at start-up or metrics.peak_tflops",
- * DESIGN.md), and the "%peak" of bench/gemm. On a shared or throttled machine the measurement
- * is low; metrics.peak_tflops overrides it. */
+ * the denominator of MFU on CPU (measured once at start-up unless metrics.peak_tflops is set;
+ * docs/training.md), and the "%peak" of bench/gemm. On a shared or throttled machine the
+ * measurement is low; metrics.peak_tflops overrides it. */
 #ifndef QT_CPU_PEAK_H
 #define QT_CPU_PEAK_H
 

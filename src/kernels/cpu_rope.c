@@ -44,6 +44,7 @@ static void cpu_rope_backward(float *dx, const float *dout, const int32_t *posit
     rotate(dx, dout, positions, N, NH, E, theta, -1.0f);
 }
 
-const RopeOp rope_cpu = {.h = {.name = "cpu", .kind = OP_ROPE, .device = "cpu"},
-                         .forward = cpu_rope_forward,
-                         .backward = cpu_rope_backward};
+const RopeOp rope_cpu = {
+    .h = {.name = "cpu", .kind = OP_ROPE, .device = "cpu", .supports = cpu_head_dim_supports},
+    .forward = cpu_rope_forward,
+    .backward = cpu_rope_backward};

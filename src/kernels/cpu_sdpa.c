@@ -11,8 +11,8 @@
  * so each thread owns its dK / dV rows and walks the kv head's query heads and blocks in order.
  * Each unit is computed by one thread, whose GEMMs run single-threaded inside the parallel
  * region, so the result does not depend on the thread count (tests/test_cpu_ops.c checks it
- * bitwise). Each thread takes its score scratch (2 x SDPA_BQ x SDPA_BK floats, 128 KiB) from the
- * heap once per call. */
+ * bitwise). Each thread keeps its score scratch (SDPA_BQ x SDPA_BK floats forward, twice that
+ * backward: 64 / 128 KiB) on its stack, so a call allocates nothing. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,7 +73,7 @@ static void cpu_sdpa_forward(float *out, float *lse, const float *q, const float
     const long units = (long)B * H * nblk;
 #pragma omp parallel
     {
-        float *S = xmalloc((size_t)SDPA_BQ * SDPA_BK * sizeof *S);
+        _Alignas(64) float S[SDPA_BQ * SDPA_BK];
 #pragma omp for schedule(dynamic, 1)
         for (long u = 0; u < units; u++) {
             int b = (int)(u / ((long)H * nblk)), h = (int)(u / nblk % H);
@@ -128,7 +128,6 @@ static void cpu_sdpa_forward(float *out, float *lse, const float *q, const float
                 lse[((long)b * H + h) * T + t0 + i] = mrow[i] + logf(lrow[i]);
             }
         }
-        free(S);
     }
 }
 
@@ -140,7 +139,7 @@ static void cpu_sdpa_backward(float *dq, float *dk, float *dv, const float *dout
     const long qs = (long)H * E, ks = (long)K * E;
 #pragma omp parallel
     {
-        float *P = xmalloc((size_t)2 * SDPA_BQ * SDPA_BK * sizeof *P);
+        _Alignas(64) float P[2 * SDPA_BQ * SDPA_BK];
         float *dS = P + SDPA_BQ * SDPA_BK; /* dP, then dS in place */
 #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int b = 0; b < B; b++)
@@ -204,10 +203,16 @@ static void cpu_sdpa_backward(float *dq, float *dk, float *dv, const float *dout
                         }
                     }
             }
-        free(P);
     }
 }
 
-const SdpaOp sdpa_cpu = {.h = {.name = "cpu", .kind = OP_SDPA, .device = "cpu"},
-                         .forward = cpu_sdpa_forward,
-                         .backward = cpu_sdpa_backward};
+const char *cpu_head_dim_supports(const OpRun *run) {
+    return run->spec->head_dim <= SDPA_MAX_HEAD_DIM
+               ? NULL
+               : "head_dim must be at most 256 (the tiles live on the stack)";
+}
+
+const SdpaOp sdpa_cpu = {
+    .h = {.name = "cpu", .kind = OP_SDPA, .device = "cpu", .supports = cpu_head_dim_supports},
+    .forward = cpu_sdpa_forward,
+    .backward = cpu_sdpa_backward};

@@ -37,8 +37,9 @@ static void gate_backward(float *dh1, float *dh3, const float *h1, const float *
 }
 
 static void cpu_swiglu_forward(float *out, float *h1, float *h3, float *g, const float *x,
-                               const float *w1, const float *w3, const float *w2, long N, int D,
-                               int F) {
+                               const float *w1, const float *w3, const float *w2, float *ws, long N,
+                               int D, int F) {
+    (void)ws;
     gemm_f32(0, 1, (int)N, F, D, 1.0f, x, D, w1, D, 0.0f, h1, F);
     gemm_f32(0, 1, (int)N, F, D, 1.0f, x, D, w3, D, 0.0f, h3, F);
     gate_forward(g, h1, h3, N * F);
@@ -48,7 +49,8 @@ static void cpu_swiglu_forward(float *out, float *h1, float *h3, float *g, const
 static void cpu_swiglu_backward(float *dx, float *dw1, float *dw3, float *dw2, float *dh1,
                                 float *dh3, const float *dout, const float *x, const float *h1,
                                 const float *h3, const float *g, const float *w1, const float *w3,
-                                const float *w2, long N, int D, int F) {
+                                const float *w2, float *ws, long N, int D, int F) {
+    (void)ws;
     gemm_f32(1, 0, D, F, (int)N, 1.0f, dout, D, g, F, 1.0f, dw2, F);
     gemm_f32(0, 0, (int)N, F, D, 1.0f, dout, D, w2, F, 0.0f, dh1, F);
     gate_backward(dh1, dh3, h1, h3, N * F);

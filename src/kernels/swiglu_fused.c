@@ -4,33 +4,19 @@
  * (dx = [dh1 | dh3] [w1; w3], d[w1; w3] = [dh1 | dh3]^T x).
  *
  * Layout choice: parameters stay w1 and w3 (checkpoint keys do not change); the stacked
- * weight, the (N, 2F) product and the stacked weight gradient live in a workspace of this
- * kernel, built from w1 and w3 on every call. The workspace grows to the largest shape seen
- * (the first step of a run) and is reused after, so steady-state steps allocate nothing. */
+ * weight, the (N, 2F) product and the stacked weight gradient live in the op's workspace
+ * (fused_workspace), which the model takes from its activation arena, rebuilt from w1 and w3 on
+ * every call. */
 #include <math.h>
-#include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "core/err.h"
 #include "kernels/kernels.h"
 #include "ops/gemm.h"
 
-static pthread_mutex_t ws_lock = PTHREAD_MUTEX_INITIALIZER;
-static float *ws;
-static size_t ws_cap;
-
-/* The workspace of at least n floats (calls are serial within a model step). */
-static float *workspace(size_t n) {
-    pthread_mutex_lock(&ws_lock);
-    if (n > ws_cap) {
-        free(ws);
-        ws = xmalloc(n * sizeof(float));
-        ws_cap = n;
-    }
-    float *p = ws;
-    pthread_mutex_unlock(&ws_lock);
-    return p;
+/* Backward's need, the larger: (2F, D) stacked weight, (N, 2F) stacked [dh1 | dh3], (2F, D)
+ * stacked weight gradient; forward uses the first two as (2F, D) weight and (N, 2F) product. */
+static long fused_workspace(long N, int D, int F) {
+    return (long)4 * F * D + N * 2 * F;
 }
 
 static void stack_rows(float *w13, const float *w1, const float *w3, long F, long D) {
@@ -39,8 +25,9 @@ static void stack_rows(float *w13, const float *w1, const float *w3, long F, lon
 }
 
 static void fused_forward(float *out, float *h1, float *h3, float *g, const float *x,
-                          const float *w1, const float *w3, const float *w2, long N, int D, int F) {
-    float *w13 = workspace((size_t)2 * F * D + (size_t)N * 2 * F); /* (2F, D) then (N, 2F) */
+                          const float *w1, const float *w3, const float *w2, float *ws, long N,
+                          int D, int F) {
+    float *w13 = ws; /* (2F, D) then (N, 2F) */
     float *h13 = w13 + (long)2 * F * D;
     stack_rows(w13, w1, w3, F, D);
     gemm_f32(0, 1, (int)N, 2 * F, D, 1.0f, x, D, w13, D, 0.0f, h13, 2 * F);
@@ -60,10 +47,9 @@ static void fused_forward(float *out, float *h1, float *h3, float *g, const floa
 static void fused_backward(float *dx, float *dw1, float *dw3, float *dw2, float *dh1, float *dh3,
                            const float *dout, const float *x, const float *h1, const float *h3,
                            const float *g, const float *w1, const float *w3, const float *w2,
-                           long N, int D, int F) {
+                           float *ws, long N, int D, int F) {
     (void)dh3; /* the stacked (N, 2F) gradient lives in the workspace */
-    /* (2F, D) stacked weight, (N, 2F) stacked [dh1 | dh3], (2F, D) stacked weight gradient */
-    float *w13 = workspace((size_t)4 * F * D + (size_t)N * 2 * F);
+    float *w13 = ws;
     float *dh13 = w13 + (long)2 * F * D, *dw13 = dh13 + N * 2 * F;
     stack_rows(w13, w1, w3, F, D);
     gemm_f32(1, 0, D, F, (int)N, 1.0f, dout, D, g, F, 1.0f, dw2, F);
@@ -88,5 +74,7 @@ static void fused_backward(float *dx, float *dw1, float *dw3, float *dw2, float 
     }
 }
 
-const SwigluOp swiglu_fused = {
-    .h = {"swiglu_fused", OP_SWIGLU, "cpu", 0}, .forward = fused_forward, .backward = fused_backward};
+const SwigluOp swiglu_fused = {.h = {"swiglu_fused", OP_SWIGLU, "cpu", 0},
+                               .forward = fused_forward,
+                               .backward = fused_backward,
+                               .workspace_floats = fused_workspace};

@@ -9,8 +9,7 @@
 #include "core/err.h"
 #include "core/rng.h"
 #include "kernels/kernels.h"
-#include "ops/cross_entropy.h"
-#include "ops/moe_experts.h"
+#include "ops/op_all.h"
 
 typedef struct Cmp {
     VerifyResult *r;
@@ -57,7 +56,8 @@ static float *unwritten(long n) {
     return x;
 }
 
-static void verify_sdpa(Cmp *c, const SdpaOp *k, const VerifyShape *s, Rng *g) {
+static void verify_sdpa(Cmp *c, const OpHeader *kh, const VerifyShape *s, Rng *g) {
+    const SdpaOp *k = (const SdpaOp *)kh;
     const SdpaOp *r = (const SdpaOp *)op_reference(OP_SDPA);
     long nq = (long)s->B * s->T * s->H * s->E, nk = (long)s->B * s->T * s->K * s->E;
     long nl = (long)s->B * s->H * s->T;
@@ -89,7 +89,8 @@ static void verify_sdpa(Cmp *c, const SdpaOp *k, const VerifyShape *s, Rng *g) {
     free(dq1), free(dk1), free(dv1), free(dq2), free(dk2), free(dv2);
 }
 
-static void verify_rope(Cmp *c, const RopeOp *k, const VerifyShape *s, Rng *g) {
+static void verify_rope(Cmp *c, const OpHeader *kh, const VerifyShape *s, Rng *g) {
+    const RopeOp *k = (const RopeOp *)kh;
     const RopeOp *r = (const RopeOp *)op_reference(OP_ROPE);
     long N = (long)s->B * s->T, n = N * s->H * s->E;
     int32_t *pos = xmalloc((size_t)N * sizeof *pos);
@@ -105,7 +106,8 @@ static void verify_rope(Cmp *c, const RopeOp *k, const VerifyShape *s, Rng *g) {
     free(pos), free(x), free(a), free(b);
 }
 
-static void verify_swiglu(Cmp *c, const SwigluOp *k, const VerifyShape *s, Rng *g) {
+static void verify_swiglu(Cmp *c, const OpHeader *kh, const VerifyShape *s, Rng *g) {
+    const SwigluOp *k = (const SwigluOp *)kh;
     const SwigluOp *r = (const SwigluOp *)op_reference(OP_SWIGLU);
     long N = (long)s->B * s->T, D = s->D, F = s->F;
     /* Weights at 1/sqrt(fan_in) keep activations O(1) at any width, as trained models do. */
@@ -113,16 +115,18 @@ static void verify_swiglu(Cmp *c, const SwigluOp *k, const VerifyShape *s, Rng *
     float *x = randn(g, N * D, 1.0f), *w1 = randn(g, F * D, si), *w3 = randn(g, F * D, si);
     float *w2 = randn(g, D * F, so), *dout = randn(g, N * D, 1.0f);
     float *dw0 = randn(g, F * D, 0.01f); /* gradients accumulate onto this start */
-    float *o[2], *h1[2], *h3[2], *gg[2], *dx[2], *dw1[2], *dw3[2], *dw2[2], *s1[2], *s3[2];
+    float *o[2], *h1[2], *h3[2], *gg[2], *dx[2], *dw1[2], *dw3[2], *dw2[2], *s1[2], *s3[2], *ws[2];
     const SwigluOp *ops[2] = {r, k};
     for (int i = 0; i < 2; i++) {
         o[i] = unwritten(N * D), h1[i] = unwritten(N * F), h3[i] = unwritten(N * F);
         gg[i] = unwritten(N * F), dx[i] = unwritten(N * D);
         dw1[i] = copy(dw0, F * D), dw3[i] = copy(dw0, F * D);
         dw2[i] = copy(dw0, D * F), s1[i] = zeros(N * F), s3[i] = zeros(N * F);
-        ops[i]->forward(o[i], h1[i], h3[i], gg[i], x, w1, w3, w2, N, (int)D, (int)F);
+        ws[i] =
+            ops[i]->workspace_floats ? zeros(ops[i]->workspace_floats(N, (int)D, (int)F)) : NULL;
+        ops[i]->forward(o[i], h1[i], h3[i], gg[i], x, w1, w3, w2, ws[i], N, (int)D, (int)F);
         ops[i]->backward(dx[i], dw1[i], dw3[i], dw2[i], s1[i], s3[i], dout, x, h1[i], h3[i], gg[i],
-                         w1, w3, w2, N, (int)D, (int)F);
+                         w1, w3, w2, ws[i], N, (int)D, (int)F);
     }
     cmp(c, "out", o[1], o[0], N * D);
     cmp(c, "dx", dx[1], dx[0], N * D);
@@ -131,11 +135,12 @@ static void verify_swiglu(Cmp *c, const SwigluOp *k, const VerifyShape *s, Rng *
     cmp(c, "dw2", dw2[1], dw2[0], D * F);
     for (int i = 0; i < 2; i++)
         free(o[i]), free(h1[i]), free(h3[i]), free(gg[i]), free(dx[i]), free(dw1[i]), free(dw3[i]),
-            free(dw2[i]), free(s1[i]), free(s3[i]);
+            free(dw2[i]), free(s1[i]), free(s3[i]), free(ws[i]);
     free(x), free(w1), free(w3), free(w2), free(dout), free(dw0);
 }
 
-static void verify_rmsnorm(Cmp *c, const RmsnormOp *k, const VerifyShape *s, Rng *g) {
+static void verify_rmsnorm(Cmp *c, const OpHeader *kh, const VerifyShape *s, Rng *g) {
+    const RmsnormOp *k = (const RmsnormOp *)kh;
     const RmsnormOp *r = (const RmsnormOp *)op_reference(OP_RMSNORM);
     long R = (long)s->B * s->T, C = s->D, n = R * C;
     float eps = 1e-6f;
@@ -178,7 +183,8 @@ static void verify_rmsnorm(Cmp *c, const RmsnormOp *k, const VerifyShape *s, Rng
     free(x), free(x2), free(w), free(dout), free(dres), free(dw0);
 }
 
-static void verify_loss(Cmp *c, const LmHeadLossOp *k, const VerifyShape *s, Rng *g) {
+static void verify_lm_head_loss(Cmp *c, const OpHeader *kh, const VerifyShape *s, Rng *g) {
+    const LmHeadLossOp *k = (const LmHeadLossOp *)kh;
     const LmHeadLossOp *r = (const LmHeadLossOp *)op_reference(OP_LM_HEAD_LOSS);
     const LinearOp *proj = (const LinearOp *)op_reference(OP_LINEAR);
     long N = (long)s->B * s->T, D = s->D, V = s->V;
@@ -208,7 +214,8 @@ static void verify_loss(Cmp *c, const LmHeadLossOp *k, const VerifyShape *s, Rng
     free(x), free(w), free(dw0), free(tg);
 }
 
-static void verify_experts(Cmp *c, const MoeExpertsOp *k, const VerifyShape *s, Rng *g) {
+static void verify_moe_experts(Cmp *c, const OpHeader *kh, const VerifyShape *s, Rng *g) {
+    const MoeExpertsOp *k = (const MoeExpertsOp *)kh;
     const MoeExpertsOp *r = (const MoeExpertsOp *)op_reference(OP_MOE_EXPERTS);
     long N = (long)s->B * s->T, D = s->D, F = s->F, X = s->X, kk = s->k;
     float *x = randn(g, N * D, 1.0f), *gw = randn(g, N * kk, 0.5f), *dout = randn(g, N * D, 1.0f);
@@ -255,59 +262,185 @@ static void verify_experts(Cmp *c, const MoeExpertsOp *k, const VerifyShape *s, 
     free(x), free(gw), free(dout), free(w1), free(w3), free(w2), free(dw0), free(idx);
 }
 
+static void verify_embedding(Cmp *c, const OpHeader *kh, const VerifyShape *s, Rng *g) {
+    const EmbeddingOp *k = (const EmbeddingOp *)kh;
+    const EmbeddingOp *r = (const EmbeddingOp *)op_reference(OP_EMBEDDING);
+    long N = (long)s->B * s->T, D = s->D, V = s->V;
+    float *table = randn(g, V * D, 1.0f), *dout = randn(g, N * D, 1.0f);
+    float *dt0 = randn(g, V * D, 0.1f); /* gradients accumulate onto this start */
+    int32_t *tok = xmalloc((size_t)N * sizeof *tok);
+    for (long i = 0; i < N; i++) /* repeats, so the scatter-add sums rows */
+        tok[i] = (int32_t)rng_below(g, (uint64_t)(V > 3 ? V / 3 : V));
+    const EmbeddingOp *ops[2] = {r, k};
+    float *o[2], *dt[2];
+    for (int i = 0; i < 2; i++) {
+        o[i] = unwritten(N * D), dt[i] = copy(dt0, V * D);
+        ops[i]->forward(o[i], tok, table, N, (int)D);
+        ops[i]->backward(dt[i], dout, tok, N, (int)D);
+    }
+    cmp(c, "out", o[1], o[0], N * D);
+    cmp(c, "dtable", dt[1], dt[0], V * D);
+    for (int i = 0; i < 2; i++)
+        free(o[i]), free(dt[i]);
+    free(table), free(dout), free(dt0), free(tok);
+}
+
+static void verify_linear(Cmp *c, const OpHeader *kh, const VerifyShape *s, Rng *g) {
+    const LinearOp *k = (const LinearOp *)kh;
+    const LinearOp *r = (const LinearOp *)op_reference(OP_LINEAR);
+    long N = (long)s->B * s->T, I = s->D, O = s->F;
+    float *x = randn(g, N * I, 1.0f), *w = randn(g, O * I, 1.0f / sqrtf((float)I));
+    float *dout = randn(g, N * O, 1.0f), *dw0 = randn(g, O * I, 0.01f);
+    float *dx0 = randn(g, N * I, 1.0f); /* dx_beta = 1 adds onto it */
+    const LinearOp *ops[2] = {r, k};
+    float *o[2], *dx[2], *dxa[2], *dw[2];
+    for (int i = 0; i < 2; i++) {
+        o[i] = unwritten(N * O), dx[i] = unwritten(N * I), dxa[i] = copy(dx0, N * I);
+        dw[i] = copy(dw0, O * I);
+        ops[i]->forward(o[i], x, w, N, (int)I, (int)O);
+        ops[i]->backward(dx[i], dw[i], dout, x, w, N, (int)I, (int)O, 0.0f);
+        ops[i]->backward(dxa[i], dw[i], dout, x, w, N, (int)I, (int)O, 1.0f);
+    }
+    cmp(c, "out", o[1], o[0], N * O);
+    cmp(c, "dx", dx[1], dx[0], N * I);
+    cmp(c, "dx+=", dxa[1], dxa[0], N * I);
+    cmp(c, "dw", dw[1], dw[0], O * I);
+    for (int i = 0; i < 2; i++)
+        free(o[i]), free(dx[i]), free(dxa[i]), free(dw[i]);
+    free(x), free(w), free(dout), free(dw0), free(dx0);
+}
+
+static void verify_cross_entropy(Cmp *c, const OpHeader *kh, const VerifyShape *s, Rng *g) {
+    const CrossEntropyOp *k = (const CrossEntropyOp *)kh;
+    const CrossEntropyOp *r = (const CrossEntropyOp *)op_reference(OP_CROSS_ENTROPY);
+    long N = (long)s->B * s->T, V = s->V;
+    float *logits = randn(g, N * V, 2.0f);
+    int32_t *tg = xmalloc((size_t)N * sizeof *tg);
+    for (long i = 0; i < N; i++)
+        tg[i] = i % 7 == 3 ? CE_IGNORE : (int32_t)rng_below(g, (uint64_t)V);
+    const CrossEntropyOp *ops[2] = {r, k};
+    float *ls[2], *lse[2], *dl[2];
+    float sum[2];
+    for (int i = 0; i < 2; i++) {
+        ls[i] = unwritten(N), lse[i] = unwritten(N), dl[i] = unwritten(N * V);
+        sum[i] = (float)ops[i]->forward(ls[i], lse[i], logits, tg, N, (int)V);
+        ops[i]->backward(dl[i], logits, lse[i], tg, N, (int)V, 0.01f);
+    }
+    cmp(c, "loss_sum", &sum[1], &sum[0], 1);
+    cmp(c, "losses", ls[1], ls[0], N);
+    cmp(c, "lse", lse[1], lse[0], N);
+    cmp(c, "dlogits", dl[1], dl[0], N * V);
+    for (int i = 0; i < 2; i++)
+        free(ls[i]), free(lse[i]), free(dl[i]);
+    free(logits), free(tg);
+}
+
+/* The shape label of each kind. */
+static void label_embedding(char *b, unsigned n, const VerifyShape *s) {
+    snprintf(b, n, "N%d D%d V%d", s->B * s->T, s->D, s->V);
+}
+static void label_rmsnorm(char *b, unsigned n, const VerifyShape *s) {
+    snprintf(b, n, "R%d C%d", s->B * s->T, s->D);
+}
+static void label_linear(char *b, unsigned n, const VerifyShape *s) {
+    snprintf(b, n, "N%d I%d O%d", s->B * s->T, s->D, s->F);
+}
+static void label_rope(char *b, unsigned n, const VerifyShape *s) {
+    snprintf(b, n, "B%d T%d heads%d E%d", s->B, s->T, s->H, s->E);
+}
+static void label_sdpa(char *b, unsigned n, const VerifyShape *s) {
+    snprintf(b, n, "B%d T%d H%d K%d E%d%s", s->B, s->T, s->H, s->K, s->E, s->doc ? " doc" : "");
+}
+static void label_swiglu(char *b, unsigned n, const VerifyShape *s) {
+    snprintf(b, n, "N%d D%d F%d", s->B * s->T, s->D, s->F);
+}
+static void label_cross_entropy(char *b, unsigned n, const VerifyShape *s) {
+    snprintf(b, n, "N%d V%d", s->B * s->T, s->V);
+}
+static void label_lm_head_loss(char *b, unsigned n, const VerifyShape *s) {
+    snprintf(b, n, "N%d D%d V%d", s->B * s->T, s->D, s->V);
+}
+static void label_moe_experts(char *b, unsigned n, const VerifyShape *s) {
+    snprintf(b, n, "N%d D%d F%d X%d k%d", s->B * s->T, s->D, s->F, s->X, s->k);
+}
+
+/* The default shapes per kind: small, ragged where supports() allows (odd rows, columns, head
+ * counts, documents of uneven length), and across tile / chunk edges. */
+static const VerifyShape embedding_shapes[] = {
+    {.B = 1, .T = 7, .D = 16, .V = 37},
+    {.B = 2, .T = 65, .D = 257, .V = 1001},
+};
+static const VerifyShape rmsnorm_shapes[] = {
+    {.B = 1, .T = 7, .D = 16},
+    {.B = 3, .T = 11, .D = 257},
+    {.B = 1, .T = 64, .D = 1024},
+};
+static const VerifyShape linear_shapes[] = {
+    {.B = 1, .T = 7, .D = 16, .F = 24},
+    {.B = 2, .T = 33, .D = 257, .F = 96},
+};
+static const VerifyShape rope_shapes[] = {
+    {.B = 2, .T = 7, .H = 3, .E = 8, .theta = 1e6},
+    {.B = 1, .T = 33, .H = 5, .E = 128, .theta = 1e6},
+    {.B = 3, .T = 64, .H = 1, .E = 2, .theta = 1e4},
+};
+static const VerifyShape sdpa_shapes[] = {
+    {.B = 1, .T = 64, .H = 2, .K = 1, .E = 16},
+    {.B = 2, .T = 128, .H = 4, .K = 2, .E = 32, .doc = 1},
+    {.B = 1, .T = 192, .H = 3, .K = 3, .E = 8, .doc = 1},
+    {.B = 1, .T = 128, .H = 2, .K = 1, .E = 128},
+};
+static const VerifyShape swiglu_shapes[] = {
+    {.B = 1, .T = 7, .D = 16, .F = 24},
+    {.B = 1, .T = 65, .D = 64, .F = 96},
+    {.B = 2, .T = 33, .D = 48, .F = 200},
+};
+static const VerifyShape cross_entropy_shapes[] = {
+    {.B = 1, .T = 5, .V = 37},
+    {.B = 3, .T = 67, .V = 1001},
+};
+static const VerifyShape lm_head_loss_shapes[] = {
+    {.B = 1, .T = 5, .D = 16, .V = 37},
+    {.B = 1, .T = 300, .D = 32, .V = 1001},
+    {.B = 3, .T = 171, .D = 8, .V = 257},
+};
+static const VerifyShape moe_experts_shapes[] = {
+    {.B = 1, .T = 9, .D = 16, .F = 8, .X = 4, .k = 2},
+    {.B = 2, .T = 37, .D = 48, .F = 24, .X = 16, .k = 4},
+    {.B = 1, .T = 64, .D = 64, .F = 32, .X = 8, .k = 8},
+};
+
+/* Per kind, from QT_OP_KINDS: a new kind fails to compile until it has verify_<id>, label_<id>
+ * and <id>_shapes here. */
+typedef struct KindCheck {
+    void (*run)(Cmp *c, const OpHeader *k, const VerifyShape *s, Rng *g);
+    void (*label)(char *buf, unsigned cap, const VerifyShape *s);
+    const VerifyShape *shapes;
+    int nshapes;
+} KindCheck;
+
+static const KindCheck CHECKS[OP_NKINDS] = {
+#define QT_OP_CHECK(ID, id, name, Type, ref)                                                       \
+    [OP_##ID] = {verify_##id, label_##id, id##_shapes,                                             \
+                 (int)(sizeof id##_shapes / sizeof id##_shapes[0])},
+    QT_OP_KINDS(QT_OP_CHECK)
+#undef QT_OP_CHECK
+};
+
 void verify_kernel(VerifyResult *r, const KernelInfo *k, const VerifyShape *sh, unsigned seed) {
     memset(r, 0, sizeof *r);
     r->ok = 1;
     Cmp c = {r, k->tol_abs, k->tol_rel};
     Rng g;
     rng_seed(&g, seed, 7);
-    switch (k->op->kind) {
-    case OP_SDPA:
-        verify_sdpa(&c, (const SdpaOp *)k->op, sh, &g);
-        break;
-    case OP_ROPE:
-        verify_rope(&c, (const RopeOp *)k->op, sh, &g);
-        break;
-    case OP_SWIGLU:
-        verify_swiglu(&c, (const SwigluOp *)k->op, sh, &g);
-        break;
-    case OP_RMSNORM:
-        verify_rmsnorm(&c, (const RmsnormOp *)k->op, sh, &g);
-        break;
-    case OP_LM_HEAD_LOSS:
-        verify_loss(&c, (const LmHeadLossOp *)k->op, sh, &g);
-        break;
-    case OP_MOE_EXPERTS:
-        verify_experts(&c, (const MoeExpertsOp *)k->op, sh, &g);
-        break;
-    default:
-        r->ok = 0;
-        snprintf(r->outputs, sizeof r->outputs, "no check for op %s", op_kind_name(k->op->kind));
-    }
+    CHECKS[k->op->kind].run(&c, k->op, sh, &g);
 }
 
 void verify_shape_label(char *buf, unsigned cap, OpKind kind, const VerifyShape *s) {
-    switch (kind) {
-    case OP_SDPA:
-        snprintf(buf, cap, "B%d T%d H%d K%d E%d%s", s->B, s->T, s->H, s->K, s->E,
-                 s->doc ? " doc" : "");
-        break;
-    case OP_ROPE:
-        snprintf(buf, cap, "B%d T%d heads%d E%d", s->B, s->T, s->H, s->E);
-        break;
-    case OP_SWIGLU:
-        snprintf(buf, cap, "N%d D%d F%d", s->B * s->T, s->D, s->F);
-        break;
-    case OP_RMSNORM:
-        snprintf(buf, cap, "R%d C%d", s->B * s->T, s->D);
-        break;
-    case OP_LM_HEAD_LOSS:
-        snprintf(buf, cap, "N%d D%d V%d", s->B * s->T, s->D, s->V);
-        break;
-    case OP_MOE_EXPERTS:
-        snprintf(buf, cap, "N%d D%d F%d X%d k%d", s->B * s->T, s->D, s->F, s->X, s->k);
-        break;
-    default:
-        snprintf(buf, cap, "-");
-    }
+    CHECKS[kind].label(buf, cap, s);
+}
+
+const VerifyShape *verify_shapes(OpKind kind, int *n) {
+    *n = CHECKS[kind].nshapes;
+    return CHECKS[kind].shapes;
 }

@@ -8,6 +8,9 @@
 #include "kernels/registry.h"
 
 /* The dims a kind reads (others ignored):
+ *   embedding     B*T tokens, D, V (tokens repeat, so backward sums rows)
+ *   linear        B*T tokens, D in, F out (backward with dx_beta 0 and 1)
+ *   cross_entropy B*T tokens, V (every 7th target ignored)
  *   sdpa          B, T, H, K, E, doc (1 = three packed documents per row)
  *   rope          B, T, H (heads per token), E, theta
  *   swiglu        B*T tokens, D, F
@@ -31,5 +34,7 @@ typedef struct VerifyResult {
 void verify_kernel(VerifyResult *r, const KernelInfo *k, const VerifyShape *sh, unsigned seed);
 /* "B2 T128 H4 K2 E64 doc" style label of the dims sh gives kind. */
 void verify_shape_label(char *buf, unsigned cap, OpKind kind, const VerifyShape *sh);
+/* The shapes `qtitan verify-kernels` checks kind's kernels at; *n gets the count. */
+const VerifyShape *verify_shapes(OpKind kind, int *n);
 
 #endif

@@ -15,86 +15,82 @@
 
 /* ---- parameter table ---- */
 
-typedef struct ParamLayout {
-    Qwen3 *m;
-    Arena *pa, *ga;
-    int count; /* entries placed so far */
-} ParamLayout;
-
-/* kind: 0 linear / embedding, 1 norm, 2 buffer. Trailing zero dimensions are absent. */
-static float *add_param3(ParamLayout *L, float **grad, int kind, int64_t d0, int64_t d1, int64_t d2,
-                         const char *fmt, int layer) {
-    long numel = (long)d0 * (d1 > 0 ? d1 : 1) * (d2 > 0 ? d2 : 1);
-    float *data = arena_floats(L->pa, (size_t)numel);
-    *grad = arena_floats(L->ga, (size_t)numel);
-    if (L->m->table) {
-        Qwen3Param *p = &L->m->table[L->count];
-        snprintf(p->name, sizeof p->name, fmt, layer);
-        p->ndim = d2 > 0 ? 3 : d1 > 0 ? 2 : 1;
-        p->shape[0] = d0;
-        p->shape[1] = d1 > 0 ? d1 : 0;
-        p->shape[2] = d2 > 0 ? d2 : 0;
-        p->numel = numel;
-        p->data = data;
-        p->grad = *grad;
-        p->is_norm = kind == 1;
-        p->is_buffer = kind == 2;
+float **qwen3_param_field(Qwen3Params *p, ParamKindId kind, int layer) {
+    Qwen3LayerParams *l = &p->layers[layer < 0 ? 0 : layer];
+    switch (kind) {
+    case PK_TOK_EMBEDDINGS:
+        return &p->tok_embeddings;
+    case PK_ATTENTION_NORM:
+        return &l->attention_norm;
+    case PK_WQ:
+        return &l->wq;
+    case PK_WK:
+        return &l->wk;
+    case PK_WV:
+        return &l->wv;
+    case PK_WO:
+        return &l->wo;
+    case PK_Q_NORM:
+        return &l->q_norm;
+    case PK_K_NORM:
+        return &l->k_norm;
+    case PK_FFN_NORM:
+        return &l->ffn_norm;
+    case PK_ROUTER_GATE:
+        return &l->router_gate;
+    case PK_EXPERTS_W1:
+        return &l->experts_w1;
+    case PK_EXPERTS_W2:
+        return &l->experts_w2;
+    case PK_EXPERTS_W3:
+        return &l->experts_w3;
+    case PK_EXPERT_BIAS:
+        return &l->expert_bias;
+    case PK_W1:
+        return &l->w1;
+    case PK_W3:
+        return &l->w3;
+    case PK_W2:
+        return &l->w2;
+    case PK_NORM:
+        return &p->norm;
+    case PK_OUTPUT:
+        return &p->output;
+    case PK_COUNT:
+        break;
     }
-    L->count++;
-    return data;
+    abort(); /* unreachable: every kind has a case */
 }
 
-static float *add_param(ParamLayout *L, float **grad, int is_norm, int64_t d0, int64_t d1,
-                        const char *fmt, int layer) {
-    return add_param3(L, grad, is_norm, d0, d1, 0, fmt, layer);
-}
-
-/* Runs once counting (table NULL, arenas counting) and once placing. */
+/* Places the table's parameters (core/param_table.h) and their gradients in the arenas. Runs
+ * once counting (m->table NULL, arenas counting) and once placing. */
 static void layout_params(Qwen3 *m, Arena *pa, Arena *ga) {
-    const ModelSpec *s = &m->spec;
-    long D = s->dim, HE = (long)s->n_heads * s->head_dim, KE = (long)s->n_kv_heads * s->head_dim;
-    long E = s->head_dim, F = s->hidden_dim, V = s->vocab_size;
-    ParamLayout L = {m, pa, ga, 0};
-    Qwen3Params *p = &m->p, *g = &m->g;
-    p->tok_embeddings = add_param(&L, &g->tok_embeddings, 0, V, D, "tok_embeddings.weight", 0);
-    for (int i = 0; i < s->n_layers; i++) {
-        Qwen3LayerParams *lp = &p->layers[i], *lg = &g->layers[i];
-        lp->attention_norm =
-            add_param(&L, &lg->attention_norm, 1, D, 0, "layers.%d.attention_norm.weight", i);
-        lp->wq = add_param(&L, &lg->wq, 0, HE, D, "layers.%d.attention.wq.weight", i);
-        lp->wk = add_param(&L, &lg->wk, 0, KE, D, "layers.%d.attention.wk.weight", i);
-        lp->wv = add_param(&L, &lg->wv, 0, KE, D, "layers.%d.attention.wv.weight", i);
-        lp->wo = add_param(&L, &lg->wo, 0, D, HE, "layers.%d.attention.wo.weight", i);
-        lp->q_norm = add_param(&L, &lg->q_norm, 1, E, 0, "layers.%d.attention.q_norm.weight", i);
-        lp->k_norm = add_param(&L, &lg->k_norm, 1, E, 0, "layers.%d.attention.k_norm.weight", i);
-        lp->ffn_norm = add_param(&L, &lg->ffn_norm, 1, D, 0, "layers.%d.ffn_norm.weight", i);
-        if (model_spec_layer_is_moe(s, i)) {
-            long X = s->num_experts, Fm = s->moe_hidden_dim;
-            lp->router_gate =
-                add_param(&L, &lg->router_gate, 0, X, D, "layers.%d.moe.router.gate.weight", i);
-            lp->experts_w1 =
-                add_param3(&L, &lg->experts_w1, 0, X, Fm, D, "layers.%d.moe.experts.w1", i);
-            lp->experts_w2 =
-                add_param3(&L, &lg->experts_w2, 0, X, D, Fm, "layers.%d.moe.experts.w2", i);
-            lp->experts_w3 =
-                add_param3(&L, &lg->experts_w3, 0, X, Fm, D, "layers.%d.moe.experts.w3", i);
-            if (s->load_balance_coeff > 0)
-                lp->expert_bias =
-                    add_param3(&L, &lg->expert_bias, 2, X, 0, 0, "layers.%d.moe.expert_bias", i);
-        } else {
-            lp->w1 = add_param(&L, &lg->w1, 0, F, D, "layers.%d.feed_forward.w1.weight", i);
-            lp->w3 = add_param(&L, &lg->w3, 0, F, D, "layers.%d.feed_forward.w3.weight", i);
-            lp->w2 = add_param(&L, &lg->w2, 0, D, F, "layers.%d.feed_forward.w2.weight", i);
-        }
+    int n = param_list(&m->spec, NULL);
+    ParamInfo *info = xmalloc((size_t)n * sizeof *info);
+    param_list(&m->spec, info);
+    for (int i = 0; i < n; i++) {
+        const ParamInfo *pi = &info[i];
+        float *data = arena_floats(pa, (size_t)pi->numel);
+        float *grad = arena_floats(ga, (size_t)pi->numel);
+        *qwen3_param_field(&m->p, pi->kind->id, pi->layer) = data;
+        *qwen3_param_field(&m->g, pi->kind->id, pi->layer) = grad;
+        if (!m->table) continue;
+        Qwen3Param *p = &m->table[i];
+        memcpy(p->name, pi->name, sizeof p->name);
+        p->kind = pi->kind;
+        p->layer = pi->layer;
+        p->ndim = pi->ndim;
+        memcpy(p->shape, pi->shape, sizeof p->shape);
+        p->numel = (long)pi->numel;
+        p->data = data;
+        p->grad = grad;
     }
-    p->norm = add_param(&L, &g->norm, 1, D, 0, "norm.weight", 0);
-    if (s->tie_embeddings) {
-        p->output = p->tok_embeddings;
-        g->output = g->tok_embeddings;
-    } else {
-        p->output = add_param(&L, &g->output, 0, V, D, "output.weight", 0);
+    free(info);
+    if (m->spec.tie_embeddings) {
+        m->p.output = m->p.tok_embeddings;
+        m->g.output = m->g.tok_embeddings;
     }
-    m->nparams = L.count;
+    m->nparams = n;
 }
 
 /* ---- activations ---- */
@@ -145,7 +141,8 @@ static void layout_layer_acts(Qwen3LayerActs *a, Arena *ar, const ModelSpec *s, 
     layout_ffn_acts(a, ar, s, N, dense, moe);
 }
 
-static void layout_acts(Qwen3 *m, Arena *ar) {
+/* ks: the kernel scratch arena, for the workspaces the chosen ops declare. */
+static void layout_acts(Qwen3 *m, Arena *ar, Arena *ks) {
     const ModelSpec *s = &m->spec;
     Qwen3Acts *a = &m->a;
     long N = (long)m->max_B * m->max_T, D = s->dim, V = s->vocab_size, F = s->hidden_dim;
@@ -208,9 +205,17 @@ static void layout_acts(Qwen3 *m, Arena *ar) {
     a->dkn = arena_floats(ar, N * KE);
     a->dk = arena_floats(ar, N * KE);
     a->dv = arena_floats(ar, N * KE);
+    a->ffn_ws = NULL;
     if (any_dense) {
         a->dh1 = arena_floats(ar, N * F);
         a->dh3 = arena_floats(ar, N * F);
+        long ws = 0; /* the largest the layers' feed-forward kernels declare */
+        for (int i = 0; i < s->n_layers; i++) {
+            const SwigluOp *ff = m->mod.layers[i].feed_forward;
+            long w = ff && ff->workspace_floats ? ff->workspace_floats(N, (int)D, (int)F) : 0;
+            ws = w > ws ? w : ws;
+        }
+        if (ws) a->ffn_ws = arena_floats(ks, (size_t)ws);
     }
     m->moe_counts = NULL;
     if (any_moe) {
@@ -338,18 +343,20 @@ static int setup(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int s
 static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp, int owned,
                   const Qwen3Modules *impl, Err *err) {
     TRY(setup(m, spec, B, T, ac, sp, err));
-    Arena pc, gc, ac_count;
+    Arena pc, gc, ac_count, ks_count;
     arena_init_counting(&pc, "parameter");
     arena_init_counting(&gc, "gradient");
     arena_init_counting(&ac_count, "activation");
+    arena_init_counting(&ks_count, "kernel scratch");
     build_modules(m, impl); /* before the activations: the loss op sizes its workspace */
     layout_params(m, &pc, &gc);
-    layout_acts(m, &ac_count);
+    layout_acts(m, &ac_count, &ks_count);
     m->table = xcalloc((size_t)m->nparams, sizeof *m->table);
     m->slots = xcalloc((size_t)m->nslots, sizeof *m->slots);
     if ((owned && (arena_init(&m->param_arena, "parameter", pc.used, err) ||
                    arena_init(&m->grad_arena, "gradient", gc.used, err))) ||
-        arena_init(&m->act_arena, "activation", ac_count.used, err)) {
+        arena_init(&m->act_arena, "activation", ac_count.used, err) ||
+        arena_init(&m->scratch_arena, "kernel scratch", ks_count.used, err)) {
         qwen3_free(m);
         return -1;
     }
@@ -358,7 +365,7 @@ static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int 
         layout_params(m, &m->param_arena, &m->grad_arena);
     else /* counting arenas place nothing: the table gets NULL data and grad */
         layout_params(m, &pc, &gc);
-    layout_acts(m, &m->act_arena);
+    layout_acts(m, &m->act_arena, &m->scratch_arena);
     return 0;
 }
 
@@ -385,6 +392,7 @@ void qwen3_free(Qwen3 *m) {
     arena_free(&m->param_arena);
     arena_free(&m->grad_arena);
     arena_free(&m->act_arena);
+    arena_free(&m->scratch_arena);
     arena_free(&m->bf16_arena);
     free(m->table);
     free(m->slots);
@@ -392,26 +400,26 @@ void qwen3_free(Qwen3 *m) {
     m->slots = NULL;
 }
 
-static int ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && strcmp(s + n - k, suffix) == 0;
-}
-
 void qwen3_init_param(const Qwen3 *m, int i, uint64_t seed, float *out) {
     const Qwen3Param *p = &m->table[i];
-    float residual_std = (float)(0.02 / sqrt(2.0 * m->spec.n_layers));
-    if (p->is_norm) {
+    float std = 0.02f;
+    switch (p->kind->init) {
+    case INIT_ONES:
         for (long j = 0; j < p->numel; j++)
             out[j] = 1.0f;
-    } else if (p->is_buffer) {
+        return;
+    case INIT_ZEROS:
         memset(out, 0, (size_t)p->numel * sizeof(float));
-    } else {
-        int residual = m->spec.num_experts > 0 && (ends_with(p->name, "attention.wo.weight") ||
-                                                   ends_with(p->name, "moe.experts.w2"));
-        Rng r;
-        rng_seed(&r, seed, (uint64_t)i);
-        rng_fill_normal(&r, out, p->numel, residual ? residual_std : 0.02f);
+        return;
+    case INIT_RESIDUAL:
+        if (m->spec.num_experts > 0) std = (float)(0.02 / sqrt(2.0 * m->spec.n_layers));
+        break;
+    case INIT_NORMAL:
+        break;
     }
+    Rng r;
+    rng_seed(&r, seed, (uint64_t)i);
+    rng_fill_normal(&r, out, p->numel, std);
 }
 
 void qwen3_init_params(Qwen3 *m, uint64_t seed) {
@@ -714,7 +722,8 @@ static void layer_forward(Qwen3 *m, int i, float *out, int count) {
                                  N, D, s->hidden_dim));
     else
         PROF_OP(&ff->h, 0,
-                ff->forward(y, a->h1, a->h3, a->g, xn2, p->w1, p->w3, p->w2, N, D, s->hidden_dim));
+                ff->forward(y, a->h1, a->h3, a->g, xn2, p->w1, p->w3, p->w2, m->a.ffn_ws, N, D,
+                            s->hidden_dim));
     tp_combine(m, out, n * D);
     add_into(out, a->xmid, n * D, 0);
 }
@@ -770,7 +779,7 @@ static void layer_backward(Qwen3 *m, int i) {
     else
         PROF_OP(&ff->h, 1,
                 ff->backward(A->dxn, g->w1, g->w3, g->w2, A->dh1, A->dh3, dout, xn2, a->h1, a->h3,
-                             a->g, p->w1, p->w3, p->w2, N, D, F));
+                             a->g, p->w1, p->w3, p->w2, A->ffn_ws, N, D, F));
     const float *dxn = tp_combine_grad(m, A->dxn, n * D);
     PROF_OP(&md->ffn_norm->h, 1,
             norm_backward_into(md->ffn_norm, A->dres, A->dtmp, g->ffn_norm, dxn, a->xmid,
@@ -930,16 +939,18 @@ int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
         return -1;
     }
     build_modules(m, impl); /* before the activations: the loss op sizes its workspace */
-    Arena pc, gc, acnt;
+    Arena pc, gc, acnt, kcnt;
     arena_init_counting(&pc, "parameter");
     arena_init_counting(&gc, "gradient");
     arena_init_counting(&acnt, "activation");
+    arena_init_counting(&kcnt, "kernel scratch");
     layout_params(m, &pc, &gc);
-    layout_acts(m, &acnt);
+    layout_acts(m, &acnt, &kcnt);
     /* arena_init rounds a block up to the 64-byte alignment. */
     out->param_bytes = (pc.used + 63) / 64 * 64;
     out->grad_bytes = (gc.used + 63) / 64 * 64;
-    out->act_bytes = (acnt.used + 63) / 64 * 64;
+    /* the kernel scratch counts as activation memory for the plan */
+    out->act_bytes = (acnt.used + 63) / 64 * 64 + (kcnt.used + 63) / 64 * 64;
     out->nparams = m->nparams;
     Arena bc;
     arena_init_counting(&bc, "bf16 weight");

@@ -19,6 +19,7 @@
 #include "core/arena.h"
 #include "core/err.h"
 #include "core/model_spec.h"
+#include "core/param_table.h"
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
 #include "ops/linear.h"
@@ -59,21 +60,20 @@ typedef struct Qwen3Params {
     float *output; /* (V, D); == tok_embeddings when tied */
 } Qwen3Params;
 
-/* One entry of the parameter table: torchtitan name, shape, value and gradient. */
+/* One parameter of the model: its row of the parameter table (core/param_table.h) placed in
+ * a layer, with its value and gradient. */
 typedef struct Qwen3Param {
-    char name[96];
+    char name[PARAM_NAME_MAX];
+    const ParamKind *kind; /* role, HF name, split, decay group and init rule */
+    int layer;             /* -1 outside the layers */
     int ndim;
     int64_t shape[3];
     long numel;
     float *data; /* points into the parameter arena */
     float *grad; /* points into the gradient arena */
-    int is_norm; /* initialised to ones rather than normal(0, 0.02) */
-    /* Not trained by the optimizer and not exported to HF (moe.expert_bias: the balancing
-     * rule updates it; checkpoints keep it); initialised to zeros, its gradient stays 0. */
-    int is_buffer;
 } Qwen3Param;
 
-/* Implementation pointer of every module instance (DESIGN §4). */
+/* Implementation pointer of every module instance (docs/kernels.md). */
 typedef struct Qwen3LayerModules {
     const RmsnormOp *attention_norm;
     const LinearOp *qkv;
@@ -146,19 +146,20 @@ typedef struct Qwen3Acts {
     float *ce_lse; /* (n) */
     float *losses; /* (n) */
     /* Activation gradients: one set, reused by every layer in turn. */
-    float *dres; /* (n, D) gradient of the residual stream */
-    float *dxn;  /* (N, D) */
-    float *dtmp; /* (n, D) */
-    float *datt; /* (N, H*E) */
-    float *dqr;  /* (N, H*E) */
-    float *dqn;  /* (N, H*E) */
-    float *dq;   /* (N, H*E) */
-    float *dkr;  /* (N, K*E) */
-    float *dkn;  /* (N, K*E) */
-    float *dk;   /* (N, K*E) */
-    float *dv;   /* (N, K*E) */
-    float *dh1;  /* (N, F) */
-    float *dh3;  /* (N, F) */
+    float *dres;   /* (n, D) gradient of the residual stream */
+    float *dxn;    /* (N, D) */
+    float *dtmp;   /* (n, D) */
+    float *datt;   /* (N, H*E) */
+    float *dqr;    /* (N, H*E) */
+    float *dqn;    /* (N, H*E) */
+    float *dq;     /* (N, H*E) */
+    float *dkr;    /* (N, K*E) */
+    float *dkn;    /* (N, K*E) */
+    float *dk;     /* (N, K*E) */
+    float *dv;     /* (N, K*E) */
+    float *dh1;    /* (N, F) */
+    float *dh3;    /* (N, F) */
+    float *ffn_ws; /* the feed-forward ops' workspace (SwigluOp.workspace_floats), or NULL */
     /* MoE, shared by all layers */
     float *router_logits; /* (N, X); router logits, then their gradient in backward */
     float *dgw;           /* (N, k) */
@@ -219,6 +220,7 @@ struct Qwen3 {
     int max_B, max_T; /* activation capacity */
     AcMode ac;
     Arena param_arena, grad_arena, act_arena;
+    Arena scratch_arena; /* the workspaces the chosen kernels declare (e.g. swiglu_fused's) */
     Qwen3Params p;
     Qwen3Params g; /* gradients, same layout */
     Qwen3Param *table;
@@ -256,10 +258,10 @@ struct Qwen3 {
     int sp, sp_rank;
 };
 
-/* The module tree of spec (DESIGN §4), without allocating a model: fills mod with each
+/* The module tree of spec (docs/kernels.md), without allocating a model: fills mod with each
  * kind's reference implementation and, when slots is not NULL, slots[i] with instance i's FQN,
  * kind and the address of its pointer inside mod. Returns the number of instances. The model
- * builds its own tree with this function, so the override check (kernels/overrides.h) sees
+ * builds its own tree with this function, so the override check (model/overrides.h) sees
  * exactly the instances the model runs. */
 int qwen3_module_tree(const ModelSpec *spec, Qwen3Modules *mod, ModuleSlot *slots);
 
@@ -294,7 +296,7 @@ typedef struct Qwen3Sizes {
 int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
                 const Qwen3Modules *impl, Err *err);
 
-/* Mixed precision (DESIGN §5): from now on every forward first copies the matmul weights
+/* Mixed precision (docs/training.md): from now on every forward first copies the matmul weights
  * (attention and FFN projections, lm_head) to bf16, and the linear / feed_forward modules whose
  * implementation has a bf16 path multiply in bf16 with fp32 accumulation. Master weights,
  * gradients, norms, attention, softmax, loss and the MoE layers stay fp32. */
@@ -307,14 +309,18 @@ int qwen3_enable_bf16_by_hook(Qwen3 *m, Err *err);
  * code that runs the bf16 weights without a forward, such as inference (infer/decode.h). */
 void qwen3_refresh_bf16(Qwen3 *m);
 
-/* DESIGN §5: normal(0, 0.02) for linears and the embedding, ones for norms, zeros for buffers;
- * in MoE models wo and the experts' w2 use 0.02 / sqrt(2 L). Parameter i of the table draws
+/* Each parameter by its init rule in the parameter table (core/param_table.h): normal(0, 0.02)
+ * for linears and the embedding, ones for norms, zeros for buffers; in MoE models wo and the
+ * experts' w2 use 0.02 / sqrt(2 L). Parameter i of the table draws
  * from rng stream i of seed, so the result does not depend on order. */
 void qwen3_init_params(Qwen3 *m, uint64_t seed);
 /* The same for parameter i alone, written to out (table[i].numel floats): a sharded run
  * initialises one tensor at a time and keeps only its slice. */
 void qwen3_init_param(const Qwen3 *m, int i, uint64_t seed, float *out);
 const Qwen3Param *qwen3_find_param(const Qwen3 *m, const char *name);
+/* Where parameters of this kind and layer (-1 outside the layers) live in p: Qwen3Params is
+ * the model's named view of the parameter table (core/param_table.h). */
+float **qwen3_param_field(Qwen3Params *p, ParamKindId kind, int layer);
 void qwen3_zero_grads(Qwen3 *m);
 
 /* Forward on B x T tokens (B * T <= max_B * max_T; more aborts as a programming error). tokens

@@ -44,7 +44,7 @@ int qwen3_load_hf(Qwen3 *m, const StSet *set, const char *what, Err *err) {
     int rc = 0;
     for (int i = 0; i < m->nparams && rc == 0; i++) {
         Qwen3Param *p = &m->table[i];
-        if (p->is_buffer) { /* moe.expert_bias: training state, not in HF files */
+        if (!p->kind->hf) { /* training state (expert_bias), not in HF files */
             memset(p->data, 0, (size_t)p->numel * sizeof(float));
             continue;
         }

@@ -62,6 +62,11 @@ typedef struct Entry {
     Key key;
     dnnl_primitive_t prim; /* NULL: oneDNN has no implementation for this problem */
     size_t scratch_bytes;
+    /* The primitive's scratchpad, allocated on its first run and reused, so repeated problems
+     * (every training step after the first) allocate nothing here; busy guards it when two
+     * threads run the same problem at once (the second then takes its own, as before). */
+    void *scratch;
+    int busy;
     struct Entry *next;
 } Entry;
 
@@ -126,9 +131,10 @@ static dnnl_primitive_t build_matmul(const Key *k, size_t *scratch_bytes) {
     return st == dnnl_success ? prim : NULL;
 }
 
-/* Runs prim on the given buffers; returns 0 on success. */
-static int run_matmul(dnnl_primitive_t prim, size_t scratch_bytes, const void *A, const void *B,
-                      float *C) {
+/* Runs prim on the given buffers with scratch (scratch_bytes of it; NULL: a block allocated for
+ * this call); returns 0 on success. */
+static int run_matmul(dnnl_primitive_t prim, size_t scratch_bytes, void *scratch, const void *A,
+                      const void *B, float *C) {
     const dnnl_memory_desc_t *md;
     const_dnnl_primitive_desc_t pd;
     if (dnnl_primitive_get_primitive_desc(prim, &pd)) return -1;
@@ -138,8 +144,11 @@ static int run_matmul(dnnl_primitive_t prim, size_t scratch_bytes, const void *A
     dnnl_query_t q[4] = {dnnl_query_src_md, dnnl_query_weights_md, dnnl_query_dst_md,
                          dnnl_query_scratchpad_md};
     int n = scratch_bytes ? 4 : 3, rc = -1;
-    void *scratch = NULL;
-    if (scratch_bytes && posix_memalign(&scratch, 64, scratch_bytes)) return -1;
+    void *own = NULL;
+    if (scratch_bytes && !scratch) {
+        if (posix_memalign(&own, 64, scratch_bytes)) return -1;
+        scratch = own;
+    }
     bufs[3] = scratch;
     dnnl_exec_arg_t args[4];
     dnnl_stream_t stream = NULL;
@@ -155,7 +164,7 @@ out:
     if (stream) dnnl_stream_destroy(stream);
     for (int i = 0; i < 4; i++)
         if (mem[i]) dnnl_memory_destroy(mem[i]);
-    free(scratch);
+    free(own);
     return rc;
 }
 
@@ -182,11 +191,20 @@ static int matmul_cached(const Key *k, const void *A, const void *B, float *C) {
         }
     }
     pthread_mutex_unlock(&g_lock);
-    if (e) return e->prim ? run_matmul(e->prim, e->scratch_bytes, A, B, C) : -1;
+    if (e && !e->prim) return -1;
+    if (e) {
+        if (__atomic_exchange_n(&e->busy, 1, __ATOMIC_ACQUIRE))
+            return run_matmul(e->prim, e->scratch_bytes, NULL, A, B, C);
+        if (e->scratch_bytes && !e->scratch && posix_memalign(&e->scratch, 64, e->scratch_bytes))
+            e->scratch = NULL; /* run_matmul then allocates for the call */
+        int rc = run_matmul(e->prim, e->scratch_bytes, e->scratch, A, B, C);
+        __atomic_store_n(&e->busy, 0, __ATOMIC_RELEASE);
+        return rc;
+    }
     size_t sb = 0;
     dnnl_primitive_t p = build_matmul(k, &sb);
     if (!p) return -1;
-    int rc = run_matmul(p, sb, A, B, C);
+    int rc = run_matmul(p, sb, NULL, A, B, C);
     dnnl_primitive_destroy(p);
     return rc;
 }
@@ -218,8 +236,9 @@ static void describe(void) {
         snprintf(g_desc, sizeof g_desc, "reference loops (fp32; bf16 converted), %d threads", nt);
     } else if (g_backend == BK_AUTO) {
         const char *b = probe_impl(1);
-        snprintf(g_desc, sizeof g_desc, "oneDNN %d.%d.%d (fp32 via dnnl_sgemm, bf16 via %s), %d threads",
-                 v->major, v->minor, v->patch, b ? b : "fp32 conversion", nt);
+        snprintf(g_desc, sizeof g_desc,
+                 "oneDNN %d.%d.%d (fp32 via dnnl_sgemm, bf16 via %s), %d threads", v->major,
+                 v->minor, v->patch, b ? b : "fp32 conversion", nt);
     } else if (g_backend == BK_SGEMM) {
         snprintf(g_desc, sizeof g_desc,
                  "oneDNN %d.%d.%d dnnl_sgemm (fp32; bf16 converted to fp32), %d threads", v->major,

@@ -1,24 +1,36 @@
 /* Op kinds and the per-instance implementation pointer. Every module instance of the model
- * tree (DESIGN §4) holds `const XxxOp *` for its op kind; the model calls ops only through
- * these pointers, so a kernel registry can swap an implementation per instance by name.
- * Each op struct starts with an OpHeader, so generic code reads name/kind/device through a
+ * tree (model/qwen3.h, qwen3_module_tree) holds `const XxxOp *` for its op kind; the model calls
+ * ops only through these pointers, so a kernel registry can swap an implementation per instance by
+ * name. Each op struct starts with an OpHeader, so generic code reads name/kind/device through a
  * `const OpHeader *` whatever the kind. */
 #ifndef QT_OP_H
 #define QT_OP_H
 
 #include "core/model_spec.h"
 
+/* The op kinds, one row each, and the only list of them: X(ID, id, "name", OpType, reference).
+ * OP_<ID> is the enum value, "name" what configs and logs say, OpType the struct holding the
+ * kind's function pointers (ops/<id>.h), reference its plain implementation there. Everything
+ * indexed by kind (names, references, the typed slot access in op_kinds.c, the registry's reference
+ * rows, verify-kernels' checks) is generated from this list, so a new kind is a new row plus
+ * its files (docs/kernels.md, "Adding an op kind"). */
+#define QT_OP_KINDS(X)                                                                             \
+    X(EMBEDDING, embedding, "embedding", EmbeddingOp, embedding_reference)                         \
+    X(RMSNORM, rmsnorm, "rmsnorm", RmsnormOp, rmsnorm_reference)                                   \
+    X(LINEAR, linear, "linear", LinearOp, linear_reference)                                        \
+    X(ROPE, rope, "rope", RopeOp, rope_reference)                                                  \
+    X(SDPA, sdpa, "sdpa", SdpaOp, sdpa_reference)                                                  \
+    X(SWIGLU, swiglu, "swiglu", SwigluOp, swiglu_reference)                                        \
+    X(CROSS_ENTROPY, cross_entropy, "cross_entropy", CrossEntropyOp, cross_entropy_reference)      \
+    /* output projection + cross-entropy as one op (ops/lm_head_loss.h) */                         \
+    X(LM_HEAD_LOSS, lm_head_loss, "lm_head_loss", LmHeadLossOp, lm_head_loss_reference)            \
+    X(MOE_EXPERTS, moe_experts, "moe.experts", MoeExpertsOp, moe_experts_reference)
+
 typedef enum OpKind {
-    OP_EMBEDDING = 0,
-    OP_RMSNORM,
-    OP_LINEAR,
-    OP_ROPE,
-    OP_SDPA,
-    OP_SWIGLU,
-    OP_CROSS_ENTROPY,
-    OP_LM_HEAD_LOSS, /* output projection + cross-entropy as one op (ops/lm_head_loss.h) */
-    OP_MOE_EXPERTS,
-    OP_NKINDS
+#define QT_OP_ENUM(ID, id, name, Type, ref) OP_##ID,
+    QT_OP_KINDS(QT_OP_ENUM)
+#undef QT_OP_ENUM
+        OP_NKINDS
 } OpKind;
 
 /* What a kernel's supports() may look at: the model and the shape of the run, known from the

@@ -16,6 +16,7 @@ typedef void (*SwigluForwardFn)(float *out,      /* (N, D) */
                                 const float *w1, /* (F, D) */
                                 const float *w3, /* (F, D) */
                                 const float *w2, /* (D, F) */
+                                float *ws,       /* workspace_floats(N, D, F), or NULL */
                                 long N, int D, int F);
 /* dx written; dw1, dw3, dw2 accumulated; dh1, dh3 are scratch the caller provides. */
 typedef void (*SwigluBackwardFn)(float *dx,         /* (N, D) */
@@ -32,6 +33,7 @@ typedef void (*SwigluBackwardFn)(float *dx,         /* (N, D) */
                                  const float *w1,   /* (F, D) */
                                  const float *w3,   /* (F, D) */
                                  const float *w2,   /* (D, F) */
+                                 float *ws,         /* workspace_floats(N, D, F), or NULL */
                                  long N, int D, int F);
 
 /* Mixed precision: w1b, w3b, w2b are bf16 copies of the weights; x, g, dout, dh1 and dh3 are
@@ -53,21 +55,26 @@ typedef void (*SwigluBf16BackwardFn)(float *dx, float *dw1, float *dw3, float *d
                                      const uint16_t *w3b, const uint16_t *w2b, uint16_t *scratch,
                                      long N, int D, int F);
 
+/* Floats of fp32 workspace forward and backward need for N rows (contents not kept between
+ * calls); the model takes it from its activation arena, so steps allocate nothing. */
+typedef long (*SwigluWorkspaceFn)(long N, int D, int F);
+
 typedef struct SwigluOp {
     OpHeader h;
     SwigluForwardFn forward;
     SwigluBackwardFn backward;
+    SwigluWorkspaceFn workspace_floats; /* NULL: none (ws may be NULL) */
     /* NULL when the implementation has no bf16 path (the model then runs it in fp32). */
     SwigluBf16ForwardFn forward_bf16;
     SwigluBf16BackwardFn backward_bf16;
 } SwigluOp;
 
 void swiglu_forward(float *out, float *h1, float *h3, float *g, const float *x, const float *w1,
-                    const float *w3, const float *w2, long N, int D, int F);
+                    const float *w3, const float *w2, float *ws, long N, int D, int F);
 void swiglu_backward(float *dx, float *dw1, float *dw3, float *dw2, float *dh1, float *dh3,
                      const float *dout, const float *x, const float *h1, const float *h3,
-                     const float *g, const float *w1, const float *w3, const float *w2, long N,
-                     int D, int F);
+                     const float *g, const float *w1, const float *w3, const float *w2, float *ws,
+                     long N, int D, int F);
 extern const SwigluOp swiglu_reference;
 
 #endif

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "text/tokenizer.h"
+#include "text/idvec.h"
 
 #define BPE_NONE UINT32_MAX
 
@@ -37,8 +37,5 @@ void bpe_encode_word(const Bpe *b, const uint8_t *w, size_t n, IdVec *out);
 /* The same without the cache, for testing: `heap` picks the priority-queue algorithm (used for
  * long words) instead of the quadratic scan (used for short ones). */
 void bpe_encode_word_uncached(const Bpe *b, const uint8_t *w, size_t n, int heap, IdVec *out);
-
-/* The merge table of a loaded tokenizer (tests compare the two merge algorithms on it). */
-const Bpe *tokenizer_bpe(const Tokenizer *t);
 
 #endif

@@ -18,19 +18,6 @@
 #include "text/tokjson.h"
 #include "text/utf8.h"
 
-void idvec_push(IdVec *v, uint32_t id) {
-    if (v->n == v->cap) {
-        v->cap = v->cap ? v->cap * 2 : 256;
-        v->ids = xrealloc(v->ids, v->cap * sizeof *v->ids);
-    }
-    v->ids[v->n++] = id;
-}
-
-void idvec_free(IdVec *v) {
-    free(v->ids);
-    memset(v, 0, sizeof *v);
-}
-
 typedef struct Added {
     char *content; // matched text (NFC-normalized for normalized tokens)
     size_t len;

@@ -7,16 +7,9 @@
 #include <stdint.h>
 
 #include "core/err.h"
+#include "text/idvec.h"
 
 typedef struct Tokenizer Tokenizer;
-
-/* Growable id buffer that encode appends to. */
-typedef struct IdVec {
-    uint32_t *ids;
-    size_t n, cap;
-} IdVec;
-void idvec_push(IdVec *v, uint32_t id);
-void idvec_free(IdVec *v);
 
 /* path: a tokenizer.json file or a directory holding one. */
 Tokenizer *tokenizer_load(const char *path, Err *err);
@@ -24,6 +17,9 @@ Tokenizer *tokenizer_load(const char *path, Err *err);
  * what tokenizer_path returns. */
 Tokenizer *tokenizer_load_mem(const char *data, size_t len, const char *name, Err *err);
 void tokenizer_free(Tokenizer *t);
+/* The merge table of a loaded tokenizer (text/bpe.h; tests compare the two merge algorithms on
+ * it). */
+const struct Bpe *tokenizer_bpe(const Tokenizer *t);
 /* Appends the ids of text[0..len) to out. Thread-safe for concurrent calls on one tokenizer. */
 int tokenizer_encode(const Tokenizer *t, const char *text, size_t len, IdVec *out, Err *err);
 /* Decodes ids into a malloc'd UTF-8 string (*len excludes the NUL). */

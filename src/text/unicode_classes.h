@@ -6,7 +6,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "text/utf8.h"
+/* Classes used by the Qwen/GPT-2 split patterns: \p{L}, \p{N}, \s (Unicode White_Space, as
+ * Oniguruma's \s), and everything else. Defined here, below text/utf8.h, so the table does not
+ * include its user. */
+enum { UC_OTHER = 0, UC_LETTER = 1, UC_NUMBER = 2, UC_SPACE = 3 };
 
 typedef struct UnicodeRange {
     uint32_t first, last; // inclusive

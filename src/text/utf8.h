@@ -7,9 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Classes used by the Qwen/GPT-2 split patterns: \p{L}, \p{N}, \s (Unicode White_Space, as
- * Oniguruma's \s), and everything else. */
-enum { UC_OTHER = 0, UC_LETTER = 1, UC_NUMBER = 2, UC_SPACE = 3 };
+#include "text/unicode_classes.h" /* the UC_* classes */
 
 /* Class of a code point, as HF tokenizers' regex engine sees it (see unicode_classes.c). */
 int utf8_class(uint32_t cp);

@@ -110,9 +110,3 @@ void adamw_step_scaled(AdamW *opt, double lr, float grad_scale) {
         }
     }
 }
-
-int adamw_default_decay(const char *name, int exempt_norms, int exempt_embeddings) {
-    if (exempt_norms && strstr(name, "norm")) return 0;
-    if (exempt_embeddings && strstr(name, "tok_embeddings")) return 0;
-    return 1;
-}

@@ -22,7 +22,7 @@ typedef struct AdamWParam {
     float *param;      /* (n) */
     const float *grad; /* (n) */
     size_t n;
-    int decay; /* 1: weight decay applies; 0: exempt (norms, embeddings when asked) */
+    int decay; /* 1: weight decay applies; 0: exempt (param_decays in core/param_table.h) */
 } AdamWParam;
 
 typedef struct AdamW {
@@ -45,9 +45,5 @@ void adamw_step(AdamW *opt, double lr);
 /* adamw_step on the gradients times grad_scale (a clipping coefficient from grad_clip_coef),
  * bitwise as if they had been scaled in place first, without writing them. */
 void adamw_step_scaled(AdamW *opt, double lr, float grad_scale);
-
-/* The usual exemption rule: 0 (no decay) for RMSNorm weights (a name containing "norm") when
- * exempt_norms, and for "tok_embeddings" when exempt_embeddings; otherwise 1. */
-int adamw_default_decay(const char *name, int exempt_norms, int exempt_embeddings);
 
 #endif

@@ -12,11 +12,11 @@
 #include "core/fs.h"
 #include "core/json.h"
 #include "core/log.h"
+#include "core/param_table.h"
 #include "io/hf_config.h"
 #include "io/hf_export.h"
 #include "io/hf_keys.h"
 #include "io/safetensors.h"
-#include "train/tp_split.h"
 
 #define FORMAT "qtitan-sharded-checkpoint"
 
@@ -417,7 +417,7 @@ int ckpt_dist_export_hf(const char *out_dir, const CkptDistReader *r, const Mode
     st_writer_init(&w);
     for (int i = 0; i < t.nhf; i++) {
         const HfTensor *h = &t.hf[i];
-        const QtParam *p = &t.params[h->param];
+        const ParamInfo *p = &t.params[h->param];
         src[i] = (ExportSource){r, p->name, (size_t)p->numel, (size_t)p->shape[p->ndim - 1],
                                 h->expert < 0 ? 0 : (size_t)h->expert * (size_t)h->numel};
         st_writer_add_f32_source(&w, h->name, dtype, h->ndim, h->shape, pull, &src[i]);

@@ -47,7 +47,7 @@ int ckpt_dist_refuse_sharded(const char *root, Err *err);
  * assembled from the ranks' pieces (HF export, inspection). Rank s * tp + t holds FSDP slice s
  * of tp rank t's part of each parameter: in s order the pieces are consecutive runs of that
  * part; the part is a block of rows or of columns of the whole tensor, or all of it
- * (train/tp_split.h; replicated parameters are read from tp rank 0). */
+ * (core/param_table.h; replicated parameters are read from tp rank 0). */
 typedef struct CkptDistReader {
     int dp_shard, tp; /* of the mesh that saved the checkpoint */
     int64_t step;

@@ -17,7 +17,8 @@
  * only, and lm_head. The embedding lookup is no matmul; when tied, its table is lm_head and is
  * counted once as lm_head. Norm weights are left out. */
 double metrics_matmul_params(const ModelSpec *spec);
-/* DESIGN §7: 6 * matmul params + 12 * n_layers * n_heads * head_dim * seq_len. */
+/* The FLOPs of one token, forward and backward (PaLM's count, as torchtitan's MFU): 6 * matmul
+ * params + 12 * n_layers * n_heads * head_dim * seq_len. */
 double metrics_flops_per_token(const ModelSpec *spec, int seq_len);
 
 /* Measures this machine's fp32 FMA throughput on all OpenMP threads for about `seconds` and

@@ -36,10 +36,7 @@ int train_job_spec(const JobConfig *cfg, ModelSpec *spec, HfConfigExtra *extra, 
     } else {
         TRY(model_spec_flavor(spec, cfg->model.flavor, err));
     }
-    for (int i = 0; i < cfg->model.n_fields; i++)
-        if (model_spec_set_field(spec, cfg->model.fields[i].field, cfg->model.fields[i].value,
-                                 err) != 0)
-            return err_wrap(err, "model.%s", cfg->model.fields[i].field);
+    TRY(config_apply_model_fields(spec, cfg, err));
     return config_validate_model(spec, cfg, err);
 }
 

@@ -13,8 +13,10 @@
 /* world: the job's communicator (comm_init), or NULL for one process without MPI. */
 int train_job_run(const JobConfig *cfg, Comm *world, Err *err);
 
-/* The model a config describes: a native flavor, or model.hf_assets_path/config.json for
- * flavor = "hf" (with its token ids in extra), then the [model] field replacements, validated. */
+/* The model a config describes, the one way from a config to a ModelSpec (train, plan and
+ * verify-kernels call it): a native flavor, or model.hf_assets_path/config.json for
+ * flavor = "hf" (with its token ids in extra), then the [model] field replacements (an error
+ * names the file:line or the command line that set the field), validated. */
 int train_job_spec(const JobConfig *cfg, ModelSpec *spec, HfConfigExtra *extra, Err *err);
 /* Values that are each valid alone but not together (seq_len beyond the model's positions, a
  * global batch that is not a multiple, ...), checked before

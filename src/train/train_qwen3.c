@@ -12,16 +12,17 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "core/param_table.h"
 #include "core/timer.h"
 #include "dist/fsdp.h"
 #include "io/hf_keys.h"
 #include "io/safetensors.h"
 #include "kernels/cpu_simd.h"
+#include "model/overrides.h"
 #include "model/qwen3.h"
 #include "model/qwen3_hf.h"
 #include "train/adamw.h"
 #include "train/moe_step.h"
-#include "train/tp_split.h"
 
 /* A full-size workspace: the gathered parameters of the unit it holds and that unit's
  * gradient. Layers alternate between slots 0 and 1 (one computes while the other is
@@ -78,59 +79,15 @@ struct TrainQwen3 {
 
 /* ---- parameters: units and pointer fields ---- */
 
-static const struct {
-    const char *suffix;
-    size_t offset;
-} LAYER_FIELDS[] = {
-    {"attention_norm.weight", offsetof(Qwen3LayerParams, attention_norm)},
-    {"attention.wq.weight", offsetof(Qwen3LayerParams, wq)},
-    {"attention.wk.weight", offsetof(Qwen3LayerParams, wk)},
-    {"attention.wv.weight", offsetof(Qwen3LayerParams, wv)},
-    {"attention.wo.weight", offsetof(Qwen3LayerParams, wo)},
-    {"attention.q_norm.weight", offsetof(Qwen3LayerParams, q_norm)},
-    {"attention.k_norm.weight", offsetof(Qwen3LayerParams, k_norm)},
-    {"ffn_norm.weight", offsetof(Qwen3LayerParams, ffn_norm)},
-    {"feed_forward.w1.weight", offsetof(Qwen3LayerParams, w1)},
-    {"feed_forward.w3.weight", offsetof(Qwen3LayerParams, w3)},
-    {"feed_forward.w2.weight", offsetof(Qwen3LayerParams, w2)},
-    {"moe.router.gate.weight", offsetof(Qwen3LayerParams, router_gate)},
-    {"moe.experts.w1", offsetof(Qwen3LayerParams, experts_w1)},
-    {"moe.experts.w3", offsetof(Qwen3LayerParams, experts_w3)},
-    {"moe.experts.w2", offsetof(Qwen3LayerParams, experts_w2)},
-    /* A buffer (zero gradient, no decay): sharded and checkpointed like the rest, updated on
-     * the shards by before_optimizer_step. */
-    {"moe.expert_bias", offsetof(Qwen3LayerParams, expert_bias)},
-};
-
-/* The FSDP unit of a parameter and where the model keeps its pointer in p (the same offset
- * in g). Units: 0 embedding (plus the final norm when tied: then all three are used from
- * the first forward to the last backward), 1 + i layer i, L + 1 final norm + lm_head. */
-static int param_slot(TrainQwen3 *f, const char *name, int *unit, float ***pf, float ***gf,
-                      Err *err) {
-    Qwen3Params *p = &f->m.p, *g = &f->m.g;
-    int layer, n = 0;
-    if (sscanf(name, "layers.%d.%n", &layer, &n) == 1 && n > 0 && layer >= 0 && layer < f->L) {
-        for (size_t k = 0; k < sizeof LAYER_FIELDS / sizeof LAYER_FIELDS[0]; k++)
-            if (strcmp(name + n, LAYER_FIELDS[k].suffix) == 0) {
-                *unit = 1 + layer;
-                *pf = (float **)((char *)&p->layers[layer] + LAYER_FIELDS[k].offset);
-                *gf = (float **)((char *)&g->layers[layer] + LAYER_FIELDS[k].offset);
-                return 0;
-            }
-    } else if (strcmp(name, "tok_embeddings.weight") == 0) {
-        *unit = 0, *pf = &p->tok_embeddings, *gf = &g->tok_embeddings;
-        return 0;
-    } else if (strcmp(name, "norm.weight") == 0) {
-        *unit = f->tied ? 0 : f->L + 1, *pf = &p->norm, *gf = &g->norm;
-        return 0;
-    } else if (strcmp(name, "output.weight") == 0) {
-        *unit = f->L + 1, *pf = &p->output, *gf = &g->output;
-        return 0;
-    }
-    return err_set(err,
-                   "FSDP: parameter %s has no place in a sharding unit (only Qwen3 layers "
-                   "are sharded)",
-                   name);
+/* The FSDP unit of a parameter. Units: 0 embedding (plus the final norm when tied: then all
+ * three are used from the first forward to the last backward), 1 + i layer i, L + 1 final
+ * norm + lm_head. A buffer (expert_bias: zero gradient, no decay) is sharded and checkpointed
+ * like the rest of its layer, updated on the shards by before_optimizer_step. */
+static int param_unit(const TrainQwen3 *f, const Qwen3Param *p) {
+    if (p->layer >= 0) return 1 + p->layer;
+    if (p->kind->id == PK_TOK_EMBEDDINGS) return 0;
+    if (p->kind->id == PK_NORM && f->tied) return 0;
+    return f->L + 1;
 }
 
 static int slot_of(const TrainQwen3 *f, int unit) {
@@ -312,7 +269,7 @@ struct Qwen3Modules *train_qwen3_modules(const ModelSpec *spec, const OverridePl
         OverridePlan on_spec = *plan;
         on_spec.spec = *spec;
         overrides_apply(&on_spec, mod);
-    } else if (!overrides_cpu_defaults(spec, mod) && verbose) {
+    } else if (!overrides_defaults(spec, "cpu", mod) && verbose) {
         log_info("kernels: references (QT_KERNELS=reference)");
     }
     return mod;
@@ -350,10 +307,11 @@ static int shard(TrainQwen3 *f, const int *unit, Err *err) {
     int n = f->m.nparams, nunits = f->L + 2, rc = 0;
     size_t *numel = xcalloc((size_t)n, sizeof *numel);
     float ***pf = xcalloc((size_t)n, sizeof *pf), ***gf = xcalloc((size_t)n, sizeof *gf);
-    for (int i = 0; i < n && rc == 0; i++) {
-        int u;
-        numel[i] = (size_t)f->m.table[i].numel;
-        rc = param_slot(f, f->m.table[i].name, &u, &pf[i], &gf[i], err);
+    for (int i = 0; i < n; i++) {
+        const Qwen3Param *p = &f->m.table[i];
+        numel[i] = (size_t)p->numel;
+        pf[i] = qwen3_param_field(&f->m.p, p->kind->id, p->layer);
+        gf[i] = qwen3_param_field(&f->m.g, p->kind->id, p->layer);
     }
     if (rc == 0)
         rc = fsdp_plan(&f->plan, numel, unit, n, nunits, f->mesh->dims.dp_shard,
@@ -447,9 +405,8 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
     int n = f->m.nparams;
     int *unit = xcalloc((size_t)n, sizeof *unit);
     f->held = xcalloc((size_t)n, sizeof *f->held);
-    for (int i = 0; i < n && rc == 0; i++) {
-        float **pf, **gf;
-        rc = param_slot(f, f->m.table[i].name, &unit[i], &pf, &gf, err);
+    for (int i = 0; i < n; i++) {
+        unit[i] = param_unit(f, &f->m.table[i]);
         f->held[i] = (Held){0, (size_t)f->m.table[i].numel, f->m.table[i].data, f->m.table[i].grad};
     }
     if (rc == 0 && f->sharded) rc = shard(f, unit, err);
@@ -462,14 +419,14 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
     for (int l = 0; l < f->L; l++)
         f->bias_param[l] = -1;
     for (int i = 0; i < n; i++)
-        if (f->m.table[i].is_buffer) f->bias_param[unit[i] - 1] = i;
+        if (f->m.table[i].kind->id == PK_EXPERT_BIAS) f->bias_param[unit[i] - 1] = i;
     free(unit);
     f->bias_full = xcalloc((size_t)f->L * (spec->num_experts > 0 ? spec->num_experts : 1),
                            sizeof *f->bias_full);
     f->tp_split = xcalloc((size_t)n, 1);
     f->tp_repl = xcalloc((size_t)n, 1);
     for (int i = 0; i < n; i++) {
-        f->tp_split[i] = (unsigned char)(f->tp > 1 ? tp_split_of(f->m.table[i].name) : 0);
+        f->tp_split[i] = (unsigned char)(f->tp > 1 ? f->m.table[i].kind->tp : TP_REPLICATED);
         f->tp_repl[i] = f->tp_split[i] == TP_REPLICATED;
     }
 
@@ -614,8 +571,8 @@ int train_qwen3_load_hf(TrainQwen3 *f, const char *path, Err *err) {
     rc = qwen3_hf_check(&whole(f)->spec, &set, path, err);
     for (int i = 0; i < f->m.nparams && rc == 0; i++) {
         const Qwen3Param *p = &whole(f)->table[i];
-        int k = p->is_buffer ? -1 : hf_keys_find_param(&keys, p->name);
-        if (p->is_buffer) /* moe.expert_bias: training state, not in HF files */
+        int k = p->kind->hf ? hf_keys_find_param(&keys, p->name) : -1;
+        if (!p->kind->hf) /* training state (expert_bias), not in HF files */
             memset(tmp, 0, (size_t)p->numel * sizeof *tmp);
         else if (k < 0)
             rc = err_set(err, "model parameter %s is not in the Hugging Face name table", p->name);
@@ -690,10 +647,7 @@ void train_qwen3_set_micro_batches(TrainQwen3 *f, int micro_batches) {
 
 void train_qwen3_model(TrainQwen3 *f, TrainModel *out, int exempt) {
     for (int k = 0; k < f->npieces; k++)
-        /* expert_bias is balancing state: zero gradient, and it must not decay. */
-        f->piece_decay[k] = f->m.table[f->piece_param[k]].is_buffer
-                                ? 0
-                                : adamw_default_decay(f->pieces[k].name, exempt, exempt);
+        f->piece_decay[k] = param_decays(f->m.table[f->piece_param[k]].kind, exempt, exempt);
     *out = (TrainModel){.ctx = f,
                         .nparams = f->npieces,
                         .params = f->pieces,

@@ -22,7 +22,7 @@
 #include "core/err.h"
 #include "core/model_spec.h"
 #include "dist/mesh.h"
-#include "kernels/overrides.h"
+#include "model/overrides.h"
 #include "train/trainer.h"
 
 typedef struct TrainQwen3 TrainQwen3;

@@ -1,4 +1,4 @@
-/* [[override]] entries (DESIGN §4) checked against the module tree and the kernel registry
+/* [[override]] entries (docs/kernels.md) checked against the module tree and the kernel registry
  * before any memory is sized, then applied to the model's module implementations.
  *
  * Use (train/train_job.c and train/train_qwen3.c do this for `qtitan train`):
@@ -16,8 +16,8 @@
 #include "core/model_spec.h"
 #include "ops/op.h"
 
-/* Incomplete here on purpose: core/config.h and model/qwen3.h both define AC_NONE / AC_FULL,
- * so no header includes both (train/train_qwen3.h keeps the same rule). */
+/* Only pointers to these are used here, so the header does not pull in the job config or the
+ * model. */
 struct KernelOverride; /* core/config.h */
 struct Qwen3Modules;   /* model/qwen3.h */
 
@@ -30,6 +30,7 @@ typedef struct OverrideChoice {
 
 typedef struct OverridePlan {
     ModelSpec spec;
+    char device[16];         /* the device the plan was resolved for ("cpu") */
     OverrideChoice *choices; /* n, in module tree order */
     int n;
     int n_unmatched; /* entries that matched no instance (warned) */
@@ -46,10 +47,12 @@ int overrides_resolve(OverridePlan *plan, const ModelSpec *spec,
                       const char *device, const OpRun *run, Err *err);
 void overrides_plan_free(OverridePlan *plan);
 
-/* Fills mod with spec's module tree and each kind's CPU default (kernels/cpu_ops.h; with
- * QT_KERNELS=reference the references stay). Returns 1 when the fast defaults were set. */
-int overrides_cpu_defaults(const ModelSpec *spec, struct Qwen3Modules *mod);
-/* Fills mod with plan->spec's module tree (CPU defaults) and the plan's replacements, logging
+/* Fills mod with spec's module tree and each kind's default on device (kernels/registry.h,
+ * kernel_default_op; with QT_KERNELS=reference the references stay). Returns 1 when the
+ * defaults were set. */
+int overrides_defaults(const ModelSpec *spec, const char *device, struct Qwen3Modules *mod);
+/* Fills mod with plan->spec's module tree (plan->device's defaults) and the plan's replacements,
+ * logging
  * "[override] FQN: OLD -> NEW" for each and "applied N override(s)". Returns N. */
 int overrides_apply(const OverridePlan *plan, struct Qwen3Modules *mod);
 

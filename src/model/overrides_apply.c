@@ -4,9 +4,8 @@
 #include <stdlib.h>
 
 #include "core/log.h"
-#include "kernels/cpu_ops.h"
-#include "kernels/overrides.h"
 #include "kernels/registry.h"
+#include "model/overrides.h"
 #include "model/qwen3.h"
 
 int overrides_tree(const ModelSpec *spec, ModuleSlot **slots) {
@@ -20,12 +19,16 @@ int overrides_tree(const ModelSpec *spec, ModuleSlot **slots) {
     return n;
 }
 
-int overrides_cpu_defaults(const ModelSpec *spec, Qwen3Modules *mod) {
+int overrides_defaults(const ModelSpec *spec, const char *device, Qwen3Modules *mod) {
     int nslots = qwen3_module_tree(spec, mod, NULL);
     ModuleSlot *slots = xcalloc((size_t)nslots, sizeof *slots);
     qwen3_module_tree(spec, mod, slots);
-    int fast = cpu_apply_defaults(slots, nslots, spec);
-    if (fast) mod->ce = &cross_entropy_cpu;
+    OpRun run = {.spec = spec}; /* defaults are chosen from the spec alone (registry.h) */
+    int fast = kernels_apply_defaults(slots, nslots, device, &run);
+    /* The cross-entropy inside the reference loss op is part of the `loss` instance, not a
+     * slot of its own, so it gets its kind's default here. */
+    const OpHeader *ce = kernel_default_op(OP_CROSS_ENTROPY, device, &run);
+    if (fast && ce) mod->ce = (const CrossEntropyOp *)ce;
     free(slots);
     return fast;
 }
@@ -34,7 +37,7 @@ int overrides_apply(const OverridePlan *plan, Qwen3Modules *mod) {
     /* The CPU defaults first, so a replacement is logged against what it replaces; the slots
      * point into mod, so copying the defaults over it keeps them valid. */
     Qwen3Modules *defaults = xmalloc(sizeof *defaults);
-    overrides_cpu_defaults(&plan->spec, defaults);
+    overrides_defaults(&plan->spec, plan->device, defaults);
     int nslots = qwen3_module_tree(&plan->spec, mod, NULL);
     ModuleSlot *slots = xcalloc((size_t)nslots, sizeof *slots);
     qwen3_module_tree(&plan->spec, mod, slots);

@@ -1,6 +1,6 @@
 /* [[override]] resolution: match every target against the whole tree, then check each claimed
  * instance's kernel (name, kind, device, supports) in tree order. */
-#include "kernels/overrides.h"
+#include "model/overrides.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +46,7 @@ int overrides_resolve(OverridePlan *plan, const ModelSpec *spec, const KernelOve
                       int n, const char *origin, const char *device, const OpRun *run, Err *err) {
     memset(plan, 0, sizeof *plan);
     plan->spec = *spec;
+    snprintf(plan->device, sizeof plan->device, "%s", device);
     if (!origin || !*origin) origin = "config";
     ModuleSlot *slots;
     int nslots = overrides_tree(spec, &slots);

@@ -1,0 +1,140 @@
+/* Steps 2..N of training allocate nothing: the model's arenas, the kernels' declared workspaces
+ * (kernel scratch arena) and the optimizer state are sized before the first step. This binary is
+ * linked with -Wl,--wrap for malloc, calloc, realloc, aligned_alloc and posix_memalign
+ * (CMakeLists.txt), so every such call made by qtitan's code goes through the counters below; a
+ * step is forward, backward, gradient clipping and an AdamW update with the CPU default kernels,
+ * in fp32 and bf16, for a dense and a MoE model. Allocations inside oneDNN and the OpenMP runtime
+ * (shared libraries) are not seen. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h> /* after the headers it relies on */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/overrides.h"
+#include "model/qwen3.h"
+#include "train/adamw.h"
+#include "train/clip.h"
+
+static long g_allocs; /* calls while counting */
+static int g_counting;
+
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t k, size_t n);
+void *__real_realloc(void *p, size_t n);
+void *__real_aligned_alloc(size_t a, size_t n);
+int __real_posix_memalign(void **p, size_t a, size_t n);
+
+void *__wrap_malloc(size_t n) {
+    __atomic_add_fetch(&g_allocs, g_counting, __ATOMIC_RELAXED);
+    return __real_malloc(n);
+}
+void *__wrap_calloc(size_t k, size_t n) {
+    __atomic_add_fetch(&g_allocs, g_counting, __ATOMIC_RELAXED);
+    return __real_calloc(k, n);
+}
+void *__wrap_realloc(void *p, size_t n) {
+    __atomic_add_fetch(&g_allocs, g_counting, __ATOMIC_RELAXED);
+    return __real_realloc(p, n);
+}
+void *__wrap_aligned_alloc(size_t a, size_t n) {
+    __atomic_add_fetch(&g_allocs, g_counting, __ATOMIC_RELAXED);
+    return __real_aligned_alloc(a, n);
+}
+int __wrap_posix_memalign(void **p, size_t a, size_t n) {
+    __atomic_add_fetch(&g_allocs, g_counting, __ATOMIC_RELAXED);
+    return __real_posix_memalign(p, a, n);
+}
+
+#define B_ 2
+#define T_ 32
+#define V_ 256
+#define STEPS 4
+
+static ModelSpec tiny(int moe) {
+    ModelSpec s;
+    memset(&s, 0, sizeof s);
+    snprintf(s.flavor, sizeof s.flavor, "test");
+    s.dim = 64, s.n_layers = 2, s.n_heads = 4, s.n_kv_heads = 2, s.head_dim = 16;
+    s.hidden_dim = 96, s.vocab_size = V_, s.max_seq_len = T_, s.norm_eps = 1e-6;
+    s.rope_theta = 1e6;
+    if (moe) {
+        s.num_experts = 8, s.top_k = 2, s.moe_hidden_dim = 32, s.norm_topk_prob = 1;
+        s.decoder_sparse_step = 1, s.load_balance_coeff = 1e-3;
+    }
+    return s;
+}
+
+/* Allocation calls in each of steps 2..STEPS of one small run. */
+static void run(int moe, int bf16) {
+    ModelSpec s = tiny(moe);
+    Err err;
+    Qwen3Modules mod;
+    overrides_defaults(&s, "cpu", &mod);
+    Qwen3 m;
+    assert_int_equal(qwen3_create_with(&m, &s, B_, T_, AC_NONE, &mod, &err), 0);
+    qwen3_init_params(&m, 5);
+    if (bf16) assert_int_equal(qwen3_enable_bf16(&m, &err), 0);
+    AdamWParam *ap = calloc((size_t)m.nparams, sizeof *ap);
+    GradRef *gr = calloc((size_t)m.nparams, sizeof *gr);
+    for (int i = 0; i < m.nparams; i++) {
+        ap[i] = (AdamWParam){m.table[i].name, m.table[i].data, m.table[i].grad,
+                             (size_t)m.table[i].numel, 1};
+        gr[i] = (GradRef){m.table[i].grad, (size_t)m.table[i].numel};
+    }
+    AdamWConfig cfg = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+    AdamW opt;
+    assert_int_equal(adamw_init(&opt, &cfg, ap, m.nparams, &err), 0);
+    int32_t tok[B_ * T_], tgt[B_ * T_];
+    for (int i = 0; i < B_ * T_; i++)
+        tok[i] = (int32_t)((i * 37 + 11) % V_), tgt[i] = (int32_t)(((i + 1) * 37 + 11) % V_);
+    for (int step = 1; step <= STEPS; step++) {
+        g_counting = step > 1;
+        long before = g_allocs;
+        qwen3_zero_grads(&m);
+        qwen3_moe_reset_counts(&m);
+        qwen3_forward(&m, tok, tgt, NULL, NULL, B_, T_);
+        qwen3_backward(&m, 0);
+        double norm = grad_global_norm(gr, m.nparams);
+        adamw_step_scaled(&opt, 1e-3, grad_clip_coef(norm, 0.5));
+        g_counting = 0;
+        if (step > 1 && g_allocs != before)
+            fail_msg("%s %s: step %d made %ld heap allocation(s)", moe ? "MoE" : "dense",
+                     bf16 ? "bf16" : "fp32", step, g_allocs - before);
+    }
+    adamw_free(&opt);
+    free(ap);
+    free(gr);
+    qwen3_free(&m);
+}
+
+static void test_dense_fp32(void **state) {
+    (void)state;
+    run(0, 0);
+}
+static void test_dense_bf16(void **state) {
+    (void)state;
+    run(0, 1);
+}
+static void test_moe_fp32(void **state) {
+    (void)state;
+    run(1, 0);
+}
+static void test_moe_bf16(void **state) {
+    (void)state;
+    run(1, 1);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dense_fp32),
+        cmocka_unit_test(test_dense_bf16),
+        cmocka_unit_test(test_moe_fp32),
+        cmocka_unit_test(test_moe_bf16),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
