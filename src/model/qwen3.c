@@ -527,6 +527,10 @@ static void cast_weights_bf16(Qwen3 *m) {
     simd_f32_to_bf16(m->pb.output, m->p.output, (long)s->vocab_size * D);
 }
 
+void qwen3_refresh_bf16(Qwen3 *m) {
+    if (m->bf16 && !m->bf16_by_hook) cast_weights_bf16(m);
+}
+
 /* The linear and feed_forward calls: the bf16 path when mixed precision is on and the
  * implementation has one, else fp32. */
 static void linear_fwd(const Qwen3 *m, const LinearOp *op, float *out, const float *x,
