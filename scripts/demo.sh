@@ -63,5 +63,10 @@ cat <<SUMMARY
    log, metrics  $dir/train.log, $dir/metrics.jsonl, curves $dir/loss.svg
    checkpoints   $dir/checkpoint/step-*
    HF export     $hf (transformers.AutoModelForCausalLM.from_pretrained loads it)
+   generate      $bin generate --model $hf --prompt "the small" (or --checkpoint $dir/checkpoint)
 SUMMARY
+echo "== 5. generate: the trained checkpoint continues two prompts (docs/generate.md)"
+printf 'the small\n12 plus\n' >"$dir/data/prompts.txt"
+"$bin" generate --checkpoint "$dir/checkpoint" --prompt-file "$dir/data/prompts.txt" \
+  --max-new-tokens 40 --temperature 0.7 --seed 1 --stop "count:"
 case $verdict in ok:*) exit 0 ;; *) exit 1 ;; esac

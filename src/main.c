@@ -15,6 +15,7 @@ typedef struct Command {
 static const Command COMMANDS[] = {
     {"train", cmd_train, "train a model from a TOML job config"},
     {"eval", cmd_eval, "loss (and logits) of an HF model directory on token id lines"},
+    {"generate", cmd_generate, "text from an HF model directory or a training checkpoint"},
     {"tokenize", cmd_tokenize, "encode JSONL text to token ids, or decode ids back"},
     {"tokenizer-train", cmd_tokenizer_train, "train a byte-level BPE tokenizer"},
     {"inspect", cmd_inspect, "list a safetensors file or check an HF model directory"},

@@ -71,7 +71,8 @@ _Static_assert(sizeof(DType) == sizeof(int) && sizeof(DecayType) == sizeof(int) 
 static const char *const SECTIONS[] = {
     "job",      "model",       "optimizer",  "lr_scheduler",
     "training", "parallelism", "checkpoint", "activation_checkpoint",
-    "metrics",  "profiling",   "comm",       "override",
+    "metrics",  "validation",  "sample",     "profiling",
+    "comm",     "override",
 };
 #define NSECTIONS ((int)(sizeof SECTIONS / sizeof SECTIONS[0]))
 
@@ -142,6 +143,19 @@ static const KeyDesc KEYS[] = {
     BOOL(profiling, enable_profiling),
     STR(profiling, save_traces_folder),
     INT(profiling, profile_freq, 1, 0, "an integer >= 1"),
+    BOOL(validation, enable),
+    STR(validation, dataset),
+    STR(validation, dataset_path),
+    INT(validation, freq, 1, 0, "an integer >= 1"),
+    INT(validation, steps, 1, 1, "an integer >= 1, or -1 for the whole set"),
+    INT(validation, local_batch_size, 1, 0, "an integer >= 1"),
+    INT(validation, seq_len, 1, 1, "an integer >= 1, or -1 for training.seq_len"),
+    INT(sample, freq, 0, 0, "an integer >= 0 (0 = off)"),
+    STR(sample, prompts),
+    STR(sample, prompt_file),
+    INT(sample, max_new_tokens, 1, 0, "an integer >= 1"),
+    FLT(sample, temperature, 0, INFINITY, 0, 1, "a number >= 0 (0 = greedy)"),
+    {"sample", "seed", K_I64, OFF(sample.seed), 0, 9.2e18, 0, 0, 0, NULL, "an integer >= 0", NULL},
 };
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 
@@ -649,6 +663,16 @@ void config_init(JobConfig *c) {
     c->metrics.save_tb_folder = xstrdup("tb");
     c->profiling.save_traces_folder = xstrdup("profile_traces");
     c->profiling.profile_freq = 10;
+    c->validation.dataset = xstrdup("c4_test");
+    c->validation.dataset_path = xstrdup("");
+    c->validation.freq = 10;
+    c->validation.steps = -1;
+    c->validation.local_batch_size = 8;
+    c->validation.seq_len = -1;
+    c->sample.prompts = xstrdup("");
+    c->sample.prompt_file = xstrdup("");
+    c->sample.max_new_tokens = 32;
+    c->sample.temperature = 0.8;
 }
 
 void config_free(JobConfig *c) {
@@ -807,6 +831,22 @@ int config_dataset_path(const JobConfig *cfg, char **out, Err *err) {
                    "training.dataset = \"%s\" is not a built-in dataset (only \"c4_test\"); "
                    "set training.dataset_path to its file",
                    cfg->training.dataset);
+}
+
+int config_validation_dataset_path(const JobConfig *cfg, char **out, Err *err) {
+    if (cfg->validation.dataset_path[0]) {
+        *out = xstrdup(cfg->validation.dataset_path);
+        return 0;
+    }
+    if (strcmp(cfg->validation.dataset, "c4_test") == 0) {
+        const char *env = getenv("QT_C4_TEST_PATH");
+        *out = xstrdup(env && env[0] ? env : C4_TEST_DEFAULT);
+        return 0;
+    }
+    return err_set(err,
+                   "validation.dataset = \"%s\" is not a built-in dataset (only \"c4_test\"); "
+                   "set validation.dataset_path to its file",
+                   cfg->validation.dataset);
 }
 
 int config_tokenizer_path(const JobConfig *cfg, const char **out, Err *err) {

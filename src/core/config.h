@@ -131,6 +131,23 @@ typedef struct JobConfig {
         char *save_traces_folder; /* under job.dump_folder: "profile_traces" */
         int profile_freq;         /* steps between traced steps */
     } profiling;
+    struct {
+        int enable;
+        char *dataset; /* "c4_test" or any name when dataset_path is set */
+        char *dataset_path;
+        int freq;             /* steps between validations (and at the last step) */
+        int steps;            /* batches of local_batch_size rows; -1 = the whole set */
+        int local_batch_size; /* rows per forward */
+        int seq_len;          /* -1 = training.seq_len */
+    } validation;
+    struct {
+        int freq;          /* steps between samples; 0 = off */
+        char *prompts;     /* one prompt a line ("\n" separated) */
+        char *prompt_file; /* one prompt a line */
+        int max_new_tokens;
+        double temperature; /* 0 = greedy */
+        int64_t seed;
+    } sample;
     KernelOverride *overrides; /* n_overrides entries in file order */
     int n_overrides;
     /* One line each for torchtitan keys accepted without effect (config_compat.h), in the
@@ -165,6 +182,9 @@ void config_dump(const JobConfig *cfg, FILE *f);
 int config_dataset_path(const JobConfig *cfg, char **out, Err *err);
 /* The tokenizer directory or file: model.tokenizer_path, else model.hf_assets_path; error when
  * both are empty. *out points into cfg. */
+/* validation.dataset_path, or the built-in file of validation.dataset ("c4_test"), as
+ * config_dataset_path. */
+int config_validation_dataset_path(const JobConfig *cfg, char **out, Err *err);
 int config_tokenizer_path(const JobConfig *cfg, const char **out, Err *err);
 /* Applies cfg's [model] field replacements to spec in order with model_spec_set_field; an
  * error names where the field was set (file:line or the command line). The caller validates

@@ -83,6 +83,10 @@ const CompatKey CONFIG_COMPAT[] = {
     N("training.dataloader", "persistent_workers", 'b', "false", NO_WORKERS),
     N("training.dataloader", "pin_memory", 'b', "false", "there is no device memory to pin for"),
     N("training.dataloader", "prefetch_factor", 'i', NULL, NO_WORKERS),
+    N("validation.dataloader", "num_workers", 'i', "0", NO_WORKERS),
+    N("validation.dataloader", "persistent_workers", 'b', "false", NO_WORKERS),
+    N("validation.dataloader", "pin_memory", 'b', "false", "there is no device memory to pin for"),
+    N("validation.dataloader", "prefetch_factor", 'i', NULL, NO_WORKERS),
 
     N("parallelism", "fsdp_reshard_after_forward", 's', "\"default\"|\"always\"",
       "qtitan's FSDP always frees a layer's gathered weights after its forward and gathers them "

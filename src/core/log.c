@@ -37,11 +37,17 @@ int log_set_info(int on) {
     return was;
 }
 
+static int g_info_stderr;
+
+void log_info_to_stderr(void) {
+    g_info_stderr = 1;
+}
+
 void log_info(const char *fmt, ...) {
     if (g_rank != 0 || !g_info) return;
     va_list ap;
     va_start(ap, fmt);
-    vlog(stdout, NULL, fmt, ap);
+    vlog(g_info_stderr ? stderr : stdout, NULL, fmt, ap);
     va_end(ap);
 }
 

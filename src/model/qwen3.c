@@ -381,8 +381,9 @@ int qwen3_create_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
     return create(m, spec, B, T, ac, 1, OWN_PARAMS | OWN_GRADS, impl, err);
 }
 
-int qwen3_create_forward(Qwen3 *m, const ModelSpec *spec, int B, int T, Err *err) {
-    return create(m, spec, B, T, AC_NONE, 1, OWN_PARAMS, NULL, err);
+int qwen3_create_forward(Qwen3 *m, const ModelSpec *spec, int B, int T, const Qwen3Modules *impl,
+                         Err *err) {
+    return create(m, spec, B, T, AC_NONE, 1, OWN_PARAMS, impl, err);
 }
 
 int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
@@ -532,6 +533,10 @@ static void cast_weights_bf16(Qwen3 *m) {
         simd_f32_to_bf16(l->w2, p->w2, D * F);
     }
     simd_f32_to_bf16(m->pb.output, m->p.output, (long)s->vocab_size * D);
+}
+
+void qwen3_refresh_bf16(Qwen3 *m) {
+    if (m->bf16 && !m->bf16_by_hook) cast_weights_bf16(m);
 }
 
 /* The linear and feed_forward calls: the bf16 path when mixed precision is on and the

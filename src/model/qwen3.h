@@ -273,9 +273,11 @@ int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *
  * activations are sized for them (a chunked loss needs no (N, V) logits). */
 int qwen3_create_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
                       const Qwen3Modules *impl, Err *err);
-/* As qwen3_create for qwen3_forward only (eval): no gradient arena (the table's grads are
- * NULL), so a model costs its parameters and activations, not twice its parameters. */
-int qwen3_create_forward(Qwen3 *m, const ModelSpec *spec, int B, int T, Err *err);
+/* As qwen3_create_with (impl NULL: the defaults) for qwen3_forward and decoding only (eval,
+ * generate, validation): no gradient arena (the table's grads are NULL), so a model costs its
+ * parameters and activations, not twice its parameters. */
+int qwen3_create_forward(Qwen3 *m, const ModelSpec *spec, int B, int T, const Qwen3Modules *impl,
+                         Err *err);
 /* The same without parameter and gradient memory: the table has names and shapes but NULL
  * data and grad, and m->p / m->g stay NULL until dist.unit points them somewhere (FSDP).
  * sp > 1: sequence parallel over sp ranks (Qwen3.sp; B * T must be divisible by it), with the
@@ -308,6 +310,9 @@ int qwen3_enable_bf16(Qwen3 *m, Err *err);
  * m->pb.layers[*] and m->pb.output at its own buffers and fills a unit's copies from the fp32
  * weights before the unit runs; forward casts nothing. Only the matmul scratch is allocated. */
 int qwen3_enable_bf16_by_hook(Qwen3 *m, Err *err);
+/* Copies the fp32 matmul weights to their bf16 copies now (forward does it by itself): for
+ * code that runs the bf16 weights without a forward, such as inference (infer/decode.h). */
+void qwen3_refresh_bf16(Qwen3 *m);
 
 /* Each parameter by its init rule in the parameter table (core/param_table.h): normal(0, 0.02)
  * for linears and the embedding, ones for norms, zeros for buffers; in MoE models wo and the

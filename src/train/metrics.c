@@ -299,6 +299,14 @@ int metrics_writer_write(MetricsWriter *w, const StepMetrics *m, const MetricsEx
     return rc;
 }
 
+int metrics_writer_write_json(MetricsWriter *w, json_t *o, Err *err) {
+    char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+    int ok = line && fprintf(w->f, "%s\n", line) >= 0 && fflush(w->f) == 0;
+    free(line);
+    if (!ok) return err_sys(err, "cannot write to %s", w->path);
+    return 0;
+}
+
 void metrics_writer_close(MetricsWriter *w) {
     if (w->f) fclose(w->f);
     tb_close(w->tb);

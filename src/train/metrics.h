@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include <jansson.h>
 #include <stdio.h>
 
 #include "core/err.h"
@@ -84,6 +86,8 @@ int metrics_writer_write(MetricsWriter *w, const StepMetrics *m, const MetricsEx
 /* Scalars that are not a training step's (validation: "validation/loss", ...) to TensorBoard
  * at step; nothing when w has no TensorBoard events. */
 int metrics_log_scalars(MetricsWriter *w, int64_t step, const MetricsExtra *kv, int n, Err *err);
+/* Any record (validation) as one line, flushed; o is not consumed. */
+int metrics_writer_write_json(MetricsWriter *w, json_t *o, Err *err);
 void metrics_writer_close(MetricsWriter *w);
 
 /* Mean throughput over the steps after the first one this process ran (whose one-time costs,

@@ -16,6 +16,7 @@
 #include "model/qwen3_hf.h"
 #include "text/dataset.h"
 #include "text/tokenizer.h"
+#include "train/between_steps.h"
 #include "train/ckpt_dist.h"
 #include "train/data_feed.h"
 #include "train/lock.h"
@@ -373,8 +374,15 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
                           : NULL;
     o.trace_dir = trace_dir;
     o.trace_freq = cfg->profiling.profile_freq;
+    BetweenSteps between = {0};
+    if (rc == 0) rc = between_steps_open(&between, cfg, world->size == 1 ? q : NULL, tok, err);
+    if (rc == 0 && (between.validate || between.sample)) {
+        o.after_step = between_steps_run;
+        o.after_step_ctx = &between;
+    }
     if (rc == 0) rc = trainer_run(&o, &model, &data, err);
     rc = end_job_on_failure(world, rc, err);
+    between_steps_close(&between);
     free(tb_dir);
     free(trace_dir);
 out:

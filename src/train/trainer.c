@@ -274,6 +274,8 @@ static int run(Trainer *t, Err *err) {
             if (writer || mw.tb) rc = metrics_writer_write(&mw, &m, extra, nextra, err);
         }
         if (o->on_step) o->on_step(o->on_step_ctx, &m);
+        if (rc == 0 && o->after_step)
+            rc = o->after_step(o->after_step_ctx, t->step, last, writer ? &mw : NULL, err);
         if (rc == 0 && o->ckpt_enable &&
             (last || (o->ckpt_interval > 0 && t->step % o->ckpt_interval == 0))) {
             double ts = trace_now();

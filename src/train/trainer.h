@@ -109,6 +109,11 @@ typedef struct TrainerOptions {
     /* Called after every step with its metrics (tests, progress hooks); may be NULL. */
     void (*on_step)(void *ctx, const StepMetrics *m);
     void *on_step_ctx;
+    /* Called after every step (1-based), before its checkpoint, with the metrics writer (NULL
+     * on ranks that do not write): validation and samples run here. last is 1 on the final
+     * step. It must leave parameters, gradients and optimizer state as they are. May be NULL. */
+    int (*after_step)(void *ctx, int64_t step, int last, MetricsWriter *mw, Err *err);
+    void *after_step_ctx;
     const TrainParallel *par; /* NULL: a world of one without mesh hooks */
 } TrainerOptions;
 
