@@ -26,7 +26,7 @@ model=$fix/parity/untied_mha # vocab 80
 tj=$fix/tokenizer/tiny_gpt2/tokenizer.json
 printf '1 2 3\n4 5 6 7\n' >"$tmp/tokens.txt"
 printf '{"text": "hello"}\n' >"$tmp/doc.jsonl"
-mkfifo "$tmp/fifo"
+mkfifo "$tmp/fifo" "$tmp/fifo.jsonl.gz"
 
 # A model directory whose config.json, weights or index is a FIFO or a device.
 mkdir -p "$tmp/m_fifo_cfg" "$tmp/m_dev_cfg" "$tmp/m_fifo_st" "$tmp/m_fifo_index"
@@ -63,8 +63,11 @@ train_args() { # DUMP_FOLDER STEPS [more]
 full() {
     local name=$1
     shift
-    timeout 20 "$bin" "$@" >/dev/full 2>"$tmp/$name.err" </dev/null
+    timeout 20 "$bin" "$@" >/dev/full 2>"$tmp/$name.all" </dev/null
     rc=$?
+    # Commands whose stdout is their result (eval, generate) log info lines to stderr: those
+    # before the error are theirs; the sentence and anything after it must be one line.
+    sed -n '/^error: /,$p' "$tmp/$name.all" >"$tmp/$name.err"
     if [ "$rc" -ne 1 ]; then
         qa_fail "$name" "exit $rc with stdout on /dev/full, expected 1"
         return
@@ -90,6 +93,11 @@ run_all() {
     qa_expect_error fifo_tokenizer fail "$tmp/tok_fifo/tokenizer.json|FIFO" \
         tokenize --tokenizer "$tmp/tok_fifo" --input "$tmp/doc.jsonl"
     qa_expect_error fifo_input fail "$tmp/fifo|FIFO" tokenize --tokenizer "$tj" --input "$tmp/fifo"
+    # Compressed inputs are opened the same way (core/zread.c).
+    qa_expect_error fifo_gz_input fail "$tmp/fifo.jsonl.gz|FIFO" \
+        tokenize --tokenizer "$tj" --input "$tmp/fifo.jsonl.gz"
+    qa_expect_error fifo_gz_toktrain fail "$tmp/fifo.jsonl.gz|FIFO" \
+        tokenizer-train --input "$tmp/fifo.jsonl.gz" --vocab-size 300 --output "$tmp/tok_gz_out"
     qa_expect_error dev_cfg_json fail "$tmp/m_dev_cfg/config.json|device" inspect "$tmp/m_dev_cfg"
     qa_expect_error dev_tokens fail "/dev/zero|device" eval --model "$model" --tokens /dev/zero
     qa_expect_error dev_input fail "/dev/zero|device" tokenize --tokenizer "$tj" --input /dev/zero
