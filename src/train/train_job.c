@@ -21,7 +21,6 @@
 #include "train/data_feed.h"
 #include "train/lock.h"
 #include "train/train_hf.h"
-#include "train/train_plan.h"
 #include "train/train_qwen3.h"
 #include "train/trainer.h"
 
@@ -200,12 +199,12 @@ static int end_job_on_failure(Comm *world, int rc, const Err *err) {
     return rc;
 }
 
-/* The last checks before the model's memory is sized, once every cheaper one has passed: the
- * plan against physical memory, and initial weights against the model (a wrong vocab or shape
- * costs a sentence, not gigabytes first). */
+/* The last check before the model's memory is sized, once every cheaper one has passed:
+ * initial weights against the model (a wrong vocab or shape costs a sentence, not gigabytes
+ * first). The plan against physical memory is cmd_train's (train_plan sits above this file). */
 static int check_before_sizing(const JobConfig *cfg, const ModelSpec *spec, Comm *world, Err *err) {
-    int rc = train_plan_check_memory(cfg, err);
-    if (rc == 0 && cfg->checkpoint.initial_load_path[0])
+    int rc = 0;
+    if (cfg->checkpoint.initial_load_path[0])
         rc = qwen3_hf_check_path(spec, cfg->checkpoint.initial_load_path, err);
     return comm_agree(world, rc, err);
 }
