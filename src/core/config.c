@@ -43,11 +43,19 @@ static const Choice EXPORT_DTYPES[] = {
     {"float32", DT_F32}, {"bfloat16", DT_BF16}, {"float16", DT_F16}, {NULL, 0}};
 static const Choice AC_MODES[] = {
     {"none", AC_NONE}, {"selective", AC_SELECTIVE}, {"full", AC_FULL}, {NULL, 0}};
+static const Choice DATA_FORMATS[] = {{"text", DATA_TEXT},
+                                      {"messages", DATA_MESSAGES},
+                                      {"prompt_completion", DATA_PROMPT_COMPLETION},
+                                      {"instruction", DATA_INSTRUCTION},
+                                      {NULL, 0}};
+static const Choice TOO_LONG[] = {
+    {"truncate", TOO_LONG_TRUNCATE}, {"drop", TOO_LONG_DROP}, {NULL, 0}};
 static const Choice MODEL_NAMES[] = {{"qwen3", 0}, {NULL, 0}};
 
 _Static_assert(sizeof(DType) == sizeof(int) && sizeof(DecayType) == sizeof(int) &&
                    sizeof(DeviceKind) == sizeof(int) && sizeof(AcMode) == sizeof(int) &&
-                   sizeof(OptimizerKind) == sizeof(int),
+                   sizeof(OptimizerKind) == sizeof(int) && sizeof(DataFormat) == sizeof(int) &&
+                   sizeof(TooLong) == sizeof(int),
                "enum fields are written through int pointers");
 
 #define OFF(f) offsetof(JobConfig, f)
@@ -104,6 +112,10 @@ static const KeyDesc KEYS[] = {
     ENUM(training, device, DEVICES),
     BOOL(training, document_mask),
     BOOL(training, skip_nonfinite),
+    ENUM(training, data_format, DATA_FORMATS),
+    BOOL(training, packing),
+    BOOL(training, train_on_all_tokens),
+    ENUM(training, long_conversations, TOO_LONG),
     INT(parallelism, data_parallel_replicate_degree, 1, 0, "an integer >= 1"),
     INT(parallelism, data_parallel_shard_degree, 1, 1, "an integer >= 1, or -1 for the rest"),
     INT(parallelism, tensor_parallel_degree, 1, 0, "an integer >= 1"),
@@ -501,6 +513,7 @@ void config_init(JobConfig *c) {
     c->training.mixed_precision_param = DT_F32;
     c->training.device = DEVICE_CPU;
     c->training.document_mask = 1;
+    c->training.packing = 1;
     c->parallelism.data_parallel_replicate_degree = 1;
     c->parallelism.data_parallel_shard_degree = -1;
     c->parallelism.tensor_parallel_degree = 1;

@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include "core/fs.h"
+#include "core/json.h"
 #include "core/log.h"
 #include "io/hf_config.h"
+#include "text/chat_data.h"
 #include "text/dataset.h"
 #include "text/tokenizer.h"
 #include "train/ckpt_dist.h"
@@ -24,6 +26,8 @@
  * mesh sees the same rows per step (mesh_first_row). */
 typedef struct JobData {
     Dataset ds;
+    ChatData chat; /* instead of ds when training.data_format names a conversation shape */
+    int is_chat;
     Batch raw;
     int32_t *tokens; /* (B, T) the raw uint32 ids as the model's int32 */
     TrainQwen3Batch mb;
@@ -33,13 +37,14 @@ typedef struct JobData {
 } JobData;
 
 static int data_count(void *ctx, int64_t step, int64_t *tokens, int64_t *valid, Err *err) {
-    (void)step;
     (void)err;
     JobData *d = ctx;
-    /* Packed rows have a target at every position; tokens are this rank's (throughput is
-     * per device), valid labels the whole step's (the loss denominator). */
-    *valid = (int64_t)d->global_rows * d->T;
-    *tokens = *valid / d->dp;
+    /* Tokens are this rank's (throughput is per device), valid labels the whole step's (the
+     * loss denominator): every position of packed text, the unmasked targets of chat rows. */
+    *tokens = (int64_t)d->global_rows * d->T / d->dp;
+    *valid = d->is_chat
+                 ? chat_data_labels(&d->chat, (step - 1) * (int64_t)d->global_rows, d->global_rows)
+                 : (int64_t)d->global_rows * d->T;
     return 0;
 }
 
@@ -47,7 +52,10 @@ static int data_next(void *ctx, int64_t step, int micro, const void **batch, Err
     JobData *d = ctx;
     int64_t row =
         (step - 1) * (int64_t)d->global_rows + ((int64_t)micro * d->dp + d->dp_rank) * d->B;
-    TRY(dataset_rows(&d->ds, row, d->B, &d->raw, err));
+    if (d->is_chat)
+        TRY(chat_data_rows(&d->chat, row, d->B, &d->raw, NULL, err));
+    else
+        TRY(dataset_rows(&d->ds, row, d->B, &d->raw, err));
     for (long i = 0; i < (long)d->B * d->T; i++)
         d->tokens[i] = (int32_t)d->raw.tokens[i];
     d->mb = (TrainQwen3Batch){.B = d->B,
@@ -61,8 +69,33 @@ static int data_next(void *ctx, int64_t step, int micro, const void **batch, Err
     return 0;
 }
 
+/* Chat rows are a pure function of the row index and the data: the position is the row, with
+ * the data's size to tell a changed file. */
+static json_t *chat_position(const JobData *d) {
+    return json_pack("{sIsIsI}", "row", (json_int_t)(d->step_done * (int64_t)d->global_rows),
+                     "conversations", (json_int_t)d->chat.n_conv, "tokens",
+                     (json_int_t)d->chat.n_tokens);
+}
+
+static int chat_restore(JobData *d, const json_t *pos, Err *err) {
+    int64_t row, conv, tokens;
+    const char *what = "checkpoint data_position";
+    TRY(json_req_int(pos, "row", &row, what, err));
+    TRY(json_req_int(pos, "conversations", &conv, what, err));
+    TRY(json_req_int(pos, "tokens", &tokens, what, err));
+    if (conv != d->chat.n_conv || tokens != d->chat.n_tokens)
+        return err_set(err,
+                       "the chat data changed since the checkpoint (%lld conversations and %lld "
+                       "tokens then, %lld and %lld now)",
+                       (long long)conv, (long long)tokens, (long long)d->chat.n_conv,
+                       (long long)d->chat.n_tokens);
+    d->step_done = row / d->global_rows;
+    return 0;
+}
+
 static json_t *data_position(void *ctx) {
     JobData *d = ctx;
+    if (d->is_chat) return chat_position(d);
     d->ds.next_row = d->step_done * (int64_t)d->global_rows;
     DatasetState st;
     dataset_state_save(&d->ds, &st);
@@ -71,6 +104,7 @@ static json_t *data_position(void *ctx) {
 
 static int data_restore(void *ctx, const json_t *pos, Err *err) {
     JobData *d = ctx;
+    if (d->is_chat) return chat_restore(d, pos, err);
     DatasetState st;
     TRY(dataset_state_from_json(pos, &st, "checkpoint data_position", err));
     TRY(dataset_state_restore(&d->ds, &st, err));
@@ -277,7 +311,20 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
                      tok_path, tokenizer_vocab_size(tok), spec.vocab_size);
     if (rc == 0) rc = config_dataset_path(cfg, &dpath, err);
     if (rc == 0) rc = dataset_encoder_for_tokenizer(&enc, tok, err);
-    if (rc == 0) {
+    d.is_chat = cfg->training.data_format != DATA_TEXT;
+    if (rc == 0 && d.is_chat) {
+        ChatFormat *cf = chat_format_load(tok, err);
+        ChatDataOptions copt = {.path = dpath,
+                                .format = cfg->training.data_format,
+                                .seq_len = d.T,
+                                .seed = (uint64_t)cfg->training.seed,
+                                .shuffle = 1,
+                                .packing = cfg->training.packing,
+                                .train_on_all_tokens = cfg->training.train_on_all_tokens,
+                                .too_long = cfg->training.long_conversations};
+        rc = cf ? chat_data_open(&d.chat, &copt, cf, enc.eos_id, err) : -1;
+        chat_format_free(cf);
+    } else if (rc == 0) {
         dopt.path = dpath;
         dopt.seq_len = d.T;
         dopt.seed = (uint64_t)cfg->training.seed;
@@ -290,6 +337,7 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     if (agreed == 0) agreed = check_same_config(world, config_hash(cfg), err);
     if (agreed != 0) {
         if (rc == 0) dataset_close(&d.ds);
+        chat_data_close(&d.chat);
         tokenizer_free(tok);
         mesh_destroy(&mesh);
         overrides_plan_free(&plan);
@@ -300,8 +348,7 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
 
     int sharded = world->size > 1;
     if (sharded) {
-        fm = fsdp_model_create(&spec, d.B, d.T, cfg->activation_checkpoint.mode, &mesh, &plan,
-                               err);
+        fm = fsdp_model_create(&spec, d.B, d.T, cfg->activation_checkpoint.mode, &mesh, &plan, err);
         rc = fm ? 0 : -1;
     } else {
         rc = train_hf_init(&hf, cfg, &spec, &extra, tok_path, err);
@@ -421,6 +468,7 @@ out:
     free(d.tokens);
     batch_free(&d.raw);
     dataset_close(&d.ds);
+    chat_data_close(&d.chat);
     tokenizer_free(tok);
     return rc;
 }
