@@ -193,6 +193,7 @@ typedef enum Qwen3HookPhase {
 } Qwen3HookPhase;
 
 typedef struct Qwen3 Qwen3;
+struct Lora;
 
 struct Qwen3 {
     ModelSpec spec;
@@ -246,6 +247,9 @@ struct Qwen3 {
      * the norm weights, the embedding and lm_head its tokens' share: the driver sums them
      * over the group. Dense models only. */
     int sp, sp_rank;
+    /* LoRA adapters (model/lora.h) added to their linears' outputs, or NULL. Single process,
+     * no tensor parallelism: the driver refuses other set-ups. */
+    struct Lora *lora;
     void (*tp_gather)(void *ctx, float *full, const float *part, long n);
     void (*tp_reduce_scatter)(void *ctx, float *part, const float *full, long n);
 };
