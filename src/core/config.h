@@ -124,6 +124,13 @@ typedef struct JobConfig {
         int log_freq;
         double peak_tflops; /* per device, for MFU; 0 = measure */
     } metrics;
+    struct {
+        int rank;           /* 0 = no LoRA: every weight trains */
+        double alpha;       /* adapters scale by alpha / rank */
+        double dropout;     /* on the adapters' input; only 0 is run (the trainer says so) */
+        char *targets;      /* comma-joined globs over module names (layers.*.attention.wq) */
+        char *adapter_path; /* a peft adapter folder to start from, "" = fresh adapters */
+    } lora;
     KernelOverride *overrides; /* n_overrides entries in file order */
     int n_overrides;
 } JobConfig;

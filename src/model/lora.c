@@ -103,11 +103,12 @@ int lora_create(Lora *lo, const ModelSpec *spec, int rank, double alpha, char *c
             site_shape(spec, (LoraSite)s, &ad->in, &ad->out);
             int smaller = ad->in < ad->out ? ad->in : ad->out;
             if (rank > smaller) {
+                err_set(err, "%s: lora.rank = %d is larger than %s (%d x %d) allows (%d)", where,
+                        rank, name, ad->out, ad->in, smaller);
                 free(hits);
                 lo->n = k;
                 lora_free(lo);
-                return err_set(err, "%s: lora.rank = %d is larger than %s (%d x %d) allows (%d)",
-                               where, rank, name, ad->out, ad->in, smaller);
+                return -1;
             }
             lo->at[l][s] = ad;
         }
@@ -185,4 +186,9 @@ void lora_backward(const Lora *lo, LoraAdapter *ad, float *dx, const float *dy, 
 void lora_merge(const Lora *lo, const LoraAdapter *ad, float *w) {
     gemm_f32(0, 0, ad->out, ad->in, lo->rank, lo->scale, ad->b, lo->rank, ad->a, ad->in, 1.0f, w,
              ad->in);
+}
+
+float *lora_site_weight(Qwen3LayerParams *p, LoraSite s) {
+    float *w[LORA_NSITES] = {p->wq, p->wk, p->wv, p->wo, p->w1, p->w3, p->w2};
+    return w[s];
 }

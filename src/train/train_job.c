@@ -12,6 +12,7 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "io/hf_config.h"
+#include "model/lora.h"
 #include "text/chat_data.h"
 #include "text/dataset.h"
 #include "text/tokenizer.h"
@@ -110,6 +111,60 @@ static int data_restore(void *ctx, const json_t *pos, Err *err) {
     TRY(dataset_state_restore(&d->ds, &st, err));
     d->step_done = st.row / d->global_rows;
     return 0;
+}
+
+/* The job's adapters: [lora] checked, created on the model's linears, started from
+ * lora.adapter_path or fresh (seeded by training.seed). */
+static int lora_setup(const JobConfig *cfg, const ModelSpec *spec, Lora *lo, long max_tokens,
+                      Err *err) {
+    const char *where = cfg->path[0] ? cfg->path : "the job config";
+    if (cfg->lora.dropout != 0)
+        return err_set(err, "%s: lora.dropout = %g: only 0 is implemented", where,
+                       cfg->lora.dropout);
+    char *list = xstrdup(cfg->lora.targets), *save = NULL;
+    char *targets[256];
+    int nt = 0;
+    for (char *t = strtok_r(list, ",", &save); t && nt < 256; t = strtok_r(NULL, ",", &save))
+        targets[nt++] = t;
+    int rc =
+        lora_create(lo, spec, cfg->lora.rank, cfg->lora.alpha, targets, nt, max_tokens, where, err);
+    free(list);
+    TRY(rc);
+    if (cfg->lora.adapter_path[0]) {
+        TRY(lora_load_peft(lo, spec, cfg->lora.adapter_path, err));
+        log_info("lora: adapters from %s", cfg->lora.adapter_path);
+    } else {
+        lora_init(lo, (uint64_t)cfg->training.seed);
+    }
+    double base = 0;
+    for (int i = 0; i < lo->n; i++)
+        base += (double)lo->ad[i].in * lo->ad[i].out;
+    log_info("lora: %d adapter(s) of rank %d (alpha %g, scale %g) on %s; %ld trainable "
+             "parameters, the %.4g frozen weights of those linears and all others stay as "
+             "loaded",
+             lo->n, lo->rank, lo->alpha, lo->scale, cfg->lora.targets, lora_numel(lo), base);
+    return 0;
+}
+
+/* After a LoRA run: the adapters in peft's format in DUMP/adapter, and with
+ * checkpoint.last_save_in_hf the merged model as an HF directory in DUMP/merged. */
+static int lora_finish(const JobConfig *cfg, TrainQwen3 *q, const Lora *lo, const ModelSpec *spec,
+                       const TrainHf *hf, Err *err) {
+    char *dir = fs_join(cfg->job.dump_folder, "adapter");
+    const char *base = cfg->checkpoint.initial_load_path[0] ? cfg->checkpoint.initial_load_path
+                                                            : cfg->model.hf_assets_path;
+    int rc = lora_save_peft(lo, spec, dir, base, err);
+    if (rc == 0) log_info("lora: adapters written to %s (peft format)", dir);
+    free(dir);
+    if (rc == 0 && cfg->checkpoint.last_save_in_hf) {
+        dir = fs_join(cfg->job.dump_folder, "merged");
+        HfExportOptions o = {
+            .dtype = cfg->checkpoint.export_dtype, .extra = &hf->extra, .tokenizer = hf->tokenizer};
+        rc = train_qwen3_export_merged(q, dir, &o, err);
+        if (rc == 0) log_info("lora: merged model written to %s", dir);
+        free(dir);
+    }
+    return rc;
 }
 
 int train_job_spec(const JobConfig *cfg, ModelSpec *spec, HfConfigExtra *extra, Err *err) {
@@ -286,6 +341,9 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     int micro = mesh.dims.grad_accum_steps;
     JobData d;
     memset(&d, 0, sizeof d);
+    Lora lora;
+    memset(&lora, 0, sizeof lora);
+    int use_lora = cfg->lora.rank > 0;
     d.B = cfg->training.local_batch_size;
     d.T = cfg->training.seq_len;
     d.micro = micro;
@@ -347,6 +405,14 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     d.tokens = xmalloc((size_t)d.B * d.T * sizeof *d.tokens);
 
     int sharded = world->size > 1;
+    if (use_lora && sharded) {
+        rc = err_set(err,
+                     "lora.rank = %d: LoRA training runs on one process for now (FSDP and "
+                     "tensor parallelism with adapters are not implemented)",
+                     cfg->lora.rank);
+        comm_agree(world, rc, err);
+        goto out;
+    }
     if (sharded) {
         fm = fsdp_model_create(&spec, d.B, d.T, cfg->activation_checkpoint.mode, &mesh, &plan, err);
         rc = fm ? 0 : -1;
@@ -383,6 +449,7 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
         bf16_matmuls = 1;
         log_info("mixed precision: bf16 matmuls, fp32 master weights, optimizer and loss");
     }
+    if (use_lora && (rc = lora_setup(cfg, &spec, &lora, (long)d.B * d.T, err)) != 0) goto out;
     TrainModel model;
     TrainParallel par;
     if (sharded) {
@@ -391,7 +458,10 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
         fsdp_model_parallel(fm, &par);
     } else {
         train_qwen3_set_micro_batches(q, micro);
-        train_qwen3_model(q, &model, cfg->optimizer.exempt_norms_and_embeddings);
+        if (use_lora)
+            train_qwen3_model_lora(q, &lora, &model);
+        else
+            train_qwen3_model(q, &model, cfg->optimizer.exempt_norms_and_embeddings);
     }
     TrainData data = {.ctx = &d,
                       .count = data_count,
@@ -427,7 +497,9 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
         .par = sharded ? &par : NULL,
         .ckpt_files = hf.files,
         .n_ckpt_files = hf.nfiles,
-        .on_last_save = cfg->checkpoint.last_save_in_hf && !sharded ? train_hf_on_last_save : NULL,
+        /* A LoRA run's trained tensors are the adapters: lora_finish exports them instead. */
+        .on_last_save =
+            cfg->checkpoint.last_save_in_hf && !sharded && !use_lora ? train_hf_on_last_save : NULL,
         .on_last_save_ctx = &hf,
     };
     hf.model = &model;
@@ -448,6 +520,7 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
         o.on_resumed_ctx = &fc;
     }
     rc = trainer_run(&o, &model, &data, err);
+    if (rc == 0 && use_lora) rc = lora_finish(cfg, q, &lora, &spec, &hf, err);
     free(fc.root);
     if (rc == 0 && sharded && cfg->checkpoint.last_save_in_hf && cfg->checkpoint.enable) {
         /* The last step's sharded checkpoint is committed: rank 0 exports it, a run of
@@ -463,6 +536,7 @@ out:
     overrides_plan_free(&plan);
     train_hf_free(&hf);
     train_qwen3_free(q);
+    lora_free(&lora);
     fsdp_model_free(fm);
     mesh_destroy(&mesh);
     free(d.tokens);

@@ -10,6 +10,7 @@
 #include "io/hf_keys.h"
 #include "io/safetensors.h"
 #include "kernels/overrides.h"
+#include "model/lora.h"
 #include "model/qwen3.h"
 #include "model/qwen3_hf.h"
 #include "train/moe_step.h"
@@ -19,6 +20,10 @@ struct TrainQwen3 {
     CkptTensor *params; /* (nparams) */
     float **grads;      /* (nparams) */
     int *decay;         /* (nparams) */
+    /* With LoRA: the adapters' view, 2 tensors per adapter. */
+    CkptTensor *lparams;
+    float **lgrads;
+    char (*lnames)[80];
 };
 
 TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, Err *err) {
@@ -69,6 +74,9 @@ void train_qwen3_free(TrainQwen3 *q) {
     free(q->params);
     free(q->grads);
     free(q->decay);
+    free(q->lparams);
+    free(q->lgrads);
+    free(q->lnames);
     free(q);
 }
 
@@ -129,8 +137,8 @@ void train_qwen3_model(TrainQwen3 *q, TrainModel *out, int exempt) {
                         .before_optimizer_step = q->m.n_moe_layers ? before_optimizer_step : NULL};
 }
 
-int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
-                      int sp, const OverridePlan *plan, Err *err) {
+int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
+                      const OverridePlan *plan, Err *err) {
     memset(out, 0, sizeof *out);
     Qwen3Modules *mod = train_qwen3_modules(spec, plan, 0);
     Qwen3Sizes z;
@@ -143,4 +151,42 @@ int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T,
     out->bf16_bytes = z.bf16_bytes;
     out->nparams = z.nparams;
     return 0;
+}
+
+void train_qwen3_model_lora(TrainQwen3 *q, Lora *lo, TrainModel *out) {
+    q->m.lora = lo;
+    int n = 2 * lo->n;
+    q->lparams = xcalloc((size_t)n, sizeof *q->lparams);
+    q->lgrads = xcalloc((size_t)n, sizeof *q->lgrads);
+    q->lnames = xcalloc((size_t)n, sizeof *q->lnames);
+    for (int i = 0; i < lo->n; i++) {
+        LoraAdapter *ad = &lo->ad[i];
+        char mod[64];
+        lora_module_name(mod, sizeof mod, ad->layer, ad->site);
+        snprintf(q->lnames[2 * i], sizeof q->lnames[0], "%s.lora_A", mod);
+        snprintf(q->lnames[2 * i + 1], sizeof q->lnames[0], "%s.lora_B", mod);
+        q->lparams[2 * i] = (CkptTensor){q->lnames[2 * i], 2, {lo->rank, ad->in}, ad->a};
+        q->lparams[2 * i + 1] = (CkptTensor){q->lnames[2 * i + 1], 2, {ad->out, lo->rank}, ad->b};
+        q->lgrads[2 * i] = ad->da;
+        q->lgrads[2 * i + 1] = ad->db;
+    }
+    *out = (TrainModel){.ctx = q,
+                        .nparams = n,
+                        .params = q->lparams,
+                        .grads = q->lgrads,
+                        .forward_backward = forward_backward};
+}
+
+int train_qwen3_export_merged(TrainQwen3 *q, const char *dir, const HfExportOptions *o, Err *err) {
+    Lora *lo = q->m.lora;
+    for (int i = 0; lo && i < lo->n; i++)
+        lora_merge(lo, &lo->ad[i],
+                   lora_site_weight(&q->m.p.layers[lo->ad[i].layer], lo->ad[i].site));
+    q->m.lora = NULL;
+    HfExportTensor *t = xcalloc((size_t)q->m.nparams, sizeof *t);
+    for (int i = 0; i < q->m.nparams; i++)
+        t[i] = (HfExportTensor){q->m.table[i].name, q->m.table[i].numel, q->m.table[i].data};
+    int rc = hf_export(dir, &q->m.spec, t, q->m.nparams, o, err);
+    free(t);
+    return rc;
 }

@@ -10,10 +10,12 @@
 #include "core/ac_mode.h"
 #include "core/err.h"
 #include "core/model_spec.h"
+#include "io/hf_export.h"
 #include "kernels/overrides.h"
 #include "train/trainer.h"
 
 typedef struct TrainQwen3 TrainQwen3;
+struct Lora;
 
 /* One micro-batch: B rows of T tokens. positions / doc NULL = 0..T-1, plain causal. */
 typedef struct TrainQwen3Batch {
@@ -49,8 +51,8 @@ typedef struct TrainQwen3Sizes {
     size_t bf16_bytes; /* added by train_qwen3_enable_bf16 */
     int nparams;
 } TrainQwen3Sizes;
-int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
-                      int sp, const OverridePlan *plan, Err *err);
+int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
+                      const OverridePlan *plan, Err *err);
 
 /* Mixed precision (training.mixed_precision_param = "bfloat16"): bf16 matmuls, fp32 masters. */
 int train_qwen3_enable_bf16(TrainQwen3 *q, Err *err);
@@ -68,5 +70,14 @@ void train_qwen3_set_micro_batches(TrainQwen3 *q, int micro_batches);
  * MoE models also get the before_optimizer_step hook (train/moe_step.h): expert_bias update
  * and the moe_tokens_min / moe_tokens_max / moe_imbalance metrics. */
 void train_qwen3_model(TrainQwen3 *q, TrainModel *out, int exempt);
+
+/* LoRA (model/lora.h): lo's adapters act in q's forward and backward, and out becomes the
+ * TrainModel of the adapters alone (A and B of each, named "layers.N.attention.wq.lora_A", all
+ * weight-decayed): the optimizer, clipping and checkpoints see only them, the base weights stay
+ * as loaded. lo must outlive q's use. */
+void train_qwen3_model_lora(TrainQwen3 *q, struct Lora *lo, TrainModel *out);
+/* Merges the adapters into the base weights (W + s B A, in place; the adapters stop acting)
+ * and writes them as an HF model directory. */
+int train_qwen3_export_merged(TrainQwen3 *q, const char *dir, const HfExportOptions *o, Err *err);
 
 #endif
