@@ -53,6 +53,19 @@ grep -q 'resumed from .*step-2' "$tmp/b.log" || { cat "$tmp/b.log"; echo "FAIL: 
 diff <(grep '^step:  [34]' "$tmp/a.log" | awk '{print $4}') <(grep '^step:  [34]' "$tmp/b.log" | awk '{print $4}') \
   || { echo "FAIL: resumed losses differ"; exit 1; }
 
+# Activation checkpointing recomputes the adapters too: the same losses.
+"$QT_BINARY" train "${common[@]}" "${lora[@]}" --job.dump_folder="$tmp/c" --training.steps=2 \
+  --checkpoint.enable=false --checkpoint.last_save_in_hf=false --activation_checkpoint.mode=full >"$tmp/c.log" 2>&1 \
+  || { cat "$tmp/c.log"; echo "FAIL: LoRA with full activation checkpointing"; exit 1; }
+diff <(grep '^step:  [12]' "$tmp/a.log" | awk '{print $4, $6}') <(grep '^step:  [12]' "$tmp/c.log" | awk '{print $4, $6}') \
+  || { echo "FAIL: full activation checkpointing changed the losses"; exit 1; }
+
+# qtitan plan counts the adapters and gives AdamW state to them alone.
+"$QT_BINARY" plan "${common[@]}" "${lora[@]}" >"$tmp/plan.log" 2>&1 || { cat "$tmp/plan.log"; echo "FAIL: plan"; exit 1; }
+grep -q '^lora: 1664 trainable adapter parameters' "$tmp/plan.log" \
+  && grep -q 'optimizer  *0.000 GiB  *0.0 MiB .*of the LoRA adapters' "$tmp/plan.log" \
+  || { cat "$tmp/plan.log"; echo "FAIL: plan of a LoRA job"; exit 1; }
+
 # Bad [lora] settings: one sentence each, non-zero exit.
 bad() {
   local want=$1; shift
