@@ -44,6 +44,16 @@ echo "151644 872 198 16 151645 198 151644 77091 198 17 151645" >"$tmp/tokens.txt
 "$QT_BINARY" eval --model "$tmp/a/merged" --tokens "$tmp/tokens.txt" >"$tmp/eval.log" 2>&1 \
   && grep -q '^loss: [0-9]' "$tmp/eval.log" || { cat "$tmp/eval.log"; echo "FAIL: eval of the merged model"; exit 1; }
 
+# The base with the adapter folder evaluates as the merged model does (within fp32 rounding),
+# and not as the base alone.
+"$QT_BINARY" eval --model "$base" --adapter "$tmp/a/adapter" --tokens "$tmp/tokens.txt" >"$tmp/eval2.log" 2>&1 \
+  || { cat "$tmp/eval2.log"; echo "FAIL: eval with --adapter"; exit 1; }
+"$QT_BINARY" eval --model "$base" --tokens "$tmp/tokens.txt" >"$tmp/eval3.log" 2>&1
+merged=$(awk '/^loss:/ {print $2}' "$tmp/eval.log"); adapted=$(awk '/^loss:/ {print $2}' "$tmp/eval2.log")
+plain=$(awk '/^loss:/ {print $2}' "$tmp/eval3.log")
+awk -v m="$merged" -v a="$adapted" -v p="$plain" 'BEGIN { d = m - a; if (d < 0) d = -d; e = m - p; if (e < 0) e = -e;
+  exit !(d <= 1e-6 * m && e > 100 * d) }' || { echo "FAIL: merged $merged, base + adapter $adapted, base $plain"; exit 1; }
+
 # Resume from step 2: steps 3 and 4 repeat exactly.
 rm -rf "$tmp/a/checkpoint/step-4"
 cp -r "$tmp/a" "$tmp/b"

@@ -86,6 +86,10 @@ void lora_peft_key(char *out, size_t cap, const ModelSpec *spec, const LoraAdapt
  * checked (training only), and the file must hold exactly lo's keys with their shapes: every
  * missing, unexpected or misshaped key is named. */
 int lora_load_peft(Lora *lo, const ModelSpec *spec, const char *dir, Err *err);
+/* Creates lo from a peft adapter folder alone (generate / eval with a base model): r and
+ * lora_alpha from adapter_config.json, an adapter on every linear the file has keys for, then
+ * lora_load_peft. A folder with no adapter for this model is an error sentence. */
+int lora_open_peft(Lora *lo, const ModelSpec *spec, const char *dir, long max_tokens, Err *err);
 /* Writes dir/adapter_config.json and dir/adapter_model.safetensors (F32) as peft's
  * save_pretrained does, so peft.PeftModel.from_pretrained(base, dir) loads them;
  * base_model names the base model in the config (may be ""). */

@@ -1,6 +1,7 @@
 /* LoRA adapters in HF peft's folder format: adapter_config.json and adapter_model.safetensors
  * with peft's key names, which derive from the HF module names of io/hf_keys.h. */
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,56 @@ int lora_load_peft(Lora *lo, const ModelSpec *spec, const char *dir, Err *err) {
                      st_path, problems, first);
     if (opened) st_close(&f);
     hf_keys_free(&t);
+    free(cfg_path);
+    free(st_path);
+    return rc;
+}
+
+int lora_open_peft(Lora *lo, const ModelSpec *spec, const char *dir, long max_tokens, Err *err) {
+    memset(lo, 0, sizeof *lo);
+    char *cfg_path = fs_join(dir, "adapter_config.json");
+    char *st_path = fs_join(dir, "adapter_model.safetensors");
+    json_t *cfg = json_load_path(cfg_path, err);
+    int64_t r = 0;
+    double alpha = 0;
+    int rc = cfg ? 0 : -1;
+    if (rc == 0) rc = json_req_int(cfg, "r", &r, cfg_path, err);
+    if (rc == 0) rc = json_req_num(cfg, "lora_alpha", &alpha, cfg_path, err);
+    json_decref(cfg);
+    StFile f;
+    int opened = rc == 0 && st_open(&f, st_path, err) == 0;
+    if (rc == 0 && !opened) rc = -1;
+    char(*names)[64] = xcalloc((size_t)spec->n_layers * LORA_NSITES, sizeof *names);
+    char **targets = xcalloc((size_t)spec->n_layers * LORA_NSITES + 1, sizeof *targets);
+    int nt = 0;
+    HfKeyTable t;
+    hf_keys_build(&t, spec);
+    for (int l = 0; rc == 0 && l < spec->n_layers; l++)
+        for (int s = 0; s < LORA_NSITES; s++) {
+            LoraAdapter probe = {.layer = l, .site = (LoraSite)s};
+            char key[HF_KEY_MAX + 48];
+            key_with(key, sizeof key, &t, &probe, 'A');
+            if (!st_find(&f, key)) continue;
+            lora_module_name(names[nt], sizeof names[nt], l, (LoraSite)s);
+            targets[nt] = names[nt];
+            nt++;
+        }
+    hf_keys_free(&t);
+    if (opened) st_close(&f);
+    if (rc == 0 && nt == 0)
+        rc = err_set(err,
+                     "%s: holds no LoRA adapter of this model's linears (keys like "
+                     "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight)",
+                     st_path);
+    if (rc == 0 && r > INT32_MAX)
+        rc = err_set(err, "%s: r = %lld is too large", cfg_path, (long long)r);
+    if (rc == 0) rc = lora_create(lo, spec, (int)r, alpha, targets, nt, max_tokens, cfg_path, err);
+    if (rc == 0 && lora_load_peft(lo, spec, dir, err) != 0) {
+        lora_free(lo);
+        rc = -1;
+    }
+    free(names);
+    free(targets);
     free(cfg_path);
     free(st_path);
     return rc;
