@@ -19,7 +19,11 @@
 typedef struct ParamLayout {
     Qwen3 *m;
     Arena *pa, *ga;
-    int count; /* entries placed so far */
+    int count;      /* entries placed so far */
+    long max_numel; /* the largest parameter so far */
+    /* A frozen model: the gradient pointers to aim at the one sink once it is sized. */
+    float ***sink_slots;
+    int nsink, sink_cap;
 } ParamLayout;
 
 /* kind: 0 linear / embedding, 1 norm, 2 buffer. Trailing zero dimensions are absent. */
@@ -27,7 +31,17 @@ static float *add_param3(ParamLayout *L, float **grad, int kind, int64_t d0, int
                          const char *fmt, int layer) {
     long numel = (long)d0 * (d1 > 0 ? d1 : 1) * (d2 > 0 ? d2 : 1);
     float *data = arena_floats(L->pa, (size_t)numel);
-    *grad = arena_floats(L->ga, (size_t)numel);
+    if (numel > L->max_numel) L->max_numel = numel;
+    if (L->m->frozen) {
+        if (L->nsink == L->sink_cap) {
+            L->sink_cap = L->sink_cap ? 2 * L->sink_cap : 64;
+            L->sink_slots = xrealloc(L->sink_slots, (size_t)L->sink_cap * sizeof *L->sink_slots);
+        }
+        L->sink_slots[L->nsink++] = grad;
+        *grad = NULL;
+    } else {
+        *grad = arena_floats(L->ga, (size_t)numel);
+    }
     if (L->m->table) {
         Qwen3Param *p = &L->m->table[L->count];
         snprintf(p->name, sizeof p->name, fmt, layer);
@@ -55,7 +69,7 @@ static void layout_params(Qwen3 *m, Arena *pa, Arena *ga) {
     const ModelSpec *s = &m->spec;
     long D = s->dim, HE = (long)s->n_heads * s->head_dim, KE = (long)s->n_kv_heads * s->head_dim;
     long E = s->head_dim, F = s->hidden_dim, V = s->vocab_size;
-    ParamLayout L = {m, pa, ga, 0};
+    ParamLayout L = {m, pa, ga, 0, 0, NULL, 0, 0};
     Qwen3Params *p = &m->p, *g = &m->g;
     p->tok_embeddings = add_param(&L, &g->tok_embeddings, 0, V, D, "tok_embeddings.weight", 0);
     for (int i = 0; i < s->n_layers; i++) {
@@ -89,13 +103,23 @@ static void layout_params(Qwen3 *m, Arena *pa, Arena *ga) {
         }
     }
     p->norm = add_param(&L, &g->norm, 1, D, 0, "norm.weight", 0);
+    if (!s->tie_embeddings) p->output = add_param(&L, &g->output, 0, V, D, "output.weight", 0);
+    m->nparams = L.count;
+    m->max_param_numel = L.max_numel;
+    if (m->frozen) {
+        /* Every gradient lands in one buffer the size of the largest parameter, which nothing
+         * reads: the ops still write them, but no model-sized arena holds them. */
+        float *sink = arena_floats(ga, (size_t)L.max_numel);
+        for (int k = 0; k < L.nsink; k++)
+            *L.sink_slots[k] = sink;
+        for (int k = 0; m->table && k < m->nparams; k++)
+            m->table[k].grad = sink;
+        free(L.sink_slots);
+    }
     if (s->tie_embeddings) {
         p->output = p->tok_embeddings;
         g->output = g->tok_embeddings;
-    } else {
-        p->output = add_param(&L, &g->output, 0, V, D, "output.weight", 0);
     }
-    m->nparams = L.count;
 }
 
 /* ---- activations ---- */
@@ -337,8 +361,9 @@ static int setup(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int s
 }
 
 static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp, int owned,
-                  const Qwen3Modules *impl, Err *err) {
+                  const Qwen3Modules *impl, int frozen, Err *err) {
     TRY(setup(m, spec, B, T, ac, sp, err));
+    m->frozen = frozen;
     Arena pc, gc, ac_count;
     arena_init_counting(&pc, "parameter");
     arena_init_counting(&gc, "gradient");
@@ -364,22 +389,27 @@ static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int 
 }
 
 int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *err) {
-    return create(m, spec, B, T, ac, 1, 1, NULL, err);
+    return create(m, spec, B, T, ac, 1, 1, NULL, 0, err);
 }
 
 int qwen3_create_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
                       const Qwen3Modules *impl, Err *err) {
-    return create(m, spec, B, T, ac, 1, 1, impl, err);
+    return create(m, spec, B, T, ac, 1, 1, impl, 0, err);
+}
+
+int qwen3_create_frozen_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
+                             const Qwen3Modules *impl, Err *err) {
+    return create(m, spec, B, T, ac, 1, 1, impl, 1, err);
 }
 
 int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
                          Err *err) {
-    return create(m, spec, B, T, ac, sp, 0, NULL, err);
+    return create(m, spec, B, T, ac, sp, 0, NULL, 0, err);
 }
 
 int qwen3_create_unowned_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
                               const Qwen3Modules *impl, Err *err) {
-    return create(m, spec, B, T, ac, sp, 0, impl, err);
+    return create(m, spec, B, T, ac, sp, 0, impl, 0, err);
 }
 
 void qwen3_free(Qwen3 *m) {
@@ -1005,6 +1035,7 @@ int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
     /* arena_init rounds a block up to the 64-byte alignment. */
     out->param_bytes = (pc.used + 63) / 64 * 64;
     out->grad_bytes = (gc.used + 63) / 64 * 64;
+    out->frozen_grad_bytes = ((size_t)m->max_param_numel * sizeof(float) + 63) / 64 * 64;
     out->act_bytes = (acnt.used + 63) / 64 * 64;
     out->nparams = m->nparams;
     Arena bc;

@@ -420,7 +420,7 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
         rc = train_hf_init(&hf, cfg, &spec, &extra, tok_path, err);
         if (rc == 0)
             q = train_qwen3_create_with(&spec, d.B, d.T, cfg->activation_checkpoint.mode, &plan,
-                                        err);
+                                        use_lora, err);
         if (rc == 0 && !q) rc = -1;
     }
     if (rc == 0 && cfg->checkpoint.initial_load_path[0]) {

@@ -84,8 +84,8 @@ static int plan_lora(TrainPlan *p, const JobConfig *cfg, const ModelSpec *spec, 
     p->grads += 4.0 * numel;
     p->acts += 4.0 * N * lo.rank * (lo.n + 1);
     lora_free(&lo);
-    note(p, "LoRA: optimizer state for the adapters only; the base gradient arena is still "
-            "allocated (frozen weights are not yet skipped)");
+    note(p, "LoRA: gradients and optimizer state for the adapters, plus one sink buffer (the "
+            "largest parameter's size) that the frozen weights' gradients are written to");
     return 0;
 }
 
@@ -155,7 +155,11 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
      * gradient arena places gradients: exactly twice its size (tests/test_plan.c checks). */
     p->optim = 2.0 * (double)z.grad_bytes / p->dp_shard;
     p->acts = (double)z.act_bytes;
-    if (cfg->lora.rank > 0) TRY(plan_lora(p, cfg, &p->spec, err));
+    if (cfg->lora.rank > 0) {
+        /* The frozen base's gradients go to one sink (train_qwen3_create_with). */
+        p->grads = (double)z.frozen_grad_bytes;
+        TRY(plan_lora(p, cfg, &p->spec, err));
+    }
 
     /* Workspace: the job's batch buffers (dataset Batch of 4 arrays + the int32 tokens), the
      * bf16 copies of mixed precision, GEMM scratch. */

@@ -27,7 +27,7 @@ struct TrainQwen3 {
 };
 
 TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, Err *err) {
-    return train_qwen3_create_with(spec, B, T, ac, NULL, err);
+    return train_qwen3_create_with(spec, B, T, ac, NULL, 0, err);
 }
 
 struct Qwen3Modules *train_qwen3_modules(const ModelSpec *spec, const OverridePlan *plan,
@@ -46,10 +46,11 @@ struct Qwen3Modules *train_qwen3_modules(const ModelSpec *spec, const OverridePl
 }
 
 TrainQwen3 *train_qwen3_create_with(const ModelSpec *spec, int B, int T, AcMode ac,
-                                    const OverridePlan *plan, Err *err) {
+                                    const OverridePlan *plan, int frozen, Err *err) {
     TrainQwen3 *q = xcalloc(1, sizeof *q);
     Qwen3Modules *mod = train_qwen3_modules(spec, plan, 1);
-    int rc = qwen3_create_with(&q->m, spec, B, T, ac, mod, err);
+    int rc = frozen ? qwen3_create_frozen_with(&q->m, spec, B, T, ac, mod, err)
+                    : qwen3_create_with(&q->m, spec, B, T, ac, mod, err);
     free(mod);
     if (rc != 0) {
         free(q);
@@ -149,6 +150,7 @@ int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T,
     out->grad_bytes = z.grad_bytes;
     out->act_bytes = z.act_bytes;
     out->bf16_bytes = z.bf16_bytes;
+    out->frozen_grad_bytes = z.frozen_grad_bytes;
     out->nparams = z.nparams;
     return 0;
 }

@@ -31,9 +31,10 @@ typedef struct TrainQwen3Batch {
  * environment has QT_KERNELS=reference. */
 TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, Err *err);
 /* As train_qwen3_create with the kernels of plan (from overrides_resolve; NULL = none) applied
- * before the activations are sized; logs one line per replacement. */
+ * before the activations are sized; logs one line per replacement. frozen: the model's own
+ * weights do not train (LoRA), so its gradients go to one sink (qwen3_create_frozen_with). */
 TrainQwen3 *train_qwen3_create_with(const ModelSpec *spec, int B, int T, AcMode ac,
-                                    const OverridePlan *plan, Err *err);
+                                    const OverridePlan *plan, int frozen, Err *err);
 void train_qwen3_free(TrainQwen3 *q);
 /* The module set a model of spec runs (creating and sizing both take it from here, so `qtitan
  * plan` sizes what training allocates): the fast CPU kernels by default, the plain references
@@ -48,7 +49,8 @@ struct Qwen3Modules *train_qwen3_modules(const ModelSpec *spec, const OverridePl
  * sp > 1: the activations of a sequence-parallel rank (the sharded model's). */
 typedef struct TrainQwen3Sizes {
     size_t param_bytes, grad_bytes, act_bytes;
-    size_t bf16_bytes; /* added by train_qwen3_enable_bf16 */
+    size_t bf16_bytes;        /* added by train_qwen3_enable_bf16 */
+    size_t frozen_grad_bytes; /* the gradient sink of a frozen model, instead of grad_bytes */
     int nparams;
 } TrainQwen3Sizes;
 int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
