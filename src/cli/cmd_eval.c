@@ -10,6 +10,7 @@
 #include "io/hf_config.h"
 #include "io/safetensors.h"
 #include "io/token_lines.h"
+#include "model/lora.h"
 #include "model/qwen3.h"
 #include "model/qwen3_hf.h"
 
@@ -17,16 +18,19 @@
 #define EVAL_MIN_ROW 2048
 
 static const char *USAGE =
-    "usage: qtitan eval --model HFDIR --tokens FILE [--dump-logits OUT.safetensors]\n"
+    "usage: qtitan eval --model HFDIR --tokens FILE [--adapter DIR] [--dump-logits "
+    "OUT.safetensors]\n"
     "\n"
     "Prints `loss: X`, the mean next-token cross-entropy over all predicted positions of all\n"
     "lines of FILE (one sequence of whitespace-separated token ids per line), for the\n"
     "Qwen3ForCausalLM or Qwen3MoeForCausalLM checkpoint in HFDIR (config.json +\n"
     "safetensors) in fp32.\n"
+    "--adapter DIR adds the LoRA adapters of a peft adapter folder (adapter_config.json +\n"
+    "adapter_model.safetensors, e.g. a LoRA run's DUMP/adapter) to the model.\n"
     "--dump-logits writes each line's logits as F32 logits.0, logits.1, ... (len, vocab).\n";
 
 typedef struct EvalArgs {
-    const char *model, *tokens, *dump;
+    const char *model, *tokens, *dump, *adapter;
 } EvalArgs;
 
 static int parse_args(EvalArgs *a, int argc, char **argv, Err *err) {
@@ -35,6 +39,7 @@ static int parse_args(EvalArgs *a, int argc, char **argv, Err *err) {
         const char **slot = strcmp(argv[i], "--model") == 0         ? &a->model
                             : strcmp(argv[i], "--tokens") == 0      ? &a->tokens
                             : strcmp(argv[i], "--dump-logits") == 0 ? &a->dump
+                            : strcmp(argv[i], "--adapter") == 0     ? &a->adapter
                                                                     : NULL;
         if (!slot) return err_set(err, "unknown option %s (see qtitan eval --help)", argv[i]);
         if (i + 1 >= argc) return err_set(err, "option %s needs a value", argv[i]);
@@ -69,12 +74,18 @@ static int eval_run(const EvalArgs *a, Err *err) {
     Qwen3 m;
     StSet set;
     memset(&set, 0, sizeof set);
+    Lora lo;
+    memset(&lo, 0, sizeof lo);
     int32_t *tgt = NULL, *pos = NULL, *doc = NULL;
     float *dump = NULL;
     rc = -1;
     if (qwen3_create(&m, &spec, 1, (int)row, AC_NONE, err)) goto out_lines;
     if (st_set_open(&set, a->model, err)) goto out_model;
     if (qwen3_load_hf(&m, &set, a->model, err)) goto out_set;
+    if (a->adapter) {
+        if (lora_open_peft(&lo, &spec, a->adapter, row, err)) goto out_set;
+        m.lora = &lo;
+    }
 
     long N = tl.total, V = spec.vocab_size;
     tgt = xmalloc((size_t)N * sizeof *tgt);
@@ -119,6 +130,7 @@ static int eval_run(const EvalArgs *a, Err *err) {
     }
     rc = 0;
 out_set:
+    lora_free(&lo);
     st_set_close(&set);
 out_model:
     qwen3_free(&m);

@@ -1,0 +1,63 @@
+/* Chat formats: a conversation (system / user / assistant messages) rendered to token ids
+ * exactly as transformers' apply_chat_template renders it with the model's own template, with
+ * a flag per token that marks assistant output (what supervised fine-tuning learns).
+ *
+ * qtitan does not run Jinja: it recognises the chat_template of a tokenizer folder (the
+ * tokenizer_config.json beside the loaded tokenizer.json, or chat_template.jinja) by its hash
+ * and renders the format it names in C. Known: Qwen3's (thinking tags, enable_thinking).
+ * docs/finetune.md gives the rules and which tokens count as assistant output. */
+#ifndef QT_CHAT_TEMPLATE_H
+#define QT_CHAT_TEMPLATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "text/tokenizer.h"
+
+typedef enum ChatRole { CHAT_SYSTEM, CHAT_USER, CHAT_ASSISTANT } ChatRole;
+
+/* "system", "user", "assistant" to a role; -1 (no err written) for anything else. */
+int chat_role_parse(const char *name, size_t len, ChatRole *out);
+const char *chat_role_name(ChatRole role);
+
+/* One message. Strings are UTF-8 with explicit lengths (JSON strings may hold NUL bytes). */
+typedef struct ChatMessage {
+    ChatRole role;
+    const char *content;
+    size_t content_len;
+    /* An assistant's reasoning_content, or NULL: then the reasoning is what content holds
+     * between <think> and </think>, as the template reads it. */
+    const char *reasoning;
+    size_t reasoning_len;
+} ChatMessage;
+
+typedef struct ChatOptions {
+    int add_generation_prompt; /* end with an open assistant turn, for generation */
+    int enable_thinking;       /* 0: that open turn starts with an empty think block */
+} ChatOptions;
+
+/* Token ids and, for each, 1 when it is assistant output. */
+typedef struct ChatTokens {
+    uint32_t *ids;
+    uint8_t *assistant;
+    size_t n, cap;
+} ChatTokens;
+void chat_tokens_free(ChatTokens *t);
+
+typedef struct ChatFormat ChatFormat;
+
+/* The chat format of tok's folder. An error sentence names the file when the folder has no
+ * chat template, or one qtitan does not know, or the tokenizer lacks the format's tokens. tok
+ * must outlive the format. */
+ChatFormat *chat_format_load(const Tokenizer *tok, Err *err);
+void chat_format_free(ChatFormat *cf);
+/* Short name of the recognised format ("qwen3"), for logs. */
+const char *chat_format_name(const ChatFormat *cf);
+
+/* Renders msgs[0..n) into out (its previous contents are replaced). Fails with a sentence for
+ * an empty conversation. Thread-safe for concurrent calls on one format. */
+int chat_render(const ChatFormat *cf, const ChatMessage *msgs, size_t n, ChatOptions opt,
+                ChatTokens *out, Err *err);
+
+#endif
