@@ -1,7 +1,9 @@
 /* Chat training data with the real Qwen3 tokenizer (needs ../shared; exits 77 without it):
  * the three line shapes, targets -100 outside assistant output (checked against transformers'
  * ids and mask in tests/fixtures/chat/qwen3_chat.jsonl), packing and padding, truncation and
- * dropping with their counts, and one error sentence per malformed line. */
+ * dropping with their counts, one error sentence per malformed line, and chat rows through the
+ * trainer's data feed (train/data_feed.h): the step's labels as the loss denominator, ranks and
+ * micro-batches reading the step's rows, and the {row, conversations, tokens} position. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +19,7 @@
 #include "core/log.h"
 #include "ops/cross_entropy.h"
 #include "text/chat_data.h"
+#include "train/data_feed.h"
 
 static Tokenizer *qwen;
 static ChatFormat *fmt;
@@ -280,6 +283,98 @@ static void test_bad_lines(void **state) {
                "\"input\" must be a string, found null");
 }
 
+/* Counts the targets of global rows [row, row + n) from the rows themselves. */
+static int64_t labels_of(ChatData *cd, int64_t row, int n) {
+    Batch b;
+    Err err;
+    batch_alloc(&b, n, cd->opt.seq_len);
+    assert_int_equal(chat_data_rows(cd, row, n, &b, NULL, &err), 0);
+    int64_t k = 0;
+    for (long i = 0; i < (long)n * cd->opt.seq_len; i++)
+        k += b.targets[i] != CE_IGNORE;
+    batch_free(&b);
+    return k;
+}
+
+/* The feed of rank r of N data-parallel ranks with M micro-batches, G rows a step. */
+static void chat_feed(DataFeed *f, ChatData *cd, int G, int r, int N, int M) {
+    MeshConfig c = {.world = N,
+                    .dp_replicate = 1,
+                    .dp_shard = N,
+                    .tp = 1,
+                    .local_batch = G / N / M,
+                    .global_batch = G};
+    MeshDims d;
+    Err err;
+    if (mesh_resolve(&d, &c, r, &err)) fail_msg("%s", err.msg);
+    data_feed_init_chat(f, cd, &d);
+}
+
+static void test_feed(void **state) {
+    (void)state;
+    char *p = write_file("five_feed.jsonl", FIVE);
+    Err err;
+    ChatData cd;
+    ChatDataOptions o = opts(p, DATA_MESSAGES, 32);
+    o.packing = 0; /* one conversation a row: rows differ in their label counts */
+    if (chat_data_open(&cd, &o, fmt, 151643, &err)) fail_msg("%s", err.msg);
+    enum { G = 4, N = 2, M = 2 };
+    for (int r = 0; r < N; r++) {
+        DataFeed f;
+        TrainData td;
+        chat_feed(&f, &cd, G, r, N, M);
+        data_feed_bind(&f, &td);
+        for (int64_t step = 1; step <= 3; step++) {
+            int64_t tokens, valid;
+            assert_int_equal(td.count(td.ctx, step, &tokens, &valid, &err), 0);
+            assert_int_equal(tokens, G / N * 32);
+            /* The loss denominator: the targets of all G rows of the step, not G x seq_len. */
+            assert_int_equal(valid, labels_of(&cd, (step - 1) * G, G));
+            assert_true(valid < G * 32);
+            for (int k = 0; k < M; k++) {
+                const void *b;
+                assert_int_equal(td.next(td.ctx, step, k, &b, &err), 0);
+                const TrainQwen3Batch *mb = b;
+                Batch want;
+                batch_alloc(&want, 1, 32);
+                assert_int_equal(
+                    chat_data_rows(&cd, (step - 1) * G + (k * N + r), 1, &want, NULL, &err), 0);
+                assert_memory_equal(mb->targets, want.targets, 32 * sizeof *want.targets);
+                for (int i = 0; i < 32; i++)
+                    assert_int_equal(mb->tokens[i], (int32_t)want.tokens[i]);
+                batch_free(&want);
+            }
+        }
+        json_t *pos = td.position(td.ctx);
+        assert_int_equal(json_integer_value(json_object_get(pos, "row")), 3 * G);
+        assert_int_equal(json_integer_value(json_object_get(pos, "conversations")), cd.n_conv);
+        assert_int_equal(json_integer_value(json_object_get(pos, "tokens")), cd.n_tokens);
+        data_feed_free(&f);
+        /* Resumed at step 4: the rows a run without a stop reads. */
+        chat_feed(&f, &cd, G, r, N, M);
+        data_feed_bind(&f, &td);
+        assert_int_equal(td.restore(td.ctx, pos, &err), 0);
+        int64_t tokens, valid;
+        assert_int_equal(td.count(td.ctx, 4, &tokens, &valid, &err), 0);
+        assert_int_equal(valid, labels_of(&cd, 3 * G, G));
+        data_feed_free(&f);
+        /* A position from other data is refused with a sentence. */
+        json_object_set_new(pos, "tokens", json_integer(cd.n_tokens + 1));
+        chat_feed(&f, &cd, G, r, N, M);
+        data_feed_bind(&f, &td);
+        assert_int_equal(td.restore(td.ctx, pos, &err), -1);
+        assert_non_null(strstr(err.msg, "the chat data changed since the checkpoint"));
+        json_object_set_new(pos, "tokens", json_integer(cd.n_tokens));
+        json_object_del(pos, "row");
+        assert_int_equal(td.restore(td.ctx, pos, &err), -1);
+        assert_non_null(strstr(err.msg, "row"));
+        data_feed_free(&f);
+        json_decref(pos);
+    }
+    chat_data_close(&cd);
+    free(p);
+}
+
 int main(void) {
     const char *sd = getenv("QT_SHARED_DIR");
     /* Skipped only without ../shared (a user's clone); CI has it, so a missing file fails. */
@@ -297,10 +392,9 @@ int main(void) {
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_shapes),
-        cmocka_unit_test(test_packing_and_padding),
-        cmocka_unit_test(test_too_long),
-        cmocka_unit_test(test_bad_lines),
+        cmocka_unit_test(test_shapes),   cmocka_unit_test(test_packing_and_padding),
+        cmocka_unit_test(test_too_long), cmocka_unit_test(test_bad_lines),
+        cmocka_unit_test(test_feed),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     fs_remove_tree(tmpdir, &err);
