@@ -170,6 +170,13 @@ static void test_lora(void **state) {
     double largest = (double)s->hidden_dim * s->dim;
     assert_true(largest > (double)s->vocab_size * s->dim);
     assert_true(p.grads == largest * 4.0 + 4.0 * adapters);
+    /* On more than one process the plan refuses it, as the job does. */
+    char *sharded[8];
+    memcpy(sharded, argv, sizeof argv);
+    sharded[7] = "--parallelism.data_parallel_shard_degree=2";
+    assert_int_equal(plan(&p, 8, sharded, &err), -1);
+    assert_non_null(strstr(err.msg, "lora.rank = 4 on 2 processes: LoRA training runs on one "
+                                    "process for now"));
 
     const char *src = getenv("QT_SOURCE_DIR");
     if (!src) return;

@@ -144,6 +144,15 @@ int train_job_check(const JobConfig *cfg, const ModelSpec *spec, Err *err) {
     return 0;
 }
 
+int train_job_check_world(const JobConfig *cfg, int world, Err *err) {
+    if (cfg->lora.rank > 0 && world > 1)
+        return err_set(err,
+                       "lora.rank = %d on %d processes: LoRA training runs on one process for now "
+                       "(FSDP and tensor parallelism with adapters are not implemented)",
+                       cfg->lora.rank, world);
+    return 0;
+}
+
 /* The paths a run reads and writes, checked before anything large is allocated. */
 static int check_paths(const JobConfig *cfg, Err *err) {
     if (cfg->checkpoint.initial_load_path[0] && !fs_exists(cfg->checkpoint.initial_load_path))
@@ -221,11 +230,7 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
      * leave the others waiting there. MoE with tensor parallelism first: its refusal makes the
      * mesh's divisibility of the experts' hidden size moot. */
     if (rc == 0) rc = train_qwen3_check(&spec, cfg->parallelism.tensor_parallel_degree, err);
-    if (rc == 0 && cfg->lora.rank > 0 && world->size > 1)
-        rc = err_set(err,
-                     "lora.rank = %d: LoRA training runs on one process for now (FSDP and "
-                     "tensor parallelism with adapters are not implemented)",
-                     cfg->lora.rank);
+    if (rc == 0) rc = train_job_check_world(cfg, world->size, err);
     if (rc == 0) {
         MeshConfig mc;
         MeshDims dims;

@@ -104,10 +104,11 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     int shard = cfg->parallelism.data_parallel_shard_degree > 1
                     ? cfg->parallelism.data_parallel_shard_degree
                     : 1;
+    int world = cfg->parallelism.data_parallel_replicate_degree * shard *
+                cfg->parallelism.tensor_parallel_degree;
+    TRY(train_job_check_world(cfg, world, err));
     MeshConfig mc;
-    train_job_mesh_config(&mc, cfg, &p->spec,
-                          cfg->parallelism.data_parallel_replicate_degree * shard *
-                              cfg->parallelism.tensor_parallel_degree);
+    train_job_mesh_config(&mc, cfg, &p->spec, world);
     MeshDims dims;
     TRY(train_qwen3_check(&p->spec, cfg->parallelism.tensor_parallel_degree, err));
     TRY(mesh_resolve(&dims, &mc, 0, err));
@@ -154,7 +155,7 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     p->optim = 2.0 * (double)z.grad_bytes / p->dp_shard;
     p->acts = (double)z.act_bytes;
     if (cfg->lora.rank > 0) {
-        /* The frozen base's gradients go to one sink (train_qwen3_create_with). */
+        /* The frozen base's gradients go to one sink (train_qwen3_create with frozen). */
         p->grads = (double)z.frozen_grad_bytes;
         TRY(plan_lora(p, cfg, &p->spec, err));
     }
