@@ -188,7 +188,7 @@ void lora_merge(const Lora *lo, const LoraAdapter *ad, float *w) {
              ad->in);
 }
 
-float *lora_site_weight(Qwen3LayerParams *p, LoraSite s) {
-    float *w[LORA_NSITES] = {p->wq, p->wk, p->wv, p->wo, p->w1, p->w3, p->w2};
-    return w[s];
+ParamKindId lora_site_kind(LoraSite s) {
+    static const ParamKindId kind[LORA_NSITES] = {PK_WQ, PK_WK, PK_WV, PK_WO, PK_W1, PK_W3, PK_W2};
+    return kind[s];
 }

@@ -14,7 +14,7 @@
 
 #include "core/err.h"
 #include "core/model_spec.h"
-#include "model/qwen3.h"
+#include "core/param_table.h"
 
 /* The linears an adapter can sit on, in the order of a layer's module names. */
 typedef enum LoraSite {
@@ -72,8 +72,8 @@ void lora_forward(const Lora *lo, LoraAdapter *ad, float *y, const float *x, lon
 void lora_backward(const Lora *lo, LoraAdapter *ad, float *dx, const float *dy, const float *x,
                    long N);
 
-/* The base weight of site s in a layer's parameters (or gradients). */
-float *lora_site_weight(Qwen3LayerParams *p, LoraSite s);
+/* The parameter kind (core/param_table.h) of site s's base weight. */
+ParamKindId lora_site_kind(LoraSite s);
 
 /* W (O, I) += s * B A: adapter ad merged into its base weight (export of a merged model). */
 void lora_merge(const Lora *lo, const LoraAdapter *ad, float *w);

@@ -6,9 +6,9 @@
 #include <string.h>
 
 #include "core/fs.h"
+#include "core/ignore_target.h"
 #include "core/log.h"
 #include "core/rng.h"
-#include "ops/cross_entropy.h"
 #include "text/jsonl.h"
 
 /* The shuffle's rng stream, apart from the pretraining dataset's and other users of the seed. */

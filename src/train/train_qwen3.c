@@ -744,7 +744,7 @@ int train_qwen3_export_merged(TrainQwen3 *q, const char *dir, const HfExportOpti
     Lora *lo = q->m.lora;
     for (int i = 0; lo && i < lo->n; i++)
         lora_merge(lo, &lo->ad[i],
-                   lora_site_weight(&q->m.p.layers[lo->ad[i].layer], lo->ad[i].site));
+                   *qwen3_param_field(&q->m.p, lora_site_kind(lo->ad[i].site), lo->ad[i].layer));
     q->m.lora = NULL;
     HfExportTensor *t = xcalloc((size_t)q->m.nparams, sizeof *t);
     for (int i = 0; i < q->m.nparams; i++)
