@@ -16,7 +16,8 @@ typedef struct Arena {
 } Arena;
 
 void arena_init_counting(Arena *a, const char *name);
-/* Allocates `bytes` zeroed bytes, 64-byte aligned. */
+/* Allocates `bytes` zeroed bytes, page aligned, with every page already mapped (touched on
+ * all OpenMP threads). */
 int arena_init(Arena *a, const char *name, size_t bytes, Err *err);
 /* 64-byte aligned block of n bytes; NULL while counting. Exceeding capacity is a
  * programming error (the sizing pass disagreed with the placing pass) and aborts. */
