@@ -408,9 +408,7 @@ void qwen3_init_param(const Qwen3 *m, int i, uint64_t seed, float *out) {
     } else {
         int residual = m->spec.num_experts > 0 && (ends_with(p->name, "attention.wo.weight") ||
                                                    ends_with(p->name, "moe.experts.w2"));
-        Rng r;
-        rng_seed(&r, seed, (uint64_t)i);
-        rng_fill_normal(&r, out, p->numel, residual ? residual_std : 0.02f);
+        rng_fill_normal_counter(seed, (uint64_t)i, out, p->numel, residual ? residual_std : 0.02f);
     }
 }
 
