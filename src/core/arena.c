@@ -22,12 +22,12 @@ int arena_init(Arena *a, const char *name, size_t bytes, Err *err) {
     /* Anonymous pages arrive zeroed, so the block is never cleared again; touching one byte
      * of each page on every OpenMP thread makes the kernel fault them in and clear them in
      * parallel, before the first step (a single-threaded memset of a 0.6B model's arenas was
-     * a third of its start-up). Huge pages, where the kernel allows them on request, cut the
-     * faults 512-fold. */
+     * a third of its start-up). No MADV_HUGEPAGE: on a machine short of free memory the
+     * kernel compacts memory for huge pages inside those faults, which made start-up slower
+     * (bench/README.md, Start-up). */
     void *p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
         return err_set(err, "cannot allocate %.3f GiB for the %s arena", cap / 1073741824.0, name);
-    madvise(p, cap, MADV_HUGEPAGE); /* advice only: without it the pages are 4 KiB */
     a->base = p;
     a->capacity = cap;
     long page = sysconf(_SC_PAGESIZE);
