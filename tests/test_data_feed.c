@@ -1,7 +1,8 @@
 /* Unit tests for src/train/data_feed: the trainer's steps, ranks and micro-batches map to the
- * global rows step*G + r*G/N + k*G/N/M; the position saved after a step resumes the next rows,
- * even under another global batch size; bad splits are sentences. A byte encoder stands in for
- * the tokenizer (id = byte value, EOS = 256). */
+ * global rows (step - 1) * G + (k * N + r) * G/N/M (micro-batch k of all N data-parallel ranks
+ * is one run of rows), which together cover every row of the step once; the position saved
+ * after a step resumes the next rows, even under another global batch size; bad splits are the
+ * mesh's sentences. A byte encoder stands in for the tokenizer (id = byte value, EOS = 256). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -72,16 +73,36 @@ static int teardown(void **state) {
     return 0;
 }
 
-static void assert_rows(const Batch *got, int64_t row) {
+/* The mesh of N data-parallel ranks (FSDP) for rank r, with M micro-batches of G/N/M rows. */
+static int dims_of(MeshDims *d, int G, int r, int N, int M, Err *err) {
+    MeshConfig c = {.world = N,
+                    .dp_replicate = 1,
+                    .dp_shard = N,
+                    .tp = 1,
+                    .local_batch = M > 0 ? G / N / M : 0,
+                    .global_batch = G};
+    return mesh_resolve(d, &c, r, err);
+}
+
+static void feed_init(DataFeed *f, int G, int r, int N, int M) {
+    MeshDims d;
+    Err err;
+    assert_int_equal(dims_of(&d, G, r, N, M, &err), 0);
+    data_feed_init(f, &g_ds, &d);
+}
+
+static void assert_rows(const void *batch, int64_t row) {
+    const TrainQwen3Batch *got = batch;
     Batch want;
     Err err;
     batch_alloc(&want, got->B, T);
     assert_int_equal(dataset_rows(&g_ds, row, got->B, &want, &err), 0);
     size_t n = (size_t)got->B * T;
-    assert_memory_equal(got->tokens, want.tokens, n * sizeof *want.tokens);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(got->tokens[i], (int32_t)want.tokens[i]);
     assert_memory_equal(got->targets, want.targets, n * sizeof *want.targets);
     assert_memory_equal(got->positions, want.positions, n * sizeof *want.positions);
-    assert_memory_equal(got->doc_ids, want.doc_ids, n * sizeof *want.doc_ids);
+    assert_memory_equal(got->doc, want.doc_ids, n * sizeof *want.doc_ids);
     batch_free(&want);
 }
 
@@ -91,11 +112,12 @@ static void test_steps_ranks_micro(void **state) {
     int splits[][2] = {{1, 1}, {1, 4}, {2, 1}, {2, 2}, {4, 2}};
     for (size_t s = 0; s < sizeof splits / sizeof splits[0]; s++) {
         int N = splits[s][0], M = splits[s][1];
+        int seen[10][8] = {{0}}; /* [step][row of the step (G)]: micro-batches that read it */
         for (int r = 0; r < N; r++) {
             DataFeed f;
             TrainData td;
             Err err;
-            assert_int_equal(data_feed_init(&f, &g_ds, G, r, N, M, &err), 0);
+            feed_init(&f, G, r, N, M);
             data_feed_bind(&f, &td);
             for (int64_t step = 1; step <= 9; step++) {
                 int64_t tokens, valid;
@@ -105,12 +127,20 @@ static void test_steps_ranks_micro(void **state) {
                 for (int k = 0; k < M; k++) {
                     const void *b;
                     assert_int_equal(td.next(td.ctx, step, k, &b, &err), 0);
-                    assert_int_equal(((const Batch *)b)->B, G / N / M);
-                    assert_rows(b, (step - 1) * G + r * (G / N) + k * (G / N / M));
+                    int m = G / N / M;
+                    assert_int_equal(((const TrainQwen3Batch *)b)->B, m);
+                    assert_rows(b, (step - 1) * G + (k * N + r) * m);
+                    for (int i = 0; i < m; i++)
+                        seen[step][(k * N + r) * m + i]++;
                 }
             }
             data_feed_free(&f);
         }
+        /* The ranks' micro-batches read every row of each step once: one process would
+         * read the same rows. */
+        for (int step = 1; step <= 9; step++)
+            for (int i = 0; i < G; i++)
+                assert_int_equal(seen[step][i], 1);
     }
 }
 
@@ -120,7 +150,7 @@ static void test_resume(void **state) {
     TrainData td;
     Err err;
     const void *b;
-    assert_int_equal(data_feed_init(&f, &g_ds, 4, 0, 1, 1, &err), 0);
+    feed_init(&f, 4, 0, 1, 1);
     data_feed_bind(&f, &td);
     for (int64_t step = 1; step <= 5; step++)
         assert_int_equal(td.next(td.ctx, step, 0, &b, &err), 0);
@@ -128,7 +158,7 @@ static void test_resume(void **state) {
     assert_int_equal(json_integer_value(json_object_get(pos, "row")), 20);
     data_feed_free(&f);
     /* Resumed at step 6 with the same batch: the rows a run without a stop reads. */
-    assert_int_equal(data_feed_init(&f, &g_ds, 4, 0, 1, 1, &err), 0);
+    feed_init(&f, 4, 0, 1, 1);
     data_feed_bind(&f, &td);
     assert_int_equal(td.restore(td.ctx, pos, &err), 0);
     assert_int_equal(td.next(td.ctx, 6, 0, &b, &err), 0);
@@ -140,7 +170,7 @@ static void test_resume(void **state) {
     json_decref(pos2);
     data_feed_free(&f);
     /* Resumed with a global batch of 2 rows: it continues at row 20 all the same. */
-    assert_int_equal(data_feed_init(&f, &g_ds, 2, 0, 1, 1, &err), 0);
+    feed_init(&f, 2, 0, 1, 1);
     data_feed_bind(&f, &td);
     assert_int_equal(td.restore(td.ctx, pos, &err), 0);
     assert_int_equal(td.next(td.ctx, 6, 0, &b, &err), 0);
@@ -151,7 +181,7 @@ static void test_resume(void **state) {
     data_feed_free(&f);
     /* A position from other data is refused. */
     json_object_set_new(pos, "offset", json_integer(3));
-    assert_int_equal(data_feed_init(&f, &g_ds, 4, 0, 1, 1, &err), 0);
+    feed_init(&f, 4, 0, 1, 1);
     data_feed_bind(&f, &td);
     assert_int_equal(td.restore(td.ctx, pos, &err), -1);
     assert_non_null(strstr(err.msg, "changed since the checkpoint"));
@@ -161,12 +191,13 @@ static void test_resume(void **state) {
 
 static void test_bad_split(void **state) {
     (void)state;
-    DataFeed f;
+    MeshDims d;
     Err err;
-    assert_int_equal(data_feed_init(&f, &g_ds, 6, 0, 4, 1, &err), -1);
-    assert_non_null(strstr(err.msg, "global_batch_size 6 is not a positive multiple of 4"));
-    assert_int_equal(data_feed_init(&f, &g_ds, 8, 2, 2, 1, &err), -1);
-    assert_int_equal(data_feed_init(&f, &g_ds, 8, 0, 1, 0, &err), -1);
+    assert_int_equal(dims_of(&d, 6, 0, 4, 1, &err), -1);
+    assert_non_null(strstr(err.msg, "global_batch_size = 6 is not divisible by data-parallel "
+                                    "ranks x training.local_batch_size = 4 x 1"));
+    assert_int_equal(dims_of(&d, 8, 0, 1, 0, &err), -1);
+    assert_non_null(strstr(err.msg, "local_batch_size = 0 must be at least 1"));
 }
 
 int main(void) {

@@ -42,7 +42,6 @@ static int fold_encode(const void *ctx, const char *text, size_t len, IdVec *out
 
 typedef struct Ctx {
     Qwen3 m;
-    int32_t *tok, *tgt, *pos, *doc; /* (B*T) */
     float losses[STEPS];
     int nloss;
 } Ctx;
@@ -50,15 +49,8 @@ typedef struct Ctx {
 static int fwd_bwd(void *p, const void *batch, double divisor, double *loss_sum, Err *err) {
     (void)err;
     Ctx *c = p;
-    const Batch *b = batch;
-    long N = (long)b->B * b->T;
-    for (long i = 0; i < N; i++) {
-        c->tok[i] = (int32_t)b->tokens[i];
-        c->tgt[i] = b->targets[i];
-        c->pos[i] = b->positions[i];
-        c->doc[i] = b->doc_ids[i];
-    }
-    qwen3_forward(&c->m, c->tok, c->tgt, c->pos, c->doc, b->B, b->T);
+    const TrainQwen3Batch *b = batch;
+    qwen3_forward(&c->m, b->tokens, b->targets, b->positions, b->doc, b->B, b->T);
     qwen3_backward(&c->m, divisor);
     *loss_sum = c->m.loss_sum;
     return 0;
@@ -93,7 +85,15 @@ static void test_moe_trains_on_c4(void **state) {
     Dataset ds;
     if (dataset_open(&ds, &o, &enc, &err)) fail_msg("%s", err.msg);
     DataFeed feed;
-    assert_int_equal(data_feed_init(&feed, &ds, rows, 0, 1, micro, &err), 0);
+    MeshConfig mc = {.world = 1,
+                     .dp_replicate = 1,
+                     .dp_shard = 1,
+                     .tp = 1,
+                     .local_batch = rows / micro,
+                     .global_batch = rows};
+    MeshDims dims;
+    assert_int_equal(mesh_resolve(&dims, &mc, 0, &err), 0);
+    data_feed_init(&feed, &ds, &dims);
     TrainData td;
     data_feed_bind(&feed, &td);
 
@@ -107,9 +107,6 @@ static void test_moe_trains_on_c4(void **state) {
     static Ctx c;
     assert_int_equal(qwen3_create(&c.m, &s, rows / micro, T, AC_NONE, &err), 0);
     qwen3_init_params(&c.m, 99);
-    long N = (long)rows / micro * T;
-    c.tok = malloc((size_t)N * sizeof(int32_t)), c.tgt = malloc((size_t)N * sizeof(int32_t));
-    c.pos = malloc((size_t)N * sizeof(int32_t)), c.doc = malloc((size_t)N * sizeof(int32_t));
 
     int np = c.m.nparams;
     CkptTensor *params = calloc((size_t)np, sizeof *params);
@@ -139,7 +136,7 @@ static void test_moe_trains_on_c4(void **state) {
                           .lr = 1e-2,
                           .warmup_steps = 3,
                           .decay_ratio = -1,
-                          .decay_type = "linear",
+                          .decay_type = DECAY_LINEAR,
                           .adamw = {0.9, 0.95, 1e-8, 0.1},
                           .max_norm = 1.0,
                           .dump_folder = dump,
@@ -176,7 +173,6 @@ static void test_moe_trains_on_c4(void **state) {
     assert_non_null(strstr(text, "\"moe_tokens_max\""));
     free(text), free(jsonl), free(dump);
     free(params), free(grads), free(decay);
-    free(c.tok), free(c.tgt), free(c.pos), free(c.doc);
     qwen3_free(&c.m);
     data_feed_free(&feed);
     dataset_close(&ds);

@@ -192,7 +192,7 @@ static void test_five_steps_match_torch(void **state) {
                         .lr = 1e-2,
                         .warmup_steps = 2,
                         .decay_ratio = -1,
-                        .decay_type = "linear",
+                        .decay_type = DECAY_LINEAR,
                         .min_lr_factor = 0.0,
                         .adamw = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1},
                         .max_norm = 0.5,

@@ -114,7 +114,7 @@ static TrainerOptions options(Toy *m, const char *dump) {
                         .lr = 0.5,
                         .warmup_steps = 2,
                         .decay_ratio = -1,
-                        .decay_type = "cosine",
+                        .decay_type = DECAY_COSINE,
                         .min_lr_factor = 0.1,
                         .adamw = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1},
                         .max_norm = 1.0,

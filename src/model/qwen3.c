@@ -539,11 +539,11 @@ static void linear_bwd(const Qwen3 *m, const LinearOp *op, float *dx, float *dw,
 /* ---- forward / backward ---- */
 
 static void hook(Qwen3 *m, int unit, Qwen3HookPhase phase) {
-    if (m->unit_hook) m->unit_hook(m->unit_hook_ctx, m, unit, phase);
+    if (m->dist.unit) m->dist.unit(m->dist.ctx, m, unit, phase);
 }
 
 static void tp_sum(Qwen3 *m, float *buf, long n) {
-    if (m->tp_sum) m->tp_sum(m->unit_hook_ctx, buf, n);
+    if (m->dist.tp_sum) m->dist.tp_sum(m->dist.ctx, buf, n);
 }
 
 /* Tokens of the residual stream on this rank (all of them without sequence parallelism), and
@@ -560,7 +560,7 @@ static long first_token(const Qwen3 *m) {
  * rank's tokens of it gathered into full (N, D). */
 static const float *sp_gather(Qwen3 *m, float *full, const float *part, long n_floats) {
     if (m->sp == 1) return part;
-    m->tp_gather(m->unit_hook_ctx, full, part, n_floats);
+    m->dist.tp_gather(m->dist.ctx, full, part, n_floats);
     return full;
 }
 
@@ -575,7 +575,7 @@ static void tp_combine(Qwen3 *m, float *out, long n_floats) {
     if (m->sp == 1)
         tp_sum(m, out, n_floats);
     else
-        m->tp_reduce_scatter(m->unit_hook_ctx, out, m->a.yg, n_floats);
+        m->dist.tp_reduce_scatter(m->dist.ctx, out, m->a.yg, n_floats);
 }
 
 /* dxn (N, D) holds partial sums of a norm output's gradient; returns the group's sum for this
@@ -585,7 +585,7 @@ static const float *tp_combine_grad(Qwen3 *m, float *dxn, long n_floats) {
         tp_sum(m, dxn, n_floats);
         return dxn;
     }
-    m->tp_reduce_scatter(m->unit_hook_ctx, m->a.yg, dxn, n_floats);
+    m->dist.tp_reduce_scatter(m->dist.ctx, m->a.yg, dxn, n_floats);
     return m->a.yg;
 }
 

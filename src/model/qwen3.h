@@ -184,7 +184,7 @@ typedef struct Qwen3Bf16 {
     uint16_t *scratch; /* bf16 casts of matmul inputs, sized for the largest product */
 } Qwen3Bf16;
 
-/* FSDP hook phases (see Qwen3.unit_hook). */
+/* FSDP hook phases (see Qwen3Dist.unit). */
 typedef enum Qwen3HookPhase {
     QWEN3_PRE_FORWARD,
     QWEN3_POST_FORWARD,
@@ -193,6 +193,26 @@ typedef enum Qwen3HookPhase {
 } Qwen3HookPhase;
 
 typedef struct Qwen3 Qwen3;
+
+/* The model's distributed callbacks, one ctx for all; a NULL callback is never called. */
+typedef struct Qwen3Dist {
+    void *ctx;
+    /* Called before and after each unit's forward and backward, so a sharded driver can point
+     * the unit's m->p / m->g pointers at gathered buffers just in time. Units: 0 the
+     * embedding, 1 + i layer i, n_layers + 1 the final norm with lm_head. */
+    void (*unit)(void *ctx, Qwen3 *m, int unit, Qwen3HookPhase phase);
+    /* Tensor parallel: the model then has this rank's heads and FFN columns, and this sums buf
+     * (n floats) over the tensor-parallel group in place, where partial results meet: the wo
+     * and w2 outputs before the residual adds, and the gradients of the attention / FFN norm
+     * outputs. Not called under sequence parallelism, which uses the two below instead. */
+    void (*tp_sum)(void *ctx, float *buf, long n);
+    /* Sequence parallel (Qwen3.sp > 1): tp_gather writes into full (n * sp floats) every
+     * rank's part (n floats) in rank order, before q/k/v and w1/w3 and for the residual
+     * gradient in backward; tp_reduce_scatter writes into part this rank's n floats of the
+     * group's sum of full, after wo and w2 and for the norm output gradients. */
+    void (*tp_gather)(void *ctx, float *full, const float *part, long n);
+    void (*tp_reduce_scatter)(void *ctx, float *part, const float *full, long n);
+} Qwen3Dist;
 
 struct Qwen3 {
     ModelSpec spec;
@@ -222,32 +242,18 @@ struct Qwen3 {
                          * the trainer accumulates, so the step adds coef * mean aux) */
     double *moe_counts; /* (L, X) tokens routed to each expert, summed over forwards since
                          * qwen3_moe_reset_counts (recomputation excluded); dense layers 0 */
-    /* Sharded training (src/train/fsdp_model.c): called before and after each unit's forward
-     * and backward, so a driver can point the unit's m->p / m->g pointers at gathered
-     * buffers just in time. Units: 0 the embedding, 1 + i layer i, n_layers + 1 the final
-     * norm with lm_head. NULL (the default): never called. */
-    void (*unit_hook)(void *ctx, Qwen3 *m, int unit, Qwen3HookPhase phase);
-    void *unit_hook_ctx;
-    /* Tensor parallel (same driver and ctx): the model then has this rank's heads and FFN
-     * columns, and this sums buf (n floats) over the tensor-parallel group in place, where
-     * partial results meet: the wo and w2 outputs before the residual adds, and the
-     * gradients of the attention / FFN norm outputs. NULL: never called. */
-    void (*tp_sum)(void *ctx, float *buf, long n);
+    /* Parallelism, applied from outside by the training driver (src/train/train_qwen3.c);
+     * all NULL on a world of one. */
+    Qwen3Dist dist;
     /* Sequence parallel (sp > 1, from qwen3_create_unowned; 1 without it): the tensor-parallel
      * group of sp ranks also splits the tokens. Rank sp_rank (set by the driver) keeps tokens
      * [sp_rank * n, (sp_rank + 1) * n), n = B * T / sp, of the flattened micro-batch in the
      * residual stream, the attention and FFN norms, the embedding, the final norm, lm_head
-     * and the loss; attention and the FFN see all N tokens (their heads and columns). The
-     * driver moves them (same ctx as tp_sum, which is then not called): tp_gather writes
-     * into full (n * sp floats) every rank's part (n floats) in rank order, before q/k/v and
-     * w1/w3 and for the residual gradient in backward; tp_reduce_scatter writes into part
-     * this rank's n floats of the group's sum of full, after wo and w2 and for the norm
-     * output gradients. loss_sum and n_valid count the rank's tokens, and the gradients of
-     * the norm weights, the embedding and lm_head its tokens' share: the driver sums them
-     * over the group. Dense models only. */
+     * and the loss; attention and the FFN see all N tokens (their heads and columns), moved
+     * by dist.tp_gather and dist.tp_reduce_scatter. loss_sum and n_valid count the rank's
+     * tokens, and the gradients of the norm weights, the embedding and lm_head its tokens'
+     * share: the driver sums them over the group. Dense models only. */
     int sp, sp_rank;
-    void (*tp_gather)(void *ctx, float *full, const float *part, long n);
-    void (*tp_reduce_scatter)(void *ctx, float *part, const float *full, long n);
 };
 
 /* The module tree of spec (DESIGN §4), without allocating a model: fills mod with each
@@ -266,7 +272,7 @@ int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *
 int qwen3_create_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
                       const Qwen3Modules *impl, Err *err);
 /* The same without parameter and gradient memory: the table has names and shapes but NULL
- * data and grad, and m->p / m->g stay NULL until a unit_hook points them somewhere (FSDP).
+ * data and grad, and m->p / m->g stay NULL until dist.unit points them somewhere (FSDP).
  * sp > 1: sequence parallel over sp ranks (Qwen3.sp; B * T must be divisible by it), with the
  * residual-stream activations sized for B * T / sp tokens. */
 int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
@@ -293,7 +299,7 @@ int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
  * implementation has a bf16 path multiply in bf16 with fp32 accumulation. Master weights,
  * gradients, norms, attention, softmax, loss and the MoE layers stay fp32. */
 int qwen3_enable_bf16(Qwen3 *m, Err *err);
-/* The same for a model driven by a unit_hook (FSDP), which owns the bf16 weights: it points
+/* The same for a model driven by dist.unit (FSDP), which owns the bf16 weights: it points
  * m->pb.layers[*] and m->pb.output at its own buffers and fills a unit's copies from the fp32
  * weights before the unit runs; forward casts nothing. Only the matmul scratch is allocated. */
 int qwen3_enable_bf16_by_hook(Qwen3 *m, Err *err);

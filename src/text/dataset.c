@@ -824,25 +824,6 @@ int dataset_rows(Dataset *ds, int64_t row, int nrows, Batch *out, Err *err) {
     return rc;
 }
 
-int dataset_batch(Dataset *ds, int global_rows, int first, int nrows, Batch *out, Err *err) {
-    if (first < 0 || nrows < 0 || first + nrows > global_rows)
-        return err_set(err, "dataset_batch: rows [%d, %d) are outside a global batch of %d rows",
-                       first, first + nrows, global_rows);
-    /* The epoch of the batch's last target token decides what is announced. */
-    int64_t last = (ds->next_row + global_rows) * ds->opt.seq_len;
-    int64_t epoch = last / ds->epoch_len;
-    for (int64_t e = ds->epoch_logged + 1; e <= epoch; e++)
-        log_info("dataset: epoch %lld begins (global row %lld; %lld documents in a new order)",
-                 (long long)e, (long long)((e * ds->epoch_len) / ds->opt.seq_len),
-                 (long long)ds->n_docs);
-    if (epoch > ds->epoch_logged) ds->epoch_logged = epoch;
-    return dataset_rows(ds, ds->next_row + first, nrows, out, err);
-}
-
-void dataset_advance(Dataset *ds, int global_rows) {
-    ds->next_row += global_rows;
-}
-
 /* ---- checkpoint state --------------------------------------------------------------------- */
 
 void dataset_state_save(const Dataset *ds, DatasetState *st) {
@@ -866,7 +847,6 @@ int dataset_state_restore(Dataset *ds, const DatasetState *st, Err *err) {
                        (long long)st->row, (long long)st->epoch, (long long)st->offset,
                        ds->opt.path, (long long)st->row, (long long)epoch, (long long)offset);
     ds->next_row = st->row;
-    ds->epoch_logged = epoch;
     return 0;
 }
 

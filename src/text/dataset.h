@@ -74,8 +74,7 @@ typedef struct Dataset {
     void *map;
     size_t map_len;
     EpochOrder *orders[2]; /* the two most recently used epochs' shuffled orders */
-    int64_t next_row;      /* global row index where the current global batch starts */
-    int64_t epoch_logged;  /* highest epoch announced with a log line */
+    int64_t next_row;      /* the row dataset_state_save records (set by train/data_feed.c) */
 } Dataset;
 
 /* Opens the dataset: reuses the cache when the sources (paths, sizes, mtimes), the encoder hash
@@ -99,14 +98,6 @@ void batch_free(Batch *b);
  * seq_len). Pure in (data, seed, seq_len, document_mask, row). Fails only on a damaged cache
  * (an id >= vocab_size). Not thread-safe: it keeps the last epochs' orders. */
 int dataset_rows(Dataset *ds, int64_t row, int nrows, Batch *out, Err *err);
-
-/* Rows [first, first + nrows) of the current global batch of global_rows rows, i.e. global rows
- * next_row + first ...: data-parallel rank r of N with M microbatches of m rows reads
- * first = r*(global_rows/N) + k*m for microbatch k. Logs "dataset: epoch N begins (...)" the
- * first time a batch reaches a new epoch. */
-int dataset_batch(Dataset *ds, int global_rows, int first, int nrows, Batch *out, Err *err);
-/* Moves to the next global batch (call once per optimizer step). */
-void dataset_advance(Dataset *ds, int global_rows);
 
 /* The data position for checkpoints: row is the truth; epoch and offset (token offset of that
  * row in its epoch) are there to read and to check that the data did not change. */

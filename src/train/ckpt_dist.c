@@ -119,6 +119,15 @@ static void prune_rank(const char *dir, const int64_t *kept, int n) {
     closedir(d);
 }
 
+int ckpt_dist_check_keep(int ranks, int enable, int keep_latest_k, Err *err) {
+    if (ranks > 1 && enable && keep_latest_k > CKPT_DIST_MAX_KEPT)
+        return err_set(err,
+                       "checkpoint.keep_latest_k = %d: a sharded checkpoint keeps at most %d steps "
+                       "(older ones would be removed); set it to %d or less",
+                       keep_latest_k, CKPT_DIST_MAX_KEPT, CKPT_DIST_MAX_KEPT);
+    return 0;
+}
+
 int ckpt_dist_save(Comm *world, const int mesh[3], const char *root, const CkptState *st,
                    const CkptTensor *model, int nmodel, const CkptTensor *optim, int noptim,
                    int keep_latest_k, Err *err) {

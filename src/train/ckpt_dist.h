@@ -20,6 +20,11 @@
  * refused at start-up, since the steps past it would be pruned. */
 #define CKPT_DIST_MAX_KEPT 64
 
+/* checkpoint.keep_latest_k for a job of `ranks` processes that writes checkpoints (enable):
+ * sharded ones (ranks > 1) keep at most CKPT_DIST_MAX_KEPT steps, so a larger value is refused
+ * at start-up with a sentence. */
+int ckpt_dist_check_keep(int ranks, int enable, int keep_latest_k, Err *err);
+
 /* Collective over world: every rank passes its own tensors and the job's mesh
  * [dp_replicate, dp_shard, tp]; the same result on every rank. */
 int ckpt_dist_save(Comm *world, const int mesh[3], const char *root, const CkptState *st,

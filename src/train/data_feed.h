@@ -1,31 +1,39 @@
-/* Feeds the trainer (TrainData) from a Dataset: optimizer step s (1-based) takes global rows
- * [base + (s - s0) * G, ... + G) of the packed stream, where (base, s0) = (0, 1) for a fresh
- * run, so the rows depend only on the data, the seed and the step. Data-parallel rank r of N
- * reads rows [r * G/N, (r+1) * G/N) of them, in micro-batches of G/N/M consecutive rows. */
+/* Feeds the trainer (TrainData) from a Dataset: the one mapping from global rows to ranks and
+ * micro-batches, which `qtitan train` runs and the tests check. Optimizer step s (1-based)
+ * takes G = global_batch rows of the packed stream, [base + (s - s0) * G, ... + G), where
+ * (base, s0) = (0, 1) for a fresh run, so the rows depend only on the data, the seed and the
+ * step. Within the step, micro-batch k of data-parallel rank d reads local_batch rows from
+ * mesh_first_row: micro-batch k of all ranks together is one run of consecutive rows, so 1, 2
+ * or 4 processes (or more accumulation steps) see the same rows every step; tensor-parallel
+ * peers read the same rows. How many micro-batches a step has, and the checks that G splits
+ * evenly, are the mesh's (mesh_resolve: grad_accum_steps), which `qtitan plan` reports. */
 #ifndef QT_DATA_FEED_H
 #define QT_DATA_FEED_H
 
+#include <stdint.h>
+
+#include "dist/mesh.h"
 #include "text/dataset.h"
+#include "train/train_qwen3.h"
 #include "train/trainer.h"
 
 typedef struct DataFeed {
     Dataset *ds;
-    int global_rows; /* G: rows per optimizer step, all ranks together */
-    int rank, ranks; /* this rank r of N data-parallel ranks */
-    int micro_batches;
-    int micro_rows; /* G / N / M */
-    Batch batch;    /* (micro_rows, seq_len): what next() hands the model */
+    MeshDims dims;      /* the job's mesh: dp, dp_rank, global_batch, grad_accum_steps */
+    int B;              /* rows per micro-batch: global_batch / (dp x grad_accum_steps) */
+    Batch raw;          /* (B, seq_len) rows as the dataset reads them */
+    int32_t *tokens;    /* (B, seq_len) raw.tokens as the model's int32 ids */
+    TrainQwen3Batch mb; /* what next() hands the model */
     int64_t base_row;
     int64_t base_step; /* -1: taken from the first step asked for after a restore */
     int64_t last_step; /* last step read, 0 before any */
 } DataFeed;
 
-/* Fails with a sentence when G is not a multiple of N * M. */
-int data_feed_init(DataFeed *f, Dataset *ds, int global_rows, int rank, int ranks,
-                   int micro_batches, Err *err);
+/* A feed of ds for the rank of dims (from mesh_resolve). */
+void data_feed_init(DataFeed *f, Dataset *ds, const MeshDims *dims);
 void data_feed_free(DataFeed *f);
-/* Points td at f: next() gives a `const Batch *`; count() gives this rank's input tokens and
- * the global number of labels (the loss denominator, all ranks and micro-batches). */
+/* Points td at f: next() gives a `const TrainQwen3Batch *`; count() gives this rank's input
+ * tokens and the global number of labels (the loss denominator, all ranks and micro-batches). */
 void data_feed_bind(DataFeed *f, TrainData *td);
 
 #endif

@@ -16,19 +16,9 @@
 #include "core/log.h"
 
 int lr_schedule_init(LrSchedule *s, double base_lr, int64_t training_steps, int64_t warmup_steps,
-                     double decay_ratio, const char *decay_type, double min_lr_factor, Err *err) {
+                     double decay_ratio, DecayType decay_type, double min_lr_factor, Err *err) {
     memset(s, 0, sizeof *s);
-    if (strcmp(decay_type, "linear") == 0)
-        s->decay_type = LR_DECAY_LINEAR;
-    else if (strcmp(decay_type, "sqrt") == 0)
-        s->decay_type = LR_DECAY_SQRT;
-    else if (strcmp(decay_type, "cosine") == 0)
-        s->decay_type = LR_DECAY_COSINE;
-    else
-        return err_set(err,
-                       "lr_scheduler.decay_type is \"%s\", expected \"linear\", \"sqrt\" or "
-                       "\"cosine\"",
-                       decay_type);
+    s->decay_type = decay_type;
     if (training_steps < 1)
         return err_set(err, "training.steps must be >= 1, got %lld", (long long)training_steps);
     if (warmup_steps < 0)
@@ -75,10 +65,10 @@ double lr_schedule_factor(const LrSchedule *s, int64_t c) {
     double progress = (double)((c + 1) - warmup_stable) / (double)(s->decay_steps + 1);
     double adj;
     switch (s->decay_type) {
-    case LR_DECAY_SQRT:
+    case DECAY_SQRT:
         adj = 1.0 - sqrt(progress);
         break;
-    case LR_DECAY_COSINE:
+    case DECAY_COSINE:
         adj = 0.5 * (1.0 + cos(M_PI * progress));
         break;
     default:

@@ -7,21 +7,20 @@
 
 #include <stdint.h>
 
+#include "core/config.h"
 #include "core/err.h"
-
-typedef enum LrDecayType { LR_DECAY_LINEAR = 0, LR_DECAY_SQRT, LR_DECAY_COSINE } LrDecayType;
 
 typedef struct LrSchedule {
     double base_lr;
     int64_t warmup_steps, stable_steps, decay_steps;
-    LrDecayType decay_type;
+    DecayType decay_type;
     double min_lr_factor;
 } LrSchedule;
 
 /* training_steps: [training] steps. decay_ratio < 0 means "not set" (None): decay starts right
- * after warmup. decay_type: "linear", "sqrt" or "cosine". */
+ * after warmup. */
 int lr_schedule_init(LrSchedule *s, double base_lr, int64_t training_steps, int64_t warmup_steps,
-                     double decay_ratio, const char *decay_type, double min_lr_factor, Err *err);
+                     double decay_ratio, DecayType decay_type, double min_lr_factor, Err *err);
 /* The LambdaLR multiplier after `current_step` scheduler steps (0 for the first step). */
 double lr_schedule_factor(const LrSchedule *s, int64_t current_step);
 /* Learning rate used by training step `step` (1-based). */

@@ -2,7 +2,7 @@
  * column-parallel linears (wq, wk, wv, w1, w3) keep a block of rows (output features),
  * row-parallel ones (wo, w2) a block of columns (input features), tp rank t the t-th block;
  * everything else (norms, the embedding, lm_head) is replicated. The trainer cuts parameters
- * this way (fsdp_model.c) and the sharded checkpoint reader joins them back (ckpt_dist.c). */
+ * this way (train_qwen3.c) and the sharded checkpoint reader joins them back (ckpt_dist.c). */
 #ifndef QT_TP_SPLIT_H
 #define QT_TP_SPLIT_H
 

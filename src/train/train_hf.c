@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "io/safetensors.h"
+#include "train/ckpt_dist.h"
 
 static void add_file(TrainHf *h, const char *name, char *data, size_t len) {
     int i = h->nfiles++;
@@ -19,12 +20,15 @@ static void add_file(TrainHf *h, const char *name, char *data, size_t len) {
 }
 
 int train_hf_init(TrainHf *h, const JobConfig *cfg, const ModelSpec *spec,
-                  const HfConfigExtra *extra, const char *tok_path, Err *err) {
+                  const HfConfigExtra *extra, const char *tok_path, Comm *world, Err *err) {
     memset(h, 0, sizeof *h);
     h->spec = *spec;
     if (extra) h->extra = *extra;
     h->dtype = cfg->checkpoint.export_dtype;
     h->tokenizer = tok_path;
+    h->world = world;
+    h->root = fs_resolve(cfg->job.dump_folder, cfg->checkpoint.folder);
+    if (world->size > 1) return 0;
     size_t len;
     char *text = model_spec_hf_config_text(spec, &h->extra, "float32", &len, err);
     if (!text) return -1;
@@ -61,6 +65,7 @@ void train_hf_free(TrainHf *h) {
         free(h->names[i]);
         free(h->data[i]);
     }
+    free(h->root);
     memset(h, 0, sizeof *h);
 }
 
@@ -71,8 +76,17 @@ static int64_t numel_of(const CkptTensor *t) {
     return n;
 }
 
+int train_hf_on_resumed(void *ctx, Err *err) {
+    TrainHf *h = ctx;
+    return h->world->size > 1 ? ckpt_dist_write_config(h->world, h->root, &h->spec, err) : 0;
+}
+
 int train_hf_on_last_save(void *ctx, const char *step_dir, Err *err) {
     TrainHf *h = ctx;
+    /* The last step's sharded checkpoint is committed: rank 0 exports it, a run of elements at
+     * a time from the ranks' files (FSDP and tensor-parallel pieces joined). */
+    if (h->world->size > 1)
+        return ckpt_dist_last_save_hf(h->world, h->root, &h->spec, h->dtype, err);
     const TrainModel *m = h->model;
     HfExportTensor *ts = xcalloc((size_t)m->nparams + 1, sizeof *ts);
     for (int i = 0; i < m->nparams; i++)

@@ -1,12 +1,17 @@
 /* What a training job adds to its checkpoints so that they can be exported as HF directories
  * (the model's config.json, the job config, the tokenizer files), the export at the end of a
- * run (checkpoint.last_save_in_hf), and the export of any checkpoint (`qtitan export`). */
+ * run (checkpoint.last_save_in_hf), and the export of any checkpoint (`qtitan export`). A job
+ * of one process writes these files into every step folder and exports from its parameters;
+ * a job of many writes the model's config.json once at the checkpoint folder's root and
+ * exports from the ranks' files (train/ckpt_dist.h), as the trainer's checkpoint layout for
+ * the same world does. */
 #ifndef QT_TRAIN_HF_H
 #define QT_TRAIN_HF_H
 
 #include "core/config.h"
 #include "core/err.h"
 #include "core/model_spec.h"
+#include "dist/comm.h"
 #include "io/hf_config.h"
 #include "io/hf_export.h"
 #include "train/checkpoint.h"
@@ -23,15 +28,23 @@ typedef struct TrainHf {
     const TrainModel *model; /* set before the export hook runs */
     DType dtype;             /* checkpoint.export_dtype */
     const char *tokenizer;   /* the job's tokenizer directory or file */
+    Comm *world;             /* the job's processes */
+    char *root;              /* the checkpoint folder */
 } TrainHf;
 
-/* Collects the checkpoint files for a job: config.json of spec (torch_dtype float32, the token
- * ids of extra), the resolved job config as job.toml, and the tokenizer files found at tok_path
- * (a directory, or a tokenizer.json file). */
+/* Collects the checkpoint files for a job on world (one process: files; many: none): config.json
+ * of spec (torch_dtype float32, the token ids of extra), the resolved job config as job.toml,
+ * and the tokenizer files found at tok_path (a directory, or a tokenizer.json file). */
 int train_hf_init(TrainHf *h, const JobConfig *cfg, const ModelSpec *spec,
-                  const HfConfigExtra *extra, const char *tok_path, Err *err);
+                  const HfConfigExtra *extra, const char *tok_path, Comm *world, Err *err);
 void train_hf_free(TrainHf *h);
-/* TrainerOptions.on_last_save: exports the trainer's parameters to STEP_DIR/hf. */
+/* TrainerOptions.on_resumed: with many processes, rank 0 writes the model's config.json into
+ * the checkpoint folder, so `qtitan export` can read the folder alone. Only once the trainer
+ * has resumed: a job that fails to resume (another model, another number of processes) must
+ * not replace the description of the checkpoint that is there. */
+int train_hf_on_resumed(void *ctx, Err *err);
+/* TrainerOptions.on_last_save: exports the last step to STEP_DIR/hf; collective with many
+ * processes (rank 0 joins the ranks' pieces). */
 int train_hf_on_last_save(void *ctx, const char *step_dir, Err *err);
 
 /* Exports checkpoint step_dir (verified first) to out_dir: the architecture from the

@@ -1,5 +1,6 @@
-/* From a job config to a running trainer (CPU, fp32 reference model), on one process or, under
- * mpirun, on a device mesh with FSDP (src/train/fsdp_model.c). */
+/* From a job config to a running trainer (CPU): the spec, the checks every rank agrees on, the
+ * mesh (one process is a world of one), the data feed, the driver (src/train/train_qwen3.c)
+ * and the trainer, read top to bottom the same on every mesh. */
 #include "train/train_job.h"
 
 #include <inttypes.h>
@@ -11,72 +12,12 @@
 #include "core/fs.h"
 #include "core/log.h"
 #include "io/hf_config.h"
-#include "text/dataset.h"
 #include "text/tokenizer.h"
 #include "train/ckpt_dist.h"
-#include "train/fsdp_model.h"
+#include "train/data_feed.h"
 #include "train/train_hf.h"
 #include "train/train_qwen3.h"
 #include "train/trainer.h"
-
-/* Dataset-backed TrainData: step s reads global rows [(s-1)*R, s*R) in micro-batches of B;
- * data-parallel rank d of dp takes micro-batch k's rows (k * dp + d) * B onward, so every
- * mesh sees the same rows per step (mesh_first_row). */
-typedef struct JobData {
-    Dataset ds;
-    Batch raw;
-    int32_t *tokens; /* (B, T) the raw uint32 ids as the model's int32 */
-    TrainQwen3Batch mb;
-    int B, T, micro, global_rows;
-    int dp, dp_rank;
-    int64_t step_done; /* the last step whose rows were handed out */
-} JobData;
-
-static int data_count(void *ctx, int64_t step, int64_t *tokens, int64_t *valid, Err *err) {
-    (void)step;
-    (void)err;
-    JobData *d = ctx;
-    /* Packed rows have a target at every position; tokens are this rank's (throughput is
-     * per device), valid labels the whole step's (the loss denominator). */
-    *valid = (int64_t)d->global_rows * d->T;
-    *tokens = *valid / d->dp;
-    return 0;
-}
-
-static int data_next(void *ctx, int64_t step, int micro, const void **batch, Err *err) {
-    JobData *d = ctx;
-    int64_t row =
-        (step - 1) * (int64_t)d->global_rows + ((int64_t)micro * d->dp + d->dp_rank) * d->B;
-    TRY(dataset_rows(&d->ds, row, d->B, &d->raw, err));
-    for (long i = 0; i < (long)d->B * d->T; i++)
-        d->tokens[i] = (int32_t)d->raw.tokens[i];
-    d->mb = (TrainQwen3Batch){.B = d->B,
-                              .T = d->T,
-                              .tokens = d->tokens,
-                              .targets = d->raw.targets,
-                              .positions = d->raw.positions,
-                              .doc = d->raw.doc_ids};
-    d->step_done = step;
-    *batch = &d->mb;
-    return 0;
-}
-
-static json_t *data_position(void *ctx) {
-    JobData *d = ctx;
-    d->ds.next_row = d->step_done * (int64_t)d->global_rows;
-    DatasetState st;
-    dataset_state_save(&d->ds, &st);
-    return dataset_state_to_json(&st);
-}
-
-static int data_restore(void *ctx, const json_t *pos, Err *err) {
-    JobData *d = ctx;
-    DatasetState st;
-    TRY(dataset_state_from_json(pos, &st, "checkpoint data_position", err));
-    TRY(dataset_state_restore(&d->ds, &st, err));
-    d->step_done = st.row / d->global_rows;
-    return 0;
-}
 
 int train_job_spec(const JobConfig *cfg, ModelSpec *spec, HfConfigExtra *extra, Err *err) {
     memset(extra, 0, sizeof *extra);
@@ -194,19 +135,11 @@ int train_job_run(const JobConfig *cfg, Comm *world, Err *err) {
     return rc;
 }
 
-/* The model of a sharded checkpoint folder ({folder}/config.json), so `qtitan export` can
- * read the folder alone. Written only once the trainer has resumed: a job that fails to resume
- * (another model, another number of processes) must not replace the description of the
- * checkpoint that is there. */
-typedef struct FolderConfig {
-    Comm *world;
-    char *root;
-    const ModelSpec *spec;
-} FolderConfig;
-
-static int write_folder_config(void *ctx, Err *err) {
-    const FolderConfig *fc = ctx;
-    return ckpt_dist_write_config(fc->world, fc->root, fc->spec, err);
+/* A failure inside the loop may be this rank's alone (its data, a file) while the others wait
+ * in a collective: with other ranks, end the whole job, with the cause. */
+static int end_job_on_failure(Comm *world, int rc, const Err *err) {
+    if (rc != 0 && world->size > 1) comm_abort(1, err->msg);
+    return rc;
 }
 
 static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
@@ -220,12 +153,9 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
                  : train_job_spec(cfg, &spec, &extra, err);
     if (rc == 0) rc = train_job_check(cfg, &spec, err);
     if (rc == 0) rc = check_paths(cfg, err);
-    if (rc == 0 && world->size > 1 && cfg->checkpoint.enable &&
-        cfg->checkpoint.keep_latest_k > CKPT_DIST_MAX_KEPT)
-        rc = err_set(err,
-                     "checkpoint.keep_latest_k = %d: a sharded checkpoint keeps at most %d steps "
-                     "(older ones would be removed); set it to %d or less",
-                     cfg->checkpoint.keep_latest_k, CKPT_DIST_MAX_KEPT, CKPT_DIST_MAX_KEPT);
+    if (rc == 0)
+        rc = ckpt_dist_check_keep(world->size, cfg->checkpoint.enable,
+                                  cfg->checkpoint.keep_latest_k, err);
     /* [[override]] entries against the module tree and the registry, before anything is
      * sized; the plan is applied when the model is created. */
     if (rc == 0)
@@ -236,8 +166,7 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
      * that a rank that fails alone (a path missing on its host, a config of its own) does not
      * leave the others waiting there. MoE with tensor parallelism first: its refusal makes the
      * mesh's divisibility of the experts' hidden size moot. */
-    if (rc == 0 && world->size > 1)
-        rc = fsdp_model_check(&spec, cfg->parallelism.tensor_parallel_degree, err);
+    if (rc == 0) rc = train_qwen3_check(&spec, cfg->parallelism.tensor_parallel_degree, err);
     if (rc == 0) {
         MeshConfig mc;
         MeshDims dims;
@@ -250,18 +179,14 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
         return -1;
     }
     int micro = mesh.dims.grad_accum_steps;
-    JobData d;
-    memset(&d, 0, sizeof d);
-    d.B = cfg->training.local_batch_size;
-    d.T = cfg->training.seq_len;
-    d.micro = micro;
-    d.dp = mesh.dims.dp;
-    d.dp_rank = mesh.dims.dp_rank;
-    d.global_rows = d.B * micro * d.dp;
+    int B = cfg->training.local_batch_size, T = cfg->training.seq_len;
     TrainQwen3 *q = NULL;
-    FsdpModel *fm = NULL;
     TrainHf hf;
     memset(&hf, 0, sizeof hf);
+    Dataset ds;
+    memset(&ds, 0, sizeof ds);
+    DataFeed feed;
+    memset(&feed, 0, sizeof feed);
     DatasetEncoder enc;
     DatasetOptions dopt;
     dataset_options_default(&dopt);
@@ -279,48 +204,34 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     if (rc == 0) rc = dataset_encoder_for_tokenizer(&enc, tok, err);
     if (rc == 0) {
         dopt.path = dpath;
-        dopt.seq_len = d.T;
+        dopt.seq_len = T;
         dopt.seed = (uint64_t)cfg->training.seed;
         dopt.document_mask = cfg->training.document_mask;
-        rc = dataset_open(&d.ds, &dopt, &enc, err);
+        rc = dataset_open(&ds, &dopt, &enc, err);
     }
     free(dpath);
     /* A rank that cannot read its tokenizer or dataset stops every rank, with its sentence. */
     int agreed = comm_agree(world, rc, err);
     if (agreed == 0) agreed = check_same_config(world, config_hash(cfg), err);
     if (agreed != 0) {
-        if (rc == 0) dataset_close(&d.ds);
+        if (rc == 0) dataset_close(&ds);
         tokenizer_free(tok);
         mesh_destroy(&mesh);
         overrides_plan_free(&plan);
         return -1;
     }
-    batch_alloc(&d.raw, d.B, d.T);
-    d.tokens = xmalloc((size_t)d.B * d.T * sizeof *d.tokens);
+    data_feed_init(&feed, &ds, &mesh.dims);
 
-    int sharded = world->size > 1;
-    if (sharded) {
-        fm = fsdp_model_create(&spec, d.B, d.T, cfg->activation_checkpoint.mode, &mesh, &plan,
-                               err);
-        rc = fm ? 0 : -1;
-    } else {
-        rc = train_hf_init(&hf, cfg, &spec, &extra, tok_path, err);
-        if (rc == 0)
-            q = train_qwen3_create_with(&spec, d.B, d.T, cfg->activation_checkpoint.mode, &plan,
-                                        err);
-        if (rc == 0 && !q) rc = -1;
+    rc = train_hf_init(&hf, cfg, &spec, &extra, tok_path, world, err);
+    if (rc == 0) {
+        q = train_qwen3_create(&spec, B, T, cfg->activation_checkpoint.mode, &mesh, &plan, err);
+        if (!q) rc = -1;
     }
     if (rc == 0 && cfg->checkpoint.initial_load_path[0]) {
-        if (sharded)
-            rc = fsdp_model_load_hf(fm, cfg->checkpoint.initial_load_path, err);
-        else
-            rc = train_qwen3_load_hf(q, cfg->checkpoint.initial_load_path, err);
+        rc = train_qwen3_load_hf(q, cfg->checkpoint.initial_load_path, err);
         if (rc == 0) log_info("loaded initial weights from %s", cfg->checkpoint.initial_load_path);
     } else if (rc == 0) {
-        if (sharded)
-            fsdp_model_init(fm, (uint64_t)cfg->training.seed);
-        else
-            train_qwen3_init(q, (uint64_t)cfg->training.seed);
+        train_qwen3_init(q, (uint64_t)cfg->training.seed);
     }
     if (comm_agree(world, rc, err) != 0) {
         rc = -1;
@@ -328,7 +239,7 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     }
     int bf16_matmuls = 0;
     if (cfg->training.mixed_precision_param == DT_BF16) {
-        rc = sharded ? fsdp_model_enable_bf16(fm, err) : train_qwen3_enable_bf16(q, err);
+        rc = train_qwen3_enable_bf16(q, err);
         if (comm_agree(world, rc, err) != 0) { /* an allocation may fail on one rank alone */
             rc = -1;
             goto out;
@@ -338,26 +249,18 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     }
     TrainModel model;
     TrainParallel par;
-    if (sharded) {
-        fsdp_model_set_micro_batches(fm, micro);
-        fsdp_model_train_model(fm, &model, cfg->optimizer.exempt_norms_and_embeddings);
-        fsdp_model_parallel(fm, &par);
-    } else {
-        train_qwen3_set_micro_batches(q, micro);
-        train_qwen3_model(q, &model, cfg->optimizer.exempt_norms_and_embeddings);
-    }
-    TrainData data = {.ctx = &d,
-                      .count = data_count,
-                      .next = data_next,
-                      .position = data_position,
-                      .restore = data_restore};
+    train_qwen3_set_micro_batches(q, micro);
+    train_qwen3_model(q, &model, cfg->optimizer.exempt_norms_and_embeddings);
+    train_qwen3_parallel(q, &par);
+    TrainData data;
+    data_feed_bind(&feed, &data);
     TrainerOptions o = {
         .steps = cfg->training.steps,
         .micro_batches = micro,
         .lr = cfg->optimizer.lr,
         .warmup_steps = cfg->lr_scheduler.warmup_steps,
         .decay_ratio = cfg->lr_scheduler.decay_ratio,
-        .decay_type = config_decay_type_name(cfg->lr_scheduler.decay_type),
+        .decay_type = cfg->lr_scheduler.decay_type,
         .min_lr_factor = cfg->lr_scheduler.min_lr_factor,
         .adamw = {.beta1 = cfg->optimizer.beta1,
                   .beta2 = cfg->optimizer.beta2,
@@ -374,53 +277,30 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
         .log_freq = cfg->metrics.log_freq,
         .peak_tflops = cfg->metrics.peak_tflops,
         .bf16_matmuls = bf16_matmuls,
-        .flops_per_token = metrics_flops_per_token(&spec, d.T),
+        .flops_per_token = metrics_flops_per_token(&spec, T),
         .seed = (uint64_t)cfg->training.seed,
         .config_hash = config_hash(cfg),
-        .par = sharded ? &par : NULL,
+        .par = &par,
         .ckpt_files = hf.files,
         .n_ckpt_files = hf.nfiles,
-        .on_last_save = cfg->checkpoint.last_save_in_hf && !sharded ? train_hf_on_last_save : NULL,
+        .on_resumed = train_hf_on_resumed,
+        .on_resumed_ctx = &hf,
+        .on_last_save = cfg->checkpoint.last_save_in_hf ? train_hf_on_last_save : NULL,
         .on_last_save_ctx = &hf,
     };
     hf.model = &model;
     log_info("model: %s, %d layers, dim %d, vocab %d; %.3g matmul parameters; %d x %d tokens "
              "per micro-batch, %d micro-batch(es) per step",
-             spec.flavor, spec.n_layers, spec.dim, spec.vocab_size, metrics_matmul_params(&spec),
-             d.B, d.T, micro);
-    char mesh_line[160];
-    mesh_describe(mesh_line, sizeof mesh_line, &mesh.dims);
-    if (sharded)
-        log_info("%s; FSDP: each rank keeps 1/%d of the parameters, gradients and "
-                 "optimizer state",
-                 mesh_line, mesh.dims.dp_shard);
-    FolderConfig fc = {world, NULL, &spec};
-    if (sharded && cfg->checkpoint.enable) {
-        fc.root = fs_resolve(cfg->job.dump_folder, cfg->checkpoint.folder);
-        o.on_resumed = write_folder_config;
-        o.on_resumed_ctx = &fc;
-    }
-    rc = trainer_run(&o, &model, &data, err);
-    free(fc.root);
-    if (rc == 0 && sharded && cfg->checkpoint.last_save_in_hf && cfg->checkpoint.enable) {
-        /* The last step's sharded checkpoint is committed: rank 0 exports it, a run of
-         * elements at a time from the ranks' files (FSDP and tensor-parallel pieces joined). */
-        char *root = fs_resolve(cfg->job.dump_folder, cfg->checkpoint.folder);
-        rc = ckpt_dist_last_save_hf(world, root, &spec, cfg->checkpoint.export_dtype, err);
-        free(root);
-    }
-    /* A failure inside the loop may be this rank's alone (its data, a file) while the others
-     * wait in a collective: end the whole job, with the cause. */
-    if (rc != 0 && sharded) comm_abort(1, err->msg);
+             spec.flavor, spec.n_layers, spec.dim, spec.vocab_size, metrics_matmul_params(&spec), B,
+             T, micro);
+    rc = end_job_on_failure(world, trainer_run(&o, &model, &data, err), err);
 out:
     overrides_plan_free(&plan);
     train_hf_free(&hf);
     train_qwen3_free(q);
-    fsdp_model_free(fm);
     mesh_destroy(&mesh);
-    free(d.tokens);
-    batch_free(&d.raw);
-    dataset_close(&d.ds);
+    data_feed_free(&feed);
+    dataset_close(&ds);
     tokenizer_free(tok);
     return rc;
 }

@@ -7,7 +7,6 @@
 #include <sys/stat.h>
 
 #include "core/fs.h"
-#include "train/fsdp_model.h"
 #include "train/metrics.h"
 #include "train/train_job.h"
 #include "train/train_qwen3.h"
@@ -69,32 +68,31 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     HfConfigExtra extra;
     TRY(train_job_spec(cfg, &p->spec, &extra, err));
     TRY(train_job_check(cfg, &p->spec, err));
-    TRY(config_grad_accum_steps(cfg, 1, &p->micro, err));
     p->B = cfg->training.local_batch_size;
     p->T = cfg->training.seq_len;
-    /* Tensor parallelism: a rank's model has n_heads / tp heads, n_kv_heads / tp key/value
-     * heads and hidden_dim / tp FFN columns (fsdp_model_create), so its arenas are sized from
-     * that shape; with sequence parallelism its residual stream keeps 1/tp of the tokens. The
-     * mesh is checked as training checks it, on the processes the degrees ask for. */
+    /* The mesh as training resolves it, on the processes the degrees ask for (one FSDP shard
+     * when data_parallel_shard_degree = -1 leaves it to the job's size): the micro-batches a
+     * rank runs per step (train/data_feed.h), and with tensor parallelism a rank's model, which
+     * has n_heads / tp heads, n_kv_heads / tp key/value heads and hidden_dim / tp FFN columns
+     * (train_qwen3_create), so its arenas are sized from that shape; with sequence parallelism
+     * its residual stream keeps 1/tp of the tokens. */
+    int shard = cfg->parallelism.data_parallel_shard_degree > 1
+                    ? cfg->parallelism.data_parallel_shard_degree
+                    : 1;
+    MeshConfig mc;
+    train_job_mesh_config(&mc, cfg, &p->spec,
+                          cfg->parallelism.data_parallel_replicate_degree * shard *
+                              cfg->parallelism.tensor_parallel_degree);
+    MeshDims dims;
+    TRY(train_qwen3_check(&p->spec, cfg->parallelism.tensor_parallel_degree, err));
+    TRY(mesh_resolve(&dims, &mc, 0, err));
+    p->micro = dims.grad_accum_steps;
+    p->tp = dims.tp;
+    p->sp = dims.sequence_parallel;
     ModelSpec local = p->spec;
-    p->tp = 1;
-    if (cfg->parallelism.tensor_parallel_degree > 1) {
-        int shard = cfg->parallelism.data_parallel_shard_degree > 1
-                        ? cfg->parallelism.data_parallel_shard_degree
-                        : 1;
-        MeshConfig mc;
-        train_job_mesh_config(&mc, cfg, &p->spec,
-                              cfg->parallelism.data_parallel_replicate_degree * shard *
-                                  cfg->parallelism.tensor_parallel_degree);
-        MeshDims dims;
-        TRY(fsdp_model_check(&p->spec, cfg->parallelism.tensor_parallel_degree, err));
-        TRY(mesh_resolve(&dims, &mc, 0, err));
-        p->tp = dims.tp;
-        p->sp = dims.sequence_parallel;
-        local.n_heads /= p->tp;
-        local.n_kv_heads /= p->tp;
-        local.hidden_dim /= p->tp;
-    }
+    local.n_heads /= p->tp;
+    local.n_kv_heads /= p->tp;
+    local.hidden_dim /= p->tp;
     /* The kernels training would run ([[override]] entries resolved as train_job_run does):
      * they decide the activation workspace (e.g. loss_chunked keeps no (N, V) logits). */
     OverridePlan plan;

@@ -1,28 +1,306 @@
-/* Qwen3 as a TrainModel: the parameter table viewed as checkpoint tensors, and the model's
- * forward / backward behind the trainer's forward_backward call. */
+/* The training driver for Qwen3 on any mesh: on a world of one the model's own arenas; when
+ * sharded, the shard plan over the model's parameter table, the unit callback that gathers
+ * parameters and reduce-scatters gradients around each unit and the tensor-parallel (and
+ * sequence-parallel) collectives the model calls. Both give the trainer the parameter pieces
+ * this rank holds, and initialise and load them the same way. */
 #include "train/train_qwen3.h"
 
+#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/log.h"
+#include "core/timer.h"
+#include "dist/fsdp.h"
 #include "io/hf_keys.h"
 #include "io/safetensors.h"
-#include "kernels/overrides.h"
+#include "kernels/cpu_simd.h"
 #include "model/qwen3.h"
 #include "model/qwen3_hf.h"
+#include "train/adamw.h"
 #include "train/moe_step.h"
+#include "train/tp_split.h"
+
+/* A full-size workspace: the gathered parameters of the unit it holds and that unit's
+ * gradient. Layers alternate between slots 0 and 1 (one computes while the other is
+ * prefetched); the embedding and the final norm + lm_head share slot 2. */
+enum { NSLOTS = 3, EDGE = 2 };
+
+typedef struct Slot {
+    float *p;       /* (capacity) gathered parameters */
+    float *g;       /* (capacity) full gradient of the unit in backward */
+    float *scratch; /* (max_unit_shard) the reduce-scatter's received sum */
+    uint16_t *pb;   /* (capacity) bf16 copy of p under mixed precision, else NULL */
+    size_t cap;     /* floats in p and g */
+    int holds;      /* unit whose parameters are in p (or being gathered), -1 none */
+    FsdpReq gather, rs;
+    int gather_pending, rs_pending;
+} Slot;
+
+/* What this rank holds of a parameter (of its tensor-parallel part, flattened): elements
+ * [lo, hi) at p, their gradient at g; the whole parameter on a world of one. */
+typedef struct Held {
+    size_t lo, hi;
+    float *p, *g;
+} Held;
 
 struct TrainQwen3 {
-    Qwen3 m;
-    CkptTensor *params; /* (nparams) */
-    float **grads;      /* (nparams) */
-    int *decay;         /* (nparams) */
+    Qwen3 m;    /* this rank's (tensor-parallel part of the) model */
+    Qwen3 full; /* tp > 1: the whole model's table (full shapes), no parameters */
+    const Mesh *mesh;
+    Mesh own_mesh;   /* the world of one made when train_qwen3_create is given no mesh */
+    Comm *own_world; /* its communicator, NULL otherwise */
+    /* 0 on a world of one: the model owns its parameters and no unit is gathered. */
+    int sharded;
+    int tp, t;               /* tensor-parallel degree and this rank's index */
+    int seq_parallel;        /* 1: the tp group also splits the tokens */
+    unsigned char *tp_split; /* (nparams) TP_REPLICATED, TP_ROWS or TP_COLS */
+    unsigned char *tp_repl;  /* (nparams) 1 where tp_split is TP_REPLICATED */
+    FsdpPlan plan;
+    int L, tied;
+    float *shard; /* (plan.shard_numel) master parameters, when sharded */
+    float *grad;  /* (plan.shard_numel) gradient slices, when sharded */
+    Slot slot[NSLOTS];
+    Held *held; /* (nparams) */
+    /* The trainer's view: pieces of parameters this rank holds. */
+    int npieces;
+    CkptTensor *pieces;  /* (npieces) */
+    float **piece_grads; /* (npieces) */
+    int *piece_decay;    /* (npieces) */
+    int *piece_param;    /* (npieces) table index of each piece */
+    int *bias_param;     /* (L) table index of layer l's moe.expert_bias, -1 none */
+    float *bias_full;    /* (L, X) full-size copies of the biases for the balancing update */
+    double comm_s;       /* seconds in collectives since the last comm_seconds call */
+    int prefetch;        /* 0: gather each unit only when it is needed (bench/dist) */
 };
 
-TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, Err *err) {
-    return train_qwen3_create_with(spec, B, T, ac, NULL, err);
+/* ---- parameters: units and pointer fields ---- */
+
+static const struct {
+    const char *suffix;
+    size_t offset;
+} LAYER_FIELDS[] = {
+    {"attention_norm.weight", offsetof(Qwen3LayerParams, attention_norm)},
+    {"attention.wq.weight", offsetof(Qwen3LayerParams, wq)},
+    {"attention.wk.weight", offsetof(Qwen3LayerParams, wk)},
+    {"attention.wv.weight", offsetof(Qwen3LayerParams, wv)},
+    {"attention.wo.weight", offsetof(Qwen3LayerParams, wo)},
+    {"attention.q_norm.weight", offsetof(Qwen3LayerParams, q_norm)},
+    {"attention.k_norm.weight", offsetof(Qwen3LayerParams, k_norm)},
+    {"ffn_norm.weight", offsetof(Qwen3LayerParams, ffn_norm)},
+    {"feed_forward.w1.weight", offsetof(Qwen3LayerParams, w1)},
+    {"feed_forward.w3.weight", offsetof(Qwen3LayerParams, w3)},
+    {"feed_forward.w2.weight", offsetof(Qwen3LayerParams, w2)},
+    {"moe.router.gate.weight", offsetof(Qwen3LayerParams, router_gate)},
+    {"moe.experts.w1", offsetof(Qwen3LayerParams, experts_w1)},
+    {"moe.experts.w3", offsetof(Qwen3LayerParams, experts_w3)},
+    {"moe.experts.w2", offsetof(Qwen3LayerParams, experts_w2)},
+    /* A buffer (zero gradient, no decay): sharded and checkpointed like the rest, updated on
+     * the shards by before_optimizer_step. */
+    {"moe.expert_bias", offsetof(Qwen3LayerParams, expert_bias)},
+};
+
+/* The FSDP unit of a parameter and where the model keeps its pointer in p (the same offset
+ * in g). Units: 0 embedding (plus the final norm when tied: then all three are used from
+ * the first forward to the last backward), 1 + i layer i, L + 1 final norm + lm_head. */
+static int param_slot(TrainQwen3 *f, const char *name, int *unit, float ***pf, float ***gf,
+                      Err *err) {
+    Qwen3Params *p = &f->m.p, *g = &f->m.g;
+    int layer, n = 0;
+    if (sscanf(name, "layers.%d.%n", &layer, &n) == 1 && n > 0 && layer >= 0 && layer < f->L) {
+        for (size_t k = 0; k < sizeof LAYER_FIELDS / sizeof LAYER_FIELDS[0]; k++)
+            if (strcmp(name + n, LAYER_FIELDS[k].suffix) == 0) {
+                *unit = 1 + layer;
+                *pf = (float **)((char *)&p->layers[layer] + LAYER_FIELDS[k].offset);
+                *gf = (float **)((char *)&g->layers[layer] + LAYER_FIELDS[k].offset);
+                return 0;
+            }
+    } else if (strcmp(name, "tok_embeddings.weight") == 0) {
+        *unit = 0, *pf = &p->tok_embeddings, *gf = &g->tok_embeddings;
+        return 0;
+    } else if (strcmp(name, "norm.weight") == 0) {
+        *unit = f->tied ? 0 : f->L + 1, *pf = &p->norm, *gf = &g->norm;
+        return 0;
+    } else if (strcmp(name, "output.weight") == 0) {
+        *unit = f->L + 1, *pf = &p->output, *gf = &g->output;
+        return 0;
+    }
+    return err_set(err,
+                   "FSDP: parameter %s has no place in a sharding unit (only Qwen3 layers "
+                   "are sharded)",
+                   name);
+}
+
+static int slot_of(const TrainQwen3 *f, int unit) {
+    return unit == 0 || unit == f->L + 1 ? EDGE : (unit - 1) % 2;
+}
+
+/* ---- collectives, timed ---- */
+
+static void fail(const char *what, const Err *err) {
+    /* A collective failed in the middle of forward or backward: the other ranks are waiting
+     * in the next one, so the job cannot stop in agreement. */
+    char msg[sizeof err->msg + 64];
+    snprintf(msg, sizeof msg, "FSDP %s: %s", what, err->msg);
+    comm_abort(1, msg);
+}
+
+static void wait_gather(TrainQwen3 *f, Slot *s) {
+    if (!s->gather_pending) return;
+    Err err;
+    double t0 = now_seconds();
+    if (fsdp_wait(f->mesh->dp_shard, &s->gather, &err)) fail("gather", &err);
+    f->comm_s += now_seconds() - t0;
+    s->gather_pending = 0;
+}
+
+static void wait_rs(TrainQwen3 *f, Slot *s) {
+    if (!s->rs_pending) return;
+    Err err;
+    double t0 = now_seconds();
+    if (fsdp_wait(f->mesh->dp_shard, &s->rs, &err)) fail("reduce-scatter", &err);
+    f->comm_s += now_seconds() - t0;
+    s->rs_pending = 0;
+}
+
+static void start_gather(TrainQwen3 *f, int unit) {
+    Slot *s = &f->slot[slot_of(f, unit)];
+    wait_gather(f, s);
+    Err err;
+    double t0 = now_seconds();
+    if (fsdp_gather_unit_start(&f->plan, f->mesh->dp_shard, s->p, f->shard, unit, &s->gather, &err))
+        fail("gather", &err);
+    f->comm_s += now_seconds() - t0;
+    s->gather_pending = 1;
+    s->holds = unit;
+}
+
+/* The unit's parameters are in its slot once this returns, and under mixed precision their
+ * bf16 copy (made once per gather: a gather is only ever completed here, by start_gather for a
+ * unit it then replaces, or by finish_grads, which forgets the unit). */
+static void ensure(TrainQwen3 *f, int unit) {
+    Slot *s = &f->slot[slot_of(f, unit)];
+    if (s->holds != unit) start_gather(f, unit);
+    int fresh = s->gather_pending;
+    wait_gather(f, s);
+    if (fresh && s->pb) simd_f32_to_bf16(s->pb, s->p, (long)f->plan.units[unit].full_numel);
+}
+
+/* Starts gathering `unit` (-1: none) unless its slot already holds it. Only called when the
+ * slot's current unit is finished for this pass. */
+static void prefetch(TrainQwen3 *f, int unit) {
+    if (!f->prefetch || unit < 0 || f->slot[slot_of(f, unit)].holds == unit) return;
+    start_gather(f, unit);
+}
+
+static void grad_begin(TrainQwen3 *f, int unit) {
+    Slot *s = &f->slot[slot_of(f, unit)];
+    wait_rs(f, s); /* the previous unit's gradient is still being sent from s->g */
+    memset(s->g, 0, f->plan.units[unit].full_numel * sizeof *s->g);
+}
+
+static void grad_end(TrainQwen3 *f, int unit) {
+    Slot *s = &f->slot[slot_of(f, unit)];
+    Err err;
+    double t0 = now_seconds();
+    if (fsdp_reduce_scatter_unit_start(&f->plan, f->mesh->dp_shard, f->grad, s->g, unit, s->scratch,
+                                       &s->rs, &err))
+        fail("reduce-scatter", &err);
+    f->comm_s += now_seconds() - t0;
+    s->rs_pending = 1;
+}
+
+static void on_tp_sum(void *ctx, float *buf, long n) {
+    TrainQwen3 *f = ctx;
+    Err err;
+    double t0 = now_seconds();
+    if (comm_all_reduce_sum(f->mesh->tp, buf, (size_t)n, COMM_F32, &err))
+        fail("tensor-parallel all-reduce", &err);
+    f->comm_s += now_seconds() - t0;
+}
+
+static void on_tp_gather(void *ctx, float *full, const float *part, long n) {
+    TrainQwen3 *f = ctx;
+    Err err;
+    double t0 = now_seconds();
+    if (comm_all_gather(f->mesh->tp, full, part, (size_t)n, COMM_F32, &err))
+        fail("sequence-parallel all-gather", &err);
+    f->comm_s += now_seconds() - t0;
+}
+
+static void on_tp_reduce_scatter(void *ctx, float *part, const float *full, long n) {
+    TrainQwen3 *f = ctx;
+    Err err;
+    double t0 = now_seconds();
+    if (comm_reduce_scatter_sum(f->mesh->tp, part, full, (size_t)n, COMM_F32, &err))
+        fail("sequence-parallel reduce-scatter", &err);
+    f->comm_s += now_seconds() - t0;
+}
+
+/* The model's hook. Units in the model's numbering (0 embedding, 1 + i layer i, L + 1 head);
+ * when tied, the head's parameters are unit 0's, which stays gathered for the whole pass. */
+static void on_unit(void *ctx, Qwen3 *m, int unit, Qwen3HookPhase phase) {
+    TrainQwen3 *f = ctx;
+    int L = f->L, head = unit == L + 1;
+    switch (phase) {
+    case QWEN3_PRE_FORWARD:
+        if (head && f->tied) break;
+        ensure(f, unit);
+        if (unit < L)
+            prefetch(f, unit + 1); /* the next layer */
+        else if (unit == L && !f->tied)
+            prefetch(f, L + 1); /* the slot's embedding is done */
+        break;
+    case QWEN3_POST_FORWARD:
+        break;
+    case QWEN3_PRE_BACKWARD:
+        if (head && f->tied) {
+            grad_begin(f, 0); /* lm_head's gradient is the embedding's */
+            break;
+        }
+        if (unit == 0 && f->tied) break;
+        ensure(f, unit);
+        if (head)
+            prefetch(f, L);
+        else if (unit > 1)
+            prefetch(f, unit - 1);
+        else if (unit == 1 && !f->tied)
+            prefetch(f, 0); /* the head is done with slot 2 */
+        grad_begin(f, unit);
+        break;
+    case QWEN3_POST_BACKWARD:
+        if (head && f->tied) break;
+        if (f->tp > 1 && unit >= 1 && unit <= L) {
+            /* q_norm and k_norm are shared by all heads, and each rank saw only its own:
+             * their gradients are sums over the tensor-parallel group. */
+            const Qwen3LayerParams *g = &m->g.layers[unit - 1];
+            on_tp_sum(f, g->q_norm, m->spec.head_dim);
+            on_tp_sum(f, g->k_norm, m->spec.head_dim);
+            if (f->seq_parallel) { /* and the layer's two norms saw only the rank's tokens */
+                on_tp_sum(f, g->attention_norm, m->spec.dim);
+                on_tp_sum(f, g->ffn_norm, m->spec.dim);
+            }
+        } else if (f->seq_parallel) {
+            /* The embedding, the final norm and lm_head ran on the rank's tokens: every
+             * gradient of the unit is a share of the group's sum. */
+            on_tp_sum(f, f->slot[EDGE].g, (long)f->plan.units[unit].full_numel);
+        }
+        grad_end(f, unit);
+        break;
+    }
+}
+
+/* ---- create / free ---- */
+
+int train_qwen3_check(const ModelSpec *spec, int tp, Err *err) {
+    if (spec->num_experts > 0 && tp > 1)
+        return err_set(err,
+                       "parallelism.tensor_parallel_degree = %d: mixture-of-experts models "
+                       "(num_experts = %d) train with FSDP / HSDP only; set it to 1",
+                       tp, spec->num_experts);
+    return 0;
 }
 
 struct Qwen3Modules *train_qwen3_modules(const ModelSpec *spec, const OverridePlan *plan,
@@ -40,97 +318,8 @@ struct Qwen3Modules *train_qwen3_modules(const ModelSpec *spec, const OverridePl
     return mod;
 }
 
-TrainQwen3 *train_qwen3_create_with(const ModelSpec *spec, int B, int T, AcMode ac,
-                                    const OverridePlan *plan, Err *err) {
-    TrainQwen3 *q = xcalloc(1, sizeof *q);
-    Qwen3Modules *mod = train_qwen3_modules(spec, plan, 1);
-    int rc = qwen3_create_with(&q->m, spec, B, T, ac, mod, err);
-    free(mod);
-    if (rc != 0) {
-        free(q);
-        return NULL;
-    }
-    int n = q->m.nparams;
-    q->params = xcalloc((size_t)n, sizeof *q->params);
-    q->grads = xcalloc((size_t)n, sizeof *q->grads);
-    q->decay = xcalloc((size_t)n, sizeof *q->decay);
-    for (int i = 0; i < n; i++) {
-        const Qwen3Param *p = &q->m.table[i];
-        q->params[i] =
-            (CkptTensor){p->name, p->ndim, {p->shape[0], p->shape[1], p->shape[2]}, p->data};
-        q->grads[i] = p->grad;
-    }
-    return q;
-}
-
-void train_qwen3_free(TrainQwen3 *q) {
-    if (!q) return;
-    qwen3_free(&q->m);
-    free(q->params);
-    free(q->grads);
-    free(q->decay);
-    free(q);
-}
-
-int train_qwen3_enable_bf16(TrainQwen3 *q, Err *err) {
-    return qwen3_enable_bf16(&q->m, err);
-}
-
-void train_qwen3_init(TrainQwen3 *q, uint64_t seed) {
-    qwen3_init_params(&q->m, seed);
-}
-
-int train_qwen3_load_hf(TrainQwen3 *q, const char *path, Err *err) {
-    StSet set;
-    TRY(st_set_open(&set, path, err));
-    int rc = qwen3_load_hf(&q->m, &set, path, err);
-    st_set_close(&set);
-    return rc;
-}
-
-static int forward_backward(void *ctx, const void *batch, double divisor, double *loss_sum,
-                            Err *err) {
-    TrainQwen3 *q = ctx;
-    const TrainQwen3Batch *b = batch;
-    if (b->B > q->m.max_B || b->T > q->m.max_T)
-        return err_set(err,
-                       "model: a micro-batch of %d x %d tokens exceeds the %d x %d the "
-                       "activations were sized for",
-                       b->B, b->T, q->m.max_B, q->m.max_T);
-    qwen3_forward(&q->m, b->tokens, b->targets, b->positions, b->doc, b->B, b->T);
-    qwen3_backward(&q->m, divisor);
-    *loss_sum = q->m.loss_sum;
-    return 0;
-}
-
-/* MoE: expert_bias update from the step's routing counts and the load metrics. Single process
- * for now; with data parallelism the counts are summed over the ranks first (moe_step.h). */
-static int before_optimizer_step(void *ctx, int update, MetricsExtra *extra, int *nextra,
-                                 Err *err) {
-    TrainQwen3 *q = ctx;
-    return moe_train_step(&q->m, NULL, update, extra, nextra, TRAIN_MAX_EXTRA, err);
-}
-
-void train_qwen3_set_micro_batches(TrainQwen3 *q, int micro_batches) {
-    q->m.aux_weight = 1.0 / (micro_batches > 0 ? micro_batches : 1);
-}
-
-void train_qwen3_model(TrainQwen3 *q, TrainModel *out, int exempt) {
-    for (int i = 0; i < q->m.nparams; i++)
-        /* expert_bias is balancing state: zero gradient, and it must not decay. */
-        q->decay[i] =
-            q->m.table[i].is_buffer ? 0 : adamw_default_decay(q->m.table[i].name, exempt, exempt);
-    *out = (TrainModel){.ctx = q,
-                        .nparams = q->m.nparams,
-                        .params = q->params,
-                        .grads = q->grads,
-                        .decay = q->decay,
-                        .forward_backward = forward_backward,
-                        .before_optimizer_step = q->m.n_moe_layers ? before_optimizer_step : NULL};
-}
-
-int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
-                      int sp, const OverridePlan *plan, Err *err) {
+int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
+                      const OverridePlan *plan, Err *err) {
     memset(out, 0, sizeof *out);
     Qwen3Modules *mod = train_qwen3_modules(spec, plan, 0);
     Qwen3Sizes z;
@@ -143,4 +332,415 @@ int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T,
     out->bf16_bytes = z.bf16_bytes;
     out->nparams = z.nparams;
     return 0;
+}
+
+/* A one-process mesh for a driver created without one (tests, tools). */
+static int own_world_of_one(TrainQwen3 *f, int B, Err *err) {
+    f->own_world = comm_single_create();
+    MeshConfig mc = {.world = 1, .dp_replicate = 1, .dp_shard = 1, .tp = 1, .local_batch = B};
+    TRY(mesh_create(&f->own_mesh, f->own_world, &mc, err));
+    f->mesh = &f->own_mesh;
+    return 0;
+}
+
+/* The sharded layout of f->m's table: the FSDP plan, the workspaces the units are gathered
+ * into (the model's pointers are set into them once), the unit callback and the
+ * tensor-parallel collectives. unit[i] is parameter i's unit. */
+static int shard(TrainQwen3 *f, const int *unit, Err *err) {
+    int n = f->m.nparams, nunits = f->L + 2, rc = 0;
+    size_t *numel = xcalloc((size_t)n, sizeof *numel);
+    float ***pf = xcalloc((size_t)n, sizeof *pf), ***gf = xcalloc((size_t)n, sizeof *gf);
+    for (int i = 0; i < n && rc == 0; i++) {
+        int u;
+        numel[i] = (size_t)f->m.table[i].numel;
+        rc = param_slot(f, f->m.table[i].name, &u, &pf[i], &gf[i], err);
+    }
+    if (rc == 0)
+        rc = fsdp_plan(&f->plan, numel, unit, n, nunits, f->mesh->dims.dp_shard,
+                       f->mesh->dp_shard->rank, err);
+    free(numel);
+    if (rc != 0) {
+        free(pf), free(gf);
+        return -1;
+    }
+    /* Workspaces: the largest layer for slots 0 and 1, the larger of embedding and head for
+     * slot 2. A unit always lives in the same slot, so the model's pointers are set once. */
+    size_t cap[NSLOTS] = {0, 0, 0};
+    for (int u = 0; u < nunits; u++) {
+        size_t fu = f->plan.units[u].full_numel;
+        int s = slot_of(f, u);
+        if (fu > cap[s]) cap[s] = fu;
+    }
+    if (cap[1] > cap[0]) cap[0] = cap[1]; /* layers differ when dense and MoE blocks mix */
+    cap[1] = cap[0];
+    for (int s = 0; s < NSLOTS; s++) {
+        size_t c = cap[s] ? cap[s] : 16;
+        f->slot[s].cap = c;
+        f->slot[s].p = xcalloc(c, sizeof(float));
+        f->slot[s].g = xcalloc(c, sizeof(float));
+        f->slot[s].scratch = xcalloc(f->plan.max_unit_shard + 16, sizeof(float));
+        f->slot[s].holds = -1;
+    }
+    for (int i = 0; i < n; i++) {
+        Slot *s = &f->slot[slot_of(f, unit[i])];
+        *pf[i] = s->p + f->plan.params[i].full_offset;
+        *gf[i] = s->g + f->plan.params[i].full_offset;
+    }
+    free(pf), free(gf);
+    if (f->tied) {
+        f->m.p.output = f->m.p.tok_embeddings;
+        f->m.g.output = f->m.g.tok_embeddings;
+    }
+    f->shard = xcalloc(f->plan.shard_numel + 16, sizeof(float));
+    f->grad = xcalloc(f->plan.shard_numel + 16, sizeof(float));
+    for (int i = 0; i < n; i++) {
+        size_t at;
+        fsdp_param_shard(&f->plan, i, &f->held[i].lo, &f->held[i].hi, &at);
+        f->held[i].p = f->shard + at;
+        f->held[i].g = f->grad + at;
+    }
+    f->m.dist.unit = on_unit;
+    f->m.dist.ctx = f;
+    if (f->tp > 1) f->m.dist.tp_sum = on_tp_sum;
+    if (f->seq_parallel) {
+        f->m.sp_rank = f->t;
+        f->m.dist.tp_gather = on_tp_gather;
+        f->m.dist.tp_reduce_scatter = on_tp_reduce_scatter;
+    }
+    return 0;
+}
+
+TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, const Mesh *mesh,
+                               const OverridePlan *plan, Err *err) {
+    TrainQwen3 *f = xcalloc(1, sizeof *f);
+    f->mesh = mesh;
+    if ((!mesh && own_world_of_one(f, B, err) != 0) ||
+        train_qwen3_check(spec, f->mesh->dims.tp, err) != 0) {
+        train_qwen3_free(f);
+        return NULL;
+    }
+    f->sharded = f->mesh->dims.world > 1;
+    f->tp = f->mesh->dims.tp;
+    f->t = f->mesh->dims.t;
+    f->seq_parallel = f->mesh->dims.sequence_parallel;
+    f->L = spec->n_layers;
+    f->tied = spec->tie_embeddings;
+    /* QTITAN_FSDP_PREFETCH=0 turns prefetching off, to measure what it buys (bench/dist). */
+    const char *pf_env = getenv("QTITAN_FSDP_PREFETCH");
+    f->prefetch = !(pf_env && strcmp(pf_env, "0") == 0);
+    /* Tensor parallel: the rank's model has n_heads / tp heads, n_kv_heads / tp key/value
+     * heads and hidden_dim / tp FFN columns (the mesh checked that they divide). */
+    ModelSpec local = *spec;
+    local.n_heads /= f->tp;
+    local.n_kv_heads /= f->tp;
+    local.hidden_dim /= f->tp;
+    Qwen3Modules *mod = train_qwen3_modules(&local, plan, !f->sharded);
+    int rc = f->sharded ? qwen3_create_unowned_with(&f->m, &local, B, T, ac,
+                                                    f->seq_parallel ? f->tp : 1, mod, err)
+                        : qwen3_create_with(&f->m, &local, B, T, ac, mod, err);
+    free(mod);
+    if (rc == 0 && f->tp > 1) rc = qwen3_create_unowned(&f->full, spec, 1, 1, AC_NONE, 1, err);
+    if (rc != 0) {
+        train_qwen3_free(f); /* qwen3_free takes a model that was never created */
+        return NULL;
+    }
+    int n = f->m.nparams;
+    int *unit = xcalloc((size_t)n, sizeof *unit);
+    f->held = xcalloc((size_t)n, sizeof *f->held);
+    for (int i = 0; i < n && rc == 0; i++) {
+        float **pf, **gf;
+        rc = param_slot(f, f->m.table[i].name, &unit[i], &pf, &gf, err);
+        f->held[i] = (Held){0, (size_t)f->m.table[i].numel, f->m.table[i].data, f->m.table[i].grad};
+    }
+    if (rc == 0 && f->sharded) rc = shard(f, unit, err);
+    if (rc != 0) {
+        free(unit);
+        train_qwen3_free(f);
+        return NULL;
+    }
+    f->bias_param = xmalloc((size_t)f->L * sizeof *f->bias_param);
+    for (int l = 0; l < f->L; l++)
+        f->bias_param[l] = -1;
+    for (int i = 0; i < n; i++)
+        if (f->m.table[i].is_buffer) f->bias_param[unit[i] - 1] = i;
+    free(unit);
+    f->bias_full = xcalloc((size_t)f->L * (spec->num_experts > 0 ? spec->num_experts : 1),
+                           sizeof *f->bias_full);
+    f->tp_split = xcalloc((size_t)n, 1);
+    f->tp_repl = xcalloc((size_t)n, 1);
+    for (int i = 0; i < n; i++) {
+        f->tp_split[i] = (unsigned char)(f->tp > 1 ? tp_split_of(f->m.table[i].name) : 0);
+        f->tp_repl[i] = f->tp_split[i] == TP_REPLICATED;
+    }
+
+    /* The trainer's pieces: on a world of one every parameter whole, with its shape (the
+     * one-process checkpoint's tensors); sharded, the 1-D slices this rank holds. */
+    f->pieces = xcalloc((size_t)n, sizeof *f->pieces);
+    f->piece_grads = xcalloc((size_t)n, sizeof *f->piece_grads);
+    f->piece_decay = xcalloc((size_t)n, sizeof *f->piece_decay);
+    f->piece_param = xcalloc((size_t)n, sizeof *f->piece_param);
+    for (int i = 0; i < n; i++) {
+        const Qwen3Param *p = &f->m.table[i];
+        const Held *h = &f->held[i];
+        if (h->hi <= h->lo) continue;
+        int k = f->npieces++;
+        f->pieces[k] =
+            f->sharded
+                ? (CkptTensor){p->name, 1, {(int64_t)(h->hi - h->lo)}, h->p}
+                : (CkptTensor){p->name, p->ndim, {p->shape[0], p->shape[1], p->shape[2]}, h->p};
+        f->piece_grads[k] = h->g;
+        f->piece_param[k] = i;
+    }
+    if (f->sharded) {
+        char mesh_line[160];
+        mesh_describe(mesh_line, sizeof mesh_line, &f->mesh->dims);
+        log_info("%s; FSDP: each rank keeps 1/%d of the parameters, gradients and optimizer "
+                 "state",
+                 mesh_line, f->mesh->dims.dp_shard);
+    }
+    return f;
+}
+
+void train_qwen3_free(TrainQwen3 *f) {
+    if (!f) return;
+    for (int s = 0; s < NSLOTS; s++) {
+        free(f->slot[s].p);
+        free(f->slot[s].g);
+        free(f->slot[s].scratch);
+        free(f->slot[s].pb);
+    }
+    fsdp_plan_free(&f->plan);
+    qwen3_free(&f->m);
+    if (f->tp > 1) qwen3_free(&f->full);
+    free(f->tp_split);
+    free(f->tp_repl);
+    free(f->shard);
+    free(f->grad);
+    free(f->held);
+    free(f->pieces);
+    free(f->piece_grads);
+    free(f->piece_decay);
+    free(f->piece_param);
+    free(f->bias_param);
+    free(f->bias_full);
+    if (f->own_world) {
+        mesh_destroy(&f->own_mesh);
+        comm_destroy(f->own_world);
+    }
+    free(f);
+}
+
+/* The bf16 twin, in slot s's copy, of a weight in slot s (NULL: no such weight). */
+static uint16_t *twin(const Slot *s, const float *w) {
+    return w ? s->pb + (w - s->p) : NULL;
+}
+
+int train_qwen3_enable_bf16(TrainQwen3 *f, Err *err) {
+    if (!f->sharded) return qwen3_enable_bf16(&f->m, err);
+    TRY(qwen3_enable_bf16_by_hook(&f->m, err));
+    for (int s = 0; s < NSLOTS; s++)
+        f->slot[s].pb = xcalloc(f->slot[s].cap, sizeof(uint16_t));
+    for (int l = 0; l < f->L; l++) {
+        const Slot *s = &f->slot[slot_of(f, 1 + l)];
+        const Qwen3LayerParams *p = &f->m.p.layers[l];
+        Qwen3Bf16Layer *b = &f->m.pb.layers[l];
+        b->wq = twin(s, p->wq), b->wk = twin(s, p->wk), b->wv = twin(s, p->wv);
+        b->wo = twin(s, p->wo), b->w1 = twin(s, p->w1), b->w3 = twin(s, p->w3);
+        b->w2 = twin(s, p->w2); /* w1 / w3 / w2 NULL in MoE layers: experts stay fp32 */
+    }
+    f->m.pb.output = twin(&f->slot[EDGE], f->m.p.output); /* tied: the embedding's */
+    for (int s = 0; s < NSLOTS; s++)
+        f->slot[s].holds = -1; /* the next ensure gathers, and so casts */
+    return 0;
+}
+
+/* ---- initial values ---- */
+
+/* Keeps this rank's part of parameter i, given whole: first its tensor-parallel block (rows
+ * or columns, cut into tmp), then the elements it holds of that. */
+static void keep_slice(TrainQwen3 *f, int i, const float *full, float *tmp) {
+    if (f->tp_split[i] != TP_REPLICATED) {
+        const Qwen3Param *p = &f->m.table[i]; /* the local shape */
+        long rows = (long)p->shape[0], cols = p->ndim == 2 ? (long)p->shape[1] : 1;
+        if (f->tp_split[i] == TP_ROWS) {
+            memcpy(tmp, full + (size_t)f->t * rows * cols, (size_t)(rows * cols) * sizeof *tmp);
+        } else {
+            long full_cols = cols * f->tp;
+            for (long r = 0; r < rows; r++)
+                memcpy(tmp + r * cols, full + r * full_cols + (long)f->t * cols,
+                       (size_t)cols * sizeof *tmp);
+        }
+        full = tmp;
+    }
+    const Held *h = &f->held[i];
+    if (h->hi > h->lo) memcpy(h->p, full + h->lo, (h->hi - h->lo) * sizeof *full);
+}
+
+/* The whole model's table (the rank's own when tp = 1). */
+static const Qwen3 *whole(const TrainQwen3 *f) {
+    return f->tp > 1 ? &f->full : &f->m;
+}
+
+static size_t max_numel(const TrainQwen3 *f) {
+    size_t mx = 1;
+    for (int i = 0; i < whole(f)->nparams; i++)
+        if ((size_t)whole(f)->table[i].numel > mx) mx = (size_t)whole(f)->table[i].numel;
+    return mx;
+}
+
+void train_qwen3_init(TrainQwen3 *f, uint64_t seed) {
+    float *tmp = xmalloc(max_numel(f) * sizeof *tmp), *part = xmalloc(max_numel(f) * sizeof *tmp);
+    for (int i = 0; i < f->m.nparams; i++) {
+        qwen3_init_param(whole(f), i, seed, tmp);
+        keep_slice(f, i, tmp, part);
+    }
+    free(tmp);
+    free(part);
+    for (int s = 0; s < NSLOTS; s++)
+        f->slot[s].holds = -1;
+}
+
+int train_qwen3_load_hf(TrainQwen3 *f, const char *path, Err *err) {
+    StSet set;
+    TRY(st_set_open(&set, path, err));
+    float *tmp = xmalloc(max_numel(f) * sizeof *tmp), *part = xmalloc(max_numel(f) * sizeof *tmp);
+    int rc = 0;
+    HfKeyTable keys;
+    hf_keys_build(&keys, &whole(f)->spec);
+    rc = qwen3_hf_check(&whole(f)->spec, &set, path, err);
+    for (int i = 0; i < f->m.nparams && rc == 0; i++) {
+        const Qwen3Param *p = &whole(f)->table[i];
+        int k = p->is_buffer ? -1 : hf_keys_find_param(&keys, p->name);
+        if (p->is_buffer) /* moe.expert_bias: training state, not in HF files */
+            memset(tmp, 0, (size_t)p->numel * sizeof *tmp);
+        else if (k < 0)
+            rc = err_set(err, "model parameter %s is not in the Hugging Face name table", p->name);
+        else if (hf_keys_load_param(tmp, &keys, k, &set, err) != 0)
+            rc = err_wrap(err, "%s", path);
+        if (rc != 0) break;
+        keep_slice(f, i, tmp, part);
+    }
+    hf_keys_free(&keys);
+    free(tmp);
+    free(part);
+    st_set_close(&set);
+    for (int s = 0; s < NSLOTS; s++)
+        f->slot[s].holds = -1;
+    return rc;
+}
+
+/* ---- the trainer's interfaces ---- */
+
+static int forward_backward(void *ctx, const void *batch, double divisor, double *loss_sum,
+                            Err *err) {
+    TrainQwen3 *f = ctx;
+    const TrainQwen3Batch *b = batch;
+    if (b->B > f->m.max_B || b->T > f->m.max_T)
+        return err_set(err,
+                       "model: a micro-batch of %d x %d tokens exceeds the %d x %d the "
+                       "activations were sized for",
+                       b->B, b->T, f->m.max_B, f->m.max_T);
+    qwen3_forward(&f->m, b->tokens, b->targets, b->positions, b->doc, b->B, b->T);
+    qwen3_backward(&f->m, divisor);
+    *loss_sum = f->m.loss_sum;
+    return 0;
+}
+
+/* MoE, once per step after finish_grads: moe_train_step sums the routing counts over every
+ * data-parallel rank (so the counts are those of the whole global batch, as on one process)
+ * and updates the biases through m->p, which when sharded would be a gathered workspace. It
+ * gets full-size copies holding the elements this rank holds instead; every element's update
+ * depends only on the counts, so they come out as on one process and are written back. */
+static int before_optimizer_step(void *ctx, int update, MetricsExtra *extra, int *nextra,
+                                 Err *err) {
+    TrainQwen3 *f = ctx;
+    int X = f->m.spec.num_experts;
+    float *in_slot[QT_MAX_LAYERS];
+    for (int l = 0; l < f->L; l++) {
+        int i = f->bias_param[l];
+        if (i < 0) continue;
+        const Held *h = &f->held[i];
+        float *full = f->bias_full + (size_t)l * X;
+        memset(full, 0, (size_t)X * sizeof *full);
+        if (h->hi > h->lo) memcpy(full + h->lo, h->p, (h->hi - h->lo) * sizeof *full);
+        in_slot[l] = f->m.p.layers[l].expert_bias;
+        f->m.p.layers[l].expert_bias = full;
+    }
+    double t0 = now_seconds();
+    int rc = moe_train_step(&f->m, f->mesh->dp, update, extra, nextra, TRAIN_MAX_EXTRA, err);
+    f->comm_s += now_seconds() - t0;
+    for (int l = 0; l < f->L; l++) {
+        int i = f->bias_param[l];
+        if (i < 0) continue;
+        const Held *h = &f->held[i];
+        if (h->hi > h->lo)
+            memcpy(h->p, f->m.p.layers[l].expert_bias + h->lo, (h->hi - h->lo) * sizeof(float));
+        f->m.p.layers[l].expert_bias = in_slot[l];
+    }
+    return rc;
+}
+
+void train_qwen3_set_micro_batches(TrainQwen3 *f, int micro_batches) {
+    f->m.aux_weight = 1.0 / ((micro_batches > 0 ? micro_batches : 1) * f->mesh->dims.dp);
+}
+
+void train_qwen3_model(TrainQwen3 *f, TrainModel *out, int exempt) {
+    for (int k = 0; k < f->npieces; k++)
+        /* expert_bias is balancing state: zero gradient, and it must not decay. */
+        f->piece_decay[k] = f->m.table[f->piece_param[k]].is_buffer
+                                ? 0
+                                : adamw_default_decay(f->pieces[k].name, exempt, exempt);
+    *out = (TrainModel){.ctx = f,
+                        .nparams = f->npieces,
+                        .params = f->pieces,
+                        .grads = f->piece_grads,
+                        .decay = f->piece_decay,
+                        .forward_backward = forward_backward,
+                        .before_optimizer_step = f->m.n_moe_layers ? before_optimizer_step : NULL};
+}
+
+static int finish_grads(void *ctx, double *loss_sum, Err *err) {
+    TrainQwen3 *f = ctx;
+    for (int s = 0; s < NSLOTS; s++) {
+        wait_gather(f, &f->slot[s]);
+        wait_rs(f, &f->slot[s]);
+        f->slot[s].holds = -1; /* the optimizer is about to change the parameters */
+    }
+    double t0 = now_seconds();
+    int rc = 0;
+    if (f->mesh->dims.dp_replicate > 1)
+        rc = fsdp_all_reduce_replicas(&f->plan, f->mesh->dp_replicate, f->grad, err);
+    if (rc == 0) rc = comm_all_reduce_sum(f->mesh->dp, loss_sum, 1, COMM_F64, err);
+    /* Sequence parallel: each tp rank's loss covers its tokens only. */
+    if (rc == 0 && f->seq_parallel)
+        rc = comm_all_reduce_sum(f->mesh->tp, loss_sum, 1, COMM_F64, err);
+    f->comm_s += now_seconds() - t0;
+    return rc;
+}
+
+static int grad_norm(void *ctx, double local_sq, double *norm, Err *err) {
+    TrainQwen3 *f = ctx;
+    double sharded = local_sq, replicated = 0;
+    /* With tensor parallelism the replicated parameters' squares count once, not per rank. */
+    if (f->tp > 1) fsdp_shard_sq_sums(&f->plan, f->grad, f->tp_repl, &sharded, &replicated);
+    double t0 = now_seconds();
+    int rc = mesh_global_norm(norm, f->mesh, sharded, replicated, err);
+    f->comm_s += now_seconds() - t0;
+    return rc;
+}
+
+static double comm_seconds(void *ctx) {
+    TrainQwen3 *f = ctx;
+    double s = f->comm_s;
+    f->comm_s = 0;
+    return s;
+}
+
+void train_qwen3_parallel(TrainQwen3 *f, TrainParallel *out) {
+    *out = (TrainParallel){.ctx = f,
+                           .world = f->mesh->world,
+                           .mesh = {f->mesh->dims.dp_replicate, f->mesh->dims.dp_shard, f->tp},
+                           .finish_grads = finish_grads,
+                           .grad_norm = grad_norm,
+                           .comm_seconds = comm_seconds};
 }

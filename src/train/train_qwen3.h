@@ -1,6 +1,17 @@
-/* The Qwen3 reference model behind the trainer's TrainModel interface: parameter table as
- * named tensors, weight-decay flags, forward + backward on one micro-batch, and loading HF
- * weights by name. */
+/* The training driver: Qwen3 on a device mesh behind the trainer's TrainModel and
+ * TrainParallel interfaces, for every mesh; one process is a world of one.
+ *
+ * On a world of one the model's own arenas hold the parameters and gradients and no collective
+ * runs. On more processes the model trains with FSDP (ZeRO-3): each rank keeps 1/dp_shard of
+ * every parameter (the fp32 master copy), of its gradient and, through the trainer's AdamW over
+ * those slices, of the optimizer state. The model then holds no parameters of its own: its
+ * unit callback (Qwen3Dist.unit) all-gathers a unit (the embedding, one layer, the final norm
+ * with lm_head) into one of a few full-size workspaces just before the unit's forward and again
+ * before its backward, prefetching the next unit with a non-blocking gather, and
+ * reduce-scatters the unit's gradient into the rank's slice right after its backward. With
+ * dp_replicate > 1 (HSDP) the slices are then summed across replicas; with tp > 1 the rank's
+ * model has its share of the heads and FFN columns (and of the tokens under sequence
+ * parallelism). */
 #ifndef QT_TRAIN_QWEN3_H
 #define QT_TRAIN_QWEN3_H
 
@@ -10,6 +21,7 @@
 #include "core/ac_mode.h"
 #include "core/err.h"
 #include "core/model_spec.h"
+#include "dist/mesh.h"
 #include "kernels/overrides.h"
 #include "train/trainer.h"
 
@@ -24,14 +36,16 @@ typedef struct TrainQwen3Batch {
     const int32_t *doc;       /* (B, T) or NULL */
 } TrainQwen3Batch;
 
-/* Dense and MoE models; activations sized for B x T, kept or recomputed as ac says. The
- * modules run the fast CPU kernels (kernels/cpu_ops.h), or the references when the
- * environment has QT_KERNELS=reference. */
-TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, Err *err);
-/* As train_qwen3_create with the kernels of plan (from overrides_resolve; NULL = none) applied
- * before the activations are sized; logs one line per replacement. */
-TrainQwen3 *train_qwen3_create_with(const ModelSpec *spec, int B, int T, AcMode ac,
-                                    const OverridePlan *plan, Err *err);
+/* This rank's Qwen3 for micro-batches of up to B x T tokens, with activation checkpointing ac
+ * and the kernels of plan (from overrides_resolve, chosen for the rank's shapes; NULL = the
+ * defaults of train_qwen3_modules). mesh NULL: a world of one. Parameters start at zero. Dense
+ * models on any mesh; MoE models (router, stacked experts and expert_bias sharded with their
+ * layer) without tensor parallelism. */
+TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, const Mesh *mesh,
+                               const OverridePlan *plan, Err *err);
+/* What train_qwen3_create refuses beyond the mesh's checks (MoE with tensor parallelism), for
+ * `qtitan plan` and the job's start-up to say the same before anything is allocated. */
+int train_qwen3_check(const ModelSpec *spec, int tp, Err *err);
 void train_qwen3_free(TrainQwen3 *q);
 /* The module set a model of spec runs (creating and sizing both take it from here, so `qtitan
  * plan` sizes what training allocates): the fast CPU kernels by default, the plain references
@@ -41,32 +55,42 @@ void train_qwen3_free(TrainQwen3 *q);
 struct Qwen3Modules *train_qwen3_modules(const ModelSpec *spec, const OverridePlan *plan,
                                          int verbose);
 
-/* Bytes of the parameter, gradient and activation arenas train_qwen3_create would allocate
- * for the same arguments (model/qwen3.h qwen3_sizes: the same layout code, counting only);
- * sp > 1: the activations of a sequence-parallel rank (the sharded model's). */
+/* Bytes of the parameter, gradient and activation arenas a model of spec has for the same
+ * arguments (model/qwen3.h qwen3_sizes: the same layout code, counting only); sp > 1: the
+ * activations of a sequence-parallel rank. */
 typedef struct TrainQwen3Sizes {
     size_t param_bytes, grad_bytes, act_bytes;
-    size_t bf16_bytes; /* added by train_qwen3_enable_bf16 */
+    size_t bf16_bytes; /* added by train_qwen3_enable_bf16 on a world of one */
     int nparams;
 } TrainQwen3Sizes;
-int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
-                      int sp, const OverridePlan *plan, Err *err);
+int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
+                      const OverridePlan *plan, Err *err);
 
-/* Mixed precision (training.mixed_precision_param = "bfloat16"): bf16 matmuls, fp32 masters. */
+/* Mixed precision (training.mixed_precision_param = "bfloat16"): bf16 matmuls; master weights,
+ * gradients, collectives and the optimizer stay fp32. When sharded, the bf16 copies are made
+ * from each unit's gathered fp32 weights into a bf16 twin of its workspace, so a rank holds
+ * bf16 copies of three workspaces, never of the model. */
 int train_qwen3_enable_bf16(TrainQwen3 *q, Err *err);
-/* DESIGN §5 random init. */
+/* The model's random init (qwen3_init_params), bitwise the same values on every mesh: each
+ * tensor is drawn whole (one at a time) and only this rank's part is kept. */
 void train_qwen3_init(TrainQwen3 *q, uint64_t seed);
-/* Loads HF-named weights (a .safetensors file or an HF directory), any of F32/BF16/F16. The
- * files must hold exactly the model's tensors with their shapes (lm_head.weight may be absent
- * when tied); the error lists every missing, unexpected and misshaped key. */
+/* Loads HF-named weights (a .safetensors file or an HF directory), any of F32/BF16/F16, one
+ * tensor at a time, keeping this rank's part. The files must hold exactly the model's tensors
+ * with their shapes (lm_head.weight may be absent when tied); the error lists every missing,
+ * unexpected and misshaped key. */
 int train_qwen3_load_hf(TrainQwen3 *q, const char *path, Err *err);
-/* MoE: each micro-batch's router auxiliary loss counts 1 / micro_batches, so a step adds
- * router_aux_loss_coef times the mean over its micro-batches (the reported loss is the
- * cross-entropy alone). */
+/* MoE: each micro-batch's router auxiliary loss counts 1 / (micro_batches x dp ranks), so a
+ * step adds router_aux_loss_coef times the mean over the global batch's micro-batches (the
+ * reported loss is the cross-entropy alone). */
 void train_qwen3_set_micro_batches(TrainQwen3 *q, int micro_batches);
-/* The TrainModel view (valid while q lives). exempt: no weight decay for norms and embeddings.
- * MoE models also get the before_optimizer_step hook (train/moe_step.h): expert_bias update
- * and the moe_tokens_min / moe_tokens_max / moe_imbalance metrics. */
+/* The TrainModel view (valid while q lives): one tensor per parameter piece this rank holds,
+ * named like the full parameter (the whole parameter, shaped, on a world of one; a 1-D slice
+ * when sharded). exempt: no weight decay for norms and embeddings. MoE models also get
+ * before_optimizer_step (train/moe_step.h): the routing counts summed over the data-parallel
+ * ranks, the expert_bias update and the moe_tokens_min / moe_tokens_max / moe_imbalance
+ * metrics. */
 void train_qwen3_model(TrainQwen3 *q, TrainModel *out, int exempt);
+/* The trainer's mesh hooks (gradient completion, global norm, comm time). */
+void train_qwen3_parallel(TrainQwen3 *q, TrainParallel *out);
 
 #endif

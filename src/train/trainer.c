@@ -50,8 +50,15 @@ static const char *nonfinite_param(const TrainModel *md) {
     return NULL;
 }
 
+/* The mesh hooks when the job has several processes, else NULL: sharded checkpoints,
+ * agreement across ranks and the comm_s metric are theirs. A world of one writes the
+ * one-process checkpoint, which `qtitan export` and `inspect` read as it is. */
+static const TrainParallel *many_ranks(const TrainerOptions *o) {
+    return o->par && o->par->world->size > 1 ? o->par : NULL;
+}
+
 static int save(Trainer *t, Err *err) {
-    const TrainParallel *par = t->o->par;
+    const TrainParallel *par = many_ranks(t->o);
     int model_only = t->o->last_save_model_only && t->step == t->o->steps;
     int noptim = model_only ? 0 : 2 * t->model->nparams;
     const char *bad = nonfinite_param(t->model);
@@ -86,7 +93,7 @@ static int save(Trainer *t, Err *err) {
 }
 
 static int resume(Trainer *t, Err *err) {
-    const TrainParallel *par = t->o->par;
+    const TrainParallel *par = many_ranks(t->o);
     int64_t step;
     char *path;
     int found;
@@ -108,10 +115,9 @@ static int resume(Trainer *t, Err *err) {
         json_decref(st.data_position);
     }
     /* ckpt_find_latest verified the checksums already; the sharded lookup did not. */
-    int rc = par ? ckpt_load(path, &st, t->model->params, t->model->nparams, t->optim, noptim,
-                             err)
-                 : ckpt_load_found(path, &st, t->model->params, t->model->nparams, t->optim,
-                                   noptim, err);
+    int rc = par ? ckpt_load(path, &st, t->model->params, t->model->nparams, t->optim, noptim, err)
+                 : ckpt_load_found(path, &st, t->model->params, t->model->nparams, t->optim, noptim,
+                                   err);
     if (par) rc = comm_agree(par->world, rc, err); /* every rank resumes, or none */
     if (rc == 0 && st.config_hash != t->o->config_hash)
         log_warn("[checkpoint] %s was written under another config (hash %016" PRIx64
@@ -208,8 +214,8 @@ static int train_step(Trainer *t, StepMetrics *m, Err *err) {
 static int run(Trainer *t, Err *err) {
     const TrainerOptions *o = t->o;
     TrainModel *md = t->model;
-    TRY(lr_schedule_init(&t->sched, o->lr, o->steps, o->warmup_steps, o->decay_ratio,
-                         o->decay_type ? o->decay_type : "linear", o->min_lr_factor, err));
+    TRY(lr_schedule_init(&t->sched, o->lr, o->steps, o->warmup_steps, o->decay_ratio, o->decay_type,
+                         o->min_lr_factor, err));
     AdamWParam *ap = xcalloc((size_t)md->nparams + 1, sizeof *ap);
     t->grads = xcalloc((size_t)md->nparams + 1, sizeof *t->grads);
     for (int i = 0; i < md->nparams; i++) {
@@ -246,7 +252,7 @@ static int run(Trainer *t, Err *err) {
             MetricsExtra extra[TRAIN_MAX_EXTRA + 1];
             memcpy(extra, t->extra, (size_t)t->nextra * sizeof *extra);
             int nextra = t->nextra;
-            if (o->par) extra[nextra++] = (MetricsExtra){"comm_s", comm_s};
+            if (many_ranks(o)) extra[nextra++] = (MetricsExtra){"comm_s", comm_s};
             if (writer) rc = metrics_writer_write(&mw, &m, extra, nextra, err);
         }
         if (o->on_step) o->on_step(o->on_step_ctx, &m);

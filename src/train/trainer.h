@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <stdint.h>
 
+#include "core/config.h"
 #include "core/err.h"
 #include "core/rng.h"
 #include "dist/comm.h"
@@ -48,8 +49,9 @@ typedef struct TrainData {
     int (*restore)(void *ctx, const json_t *position, Err *err);
 } TrainData;
 
-/* Data-parallel hooks (src/train/fsdp_model.c); TrainerOptions.par is NULL on one process.
- * With them the model's params / grads are this rank's slices. */
+/* The mesh's hooks (src/train/train_qwen3.c), for every mesh, a world of one included; NULL
+ * (a model of its own, in tests) runs as a world of one without them. With more than one
+ * process the model's params / grads are this rank's slices. */
 typedef struct TrainParallel {
     void *ctx;
     Comm *world; /* every rank of the job: sharded checkpoints, agreement */
@@ -68,16 +70,16 @@ typedef struct TrainerOptions {
     int micro_batches; /* gradient accumulation steps per optimizer step (>= 1) */
     double lr;         /* [optimizer] lr; the schedule multiplies it */
     int64_t warmup_steps;
-    double decay_ratio; /* < 0: none */
-    const char *decay_type;
+    double decay_ratio;   /* < 0: none */
+    DecayType decay_type; /* 0: linear */
     double min_lr_factor;
     AdamWConfig adamw;
     double max_norm;    /* <= 0: no clipping (the norm is still reported) */
     int skip_nonfinite; /* 1: a step with a non-finite loss or norm skips its update; 0: error */
     const char *dump_folder;
     int ckpt_enable;
-    const char *ckpt_folder; /* under dump_folder, or absolute; default "checkpoint" */
-    int64_t ckpt_interval;   /* save every N steps and at the last step */
+    const char *ckpt_folder;  /* under dump_folder, or absolute; default "checkpoint" */
+    int64_t ckpt_interval;    /* save every N steps and at the last step */
     int last_save_model_only; /* the last step's checkpoint holds the weights only */
     int keep_latest_k;
     int log_freq;
@@ -99,7 +101,7 @@ typedef struct TrainerOptions {
     /* Called after every step with its metrics (tests, progress hooks); may be NULL. */
     void (*on_step)(void *ctx, const StepMetrics *m);
     void *on_step_ctx;
-    const TrainParallel *par; /* NULL: one process */
+    const TrainParallel *par; /* NULL: a world of one without mesh hooks */
 } TrainerOptions;
 
 /* Trains from the newest complete checkpoint in {dump_folder}/{ckpt_folder} when one exists
