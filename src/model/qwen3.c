@@ -417,9 +417,7 @@ void qwen3_init_param(const Qwen3 *m, int i, uint64_t seed, float *out) {
     case INIT_NORMAL:
         break;
     }
-    Rng r;
-    rng_seed(&r, seed, (uint64_t)i);
-    rng_fill_normal(&r, out, p->numel, std);
+    rng_fill_normal_counter(seed, (uint64_t)i, out, p->numel, std);
 }
 
 void qwen3_init_params(Qwen3 *m, uint64_t seed) {
