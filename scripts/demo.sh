@@ -54,13 +54,19 @@ verdict=$(awk -v t="$train_loss" -v e="$eval_loss" -v f="$first_loss" -v tol="$t
          "first step %.4f; ln(512) = %.4f\n", ok ? "ok" : "FAIL", e, t, 100 * rel, 100 * tol, f,
          log(512)
 }')
+"$bin" plot "$dir" --out "$dir/loss.svg" --metric loss,grad_norm >/dev/null
 cat <<SUMMARY
 == demo finished in $(elapsed)
    $verdict
    corpus        $dir/data/train.jsonl, held-out $dir/data/heldout.jsonl
    tokenizer     $dir/tokenizer/tokenizer.json
-   log, metrics  $dir/train.log, $dir/metrics.jsonl
+   log, metrics  $dir/train.log, $dir/metrics.jsonl, curves $dir/loss.svg
    checkpoints   $dir/checkpoint/step-*
    HF export     $hf (transformers.AutoModelForCausalLM.from_pretrained loads it)
+   generate      $bin generate --model $hf --prompt "the small" (or --checkpoint $dir/checkpoint)
 SUMMARY
+echo "== 5. generate: the trained checkpoint continues two prompts (docs/generate.md)"
+printf 'the small\n12 plus\n' >"$dir/data/prompts.txt"
+"$bin" generate --checkpoint "$dir/checkpoint" --prompt-file "$dir/data/prompts.txt" \
+  --max-new-tokens 40 --temperature 0.7 --seed 1 --stop "count:"
 case $verdict in ok:*) exit 0 ;; *) exit 1 ;; esac

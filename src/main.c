@@ -14,12 +14,14 @@ typedef struct Command {
 static const Command COMMANDS[] = {
     {"train", cmd_train, "train a model from a TOML job config"},
     {"eval", cmd_eval, "loss (and logits) of an HF model directory on token id lines"},
+    {"generate", cmd_generate, "text from an HF model directory or a training checkpoint"},
     {"tokenize", cmd_tokenize, "encode JSONL text to token ids, or decode ids back"},
     {"tokenizer-train", cmd_tokenizer_train, "train a byte-level BPE tokenizer"},
     {"inspect", cmd_inspect, "list a safetensors file or check an HF model directory"},
     {"export", cmd_export, "write a training checkpoint as an HF model directory"},
     {"verify-kernels", cmd_verify_kernels, "check every kernel against its reference"},
     {"plan", cmd_plan, "memory and FLOPs of a config without running it"},
+    {"plot", cmd_plot, "draw runs' metrics.jsonl curves as an SVG"},
 };
 #define NCOMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 

@@ -77,6 +77,8 @@ qa_expect_error export_nockpt 2 "--checkpoint" export --out "$tmp/hf"
 qa_expect_error export_noval 2 "--out" export --checkpoint "$tmp" --out
 qa_expect_error verify_noval 2 "--config" verify-kernels --config
 qa_expect_error plan_noval 2 "--config" plan --config
+qa_expect_error plot_norun 2 "no RUN_DIR" plot
+qa_expect_error plot_noval 2 "--out" plot "$tmp" --out
 qa_expect_error train_twoconfigs 2 "--config is given twice" train --config "$nope.toml" \
     --config="$nope.toml"
 # Option values must be whole numbers in range, and special tokens distinct and non-empty.

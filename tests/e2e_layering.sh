@@ -3,7 +3,8 @@
 # layers, and no module may reach itself through #include (so no cycle between directories or
 # modules). Layers, lowest first (docs/architecture.md, "The device seam", says why kernels sit
 # below model):
-#   0 core   1 ops io text dist   2 kernels   3 model   4 train   5 cli   6 src/main.c
+#   0 core   1 ops io text dist   2 kernels   3 model   4 infer   5 train   6 cli   7 src/main.c
+# (infer: inference on a model, which training's validation and samples use)
 set -euo pipefail
 cd "${QT_SOURCE_DIR:-$(dirname "$0")/..}/src"
 
@@ -13,9 +14,10 @@ rank() {
     ops | io | text | dist) echo 1 ;;
     kernels) echo 2 ;;
     model) echo 3 ;;
-    train) echo 4 ;;
-    cli) echo 5 ;;
-    .) echo 6 ;;
+    infer) echo 4 ;;
+    train) echo 5 ;;
+    cli) echo 6 ;;
+    .) echo 7 ;;
     *) echo "e2e_layering: directory src/$1 has no layer; add it to tests/e2e_layering.sh" >&2
        return 1 ;;
     esac

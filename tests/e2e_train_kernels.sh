@@ -33,8 +33,8 @@ grep -q '^\[override\] loss: lm_head_loss -> loss_chunked' "$tmp/ker.log" \
 grep -q '^applied 15 override(s)' "$tmp/ker.log" || { echo "FAIL: expected 15 overrides"; exit 1; }
 if grep -q '^\[override\]' "$tmp/ref.log"; then echo "FAIL: the reference run replaced kernels"; exit 1; fi
 
-grep -o '^step: *[0-9]* *loss: *[0-9.]*' "$tmp/ref.log" | awk '{print $4}' >"$tmp/ref.loss"
-grep -o '^step: *[0-9]* *loss: *[0-9.]*' "$tmp/ker.log" | awk '{print $4}' >"$tmp/ker.loss"
+grep -o '^step: *[0-9/]* *loss: *[0-9.]*' "$tmp/ref.log" | awk '{print $4}' >"$tmp/ref.loss"
+grep -o '^step: *[0-9/]* *loss: *[0-9.]*' "$tmp/ker.log" | awk '{print $4}' >"$tmp/ker.loss"
 [ "$(wc -l <"$tmp/ref.loss")" = 6 ] || { cat "$tmp/ref.log"; echo "FAIL: expected 6 steps"; exit 1; }
 paste "$tmp/ref.loss" "$tmp/ker.loss" | awk '
   { d = $1 - $2; if (d < 0) d = -d; printf "step %d: reference %s, kernels %s\n", NR, $1, $2

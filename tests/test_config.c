@@ -1,8 +1,9 @@
 /* Unit tests for the job config: defaults, file + command-line precedence, suggestion and
  * type/range/enum errors with file:line, model field replacements and [[override]] entries
  * kept with their lines, dataset path resolution, the dump round trip, every
- * configs/ TOML file in the repository loading cleanly, and docs/config.md listing every key
- * with the code's default. */
+ * configs/ TOML file in the repository loading cleanly, docs/config.md listing every key
+ * with the code's default, and torchtitan's keys: each known, with notices and refusals by
+ * value. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -112,7 +113,7 @@ static void test_defaults(void **state) {
     assert_int_equal(c.checkpoint.enable, 0);
     assert_string_equal(c.checkpoint.folder, "checkpoint");
     assert_int_equal(c.checkpoint.interval, 500);
-    assert_int_equal(c.checkpoint.keep_latest_k, 0);
+    assert_int_equal(c.checkpoint.keep_latest_k, 10);
     assert_string_equal(c.checkpoint.initial_load_path, "");
     assert_int_equal(c.checkpoint.initial_load_in_hf, 0);
     assert_int_equal(c.checkpoint.last_save_in_hf, 0);
@@ -676,6 +677,116 @@ static void test_docs_list_every_key(void **state) {
     config_free(&c);
 }
 
+/* Every leaf key of torchtitan's job config (tests/fixtures/torchtitan/all_keys.toml, written
+ * from torchtitan's job_config.py, not from qtitan's tables) loads: implemented or noted. */
+static void test_torchtitan_every_key(void **state) {
+    (void)state;
+    const char *src = getenv("QT_SOURCE_DIR");
+    if (!src) skip();
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/fixtures/torchtitan/all_keys.toml", src);
+    JobConfig c;
+    Err err = {{0}};
+    if (config_load(&c, path, 0, NULL, &err) != 0) fail_msg("all_keys.toml: %s", err.msg);
+    assert_int_equal(c.training.seed, 42); /* debug.seed */
+    assert_int_equal(c.training.mixed_precision_param, DT_BF16);
+    assert_true(c.n_notices >= 30);
+    int compile_backend = 0;
+    for (int i = 0; i < c.n_notices; i++)
+        if (strstr(c.notices[i], "all_keys.toml:135: compile.backend = \"inductor\" has no effect "
+                                 "here: qtitan has no graph compiler"))
+            compile_backend = 1;
+    assert_true(compile_backend);
+    config_free(&c);
+}
+
+/* One notice for a value that changes nothing here; none for a value qtitan already honours. */
+static void test_torchtitan_notices(void **state) {
+    (void)state;
+    JobConfig c;
+    char path[64];
+    Err err = {{0}};
+    assert_int_equal(load(&c, "[compile]\nenable = false\n", 0, NULL, &err, path), 0);
+    assert_int_equal(c.n_notices, 0);
+    config_free(&c);
+    assert_int_equal(load(&c, "[compile]\nenable = true\n", 0, NULL, &err, path), 0);
+    assert_int_equal(c.n_notices, 1);
+    char want[512];
+    snprintf(want, sizeof want,
+             "%s:2: compile.enable = true has no effect here: qtitan has no graph compiler; its "
+             "fused kernels are chosen with [[override]] (docs/kernels.md)",
+             path);
+    assert_string_equal(c.notices[0], want);
+    config_free(&c);
+    /* Nested sections on the command line split at the last dot; lists are comma-separated. */
+    char *argv[] = {"--quantize.linear.float8.filter_fqns=output,layers.0.attention.wq",
+                    "--parallelism.fsdp_reshard_after_forward", "always"};
+    load_ok(&c, "", 3, argv);
+    assert_int_equal(c.n_notices, 1);
+    assert_string_equal(c.notices[0],
+                        "command line: quantize.linear.float8.filter_fqns = [\"output\", "
+                        "\"layers.0.attention.wq\"] has no effect here: qtitan trains in float32 "
+                        "or bfloat16; float8 and MX training are not available (model.converters)");
+    config_free(&c);
+    /* torchtitan's other names for qtitan's keys. */
+    load_ok(&c, "[training.data]\nname = \"c4\"\n[debug]\nseed = 7\ndeterministic = true\n", 0,
+            NULL);
+    assert_string_equal(c.training.dataset, "c4");
+    assert_int_equal(c.training.seed, 7);
+    assert_int_equal(c.training.deterministic, 1);
+    char *ds = NULL;
+    assert_int_not_equal(config_dataset_path(&c, &ds, &err), 0);
+    assert_non_null(strstr(err.msg, "training.dataset = \"c4\" reads C4 from files you give: set "
+                                    "training.dataset_path"));
+    config_free(&c);
+}
+
+/* A value that asks for something qtitan cannot do is one sentence naming key and value. */
+static void test_torchtitan_refusals(void **state) {
+    (void)state;
+    expect_file_error("[parallelism]\npipeline_parallel_degree = 4\n", 0, NULL,
+                      "2: parallelism.pipeline_parallel_degree = 4 is not available: qtitan has "
+                      "no pipeline parallelism; use data_parallel_shard_degree and "
+                      "tensor_parallel_degree");
+    expect_file_error("[model]\nconverters = [\"float8\"]\n", 0, NULL,
+                      "2: model.converters = [\"float8\"] is not available: qtitan trains in "
+                      "float32 or bfloat16; float8 and MX training are not available "
+                      "(model.converters)");
+    expect_file_error("[compile]\nenable = 1\n", 0, NULL,
+                      "2: compile.enable = 1 has the wrong type (an integer); expected true or "
+                      "false");
+    expect_file_error("[quantize.linear.float8]\nemulat = false\n", 0, NULL,
+                      "2: unknown key \"emulat\" in [quantize.linear.float8]; did you mean "
+                      "\"emulate\"?");
+    expect_file_error("[lr_scheduler]\ntotal_steps = 100\n", 0, NULL,
+                      "2: lr_scheduler.total_steps = 100 is not available: qtitan's schedule "
+                      "spans training.steps; set training.steps instead");
+    JobConfig c;
+    Err err = {{0}};
+    char *argv[] = {"--parallelism.context_parallel_degree=2"};
+    assert_int_not_equal(config_load(&c, NULL, 1, argv, &err), 0);
+    assert_non_null(strstr(err.msg, "command line: parallelism.context_parallel_degree = 2 is not "
+                                    "available: qtitan has no context parallelism"));
+}
+
+/* torchtitan's --job.config_file names the file as --config does. */
+static void test_job_config_file(void **state) {
+    (void)state;
+    char path[64], arg[96];
+    write_tmp(path, "[training]\nsteps = 17\n");
+    snprintf(arg, sizeof arg, "--job.config_file=%s", path);
+    char *argv1[] = {arg};
+    JobConfig c;
+    Err err = {{0}};
+    assert_int_equal(config_load(&c, NULL, 1, argv1, &err), 0);
+    assert_int_equal(c.training.steps, 17);
+    config_free(&c);
+    char *argv2[] = {"--job.config_file", path, "--config", path};
+    assert_int_not_equal(config_load(&c, NULL, 4, argv2, &err), 0);
+    assert_non_null(strstr(err.msg, "is given twice"));
+    unlink(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),
@@ -693,6 +804,10 @@ int main(void) {
         cmocka_unit_test(test_dump_roundtrip),
         cmocka_unit_test(test_repo_configs),
         cmocka_unit_test(test_docs_list_every_key),
+        cmocka_unit_test(test_torchtitan_every_key),
+        cmocka_unit_test(test_torchtitan_notices),
+        cmocka_unit_test(test_torchtitan_refusals),
+        cmocka_unit_test(test_job_config_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

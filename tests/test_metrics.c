@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/fs.h"
+#include "core/progress.h"
 #include "train/metrics.h"
 
 /* Qwen3-0.6B: D 1024, 28 layers, 16 heads, 8 kv heads, head_dim 128, FFN 3072, vocab 151936,
@@ -92,6 +93,19 @@ static void test_console_line(void **state) {
     metrics_format_line(buf, sizeof buf, &m);
     assert_string_equal(buf, "step: 1234  loss:  2.50000  grad_norm:  0.2500  memory: "
                              " 3.00GiB(5.00%)  tps: 12346  tflops: 1.00  mfu: 45.68%");
+    /* With the total and the time left (724.4 s rounds to 12m04s). */
+    m.step = 40;
+    m.total_steps = 1000;
+    m.eta_s = 724.4;
+    metrics_format_line(buf, sizeof buf, &m);
+    assert_string_equal(buf, "step: 40/1000  loss:  2.50000  grad_norm:  0.2500  memory: "
+                             " 3.00GiB(5.00%)  tps: 12346  tflops: 1.00  mfu: 45.68%  eta: "
+                             "12m04s");
+    char d[32];
+    format_duration(d, sizeof d, 3723.0);
+    assert_string_equal(d, "1h02m03s");
+    format_duration(d, sizeof d, 59.4);
+    assert_string_equal(d, "0m59s");
 }
 
 static void test_fill_and_jsonl(void **state) {

@@ -1,12 +1,18 @@
 /* qtitan eval: mean next-token cross-entropy of an HF Qwen3 checkpoint on token-id lines, on
  * the fp32 reference path. Lines are packed into rows with a document mask and positions
- * restarting at 0, which gives exactly the result of running each line alone. */
+ * restarting at 0, which gives exactly the result of running each line alone. With --dataset:
+ * loss, perplexity and bits per byte on a text dataset read as training reads it. */
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
 #include "core/fs.h"
+#include "core/log.h"
+#include "infer/dataset_eval.h"
+#include "infer/infer_model.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
 #include "io/token_lines.h"
@@ -20,6 +26,8 @@
 static const char *USAGE =
     "usage: qtitan eval --model HFDIR --tokens FILE [--adapter DIR] [--dump-logits "
     "OUT.safetensors]\n"
+    "       qtitan eval (--model HFDIR | --checkpoint STEP_DIR) --dataset PATH [--seq-len N]\n"
+    "                   [--max-tokens N]\n"
     "\n"
     "Prints `loss: X`, the mean next-token cross-entropy over all predicted positions of all\n"
     "lines of FILE (one sequence of whitespace-separated token ids per line), for the\n"
@@ -27,26 +35,50 @@ static const char *USAGE =
     "safetensors) in fp32.\n"
     "--adapter DIR adds the LoRA adapters of a peft adapter folder (adapter_config.json +\n"
     "adapter_model.safetensors, e.g. a LoRA run's DUMP/adapter) to the model.\n"
-    "--dump-logits writes each line's logits as F32 logits.0, logits.1, ... (len, vocab).\n";
+    "--dump-logits writes each line's logits as F32 logits.0, logits.1, ... (len, vocab).\n"
+    "\n"
+    "--dataset reads PATH as training.dataset_path is read (JSONL with a \"text\" field, text\n"
+    "files, directories, globs; comma-separated) with the model's tokenizer, packs it into rows\n"
+    "of --seq-len tokens (default the smaller of 2048 and the model's context) in source order,\n"
+    "documents each followed by EOS and masked from each other as in training, and prints the\n"
+    "mean loss over every token after the first (or the first --max-tokens of them), its\n"
+    "perplexity exp(loss) and bits per byte (summed loss / ln 2 / the UTF-8 bytes of the\n"
+    "predicted text, EOS excluded). STEP_DIR is a training checkpoint step or folder.\n";
 
 typedef struct EvalArgs {
-    const char *model, *tokens, *dump, *adapter;
+    const char *model, *checkpoint, *tokens, *dump, *adapter, *dataset, *seq_len, *max_tokens;
 } EvalArgs;
 
 static int parse_args(EvalArgs *a, int argc, char **argv, Err *err) {
     memset(a, 0, sizeof *a);
     for (int i = 1; i < argc; i++) {
         const char **slot = strcmp(argv[i], "--model") == 0         ? &a->model
+                            : strcmp(argv[i], "--checkpoint") == 0  ? &a->checkpoint
                             : strcmp(argv[i], "--tokens") == 0      ? &a->tokens
                             : strcmp(argv[i], "--dump-logits") == 0 ? &a->dump
                             : strcmp(argv[i], "--adapter") == 0     ? &a->adapter
+                            : strcmp(argv[i], "--dataset") == 0     ? &a->dataset
+                            : strcmp(argv[i], "--seq-len") == 0     ? &a->seq_len
+                            : strcmp(argv[i], "--max-tokens") == 0  ? &a->max_tokens
                                                                     : NULL;
         if (!slot) return err_set(err, "unknown option %s (see qtitan eval --help)", argv[i]);
         if (i + 1 >= argc) return err_set(err, "option %s needs a value", argv[i]);
         *slot = argv[++i];
     }
+    if (a->dataset) {
+        if (!a->model == !a->checkpoint)
+            return err_set(err,
+                           "give one of --model HFDIR or --checkpoint STEP_DIR with --dataset");
+        if (a->tokens || a->dump)
+            return err_set(err, "--tokens and --dump-logits do not go with --dataset");
+        if (a->adapter) return err_set(err, "--adapter goes with --tokens, not --dataset (yet)");
+        return 0;
+    }
+    if (a->checkpoint || a->seq_len || a->max_tokens)
+        return err_set(err, "--checkpoint, --seq-len and --max-tokens go with --dataset");
     if (!a->model) return err_set(err, "--model HFDIR is required (see qtitan eval --help)");
-    if (!a->tokens) return err_set(err, "--tokens FILE is required (see qtitan eval --help)");
+    if (!a->tokens)
+        return err_set(err, "--tokens FILE or --dataset PATH is required (see qtitan eval --help)");
     return 0;
 }
 
@@ -140,18 +172,87 @@ out_lines:
     return rc;
 }
 
+static int parse_count(const char *opt, const char *s, long *out, Err *err) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < 1)
+        return err_set(err, "%s %s: expected an integer >= 1", opt, s);
+    *out = v;
+    return 0;
+}
+
+static int eval_dataset(const EvalArgs *a, Err *err) {
+    long seq_len = 0, max_tokens = 0;
+    if (a->seq_len) TRY(parse_count("--seq-len", a->seq_len, &seq_len, err));
+    if (a->max_tokens) TRY(parse_count("--max-tokens", a->max_tokens, &max_tokens, err));
+    /* The context is known after config.json: open with one position, then size the model. */
+    char *step = NULL;
+    if (a->checkpoint) TRY(cli_checkpoint_step(a->checkpoint, &step, err));
+    InferModel im;
+    int opened = infer_model_open(&im, a->model, step, 1, 1, 0, err);
+    free(step);
+    TRY(opened);
+    int ctx = im.m.spec.max_seq_len, rc = 0;
+    if (!seq_len) seq_len = ctx < 2048 ? ctx : 2048;
+    if (seq_len > ctx)
+        rc =
+            err_set(err, "--seq-len %ld exceeds the model's context of %d positions", seq_len, ctx);
+    if (rc == 0 && !im.tok)
+        rc =
+            err_set(err, "%s has no tokenizer.json; --dataset needs the model's tokenizer", im.dir);
+    char *dir = xstrdup(im.dir);
+    infer_model_close(&im);
+    if (rc == 0)
+        rc = infer_model_open(&im, a->checkpoint ? NULL : dir, a->checkpoint ? dir : NULL, 1,
+                              (int)seq_len, 0, err);
+    free(dir);
+    if (rc) return -1;
+    DatasetEncoder enc;
+    DatasetOptions opt;
+    dataset_options_default(&opt);
+    opt.path = a->dataset;
+    opt.seq_len = (int)seq_len;
+    opt.shuffle = 0;
+    Dataset ds;
+    rc = dataset_encoder_for_tokenizer(&enc, im.tok, err);
+    if (rc == 0) rc = dataset_open(&ds, &opt, &enc, err);
+    if (rc) {
+        infer_model_close(&im);
+        return -1;
+    }
+    EvalPlan plan = eval_plan(&ds, max_tokens);
+    double loss_sum = 0;
+    int64_t n = 0, bytes = 0;
+    if (plan.n_targets < 1)
+        rc = err_set(err, "%s: the dataset has no token to predict", a->dataset);
+    if (rc == 0) rc = eval_rows(&im.m, &ds, &plan, 0, 1, 1, &loss_sum, &n, err);
+    if (rc == 0) rc = eval_plan_bytes(&ds, &plan, im.tok, &bytes, err);
+    if (rc == 0) {
+        double loss = loss_sum / (double)n;
+        printf("loss: %.8f\nperplexity: %.6f\nbits_per_byte: %.6f\n", loss, exp(loss),
+               bytes > 0 ? loss_sum / log(2.0) / (double)bytes : 0.0);
+        printf("tokens: %lld  bytes: %lld  rows: %lld x %ld  documents: %lld\n", (long long)n,
+               (long long)bytes, (long long)plan.n_rows, seq_len, (long long)ds.n_docs);
+    }
+    dataset_close(&ds);
+    infer_model_close(&im);
+    return rc;
+}
+
 int cmd_eval(int argc, char **argv) {
     if (cmd_wants_help(argc, argv)) {
         fputs(USAGE, stdout);
         return 0;
     }
+    log_info_to_stderr(); /* stdout carries the results only */
     EvalArgs a;
     Err err;
     if (parse_args(&a, argc, argv, &err)) {
         fprintf(stderr, "error: %s\n", err.msg);
         return 2;
     }
-    if (eval_run(&a, &err)) {
+    if (a.dataset ? eval_dataset(&a, &err) : eval_run(&a, &err)) {
         fprintf(stderr, "error: %s\n", err.msg);
         return 1;
     }

@@ -24,6 +24,7 @@ int cmd_plan(int argc, char **argv) {
         log_error("%s", err.msg);
         return 2;
     }
+    config_log_notices(&cfg);
     TrainPlan p;
     int rc = train_plan_compute(&p, &cfg, &err);
     if (rc != 0)

@@ -13,6 +13,7 @@
 
 #include "core/err.h"
 #include "core/timer.h"
+#include "core/zread.h"
 #include "text/jsonl.h"
 #include "text/tokenizer.h"
 
@@ -29,7 +30,8 @@ static void usage(FILE *f) {
     fprintf(f, "usage: qtitan tokenize --tokenizer PATH [--input F] [--output F] [--decode]\n"
                "                       [--threads N]\n\n"
                "  --tokenizer PATH  tokenizer.json, or a directory holding one\n"
-               "  --input F         JSONL with a \"text\" field per line (default stdin);\n"
+               "  --input F         JSONL with a \"text\" field per line (default stdin),\n"
+               "                    plain or compressed (.gz, .zst);\n"
                "                    with --decode: lines of space-separated ids\n"
                "  --output F        one line of space-separated ids per document (default\n"
                "                    stdout); with --decode: JSONL {\"text\": ...}\n"
@@ -185,17 +187,24 @@ int cmd_tokenize(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", err.msg);
         return 1;
     }
-    FILE *in = in_path ? fopen(in_path, "rb") : stdin;
+    /* A .gz / .zst input is decompressed as it is read (core/zread.h); zerr keeps the sentence
+     * of a corrupt or truncated stream for the read-error report below. */
+    Err zerr = {{0}};
+    int compressed = in_path && zread_is_compressed(in_path);
+    FILE *in = !in_path ? stdin : compressed ? zread_fopen(in_path, &zerr) : fopen(in_path, "rb");
     if (!in) {
-        fprintf(stderr, "error: cannot open %s: %s\n", in_path, strerror(errno));
+        if (compressed)
+            fprintf(stderr, "error: %s\n", zerr.msg);
+        else
+            fprintf(stderr, "error: cannot open %s: %s\n", in_path, strerror(errno));
         tokenizer_free(tok);
         return 1;
     }
     /* Opening the output truncates it: were it the input, the input would be read empty and
      * lost with a success status. */
     struct stat in_st, out_st;
-    if (out_path && fstat(fileno(in), &in_st) == 0 && S_ISREG(in_st.st_mode) &&
-        stat(out_path, &out_st) == 0 && in_st.st_dev == out_st.st_dev &&
+    if (out_path && (in_path ? stat(in_path, &in_st) : fstat(fileno(in), &in_st)) == 0 &&
+        S_ISREG(in_st.st_mode) && stat(out_path, &out_st) == 0 && in_st.st_dev == out_st.st_dev &&
         in_st.st_ino == out_st.st_ino) {
         fprintf(stderr,
                 "error: --output %s is the input file; writing it would empty it before it is "
@@ -246,7 +255,10 @@ int cmd_tokenize(int argc, char **argv) {
             j->lineno = lineno;
         }
         if (ferror(in)) {
-            fprintf(stderr, "error: cannot read %s: %s\n", in_name, strerror(errno));
+            if (zerr.msg[0])
+                fprintf(stderr, "error: %s\n", zerr.msg);
+            else
+                fprintf(stderr, "error: cannot read %s: %s\n", in_name, strerror(errno));
             status = 1;
         }
 #pragma omp parallel for schedule(dynamic, 8) num_threads(threads)

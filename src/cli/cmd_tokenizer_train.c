@@ -12,6 +12,7 @@
 #include "core/fs.h"
 #include "core/strutil.h"
 #include "core/timer.h"
+#include "core/zread.h"
 #include "text/bpe_train.h"
 #include "text/jsonl.h"
 
@@ -31,8 +32,14 @@ static void usage(FILE *f) {
 static int add_file(BpeTrainer *tr, const char *path, Err *err) {
     char *data;
     size_t len;
-    TRY(fs_read_all(path, &data, &len, err));
-    if (!str_ends_with(path, ".jsonl")) {
+    /* .jsonl.gz / .jsonl.zst are decompressed whole: the trainer counts words in memory. */
+    int compressed = zread_is_compressed(path);
+    TRY(compressed ? zread_all(path, &data, &len, err) : fs_read_all(path, &data, &len, err));
+    char *plain = xmalloc(strlen(path) + 1);
+    zread_plain_name(path, plain);
+    int jsonl = str_ends_with(plain, ".jsonl") || (compressed && str_ends_with(plain, ".json"));
+    free(plain);
+    if (!jsonl) {
         bpe_trainer_add(tr, data, len);
         free(data);
         return 0;

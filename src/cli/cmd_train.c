@@ -31,6 +31,8 @@ int cmd_train(int argc, char **argv) {
      * which would otherwise wait for it forever in the job's first collective. */
     int agreed = comm_agree_own(world, rc, &err);
     if (rc == 0) {
+        config_log_notices(&cfg);
+        if (cfg.job.print_config && log_rank() == 0) config_dump(&cfg, stdout);
         rc = agreed == 0 && train_job_run(&cfg, world, &err) == 0 ? 0 : 1;
         config_free(&cfg);
     }

@@ -3,14 +3,22 @@
 #ifndef QT_COMMANDS_H
 #define QT_COMMANDS_H
 
+#include "core/err.h"
+
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_tokenizer_train(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_verify_kernels(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_plot(int argc, char **argv);
+
+/* The checkpoint step a --checkpoint argument names: ckpt itself when it is a step (has
+ * train_state.json), else the newest complete step in the folder; *step_dir is malloc'd. */
+int cli_checkpoint_step(const char *ckpt, char **step_dir, Err *err);
 
 /* 1 when argv holds -h or --help. */
 int cmd_wants_help(int argc, char **argv);

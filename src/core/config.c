@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/config_compat.h"
 #include "core/fs.h"
+#include "core/log.h"
 #include "core/model_spec.h"
 #include "core/strutil.h"
 #include "core/toml.h"
@@ -32,7 +34,8 @@ typedef struct KeyDesc {
     int hi_open;      /* hi itself is excluded */
     int minus_one_ok; /* -1 is also allowed ("derive it") */
     const Choice *choices;
-    const char *expect; /* what is allowed, in words */
+    const char *expect;   /* what is allowed, in words */
+    const char *alias_of; /* torchtitan's other name for the key given here (not dumped) */
 } KeyDesc;
 
 static const Choice OPTIMIZERS[] = {{"AdamW", OPTIMIZER_ADAMW}, {NULL, 0}};
@@ -63,30 +66,33 @@ _Static_assert(sizeof(DType) == sizeof(int) && sizeof(DecayType) == sizeof(int) 
 #define OFF(f) offsetof(JobConfig, f)
 #define BIG 2147483647.0
 #define STR(s, k)                                                                                  \
-    { #s, #k, K_STR, OFF(s.k), 0, 0, 0, 0, 0, NULL, "a string" }
+    { #s, #k, K_STR, OFF(s.k), 0, 0, 0, 0, 0, NULL, "a string", NULL }
 #define LIST(s, k)                                                                                 \
-    { #s, #k, K_LIST, OFF(s.k), 0, 0, 0, 0, 0, NULL, "an array of strings" }
+    { #s, #k, K_LIST, OFF(s.k), 0, 0, 0, 0, 0, NULL, "an array of strings", NULL }
 #define BOOL(s, k)                                                                                 \
-    { #s, #k, K_BOOL, OFF(s.k), 0, 0, 0, 0, 0, NULL, "true or false" }
+    { #s, #k, K_BOOL, OFF(s.k), 0, 0, 0, 0, 0, NULL, "true or false", NULL }
 #define INT(s, k, lo, m1, ex)                                                                      \
-    { #s, #k, K_INT, OFF(s.k), lo, BIG, 0, 0, m1, NULL, ex }
+    { #s, #k, K_INT, OFF(s.k), lo, BIG, 0, 0, m1, NULL, ex, NULL }
 #define ENUM(s, k, ch)                                                                             \
-    { #s, #k, K_ENUM, OFF(s.k), 0, 0, 0, 0, 0, ch, NULL }
+    { #s, #k, K_ENUM, OFF(s.k), 0, 0, 0, 0, 0, ch, NULL, NULL }
 #define FLT(s, k, lo, hi, lo_open, hi_open, ex)                                                    \
-    { #s, #k, K_FLOAT, OFF(s.k), lo, hi, lo_open, hi_open, 0, NULL, ex }
+    { #s, #k, K_FLOAT, OFF(s.k), lo, hi, lo_open, hi_open, 0, NULL, ex, NULL }
 
-/* Sections in dump order; "model" also takes every MODEL_SPEC_FIELDS name. */
+/* Sections in dump order; "model" also takes every MODEL_SPEC_FIELDS name. Sections that only
+ * hold alias rows ([debug]) or compat rows (config_compat.c) are known through those tables. */
 static const char *const SECTIONS[] = {
     "job",      "model",       "optimizer",  "lr_scheduler",
     "training", "parallelism", "checkpoint", "activation_checkpoint",
-    "metrics",  "lora",        "override",
+    "metrics",  "validation",  "sample",     "profiling",
+    "lora",     "override",
 };
 #define NSECTIONS ((int)(sizeof SECTIONS / sizeof SECTIONS[0]))
 
 static const KeyDesc KEYS[] = {
     STR(job, dump_folder),
     STR(job, description),
-    {"model", "name", K_ENUM, OFF(model.name), 0, 0, 0, 0, 0, MODEL_NAMES, NULL},
+    BOOL(job, print_config),
+    {"model", "name", K_ENUM, OFF(model.name), 0, 0, 0, 0, 0, MODEL_NAMES, NULL, NULL},
     STR(model, flavor),
     STR(model, hf_assets_path),
     STR(model, tokenizer_path),
@@ -110,7 +116,8 @@ static const KeyDesc KEYS[] = {
     FLT(training, max_norm, 0, INFINITY, 1, 0, "a number > 0, or inf for no clipping"),
     STR(training, dataset),
     STR(training, dataset_path),
-    {"training", "seed", K_I64, OFF(training.seed), 0, 9.2e18, 0, 0, 0, NULL, "an integer >= 0"},
+    {"training", "seed", K_I64, OFF(training.seed), 0, 9.2e18, 0, 0, 0, NULL, "an integer >= 0",
+     NULL},
     BOOL(training, deterministic),
     ENUM(training, mixed_precision_param, PARAM_DTYPES),
     ENUM(training, device, DEVICES),
@@ -134,8 +141,35 @@ static const KeyDesc KEYS[] = {
     BOOL(checkpoint, last_save_model_only),
     ENUM(checkpoint, export_dtype, EXPORT_DTYPES),
     ENUM(activation_checkpoint, mode, AC_MODES),
+    /* torchtitan's recipes also name the dataset as [training.data] name. */
+    {"training.data", "name", K_STR, OFF(training.dataset), 0, 0, 0, 0, 0, NULL, "a string",
+     "training.dataset"},
+    /* torchtitan moved these two to [debug]; both names set the one field. */
+    {"debug", "seed", K_I64, OFF(training.seed), 0, 9.2e18, 0, 0, 0, NULL, "an integer >= 0",
+     "training.seed"},
+    {"debug", "deterministic", K_BOOL, OFF(training.deterministic), 0, 0, 0, 0, 0, NULL,
+     "true or false", "training.deterministic"},
     INT(metrics, log_freq, 1, 0, "an integer >= 1"),
     FLT(metrics, peak_tflops, 0, INFINITY, 0, 1, "a number >= 0 (0 = measure)"),
+    BOOL(metrics, enable_tensorboard),
+    STR(metrics, save_tb_folder),
+    BOOL(metrics, save_for_all_ranks),
+    BOOL(profiling, enable_profiling),
+    STR(profiling, save_traces_folder),
+    INT(profiling, profile_freq, 1, 0, "an integer >= 1"),
+    BOOL(validation, enable),
+    STR(validation, dataset),
+    STR(validation, dataset_path),
+    INT(validation, freq, 1, 0, "an integer >= 1"),
+    INT(validation, steps, 1, 1, "an integer >= 1, or -1 for the whole set"),
+    INT(validation, local_batch_size, 1, 0, "an integer >= 1"),
+    INT(validation, seq_len, 1, 1, "an integer >= 1, or -1 for training.seq_len"),
+    INT(sample, freq, 0, 0, "an integer >= 0 (0 = off)"),
+    STR(sample, prompts),
+    STR(sample, prompt_file),
+    INT(sample, max_new_tokens, 1, 0, "an integer >= 1"),
+    FLT(sample, temperature, 0, INFINITY, 0, 1, "a number >= 0 (0 = greedy)"),
+    {"sample", "seed", K_I64, OFF(sample.seed), 0, 9.2e18, 0, 0, 0, NULL, "an integer >= 0", NULL},
     INT(lora, rank, 0, 0, "an integer >= 0 (0 = no LoRA)"),
     FLT(lora, alpha, 0, INFINITY, 1, 1, "a number > 0"),
     FLT(lora, dropout, 0, 1, 0, 1, "a number in [0, 1)"),
@@ -189,9 +223,17 @@ static void fmt_value(char *out, size_t cap, const TomlValue *v) {
     case TOML_BOOL:
         snprintf(out, cap, "%s", v->b ? "true" : "false");
         return;
-    case TOML_ARRAY:
-        snprintf(out, cap, "an array");
+    case TOML_ARRAY: {
+        /* Written out (["model", "loss"]) so compat values compare as text; cut when long. */
+        size_t o = (size_t)snprintf(out, cap, "[");
+        for (int i = 0; i < v->n && o + 8 < cap; i++) {
+            char item[256];
+            fmt_value(item, sizeof item, v->items[i]);
+            o += (size_t)snprintf(out + o, cap - o, "%s%s", i ? ", " : "", item);
+        }
+        if (o < cap) snprintf(out + o, cap - o, "]");
         return;
+    }
     case TOML_TABLE:
         snprintf(out, cap, "a table");
         return;
@@ -223,9 +265,18 @@ static const KeyDesc *find_key(const char *section, const char *key) {
     return NULL;
 }
 
+/* A section of KEYS or of the compat table, or a table above one ("quantize" above
+ * "quantize.linear.float8"). */
 static int is_section(const char *s) {
     for (int i = 0; i < NSECTIONS; i++)
         if (strcmp(SECTIONS[i], s) == 0) return 1;
+    size_t n = strlen(s);
+    for (int i = 0; i < NKEYS; i++)
+        if (strcmp(KEYS[i].section, s) == 0) return 1;
+    for (int i = 0; i < CONFIG_COMPAT_N; i++) {
+        const char *c = CONFIG_COMPAT[i].section;
+        if (strncmp(c, s, n) == 0 && (c[n] == 0 || c[n] == '.')) return 1;
+    }
     return 0;
 }
 
@@ -237,7 +288,7 @@ static int unknown_section(const char *where, const char *name, Err *err) {
 }
 
 static int unknown_key(const char *where, const char *section, const char *key, Err *err) {
-    const char *cand[NKEYS + 64];
+    const char *cand[NKEYS + 160];
     size_t n = 0;
     if (strcmp(section, "override") == 0) {
         for (int i = 0; i < 3; i++)
@@ -245,6 +296,8 @@ static int unknown_key(const char *where, const char *section, const char *key, 
     } else {
         for (int i = 0; i < NKEYS; i++)
             if (strcmp(KEYS[i].section, section) == 0) cand[n++] = KEYS[i].key;
+        for (int i = 0; i < CONFIG_COMPAT_N && n < sizeof cand / sizeof cand[0]; i++)
+            if (strcmp(CONFIG_COMPAT[i].section, section) == 0) cand[n++] = CONFIG_COMPAT[i].key;
         if (strcmp(section, "model") == 0)
             for (int i = 0; i < MODEL_SPEC_NFIELDS && n < sizeof cand / sizeof cand[0]; i++)
                 cand[n++] = MODEL_SPEC_FIELDS[i];
@@ -394,6 +447,81 @@ static int set_model_field(JobConfig *cfg, const char *field, const TomlValue *v
     return 0;
 }
 
+static void add_notice(JobConfig *cfg, const char *line) {
+    cfg->notices = xrealloc(cfg->notices, (size_t)(cfg->n_notices + 1) * sizeof *cfg->notices);
+    cfg->notices[cfg->n_notices++] = xstrdup(line);
+}
+
+/* A torchtitan key without a field here (config_compat.h): checks the type, then accepts the
+ * value silently when it is one qtitan already honours, else notes or refuses it. */
+static int apply_compat(JobConfig *cfg, const CompatKey *c, const TomlValue *v, const char *where,
+                        Err *err) {
+    char shown[512];
+    fmt_value(shown, sizeof shown, v);
+    static const struct {
+        char type;
+        const char *words;
+    } EXPECT[] = {{'b', "true or false"},
+                  {'i', "an integer"},
+                  {'n', "a number"},
+                  {'s', "a string"},
+                  {'l', "a list of strings"}};
+    int ok = 0;
+    switch (c->type) {
+    case 'b':
+        ok = v->type == TOML_BOOL;
+        break;
+    case 'i':
+        ok = v->type == TOML_INT;
+        break;
+    case 'n':
+        ok = v->type == TOML_INT || v->type == TOML_FLOAT;
+        break;
+    case 's':
+        ok = v->type == TOML_STRING;
+        break;
+    case 'l':
+        ok = v->type == TOML_ARRAY || v->type == TOML_STRING;
+        if (v->type == TOML_STRING) {
+            /* The command line's comma-separated form, shown as the list it stands for. */
+            size_t o = (size_t)snprintf(shown, sizeof shown, "[");
+            const char *p = v->s;
+            while (*p && o + 8 < sizeof shown) {
+                size_t n = strcspn(p, ",");
+                o += (size_t)snprintf(shown + o, sizeof shown - o, "%s\"%.*s\"", o > 1 ? ", " : "",
+                                      (int)(n > 200 ? 200 : n), p);
+                p += n + (p[n] == ',');
+            }
+            if (o < sizeof shown) snprintf(shown + o, sizeof shown - o, "]");
+        }
+        break;
+    }
+    if (!ok) {
+        const char *words = "?";
+        for (size_t i = 0; i < sizeof EXPECT / sizeof EXPECT[0]; i++)
+            if (EXPECT[i].type == c->type) words = EXPECT[i].words;
+        return err_set(err, "%s: %s.%s = %s has the wrong type (%s); expected %s", where,
+                       c->section, c->key, shown, toml_type_name(v->type), words);
+    }
+    if (c->same) {
+        if (strcmp(c->same, "*") == 0) return 0;
+        size_t n = strlen(shown);
+        for (const char *p = c->same; *p;) {
+            size_t k = strcspn(p, "|");
+            if (k == n && strncmp(p, shown, n) == 0) return 0;
+            p += k + (p[k] == '|');
+        }
+    }
+    if (c->other == COMPAT_REFUSE)
+        return err_set(err, "%s: %s.%s = %s is not available: %s", where, c->section, c->key, shown,
+                       c->reason);
+    char line[1600];
+    snprintf(line, sizeof line, "%s: %s.%s = %s has no effect here: %s", where, c->section, c->key,
+             shown, c->reason);
+    add_notice(cfg, line);
+    return 0;
+}
+
 static int apply_override_entry(JobConfig *cfg, const TomlValue *t, const char *path, Err *err) {
     char where[1100];
     snprintf(where, sizeof where, "%s:%d", path, t->line);
@@ -442,8 +570,22 @@ static int apply_section(JobConfig *cfg, const char *section, const TomlValue *t
             continue;
         }
         const KeyDesc *d = find_key(section, e->key);
-        if (!d) return unknown_key(where, section, e->key, err);
-        TRY(set_key(cfg, d, e->value, where, err));
+        if (d) {
+            TRY(set_key(cfg, d, e->value, where, err));
+            continue;
+        }
+        const CompatKey *c = config_compat_find(section, e->key);
+        if (c) {
+            TRY(apply_compat(cfg, c, e->value, where, err));
+            continue;
+        }
+        char sub[256];
+        snprintf(sub, sizeof sub, "%s.%s", section, e->key);
+        if (e->value->type == TOML_TABLE && is_section(sub)) {
+            TRY(apply_section(cfg, sub, e->value, path, err));
+            continue;
+        }
+        return unknown_key(where, section, e->key, err);
     }
     return 0;
 }
@@ -482,7 +624,8 @@ int config_apply_toml(JobConfig *cfg, const char *text, size_t len, const char *
 
 int config_apply_override(JobConfig *cfg, const char *dotted_key, const char *value,
                           const char *origin, Err *err) {
-    const char *dot = strchr(dotted_key, '.');
+    /* The last dot: sections nest (--quantize.linear.float8.emulate=false). */
+    const char *dot = strrchr(dotted_key, '.');
     if (!dot || dot == dotted_key || !dot[1])
         return err_set(err, "%s: option --%s is not of the form --section.key=value", origin,
                        dotted_key);
@@ -494,9 +637,11 @@ int config_apply_override(JobConfig *cfg, const char *dotted_key, const char *va
         return err_set(err, "%s: [[override]] entries can only be given in a config file", origin);
     const KeyDesc *d = find_key(section, key);
     int model_field = strcmp(section, "model") == 0 && is_model_field(key);
-    if (!d && !model_field) return unknown_key(origin, section, key, err);
+    const CompatKey *c = d || model_field ? NULL : config_compat_find(section, key);
+    if (!d && !model_field && !c) return unknown_key(origin, section, key, err);
     TomlValue *v = NULL;
-    int is_text = d && (d->kind == K_STR || d->kind == K_ENUM || d->kind == K_LIST);
+    int is_text = (d && (d->kind == K_STR || d->kind == K_ENUM || d->kind == K_LIST)) ||
+                  (c && c->type == 's');
     if (is_text && value[0] != '"' && value[0] != '\'') {
         v = xcalloc(1, sizeof *v);
         v->type = TOML_STRING;
@@ -508,6 +653,7 @@ int config_apply_override(JobConfig *cfg, const char *dotted_key, const char *va
         v->s = xstrdup(value);
     }
     int rc = model_field ? set_model_field(cfg, key, v, 0, origin, err)
+             : c         ? apply_compat(cfg, c, v, origin, err)
                          : set_key(cfg, d, v, origin, err);
     toml_free(v);
     return rc;
@@ -551,10 +697,24 @@ void config_init(JobConfig *c) {
     c->parallelism.tensor_parallel_degree = 1;
     c->checkpoint.folder = xstrdup("checkpoint");
     c->checkpoint.interval = 500;
+    c->checkpoint.keep_latest_k = 10;
     c->checkpoint.initial_load_path = xstrdup("");
     c->checkpoint.export_dtype = DT_F32;
     c->activation_checkpoint.mode = AC_NONE;
     c->metrics.log_freq = 1;
+    c->metrics.save_tb_folder = xstrdup("tb");
+    c->profiling.save_traces_folder = xstrdup("profile_traces");
+    c->profiling.profile_freq = 10;
+    c->validation.dataset = xstrdup("c4_test");
+    c->validation.dataset_path = xstrdup("");
+    c->validation.freq = 10;
+    c->validation.steps = -1;
+    c->validation.local_batch_size = 8;
+    c->validation.seq_len = -1;
+    c->sample.prompts = xstrdup("");
+    c->sample.prompt_file = xstrdup("");
+    c->sample.max_new_tokens = 32;
+    c->sample.temperature = 0.8;
     c->lora.alpha = 16;
     c->lora.targets = xstrdup("layers.*.attention.wq,layers.*.attention.wv");
     c->lora.adapter_path = xstrdup("");
@@ -563,7 +723,8 @@ void config_init(JobConfig *c) {
 void config_free(JobConfig *c) {
     free(c->path);
     for (int i = 0; i < NKEYS; i++)
-        if (KEYS[i].kind == K_STR || KEYS[i].kind == K_LIST || KEYS[i].choices == MODEL_NAMES)
+        if ((KEYS[i].kind == K_STR || KEYS[i].kind == K_LIST || KEYS[i].choices == MODEL_NAMES) &&
+            !KEYS[i].alias_of)
             free(*(char **)((char *)c + KEYS[i].off));
     for (int i = 0; i < c->model.n_fields; i++) {
         free(c->model.fields[i].field);
@@ -576,6 +737,9 @@ void config_free(JobConfig *c) {
         free(c->overrides[i].description);
     }
     free(c->overrides);
+    for (int i = 0; i < c->n_notices; i++)
+        free(c->notices[i]);
+    free(c->notices);
     memset(c, 0, sizeof *c);
 }
 
@@ -590,6 +754,21 @@ static int check_local(const JobConfig *c, Err *err) {
     return 0;
 }
 
+/* torchtitan's --job.config_file is qtitan's --config. */
+static int is_config_flag(const char *a) {
+    return strcmp(a, "--config") == 0 || strcmp(a, "--job.config_file") == 0;
+}
+static const char *config_flag_value(const char *a) {
+    if (strncmp(a, "--config=", 9) == 0) return a + 9;
+    if (strncmp(a, "--job.config_file=", 18) == 0) return a + 18;
+    return NULL;
+}
+
+void config_log_notices(const JobConfig *cfg) {
+    for (int i = 0; i < cfg->n_notices; i++)
+        log_info("notice: %s", cfg->notices[i]);
+}
+
 int config_load(JobConfig *cfg, const char *path, int argc, char **argv, Err *err) {
     config_init(cfg);
     /* The file first, wherever --config appears, so the command line always wins. A second
@@ -597,14 +776,14 @@ int config_load(JobConfig *cfg, const char *path, int argc, char **argv, Err *er
     const char *from_argv = NULL;
     for (int i = 0; i < argc; i++) {
         const char *file = NULL;
-        if (strcmp(argv[i], "--config") == 0) {
+        if (is_config_flag(argv[i])) {
             if (i + 1 >= argc) {
-                err_set(err, "command line: --config needs a file name");
+                err_set(err, "command line: %s needs a file name", argv[i]);
                 goto fail;
             }
             file = argv[++i];
-        } else if (strncmp(argv[i], "--config=", 9) == 0) {
-            file = argv[i] + 9;
+        } else if (config_flag_value(argv[i])) {
+            file = config_flag_value(argv[i]);
         }
         if (!file) continue;
         if (from_argv) {
@@ -628,11 +807,11 @@ int config_load(JobConfig *cfg, const char *path, int argc, char **argv, Err *er
     }
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        if (strcmp(a, "--config") == 0) {
+        if (is_config_flag(a)) {
             i++;
             continue;
         }
-        if (strncmp(a, "--config=", 9) == 0) continue;
+        if (config_flag_value(a)) continue;
         if (strncmp(a, "--", 2) != 0 || !strchr(a, '.')) {
             err_set(err,
                     "command line: unexpected argument \"%s\"; expected --config FILE or "
@@ -648,13 +827,15 @@ int config_load(JobConfig *cfg, const char *path, int argc, char **argv, Err *er
             value = eq + 1;
         } else {
             snprintf(name, sizeof name, "%s", a + 2);
-            const char *dot = strchr(name, '.');
+            const char *dot = strrchr(name, '.');
             char section[128];
             snprintf(section, sizeof section, "%.*s", (int)(dot - name), name);
             const KeyDesc *d = find_key(section, dot + 1);
+            const CompatKey *ck = config_compat_find(section, dot + 1);
             /* Boolean model fields (--model.tie_embeddings) stand alone like boolean keys. */
-            int is_bool = (d && d->kind == K_BOOL) || (!d && strcmp(section, "model") == 0 &&
-                                                       model_spec_field_is_bool(dot + 1));
+            int is_bool =
+                (d && d->kind == K_BOOL) || (ck && ck->type == 'b') ||
+                (!d && strcmp(section, "model") == 0 && model_spec_field_is_bool(dot + 1));
             int next_is_option = i + 1 < argc && strncmp(argv[i + 1], "--", 2) == 0 &&
                                  !(argv[i + 1][2] >= '0' && argv[i + 1][2] <= '9');
             if (is_bool && (i + 1 >= argc || next_is_option)) {
@@ -687,10 +868,31 @@ int config_dataset_path(const JobConfig *cfg, char **out, Err *err) {
         *out = xstrdup(env && env[0] ? env : C4_TEST_DEFAULT);
         return 0;
     }
+    if (strcmp(cfg->training.dataset, "c4") == 0)
+        return err_set(err,
+                       "training.dataset = \"c4\" reads C4 from files you give: set "
+                       "training.dataset_path to them (e.g. the en/c4-train.*-of-01024.json.gz "
+                       "files of allenai/c4, read compressed); qtitan downloads nothing");
     return err_set(err,
                    "training.dataset = \"%s\" is not a built-in dataset (only \"c4_test\"); "
                    "set training.dataset_path to its file",
                    cfg->training.dataset);
+}
+
+int config_validation_dataset_path(const JobConfig *cfg, char **out, Err *err) {
+    if (cfg->validation.dataset_path[0]) {
+        *out = xstrdup(cfg->validation.dataset_path);
+        return 0;
+    }
+    if (strcmp(cfg->validation.dataset, "c4_test") == 0) {
+        const char *env = getenv("QT_C4_TEST_PATH");
+        *out = xstrdup(env && env[0] ? env : C4_TEST_DEFAULT);
+        return 0;
+    }
+    return err_set(err,
+                   "validation.dataset = \"%s\" is not a built-in dataset (only \"c4_test\"); "
+                   "set validation.dataset_path to its file",
+                   cfg->validation.dataset);
 }
 
 int config_tokenizer_path(const JobConfig *cfg, const char **out, Err *err) {
@@ -786,7 +988,7 @@ void config_dump(const JobConfig *cfg, FILE *f) {
         fprintf(f, "%s[%s]\n", s ? "\n" : "", sec);
         for (int i = 0; i < NKEYS; i++) {
             const KeyDesc *d = &KEYS[i];
-            if (strcmp(d->section, sec) != 0) continue;
+            if (strcmp(d->section, sec) != 0 || d->alias_of) continue;
             const char *field = (const char *)cfg + d->off;
             char num[64];
             if (d->kind == K_FLOAT && d->off == OFF(lr_scheduler.decay_ratio) &&

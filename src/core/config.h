@@ -10,7 +10,11 @@
  * config_dataset_path() resolves it: training.dataset_path when set (a JSONL / text file or a
  * glob); otherwise the built-in name "c4_test", which is $QT_C4_TEST_PATH when that variable is
  * set and non-empty, else ../shared/data/c4_sample/c4_sample.jsonl relative to the current
- * directory. Any other name without a dataset_path is an error. */
+ * directory. Any other name without a dataset_path is an error ("c4" says where C4 comes from).
+ *
+ * torchtitan's keys: those qtitan implements are rows of KEYS (debug.seed is training.seed);
+ * the rest are rows of config_compat.c, accepted with a notice or refused by value. Sections
+ * nest ([quantize.linear.float8], --quantize.linear.float8.filter_fqns=output). */
 #ifndef QT_CONFIG_H
 #define QT_CONFIG_H
 
@@ -58,6 +62,7 @@ typedef struct JobConfig {
     struct {
         char *dump_folder; /* "./outputs" */
         char *description;
+        int print_config; /* rank 0 prints the resolved config as TOML at start-up */
     } job;
     struct {
         char *name;            /* "qwen3" (the only model family) */
@@ -122,7 +127,10 @@ typedef struct JobConfig {
     } activation_checkpoint;
     struct {
         int log_freq;
-        double peak_tflops; /* per device, for MFU; 0 = measure */
+        double peak_tflops;     /* per device, for MFU; 0 = measure */
+        int enable_tensorboard; /* event files under DUMP/save_tb_folder/<run>/ */
+        char *save_tb_folder;   /* "tb" */
+        int save_for_all_ranks; /* every rank writes its own TensorBoard run, not rank 0 alone */
     } metrics;
     struct {
         int rank;           /* 0 = no LoRA: every weight trains */
@@ -131,8 +139,34 @@ typedef struct JobConfig {
         char *targets;      /* comma-joined globs over module names (layers.*.attention.wq) */
         char *adapter_path; /* a peft adapter folder to start from, "" = fresh adapters */
     } lora;
+    struct {
+        int enable_profiling;     /* Chrome trace-event JSON of every profile_freq-th step */
+        char *save_traces_folder; /* under job.dump_folder: "profile_traces" */
+        int profile_freq;         /* steps between traced steps */
+    } profiling;
+    struct {
+        int enable;
+        char *dataset; /* "c4_test" or any name when dataset_path is set */
+        char *dataset_path;
+        int freq;             /* steps between validations (and at the last step) */
+        int steps;            /* batches of local_batch_size rows; -1 = the whole set */
+        int local_batch_size; /* rows per forward */
+        int seq_len;          /* -1 = training.seq_len */
+    } validation;
+    struct {
+        int freq;          /* steps between samples; 0 = off */
+        char *prompts;     /* one prompt a line ("\n" separated) */
+        char *prompt_file; /* one prompt a line */
+        int max_new_tokens;
+        double temperature; /* 0 = greedy */
+        int64_t seed;
+    } sample;
     KernelOverride *overrides; /* n_overrides entries in file order */
     int n_overrides;
+    /* One line each for torchtitan keys accepted without effect (config_compat.h), in the
+     * order met; the commands print them with config_log_notices. */
+    char **notices;
+    int n_notices;
 } JobConfig;
 
 /* Fills cfg with the defaults; pair with config_free. */
@@ -151,6 +185,9 @@ int config_apply_toml(JobConfig *cfg, const char *text, size_t len, const char *
 int config_apply_override(JobConfig *cfg, const char *dotted_key, const char *value,
                           const char *origin, Err *err);
 
+/* Logs cfg's notices (log_info: rank 0 only), one line each. */
+void config_log_notices(const JobConfig *cfg);
+
 /* Writes the resolved config as TOML that config_load reads back to the same values. */
 void config_dump(const JobConfig *cfg, FILE *f);
 
@@ -158,6 +195,9 @@ void config_dump(const JobConfig *cfg, FILE *f);
 int config_dataset_path(const JobConfig *cfg, char **out, Err *err);
 /* The tokenizer directory or file: model.tokenizer_path, else model.hf_assets_path; error when
  * both are empty. *out points into cfg. */
+/* validation.dataset_path, or the built-in file of validation.dataset ("c4_test"), as
+ * config_dataset_path. */
+int config_validation_dataset_path(const JobConfig *cfg, char **out, Err *err);
 int config_tokenizer_path(const JobConfig *cfg, const char **out, Err *err);
 /* Applies cfg's [model] field replacements to spec in order with model_spec_set_field; an
  * error names where the field was set (file:line or the command line). The caller validates

@@ -29,11 +29,17 @@ static void vlog(FILE *f, const char *tag, const char *fmt, va_list ap) {
     fflush(f);
 }
 
+static int g_info_stderr;
+
+void log_info_to_stderr(void) {
+    g_info_stderr = 1;
+}
+
 void log_info(const char *fmt, ...) {
     if (g_rank != 0) return;
     va_list ap;
     va_start(ap, fmt);
-    vlog(stdout, NULL, fmt, ap);
+    vlog(g_info_stderr ? stderr : stdout, NULL, fmt, ap);
     va_end(ap);
 }
 

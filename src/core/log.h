@@ -5,6 +5,9 @@
 
 void log_set_rank(int rank, int world);
 int log_rank(void);
+/* Info lines go to stdout unless this was called: commands whose stdout is their result
+ * (generate) send them to stderr. */
+void log_info_to_stderr(void);
 void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -22,6 +22,7 @@
 #include <stddef.h>
 
 #include "core/err.h"
+#include "core/trace.h"
 
 typedef enum CommDtype { COMM_F32, COMM_F64 } CommDtype;
 
@@ -79,32 +80,52 @@ int comm_agree(Comm *c, int local_rc, Err *err);
  * rank's. */
 int comm_agree_own(Comm *c, int local_rc, Err *err);
 
+/* The collectives below add an event to a recording profiler trace (core/trace.h). */
 static inline int comm_barrier(Comm *c, Err *err) {
-    return c->ops->barrier(c, err);
+    double t0 = trace_now();
+    int rc = c->ops->barrier(c, err);
+    trace_span("barrier", NULL, "collective", t0, NULL);
+    return rc;
 }
 /* buf[0..n) = sum over ranks of buf[0..n) (in place). */
 static inline int comm_all_reduce_sum(Comm *c, void *buf, size_t n, CommDtype t, Err *err) {
-    return c->ops->all_reduce_sum(c, buf, n, t, err);
+    double t0 = trace_now();
+    int rc = c->ops->all_reduce_sum(c, buf, n, t, err);
+    trace_span("all_reduce_sum", NULL, "collective", t0, NULL);
+    return rc;
 }
 /* Copies `bytes` bytes of root's buf into every rank's buf. */
 static inline int comm_broadcast(Comm *c, void *buf, size_t bytes, int root, Err *err) {
-    return c->ops->broadcast(c, buf, bytes, root, err);
+    double t0 = trace_now();
+    int rc = c->ops->broadcast(c, buf, bytes, root, err);
+    trace_span("broadcast", NULL, "collective", t0, NULL);
+    return rc;
 }
 /* Starts an all-gather: out (n*size) = concat over ranks of in (n). */
 static inline int comm_iall_gather(Comm *c, void *out, const void *in, size_t n, CommDtype t,
                                    CommReq **req, Err *err) {
-    return c->ops->iall_gather(c, out, in, n, t, req, err);
+    double t0 = trace_now();
+    int rc = c->ops->iall_gather(c, out, in, n, t, req, err);
+    trace_span("all_gather (start)", NULL, "collective", t0, NULL);
+    return rc;
 }
 /* Starts a reduce-scatter: out (n) = sum over ranks of in[rank*n .. rank*n+n). */
 static inline int comm_ireduce_scatter_sum(Comm *c, void *out, const void *in, size_t n,
                                            CommDtype t, CommReq **req, Err *err) {
-    return c->ops->ireduce_scatter_sum(c, out, in, n, t, req, err);
+    double t0 = trace_now();
+    int rc = c->ops->ireduce_scatter_sum(c, out, in, n, t, req, err);
+    trace_span("reduce_scatter (start)", NULL, "collective", t0, NULL);
+    return rc;
 }
 /* Completes a request started on c (NULL is already complete) and releases it. Until then
  * the buffers it was given must stay untouched. The MPI communicator allows 8 requests in
  * flight and refuses a ninth with an error. */
 static inline int comm_wait(Comm *c, CommReq *req, Err *err) {
-    return req ? c->ops->wait(c, req, err) : 0;
+    if (!req) return 0;
+    double t0 = trace_now();
+    int rc = c->ops->wait(c, req, err);
+    trace_span("wait", NULL, "collective", t0, NULL);
+    return rc;
 }
 /* Lets a request progress without blocking; *done = 1 once it has finished moving data
  * (comm_wait is still needed to complete and release it). Open MPI moves a non-blocking

@@ -242,6 +242,7 @@ int hf_keys_load_param(float *dst, const HfKeyTable *t, int p, const StSet *set,
                            dtype_name(st->dtype));
         int64_t off = h->expert < 0 ? 0 : (int64_t)h->expert * h->numel;
         st_to_f32(st, dst + off);
+        st_set_progress(set, st->nbytes);
         /* A NaN or an infinity would make every loss and gradient NaN from the first step, and
          * the run would then blame the learning rate; name the tensor instead. */
         for (int64_t k = 0; k < h->numel; k++)

@@ -16,6 +16,7 @@
 
 #include "core/fs.h"
 #include "core/json.h"
+#include "core/progress.h"
 #include "core/strutil.h"
 
 /* ---- reader ---- */
@@ -581,8 +582,9 @@ static int cmp_item_name(const void *a, const void *b) {
 }
 
 /* Writes items to path atomically; the caller's items are not reordered. */
+/* prog (may be NULL) counts the bytes written. */
 static int write_items(StWriteItem *items, int n, char **meta, int nmeta, const char *path,
-                       Err *err) {
+                       Progress *prog, Err *err) {
     StWriteItem **order = xmalloc((size_t)(n ? n : 1) * sizeof *order);
     for (int i = 0; i < n; i++)
         order[i] = &items[i];
@@ -609,8 +611,10 @@ static int write_items(StWriteItem *items, int n, char **meta, int nmeta, const 
             len8[i] = (unsigned char)((uint64_t)h.n >> (8 * i));
         rc = out_put(&o, len8, 8, err);
         if (rc == 0) rc = out_put(&o, h.p, h.n, err);
-        for (int i = 0; i < n && rc == 0; i++)
+        for (int i = 0; i < n && rc == 0; i++) {
             rc = out_item(&o, order[i], err);
+            if (prog) progress_add(prog, (double)order[i]->nbytes);
+        }
         if (rc == 0) rc = out_flush(&o, err);
         if (rc == 0 && fsync(o.fd) != 0) rc = err_sys(err, "cannot flush %s", tmp);
         if (close(o.fd) != 0 && rc == 0) rc = err_sys(err, "cannot close %s", tmp);
@@ -632,7 +636,7 @@ static int write_items(StWriteItem *items, int n, char **meta, int nmeta, const 
 }
 
 int st_write_finish(StWriter *w, const char *path, Err *err) {
-    return write_items(w->items, w->n, w->meta, w->nmeta, path, err);
+    return write_items(w->items, w->n, w->meta, w->nmeta, path, NULL, err);
 }
 
 int st_write_hf_shards(StWriter *w, const char *dir, size_t max_shard_bytes, Err *err) {
@@ -667,11 +671,15 @@ int st_write_hf_shards(StWriter *w, const char *dir, size_t max_shard_bytes, Err
     nshards += open_used;
     if (nshards == 0) nshards = 1;
     char *meta[2] = {"format", "pt"};
+    Progress prog;
+    char what[160];
+    snprintf(what, sizeof what, "exporting %s", dir);
+    progress_start(&prog, what, (double)total, "MB", 1e6);
     char *index_path = fs_join(dir, "model.safetensors.index.json");
     char *single_path = fs_join(dir, "model.safetensors");
     int rc = 0;
     if (nshards == 1) {
-        rc = write_items(w->items, w->n, meta, 1, single_path, err);
+        rc = write_items(w->items, w->n, meta, 1, single_path, &prog, err);
         /* A stale index from an earlier, larger export would shadow the new file. */
         if (rc == 0 && fs_exists(index_path) && unlink(index_path) != 0)
             rc = err_sys(err, "cannot remove stale %s", index_path);
@@ -688,7 +696,7 @@ int st_write_hf_shards(StWriter *w, const char *dir, size_t max_shard_bytes, Err
                     json_object_set_new(wm, w->items[i].name, json_string(fname));
                 }
             char *p = fs_join(dir, fname);
-            rc = write_items(sub, m, meta, 1, p, err);
+            rc = write_items(sub, m, meta, 1, p, &prog, err);
             free(p);
         }
         if (rc == 0) {
@@ -711,6 +719,7 @@ int st_write_hf_shards(StWriter *w, const char *dir, size_t max_shard_bytes, Err
         if (rc == 0 && fs_exists(single_path) && unlink(single_path) != 0)
             rc = err_sys(err, "cannot remove stale %s", single_path);
     }
+    progress_finish(&prog);
     free(index_path);
     free(single_path);
     free(shard_of);
@@ -822,11 +831,27 @@ int st_set_open(StSet *s, const char *path, Err *err) {
         free(index);
         free(single);
     }
-    if (rc != 0) st_set_close(s);
-    return rc;
+    if (rc != 0) {
+        st_set_close(s);
+        return rc;
+    }
+    double total = 0;
+    for (int i = 0; i < s->nfiles; i++)
+        total += (double)s->files[i].map_len;
+    char what[160];
+    snprintf(what, sizeof what, "loading %s", path);
+    s->progress = xmalloc(sizeof *s->progress);
+    progress_start(s->progress, what, total, "MB", 1e6);
+    return 0;
+}
+
+void st_set_progress(const StSet *s, size_t bytes) {
+    if (s->progress) progress_add(s->progress, (double)bytes);
 }
 
 void st_set_close(StSet *s) {
+    if (s->progress) progress_finish(s->progress);
+    free(s->progress);
     for (int i = 0; i < s->nfiles; i++)
         st_close(&s->files[i]);
     free(s->files);

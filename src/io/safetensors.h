@@ -102,6 +102,9 @@ int st_write_hf_shards(StWriter *w, const char *dir, size_t max_shard_bytes, Err
 typedef struct StSet {
     StFile *files;
     int nfiles;
+    /* "loading PATH" over the tensors' bytes, counted by st_set_progress: a multi-GB load on
+     * a terminal shows it is moving. */
+    struct Progress *progress;
 } StSet;
 
 /* path: a .safetensors file, an index file (*.safetensors.index.json), or a directory with
@@ -110,6 +113,8 @@ typedef struct StSet {
  * shards. */
 int st_set_open(StSet *s, const char *path, Err *err);
 void st_set_close(StSet *s);
+/* Counts bytes of s's tensors as converted (the loaders call it per tensor). */
+void st_set_progress(const StSet *s, size_t bytes);
 const StTensor *st_set_find(const StSet *s, const char *name);
 
 #endif

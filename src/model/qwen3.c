@@ -431,9 +431,7 @@ void qwen3_init_param(const Qwen3 *m, int i, uint64_t seed, float *out) {
     case INIT_NORMAL:
         break;
     }
-    Rng r;
-    rng_seed(&r, seed, (uint64_t)i);
-    rng_fill_normal(&r, out, p->numel, std);
+    rng_fill_normal_counter(seed, (uint64_t)i, out, p->numel, std);
 }
 
 void qwen3_init_params(Qwen3 *m, uint64_t seed) {
@@ -539,6 +537,10 @@ static void cast_weights_bf16(Qwen3 *m) {
         simd_f32_to_bf16(l->w2, p->w2, D * F);
     }
     simd_f32_to_bf16(m->pb.output, m->p.output, (long)s->vocab_size * D);
+}
+
+void qwen3_refresh_bf16(Qwen3 *m) {
+    if (m->bf16 && !m->bf16_by_hook) cast_weights_bf16(m);
 }
 
 /* The linear and feed_forward calls: the bf16 path when mixed precision is on and the

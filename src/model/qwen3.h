@@ -318,6 +318,9 @@ int qwen3_enable_bf16(Qwen3 *m, Err *err);
  * m->pb.layers[*] and m->pb.output at its own buffers and fills a unit's copies from the fp32
  * weights before the unit runs; forward casts nothing. Only the matmul scratch is allocated. */
 int qwen3_enable_bf16_by_hook(Qwen3 *m, Err *err);
+/* Copies the fp32 matmul weights to their bf16 copies now (forward does it by itself): for
+ * code that runs the bf16 weights without a forward, such as inference (infer/decode.h). */
+void qwen3_refresh_bf16(Qwen3 *m);
 
 /* Each parameter by its init rule in the parameter table (core/param_table.h): normal(0, 0.02)
  * for linears and the embedding, ones for norms, zeros for buffers; in MoE models wo and the

@@ -15,6 +15,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "core/trace.h"
 #include "ops/op_profile.h"
 
 void gemm_f32_ref(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
@@ -367,17 +368,26 @@ static void gemm_bf16_run(int ta, int tb, int M, int N, int K, float alpha, cons
     }
 }
 
-/* The public entry points time each GEMM for the op profile (ops/op_profile.h). */
+/* The public entry points time each GEMM for the op profile (ops/op_profile.h) and, with its
+ * shape, for a profiler trace (core/trace.h). */
+static void gemm_timed(const char *name, int M, int N, int K, double t0) {
+    prof_gemm_add(now_seconds() - t0);
+    if (!trace_recording() || omp_in_parallel()) return;
+    char args[64];
+    snprintf(args, sizeof args, "\"M\": %d, \"N\": %d, \"K\": %d", M, N, K);
+    trace_span(name, NULL, "gemm", t0, args);
+}
+
 void gemm_f32(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc) {
-    double t0 = prof_enabled() ? now_seconds() : 0;
+    double t0 = prof_timing() ? now_seconds() : 0;
     gemm_f32_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    if (t0 > 0) prof_gemm_add(now_seconds() - t0);
+    if (t0 > 0) gemm_timed("gemm_f32", M, N, K, t0);
 }
 
 void gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
                const uint16_t *B, int ldb, float beta, float *C, int ldc) {
-    double t0 = prof_enabled() ? now_seconds() : 0;
+    double t0 = prof_timing() ? now_seconds() : 0;
     gemm_bf16_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    if (t0 > 0) prof_gemm_add(now_seconds() - t0);
+    if (t0 > 0) gemm_timed("gemm_bf16", M, N, K, t0);
 }

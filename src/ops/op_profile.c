@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/timer.h"
+#include "core/trace.h"
 
 #define PROF_MAX_ROWS 48
 #define PROF_MAX_DEPTH 8
@@ -43,8 +44,12 @@ static int row_index(const char *what, const char *impl, int bwd) {
     return g_nrows++;
 }
 
+int prof_timing(void) {
+    return prof_enabled() || trace_recording();
+}
+
 int prof_begin(const char *what, const char *impl, int bwd) {
-    if (!prof_enabled() || omp_in_parallel() || g_depth == PROF_MAX_DEPTH) return -1;
+    if (!prof_timing() || omp_in_parallel() || g_depth == PROF_MAX_DEPTH) return -1;
     int r = row_index(what, impl, bwd);
     if (r < 0) return -1;
     g_stack[g_depth] = r;
@@ -57,6 +62,7 @@ void prof_end(int token) {
     g_depth--;
     ProfRow *r = &g_rows[g_stack[g_depth]];
     double dt = now_seconds() - g_t0[g_depth];
+    trace_span(r->what, r->impl, r->bwd ? "backward" : "forward", g_t0[g_depth], NULL);
     r->seconds += dt;
     r->calls++;
     /* A nested row's time is its own; take it out of the enclosing row. */
@@ -64,7 +70,7 @@ void prof_end(int token) {
 }
 
 void prof_gemm_add(double seconds) {
-    if (!prof_enabled() || omp_in_parallel()) return;
+    if (!prof_timing() || omp_in_parallel()) return;
     if (g_depth > 0) {
         g_rows[g_stack[g_depth - 1]].gemm_seconds += seconds;
         return;

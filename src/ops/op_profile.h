@@ -15,6 +15,9 @@
 
 /* 1 when QT_PROFILE=1 (read once). */
 int prof_enabled(void);
+/* 1 when op calls are timed: QT_PROFILE=1, or a profiler trace is recording this step
+ * (core/trace.h), whose events are these same calls. */
+int prof_timing(void);
 /* Opens a row ("sdpa", "cpu", 1 = backward); returns a token for prof_end, -1 when off.
  * Rows may nest (a recomputed forward inside backward opens its own rows); a GEMM counts
  * towards the innermost open row. */

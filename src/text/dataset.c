@@ -18,8 +18,10 @@
 #include "core/fs.h"
 #include "core/json.h"
 #include "core/log.h"
+#include "core/progress.h"
 #include "core/rng.h"
 #include "core/strutil.h"
+#include "core/zread.h"
 #include "text/jsonl.h"
 
 /* Cache file layout (little-endian): this header, ids u32[n_tokens] at ids_offset, zero
@@ -100,12 +102,21 @@ static void sources_free(SourceList *s) {
     memset(s, 0, sizeof *s);
 }
 
+/* By the name without a .gz / .zst ending: C4 ships as c4-train.00000-of-01024.json.gz. */
 static int is_jsonl(const char *path) {
-    return str_ends_with(path, ".jsonl") || str_ends_with(path, ".json");
+    char *plain = xmalloc(strlen(path) + 1);
+    zread_plain_name(path, plain);
+    int yes = str_ends_with(plain, ".jsonl") || str_ends_with(plain, ".json");
+    free(plain);
+    return yes;
 }
 
 static int is_data_file(const char *path) {
-    return is_jsonl(path) || str_ends_with(path, ".txt");
+    char *plain = xmalloc(strlen(path) + 1);
+    zread_plain_name(path, plain);
+    int yes = is_jsonl(plain) || str_ends_with(plain, ".txt");
+    free(plain);
+    return yes;
 }
 
 static int add_directory(SourceList *s, const char *dir, Err *err) {
@@ -123,7 +134,10 @@ static int add_directory(SourceList *s, const char *dir, Err *err) {
         globfree(&g);
     }
     if (s->n == before)
-        return err_set(err, "dataset directory %s holds no .jsonl, .json or .txt files", dir);
+        return err_set(err,
+                       "dataset directory %s holds no .jsonl, .json or .txt files (plain, .gz "
+                       "or .zst)",
+                       dir);
     return 0;
 }
 
@@ -395,6 +409,8 @@ typedef struct Build {
     uint64_t n_tokens;
     int64_t n_skipped;
     char first_skip[512];
+    Progress prog;       /* over the source files' bytes (compressed bytes for .gz / .zst) */
+    double bytes_before; /* of the files already tokenized */
 } Build;
 
 static void tokenize_slot(Slot *s, const char *file, int jsonl, const DatasetEncoder *enc) {
@@ -473,7 +489,80 @@ static int flush_slots(Build *b, Slot *slots, int64_t n, const char *file, int j
     return rc;
 }
 
+/* Tokenizes the whole lines of buf[*pos, len) in rounds of CHUNK_DOCS; *lineno counts on. */
+static int tokenize_lines(Build *b, const char *buf, size_t len, size_t *pos, int64_t *lineno,
+                          const char *path, Slot *slots, Err *err) {
+    int rc = 0;
+    int64_t n = 0;
+    const char *line;
+    size_t line_len;
+    while (rc == 0 && jsonl_next_line(buf, len, pos, &line, &line_len) == 0) {
+        ++*lineno;
+        if (jsonl_is_blank(line, line_len)) continue;
+        slots[n++] = (Slot){.line = line, .len = line_len, .lineno = *lineno};
+        if (n == CHUNK_DOCS) {
+            rc = flush_slots(b, slots, n, path, 1, err);
+            n = 0;
+            if (!zread_is_compressed(path))
+                progress_update(&b->prog, b->bytes_before + (double)*pos);
+        }
+    }
+    if (rc == 0 && n > 0) rc = flush_slots(b, slots, n, path, 1, err);
+    return rc;
+}
+
+/* Plain bytes of a compressed file per block: whole lines are tokenized, the partial last one
+ * moves to the front; memory is a block plus the longest line, whatever the file's size. */
+#define STREAM_BLOCK (4u << 20)
+
+static int tokenize_compressed(Build *b, const char *path, Slot *slots, Err *err) {
+    if (!is_jsonl(path)) {
+        char *text;
+        size_t len;
+        TRY(zread_all(path, &text, &len, err));
+        slots[0].line = text;
+        slots[0].len = len;
+        int rc = len ? flush_slots(b, slots, 1, path, 0, err) : 0;
+        free(text);
+        return rc;
+    }
+    ZRead *z;
+    TRY(zread_open(&z, path, err));
+    size_t cap = STREAM_BLOCK, have = 0;
+    char *buf = xmalloc(cap);
+    int64_t lineno = 0;
+    int rc = 0, first = 1, eof = 0;
+    while (rc == 0 && !eof) {
+        if (have == cap) {
+            cap *= 2;
+            buf = xrealloc(buf, cap);
+        }
+        size_t got;
+        rc = zread_read(z, buf + have, cap - have, &got, err);
+        if (rc != 0) break;
+        eof = got == 0;
+        have += got;
+        if (!eof && have < cap) continue;
+        size_t end = have;
+        if (!eof) {
+            while (end > 0 && buf[end - 1] != '\n')
+                end--;
+            if (end == 0) continue; /* one line longer than the block: grow it */
+        }
+        size_t pos = first ? jsonl_bom_len(buf, end) : 0;
+        first = 0;
+        rc = tokenize_lines(b, buf, end, &pos, &lineno, path, slots, err);
+        progress_update(&b->prog, b->bytes_before + (double)zread_in_offset(z));
+        memmove(buf, buf + end, have - end);
+        have -= end;
+    }
+    free(buf);
+    zread_close(z);
+    return rc;
+}
+
 static int tokenize_file(Build *b, const char *path, Slot *slots, Err *err) {
+    if (zread_is_compressed(path)) return tokenize_compressed(b, path, slots, err);
     int fd = open(path, O_RDONLY);
     SYS_CHECK(fd >= 0, err, "cannot open dataset file %s", path);
     struct stat st;
@@ -497,19 +586,8 @@ static int tokenize_file(Build *b, const char *path, Slot *slots, Err *err) {
         rc = flush_slots(b, slots, 1, path, 0, err);
     } else {
         size_t pos = jsonl_bom_len(map, size);
-        int64_t lineno = 0, n = 0;
-        const char *line;
-        size_t len;
-        while (rc == 0 && jsonl_next_line(map, size, &pos, &line, &len) == 0) {
-            lineno++;
-            if (jsonl_is_blank(line, len)) continue;
-            slots[n++] = (Slot){.line = line, .len = len, .lineno = lineno};
-            if (n == CHUNK_DOCS) {
-                rc = flush_slots(b, slots, n, path, 1, err);
-                n = 0;
-            }
-        }
-        if (rc == 0 && n > 0) rc = flush_slots(b, slots, n, path, 1, err);
+        int64_t lineno = 0;
+        rc = tokenize_lines(b, map, size, &pos, &lineno, path, slots, err);
     }
     munmap(map, size);
     return rc;
@@ -539,8 +617,21 @@ static int cache_build(Dataset *ds, const SourceList *src, const DatasetEncoder 
     CacheHeader h;
     memset(&h, 0, sizeof h);
     int rc = writer_put(&b.w, &h, sizeof h, err);
-    for (int64_t i = 0; rc == 0 && i < src->n; i++)
+    double total = 0;
+    for (int64_t i = 0; i < src->n; i++) {
+        struct stat fst;
+        if (stat(src->paths[i], &fst) == 0) total += (double)fst.st_size;
+    }
+    char what[160];
+    snprintf(what, sizeof what, "tokenizing %s", ds->opt.path);
+    progress_start(&b.prog, what, total, "MB", 1e6);
+    for (int64_t i = 0; rc == 0 && i < src->n; i++) {
         rc = tokenize_file(&b, src->paths[i], slots, err);
+        struct stat fst;
+        if (stat(src->paths[i], &fst) == 0) b.bytes_before += (double)fst.st_size;
+        progress_update(&b.prog, b.bytes_before);
+    }
+    progress_finish(&b.prog);
     if (rc == 0 && b.n_docs == 0) {
         if (b.n_skipped)
             rc = err_set(err,

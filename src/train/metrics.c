@@ -11,8 +11,10 @@
 #include <unistd.h>
 
 #include "core/fs.h"
+#include "core/progress.h"
 #include "core/timer.h"
 #include "kernels/cpu_peak.h"
+#include "train/tensorboard.h"
 
 /* The rule model_spec.h states for model_spec_layer_is_moe, restated here so FLOP counting
  * does not depend on the flavor table's translation unit. */
@@ -59,9 +61,12 @@ typedef enum PeakUnit { PEAK_FMA, PEAK_DPBF16, PEAK_AMX } PeakUnit;
 /* FLOPs one iteration of a unit's loop does on one thread (kernels/cpu_peak.h). */
 static double peak_flop_per_iter(PeakUnit u) {
     switch (u) {
-    case PEAK_AMX: return 4.0 * 16 * 16 * 32 * 2;  /* 4 tiles of 16x16, 32 products each */
-    case PEAK_DPBF16: return 12.0 * 32 * 2;        /* 12 chains of 32 products */
-    default: return 2.0 * 12.0 * cpu_peak_fma_lanes();
+    case PEAK_AMX:
+        return 4.0 * 16 * 16 * 32 * 2; /* 4 tiles of 16x16, 32 products each */
+    case PEAK_DPBF16:
+        return 12.0 * 32 * 2; /* 12 chains of 32 products */
+    default:
+        return 2.0 * 12.0 * cpu_peak_fma_lanes();
     }
 }
 
@@ -145,11 +150,18 @@ void metrics_fill(StepMetrics *m, double tokens, double step_time_s, double flop
 }
 
 int metrics_format_line(char *buf, size_t cap, const StepMetrics *m) {
+    char total[32] = "", eta[48] = "";
+    if (m->total_steps > 0) snprintf(total, sizeof total, "/%lld", (long long)m->total_steps);
+    if (m->eta_s > 0) {
+        char d[32];
+        format_duration(d, sizeof d, m->eta_s);
+        snprintf(eta, sizeof eta, "  eta: %s", d);
+    }
     return snprintf(buf, cap,
-                    "step: %2lld  loss: %8.5f  grad_norm: %7.4f  memory: %5.2fGiB(%.2f%%)  "
-                    "tps: %.0f  tflops: %.2f  mfu: %.2f%%",
-                    (long long)m->step, m->loss, m->grad_norm, m->memory_gib, m->memory_pct,
-                    round(m->tps), m->tflops, m->mfu);
+                    "step: %2lld%s  loss: %8.5f  grad_norm: %7.4f  memory: %5.2fGiB(%.2f%%)  "
+                    "tps: %.0f  tflops: %.2f  mfu: %.2f%%%s",
+                    (long long)m->step, total, m->loss, m->grad_norm, m->memory_gib, m->memory_pct,
+                    round(m->tps), m->tflops, m->mfu, eta);
 }
 
 /* Keeps the records of steps <= keep_step (and drops a torn last line): a run resumed from the
@@ -187,8 +199,7 @@ static int drop_records_after(const char *path, int64_t keep_step, Err *err) {
     return rc;
 }
 
-int metrics_writer_open(MetricsWriter *w, const char *dump_folder, int64_t resume_step,
-                        Err *err) {
+int metrics_writer_open(MetricsWriter *w, const char *dump_folder, int64_t resume_step, Err *err) {
     memset(w, 0, sizeof *w);
     TRY(fs_mkdirs(dump_folder, err));
     w->path = fs_join(dump_folder, "metrics.jsonl");
@@ -212,22 +223,58 @@ static json_t *num(double x) {
     return isfinite(x) ? json_real(x) : json_null();
 }
 
+int metrics_writer_open_tensorboard(MetricsWriter *w, const char *dir, Err *err) {
+    return tb_open(&w->tb, dir, err);
+}
+
+int metrics_log_scalars(MetricsWriter *w, int64_t step, const MetricsExtra *kv, int n, Err *err) {
+    if (!w->tb) return 0;
+    const char **tags = xcalloc((size_t)(n ? n : 1), sizeof *tags);
+    double *vals = xcalloc((size_t)(n ? n : 1), sizeof *vals);
+    for (int i = 0; i < n; i++) {
+        tags[i] = kv[i].key;
+        vals[i] = kv[i].value;
+    }
+    int rc = tb_write_scalars(w->tb, step, tags, vals, n, err);
+    free(tags);
+    free(vals);
+    return rc;
+}
+
 int metrics_writer_write(MetricsWriter *w, const StepMetrics *m, const MetricsExtra *extra,
                          int nextra, Err *err) {
-    json_t *o = json_object();
-    json_object_set_new(o, "step", json_integer(m->step));
-    json_object_set_new(o, "loss", num(m->loss));
-    json_object_set_new(o, "grad_norm", num(m->grad_norm));
-    json_object_set_new(o, "lr", num(m->lr));
-    json_object_set_new(o, "memory_gib", num(m->memory_gib));
-    json_object_set_new(o, "tps", num(m->tps));
-    json_object_set_new(o, "tflops", num(m->tflops));
-    json_object_set_new(o, "mfu", num(m->mfu));
-    json_object_set_new(o, "step_time_s", num(m->step_time_s));
+    /* One list of keys for the JSONL record and the TensorBoard tags. */
+    MetricsExtra *kv = xcalloc((size_t)nextra + 8, sizeof *kv);
+    int n = 0;
+    kv[n++] = (MetricsExtra){"loss", m->loss};
+    kv[n++] = (MetricsExtra){"grad_norm", m->grad_norm};
+    kv[n++] = (MetricsExtra){"lr", m->lr};
+    kv[n++] = (MetricsExtra){"memory_gib", m->memory_gib};
+    kv[n++] = (MetricsExtra){"tps", m->tps};
+    kv[n++] = (MetricsExtra){"tflops", m->tflops};
+    kv[n++] = (MetricsExtra){"mfu", m->mfu};
+    kv[n++] = (MetricsExtra){"step_time_s", m->step_time_s};
     for (int i = 0; i < nextra; i++)
-        json_object_set_new(o, extra[i].key, num(extra[i].value));
+        kv[n++] = extra[i];
+    int rc = 0;
+    if (w->f) {
+        json_t *o = json_object();
+        json_object_set_new(o, "step", json_integer(m->step));
+        for (int i = 0; i < n; i++)
+            json_object_set_new(o, kv[i].key, num(kv[i].value));
+        char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+        json_decref(o);
+        int ok = line && fprintf(w->f, "%s\n", line) >= 0 && fflush(w->f) == 0;
+        free(line);
+        if (!ok) rc = err_sys(err, "cannot write to %s", w->path);
+    }
+    if (rc == 0) rc = metrics_log_scalars(w, m->step, kv, n, err);
+    free(kv);
+    return rc;
+}
+
+int metrics_writer_write_json(MetricsWriter *w, json_t *o, Err *err) {
     char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
-    json_decref(o);
     int ok = line && fprintf(w->f, "%s\n", line) >= 0 && fflush(w->f) == 0;
     free(line);
     if (!ok) return err_sys(err, "cannot write to %s", w->path);
@@ -236,6 +283,7 @@ int metrics_writer_write(MetricsWriter *w, const StepMetrics *m, const MetricsEx
 
 void metrics_writer_close(MetricsWriter *w) {
     if (w->f) fclose(w->f);
+    tb_close(w->tb);
     free(w->path);
     memset(w, 0, sizeof *w);
 }

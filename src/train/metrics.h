@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include <jansson.h>
 #include <stdio.h>
 
 #include "core/err.h"
@@ -39,6 +41,8 @@ typedef struct StepMetrics {
     double tflops;                 /* achieved TFLOP/s per device */
     double mfu;                    /* percent of peak */
     double step_time_s;
+    int64_t total_steps; /* training.steps, shown as step/total; 0 = not shown */
+    double eta_s;        /* time left at the mean step time so far; 0 = not shown */
 } StepMetrics;
 
 /* Fills the throughput fields from the step's tokens (per device), its wall time, FLOPs per
@@ -47,8 +51,9 @@ void metrics_fill(StepMetrics *m, double tokens, double step_time_s, double flop
                   double peak_tflops);
 
 /* The console line:
- * step:  1  loss: 12.04959  grad_norm:  1.7336  memory: 59.90GiB(21.65%)  tps: 441  tflops: 7.98
- * mfu: 0.32% (one line). Returns the length snprintf reports. */
+ * step:  1/100  loss: 12.04959  grad_norm:  1.7336  memory: 59.90GiB(21.65%)  tps: 441
+ * tflops: 7.98  mfu: 0.32%  eta: 12m04s (one line; "/100" with total_steps, the eta with
+ * eta_s > 0). Returns the length snprintf reports. */
 int metrics_format_line(char *buf, size_t cap, const StepMetrics *m);
 
 /* Extra numeric keys appended to a JSONL record (comm_s, MoE load statistics, ...). */
@@ -57,20 +62,30 @@ typedef struct MetricsExtra {
     double value;
 } MetricsExtra;
 
+typedef struct TbWriter TbWriter;
+
 typedef struct MetricsWriter {
-    FILE *f;
+    FILE *f; /* metrics.jsonl, or NULL (a rank that writes TensorBoard events only) */
     char *path;
+    TbWriter *tb; /* TensorBoard events (metrics.enable_tensorboard), or NULL */
 } MetricsWriter;
 
 /* Opens {dump_folder}/metrics.jsonl (creating the folder). resume_step = 0 starts the file
  * afresh; a run resumed from the checkpoint of step S > 0 keeps the records of steps <= S and
  * appends, so the steps redone after S are not in the file twice. */
-int metrics_writer_open(MetricsWriter *w, const char *dump_folder, int64_t resume_step,
-                        Err *err);
+int metrics_writer_open(MetricsWriter *w, const char *dump_folder, int64_t resume_step, Err *err);
+/* Adds TensorBoard events under dir (train/tensorboard.h) to w, opened or zeroed. */
+int metrics_writer_open_tensorboard(MetricsWriter *w, const char *dir, Err *err);
 /* One JSON object per line: step, loss, grad_norm, lr, memory_gib, tps, tflops, mfu,
- * step_time_s, then the extras; flushed so a crash loses at most the current line. */
+ * step_time_s, then the extras; flushed so a crash loses at most the current line. With
+ * TensorBoard on, the same numbers as scalars tagged with the same keys. */
 int metrics_writer_write(MetricsWriter *w, const StepMetrics *m, const MetricsExtra *extra,
                          int nextra, Err *err);
+/* Scalars that are not a training step's (validation: "validation/loss", ...) to TensorBoard
+ * at step; nothing when w has no TensorBoard events. */
+int metrics_log_scalars(MetricsWriter *w, int64_t step, const MetricsExtra *kv, int n, Err *err);
+/* Any record (validation) as one line, flushed; o is not consumed. */
+int metrics_writer_write_json(MetricsWriter *w, json_t *o, Err *err);
 void metrics_writer_close(MetricsWriter *w);
 
 /* Mean throughput over the steps after the first one this process ran (whose one-time costs,

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/fs.h"
@@ -16,6 +17,7 @@
 #include "model/lora.h"
 #include "text/chat_data.h"
 #include "text/tokenizer.h"
+#include "train/between_steps.h"
 #include "train/ckpt_dist.h"
 #include "train/data_feed.h"
 #include "train/train_hf.h"
@@ -122,6 +124,30 @@ static int check_same_config(Comm *world, uint64_t hash, Err *err) {
                                      "config file with the same command-line overrides",
                                      hash, first);
     return comm_agree(world, rc, err);
+}
+
+/* torchtitan's layout: DUMP/save_tb_folder/<start time>/, plus rank_N/ per rank with
+ * save_for_all_ranks. Rank 0's clock names the run, so all ranks write into one run. */
+static int tb_run_dir(const JobConfig *cfg, Comm *world, char **out, Err *err) {
+    int64_t t = (int64_t)time(NULL);
+    TRY(comm_broadcast(world, &t, sizeof t, 0, err));
+    time_t tt = (time_t)t;
+    struct tm tm;
+    localtime_r(&tt, &tm);
+    char run[64];
+    strftime(run, sizeof run, "%Y%m%d-%H%M%S", &tm);
+    char *tb = fs_resolve(cfg->job.dump_folder, cfg->metrics.save_tb_folder);
+    char *dir = fs_join(tb, run);
+    free(tb);
+    if (cfg->metrics.save_for_all_ranks) {
+        char rank[32];
+        snprintf(rank, sizeof rank, "rank_%d", world->rank);
+        char *r = fs_join(dir, rank);
+        free(dir);
+        dir = r;
+    }
+    *out = dir;
+    return 0;
 }
 
 int train_job_check(const JobConfig *cfg, const ModelSpec *spec, Err *err) {
@@ -385,8 +411,27 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
              "per micro-batch, %d micro-batch(es) per step",
              spec.flavor, spec.n_layers, spec.dim, spec.vocab_size, metrics_matmul_params(&spec), B,
              T, micro);
-    rc = end_job_on_failure(world, trainer_run(&o, &model, &data, err), err);
+    char *tb_dir = NULL;
+    if (cfg->metrics.enable_tensorboard) rc = tb_run_dir(cfg, world, &tb_dir, err);
+    o.tb_dir = tb_dir;
+    o.tb_all_ranks = cfg->metrics.save_for_all_ranks;
+    char *trace_dir = cfg->profiling.enable_profiling
+                          ? fs_resolve(cfg->job.dump_folder, cfg->profiling.save_traces_folder)
+                          : NULL;
+    o.trace_dir = trace_dir;
+    o.trace_freq = cfg->profiling.profile_freq;
+    BetweenSteps between = {0};
+    if (rc == 0) rc = between_steps_open(&between, cfg, world->size == 1 ? q : NULL, tok, err);
+    if (rc == 0 && (between.validate || between.sample)) {
+        o.after_step = between_steps_run;
+        o.after_step_ctx = &between;
+    }
+    if (rc == 0) rc = trainer_run(&o, &model, &data, err);
+    rc = end_job_on_failure(world, rc, err);
     if (rc == 0 && use_lora) rc = lora_finish(cfg, q, &lora, &spec, &hf, err);
+    between_steps_close(&between);
+    free(tb_dir);
+    free(trace_dir);
 out:
     overrides_plan_free(&plan);
     train_hf_free(&hf);

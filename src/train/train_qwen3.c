@@ -472,6 +472,10 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
     return f;
 }
 
+Qwen3 *train_qwen3_qwen3(TrainQwen3 *q) {
+    return &q->m;
+}
+
 void train_qwen3_free(TrainQwen3 *f) {
     if (!f) return;
     for (int s = 0; s < NSLOTS; s++) {

@@ -50,6 +50,8 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
  * `qtitan plan` and the job's start-up to say the same before anything is allocated. */
 int train_qwen3_check(const ModelSpec *spec, int tp, Err *err);
 void train_qwen3_free(TrainQwen3 *q);
+/* The model itself, for forward-only work between steps (validation, samples). */
+struct Qwen3 *train_qwen3_qwen3(TrainQwen3 *q);
 /* The module set a model of spec runs (creating and sizing both take it from here, so `qtitan
  * plan` sizes what training allocates): the fast CPU kernels by default, the plain references
  * with QT_KERNELS=reference (said once when verbose), plan's overrides when plan is not NULL

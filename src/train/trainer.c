@@ -12,6 +12,7 @@
 #include "core/fs.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "core/trace.h"
 #include "ops/op_profile.h"
 #include "train/ckpt_dist.h"
 #include "train/clip.h"
@@ -235,13 +236,26 @@ static int run(Trainer *t, Err *err) {
     int writer = !o->par || o->par->world->rank == 0;
     MetricsWriter mw = {0};
     if (writer) TRY(metrics_writer_open(&mw, o->dump_folder, t->step, err));
+    if (o->tb_dir && (writer || o->tb_all_ranks) &&
+        metrics_writer_open_tensorboard(&mw, o->tb_dir, err) != 0) {
+        metrics_writer_close(&mw);
+        return -1;
+    }
     MetricsSummary summary = {0};
+    double time_sum = 0; /* of the steps after the first this process ran, for the eta */
     rc = 0;
     while (rc == 0 && t->step < o->steps) {
         StepMetrics m;
+        int64_t next = t->step + 1;
+        int traced = o->trace_dir && o->trace_freq > 0 && next % o->trace_freq == 0;
+        if (traced) trace_start();
         rc = train_step(t, &m, err);
         if (rc != 0) break;
         metrics_summary_add(&summary, &m);
+        if (summary.seen > 1) time_sum += m.step_time_s;
+        m.total_steps = o->steps;
+        m.eta_s = (double)(o->steps - t->step) *
+                  (summary.seen > 1 ? time_sum / (double)(summary.seen - 1) : m.step_time_s);
         if (summary.seen == 1) prof_reset(); /* the profile, too, leaves out the first step */
         int last = t->step == o->steps;
         double comm_s = o->par ? o->par->comm_seconds(o->par->ctx) : 0;
@@ -253,12 +267,17 @@ static int run(Trainer *t, Err *err) {
             memcpy(extra, t->extra, (size_t)t->nextra * sizeof *extra);
             int nextra = t->nextra;
             if (many_ranks(o)) extra[nextra++] = (MetricsExtra){"comm_s", comm_s};
-            if (writer) rc = metrics_writer_write(&mw, &m, extra, nextra, err);
+            if (writer || mw.tb) rc = metrics_writer_write(&mw, &m, extra, nextra, err);
         }
         if (o->on_step) o->on_step(o->on_step_ctx, &m);
+        if (rc == 0 && o->after_step)
+            rc = o->after_step(o->after_step_ctx, t->step, last, writer ? &mw : NULL, err);
         if (rc == 0 && o->ckpt_enable &&
-            (last || (o->ckpt_interval > 0 && t->step % o->ckpt_interval == 0)))
+            (last || (o->ckpt_interval > 0 && t->step % o->ckpt_interval == 0))) {
+            double ts = trace_now();
             rc = save(t, err);
+            trace_span("checkpoint_save", NULL, "checkpoint", ts, NULL);
+        }
         if (rc == 0 && o->ckpt_enable && last && o->on_last_save) {
             char name[48];
             snprintf(name, sizeof name, "step-%" PRId64, t->step);
@@ -266,8 +285,12 @@ static int run(Trainer *t, Err *err) {
             rc = o->on_last_save(o->on_last_save_ctx, dir, err);
             free(dir);
         }
+        if (traced) {
+            int wrc = trace_write(o->trace_dir, next, o->par ? o->par->world->rank : 0, err);
+            if (rc == 0) rc = wrc;
+        }
     }
-    if (writer) metrics_writer_close(&mw);
+    metrics_writer_close(&mw);
     if (rc == 0) {
         char line[512];
         metrics_summary_format(line, sizeof line, &summary);

@@ -83,6 +83,14 @@ typedef struct TrainerOptions {
     int last_save_model_only; /* the last step's checkpoint holds the weights only */
     int keep_latest_k;
     int log_freq;
+    /* TensorBoard events of the step scalars under this folder, NULL = none; written by rank
+     * 0, or by every rank (each its own folder) with tb_all_ranks. */
+    const char *tb_dir;
+    int tb_all_ranks;
+    /* Profiler traces (core/trace.h) of every trace_freq-th step under this folder, NULL =
+     * none. */
+    const char *trace_dir;
+    int64_t trace_freq;
     double peak_tflops;     /* <= 0: measured at start-up */
     int bf16_matmuls;       /* mixed precision: the measured peak is the bf16 unit's */
     double flops_per_token; /* metrics_flops_per_token of the model */
@@ -101,6 +109,11 @@ typedef struct TrainerOptions {
     /* Called after every step with its metrics (tests, progress hooks); may be NULL. */
     void (*on_step)(void *ctx, const StepMetrics *m);
     void *on_step_ctx;
+    /* Called after every step (1-based), before its checkpoint, with the metrics writer (NULL
+     * on ranks that do not write): validation and samples run here. last is 1 on the final
+     * step. It must leave parameters, gradients and optimizer state as they are. May be NULL. */
+    int (*after_step)(void *ctx, int64_t step, int last, MetricsWriter *mw, Err *err);
+    void *after_step_ctx;
     const TrainParallel *par; /* NULL: a world of one without mesh hooks */
 } TrainerOptions;
 

@@ -1,0 +1,343 @@
+/* qtitan generate: text from an HF model directory or a training checkpoint, through the
+ * KV-cache decoder (infer/). */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "core/fs.h"
+#include "core/log.h"
+#include "infer/generate.h"
+#include "infer/infer_model.h"
+#include "text/chat_template.h"
+
+#define MAX_STOP 16
+
+static const char *USAGE =
+    "usage: qtitan generate (--model HFDIR | --checkpoint STEP_DIR)\n"
+    "                       (--prompt TEXT | --prompt-file F) [options]\n"
+    "\n"
+    "Continues each prompt with the model and prints the new text: one prompt streams it to\n"
+    "stdout as it comes; a prompt file (one prompt a line; blank lines skipped) runs its\n"
+    "prompts as one batch and prints each completion under a `--- prompt N` line. Prompt and\n"
+    "generation speed (tokens/s) go to stderr at the end. Generation stops at an EOS id\n"
+    "(config.json's eos_token_id, <|im_end|>, <|endoftext|>), at a --stop string, or after\n"
+    "--max-new-tokens.\n"
+    "\n"
+    "  --model HFDIR          an HF model directory (config.json, safetensors, tokenizer.json)\n"
+    "  --checkpoint STEP_DIR  a training checkpoint step (DUMP/checkpoint/step-N) or folder\n"
+    "                         (its newest complete step), with the config.json and tokenizer\n"
+    "                         files the trainer saved in it\n"
+    "  --chat                 wrap each prompt as a user turn in the tokenizer's chat format\n"
+    "                         (Qwen3: <|im_start|>role ... <|im_end|>), as transformers'\n"
+    "                         apply_chat_template(add_generation_prompt=True) renders it\n"
+    "  --system TEXT          with --chat: a system turn first\n"
+    "  --no-thinking          with --chat: enable_thinking=False (an empty think block)\n"
+    "  --max-new-tokens N     default 128\n"
+    "  --temperature T        0 = greedy; default 0.8\n"
+    "  --top-k K              keep the K most likely tokens (0 = off, the default)\n"
+    "  --top-p P              keep the most likely tokens whose probabilities sum to P, in\n"
+    "                         (0, 1]; default 1 (off)\n"
+    "  --min-p P              keep tokens at least P times as likely as the best, in [0, 1];\n"
+    "                         default 0 (off)\n"
+    "  --seed N               default 0; prompt i draws from stream i of the seed\n"
+    "  --stop STRING          end a completion before STRING (repeatable, up to 16)\n"
+    "  --dtype float32|bfloat16  weights of the matrix products (default float32)\n"
+    "  --json                 one JSON object a prompt: prompt, prompt_ids, ids, text,\n"
+    "                         logprobs (the model's log-probability of each new id) and\n"
+    "                         finish_reason (eos, stop, length)\n";
+
+typedef struct GenArgs {
+    const char *model, *checkpoint, *prompt, *prompt_file, *system, *dtype;
+    int chat, thinking, json;
+    long max_new;
+    SampleParams sp;
+    unsigned long long seed;
+    const char *stop[MAX_STOP];
+    int n_stop;
+} GenArgs;
+
+static int parse_long(const char *opt, const char *s, long lo, long *out, Err *err) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo)
+        return err_set(err, "%s %s: expected an integer >= %ld", opt, s, lo);
+    *out = v;
+    return 0;
+}
+
+static int parse_float(const char *opt, const char *s, float *out, Err *err) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v))
+        return err_set(err, "%s %s: expected a number", opt, s);
+    *out = (float)v;
+    return 0;
+}
+
+static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
+    memset(a, 0, sizeof *a);
+    a->max_new = 128;
+    a->thinking = 1;
+    a->dtype = "float32";
+    a->sp = (SampleParams){.temperature = 0.8f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f};
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        if (strcmp(o, "--chat") == 0) {
+            a->chat = 1;
+            continue;
+        }
+        if (strcmp(o, "--no-thinking") == 0) {
+            a->thinking = 0;
+            continue;
+        }
+        if (strcmp(o, "--json") == 0) {
+            a->json = 1;
+            continue;
+        }
+        if (i + 1 >= argc)
+            return err_set(err, "option %s needs a value (see qtitan generate --help)", o);
+        const char *v = argv[++i];
+        long n;
+        if (strcmp(o, "--model") == 0)
+            a->model = v;
+        else if (strcmp(o, "--checkpoint") == 0)
+            a->checkpoint = v;
+        else if (strcmp(o, "--prompt") == 0)
+            a->prompt = v;
+        else if (strcmp(o, "--prompt-file") == 0)
+            a->prompt_file = v;
+        else if (strcmp(o, "--system") == 0)
+            a->system = v;
+        else if (strcmp(o, "--dtype") == 0)
+            a->dtype = v;
+        else if (strcmp(o, "--max-new-tokens") == 0) {
+            TRY(parse_long(o, v, 1, &a->max_new, err));
+        } else if (strcmp(o, "--top-k") == 0) {
+            TRY(parse_long(o, v, 0, &n, err));
+            a->sp.top_k = n > 1000000000 ? 1000000000 : (int)n;
+        } else if (strcmp(o, "--seed") == 0) {
+            TRY(parse_long(o, v, 0, &n, err));
+            a->seed = (unsigned long long)n;
+        } else if (strcmp(o, "--temperature") == 0) {
+            TRY(parse_float(o, v, &a->sp.temperature, err));
+            if (a->sp.temperature < 0)
+                return err_set(err, "--temperature %s: must be >= 0 (0 is greedy)", v);
+        } else if (strcmp(o, "--top-p") == 0) {
+            TRY(parse_float(o, v, &a->sp.top_p, err));
+            if (!(a->sp.top_p > 0 && a->sp.top_p <= 1))
+                return err_set(err, "--top-p %s: must be in (0, 1]", v);
+        } else if (strcmp(o, "--min-p") == 0) {
+            TRY(parse_float(o, v, &a->sp.min_p, err));
+            if (!(a->sp.min_p >= 0 && a->sp.min_p <= 1))
+                return err_set(err, "--min-p %s: must be in [0, 1]", v);
+        } else if (strcmp(o, "--stop") == 0) {
+            if (!*v) return err_set(err, "--stop: the stop string is empty");
+            if (a->n_stop == MAX_STOP)
+                return err_set(err, "--stop: at most %d stop strings", MAX_STOP);
+            a->stop[a->n_stop++] = v;
+        } else {
+            return err_set(err, "unknown option %s (see qtitan generate --help)", o);
+        }
+    }
+    if (!a->model == !a->checkpoint)
+        return err_set(
+            err, "give one of --model HFDIR or --checkpoint STEP_DIR (see qtitan generate --help)");
+    if (!a->prompt == !a->prompt_file)
+        return err_set(err,
+                       "give one of --prompt TEXT or --prompt-file F (see qtitan generate --help)");
+    if (strcmp(a->dtype, "float32") != 0 && strcmp(a->dtype, "bfloat16") != 0)
+        return err_set(err, "--dtype %s: expected float32 or bfloat16", a->dtype);
+    if ((a->system || !a->thinking) && !a->chat)
+        return err_set(err, "--system and --no-thinking need --chat");
+    return 0;
+}
+
+/* The prompts' texts: --prompt, or the non-blank lines of --prompt-file. */
+typedef struct Prompts {
+    char *data;
+    char **text;
+    int n;
+} Prompts;
+
+static int read_prompts(Prompts *p, const GenArgs *a, Err *err) {
+    memset(p, 0, sizeof *p);
+    if (a->prompt) {
+        p->data = xstrdup(a->prompt);
+        p->text = xcalloc(1, sizeof *p->text);
+        p->text[p->n++] = p->data;
+        return 0;
+    }
+    size_t len;
+    TRY(fs_read_all(a->prompt_file, &p->data, &len, err));
+    if (memchr(p->data, '\0', len))
+        return err_set(err, "%s: byte %zu is NUL; a prompt file is text, one prompt a line",
+                       a->prompt_file, (size_t)((char *)memchr(p->data, '\0', len) - p->data));
+    p->text = xcalloc(len / 2 + 1, sizeof *p->text);
+    for (char *line = p->data; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = '\0';
+        size_t l = strlen(line);
+        if (l && line[l - 1] == '\r') line[--l] = '\0';
+        if (strspn(line, " \t") < l) p->text[p->n++] = line;
+        line = nl ? nl + 1 : NULL;
+    }
+    if (p->n == 0)
+        return err_set(err, "%s holds no prompt (one prompt a line; blank lines are skipped)",
+                       a->prompt_file);
+    return 0;
+}
+
+/* Prompt i's ids: the text, or with --chat the rendered conversation. */
+static int encode_prompt(const GenArgs *a, const Tokenizer *tok, const ChatFormat *cf,
+                         const char *text, IdVec *out, Err *err) {
+    if (!cf) return tokenizer_encode(tok, text, strlen(text), out, err);
+    ChatMessage msgs[2];
+    size_t n = 0;
+    if (a->system)
+        msgs[n++] = (ChatMessage){
+            .role = CHAT_SYSTEM, .content = a->system, .content_len = strlen(a->system)};
+    msgs[n++] = (ChatMessage){.role = CHAT_USER, .content = text, .content_len = strlen(text)};
+    ChatTokens ct = {0};
+    ChatOptions opt = {.add_generation_prompt = 1, .enable_thinking = a->thinking};
+    int rc = chat_render(cf, msgs, n, opt, &ct, err);
+    for (size_t i = 0; rc == 0 && i < ct.n; i++)
+        idvec_push(out, ct.ids[i]);
+    chat_tokens_free(&ct);
+    return rc;
+}
+
+static void stream_stdout(void *ctx, int i, const char *text, size_t len) {
+    (void)ctx, (void)i;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+}
+
+static void print_json(const char *prompt, const IdVec *pid, const GenOutput *g) {
+    json_t *o = json_object(), *pids = json_array(), *ids = json_array(), *lps = json_array();
+    for (size_t t = 0; t < pid->n; t++)
+        json_array_append_new(pids, json_integer(pid->ids[t]));
+    for (int t = 0; t < g->n; t++) {
+        json_array_append_new(ids, json_integer(g->ids[t]));
+        json_array_append_new(lps, json_real(g->logprobs[t]));
+    }
+    json_object_set_new(o, "prompt", json_string(prompt));
+    json_object_set_new(o, "prompt_ids", pids);
+    json_object_set_new(o, "ids", ids);
+    json_object_set_new(o, "text", json_stringn(g->text ? g->text : "", g->text_len));
+    json_object_set_new(o, "logprobs", lps);
+    json_object_set_new(o, "finish_reason", json_string(g->finish));
+    char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
+    puts(s);
+    free(s);
+    json_decref(o);
+}
+
+static int generate_run(const GenArgs *a, Err *err) {
+    Prompts pr;
+    if (read_prompts(&pr, a, err)) {
+        free(pr.data), free(pr.text);
+        return -1;
+    }
+    InferModel im;
+    char *step = NULL;
+    if ((a->checkpoint && cli_checkpoint_step(a->checkpoint, &step, err)) ||
+        infer_model_open(&im, a->model, step, 1, 1, strcmp(a->dtype, "bfloat16") == 0, err)) {
+        free(step);
+        free(pr.data), free(pr.text);
+        return -1;
+    }
+    free(step);
+    int rc = 0;
+    ChatFormat *cf = NULL;
+    if (!im.tok)
+        rc = err_set(err, "%s has no tokenizer.json; generate needs one to encode the prompt",
+                     im.dir);
+    if (rc == 0 && a->chat && !(cf = chat_format_load(im.tok, err))) rc = -1;
+    IdVec *ids = xcalloc((size_t)pr.n, sizeof *ids);
+    const int32_t **ptr = xcalloc((size_t)pr.n, sizeof *ptr);
+    int *lens = xcalloc((size_t)pr.n, sizeof *lens);
+    int longest = 0, ctx = im.m.spec.max_seq_len;
+    for (int i = 0; i < pr.n && rc == 0; i++) {
+        rc = encode_prompt(a, im.tok, cf, pr.text[i], &ids[i], err);
+        if (rc) break;
+        if (ids[i].n == 0) {
+            rc = err_set(err, "prompt %d is empty: it encodes to no token", i + 1);
+        } else if ((long)ids[i].n + a->max_new > ctx) {
+            rc = err_set(err,
+                         "prompt %d has %zu tokens; with --max-new-tokens %ld that exceeds the "
+                         "model's context of %d positions (max_position_embeddings in %s)",
+                         i + 1, ids[i].n, a->max_new, ctx, im.dir);
+        } else {
+            rc = qwen3_check_tokens(&im.m, (const int32_t *)ids[i].ids, (long)ids[i].n, 0, "prompt",
+                                    err);
+            ptr[i] = (const int32_t *)ids[i].ids;
+            lens[i] = (int)ids[i].n;
+            if (lens[i] > longest) longest = lens[i];
+        }
+    }
+    Decoder d = {0};
+    GenOutput *out = xcalloc((size_t)pr.n, sizeof *out);
+    GenStats st = {0};
+    if (rc == 0) rc = decoder_create(&d, &im.m, pr.n, longest + (int)a->max_new, err);
+    if (rc == 0) {
+        GenOptions o = {.max_new_tokens = (int)a->max_new,
+                        .sample = a->sp,
+                        .seed = a->seed,
+                        .eos = im.eos,
+                        .n_eos = im.n_eos,
+                        .stop = a->stop,
+                        .n_stop = a->n_stop};
+        int streaming = pr.n == 1 && !a->json;
+        rc = generate(&d, im.tok, ptr, lens, pr.n, &o, out, streaming ? stream_stdout : NULL, NULL,
+                      &st, err);
+        for (int i = 0; i < pr.n && rc == 0; i++) {
+            if (a->json)
+                print_json(pr.text[i], &ids[i], &out[i]);
+            else if (streaming)
+                putchar('\n');
+            else
+                printf("--- prompt %d\n%.*s\n", i + 1, (int)out[i].text_len, out[i].text);
+            gen_output_free(&out[i]);
+        }
+        fflush(stdout);
+    }
+    if (rc == 0)
+        fprintf(stderr,
+                "generate: prompt %ld tokens in %.3f s (%.1f tokens/s), generation %ld tokens "
+                "in %.3f s (%.1f tokens/s), %d sequence%s, %s\n",
+                st.prompt_tokens, st.prefill_s, st.prompt_tokens / fmax(st.prefill_s, 1e-9),
+                st.new_tokens, st.decode_s, st.new_tokens / fmax(st.decode_s, 1e-9), pr.n,
+                pr.n == 1 ? "" : "s", a->dtype);
+    decoder_free(&d);
+    for (int i = 0; i < pr.n; i++)
+        idvec_free(&ids[i]);
+    free(ids), free(ptr), free(lens), free(out), free(pr.data), free(pr.text);
+    if (cf) chat_format_free(cf);
+    infer_model_close(&im);
+    return rc;
+}
+
+int cmd_generate(int argc, char **argv) {
+    if (cmd_wants_help(argc, argv)) {
+        fputs(USAGE, stdout);
+        return 0;
+    }
+    log_info_to_stderr(); /* stdout carries the generated text only */
+    GenArgs a;
+    Err err;
+    if (parse_args(&a, argc, argv, &err)) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        return 2;
+    }
+    if (generate_run(&a, &err)) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,34 @@
+/* torchtitan's job-config keys that qtitan knows without a JobConfig field of its own: each
+ * row says which values already mean here what they mean in torchtitan (a pipeline degree of 1,
+ * compile disabled), and what any other value gets: a one-line notice saying why it has no
+ * effect, or a refusal when it asks for something qtitan cannot do. The keys qtitan implements
+ * live in config.c's KEYS table; together the two cover torchtitan's whole job config, so a
+ * torchtitan TOML file is never stopped by "unknown key" (docs/config.md, torchtitan keys). */
+#ifndef QT_CONFIG_COMPAT_H
+#define QT_CONFIG_COMPAT_H
+
+typedef enum CompatAction {
+    COMPAT_NOTICE, /* accepted; a notice names the key, the value and why it has no effect */
+    COMPAT_REFUSE, /* an error sentence: the value asks for something qtitan cannot do */
+} CompatAction;
+
+typedef struct CompatKey {
+    const char *section; /* "parallelism", "quantize.linear.float8", ... */
+    const char *key;
+    /* 'b' boolean, 'i' integer, 'n' number, 's' string, 'l' list of strings (on the command
+     * line also a comma-separated string, as torchtitan takes it) */
+    char type;
+    /* Values, as TOML text separated by '|', with which qtitan already does what torchtitan
+     * does; "*" = every value; NULL = none. */
+    const char *same;
+    CompatAction other; /* what any other value gets */
+    const char *reason;
+} CompatKey;
+
+extern const CompatKey CONFIG_COMPAT[];
+extern const int CONFIG_COMPAT_N;
+
+/* The row for section.key, or NULL. */
+const CompatKey *config_compat_find(const char *section, const char *key);
+
+#endif

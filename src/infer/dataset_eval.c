@@ -1,0 +1,67 @@
+/* Loss and byte counts of a dataset's first epoch (see dataset_eval.h). */
+#include "infer/dataset_eval.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/cross_entropy.h"
+
+EvalPlan eval_plan(const Dataset *ds, int64_t max_targets) {
+    EvalPlan p;
+    p.n_targets = ds->epoch_len - 1;
+    if (max_targets > 0 && max_targets < p.n_targets) p.n_targets = max_targets;
+    p.n_rows = (p.n_targets + ds->opt.seq_len - 1) / ds->opt.seq_len;
+    return p;
+}
+
+int eval_rows(Qwen3 *m, Dataset *ds, const EvalPlan *plan, int64_t first, int64_t stride, int B,
+              double *loss_sum, int64_t *n_valid, Err *err) {
+    int T = ds->opt.seq_len;
+    Batch one, many;
+    batch_alloc(&one, 1, T);
+    batch_alloc(&many, B, T);
+    int rc = 0;
+    for (int64_t row = first; row < plan->n_rows && rc == 0;) {
+        int b = 0;
+        for (; b < B && row < plan->n_rows; b++, row += stride) {
+            rc = dataset_rows(ds, row, 1, &one, err);
+            if (rc) break;
+            long o = (long)b * T;
+            memcpy(many.tokens + o, one.tokens, (size_t)T * sizeof *one.tokens);
+            memcpy(many.positions + o, one.positions, (size_t)T * sizeof *one.positions);
+            memcpy(many.doc_ids + o, one.doc_ids, (size_t)T * sizeof *one.doc_ids);
+            for (int t = 0; t < T; t++)
+                many.targets[o + t] =
+                    row * T + t + 1 <= plan->n_targets ? one.targets[t] : CE_IGNORE;
+        }
+        if (rc || b == 0) break;
+        qwen3_forward(m, (const int32_t *)many.tokens, many.targets, many.positions, many.doc_ids,
+                      b, T);
+        *loss_sum += m->loss_sum;
+        *n_valid += m->n_valid;
+    }
+    batch_free(&one);
+    batch_free(&many);
+    return rc;
+}
+
+int eval_plan_bytes(const Dataset *ds, const EvalPlan *plan, const Tokenizer *tok, int64_t *bytes,
+                    Err *err) {
+    *bytes = 0;
+    int64_t start = 0; /* stream position of document d's first id */
+    for (int64_t d = 0; d < ds->n_docs && start <= plan->n_targets; d++) {
+        int64_t len = (int64_t)(ds->offsets[d + 1] - ds->offsets[d]);
+        int64_t lo = start > 0 ? start : 1, hi = start + len;
+        if (hi > plan->n_targets + 1) hi = plan->n_targets + 1;
+        if (hi > lo) {
+            char *text;
+            size_t n;
+            TRY(tokenizer_decode(tok, ds->ids + ds->offsets[d] + (lo - start), (size_t)(hi - lo),
+                                 &text, &n, err));
+            free(text);
+            *bytes += (int64_t)n;
+        }
+        start += len + 1; /* the EOS after the document */
+    }
+    return 0;
+}

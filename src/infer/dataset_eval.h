@@ -1,0 +1,37 @@
+/* Loss of a model on a dataset's first epoch, in source order: the packed rows of
+ * text/dataset.h (documents each followed by EOS, document mask and positions as training
+ * packs them), every stream token after the first a target once. Shared by `qtitan eval
+ * --dataset` and validation during training. */
+#ifndef QT_DATASET_EVAL_H
+#define QT_DATASET_EVAL_H
+
+#include <stdint.h>
+
+#include "core/err.h"
+#include "model/qwen3.h"
+#include "text/dataset.h"
+
+/* Targets of one pass: rows [0, n_rows) of the stream; targets past `n_targets` (the end of
+ * the epoch or a cap) are not counted. */
+typedef struct EvalPlan {
+    int64_t n_targets; /* stream positions 1..n_targets are predicted */
+    int64_t n_rows;    /* ceil(n_targets / T) */
+} EvalPlan;
+
+/* The whole first epoch (L - 1 targets), or its first max_targets (> 0) targets. */
+EvalPlan eval_plan(const Dataset *ds, int64_t max_targets);
+
+/* Adds to *loss_sum / *n_valid the summed cross-entropy and the count of the targets of rows
+ * first, first + stride, ... (< plan rows), run B rows at a time through m (qwen3_forward; m
+ * sized for B x T). The dataset must be opened with shuffle off (its first epoch is then the
+ * documents in source order). stride > 1 lets data-parallel ranks share the rows: the sums are
+ * doubles, so adding the ranks' sums gives the one-process sum up to rounding. */
+int eval_rows(Qwen3 *m, Dataset *ds, const EvalPlan *plan, int64_t first, int64_t stride, int B,
+              double *loss_sum, int64_t *n_valid, Err *err);
+
+/* UTF-8 bytes of the text the targets of plan stand for (EOS ids excluded), by decoding each
+ * document's targeted ids with tok. */
+int eval_plan_bytes(const Dataset *ds, const EvalPlan *plan, const Tokenizer *tok, int64_t *bytes,
+                    Err *err);
+
+#endif

@@ -1,0 +1,235 @@
+/* KV-cache inference over the model's module implementations (see decode.h). */
+#include "infer/decode.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/moe.h"
+
+static float *floats(long n) {
+    return xcalloc((size_t)(n > 0 ? n : 1), sizeof(float));
+}
+
+int decoder_create(Decoder *d, Qwen3 *m, int S, int C, Err *err) {
+    memset(d, 0, sizeof *d);
+    const ModelSpec *s = &m->spec;
+    if (S < 1 || C < 1)
+        return err_set(err, "a decoder needs at least one sequence and one position (got %d, %d)",
+                       S, C);
+    long D = s->dim, HE = (long)s->n_heads * s->head_dim, KE = (long)s->n_kv_heads * s->head_dim;
+    long F = s->hidden_dim, V = s->vocab_size, L = s->n_layers, H = s->n_heads;
+    long R = C > S ? C : S;
+    d->m = m;
+    d->S = S;
+    d->C = C;
+    d->R = R;
+    d->kc = floats(L * S * C * KE);
+    d->vc = floats(L * S * C * KE);
+    d->len = xcalloc((size_t)S, sizeof *d->len);
+    d->x = floats(R * D), d->out = floats(R * D), d->xmid = floats(R * D);
+    d->xn = floats(R * D), d->xn2 = floats(R * D);
+    d->rstd = floats(R * H);
+    d->q = floats(R * HE), d->qn = floats(R * HE), d->qr = floats(R * HE);
+    d->k = floats(R * KE), d->kn = floats(R * KE), d->kr = floats(R * KE), d->v = floats(R * KE);
+    d->att = floats(R * HE);
+    d->lse = floats(H * C);
+    d->scores = floats((long)S * H * C);
+    d->h1 = floats(R * F), d->h3 = floats(R * F), d->g = floats(R * F);
+    d->pos = xcalloc((size_t)R, sizeof *d->pos);
+    long ws = 0; /* the largest workspace the layers' feed-forward kernels declare for R rows */
+    for (int l = 0; l < s->n_layers; l++) {
+        const SwigluOp *ff = m->mod.layers[l].feed_forward;
+        long w = ff && ff->workspace_floats ? ff->workspace_floats(R, (int)D, (int)F) : 0;
+        ws = w > ws ? w : ws;
+    }
+    if (ws) d->ffn_ws = floats(ws);
+    if (m->bf16) {
+        /* The largest product's bf16 inputs (linear.h, swiglu.h): lm_head runs on at most S
+         * rows, everything else on up to R. */
+        long need = R * (2 * D + 2 * F);
+        if (R * (D + HE) > need) need = R * (D + HE);
+        if ((long)S * (D + V) > need) need = (long)S * (D + V);
+        d->scratch = xcalloc((size_t)need, sizeof *d->scratch);
+    }
+    if (m->n_moe_layers) {
+        long X = s->num_experts, k = s->top_k, Fm = s->moe_hidden_dim;
+        d->router_logits = floats(R * X), d->probs = floats(R * X);
+        d->topk_idx = xcalloc((size_t)(R * k), sizeof *d->topk_idx);
+        d->topk_w = floats(R * k);
+        long saved = moe_experts_saved_floats(R, (int)k, (int)D, (int)Fm);
+        long scratch = moe_experts_scratch_floats(R, (int)k, (int)D, (int)Fm);
+        d->ex_mem = floats(saved + scratch);
+        d->ex_ints = xcalloc((size_t)moe_experts_saved_ints(R, (int)k, (int)X), sizeof(int32_t));
+        moe_experts_bufs_place(&d->ex, d->ex_mem, d->ex_ints, d->ex_mem + saved, R, (int)k, (int)D,
+                               (int)Fm, (int)X);
+    }
+    return 0;
+}
+
+void decoder_free(Decoder *d) {
+    float *fs[] = {d->kc,     d->vc,
+                   d->x,      d->out,
+                   d->xmid,   d->xn,
+                   d->xn2,    d->rstd,
+                   d->q,      d->qn,
+                   d->qr,     d->k,
+                   d->kn,     d->kr,
+                   d->v,      d->att,
+                   d->lse,    d->scores,
+                   d->h1,     d->h3,
+                   d->g,      d->router_logits,
+                   d->probs,  d->topk_w,
+                   d->ex_mem, d->ffn_ws};
+    for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
+        free(fs[i]);
+    free(d->len), free(d->pos), free(d->scratch), free(d->topk_idx), free(d->ex_ints);
+    memset(d, 0, sizeof *d);
+}
+
+void decoder_reset(Decoder *d) {
+    memset(d->len, 0, (size_t)d->S * sizeof *d->len);
+}
+
+/* The linear calls as the model makes them (qwen3.c linear_fwd): bf16 when mixed precision is
+ * on and the implementation has a bf16 path. */
+static void linear(const Decoder *d, const LinearOp *op, float *out, const float *x, const float *w,
+                   const uint16_t *wb, long N, int I, int O) {
+    if (d->m->bf16 && op->forward_bf16)
+        op->forward_bf16(out, x, wb, d->scratch, N, I, O);
+    else
+        op->forward(out, x, w, N, I, O);
+}
+
+static float *cache_row(const Decoder *d, float *c, int l, int s, int t) {
+    long KE = (long)d->m->spec.n_kv_heads * d->m->spec.head_dim;
+    return c + (((long)l * d->S + s) * d->C + t) * KE;
+}
+
+/* One query row per sequence against its cache, positions 0..len: the causal softmax
+ * attention of ops/sdpa.h with the keys already in the cache. */
+static void attend_cached(Decoder *d, int l, const int *seq, long n) {
+    const ModelSpec *s = &d->m->spec;
+    int H = s->n_heads, K = s->n_kv_heads, E = s->head_dim, C = d->C;
+    float scale = 1.0f / sqrtf((float)E);
+#pragma omp parallel for schedule(static)
+    for (long rh = 0; rh < n * H; rh++) {
+        long r = rh / H;
+        int h = (int)(rh % H), kh = h / (H / K), T = d->len[seq[r]] + 1;
+        const float *q = d->qr + (r * H + h) * E;
+        float *sc = d->scores + rh * C, *o = d->att + (r * H + h) * E;
+        float mx = -INFINITY;
+        for (int t = 0; t < T; t++) {
+            const float *kk = cache_row(d, d->kc, l, seq[r], t) + (long)kh * E;
+            float dot = 0.0f;
+            for (int e = 0; e < E; e++)
+                dot += q[e] * kk[e];
+            sc[t] = dot * scale;
+            if (sc[t] > mx) mx = sc[t];
+        }
+        float sum = 0.0f;
+        for (int t = 0; t < T; t++) {
+            sc[t] = expf(sc[t] - mx);
+            sum += sc[t];
+        }
+        for (int e = 0; e < E; e++)
+            o[e] = 0.0f;
+        for (int t = 0; t < T; t++) {
+            const float *vv = cache_row(d, d->vc, l, seq[r], t) + (long)kh * E;
+            float w = sc[t] / sum;
+            for (int e = 0; e < E; e++)
+                o[e] += w * vv[e];
+        }
+    }
+}
+
+/* Layer l on n rows of d->x (written to d->out). prefill_seq >= 0: the rows are that
+ * sequence's positions 0..n-1; else row r is one new token of sequence seq[r]. */
+static void layer(Decoder *d, int l, long n, int prefill_seq, const int *seq) {
+    Qwen3 *m = d->m;
+    const ModelSpec *s = &m->spec;
+    const Qwen3LayerParams *p = &m->p.layers[l];
+    const Qwen3Bf16Layer *pb = &m->pb.layers[l];
+    const Qwen3LayerModules *md = &m->mod.layers[l];
+    int D = s->dim, H = s->n_heads, K = s->n_kv_heads, E = s->head_dim, F = s->hidden_dim;
+    long KE = (long)K * E;
+    float eps = (float)s->norm_eps;
+
+    md->attention_norm->forward(d->xn, d->rstd, d->x, p->attention_norm, n, D, eps);
+    linear(d, md->qkv, d->q, d->xn, p->wq, pb->wq, n, D, H * E);
+    linear(d, md->qkv, d->k, d->xn, p->wk, pb->wk, n, D, K * E);
+    linear(d, md->qkv, d->v, d->xn, p->wv, pb->wv, n, D, K * E);
+    md->q_norm->forward(d->qn, d->rstd, d->q, p->q_norm, n * H, E, eps);
+    md->k_norm->forward(d->kn, d->rstd, d->k, p->k_norm, n * K, E, eps);
+    md->rope->forward(d->qr, d->qn, d->pos, n, H, E, s->rope_theta);
+    md->rope->forward(d->kr, d->kn, d->pos, n, K, E, s->rope_theta);
+    if (prefill_seq >= 0) {
+        md->sdpa->forward(d->att, d->lse, d->qr, d->kr, d->v, NULL, 1, (int)n, H, K, E);
+        memcpy(cache_row(d, d->kc, l, prefill_seq, 0), d->kr, (size_t)(n * KE) * sizeof(float));
+        memcpy(cache_row(d, d->vc, l, prefill_seq, 0), d->v, (size_t)(n * KE) * sizeof(float));
+    } else {
+        for (long r = 0; r < n; r++) {
+            memcpy(cache_row(d, d->kc, l, seq[r], d->len[seq[r]]), d->kr + r * KE,
+                   (size_t)KE * sizeof(float));
+            memcpy(cache_row(d, d->vc, l, seq[r], d->len[seq[r]]), d->v + r * KE,
+                   (size_t)KE * sizeof(float));
+        }
+        attend_cached(d, l, seq, n);
+    }
+    linear(d, md->wo, d->xmid, d->att, p->wo, pb->wo, n, H * E, D);
+    if (md->ffn_norm->forward_add) {
+        md->ffn_norm->forward_add(d->xmid, d->xn2, d->rstd, d->xmid, d->x, p->ffn_norm, n, D, eps);
+    } else {
+        for (long i = 0; i < n * D; i++)
+            d->xmid[i] += d->x[i];
+        md->ffn_norm->forward(d->xn2, d->rstd, d->xmid, p->ffn_norm, n, D, eps);
+    }
+    if (md->experts) {
+        int X = s->num_experts, k = s->top_k;
+        md->router->forward(d->router_logits, d->xn2, p->router_gate, n, D, X);
+        moe_router_forward(d->probs, d->topk_idx, d->topk_w, d->router_logits, p->expert_bias, n, X,
+                           k, s->norm_topk_prob);
+        md->experts->forward(d->out, &d->ex, d->xn2, d->topk_idx, d->topk_w, p->experts_w1,
+                             p->experts_w3, p->experts_w2, n, k, D, s->moe_hidden_dim, X);
+    } else if (m->bf16 && md->feed_forward->forward_bf16) {
+        md->feed_forward->forward_bf16(d->out, d->h1, d->h3, d->g, d->xn2, pb->w1, pb->w3, pb->w2,
+                                       d->scratch, n, D, F);
+    } else {
+        md->feed_forward->forward(d->out, d->h1, d->h3, d->g, d->xn2, p->w1, p->w3, p->w2,
+                                  d->ffn_ws, n, D, F);
+    }
+    for (long i = 0; i < n * D; i++)
+        d->x[i] = d->out[i] + d->xmid[i];
+}
+
+/* Final norm and lm_head on rows first..first+n-1 of d->x: logits (n, V). */
+static void head(Decoder *d, long first, long n, float *logits) {
+    Qwen3 *m = d->m;
+    const ModelSpec *s = &m->spec;
+    int D = s->dim;
+    m->mod.norm->forward(d->xn, d->rstd, d->x + first * D, m->p.norm, n, D, (float)s->norm_eps);
+    linear(d, m->mod.lm_head, logits, d->xn, m->p.output, m->pb.output, n, D, s->vocab_size);
+}
+
+void decoder_prefill(Decoder *d, int s, const int32_t *ids, int T, float *logits) {
+    Qwen3 *m = d->m;
+    for (int t = 0; t < T; t++)
+        d->pos[t] = t;
+    m->mod.tok_embeddings->forward(d->x, ids, m->p.tok_embeddings, T, m->spec.dim);
+    for (int l = 0; l < m->spec.n_layers; l++)
+        layer(d, l, T, s, NULL);
+    d->len[s] = T;
+    head(d, T - 1, 1, logits);
+}
+
+void decoder_step(Decoder *d, const int *seq, const int32_t *ids, int n, float *logits) {
+    Qwen3 *m = d->m;
+    for (int r = 0; r < n; r++)
+        d->pos[r] = d->len[seq[r]];
+    m->mod.tok_embeddings->forward(d->x, ids, m->p.tok_embeddings, n, m->spec.dim);
+    for (int l = 0; l < m->spec.n_layers; l++)
+        layer(d, l, n, -1, seq);
+    for (int r = 0; r < n; r++)
+        d->len[seq[r]]++;
+    head(d, 0, n, logits);
+}

@@ -1,0 +1,63 @@
+/* Inference on a Qwen3 model (dense and MoE, fp32 or bf16 weights): a KV cache sized up front,
+ * the prefill of one sequence's prompt, and batched one-token decode steps. Every op runs
+ * through the model's own module implementations (m->mod: the CPU kernels or the overrides
+ * training uses) and the same bf16 path, so a prefill computes what qwen3_forward computes;
+ * only attention against the cache during decode is local to this file (one query row per
+ * sequence, which the training sdpa op does not take). Nothing is allocated after
+ * decoder_create.
+ *
+ * Letters as in model/qwen3.h; S sequences (cache rows), C cache positions per sequence. */
+#ifndef QT_DECODE_H
+#define QT_DECODE_H
+
+#include <stdint.h>
+
+#include "core/err.h"
+#include "model/qwen3.h"
+#include "ops/moe_experts.h"
+
+typedef struct Decoder {
+    Qwen3 *m;       /* weights and module implementations; not owned */
+    int S;          /* sequences */
+    int C;          /* cache positions per sequence: prompt + generated tokens */
+    long R;         /* rows one call processes: max(C, S) */
+    float *kc, *vc; /* (L, S, C, K*E) keys after q/k norm and rope; values */
+    int *len;       /* (S) positions filled */
+    /* Work rows (R of each). */
+    float *x, *out, *xmid;  /* (R, D) residual stream, layer output, x + attention */
+    float *xn, *xn2;        /* (R, D) norm outputs */
+    float *rstd;            /* (R * H) norm rstd (largest: q_norm) */
+    float *q, *qn, *qr;     /* (R, H*E) */
+    float *k, *kn, *kr, *v; /* (R, K*E) */
+    float *att;             /* (R, H*E) */
+    float *lse;             /* (H * C) prefill sdpa */
+    float *scores;          /* (S * H, C) decode attention */
+    float *h1, *h3, *g;     /* (R, F) */
+    float *ffn_ws;          /* the feed-forward kernel's declared workspace, or NULL */
+    int32_t *pos;           /* (R) */
+    uint16_t *scratch;      /* bf16 casts of matmul inputs */
+    /* MoE layers */
+    float *router_logits, *probs; /* (R, X) */
+    int32_t *topk_idx;            /* (R, k) */
+    float *topk_w;                /* (R, k) */
+    MoeExpertsBufs ex;
+    float *ex_mem;
+    int32_t *ex_ints;
+} Decoder;
+
+/* Sizes the cache for S sequences of up to C positions each and the work rows. The model's
+ * parameters must stay where they are while the decoder lives; with mixed precision on
+ * (m->bf16) the caller refreshes the bf16 copies (qwen3_refresh_bf16) after changing weights. */
+int decoder_create(Decoder *d, Qwen3 *m, int S, int C, Err *err);
+void decoder_free(Decoder *d);
+/* Empties every sequence's cache. */
+void decoder_reset(Decoder *d);
+
+/* Runs prompt ids[0..T) of sequence s from an empty cache (T <= C) and writes the logits of
+ * its last position to logits (V). Ids must be checked against the vocabulary. */
+void decoder_prefill(Decoder *d, int s, const int32_t *ids, int T, float *logits);
+/* Appends one token to each of n sequences seq[0..n) (distinct, each with fewer than C
+ * positions filled): ids (n); logits (n, V) of those tokens. */
+void decoder_step(Decoder *d, const int *seq, const int32_t *ids, int n, float *logits);
+
+#endif

@@ -1,0 +1,111 @@
+/* Loading a model for inference (see infer_model.h). */
+#include "infer/infer_model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fs.h"
+#include "io/safetensors.h"
+#include "model/overrides.h"
+#include "model/qwen3_hf.h"
+
+/* A checkpoint's model.safetensors holds the parameter table's own names, in F32. */
+static int load_checkpoint_weights(Qwen3 *m, const char *step_dir, Err *err) {
+    char *path = fs_join(step_dir, "model.safetensors");
+    StFile f;
+    int rc = st_open(&f, path, err);
+    free(path);
+    TRY(rc);
+    for (int i = 0; i < m->nparams && rc == 0; i++) {
+        const Qwen3Param *p = &m->table[i];
+        const StTensor *t = st_find(&f, p->name);
+        if (!t)
+            rc = err_set(err, "%s: tensor %s of the model is missing", f.path, p->name);
+        else if (t->numel != p->numel)
+            rc = err_set(err, "%s: tensor %s has %lld values, the model's config needs %ld", f.path,
+                         p->name, (long long)t->numel, p->numel);
+        else
+            st_to_f32(t, p->data);
+    }
+    st_close(&f);
+    return rc;
+}
+
+static void add_eos(InferModel *im, int64_t id) {
+    if (id < 0 || id >= im->m.spec.vocab_size) return;
+    for (int i = 0; i < im->n_eos; i++)
+        if (im->eos[i] == id) return;
+    if (im->n_eos < (int)(sizeof im->eos / sizeof im->eos[0])) im->eos[im->n_eos++] = (int32_t)id;
+}
+
+int infer_model_open(InferModel *im, const char *hf_dir, const char *step_dir, int B, int T,
+                     int bf16, Err *err) {
+    memset(im, 0, sizeof *im);
+    if (step_dir) {
+        if (!fs_is_dir(step_dir)) return err_set(err, "checkpoint %s does not exist", step_dir);
+        im->dir = xstrdup(step_dir);
+    } else {
+        if (!fs_is_dir(hf_dir)) return err_set(err, "model directory %s does not exist", hf_dir);
+        im->dir = xstrdup(hf_dir);
+    }
+    char *cfg = fs_join(im->dir, "config.json");
+    if (!fs_exists(cfg)) {
+        err_set(err,
+                step_dir ? "checkpoint %s has no config.json (the model's architecture); it was "
+                           "written before checkpoints recorded it, or the file was removed"
+                         : "%s has no config.json (an HF model directory needs one)",
+                im->dir);
+        free(cfg);
+        infer_model_close(im);
+        return -1;
+    }
+    ModelSpec spec;
+    int rc = model_spec_from_hf_config_ex(&spec, &im->extra, cfg, err);
+    free(cfg);
+    Qwen3Modules *mod = xmalloc(sizeof *mod);
+    if (rc == 0) {
+        overrides_defaults(&spec, "cpu", mod);
+        rc = qwen3_create_with(&im->m, &spec, B, T, AC_NONE, mod, err);
+    }
+    free(mod);
+    if (rc != 0) {
+        free(im->dir);
+        im->dir = NULL;
+        return -1;
+    }
+    if (step_dir) {
+        rc = load_checkpoint_weights(&im->m, im->dir, err);
+    } else {
+        StSet set;
+        memset(&set, 0, sizeof set);
+        rc = st_set_open(&set, im->dir, err);
+        if (rc == 0) rc = qwen3_load_hf(&im->m, &set, im->dir, err);
+        st_set_close(&set);
+    }
+    if (rc == 0 && bf16) {
+        rc = qwen3_enable_bf16(&im->m, err);
+        if (rc == 0) qwen3_refresh_bf16(&im->m);
+    }
+    if (rc == 0 && fs_exists_in(im->dir, "tokenizer.json")) {
+        im->tok = tokenizer_load(im->dir, err);
+        if (!im->tok) rc = -1;
+    }
+    if (rc != 0) {
+        infer_model_close(im);
+        return -1;
+    }
+    for (int i = 0; i < im->extra.n_eos; i++)
+        add_eos(im, im->extra.eos_token_id[i]);
+    if (im->tok) {
+        add_eos(im, tokenizer_token_id(im->tok, "<|im_end|>"));
+        add_eos(im, tokenizer_token_id(im->tok, "<|endoftext|>"));
+    }
+    return 0;
+}
+
+void infer_model_close(InferModel *im) {
+    if (im->m.table) qwen3_free(&im->m);
+    if (im->tok) tokenizer_free(im->tok);
+    free(im->dir);
+    memset(im, 0, sizeof *im);
+}

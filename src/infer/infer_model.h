@@ -1,0 +1,32 @@
+/* A Qwen3 model ready for inference, from an HF directory or a training checkpoint step: the
+ * architecture (config.json), the weights, the CPU kernels training runs by default, optional
+ * bf16 weights, the EOS ids, and the tokenizer when the directory holds one. Used by
+ * `qtitan generate` and `qtitan eval`. */
+#ifndef QT_INFER_MODEL_H
+#define QT_INFER_MODEL_H
+
+#include <stdint.h>
+
+#include "core/err.h"
+#include "io/hf_config.h"
+#include "model/qwen3.h"
+#include "text/tokenizer.h"
+
+typedef struct InferModel {
+    Qwen3 m;
+    HfConfigExtra extra;
+    Tokenizer *tok; /* NULL when the directory has no tokenizer.json */
+    char *dir;      /* the HF directory or checkpoint step the model came from */
+    int32_t eos[HF_MAX_TOKEN_IDS + 2];
+    int n_eos; /* config.json's eos_token_id(s), then <|im_end|> and <|endoftext|> if known */
+} InferModel;
+
+/* hf_dir: an HF model directory (config.json + safetensors). step_dir: a checkpoint step
+ * (DUMP/checkpoint/step-N; cli_checkpoint_step finds a folder's newest); exactly one of the two
+ * is set. B x T: the activation capacity of m for full forwards (eval); 1 x 1 when
+ * only a Decoder runs the model. bf16: multiply with bf16 weights (qwen3_enable_bf16). */
+int infer_model_open(InferModel *im, const char *hf_dir, const char *step_dir, int B, int T,
+                     int bf16, Err *err);
+void infer_model_close(InferModel *im);
+
+#endif

@@ -1,0 +1,44 @@
+/* Choosing the next token from a row of logits: greedy, or a draw after temperature, top-k,
+ * top-p and min-p, applied in that order as transformers' generate applies its warpers
+ * (TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper, MinPLogitsWarper), each on
+ * what the previous ones kept:
+ *   top-k  keeps the tokens whose logit is >= the k-th largest (ties at the k-th all stay);
+ *   top-p  keeps the smallest set of most probable tokens whose probabilities sum to >= p
+ *          (a token stays when the tokens more probable than it sum to < p: at least one);
+ *   min-p  keeps the tokens whose probability is >= min_p times the largest probability.
+ * V vocabulary size. */
+#ifndef QT_SAMPLE_H
+#define QT_SAMPLE_H
+
+#include <stdint.h>
+
+#include "core/rng.h"
+
+typedef struct SampleParams {
+    float temperature; /* 0: greedy (argmax, the first of equal maxima) */
+    int top_k;         /* 0: off */
+    float top_p;       /* 1: off; in (0, 1] */
+    float min_p;       /* 0: off; in [0, 1] */
+} SampleParams;
+
+/* Scratch for V tokens, allocated once. */
+typedef struct Sampler {
+    int V;
+    float *scaled;  /* (V) logits / temperature, -inf where dropped */
+    int32_t *order; /* (V) token ids by descending scaled logit */
+    double *prob;   /* (V) probabilities in that order */
+} Sampler;
+
+void sampler_init(Sampler *s, int V);
+void sampler_free(Sampler *s);
+
+/* Marks keep[v] = 1 for the tokens the filters of p keep (temperature > 0), 0 for the others;
+ * returns how many are kept (at least one). */
+int sample_filter(Sampler *s, const float *logits, const SampleParams *p, uint8_t *keep);
+/* The next token: argmax when p->temperature is 0, else one draw from the kept tokens'
+ * renormalised probabilities using one rng_uniform of r. */
+int32_t sample_next(Sampler *s, const float *logits, const SampleParams *p, Rng *r);
+/* log softmax(logits)[id], the model's own log-probability of id (before any warper). */
+double sample_logprob(const float *logits, int V, int32_t id);
+
+#endif

@@ -1,0 +1,84 @@
+/* Validation during training (see validate.h). */
+#include "train/validate.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/timer.h"
+#include "infer/dataset_eval.h"
+
+int validator_open(Validator *v, const JobConfig *cfg, Qwen3 *m, const Tokenizer *tok, Err *err) {
+    memset(v, 0, sizeof *v);
+    int T = cfg->validation.seq_len > 0 ? cfg->validation.seq_len : cfg->training.seq_len;
+    long capacity = (long)m->max_B * m->max_T;
+    if (T > capacity)
+        return err_set(err,
+                       "validation.seq_len = %d is longer than the %ld tokens of a training "
+                       "micro-batch, whose activations validation reuses",
+                       T, capacity);
+    v->m = m;
+    v->freq = cfg->validation.freq;
+    v->rows_per_forward = cfg->validation.local_batch_size;
+    if (v->rows_per_forward > capacity / T) v->rows_per_forward = (int)(capacity / T);
+    if (cfg->validation.steps > 0)
+        v->max_targets = (int64_t)cfg->validation.steps * cfg->validation.local_batch_size * T;
+    char *path;
+    TRY(config_validation_dataset_path(cfg, &path, err));
+    DatasetEncoder enc;
+    DatasetOptions opt;
+    dataset_options_default(&opt);
+    opt.path = path;
+    opt.seq_len = T;
+    opt.shuffle = 0;
+    opt.document_mask = cfg->training.document_mask;
+    int rc = dataset_encoder_for_tokenizer(&enc, tok, err);
+    if (rc == 0) rc = dataset_open(&v->ds, &opt, &enc, err);
+    free(path);
+    TRY(rc);
+    if (m->n_moe_layers)
+        v->counts = xcalloc((size_t)m->spec.n_layers * m->spec.num_experts, sizeof *v->counts);
+    log_info("validation: every %d steps on %lld documents, %d x %d tokens per forward", v->freq,
+             (long long)v->ds.n_docs, v->rows_per_forward, T);
+    return 0;
+}
+
+void validator_close(Validator *v) {
+    if (!v->m) return;
+    dataset_close(&v->ds);
+    free(v->counts);
+    memset(v, 0, sizeof *v);
+}
+
+int validator_after_step(Validator *v, int64_t step, int last, MetricsWriter *mw, Err *err) {
+    if (!last && step % v->freq != 0) return 0;
+    Qwen3 *m = v->m;
+    size_t nc = v->counts ? (size_t)m->spec.n_layers * m->spec.num_experts : 0;
+    if (nc) memcpy(v->counts, m->moe_counts, nc * sizeof *v->counts);
+    double t0 = now_seconds(), loss_sum = 0;
+    int64_t n = 0;
+    EvalPlan plan = eval_plan(&v->ds, v->max_targets);
+    int rc = eval_rows(m, &v->ds, &plan, 0, 1, v->rows_per_forward, &loss_sum, &n, err);
+    if (nc) memcpy(m->moe_counts, v->counts, nc * sizeof *v->counts);
+    TRY(rc);
+    double dt = now_seconds() - t0, loss = n ? loss_sum / (double)n : 0.0;
+    log_info("validate step: %lld  loss: %.5f  perplexity: %.4f  tokens: %lld  time: %.2fs",
+             (long long)step, loss, exp(loss), (long long)n, dt);
+    if (!mw) return 0;
+    json_t *o = json_object();
+    json_object_set_new(o, "step", json_integer(step));
+    json_object_set_new(o, "validation_loss", json_real(loss));
+    json_object_set_new(o, "validation_perplexity", json_real(exp(loss)));
+    json_object_set_new(o, "validation_tokens", json_integer(n));
+    json_object_set_new(o, "validation_time_s", json_real(dt));
+    rc = metrics_writer_write_json(mw, o, err);
+    json_decref(o);
+    /* The same scalars as TensorBoard tags (nothing when TensorBoard is off). */
+    const MetricsExtra kv[] = {{"validation_loss", loss},
+                               {"validation_perplexity", exp(loss)},
+                               {"validation_tokens", (double)n},
+                               {"validation_time_s", dt}};
+    if (rc == 0) rc = metrics_log_scalars(mw, step, kv, 4, err);
+    return rc;
+}

@@ -1,0 +1,34 @@
+/* Validation during training (the [validation] section): every validation.freq steps and at
+ * the last step, the loss of the model on a held-out dataset's first epoch (in source order,
+ * packed and masked as training packs; infer/dataset_eval.h), printed as
+ *   validate step: N  loss: X  perplexity: Y  tokens: Z  time: Ts
+ * and written to metrics.jsonl. It runs forward only, on the training model's activations
+ * (validation rows x seq_len must fit the training micro-batch's tokens), and puts back the
+ * MoE routing counts the step's balancing update reads, so training continues bitwise as
+ * without it. One process only for now. */
+#ifndef QT_VALIDATE_H
+#define QT_VALIDATE_H
+
+#include <stdint.h>
+
+#include "core/config.h"
+#include "core/err.h"
+#include "model/qwen3.h"
+#include "text/dataset.h"
+#include "train/metrics.h"
+
+typedef struct Validator {
+    Qwen3 *m; /* the training model; not owned */
+    Dataset ds;
+    int freq, rows_per_forward;
+    int64_t max_targets; /* 0 = the whole first epoch */
+    double *counts;      /* (L, X) saved MoE routing counts */
+} Validator;
+
+/* Opens the validation dataset with tok (the training tokenizer). */
+int validator_open(Validator *v, const JobConfig *cfg, Qwen3 *m, const Tokenizer *tok, Err *err);
+void validator_close(Validator *v);
+/* Validates when step is a multiple of freq or last; mw may be NULL (no record written). */
+int validator_after_step(Validator *v, int64_t step, int last, MetricsWriter *mw, Err *err);
+
+#endif

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# torchtitan's four Qwen3 recipes (copies written for this test in tests/fixtures/torchtitan/,
+# same keys and values) run unchanged through `qtitan plan`, with one notice per key that has no
+# effect here and no error; the MoE debug recipe trains with only steps, seq_len, batch,
+# n_layers, tokenizer and dataset overridden. Values qtitan cannot honour stop with a sentence.
+set -euo pipefail
+shared=${QT_SHARED_DIR:-}
+data=$shared/data/c4_sample/c4_sample.jsonl
+fx=$QT_SOURCE_DIR/tests/fixtures/torchtitan
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+export QT_CACHE_DIR=$tmp/cache # a fresh cache, so the corpus is tokenized (with progress) here
+cd "$tmp"
+fail() { echo "FAIL: $*"; exit 1; }
+
+for r in qwen3_0.6b qwen3_1.7b qwen3_32b qwen3_moe_debug; do
+  "$QT_BINARY" plan --config "$fx/$r.toml" >"$r.plan" 2>&1 || { cat "$r.plan"; fail "plan $r"; }
+  grep -q '^plan: total_gib=' "$r.plan" || { cat "$r.plan"; fail "plan $r printed no total"; }
+  # The recipe's keys without effect here, each named once with its file line and value.
+  for k in 'activation_checkpoint.selective_ac_option = "op"' 'compile.components = \["model", "loss"\]' \
+           'quantize.linear.float8.filter_fqns = \["output"\]'; do
+    [ "$(grep -c "^notice: $fx/$r.toml:[0-9]*: $k has no effect here: " "$r.plan")" = 1 ] ||
+      { cat "$r.plan"; fail "$r: expected one notice for $k"; }
+  done
+  [ "$(grep -c '^notice:' "$r.plan")" = 3 ] || { cat "$r.plan"; fail "$r: expected exactly 3 notices"; }
+done
+grep -q 'model: 32B, 64 layers' qwen3_32b.plan || fail "32B plan names another model"
+grep -q 'activation checkpointing: full' qwen3_32b.plan || fail "32B plan ignores mode = full"
+
+# Values that ask for what qtitan cannot do.
+refuse() { # expected text, then arguments
+  local want=$1; shift
+  set +e; "$QT_BINARY" plan --config "$fx/qwen3_0.6b.toml" "$@" >refuse.log 2>&1; local rc=$?; set -e
+  [ $rc -ne 0 ] && grep -qF "$want" refuse.log || { cat refuse.log; fail "$* should be refused with: $want"; }
+}
+refuse 'command line: parallelism.pipeline_parallel_degree = 4 is not available: qtitan has no pipeline parallelism' \
+  --parallelism.pipeline_parallel_degree=4
+refuse 'command line: model.converters = ["float8"] is not available: qtitan trains in float32 or bfloat16' \
+  --model.converters=float8
+
+if [ -z "$shared" ] || [ ! -f "$data" ]; then echo "skip: no ../shared C4 sample to train on"; exit 77; fi
+# training.dataset = "c4" without a path: one sentence saying where C4 comes from.
+set +e
+"$QT_BINARY" train --config "$fx/qwen3_0.6b.toml" --training.steps=1 \
+  --model.tokenizer_path="$shared/tokenizers/qwen3" >c4.log 2>&1; rc=$?
+set -e
+[ $rc -ne 0 ] && grep -q 'training.dataset = "c4" reads C4 from files you give: set training.dataset_path' c4.log ||
+  { cat c4.log; fail "c4 without dataset_path should stop with a sentence"; }
+
+# debugmodel_moe has a 2048-token vocabulary: a tokenizer of that size from the sample.
+"$QT_BINARY" tokenizer-train --input "$data" --vocab-size 2048 --output tok >/dev/null 2>&1
+QT_PROGRESS_SECONDS=0 "$QT_BINARY" train --config "$fx/qwen3_moe_debug.toml" --training.steps=2 --training.seq_len=32 \
+  --training.local_batch_size=2 --model.n_layers=2 --model.tokenizer_path=tok \
+  --training.dataset_path="$data" >moe.log 2>&1 || { cat moe.log; fail "train qwen3_moe_debug"; }
+# The step line carries the total and the time left (not on the last step: nothing is left).
+grep -Eq '^step:  1/2  loss: .*  eta: [0-9]+m[0-9]{2}s$' moe.log && grep -Eq '^step:  2/2  loss: .*%$' moe.log ||
+  { cat moe.log; fail "step lines should read step: N/2 ... eta: XmYYs"; }
+# Tokenizing the corpus into the cache reports progress: with stderr not a terminal, plain
+# lines (one per update with QT_PROGRESS_SECONDS=0), never a carriage return.
+grep -Eq "^tokenizing $data: +[0-9]+%  [0-9.]+/[0-9.]+ MB" moe.log && ! grep -q $'\r' moe.log ||
+  { cat moe.log; fail "no plain progress lines for tokenizing"; }
+m=outputs/metrics.jsonl
+[ "$(grep -c '"step":' "$m")" = 2 ] || { cat moe.log "$m"; fail "expected 2 step records"; }
+grep -q '"loss":[0-9]' "$m" || { cat "$m"; fail "no finite loss"; }
+echo "e2e_torchtitan_recipes: ok"

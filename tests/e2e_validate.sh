@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Validation and samples during training ([validation], [sample]) on tiny models (dense; MoE
+# with bias balancing) over the tiny_gpt2 tokenizer: the training losses are bitwise those of the same run without them;
+# the last validation loss equals `qtitan eval --dataset` on that step's checkpoint (1e-6
+# relative); validation and sample records land in metrics.jsonl and samples.jsonl; bad
+# settings stop with one sentence.
+set -euo pipefail
+QT=${QT_BINARY:-build/qtitan}
+SRC=${QT_SOURCE_DIR:-.}
+FIX=$SRC/tests/fixtures/generate/cli_tiny
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+export OMP_NUM_THREADS=1 QT_CACHE_DIR=$TMP/cache
+
+common=(--config "$SRC/configs/demo.toml" --model.vocab_size=608 --model.dim=32
+  --model.n_layers=2 --model.n_heads=2 --model.n_kv_heads=1 --model.head_dim=16
+  --model.hidden_dim=64 --model.tokenizer_path="$FIX" --training.dataset_path="$FIX/docs.jsonl"
+  --training.seq_len=16 --training.local_batch_size=2 --training.steps=4 --metrics.log_freq=1
+  --lr_scheduler.warmup_steps=1 --checkpoint.interval=2 --metrics.peak_tflops=1)
+losses() { grep -o '"step":[0-9]*,"loss":[^,]*' "$1/metrics.jsonl"; }
+run_pair() { # name, extra args: the same run without and with validation and samples
+    local name=$1
+    shift
+    "$QT" train "${common[@]}" "$@" --job.dump_folder="$TMP/$name-a" >"$TMP/$name-a.log" 2>&1 ||
+        fail "$name a: $(tail -3 "$TMP/$name-a.log")"
+    "$QT" train "${common[@]}" "$@" --job.dump_folder="$TMP/$name-b" --validation.enable=true \
+        --validation.dataset_path="$FIX/docs.jsonl" --validation.freq=2 \
+        --validation.local_batch_size=3 --sample.freq=1 --sample.prompts="The quick
+A cafe" --sample.max_new_tokens=5 >"$TMP/$name-b.log" 2>&1 || fail "$name b: $(tail -3 "$TMP/$name-b.log")"
+    [ "$(losses "$TMP/$name-a")" = "$(losses "$TMP/$name-b")" ] ||
+        fail "$name: training losses differ with validation: $(losses "$TMP/$name-a") vs $(losses "$TMP/$name-b")"
+    [ "$(losses "$TMP/$name-a" | wc -l)" -eq 4 ] || fail "$name: expected 4 step records"
+    echo "$name: training losses bitwise equal with and without validation and samples"
+}
+# MoE with the auxiliary-loss-free balancing: validation's routing must not reach the bias.
+run_pair moe --model.num_experts=4 --model.top_k=2 --model.moe_hidden_dim=16 \
+    --model.load_balance_coeff=0.01 --checkpoint.enable=false --checkpoint.last_save_in_hf=false
+run_pair dense
+mv "$TMP/dense-b" "$TMP/b"
+mv "$TMP/dense-b.log" "$TMP/b.log"
+
+grep -q '^validate step: 2  loss: .*perplexity: .*tokens: 95  time: ' "$TMP/b.log" ||
+  fail "no validate line for step 2: $(grep validate "$TMP/b.log")"
+[ "$(grep -c '"validation_loss"' "$TMP/b/metrics.jsonl")" -eq 2 ] ||
+  fail "expected validation records for steps 2 and 4"
+val=$(grep '"step":4,"validation_loss"' "$TMP/b/metrics.jsonl" | sed 's/.*"validation_loss":\([^,]*\).*/\1/')
+ev=$("$QT" eval --checkpoint "$TMP/b/checkpoint/step-4" --dataset "$FIX/docs.jsonl" --seq-len 16 \
+  2>/dev/null | sed -n 's/^loss: //p')
+awk -v a="$val" -v b="$ev" 'BEGIN { d = (a - b) / b; if (d < 0) d = -d; exit !(d <= 1e-6) }' ||
+  fail "validation loss $val, qtitan eval on the step's checkpoint $ev"
+echo "validation loss $val = eval on step-4 checkpoint $ev"
+
+[ "$(wc -l <"$TMP/b/samples.jsonl")" -eq 8 ] || fail "samples.jsonl: $(cat "$TMP/b/samples.jsonl")"
+grep -q '^{"step":4,"prompt":"A cafe","text":' "$TMP/b/samples.jsonl" || fail "no sample record"
+grep -q '^sample step 4 \[2\]: A cafe|' "$TMP/b.log" || fail "no sample line in the log"
+echo "samples: $(wc -l <"$TMP/b/samples.jsonl") records"
+
+expect_error() { # pattern, args...
+    local pattern=$1 rc=0
+    shift
+    "$QT" train "${common[@]}" --job.dump_folder="$TMP/c" "$@" >"$TMP/out" 2>"$TMP/err" || rc=$?
+    [ "$rc" -ne 0 ] || fail "exit 0 for: $*"
+    grep -q -- "$pattern" "$TMP/err" || fail "error for $* lacks '$pattern': $(cat "$TMP/err")"
+    echo "ok ($rc): $(grep -- "$pattern" "$TMP/err")"
+}
+expect_error "validation.freq" --validation.freq=0
+expect_error "sample.freq = 1 but sample.prompts holds no prompt" --sample.freq=1
+expect_error "validation.seq_len = 64 is longer than the 32 tokens" --validation.enable=true \
+  --validation.dataset_path="$FIX/docs.jsonl" --validation.seq_len=64
+echo "e2e_validate: ok"

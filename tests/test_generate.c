@@ -1,0 +1,327 @@
+/* Generation: greedy parity with transformers' generate(do_sample=False) on the fixtures of
+ * tools/make_generate_fixtures.py (dense tied GQA, dense untied MHA, MoE; 64 new tokens;
+ * prompts of different lengths batched together): the same ids, and log-probs within 1e-4.
+ * The KV-cache decode against full forwards of the training path (qwen3_forward), fp32 and
+ * bf16. The sampling filters on hand-made distributions, and seeded reproducibility. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h> /* after the headers it relies on */
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fs.h"
+#include "infer/decode.h"
+#include "infer/generate.h"
+#include "infer/infer_model.h"
+#include "infer/sample.h"
+#include "io/token_lines.h"
+#include "parity_util.h"
+
+#define NEW 64
+#define TOL_LOGPROB 1e-4
+
+static char *fixture(const char *name, const char *file) {
+    const char *src = getenv("QT_SOURCE_DIR");
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/generate/%s", src ? src : ".", name);
+    return file ? fs_join(dir, file) : xstrdup(dir);
+}
+
+/* Lines of floats, row-major into out (rows x NEW). */
+static void read_logprobs(const char *path, double *out, int rows) {
+    char *data;
+    size_t len;
+    Err err;
+    if (fs_read_all(path, &data, &len, &err)) fail_msg("%s", err.msg);
+    char *p = data;
+    for (int i = 0; i < rows * NEW; i++) {
+        char *end;
+        out[i] = strtod(p, &end);
+        assert_true(end != p);
+        p = end;
+    }
+    free(data);
+}
+
+static void check_case(const char *name) {
+    char *dir = fixture(name, NULL);
+    InferModel im;
+    Err err;
+    if (infer_model_open(&im, dir, NULL, 1, 1, 0, &err)) fail_msg("%s", err.msg);
+    int V = im.m.spec.vocab_size;
+    char *pp = fixture(name, "prompts.txt"), *ep = fixture(name, "expected_ids.txt");
+    char *lp = fixture(name, "expected_logprobs.txt");
+    TokenLines prompts, expected;
+    if (token_lines_read(&prompts, pp, V, 4096, &err)) fail_msg("%s", err.msg);
+    if (token_lines_read(&expected, ep, V, 4096, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(prompts.n, expected.n);
+    double *lps = xcalloc((size_t)prompts.n * NEW, sizeof *lps);
+    read_logprobs(lp, lps, prompts.n);
+
+    const int32_t **ptr = xcalloc((size_t)prompts.n, sizeof *ptr);
+    int *lens = xcalloc((size_t)prompts.n, sizeof *lens);
+    int longest = 0;
+    for (int i = 0; i < prompts.n; i++) {
+        ptr[i] = prompts.ids + prompts.start[i];
+        lens[i] = (int)(prompts.start[i + 1] - prompts.start[i]);
+        if (lens[i] > longest) longest = lens[i];
+    }
+    Decoder d;
+    if (decoder_create(&d, &im.m, prompts.n, longest + NEW, &err)) fail_msg("%s", err.msg);
+    GenOptions o = {.max_new_tokens = NEW, .sample = {.temperature = 0.0f, .top_p = 1.0f}};
+    GenOutput *out = xcalloc((size_t)prompts.n, sizeof *out);
+    if (generate(&d, NULL, ptr, lens, prompts.n, &o, out, NULL, NULL, NULL, &err))
+        fail_msg("%s", err.msg);
+    double worst = 0.0;
+    for (int i = 0; i < prompts.n; i++) {
+        assert_int_equal(out[i].n, NEW);
+        assert_string_equal(out[i].finish, "length");
+        for (int t = 0; t < NEW; t++) {
+            if (out[i].ids[t] != expected.ids[expected.start[i] + t])
+                fail_msg("%s prompt %d token %d: got %d, transformers %d", name, i, t,
+                         out[i].ids[t], expected.ids[expected.start[i] + t]);
+            double diff = fabs(out[i].logprobs[t] - lps[i * NEW + t]);
+            if (diff > worst) worst = diff;
+        }
+        gen_output_free(&out[i]);
+    }
+    printf("%s: %d prompts x %d tokens identical, max |logprob diff| %.3g\n", name, prompts.n, NEW,
+           worst);
+    assert_true(worst < TOL_LOGPROB);
+    /* An EOS id ends a sequence there (kept as its last id); the others run on. */
+    int32_t eos = expected.ids[expected.start[0] + 5];
+    int stop_at = 0;
+    while (expected.ids[expected.start[0] + stop_at] != eos)
+        stop_at++;
+    o.eos = &eos;
+    o.n_eos = 1;
+    if (generate(&d, NULL, ptr, lens, prompts.n, &o, out, NULL, NULL, NULL, &err))
+        fail_msg("%s", err.msg);
+    assert_int_equal(out[0].n, stop_at + 1);
+    assert_int_equal(out[0].ids[stop_at], eos);
+    assert_string_equal(out[0].finish, "eos");
+    for (int i = 0; i < prompts.n; i++)
+        gen_output_free(&out[i]);
+    decoder_free(&d);
+    free(out), free(ptr), free(lens), free(lps);
+    token_lines_free(&prompts), token_lines_free(&expected);
+    infer_model_close(&im);
+    free(dir), free(pp), free(ep), free(lp);
+}
+
+static void test_parity_dense_tied_gqa(void **state) {
+    (void)state;
+    check_case("dense_tied_gqa");
+}
+static void test_parity_dense_untied_mha(void **state) {
+    (void)state;
+    check_case("dense_untied_mha");
+}
+static void test_parity_moe(void **state) {
+    (void)state;
+    check_case("moe");
+}
+
+/* Prefill then decode steps give the logits a full forward of the same tokens gives at each
+ * position (the training path, qwen3_forward), with the same precision. */
+static void check_cache(const char *name, int bf16, double tol) {
+    char *dir = fixture(name, NULL);
+    enum { T = 24, P = 7 };
+    InferModel im;
+    Err err;
+    if (infer_model_open(&im, dir, NULL, 1, T, bf16, &err)) fail_msg("%s", err.msg);
+    int V = im.m.spec.vocab_size;
+    int32_t ids[T];
+    for (int t = 0; t < T; t++)
+        ids[t] = (int32_t)((t * 37 + 11) % V);
+    qwen3_forward(&im.m, ids, NULL, NULL, NULL, 1, T);
+    float *full = xcalloc((size_t)T * V, sizeof *full);
+    memcpy(full, im.m.a.logits, (size_t)T * V * sizeof *full);
+    Decoder d;
+    if (decoder_create(&d, &im.m, 1, T, &err)) fail_msg("%s", err.msg);
+    float *lg = xcalloc((size_t)V, sizeof *lg);
+    decoder_prefill(&d, 0, ids, P, lg);
+    double worst = rel_err(lg, full + (long)(P - 1) * V, V);
+    int seq = 0;
+    for (int t = P; t < T; t++) {
+        decoder_step(&d, &seq, ids + t, 1, lg);
+        double e = rel_err(lg, full + (long)t * V, V);
+        if (e > worst) worst = e;
+    }
+    printf("%s %s: KV-cache decode vs full forward, max rel err %.3g\n", name,
+           bf16 ? "bf16" : "fp32", worst);
+    assert_true(worst < tol);
+    decoder_free(&d);
+    free(lg), free(full), free(dir);
+    infer_model_close(&im);
+}
+
+static void test_cache_matches_forward(void **state) {
+    (void)state;
+    check_cache("dense_tied_gqa", 0, 1e-5);
+    check_cache("dense_tied_gqa", 1, 1e-2);
+    check_cache("moe", 0, 1e-5);
+    check_cache("moe", 1, 1e-2);
+}
+
+/* logits = log(probs): softmax gives the probs back. */
+static void set_probs(float *logits, const double *p, int V) {
+    for (int v = 0; v < V; v++)
+        logits[v] = (float)log(p[v]);
+}
+
+static void expect_kept(Sampler *s, const float *logits, SampleParams sp, const char *want) {
+    uint8_t keep[16];
+    int n = sample_filter(s, logits, &sp, keep);
+    char got[17];
+    for (int v = 0; v < s->V; v++)
+        got[v] = keep[v] ? '1' : '0';
+    got[s->V] = '\0';
+    if (strcmp(got, want) != 0)
+        fail_msg("top_k %d top_p %g min_p %g temperature %g: kept %s, the definitions keep %s",
+                 sp.top_k, sp.top_p, sp.min_p, sp.temperature, got, want);
+    int count = 0;
+    for (const char *c = want; *c; c++)
+        count += *c == '1';
+    assert_int_equal(n, count);
+}
+
+static void test_filters(void **state) {
+    (void)state;
+    Sampler s;
+    sampler_init(&s, 5);
+    float lg[5];
+    /* ids 0..4 with probabilities 0.05, 0.5, 0.15, 0.3, 0.0 (tiny) */
+    double p[5] = {0.05, 0.5, 0.15, 0.3, 1e-9};
+    set_probs(lg, p, 5);
+    SampleParams base = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f};
+    SampleParams sp = base;
+    expect_kept(&s, lg, sp, "11111");
+    sp.top_k = 2;
+    expect_kept(&s, lg, sp, "01010");
+    sp.top_k = 1;
+    expect_kept(&s, lg, sp, "01000");
+    /* top-p: the most probable tokens until their sum reaches p. */
+    sp = base;
+    sp.top_p = 0.4f;
+    expect_kept(&s, lg, sp, "01000");
+    sp.top_p = 0.75f;
+    expect_kept(&s, lg, sp, "01010");
+    sp.top_p = 0.85f;
+    expect_kept(&s, lg, sp, "01110");
+    sp.top_p = 0.99f;
+    expect_kept(&s, lg, sp, "11110");
+    sp.top_p = 1e-6f; /* always at least one */
+    expect_kept(&s, lg, sp, "01000");
+    /* min-p: probability >= min_p * the largest. */
+    sp = base;
+    sp.min_p = 0.25f; /* floor 0.125 */
+    expect_kept(&s, lg, sp, "01110");
+    sp.min_p = 0.7f; /* floor 0.35 */
+    expect_kept(&s, lg, sp, "01000");
+    sp.min_p = 0.09f; /* floor 0.045 */
+    expect_kept(&s, lg, sp, "11110");
+    /* top-p after top-k sees the renormalised top-k distribution: with top_k 3 the three keep
+     * 0.5/0.95, 0.3/0.95, 0.15/0.95; the first two sum to 0.842 >= 0.82, so the third goes
+     * (on the raw probabilities 0.8 < 0.82 would keep it). */
+    sp = base;
+    sp.top_k = 3;
+    sp.top_p = 0.82f;
+    expect_kept(&s, lg, sp, "01010");
+    /* Ties at the k-th logit all stay, as torch's `scores < kth value` keeps them. */
+    double tie[5] = {0.3, 0.3, 0.2, 0.1, 0.1};
+    set_probs(lg, tie, 5);
+    sp = base;
+    sp.top_k = 1;
+    expect_kept(&s, lg, sp, "11000");
+    sp.top_k = 4;
+    expect_kept(&s, lg, sp, "11111");
+    /* Temperature sharpens before top-p: at T = 0.5 the probabilities of {0.5, 0.3, 0.15,
+     * 0.05} become proportional to their squares, {0.6944, 0.25, 0.0625, 0.0069}/..., so p =
+     * 0.9 keeps two tokens where T = 1 keeps three. */
+    set_probs(lg, p, 5);
+    sp = base;
+    sp.top_p = 0.9f;
+    expect_kept(&s, lg, sp, "01110");
+    sp.temperature = 0.5f;
+    expect_kept(&s, lg, sp, "01010");
+    sampler_free(&s);
+}
+
+static void test_draws(void **state) {
+    (void)state;
+    Sampler s;
+    sampler_init(&s, 4);
+    double p[4] = {0.2, 0.5, 0.3, 1e-12};
+    float lg[4];
+    set_probs(lg, p, 4);
+    SampleParams sp = {.temperature = 1.0f, .top_p = 1.0f};
+    Rng r;
+    rng_seed(&r, 7, 0);
+    long count[4] = {0};
+    enum { DRAWS = 20000 };
+    for (int i = 0; i < DRAWS; i++)
+        count[sample_next(&s, lg, &sp, &r)]++;
+    for (int v = 0; v < 4; v++)
+        assert_true(fabs((double)count[v] / DRAWS - p[v]) < 0.015);
+    /* Greedy: the first of equal maxima, as torch.argmax. */
+    float flat[4] = {1.0f, 3.0f, 3.0f, 2.0f};
+    sp.temperature = 0.0f;
+    assert_int_equal(sample_next(&s, flat, &sp, &r), 1);
+    sampler_free(&s);
+}
+
+/* The same seed gives the same completions; another seed others. */
+static void test_seeded(void **state) {
+    (void)state;
+    char *dir = fixture("dense_tied_gqa", NULL);
+    InferModel im;
+    Err err;
+    if (infer_model_open(&im, dir, NULL, 1, 1, 0, &err)) fail_msg("%s", err.msg);
+    Decoder d;
+    if (decoder_create(&d, &im.m, 2, 40, &err)) fail_msg("%s", err.msg);
+    int32_t a[3] = {1, 2, 3}, b[5] = {9, 8, 7, 6, 5};
+    const int32_t *prompts[2] = {a, b};
+    int lens[2] = {3, 5};
+    GenOptions o = {.max_new_tokens = 32,
+                    .sample = {.temperature = 1.5f, .top_k = 50, .top_p = 0.95f},
+                    .seed = 1234};
+    GenOutput r1[2], r2[2], r3[2];
+    assert_int_equal(generate(&d, NULL, prompts, lens, 2, &o, r1, NULL, NULL, NULL, &err), 0);
+    assert_int_equal(generate(&d, NULL, prompts, lens, 2, &o, r2, NULL, NULL, NULL, &err), 0);
+    o.seed = 1235;
+    assert_int_equal(generate(&d, NULL, prompts, lens, 2, &o, r3, NULL, NULL, NULL, &err), 0);
+    int differ = 0;
+    for (int i = 0; i < 2; i++) {
+        assert_memory_equal(r1[i].ids, r2[i].ids, 32 * sizeof(int32_t));
+        differ |= memcmp(r1[i].ids, r3[i].ids, 32 * sizeof(int32_t)) != 0;
+        gen_output_free(&r1[i]), gen_output_free(&r2[i]), gen_output_free(&r3[i]);
+    }
+    assert_true(differ);
+    /* A prompt that does not fit the cache with its new tokens is refused. */
+    o.max_new_tokens = 36;
+    assert_int_not_equal(generate(&d, NULL, prompts, lens, 2, &o, r1, NULL, NULL, NULL, &err), 0);
+    assert_non_null(strstr(err.msg, "prompt 2 has 5 tokens"));
+    decoder_free(&d);
+    infer_model_close(&im);
+    free(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parity_dense_tied_gqa),
+        cmocka_unit_test(test_parity_dense_untied_mha),
+        cmocka_unit_test(test_parity_moe),
+        cmocka_unit_test(test_cache_matches_forward),
+        cmocka_unit_test(test_filters),
+        cmocka_unit_test(test_draws),
+        cmocka_unit_test(test_seeded),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,95 @@
+/* Unit tests for src/core/trace: nothing is recorded unless a step is; a recorded step is
+ * written as Chrome trace-event JSON (parsed back here with jansson) with the step span, one
+ * complete event per span in order, microsecond times inside the step, the rank as pid, and
+ * names that need JSON escaping escaped; op calls timed through ops/op_profile.h and GEMMs
+ * through gemm_f32 become events while recording, with QT_PROFILE off. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/fs.h"
+#include "core/trace.h"
+#include "ops/gemm.h"
+#include "ops/op_profile.h"
+
+static void test_trace_file(void **state) {
+    (void)state;
+    char dir[] = "/tmp/qt_trace_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(trace_recording(), 0);
+    trace_span("ignored", NULL, "forward", trace_now(), NULL); /* not recording: dropped */
+    assert_int_equal(prof_timing(), 0);
+
+    trace_start();
+    assert_int_equal(trace_recording(), 1);
+    assert_int_equal(prof_timing(), 1);
+    double t0 = trace_now();
+    usleep(2000);
+    trace_span("all_reduce_sum", NULL, "collective", t0, NULL);
+    int tok = prof_begin("sdpa", "cpu", 1);
+    float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, c[4];
+    gemm_f32(0, 0, 2, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2);
+    prof_end(tok);
+    trace_span("odd \"name\"", "k\\1", "forward", trace_now(), "\"x\": 1");
+    Err err;
+    assert_int_equal(trace_write(dir, 7, 3, &err), 0);
+    assert_int_equal(trace_recording(), 0);
+
+    char path[128];
+    snprintf(path, sizeof path, "%s/iteration_7/rank3_trace.json", dir);
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    if (!root) fail_msg("%s: %s (line %d)", path, je.text, je.line);
+    json_t *ev = json_object_get(root, "traceEvents");
+    assert_true(json_is_array(ev));
+    /* process and thread names, the step, then the spans in the order they ended. */
+    const char *want[][2] = {{"step", "step"},
+                             {"all_reduce_sum", "collective"},
+                             {"gemm_f32", "gemm"},
+                             {"sdpa [cpu]", "backward"},
+                             {"odd \"name\" [k\\1]", "forward"}};
+    size_t n = json_array_size(ev);
+    assert_int_equal(n, 2 + 5);
+    double step_dur = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(ev, i);
+        const char *ph = json_string_value(json_object_get(e, "ph"));
+        assert_int_equal(json_integer_value(json_object_get(e, "pid")), 3);
+        if (i < 2) {
+            assert_string_equal(ph, "M");
+            continue;
+        }
+        assert_string_equal(ph, "X");
+        assert_string_equal(json_string_value(json_object_get(e, "name")), want[i - 2][0]);
+        assert_string_equal(json_string_value(json_object_get(e, "cat")), want[i - 2][1]);
+        double ts = json_number_value(json_object_get(e, "ts"));
+        double dur = json_number_value(json_object_get(e, "dur"));
+        assert_true(ts >= 0 && dur >= 0);
+        if (i == 2) {
+            step_dur = dur;
+            assert_true(ts == 0);
+        } else {
+            assert_true(ts + dur <= step_dur + 1e-3); /* inside the step */
+        }
+        if (i == 3) assert_true(dur >= 1500); /* the 2 ms sleep, in microseconds */
+    }
+    json_t *g = json_array_get(ev, 4);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(g, "args"), "K")), 2);
+    json_decref(root);
+    fs_remove_tree(dir, &err);
+}
+
+int main(void) {
+    unsetenv("QT_PROFILE");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_trace_file),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

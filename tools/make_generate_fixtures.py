@@ -1,0 +1,297 @@
+#!/usr/bin/env python3
+"""Builds small random Qwen3 / Qwen3-MoE checkpoints (fp32, eager attention) and the greedy
+continuations transformers' generate(do_sample=False) produces for them, as references for
+tests/test_generate.c.
+
+For each case writes tests/fixtures/generate/<name>/:
+  config.json, model.safetensors   save_pretrained (no generation_config.json, no EOS id: every
+                                   prompt runs the full NEW tokens)
+  prompts.txt                      one prompt of token ids per line, of different lengths
+  expected_ids.txt                 the NEW generated ids of each prompt, one line each
+  expected_logprobs.txt            log_softmax of the raw logits at each chosen id (%.9g)
+
+Each prompt is generated alone (no padding), so the reference does not depend on how
+transformers pads a batch; the C test generates all prompts of a case in one batch.
+
+Near ties: greedy decoding is only well defined where the best logit leads the second by more
+than float noise. A case's seed is increased until, at every step of every prompt, the margin
+exceeds MIN_MARGIN, and (MoE) every token's k-th router probability exceeds the (k+1)-th by
+MIN_GAP; the tool asserts both and prints them.
+
+And tests/fixtures/generate/cli_tiny/: a one-layer model over the vocabulary of
+tests/fixtures/tokenizer/tiny_gpt2 (tokenizer.json copied in, EOS id 0 = <|endoftext|>), for
+tests/e2e_generate.sh: expected.json holds the prompt text, its ids (tokenizers' encode) and the
+greedy continuation of at most CLI_NEW tokens (ending at EOS if transformers' generate stops
+there).
+
+cli_tiny/docs.jsonl and expected_eval.json: the reference for `qtitan eval --dataset`. The
+documents' ids (tokenizers), each followed by EOS, form one stream in file order; rows of
+EVAL_SEQ tokens are cut from it, and inside a row positions restart after every EOS and
+segments do not see each other (training's document mask). Each segment runs through the
+model alone; every stream token after the first (or the first EVAL_MAX of them) is a target.
+Recorded: mean loss and bits per byte (summed loss / ln 2 / UTF-8 bytes of the predicted
+text), for the whole file and for the first EVAL_MAX targets.
+
+chat_ids.json: the ids transformers' apply_chat_template(..., add_generation_prompt=True)
+gives for the conversations `qtitan generate --chat` builds (an optional system turn, then the
+prompt as a user turn; enable_thinking true and false), with the Qwen3 tokenizer of
+../shared/tokenizers/qwen3 (skipped when absent), for tests/e2e_generate_chat.sh.
+
+Usage: python tools/make_generate_fixtures.py [OUT_DIR]
+"""
+import json
+import math
+import shutil
+import os
+import sys
+
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+NEW = 64
+MIN_MARGIN = 1e-3
+MIN_GAP = 1e-4
+
+BASE = dict(vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+            head_dim=8, intermediate_size=48, rope_theta=10000.0, max_position_embeddings=256,
+            rms_norm_eps=1e-6, eos_token_id=None, bos_token_id=None, pad_token_id=None)
+
+CASES = [
+    dict(name="dense_tied_gqa", seed=101, moe=False, lens=[5, 11, 17],
+         cfg=dict(num_key_value_heads=2, tie_word_embeddings=True)),
+    dict(name="dense_untied_mha", seed=201, moe=False, lens=[3, 9, 14, 20],
+         cfg=dict(num_key_value_heads=4, tie_word_embeddings=False)),
+    dict(name="moe", seed=301, moe=True, lens=[4, 13],
+         cfg=dict(num_key_value_heads=2, tie_word_embeddings=False, moe_intermediate_size=16,
+                  num_experts=8, num_experts_per_tok=2, norm_topk_prob=True)),
+]
+
+
+def scramble(model, gen):
+    """Large random weights, so logits are far from uniform (clear greedy choices) and norm
+    weights away from 1 so a dropped multiplication shows."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(0.5 + torch.rand(p.shape, generator=gen))
+            elif "embed_tokens" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+            elif name.endswith("mlp.gate.weight"):
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.4)
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.25)
+
+
+def router_gap(model, ids, k):
+    out = model(input_ids=ids, output_router_logits=True)
+    gap = float("inf")
+    for lg in out.router_logits:
+        top = torch.topk(torch.softmax(lg.float(), dim=-1), k + 1, dim=-1).values
+        gap = min(gap, float((top[:, k - 1] - top[:, k]).min()))
+    return gap
+
+
+def run(case, seed):
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    if case["moe"]:
+        cfg = Qwen3MoeConfig(**dict(BASE, **case["cfg"]))
+        cfg._attn_implementation = "eager"
+        model = Qwen3MoeForCausalLM(cfg).float()
+    else:
+        cfg = Qwen3Config(**dict(BASE, **case["cfg"]))
+        cfg._attn_implementation = "eager"
+        model = Qwen3ForCausalLM(cfg).float()
+    scramble(model, gen)
+    model.eval()
+    prompts = [torch.randint(0, cfg.vocab_size, (n,), generator=gen) for n in case["lens"]]
+    results, margin, gap = [], float("inf"), float("inf")
+    with torch.no_grad():
+        for p in prompts:
+            # An explicit mask: without it generate takes every pad_token_id in a prompt for
+            # padding.
+            out = model.generate(p[None], attention_mask=torch.ones_like(p[None]),
+                                 do_sample=False, max_new_tokens=NEW,
+                                 min_new_tokens=NEW, output_logits=True,
+                                 return_dict_in_generate=True, eos_token_id=None,
+                                 pad_token_id=0)
+            new = out.sequences[0, p.shape[0]:]
+            assert new.shape[0] == NEW
+            lps = []
+            for t, lg in enumerate(out.logits):
+                lg = lg[0].double()
+                top2 = torch.topk(lg, 2).values
+                margin = min(margin, float(top2[0] - top2[1]))
+                assert int(lg.argmax()) == int(new[t])
+                lps.append(float(torch.log_softmax(lg, dim=-1)[new[t]]))
+            if case["moe"]:
+                gap = min(gap, router_gap(model, out.sequences[:, :-1], cfg.num_experts_per_tok))
+            results.append((p, new, lps))
+    return model, results, margin, gap
+
+
+def build(case, out_root):
+    seed = case["seed"]
+    while True:
+        model, results, margin, gap = run(case, seed)
+        if margin > MIN_MARGIN and gap > MIN_GAP:
+            break
+        seed += 1000
+    d = os.path.join(out_root, case["name"])
+    os.makedirs(d, exist_ok=True)
+    model.save_pretrained(d, safe_serialization=True)
+    gc = os.path.join(d, "generation_config.json")
+    if os.path.exists(gc):
+        os.remove(gc)
+    with open(os.path.join(d, "prompts.txt"), "w") as f:
+        f.writelines(" ".join(str(int(x)) for x in p) + "\n" for p, _, _ in results)
+    with open(os.path.join(d, "expected_ids.txt"), "w") as f:
+        f.writelines(" ".join(str(int(x)) for x in n) + "\n" for _, n, _ in results)
+    with open(os.path.join(d, "expected_logprobs.txt"), "w") as f:
+        f.writelines(" ".join("%.9g" % x for x in l) + "\n" for _, _, l in results)
+    print(f"{case['name']}: seed {seed}, min greedy margin {margin:.3g}, min router gap {gap:.3g}")
+
+
+CLI_NEW = 24
+CLI_PROMPT = "The quick brown fox jumps over the lazy dog"
+
+
+def build_cli(root, out_root):
+    from transformers import PreTrainedTokenizerFast
+    tok_path = os.path.join(root, "tests", "fixtures", "tokenizer", "tiny_gpt2", "tokenizer.json")
+    tok = PreTrainedTokenizerFast(tokenizer_file=tok_path)
+    seed = 7
+    while True:
+        torch.manual_seed(seed)
+        gen = torch.Generator().manual_seed(seed)
+        cfg = Qwen3Config(**dict(BASE, vocab_size=608, hidden_size=16, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=1,
+                                 intermediate_size=24, tie_word_embeddings=True, eos_token_id=0))
+        cfg._attn_implementation = "eager"
+        model = Qwen3ForCausalLM(cfg).float()
+        scramble(model, gen)
+        model.eval()
+        ids = tok(CLI_PROMPT, add_special_tokens=False)["input_ids"]
+        p = torch.tensor([ids])
+        with torch.no_grad():
+            out = model.generate(p, attention_mask=torch.ones_like(p), do_sample=False,
+                                 max_new_tokens=CLI_NEW, output_logits=True,
+                                 return_dict_in_generate=True, pad_token_id=0)
+        margin = min(float(torch.topk(l[0], 2).values[0] - torch.topk(l[0], 2).values[1])
+                     for l in out.logits)
+        if margin > MIN_MARGIN:
+            break
+        seed += 1000
+    new = [int(x) for x in out.sequences[0, len(ids):]]
+    d = os.path.join(out_root, "cli_tiny")
+    os.makedirs(d, exist_ok=True)
+    model.save_pretrained(d, safe_serialization=True)
+    gc = os.path.join(d, "generation_config.json")
+    if os.path.exists(gc):
+        os.remove(gc)
+    shutil.copy(tok_path, os.path.join(d, "tokenizer.json"))
+    with open(os.path.join(d, "expected.json"), "w") as f:
+        json.dump(dict(prompt=CLI_PROMPT, prompt_ids=ids, ids=new), f)
+        f.write("\n")
+    print(f"cli_tiny: seed {seed}, {len(new)} new tokens, min greedy margin {margin:.3g}")
+    build_eval(model, tok, d)
+
+
+EVAL_SEQ = 16
+EVAL_MAX = 40
+EVAL_DOCS = ["The quick brown fox jumps over the lazy dog.",
+             "A caf\u00e9 in Paris serves coffee \u2615 and tea.",
+             "Short.",
+             "Numbers: 12 plus 30 is 42, and 7 times 6 is 42 too; the answer is 42."]
+
+
+def eval_reference(model, tok, n_targets):
+    docs = [tok(t, add_special_tokens=False)["input_ids"] for t in EVAL_DOCS]
+    stream = []
+    for d in docs:
+        stream += d + [0]  # EOS = <|endoftext|>, id 0 in tiny_gpt2
+    n_targets = min(n_targets, len(stream) - 1)
+    total, count = 0.0, 0
+    for start in range(0, n_targets, EVAL_SEQ):
+        row = stream[start:start + EVAL_SEQ]
+        seg = 0
+        while seg < len(row):
+            end = seg
+            while end < len(row) and row[end] != 0:
+                end += 1
+            end = min(end + 1, len(row))  # the EOS closes its segment
+            with torch.no_grad():
+                lg = model(torch.tensor([row[seg:end]])).logits[0].double()
+            lp = torch.log_softmax(lg, dim=-1)
+            for j in range(seg, end):
+                pos = start + j + 1  # stream position of the target
+                if pos <= n_targets:
+                    total -= float(lp[j - seg, stream[pos]])
+                    count += 1
+            seg = end
+    # Bytes of the predicted text: targets that are not EOS, decoded per document.
+    nbytes, pos = 0, 0
+    for d in docs:
+        lo, hi = max(pos, 1), min(pos + len(d), n_targets + 1)
+        if hi > lo:
+            nbytes += len(tok.decode(stream[lo:hi]).encode("utf-8"))
+        pos += len(d) + 1
+    return dict(loss=total / count, bits_per_byte=total / math.log(2) / nbytes, tokens=count,
+                bytes=nbytes)
+
+
+def build_eval(model, tok, d):
+    with open(os.path.join(d, "docs.jsonl"), "w") as f:
+        for t in EVAL_DOCS:
+            f.write(json.dumps({"text": t}) + "\n")
+    ref = dict(seq_len=EVAL_SEQ, max_tokens=EVAL_MAX, all=eval_reference(model, tok, 1 << 30),
+               first=eval_reference(model, tok, EVAL_MAX))
+    with open(os.path.join(d, "expected_eval.json"), "w") as f:
+        json.dump(ref, f, indent=1)
+        f.write("\n")
+    print(f"cli_tiny eval: {ref}")
+
+
+CHAT_CASES = [
+    dict(system="You are terse.", prompt="What is 2+2?", thinking=True),
+    dict(system="You are terse.", prompt="Name a colour.", thinking=False),
+    dict(system=None, prompt="Hello there", thinking=True),
+    dict(system=None, prompt="caf\u00e9 \u2615?", thinking=False),
+]
+
+
+def build_chat(root, out_root):
+    tok_dir = os.path.join(os.path.dirname(root), "shared", "tokenizers", "qwen3")
+    if not os.path.exists(os.path.join(tok_dir, "tokenizer_config.json")):
+        print("chat_ids: skipped, no Qwen3 tokenizer at", tok_dir)
+        return
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(tok_dir)
+    cases = []
+    for c in CHAT_CASES:
+        msgs = ([dict(role="system", content=c["system"])] if c["system"] else []) + \
+               [dict(role="user", content=c["prompt"])]
+        ids = tok.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True,
+                                      enable_thinking=c["thinking"])
+        if isinstance(ids, dict) or hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        cases.append(dict(c, ids=[int(x) for x in ids]))
+    with open(os.path.join(out_root, "chat_ids.json"), "w") as f:
+        for c in cases:
+            f.write(json.dumps(c) + "\n")
+    print(f"chat_ids: {len(cases)} conversations")
+
+
+def main():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out_root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "tests", "fixtures",
+                                                                   "generate")
+    torch.set_num_threads(1)
+    for case in CASES:
+        build(case, out_root)
+    build_cli(root, out_root)
+    build_chat(root, out_root)
+
+
+if __name__ == "__main__":
+    main()
