@@ -77,8 +77,10 @@ static void test_peak_above_gemm(void **state) {
 }
 
 /* The bf16 peak (mixed-precision MFU) is above the best bf16 GEMM in the same way, and above
- * the fp32 peak whenever a bf16 unit exists; a run timed on the fp32 loop would read the bf16
- * GEMMs (4-5x faster here, on AMX) at over 100% MFU. */
+ * the fp32 peak on AMX: a run timed on the fp32 loop would read the AMX bf16 GEMMs (4-5x
+ * faster than fp32 on Sapphire Rapids) at over 100% MFU. Without AMX no such ratio holds: on
+ * a 2-core Xeon with avx512_bf16 but no AMX (2026-12-03) vdpbf16ps measured 0.16 TFLOP/s
+ * against 0.33 for fp32 FMA, and oneDNN's best bf16 GEMM 0.13, under both. */
 static void test_bf16_peak_above_gemm(void **state) {
     (void)state;
 #ifndef __OPTIMIZE__
@@ -92,7 +94,7 @@ static void test_bf16_peak_above_gemm(void **state) {
            peak, unit, fp32, best);
     assert_non_null(unit);
     assert_true(peak >= best);
-    if (strcmp(unit, "fp32 fma") != 0) assert_true(peak > 1.5 * fp32);
+    if (strcmp(unit, "amx bf16") == 0) assert_true(peak > 1.5 * fp32);
 }
 
 int main(void) {

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define ARENA_ALIGN 64
 
@@ -55,6 +57,6 @@ void arena_reset(Arena *a) {
 }
 
 void arena_free(Arena *a) {
-    if (a->base) a->device->release(a->base);
+    if (a->base) a->device->release(a->base, a->capacity);
     memset(a, 0, sizeof *a);
 }

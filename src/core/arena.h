@@ -19,7 +19,8 @@ typedef struct Arena {
 } Arena;
 
 void arena_init_counting(Arena *a, const char *name);
-/* Allocates `bytes` zeroed bytes, 64-byte aligned, on the CPU. */
+/* Allocates `bytes` zeroed bytes on the CPU, page aligned, with every page already mapped
+ * (touched on all OpenMP threads: core/device.c). */
 int arena_init(Arena *a, const char *name, size_t bytes, Err *err);
 /* The same on device d. */
 int arena_init_on(Arena *a, const Device *d, const char *name, size_t bytes, Err *err);

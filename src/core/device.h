@@ -13,7 +13,7 @@ typedef struct Device {
     const char *name; /* "cpu": the name OpHeader.device and training.device use */
     /* bytes zeroed, 64-byte aligned; NULL when the device is out of memory */
     void *(*alloc)(size_t bytes);
-    void (*release)(void *p);
+    void (*release)(void *p, size_t bytes); /* bytes as given to alloc */
     /* Copies bytes between host memory and this device's memory. */
     void (*to_host)(void *dst_host, const void *src, size_t bytes);
     void (*from_host)(void *dst, const void *src_host, size_t bytes);

@@ -7,7 +7,9 @@
 static const char *const NAMES[DT_COUNT] = {"F32", "BF16", "F16", "I32", "I64", "U8"};
 static const size_t SIZES[DT_COUNT] = {4, 2, 2, 4, 8, 1};
 
-const char *dtype_name(DType t) { return (unsigned)t < DT_COUNT ? NAMES[t] : "?"; }
+const char *dtype_name(DType t) {
+    return (unsigned)t < DT_COUNT ? NAMES[t] : "?";
+}
 
 int dtype_parse(const char *s, DType *out) {
     for (int i = 0; i < DT_COUNT; i++)
@@ -18,11 +20,16 @@ int dtype_parse(const char *s, DType *out) {
     return -1;
 }
 
-size_t dtype_size(DType t) { return (unsigned)t < DT_COUNT ? SIZES[t] : 0; }
+size_t dtype_size(DType t) {
+    return (unsigned)t < DT_COUNT ? SIZES[t] : 0;
+}
 
 float f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-    union { uint32_t u; float f; } v;
+    union {
+        uint32_t u;
+        float f;
+    } v;
     if (exp == 0) {
         float mag = ldexpf((float)man, -24);
         return sign ? -mag : mag;
@@ -35,13 +42,16 @@ float f16_to_f32(uint16_t h) {
 }
 
 uint16_t f32_to_f16(float f) {
-    union { float f; uint32_t u; } v = {.f = f};
+    union {
+        float f;
+        uint32_t u;
+    } v = {.f = f};
     uint32_t sign = (v.u >> 16) & 0x8000u;
     uint32_t absu = v.u & 0x7fffffffu;
     if (absu > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
     if (absu >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to inf */
-    if (absu < 0x38800000u) {                                      /* subnormal or zero */
-        float a = fabsf(f) * 16777216.0f;                          /* 2^24 */
+    if (absu < 0x38800000u) {                                   /* subnormal or zero */
+        float a = fabsf(f) * 16777216.0f;                       /* 2^24 */
         uint32_t m = (uint32_t)lrintf(a);
         return (uint16_t)(sign | m);
     }
@@ -52,30 +62,44 @@ uint16_t f32_to_f16(float f) {
     return (uint16_t)(sign | h);
 }
 
+/* Loading a model converts every weight through here: on all threads for large tensors. */
 void dtype_to_f32(float *dst, const void *src, DType from, size_t n) {
     const uint16_t *s16 = src;
     switch (from) {
-    case DT_F32: memcpy(dst, src, n * 4); break;
+    case DT_F32:
+        memcpy(dst, src, n * 4);
+        break;
     case DT_BF16:
-        for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(s16[i]);
+#pragma omp parallel for schedule(static) if (n >= 65536)
+        for (size_t i = 0; i < n; i++)
+            dst[i] = bf16_to_f32(s16[i]);
         break;
     case DT_F16:
-        for (size_t i = 0; i < n; i++) dst[i] = f16_to_f32(s16[i]);
+#pragma omp parallel for schedule(static) if (n >= 65536)
+        for (size_t i = 0; i < n; i++)
+            dst[i] = f16_to_f32(s16[i]);
         break;
-    default: memset(dst, 0, n * 4); break;
+    default:
+        memset(dst, 0, n * 4);
+        break;
     }
 }
 
 void dtype_from_f32(void *dst, const float *src, DType to, size_t n) {
     uint16_t *d16 = dst;
     switch (to) {
-    case DT_F32: memcpy(dst, src, n * 4); break;
+    case DT_F32:
+        memcpy(dst, src, n * 4);
+        break;
     case DT_BF16:
-        for (size_t i = 0; i < n; i++) d16[i] = f32_to_bf16(src[i]);
+        for (size_t i = 0; i < n; i++)
+            d16[i] = f32_to_bf16(src[i]);
         break;
     case DT_F16:
-        for (size_t i = 0; i < n; i++) d16[i] = f32_to_f16(src[i]);
+        for (size_t i = 0; i < n; i++)
+            d16[i] = f32_to_f16(src[i]);
         break;
-    default: break;
+    default:
+        break;
     }
 }

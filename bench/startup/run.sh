@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Time to the first step of a qtitan train job: seconds from launch to the model's log line
+# ("model: ...", arenas placed and parameters filled) and to the first step's first GEMM (the
+# "gemm: ..." line the GEMM layer prints once), then the job is stopped.
+#   bash bench/startup/run.sh [--binary PATH] [--rounds R] -- TRAIN_ARGS...
+# e.g. the 0.6B recipe at 1 x 512 (bench/README.md, Start-up):
+#   bash bench/startup/run.sh --rounds 3 -- --config configs/qwen3_0.6b.toml \
+#     --training.seq_len=512 --training.local_batch_size=1 \
+#     --model.tokenizer_path=../shared/tokenizers/qwen3 \
+#     --training.dataset_path=../shared/data/c4_sample/c4_sample.jsonl
+# Prints one line per round: model_s, first_gemm_s (wall clock), cpu_s (user + system time of
+# the job up to its first GEMM, which a loaded machine disturbs less) and the load average.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+bin=$root/build/qtitan
+rounds=1
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+  case $1 in
+    --binary) bin=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    *) echo "run.sh: unknown option $1 (expected --binary, --rounds or --)"; exit 2 ;;
+  esac
+done
+[ $# -gt 0 ] && shift
+work=$(mktemp -d /tmp/qt_startup_XXXXXX)
+trap 'rm -rf "$work"' EXIT
+for r in $(seq 1 "$rounds"); do
+  load=$(cut -d' ' -f1 /proc/loadavg)
+  start=$(date +%s.%N)
+  mkfifo "$work/out"
+  "$bin" train "$@" --job.dump_folder="$work/dump" >"$work/out" 2>&1 &
+  pid=$!
+  model=- gemm=- cpu=-
+  while IFS= read -r line; do
+    now=$(date +%s.%N)
+    case $line in
+      model:*) model=$(echo "$now - $start" | bc) ;;
+      gemm:*)
+        gemm=$(echo "$now - $start" | bc)
+        ticks=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+        cpu=$(echo "scale=2; $ticks / $(getconf CLK_TCK)" | bc)
+        kill "$pid"
+        break
+        ;;
+      *rror*) echo "$line" ;;
+    esac
+  done <"$work/out"
+  wait "$pid" 2>/dev/null || true
+  rm -f "$work/out"
+  printf 'round %d: model_s %s first_gemm_s %s cpu_s %s load %s\n' "$r" "$model" "$gemm" "$cpu" \
+    "$load"
+done
