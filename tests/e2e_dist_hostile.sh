@@ -39,7 +39,7 @@ trap 'cleanup_ranks; rm -rf "$TMP"' EXIT
 # Rank 1 is the child of mpirun whose environment says so; stop it once training runs (past
 # the first step, so the train timeout applies).
 for _ in $(seq 600); do
-  grep -q 'step: *1 ' "$TMP/run.log" 2>/dev/null && break
+  grep -q 'step: *1[ /]' "$TMP/run.log" 2>/dev/null && break
   kill -0 "$launcher" 2>/dev/null || break
   sleep 0.1
 done
