@@ -54,7 +54,7 @@ static void make_ckpt(Ckpt *c, const char *fixture, double lbc, const char *name
         const ParamInfo *q = &c->t.params[i];
         c->data[i] = malloc((size_t)q->numel * sizeof(float));
         rng_fill_normal(&r, c->data[i], (size_t)q->numel, 1.0f);
-        c->tensors[i] = (CkptTensor){q->name, q->ndim, {0}, c->data[i]};
+        c->tensors[i] = (CkptTensor){q->name, q->ndim, {0}, c->data[i], NULL};
         memcpy(c->tensors[i].shape, q->shape, sizeof q->shape);
     }
     size_t len;

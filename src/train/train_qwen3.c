@@ -441,10 +441,12 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
         const Held *h = &f->held[i];
         if (h->hi <= h->lo) continue;
         int k = f->npieces++;
+        /* An FSDP shard is the driver's host memory; otherwise the piece is the model's. */
+        const Device *dev = f->sharded ? &device_cpu : f->m.param_arena.device;
         f->pieces[k] =
-            f->sharded
-                ? (CkptTensor){p->name, 1, {(int64_t)(h->hi - h->lo)}, h->p}
-                : (CkptTensor){p->name, p->ndim, {p->shape[0], p->shape[1], p->shape[2]}, h->p};
+            f->sharded ? (CkptTensor){p->name, 1, {(int64_t)(h->hi - h->lo)}, h->p, dev}
+                       : (CkptTensor){
+                             p->name, p->ndim, {p->shape[0], p->shape[1], p->shape[2]}, h->p, dev};
         f->piece_grads[k] = h->g;
         f->piece_param[k] = i;
     }
