@@ -18,6 +18,9 @@
 #include "core/fs.h"
 #include "core/rng.h"
 #include "core/strutil.h"
+#include "io/hf_config.h"
+#include "io/hf_export.h"
+#include "io/hf_keys.h"
 #include "train/checkpoint.h"
 #include "train/clip.h"
 
@@ -145,10 +148,65 @@ static void test_checkpoint_reads_through_device(void **state) {
     fake_free();
 }
 
+/* Exports every parameter of a small fixture model from the host or from the fake device. */
+static char *export_from(const ModelSpec *spec, const HfKeyTable *t, const float *base,
+                         const Device *dev, const char *name) {
+    HfExportTensor *ts = calloc((size_t)t->nparams, sizeof *ts);
+    size_t off = 0;
+    for (int i = 0; i < t->nparams; i++) {
+        ts[i] = (HfExportTensor){t->params[i].name, t->params[i].numel, base + off, dev};
+        off += (size_t)t->params[i].numel;
+    }
+    char tmpl[] = "/tmp/qt_devrd_XXXXXX";
+    assert_non_null(mkdtemp(tmpl));
+    char *out = fs_join(tmpl, name);
+    HfExportOptions o = {.dtype = DT_BF16};
+    Err err;
+    if (hf_export(out, spec, ts, t->nparams, &o, &err) != 0) fail_msg("%s", err.msg);
+    free(ts);
+    return out;
+}
+
+static void test_export_reads_through_device(void **state) {
+    (void)state;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/fixtures/hf_keys/dense_untied.config.json",
+             getenv("QT_SOURCE_DIR"));
+    ModelSpec spec;
+    Err err;
+    if (model_spec_from_hf_config(&spec, path, &err) != 0) fail_msg("%s", err.msg);
+    HfKeyTable t;
+    hf_keys_build(&t, &spec);
+    size_t n = 0;
+    for (int i = 0; i < t.nparams; i++)
+        n += (size_t)t.params[i].numel;
+    float *host = fake_init(n, 7);
+    char *a = export_from(&spec, &t, host, NULL, "host");
+    char *b = export_from(&spec, &t, fake.shown, &fake_device, "fake");
+    assert_true(fake.to_host_calls > 0);
+    char *fa = fs_join(a, "model.safetensors"), *fb = fs_join(b, "model.safetensors");
+    char *da, *db;
+    size_t la, lb;
+    assert_int_equal(fs_read_all(fa, &da, &la, &err), 0);
+    assert_int_equal(fs_read_all(fb, &db, &lb, &err), 0);
+    assert_int_equal(la, lb);
+    assert_memory_equal(da, db, la);
+    free(da);
+    free(db);
+    free(fa);
+    free(fb);
+    remove_root(a);
+    remove_root(b);
+    hf_keys_free(&t);
+    free(host);
+    fake_free();
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_clip_reads_through_device),
         cmocka_unit_test(test_checkpoint_reads_through_device),
+        cmocka_unit_test(test_export_reads_through_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
