@@ -11,6 +11,8 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "train/train_plan.h"
@@ -144,11 +146,55 @@ static void test_errors(void **state) {
                                     "FSDP / HSDP only"));
 }
 
+/* LoRA: AdamW state and gradients for the adapters (r (I + O) per targeted linear), one
+ * gradient sink of the largest parameter for the frozen base; configs/qwen3_4b_lora.toml plans
+ * to at most 20 GiB at seq_len 2048. */
+static void test_lora(void **state) {
+    (void)state;
+    TrainPlan p;
+    Err err;
+    char *argv[] = {"--model.flavor=debugmodel",
+                    "--training.local_batch_size=2",
+                    "--training.seq_len=32",
+                    "--model.tokenizer_path=/nonexistent",
+                    "--training.dataset_path=/nonexistent.jsonl",
+                    "--lora.rank=4",
+                    "--lora.targets=layers.*.attention.wq,layers.*.feed_forward.w2"};
+    assert_int_equal(plan(&p, 7, argv, &err), 0);
+    const ModelSpec *s = &p.spec;
+    double per_layer = 4.0 * (s->dim + s->n_heads * s->head_dim) + 4.0 * (s->hidden_dim + s->dim);
+    double adapters = per_layer * s->n_layers;
+    assert_true(p.lora_numel == adapters);
+    assert_true(p.optim == 2.0 * 4.0 * adapters);
+    /* The largest parameter here is an FFN weight (3072 x 256), not the embedding. */
+    double largest = (double)s->hidden_dim * s->dim;
+    assert_true(largest > (double)s->vocab_size * s->dim);
+    assert_true(p.grads == largest * 4.0 + 4.0 * adapters);
+    /* On more than one process the plan refuses it, as the job does. */
+    char *sharded[8];
+    memcpy(sharded, argv, sizeof argv);
+    sharded[7] = "--parallelism.data_parallel_shard_degree=2";
+    assert_int_equal(plan(&p, 8, sharded, &err), -1);
+    assert_non_null(strstr(err.msg, "lora.rank = 4 on 2 processes: LoRA training runs on one "
+                                    "process for now"));
+
+    const char *src = getenv("QT_SOURCE_DIR");
+    if (!src) return;
+    char cfgpath[1024];
+    snprintf(cfgpath, sizeof cfgpath, "%s/configs/qwen3_4b_lora.toml", src);
+    JobConfig cfg;
+    assert_int_equal(config_load(&cfg, cfgpath, 0, NULL, &err), 0);
+    if (train_plan_compute(&p, &cfg, &err)) fail_msg("%s", err.msg);
+    config_free(&cfg);
+    printf("configs/qwen3_4b_lora.toml plans %.3f GiB\n", p.total / 1073741824.0);
+    assert_int_equal(p.T, 2048);
+    assert_true(p.total <= 20.0 * 1073741824.0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_debugmodel),
-        cmocka_unit_test(test_moe),
-        cmocka_unit_test(test_tensor_parallel),
+        cmocka_unit_test(test_lora),   cmocka_unit_test(test_debugmodel),
+        cmocka_unit_test(test_moe),    cmocka_unit_test(test_tensor_parallel),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

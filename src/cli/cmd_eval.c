@@ -16,6 +16,7 @@
 #include "io/hf_config.h"
 #include "io/safetensors.h"
 #include "io/token_lines.h"
+#include "model/lora.h"
 #include "model/qwen3.h"
 #include "model/qwen3_hf.h"
 
@@ -23,7 +24,8 @@
 #define EVAL_MIN_ROW 2048
 
 static const char *USAGE =
-    "usage: qtitan eval --model HFDIR --tokens FILE [--dump-logits OUT.safetensors]\n"
+    "usage: qtitan eval --model HFDIR --tokens FILE [--adapter DIR] [--dump-logits "
+    "OUT.safetensors]\n"
     "       qtitan eval (--model HFDIR | --checkpoint STEP_DIR) --dataset PATH [--seq-len N]\n"
     "                   [--max-tokens N]\n"
     "\n"
@@ -31,6 +33,8 @@ static const char *USAGE =
     "lines of FILE (one sequence of whitespace-separated token ids per line), for the\n"
     "Qwen3ForCausalLM or Qwen3MoeForCausalLM checkpoint in HFDIR (config.json +\n"
     "safetensors) in fp32.\n"
+    "--adapter DIR adds the LoRA adapters of a peft adapter folder (adapter_config.json +\n"
+    "adapter_model.safetensors, e.g. a LoRA run's DUMP/adapter) to the model.\n"
     "--dump-logits writes each line's logits as F32 logits.0, logits.1, ... (len, vocab).\n"
     "\n"
     "--dataset reads PATH as training.dataset_path is read (JSONL with a \"text\" field, text\n"
@@ -42,7 +46,7 @@ static const char *USAGE =
     "predicted text, EOS excluded). STEP_DIR is a training checkpoint step or folder.\n";
 
 typedef struct EvalArgs {
-    const char *model, *checkpoint, *tokens, *dump, *dataset, *seq_len, *max_tokens;
+    const char *model, *checkpoint, *tokens, *dump, *adapter, *dataset, *seq_len, *max_tokens;
 } EvalArgs;
 
 static int parse_args(EvalArgs *a, int argc, char **argv, Err *err) {
@@ -52,6 +56,7 @@ static int parse_args(EvalArgs *a, int argc, char **argv, Err *err) {
                             : strcmp(argv[i], "--checkpoint") == 0  ? &a->checkpoint
                             : strcmp(argv[i], "--tokens") == 0      ? &a->tokens
                             : strcmp(argv[i], "--dump-logits") == 0 ? &a->dump
+                            : strcmp(argv[i], "--adapter") == 0     ? &a->adapter
                             : strcmp(argv[i], "--dataset") == 0     ? &a->dataset
                             : strcmp(argv[i], "--seq-len") == 0     ? &a->seq_len
                             : strcmp(argv[i], "--max-tokens") == 0  ? &a->max_tokens
@@ -66,6 +71,7 @@ static int parse_args(EvalArgs *a, int argc, char **argv, Err *err) {
                            "give one of --model HFDIR or --checkpoint STEP_DIR with --dataset");
         if (a->tokens || a->dump)
             return err_set(err, "--tokens and --dump-logits do not go with --dataset");
+        if (a->adapter) return err_set(err, "--adapter goes with --tokens, not --dataset (yet)");
         return 0;
     }
     if (a->checkpoint || a->seq_len || a->max_tokens)
@@ -100,12 +106,18 @@ static int eval_run(const EvalArgs *a, Err *err) {
     Qwen3 m;
     StSet set;
     memset(&set, 0, sizeof set);
+    Lora lo;
+    memset(&lo, 0, sizeof lo);
     int32_t *tgt = NULL, *pos = NULL, *doc = NULL;
     float *dump = NULL;
     rc = -1;
     if (qwen3_create(&m, &spec, 1, (int)row, AC_NONE, err)) goto out_lines;
     if (st_set_open(&set, a->model, err)) goto out_model;
     if (qwen3_load_hf(&m, &set, a->model, err)) goto out_set;
+    if (a->adapter) {
+        if (lora_open_peft(&lo, &spec, a->adapter, row, err)) goto out_set;
+        m.lora = &lo;
+    }
 
     long N = tl.total, V = spec.vocab_size;
     tgt = xmalloc((size_t)N * sizeof *tgt);
@@ -150,6 +162,7 @@ static int eval_run(const EvalArgs *a, Err *err) {
     }
     rc = 0;
 out_set:
+    lora_free(&lo);
     st_set_close(&set);
 out_model:
     qwen3_free(&m);

@@ -16,7 +16,9 @@
 
 #define C4_TEST_DEFAULT "../shared/data/c4_sample/c4_sample.jsonl"
 
-typedef enum { K_INT, K_I64, K_FLOAT, K_BOOL, K_STR, K_ENUM } Kind;
+/* K_LIST: an array of strings, kept joined by commas (none may hold one); the command line
+ * gives the joined form. */
+typedef enum { K_INT, K_I64, K_FLOAT, K_BOOL, K_STR, K_ENUM, K_LIST } Kind;
 
 typedef struct Choice {
     const char *name;
@@ -46,17 +48,27 @@ static const Choice EXPORT_DTYPES[] = {
     {"float32", DT_F32}, {"bfloat16", DT_BF16}, {"float16", DT_F16}, {NULL, 0}};
 static const Choice AC_MODES[] = {
     {"none", AC_NONE}, {"selective", AC_SELECTIVE}, {"full", AC_FULL}, {NULL, 0}};
+static const Choice DATA_FORMATS[] = {{"text", DATA_TEXT},
+                                      {"messages", DATA_MESSAGES},
+                                      {"prompt_completion", DATA_PROMPT_COMPLETION},
+                                      {"instruction", DATA_INSTRUCTION},
+                                      {NULL, 0}};
+static const Choice TOO_LONG[] = {
+    {"truncate", TOO_LONG_TRUNCATE}, {"drop", TOO_LONG_DROP}, {NULL, 0}};
 static const Choice MODEL_NAMES[] = {{"qwen3", 0}, {NULL, 0}};
 
 _Static_assert(sizeof(DType) == sizeof(int) && sizeof(DecayType) == sizeof(int) &&
                    sizeof(DeviceKind) == sizeof(int) && sizeof(AcMode) == sizeof(int) &&
-                   sizeof(OptimizerKind) == sizeof(int),
+                   sizeof(OptimizerKind) == sizeof(int) && sizeof(DataFormat) == sizeof(int) &&
+                   sizeof(TooLong) == sizeof(int),
                "enum fields are written through int pointers");
 
 #define OFF(f) offsetof(JobConfig, f)
 #define BIG 2147483647.0
 #define STR(s, k)                                                                                  \
     { #s, #k, K_STR, OFF(s.k), 0, 0, 0, 0, 0, NULL, "a string", NULL }
+#define LIST(s, k)                                                                                 \
+    { #s, #k, K_LIST, OFF(s.k), 0, 0, 0, 0, 0, NULL, "an array of strings", NULL }
 #define BOOL(s, k)                                                                                 \
     { #s, #k, K_BOOL, OFF(s.k), 0, 0, 0, 0, 0, NULL, "true or false", NULL }
 #define INT(s, k, lo, m1, ex)                                                                      \
@@ -72,7 +84,7 @@ static const char *const SECTIONS[] = {
     "job",      "model",       "optimizer",  "lr_scheduler",
     "training", "parallelism", "checkpoint", "activation_checkpoint",
     "metrics",  "validation",  "sample",     "profiling",
-    "override",
+    "lora",     "override",
 };
 #define NSECTIONS ((int)(sizeof SECTIONS / sizeof SECTIONS[0]))
 
@@ -111,6 +123,10 @@ static const KeyDesc KEYS[] = {
     ENUM(training, device, DEVICES),
     BOOL(training, document_mask),
     BOOL(training, skip_nonfinite),
+    ENUM(training, data_format, DATA_FORMATS),
+    BOOL(training, packing),
+    BOOL(training, train_on_all_tokens),
+    ENUM(training, long_conversations, TOO_LONG),
     INT(parallelism, data_parallel_replicate_degree, 1, 0, "an integer >= 1"),
     INT(parallelism, data_parallel_shard_degree, 1, 1, "an integer >= 1, or -1 for the rest"),
     INT(parallelism, tensor_parallel_degree, 1, 0, "an integer >= 1"),
@@ -154,6 +170,11 @@ static const KeyDesc KEYS[] = {
     INT(sample, max_new_tokens, 1, 0, "an integer >= 1"),
     FLT(sample, temperature, 0, INFINITY, 0, 1, "a number >= 0 (0 = greedy)"),
     {"sample", "seed", K_I64, OFF(sample.seed), 0, 9.2e18, 0, 0, 0, NULL, "an integer >= 0", NULL},
+    INT(lora, rank, 0, 0, "an integer >= 0 (0 = no LoRA)"),
+    FLT(lora, alpha, 0, INFINITY, 1, 1, "a number > 0"),
+    FLT(lora, dropout, 0, 1, 0, 1, "a number in [0, 1)"),
+    LIST(lora, targets),
+    STR(lora, adapter_path),
 };
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 
@@ -296,6 +317,29 @@ static int set_key(JobConfig *cfg, const KeyDesc *d, const TomlValue *v, const c
     char shown[256];
     fmt_value(shown, sizeof shown, v);
     switch (d->kind) {
+    case K_LIST: {
+        if (v->type == TOML_STRING) { /* the command line's joined form */
+            set_str((char **)field, v->s);
+            return 0;
+        }
+        if (v->type != TOML_ARRAY) break;
+        size_t len = 1;
+        for (int i = 0; i < v->n; i++) {
+            if (v->items[i]->type != TOML_STRING || !v->items[i]->s[0] ||
+                strchr(v->items[i]->s, ','))
+                return err_set(err, "%s: %s.%s item %d must be a non-empty string without commas",
+                               where, d->section, d->key, i + 1);
+            len += strlen(v->items[i]->s) + 1;
+        }
+        char *joined = xcalloc(len, 1);
+        for (int i = 0; i < v->n; i++) {
+            if (i) strcat(joined, ",");
+            strcat(joined, v->items[i]->s);
+        }
+        free(*(char **)field);
+        *(char **)field = joined;
+        return 0;
+    }
     case K_STR:
         if (v->type != TOML_STRING) break;
         if (d->off == OFF(model.flavor) && strcmp(v->s, "hf") != 0) {
@@ -596,7 +640,8 @@ int config_apply_override(JobConfig *cfg, const char *dotted_key, const char *va
     const CompatKey *c = d || model_field ? NULL : config_compat_find(section, key);
     if (!d && !model_field && !c) return unknown_key(origin, section, key, err);
     TomlValue *v = NULL;
-    int is_text = (d && (d->kind == K_STR || d->kind == K_ENUM)) || (c && c->type == 's');
+    int is_text = (d && (d->kind == K_STR || d->kind == K_ENUM || d->kind == K_LIST)) ||
+                  (c && c->type == 's');
     if (is_text && value[0] != '"' && value[0] != '\'') {
         v = xcalloc(1, sizeof *v);
         v->type = TOML_STRING;
@@ -646,6 +691,7 @@ void config_init(JobConfig *c) {
     c->training.mixed_precision_param = DT_F32;
     c->training.device = DEVICE_CPU;
     c->training.document_mask = 1;
+    c->training.packing = 1;
     c->parallelism.data_parallel_replicate_degree = 1;
     c->parallelism.data_parallel_shard_degree = -1;
     c->parallelism.tensor_parallel_degree = 1;
@@ -669,12 +715,16 @@ void config_init(JobConfig *c) {
     c->sample.prompt_file = xstrdup("");
     c->sample.max_new_tokens = 32;
     c->sample.temperature = 0.8;
+    c->lora.alpha = 16;
+    c->lora.targets = xstrdup("layers.*.attention.wq,layers.*.attention.wv");
+    c->lora.adapter_path = xstrdup("");
 }
 
 void config_free(JobConfig *c) {
     free(c->path);
     for (int i = 0; i < NKEYS; i++)
-        if ((KEYS[i].kind == K_STR || KEYS[i].choices == MODEL_NAMES) && !KEYS[i].alias_of)
+        if ((KEYS[i].kind == K_STR || KEYS[i].kind == K_LIST || KEYS[i].choices == MODEL_NAMES) &&
+            !KEYS[i].alias_of)
             free(*(char **)((char *)c + KEYS[i].off));
     for (int i = 0; i < c->model.n_fields; i++) {
         free(c->model.fields[i].field);
@@ -951,6 +1001,21 @@ void config_dump(const JobConfig *cfg, FILE *f) {
             case K_STR:
                 dump_string(f, *(char *const *)field);
                 break;
+            case K_LIST: {
+                fputc('[', f);
+                const char *p = *(char *const *)field;
+                for (int first = 1; *p; first = 0) {
+                    const char *c = strchr(p, ',');
+                    size_t n = c ? (size_t)(c - p) : strlen(p);
+                    char *item = strndup(p, n);
+                    fputs(first ? "" : ", ", f);
+                    dump_string(f, item);
+                    free(item);
+                    p += n + (c != NULL);
+                }
+                fputc(']', f);
+                break;
+            }
             case K_BOOL:
                 fputs(*(const int *)field ? "true" : "false", f);
                 break;

@@ -29,6 +29,15 @@
 typedef enum DecayType { DECAY_LINEAR = 0, DECAY_SQRT, DECAY_COSINE } DecayType;
 typedef enum DeviceKind { DEVICE_CPU = 0, DEVICE_CUDA, DEVICE_AUTO } DeviceKind;
 typedef enum OptimizerKind { OPTIMIZER_ADAMW = 0 } OptimizerKind;
+/* What a training JSONL line holds: text to pack, or a conversation (docs/finetune.md). */
+typedef enum DataFormat {
+    DATA_TEXT = 0,
+    DATA_MESSAGES,
+    DATA_PROMPT_COMPLETION,
+    DATA_INSTRUCTION
+} DataFormat;
+/* A conversation longer than seq_len. */
+typedef enum TooLong { TOO_LONG_TRUNCATE = 0, TOO_LONG_DROP } TooLong;
 
 /* One replacement of a model field ([model] n_layers = 4, or --model.n_layers=4), applied in
  * order by the trainer with model_spec_set_field(spec, field, value). A field appears at most
@@ -91,6 +100,10 @@ typedef struct JobConfig {
         DeviceKind device;
         int document_mask;  /* attention does not cross packed documents */
         int skip_nonfinite; /* skip the update of a step whose loss or grad norm is not finite */
+        DataFormat data_format;  /* "text" (pretraining) or a conversation shape */
+        int packing;             /* conversations: several a row (1) or one a row, padded (0) */
+        int train_on_all_tokens; /* conversations: every token a target, not only the assistant's */
+        TooLong long_conversations; /* conversations longer than seq_len */
     } training;
     struct {
         int data_parallel_replicate_degree;
@@ -119,6 +132,13 @@ typedef struct JobConfig {
         char *save_tb_folder;   /* "tb" */
         int save_for_all_ranks; /* every rank writes its own TensorBoard run, not rank 0 alone */
     } metrics;
+    struct {
+        int rank;           /* 0 = no LoRA: every weight trains */
+        double alpha;       /* adapters scale by alpha / rank */
+        double dropout;     /* on the adapters' input; only 0 is run (the trainer says so) */
+        char *targets;      /* comma-joined globs over module names (layers.*.attention.wq) */
+        char *adapter_path; /* a peft adapter folder to start from, "" = fresh adapters */
+    } lora;
     struct {
         int enable_profiling;     /* Chrome trace-event JSON of every profile_freq-th step */
         char *save_traces_folder; /* under job.dump_folder: "profile_traces" */

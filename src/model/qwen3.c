@@ -10,6 +10,7 @@
 
 #include "core/rng.h"
 #include "kernels/cpu_simd.h"
+#include "model/lora.h"
 #include "model/moe.h"
 #include "ops/op_profile.h"
 
@@ -68,10 +69,16 @@ static void layout_params(Qwen3 *m, Arena *pa, Arena *ga) {
     int n = param_list(&m->spec, NULL);
     ParamInfo *info = xmalloc((size_t)n * sizeof *info);
     param_list(&m->spec, info);
+    long max_numel = 0;
+    for (int i = 0; i < n; i++)
+        if ((long)info[i].numel > max_numel) max_numel = (long)info[i].numel;
+    /* A frozen model's gradients all land in one buffer the size of the largest parameter,
+     * which nothing reads: the ops still write them, but no model-sized arena holds them. */
+    float *sink = m->frozen ? arena_floats(ga, (size_t)max_numel) : NULL; /* NULL counting */
     for (int i = 0; i < n; i++) {
         const ParamInfo *pi = &info[i];
         float *data = arena_floats(pa, (size_t)pi->numel);
-        float *grad = arena_floats(ga, (size_t)pi->numel);
+        float *grad = m->frozen ? sink : arena_floats(ga, (size_t)pi->numel);
         *qwen3_param_field(&m->p, pi->kind->id, pi->layer) = data;
         *qwen3_param_field(&m->g, pi->kind->id, pi->layer) = grad;
         if (!m->table) continue;
@@ -91,6 +98,7 @@ static void layout_params(Qwen3 *m, Arena *pa, Arena *ga) {
         m->g.output = m->g.tok_embeddings;
     }
     m->nparams = n;
+    m->max_param_numel = max_numel;
 }
 
 /* ---- activations ---- */
@@ -341,8 +349,9 @@ static int setup(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int s
 }
 
 static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp, int owned,
-                  const Qwen3Modules *impl, Err *err) {
+                  const Qwen3Modules *impl, int frozen, Err *err) {
     TRY(setup(m, spec, B, T, ac, sp, err));
+    m->frozen = frozen;
     Arena pc, gc, ac_count, ks_count;
     arena_init_counting(&pc, "parameter");
     arena_init_counting(&gc, "gradient");
@@ -370,22 +379,27 @@ static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int 
 }
 
 int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *err) {
-    return create(m, spec, B, T, ac, 1, 1, NULL, err);
+    return create(m, spec, B, T, ac, 1, 1, NULL, 0, err);
 }
 
 int qwen3_create_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
                       const Qwen3Modules *impl, Err *err) {
-    return create(m, spec, B, T, ac, 1, 1, impl, err);
+    return create(m, spec, B, T, ac, 1, 1, impl, 0, err);
+}
+
+int qwen3_create_frozen_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
+                             const Qwen3Modules *impl, Err *err) {
+    return create(m, spec, B, T, ac, 1, 1, impl, 1, err);
 }
 
 int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
                          Err *err) {
-    return create(m, spec, B, T, ac, sp, 0, NULL, err);
+    return create(m, spec, B, T, ac, sp, 0, NULL, 0, err);
 }
 
 int qwen3_create_unowned_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
                               const Qwen3Modules *impl, Err *err) {
-    return create(m, spec, B, T, ac, sp, 0, impl, err);
+    return create(m, spec, B, T, ac, sp, 0, impl, 0, err);
 }
 
 void qwen3_free(Qwen3 *m) {
@@ -548,6 +562,63 @@ static void linear_bwd(const Qwen3 *m, const LinearOp *op, float *dx, float *dw,
         PROF_OP(&op->h, 1, op->backward(dx, dw, dout, x, w, N, I, O, dx_beta));
 }
 
+/* ---- LoRA (model/lora.h): adapters add to their linears' outputs ---- */
+
+static void lora_fwd(const Qwen3 *m, int i, LoraSite s, float *y, const float *x, long N) {
+    if (m->lora && m->lora->at[i][s]) lora_forward(m->lora, m->lora->at[i][s], y, x, N);
+}
+
+static void lora_bwd(const Qwen3 *m, int i, LoraSite s, float *dx, const float *dy, const float *x,
+                     long N) {
+    if (m->lora && m->lora->at[i][s]) lora_backward(m->lora, m->lora->at[i][s], dx, dy, x, N);
+}
+
+static int ffn_has_lora(const Qwen3 *m, int i) {
+    return m->lora &&
+           (m->lora->at[i][LORA_W1] || m->lora->at[i][LORA_W3] || m->lora->at[i][LORA_W2]);
+}
+
+/* The dense FFN as three linears and the SwiGLU gate, so adapters can act on h1, h3 and the
+ * output: the fused op has no place for them. Saves h1, h3, g as the fused op does. */
+static void ffn_lora_forward(Qwen3 *m, int i, float *y, const float *xn2, long N) {
+    const Qwen3LayerParams *p = &m->p.layers[i];
+    const Qwen3Bf16Layer *pb = &m->pb.layers[i];
+    const LinearOp *op = m->mod.layers[i].wo; /* the layer's linear implementation */
+    Qwen3LayerActs *a = &m->a.layers[i];
+    int D = m->spec.dim, F = m->spec.hidden_dim;
+    linear_fwd(m, op, a->h1, xn2, p->w1, pb->w1, N, D, F);
+    lora_fwd(m, i, LORA_W1, a->h1, xn2, N);
+    linear_fwd(m, op, a->h3, xn2, p->w3, pb->w3, N, D, F);
+    lora_fwd(m, i, LORA_W3, a->h3, xn2, N);
+    for (long k = 0; k < N * F; k++)
+        a->g[k] = a->h1[k] / (1.0f + expf(-a->h1[k])) * a->h3[k];
+    linear_fwd(m, op, y, a->g, p->w2, pb->w2, N, F, D);
+    lora_fwd(m, i, LORA_W2, y, a->g, N);
+}
+
+/* Its backward: dout (N, D) -> m->a.dxn (N, D) written; base and adapter gradients added. */
+static void ffn_lora_backward(Qwen3 *m, int i, const float *dout, const float *xn2, long N) {
+    const Qwen3LayerParams *p = &m->p.layers[i];
+    Qwen3LayerParams *g = &m->g.layers[i];
+    const Qwen3Bf16Layer *pb = &m->pb.layers[i];
+    const LinearOp *op = m->mod.layers[i].wo;
+    const Qwen3LayerActs *a = &m->a.layers[i];
+    Qwen3Acts *A = &m->a;
+    int D = m->spec.dim, F = m->spec.hidden_dim;
+    float *dg = A->dh1, *dh3 = A->dh3;
+    linear_bwd(m, op, dg, g->w2, dout, a->g, p->w2, pb->w2, N, F, D, 0.0f);
+    lora_bwd(m, i, LORA_W2, dg, dout, a->g, N);
+    for (long k = 0; k < N * F; k++) {
+        float h = a->h1[k], sg = 1.0f / (1.0f + expf(-h)), d = dg[k];
+        dh3[k] = d * h * sg;
+        dg[k] = d * a->h3[k] * sg * (1.0f + h * (1.0f - sg)); /* now d h1 */
+    }
+    linear_bwd(m, op, A->dxn, g->w1, dg, xn2, p->w1, pb->w1, N, D, F, 0.0f);
+    lora_bwd(m, i, LORA_W1, A->dxn, dg, xn2, N);
+    linear_bwd(m, op, A->dxn, g->w3, dh3, xn2, p->w3, pb->w3, N, D, F, 1.0f);
+    lora_bwd(m, i, LORA_W3, A->dxn, dh3, xn2, N);
+}
+
 /* ---- forward / backward ---- */
 
 static void hook(Qwen3 *m, int unit, Qwen3HookPhase phase) {
@@ -688,6 +759,9 @@ static void layer_forward(Qwen3 *m, int i, float *out, int count) {
     linear_fwd(m, md->qkv, a->q, xn1, p->wq, pb->wq, N, D, H * E);
     linear_fwd(m, md->qkv, a->k, xn1, p->wk, pb->wk, N, D, K * E);
     linear_fwd(m, md->qkv, a->v, xn1, p->wv, pb->wv, N, D, K * E);
+    lora_fwd(m, i, LORA_WQ, a->q, xn1, N);
+    lora_fwd(m, i, LORA_WK, a->k, xn1, N);
+    lora_fwd(m, i, LORA_WV, a->v, xn1, N);
     PROF_OP(&md->q_norm->h, 0,
             md->q_norm->forward(a->qn, a->q_rstd, a->q, p->q_norm, N * H, E, eps));
     PROF_OP(&md->k_norm->h, 0,
@@ -699,6 +773,7 @@ static void layer_forward(Qwen3 *m, int i, float *out, int count) {
     PROF_OP(&md->sdpa->h, 0,
             md->sdpa->forward(a->att, a->lse, a->qr, a->kr, a->v, doc, B, T, H, K, E));
     linear_fwd(m, md->wo, tp_partial(m, a->xmid), a->att, p->wo, pb->wo, N, H * E, D);
+    lora_fwd(m, i, LORA_WO, tp_partial(m, a->xmid), a->att, N);
     tp_combine(m, a->xmid, n * D);
     if (md->ffn_norm->forward_add) { /* a kernel fusing the residual add into the norm */
         PROF_OP(&md->ffn_norm->h, 0,
@@ -714,6 +789,8 @@ static void layer_forward(Qwen3 *m, int i, float *out, int count) {
     const SwigluOp *ff = md->feed_forward;
     if (md->experts) /* never sequence parallel (setup refuses it) */
         moe_forward(m, i, out, count);
+    else if (ffn_has_lora(m, i))
+        ffn_lora_forward(m, i, y, xn2, N);
     else if (m->bf16 && ff->forward_bf16)
         PROF_OP(&ff->h, 0,
                 ff->forward_bf16(y, a->h1, a->h3, a->g, xn2, pb->w1, pb->w3, pb->w2, m->pb.scratch,
@@ -770,6 +847,8 @@ static void layer_backward(Qwen3 *m, int i) {
     const float *dout = sp_gather(m, A->yg, A->dres, n * D);
     if (md->experts)
         moe_backward(m, i);
+    else if (ffn_has_lora(m, i))
+        ffn_lora_backward(m, i, dout, xn2, N);
     else if (m->bf16 && ff->backward_bf16)
         PROF_OP(&ff->h, 1,
                 ff->backward_bf16(A->dxn, g->w1, g->w3, g->w2, A->dh1, A->dh3, dout, xn2, a->h1,
@@ -785,6 +864,7 @@ static void layer_backward(Qwen3 *m, int i) {
 
     dout = sp_gather(m, A->yg, A->dres, n * D);
     linear_bwd(m, md->wo, A->datt, g->wo, dout, a->att, p->wo, pb->wo, N, H * E, D, 0.0f);
+    lora_bwd(m, i, LORA_WO, A->datt, dout, a->att, N);
     PROF_OP(&md->sdpa->h, 1,
             md->sdpa->backward(A->dqr, A->dkr, A->dv, A->datt, a->qr, a->kr, a->v, a->att, a->lse,
                                doc, B, T, H, K, E));
@@ -800,6 +880,9 @@ static void layer_backward(Qwen3 *m, int i) {
     linear_bwd(m, md->qkv, A->dxn, g->wq, A->dq, xn1, p->wq, pb->wq, N, D, H * E, 0.0f);
     linear_bwd(m, md->qkv, A->dxn, g->wk, A->dk, xn1, p->wk, pb->wk, N, D, K * E, 1.0f);
     linear_bwd(m, md->qkv, A->dxn, g->wv, A->dv, xn1, p->wv, pb->wv, N, D, K * E, 1.0f);
+    lora_bwd(m, i, LORA_WQ, A->dxn, A->dq, xn1, N);
+    lora_bwd(m, i, LORA_WK, A->dxn, A->dk, xn1, N);
+    lora_bwd(m, i, LORA_WV, A->dxn, A->dv, xn1, N);
     dxn = tp_combine_grad(m, A->dxn, n * D);
     PROF_OP(&md->attention_norm->h, 1,
             norm_backward_into(md->attention_norm, A->dres, A->dtmp, g->attention_norm, dxn, a->x,
@@ -947,6 +1030,7 @@ int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
     /* arena_init rounds a block up to the 64-byte alignment. */
     out->param_bytes = (pc.used + 63) / 64 * 64;
     out->grad_bytes = (gc.used + 63) / 64 * 64;
+    out->frozen_grad_bytes = ((size_t)m->max_param_numel * sizeof(float) + 63) / 64 * 64;
     /* the kernel scratch counts as activation memory for the plan */
     out->act_bytes = (acnt.used + 63) / 64 * 64 + (kcnt.used + 63) / 64 * 64;
     out->nparams = m->nparams;

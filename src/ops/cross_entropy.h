@@ -7,9 +7,8 @@
 
 #include <stdint.h>
 
+#include "core/ignore_target.h"
 #include "ops/op.h"
-
-#define CE_IGNORE (-100)
 
 /* losses[n] = logsumexp(logits[n]) - logits[n, targets[n]] (0 for ignored tokens). Returns
  * the sum over valid tokens, added in token order so it is deterministic. Valid targets are

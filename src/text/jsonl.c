@@ -27,7 +27,7 @@ int jsonl_is_blank(const char *line, size_t len) {
     return 1;
 }
 
-static const char *json_kind(const json_t *v) {
+const char *json_kind(const json_t *v) {
     switch (json_typeof(v)) {
     case JSON_OBJECT:
         return "an object";

@@ -3,6 +3,7 @@
 #ifndef QT_JSONL_H
 #define QT_JSONL_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,5 +26,8 @@ int jsonl_is_blank(const char *line, size_t len);
  * On failure fills err with "FILE:LINE: ..." and returns -1. */
 int jsonl_parse_text(const char *line, size_t len, const char *file, int64_t lineno, char **text,
                      size_t *text_len, Err *err);
+
+/* "an object", "a string", "a number", ...: a JSON value's kind for error sentences. */
+const char *json_kind(const json_t *v);
 
 #endif

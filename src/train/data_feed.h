@@ -6,19 +6,24 @@
  * mesh_first_row: micro-batch k of all ranks together is one run of consecutive rows, so 1, 2
  * or 4 processes (or more accumulation steps) see the same rows every step; tensor-parallel
  * peers read the same rows. How many micro-batches a step has, and the checks that G splits
- * evenly, are the mesh's (mesh_resolve: grad_accum_steps), which `qtitan plan` reports. */
+ * evenly, are the mesh's (mesh_resolve: grad_accum_steps), which `qtitan plan` reports.
+ * Chat data (text/chat_data.h) is fed the same way, by the same row numbers; its rows carry
+ * -100 targets outside assistant output, so a step's labels are counted, not G x seq_len. */
 #ifndef QT_DATA_FEED_H
 #define QT_DATA_FEED_H
 
 #include <stdint.h>
 
 #include "dist/mesh.h"
+#include "text/chat_data.h"
 #include "text/dataset.h"
 #include "train/train_qwen3.h"
 #include "train/trainer.h"
 
 typedef struct DataFeed {
-    Dataset *ds;
+    Dataset *ds;        /* packed text, or NULL */
+    ChatData *chat;     /* chat rows, or NULL: exactly one of the two is set */
+    int T;              /* seq_len */
     MeshDims dims;      /* the job's mesh: dp, dp_rank, global_batch, grad_accum_steps */
     int B;              /* rows per micro-batch: global_batch / (dp x grad_accum_steps) */
     Batch raw;          /* (B, seq_len) rows as the dataset reads them */
@@ -31,6 +36,9 @@ typedef struct DataFeed {
 
 /* A feed of ds for the rank of dims (from mesh_resolve). */
 void data_feed_init(DataFeed *f, Dataset *ds, const MeshDims *dims);
+/* A feed of chat rows; its checkpoint position is {row, conversations, tokens}, the data's
+ * size telling a changed file on resume. */
+void data_feed_init_chat(DataFeed *f, ChatData *chat, const MeshDims *dims);
 void data_feed_free(DataFeed *f);
 /* Points td at f: next() gives a `const TrainQwen3Batch *`; count() gives this rank's input
  * tokens and the global number of labels (the loss denominator, all ranks and micro-batches). */

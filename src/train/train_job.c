@@ -11,8 +11,11 @@
 #include <unistd.h>
 
 #include "core/fs.h"
+#include "core/json.h"
 #include "core/log.h"
 #include "io/hf_config.h"
+#include "model/lora.h"
+#include "text/chat_data.h"
 #include "text/tokenizer.h"
 #include "train/between_steps.h"
 #include "train/ckpt_dist.h"
@@ -20,6 +23,60 @@
 #include "train/train_hf.h"
 #include "train/train_qwen3.h"
 #include "train/trainer.h"
+
+/* The job's adapters: [lora] checked, created on the model's linears, started from
+ * lora.adapter_path or fresh (seeded by training.seed). */
+static int lora_setup(const JobConfig *cfg, const ModelSpec *spec, Lora *lo, long max_tokens,
+                      Err *err) {
+    const char *where = cfg->path[0] ? cfg->path : "the job config";
+    if (cfg->lora.dropout != 0)
+        return err_set(err, "%s: lora.dropout = %g: only 0 is implemented", where,
+                       cfg->lora.dropout);
+    char *list = xstrdup(cfg->lora.targets), *save = NULL;
+    char *targets[256];
+    int nt = 0;
+    for (char *t = strtok_r(list, ",", &save); t && nt < 256; t = strtok_r(NULL, ",", &save))
+        targets[nt++] = t;
+    int rc =
+        lora_create(lo, spec, cfg->lora.rank, cfg->lora.alpha, targets, nt, max_tokens, where, err);
+    free(list);
+    TRY(rc);
+    if (cfg->lora.adapter_path[0]) {
+        TRY(lora_load_peft(lo, spec, cfg->lora.adapter_path, err));
+        log_info("lora: adapters from %s", cfg->lora.adapter_path);
+    } else {
+        lora_init(lo, (uint64_t)cfg->training.seed);
+    }
+    double base = 0;
+    for (int i = 0; i < lo->n; i++)
+        base += (double)lo->ad[i].in * lo->ad[i].out;
+    log_info("lora: %d adapter(s) of rank %d (alpha %g, scale %g) on %s; %ld trainable "
+             "parameters, the %.4g frozen weights of those linears and all others stay as "
+             "loaded",
+             lo->n, lo->rank, lo->alpha, lo->scale, cfg->lora.targets, lora_numel(lo), base);
+    return 0;
+}
+
+/* After a LoRA run: the adapters in peft's format in DUMP/adapter, and with
+ * checkpoint.last_save_in_hf the merged model as an HF directory in DUMP/merged. */
+static int lora_finish(const JobConfig *cfg, TrainQwen3 *q, const Lora *lo, const ModelSpec *spec,
+                       const TrainHf *hf, Err *err) {
+    char *dir = fs_join(cfg->job.dump_folder, "adapter");
+    const char *base = cfg->checkpoint.initial_load_path[0] ? cfg->checkpoint.initial_load_path
+                                                            : cfg->model.hf_assets_path;
+    int rc = lora_save_peft(lo, spec, dir, base, err);
+    if (rc == 0) log_info("lora: adapters written to %s (peft format)", dir);
+    free(dir);
+    if (rc == 0 && cfg->checkpoint.last_save_in_hf) {
+        dir = fs_join(cfg->job.dump_folder, "merged");
+        HfExportOptions o = {
+            .dtype = cfg->checkpoint.export_dtype, .extra = &hf->extra, .tokenizer = hf->tokenizer};
+        rc = train_qwen3_export_merged(q, dir, &o, err);
+        if (rc == 0) log_info("lora: merged model written to %s", dir);
+        free(dir);
+    }
+    return rc;
+}
 
 int train_job_spec(const JobConfig *cfg, ModelSpec *spec, HfConfigExtra *extra, Err *err) {
     memset(extra, 0, sizeof *extra);
@@ -113,6 +170,15 @@ int train_job_check(const JobConfig *cfg, const ModelSpec *spec, Err *err) {
     return 0;
 }
 
+int train_job_check_world(const JobConfig *cfg, int world, Err *err) {
+    if (cfg->lora.rank > 0 && world > 1)
+        return err_set(err,
+                       "lora.rank = %d on %d processes: LoRA training runs on one process for now "
+                       "(FSDP and tensor parallelism with adapters are not implemented)",
+                       cfg->lora.rank, world);
+    return 0;
+}
+
 /* The paths a run reads and writes, checked before anything large is allocated. */
 static int check_paths(const JobConfig *cfg, Err *err) {
     if (cfg->checkpoint.initial_load_path[0] && !fs_exists(cfg->checkpoint.initial_load_path))
@@ -199,6 +265,7 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
      * leave the others waiting there. MoE with tensor parallelism first: its refusal makes the
      * mesh's divisibility of the experts' hidden size moot. */
     if (rc == 0) rc = train_qwen3_check(&spec, cfg->parallelism.tensor_parallel_degree, err);
+    if (rc == 0) rc = train_job_check_world(cfg, world->size, err);
     if (rc == 0) {
         MeshConfig mc;
         MeshDims dims;
@@ -212,11 +279,16 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     }
     int micro = mesh.dims.grad_accum_steps;
     int B = cfg->training.local_batch_size, T = cfg->training.seq_len;
+    int use_lora = cfg->lora.rank > 0;
+    Lora lora;
+    memset(&lora, 0, sizeof lora);
     TrainQwen3 *q = NULL;
     TrainHf hf;
     memset(&hf, 0, sizeof hf);
     Dataset ds;
     memset(&ds, 0, sizeof ds);
+    ChatData chat; /* instead of ds when training.data_format names a conversation shape */
+    memset(&chat, 0, sizeof chat);
     DataFeed feed;
     memset(&feed, 0, sizeof feed);
     DatasetEncoder enc;
@@ -234,7 +306,20 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
                      tok_path, tokenizer_vocab_size(tok), spec.vocab_size);
     if (rc == 0) rc = config_dataset_path(cfg, &dpath, err);
     if (rc == 0) rc = dataset_encoder_for_tokenizer(&enc, tok, err);
-    if (rc == 0) {
+    int is_chat = cfg->training.data_format != DATA_TEXT;
+    if (rc == 0 && is_chat) {
+        ChatFormat *cf = chat_format_load(tok, err);
+        ChatDataOptions copt = {.path = dpath,
+                                .format = cfg->training.data_format,
+                                .seq_len = T,
+                                .seed = (uint64_t)cfg->training.seed,
+                                .shuffle = 1,
+                                .packing = cfg->training.packing,
+                                .train_on_all_tokens = cfg->training.train_on_all_tokens,
+                                .too_long = cfg->training.long_conversations};
+        rc = cf ? chat_data_open(&chat, &copt, cf, enc.eos_id, err) : -1;
+        chat_format_free(cf);
+    } else if (rc == 0) {
         dopt.path = dpath;
         dopt.seq_len = T;
         dopt.seed = (uint64_t)cfg->training.seed;
@@ -247,16 +332,21 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     if (agreed == 0) agreed = check_same_config(world, config_hash(cfg), err);
     if (agreed != 0) {
         if (rc == 0) dataset_close(&ds);
+        chat_data_close(&chat);
         tokenizer_free(tok);
         mesh_destroy(&mesh);
         overrides_plan_free(&plan);
         return -1;
     }
-    data_feed_init(&feed, &ds, &mesh.dims);
+    if (is_chat)
+        data_feed_init_chat(&feed, &chat, &mesh.dims);
+    else
+        data_feed_init(&feed, &ds, &mesh.dims);
 
     rc = train_hf_init(&hf, cfg, &spec, &extra, tok_path, world, err);
     if (rc == 0) {
-        q = train_qwen3_create(&spec, B, T, cfg->activation_checkpoint.mode, &mesh, &plan, err);
+        q = train_qwen3_create(&spec, B, T, cfg->activation_checkpoint.mode, &mesh, &plan, use_lora,
+                               err);
         if (!q) rc = -1;
     }
     if (rc == 0 && cfg->checkpoint.initial_load_path[0]) {
@@ -279,10 +369,14 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
         bf16_matmuls = 1;
         log_info("mixed precision: bf16 matmuls, fp32 master weights, optimizer and loss");
     }
+    if (use_lora && (rc = lora_setup(cfg, &spec, &lora, (long)B * T, err)) != 0) goto out;
     TrainModel model;
     TrainParallel par;
     train_qwen3_set_micro_batches(q, micro);
-    train_qwen3_model(q, &model, cfg->optimizer.exempt_norms_and_embeddings);
+    if (use_lora)
+        train_qwen3_model_lora(q, &lora, &model);
+    else
+        train_qwen3_model(q, &model, cfg->optimizer.exempt_norms_and_embeddings);
     train_qwen3_parallel(q, &par);
     TrainData data;
     data_feed_bind(&feed, &data);
@@ -317,7 +411,8 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
         .n_ckpt_files = hf.nfiles,
         .on_resumed = train_hf_on_resumed,
         .on_resumed_ctx = &hf,
-        .on_last_save = cfg->checkpoint.last_save_in_hf ? train_hf_on_last_save : NULL,
+        /* A LoRA run's trained tensors are the adapters: lora_finish exports them instead. */
+        .on_last_save = cfg->checkpoint.last_save_in_hf && !use_lora ? train_hf_on_last_save : NULL,
         .on_last_save_ctx = &hf,
     };
     hf.model = &model;
@@ -342,6 +437,7 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     }
     if (rc == 0) rc = trainer_run(&o, &model, &data, err);
     rc = end_job_on_failure(world, rc, err);
+    if (rc == 0 && use_lora) rc = lora_finish(cfg, q, &lora, &spec, &hf, err);
     between_steps_close(&between);
     free(tb_dir);
     free(trace_dir);
@@ -349,9 +445,11 @@ out:
     overrides_plan_free(&plan);
     train_hf_free(&hf);
     train_qwen3_free(q);
+    lora_free(&lora);
     mesh_destroy(&mesh);
     data_feed_free(&feed);
     dataset_close(&ds);
+    chat_data_close(&chat);
     tokenizer_free(tok);
     return rc;
 }

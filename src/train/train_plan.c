@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "core/fs.h"
+#include "model/lora.h"
 #include "train/metrics.h"
 #include "train/train_job.h"
 #include "train/train_qwen3.h"
@@ -63,6 +64,30 @@ static void note(TrainPlan *p, const char *text) {
         }
 }
 
+/* LoRA: the adapters as training creates them; AdamW state for them alone, their values and
+ * gradients, and per adapter the (N, r) input projection kept for backward. */
+static int plan_lora(TrainPlan *p, const JobConfig *cfg, const ModelSpec *spec, Err *err) {
+    char *list = xstrdup(cfg->lora.targets), *save = NULL, *targets[256];
+    int nt = 0;
+    for (char *t = strtok_r(list, ",", &save); t && nt < 256; t = strtok_r(NULL, ",", &save))
+        targets[nt++] = t;
+    Lora lo;
+    int rc = lora_create(&lo, spec, cfg->lora.rank, cfg->lora.alpha, targets, nt, 1,
+                         cfg->path[0] ? cfg->path : "the job config", err);
+    free(list);
+    TRY(rc);
+    double numel = (double)lora_numel(&lo), N = (double)p->B * p->T;
+    p->lora_numel = numel;
+    p->optim = 2.0 * 4.0 * numel;
+    p->params += 4.0 * numel;
+    p->grads += 4.0 * numel;
+    p->acts += 4.0 * N * lo.rank * (lo.n + 1);
+    lora_free(&lo);
+    note(p, "LoRA: gradients and optimizer state for the adapters, plus one sink buffer (the "
+            "largest parameter's size) that the frozen weights' gradients are written to");
+    return 0;
+}
+
 int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     memset(p, 0, sizeof *p);
     HfConfigExtra extra;
@@ -79,10 +104,11 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     int shard = cfg->parallelism.data_parallel_shard_degree > 1
                     ? cfg->parallelism.data_parallel_shard_degree
                     : 1;
+    int world = cfg->parallelism.data_parallel_replicate_degree * shard *
+                cfg->parallelism.tensor_parallel_degree;
+    TRY(train_job_check_world(cfg, world, err));
     MeshConfig mc;
-    train_job_mesh_config(&mc, cfg, &p->spec,
-                          cfg->parallelism.data_parallel_replicate_degree * shard *
-                              cfg->parallelism.tensor_parallel_degree);
+    train_job_mesh_config(&mc, cfg, &p->spec, world);
     MeshDims dims;
     TRY(train_qwen3_check(&p->spec, cfg->parallelism.tensor_parallel_degree, err));
     TRY(mesh_resolve(&dims, &mc, 0, err));
@@ -130,6 +156,11 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
      * gradient arena places gradients: exactly twice its size (tests/test_plan.c checks). */
     p->optim = 2.0 * (double)z.grad_bytes / p->dp_shard;
     p->acts = (double)z.act_bytes;
+    if (cfg->lora.rank > 0) {
+        /* The frozen base's gradients go to one sink (train_qwen3_create with frozen). */
+        p->grads = (double)z.frozen_grad_bytes;
+        TRY(plan_lora(p, cfg, &p->spec, err));
+    }
 
     /* Workspace: the job's batch buffers (dataset Batch of 4 arrays + the int32 tokens), the
      * bf16 copies of mixed precision, GEMM scratch. */
@@ -188,6 +219,9 @@ void train_plan_print(const TrainPlan *p, FILE *f) {
             "parameters\n",
             s->flavor, s->n_layers, s->dim, s->n_heads, s->n_kv_heads, s->head_dim, s->hidden_dim,
             s->vocab_size, s->tie_embeddings ? " (tied)" : "", p->numel);
+    if (p->lora_numel > 0)
+        fprintf(f, "lora: %.4g trainable adapter parameters, the %.4g base parameters frozen\n",
+                p->lora_numel, p->numel);
     fprintf(f,
             "batch: %d x %d tokens per micro-batch, %d micro-batch(es) per step; activation "
             "checkpointing: %s; FSDP shard degree %d; tensor parallel degree %d%s\n",
@@ -197,7 +231,9 @@ void train_plan_print(const TrainPlan *p, FILE *f) {
     double t = p->total;
     row(f, "parameters", p->params, t, "fp32 parameter arena");
     row(f, "gradients", p->grads, t, "fp32 gradient arena");
-    row(f, "optimizer", p->optim, t, "AdamW exp_avg + exp_avg_sq, fp32");
+    row(f, "optimizer", p->optim, t,
+        p->lora_numel > 0 ? "AdamW exp_avg + exp_avg_sq, fp32, of the LoRA adapters"
+                          : "AdamW exp_avg + exp_avg_sq, fp32");
     row(f, "activations", p->acts, t, "activation arena: kept activations, logits, grad scratch");
     row(f, "workspace", p->workspace, t, "batch buffers, bf16 copies, GEMM scratch");
     row(f, "tokenizer", p->tokenizer, t, "loaded vocabulary and merges");

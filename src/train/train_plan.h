@@ -15,11 +15,12 @@
 
 typedef struct TrainPlan {
     ModelSpec spec;
-    int B, T, micro; /* micro-batch rows, seq_len, micro-batches per optimizer step */
-    int dp_shard;    /* FSDP shard degree the per-rank numbers are divided by */
-    int tp, sp;      /* tensor-parallel degree; sp 1 when it also splits the tokens */
-    const char *ac;  /* activation checkpointing as training applies it */
-    double numel;    /* parameter elements (a tied embedding counted once) */
+    int B, T, micro;   /* micro-batch rows, seq_len, micro-batches per optimizer step */
+    int dp_shard;      /* FSDP shard degree the per-rank numbers are divided by */
+    int tp, sp;        /* tensor-parallel degree; sp 1 when it also splits the tokens */
+    const char *ac;    /* activation checkpointing as training applies it */
+    double numel;      /* parameter elements (a tied embedding counted once) */
+    double lora_numel; /* LoRA adapter elements (lora.rank > 0), else 0 */
     /* Bytes per rank. */
     double params, grads, optim, acts;
     double workspace; /* batch buffers, bf16 copies, GEMM scratch */

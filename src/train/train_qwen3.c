@@ -18,6 +18,7 @@
 #include "io/hf_keys.h"
 #include "io/safetensors.h"
 #include "kernels/cpu_simd.h"
+#include "model/lora.h"
 #include "model/overrides.h"
 #include "model/qwen3.h"
 #include "model/qwen3_hf.h"
@@ -75,6 +76,10 @@ struct TrainQwen3 {
     float *bias_full;    /* (L, X) full-size copies of the biases for the balancing update */
     double comm_s;       /* seconds in collectives since the last comm_seconds call */
     int prefetch;        /* 0: gather each unit only when it is needed (bench/dist) */
+    /* With LoRA (train_qwen3_model_lora): the trainer's view of the adapters, A and B each. */
+    CkptTensor *lparams;
+    float **lgrads;
+    char (*lnames)[80];
 };
 
 /* ---- parameters: units and pointer fields ---- */
@@ -287,6 +292,7 @@ int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T,
     out->grad_bytes = z.grad_bytes;
     out->act_bytes = z.act_bytes;
     out->bf16_bytes = z.bf16_bytes;
+    out->frozen_grad_bytes = z.frozen_grad_bytes;
     out->nparams = z.nparams;
     return 0;
 }
@@ -369,11 +375,18 @@ static int shard(TrainQwen3 *f, const int *unit, Err *err) {
 }
 
 TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, const Mesh *mesh,
-                               const OverridePlan *plan, Err *err) {
+                               const OverridePlan *plan, int frozen, Err *err) {
     TrainQwen3 *f = xcalloc(1, sizeof *f);
     f->mesh = mesh;
     if ((!mesh && own_world_of_one(f, B, err) != 0) ||
         train_qwen3_check(spec, f->mesh->dims.tp, err) != 0) {
+        train_qwen3_free(f);
+        return NULL;
+    }
+    if (frozen && f->mesh->dims.world > 1) {
+        /* The adapters and the gradient sink live in one process's model. */
+        err_set(err, "a frozen base (LoRA) runs on one process: FSDP and tensor parallelism with "
+                     "adapters are not implemented");
         train_qwen3_free(f);
         return NULL;
     }
@@ -395,6 +408,7 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
     Qwen3Modules *mod = train_qwen3_modules(&local, plan, !f->sharded);
     int rc = f->sharded ? qwen3_create_unowned_with(&f->m, &local, B, T, ac,
                                                     f->seq_parallel ? f->tp : 1, mod, err)
+             : frozen   ? qwen3_create_frozen_with(&f->m, &local, B, T, ac, mod, err)
                         : qwen3_create_with(&f->m, &local, B, T, ac, mod, err);
     free(mod);
     if (rc == 0 && f->tp > 1) rc = qwen3_create_unowned(&f->full, spec, 1, 1, AC_NONE, 1, err);
@@ -486,6 +500,9 @@ void train_qwen3_free(TrainQwen3 *f) {
     free(f->piece_param);
     free(f->bias_param);
     free(f->bias_full);
+    free(f->lparams);
+    free(f->lgrads);
+    free(f->lnames);
     if (f->own_world) {
         mesh_destroy(&f->own_mesh);
         comm_destroy(f->own_world);
@@ -703,4 +720,42 @@ void train_qwen3_parallel(TrainQwen3 *f, TrainParallel *out) {
                            .finish_grads = finish_grads,
                            .grad_norm = grad_norm,
                            .comm_seconds = comm_seconds};
+}
+
+void train_qwen3_model_lora(TrainQwen3 *q, Lora *lo, TrainModel *out) {
+    q->m.lora = lo;
+    int n = 2 * lo->n;
+    q->lparams = xcalloc((size_t)n, sizeof *q->lparams);
+    q->lgrads = xcalloc((size_t)n, sizeof *q->lgrads);
+    q->lnames = xcalloc((size_t)n, sizeof *q->lnames);
+    for (int i = 0; i < lo->n; i++) {
+        LoraAdapter *ad = &lo->ad[i];
+        char mod[64];
+        lora_module_name(mod, sizeof mod, ad->layer, ad->site);
+        snprintf(q->lnames[2 * i], sizeof q->lnames[0], "%s.lora_A", mod);
+        snprintf(q->lnames[2 * i + 1], sizeof q->lnames[0], "%s.lora_B", mod);
+        q->lparams[2 * i] = (CkptTensor){q->lnames[2 * i], 2, {lo->rank, ad->in}, ad->a};
+        q->lparams[2 * i + 1] = (CkptTensor){q->lnames[2 * i + 1], 2, {ad->out, lo->rank}, ad->b};
+        q->lgrads[2 * i] = ad->da;
+        q->lgrads[2 * i + 1] = ad->db;
+    }
+    *out = (TrainModel){.ctx = q,
+                        .nparams = n,
+                        .params = q->lparams,
+                        .grads = q->lgrads,
+                        .forward_backward = forward_backward};
+}
+
+int train_qwen3_export_merged(TrainQwen3 *q, const char *dir, const HfExportOptions *o, Err *err) {
+    Lora *lo = q->m.lora;
+    for (int i = 0; lo && i < lo->n; i++)
+        lora_merge(lo, &lo->ad[i],
+                   *qwen3_param_field(&q->m.p, lora_site_kind(lo->ad[i].site), lo->ad[i].layer));
+    q->m.lora = NULL;
+    HfExportTensor *t = xcalloc((size_t)q->m.nparams, sizeof *t);
+    for (int i = 0; i < q->m.nparams; i++)
+        t[i] = (HfExportTensor){q->m.table[i].name, q->m.table[i].numel, q->m.table[i].data};
+    int rc = hf_export(dir, &q->m.spec, t, q->m.nparams, o, err);
+    free(t);
+    return rc;
 }

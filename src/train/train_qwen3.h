@@ -22,10 +22,12 @@
 #include "core/err.h"
 #include "core/model_spec.h"
 #include "dist/mesh.h"
+#include "io/hf_export.h"
 #include "model/overrides.h"
 #include "train/trainer.h"
 
 typedef struct TrainQwen3 TrainQwen3;
+struct Lora;
 
 /* One micro-batch: B rows of T tokens. positions / doc NULL = 0..T-1, plain causal. */
 typedef struct TrainQwen3Batch {
@@ -40,9 +42,10 @@ typedef struct TrainQwen3Batch {
  * and the kernels of plan (from overrides_resolve, chosen for the rank's shapes; NULL = the
  * defaults of train_qwen3_modules). mesh NULL: a world of one. Parameters start at zero. Dense
  * models on any mesh; MoE models (router, stacked experts and expert_bias sharded with their
- * layer) without tensor parallelism. */
+ * layer) without tensor parallelism. frozen: the model's own weights do not train (LoRA), so
+ * its gradients go to one sink (qwen3_create_frozen_with); a world of one only. */
 TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, const Mesh *mesh,
-                               const OverridePlan *plan, Err *err);
+                               const OverridePlan *plan, int frozen, Err *err);
 /* What train_qwen3_create refuses beyond the mesh's checks (MoE with tensor parallelism), for
  * `qtitan plan` and the job's start-up to say the same before anything is allocated. */
 int train_qwen3_check(const ModelSpec *spec, int tp, Err *err);
@@ -62,7 +65,8 @@ struct Qwen3Modules *train_qwen3_modules(const ModelSpec *spec, const OverridePl
  * activations of a sequence-parallel rank. */
 typedef struct TrainQwen3Sizes {
     size_t param_bytes, grad_bytes, act_bytes;
-    size_t bf16_bytes; /* added by train_qwen3_enable_bf16 on a world of one */
+    size_t bf16_bytes;        /* added by train_qwen3_enable_bf16 on a world of one */
+    size_t frozen_grad_bytes; /* the gradient sink of a frozen model, instead of grad_bytes */
     int nparams;
 } TrainQwen3Sizes;
 int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
@@ -94,5 +98,14 @@ void train_qwen3_set_micro_batches(TrainQwen3 *q, int micro_batches);
 void train_qwen3_model(TrainQwen3 *q, TrainModel *out, int exempt);
 /* The trainer's mesh hooks (gradient completion, global norm, comm time). */
 void train_qwen3_parallel(TrainQwen3 *q, TrainParallel *out);
+
+/* LoRA (model/lora.h): lo's adapters act in q's forward and backward, and out becomes the
+ * TrainModel of the adapters alone (A and B of each, named "layers.N.attention.wq.lora_A", all
+ * weight-decayed): the optimizer, clipping and checkpoints see only them, the base weights stay
+ * as loaded. lo must outlive q's use. */
+void train_qwen3_model_lora(TrainQwen3 *q, struct Lora *lo, TrainModel *out);
+/* Merges the adapters into the base weights (W + s B A, in place; the adapters stop acting)
+ * and writes them as an HF model directory. */
+int train_qwen3_export_merged(TrainQwen3 *q, const char *dir, const HfExportOptions *o, Err *err);
 
 #endif

@@ -1,0 +1,194 @@
+/* LoRA adapters (see lora.h): creation from target globs, init, and the adapter's forward and
+ * backward around a base linear. */
+#include "model/lora.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/rng.h"
+#include "core/strutil.h"
+#include "ops/gemm.h"
+
+/* Init streams of the adapters' A, apart from the model's parameter streams. */
+#define LORA_STREAM 0x4C4F524100000000ull
+
+static const char *const SITE_NAMES[LORA_NSITES] = {
+    "attention.wq",    "attention.wk",    "attention.wv",    "attention.wo",
+    "feed_forward.w1", "feed_forward.w3", "feed_forward.w2",
+};
+
+void lora_module_name(char *out, size_t cap, int layer, LoraSite s) {
+    snprintf(out, cap, "layers.%d.%s", layer, SITE_NAMES[s]);
+}
+
+/* I and O of site s. */
+static void site_shape(const ModelSpec *sp, LoraSite s, int *in, int *out) {
+    int D = sp->dim, Q = sp->n_heads * sp->head_dim, KV = sp->n_kv_heads * sp->head_dim;
+    int F = sp->hidden_dim;
+    switch (s) {
+    case LORA_WQ:
+        *in = D, *out = Q;
+        break;
+    case LORA_WK:
+    case LORA_WV:
+        *in = D, *out = KV;
+        break;
+    case LORA_WO:
+        *in = Q, *out = D;
+        break;
+    case LORA_W1:
+    case LORA_W3:
+        *in = D, *out = F;
+        break;
+    default:
+        *in = F, *out = D;
+        break;
+    }
+}
+
+int lora_create(Lora *lo, const ModelSpec *spec, int rank, double alpha, char *const *targets,
+                int nt, long max_tokens, const char *where, Err *err) {
+    memset(lo, 0, sizeof *lo);
+    if (rank < 1) return err_set(err, "%s: lora.rank = %d must be >= 1", where, rank);
+    if (!(alpha > 0)) return err_set(err, "%s: lora.alpha = %g must be > 0", where, alpha);
+    if (nt < 1)
+        return err_set(err,
+                       "%s: lora.targets is empty; name the linears to adapt, e.g. "
+                       "[\"layers.*.attention.wq\", \"layers.*.attention.wv\"]",
+                       where);
+    int *hits = xcalloc((size_t)nt, sizeof *hits);
+    int n = 0;
+    for (int l = 0; l < spec->n_layers; l++)
+        for (int s = 0; s < LORA_NSITES; s++) {
+            char name[64];
+            lora_module_name(name, sizeof name, l, (LoraSite)s);
+            int hit = 0;
+            for (int t = 0; t < nt; t++)
+                if (str_glob_match(targets[t], name)) hits[t]++, hit = 1;
+            /* MoE layers have no dense FFN linears to adapt. */
+            if (hit && s >= LORA_W1 && spec->num_experts > 0 && model_spec_layer_is_moe(spec, l))
+                hit = 0;
+            n += hit;
+        }
+    for (int t = 0; t < nt; t++)
+        if (!hits[t])
+            log_warn("%s: lora target \"%s\" matches no linear layer (names look like "
+                     "layers.0.attention.wq, layers.0.feed_forward.w2)",
+                     where, targets[t]);
+    if (n == 0) {
+        free(hits);
+        return err_set(err, "%s: lora.targets match no linear layer of the model", where);
+    }
+    lo->rank = rank;
+    lo->alpha = alpha;
+    lo->scale = (float)(alpha / rank);
+    lo->ad = xcalloc((size_t)n, sizeof *lo->ad);
+    lo->max_tokens = max_tokens;
+    int k = 0;
+    for (int l = 0; l < spec->n_layers; l++)
+        for (int s = 0; s < LORA_NSITES; s++) {
+            char name[64];
+            lora_module_name(name, sizeof name, l, (LoraSite)s);
+            int hit = 0;
+            for (int t = 0; t < nt; t++)
+                hit |= str_glob_match(targets[t], name);
+            if (!hit || (s >= LORA_W1 && spec->num_experts > 0 && model_spec_layer_is_moe(spec, l)))
+                continue;
+            LoraAdapter *ad = &lo->ad[k++];
+            ad->layer = l;
+            ad->site = (LoraSite)s;
+            site_shape(spec, (LoraSite)s, &ad->in, &ad->out);
+            int smaller = ad->in < ad->out ? ad->in : ad->out;
+            if (rank > smaller) {
+                err_set(err, "%s: lora.rank = %d is larger than %s (%d x %d) allows (%d)", where,
+                        rank, name, ad->out, ad->in, smaller);
+                free(hits);
+                lo->n = k;
+                lora_free(lo);
+                return -1;
+            }
+            lo->at[l][s] = ad;
+        }
+    lo->n = n;
+    free(hits);
+    for (int i = 0; i < n; i++) {
+        LoraAdapter *ad = &lo->ad[i];
+        size_t na = (size_t)rank * ad->in, nb = (size_t)ad->out * rank;
+        ad->a = xcalloc(na, sizeof(float));
+        ad->b = xcalloc(nb, sizeof(float));
+        ad->da = xcalloc(na, sizeof(float));
+        ad->db = xcalloc(nb, sizeof(float));
+        ad->xa = xcalloc((size_t)max_tokens * rank, sizeof(float));
+    }
+    lo->scratch = xcalloc((size_t)max_tokens * rank, sizeof(float));
+    return 0;
+}
+
+void lora_free(Lora *lo) {
+    for (int i = 0; i < lo->n; i++) {
+        free(lo->ad[i].a);
+        free(lo->ad[i].b);
+        free(lo->ad[i].da);
+        free(lo->ad[i].db);
+        free(lo->ad[i].xa);
+    }
+    free(lo->ad);
+    free(lo->scratch);
+    memset(lo, 0, sizeof *lo);
+}
+
+void lora_init(Lora *lo, uint64_t seed) {
+    for (int i = 0; i < lo->n; i++) {
+        LoraAdapter *ad = &lo->ad[i];
+        Rng r;
+        rng_seed(&r, seed, LORA_STREAM + (uint64_t)i);
+        /* kaiming_uniform_(a = sqrt(5)) on (r, I): bound = sqrt(6 / ((1 + 5) * I)). */
+        float bound = 1.0f / sqrtf((float)ad->in);
+        for (long k = 0; k < (long)lo->rank * ad->in; k++)
+            ad->a[k] = (2.0f * rng_uniform(&r) - 1.0f) * bound;
+        memset(ad->b, 0, (size_t)ad->out * lo->rank * sizeof(float));
+    }
+}
+
+void lora_zero_grads(Lora *lo) {
+    for (int i = 0; i < lo->n; i++) {
+        memset(lo->ad[i].da, 0, (size_t)lo->rank * lo->ad[i].in * sizeof(float));
+        memset(lo->ad[i].db, 0, (size_t)lo->ad[i].out * lo->rank * sizeof(float));
+    }
+}
+
+long lora_numel(const Lora *lo) {
+    long n = 0;
+    for (int i = 0; i < lo->n; i++)
+        n += (long)lo->rank * (lo->ad[i].in + lo->ad[i].out);
+    return n;
+}
+
+void lora_forward(const Lora *lo, LoraAdapter *ad, float *y, const float *x, long N) {
+    int r = lo->rank;
+    gemm_f32(0, 1, (int)N, r, ad->in, 1.0f, x, ad->in, ad->a, ad->in, 0.0f, ad->xa, r);
+    gemm_f32(0, 1, (int)N, ad->out, r, lo->scale, ad->xa, r, ad->b, r, 1.0f, y, ad->out);
+}
+
+void lora_backward(const Lora *lo, LoraAdapter *ad, float *dx, const float *dy, const float *x,
+                   long N) {
+    int r = lo->rank;
+    float *dxa = lo->scratch; /* (N, r) s * dy B */
+    gemm_f32(1, 0, ad->out, r, (int)N, lo->scale, dy, ad->out, ad->xa, r, 1.0f, ad->db, r);
+    gemm_f32(0, 0, (int)N, r, ad->out, lo->scale, dy, ad->out, ad->b, r, 0.0f, dxa, r);
+    gemm_f32(1, 0, r, ad->in, (int)N, 1.0f, dxa, r, x, ad->in, 1.0f, ad->da, ad->in);
+    gemm_f32(0, 0, (int)N, ad->in, r, 1.0f, dxa, r, ad->a, ad->in, 1.0f, dx, ad->in);
+}
+
+void lora_merge(const Lora *lo, const LoraAdapter *ad, float *w) {
+    gemm_f32(0, 0, ad->out, ad->in, lo->rank, lo->scale, ad->b, lo->rank, ad->a, ad->in, 1.0f, w,
+             ad->in);
+}
+
+ParamKindId lora_site_kind(LoraSite s) {
+    static const ParamKindId kind[LORA_NSITES] = {PK_WQ, PK_WK, PK_WV, PK_WO, PK_W1, PK_W3, PK_W2};
+    return kind[s];
+}

@@ -1,0 +1,99 @@
+/* LoRA adapters on the linear layers of a Qwen3 model: for a target linear W (O, I),
+ *   y = x W^T + s * (x A^T) B^T,   s = alpha / r,   A (r, I), B (O, r),
+ * as HF peft's LoraLayer computes it (lora_dropout 0). A starts as peft's default
+ * (kaiming-uniform with a = sqrt(5): uniform(-1/sqrt(I), 1/sqrt(I)), seeded), B as zeros, so a
+ * fresh adapter leaves the model unchanged. The base weights stay as they are (frozen: the
+ * optimizer sees only A and B); the model calls lora_forward / lora_backward after each target
+ * linear (model/qwen3.c). docs/finetune.md lists the config keys.
+ *
+ * Legend: N tokens, I inputs, O outputs, r rank. */
+#ifndef QT_LORA_H
+#define QT_LORA_H
+
+#include <stdint.h>
+
+#include "core/err.h"
+#include "core/model_spec.h"
+#include "core/param_table.h"
+
+/* The linears an adapter can sit on, in the order of a layer's module names. */
+typedef enum LoraSite {
+    LORA_WQ,
+    LORA_WK,
+    LORA_WV,
+    LORA_WO,
+    LORA_W1,
+    LORA_W3,
+    LORA_W2,
+    LORA_NSITES
+} LoraSite;
+
+/* The module name of site s in layer l ("layers.3.attention.wq"), the name targets match. */
+void lora_module_name(char *out, size_t cap, int layer, LoraSite s);
+
+typedef struct LoraAdapter {
+    int layer;
+    LoraSite site;
+    int in, out;    /* I, O of the base linear */
+    float *a, *b;   /* A (r, I), B (O, r) */
+    float *da, *db; /* their gradients, accumulated */
+    float *xa;      /* (N, r) x A^T of the last forward, for backward */
+} LoraAdapter;
+
+typedef struct Lora {
+    int rank;
+    double alpha;
+    float scale; /* alpha / rank */
+    LoraAdapter *ad;
+    int n;
+    LoraAdapter *at[QT_MAX_LAYERS][LORA_NSITES]; /* NULL where no adapter */
+    long max_tokens;
+    float *scratch; /* (max_tokens, r) */
+} Lora;
+
+/* Adapters of rank r on every site of spec whose module name matches one of targets[0..nt)
+ * (globs as in [[override]]; `where` names the config in messages). A target that matches no
+ * module is a warning, like an override's; none matched at all, rank < 1 or larger than a
+ * targeted layer's smaller side, or alpha <= 0 is an error sentence. max_tokens: the most
+ * tokens of one forward (B * T). */
+int lora_create(Lora *lo, const ModelSpec *spec, int rank, double alpha, char *const *targets,
+                int nt, long max_tokens, const char *where, Err *err);
+void lora_free(Lora *lo);
+/* A from (seed, adapter index), B zeros. */
+void lora_init(Lora *lo, uint64_t seed);
+void lora_zero_grads(Lora *lo);
+/* Number of adapter floats (A and B of every adapter). */
+long lora_numel(const Lora *lo);
+
+/* y (N, O) += s * (x A^T) B^T; keeps x A^T for backward. */
+void lora_forward(const Lora *lo, LoraAdapter *ad, float *y, const float *x, long N);
+/* With dy = dL/dy (N, O) and the x of the forward: dB += s * dy^T (x A^T), dA += (s * dy B)^T x,
+ * dx (N, I) += s * dy B A. */
+void lora_backward(const Lora *lo, LoraAdapter *ad, float *dx, const float *dy, const float *x,
+                   long N);
+
+/* The parameter kind (core/param_table.h) of site s's base weight. */
+ParamKindId lora_site_kind(LoraSite s);
+
+/* W (O, I) += s * B A: adapter ad merged into its base weight (export of a merged model). */
+void lora_merge(const Lora *lo, const LoraAdapter *ad, float *w);
+
+/* peft's files (lora_peft.c). The key of adapter ad's A (which 'A') or B ('B') as peft saves
+ * it: "base_model.model." + the HF module name + ".lora_A.weight". */
+void lora_peft_key(char *out, size_t cap, const ModelSpec *spec, const LoraAdapter *ad, char which);
+/* Reads A and B of every adapter from a peft adapter folder (adapter_config.json,
+ * adapter_model.safetensors). Its r and lora_alpha must be lo's, lora_dropout 0 is not
+ * checked (training only), and the file must hold exactly lo's keys with their shapes: every
+ * missing, unexpected or misshaped key is named. */
+int lora_load_peft(Lora *lo, const ModelSpec *spec, const char *dir, Err *err);
+/* Creates lo from a peft adapter folder alone (generate / eval with a base model): r and
+ * lora_alpha from adapter_config.json, an adapter on every linear the file has keys for, then
+ * lora_load_peft. A folder with no adapter for this model is an error sentence. */
+int lora_open_peft(Lora *lo, const ModelSpec *spec, const char *dir, long max_tokens, Err *err);
+/* Writes dir/adapter_config.json and dir/adapter_model.safetensors (F32) as peft's
+ * save_pretrained does, so peft.PeftModel.from_pretrained(base, dir) loads them;
+ * base_model names the base model in the config (may be ""). */
+int lora_save_peft(const Lora *lo, const ModelSpec *spec, const char *dir, const char *base_model,
+                   Err *err);
+
+#endif

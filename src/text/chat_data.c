@@ -1,0 +1,450 @@
+/* Chat and instruction training data (see chat_data.h): JSONL lines to conversations, rendered
+ * and masked once at open, then laid out into rows per epoch. */
+#include "text/chat_data.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fs.h"
+#include "core/ignore_target.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "text/jsonl.h"
+
+/* The shuffle's rng stream, apart from the pretraining dataset's and other users of the seed. */
+#define CHAT_SHUFFLE_STREAM 0x4348415400000000ull
+
+/* Rows of one epoch: row r holds conversations perm[first[r] .. first[r+1]). */
+struct ChatEpoch {
+    int64_t epoch, n_rows;
+    int64_t *perm;   /* (n_conv,) */
+    int64_t *first;  /* (n_rows + 1,) */
+    int64_t *labels; /* (n_rows,) targets that count per row */
+};
+
+static const char *FORMAT_KEYS[] = {"a \"text\" string", "a \"messages\" array",
+                                    "\"prompt\" and \"completion\"",
+                                    "\"instruction\" and \"output\""};
+
+/* ---- one line to messages ------------------------------------------------------------------ */
+
+/* Appends the messages of a JSON array (objects with role, content, optional
+ * reasoning_content); `what` is the array's key for error sentences. */
+static int read_message_array(const json_t *arr, const char *what, const char *where,
+                              ChatMessage **msgs, size_t *n, size_t *cap, Err *err) {
+    size_t i;
+    const json_t *m;
+    json_array_foreach(arr, i, m) {
+        if (!json_is_object(m))
+            return err_set(err,
+                           "%s: %s[%zu] must be an object with \"role\" and \"content\", "
+                           "found %s",
+                           where, what, i, json_kind(m));
+        const json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content"),
+                     *reasoning = json_object_get(m, "reasoning_content");
+        if (!json_is_string(role))
+            return err_set(err,
+                           "%s: %s[%zu].role must be a string (\"system\", \"user\" or "
+                           "\"assistant\"), found %s",
+                           where, what, i, role ? json_kind(role) : "nothing");
+        ChatMessage cm = {0};
+        if (chat_role_parse(json_string_value(role), json_string_length(role), &cm.role))
+            return err_set(err,
+                           "%s: %s[%zu].role \"%s\" is not \"system\", \"user\" or "
+                           "\"assistant\"",
+                           where, what, i, json_string_value(role));
+        if (!content) return err_set(err, "%s: %s[%zu] has no \"content\"", where, what, i);
+        if (!json_is_string(content))
+            return err_set(err, "%s: %s[%zu].content must be a string, found %s", where, what, i,
+                           json_kind(content));
+        cm.content = json_string_value(content);
+        cm.content_len = json_string_length(content);
+        if (reasoning && !json_is_null(reasoning)) {
+            if (!json_is_string(reasoning))
+                return err_set(err, "%s: %s[%zu].reasoning_content must be a string, found %s",
+                               where, what, i, json_kind(reasoning));
+            cm.reasoning = json_string_value(reasoning);
+            cm.reasoning_len = json_string_length(reasoning);
+        }
+        if (*n == *cap) {
+            *cap = *cap ? 2 * *cap : 8;
+            *msgs = xrealloc(*msgs, *cap * sizeof **msgs);
+        }
+        (*msgs)[(*n)++] = cm;
+    }
+    return 0;
+}
+
+/* A field that is a string (one message of `role`) or an array of messages. */
+static int read_turns(const json_t *obj, const char *key, ChatRole role, int required,
+                      const char *where, ChatMessage **msgs, size_t *n, size_t *cap, Err *err) {
+    const json_t *v = json_object_get(obj, key);
+    if (!v) return required ? err_set(err, "%s: the object has no \"%s\" field", where, key) : 0;
+    if (json_is_array(v)) return read_message_array(v, key, where, msgs, n, cap, err);
+    if (!json_is_string(v))
+        return err_set(err, "%s: \"%s\" must be a string or an array of messages, found %s", where,
+                       key, json_kind(v));
+    if (*n == *cap) {
+        *cap = *cap ? 2 * *cap : 8;
+        *msgs = xrealloc(*msgs, *cap * sizeof **msgs);
+    }
+    (*msgs)[(*n)++] = (ChatMessage){role, json_string_value(v), json_string_length(v), NULL, 0};
+    return 0;
+}
+
+static int opt_string(const json_t *obj, const char *key, const char *where, const json_t **out,
+                      Err *err) {
+    *out = json_object_get(obj, key);
+    if (*out && !json_is_string(*out))
+        return err_set(err, "%s: \"%s\" must be a string, found %s", where, key, json_kind(*out));
+    return 0;
+}
+
+/* Alpaca-style rows: the user turn is the instruction, then a blank line and the input when
+ * there is one; the assistant turn is the output. */
+static int read_instruction(json_t *holder, const json_t *obj, const char *where,
+                            ChatMessage **msgs, size_t *n, size_t *cap, Err *err) {
+    const json_t *ins, *inp, *out;
+    TRY(opt_string(obj, "instruction", where, &ins, err));
+    TRY(opt_string(obj, "input", where, &inp, err));
+    TRY(opt_string(obj, "output", where, &out, err));
+    if (!ins) return err_set(err, "%s: the object has no \"instruction\" field", where);
+    if (!out) return err_set(err, "%s: the object has no \"output\" field", where);
+    size_t li = json_string_length(ins), lp = inp ? json_string_length(inp) : 0;
+    char *user = xmalloc(li + 2 + lp + 1);
+    memcpy(user, json_string_value(ins), li);
+    size_t lu = li;
+    if (lp) {
+        memcpy(user + lu, "\n\n", 2);
+        memcpy(user + lu + 2, json_string_value(inp), lp);
+        lu += 2 + lp;
+    }
+    json_t *s = json_stringn_nocheck(user, lu);
+    free(user);
+    json_array_append_new(holder, s);
+    *cap = 2;
+    *msgs = xmalloc(2 * sizeof **msgs);
+    (*msgs)[0] = (ChatMessage){CHAT_USER, json_string_value(s), lu, NULL, 0};
+    (*msgs)[1] =
+        (ChatMessage){CHAT_ASSISTANT, json_string_value(out), json_string_length(out), NULL, 0};
+    *n = 2;
+    return 0;
+}
+
+int chat_data_parse_line(const char *line, size_t len, DataFormat format, const char *file,
+                         int64_t lineno, json_t **root, ChatMessage **msgs, size_t *n, Err *err) {
+    *root = NULL;
+    *msgs = NULL;
+    *n = 0;
+    char where[1100];
+    snprintf(where, sizeof where, "%s:%lld", file, (long long)lineno);
+    json_error_t je;
+    json_t *j = json_loadb(line, len, JSON_ALLOW_NUL, &je);
+    if (!j)
+        return err_set(err,
+                       "%s: not valid JSON at column %d (%s); expected one object with %s "
+                       "per line",
+                       where, je.column, je.text, FORMAT_KEYS[format]);
+    /* The holder owns the parsed line and any text made from it (the instruction turn). */
+    json_t *holder = json_array();
+    json_array_append_new(holder, j);
+    *root = holder;
+    size_t cap = 0;
+    int rc = 0;
+    if (!json_is_object(j))
+        rc = err_set(err, "%s: expected a JSON object with %s, found %s", where,
+                     FORMAT_KEYS[format], json_kind(j));
+    else if (format == DATA_MESSAGES) {
+        const json_t *m = json_object_get(j, "messages");
+        if (!m)
+            rc = err_set(err, "%s: the object has no \"messages\" field", where);
+        else if (!json_is_array(m))
+            rc = err_set(err, "%s: \"messages\" must be an array, found %s", where, json_kind(m));
+        else
+            rc = read_message_array(m, "messages", where, msgs, n, &cap, err);
+    } else if (format == DATA_PROMPT_COMPLETION) {
+        rc = read_turns(j, "prompt", CHAT_USER, 1, where, msgs, n, &cap, err);
+        if (rc == 0) rc = read_turns(j, "completion", CHAT_ASSISTANT, 1, where, msgs, n, &cap, err);
+    } else if (format == DATA_INSTRUCTION) {
+        rc = read_instruction(holder, j, where, msgs, n, &cap, err);
+    } else {
+        rc = err_set(err, "%s: training.data_format \"text\" is not a conversation format", where);
+    }
+    if (rc == 0 && *n == 0) rc = err_set(err, "%s: the conversation has no messages", where);
+    if (rc != 0) {
+        free(*msgs);
+        *msgs = NULL;
+        *n = 0;
+        json_decref(holder);
+        *root = NULL;
+    }
+    return rc;
+}
+
+/* ---- reading and rendering ----------------------------------------------------------------- */
+
+typedef struct Grow {
+    size_t cap_tok, cap_conv;
+} Grow;
+
+/* Keeps conversation tok (rendered) as the next one, or counts it as dropped. */
+static int keep(ChatData *cd, Grow *g, const ChatTokens *tok, const char *where, Err *err) {
+    int64_t L = (int64_t)tok->n, T = cd->opt.seq_len;
+    int any_assistant = 0;
+    for (size_t i = 0; i < tok->n; i++)
+        any_assistant |= tok->assistant[i];
+    if (!any_assistant && !cd->opt.train_on_all_tokens)
+        return err_set(err,
+                       "%s: the conversation has no assistant turn, so there is nothing to learn "
+                       "(every target would be -100)",
+                       where);
+    if (L > T) {
+        if (cd->opt.too_long == TOO_LONG_DROP) {
+            cd->n_dropped++;
+            return 0;
+        }
+        cd->n_truncated++;
+    }
+    int64_t K = L < T ? L : T, labels = 0;
+    if (cd->n_tokens + K > (int64_t)g->cap_tok) {
+        g->cap_tok = 2 * (size_t)(cd->n_tokens + K) + 1024;
+        cd->ids = xrealloc(cd->ids, g->cap_tok * sizeof *cd->ids);
+        cd->targets = xrealloc(cd->targets, g->cap_tok * sizeof *cd->targets);
+    }
+    for (int64_t i = 0; i < K; i++) {
+        int counts = i + 1 < L && (cd->opt.train_on_all_tokens || tok->assistant[i + 1]);
+        cd->ids[cd->n_tokens + i] = tok->ids[i];
+        cd->targets[cd->n_tokens + i] = counts ? (int32_t)tok->ids[i + 1] : CE_IGNORE;
+        labels += counts;
+    }
+    /* Truncation can leave no assistant token inside the row: nothing to learn there. */
+    if (labels == 0) {
+        if (L > T) cd->n_truncated--;
+        cd->n_dropped++;
+        return 0;
+    }
+    if ((size_t)cd->n_conv + 2 > g->cap_conv) {
+        g->cap_conv = 2 * (size_t)cd->n_conv + 64;
+        cd->off = xrealloc(cd->off, g->cap_conv * sizeof *cd->off);
+        cd->labels = xrealloc(cd->labels, g->cap_conv * sizeof *cd->labels);
+    }
+    cd->n_tokens += K;
+    cd->n_labels += labels;
+    cd->labels[cd->n_conv] = labels;
+    cd->off[++cd->n_conv] = cd->n_tokens;
+    return 0;
+}
+
+static int read_file(ChatData *cd, Grow *g, const char *file, const ChatFormat *cf, int64_t *lines,
+                     Err *err) {
+    char *buf;
+    size_t len;
+    TRY(fs_read_all(file, &buf, &len, err));
+    size_t pos = jsonl_bom_len(buf, len), line_len;
+    const char *line;
+    int64_t lineno = 0;
+    int rc = 0;
+    ChatTokens tok = {0};
+    while (rc == 0 && jsonl_next_line(buf, len, &pos, &line, &line_len) == 0) {
+        lineno++;
+        if (jsonl_is_blank(line, line_len)) continue;
+        json_t *root;
+        ChatMessage *msgs;
+        size_t n;
+        rc = chat_data_parse_line(line, line_len, cd->opt.format, file, lineno, &root, &msgs, &n,
+                                  err);
+        if (rc != 0) break;
+        char where[1100];
+        snprintf(where, sizeof where, "%s:%lld", file, (long long)lineno);
+        rc = chat_render(cf, msgs, n, (ChatOptions){0, 1}, &tok, err);
+        if (rc != 0)
+            err_wrap(err, "%s", where);
+        else
+            rc = keep(cd, g, &tok, where, err);
+        free(msgs);
+        json_decref(root);
+        (*lines)++;
+    }
+    chat_tokens_free(&tok);
+    free(buf);
+    return rc;
+}
+
+int chat_data_open(ChatData *cd, const ChatDataOptions *opt, const ChatFormat *cf, uint32_t pad_id,
+                   Err *err) {
+    memset(cd, 0, sizeof *cd);
+    cd->opt = *opt;
+    cd->opt.path = xstrdup(opt->path);
+    cd->pad_id = pad_id;
+    if (opt->format == DATA_TEXT)
+        return err_set(err, "chat data needs training.data_format \"messages\", "
+                            "\"prompt_completion\" or \"instruction\"");
+    Grow g = {0};
+    cd->off = xcalloc(1, sizeof *cd->off);
+    g.cap_conv = 1;
+    int64_t lines = 0, files = 0;
+    char *list = xstrdup(opt->path), *save = NULL;
+    int rc = 0;
+    for (char *f = strtok_r(list, ",", &save); f && rc == 0; f = strtok_r(NULL, ",", &save)) {
+        if (!fs_exists(f)) {
+            rc = err_set(err, "dataset file %s does not exist", f);
+            break;
+        }
+        rc = read_file(cd, &g, f, cf, &lines, err);
+        files++;
+    }
+    free(list);
+    if (rc == 0 && cd->n_conv == 0)
+        rc = err_set(err,
+                     "dataset '%s' holds no conversation to train on (%lld line(s), %lld longer "
+                     "than seq_len %d dropped)",
+                     opt->path, (long long)lines, (long long)cd->n_dropped, opt->seq_len);
+    if (rc != 0) {
+        chat_data_close(cd);
+        return -1;
+    }
+    cd->epoch_start = xcalloc(1, sizeof *cd->epoch_start);
+    cd->n_epoch_start = 1;
+    log_info("chat data: %lld conversation(s) from %lld file(s) in the %s format, %lld tokens, "
+             "%lld targets (%s); longer than seq_len %d: %lld truncated, %lld dropped",
+             (long long)cd->n_conv, (long long)files, chat_format_name(cf), (long long)cd->n_tokens,
+             (long long)cd->n_labels,
+             opt->train_on_all_tokens ? "every token" : "assistant output only", opt->seq_len,
+             (long long)cd->n_truncated, (long long)cd->n_dropped);
+    return 0;
+}
+
+static void epoch_free(ChatEpoch *e) {
+    if (!e) return;
+    free(e->perm);
+    free(e->first);
+    free(e->labels);
+    free(e);
+}
+
+void chat_data_close(ChatData *cd) {
+    free((char *)cd->opt.path);
+    free(cd->ids);
+    free(cd->targets);
+    free(cd->off);
+    free(cd->labels);
+    epoch_free(cd->epochs[0]);
+    epoch_free(cd->epochs[1]);
+    free(cd->epoch_start);
+    memset(cd, 0, sizeof *cd);
+}
+
+/* ---- rows ---------------------------------------------------------------------------------- */
+
+static int64_t conv_len(const ChatData *cd, int64_t c) {
+    return cd->off[c + 1] - cd->off[c];
+}
+
+static ChatEpoch *get_epoch(ChatData *cd, int64_t epoch) {
+    for (int i = 0; i < 2; i++)
+        if (cd->epochs[i] && cd->epochs[i]->epoch == epoch) {
+            if (i == 1) {
+                ChatEpoch *t = cd->epochs[0];
+                cd->epochs[0] = cd->epochs[1];
+                cd->epochs[1] = t;
+            }
+            return cd->epochs[0];
+        }
+    epoch_free(cd->epochs[1]);
+    cd->epochs[1] = cd->epochs[0];
+    int64_t n = cd->n_conv, T = cd->opt.seq_len;
+    ChatEpoch *e = xcalloc(1, sizeof *e);
+    e->epoch = epoch;
+    e->perm = xmalloc((size_t)n * sizeof *e->perm);
+    e->first = xmalloc((size_t)(n + 1) * sizeof *e->first);
+    e->labels = xcalloc((size_t)n, sizeof *e->labels);
+    for (int64_t i = 0; i < n; i++)
+        e->perm[i] = i;
+    if (cd->opt.shuffle) {
+        Rng r;
+        rng_seed(&r, cd->opt.seed, CHAT_SHUFFLE_STREAM + (uint64_t)epoch);
+        for (int64_t i = n - 1; i > 0; i--) {
+            int64_t j = (int64_t)rng_below(&r, (uint64_t)i + 1);
+            int64_t t = e->perm[i];
+            e->perm[i] = e->perm[j];
+            e->perm[j] = t;
+        }
+    }
+    int64_t fill = 0;
+    for (int64_t k = 0; k < n; k++) {
+        int64_t l = conv_len(cd, e->perm[k]);
+        if (k == 0 || !cd->opt.packing || fill + l > T) {
+            e->first[e->n_rows++] = k;
+            fill = 0;
+        }
+        fill += l;
+        e->labels[e->n_rows - 1] += cd->labels[e->perm[k]];
+    }
+    e->first[e->n_rows] = n;
+    cd->epochs[0] = e;
+    return e;
+}
+
+/* The epoch of global row g and the row within it. */
+static ChatEpoch *locate(ChatData *cd, int64_t g, int64_t *r) {
+    while (cd->epoch_start[cd->n_epoch_start - 1] <= g) {
+        int64_t last = cd->n_epoch_start - 1;
+        int64_t rows = get_epoch(cd, last)->n_rows;
+        cd->epoch_start =
+            xrealloc(cd->epoch_start, (size_t)(cd->n_epoch_start + 1) * sizeof *cd->epoch_start);
+        cd->epoch_start[cd->n_epoch_start++] = cd->epoch_start[last] + rows;
+    }
+    int64_t e = cd->n_epoch_start - 2;
+    while (cd->epoch_start[e] > g)
+        e--;
+    *r = g - cd->epoch_start[e];
+    return get_epoch(cd, e);
+}
+
+int64_t chat_data_labels(ChatData *cd, int64_t row, int nrows) {
+    int64_t sum = 0;
+    for (int b = 0; b < nrows; b++) {
+        int64_t r;
+        ChatEpoch *e = locate(cd, row + b, &r);
+        sum += e->labels[r];
+    }
+    return sum;
+}
+
+int chat_data_rows(ChatData *cd, int64_t row, int nrows, Batch *out, int64_t *labels, Err *err) {
+    int T = cd->opt.seq_len;
+    if (row < 0 || nrows < 0 || nrows > out->B || out->T != T)
+        return err_set(err,
+                       "chat_data_rows: rows [%lld, +%d) into a (%d, %d) batch, expected "
+                       "row >= 0 and a batch of at least that many rows of seq_len %d",
+                       (long long)row, nrows, out->B, out->T, T);
+    int64_t sum = 0;
+    for (int b = 0; b < nrows; b++) {
+        int64_t r;
+        ChatEpoch *e = locate(cd, row + b, &r);
+        sum += e->labels[r];
+        uint32_t *tok = out->tokens + (size_t)b * T;
+        int32_t *tgt = out->targets + (size_t)b * T;
+        int32_t *pos = out->positions + (size_t)b * T;
+        int32_t *doc = out->doc_ids + (size_t)b * T;
+        int t = 0, seg = 0;
+        for (int64_t k = e->first[r]; k < e->first[r + 1]; k++, seg++) {
+            int64_t c = e->perm[k], l = conv_len(cd, c);
+            for (int64_t i = 0; i < l; i++, t++) {
+                tok[t] = cd->ids[cd->off[c] + i];
+                tgt[t] = cd->targets[cd->off[c] + i];
+                pos[t] = (int32_t)i;
+                doc[t] = seg;
+            }
+        }
+        /* Padding: its own segment, so no conversation attends to it; never a target. */
+        for (int p = 0; t < T; t++, p++) {
+            tok[t] = cd->pad_id;
+            tgt[t] = CE_IGNORE;
+            pos[t] = p;
+            doc[t] = seg;
+        }
+    }
+    if (labels) *labels = sum;
+    return 0;
+}

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# LoRA fine-tuning end to end with the Qwen3 tokenizer on chat data: a tiny base model is
+# trained one step and exported as an HF directory, then fine-tuned with adapters from that
+# directory (route 1). The run logs the adapters, trains only them (the checkpoint holds just
+# A and B), resumes from its checkpoint with the same losses, writes the adapters in peft's
+# format and the merged model, which `qtitan eval` loads; bad [lora] settings fail with one
+# sentence. tools/check_lora_export.py checks the same outputs against peft and transformers
+# (it needs torch, so it is not run here).
+set -euo pipefail
+shared=${QT_SHARED_DIR:-}
+tok=$shared/tokenizers/qwen3
+if [ -z "$shared" ] || [ ! -d "$shared" ]; then echo "skip: no ../shared"; exit 77; fi
+[ -f "$tok/tokenizer_config.json" ] || { echo "FAIL: $shared lacks the Qwen3 tokenizer"; exit 1; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+for i in $(seq 1 16); do
+  printf '{"messages": [{"role": "user", "content": "What is %d plus %d?"}, {"role": "assistant", "content": "%d."}]}\n' $i $((i * 3)) $((i * 4))
+done >"$tmp/chat.jsonl"
+common=(--config "$QT_SOURCE_DIR/configs/debug.toml" --training.seq_len=64 --training.local_batch_size=2
+        --metrics.peak_tflops=1 --training.dataset_path="$tmp/chat.jsonl" --training.data_format=messages)
+"$QT_BINARY" train "${common[@]}" --model.tokenizer_path="$tok" --model.vocab_size=151669 \
+  --model.dim=32 --model.n_layers=2 --model.n_heads=4 --model.n_kv_heads=2 --model.head_dim=8 \
+  --model.hidden_dim=64 --training.steps=1 --checkpoint.enable=true --checkpoint.last_save_in_hf=true \
+  --job.dump_folder="$tmp/base" >"$tmp/base.log" 2>&1 || { cat "$tmp/base.log"; echo "FAIL: base run"; exit 1; }
+base=$tmp/base/checkpoint/step-1/hf
+lora=(--model.flavor=hf --model.hf_assets_path="$base" --checkpoint.initial_load_path="$base"
+      --checkpoint.initial_load_in_hf=true --lora.rank=4 --lora.alpha=8 --optimizer.lr=1e-2
+      "--lora.targets=layers.*.attention.wq,layers.*.attention.wv,layers.*.feed_forward.w2"
+      --checkpoint.enable=true --checkpoint.interval=2 --checkpoint.last_save_in_hf=true --training.steps=4)
+"$QT_BINARY" train "${common[@]}" "${lora[@]}" --job.dump_folder="$tmp/a" >"$tmp/a.log" 2>&1 \
+  || { cat "$tmp/a.log"; echo "FAIL: LoRA run"; exit 1; }
+grep -q 'lora: 6 adapter(s) of rank 4 (alpha 8, scale 2) on .*; 1664 trainable parameters' "$tmp/a.log" \
+  || { cat "$tmp/a.log"; echo "FAIL: adapter log line"; exit 1; }
+[ "$(grep -c '^step: ' "$tmp/a.log")" = 4 ] || { cat "$tmp/a.log"; echo "FAIL: expected 4 steps"; exit 1; }
+for f in adapter/adapter_config.json adapter/adapter_model.safetensors merged/config.json merged/model.safetensors; do
+  [ -f "$tmp/a/$f" ] || { ls -R "$tmp/a"; echo "FAIL: $f missing"; exit 1; }
+done
+grep -q '"r": 4' "$tmp/a/adapter/adapter_config.json" || { echo "FAIL: adapter_config r"; exit 1; }
+# The checkpoint holds the adapters alone (12 tensors), not the frozen base.
+"$QT_BINARY" inspect "$tmp/a/checkpoint/step-4/model.safetensors" >"$tmp/inspect.log" 2>&1
+grep -q 'layers.1.feed_forward.w2.lora_B' "$tmp/inspect.log" && ! grep -q 'tok_embeddings' "$tmp/inspect.log" \
+  || { cat "$tmp/inspect.log"; echo "FAIL: checkpoint should hold only adapters"; exit 1; }
+# The merged model loads and evaluates.
+echo "151644 872 198 16 151645 198 151644 77091 198 17 151645" >"$tmp/tokens.txt"
+"$QT_BINARY" eval --model "$tmp/a/merged" --tokens "$tmp/tokens.txt" >"$tmp/eval.log" 2>&1 \
+  && grep -q '^loss: [0-9]' "$tmp/eval.log" || { cat "$tmp/eval.log"; echo "FAIL: eval of the merged model"; exit 1; }
+
+# The base with the adapter folder evaluates as the merged model does (within fp32 rounding),
+# and not as the base alone.
+"$QT_BINARY" eval --model "$base" --adapter "$tmp/a/adapter" --tokens "$tmp/tokens.txt" >"$tmp/eval2.log" 2>&1 \
+  || { cat "$tmp/eval2.log"; echo "FAIL: eval with --adapter"; exit 1; }
+"$QT_BINARY" eval --model "$base" --tokens "$tmp/tokens.txt" >"$tmp/eval3.log" 2>&1
+merged=$(awk '/^loss:/ {print $2}' "$tmp/eval.log"); adapted=$(awk '/^loss:/ {print $2}' "$tmp/eval2.log")
+plain=$(awk '/^loss:/ {print $2}' "$tmp/eval3.log")
+awk -v m="$merged" -v a="$adapted" -v p="$plain" 'BEGIN { d = m - a; if (d < 0) d = -d; e = m - p; if (e < 0) e = -e;
+  exit !(d <= 1e-6 * m && e > 100 * d) }' || { echo "FAIL: merged $merged, base + adapter $adapted, base $plain"; exit 1; }
+
+# Resume from step 2: steps 3 and 4 repeat exactly.
+rm -rf "$tmp/a/checkpoint/step-4"
+cp -r "$tmp/a" "$tmp/b"
+"$QT_BINARY" train "${common[@]}" "${lora[@]}" --job.dump_folder="$tmp/b" >"$tmp/b.log" 2>&1 \
+  || { cat "$tmp/b.log"; echo "FAIL: resumed LoRA run"; exit 1; }
+grep -q 'resumed from .*step-2' "$tmp/b.log" || { cat "$tmp/b.log"; echo "FAIL: no resume"; exit 1; }
+diff <(grep '^step:  [34]' "$tmp/a.log" | awk '{print $4}') <(grep '^step:  [34]' "$tmp/b.log" | awk '{print $4}') \
+  || { echo "FAIL: resumed losses differ"; exit 1; }
+
+# Activation checkpointing recomputes the adapters too: the same losses.
+"$QT_BINARY" train "${common[@]}" "${lora[@]}" --job.dump_folder="$tmp/c" --training.steps=2 \
+  --checkpoint.enable=false --checkpoint.last_save_in_hf=false --activation_checkpoint.mode=full >"$tmp/c.log" 2>&1 \
+  || { cat "$tmp/c.log"; echo "FAIL: LoRA with full activation checkpointing"; exit 1; }
+diff <(grep '^step:  [12]' "$tmp/a.log" | awk '{print $4, $6}') <(grep '^step:  [12]' "$tmp/c.log" | awk '{print $4, $6}') \
+  || { echo "FAIL: full activation checkpointing changed the losses"; exit 1; }
+
+# qtitan plan counts the adapters and gives AdamW state to them alone.
+"$QT_BINARY" plan "${common[@]}" "${lora[@]}" >"$tmp/plan.log" 2>&1 || { cat "$tmp/plan.log"; echo "FAIL: plan"; exit 1; }
+grep -q '^lora: 1664 trainable adapter parameters' "$tmp/plan.log" \
+  && grep -q 'optimizer  *0.000 GiB  *0.0 MiB .*of the LoRA adapters' "$tmp/plan.log" \
+  || { cat "$tmp/plan.log"; echo "FAIL: plan of a LoRA job"; exit 1; }
+
+# Bad [lora] settings: one sentence each, non-zero exit.
+bad() {
+  local want=$1; shift
+  if "$QT_BINARY" train "${common[@]}" "${lora[@]}" --job.dump_folder="$tmp/bad" "$@" >"$tmp/bad.log" 2>&1; then
+    echo "FAIL: $* should fail"; exit 1
+  fi
+  grep -q "error: .*$want" "$tmp/bad.log" || { cat "$tmp/bad.log"; echo "FAIL: expected '$want'"; exit 1; }
+}
+bad 'lora.targets match no linear layer' '--lora.targets=layers.*.attention.qkv'
+bad 'lora.rank = 40 is larger than layers.0.attention.wq (32 x 32) allows (32)' --lora.rank=40
+bad 'lora.alpha = 0 is out of range' --lora.alpha=0
+bad 'lora.dropout = 0.1: only 0 is implemented' --lora.dropout=0.1
+bad 'r = 4 and lora_alpha = 8, but \[lora\] has rank = 2' --lora.rank=2 --lora.adapter_path="$tmp/a/adapter"
+echo "e2e_lora: ok"

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# qtitan train on chat data end to end with the Qwen3 tokenizer and a tiny model: the messages
+# and instruction shapes, packing and one conversation a row, the counts in the log, a resume
+# from a checkpoint that continues with the same losses, and the error sentences of a
+# tokenizer without a chat template and of a malformed line.
+set -euo pipefail
+shared=${QT_SHARED_DIR:-}
+tok=$shared/tokenizers/qwen3
+# Skipped only without ../shared (a user's clone); CI has it, so a missing file fails.
+if [ -z "$shared" ] || [ ! -d "$shared" ]; then echo "skip: no ../shared"; exit 77; fi
+[ -f "$tok/tokenizer_config.json" ] || { echo "FAIL: $shared lacks the Qwen3 tokenizer"; exit 1; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+for i in $(seq 1 24); do
+  a=$((i * 7 % 50)); b=$((i * 13 % 40))
+  printf '{"messages": [{"role": "system", "content": "You add numbers."}, {"role": "user", "content": "What is %d plus %d?"}, {"role": "assistant", "content": "%d plus %d is %d."}]}\n' $a $b $a $b $((a + b))
+  printf '{"instruction": "Add %d and %d.", "input": "", "output": "%d"}\n' $a $b $((a + b)) >>"$tmp/alpaca.jsonl"
+done >"$tmp/chat.jsonl"
+# One long conversation for the truncation count.
+printf '{"messages": [{"role": "user", "content": "%s"}, {"role": "assistant", "content": "ok"}]}\n' \
+  "$(printf 'word %.0s' $(seq 1 80))" >>"$tmp/chat.jsonl"
+train() {
+  "$QT_BINARY" train --config "$QT_SOURCE_DIR/configs/debug.toml" --model.tokenizer_path="$tok" \
+    --model.vocab_size=151669 --model.dim=32 --model.n_layers=1 --model.n_heads=4 \
+    --model.n_kv_heads=2 --model.head_dim=8 --model.hidden_dim=64 \
+    --training.seq_len=64 --training.local_batch_size=2 --training.steps=4 \
+    --metrics.peak_tflops=1 --job.dump_folder="$@" 2>&1
+}
+train "$tmp/a" --training.dataset_path="$tmp/chat.jsonl" --training.data_format=messages \
+  --checkpoint.enable=true --checkpoint.interval=2 >"$tmp/a.log"
+grep -q 'chat data: 24 conversation(s) from 1 file(s) in the qwen3 format, .* targets (assistant output only); longer than seq_len 64: 0 truncated, 1 dropped' "$tmp/a.log" \
+  || { cat "$tmp/a.log"; echo "FAIL: chat data counts (the long one is cut inside its user turn, so dropped)"; exit 1; }
+[ "$(grep -c '^step: ' "$tmp/a.log")" = 4 ] || { cat "$tmp/a.log"; echo "FAIL: expected 4 steps"; exit 1; }
+
+# Resumed from step 2: steps 3 and 4 have the same losses as the run that never stopped.
+rm -rf "$tmp/a/checkpoint/step-4"
+cp -r "$tmp/a" "$tmp/b"
+train "$tmp/b" --training.dataset_path="$tmp/chat.jsonl" --training.data_format=messages \
+  --checkpoint.enable=true --checkpoint.interval=2 >"$tmp/b.log"
+grep -q 'resumed from .*step-2' "$tmp/b.log" || { cat "$tmp/b.log"; echo "FAIL: no resume"; exit 1; }
+diff <(grep '^step:  [34]' "$tmp/a.log" | awk '{print $4}') <(grep '^step:  [34]' "$tmp/b.log" | awk '{print $4}') \
+  || { echo "FAIL: resumed losses differ"; exit 1; }
+
+# Instruction rows, one a row, every token a target, long ones truncated.
+train "$tmp/c" --training.dataset_path="$tmp/alpaca.jsonl" --training.data_format=instruction \
+  --training.packing=false --training.train_on_all_tokens=true --training.seq_len=24 >"$tmp/c.log"
+grep -q 'chat data: 24 conversation(s) .* (every token); longer than seq_len 24: 17 truncated, 0 dropped' "$tmp/c.log" \
+  || { cat "$tmp/c.log"; echo "FAIL: instruction data counts"; exit 1; }
+
+# A resume with other data is refused.
+head -n 20 "$tmp/chat.jsonl" >"$tmp/fewer.jsonl"
+if train "$tmp/b" --training.dataset_path="$tmp/fewer.jsonl" --training.data_format=messages \
+  --checkpoint.enable=true --checkpoint.interval=2 --training.steps=6 >"$tmp/d.log"; then
+  echo "FAIL: resume on changed data should fail"; exit 1
+fi
+grep -q 'the chat data changed since the checkpoint' "$tmp/d.log" || { cat "$tmp/d.log"; echo "FAIL: changed data sentence"; exit 1; }
+
+# Bad input: a tokenizer folder without tokenizer_config.json, a bad role on line 3.
+mkdir "$tmp/notemplate"; cp "$tok/tokenizer.json" "$tmp/notemplate/"
+if "$QT_BINARY" train --config "$QT_SOURCE_DIR/configs/debug.toml" --model.tokenizer_path="$tmp/notemplate" \
+  --model.vocab_size=151669 --training.dataset_path="$tmp/chat.jsonl" --training.data_format=messages \
+  --job.dump_folder="$tmp/e" >"$tmp/e.log" 2>&1; then echo "FAIL: no chat template should fail"; exit 1; fi
+grep -q "error: $tmp/notemplate/tokenizer_config.json: not found" "$tmp/e.log" || { cat "$tmp/e.log"; echo "FAIL: no-template sentence"; exit 1; }
+sed '3s/"system"/"robot"/' "$tmp/chat.jsonl" >"$tmp/badrole.jsonl"
+if train "$tmp/f" --training.dataset_path="$tmp/badrole.jsonl" --training.data_format=messages >"$tmp/f.log"; then
+  echo "FAIL: a bad role should fail"; exit 1
+fi
+grep -q "error: $tmp/badrole.jsonl:3: messages\[0\].role \"robot\" is not" "$tmp/f.log" || { cat "$tmp/f.log"; echo "FAIL: bad-role sentence"; exit 1; }
+echo "e2e_sft: ok"

@@ -1,0 +1,439 @@
+/* LoRA (model/lora.h) against HF peft (tests/fixtures/lora, tools/make_lora_fixture.py, on the
+ * tiny Qwen3 of tests/fixtures/train_parity): the loss and every adapter gradient of one masked
+ * batch, and five AdamW steps through trainer_run (clipping active, only the adapters
+ * trained); a finite-difference check of the adapter backward; peft's file format written and
+ * read back with peft's key names and shapes; merging; the error sentences. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fs.h"
+#include "core/json.h"
+#include "fd_util.h"
+#include "io/hf_config.h"
+#include "io/safetensors.h"
+#include "model/lora.h"
+#include "model/qwen3.h"
+#include "model/qwen3_hf.h"
+#include "train/trainer.h"
+
+enum { STEPS = 5, B = 2, T = 12, RANK = 4 };
+
+static char *fix_dir, *base_dir;
+static ModelSpec spec;
+static json_t *expected;
+static char *const ALL[] = {"layers.*.attention.*", "layers.*.feed_forward.*"};
+
+/* The tiny base model, frozen as LoRA training creates it (its gradients go to one sink, so
+ * the comparisons below also show the sink leaves the adapters' gradients alone), with
+ * adapters on every linear read from the peft fixture. */
+static void setup_model(Qwen3 *m, Lora *lo, int load_adapters) {
+    Err err;
+    char *w = fs_join(base_dir, "model.safetensors");
+    StSet set;
+    Qwen3Sizes z;
+    if (qwen3_create_frozen_with(m, &spec, B, T, AC_NONE, NULL, &err) ||
+        qwen3_sizes(&z, &spec, B, T, AC_NONE, 1, NULL, &err) || st_set_open(&set, w, &err) ||
+        qwen3_load_hf(m, &set, w, &err))
+        fail_msg("%s", err.msg);
+    /* One buffer of the largest parameter (the embedding), as qwen3_sizes tells the plan. */
+    assert_int_equal(m->grad_arena.capacity, z.frozen_grad_bytes);
+    assert_int_equal(z.frozen_grad_bytes, (size_t)spec.vocab_size * spec.dim * sizeof(float));
+    assert_true(m->g.layers[1].w2 == m->g.tok_embeddings);
+    st_set_close(&set);
+    free(w);
+    if (lora_create(lo, &spec, RANK, 8.0, ALL, 2, B * T, "test", &err)) fail_msg("%s", err.msg);
+    assert_int_equal(lo->n, 2 * 7);
+    if (load_adapters && lora_load_peft(lo, &spec, fix_dir, &err)) fail_msg("%s", err.msg);
+    m->lora = lo;
+}
+
+static void batch(int step, int32_t *tok, int32_t *tgt) {
+    const json_t *b = json_array_get(json_object_get(expected, "batches"), (size_t)step);
+    for (int r = 0; r < B; r++)
+        for (int t = 0; t < T; t++) {
+            tok[r * T + t] = (int32_t)json_integer_value(
+                json_array_get(json_array_get(json_object_get(b, "tokens"), r), t));
+            tgt[r * T + t] = (int32_t)json_integer_value(
+                json_array_get(json_array_get(json_object_get(b, "targets"), r), t));
+        }
+}
+
+/* Largest |ours - want| over largest |want| of a tensor. */
+static double rel_diff(const float *ours, const StTensor *t) {
+    float *want = malloc((size_t)t->numel * sizeof *want);
+    st_to_f32(t, want);
+    double d = 0, w = 0;
+    for (long k = 0; k < t->numel; k++) {
+        double e = fabs((double)ours[k] - want[k]);
+        if (isnan(e) || e > d) d = e;
+        if (fabs(want[k]) > w) w = fabs(want[k]);
+    }
+    free(want);
+    return d / w;
+}
+
+static void test_loss_and_grads_match_peft(void **state) {
+    (void)state;
+    Qwen3 m;
+    Lora lo;
+    setup_model(&m, &lo, 1);
+    int32_t tok[B * T], tgt[B * T];
+    batch(0, tok, tgt);
+    qwen3_zero_grads(&m);
+    lora_zero_grads(&lo);
+    float loss = qwen3_forward(&m, tok, tgt, NULL, NULL, B, T);
+    qwen3_backward(&m, 0);
+    double want = json_number_value(
+        json_object_get(json_array_get(json_object_get(expected, "steps"), 0), "loss"));
+    printf("loss %.7f, peft %.7f\n", loss, want);
+    assert_true(fabs(loss - want) <= 1e-5 * want);
+    char *p = fs_join(fix_dir, "expected.safetensors");
+    StFile f;
+    Err err;
+    if (st_open(&f, p, &err)) fail_msg("%s", err.msg);
+    double worst = 0;
+    for (int i = 0; i < lo.n; i++)
+        for (int w = 0; w < 2; w++) {
+            char key[200], full[210];
+            lora_peft_key(key, sizeof key, &spec, &lo.ad[i], w ? 'B' : 'A');
+            snprintf(full, sizeof full, "grad.%s", key);
+            const StTensor *t = st_find(&f, full);
+            if (!t) fail_msg("no %s", full);
+            double d = rel_diff(w ? lo.ad[i].db : lo.ad[i].da, t);
+            if (isnan(d) || d > worst) worst = d;
+        }
+    printf("adapter gradients: largest difference / largest value %.3g\n", worst);
+    assert_true(worst < 1e-4);
+    st_close(&f);
+    free(p);
+    lora_free(&lo);
+    qwen3_free(&m);
+}
+
+/* ---- five steps through trainer_run ---- */
+
+typedef struct Run {
+    Qwen3 m;
+    Lora lo;
+    int32_t tok[STEPS][B * T], tgt[STEPS][B * T];
+    const int32_t *cur[2];
+    double loss[STEPS + 1], norm[STEPS + 1];
+} Run;
+
+static int count(void *ctx, int64_t step, int64_t *tokens, int64_t *valid, Err *err) {
+    (void)err;
+    Run *r = ctx;
+    *tokens = B * T;
+    *valid = 0;
+    for (int k = 0; k < B * T; k++)
+        *valid += r->tgt[step - 1][k] != -100;
+    return 0;
+}
+
+static int next(void *ctx, int64_t step, int micro, const void **b, Err *err) {
+    (void)micro;
+    (void)err;
+    Run *r = ctx;
+    r->cur[0] = r->tok[step - 1];
+    r->cur[1] = r->tgt[step - 1];
+    *b = r->cur;
+    return 0;
+}
+
+static int fwd_bwd(void *ctx, const void *b, double divisor, double *loss_sum, Err *err) {
+    (void)err;
+    Run *r = ctx;
+    const int32_t *const *bt = b;
+    qwen3_forward(&r->m, bt[0], bt[1], NULL, NULL, B, T);
+    qwen3_backward(&r->m, divisor);
+    *loss_sum = r->m.loss_sum;
+    return 0;
+}
+
+static void on_step(void *ctx, const StepMetrics *s) {
+    Run *r = ctx;
+    r->loss[s->step] = s->loss;
+    r->norm[s->step] = s->grad_norm;
+}
+
+static void test_five_steps_match_peft(void **state) {
+    (void)state;
+    Run *r = calloc(1, sizeof *r);
+    setup_model(&r->m, &r->lo, 1);
+    for (int s = 0; s < STEPS; s++)
+        batch(s, r->tok[s], r->tgt[s]);
+    int n = 2 * r->lo.n;
+    CkptTensor *params = calloc((size_t)n, sizeof *params);
+    float **grads = calloc((size_t)n, sizeof *grads);
+    char(*names)[200] = calloc((size_t)n, sizeof *names);
+    for (int i = 0; i < r->lo.n; i++) {
+        LoraAdapter *ad = &r->lo.ad[i];
+        lora_peft_key(names[2 * i], 200, &spec, ad, 'A');
+        lora_peft_key(names[2 * i + 1], 200, &spec, ad, 'B');
+        params[2 * i] = (CkptTensor){names[2 * i], 2, {RANK, ad->in}, ad->a};
+        params[2 * i + 1] = (CkptTensor){names[2 * i + 1], 2, {ad->out, RANK}, ad->b};
+        grads[2 * i] = ad->da;
+        grads[2 * i + 1] = ad->db;
+    }
+    TrainModel model = {
+        .ctx = r, .nparams = n, .params = params, .grads = grads, .forward_backward = fwd_bwd};
+    TrainData data = {.ctx = r, .count = count, .next = next};
+    char tmpl[] = "/tmp/qt_lora_XXXXXX";
+    assert_non_null(mkdtemp(tmpl));
+    TrainerOptions o = {.steps = STEPS,
+                        .micro_batches = 1,
+                        .lr = 1e-2,
+                        .warmup_steps = 2,
+                        .decay_ratio = -1,
+                        .decay_type = DECAY_LINEAR,
+                        .adamw = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1},
+                        .max_norm = 0.05,
+                        .dump_folder = tmpl,
+                        .log_freq = 1,
+                        .peak_tflops = 1.0,
+                        .flops_per_token = 1.0,
+                        .on_step = on_step,
+                        .on_step_ctx = r};
+    Err err;
+    if (trainer_run(&o, &model, &data, &err)) fail_msg("%s", err.msg);
+    double worst_loss = 0, worst_norm = 0;
+    for (int s = 1; s <= STEPS; s++) {
+        const json_t *e = json_array_get(json_object_get(expected, "steps"), (size_t)s - 1);
+        double loss = json_number_value(json_object_get(e, "loss"));
+        double norm = json_number_value(json_object_get(e, "grad_norm"));
+        printf("step %d: loss %.7f (peft %.7f)  grad_norm %.7f (peft %.7f)\n", s, r->loss[s], loss,
+               r->norm[s], norm);
+        double dl = fabs(r->loss[s] - loss) / loss, dn = fabs(r->norm[s] - norm) / norm;
+        if (isnan(dl) || dl > worst_loss) worst_loss = dl;
+        if (isnan(dn) || dn > worst_norm) worst_norm = dn;
+    }
+    char *p = fs_join(fix_dir, "expected.safetensors");
+    StFile f;
+    if (st_open(&f, p, &err)) fail_msg("%s", err.msg);
+    double worst = 0;
+    for (int i = 0; i < n; i++) {
+        char full[210];
+        snprintf(full, sizeof full, "final.%s", names[i]);
+        const StTensor *t = st_find(&f, full);
+        if (!t) fail_msg("no %s", full);
+        double d = rel_diff(params[i].data, t);
+        if (isnan(d) || d > worst) worst = d;
+    }
+    printf("max relative difference: loss %.3g, grad_norm %.3g, final adapters %.3g\n", worst_loss,
+           worst_norm, worst);
+    assert_true(worst_loss < 1e-5);
+    assert_true(worst_norm < 1e-5);
+    assert_true(worst < 1e-4);
+    st_close(&f);
+    free(p);
+    fs_remove_tree(tmpl, &err);
+    free(params);
+    free(grads);
+    free(names);
+    lora_free(&r->lo);
+    qwen3_free(&r->m);
+    free(r);
+}
+
+typedef struct FdAdapter {
+    const Lora *lo;
+    LoraAdapter *ad;
+    const float *x, *R;
+    float *y;
+    long N, O;
+} FdAdapter;
+
+static double fd_adapter_loss(void *ctx) {
+    FdAdapter *c = ctx;
+    memset(c->y, 0, (size_t)(c->N * c->O) * sizeof(float));
+    lora_forward(c->lo, c->ad, c->y, c->x, c->N);
+    return project(c->y, c->R, c->N * c->O);
+}
+
+/* Finite differences of the adapter alone: loss = sum(y * R) in double with
+ * y = s (x A^T) B^T (the base linear's part has its own checks) is linear in each of x, A and
+ * B, so central differences are exact up to rounding and every gradient entry is checked. */
+static void test_finite_differences(void **state) {
+    (void)state;
+    enum { N = 5, I = 7, O = 6, R = 3 };
+    rng_seed(&rng, 11, 0);
+    ModelSpec tiny = spec;
+    Lora lo;
+    Err err;
+    char *const q[] = {"layers.0.attention.wq"};
+    assert_int_equal(lora_create(&lo, &tiny, R, 5.0, q, 1, N, "test", &err), 0);
+    LoraAdapter ad = lo.ad[0]; /* same buffers, a smaller shape */
+    ad.in = I;
+    ad.out = O;
+    float *x = randn(N * I, 1.0f), *Rp = randn(N * O, 1.0f), *y = zeros(N * O);
+    float *dx = zeros(N * I);
+    rng_fill_normal(&rng, ad.a, R * I, 0.5f);
+    rng_fill_normal(&rng, ad.b, O * R, 0.5f);
+    memset(ad.da, 0, R * I * sizeof(float));
+    memset(ad.db, 0, O * R * sizeof(float));
+    lora_forward(&lo, &ad, y, x, N);
+    lora_backward(&lo, &ad, dx, Rp, x, N); /* dy = R */
+    FdAdapter c = {&lo, &ad, x, Rp, y, N, O};
+    /* Linear in each input: differences of 0.25 are exact up to rounding, every entry probed. */
+    fd_check("adapter dx", x, N * I, dx, fd_adapter_loss, &c, 0.25f, N * I, 1e-4);
+    fd_check("adapter dA", ad.a, R * I, ad.da, fd_adapter_loss, &c, 0.25f, R * I, 1e-4);
+    fd_check("adapter dB", ad.b, O * R, ad.db, fd_adapter_loss, &c, 0.25f, O * R, 1e-4);
+    free(x);
+    free(Rp);
+    free(y);
+    free(dx);
+    lora_free(&lo);
+}
+
+/* Written in peft's format: the same keys and shapes as peft's own file, read back equal; a
+ * fresh adapter (B = 0) changes nothing; merging W + s B A gives the unmerged logits. */
+static void test_peft_files_and_merge(void **state) {
+    (void)state;
+    Qwen3 m;
+    Lora lo, back;
+    setup_model(&m, &lo, 1);
+    char tmpl[] = "/tmp/qt_lora_XXXXXX";
+    assert_non_null(mkdtemp(tmpl));
+    Err err;
+    if (lora_save_peft(&lo, &spec, tmpl, "base", &err)) fail_msg("%s", err.msg);
+    StFile ours, theirs;
+    char *a = fs_join(tmpl, "adapter_model.safetensors"),
+         *b = fs_join(fix_dir, "adapter_model.safetensors");
+    assert_int_equal(st_open(&ours, a, &err), 0);
+    assert_int_equal(st_open(&theirs, b, &err), 0);
+    assert_int_equal(ours.n, theirs.n);
+    for (int i = 0; i < ours.n; i++) {
+        assert_string_equal(ours.tensors[i].name, theirs.tensors[i].name);
+        assert_int_equal(ours.tensors[i].ndim, 2);
+        assert_memory_equal(ours.tensors[i].shape, theirs.tensors[i].shape, 2 * sizeof(int64_t));
+    }
+    st_close(&ours);
+    st_close(&theirs);
+    assert_int_equal(lora_create(&back, &spec, RANK, 8.0, ALL, 2, B * T, "test", &err), 0);
+    if (lora_load_peft(&back, &spec, tmpl, &err)) fail_msg("%s", err.msg);
+    for (int i = 0; i < lo.n; i++) {
+        assert_memory_equal(back.ad[i].a, lo.ad[i].a, (size_t)RANK * lo.ad[i].in * 4);
+        assert_memory_equal(back.ad[i].b, lo.ad[i].b, (size_t)lo.ad[i].out * RANK * 4);
+    }
+    json_t *cfg = json_load_path(
+        strcat(strcpy(malloc(strlen(tmpl) + 32), tmpl), "/adapter_config.json"), &err);
+    assert_non_null(cfg);
+    assert_int_equal(json_array_size(json_object_get(cfg, "target_modules")), 7);
+    json_decref(cfg);
+
+    /* Merge: logits of W + s B A without adapters equal the adapted model's. */
+    int32_t tok[B * T], tgt[B * T];
+    batch(2, tok, tgt);
+    long N = B * T, V = spec.vocab_size;
+    qwen3_forward(&m, tok, NULL, NULL, NULL, B, T);
+    float *want = malloc((size_t)(N * V) * sizeof *want);
+    memcpy(want, m.a.logits, (size_t)(N * V) * sizeof *want);
+    float *sites[7];
+    for (int i = 0; i < lo.n; i++) {
+        Qwen3LayerParams *p = &m.p.layers[lo.ad[i].layer];
+        float *ws[7] = {p->wq, p->wk, p->wv, p->wo, p->w1, p->w3, p->w2};
+        memcpy(sites, ws, sizeof ws);
+        lora_merge(&lo, &lo.ad[i], sites[lo.ad[i].site]);
+    }
+    m.lora = NULL;
+    qwen3_forward(&m, tok, NULL, NULL, NULL, B, T);
+    double d = 0, mx = 0;
+    for (long k = 0; k < N * V; k++) {
+        if (fabs(m.a.logits[k] - want[k]) > d) d = fabs(m.a.logits[k] - want[k]);
+        if (fabs(want[k]) > mx) mx = fabs(want[k]);
+    }
+    printf("merged logits: largest difference %.3g of %.3g\n", d, mx);
+    assert_true(d <= 1e-5 * mx);
+    free(want);
+    free(a);
+    free(b);
+    fs_remove_tree(tmpl, &err);
+    lora_free(&back);
+    lora_free(&lo);
+    qwen3_free(&m);
+}
+
+static void expect_create_error(int rank, double alpha, char *const *targets, int nt,
+                                const char *what) {
+    Lora lo;
+    Err err;
+    assert_int_not_equal(lora_create(&lo, &spec, rank, alpha, targets, nt, 8, "job.toml", &err), 0);
+    fprintf(stderr, "expected error: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "job.toml: "));
+    assert_non_null(strstr(err.msg, what));
+}
+
+static void test_bad_input(void **state) {
+    (void)state;
+    char *const q[] = {"layers.*.attention.wq"}, *const none[] = {"layers.*.attention.qkv"},
+                *const ffn[] = {"layers.0.feed_forward.w2"};
+    expect_create_error(0, 8, q, 1, "lora.rank = 0 must be >= 1");
+    expect_create_error(4, 0, q, 1, "lora.alpha = 0 must be > 0");
+    expect_create_error(4, -1, q, 1, "lora.alpha = -1 must be > 0");
+    expect_create_error(4, 8, q, 0, "lora.targets is empty");
+    expect_create_error(4, 8, none, 1, "lora.targets match no linear layer");
+    /* w2 is (32, 64): rank 33 does not fit its smaller side. */
+    expect_create_error(33, 8, ffn, 1,
+                        "larger than layers.0.feed_forward.w2 (32 x 64) allows (32)");
+
+    /* The peft folder of another rank, and one with an adapter [lora] does not target. */
+    Lora lo;
+    Err err;
+    assert_int_equal(lora_create(&lo, &spec, 2, 8.0, ALL, 2, 8, "job.toml", &err), 0);
+    assert_int_not_equal(lora_load_peft(&lo, &spec, fix_dir, &err), 0);
+    fprintf(stderr, "expected error: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "r = 4 and lora_alpha = 8, but [lora] has rank = 2"));
+    lora_free(&lo);
+    assert_int_equal(lora_create(&lo, &spec, RANK, 8.0, q, 1, 8, "job.toml", &err), 0);
+    assert_int_not_equal(lora_load_peft(&lo, &spec, fix_dir, &err), 0);
+    fprintf(stderr, "expected error: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "holds 28 tensors where [lora] targets 2 linears"));
+    lora_free(&lo);
+
+    /* A model of another shape: the keys are there but misshaped. */
+    ModelSpec wide = spec;
+    wide.dim = 48;
+    assert_int_equal(lora_create(&lo, &wide, RANK, 8.0, ALL, 2, 8, "job.toml", &err), 0);
+    assert_int_not_equal(lora_load_peft(&lo, &wide, fix_dir, &err), 0);
+    fprintf(stderr, "expected error: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "does not fit the model's [lora] adapters"));
+    assert_non_null(strstr(err.msg, "is misshaped"));
+    lora_free(&lo);
+}
+
+int main(void) {
+    const char *src = getenv("QT_SOURCE_DIR");
+    if (!src) return 77;
+    fix_dir = fs_join(src, "tests/fixtures/lora");
+    base_dir = fs_join(src, "tests/fixtures/train_parity");
+    Err err;
+    char *cfg = fs_join(base_dir, "config.json"), *ex = fs_join(fix_dir, "expected.json");
+    expected = json_load_path(ex, &err);
+    if (!expected || model_spec_from_hf_config(&spec, cfg, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_loss_and_grads_match_peft),
+        cmocka_unit_test(test_five_steps_match_peft),
+        cmocka_unit_test(test_finite_differences),
+        cmocka_unit_test(test_peft_files_and_merge),
+        cmocka_unit_test(test_bad_input),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    json_decref(expected);
+    free(cfg);
+    free(ex);
+    free(fix_dir);
+    free(base_dir);
+    return rc;
+}

@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""LoRA reference from HF peft on the tiny Qwen3 of tests/fixtures/train_parity (fp32, eager).
+
+Writes tests/fixtures/lora/:
+  adapter_config.json, adapter_model.safetensors
+                   the initial adapters exactly as peft saves them (save_pretrained): r 4,
+                   alpha 8, dropout 0, on every linear of both layers; A and B both random so
+                   that every gradient is non-zero (peft starts B at zero)
+  expected.safetensors
+                   "grad.<peft key>": the gradient of every adapter tensor for step 1's batch
+                   "final.<peft key>": the adapters after 5 steps of AdamW
+  expected.json    the batches (B rows of T inputs and T targets, -100 where not counted), per
+                   step loss / grad_norm / lr, and the hyper-parameters
+The base model is frozen; AdamW (weight decay 0.1 on every adapter) with torchtitan's
+warmup-stable-decay LR and clipping active on every step, as tools/make_train_parity_fixture.py.
+Run from the repo root: python3 tools/make_lora_fixture.py
+"""
+import json
+import os
+
+import torch
+import torch.nn.functional as F
+from peft import LoraConfig, get_peft_model
+from safetensors.torch import save_file
+from transformers import Qwen3ForCausalLM
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BASE = os.path.join(ROOT, "tests", "fixtures", "train_parity")
+OUT = os.path.join(ROOT, "tests", "fixtures", "lora")
+STEPS, WARMUP, B, T = 5, 2, 2, 12
+LR, WD, BETAS, EPS, MAX_NORM = 1e-2, 0.1, (0.9, 0.95), 1e-8, 0.05
+RANK, ALPHA = 4, 8
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def wsd_factor(step, warmup, stable, decay, min_factor=0.0):
+    step = min(step, warmup + stable + decay)
+    if step < warmup:
+        return (step + 1) / (warmup + 1)
+    if step < warmup + stable or decay == 0:
+        return 1.0
+    p = ((step + 1) - (warmup + stable)) / (decay + 1)
+    return min_factor + (1 - min_factor) * (1 - p)
+
+
+def adapter_state(model):
+    """peft's saved keys (no adapter name) -> tensors."""
+    out = {}
+    for name, p in model.named_parameters():
+        if "lora_" in name:
+            out[name.replace(".default", "")] = p.detach().clone().contiguous()
+    return out
+
+
+def main():
+    torch.manual_seed(0)
+    base = Qwen3ForCausalLM.from_pretrained(BASE, torch_dtype=torch.float32,
+                                            attn_implementation="eager")
+    cfg = LoraConfig(r=RANK, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=TARGETS,
+                     bias="none", task_type="CAUSAL_LM")
+    model = get_peft_model(base, cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(0.1 * torch.randn_like(p))
+            elif "lora_A" in name:
+                p.copy_(0.2 * torch.randn_like(p))
+    model.train()
+    os.makedirs(OUT, exist_ok=True)
+    model.save_pretrained(OUT)
+    # save_pretrained writes README.md too; the fixture keeps what the test reads.
+    readme = os.path.join(OUT, "README.md")
+    if os.path.exists(readme):
+        os.remove(readme)
+    # A path that does not name this machine's checkout, and a stable key order.
+    cfg_path = os.path.join(OUT, "adapter_config.json")
+    with open(cfg_path) as f:
+        ac = json.load(f)
+    ac["base_model_name_or_path"] = "../train_parity"
+    ac["target_modules"] = sorted(ac["target_modules"])
+    with open(cfg_path, "w") as f:
+        json.dump(ac, f, indent=2, sort_keys=True)
+
+    g = torch.Generator().manual_seed(3)
+    batches = []
+    for _ in range(STEPS):
+        ids = torch.randint(0, 64, (B, T + 1), generator=g)
+        tgt = ids[:, 1:].clone()
+        tgt[torch.rand(B, T, generator=g) < 0.4] = -100  # masked (non-assistant) positions
+        batches.append((ids[:, :T], tgt))
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WD,
+                            foreach=False, fused=False)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda c: wsd_factor(c, WARMUP, 0,
+                                                                        STEPS - WARMUP))
+    tensors, steps = {}, []
+    for s, (inp, tgt) in enumerate(batches):
+        opt.zero_grad(set_to_none=True)
+        logits = model(input_ids=inp).logits
+        loss = F.cross_entropy(logits.reshape(-1, 64).float(), tgt.reshape(-1), ignore_index=-100)
+        loss.backward()
+        if s == 0:
+            for name, p in model.named_parameters():
+                if p.requires_grad:
+                    tensors["grad." + name.replace(".default", "")] = p.grad.detach().clone()
+        norm = torch.nn.utils.clip_grad_norm_(params, MAX_NORM, foreach=False)
+        assert norm.item() > MAX_NORM, "clipping must be active on every step"
+        lr = opt.param_groups[0]["lr"]
+        opt.step()
+        sched.step()
+        steps.append({"lr": lr, "loss": loss.item(), "grad_norm": norm.item()})
+        print(f"lr {lr:.6f}  loss {loss.item():.6f}  grad_norm {norm.item():.6f}")
+    for k, v in adapter_state(model).items():
+        tensors["final." + k] = v
+    save_file({k: v.contiguous() for k, v in tensors.items()},
+              os.path.join(OUT, "expected.safetensors"))
+    expected = {
+        "lora": {"rank": RANK, "alpha": ALPHA, "targets": TARGETS},
+        "optimizer": {"lr": LR, "beta1": BETAS[0], "beta2": BETAS[1], "eps": EPS,
+                      "weight_decay": WD},
+        "lr_scheduler": {"warmup_steps": WARMUP, "decay_type": "linear"},
+        "training": {"steps": STEPS, "local_batch_size": B, "seq_len": T, "max_norm": MAX_NORM},
+        "batches": [{"tokens": i.tolist(), "targets": t.tolist()} for i, t in batches],
+        "steps": steps,
+    }
+    with open(os.path.join(OUT, "expected.json"), "w") as f:
+        json.dump(expected, f)
+
+
+if __name__ == "__main__":
+    main()
