@@ -734,8 +734,10 @@ void train_qwen3_model_lora(TrainQwen3 *q, Lora *lo, TrainModel *out) {
         lora_module_name(mod, sizeof mod, ad->layer, ad->site);
         snprintf(q->lnames[2 * i], sizeof q->lnames[0], "%s.lora_A", mod);
         snprintf(q->lnames[2 * i + 1], sizeof q->lnames[0], "%s.lora_B", mod);
-        q->lparams[2 * i] = (CkptTensor){q->lnames[2 * i], 2, {lo->rank, ad->in}, ad->a};
-        q->lparams[2 * i + 1] = (CkptTensor){q->lnames[2 * i + 1], 2, {ad->out, lo->rank}, ad->b};
+        /* The adapters are host memory of their own (model/lora.c). */
+        q->lparams[2 * i] = (CkptTensor){q->lnames[2 * i], 2, {lo->rank, ad->in}, ad->a, NULL};
+        q->lparams[2 * i + 1] =
+            (CkptTensor){q->lnames[2 * i + 1], 2, {ad->out, lo->rank}, ad->b, NULL};
         q->lgrads[2 * i] = ad->da;
         q->lgrads[2 * i + 1] = ad->db;
     }
@@ -754,7 +756,8 @@ int train_qwen3_export_merged(TrainQwen3 *q, const char *dir, const HfExportOpti
     q->m.lora = NULL;
     HfExportTensor *t = xcalloc((size_t)q->m.nparams, sizeof *t);
     for (int i = 0; i < q->m.nparams; i++)
-        t[i] = (HfExportTensor){q->m.table[i].name, q->m.table[i].numel, q->m.table[i].data};
+        t[i] = (HfExportTensor){q->m.table[i].name, q->m.table[i].numel, q->m.table[i].data,
+                                q->m.param_arena.device};
     int rc = hf_export(dir, &q->m.spec, t, q->m.nparams, o, err);
     free(t);
     return rc;
