@@ -30,12 +30,12 @@ typedef struct Bufs {
 } Bufs;
 
 static void bufs_init(Bufs *x) {
-    x->model[0] = (CkptTensor){"layers.0.attention.wq.weight", 2, {24, 16}, x->a};
-    x->model[1] = (CkptTensor){"norm.weight", 1, {16}, x->b};
-    x->optim[0] = (CkptTensor){"layers.0.attention.wq.weight.exp_avg", 2, {24, 16}, x->ma};
-    x->optim[1] = (CkptTensor){"layers.0.attention.wq.weight.exp_avg_sq", 2, {24, 16}, x->va};
-    x->optim[2] = (CkptTensor){"norm.weight.exp_avg", 1, {16}, x->mb};
-    x->optim[3] = (CkptTensor){"norm.weight.exp_avg_sq", 1, {16}, x->vb};
+    x->model[0] = (CkptTensor){"layers.0.attention.wq.weight", 2, {24, 16}, x->a, NULL};
+    x->model[1] = (CkptTensor){"norm.weight", 1, {16}, x->b, NULL};
+    x->optim[0] = (CkptTensor){"layers.0.attention.wq.weight.exp_avg", 2, {24, 16}, x->ma, NULL};
+    x->optim[1] = (CkptTensor){"layers.0.attention.wq.weight.exp_avg_sq", 2, {24, 16}, x->va, NULL};
+    x->optim[2] = (CkptTensor){"norm.weight.exp_avg", 1, {16}, x->mb, NULL};
+    x->optim[3] = (CkptTensor){"norm.weight.exp_avg_sq", 1, {16}, x->vb, NULL};
 }
 
 static void bufs_fill(Bufs *x, uint64_t seed) {
@@ -422,7 +422,7 @@ static void test_adamw_resume(void **state) {
     Rng r;
     rng_seed(&r, 5, 0);
     rng_fill_normal(&r, w, P, 1.0f);
-    CkptTensor model[1] = {{"w", 2, {8, 5}, w}};
+    CkptTensor model[1] = {{"w", 2, {8, 5}, w, NULL}};
     AdamWParam ap = {"w", w, g, P, 1};
     AdamWConfig cfg = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
     AdamW a, b;
@@ -441,7 +441,7 @@ static void test_adamw_resume(void **state) {
     /* Fresh optimizer and parameters, loaded from the checkpoint. */
     AdamWParam bp = {"w", w2, g, P, 1};
     assert_int_equal(adamw_init(&b, &cfg, &bp, 1, &err), 0);
-    CkptTensor model2[1] = {{"w", 2, {8, 5}, w2}};
+    CkptTensor model2[1] = {{"w", 2, {8, 5}, w2, NULL}};
     CkptTensor *ot2 = ckpt_adamw_tensors(&b, model2, 1, &err);
     CkptState got;
     char *dir = file_in(root, 3, "");
@@ -452,7 +452,7 @@ static void test_adamw_resume(void **state) {
     adamw_step(&b, 1e-2);
     assert_memory_equal(w, w2, sizeof w);
     /* A model list that does not match the optimizer is refused. */
-    CkptTensor wrong[1] = {{"w", 1, {41}, w}};
+    CkptTensor wrong[1] = {{"w", 1, {41}, w, NULL}};
     assert_null(ckpt_adamw_tensors(&a, wrong, 1, &err));
     assert_non_null(strstr(err.msg, "41"));
     ckpt_tensors_free(ot, 2);

@@ -33,9 +33,9 @@ static void fill(float *const *bufs, int64_t step) {
 }
 
 static void describe(CkptTensor *model, CkptTensor *optim, float *const *bufs) {
-    model[0] = (CkptTensor){"w", 2, {256, 256}, bufs[0]};
-    optim[0] = (CkptTensor){"w.exp_avg", 2, {256, 256}, bufs[1]};
-    optim[1] = (CkptTensor){"w.exp_avg_sq", 2, {256, 256}, bufs[2]};
+    model[0] = (CkptTensor){"w", 2, {256, 256}, bufs[0], NULL};
+    optim[0] = (CkptTensor){"w.exp_avg", 2, {256, 256}, bufs[1], NULL};
+    optim[1] = (CkptTensor){"w.exp_avg_sq", 2, {256, 256}, bufs[2], NULL};
 }
 
 /* The child: saves steps first, first + 1, ... until killed. */

@@ -61,8 +61,8 @@ static void test_save_find_prune(void **state) {
     char *root = tmp_root();
     Comm *c = comm_single_create();
     float w[8] = {1, 2, 3, 4, 5, 6, 7, 8}, m[8] = {0}, v[8] = {0};
-    CkptTensor model = {"w", 1, {8}, w};
-    CkptTensor optim[2] = {{"w.exp_avg", 1, {8}, m}, {"w.exp_avg_sq", 1, {8}, v}};
+    CkptTensor model = {"w", 1, {8}, w, NULL};
+    CkptTensor optim[2] = {{"w.exp_avg", 1, {8}, m, NULL}, {"w.exp_avg_sq", 1, {8}, v, NULL}};
     Err err;
     int64_t step;
     char *path;
@@ -133,7 +133,8 @@ static void reader_round_trip(int ranks) {
         for (int i = 0; i < NP; i++) {
             size_t lo, hi, at;
             fsdp_param_shard(&p, i, &lo, &hi, &at);
-            if (hi > lo) pieces[n++] = (CkptTensor){names[i], 1, {(int64_t)(hi - lo)}, shard + at};
+            if (hi > lo)
+                pieces[n++] = (CkptTensor){names[i], 1, {(int64_t)(hi - lo)}, shard + at, NULL};
         }
         CkptState st = {.step = 7};
         char *dir = ckpt_dist_rank_dir(root, k);
@@ -286,7 +287,7 @@ static void export_round_trip(const char *flavor, const char *tie, int dp_shard,
                 size_t lo, hi, at;
                 fsdp_param_shard(&p, i, &lo, &hi, &at);
                 if (hi > lo)
-                    pieces[n++] = (CkptTensor){names[i], 1, {(int64_t)(hi - lo)}, shard + at};
+                    pieces[n++] = (CkptTensor){names[i], 1, {(int64_t)(hi - lo)}, shard + at, NULL};
             }
             CkptState st = {.step = 3};
             char *dir = ckpt_dist_rank_dir(root, s * tp + q);
@@ -384,7 +385,7 @@ static void export_round_trip(const char *flavor, const char *tie, int dp_shard,
     char *gone = fs_join(root, "rank-0/step-3/model.safetensors");
     assert_int_equal(unlink(gone), 0);
     CkptState st = {.step = 3};
-    CkptTensor one = {names[0], 1, {1}, full[0]};
+    CkptTensor one = {names[0], 1, {1}, full[0], NULL};
     char *dir0 = ckpt_dist_rank_dir(root, 0);
     assert_int_equal(ckpt_save(dir0, &st, &one, 1, NULL, 0, 0, &err), 0);
     assert_int_equal(ckpt_dist_reader_open(&rd, root, &err), 0);

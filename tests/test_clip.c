@@ -22,7 +22,7 @@ static void test_norm_and_clip(void **state) {
     Rng rng;
     rng_seed(&rng, 1, 0);
     rng_fill_normal(&rng, a, A, 0.01f);
-    GradRef g[2] = {{a, A}, {b, B}};
+    GradRef g[2] = {{a, A, NULL}, {b, B, NULL}};
     long double want = 25.0L;
     for (int i = 0; i < A; i++)
         want += (long double)a[i] * a[i];
@@ -53,12 +53,12 @@ static void test_norm_and_clip(void **state) {
 static void test_nonfinite(void **state) {
     (void)state;
     float a[4] = {1, 2, NAN, 3}, b[2] = {INFINITY, 1};
-    GradRef g[1] = {{a, 4}};
+    GradRef g[1] = {{a, 4, NULL}};
     int finite = 1;
     assert_true(isnan(grad_clip(g, 1, 1.0, &finite)));
     assert_int_equal(finite, 0);
     assert_true(a[0] == 1.0f); /* left alone */
-    GradRef h[1] = {{b, 2}};
+    GradRef h[1] = {{b, 2, NULL}};
     assert_true(isinf(grad_clip(h, 1, 1.0, &finite)));
     assert_int_equal(finite, 0);
     assert_true(grad_global_norm(NULL, 0) == 0.0);

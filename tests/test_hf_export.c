@@ -54,7 +54,7 @@ static void make_ckpt(Ckpt *c, const char *fixture, double lbc, const char *name
         const ParamInfo *q = &c->t.params[i];
         c->data[i] = malloc((size_t)q->numel * sizeof(float));
         rng_fill_normal(&r, c->data[i], (size_t)q->numel, 1.0f);
-        c->tensors[i] = (CkptTensor){q->name, q->ndim, {0}, c->data[i]};
+        c->tensors[i] = (CkptTensor){q->name, q->ndim, {0}, c->data[i], NULL};
         memcpy(c->tensors[i].shape, q->shape, sizeof q->shape);
     }
     size_t len;
@@ -186,7 +186,7 @@ static void test_values_out_of_range(void **state) {
     make_ckpt(&c, "dense_untied", 0, "range");
     HfExportTensor *ts = calloc((size_t)c.t.nparams, sizeof *ts);
     for (int i = 0; i < c.t.nparams; i++)
-        ts[i] = (HfExportTensor){c.t.params[i].name, c.t.params[i].numel, c.data[i]};
+        ts[i] = (HfExportTensor){c.t.params[i].name, c.t.params[i].numel, c.data[i], NULL};
     int w1 = hf_keys_find_param(&c.t, "layers.1.feed_forward.w1.weight");
     char *out = fs_join(g_dir, "range_out");
     Err err;

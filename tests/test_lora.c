@@ -179,8 +179,8 @@ static void test_five_steps_match_peft(void **state) {
         LoraAdapter *ad = &r->lo.ad[i];
         lora_peft_key(names[2 * i], 200, &spec, ad, 'A');
         lora_peft_key(names[2 * i + 1], 200, &spec, ad, 'B');
-        params[2 * i] = (CkptTensor){names[2 * i], 2, {RANK, ad->in}, ad->a};
-        params[2 * i + 1] = (CkptTensor){names[2 * i + 1], 2, {ad->out, RANK}, ad->b};
+        params[2 * i] = (CkptTensor){names[2 * i], 2, {RANK, ad->in}, ad->a, NULL};
+        params[2 * i + 1] = (CkptTensor){names[2 * i + 1], 2, {ad->out, RANK}, ad->b, NULL};
         grads[2 * i] = ad->da;
         grads[2 * i + 1] = ad->db;
     }

@@ -84,7 +84,7 @@ static void run(int moe, int bf16) {
     for (int i = 0; i < m.nparams; i++) {
         ap[i] = (AdamWParam){m.table[i].name, m.table[i].data, m.table[i].grad,
                              (size_t)m.table[i].numel, 1};
-        gr[i] = (GradRef){m.table[i].grad, (size_t)m.table[i].numel};
+        gr[i] = (GradRef){m.table[i].grad, (size_t)m.table[i].numel, NULL};
     }
     AdamWConfig cfg = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
     AdamW opt;

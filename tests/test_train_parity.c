@@ -176,7 +176,7 @@ static void test_five_steps_match_torch(void **state) {
     float **grads = calloc((size_t)p->m.nparams, sizeof *grads);
     for (int i = 0; i < p->m.nparams; i++) {
         const Qwen3Param *q = &p->m.table[i];
-        params[i] = (CkptTensor){q->name, q->ndim, {q->shape[0], q->shape[1]}, q->data};
+        params[i] = (CkptTensor){q->name, q->ndim, {q->shape[0], q->shape[1]}, q->data, NULL};
         grads[i] = q->grad;
     }
     TrainModel model = {.ctx = p,

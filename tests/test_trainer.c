@@ -34,8 +34,8 @@ static void toy_init(Toy *m) {
     Rng r;
     rng_seed(&r, 11, 0);
     rng_fill_normal(&r, m->w, V * V, 0.02f);
-    m->params[0] = (CkptTensor){"bigram.weight", 2, {V, V}, m->w};
-    m->params[1] = (CkptTensor){"bigram.bias", 1, {V}, m->b};
+    m->params[0] = (CkptTensor){"bigram.weight", 2, {V, V}, m->w, NULL};
+    m->params[1] = (CkptTensor){"bigram.bias", 1, {V}, m->b, NULL};
     m->grads[0] = m->gw;
     m->grads[1] = m->gb;
 }

@@ -26,8 +26,16 @@ static const char *torch_dtype_name(DType d) {
  * rounds to an infinity (|x| >= 65520, as torch's .half() does), is an error naming the tensor
  * rather than a directory whose logits come out NaN in transformers. */
 static int check_values(const HfExportTensor *t, DType dtype, Err *err) {
+    enum { STAGE = 4096 };
+    float stage[STAGE];
+    const Device *dev = t->device ? t->device : &device_cpu;
+    const float *view = NULL;
     for (int64_t k = 0; k < t->numel; k++) {
-        float x = t->data[k];
+        if (k % STAGE == 0) {
+            int64_t m = t->numel - k < STAGE ? t->numel - k : STAGE;
+            view = device_host_view(dev, stage, t->data + k, (size_t)m * sizeof *stage);
+        }
+        float x = view[k % STAGE];
         if (!isfinite(x))
             return err_set(err, "tensor %s holds %s at element %lld; weights must be finite",
                            t->name, isnan(x) ? "a NaN" : "an infinity", (long long)k);
@@ -120,7 +128,8 @@ static char *parent_of(const char *path) {
 }
 
 static int write_dir(const char *dir, const ModelSpec *spec, const float *const *params,
-                     const HfKeyTable *t, const HfExportOptions *o, Err *err) {
+                     const Device *const *devices, const HfKeyTable *t, const HfExportOptions *o,
+                     Err *err) {
     size_t len;
     char *cfg = model_spec_hf_config_text(spec, o->extra, torch_dtype_name(o->dtype), &len, err);
     if (!cfg) return -1;
@@ -131,7 +140,7 @@ static int write_dir(const char *dir, const ModelSpec *spec, const float *const 
     TRY(rc);
     StWriter w;
     st_writer_init(&w);
-    hf_keys_add_to_writer(&w, t, params, o->dtype);
+    hf_keys_add_to_writer_on(&w, t, params, devices, o->dtype);
     rc = st_write_hf_shards(&w, dir,
                             o->max_shard_bytes ? o->max_shard_bytes : HF_EXPORT_DEFAULT_SHARD, err);
     st_writer_free(&w);
@@ -160,6 +169,7 @@ int hf_export(const char *out_dir, const ModelSpec *spec, const HfExportTensor *
     HfKeyTable t;
     hf_keys_build(&t, spec);
     const float **params = xcalloc((size_t)t.nparams + 1, sizeof *params);
+    const Device **devices = xcalloc((size_t)t.nparams + 1, sizeof *devices);
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
         const ParamKind *kind = param_kind_of_name(tensors[i].name, NULL);
@@ -174,7 +184,7 @@ int hf_export(const char *out_dir, const ModelSpec *spec, const HfExportTensor *
                         (long long)tensors[i].numel, (long long)t.params[k].numel);
         else
             rc = check_values(&tensors[i], o->dtype, err);
-        if (rc == 0) params[k] = tensors[i].data;
+        if (rc == 0) params[k] = tensors[i].data, devices[k] = tensors[i].device;
     }
     for (int k = 0; k < t.nparams && rc == 0; k++)
         if (t.params[k].kind->hf && !params[k])
@@ -184,7 +194,7 @@ int hf_export(const char *out_dir, const ModelSpec *spec, const HfExportTensor *
     Err ignore;
     if (rc == 0) rc = fs_mkdirs(parent, err);
     if (rc == 0) rc = fs_mkdirs(tmp, err);
-    if (rc == 0) rc = write_dir(tmp, spec, params, &t, o, err);
+    if (rc == 0) rc = write_dir(tmp, spec, params, devices, &t, o, err);
     if (rc == 0 && fs_exists(out_dir) && rename(out_dir, old) != 0)
         rc = err_sys(err, "cannot move %s aside", out_dir);
     if (rc == 0 && rename(tmp, out_dir) != 0) {
@@ -199,6 +209,7 @@ int hf_export(const char *out_dir, const ModelSpec *spec, const HfExportTensor *
     free(old);
     free(parent);
     free(params);
+    free(devices);
     hf_keys_free(&t);
     return rc;
 }

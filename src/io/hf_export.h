@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/device.h"
 #include "core/dtype.h"
 #include "core/err.h"
 #include "core/model_spec.h"
@@ -38,6 +39,9 @@ typedef struct HfExportTensor {
     const char *name;
     int64_t numel;
     const float *data; /* (numel) */
+    /* The device data lives on (NULL = host memory): the export reads it only through
+     * device_host_view, a bounded chunk at a time. */
+    const Device *device;
 } HfExportTensor;
 
 /* 0 unless out_dir is a training checkpoint: a step (train_state.json) or a sharded

@@ -257,9 +257,15 @@ int hf_keys_load_param(float *dst, const HfKeyTable *t, int p, const StSet *set,
 
 void hf_keys_add_to_writer(StWriter *w, const HfKeyTable *t, const float *const *params,
                            DType dtype) {
+    hf_keys_add_to_writer_on(w, t, params, NULL, dtype);
+}
+
+void hf_keys_add_to_writer_on(StWriter *w, const HfKeyTable *t, const float *const *params,
+                              const Device *const *devices, DType dtype) {
     for (int i = 0; i < t->nhf; i++) {
         const HfTensor *h = &t->hf[i];
         int64_t off = h->expert < 0 ? 0 : (int64_t)h->expert * h->numel;
-        st_writer_add_f32(w, h->name, dtype, h->ndim, h->shape, params[h->param] + off);
+        const Device *d = devices && devices[h->param] ? devices[h->param] : &device_cpu;
+        st_writer_add_f32_on(w, d, h->name, dtype, h->ndim, h->shape, params[h->param] + off);
     }
 }

@@ -70,5 +70,9 @@ int hf_keys_load_param(float *dst, const HfKeyTable *t, int p, const StSet *set,
  * p) and converting to dtype while the file is written. */
 void hf_keys_add_to_writer(StWriter *w, const HfKeyTable *t, const float *const *params,
                            DType dtype);
+/* The same with params[p] in the memory of devices[p] (NULL, or devices NULL: host memory),
+ * read through the device copy-out path (st_writer_add_f32_on). */
+void hf_keys_add_to_writer_on(StWriter *w, const HfKeyTable *t, const float *const *params,
+                              const Device *const *devices, DType dtype);
 
 #endif

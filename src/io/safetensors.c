@@ -310,6 +310,7 @@ static StWriteItem *push_item(StWriter *w, const char *name, DType dtype, int nd
     }
     it->data = data;
     it->nbytes = numel * dtype_size(dtype);
+    it->device = &device_cpu;
     return it;
 }
 
@@ -320,7 +321,14 @@ void st_writer_add(StWriter *w, const char *name, DType dtype, int ndim, const i
 
 void st_writer_add_f32(StWriter *w, const char *name, DType dtype, int ndim, const int64_t *shape,
                        const float *data) {
-    push_item(w, name, dtype, ndim, shape, data)->from_f32 = 1;
+    st_writer_add_f32_on(w, &device_cpu, name, dtype, ndim, shape, data);
+}
+
+void st_writer_add_f32_on(StWriter *w, const Device *dev, const char *name, DType dtype, int ndim,
+                          const int64_t *shape, const float *data) {
+    StWriteItem *it = push_item(w, name, dtype, ndim, shape, data);
+    it->from_f32 = 1;
+    it->device = dev;
 }
 
 void st_writer_add_f32_source(StWriter *w, const char *name, DType dtype, int ndim,
@@ -483,19 +491,22 @@ static int out_put(Out *o, const void *p, size_t n, Err *err) {
 }
 
 static int out_item(Out *o, const StWriteItem *it, Err *err) {
-    if (!it->source && (!it->from_f32 || it->dtype == DT_F32))
+    int in_place = it->device->host_visible;
+    if (!it->source && (!it->from_f32 || it->dtype == DT_F32) && in_place)
         return out_put(o, it->data, it->nbytes, err);
     size_t es = dtype_size(it->dtype), n = it->nbytes / es;
     enum { CHUNK = 1 << 16 };
-    float *pulled = it->source ? xmalloc(CHUNK * sizeof *pulled) : NULL;
+    /* The staging buffer: values pulled from a source, or device memory copied out. */
+    float *pulled = it->source || !in_place ? xmalloc(CHUNK * sizeof *pulled) : NULL;
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i += CHUNK) {
         size_t m = n - i < CHUNK ? n - i : CHUNK;
         const float *src = pulled;
-        if (pulled)
+        if (it->source)
             rc = it->source(it->source_ctx, pulled, i, m, err);
         else
-            src = (const float *)it->data + i;
+            src = device_host_view(it->device, pulled, (const float *)it->data + i,
+                                   m * sizeof(float));
         if (rc == 0 && o->n + m * es > OUT_BUF) rc = out_flush(o, err);
         if (rc == 0) {
             dtype_from_f32(o->buf + o->n, src, it->dtype, m);

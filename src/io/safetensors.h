@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/device.h"
 #include "core/dtype.h"
 #include "core/err.h"
 
@@ -63,6 +64,7 @@ typedef struct StWriteItem {
     int from_f32;       /* data is fp32 and is converted to dtype while writing */
     StF32Source source; /* when set (data NULL): the fp32 values are pulled from it */
     void *source_ctx;
+    const Device *device; /* where data lives; its bytes are read through device_host_view */
 } StWriteItem;
 
 typedef struct StWriter {
@@ -80,6 +82,10 @@ void st_writer_add(StWriter *w, const char *name, DType dtype, int ndim, const i
  * file is written so no converted copy of the model is ever held. */
 void st_writer_add_f32(StWriter *w, const char *name, DType dtype, int ndim, const int64_t *shape,
                        const float *data);
+/* The same for fp32 data in device dev's memory (a parameter, an AdamW moment): read in place
+ * when dev is host-visible, else copied out chunk by chunk through a bounded staging buffer. */
+void st_writer_add_f32_on(StWriter *w, const Device *dev, const char *name, DType dtype, int ndim,
+                          const int64_t *shape, const float *data);
 /* The same with the values pulled from source in chunks while the file is written, so the
  * tensor never exists whole in memory (HF export of a sharded checkpoint). A failing source
  * fails the write with its sentence. */

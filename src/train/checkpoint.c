@@ -174,6 +174,10 @@ static char *step_dir(const char *root, int64_t step) {
 
 /* ---- save -------------------------------------------------------------------------------- */
 
+const Device *ckpt_tensor_device(const CkptTensor *t) {
+    return t->device ? t->device : &device_cpu;
+}
+
 static int check_tensors(const CkptTensor *t, int n, const char *what, Err *err) {
     for (int i = 0; i < n; i++) {
         if (!t[i].name || !t[i].data)
@@ -193,7 +197,8 @@ static int write_tensors(const char *path, const CkptTensor *t, int n, const int
     StWriter w;
     st_writer_init(&w);
     for (int i = 0; i < n; i++)
-        st_writer_add(&w, t[i].name, DT_F32, t[i].ndim, t[i].shape, t[i].data);
+        st_writer_add_f32_on(&w, ckpt_tensor_device(&t[i]), t[i].name, DT_F32, t[i].ndim,
+                             t[i].shape, t[i].data);
     const int64_t one = 1;
     if (step) st_writer_add(&w, CKPT_STEP_TENSOR, DT_I64, 1, &one, step);
     int rc = st_write_finish(&w, path, err);
@@ -621,7 +626,7 @@ static int read_tensors(const char *path, const CkptTensor *t, int n, int64_t *s
                          path, t[i].name, dtype_name(s->dtype), have, want);
             break;
         }
-        memcpy(t[i].data, s->data, s->nbytes);
+        ckpt_tensor_device(&t[i])->from_host(t[i].data, s->data, s->nbytes);
     }
     for (int i = 0; i < f.n && rc == 0; i++) {
         if (step && strcmp(f.tensors[i].name, CKPT_STEP_TENSOR) == 0) continue;

@@ -11,6 +11,7 @@
 #include <jansson.h>
 #include <stdint.h>
 
+#include "core/device.h"
 #include "core/err.h"
 #include "train/adamw.h"
 
@@ -23,7 +24,13 @@ typedef struct CkptTensor {
     int ndim;
     int64_t shape[CKPT_MAX_DIMS];
     float *data; /* (prod(shape)); read on save, written on load */
+    /* The device data lives on (the arena's, Arena.device); NULL = host memory. Saves read it
+     * through device_host_view, loads write it with Device.from_host (ckpt_tensor_device). */
+    const Device *device;
 } CkptTensor;
+
+/* t's device: t->device, or the CPU when that is NULL. */
+const Device *ckpt_tensor_device(const CkptTensor *t);
 
 /* A small file saved alongside the tensors (the model's config.json, the job config, the
  * tokenizer files), so that a checkpoint alone can be exported; checksummed like the rest. */

@@ -12,12 +12,53 @@
 /* Chunks whose partial sums are computed in one parallel pass (their sums live on the stack, so
  * a training step allocates nothing here); the partials are still added in chunk order. */
 #define CLIP_BATCH 256
+/* Elements copied out at a time from a device that is not host-visible: a multiple of
+ * CLIP_LANES dividing CLIP_CHUNK, so each chunk's lanes see the same values in the same order. */
+#define CLIP_STAGE 4096
+
+/* Adds the squares of g[0..n) (n a multiple of CLIP_LANES but for the last piece of a chunk)
+ * into the chunk's lanes. */
+static void lanes_add(double *lane, const float *g, size_t n) {
+    size_t i = 0;
+    for (; i + CLIP_LANES <= n; i += CLIP_LANES)
+        for (int l = 0; l < CLIP_LANES; l++)
+            lane[l] += (double)g[i + l] * (double)g[i + l];
+    for (; i < n; i++)
+        lane[0] += (double)g[i] * (double)g[i];
+}
+
+static double lanes_sum(double *lane) {
+    for (int w = CLIP_LANES / 2; w > 0; w /= 2)
+        for (int l = 0; l < w; l++)
+            lane[l] += lane[l + w];
+    return lane[0];
+}
+
+/* The same sum for a tensor on a device that is not host-visible, through the copy-out path. */
+static double staged_sum_squares(const Device *d, const float *g, size_t len) {
+    float stage[CLIP_STAGE];
+    double total = 0.0;
+    for (size_t lo = 0; lo < len; lo += CLIP_CHUNK) {
+        size_t hi = lo + CLIP_CHUNK < len ? lo + CLIP_CHUNK : len;
+        double lane[CLIP_LANES] = {0};
+        for (size_t i = lo; i < hi; i += CLIP_STAGE) {
+            size_t m = hi - i < CLIP_STAGE ? hi - i : CLIP_STAGE;
+            lanes_add(lane, device_host_view(d, stage, g + i, m * sizeof *g), m);
+        }
+        total += lanes_sum(lane);
+    }
+    return total;
+}
 
 double grad_sum_squares(const GradRef *grads, int n) {
     double total = 0.0;
     for (int t = 0; t < n; t++) {
         const float *g = grads[t].g;
         size_t len = grads[t].n;
+        if (grads[t].device && !grads[t].device->host_visible) {
+            total += staged_sum_squares(grads[t].device, g, len);
+            continue;
+        }
         long nchunks = (long)((len + CLIP_CHUNK - 1) / CLIP_CHUNK);
         for (long c0 = 0; c0 < nchunks; c0 += CLIP_BATCH) {
             long c1 = c0 + CLIP_BATCH < nchunks ? c0 + CLIP_BATCH : nchunks;
@@ -29,16 +70,8 @@ double grad_sum_squares(const GradRef *grads, int n) {
                 /* CLIP_LANES running sums in a fixed order (one running sum cannot be vectorised
                  * without reordering it), added pairwise at the end. */
                 double lane[CLIP_LANES] = {0};
-                size_t i = lo;
-                for (; i + CLIP_LANES <= hi; i += CLIP_LANES)
-                    for (int l = 0; l < CLIP_LANES; l++)
-                        lane[l] += (double)g[i + l] * (double)g[i + l];
-                for (; i < hi; i++)
-                    lane[0] += (double)g[i] * (double)g[i];
-                for (int w = CLIP_LANES / 2; w > 0; w /= 2)
-                    for (int l = 0; l < w; l++)
-                        lane[l] += lane[l + w];
-                partial[c - c0] = lane[0];
+                lanes_add(lane, g + lo, hi - lo);
+                partial[c - c0] = lanes_sum(lane);
             }
             for (long c = c0; c < c1; c++)
                 total += partial[c - c0];
@@ -63,6 +96,18 @@ float grad_clip_scale(const GradRef *grads, int n, double total_norm, double max
     for (int t = 0; t < n; t++) {
         float *g = grads[t].g;
         long len = (long)grads[t].n;
+        const Device *d = grads[t].device;
+        if (d && !d->host_visible) {
+            float stage[CLIP_STAGE];
+            for (long i = 0; i < len; i += CLIP_STAGE) {
+                size_t m = (size_t)(len - i < CLIP_STAGE ? len - i : CLIP_STAGE);
+                d->to_host(stage, g + i, m * sizeof *g);
+                for (size_t k = 0; k < m; k++)
+                    stage[k] *= coef;
+                d->from_host(g + i, stage, m * sizeof *g);
+            }
+            continue;
+        }
 #pragma omp parallel for schedule(static)
         for (long i = 0; i < len; i++)
             g[i] *= coef;

@@ -5,10 +5,16 @@
 
 #include <stddef.h>
 
+#include "core/device.h"
+
 /* One gradient tensor. */
 typedef struct GradRef {
     float *g; /* (n) */
     size_t n;
+    /* The device g lives on; NULL = host memory. On a device that is not host-visible the
+     * norm reads g through device_host_view and the scale writes it back with from_host, a
+     * bounded piece at a time, serially and in the same order (so the same sums). */
+    const Device *device;
 } GradRef;
 
 /* Global L2 norm of all tensors. Squares are summed in double in fixed-size chunks whose

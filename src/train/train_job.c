@@ -275,15 +275,24 @@ static int check_before_sizing(const JobConfig *cfg, const ModelSpec *spec, Comm
     return comm_agree(world, rc, err);
 }
 
+int train_job_device(const JobConfig *cfg, const Device **out, Err *err) {
+    DeviceKind k = cfg->training.device == DEVICE_AUTO ? DEVICE_CPU : cfg->training.device;
+    *out = device_find(config_device_name(k));
+    if (!*out)
+        return err_set(err, "training.device = \"%s\": this build trains on the CPU only",
+                       config_device_name(k));
+    return 0;
+}
+
 static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     ModelSpec spec;
     HfConfigExtra extra;
     OverridePlan plan = {0};
     OpRun run = {&spec, cfg->training.local_batch_size, cfg->training.seq_len,
                  cfg->training.document_mask, cfg->training.mixed_precision_param == DT_BF16};
-    int rc = cfg->training.device == DEVICE_CUDA
-                 ? err_set(err, "training.device = \"cuda\": this build trains on the CPU only")
-                 : train_job_spec(cfg, &spec, &extra, err);
+    const Device *dev = NULL;
+    int rc = train_job_device(cfg, &dev, err);
+    if (rc == 0) rc = train_job_spec(cfg, &spec, &extra, err);
     if (rc == 0) rc = train_job_check(cfg, &spec, err);
     if (rc == 0) rc = check_paths(cfg, err);
     if (rc == 0)
@@ -292,7 +301,7 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     /* [[override]] entries against the module tree and the registry, before anything is
      * sized; the plan is applied when the model is created. */
     if (rc == 0)
-        rc = overrides_resolve(&plan, &spec, cfg->overrides, cfg->n_overrides, cfg->path, "cpu",
+        rc = overrides_resolve(&plan, &spec, cfg->overrides, cfg->n_overrides, cfg->path, dev->name,
                                &run, err);
     /* The mesh is checked here, before anything large exists, although mesh_from_config
      * checks it again: every check so far must agree before the mesh's first collective, so

@@ -4,6 +4,7 @@
 #define QT_TRAIN_JOB_H
 
 #include "core/config.h"
+#include "core/device.h"
 #include "core/err.h"
 #include "core/model_spec.h"
 #include "dist/comm.h"
@@ -12,6 +13,9 @@
 
 /* world: the job's communicator (comm_init), or NULL for one process without MPI. */
 int train_job_run(const JobConfig *cfg, Comm *world, Err *err);
+/* The device training.device names among those linked into this build ("auto" is the CPU);
+ * one that is not linked in is an error sentence naming training.device. */
+int train_job_device(const JobConfig *cfg, const Device **out, Err *err);
 
 /* The model a config describes, the one way from a config to a ModelSpec (train, plan and
  * verify-kernels call it): a native flavor, or model.hf_assets_path/config.json for

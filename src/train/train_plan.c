@@ -125,8 +125,10 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     OverridePlan plan;
     OpRun run = {&p->spec, p->B, p->T, cfg->training.document_mask,
                  cfg->training.mixed_precision_param == DT_BF16};
-    TRY(overrides_resolve(&plan, &p->spec, cfg->overrides, cfg->n_overrides, cfg->path, "cpu", &run,
-                          err));
+    const Device *dev;
+    TRY(train_job_device(cfg, &dev, err));
+    TRY(overrides_resolve(&plan, &p->spec, cfg->overrides, cfg->n_overrides, cfg->path, dev->name,
+                          &run, err));
     AcMode ac = cfg->activation_checkpoint.mode;
     int full_ac = ac == AC_FULL;
     p->ac = ac == AC_FULL ? "full" : ac == AC_SELECTIVE ? "selective" : "none";

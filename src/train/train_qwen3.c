@@ -455,10 +455,12 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
         const Held *h = &f->held[i];
         if (h->hi <= h->lo) continue;
         int k = f->npieces++;
+        /* An FSDP shard is the driver's host memory; otherwise the piece is the model's. */
+        const Device *dev = f->sharded ? &device_cpu : f->m.param_arena.device;
         f->pieces[k] =
-            f->sharded
-                ? (CkptTensor){p->name, 1, {(int64_t)(h->hi - h->lo)}, h->p}
-                : (CkptTensor){p->name, p->ndim, {p->shape[0], p->shape[1], p->shape[2]}, h->p};
+            f->sharded ? (CkptTensor){p->name, 1, {(int64_t)(h->hi - h->lo)}, h->p, dev}
+                       : (CkptTensor){
+                             p->name, p->ndim, {p->shape[0], p->shape[1], p->shape[2]}, h->p, dev};
         f->piece_grads[k] = h->g;
         f->piece_param[k] = i;
     }
@@ -732,8 +734,10 @@ void train_qwen3_model_lora(TrainQwen3 *q, Lora *lo, TrainModel *out) {
         lora_module_name(mod, sizeof mod, ad->layer, ad->site);
         snprintf(q->lnames[2 * i], sizeof q->lnames[0], "%s.lora_A", mod);
         snprintf(q->lnames[2 * i + 1], sizeof q->lnames[0], "%s.lora_B", mod);
-        q->lparams[2 * i] = (CkptTensor){q->lnames[2 * i], 2, {lo->rank, ad->in}, ad->a};
-        q->lparams[2 * i + 1] = (CkptTensor){q->lnames[2 * i + 1], 2, {ad->out, lo->rank}, ad->b};
+        /* The adapters are host memory of their own (model/lora.c). */
+        q->lparams[2 * i] = (CkptTensor){q->lnames[2 * i], 2, {lo->rank, ad->in}, ad->a, NULL};
+        q->lparams[2 * i + 1] =
+            (CkptTensor){q->lnames[2 * i + 1], 2, {ad->out, lo->rank}, ad->b, NULL};
         q->lgrads[2 * i] = ad->da;
         q->lgrads[2 * i + 1] = ad->db;
     }
@@ -752,7 +756,8 @@ int train_qwen3_export_merged(TrainQwen3 *q, const char *dir, const HfExportOpti
     q->m.lora = NULL;
     HfExportTensor *t = xcalloc((size_t)q->m.nparams, sizeof *t);
     for (int i = 0; i < q->m.nparams; i++)
-        t[i] = (HfExportTensor){q->m.table[i].name, q->m.table[i].numel, q->m.table[i].data};
+        t[i] = (HfExportTensor){q->m.table[i].name, q->m.table[i].numel, q->m.table[i].data,
+                                q->m.param_arena.device};
     int rc = hf_export(dir, &q->m.spec, t, q->m.nparams, o, err);
     free(t);
     return rc;

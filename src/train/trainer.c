@@ -224,7 +224,7 @@ static int run(Trainer *t, Err *err) {
         size_t n = (size_t)numel(&md->params[i]);
         ap[i] = (AdamWParam){md->params[i].name, md->params[i].data, md->grads[i], n,
                              md->decay ? md->decay[i] : 1};
-        t->grads[i] = (GradRef){md->grads[i], n};
+        t->grads[i] = (GradRef){md->grads[i], n, md->params[i].device};
     }
     int rc = adamw_init(&t->opt, &o->adamw, ap, md->nparams, err);
     free(ap);

@@ -21,7 +21,7 @@ typedef struct TrainModel {
     void *ctx;
     int nparams;
     const CkptTensor *params; /* (nparams) FQN, shape and fp32 data of every parameter */
-    float *const *grads;      /* (nparams) gradient buffers shaped like params */
+    float *const *grads;      /* (nparams) gradient buffers shaped like params, on their devices */
     const int *decay;         /* (nparams) 1 = weight decay applies; NULL = all decay */
     /* Runs forward and backward on one micro-batch, adding scale * d(sum of token losses) into
      * grads (+=). Writes the sum of token losses (unscaled) to *loss_sum. */
