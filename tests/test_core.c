@@ -133,7 +133,7 @@ static void test_arena_device(void **state) {
     assert_ptr_equal(a.device, &device_cpu);
     float *p = arena_floats(&a, 16), staging[16];
     p[3] = 2.5f;
-    const float *h = arena_host_view(&a, staging, p, 16 * sizeof *p);
+    const float *h = device_host_view(a.device, staging, p, 16 * sizeof *p);
     assert_ptr_equal(h, p);
     assert_true(h[3] == 2.5f);
     assert_ptr_equal(device_find("cpu"), &device_cpu);

@@ -32,10 +32,6 @@ int arena_init_on(Arena *a, const Device *d, const char *name, size_t bytes, Err
     return 0;
 }
 
-const void *arena_host_view(const Arena *a, void *staging, const void *p, size_t bytes) {
-    return device_host_view(a->device, staging, p, bytes);
-}
-
 void *arena_alloc(Arena *a, size_t bytes) {
     size_t start = (a->used + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
     a->used = start + bytes;

@@ -1,7 +1,7 @@
 /* Arena: one block sized before the first step; tensors are carved from it and never freed
  * one by one. A "counting" arena (arena_init_counting) records sizes without memory, so the
  * same layout code runs twice: once to size, once to place. The block lives on a device
- * (core/device.h); host-side readers go through arena_host_view. */
+ * (core/device.h), which host-side readers read through (device_host_view). */
 #ifndef QT_ARENA_H
 #define QT_ARENA_H
 
@@ -24,9 +24,6 @@ void arena_init_counting(Arena *a, const char *name);
 int arena_init(Arena *a, const char *name, size_t bytes, Err *err);
 /* The same on device d. */
 int arena_init_on(Arena *a, const Device *d, const char *name, size_t bytes, Err *err);
-/* bytes at p (inside a) readable on the host: p itself on the CPU, else a copy in staging
- * (device_host_view). */
-const void *arena_host_view(const Arena *a, void *staging, const void *p, size_t bytes);
 /* 64-byte aligned block of n bytes; NULL while counting. Exceeding capacity is a
  * programming error (the sizing pass disagreed with the placing pass) and aborts. */
 void *arena_alloc(Arena *a, size_t bytes);
