@@ -1,4 +1,5 @@
 /* qtitan: the command-line entry point. Dispatches `qtitan <command> [options]`. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -25,6 +26,19 @@ static const Command COMMANDS[] = {
 };
 #define NCOMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 
+/* Every write to stdout is checked here, once for all commands: what a command printed is
+ * flushed and the stream's error flag read, so stdout on a full disk or a closed pipe ends in
+ * a sentence and a non-zero exit, not an exit 0 with the output lost. */
+static int finish_stdout(const char *command, int rc) {
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout)) return rc;
+    const char *why = errno ? strerror(errno) : "write error";
+    if (rc == 0)
+        fprintf(stderr, "error: qtitan %s could not write its output to stdout: %s\n", command,
+                why);
+    return rc ? rc : 1;
+}
+
 static void usage(FILE *f) {
     fprintf(f, "usage: qtitan <command> [options]\n\ncommands:\n");
     for (size_t i = 0; i < NCOMMANDS; i++)
@@ -40,11 +54,11 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "help") == 0) {
         usage(stdout);
-        return 0;
+        return finish_stdout("--help", 0);
     }
     if (strcmp(argv[1], "--version") == 0) {
         printf("qtitan %s\n", QTITAN_VERSION);
-        return 0;
+        return finish_stdout("--version", 0);
     }
     for (size_t i = 0; i < NCOMMANDS; i++) {
         if (strcmp(argv[1], COMMANDS[i].name) != 0) continue;
@@ -58,7 +72,7 @@ int main(int argc, char **argv) {
                     argv[1], n);
             return 2;
         }
-        return COMMANDS[i].run(argc - 1, argv + 1);
+        return finish_stdout(argv[1], COMMANDS[i].run(argc - 1, argv + 1));
     }
     fprintf(stderr, "error: unknown command '%s'; run `qtitan --help` for the list\n", argv[1]);
     return 2;

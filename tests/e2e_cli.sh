@@ -66,9 +66,15 @@ qa_expect_error tokenize_noval 2 "--input" tokenize --tokenizer "$tok" --input
 qa_expect_error tokenize_threads 2 "--threads" tokenize --tokenizer "$tok" --threads zero
 # The output is not the input: opening it would empty the input, with exit 0.
 cp "$tmp/doc.jsonl" "$tmp/same.jsonl"
-qa_expect_error tokenize_same_file 2 "--output $tmp/same.jsonl is the input file" tokenize \
+qa_expect_error tokenize_same_file 2 "--output $tmp/same.jsonl is the --input file" tokenize \
     --tokenizer "$tok" --input "$tmp/same.jsonl" --output "$tmp/same.jsonl"
 cmp -s "$tmp/doc.jsonl" "$tmp/same.jsonl" || qa_fail tokenize_same_file "the input was changed"
+# The same when standard input is redirected from the --output file.
+"$bin" tokenize --tokenizer "$tok" --output "$tmp/same.jsonl" <"$tmp/same.jsonl" \
+    >/dev/null 2>"$tmp/stdin_same.err"
+[ $? = 2 ] && grep -qF -- "--output $tmp/same.jsonl is the standard input file" "$tmp/stdin_same.err" ||
+    qa_fail tokenize_stdin_same "expected exit 2 naming standard input: $(cat "$tmp/stdin_same.err")"
+cmp -s "$tmp/doc.jsonl" "$tmp/same.jsonl" || qa_fail tokenize_stdin_same "the input was changed"
 qa_expect_error toktrain_novocab 2 "--vocab-size" tokenizer-train --input "$tmp/corpus.txt" --output "$tmp/t"
 qa_expect_error toktrain_noval 2 "--output" tokenizer-train --input "$tmp/corpus.txt" --vocab-size 300 --output
 qa_expect_error inspect_nopath 2 "PATH" inspect

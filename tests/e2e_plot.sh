@@ -23,6 +23,12 @@ for label in '>step</text>' '>loss</text>' '>grad_norm</text>' '>validation/loss
 done
 # The default output: plot.svg in the first run's folder.
 "$QT_BINARY" plot runA >/dev/null && [ -s runA/plot.svg ] || fail "default --out"
+# --out naming a run's records file (plot takes one by any name) is refused, and it stays.
+cp runA/metrics.jsonl rec.svg && cp rec.svg keep.jsonl
+if "$QT_BINARY" plot rec.svg --out ./rec.svg 2>err.txt; then fail "plot over its input"; fi
+grep -qF "error: --out ./rec.svg is the records file of run rec.svg; writing it would destroy them" \
+  err.txt || { cat err.txt; fail "plot over its input: sentence"; }
+cmp -s keep.jsonl rec.svg || fail "plot over its input changed the records"
 
 command -v rsvg-convert >/dev/null && command -v pngtopnm >/dev/null ||
   { echo "skip: rendering needs rsvg-convert (librsvg2-bin) and pngtopnm (netpbm)"; exit 77; }

@@ -224,12 +224,79 @@ static void test_stale_tmp(void **state) {
     assert_int_equal(fs_mkdirs(buf, &err), 0);
     snprintf(buf, sizeof buf, "%s/step-2.tmp-99999/model.safetensors", root);
     assert_int_equal(fs_write_atomic(buf, "junk", 4, &err), 0);
+    /* A save in progress in a process that runs (here: this one's parent) is not touched. */
+    char live[4096];
+    snprintf(live, sizeof live, "%s/step-3.tmp-%ld", root, (long)getppid());
+    assert_int_equal(fs_mkdirs(live, &err), 0);
     assert_int_equal(latest(root), 1);
     assert_int_equal(ckpt_clean_stale(root, &err), 0);
     snprintf(buf, sizeof buf, "%s/step-2.tmp-99999", root);
     assert_false(fs_exists(buf));
+    assert_true(fs_exists(live));
     snprintf(buf, sizeof buf, "%s/step-1", root);
     assert_true(fs_exists(buf));
+    free(x);
+    remove_root(root);
+}
+
+/* Rewrites the first occurrence of from in file path by to (same or other length). */
+static void edit_file(const char *path, const char *from, const char *to) {
+    char *data;
+    size_t len;
+    Err err;
+    assert_int_equal(fs_read_all(path, &data, &len, &err), 0);
+    char *at = strstr(data, from);
+    assert_non_null(at);
+    size_t head = (size_t)(at - data), nf = strlen(from), nt = strlen(to);
+    char *out = malloc(len - nf + nt);
+    memcpy(out, data, head);
+    memcpy(out + head, to, nt);
+    memcpy(out + head + nt, at + nf, len - head - nf);
+    assert_int_equal(fs_write_atomic(path, out, len - nf + nt, &err), 0);
+    free(out);
+    free(data);
+}
+
+/* train_state.json is trusted only when its own checksum holds and its step agrees with the
+ * step-N directory and with optim.safetensors: otherwise the step is skipped like any other
+ * corruption, and the one before it is resumed. */
+static void test_state_tampered(void **state) {
+    (void)state;
+    char *root = make_root();
+    Bufs *x = calloc(1, sizeof *x);
+    bufs_init(x);
+    for (int s = 1; s <= 4; s++)
+        save_step(root, x, s, 0);
+    /* "step": 4 edited to 8 (the resume would skip steps 5 to 8). */
+    char *f = file_in(root, 4, "train_state.json");
+    edit_file(f, "\"step\": 4", "\"step\": 8");
+    Err err;
+    char *dir = file_in(root, 4, "");
+    assert_int_equal(ckpt_verify(dir, 0, &err), -1);
+    assert_non_null(strstr(err.msg, "edited or corrupted"));
+    free(dir);
+    free(f);
+    assert_int_equal(latest(root), 3);
+    /* Step 2 moved whole (every checksum intact) to step-3: the directory disagrees. */
+    char *two = file_in(root, 2, ""), *three = file_in(root, 3, "");
+    assert_int_equal(fs_remove_tree(three, &err), 0);
+    assert_int_equal(rename(two, three), 0);
+    assert_int_equal(ckpt_verify(three, 1, &err), -1);
+    assert_non_null(strstr(err.msg, "records step 2, but it is in the directory of step 3"));
+    free(two);
+    free(three);
+    assert_int_equal(latest(root), 1);
+    /* A flipped digit of step 1's checksum itself. */
+    f = file_in(root, 1, "train_state.json");
+    edit_file(f, "\"state_checksum\": \"", "\"state_checksum\": \"f");
+    free(f);
+    assert_int_equal(latest(root), -1);
+    save_step(root, x, 5, 0);
+    /* A removed checksum. */
+    f = file_in(root, 5, "train_state.json");
+    edit_file(f, "\"state_checksum\"", "\"state_sum\"");
+    free(f);
+    assert_int_equal(latest(root), -1);
     free(x);
     remove_root(root);
 }
@@ -402,6 +469,7 @@ int main(void) {
         cmocka_unit_test(test_keep_latest_k),
         cmocka_unit_test(test_broken_newest_falls_back),
         cmocka_unit_test(test_stale_tmp),
+        cmocka_unit_test(test_state_tampered),
         cmocka_unit_test(test_write_failures),
         cmocka_unit_test(test_load_mismatch),
         cmocka_unit_test(test_checksum),

@@ -350,7 +350,7 @@ static void export_round_trip(const char *flavor, const char *tie, int dp_shard,
     /* An output that is some other directory is left alone. */
     char *other_out = fs_join(root, "rank-1");
     assert_int_equal(ckpt_dist_export_path(root, other_out, dtype, shard_bytes, &step, &err), -1);
-    assert_non_null(strstr(err.msg, "not an HF model directory"));
+    assert_non_null(strstr(err.msg, "which an export does not write"));
     free(other_out), free(gone_dir), free(other), free(step_dir), free(by_path);
     /* Every parameter whole, and a run from a third of the way in (across piece, row and
      * tensor-parallel block boundaries). */
@@ -403,6 +403,23 @@ static void export_round_trip(const char *flavor, const char *tie, int dp_shard,
     free(root);
 }
 
+/* A hostile latest.json whose mesh product wraps around 2^64 to its "ranks" is refused before
+ * anything is sized from it (it once asked for gigabytes, and is signed overflow). */
+static void test_hostile_mesh(void **state) {
+    (void)state;
+    char *root = tmp_root(), *path = fs_join(root, CKPT_DIST_MARKER);
+    const char *text = "{\"format\": \"qtitan-sharded-checkpoint\", \"ranks\": 4, \"mesh\": "
+                       "[4611686018427387905, 4, 1], \"step\": 1, \"steps\": [1]}\n";
+    Err err;
+    assert_int_equal(fs_write_atomic(path, text, strlen(text), &err), 0);
+    CkptDistReader r;
+    assert_int_equal(ckpt_dist_reader_open(&r, root, &err), -1);
+    assert_non_null(strstr(err.msg, "mesh must be 3 positive integers whose product is ranks"));
+    assert_int_equal(fs_remove_tree(root, &err), 0);
+    free(path);
+    free(root);
+}
+
 static void test_export_hf(void **state) {
     (void)state;
     export_round_trip("debugmodel", NULL, 2, 1, DT_F32, 5000000000u, 2);      /* tied, one file */
@@ -421,9 +438,8 @@ static void test_export_hf_tp(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_save_find_prune),
-        cmocka_unit_test(test_reader),
-        cmocka_unit_test(test_export_hf),
+        cmocka_unit_test(test_save_find_prune), cmocka_unit_test(test_reader),
+        cmocka_unit_test(test_hostile_mesh),    cmocka_unit_test(test_export_hf),
         cmocka_unit_test(test_export_hf_tp),
     };
     return cmocka_run_group_tests(tests, 0, NULL);

@@ -317,7 +317,7 @@ static void test_damaged_cache(void **state) {
     assert_int_equal(mkdir(cache, 0755), 0);
     assert_int_equal(dataset_open(&ds, &o, &enc, &err), -1);
     char want[1024];
-    snprintf(want, sizeof want, "dataset cache %s is a directory, expected a file (remove it)",
+    snprintf(want, sizeof want, "dataset cache (remove it): %s is a directory, not a regular file",
              cache);
     assert_string_equal(err.msg, want);
     assert_int_equal(rmdir(cache), 0);

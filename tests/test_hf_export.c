@@ -220,12 +220,22 @@ static void test_errors(void **state) {
     char *keep = fs_join(out, "notes.txt");
     assert_int_equal(fs_write_atomic(keep, "x", 1, &err), 0);
     assert_int_equal(train_hf_export_checkpoint(c.step_dir, out, &o, &err), -1);
-    assert_non_null(strstr(err.msg, "is not an HF model directory"));
+    assert_non_null(strstr(err.msg, "notes.txt, which an export does not write"));
     assert_true(fs_exists(keep));
-    /* An HF directory is replaced as a whole. */
-    char *hf = fs_join(g_dir, "hf_again");
+    /* An earlier export is replaced as a whole (through "DIR/" as well as "DIR")... */
+    char *hf = fs_join(g_dir, "hf_again"), *hf_slash = fs_join(hf, "");
     assert_int_equal(train_hf_export_checkpoint(c.step_dir, hf, &o, &err), 0);
-    assert_int_equal(train_hf_export_checkpoint(c.step_dir, hf, &o, &err), 0);
+    assert_int_equal(train_hf_export_checkpoint(c.step_dir, hf_slash, &o, &err), 0);
+    assert_true(fs_exists_in(hf, "config.json"));
+    /* ...but not once it holds anything else too (a README, .git): config.json is no licence
+     * to delete the rest. */
+    char *readme = fs_join(hf, "README.md");
+    assert_int_equal(fs_write_atomic(readme, "x", 1, &err), 0);
+    assert_int_equal(train_hf_export_checkpoint(c.step_dir, hf, &o, &err), -1);
+    assert_non_null(strstr(err.msg, "README.md"));
+    assert_true(fs_exists(readme));
+    free(readme);
+    free(hf_slash);
     /* A checkpoint also holds a config.json but is never replaced: not the step being
      * exported (which was replaced, optimizer state and all), nor a sharded checkpoint
      * folder. */

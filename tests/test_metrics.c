@@ -189,6 +189,26 @@ static void test_fill_and_jsonl(void **state) {
     assert_int_equal(n, 2);
     assert_int_equal(steps[0], 3);
     assert_int_equal(steps[1], 4);
+    /* A fresh run (no checkpoint) in the same folder never truncates the records: they move to
+     * metrics.1.jsonl, then metrics.2.jsonl, and metrics.jsonl holds the new run only. */
+    for (int run = 1; run <= 2; run++) {
+        assert_int_equal(metrics_writer_open(&w, sub, 0, &err), 0);
+        m.step = 1;
+        assert_int_equal(metrics_writer_write(&w, &m, NULL, 0, &err), 0);
+        metrics_writer_close(&w);
+        char name[32], *kept_data;
+        size_t kept_len;
+        snprintf(name, sizeof name, "metrics.%d.jsonl", run);
+        char *kept = fs_join(sub, name);
+        assert_int_equal(fs_read_all(kept, &kept_data, &kept_len, &err), 0);
+        if (run == 1) assert_memory_equal(kept_data, data, len);
+        free(kept_data);
+        free(kept);
+    }
+    free(data);
+    assert_int_equal(fs_read_all(path, &data, &len, &err), 0);
+    assert_non_null(strstr(data, "\"step\":1,"));
+    assert_int_equal(strchr(data, '\n') + 1 - data, (long)len);
     free(data);
     assert_int_equal(fs_remove_tree(dir, &err), 0);
     free(path);

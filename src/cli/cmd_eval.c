@@ -82,6 +82,28 @@ static int parse_args(EvalArgs *a, int argc, char **argv, Err *err) {
     return 0;
 }
 
+/* --dump-logits must not replace one of the files eval reads (under any name): the tokens, the
+ * config or a weight file would be lost behind a success. */
+static int check_dump_target(const EvalArgs *a, const StSet *set, Err *err) {
+    if (!a->dump) return 0;
+    char *config = fs_join(a->model, "config.json");
+    char *index = fs_join(a->model, "model.safetensors.index.json");
+    const char *hit = fs_same_file(a->dump, a->tokens) ? a->tokens
+                      : fs_same_file(a->dump, config)  ? config
+                      : fs_same_file(a->dump, index)   ? index
+                                                       : NULL;
+    for (int i = 0; !hit && i < set->nfiles; i++)
+        if (fs_same_file(a->dump, set->files[i].path)) hit = set->files[i].path;
+    int rc = hit ? err_set(err,
+                           "--dump-logits %s is %s, one of eval's inputs; writing it would "
+                           "destroy that input",
+                           a->dump, hit)
+                 : 0;
+    free(config);
+    free(index);
+    return rc;
+}
+
 static int eval_run(const EvalArgs *a, Err *err) {
     if (!fs_is_dir(a->model)) return err_set(err, "model directory %s does not exist", a->model);
     ModelSpec spec;
@@ -111,11 +133,16 @@ static int eval_run(const EvalArgs *a, Err *err) {
     int32_t *tgt = NULL, *pos = NULL, *doc = NULL;
     float *dump = NULL;
     rc = -1;
-    if (qwen3_create(&m, &spec, 1, (int)row, AC_NONE, err)) goto out_lines;
-    if (st_set_open(&set, a->model, err)) goto out_model;
-    if (qwen3_load_hf(&m, &set, a->model, err)) goto out_set;
+    memset(&m, 0, sizeof m);
+    /* The weights are checked against config.json before the model's memory is sized: a wrong
+     * vocab or shape costs a sentence, not gigabytes first. */
+    if (st_set_open(&set, a->model, err) || check_dump_target(a, &set, err) ||
+        qwen3_hf_check(&spec, &set, a->model, err))
+        goto out_set;
+    if (qwen3_create_forward(&m, &spec, 1, (int)row, NULL, err)) goto out_set;
+    if (qwen3_load_hf(&m, &set, a->model, err)) goto out_model;
     if (a->adapter) {
-        if (lora_open_peft(&lo, &spec, a->adapter, row, err)) goto out_set;
+        if (lora_open_peft(&lo, &spec, a->adapter, row, err)) goto out_model;
         m.lora = &lo;
     }
 
@@ -158,15 +185,14 @@ static int eval_run(const EvalArgs *a, Err *err) {
         }
         int wrc = st_write_finish(&w, a->dump, err);
         st_writer_free(&w);
-        if (wrc) goto out_set;
+        if (wrc) goto out_model;
     }
     rc = 0;
-out_set:
-    lora_free(&lo);
-    st_set_close(&set);
 out_model:
+    lora_free(&lo);
     qwen3_free(&m);
-out_lines:
+out_set:
+    st_set_close(&set);
     token_lines_free(&tl);
     free(tgt), free(pos), free(doc), free(dump);
     return rc;

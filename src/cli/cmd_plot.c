@@ -245,8 +245,7 @@ static void panel(FILE *f, const Plot *p, int m, double y0) {
 }
 
 static int write_svg(const Plot *p, const char *out, Err *err) {
-    char *tmp = xmalloc(strlen(out) + 8);
-    sprintf(tmp, "%s.tmp", out);
+    char *tmp = fs_tmp_name(out);
     FILE *f = fopen(tmp, "w");
     if (!f) {
         free(tmp);
@@ -314,7 +313,14 @@ static int run_plot(Plot *p, const char **dirs, int ndirs, const char *metric_li
     if (p->nmetrics == 0) return err_set(err, "the runs' records hold no loss to plot");
     char *out =
         out_arg ? xstrdup(out_arg) : fs_join(fs_is_dir(dirs[0]) ? dirs[0] : ".", "plot.svg");
-    int rc = write_svg(p, out, err);
+    /* The picture replaces --out: were it one of the runs' records, they would be lost. */
+    int rc = 0;
+    for (int r = 0; r < p->nruns && rc == 0; r++)
+        if (fs_same_file(out, p->runs[r].path))
+            rc = err_set(err,
+                         "--out %s is the records file of run %s; writing it would destroy them",
+                         out, p->runs[r].name);
+    if (rc == 0) rc = write_svg(p, out, err);
     if (rc == 0) printf("plot: %s (%d metric(s), %d run(s))\n", out, p->nmetrics, p->nruns);
     free(out);
     return rc;

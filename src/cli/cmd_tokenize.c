@@ -10,8 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/err.h"
+#include "core/fs.h"
+#include "core/json.h"
 #include "core/timer.h"
 #include "core/zread.h"
 #include "text/jsonl.h"
@@ -28,7 +31,7 @@ static double thread_cpu_seconds(void) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: qtitan tokenize --tokenizer PATH [--input F] [--output F] [--decode]\n"
-               "                       [--threads N]\n\n"
+               "                       [--threads N] [--max-line-bytes N]\n\n"
                "  --tokenizer PATH  tokenizer.json, or a directory holding one\n"
                "  --input F         JSONL with a \"text\" field per line (default stdin),\n"
                "                    plain or compressed (.gz, .zst);\n"
@@ -38,6 +41,7 @@ static void usage(FILE *f) {
                "  --decode          ids to text instead of text to ids\n"
                "  --threads N       documents in parallel (same output for any N; default 1)\n"
                "  --stats           print documents, bytes, tokens and encode speed to stderr\n"
+               "  --max-line-bytes N  a longer input line is an error (default 64 MiB)\n"
                "Blank input lines are skipped. Added tokens such as <|endoftext|> in the text\n"
                "become their ids; invalid UTF-8 is replaced by U+FFFD first.\n");
 }
@@ -65,7 +69,7 @@ static void append(char **buf, size_t *len, size_t *cap, const char *s, size_t n
 
 static int encode_job(const Tokenizer *tok, Job *j, const char *in_name) {
     json_error_t je;
-    json_t *doc = json_loadb(j->line, j->len, JSON_ALLOW_NUL, &je);
+    json_t *doc = json_parse(j->line, j->len, JSON_ALLOW_NUL, &je);
     if (!doc) return err_set(&j->err, "%s:%zu: not a JSON object: %s", in_name, j->lineno, je.text);
     json_t *text = json_object_get(doc, "text");
     if (!json_is_string(text)) {
@@ -147,6 +151,7 @@ int cmd_tokenize(int argc, char **argv) {
     }
     const char *tok_path = NULL, *in_path = NULL, *out_path = NULL;
     int decode = 0, threads = 1, stats = 0;
+    size_t max_line = FS_LINE_MAX_DEFAULT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has_val = i + 1 < argc;
@@ -169,6 +174,16 @@ int cmd_tokenize(int argc, char **argv) {
                 return 2;
             }
             threads = (int)v;
+        } else if (strcmp(a, "--max-line-bytes") == 0 && has_val) {
+            char *e;
+            errno = 0;
+            long long v = strtoll(argv[++i], &e, 10);
+            if (*e || errno || v < 1 || (unsigned long long)v > SIZE_MAX / 4) {
+                fprintf(stderr, "error: --max-line-bytes expects a positive integer, got \"%s\"\n",
+                        argv[i]);
+                return 2;
+            }
+            max_line = (size_t)v;
         } else {
             fprintf(stderr,
                     "error: unknown option or missing value: \"%s\" (see qtitan tokenize "
@@ -187,32 +202,51 @@ int cmd_tokenize(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", err.msg);
         return 1;
     }
+    /* Opening the output truncates it: were it one of the inputs (the same file under any
+     * name, or the file standard input was redirected from), the input would be read empty
+     * or the tokenizer lost, with a success status. */
+    char *tok_file = fs_join(tok_path, "tokenizer.json");
+    struct stat stdin_st, out_st;
+    int stdin_is_out = !in_path && out_path && fstat(STDIN_FILENO, &stdin_st) == 0 &&
+                       S_ISREG(stdin_st.st_mode) && stat(out_path, &out_st) == 0 &&
+                       stdin_st.st_dev == out_st.st_dev && stdin_st.st_ino == out_st.st_ino;
+    const char *clobbered = !out_path                                    ? NULL
+                            : stdin_is_out                               ? "standard input"
+                            : in_path && fs_same_file(out_path, in_path) ? "--input"
+                            : fs_same_file(out_path, tok_path) || fs_same_file(out_path, tok_file)
+                                ? "--tokenizer"
+                                : NULL;
+    free(tok_file);
+    if (clobbered) {
+        fprintf(stderr, "error: --output %s is the %s file; writing it would destroy that input\n",
+                out_path, clobbered);
+        tokenizer_free(tok);
+        return 2;
+    }
     /* A .gz / .zst input is decompressed as it is read (core/zread.h); zerr keeps the sentence
      * of a corrupt or truncated stream for the read-error report below. */
     Err zerr = {{0}};
-    int compressed = in_path && zread_is_compressed(in_path);
-    FILE *in = !in_path ? stdin : compressed ? zread_fopen(in_path, &zerr) : fopen(in_path, "rb");
-    if (!in) {
-        if (compressed)
+    FILE *in = stdin;
+    if (in_path && zread_is_compressed(in_path)) {
+        in = zread_fopen(in_path, &zerr);
+        if (!in) {
             fprintf(stderr, "error: %s\n", zerr.msg);
-        else
-            fprintf(stderr, "error: cannot open %s: %s\n", in_path, strerror(errno));
-        tokenizer_free(tok);
-        return 1;
-    }
-    /* Opening the output truncates it: were it the input, the input would be read empty and
-     * lost with a success status. */
-    struct stat in_st, out_st;
-    if (out_path && (in_path ? stat(in_path, &in_st) : fstat(fileno(in), &in_st)) == 0 &&
-        S_ISREG(in_st.st_mode) && stat(out_path, &out_st) == 0 && in_st.st_dev == out_st.st_dev &&
-        in_st.st_ino == out_st.st_ino) {
-        fprintf(stderr,
-                "error: --output %s is the input file; writing it would empty it before it is "
-                "read\n",
-                out_path);
-        if (in != stdin) fclose(in);
-        tokenizer_free(tok);
-        return 2;
+            tokenizer_free(tok);
+            return 1;
+        }
+    } else if (in_path) {
+        struct stat in_st;
+        int fd = fs_open_read(in_path, &in_st, &err);
+        in = fd >= 0 ? fdopen(fd, "rb") : NULL;
+        if (!in) {
+            if (fd >= 0) {
+                err_sys(&err, "cannot open %s", in_path);
+                close(fd);
+            }
+            fprintf(stderr, "error: %s\n", err.msg);
+            tokenizer_free(tok);
+            return 1;
+        }
     }
     FILE *out = out_path ? fopen(out_path, "wb") : stdout;
     if (!out) {
@@ -232,13 +266,17 @@ int cmd_tokenize(int argc, char **argv) {
     while (!eof && status == 0) {
         size_t n = 0;
         while (n < BATCH_LINES) {
-            ssize_t r = getline(&line, &line_cap, in);
+            size_t len;
+            int r = fs_read_line(in, &line, &line_cap, &len, max_line, in_name, lineno + 1, &err);
             if (r < 0) {
+                fprintf(stderr, "error: %s\n", zerr.msg[0] ? zerr.msg : err.msg);
+                status = 1;
+            }
+            if (r <= 0) {
                 eof = 1;
                 break;
             }
             lineno++;
-            size_t len = (size_t)r;
             while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
                 len--;
             size_t bom = lineno == 1 ? jsonl_bom_len(line, len) : 0;
@@ -253,13 +291,6 @@ int cmd_tokenize(int argc, char **argv) {
             memcpy(j->line, line + bom, j->len);
             j->line[j->len] = 0;
             j->lineno = lineno;
-        }
-        if (ferror(in)) {
-            if (zerr.msg[0])
-                fprintf(stderr, "error: %s\n", zerr.msg);
-            else
-                fprintf(stderr, "error: cannot read %s: %s\n", in_name, strerror(errno));
-            status = 1;
         }
 #pragma omp parallel for schedule(dynamic, 8) num_threads(threads)
         for (size_t i = 0; i < n; i++) {
@@ -296,12 +327,9 @@ int cmd_tokenize(int argc, char **argv) {
     free(line);
     free(jobs);
     if (in != stdin) fclose(in);
-    if (out != stdout) {
-        if (fclose(out) != 0 && status == 0) {
-            fprintf(stderr, "error: cannot write %s: %s\n", out_path, strerror(errno));
-            status = 1;
-        }
-    } else if (fflush(out) != 0 && status == 0) {
+    /* stdout is checked by main, as for every command. */
+    if (out != stdout && fclose(out) != 0 && status == 0) {
+        fprintf(stderr, "error: cannot write %s: %s\n", out_path, strerror(errno));
         status = 1;
     }
     tokenizer_free(tok);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/fs.h"
+#include "core/json.h"
 #include "core/strutil.h"
 #include "core/timer.h"
 #include "core/zread.h"
@@ -55,7 +56,7 @@ static int add_file(BpeTrainer *tr, const char *path, Err *err) {
             k++;
         if (k < n) {
             json_error_t je;
-            json_t *doc = json_loadb(p, n, JSON_ALLOW_NUL, &je);
+            json_t *doc = json_parse(p, n, JSON_ALLOW_NUL, &je);
             json_t *text = json_object_get(doc, "text");
             if (!doc)
                 rc = err_set(err, "%s:%zu: not JSON: %s", path, lineno, je.text);

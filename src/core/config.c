@@ -84,7 +84,7 @@ static const char *const SECTIONS[] = {
     "job",      "model",       "optimizer",  "lr_scheduler",
     "training", "parallelism", "checkpoint", "activation_checkpoint",
     "metrics",  "validation",  "sample",     "profiling",
-    "lora",     "override",
+    "comm",     "lora",        "override",
 };
 #define NSECTIONS ((int)(sizeof SECTIONS / sizeof SECTIONS[0]))
 
@@ -151,6 +151,8 @@ static const KeyDesc KEYS[] = {
      "true or false", "training.deterministic"},
     INT(metrics, log_freq, 1, 0, "an integer >= 1"),
     FLT(metrics, peak_tflops, 0, INFINITY, 0, 1, "a number >= 0 (0 = measure)"),
+    INT(comm, init_timeout_seconds, 1, 0, "an integer >= 1"),
+    INT(comm, train_timeout_seconds, 1, 0, "an integer >= 1"),
     BOOL(metrics, enable_tensorboard),
     STR(metrics, save_tb_folder),
     BOOL(metrics, save_for_all_ranks),
@@ -702,6 +704,8 @@ void config_init(JobConfig *c) {
     c->checkpoint.export_dtype = DT_F32;
     c->activation_checkpoint.mode = AC_NONE;
     c->metrics.log_freq = 1;
+    c->comm.init_timeout_seconds = 300; /* torchtitan's defaults */
+    c->comm.train_timeout_seconds = 100;
     c->metrics.save_tb_folder = xstrdup("tb");
     c->profiling.save_traces_folder = xstrdup("profile_traces");
     c->profiling.profile_freq = 10;

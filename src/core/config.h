@@ -133,6 +133,13 @@ typedef struct JobConfig {
         int save_for_all_ranks; /* every rank writes its own TensorBoard run, not rank 0 alone */
     } metrics;
     struct {
+        /* Seconds a collective may wait for the other ranks before every rank stops with a
+         * sentence naming the rank that stopped answering: init_timeout_seconds until the
+         * first training step has finished, train_timeout_seconds after it. */
+        int init_timeout_seconds;
+        int train_timeout_seconds;
+    } comm;
+    struct {
         int rank;           /* 0 = no LoRA: every weight trains */
         double alpha;       /* adapters scale by alpha / rank */
         double dropout;     /* on the adapters' input; only 0 is run (the trainer says so) */

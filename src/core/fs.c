@@ -4,29 +4,79 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-int fs_read_all(const char *path, char **data, size_t *len, Err *err) {
-    int fd = open(path, O_RDONLY);
+int fs_open_read(const char *path, struct stat *st, Err *err) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     SYS_CHECK(fd >= 0, err, "cannot open %s", path);
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
+    const char *kind = NULL;
+    if (fstat(fd, st) != 0) {
         err_sys(err, "cannot stat %s", path);
         close(fd);
         return -1;
     }
-    if (S_ISDIR(st.st_mode)) {
+    if (S_ISDIR(st->st_mode))
+        kind = "a directory";
+    else if (S_ISFIFO(st->st_mode))
+        kind = "a FIFO";
+    else if (S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode))
+        kind = "a device";
+    else if (S_ISSOCK(st->st_mode))
+        kind = "a socket";
+    else if (!S_ISREG(st->st_mode))
+        kind = "a special file";
+    if (kind) {
         close(fd);
-        return err_set(err, "%s is a directory, expected a file", path);
+        return err_set(err, "%s is %s, not a regular file", path, kind);
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        err_sys(err, "cannot set %s to blocking reads", path);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+int fs_read_all(const char *path, char **data, size_t *len, Err *err) {
+    struct stat st;
+    int fd = fs_open_read(path, &st, err);
+    if (fd < 0) return -1;
+    if ((uint64_t)st.st_size > FS_READ_ALL_MAX) {
+        close(fd);
+        return err_set(err, "%s is %lld bytes, over the %zu-byte limit for a file read whole", path,
+                       (long long)st.st_size, FS_READ_ALL_MAX);
     }
     size_t cap = st.st_size > 0 ? (size_t)st.st_size : 4096, n = 0;
-    char *buf = xmalloc(cap + 1);
+    char *buf = malloc(cap + 1);
+    if (!buf) {
+        close(fd);
+        return err_set(err, "out of memory reading %s (%zu bytes)", path, cap);
+    }
     for (;;) {
-        if (n == cap) buf = xrealloc(buf, (cap *= 2) + 1);
+        if (n == cap) {
+            /* The file grew while we read it (or stat said 0): grow, up to the limit. */
+            if (cap >= FS_READ_ALL_MAX) {
+                free(buf);
+                close(fd);
+                return err_set(err, "%s grew past the %zu-byte limit for a file read whole", path,
+                               FS_READ_ALL_MAX);
+            }
+            cap = cap * 2 < FS_READ_ALL_MAX ? cap * 2 : FS_READ_ALL_MAX;
+            char *grown = realloc(buf, cap + 1);
+            if (!grown) {
+                free(buf);
+                close(fd);
+                return err_set(err, "out of memory reading %s (%zu bytes)", path, cap);
+            }
+            buf = grown;
+        }
         ssize_t r = read(fd, buf + n, cap - n);
         if (r < 0) {
             if (errno == EINTR) continue;
@@ -43,6 +93,66 @@ int fs_read_all(const char *path, char **data, size_t *len, Err *err) {
     *data = buf;
     *len = n;
     return 0;
+}
+
+int fs_read_line(FILE *f, char **line, size_t *cap, size_t *len, size_t max, const char *name,
+                 size_t lineno, Err *err) {
+    size_t n = 0;
+    for (;;) {
+        if (n + 2 > *cap) {
+            if (n >= max)
+                return err_set(err, "%s:%zu: line is longer than the %zu-byte limit", name, lineno,
+                               max);
+            size_t want = *cap ? *cap * 2 : 4096;
+            if (want > max + 2) want = max + 2;
+            char *grown = realloc(*line, want);
+            if (!grown)
+                return err_set(err, "%s:%zu: out of memory reading a line of %zu bytes", name,
+                               lineno, want);
+            *line = grown;
+            *cap = want;
+        }
+        int c = getc_unlocked(f);
+        if (c == EOF) {
+            if (ferror(f)) return err_sys(err, "%s:%zu: cannot read", name, lineno);
+            break;
+        }
+        (*line)[n++] = (char)c;
+        if (c == '\n') break;
+    }
+    (*line)[n] = 0;
+    *len = n;
+    return n > 0;
+}
+
+char *fs_tmp_name(const char *path) {
+    static _Atomic unsigned counter;
+    unsigned k = counter++;
+    size_t len = strlen(path);
+    while (len > 1 && path[len - 1] == '/') /* "out/" names the directory out, not a child */
+        len--;
+    size_t n = len + 48;
+    char *tmp = xmalloc(n);
+    snprintf(tmp, n, "%.*s.tmp-%ld-%u", (int)len, path, (long)getpid(), k);
+    return tmp;
+}
+
+int fs_tmp_owner_alive(const char *name) {
+    const char *t = strstr(name, ".tmp-");
+    if (!t) return 0;
+    char *end;
+    errno = 0;
+    long pid = strtol(t + 5, &end, 10);
+    if (errno || end == t + 5 || pid <= 0 || (*end && *end != '-')) return 0;
+    if (pid == (long)getpid()) return 1;
+    /* EPERM: the process exists under another user; only ESRCH says it is gone. */
+    return kill((pid_t)pid, 0) == 0 || errno != ESRCH;
+}
+
+int fs_same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
 }
 
 int fs_sync_dir(const char *path, Err *err) {
@@ -66,10 +176,8 @@ static char *dir_of(const char *path) {
 }
 
 int fs_write_atomic(const char *path, const void *data, size_t len, Err *err) {
-    size_t n = strlen(path) + 8;
-    char *tmp = xmalloc(n);
-    snprintf(tmp, n, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    char *tmp = fs_tmp_name(path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
         err_sys(err, "cannot create %s", tmp);
         free(tmp);

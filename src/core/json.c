@@ -3,14 +3,49 @@
 
 #include "core/fs.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+/* > 0 while this thread is inside json_parse; set when an allocation failed there. */
+static _Thread_local int parsing, parse_oom;
+
+static void *json_alloc(size_t n) {
+    void *p = malloc(n);
+    if (!p) {
+        if (parsing) {
+            parse_oom = 1;
+            return NULL;
+        }
+        fprintf(stderr, "error: out of memory allocating %zu bytes for a JSON document\n", n);
+        exit(3);
+    }
+    return p;
+}
+
+__attribute__((constructor)) static void json_install_hooks(void) {
+    json_set_alloc_funcs(json_alloc, free);
+}
+
+json_t *json_parse(const char *data, size_t len, size_t flags, json_error_t *je) {
+    parsing++;
+    parse_oom = 0;
+    json_t *j = json_loadb(data, len, flags, je);
+    parsing--;
+    if (parse_oom) {
+        json_decref(j);
+        j = NULL;
+        snprintf(je->text, sizeof je->text, "out of memory parsing %zu bytes of JSON", len);
+    }
+    return j;
+}
 
 json_t *json_load_mem(const char *data, size_t len, const char *what, Err *err) {
     json_error_t je;
-    json_t *j = json_loadb(data, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
+    json_t *j = json_parse(data, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
     if (!j)
-        err_set(err, "%s:%d:%d (byte %d): invalid JSON: %s", what, je.line, je.column,
-                je.position, je.text);
+        err_set(err, "%s:%d:%d (byte %d): invalid JSON: %s", what, je.line, je.column, je.position,
+                je.text);
     return j;
 }
 
@@ -36,8 +71,7 @@ static int get_int(const json_t *obj, const char *key, int64_t *out, int req, co
     json_t *v;
     TRY(lookup(obj, key, &v, req, what, err));
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_integer(v))
-        return err_set(err, "%s: key \"%s\" must be an integer", what, key);
+    if (!json_is_integer(v)) return err_set(err, "%s: key \"%s\" must be an integer", what, key);
     *out = json_integer_value(v);
     return 0;
 }
@@ -75,8 +109,8 @@ int json_opt_bool(const json_t *obj, const char *key, int *out, const char *what
     return 0;
 }
 
-static int get_str(const json_t *obj, const char *key, const char **out, int req,
-                   const char *what, Err *err) {
+static int get_str(const json_t *obj, const char *key, const char **out, int req, const char *what,
+                   Err *err) {
     json_t *v;
     TRY(lookup(obj, key, &v, req, what, err));
     if (!v || json_is_null(v)) return 0;
@@ -85,11 +119,9 @@ static int get_str(const json_t *obj, const char *key, const char **out, int req
     return 0;
 }
 
-int json_req_str(const json_t *obj, const char *key, const char **out, const char *what,
-                 Err *err) {
+int json_req_str(const json_t *obj, const char *key, const char **out, const char *what, Err *err) {
     return get_str(obj, key, out, 1, what, err);
 }
-int json_opt_str(const json_t *obj, const char *key, const char **out, const char *what,
-                 Err *err) {
+int json_opt_str(const json_t *obj, const char *key, const char **out, const char *what, Err *err) {
     return get_str(obj, key, out, 0, what, err);
 }

@@ -9,6 +9,13 @@
 
 #include "core/err.h"
 
+/* jansson allocates through qtitan's hooks (installed before main): while json_parse runs, a
+ * failed allocation fails the parse with je->text "out of memory", which every caller turns
+ * into a sentence naming the file and line; anywhere else (building a document) it ends the
+ * process with a sentence, as xmalloc does, instead of a NULL that jansson or its caller would
+ * not check. */
+/* json_loadb with allocation failures reported as a parse error. Every parse goes here. */
+json_t *json_parse(const char *data, size_t len, size_t flags, json_error_t *je);
 /* Parses a JSON file; on failure: "FILE:LINE:COL (byte N): MESSAGE". */
 json_t *json_load_path(const char *path, Err *err);
 /* Parses len bytes; `what` names the source in errors (a file name, "safetensors header"). */
@@ -21,9 +28,7 @@ int json_opt_int(const json_t *obj, const char *key, int64_t *out, const char *w
 int json_req_num(const json_t *obj, const char *key, double *out, const char *what, Err *err);
 int json_opt_num(const json_t *obj, const char *key, double *out, const char *what, Err *err);
 int json_opt_bool(const json_t *obj, const char *key, int *out, const char *what, Err *err);
-int json_req_str(const json_t *obj, const char *key, const char **out, const char *what,
-                 Err *err);
-int json_opt_str(const json_t *obj, const char *key, const char **out, const char *what,
-                 Err *err);
+int json_req_str(const json_t *obj, const char *key, const char **out, const char *what, Err *err);
+int json_opt_str(const json_t *obj, const char *key, const char **out, const char *what, Err *err);
 
 #endif

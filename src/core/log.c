@@ -29,6 +29,14 @@ static void vlog(FILE *f, const char *tag, const char *fmt, va_list ap) {
     fflush(f);
 }
 
+static int g_info = 1;
+
+int log_set_info(int on) {
+    int was = g_info;
+    g_info = on;
+    return was;
+}
+
 static int g_info_stderr;
 
 void log_info_to_stderr(void) {
@@ -36,7 +44,7 @@ void log_info_to_stderr(void) {
 }
 
 void log_info(const char *fmt, ...) {
-    if (g_rank != 0) return;
+    if (g_rank != 0 || !g_info) return;
     va_list ap;
     va_start(ap, fmt);
     vlog(g_info_stderr ? stderr : stdout, NULL, fmt, ap);

@@ -9,6 +9,9 @@ int log_rank(void);
  * (generate) send them to stderr. */
 void log_info_to_stderr(void);
 void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Sets whether log_info prints (1, the default) and returns the previous setting: a check that
+ * repeats work the job logs itself (the plan's override resolution) runs quietly. */
+int log_set_info(int on);
 void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

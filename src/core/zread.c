@@ -6,9 +6,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 #include <zstd.h>
 
+#include "core/fs.h"
 #include "core/strutil.h"
 
 #define ZREAD_IN (1u << 16)
@@ -47,8 +49,15 @@ void zread_plain_name(const char *path, char *out) {
 
 int zread_open(ZRead **out, const char *path, Err *err) {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return err_sys(err, "cannot open %s", path);
+    struct stat st;
+    int fd = fs_open_read(path, &st, err);
+    if (fd < 0) return -1;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        err_sys(err, "cannot open %s", path);
+        close(fd);
+        return -1;
+    }
     return zread_open_stream(out, f, path, err);
 }
 
@@ -204,6 +213,14 @@ int zread_all(const char *path, char **data, size_t *len, Err *err) {
     char *buf = xmalloc(cap + 1);
     for (;;) {
         if (cap - n < (1 << 16)) {
+            /* The plain size is unknown until the end: a small .gz can unpack to any size. */
+            if (cap >= FS_READ_ALL_MAX) {
+                free(buf);
+                zread_close(z);
+                return err_set(err,
+                               "%s unpacks to more than the %zu-byte limit for a file read whole",
+                               path, FS_READ_ALL_MAX);
+            }
             cap *= 2;
             buf = xrealloc(buf, cap + 1);
         }

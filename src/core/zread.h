@@ -19,6 +19,7 @@ int zread_is_compressed(const char *path);
  * out must hold strlen(path) + 1 bytes. */
 void zread_plain_name(const char *path, char *out);
 
+/* Opens path through fs_open_read (regular files only, never blocking on a FIFO). */
 int zread_open(ZRead **out, const char *path, Err *err);
 /* Over an open stream f (closed by zread_close, also on error), decoded by path's ending. */
 int zread_open_stream(ZRead **out, FILE *f, const char *path, Err *err);
@@ -28,7 +29,8 @@ void zread_close(ZRead *z);
 /* Bytes of the file consumed so far (compressed bytes for .gz / .zst): progress over the file. */
 unsigned long long zread_in_offset(const ZRead *z);
 
-/* The whole plain content, malloc'd and NUL-terminated (not counted in *len). */
+/* The whole plain content, malloc'd and NUL-terminated (not counted in *len); more than
+ * FS_READ_ALL_MAX plain bytes is an error naming the file, as for fs_read_all. */
 int zread_all(const char *path, char **data, size_t *len, Err *err);
 
 /* A FILE* over the plain bytes (for line readers such as getline); a read error sets the

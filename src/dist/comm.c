@@ -58,6 +58,22 @@ int comm_reduce_scatter_sum(Comm *c, void *out, const void *in, size_t n, CommDt
     return comm_wait(c, req, err);
 }
 
+static int g_init_timeout, g_train_timeout, g_first_step_done;
+
+void comm_set_timeouts(int init_seconds, int train_seconds) {
+    g_init_timeout = init_seconds;
+    g_train_timeout = train_seconds;
+}
+
+void comm_first_step_done(void) {
+    g_first_step_done = 1;
+}
+
+double comm_timeout_seconds(const char **key) {
+    if (key) *key = g_first_step_done ? "comm.train_timeout_seconds" : "comm.init_timeout_seconds";
+    return g_first_step_done ? g_train_timeout : g_init_timeout;
+}
+
 int comm_agree(Comm *c, int local_rc, Err *err) {
     if (c->size == 1) return local_rc ? -1 : 0;
     double *failed = xcalloc((size_t)c->size, sizeof *failed);

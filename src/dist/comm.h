@@ -64,6 +64,18 @@ void comm_destroy(Comm *c);
 /* A single-process communicator (rank 0 of 1); never fails. */
 Comm *comm_single_create(void);
 
+/* Collective timeouts (comm.init_timeout_seconds, comm.train_timeout_seconds): a collective
+ * that waits longer than the current one for the other ranks fails with a sentence naming the
+ * ranks that stopped answering, and ending the job then ends every rank (MPI_Abort, not a
+ * finalize that would wait for the stopped rank too). init applies from this call until
+ * comm_first_step_done, train after it; both process-wide, for every communicator. Without
+ * this call collectives wait forever (a single process never waits). */
+void comm_set_timeouts(int init_seconds, int train_seconds);
+/* The first training step has finished: collectives switch to the train timeout. */
+void comm_first_step_done(void);
+/* The timeout in force in seconds (0 = none) and the config key it comes from. */
+double comm_timeout_seconds(const char **key);
+
 /* Prints "[rank R] error: MSG" to stderr and ends every rank of the job with `code`
  * (MPI_Abort under mpirun, exit otherwise). For failures after which the ranks cannot agree
  * to stop together, e.g. one rank's file read failed while the others wait in a collective. */

@@ -1,7 +1,13 @@
 /* The MPI communicator (Open MPI, CPU buffers). Sums are computed in rank order on the rank
  * that keeps them (see comm.h): reduce-scatter is an all-to-all of the chunks followed by a
  * local loop over ranks 0..P-1, and all-reduce is that reduce-scatter followed by an
- * all-gather. Every MPI call runs with MPI_ERRORS_RETURN and its failure becomes an Err. */
+ * all-gather. Every MPI call runs with MPI_ERRORS_RETURN and its failure becomes an Err.
+ *
+ * Collective timeout: every collective is started non-blocking and completed by wait_req,
+ * which polls it (as MPI_Wait itself spins) against the deadline of comm_timeout_seconds. A
+ * blocking MPI collective could not be interrupted: a stopped rank would hold the others in
+ * it forever. On the deadline the rank says "alive" to every rank on a communicator of its
+ * own and listens a short while; the ranks it does not hear from are the ones named. */
 #include <limits.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -38,6 +44,11 @@ typedef struct MpiImpl {
 } MpiImpl;
 
 static int g_active = 0;
+/* A duplicate of the world for the liveness round after a timeout, and whether one happened
+ * (the world's destroy then aborts: MPI_Finalize would wait for the stopped rank). */
+static MPI_Comm g_watch = MPI_COMM_NULL;
+static int g_timed_out = 0;
+#define WATCH_TAG 4242
 
 int comm_mpi_active(void) {
     return g_active;
@@ -66,6 +77,71 @@ static int mpi_fail(Comm *c, int rc, const char *what, Err *err) {
         int rc_ = (call);                                                                          \
         if (rc_ != MPI_SUCCESS) return mpi_fail((c), rc_, (what), (err));                          \
     } while (0)
+
+/* After a timeout: the world ranks that do not say "alive" within the grace period, as text
+ * ("1, 3"). Every rank still running reaches its own deadline in the same collective at about
+ * the same time and says so too. */
+static void silent_ranks(char *out, size_t cap, double grace) {
+    int P = 0, me = 0;
+    MPI_Comm_size(g_watch, &P);
+    MPI_Comm_rank(g_watch, &me);
+    static const int alive = 1;
+    int *heard = xcalloc((size_t)P, sizeof *heard), *got = xcalloc((size_t)P, sizeof *got);
+    MPI_Request *recv = xcalloc((size_t)P, sizeof *recv), send;
+    for (int r = 0; r < P; r++) {
+        recv[r] = MPI_REQUEST_NULL;
+        if (r == me) continue;
+        /* Never waited for: a stopped rank may never take it, and the job ends anyway. */
+        MPI_Isend(&alive, 1, MPI_INT, r, WATCH_TAG, g_watch, &send);
+        MPI_Request_free(&send);
+        MPI_Irecv(&got[r], 1, MPI_INT, r, WATCH_TAG, g_watch, &recv[r]);
+    }
+    heard[me] = 1;
+    double until = MPI_Wtime() + grace;
+    for (int pending = P - 1; pending > 0 && MPI_Wtime() < until;) {
+        pending = 0;
+        for (int r = 0; r < P; r++) {
+            int flag = 0;
+            if (!heard[r] && MPI_Test(&recv[r], &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag)
+                heard[r] = 1;
+            pending += !heard[r];
+        }
+    }
+    size_t n = 0;
+    out[0] = 0;
+    for (int r = 0; r < P; r++)
+        if (!heard[r] && n < cap) n += (size_t)snprintf(out + n, cap - n, "%s%d", n ? ", " : "", r);
+    free(heard), free(got), free(recv);
+}
+
+/* Completes req, or fails once it has waited longer than the collective timeout. */
+static int wait_req(Comm *c, MPI_Request *req, const char *what, Err *err) {
+    const char *key;
+    double limit = comm_timeout_seconds(&key);
+    if (limit <= 0) {
+        MPI_TRY(c, MPI_Wait(req, MPI_STATUS_IGNORE), what, err);
+        return 0;
+    }
+    double start = MPI_Wtime();
+    for (unsigned k = 1;; k++) {
+        int flag = 0;
+        MPI_TRY(c, MPI_Test(req, &flag, MPI_STATUS_IGNORE), what, err);
+        if (flag) return 0;
+        if (k % 64 == 0 && MPI_Wtime() - start > limit) break;
+    }
+    g_timed_out = 1;
+    char silent[256];
+    silent_ranks(silent, sizeof silent, limit < 2 ? limit : 2);
+    if (!silent[0])
+        return err_set(err,
+                       "%s waited more than %g s (%s) on rank %d, yet every rank answered: the "
+                       "ranks are waiting in different collectives",
+                       what, limit, key, c->rank);
+    return err_set(err,
+                   "rank %s stopped answering: %s waited more than %g s (%s) for it on rank %d; "
+                   "stopping every rank",
+                   silent, what, limit, key, c->rank);
+}
 
 static int count_fits(Comm *c, size_t n, const char *what, Err *err) {
     if (n > INT_MAX)
@@ -97,8 +173,9 @@ static void sum_in_rank_order(void *out, const void *in, size_t n, int ranks, Co
 }
 
 static int mpi_barrier(Comm *c, Err *err) {
-    MPI_TRY(c, MPI_Barrier(mpi_of(c)), "MPI_Barrier", err);
-    return 0;
+    MPI_Request req;
+    MPI_TRY(c, MPI_Ibarrier(mpi_of(c), &req), "MPI_Ibarrier", err);
+    return wait_req(c, &req, "a barrier", err);
 }
 
 /* All-reduce of n <= INT_MAX elements whose chunk offsets fit in int: rank r sums elements
@@ -121,15 +198,18 @@ static int all_reduce_block(Comm *c, char *buf, size_t n, CommDtype t, Err *err)
         m->scratch = xrealloc(m->scratch, need);
         m->scratch_bytes = need;
     }
-    int rc = MPI_Alltoallv(buf, counts, displs, mpi_type(t), m->scratch, recv_counts, recv_displs,
-                           mpi_type(t), mpi_of(c));
-    if (rc == MPI_SUCCESS) {
-        sum_in_rank_order(buf + (size_t)displs[c->rank] * es, m->scratch, (size_t)mine, P, t);
-        rc = MPI_Allgatherv(MPI_IN_PLACE, 0, mpi_type(t), buf, counts, displs, mpi_type(t),
-                            mpi_of(c));
-    }
-    if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "all-reduce (MPI_Alltoallv/Allgatherv)", err);
-    return 0;
+    MPI_Request req;
+    MPI_TRY(c,
+            MPI_Ialltoallv(buf, counts, displs, mpi_type(t), m->scratch, recv_counts, recv_displs,
+                           mpi_type(t), mpi_of(c), &req),
+            "all-reduce (MPI_Ialltoallv)", err);
+    TRY(wait_req(c, &req, "an all-reduce", err));
+    sum_in_rank_order(buf + (size_t)displs[c->rank] * es, m->scratch, (size_t)mine, P, t);
+    MPI_TRY(c,
+            MPI_Iallgatherv(MPI_IN_PLACE, 0, mpi_type(t), buf, counts, displs, mpi_type(t),
+                            mpi_of(c), &req),
+            "all-reduce (MPI_Iallgatherv)", err);
+    return wait_req(c, &req, "an all-reduce", err);
 }
 
 static int mpi_all_reduce_sum(Comm *c, void *buf, size_t n, CommDtype t, Err *err) {
@@ -149,8 +229,10 @@ static int mpi_broadcast(Comm *c, void *buf, size_t bytes, int root, Err *err) {
                        c->size);
     for (size_t off = 0; off < bytes; off += INT_MAX) {
         size_t len = bytes - off < INT_MAX ? bytes - off : INT_MAX;
-        MPI_TRY(c, MPI_Bcast((char *)buf + off, (int)len, MPI_BYTE, root, mpi_of(c)), "MPI_Bcast",
-                err);
+        MPI_Request req;
+        MPI_TRY(c, MPI_Ibcast((char *)buf + off, (int)len, MPI_BYTE, root, mpi_of(c), &req),
+                "MPI_Ibcast", err);
+        TRY(wait_req(c, &req, "a broadcast", err));
     }
     return 0;
 }
@@ -211,12 +293,12 @@ static int mpi_ireduce_scatter_sum(Comm *c, void *out, const void *in, size_t n,
 }
 
 static int mpi_wait(Comm *c, CommReq *q, Err *err) {
-    int rc = MPI_Wait(&q->request, MPI_STATUS_IGNORE);
-    if (rc == MPI_SUCCESS && q->kind == REQ_REDUCE_SCATTER)
+    int rc = wait_req(c, &q->request,
+                      q->kind == REQ_REDUCE_SCATTER ? "a reduce-scatter" : "an all-gather", err);
+    if (rc == 0 && q->kind == REQ_REDUCE_SCATTER)
         sum_in_rank_order(q->out, q->recv, q->n, c->size, q->t);
     q->busy = 0;
-    if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "MPI_Wait", err);
-    return 0;
+    return rc;
 }
 
 static int mpi_test(Comm *c, CommReq *q, int *done, Err *err) {
@@ -246,6 +328,9 @@ static Comm *wrap(MPI_Comm comm, int owns_mpi) {
 static int mpi_split(Comm *c, int color, int key, Comm **out, Err *err) {
     *out = NULL;
     if (color < 0) return err_set(err, "communicator split color %d is negative", color);
+    /* MPI_Comm_split has no non-blocking form: a barrier under the timeout first, so a rank
+     * that stopped before it is named rather than waited for. */
+    TRY(mpi_barrier(c, err));
     MPI_Comm sub;
     MPI_TRY(c, MPI_Comm_split(mpi_of(c), color, key, &sub), "MPI_Comm_split", err);
     *out = wrap(sub, 0);
@@ -254,8 +339,10 @@ static int mpi_split(Comm *c, int color, int key, Comm **out, Err *err) {
 
 static void mpi_destroy(Comm *c) {
     MpiImpl *m = c->impl;
+    if (m->owns_mpi && g_timed_out) comm_mpi_abort(1); /* the sentence was printed already */
     MPI_Comm_free(&m->comm);
     if (m->owns_mpi) {
+        if (g_watch != MPI_COMM_NULL) MPI_Comm_free(&g_watch);
         MPI_Finalize();
         g_active = 0;
     }
@@ -299,6 +386,8 @@ int comm_mpi_init(Comm **out, int *argc, char ***argv, Err *err) {
         MPI_Error_string(rc, text, &len);
         return err_set(err, "MPI_Comm_dup of the world communicator failed: %s", text);
     }
+    rc = MPI_Comm_dup(MPI_COMM_WORLD, &g_watch);
+    if (rc != MPI_SUCCESS) return err_set(err, "MPI_Comm_dup for the collective timeout failed");
     *out = wrap(world, 1);
     log_set_rank((*out)->rank, (*out)->size);
     return 0;

@@ -62,26 +62,29 @@ int infer_model_open(InferModel *im, const char *hf_dir, const char *step_dir, i
     ModelSpec spec;
     int rc = model_spec_from_hf_config_ex(&spec, &im->extra, cfg, err);
     free(cfg);
+    /* HF weights are checked against config.json before the model's memory is sized: a wrong
+     * vocab or shape costs a sentence, not gigabytes first. */
+    StSet set;
+    memset(&set, 0, sizeof set);
+    if (rc == 0 && !step_dir) {
+        rc = st_set_open(&set, im->dir, err);
+        if (rc == 0) rc = qwen3_hf_check(&spec, &set, im->dir, err);
+    }
     Qwen3Modules *mod = xmalloc(sizeof *mod);
     if (rc == 0) {
         overrides_defaults(&spec, "cpu", mod);
-        rc = qwen3_create_with(&im->m, &spec, B, T, AC_NONE, mod, err);
+        rc = qwen3_create_forward(&im->m, &spec, B, T, mod, err); /* no gradients to infer */
     }
     free(mod);
     if (rc != 0) {
+        st_set_close(&set);
         free(im->dir);
         im->dir = NULL;
         return -1;
     }
-    if (step_dir) {
-        rc = load_checkpoint_weights(&im->m, im->dir, err);
-    } else {
-        StSet set;
-        memset(&set, 0, sizeof set);
-        rc = st_set_open(&set, im->dir, err);
-        if (rc == 0) rc = qwen3_load_hf(&im->m, &set, im->dir, err);
-        st_set_close(&set);
-    }
+    rc = step_dir ? load_checkpoint_weights(&im->m, im->dir, err)
+                  : qwen3_load_hf(&im->m, &set, im->dir, err);
+    st_set_close(&set);
     if (rc == 0 && bf16) {
         rc = qwen3_enable_bf16(&im->m, err);
         if (rc == 0) qwen3_refresh_bf16(&im->m);

@@ -76,17 +76,38 @@ static int copy_tokenizer(const char *src, const char *dir, Err *err) {
     return rc;
 }
 
-/* An existing out_dir may be replaced when it is empty or holds an HF config.json. */
-static int replaceable(const char *dir) {
-    if (fs_exists_in(dir, "config.json")) return 1;
-    DIR *d = opendir(dir);
-    if (!d) return 0;
+/* 1 for a file name an export writes. */
+static int export_file_name(const char *name) {
+    if (strcmp(name, "config.json") == 0 || strcmp(name, "model.safetensors") == 0 ||
+        strcmp(name, "model.safetensors.index.json") == 0)
+        return 1;
+    for (int i = 0; i < HF_NTOKENIZER_FILES; i++)
+        if (strcmp(name, HF_TOKENIZER_FILES[i]) == 0) return 1;
+    unsigned a, b;
+    int end = 0;
+    return sscanf(name, "model-%5u-of-%5u.safetensors%n", &a, &b, &end) == 2 && name[end] == 0 &&
+           strlen(name) == strlen("model-00001-of-00001.safetensors");
+}
+
+int hf_export_check_out_dir(const char *out_dir, Err *err) {
+    TRY(hf_export_check_not_checkpoint(out_dir, err));
+    if (!fs_exists(out_dir)) return 0;
+    if (!fs_is_dir(out_dir))
+        return err_set(err, "--out %s exists and is not a directory; choose another output",
+                       out_dir);
+    DIR *d = opendir(out_dir);
+    SYS_CHECK(d != NULL, err, "cannot list %s", out_dir);
     struct dirent *e;
-    int empty = 1;
-    while (empty && (e = readdir(d)))
-        empty = strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0;
+    int rc = 0;
+    while (rc == 0 && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 &&
+            !export_file_name(e->d_name))
+            rc = err_set(err,
+                         "%s holds %s, which an export does not write; the export replaces the "
+                         "whole directory, so remove it or choose another output",
+                         out_dir, e->d_name);
     closedir(d);
-    return empty;
+    return rc;
 }
 
 static char *parent_of(const char *path) {
@@ -144,12 +165,7 @@ int hf_export(const char *out_dir, const ModelSpec *spec, const HfExportTensor *
     if (!torch_dtype_name(o->dtype))
         return err_set(err, "export dtype %s is not one of float32, bfloat16, float16",
                        dtype_name(o->dtype));
-    TRY(hf_export_check_not_checkpoint(out_dir, err));
-    if (fs_exists(out_dir) && (!fs_is_dir(out_dir) || !replaceable(out_dir)))
-        return err_set(err,
-                       "%s exists and is not an HF model directory (no config.json); remove it "
-                       "or choose another output",
-                       out_dir);
+    TRY(hf_export_check_out_dir(out_dir, err));
     HfKeyTable t;
     hf_keys_build(&t, spec);
     const float **params = xcalloc((size_t)t.nparams + 1, sizeof *params);
@@ -174,13 +190,9 @@ int hf_export(const char *out_dir, const ModelSpec *spec, const HfExportTensor *
         if (t.params[k].kind->hf && !params[k])
             rc = err_set(err, "no tensor for parameter %s", t.params[k].name);
     char *parent = parent_of(out_dir);
-    size_t cap = strlen(out_dir) + 48;
-    char *tmp = xmalloc(cap), *old = xmalloc(cap);
-    snprintf(tmp, cap, "%s.tmp-%ld", out_dir, (long)getpid());
-    snprintf(old, cap, "%s.old-%ld", out_dir, (long)getpid());
+    char *tmp = fs_tmp_name(out_dir), *old = fs_tmp_name(out_dir);
     Err ignore;
     if (rc == 0) rc = fs_mkdirs(parent, err);
-    if (rc == 0 && fs_exists(tmp)) rc = fs_remove_tree(tmp, err);
     if (rc == 0) rc = fs_mkdirs(tmp, err);
     if (rc == 0) rc = write_dir(tmp, spec, params, devices, &t, o, err);
     if (rc == 0 && fs_exists(out_dir) && rename(out_dir, old) != 0)

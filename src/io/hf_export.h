@@ -48,6 +48,11 @@ typedef struct HfExportTensor {
  * checkpoint folder (latest.json). Both also hold a config.json, so an export there would
  * replace the checkpoint, e.g. on `qtitan export --checkpoint STEP --out STEP`. */
 int hf_export_check_not_checkpoint(const char *out_dir, Err *err);
+/* 0 when out_dir may be replaced by an export: absent, empty, or holding only the files an
+ * export writes (config.json, model*.safetensors, the index, tokenizer files). Anything else
+ * (a README, .git, a training checkpoint) is an error naming it: replacing the directory
+ * would delete it. Every exporter checks here before it writes. */
+int hf_export_check_out_dir(const char *out_dir, Err *err);
 /* Writes out_dir for spec from the n tensors, which must hold every exported parameter of
  * spec's name table with its element count; a tensor that is not a parameter of spec is an
  * error, except MoE expert_bias (training state, skipped). */

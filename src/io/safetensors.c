@@ -134,7 +134,7 @@ static int parse_tensor(StTensor *t, Span *span, const char *path, const char *n
 
 static int parse_header(StFile *f, const char *hdr, size_t hlen, uint64_t data_off, Err *err) {
     json_error_t je;
-    json_t *root = json_loadb(hdr, hlen, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = json_parse(hdr, hlen, JSON_REJECT_DUPLICATES, &je);
     if (!root)
         return err_set(err, "%s: header is not valid JSON at byte %" PRIu64 ": %s", f->path,
                        (uint64_t)je.position + 8, je.text);
@@ -185,18 +185,9 @@ static int parse_header(StFile *f, const char *hdr, size_t hlen, uint64_t data_o
 
 int st_open(StFile *f, const char *path, Err *err) {
     memset(f, 0, sizeof *f);
-    int fd = open(path, O_RDONLY);
-    SYS_CHECK(fd >= 0, err, "cannot open %s", path);
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        err_sys(err, "cannot stat %s", path);
-        close(fd);
-        return -1;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return err_set(err, "%s: not a regular file", path);
-    }
+    int fd = fs_open_read(path, &st, err);
+    if (fd < 0) return -1;
     size_t size = (size_t)st.st_size;
     if (size < 8) {
         close(fd);
@@ -608,10 +599,8 @@ static int write_items(StWriteItem *items, int n, char **meta, int nmeta, const 
     Buf h = {0};
     build_header(&h, order, n, meta, nmeta);
 
-    size_t tl = strlen(path) + 5;
-    char *tmp = xmalloc(tl);
-    snprintf(tmp, tl, "%s.tmp", path);
-    Out o = {.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644), .path = tmp};
+    char *tmp = fs_tmp_name(path);
+    Out o = {.fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644), .path = tmp};
     int rc = 0;
     if (o.fd < 0) {
         rc = err_sys(err, "cannot create %s", tmp);

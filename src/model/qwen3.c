@@ -348,6 +348,10 @@ static int setup(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int s
     return 0;
 }
 
+/* What create allocates besides activations: OWN_PARAMS | OWN_GRADS for training, OWN_PARAMS
+ * alone for forward-only use (eval), neither for sharded training (the table points elsewhere). */
+enum { OWN_PARAMS = 1, OWN_GRADS = 2 };
+
 static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp, int owned,
                   const Qwen3Modules *impl, int frozen, Err *err) {
     TRY(setup(m, spec, B, T, ac, sp, err));
@@ -362,34 +366,38 @@ static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int 
     layout_acts(m, &ac_count, &ks_count);
     m->table = xcalloc((size_t)m->nparams, sizeof *m->table);
     m->slots = xcalloc((size_t)m->nslots, sizeof *m->slots);
-    if ((owned && (arena_init(&m->param_arena, "parameter", pc.used, err) ||
-                   arena_init(&m->grad_arena, "gradient", gc.used, err))) ||
+    if (((owned & OWN_PARAMS) && arena_init(&m->param_arena, "parameter", pc.used, err)) ||
+        ((owned & OWN_GRADS) && arena_init(&m->grad_arena, "gradient", gc.used, err)) ||
         arena_init(&m->act_arena, "activation", ac_count.used, err) ||
         arena_init(&m->scratch_arena, "kernel scratch", ks_count.used, err)) {
         qwen3_free(m);
         return -1;
     }
     build_modules(m, impl);
-    if (owned)
-        layout_params(m, &m->param_arena, &m->grad_arena);
-    else /* counting arenas place nothing: the table gets NULL data and grad */
-        layout_params(m, &pc, &gc);
+    /* Counting arenas place nothing: what is not owned gets NULL in the table. */
+    layout_params(m, owned & OWN_PARAMS ? &m->param_arena : &pc,
+                  owned & OWN_GRADS ? &m->grad_arena : &gc);
     layout_acts(m, &m->act_arena, &m->scratch_arena);
     return 0;
 }
 
 int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *err) {
-    return create(m, spec, B, T, ac, 1, 1, NULL, 0, err);
+    return create(m, spec, B, T, ac, 1, OWN_PARAMS | OWN_GRADS, NULL, 0, err);
 }
 
 int qwen3_create_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
                       const Qwen3Modules *impl, Err *err) {
-    return create(m, spec, B, T, ac, 1, 1, impl, 0, err);
+    return create(m, spec, B, T, ac, 1, OWN_PARAMS | OWN_GRADS, impl, 0, err);
+}
+
+int qwen3_create_forward(Qwen3 *m, const ModelSpec *spec, int B, int T, const Qwen3Modules *impl,
+                         Err *err) {
+    return create(m, spec, B, T, AC_NONE, 1, OWN_PARAMS, impl, 0, err);
 }
 
 int qwen3_create_frozen_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
                              const Qwen3Modules *impl, Err *err) {
-    return create(m, spec, B, T, ac, 1, 1, impl, 1, err);
+    return create(m, spec, B, T, ac, 1, OWN_PARAMS | OWN_GRADS, impl, 1, err);
 }
 
 int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp,

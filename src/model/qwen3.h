@@ -282,6 +282,11 @@ int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *
  * activations are sized for them (a chunked loss needs no (N, V) logits). */
 int qwen3_create_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
                       const Qwen3Modules *impl, Err *err);
+/* As qwen3_create_with (impl NULL: the defaults) for qwen3_forward and decoding only (eval,
+ * generate, validation): no gradient arena (the table's grads are NULL), so a model costs its
+ * parameters and activations, not twice its parameters. */
+int qwen3_create_forward(Qwen3 *m, const ModelSpec *spec, int B, int T, const Qwen3Modules *impl,
+                         Err *err);
 /* The same without parameter and gradient memory: the table has names and shapes but NULL
  * data and grad, and m->p / m->g stay NULL until dist.unit points them somewhere (FSDP).
  * sp > 1: sequence parallel over sp ranks (Qwen3.sp; B * T must be divisible by it), with the

@@ -240,7 +240,9 @@ void bpe_encode_word(const Bpe *b, const uint8_t *w, size_t n, IdVec *out) {
         s->tag = b->tag;
         s->klen = (uint8_t)n;
         s->nids = (uint8_t)got;
-        memcpy(s->key, w, n);
-        memcpy(s->ids, out->ids + start, got * sizeof *s->ids);
+        /* Guarded: an empty word or result may come with NULL pointers, which memcpy may not
+         * be given even for 0 bytes. */
+        if (n) memcpy(s->key, w, n);
+        if (got) memcpy(s->ids, out->ids + start, got * sizeof *s->ids);
     }
 }

@@ -308,21 +308,10 @@ static int cache_check(const void *map, size_t size, uint64_t key, const Dataset
 
 /* Maps path and validates it. 0: usable; 1: absent or unusable (reason logged); -1: error. */
 static int cache_try_open(Dataset *ds, const char *path, const DatasetEncoder *enc, Err *err) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) {
-        if (errno == ENOENT) return 1;
-        return err_sys(err, "cannot open dataset cache %s", path);
-    }
+    if (!fs_exists(path)) return 1;
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        err_sys(err, "cannot stat dataset cache %s", path);
-        close(fd);
-        return -1;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        close(fd);
-        return err_set(err, "dataset cache %s is a directory, expected a file (remove it)", path);
-    }
+    int fd = fs_open_read(path, &st, err);
+    if (fd < 0) return err_wrap(err, "dataset cache (remove it)");
     size_t size = (size_t)st.st_size;
     void *map = size ? mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0) : NULL;
     close(fd);
@@ -534,6 +523,13 @@ static int tokenize_compressed(Build *b, const char *path, Slot *slots, Err *err
     int rc = 0, first = 1, eof = 0;
     while (rc == 0 && !eof) {
         if (have == cap) {
+            /* One line that fills the block: grow it, up to the cap of a file read whole (a
+             * small corrupt or hostile .gz can unpack to one endless line). */
+            if (cap >= FS_READ_ALL_MAX) {
+                rc = err_set(err, "%s:%lld: a line longer than %zu bytes", path,
+                             (long long)lineno + 1, FS_READ_ALL_MAX);
+                break;
+            }
             cap *= 2;
             buf = xrealloc(buf, cap);
         }
@@ -563,14 +559,9 @@ static int tokenize_compressed(Build *b, const char *path, Slot *slots, Err *err
 
 static int tokenize_file(Build *b, const char *path, Slot *slots, Err *err) {
     if (zread_is_compressed(path)) return tokenize_compressed(b, path, slots, err);
-    int fd = open(path, O_RDONLY);
-    SYS_CHECK(fd >= 0, err, "cannot open dataset file %s", path);
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        err_sys(err, "cannot stat dataset file %s", path);
-        close(fd);
-        return -1;
-    }
+    int fd = fs_open_read(path, &st, err);
+    if (fd < 0) return -1;
     size_t size = (size_t)st.st_size;
     if (size == 0) {
         close(fd);

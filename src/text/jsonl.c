@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/json.h"
+
 int jsonl_next_line(const char *buf, size_t len, size_t *pos, const char **line, size_t *line_len) {
     size_t p = *pos;
     if (p >= len) return 1;
@@ -50,7 +52,7 @@ int jsonl_parse_text(const char *line, size_t len, const char *file, int64_t lin
                      size_t *text_len, Err *err) {
     json_error_t je;
     /* NUL is allowed inside strings because the tokenizer takes (text, len), not C strings. */
-    json_t *j = json_loadb(line, len, JSON_ALLOW_NUL, &je);
+    json_t *j = json_parse(line, len, JSON_ALLOW_NUL, &je);
     if (!j)
         return err_set(err,
                        "%s:%lld: not valid JSON at column %d (%s); expected one object "

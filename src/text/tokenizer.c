@@ -590,7 +590,7 @@ static void build_decode(Tokenizer *t) {
         }
         if (!ok) {
             o = start;
-            memcpy(t->dec_blob + o, s, l);
+            if (l) memcpy(t->dec_blob + o, s, l);
             o += l;
         }
         t->dec_off[id + 1] = o;
@@ -940,7 +940,7 @@ int tokenizer_decode(const Tokenizer *t, const uint32_t *ids, size_t n, char **t
         /* Without a decoder HF joins the tokens with spaces. */
         if (!t->decoder_bytelevel && i > 0) raw[o++] = ' ';
         size_t l = t->dec_off[ids[i] + 1] - t->dec_off[ids[i]];
-        memcpy(raw + o, t->dec_blob + t->dec_off[ids[i]], l);
+        if (l) memcpy(raw + o, t->dec_blob + t->dec_off[ids[i]], l); /* no blob when all are "" */
         o += l;
     }
     raw[o] = 0;

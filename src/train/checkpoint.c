@@ -91,14 +91,9 @@ uint64_t ckpt_checksum(const void *data, size_t n) {
 
 /* Size and checksum of a whole file, read through a mapping. */
 static int file_digest(const char *path, uint64_t *size, uint64_t *hash, Err *err) {
-    int fd = open(path, O_RDONLY);
-    SYS_CHECK(fd >= 0, err, "cannot open %s", path);
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        err_sys(err, "cannot stat %s", path);
-        close(fd);
-        return -1;
-    }
+    int fd = fs_open_read(path, &st, err);
+    if (fd < 0) return -1;
     *size = (uint64_t)st.st_size;
     if (st.st_size == 0) {
         close(fd);
@@ -219,6 +214,50 @@ static json_t *u64_str(uint64_t v, int hex) {
     return json_string(buf);
 }
 
+/* The state file's own checksum: "state_checksum" is the checksum of the file's bytes with
+ * those 16 hex digits as zeros. Byte flips, a truncation or a hand edit (say of "step")
+ * anywhere in the file are caught before any field is trusted. */
+#define STATE_SUM_KEY "state_checksum"
+
+/* The 16 hex digits of the last "state_checksum": "..." in text, or NULL. */
+static char *state_sum_field(char *text, size_t len) {
+    static const char key[] = "\"" STATE_SUM_KEY "\": \"";
+    size_t k = sizeof key - 1;
+    char *found = NULL;
+    for (char *p = text; (size_t)(p - text) + k + 17 <= len;) {
+        char *q = memmem(p, len - (size_t)(p - text), key, k);
+        if (!q || (size_t)(q - text) + k + 17 > len) break;
+        found = q + k;
+        p = q + 1;
+    }
+    return found && found[16] == '"' ? found : NULL;
+}
+
+/* Checks text (path's bytes) against its state_checksum. */
+static int check_state_sum(char *text, size_t len, const char *path, Err *err) {
+    char *sum = state_sum_field(text, len);
+    if (!sum) return err_set(err, "%s has no %s (corrupted)", path, STATE_SUM_KEY);
+    char digits[17];
+    memcpy(digits, sum, 16);
+    digits[16] = 0;
+    uint64_t want;
+    char *end;
+    errno = 0;
+    want = strtoull(digits, &end, 16);
+    if (errno || *end || digits[0] == '-')
+        return err_set(err, "%s: %s \"%s\" is not 16 hex digits (corrupted)", path, STATE_SUM_KEY,
+                       digits);
+    memset(sum, '0', 16);
+    uint64_t have = ckpt_checksum(text, len);
+    memcpy(sum, digits, 16);
+    if (have != want)
+        return err_set(err,
+                       "%s has checksum %016" PRIx64 ", its %s records %016" PRIx64
+                       " (edited or corrupted)",
+                       path, have, STATE_SUM_KEY, want);
+    return 0;
+}
+
 static int write_state(const char *dir, const CkptState *st, Err *err) {
     json_t *o = json_object();
     json_object_set_new(o, "format", json_string(CKPT_FORMAT_NAME));
@@ -255,12 +294,17 @@ static int write_state(const char *dir, const CkptState *st, Err *err) {
         json_object_set_new(files, name, f);
     }
     json_object_set_new(o, "files", files);
+    json_object_set_new(o, STATE_SUM_KEY, u64_str(0, 1));
     char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
     json_decref(o);
     if (!text) return err_set(err, "checkpoint: cannot serialise %s", CKPT_STATE_FILE);
     char *path = fs_join(dir, CKPT_STATE_FILE);
     size_t len = strlen(text);
     text[len] = '\n'; /* replaces the NUL: the buffer is written by length */
+    char *sum = state_sum_field(text, len + 1);
+    uint64_t h = ckpt_checksum(text, len + 1);
+    for (int i = 15; i >= 0; i--, h >>= 4)
+        sum[i] = "0123456789abcdef"[h & 15];
     int rc = fs_write_atomic(path, text, len + 1, err);
     free(text);
     free(path);
@@ -371,8 +415,21 @@ static int parse_u64(const char *s, int hex, uint64_t *out) {
 }
 
 static json_t *load_state_json(const char *dir, char **path_out, Err *err) {
-    char *path = fs_join(dir, CKPT_STATE_FILE);
-    json_t *o = json_load_path(path, err);
+    char *path = fs_join(dir, CKPT_STATE_FILE), *text;
+    size_t len;
+    if (fs_read_all(path, &text, &len, err) != 0) {
+        free(path);
+        return NULL;
+    }
+    json_t *o = json_load_mem(text, len, path, err);
+    /* Version 1 files predate the state checksum; everything later carries one. */
+    json_t *v = o ? json_object_get(o, "version") : NULL;
+    if (o && !(json_is_integer(v) && json_integer_value(v) == 1) &&
+        check_state_sum(text, len, path, err) != 0) {
+        json_decref(o);
+        o = NULL;
+    }
+    free(text);
     if (!o) {
         free(path);
         return NULL;
@@ -386,15 +443,61 @@ static json_t *load_state_json(const char *dir, char **path_out, Err *err) {
         free(path);
         return NULL;
     }
-    if (strcmp(fmt, CKPT_FORMAT_NAME) != 0 || version != CKPT_FORMAT_VERSION) {
-        err_set(err, "%s: format \"%s\" version %" PRId64 ", expected \"%s\" version %d", path, fmt,
-                version, CKPT_FORMAT_NAME, CKPT_FORMAT_VERSION);
+    if (strcmp(fmt, CKPT_FORMAT_NAME) != 0 || version < 1 || version > CKPT_FORMAT_VERSION) {
+        err_set(err, "%s: format \"%s\" version %" PRId64 ", expected \"%s\" version 1 to %d", path,
+                fmt, version, CKPT_FORMAT_NAME, CKPT_FORMAT_VERSION);
         json_decref(o);
         free(path);
         return NULL;
     }
     *path_out = path;
     return o;
+}
+
+/* The state's step against the step-N directory it sits in (when it is named so: a copy under
+ * another name is the user's to vouch for), and its optim_step against the step that
+ * optim.safetensors carries: a state file moved or copied between steps, with its checksum
+ * intact, still names the wrong step. */
+static int check_steps(const char *dir, const json_t *o, const char *spath, Err *err) {
+    int64_t step, optim_step;
+    TRY(json_req_int(o, "step", &step, spath, err));
+    TRY(json_req_int(o, "optim_step", &optim_step, spath, err));
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/')
+        n--;
+    size_t b = n;
+    while (b > 0 && dir[b - 1] != '/')
+        b--;
+    char base[64];
+    int64_t named = -1;
+    if (n - b < sizeof base) {
+        memcpy(base, dir + b, n - b);
+        base[n - b] = 0;
+        named = parse_step_name(base);
+    }
+    if (named >= 0 && named != step)
+        return err_set(err,
+                       "%s records step %" PRId64 ", but it is in the directory of step %" PRId64,
+                       spath, step, named);
+    char *opath = fs_join(dir, CKPT_OPTIM_FILE);
+    StFile f;
+    int rc = st_open(&f, opath, err);
+    if (rc == 0) {
+        const StTensor *s = st_find(&f, CKPT_STEP_TENSOR);
+        int64_t ostep = -1;
+        if (!s || s->dtype != DT_I64 || s->numel != 1)
+            rc = err_set(err, "checkpoint file %s has no I64 tensor \"%s\" of one element", opath,
+                         CKPT_STEP_TENSOR);
+        else
+            memcpy(&ostep, s->data, sizeof ostep);
+        if (rc == 0 && ostep != optim_step)
+            rc = err_set(
+                err, "%s: optimizer step %" PRId64 " disagrees with optim_step %" PRId64 " in %s",
+                opath, ostep, optim_step, CKPT_STATE_FILE);
+        st_close(&f);
+    }
+    free(opath);
+    return rc;
 }
 
 int ckpt_verify(const char *dir, int full, Err *err) {
@@ -445,6 +548,7 @@ int ckpt_verify(const char *dir, int full, Err *err) {
         }
         free(path);
     }
+    if (rc == 0) rc = check_steps(dir, o, spath, err);
     json_decref(o);
     free(spath);
     return rc;
@@ -481,6 +585,10 @@ int ckpt_clean_stale(const char *root, Err *err) {
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         if (strncmp(e->d_name, "step-", 5) != 0 || !strstr(e->d_name, ".tmp-")) continue;
+        /* Another process may be saving into it right now (a second trainer on this folder
+         * that the lock refused, or one on another folder sharing it): only a leftover of a
+         * process that is gone is removed. */
+        if (fs_tmp_owner_alive(e->d_name)) continue;
         char *full = fs_join(root, e->d_name);
         log_warn("checkpoint: removing %s left by an interrupted save", full);
         if (fs_remove_tree(full, err) != 0) rc = -1;

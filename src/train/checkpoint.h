@@ -15,7 +15,7 @@
 #include "core/err.h"
 #include "train/adamw.h"
 
-#define CKPT_FORMAT_VERSION 1
+#define CKPT_FORMAT_VERSION 2
 #define CKPT_MAX_DIMS 8
 
 /* One named fp32 buffer of the caller's (a parameter, an exp_avg, ...). */
@@ -78,7 +78,8 @@ int ckpt_verify(const char *step_dir, int full, Err *err);
  * root does not exist), -1 on an error reading root. */
 int ckpt_find_latest(const char *root, int64_t *step, char **path, Err *err);
 
-/* Removes leftover step-N.tmp-* directories of interrupted saves. */
+/* Removes leftover step-N.tmp-<pid> directories of interrupted saves whose process is gone
+ * (fs_tmp_owner_alive). */
 int ckpt_clean_stale(const char *root, Err *err);
 
 /* Reads train_state.json of step_dir into *st (data_position as a new reference) without

@@ -38,13 +38,12 @@ static int read_marker(const char *root, int64_t *steps, int *n, int64_t *ranks,
         free(path);
         return 0;
     }
-    json_error_t je;
-    json_t *o = json_load_file(path, 0, &je);
+    json_t *o = json_load_path(path, err);
     int rc = 0;
     const char *format = NULL;
     json_t *list = o ? json_object_get(o, "steps") : NULL;
     if (!o) {
-        rc = err_set(err, "%s:%d:%d: %s", path, je.line, je.column, je.text);
+        rc = -1;
     } else if (json_req_str(o, "format", &format, path, err) != 0 ||
                json_req_int(o, "ranks", ranks, path, err) != 0) {
         rc = -1;
@@ -57,8 +56,11 @@ static int read_marker(const char *root, int64_t *steps, int *n, int64_t *ranks,
         mesh[0] = 1, mesh[1] = *ranks, mesh[2] = 1;
         for (int k = 0; k < 3 && json_is_array(m); k++)
             mesh[k] = json_integer_value(json_array_get(m, (size_t)k));
+        /* Checked before multiplying: a hostile mesh must not wrap to the right product. */
+        int64_t product = 0;
         if (m && (!json_is_array(m) || json_array_size(m) != 3 || mesh[0] < 1 || mesh[1] < 1 ||
-                  mesh[2] < 1 || mesh[0] * mesh[1] * mesh[2] != *ranks))
+                  mesh[2] < 1 || __builtin_mul_overflow(mesh[0], mesh[1], &product) ||
+                  __builtin_mul_overflow(product, mesh[2], &product) || product != *ranks))
             rc = err_set(err, "%s: mesh must be 3 positive integers whose product is ranks", path);
         for (size_t i = 0; i < json_array_size(list) && rc == 0; i++) {
             json_t *v = json_array_get(list, i);
@@ -435,24 +437,13 @@ int ckpt_dist_export_hf(const char *out_dir, const CkptDistReader *r, const Mode
     return rc;
 }
 
-/* Exports r's step to out_dir through out_dir.tmp-<pid>, renamed into place (an existing
- * out_dir is replaced only when it is an HF directory or empty). */
+/* Exports r's step to out_dir through fs_tmp_name(out_dir), renamed into place (an existing
+ * out_dir is replaced only when it holds nothing but an export's files). */
 static int export_to(const char *out_dir, const CkptDistReader *r, const ModelSpec *spec,
                      DType dtype, size_t max_shard_bytes, Err *err) {
-    TRY(hf_export_check_not_checkpoint(out_dir, err));
-    char *cfg = fs_join(out_dir, "config.json");
-    int replaceable = !fs_exists(out_dir) || fs_exists(cfg) || rmdir(out_dir) == 0;
-    free(cfg);
-    if (!replaceable)
-        return err_set(err,
-                       "%s exists and is not an HF model directory (no config.json); remove it "
-                       "or choose another output",
-                       out_dir);
-    size_t cap = strlen(out_dir) + 32;
-    char *tmp = xmalloc(cap);
-    snprintf(tmp, cap, "%s.tmp-%ld", out_dir, (long)getpid());
-    int rc = fs_exists(tmp) ? fs_remove_tree(tmp, err) : 0;
-    if (rc == 0) rc = fs_mkdirs(tmp, err);
+    TRY(hf_export_check_out_dir(out_dir, err));
+    char *tmp = fs_tmp_name(out_dir);
+    int rc = fs_mkdirs(tmp, err);
     if (rc == 0) rc = ckpt_dist_export_hf(tmp, r, spec, dtype, max_shard_bytes, err);
     if (rc == 0 && fs_exists(out_dir)) rc = fs_remove_tree(out_dir, err);
     if (rc == 0 && rename(tmp, out_dir) != 0)

@@ -8,9 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/fs.h"
+#include "core/json.h"
+#include "core/log.h"
 #include "core/progress.h"
 #include "core/timer.h"
 #include "kernels/cpu_peak.h"
@@ -181,7 +184,7 @@ static int drop_records_after(const char *path, int64_t keep_step, Err *err) {
         int keep = 0;
         if (end < len) { /* a complete line */
             json_error_t je;
-            json_t *o = json_loadb(data + i, end - i, 0, &je);
+            json_t *o = json_parse(data + i, end - i, 0, &je);
             json_t *st = o ? json_object_get(o, "step") : NULL;
             keep = json_is_integer(st) && json_integer_value(st) <= keep_step;
             json_decref(o);
@@ -199,16 +202,39 @@ static int drop_records_after(const char *path, int64_t keep_step, Err *err) {
     return rc;
 }
 
+/* A fresh run's metrics.jsonl: an earlier run's non-empty file is moved to metrics.N.jsonl. */
+static int keep_earlier_run(const char *dump_folder, const char *path, Err *err) {
+    struct stat st;
+    if (stat(path, &st) != 0 || st.st_size == 0) return 0;
+    for (int n = 1;; n++) {
+        char name[48];
+        snprintf(name, sizeof name, "metrics.%d.jsonl", n);
+        char *kept = fs_join(dump_folder, name);
+        if (fs_exists(kept)) {
+            free(kept);
+            continue;
+        }
+        int rc = rename(path, kept) == 0 ? 0 : err_sys(err, "cannot move %s to %s", path, kept);
+        if (rc == 0)
+            log_info("metrics: %s holds an earlier run's records; kept them as %s, this run "
+                     "writes a new %s",
+                     path, kept, path);
+        free(kept);
+        return rc;
+    }
+}
+
 int metrics_writer_open(MetricsWriter *w, const char *dump_folder, int64_t resume_step, Err *err) {
     memset(w, 0, sizeof *w);
     TRY(fs_mkdirs(dump_folder, err));
     w->path = fs_join(dump_folder, "metrics.jsonl");
-    if (resume_step > 0 && drop_records_after(w->path, resume_step, err) != 0) {
+    if ((resume_step > 0 ? drop_records_after(w->path, resume_step, err)
+                         : keep_earlier_run(dump_folder, w->path, err)) != 0) {
         free(w->path);
         w->path = NULL;
         return -1;
     }
-    w->f = fopen(w->path, resume_step > 0 ? "a" : "w");
+    w->f = fopen(w->path, "a");
     if (!w->f) {
         err_sys(err, "cannot open %s for writing", w->path);
         free(w->path);

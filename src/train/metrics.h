@@ -71,8 +71,10 @@ typedef struct MetricsWriter {
 } MetricsWriter;
 
 /* Opens {dump_folder}/metrics.jsonl (creating the folder). resume_step = 0 starts the file
- * afresh; a run resumed from the checkpoint of step S > 0 keeps the records of steps <= S and
- * appends, so the steps redone after S are not in the file twice. */
+ * afresh, never over an earlier run's records: a non-empty metrics.jsonl is first renamed to
+ * the first free metrics.N.jsonl (N = 1, 2, ...), with a notice naming it. A run resumed from
+ * the checkpoint of step S > 0 keeps the records of steps <= S and appends, so the steps
+ * redone after S are not in the file twice. */
 int metrics_writer_open(MetricsWriter *w, const char *dump_folder, int64_t resume_step, Err *err);
 /* Adds TensorBoard events under dir (train/tensorboard.h) to w, opened or zeroed. */
 int metrics_writer_open_tensorboard(MetricsWriter *w, const char *dir, Err *err);

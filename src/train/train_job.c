@@ -15,11 +15,14 @@
 #include "core/log.h"
 #include "io/hf_config.h"
 #include "model/lora.h"
+#include "model/qwen3_hf.h"
 #include "text/chat_data.h"
+#include "text/dataset.h"
 #include "text/tokenizer.h"
 #include "train/between_steps.h"
 #include "train/ckpt_dist.h"
 #include "train/data_feed.h"
+#include "train/lock.h"
 #include "train/train_hf.h"
 #include "train/train_qwen3.h"
 #include "train/trainer.h"
@@ -126,6 +129,33 @@ static int check_same_config(Comm *world, uint64_t hash, Err *err) {
     return comm_agree(world, rc, err);
 }
 
+/* The user's batch against the sizes computed from it: tokens per micro-batch are counted in
+ * int32 (positions, document ids), and the widest activation row over every layer, in bytes,
+ * must fit in int64 for the arena arithmetic (and the plan) to be exact. */
+static int check_batch_size(const JobConfig *cfg, const ModelSpec *spec, Err *err) {
+    int64_t tokens = (int64_t)cfg->training.local_batch_size * cfg->training.seq_len, bytes;
+    if (tokens > INT32_MAX)
+        return err_set(err,
+                       "training.local_batch_size x training.seq_len = %d x %d = %" PRId64
+                       " tokens per micro-batch, more than the %d a micro-batch may hold",
+                       cfg->training.local_batch_size, cfg->training.seq_len, tokens, INT32_MAX);
+    if (!spec) return 0;
+    int64_t row = spec->vocab_size;
+    const int64_t widths[] = {spec->dim, spec->hidden_dim,
+                              (int64_t)spec->moe_hidden_dim * (spec->top_k > 0 ? spec->top_k : 1),
+                              (int64_t)spec->n_heads * spec->head_dim};
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++)
+        if (widths[i] > row) row = widths[i];
+    if (__builtin_mul_overflow(tokens, row, &bytes) ||
+        __builtin_mul_overflow(bytes, (int64_t)4 * (spec->n_layers + 8), &bytes))
+        return err_set(err,
+                       "training.local_batch_size x training.seq_len = %" PRId64
+                       " tokens per micro-batch with rows of %" PRId64
+                       " values over %d layers needs more bytes than a 64-bit size can count",
+                       tokens, row, spec->n_layers);
+    return 0;
+}
+
 /* torchtitan's layout: DUMP/save_tb_folder/<start time>/, plus rank_N/ per rank with
  * save_for_all_ranks. Rank 0's clock names the run, so all ranks write into one run. */
 static int tb_run_dir(const JobConfig *cfg, Comm *world, char **out, Err *err) {
@@ -154,6 +184,7 @@ int train_job_check(const JobConfig *cfg, const ModelSpec *spec, Err *err) {
     if (spec && cfg->training.seq_len > spec->max_seq_len)
         return err_set(err, "training.seq_len = %d exceeds the model's max_seq_len %d",
                        cfg->training.seq_len, spec->max_seq_len);
+    TRY(check_batch_size(cfg, spec, err));
     int micro;
     TRY(config_grad_accum_steps(cfg, 1, &micro, err));
     if (cfg->checkpoint.last_save_in_hf && !cfg->checkpoint.enable)
@@ -219,7 +250,10 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err);
 
 int train_job_run(const JobConfig *cfg, Comm *world, Err *err) {
     Comm *single = world ? NULL : comm_single_create();
-    int rc = run_job(cfg, world ? world : single, err);
+    TrainLock lock;
+    int rc = train_lock_take(&lock, world ? world : single, cfg, err);
+    if (rc == 0) rc = run_job(cfg, world ? world : single, err);
+    train_lock_release(&lock);
     comm_destroy(single);
     return rc;
 }
@@ -229,6 +263,16 @@ int train_job_run(const JobConfig *cfg, Comm *world, Err *err) {
 static int end_job_on_failure(Comm *world, int rc, const Err *err) {
     if (rc != 0 && world->size > 1) comm_abort(1, err->msg);
     return rc;
+}
+
+/* The last check before the model's memory is sized, once every cheaper one has passed:
+ * initial weights against the model (a wrong vocab or shape costs a sentence, not gigabytes
+ * first). The plan against physical memory is cmd_train's (train_plan sits above this file). */
+static int check_before_sizing(const JobConfig *cfg, const ModelSpec *spec, Comm *world, Err *err) {
+    int rc = 0;
+    if (cfg->checkpoint.initial_load_path[0])
+        rc = qwen3_hf_check_path(spec, cfg->checkpoint.initial_load_path, err);
+    return comm_agree(world, rc, err);
 }
 
 int train_job_device(const JobConfig *cfg, const Device **out, Err *err) {
@@ -343,6 +387,10 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     else
         data_feed_init(&feed, &ds, &mesh.dims);
 
+    if (check_before_sizing(cfg, &spec, world, err) != 0) {
+        rc = -1;
+        goto out;
+    }
     rc = train_hf_init(&hf, cfg, &spec, &extra, tok_path, world, err);
     if (rc == 0) {
         q = train_qwen3_create(&spec, B, T, cfg->activation_checkpoint.mode, &mesh, &plan, use_lora,

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "core/fs.h"
+#include "core/log.h"
 #include "model/lora.h"
 #include "train/metrics.h"
 #include "train/train_job.h"
@@ -251,4 +252,21 @@ void train_plan_print(const TrainPlan *p, FILE *f) {
         if (p->notes[i][0]) fprintf(f, "note: %s\n", p->notes[i]);
     fprintf(f, "plan: total_gib=%.4f flops_per_step=%.6g\n", p->total / 1073741824.0,
             p->flops_per_step);
+}
+
+int train_plan_check_memory(const JobConfig *cfg, Err *err) {
+    TrainPlan p;
+    Err ignore;
+    int was = log_set_info(0); /* the job logs its own override resolution */
+    int rc = train_plan_compute(&p, cfg, &ignore);
+    log_set_info(was);
+    if (rc != 0) return 0;
+    double ram = metrics_total_ram_gib(), need = p.total / (double)(1 << 30);
+    if (ram > 0 && need > ram)
+        return err_set(err,
+                       "the job needs about %.1f GiB per process (qtitan plan shows the parts) but "
+                       "this machine has %.1f GiB of memory; reduce training.local_batch_size or "
+                       "training.seq_len, or enable activation checkpointing",
+                       need, ram);
+    return 0;
 }

@@ -35,6 +35,10 @@ typedef struct TrainPlan {
 /* Fills p for cfg (the job `qtitan train` would run with the same config and overrides).
  * Reads only file sizes (tokenizer, dataset sources); loads and allocates nothing big. */
 int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err);
+/* Before a job allocates: -1 with a sentence giving the plan's figure when cfg's plan per rank
+ * exceeds this machine's physical memory (the job would swap or be killed hours in, not stop
+ * now); 0 otherwise, and 0 when the plan itself cannot be computed (the job reports why). */
+int train_plan_check_memory(const JobConfig *cfg, Err *err);
 /* The human-readable table, ending with the machine-readable line
  * "plan: total_gib=X flops_per_step=Y". */
 void train_plan_print(const TrainPlan *p, FILE *f);

@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "core/trace.h"
+#include "dist/comm.h"
 #include "ops/op_profile.h"
 #include "train/ckpt_dist.h"
 #include "train/clip.h"
@@ -256,7 +257,10 @@ static int run(Trainer *t, Err *err) {
         m.total_steps = o->steps;
         m.eta_s = (double)(o->steps - t->step) *
                   (summary.seen > 1 ? time_sum / (double)(summary.seen - 1) : m.step_time_s);
-        if (summary.seen == 1) prof_reset(); /* the profile, too, leaves out the first step */
+        if (summary.seen == 1) {
+            prof_reset();           /* the profile, too, leaves out the first step */
+            comm_first_step_done(); /* collectives now wait comm.train_timeout_seconds */
+        }
         int last = t->step == o->steps;
         double comm_s = o->par ? o->par->comm_seconds(o->par->ctx) : 0;
         if (m.step == 1 || last || (o->log_freq > 0 && m.step % o->log_freq == 0)) {

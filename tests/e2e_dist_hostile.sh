@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Multi-process runs that a careless launch or a stalled rank would break (issue 18):
+#   - ranks started in different working directories with the same relative job.dump_folder
+#     stop at start-up with a sentence naming both resolved folders, instead of splitting
+#     checkpoints between two folders;
+#   - the collective timeout (comm.init_timeout_seconds / comm.train_timeout_seconds): rank 1
+#     of a 2-rank run is stopped (SIGSTOP) mid-training; rank 0, waiting for it in a
+#     collective, must stop the whole job within the timeout (5 s here) plus the 2 s liveness
+#     round, with one sentence naming rank 1 as the rank that stopped answering, instead of
+#     spinning forever.
+set -uo pipefail
+# shellcheck source=tests/dist_lib.sh
+. "$(dirname "$0")/dist_lib.sh"
+dist_data "$TMP/data.jsonl"
+ARGS=(--config "$SRC/configs/debug.toml" --model.tokenizer_path="$SRC/tests/fixtures/tokenizer/tiny_gpt2"
+  --training.dataset_path="$TMP/data.jsonl" --model.vocab_size=640 --model.dim=32 --model.n_layers=1
+  --model.n_heads=4 --model.n_kv_heads=2 --model.head_dim=8 --model.hidden_dim=64
+  --training.seq_len=32 --training.local_batch_size=2 --training.steps=1000000
+  --metrics.peak_tflops=1 --metrics.log_freq=1000000 --comm.init_timeout_seconds=20 --comm.train_timeout_seconds=5)
+BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
+mkdir -p "$TMP/a" "$TMP/b"
+RT=$(cd "$TMP" && pwd -P) # what realpath gives
+timeout 120 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 1 --wdir "$TMP/a" "$BIN" train \
+  "${ARGS[@]}" --training.steps=2 --job.dump_folder=run : -np 1 --wdir "$TMP/b" "$BIN" train \
+  "${ARGS[@]}" --training.steps=2 --job.dump_folder=run >"$TMP/wdir.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] ||
+   ! grep -q "job.dump_folder run resolves to $RT/b/run on this rank but to $RT/a/run on rank 0" "$TMP/wdir.log"; then
+  echo "FAIL: ranks in different directories (rc=$rc; 124 means a hang)"; cat "$TMP/wdir.log"; exit 1
+fi
+echo "ok: ranks that resolve job.dump_folder apart stop at start-up"
+
+mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 2 "$BIN" train "${ARGS[@]}" \
+  --job.dump_folder="$TMP/run" >"$TMP/run.log" 2>&1 &
+launcher=$!
+stopped=
+cleanup_ranks() { [ -z "$stopped" ] || kill -KILL "$stopped" 2>/dev/null; }
+trap 'cleanup_ranks; rm -rf "$TMP"' EXIT
+# Rank 1 is the child of mpirun whose environment says so; stop it once training runs (past
+# the first step, so the train timeout applies).
+for _ in $(seq 600); do
+  grep -q 'step: *1[ /]' "$TMP/run.log" 2>/dev/null && break
+  kill -0 "$launcher" 2>/dev/null || break
+  sleep 0.1
+done
+sleep 1
+for p in $(pgrep -P "$launcher"); do
+  if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then stopped=$p; fi
+done
+if [ -z "$stopped" ]; then
+  echo "FAIL: no rank 1 process under mpirun (pid $launcher) once training ran"; cat "$TMP/run.log"
+  kill "$launcher" 2>/dev/null; exit 1
+fi
+kill -STOP "$stopped"
+t0=$SECONDS
+for _ in $(seq 600); do
+  kill -0 "$launcher" 2>/dev/null || break
+  sleep 0.1
+done
+took=$((SECONDS - t0))
+if kill -0 "$launcher" 2>/dev/null; then
+  echo "FAIL: the job still runs 60 s after rank 1 stopped (no collective timeout)"
+  kill -KILL "$launcher"; cat "$TMP/run.log" | tail -20; exit 1
+fi
+wait "$launcher"
+rc=$?
+if [ "$rc" -eq 0 ] || [ "$took" -gt 20 ] ||
+   ! grep -q 'error: .*rank 1 stopped answering: .* waited more than 5 s (comm.train_timeout_seconds)' "$TMP/run.log"; then
+  echo "FAIL: rc=$rc after ${took} s; expected a non-zero exit within 20 s naming rank 1"
+  tail -20 "$TMP/run.log"; exit 1
+fi
+echo "e2e_dist_hostile: ok (the job ended ${took} s after rank 1 stopped, naming it)"
