@@ -147,7 +147,10 @@ static void test_bf16_long_k(void **state) {
         assert_int_equal(gemm_set_backend(names[b]), 0);
         for (int t = 0; t < 4; t++)
             check_case(1, t >> 1, t & 1, 5 + t, 7, 40001, t == 3 ? -0.5f : 1.0f,
-                       t == 0 ? 0.0f : t == 1 ? 1.0f : 0.5f, t, &r);
+                       t == 0   ? 0.0f
+                       : t == 1 ? 1.0f
+                                : 0.5f,
+                       t, &r);
     }
 }
 
@@ -314,14 +317,13 @@ static void test_inside_omp_region(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_dnnl_f32),          cmocka_unit_test(test_dnnl_bf16),
-        cmocka_unit_test(test_sgemm_f32),         cmocka_unit_test(test_sgemm_bf16),
-        cmocka_unit_test(test_auto_f32),          cmocka_unit_test(test_auto_bf16),
-        cmocka_unit_test(test_bf16_long_k),
-        cmocka_unit_test(test_ref_f32),           cmocka_unit_test(test_ref_bf16),
-        cmocka_unit_test(test_degenerate),        cmocka_unit_test(test_nan_propagates),
-        cmocka_unit_test(test_deterministic),     cmocka_unit_test(test_concurrent_callers),
-        cmocka_unit_test(test_inside_omp_region),
+        cmocka_unit_test(test_dnnl_f32),           cmocka_unit_test(test_dnnl_bf16),
+        cmocka_unit_test(test_sgemm_f32),          cmocka_unit_test(test_sgemm_bf16),
+        cmocka_unit_test(test_auto_f32),           cmocka_unit_test(test_auto_bf16),
+        cmocka_unit_test(test_bf16_long_k),        cmocka_unit_test(test_ref_f32),
+        cmocka_unit_test(test_ref_bf16),           cmocka_unit_test(test_degenerate),
+        cmocka_unit_test(test_nan_propagates),     cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_concurrent_callers), cmocka_unit_test(test_inside_omp_region),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -41,7 +41,9 @@ static int supported(void) {
            __builtin_cpu_supports("avx512vl");
 }
 
-static int min_i(int a, int b) { return a < b ? a : b; }
+static int min_i(int a, int b) {
+    return a < b ? a : b;
+}
 
 /* --no-pack: time the kernels on stale packed data, to see what packing costs */
 static int g_skip_pack;
@@ -112,7 +114,8 @@ AVX512 static void transpose16(__m512 r[16]) {
         o[8 + c] = _mm512_shuffle_f32x4(x0, x2, 0xDD);
         o[12 + c] = _mm512_shuffle_f32x4(x1, x3, 0xDD);
     }
-    for (int i = 0; i < 16; i++) r[i] = o[i];
+    for (int i = 0; i < 16; i++)
+        r[i] = o[i];
 }
 
 /* Panels [q0, q1) of P vectors each from an operand of w vectors (x < w), every vector kc
@@ -129,13 +132,16 @@ AVX512 static void pack_transposed(int P, const float *src, long ld, int w, int 
             for (int j0 = 0; j0 < P; j0 += 16) {
                 __m512 r[16];
                 for (int j = 0; j < 16; j++)
-                    r[j] = j0 + j < pw ? _mm512_loadu_ps(s + (j0 + j) * ld + k) : _mm512_setzero_ps();
+                    r[j] =
+                        j0 + j < pw ? _mm512_loadu_ps(s + (j0 + j) * ld + k) : _mm512_setzero_ps();
                 transpose16(r);
                 __mmask16 m = (__mmask16)((1u << min_i(P - j0, 16)) - 1);
-                for (int c = 0; c < 16; c++) _mm512_mask_storeu_ps(d + (k + c) * P + j0, m, r[c]);
+                for (int c = 0; c < 16; c++)
+                    _mm512_mask_storeu_ps(d + (k + c) * P + j0, m, r[c]);
             }
         for (; k < kc; k++)
-            for (int j = 0; j < P; j++) d[k * P + j] = j < pw ? s[j * ld + k] : 0.0f;
+            for (int j = 0; j < P; j++)
+                d[k * P + j] = j < pw ? s[j * ld + k] : 0.0f;
     }
 }
 
@@ -148,7 +154,8 @@ AVX512 static void pack_straight(int P, const float *src, long ld, int w, int q0
         for (int q = q0; q < q1; q++)
             for (int j0 = 0; j0 < P; j0 += 16) {
                 int x = q * P + j0, n = w - x < 0 ? 0 : min_i(w - x, 16);
-                __mmask16 m = (__mmask16)((1u << n) - 1), ms = (__mmask16)((1u << min_i(P - j0, 16)) - 1);
+                __mmask16 m = (__mmask16)((1u << n) - 1),
+                          ms = (__mmask16)((1u << min_i(P - j0, 16)) - 1);
                 _mm512_mask_storeu_ps(dst + ((long)q * kc + k) * P + j0, ms,
                                       _mm512_maskz_loadu_ps(m, src + k * ld + x));
             }
@@ -218,22 +225,22 @@ static void run_team(const Job *jb, int t, int nt) {
         int kc = min_i(KC, jb->K - pc), accumulate = pc > 0 || jb->beta != 0.0f;
         barrier(nt);
         if (!g_skip_pack)
-        pack_a(jb->ta, jb->A, jb->lda, jb->M, pc, kc, (int)((long)mpanels * t / nt),
-               (int)((long)mpanels * (t + 1) / nt), jb->apack);
+            pack_a(jb->ta, jb->A, jb->lda, jb->M, pc, kc, (int)((long)mpanels * t / nt),
+                   (int)((long)mpanels * (t + 1) / nt), jb->apack);
         for (int jc = 0; jc < jb->N; jc += NC) {
             int nc = min_i(NC, jb->N - jc), npanels = (nc + NR - 1) / NR;
             int q0 = splitcols ? (int)((long)npanels * t / nt) : 0;
             int q1 = splitcols ? (int)((long)npanels * (t + 1) / nt) : npanels;
             if (!g_skip_pack) {
-            if (splitcols) {
-                pack_b(jb->tb, jb->B, jb->ldb, pc, kc, jc, nc, q0, q1, jb->bpack);
-                if (jc == 0) barrier(nt); /* the A slice is complete */
-            } else {
-                barrier(nt);
-                pack_b(jb->tb, jb->B, jb->ldb, pc, kc, jc, nc, (int)((long)npanels * t / nt),
-                       (int)((long)npanels * (t + 1) / nt), jb->bpack);
-                barrier(nt);
-            }
+                if (splitcols) {
+                    pack_b(jb->tb, jb->B, jb->ldb, pc, kc, jc, nc, q0, q1, jb->bpack);
+                    if (jc == 0) barrier(nt); /* the A slice is complete */
+                } else {
+                    barrier(nt);
+                    pack_b(jb->tb, jb->B, jb->ldb, pc, kc, jc, nc, (int)((long)npanels * t / nt),
+                           (int)((long)npanels * (t + 1) / nt), jb->bpack);
+                    barrier(nt);
+                }
             }
             for (int r = r0; r < r1; r++)
                 for (int q = q0; q < q1; q++)
@@ -259,10 +266,11 @@ static float *caller_buffer(size_t floats) {
 }
 
 static int packed_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-                    const float *B, int ldb, float beta, float *C, int ldc) {
+                       const float *B, int ldb, float beta, float *C, int ldc) {
     if (beta != 0.0f && beta != 1.0f) return -1;
     /* the B block starts on a cache line: the micro-kernel's loads from it are aligned */
-    size_t kc = (size_t)min_i(KC, K), afloats = ((size_t)(M + MR - 1) / MR * MR * kc + 15) / 16 * 16;
+    size_t kc = (size_t)min_i(KC, K),
+           afloats = ((size_t)(M + MR - 1) / MR * MR * kc + 15) / 16 * 16;
     float *buf = caller_buffer(afloats + (size_t)(NC + NR) * kc);
     if (!buf) return -1;
     Job jb = {ta, tb, M, N, K, alpha, beta, A, B, lda, ldb, ldc, C, buf, buf + afloats};
@@ -303,35 +311,45 @@ int main(int argc, char **argv) {
      * and 1024 key/value features; 0.6B: T = 1024, D = 1024, F = 3072. Weights are (out, in):
      * forward x W^T (tb), dX = dY W (nn), dW = dY^T X (ta). Keep in step with torch_gemm.py. */
     const Shape shapes[] = {
-        {"debug x*Wq^T", 0, 1, 512, 2048, 256},  {"debug x*Wup^T", 0, 1, 512, 3072, 256},
-        {"debug h*Wdown^T", 0, 1, 512, 256, 3072}, {"debug o*Wo^T", 0, 1, 512, 256, 2048},
-        {"debug dX=dY*Wup", 0, 0, 512, 256, 3072}, {"debug dWup=dY^T*X", 1, 0, 3072, 256, 512},
-        {"debug dH=dY*Wdown", 0, 0, 512, 3072, 256}, {"debug dWdown=dY^T*H", 1, 0, 256, 3072, 512},
-        {"0.6B x*Wup^T", 0, 1, 1024, 3072, 1024}, {"0.6B o*Wo^T", 0, 1, 1024, 1024, 2048},
-        {"0.6B dX=dY*Wup", 0, 0, 1024, 1024, 3072}, {"0.6B dWup=dY^T*X", 1, 0, 3072, 1024, 1024},
-        {"0.6B dWdown=dY^T*H", 1, 0, 1024, 3072, 1024}, {"attn block S=Q*K^T", 0, 1, 64, 128, 128},
+        {"debug x*Wq^T", 0, 1, 512, 2048, 256},
+        {"debug x*Wup^T", 0, 1, 512, 3072, 256},
+        {"debug h*Wdown^T", 0, 1, 512, 256, 3072},
+        {"debug o*Wo^T", 0, 1, 512, 256, 2048},
+        {"debug dX=dY*Wup", 0, 0, 512, 256, 3072},
+        {"debug dWup=dY^T*X", 1, 0, 3072, 256, 512},
+        {"debug dH=dY*Wdown", 0, 0, 512, 3072, 256},
+        {"debug dWdown=dY^T*H", 1, 0, 256, 3072, 512},
+        {"0.6B x*Wup^T", 0, 1, 1024, 3072, 1024},
+        {"0.6B o*Wo^T", 0, 1, 1024, 1024, 2048},
+        {"0.6B dX=dY*Wup", 0, 0, 1024, 1024, 3072},
+        {"0.6B dWup=dY^T*X", 1, 0, 3072, 1024, 1024},
+        {"0.6B dWdown=dY^T*H", 1, 0, 1024, 3072, 1024},
+        {"attn block S=Q*K^T", 0, 1, 64, 128, 128},
     };
     CpuPeak peak;
     cpu_peak_measure(&peak);
     printf("threads %d, peak fp32 %.0f GFLOP/s; gemm_f32: %s%s\n", omp_get_max_threads(),
            peak.fp32_gflops, gemm_backend_name(), g_skip_pack ? "; packed: --no-pack" : "");
-    printf("%-22s %5s %5s %5s  %9s %9s  %6s  %s\n", "shape", "M", "N", "K", "gemm GF/s",
-           "packed", "ratio", "max |diff|");
+    printf("%-22s %5s %5s %5s  %9s %9s  %6s  %s\n", "shape", "M", "N", "K", "gemm GF/s", "packed",
+           "ratio", "max |diff|");
     for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
         const Shape *sh = &shapes[s];
         int M = sh->M, N = sh->N, K = sh->K, lda = sh->ta ? M : K, ldb = sh->tb ? K : N;
         float *A = malloc(sizeof(float) * M * K), *B = malloc(sizeof(float) * K * N);
         float *C1 = malloc(sizeof(float) * M * N), *C2 = malloc(sizeof(float) * M * N);
         if (!A || !B || !C1 || !C2) return 1;
-        for (long i = 0; i < (long)M * K; i++) A[i] = (float)(i % 97) / 97.0f - 0.5f;
-        for (long i = 0; i < (long)K * N; i++) B[i] = (float)(i % 89) / 89.0f - 0.5f;
+        for (long i = 0; i < (long)M * K; i++)
+            A[i] = (float)(i % 97) / 97.0f - 0.5f;
+        for (long i = 0; i < (long)K * N; i++)
+            B[i] = (float)(i % 89) / 89.0f - 0.5f;
         int skip = g_skip_pack;
         g_skip_pack = 0; /* the first call packs, so --no-pack times real (stale) panels */
         gemm_f32(sh->ta, sh->tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C1, N);
         if (packed_gemm(sh->ta, sh->tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C2, N) != 0) return 1;
         g_skip_pack = skip;
         double diff = 0;
-        for (long i = 0; i < (long)M * N; i++) diff = fmax(diff, fabs(C1[i] - C2[i]));
+        for (long i = 0; i < (long)M * N; i++)
+            diff = fmax(diff, fabs(C1[i] - C2[i]));
         /* alternate the two so a burst of load on the shared machine hits both */
         double flop = 2.0 * M * N * K, best[2] = {1e30, 1e30};
         int reps = (int)(5e8 / flop) + 2;

@@ -16,13 +16,19 @@ size_t dtype_size(DType t);
 
 /* bf16 from fp32 with round-to-nearest-even (NaN stays NaN), as torch does. */
 static inline uint16_t f32_to_bf16(float f) {
-    union { float f; uint32_t u; } v = {.f = f};
+    union {
+        float f;
+        uint32_t u;
+    } v = {.f = f};
     if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40);
     uint32_t rounding = 0x7fffu + ((v.u >> 16) & 1u);
     return (uint16_t)((v.u + rounding) >> 16);
 }
 static inline float bf16_to_f32(uint16_t h) {
-    union { uint32_t u; float f; } v = {.u = (uint32_t)h << 16};
+    union {
+        uint32_t u;
+        float f;
+    } v = {.u = (uint32_t)h << 16};
     return v.f;
 }
 float f16_to_f32(uint16_t h);

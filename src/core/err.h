@@ -18,18 +18,18 @@ int err_wrap(Err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 
 /* Checks a system call at the call site; on failure fills err with the call's text, the
  * source location and errno's message, then returns -1 from the enclosing function. */
-#define SYS_CHECK(cond, err, ...)                                                              \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            err_sys((err), __VA_ARGS__);                                                       \
-            return -1;                                                                         \
-        }                                                                                      \
+#define SYS_CHECK(cond, err, ...)                                                                  \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            err_sys((err), __VA_ARGS__);                                                           \
+            return -1;                                                                             \
+        }                                                                                          \
     } while (0)
 
 /* Propagates a failure: evaluates expr and returns -1 when it returned non-zero. */
-#define TRY(expr)                                                                              \
-    do {                                                                                       \
-        if ((expr) != 0) return -1;                                                            \
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        if ((expr) != 0) return -1;                                                                \
     } while (0)
 
 /* Allocation that cannot fail quietly: out of memory prints the site and exits. */

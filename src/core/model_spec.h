@@ -24,11 +24,11 @@ typedef struct ModelSpec {
     double rope_theta;  /* rope_theta */
     int tie_embeddings; /* tie_word_embeddings: lm_head shares tok_embeddings */
     /* Mixture of experts; num_experts == 0 means dense. */
-    int num_experts;          /* num_experts */
-    int top_k;                /* num_experts_per_tok */
-    int moe_hidden_dim;       /* moe_intermediate_size */
-    int norm_topk_prob;       /* renormalise the chosen k gate weights */
-    int decoder_sparse_step;  /* layer i is MoE when (i + 1) % step == 0 */
+    int num_experts;                        /* num_experts */
+    int top_k;                              /* num_experts_per_tok */
+    int moe_hidden_dim;                     /* moe_intermediate_size */
+    int norm_topk_prob;                     /* renormalise the chosen k gate weights */
+    int decoder_sparse_step;                /* layer i is MoE when (i + 1) % step == 0 */
     uint8_t mlp_only_layers[QT_MAX_LAYERS]; /* 1 = dense FFN in that layer even if MoE */
     double router_aux_loss_coef;            /* HF auxiliary loss weight (0 = off) */
     double load_balance_coeff;              /* aux-loss-free bias update step (0 = off) */

@@ -9,7 +9,8 @@
 int str_edit_distance(const char *a, const char *b) {
     size_t na = strlen(a), nb = strlen(b);
     int *row = xmalloc((nb + 1) * sizeof(int));
-    for (size_t j = 0; j <= nb; j++) row[j] = (int)j;
+    for (size_t j = 0; j <= nb; j++)
+        row[j] = (int)j;
     for (size_t i = 1; i <= na; i++) {
         int diag = row[0];
         row[0] = (int)i;
@@ -57,7 +58,8 @@ int str_glob_match(const char *p, const char *s) {
             return 0;
         }
     }
-    while (*p == '*') p++;
+    while (*p == '*')
+        p++;
     return *p == 0;
 }
 

@@ -1,8 +1,8 @@
-/* The kernel registry (docs/kernels.md): every implementation of every op kind, by name and device, with its
- * supports() rule and the tolerance verify-kernels holds it to against the kind's reference.
- * The default of a kind on a device is what a module instance runs there when no [[override]]
- * names it: the row marked is_default, else the reference when it runs on that device. The
- * table (registry.c) and docs/kernels.md's table of defaults say which, and why (measured).
+/* The kernel registry (docs/kernels.md): every implementation of every op kind, by name and device,
+ * with its supports() rule and the tolerance verify-kernels holds it to against the kind's
+ * reference. The default of a kind on a device is what a module instance runs there when no
+ * [[override]] names it: the row marked is_default, else the reference when it runs on that device.
+ * The table (registry.c) and docs/kernels.md's table of defaults say which, and why (measured).
  * docs/kernels.md says how to add one. */
 #ifndef QT_KERNELS_REGISTRY_H
 #define QT_KERNELS_REGISTRY_H
