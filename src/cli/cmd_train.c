@@ -29,16 +29,13 @@ int cmd_train(int argc, char **argv) {
     JobConfig cfg;
     int rc = config_load(&cfg, NULL, argc - 1, argv + 1, &err) != 0 ? 2 : 0;
     if (rc == 0) comm_set_timeouts(cfg.comm.init_timeout_seconds, cfg.comm.train_timeout_seconds);
-    /* The plan against physical memory before anything is sized: a job that cannot fit would
-     * swap or be killed hours in (train_plan_check_memory). */
-    int fits = rc == 0 ? train_plan_check_memory(&cfg, &err) : 0;
     /* A config that fails on one rank alone (a file missing on one host) stops the others,
      * which would otherwise wait for it forever in the job's first collective. */
-    int agreed = comm_agree_own(world, rc ? rc : fits, &err);
+    int agreed = comm_agree_own(world, rc, &err);
     if (rc == 0) {
         config_log_notices(&cfg);
         if (cfg.job.print_config && log_rank() == 0) config_dump(&cfg, stdout);
-        rc = agreed == 0 && train_job_run(&cfg, world, &err) == 0 ? 0 : 1;
+        rc = agreed == 0 && train_job_run(&cfg, world, train_plan_check_memory, &err) == 0 ? 0 : 1;
         config_free(&cfg);
     }
     if (rc != 0) log_error("%s", err.msg);

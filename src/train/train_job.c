@@ -246,13 +246,13 @@ static int mesh_from_config(Mesh *mesh, Comm *world, const JobConfig *cfg, const
     return mesh_create(mesh, world, &mc, err);
 }
 
-static int run_job(const JobConfig *cfg, Comm *world, Err *err);
+static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_memory, Err *err);
 
-int train_job_run(const JobConfig *cfg, Comm *world, Err *err) {
+int train_job_run(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_memory, Err *err) {
     Comm *single = world ? NULL : comm_single_create();
     TrainLock lock;
     int rc = train_lock_take(&lock, world ? world : single, cfg, err);
-    if (rc == 0) rc = run_job(cfg, world ? world : single, err);
+    if (rc == 0) rc = run_job(cfg, world ? world : single, check_memory, err);
     train_lock_release(&lock);
     comm_destroy(single);
     return rc;
@@ -265,13 +265,16 @@ static int end_job_on_failure(Comm *world, int rc, const Err *err) {
     return rc;
 }
 
-/* The last check before the model's memory is sized, once every cheaper one has passed:
+/* The last checks before the model's memory is sized, once every cheaper one has passed:
  * initial weights against the model (a wrong vocab or shape costs a sentence, not gigabytes
- * first). The plan against physical memory is cmd_train's (train_plan sits above this file). */
-static int check_before_sizing(const JobConfig *cfg, const ModelSpec *spec, Comm *world, Err *err) {
+ * first), then the plan against physical memory (a job that cannot fit would swap or be
+ * killed hours in). */
+static int check_before_sizing(const JobConfig *cfg, const ModelSpec *spec,
+                               TrainMemoryCheck check_memory, Comm *world, Err *err) {
     int rc = 0;
     if (cfg->checkpoint.initial_load_path[0])
         rc = qwen3_hf_check_path(spec, cfg->checkpoint.initial_load_path, err);
+    if (rc == 0 && check_memory) rc = check_memory(cfg, err);
     return comm_agree(world, rc, err);
 }
 
@@ -284,7 +287,7 @@ int train_job_device(const JobConfig *cfg, const Device **out, Err *err) {
     return 0;
 }
 
-static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
+static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_memory, Err *err) {
     ModelSpec spec;
     HfConfigExtra extra;
     OverridePlan plan = {0};
@@ -387,7 +390,7 @@ static int run_job(const JobConfig *cfg, Comm *world, Err *err) {
     else
         data_feed_init(&feed, &ds, &mesh.dims);
 
-    if (check_before_sizing(cfg, &spec, world, err) != 0) {
+    if (check_before_sizing(cfg, &spec, check_memory, world, err) != 0) {
         rc = -1;
         goto out;
     }

@@ -11,8 +11,12 @@
 #include "dist/mesh.h"
 #include "io/hf_config.h"
 
-/* world: the job's communicator (comm_init), or NULL for one process without MPI. */
-int train_job_run(const JobConfig *cfg, Comm *world, Err *err);
+/* The plan of a job against physical memory (train_plan_check_memory; train_plan sits above
+ * this file, so the command passes it in). */
+typedef int (*TrainMemoryCheck)(const JobConfig *cfg, Err *err);
+/* world: the job's communicator (comm_init), or NULL for one process without MPI.
+ * check_memory (NULL: none) runs after every cheaper check, before any memory is sized. */
+int train_job_run(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_memory, Err *err);
 /* The device training.device names among those linked into this build ("auto" is the CPU);
  * one that is not linked in is an error sentence naming training.device. */
 int train_job_device(const JobConfig *cfg, const Device **out, Err *err);
