@@ -49,6 +49,22 @@ static void site_shape(const ModelSpec *sp, LoraSite s, int *in, int *out) {
     }
 }
 
+/* Whether site s of layer l gets an adapter: its module name matches a target glob and the
+ * layer has that linear (MoE layers have no dense FFN linears). hits (NULL: not counted)
+ * counts, per target, the names it matched, for the warning about targets that match none. */
+static int site_adapted(const ModelSpec *spec, char *const *targets, int nt, int l, int s,
+                        int *hits) {
+    char name[64];
+    lora_module_name(name, sizeof name, l, (LoraSite)s);
+    int hit = 0;
+    for (int t = 0; t < nt; t++)
+        if (str_glob_match(targets[t], name)) {
+            hit = 1;
+            if (hits) hits[t]++;
+        }
+    return hit && !(s >= LORA_W1 && spec->num_experts > 0 && model_spec_layer_is_moe(spec, l));
+}
+
 int lora_create(Lora *lo, const ModelSpec *spec, int rank, double alpha, char *const *targets,
                 int nt, long max_tokens, const char *where, Err *err) {
     memset(lo, 0, sizeof *lo);
@@ -62,17 +78,8 @@ int lora_create(Lora *lo, const ModelSpec *spec, int rank, double alpha, char *c
     int *hits = xcalloc((size_t)nt, sizeof *hits);
     int n = 0;
     for (int l = 0; l < spec->n_layers; l++)
-        for (int s = 0; s < LORA_NSITES; s++) {
-            char name[64];
-            lora_module_name(name, sizeof name, l, (LoraSite)s);
-            int hit = 0;
-            for (int t = 0; t < nt; t++)
-                if (str_glob_match(targets[t], name)) hits[t]++, hit = 1;
-            /* MoE layers have no dense FFN linears to adapt. */
-            if (hit && s >= LORA_W1 && spec->num_experts > 0 && model_spec_layer_is_moe(spec, l))
-                hit = 0;
-            n += hit;
-        }
+        for (int s = 0; s < LORA_NSITES; s++)
+            n += site_adapted(spec, targets, nt, l, s, hits);
     for (int t = 0; t < nt; t++)
         if (!hits[t])
             log_warn("%s: lora target \"%s\" matches no linear layer (names look like "
@@ -90,19 +97,15 @@ int lora_create(Lora *lo, const ModelSpec *spec, int rank, double alpha, char *c
     int k = 0;
     for (int l = 0; l < spec->n_layers; l++)
         for (int s = 0; s < LORA_NSITES; s++) {
-            char name[64];
-            lora_module_name(name, sizeof name, l, (LoraSite)s);
-            int hit = 0;
-            for (int t = 0; t < nt; t++)
-                hit |= str_glob_match(targets[t], name);
-            if (!hit || (s >= LORA_W1 && spec->num_experts > 0 && model_spec_layer_is_moe(spec, l)))
-                continue;
+            if (!site_adapted(spec, targets, nt, l, s, NULL)) continue;
             LoraAdapter *ad = &lo->ad[k++];
             ad->layer = l;
             ad->site = (LoraSite)s;
             site_shape(spec, (LoraSite)s, &ad->in, &ad->out);
             int smaller = ad->in < ad->out ? ad->in : ad->out;
             if (rank > smaller) {
+                char name[64];
+                lora_module_name(name, sizeof name, l, (LoraSite)s);
                 err_set(err, "%s: lora.rank = %d is larger than %s (%d x %d) allows (%d)", where,
                         rank, name, ad->out, ad->in, smaller);
                 free(hits);
