@@ -14,21 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "byte_encode_util.h"
 #include "core/fs.h"
 #include "core/rng.h"
 #include "train/data_feed.h"
-
-static int byte_encode(const void *ctx, const char *text, size_t len, IdVec *out, Err *err) {
-    (void)ctx;
-    (void)err;
-    if (out->n + len > out->cap) {
-        out->cap = out->n + len + 16;
-        out->ids = realloc(out->ids, out->cap * sizeof *out->ids);
-    }
-    for (size_t i = 0; i < len; i++)
-        out->ids[out->n++] = (unsigned char)text[i];
-    return 0;
-}
 
 static char g_dir[64];
 static Dataset g_ds;

@@ -17,6 +17,7 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include "byte_encode_util.h"
 #include "core/fs.h"
 #include "core/zread.h"
 #include "text/dataset.h"
@@ -187,19 +188,6 @@ static void test_bad_streams(void **state) {
     free(gz);
     free(zs);
     free(text);
-}
-
-/* Byte encoder (id = byte, EOS = 256), as test_dataset's. */
-static int byte_encode(const void *ctx, const char *text, size_t len, IdVec *out, Err *err) {
-    (void)ctx;
-    (void)err;
-    if (out->n + len > out->cap) {
-        out->cap = out->n + len + 16;
-        out->ids = realloc(out->ids, out->cap * sizeof *out->ids);
-    }
-    for (size_t i = 0; i < len; i++)
-        out->ids[out->n++] = (unsigned char)text[i];
-    return 0;
 }
 
 static int open_ds(Dataset *ds, const char *name, Err *err) {
