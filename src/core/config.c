@@ -862,41 +862,37 @@ fail:
 
 /* ---- derived values ---- */
 
-int config_dataset_path(const JobConfig *cfg, char **out, Err *err) {
-    if (cfg->training.dataset_path[0]) {
-        *out = xstrdup(cfg->training.dataset_path);
+/* The data file (or glob) for section.dataset / section.dataset_path (training, validation). */
+static int resolve_dataset(const char *section, const char *name, const char *path, char **out,
+                           Err *err) {
+    if (path[0]) {
+        *out = xstrdup(path);
         return 0;
     }
-    if (strcmp(cfg->training.dataset, "c4_test") == 0) {
+    if (strcmp(name, "c4_test") == 0) {
         const char *env = getenv("QT_C4_TEST_PATH");
         *out = xstrdup(env && env[0] ? env : C4_TEST_DEFAULT);
         return 0;
     }
-    if (strcmp(cfg->training.dataset, "c4") == 0)
+    if (strcmp(name, "c4") == 0)
         return err_set(err,
-                       "training.dataset = \"c4\" reads C4 from files you give: set "
-                       "training.dataset_path to them (e.g. the en/c4-train.*-of-01024.json.gz "
-                       "files of allenai/c4, read compressed); qtitan downloads nothing");
+                       "%s.dataset = \"c4\" reads C4 from files you give: set "
+                       "%s.dataset_path to them (e.g. the en/c4-train.*-of-01024.json.gz "
+                       "files of allenai/c4, read compressed); qtitan downloads nothing",
+                       section, section);
     return err_set(err,
-                   "training.dataset = \"%s\" is not a built-in dataset (only \"c4_test\"); "
-                   "set training.dataset_path to its file",
-                   cfg->training.dataset);
+                   "%s.dataset = \"%s\" is not a built-in dataset (only \"c4_test\"); "
+                   "set %s.dataset_path to its file",
+                   section, name, section);
+}
+
+int config_dataset_path(const JobConfig *cfg, char **out, Err *err) {
+    return resolve_dataset("training", cfg->training.dataset, cfg->training.dataset_path, out, err);
 }
 
 int config_validation_dataset_path(const JobConfig *cfg, char **out, Err *err) {
-    if (cfg->validation.dataset_path[0]) {
-        *out = xstrdup(cfg->validation.dataset_path);
-        return 0;
-    }
-    if (strcmp(cfg->validation.dataset, "c4_test") == 0) {
-        const char *env = getenv("QT_C4_TEST_PATH");
-        *out = xstrdup(env && env[0] ? env : C4_TEST_DEFAULT);
-        return 0;
-    }
-    return err_set(err,
-                   "validation.dataset = \"%s\" is not a built-in dataset (only \"c4_test\"); "
-                   "set validation.dataset_path to its file",
-                   cfg->validation.dataset);
+    return resolve_dataset("validation", cfg->validation.dataset, cfg->validation.dataset_path, out,
+                           err);
 }
 
 int config_tokenizer_path(const JobConfig *cfg, const char **out, Err *err) {
