@@ -16,18 +16,20 @@
 #include "train/train_plan.h"
 
 /* The CPU defaults of the step-time model, measured on this machine (2 cores of a Sapphire
- * Rapids Xeon, Open MPI 4.1.4, 2026-12-03; docs/distributed.md, "Step-time model", says how):
- *  - EFF: the fraction of the measured fp32 FMA peak a debug-model training step sustains on
- *    one process with one OpenMP thread (tflops / peak in its step line);
+ * Rapids Xeon, Open MPI 4.1.4, 2026-12-03, load average 10-20 from other jobs, so they are
+ * low; docs/distributed.md, "Step-time model", says how, and bench/dist/steptime_check.sh
+ * measures them again):
+ *  - EFF: the mfu of a one-process debugmodel run with one OpenMP thread (0.138-0.164);
  *  - INTRA_GBS, LATENCY_US: all-gather bandwidth and per-message latency between two ranks
- *    of one host (shared memory), from `mpirun -np 2 build/mpi_comm bench`;
- *  - INTER_GBS: the same over TCP between two network namespaces joined by a veth pair
- *    (tests/e2e_dist_multihost.sh's set-up);
- *  - OVERLAP: the share of FSDP transfer time prefetching hid in bench/dist/run.sh. */
-#define CPU_EFF 0.30
-#define CPU_INTRA_GBS 2.0
-#define CPU_INTER_GBS 0.5
-#define CPU_LATENCY_US 20.0
+ *    of one host (shared memory), from `mpirun -np 2 build/mpi_comm bench` (0.02-0.118 GB/s,
+ *    1.1-1.7 us);
+ *  - INTER_GBS: the same over TCP between two network namespaces joined by veth links
+ *    (tests/multihost_lib.sh; 0.072-0.109 GB/s);
+ *  - OVERLAP: the share of FSDP waiting that prefetching hid in bench/dist/run.sh (24%). */
+#define CPU_EFF 0.15
+#define CPU_INTRA_GBS 0.1
+#define CPU_INTER_GBS 0.09
+#define CPU_LATENCY_US 2.0
 #define CPU_OVERLAP 0.25
 /* With --flops (an accelerator cluster) the inputs not given are assumptions, not
  * measurements: half the dense peak for eager kernels, transfers on their own streams,
@@ -116,13 +118,10 @@ static int cluster_from_args(Cluster *c, const char **val, const JobConfig *cfg,
     return steptime_check_cluster(c, err);
 }
 
-static int run_cluster(const JobConfig *cfg, const char **val, Err *err) {
-    Cluster c;
-    TRY(cluster_from_args(&c, val, cfg, err));
-    StepMesh m;
-    TRY(steptime_job_mesh(&m, cfg, &c, err));
+static int run_cluster(const JobConfig *cfg, const Cluster *cl, const StepMesh *m, Err *err) {
+    Cluster c = *cl;
     StepTime *best = xcalloc(8, sizeof *best), *job = xcalloc(1, sizeof *job);
-    int rc = steptime_estimate(job, cfg, &m, &c, err);
+    int rc = steptime_estimate(job, cfg, m, &c, err);
     if (rc == 0) {
         printf("the job's mesh:\n");
         steptime_print(job, &c, stdout);
@@ -210,14 +209,26 @@ int cmd_plan(int argc, char **argv) {
         return 2;
     }
     free(rest);
-    config_log_notices(&cfg);
+    /* The step-time options and the job's mesh on the cluster are checked before anything
+     * is printed, so a mistake in them is the only line. */
+    Cluster c;
+    StepMesh m;
+    if (cluster && cluster_from_args(&c, val, &cfg, &err) != 0) {
+        log_error("%s", err.msg);
+        config_free(&cfg);
+        return 2;
+    }
+    int rc = cluster ? steptime_job_mesh(&m, &cfg, &c, &err) : 0;
     TrainPlan p;
-    int rc = train_plan_compute(&p, &cfg, &err);
+    if (rc == 0) {
+        config_log_notices(&cfg);
+        rc = train_plan_compute(&p, &cfg, &err);
+    }
     if (rc == 0) {
         train_plan_print(&p, stdout);
         if (cluster) {
             printf("\n");
-            rc = run_cluster(&cfg, val, &err);
+            rc = run_cluster(&cfg, &c, &m, &err);
         }
     }
     if (rc != 0) log_error("%s", err.msg);

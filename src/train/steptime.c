@@ -278,7 +278,8 @@ static int fits(const StepTime *s, const Cluster *c) {
 
 static int better(const StepTime *a, const StepTime *b, const Cluster *c) {
     if (fits(a, c) != fits(b, c)) return fits(a, c);
-    if (fits(a, c)) return a->tokens_per_s > b->tokens_per_s;
+    /* equal speed (checkpointing modes whose recompute the model does not count): less memory */
+    if (fits(a, c) && a->tokens_per_s != b->tokens_per_s) return a->tokens_per_s > b->tokens_per_s;
     return a->mem_bytes < b->mem_bytes;
 }
 
