@@ -24,19 +24,23 @@
 #   mh_ranks_alive    the number of qtitan processes still running inside the hosts.
 MH_PREFIX="qtmh$$"
 MH_HOSTS=0
+MH_VETHS=0
 MH_MADE=()
 MH_MPIRUN=()
 BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN") # the daemons start elsewhere
 
 mh_cleanup() {
-  local ns p
+  local ns p k
   for ns in "${MH_MADE[@]}"; do
     for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
   done
   for ns in "${MH_MADE[@]}"; do ip netns del "$ns" 2>/dev/null; done
+  # a veth pair that set-up made but did not move into the namespaces yet
+  for ((k = 0; k < MH_VETHS; k++)); do ip link del "${MH_PREFIX}e$k" 2>/dev/null; done
   rm -rf "$TMP"
 }
 trap mh_cleanup EXIT
+trap "exit 130" INT TERM HUP # so that the EXIT trap runs on these too
 
 mh_setup() {
   local n=$1 k
@@ -64,6 +68,7 @@ mh_setup() {
     if ! ip link add "${MH_PREFIX}e$k" type veth peer name "${MH_PREFIX}s$k" 2>"$TMP/mh.err"; then
       echo "skip: cannot create a veth pair: $(cat "$TMP/mh.err")"; exit 77
     fi
+    MH_VETHS=$((k + 1))
     ip link set "${MH_PREFIX}e$k" netns "$h" &&
       ip link set "${MH_PREFIX}s$k" netns "$sw" &&
       ip -n "$h" link set "${MH_PREFIX}e$k" name eth0 &&
