@@ -18,9 +18,6 @@
 #include "io/safetensors.h"
 
 #define CKPT_FORMAT_NAME "qtitan-checkpoint"
-#define CKPT_STATE_FILE "train_state.json"
-#define CKPT_MODEL_FILE "model.safetensors"
-#define CKPT_OPTIM_FILE "optim.safetensors"
 /* The optimizer's step count travels in optim.safetensors under this name too. */
 #define CKPT_STEP_TENSOR "step"
 
