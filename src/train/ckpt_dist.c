@@ -551,25 +551,43 @@ static int in_model(const char *name, const CkptTensor *t, int n) {
     return 0;
 }
 
-int ckpt_dist_reader_check_names(const CkptDistReader *r, const CkptTensor *model, int n,
-                                 Err *err) {
+/* The name of entry i of file k (a layout's parameter, or a legacy file's tensor), or NULL
+ * past the last; *it carries the iteration of a layout. */
+static const char *file_name(const CkptDistReader *r, int k, int i, void **it) {
+    if (!r->layout[k]) return i < r->files[k].n ? r->files[k].tensors[i].name : NULL;
+    *it = i == 0 ? json_object_iter(r->layout[k]) : json_object_iter_next(r->layout[k], *it);
+    return *it ? json_object_iter_key(*it) : NULL;
+}
+
+int ckpt_dist_reader_check_names(const CkptDistReader *r, Comm *world, const CkptTensor *model,
+                                 int n, Err *err) {
+    /* Entry by entry, whether some rank's model has it: a rank holds pieces of only some. */
+    int total = 0;
     for (int k = 0; k < r->nfiles; k++) {
-        const char *name;
-        json_t *v;
-        if (r->layout[k]) {
-            json_object_foreach(r->layout[k], name, v) {
-                if (!in_model(name, model, n))
-                    return err_set(err, "%s holds parameter %s, which this model does not have",
-                                   r->files[k].path, name);
-            }
-            continue;
-        }
-        for (int i = 0; i < r->files[k].n; i++)
-            if (!in_model(r->files[k].tensors[i].name, model, n))
-                return err_set(err, "%s holds tensor %s, which this model does not have",
-                               r->files[k].path, r->files[k].tensors[i].name);
+        void *it = NULL;
+        for (int i = 0; file_name(r, k, i, &it); i++)
+            total++;
     }
-    return 0;
+    double *held = xcalloc((size_t)total + 1, sizeof *held);
+    int at = 0, rc = 0;
+    for (int k = 0; k < r->nfiles; k++) {
+        void *it = NULL;
+        const char *name;
+        for (int i = 0; (name = file_name(r, k, i, &it)) != NULL; i++)
+            held[at++] = in_model(name, model, n);
+    }
+    if (world && total > 0) rc = comm_all_reduce_sum(world, held, (size_t)total, COMM_F64, err);
+    at = 0;
+    for (int k = 0; k < r->nfiles && rc == 0; k++) {
+        void *it = NULL;
+        const char *name;
+        for (int i = 0; (name = file_name(r, k, i, &it)) != NULL && rc == 0; i++)
+            if (held[at++] == 0)
+                rc = err_set(err, "%s holds %s, which this model does not have", r->files[k].path,
+                             name);
+    }
+    free(held);
+    return rc;
 }
 
 int ckpt_dist_read_into(const CkptDistReader *r, const CkptTensor *t, int n,

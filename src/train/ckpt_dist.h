@@ -83,8 +83,10 @@ int ckpt_dist_reader_open_step(CkptDistReader *r, const char *root, int64_t step
 int ckpt_dist_reader_open_found(CkptDistReader *r, Comm *world, const char *root,
                                 const CkptDistFound *found, int optim, Err *err);
 void ckpt_dist_reader_close(CkptDistReader *r);
-/* Fails with a sentence when r holds a parameter that none of model[0..n) is. */
-int ckpt_dist_reader_check_names(const CkptDistReader *r, const CkptTensor *model, int n, Err *err);
+/* Collective over world (NULL: one process): fails with a sentence when r holds a parameter
+ * that no rank's model[0..n) has. */
+int ckpt_dist_reader_check_names(const CkptDistReader *r, Comm *world, const CkptTensor *model,
+                                 int n, Err *err);
 /* Resharding: fills each t[i] (host or device data) with the elements slices[i / per] of its
  * whole tensor describes (slices NULL: t[i] is the whole tensor), from whatever slices r's files
  * hold. per = 1 for parameters; per = 2 and optim for their optimizer state (t[2i], t[2i + 1]

@@ -115,7 +115,7 @@ static int load_slices(Trainer *t, const CkptDistFound *f, int noptim, Err *err)
         bytes += (double)numel(&md->params[i]) * sizeof(float) * (model + (noptim > 0 ? 2 : 0));
     Progress p;
     progress_start(&p, what, bytes, "MB", 1e6);
-    int rc = ckpt_dist_reader_check_names(&r, md->params, md->nparams, err);
+    int rc = ckpt_dist_reader_check_names(&r, world, md->params, md->nparams, err);
     if (rc == 0 && model)
         rc = ckpt_dist_read_into(&r, md->params, md->nparams, md->slices, 1, 0, &p, err);
     if (rc == 0 && noptim > 0)
