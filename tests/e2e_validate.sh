@@ -65,7 +65,7 @@ expect_error() { # pattern, args...
     echo "ok ($rc): $(grep -- "$pattern" "$TMP/err")"
 }
 expect_error "validation.freq" --validation.freq=0
-expect_error "sample.freq = 1 but sample.prompts holds no prompt" --sample.freq=1
+expect_error "sample.freq = 1: sample.prompts holds no prompt" --sample.freq=1
 expect_error "validation.seq_len = 64 is longer than the 32 tokens" --validation.enable=true \
   --validation.dataset_path="$FIX/docs.jsonl" --validation.seq_len=64
 echo "e2e_validate: ok"
