@@ -32,6 +32,9 @@ static const char *USAGE =
     "  --checkpoint STEP_DIR  a training checkpoint step (DUMP/checkpoint/step-N) or folder\n"
     "                         (its newest complete step), with the config.json and tokenizer\n"
     "                         files the trainer saved in it\n"
+    "  --adapter DIR          a peft LoRA adapter folder (adapter_config.json +\n"
+    "                         adapter_model.safetensors, e.g. a LoRA run's DUMP/adapter) for the\n"
+    "                         base model, merged into its weights as the run's merged export is\n"
     "  --chat                 wrap each prompt as a user turn in the tokenizer's chat format\n"
     "                         (Qwen3: <|im_start|>role ... <|im_end|>), as transformers'\n"
     "                         apply_chat_template(add_generation_prompt=True) renders it\n"
@@ -52,7 +55,7 @@ static const char *USAGE =
     "                         finish_reason (eos, stop, length)\n";
 
 typedef struct GenArgs {
-    const char *model, *checkpoint, *prompt, *prompt_file, *system, *dtype;
+    const char *model, *checkpoint, *adapter, *prompt, *prompt_file, *system, *dtype;
     int chat, thinking, json;
     long max_new;
     SampleParams sp;
@@ -109,6 +112,8 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
             a->model = v;
         else if (strcmp(o, "--checkpoint") == 0)
             a->checkpoint = v;
+        else if (strcmp(o, "--adapter") == 0)
+            a->adapter = v;
         else if (strcmp(o, "--prompt") == 0)
             a->prompt = v;
         else if (strcmp(o, "--prompt-file") == 0)
@@ -221,7 +226,8 @@ static int generate_run(const GenArgs *a, Err *err) {
     InferModel im;
     char *step = NULL;
     if ((a->checkpoint && cli_checkpoint_step(a->checkpoint, &step, err)) ||
-        infer_model_open(&im, a->model, step, 1, 1, strcmp(a->dtype, "bfloat16") == 0, err)) {
+        infer_model_open(&im, a->model, step, a->adapter, 1, 1, strcmp(a->dtype, "bfloat16") == 0,
+                         err)) {
         free(step);
         prompt_lines_free(&pr);
         return -1;
