@@ -1,6 +1,6 @@
 /* Fuzzes the prompt-file splitter (qtitan generate --prompt-file, [sample] prompt_file):
- * arbitrary bytes must split into non-blank prompts without line ends, each a piece of the
- * input in order, or fail with a sentence naming the file. */
+ * arbitrary bytes must split into non-blank prompts, each a whole line of the input (less
+ * one CR before its end) in order, or fail with a sentence naming the file. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,8 +22,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const char *t = p.text[i];
         size_t l = strlen(t), off = (size_t)(t - p.data);
         if (off < at || off + l > size || memcmp(t, data + off, l) != 0) abort();
-        if (strchr(t, '\n') || (l && t[l - 1] == '\r') || strspn(t, " \t") == l) abort();
-        at = off + l;
+        if (strchr(t, '\n') || strspn(t, " \t") == l) abort();
+        /* A prompt ends at its line end: "\n", "\r\n", a CR at the end, or the end. */
+        size_t e = off + l;
+        if (e < size && data[e] == '\r') e++;
+        if (e < size && data[e] != '\n') abort();
+        at = e;
     }
     prompt_lines_free(&p);
     return 0;
