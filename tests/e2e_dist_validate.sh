@@ -2,14 +2,16 @@
 # Validation ([validation]) and samples ([sample]) during training on many processes
 # (mpirun through tests/dist_lib.sh), on a small generated dataset and the tiny fixture
 # tokenizer:
-#   - every validation record (loss, tokens) of FSDP 2, TP 2 and FSDP 2 x TP 2 with sequence
-#     parallelism equals one process's within 1e-6 relative (the data-parallel ranks share
-#     the validation rows; TP ranks of one group take the same ones);
+#   - every validation record (loss, tokens) of FSDP 2, TP 2, HSDP 2 x 2 and FSDP 2 x TP 2 with
+#     sequence parallelism equals one process's within 1e-6 relative (the data-parallel ranks
+#     share the validation rows; TP ranks of one group take the same ones), and so does MoE's
+#     (4 experts, bias balancing) on FSDP 2;
 #   - samples.jsonl, written once by rank 0 from the gathered whole model, is byte-identical to
-#     one process's for the same seed (greedy and sampled prompts);
-#   - FSDP 2's training losses are bitwise those of the same run without validation and
-#     samples (nothing touches gradients or optimizer state, and the gathers leave the shards
-#     as they were).
+#     one process's for the same seed, in fp32 on each of those meshes and with bf16 matmuls
+#     on FSDP 2;
+#   - FSDP 2's training losses, dense and MoE, are bitwise those of the same run without
+#     validation and samples (nothing touches gradients, optimizer state or the routing
+#     counts the bias update reads, and the gathers leave the shards as they were).
 set -uo pipefail
 # shellcheck source=tests/dist_lib.sh
 . "$(dirname "$0")/dist_lib.sh"
@@ -34,41 +36,67 @@ run() {
 vals() { grep -o '"step":[0-9]*,"validation_loss":[^,]*,"validation_perplexity":[^,]*,"validation_tokens":[0-9]*' "$TMP/$1/metrics.jsonl" | sed -E 's/"step":([0-9]+),"validation_loss":([^,]+),.*"validation_tokens":([0-9]+)/\1 \2 \3/'; }
 losses() { grep -o '"step":[0-9]*,"loss":[^,]*' "$TMP/$1/metrics.jsonl"; }
 
+MOE=(--model.num_experts=4 --model.top_k=2 --model.moe_hidden_dim=16 --model.load_balance_coeff=0.01)
+BF16=(--training.mixed_precision_param=bfloat16)
+FSDP=(--parallelism.data_parallel_shard_degree=2)
 run 0 one "${EXTRA[@]}"
-run 2 fsdp "${EXTRA[@]}" --parallelism.data_parallel_shard_degree=2
+run 2 fsdp "${EXTRA[@]}" "${FSDP[@]}"
 run 2 tp "${EXTRA[@]}" --parallelism.data_parallel_shard_degree=1 --parallelism.tensor_parallel_degree=2
-run 4 fsdp_tp_sp "${EXTRA[@]}" --parallelism.data_parallel_shard_degree=2 \
-  --parallelism.tensor_parallel_degree=2 --parallelism.enable_sequence_parallel=true
-run 2 fsdp_plain --parallelism.data_parallel_shard_degree=2
+run 4 hsdp "${EXTRA[@]}" --parallelism.data_parallel_replicate_degree=2 "${FSDP[@]}" --training.local_batch_size=1
+run 4 fsdp_tp_sp "${EXTRA[@]}" "${FSDP[@]}" --parallelism.tensor_parallel_degree=2 \
+  --parallelism.enable_sequence_parallel=true
+run 2 fsdp_plain "${FSDP[@]}"
+run 0 moe_one "${EXTRA[@]}" "${MOE[@]}"
+run 2 moe_fsdp "${EXTRA[@]}" "${MOE[@]}" "${FSDP[@]}"
+run 2 moe_fsdp_plain "${MOE[@]}" "${FSDP[@]}"
+run 0 bf16_one "${EXTRA[@]}" "${BF16[@]}"
+run 2 bf16_fsdp "${EXTRA[@]}" "${BF16[@]}" "${FSDP[@]}"
 
 [ "$(vals one | wc -l)" -eq 2 ] || { echo "FAIL: one process: expected validation at steps 2 and 3: $(vals one)"; fail=1; }
 grep -q '^validate step: 2  loss: .*  perplexity: .*  tokens: [0-9]*  time: ' "$TMP/one.log" ||
   { echo "FAIL: no validate line"; fail=1; }
-for name in fsdp tp fsdp_tp_sp; do
-  ok=$(paste -d' ' <(vals one) <(vals "$name") | awk '
+[ "$(wc -l <"$TMP/one/samples.jsonl")" -eq 4 ] || { echo "FAIL: expected 4 sample records"; fail=1; }
+# same_val REF NAME: NAME's validation records are REF's (loss within 1e-6 relative).
+same_val() {
+  local ok
+  ok=$(paste -d' ' <(vals "$1") <(vals "$2") | awk '
     function rel(a, b) { d = a - b; if (d < 0) d = -d; return d / (a < 0 ? -a : a) }
     { n++; if ($1 != $4 || $3 != $6 || rel($2, $5) > 1e-6) bad++ }
     END { print (n == 2 && !bad) ? "ok" : "bad" }')
   if [ "$ok" = ok ]; then
-    echo "$name: validation = one process: $(vals "$name" | tr '\n' ';')"
+    echo "$2: validation = $1: $(vals "$2" | tr '\n' ';')"
   else
-    echo "FAIL: $name validation $(vals "$name" | tr '\n' ';') vs one process $(vals one | tr '\n' ';')"
+    echo "FAIL: $2 validation $(vals "$2" | tr '\n' ';') vs $1 $(vals "$1" | tr '\n' ';')"
     fail=1
   fi
-  [ "$(grep -c '^\[rank 0\] validate step: ' "$TMP/$name.log")" -eq 2 ] &&
-    ! grep -q '^\[rank [1-9]\] validate step' "$TMP/$name.log" ||
-    { echo "FAIL: $name: rank 0 alone prints the two validate lines"; fail=1; }
-  if [ -s "$TMP/one/samples.jsonl" ] && cmp -s "$TMP/one/samples.jsonl" "$TMP/$name/samples.jsonl"; then
-    echo "$name: samples.jsonl = one process's ($(wc -l <"$TMP/$name/samples.jsonl") records)"
+  [ "$(grep -c '^\[rank 0\] validate step: ' "$TMP/$2.log")" -eq 2 ] &&
+    ! grep -q '^\[rank [1-9]\] validate step' "$TMP/$2.log" ||
+    { echo "FAIL: $2: rank 0 alone prints the two validate lines"; fail=1; }
+}
+# same_samples REF NAME: byte-identical samples.jsonl.
+same_samples() {
+  if [ -s "$TMP/$1/samples.jsonl" ] && cmp -s "$TMP/$1/samples.jsonl" "$TMP/$2/samples.jsonl"; then
+    echo "$2: samples.jsonl = $1's ($(wc -l <"$TMP/$2/samples.jsonl") records)"
   else
-    echo "FAIL: $name samples differ:"; diff "$TMP/one/samples.jsonl" "$TMP/$name/samples.jsonl"; fail=1
+    echo "FAIL: $2 samples differ from $1's:"; diff "$TMP/$1/samples.jsonl" "$TMP/$2/samples.jsonl"; fail=1
   fi
+}
+# same_losses A B: bitwise equal training losses.
+same_losses() {
+  if [ -n "$(losses "$1")" ] && [ "$(losses "$1")" = "$(losses "$2")" ]; then
+    echo "$1: training losses bitwise equal with and without validation and samples"
+  else
+    echo "FAIL: $1 training losses differ from $2's: $(losses "$1") vs $(losses "$2")"; fail=1
+  fi
+}
+for name in fsdp tp hsdp fsdp_tp_sp; do
+  same_val one "$name"
+  same_samples one "$name"
 done
-[ "$(wc -l <"$TMP/one/samples.jsonl")" -eq 4 ] || { echo "FAIL: expected 4 sample records"; fail=1; }
-if [ -n "$(losses fsdp)" ] && [ "$(losses fsdp)" = "$(losses fsdp_plain)" ]; then
-  echo "fsdp: training losses bitwise equal with and without validation and samples"
-else
-  echo "FAIL: FSDP training losses differ with validation: $(losses fsdp) vs $(losses fsdp_plain)"; fail=1
-fi
+same_val moe_one moe_fsdp
+same_samples moe_one moe_fsdp
+same_samples bf16_one bf16_fsdp
+same_losses fsdp fsdp_plain
+same_losses moe_fsdp moe_fsdp_plain
 [ $fail -eq 0 ] && echo "e2e_dist_validate: ok"
 exit $fail
