@@ -4,7 +4,8 @@
 # the peft adapter folder and the merged model. Greedy generation of a batch of prompts from
 # the base with the adapter folder is token-for-token (and log-prob for log-prob) the merged
 # export's, in fp32 and bf16, and differs from the base's alone; eval --dataset gives the
-# merged model's loss; a missing or foreign adapter folder fails with one sentence.
+# merged model's loss; the LoRA run's own greedy samples of its last step are generate
+# --adapter's; a missing or foreign adapter folder fails with one sentence.
 set -euo pipefail
 QT=${QT_BINARY:-build/qtitan}
 SRC=${QT_SOURCE_DIR:-.}
@@ -25,6 +26,9 @@ base=$TMP/base/checkpoint/step-2/hf
 "$QT" train "${common[@]}" --model.flavor=hf --model.hf_assets_path="$base" \
   --checkpoint.initial_load_path="$base" --checkpoint.initial_load_in_hf=true --lora.rank=4 \
   --lora.alpha=8 --optimizer.lr=5e-2 --training.steps=3 --job.dump_folder="$TMP/lora" \
+  --sample.freq=3 --sample.temperature=0 --sample.max_new_tokens=24 "--sample.prompts=The quick
+A cafe and the
+hello" \
   >"$TMP/lora.log" 2>&1 || fail "LoRA run: $(tail -3 "$TMP/lora.log")"
 [ -f "$TMP/lora/adapter/adapter_model.safetensors" ] && [ -f "$TMP/lora/merged/model.safetensors" ] ||
   fail "the LoRA run wrote no adapter or merged model: $(ls -R "$TMP/lora")"
@@ -46,6 +50,12 @@ for dtype in float32 bfloat16; do
   ! cmp -s "$TMP/adapter-$dtype" "$TMP/base-$dtype" || fail "$dtype: the adapter changed nothing"
   echo "$dtype: base + adapter = merged export, ids and log-probs of 3 prompts x 24 tokens"
 done
+
+# The LoRA run's last samples (greedy, the same prompts) are the adapter's generation.
+ids() { grep -o '"ids":\[[0-9,]*\]' "$1"; }
+[ "$(ids "$TMP/adapter-float32")" = "$(grep '^{"step":3,' "$TMP/lora/samples.jsonl" | ids /dev/stdin)" ] ||
+  fail "the LoRA run's samples $(cat "$TMP/lora/samples.jsonl") are not generate --adapter's $(ids "$TMP/adapter-float32")"
+echo "the LoRA run's step-3 samples = generate --adapter"
 
 ev() { "$QT" eval "$@" --dataset "$FIX/docs.jsonl" --seq-len 16 2>/dev/null | sed -n 's/^loss: //p'; }
 a=$(ev --model "$base" --adapter "$TMP/lora/adapter")

@@ -51,7 +51,8 @@ int samples_open(Samples *s, const JobConfig *cfg, TrainQwen3 *q, const Tokenize
                      "%s: a prompt of %d tokens with sample.max_new_tokens = %d exceeds the "
                      "model's context of %d positions",
                      where, longest, cfg->sample.max_new_tokens, local->spec.max_seq_len);
-    if (rc == 0 && !train_qwen3_sharded(q)) {
+    /* The decoder runs plain weights: sharded or with adapters, it runs a merged whole copy. */
+    if (rc == 0 && !train_qwen3_sharded(q) && !local->lora) {
         s->m = local;
     } else if (rc == 0 && train_qwen3_mesh(q)->dims.rank == 0) {
         rc = train_qwen3_whole_create(q, &s->whole, err);
@@ -124,7 +125,7 @@ static int write_samples(Samples *s, int64_t step, Err *err) {
 
 int samples_after_step(Samples *s, int64_t step, int last, Err *err) {
     if (!last && step % s->freq != 0) return 0;
-    if (!train_qwen3_sharded(s->q)) {
+    if (s->m == train_qwen3_qwen3(s->q)) {
         qwen3_refresh_bf16(s->m);
         return write_samples(s, step, err);
     }

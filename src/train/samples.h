@@ -9,7 +9,8 @@
  * weights into it (train_qwen3_gather_whole), then all wait for rank 0's outcome, so the ranks
  * stay in step and the samples are those one process would print from the same weights. The
  * copy costs rank 0 the model's weights once more: a model that only fits sharded cannot
- * sample. */
+ * sample. A LoRA run (one process) samples from such a copy too, its adapters merged as the
+ * run's merged export merges them (the decoder runs plain weights). */
 #ifndef QT_SAMPLES_H
 #define QT_SAMPLES_H
 
@@ -24,8 +25,8 @@
 
 typedef struct Samples {
     TrainQwen3 *q; /* the training driver; not owned */
-    Qwen3 *m;      /* the model generating: q's own on one process, whole on rank 0 of a mesh,
-                    * NULL on the other ranks */
+    Qwen3 *m;      /* the model generating: q's own on one process, whole on rank 0 of a mesh
+                    * (or with LoRA), NULL on the other ranks */
     Qwen3 whole;   /* rank 0 of a mesh: the gathered copy */
     const Tokenizer *tok;
     Decoder d;

@@ -805,8 +805,13 @@ static void join_tp(const TrainQwen3 *f, int i, float *whole_t, const float *par
 
 int train_qwen3_gather_whole(TrainQwen3 *f, Qwen3 *dst, Err *err) {
     int rc = 0;
+    if (!f->sharded) {
+        for (int i = 0; i < f->m.nparams; i++)
+            memcpy(dst->table[i].data, f->m.table[i].data,
+                   (size_t)f->m.table[i].numel * sizeof(float));
+    }
     float *parts = f->tp > 1 ? xmalloc(max_numel(f) * sizeof *parts) : NULL;
-    for (int u = 0; u < f->L + 2 && rc == 0; u++) {
+    for (int u = 0; f->sharded && u < f->L + 2 && rc == 0; u++) {
         if (f->plan.units[u].full_numel == 0) continue; /* the head when tied */
         ensure(f, u); /* the unit's (tensor-parallel part of the) parameters, as in a forward */
         for (int i = 0; i < f->m.nparams && rc == 0; i++) {
@@ -823,6 +828,11 @@ int train_qwen3_gather_whole(TrainQwen3 *f, Qwen3 *dst, Err *err) {
         }
     }
     free(parts);
+    /* LoRA (one process only): the adapters merged as the merged export merges them. */
+    const Lora *lo = f->m.lora;
+    for (int i = 0; rc == 0 && dst && lo && i < lo->n; i++)
+        lora_merge(lo, &lo->ad[i],
+                   *qwen3_param_field(&dst->p, lora_site_kind(lo->ad[i].site), lo->ad[i].layer));
     if (rc == 0 && dst && dst->bf16) qwen3_refresh_bf16(dst);
     return rc;
 }

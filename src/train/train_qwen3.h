@@ -57,13 +57,15 @@ struct Qwen3 *train_qwen3_qwen3(TrainQwen3 *q);
 const Mesh *train_qwen3_mesh(const TrainQwen3 *q);
 /* 1 when q runs on more than one process (its model holds no parameters of its own). */
 int train_qwen3_sharded(const TrainQwen3 *q);
-/* Samples on a mesh: out becomes a forward-only model of the whole spec (one process's shapes,
- * the same kernels and precision as q) with no weights yet; rank 0 makes one. */
+/* Samples on a mesh or with LoRA: out becomes a forward-only model of the whole spec (one
+ * process's shapes, the same kernels and precision as q) with no weights yet; rank 0 makes
+ * one. */
 int train_qwen3_whole_create(TrainQwen3 *q, struct Qwen3 *out, Err *err);
 /* Collective over q's mesh: every unit gathered as for a forward and, under tensor
  * parallelism, the parts of each split parameter joined, so that dst (NULL on every rank but
- * the one that holds it) gets the whole current weights, bitwise, and their bf16 copies when
- * it has them. */
+ * the one that holds it) gets the whole current weights, bitwise (on one process, a copy), with
+ * LoRA adapters merged as train_qwen3_export_merged merges them, and their bf16 copies when it
+ * has them. */
 int train_qwen3_gather_whole(TrainQwen3 *q, struct Qwen3 *dst, Err *err);
 /* The module set a model of spec runs (creating and sizing both take it from here, so `qtitan
  * plan` sizes what training allocates): the fast CPU kernels by default, the plain references
