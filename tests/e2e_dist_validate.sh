@@ -9,6 +9,7 @@
 #   - samples.jsonl, written once by rank 0 from the gathered whole model, is byte-identical to
 #     one process's for the same seed, in fp32 on each of those meshes and with bf16 matmuls
 #     on FSDP 2;
+#   - a validation.seq_len the sequence-parallel group cannot split stops with a sentence;
 #   - FSDP 2's training losses, dense and MoE, are bitwise those of the same run without
 #     validation and samples (nothing touches gradients, optimizer state or the routing
 #     counts the bias update reads, and the gathers leave the shards as they were).
@@ -98,5 +99,15 @@ same_samples moe_one moe_fsdp
 same_samples bf16_one bf16_fsdp
 same_losses fsdp fsdp_plain
 same_losses moe_fsdp moe_fsdp_plain
+# A validation row that the sequence-parallel group cannot split stops every rank with a sentence.
+if run_bad=$(dist_run 2 sp_bad "${ARGS[@]}" "${EXTRA[@]}" --parallelism.data_parallel_shard_degree=1 \
+  --parallelism.tensor_parallel_degree=2 --parallelism.enable_sequence_parallel=true \
+  --validation.seq_len=15); then
+  echo "FAIL: validation.seq_len = 15 on TP 2 + SP ran: $run_bad"; fail=1
+elif grep -q 'validation.seq_len = 15: sequence parallelism splits every row over the 2 tensor-parallel ranks, so it must be a multiple of 2' "$TMP/sp_bad.log"; then
+  echo "ok: $(grep -m1 'validation.seq_len = 15' "$TMP/sp_bad.log")"
+else
+  echo "FAIL: no sentence for validation.seq_len = 15 on TP 2 + SP: $(tail -3 "$TMP/sp_bad.log")"; fail=1
+fi
 [ $fail -eq 0 ] && echo "e2e_dist_validate: ok"
 exit $fail
