@@ -102,7 +102,16 @@ mh_run() {
   return $rc
 }
 
-mh_link() { ip -n "${MH_PREFIX}sw" link set "${MH_PREFIX}s$1" "$2"; }
+# Bringing a link back up also forgets every host's failed neighbour entries: a host that tried
+# to reach another during the cut holds its address as unreachable for a while, and the next
+# mpirun's daemon then cannot connect back (seen in 2 of 3 runs before this).
+mh_link() {
+  local ns
+  ip -n "${MH_PREFIX}sw" link set "${MH_PREFIX}s$1" "$2" || return
+  [ "$2" = up ] || return 0
+  for ns in "${MH_MADE[@]}"; do ip -n "$ns" neigh flush all 2>/dev/null; done
+  return 0
+}
 
 mh_ranks_alive() {
   local ns p n=0
