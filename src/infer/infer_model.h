@@ -24,7 +24,8 @@ typedef struct InferModel {
 /* hf_dir: an HF model directory (config.json + safetensors). step_dir: a checkpoint step
  * (DUMP/checkpoint/step-N; cli_checkpoint_step finds a folder's newest); exactly one of the two
  * is set. B x T: the activation capacity of m for full forwards (eval); 1 x 1 when
- * only a Decoder runs the model. bf16: multiply with bf16 weights (qwen3_enable_bf16). */
+ * only a Decoder runs the model. bf16: multiply with bf16 weights, held without fp32
+ * masters (qwen3_create_inference_bf16). */
 int infer_model_open(InferModel *im, const char *hf_dir, const char *step_dir, int B, int T,
                      int bf16, Err *err);
 void infer_model_close(InferModel *im);
