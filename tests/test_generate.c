@@ -170,6 +170,58 @@ static void test_cache_matches_forward(void **state) {
     check_cache("moe", 1, 1e-2);
 }
 
+/* bf16 inference (infer_model_open with bf16) holds the matmul weights in bf16 only: their
+ * fp32 entries are NULL, the parameter arena shrinks, and decoding gives bit for bit the
+ * logits of the same model run with fp32 masters cast to bf16 (training's mixed precision). */
+static void check_bf16_only(const char *name) {
+    char *dir = fixture(name, NULL);
+    enum { T = 16, P = 5 };
+    InferModel lean, ref;
+    Err err;
+    if (infer_model_open(&lean, dir, NULL, NULL, 1, 1, 1, &err)) fail_msg("%s", err.msg);
+    if (infer_model_open(&ref, dir, NULL, NULL, 1, 1, 0, &err)) fail_msg("%s", err.msg);
+    if (qwen3_enable_bf16(&ref.m, &err)) fail_msg("%s", err.msg);
+    qwen3_refresh_bf16(&ref.m);
+    int dropped = 0;
+    for (int i = 0; i < lean.m.nparams; i++)
+        if (!lean.m.table[i].data) {
+            assert_int_equal(lean.m.table[i].kind->role, ROLE_LINEAR);
+            dropped++;
+        }
+    assert_true(dropped > 0);
+    assert_true(lean.m.param_arena.capacity < ref.m.param_arena.capacity);
+    int V = lean.m.spec.vocab_size;
+    int32_t ids[T];
+    for (int t = 0; t < T; t++)
+        ids[t] = (int32_t)((t * 53 + 5) % V);
+    Decoder a, b;
+    if (decoder_create(&a, &lean.m, 1, T, &err) || decoder_create(&b, &ref.m, 1, T, &err))
+        fail_msg("%s", err.msg);
+    float *la = xcalloc((size_t)V, sizeof *la), *lb = xcalloc((size_t)V, sizeof *lb);
+    decoder_prefill(&a, 0, ids, P, la);
+    decoder_prefill(&b, 0, ids, P, lb);
+    assert_memory_equal(la, lb, (size_t)V * sizeof *la);
+    int seq = 0;
+    for (int t = P; t < T; t++) {
+        decoder_step(&a, &seq, ids + t, 1, la);
+        decoder_step(&b, &seq, ids + t, 1, lb);
+        assert_memory_equal(la, lb, (size_t)V * sizeof *la);
+    }
+    printf("%s bf16 only: %d weights without fp32 masters, parameter arena %zu -> %zu bytes, "
+           "logits identical\n",
+           name, dropped, ref.m.param_arena.capacity, lean.m.param_arena.capacity);
+    decoder_free(&a), decoder_free(&b);
+    free(la), free(lb), free(dir);
+    infer_model_close(&lean), infer_model_close(&ref);
+}
+
+static void test_bf16_only(void **state) {
+    (void)state;
+    check_bf16_only("dense_tied_gqa");
+    check_bf16_only("dense_untied_mha");
+    check_bf16_only("moe");
+}
+
 /* logits = log(probs): softmax gives the probs back. */
 static void set_probs(float *logits, const double *p, int V) {
     for (int v = 0; v < V; v++)
@@ -319,6 +371,7 @@ int main(void) {
         cmocka_unit_test(test_parity_dense_untied_mha),
         cmocka_unit_test(test_parity_moe),
         cmocka_unit_test(test_cache_matches_forward),
+        cmocka_unit_test(test_bf16_only),
         cmocka_unit_test(test_filters),
         cmocka_unit_test(test_draws),
         cmocka_unit_test(test_seeded),

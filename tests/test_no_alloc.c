@@ -3,7 +3,8 @@
  * linked with -Wl,--wrap for malloc, calloc, realloc, aligned_alloc and posix_memalign
  * (CMakeLists.txt), so every such call made by qtitan's code goes through the counters below; a
  * step is forward, backward, gradient clipping and an AdamW update with the CPU default kernels,
- * in fp32 and bf16, for a dense and a MoE model. Allocations inside oneDNN and the OpenMP runtime
+ * in fp32 and bf16, for a dense and a MoE model. Decode steps (infer/decode.h, fp32 and
+ * bf16-only weights) allocate nothing either. Allocations inside oneDNN and the OpenMP runtime
  * (shared libraries) are not seen. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "infer/decode.h"
 #include "model/overrides.h"
 #include "model/qwen3.h"
 #include "train/adamw.h"
@@ -129,12 +131,56 @@ static void test_moe_bf16(void **state) {
     run(1, 1);
 }
 
+/* Allocation calls in decode steps after a prefill, batches of two and one sequence. */
+static void run_decode(int moe, int bf16) {
+    ModelSpec s = tiny(moe);
+    Err err;
+    Qwen3Modules mod;
+    overrides_defaults(&s, "cpu", &mod);
+    Qwen3 m;
+    if (bf16)
+        assert_int_equal(qwen3_create_inference_bf16(&m, &s, 1, 1, &mod, &err), 0);
+    else
+        assert_int_equal(qwen3_create_forward(&m, &s, 1, 1, &mod, &err), 0);
+    float *v = malloc((size_t)m.max_param_numel * sizeof *v);
+    for (int i = 0; i < m.nparams; i++) {
+        qwen3_init_param(&m, i, 5, v);
+        qwen3_param_store(&m, i, v);
+    }
+    free(v);
+    Decoder d;
+    assert_int_equal(decoder_create(&d, &m, 2, T_, &err), 0);
+    float *logits = malloc((size_t)2 * V_ * sizeof *logits);
+    int32_t prompt[4] = {3, 17, 99, 4};
+    decoder_prefill(&d, 0, prompt, 4, logits);
+    decoder_prefill(&d, 1, prompt, 3, logits);
+    int seq[2] = {0, 1};
+    int32_t ids[2] = {7, 8};
+    long before = g_allocs;
+    g_counting = 1;
+    for (int step = 0; step < STEPS; step++)
+        decoder_step(&d, seq + step % 2, ids, 2 - step % 2, logits);
+    g_counting = 0;
+    if (g_allocs != before)
+        fail_msg("%s %s: %d decode steps made %ld heap allocation(s)", moe ? "MoE" : "dense",
+                 bf16 ? "bf16" : "fp32", STEPS, g_allocs - before);
+    free(logits);
+    decoder_free(&d);
+    qwen3_free(&m);
+}
+
+static void test_decode(void **state) {
+    (void)state;
+    for (int moe = 0; moe < 2; moe++)
+        for (int bf16 = 0; bf16 < 2; bf16++)
+            run_decode(moe, bf16);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_dense_fp32),
-        cmocka_unit_test(test_dense_bf16),
-        cmocka_unit_test(test_moe_fp32),
-        cmocka_unit_test(test_moe_bf16),
+        cmocka_unit_test(test_dense_fp32), cmocka_unit_test(test_dense_bf16),
+        cmocka_unit_test(test_moe_fp32),   cmocka_unit_test(test_moe_bf16),
+        cmocka_unit_test(test_decode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu_simd.h"
+#include "kernels/gemv_bf16.h"
 #include "model/moe.h"
 
 static float *floats(long n) {
@@ -107,40 +109,40 @@ static float *cache_row(const Decoder *d, float *c, int l, int s, int t) {
 }
 
 /* One query row per sequence against its cache, positions 0..len: the causal softmax
- * attention of ops/sdpa.h with the keys already in the cache. */
+ * attention of ops/sdpa.h with the keys already in the cache. The G query heads that share a
+ * kv head go together, so each cached key and value row is read once per step. */
 static void attend_cached(Decoder *d, int l, const int *seq, long n) {
     const ModelSpec *s = &d->m->spec;
-    int H = s->n_heads, K = s->n_kv_heads, E = s->head_dim, C = d->C;
+    int H = s->n_heads, K = s->n_kv_heads, E = s->head_dim, C = d->C, G = H / K;
+    long KE = (long)K * E;
     float scale = 1.0f / sqrtf((float)E);
 #pragma omp parallel for schedule(static)
-    for (long rh = 0; rh < n * H; rh++) {
-        long r = rh / H;
-        int h = (int)(rh % H), kh = h / (H / K), T = d->len[seq[r]] + 1;
-        const float *q = d->qr + (r * H + h) * E;
-        float *sc = d->scores + rh * C, *o = d->att + (r * H + h) * E;
-        float mx = -INFINITY;
-        for (int t = 0; t < T; t++) {
-            const float *kk = cache_row(d, d->kc, l, seq[r], t) + (long)kh * E;
-            float dot = 0.0f;
-            for (int e = 0; e < E; e++)
-                dot += q[e] * kk[e];
-            sc[t] = dot * scale;
-            if (sc[t] > mx) mx = sc[t];
-        }
-        float sum = 0.0f;
-        for (int t = 0; t < T; t++) {
-            sc[t] = expf(sc[t] - mx);
-            sum += sc[t];
-        }
-        for (int e = 0; e < E; e++)
-            o[e] = 0.0f;
-        for (int t = 0; t < T; t++) {
-            const float *vv = cache_row(d, d->vc, l, seq[r], t) + (long)kh * E;
-            float w = sc[t] / sum;
-            for (int e = 0; e < E; e++)
-                o[e] += w * vv[e];
-        }
+    for (long rk = 0; rk < n * K; rk++) {
+        long r = rk / K;
+        int kh = (int)(rk % K), T = d->len[seq[r]] + 1;
+        const float *kc = cache_row(d, d->kc, l, seq[r], 0) + (long)kh * E;
+        const float *vc = cache_row(d, d->vc, l, seq[r], 0) + (long)kh * E;
+        long h0 = r * H + (long)kh * G; /* the group's first (row, head) */
+        const float *q = d->qr + h0 * E;
+        float *sc = d->scores + h0 * C, *o = d->att + h0 * E;
+        for (int t = 0; t < T; t++)
+            for (int g = 0; g < G; g++)
+                sc[(long)g * C + t] = simd_dot(q + (long)g * E, kc + t * KE, E);
+        for (int g = 0; g < G; g++)
+            simd_softmax_row(sc + (long)g * C, sc + (long)g * C, T, scale);
+        memset(o, 0, (size_t)G * E * sizeof *o);
+        for (int t = 0; t < T; t++)
+            for (int g = 0; g < G; g++)
+                simd_axpy(o + (long)g * E, sc[(long)g * C + t], vc + t * KE, E);
     }
+}
+
+/* Decode's products with bf16 weights (kernels/gemv_bf16.h): x (n, I) cast to bf16 as the
+ * bf16 linear ops cast it, then every part's weights read once. */
+static void gemv(const Decoder *d, const GemvPart *parts, int nparts, const float *x, long n,
+                 int I) {
+    simd_f32_to_bf16(d->scratch, x, n * I);
+    gemv_bf16(parts, nparts, d->scratch, n, I);
 }
 
 /* Layer l on n rows of d->x (written to d->out). prefill_seq >= 0: the rows are that
@@ -155,10 +157,19 @@ static void layer(Decoder *d, int l, long n, int prefill_seq, const int *seq) {
     long KE = (long)K * E;
     float eps = (float)s->norm_eps;
 
+    /* Decode steps with bf16 weights stream them through the GEMV kernel; the prompt, many
+     * rows at once, goes through the model's own ops. */
+    int stream = m->bf16 && prefill_seq < 0;
+
     md->attention_norm->forward(d->xn, d->rstd, d->x, p->attention_norm, n, D, eps);
-    linear(d, md->qkv, d->q, d->xn, p->wq, pb->wq, n, D, H * E);
-    linear(d, md->qkv, d->k, d->xn, p->wk, pb->wk, n, D, K * E);
-    linear(d, md->qkv, d->v, d->xn, p->wv, pb->wv, n, D, K * E);
+    if (stream) {
+        GemvPart qkv[3] = {{pb->wq, d->q, H * E}, {pb->wk, d->k, K * E}, {pb->wv, d->v, K * E}};
+        gemv(d, qkv, 3, d->xn, n, D);
+    } else {
+        linear(d, md->qkv, d->q, d->xn, p->wq, pb->wq, n, D, H * E);
+        linear(d, md->qkv, d->k, d->xn, p->wk, pb->wk, n, D, K * E);
+        linear(d, md->qkv, d->v, d->xn, p->wv, pb->wv, n, D, K * E);
+    }
     md->q_norm->forward(d->qn, d->rstd, d->q, p->q_norm, n * H, E, eps);
     md->k_norm->forward(d->kn, d->rstd, d->k, p->k_norm, n * K, E, eps);
     md->rope->forward(d->qr, d->qn, d->pos, n, H, E, s->rope_theta);
@@ -176,7 +187,10 @@ static void layer(Decoder *d, int l, long n, int prefill_seq, const int *seq) {
         }
         attend_cached(d, l, seq, n);
     }
-    linear(d, md->wo, d->xmid, d->att, p->wo, pb->wo, n, H * E, D);
+    if (stream)
+        gemv(d, &(GemvPart){pb->wo, d->xmid, D}, 1, d->att, n, H * E);
+    else
+        linear(d, md->wo, d->xmid, d->att, p->wo, pb->wo, n, H * E, D);
     if (md->ffn_norm->forward_add) {
         md->ffn_norm->forward_add(d->xmid, d->xn2, d->rstd, d->xmid, d->x, p->ffn_norm, n, D, eps);
     } else {
@@ -191,6 +205,11 @@ static void layer(Decoder *d, int l, long n, int prefill_seq, const int *seq) {
                            k, s->norm_topk_prob);
         md->experts->forward(d->out, &d->ex, d->xn2, d->topk_idx, d->topk_w, p->experts_w1,
                              p->experts_w3, p->experts_w2, n, k, D, s->moe_hidden_dim, X);
+    } else if (stream) {
+        GemvPart up[2] = {{pb->w1, d->h1, F}, {pb->w3, d->h3, F}};
+        gemv(d, up, 2, d->xn2, n, D);
+        simd_swiglu(d->g, d->h1, d->h3, n * F);
+        gemv(d, &(GemvPart){pb->w2, d->out, D}, 1, d->g, n, F);
     } else if (m->bf16 && md->feed_forward->forward_bf16) {
         md->feed_forward->forward_bf16(d->out, d->h1, d->h3, d->g, d->xn2, pb->w1, pb->w3, pb->w2,
                                        d->scratch, n, D, F);
@@ -208,7 +227,10 @@ static void head(Decoder *d, long first, long n, float *logits) {
     const ModelSpec *s = &m->spec;
     int D = s->dim;
     m->mod.norm->forward(d->xn, d->rstd, d->x + first * D, m->p.norm, n, D, (float)s->norm_eps);
-    linear(d, m->mod.lm_head, logits, d->xn, m->p.output, m->pb.output, n, D, s->vocab_size);
+    if (m->bf16)
+        gemv(d, &(GemvPart){m->pb.output, logits, s->vocab_size}, 1, d->xn, n, D);
+    else
+        linear(d, m->mod.lm_head, logits, d->xn, m->p.output, m->pb.output, n, D, s->vocab_size);
 }
 
 void decoder_prefill(Decoder *d, int s, const int32_t *ids, int T, float *logits) {

@@ -1,10 +1,12 @@
 /* Inference on a Qwen3 model (dense and MoE, fp32 or bf16 weights): a KV cache sized up front,
  * the prefill of one sequence's prompt, and batched one-token decode steps. Every op runs
  * through the model's own module implementations (m->mod: the CPU kernels or the overrides
- * training uses) and the same bf16 path, so a prefill computes what qwen3_forward computes;
- * only attention against the cache during decode is local to this file (one query row per
- * sequence, which the training sdpa op does not take). Nothing is allocated after
- * decoder_create.
+ * training uses) and the same bf16 path, so a prefill computes what qwen3_forward computes.
+ * Local to this file are attention against the cache during decode (one query row per
+ * sequence, which the training sdpa op does not take) and, with bf16 weights, decode's
+ * products: a step reads every weight once for a few rows, so they go through
+ * kernels/gemv_bf16.h (the bf16 inputs and fp32 accumulation of the bf16 linear ops, added in
+ * another order). Nothing is allocated after decoder_create.
  *
  * Letters as in model/qwen3.h; S sequences (cache rows), C cache positions per sequence. */
 #ifndef QT_DECODE_H

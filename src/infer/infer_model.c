@@ -17,6 +17,8 @@ static int load_checkpoint_weights(Qwen3 *m, const char *step_dir, Err *err) {
     int rc = st_open(&f, path, err);
     free(path);
     TRY(rc);
+    long tmp_n = qwen3_bf16_only_max_numel(m); /* weights held in bf16 only pass through it */
+    float *tmp = tmp_n ? xmalloc((size_t)tmp_n * sizeof *tmp) : NULL;
     for (int i = 0; i < m->nparams && rc == 0; i++) {
         const Qwen3Param *p = &m->table[i];
         const StTensor *t = st_find(&f, p->name);
@@ -25,9 +27,13 @@ static int load_checkpoint_weights(Qwen3 *m, const char *step_dir, Err *err) {
         else if (t->numel != p->numel)
             rc = err_set(err, "%s: tensor %s has %lld values, the model's config needs %ld", f.path,
                          p->name, (long long)t->numel, p->numel);
-        else
-            st_to_f32(t, p->data);
+        else {
+            float *dst = p->data ? p->data : tmp;
+            st_to_f32(t, dst);
+            qwen3_param_store(m, i, dst);
+        }
     }
+    free(tmp);
     st_close(&f);
     return rc;
 }
@@ -85,7 +91,10 @@ int infer_model_open(InferModel *im, const char *hf_dir, const char *step_dir, c
     Qwen3Modules *mod = xmalloc(sizeof *mod);
     if (rc == 0) {
         overrides_defaults(&spec, "cpu", mod);
-        rc = qwen3_create_forward(&im->m, &spec, B, T, mod, err); /* no gradients to infer */
+        /* No gradients to infer; with bf16 weights no fp32 masters either, unless an adapter
+         * must first be merged into them (the merge is fp32; the bf16 copies are cast after). */
+        rc = bf16 && !adapter ? qwen3_create_inference_bf16(&im->m, &spec, B, T, mod, err)
+                              : qwen3_create_forward(&im->m, &spec, B, T, mod, err);
     }
     free(mod);
     if (rc != 0) {
@@ -98,7 +107,7 @@ int infer_model_open(InferModel *im, const char *hf_dir, const char *step_dir, c
                   : qwen3_load_hf(&im->m, &set, im->dir, err);
     st_set_close(&set);
     if (rc == 0 && adapter) rc = merge_adapter(&im->m, adapter, err);
-    if (rc == 0 && bf16) {
+    if (rc == 0 && adapter && bf16) {
         rc = qwen3_enable_bf16(&im->m, err);
         if (rc == 0) qwen3_refresh_bf16(&im->m);
     }

@@ -27,7 +27,9 @@ typedef struct InferModel {
  * only a Decoder runs the model. adapter (NULL: none): a peft LoRA adapter folder (read by
  * lora_open_peft, as `qtitan eval --adapter` and training read one) merged into the weights,
  * W + s B A with the function a LoRA run's merged export uses, so the model computes what that
- * export does. bf16: multiply with bf16 weights (qwen3_enable_bf16), cast after the merge. */
+ * export does. bf16: multiply with bf16 weights, held without fp32 masters
+ * (qwen3_create_inference_bf16); with an adapter the merge needs the fp32 weights, so they stay
+ * and the bf16 copies are cast after it (qwen3_enable_bf16). */
 int infer_model_open(InferModel *im, const char *hf_dir, const char *step_dir, const char *adapter,
                      int B, int T, int bf16, Err *err);
 void infer_model_close(InferModel *im);

@@ -18,7 +18,7 @@ static int cpuid7(unsigned sub, int reg, int bit) {
     if (!__get_cpuid_count(7, sub, &r[0], &r[1], &r[2], &r[3])) return 0;
     return (r[reg] >> bit) & 1;
 }
-static int has_avx512_bf16(void) {
+int cpu_has_avx512_bf16(void) {
     return __builtin_cpu_supports("avx512f") && cpuid7(1, 0, 5);
 }
 
@@ -131,7 +131,7 @@ __attribute__((target("avx512f,avx512bf16"))) static double dpbf16(long iters) {
 }
 
 double cpu_peak_dpbf16_loop(long iters) {
-    return has_avx512_bf16() ? dpbf16(iters) : -1;
+    return cpu_has_avx512_bf16() ? dpbf16(iters) : -1;
 }
 
 /* AMX palette-1 tile configuration (64 bytes, layout fixed by the ISA). */
@@ -210,7 +210,7 @@ void cpu_peak_measure(CpuPeak *out) {
     if (amx_ready()) {
         out->bf16_gflops = best_rate(2, 200000, 4.0 * 16 * 16 * 32 * 2);
         snprintf(out->bf16_unit, sizeof out->bf16_unit, "amx tdpbf16ps");
-    } else if (has_avx512_bf16()) {
+    } else if (cpu_has_avx512_bf16()) {
         out->bf16_gflops = best_rate(1, 4000000, 12.0 * 32 * 2);
         snprintf(out->bf16_unit, sizeof out->bf16_unit, "avx512_bf16 vdpbf16ps");
     }

@@ -12,6 +12,9 @@ typedef struct CpuPeak {
     char bf16_unit[32]; /* e.g. "amx tdpbf16ps" */
 } CpuPeak;
 
+/* 1 when the CPU has AVX-512F and AVX512_BF16 (vdpbf16ps). */
+int cpu_has_avx512_bf16(void);
+
 /* Measures both peaks; takes about 0.1-0.3 s (best of 5 short runs per unit). */
 void cpu_peak_measure(CpuPeak *out);
 

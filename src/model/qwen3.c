@@ -63,6 +63,53 @@ float **qwen3_param_field(Qwen3Params *p, ParamKindId kind, int layer) {
     abort(); /* unreachable: every kind has a case */
 }
 
+/* The bf16 copy of a matmul weight (NULL for kinds that have none). */
+static uint16_t **bf16_field(Qwen3Bf16 *pb, ParamKindId kind, int layer) {
+    Qwen3Bf16Layer *l = &pb->layers[layer < 0 ? 0 : layer];
+    switch (kind) {
+    case PK_WQ:
+        return &l->wq;
+    case PK_WK:
+        return &l->wk;
+    case PK_WV:
+        return &l->wv;
+    case PK_WO:
+        return &l->wo;
+    case PK_W1:
+        return &l->w1;
+    case PK_W3:
+        return &l->w3;
+    case PK_W2:
+        return &l->w2;
+    case PK_OUTPUT:
+        return &pb->output;
+    default:
+        return NULL;
+    }
+}
+
+/* With bf16_only: 1 when every module that reads the weight multiplies with its bf16 copy, so
+ * no fp32 copy is needed. build_modules has run. */
+static int bf16_suffices(const Qwen3 *m, ParamKindId kind, int layer) {
+    const Qwen3LayerModules *md = &m->mod.layers[layer < 0 ? 0 : layer];
+    switch (kind) {
+    case PK_WQ:
+    case PK_WK:
+    case PK_WV:
+        return md->qkv->forward_bf16 != NULL;
+    case PK_WO:
+        return md->wo->forward_bf16 != NULL;
+    case PK_W1:
+    case PK_W3:
+    case PK_W2:
+        return md->feed_forward->forward_bf16 != NULL;
+    case PK_OUTPUT: /* a fused loss op reads the fp32 weight */
+        return m->mod.loss == &lm_head_loss_reference && m->mod.lm_head->forward_bf16 != NULL;
+    default:
+        return 0;
+    }
+}
+
 /* Places the table's parameters (core/param_table.h) and their gradients in the arenas. Runs
  * once counting (m->table NULL, arenas counting) and once placing. */
 static void layout_params(Qwen3 *m, Arena *pa, Arena *ga) {
@@ -77,7 +124,8 @@ static void layout_params(Qwen3 *m, Arena *pa, Arena *ga) {
     float *sink = m->frozen ? arena_floats(ga, (size_t)max_numel) : NULL; /* NULL counting */
     for (int i = 0; i < n; i++) {
         const ParamInfo *pi = &info[i];
-        float *data = arena_floats(pa, (size_t)pi->numel);
+        int fp32 = !m->bf16_only || !bf16_suffices(m, pi->kind->id, pi->layer);
+        float *data = fp32 ? arena_floats(pa, (size_t)pi->numel) : NULL;
         float *grad = m->frozen ? sink : arena_floats(ga, (size_t)pi->numel);
         *qwen3_param_field(&m->p, pi->kind->id, pi->layer) = data;
         *qwen3_param_field(&m->g, pi->kind->id, pi->layer) = grad;
@@ -349,13 +397,17 @@ static int setup(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int s
 }
 
 /* What create allocates besides activations: OWN_PARAMS | OWN_GRADS for training, OWN_PARAMS
- * alone for forward-only use (eval), neither for sharded training (the table points elsewhere). */
-enum { OWN_PARAMS = 1, OWN_GRADS = 2 };
+ * alone for forward-only use (eval), neither for sharded training (the table points elsewhere);
+ * BF16_ONLY with OWN_PARAMS holds the matmul weights in bf16 only (qwen3_create_inference_bf16). */
+enum { OWN_PARAMS = 1, OWN_GRADS = 2, BF16_ONLY = 4 };
+
+static int enable_bf16(Qwen3 *m, int weights, Err *err);
 
 static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp, int owned,
                   const Qwen3Modules *impl, int frozen, Err *err) {
     TRY(setup(m, spec, B, T, ac, sp, err));
     m->frozen = frozen;
+    m->bf16_only = (owned & BF16_ONLY) != 0;
     Arena pc, gc, ac_count, ks_count;
     arena_init_counting(&pc, "parameter");
     arena_init_counting(&gc, "gradient");
@@ -378,6 +430,10 @@ static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int 
     layout_params(m, owned & OWN_PARAMS ? &m->param_arena : &pc,
                   owned & OWN_GRADS ? &m->grad_arena : &gc);
     layout_acts(m, &m->act_arena, &m->scratch_arena);
+    if (m->bf16_only && enable_bf16(m, 1, err)) {
+        qwen3_free(m);
+        return -1;
+    }
     return 0;
 }
 
@@ -393,6 +449,30 @@ int qwen3_create_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
 int qwen3_create_forward(Qwen3 *m, const ModelSpec *spec, int B, int T, const Qwen3Modules *impl,
                          Err *err) {
     return create(m, spec, B, T, AC_NONE, 1, OWN_PARAMS, impl, 0, err);
+}
+
+int qwen3_create_inference_bf16(Qwen3 *m, const ModelSpec *spec, int B, int T,
+                                const Qwen3Modules *impl, Err *err) {
+    return create(m, spec, B, T, AC_NONE, 1, OWN_PARAMS | BF16_ONLY, impl, 0, err);
+}
+
+void qwen3_param_store(Qwen3 *m, int i, const float *v) {
+    const Qwen3Param *p = &m->table[i];
+    if (p->data) {
+        if (p->data != v) memcpy(p->data, v, (size_t)p->numel * sizeof(float));
+    } else {
+        simd_f32_to_bf16(*bf16_field(&m->pb, p->kind->id, p->layer), v, p->numel);
+    }
+    /* Tied: lm_head's bf16 copy is the embedding's, which no forward casts here. */
+    if (m->bf16_only && p->kind->id == PK_TOK_EMBEDDINGS && m->spec.tie_embeddings)
+        simd_f32_to_bf16(m->pb.output, v, p->numel);
+}
+
+long qwen3_bf16_only_max_numel(const Qwen3 *m) {
+    long n = 0;
+    for (int i = 0; i < m->nparams; i++)
+        if (!m->table[i].data && m->table[i].numel > n) n = m->table[i].numel;
+    return n;
 }
 
 int qwen3_create_frozen_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
@@ -548,7 +628,7 @@ static void cast_weights_bf16(Qwen3 *m) {
 }
 
 void qwen3_refresh_bf16(Qwen3 *m) {
-    if (m->bf16 && !m->bf16_by_hook) cast_weights_bf16(m);
+    if (m->bf16 && !m->bf16_by_hook && !m->bf16_only) cast_weights_bf16(m);
 }
 
 /* The linear and feed_forward calls: the bf16 path when mixed precision is on and the
@@ -924,7 +1004,8 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
         memset(a->aux_counts, 0, (size_t)s->num_experts * sizeof(double));
         memset(a->aux_psum, 0, (size_t)s->num_experts * sizeof(double));
     }
-    if (m->bf16 && !m->bf16_by_hook) PROF_STEP("bf16 weight cast", cast_weights_bf16(m));
+    if (m->bf16 && !m->bf16_by_hook && !m->bf16_only)
+        PROF_STEP("bf16 weight cast", cast_weights_bf16(m));
     const Qwen3Modules *md = &m->mod;
     int L = s->n_layers;
     /* The embedding, the final norm and the loss run on the rank's tokens (all without

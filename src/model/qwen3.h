@@ -232,6 +232,7 @@ struct Qwen3 {
     Qwen3Acts a;
     int bf16;         /* 1 after qwen3_enable_bf16 */
     int bf16_by_hook; /* 1 after qwen3_enable_bf16_by_hook: pb's weights are the driver's */
+    int bf16_only;    /* 1 from qwen3_create_inference_bf16: see there */
     Arena bf16_arena;
     Qwen3Bf16 pb;
     /* Set by forward, read by backward. */
@@ -287,6 +288,19 @@ int qwen3_create_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
  * parameters and activations, not twice its parameters. */
 int qwen3_create_forward(Qwen3 *m, const ModelSpec *spec, int B, int T, const Qwen3Modules *impl,
                          Err *err);
+/* As qwen3_create_forward, for inference with bf16 weights: the matmul weights whose modules
+ * have a bf16 path (attention and dense FFN projections; lm_head when the loss op is the
+ * reference one) are held in bf16 only, with no fp32 master, and mixed precision is on. Their
+ * table entries' data is NULL: loaders write them with qwen3_param_store. Forward casts
+ * nothing; a model of bf16 weights costs about half its fp32 parameters. */
+int qwen3_create_inference_bf16(Qwen3 *m, const ModelSpec *spec, int B, int T,
+                                const Qwen3Modules *impl, Err *err);
+/* Writes v (the parameter's numel values) into table entry i: its fp32 data, or its bf16 copy
+ * (rounded to nearest even) when the model holds it in bf16 only. */
+void qwen3_param_store(Qwen3 *m, int i, const float *v);
+/* The largest numel among the table entries held in bf16 only (0 when there are none): the
+ * fp32 buffer a loader needs before qwen3_param_store. */
+long qwen3_bf16_only_max_numel(const Qwen3 *m);
 /* The same without parameter and gradient memory: the table has names and shapes but NULL
  * data and grad, and m->p / m->g stay NULL until dist.unit points them somewhere (FSDP).
  * sp > 1: sequence parallel over sp ranks (Qwen3.sp; B * T must be divisible by it), with the

@@ -3,6 +3,7 @@
 #include "model/qwen3_hf.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "io/hf_keys.h"
@@ -42,18 +43,25 @@ int qwen3_load_hf(Qwen3 *m, const StSet *set, const char *what, Err *err) {
     HfKeyTable t;
     hf_keys_build(&t, &m->spec);
     int rc = 0;
+    /* Weights held in bf16 only pass through one fp32 buffer. */
+    long tmp_n = qwen3_bf16_only_max_numel(m);
+    float *tmp = tmp_n ? xmalloc((size_t)tmp_n * sizeof *tmp) : NULL;
     for (int i = 0; i < m->nparams && rc == 0; i++) {
         Qwen3Param *p = &m->table[i];
         if (!p->kind->hf) { /* training state (expert_bias), not in HF files */
             memset(p->data, 0, (size_t)p->numel * sizeof(float));
             continue;
         }
+        float *dst = p->data ? p->data : tmp;
         int k = hf_keys_find_param(&t, p->name);
         if (k < 0 || t.params[k].numel != p->numel)
             rc = err_set(err, "model parameter %s is not in the Hugging Face name table", p->name);
-        else if (hf_keys_load_param(p->data, &t, k, set, err) != 0)
+        else if (hf_keys_load_param(dst, &t, k, set, err) != 0)
             rc = err_wrap(err, "%s", what);
+        else
+            qwen3_param_store(m, i, dst);
     }
+    free(tmp);
     hf_keys_free(&t);
     return rc;
 }
