@@ -142,8 +142,8 @@ static void test_errors(void **state) {
                                  "31 is not divisible by parallelism.tensor_parallel_degree = 2");
     char *moe_tp[] = {"--model.flavor=debugmodel_moe", "--parallelism.tensor_parallel_degree=2"};
     assert_int_equal(plan(&p, 2, moe_tp, &err), -1);
-    assert_non_null(strstr(err.msg, "mixture-of-experts models (num_experts = 64) train with "
-                                    "FSDP / HSDP only"));
+    assert_non_null(strstr(err.msg, "parallelism.expert_parallel_degree = 1 is not a multiple "
+                                    "of parallelism.tensor_parallel_degree = 2"));
 }
 
 /* LoRA: AdamW state and gradients for the adapters (r (I + O) per targeted linear), one

@@ -111,7 +111,6 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     MeshConfig mc;
     train_job_mesh_config(&mc, cfg, &p->spec, world);
     MeshDims dims;
-    TRY(train_qwen3_check(&p->spec, cfg->parallelism.tensor_parallel_degree, err));
     TRY(mesh_resolve(&dims, &mc, 0, err));
     p->micro = dims.grad_accum_steps;
     p->tp = dims.tp;

@@ -46,9 +46,6 @@ typedef struct TrainQwen3Batch {
  * its gradients go to one sink (qwen3_create_frozen_with); a world of one only. */
 TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, const Mesh *mesh,
                                const OverridePlan *plan, int frozen, Err *err);
-/* What train_qwen3_create refuses beyond the mesh's checks (MoE with tensor parallelism), for
- * `qtitan plan` and the job's start-up to say the same before anything is allocated. */
-int train_qwen3_check(const ModelSpec *spec, int tp, Err *err);
 void train_qwen3_free(TrainQwen3 *q);
 /* The model itself, for forward-only work between steps (validation, samples). */
 struct Qwen3 *train_qwen3_qwen3(TrainQwen3 *q);
