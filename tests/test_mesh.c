@@ -241,10 +241,13 @@ static void test_single_process_mesh(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_shard_takes_the_rest), cmocka_unit_test(test_coordinates),
-        cmocka_unit_test(test_invalid_meshes),       cmocka_unit_test(test_valid_tp_shapes),
+        cmocka_unit_test(test_shard_takes_the_rest),
+        cmocka_unit_test(test_coordinates),
+        cmocka_unit_test(test_invalid_meshes),
+        cmocka_unit_test(test_valid_tp_shapes),
         cmocka_unit_test(test_ep_layout),
-        cmocka_unit_test(test_rows_cover_the_batch), cmocka_unit_test(test_single_process_mesh),
+        cmocka_unit_test(test_rows_cover_the_batch),
+        cmocka_unit_test(test_single_process_mesh),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -250,8 +250,7 @@ static int mpi_all_to_all_v(Comm *c, void *out, const size_t *recv_counts, const
         rcnt[p] = (int)recv_counts[p], rd[p] = (int)ro, ro += recv_counts[p];
     }
     MPI_Request req;
-    MPI_TRY(c,
-            MPI_Ialltoallv(in, sc, sd, mpi_type(t), out, rcnt, rd, mpi_type(t), mpi_of(c), &req),
+    MPI_TRY(c, MPI_Ialltoallv(in, sc, sd, mpi_type(t), out, rcnt, rd, mpi_type(t), mpi_of(c), &req),
             "MPI_Ialltoallv", err);
     return wait_req(c, &req, "an all-to-all", err);
 }

@@ -52,7 +52,8 @@ int mesh_resolve(MeshDims *out, const MeshConfig *cfg, int rank, Err *err) {
         TRY(check_tp_divides("training.seq_len (with parallelism.enable_sequence_parallel)",
                              cfg->seq_len, T, err));
     int EP = cfg->ep > 0 ? cfg->ep : 1;
-    if (cfg->ep < 1 && cfg->ep != 0) return err_set(err, KEY_EP " = %d must be at least 1", cfg->ep);
+    if (cfg->ep < 1 && cfg->ep != 0)
+        return err_set(err, KEY_EP " = %d must be at least 1", cfg->ep);
     if (EP > 1 && cfg->num_experts == 0)
         return err_set(err, KEY_EP " = %d needs a mixture-of-experts model (this one is dense)",
                        EP);
@@ -110,8 +111,7 @@ void mesh_describe(char *out, size_t cap, const MeshDims *d) {
              "mesh [dp_replicate %d, dp_shard %d, tp %d%s%s] on %d processes, %d "
              "microbatch(es) per step",
              d->dp_replicate, d->dp_shard, d->tp,
-             d->sequence_parallel ? " + sequence parallel" : "", ep, d->world,
-             d->grad_accum_steps);
+             d->sequence_parallel ? " + sequence parallel" : "", ep, d->world, d->grad_accum_steps);
 }
 
 long mesh_first_row(const MeshDims *d, long local_batch, int micro) {

@@ -34,8 +34,15 @@ static void grow(void *buf, size_t *cap, size_t n, size_t es) {
 
 MoeEp *moe_ep_create(int P, int q, int X, int tb, int tb_at, int L, MoeEpAllToAll fn, void *ctx) {
     MoeEp *ep = xcalloc(1, sizeof *ep);
-    *ep = (MoeEp){.P = P, .q = q, .X = X, .Xl = X / P, .tb = tb, .tb_at = tb_at, .all_to_all = fn,
-                  .ctx = ctx, .L = L};
+    *ep = (MoeEp){.P = P,
+                  .q = q,
+                  .X = X,
+                  .Xl = X / P,
+                  .tb = tb,
+                  .tb_at = tb_at,
+                  .all_to_all = fn,
+                  .ctx = ctx,
+                  .L = L};
     ep->layers = xcalloc((size_t)L, sizeof *ep->layers);
     for (int l = 0; l < L; l++) {
         MoeEpLayer *y = &ep->layers[l];

@@ -751,19 +751,18 @@ static void moe_backward(Qwen3 *m, int i) {
     if (m->ep) {
         n = moe_ep_block(m->ep, N, &t0);
         PROF_OP(&md->experts->h, 1,
-                moe_ep_backward(m->ep, i, md->experts, A->dxn, A->dgw, g->experts_w1,
-                                g->experts_w3, g->experts_w2, A->dres, a->topk_idx, a->topk_w,
-                                p->experts_w1, p->experts_w3, p->experts_w2, N, k, D, Fm));
+                moe_ep_backward(m->ep, i, md->experts, A->dxn, A->dgw, g->experts_w1, g->experts_w3,
+                                g->experts_w2, A->dres, a->topk_idx, a->topk_w, p->experts_w1,
+                                p->experts_w3, p->experts_w2, N, k, D, Fm));
     } else {
         PROF_OP(&md->experts->h, 1,
-                md->experts->backward(A->dxn, A->dgw, g->experts_w1, g->experts_w3,
-                                      g->experts_w2, &a->ex, A->dres, a->xn2, a->topk_idx,
-                                      a->topk_w, p->experts_w1, p->experts_w3, p->experts_w2, N,
-                                      k, D, Fm, X));
+                md->experts->backward(A->dxn, A->dgw, g->experts_w1, g->experts_w3, g->experts_w2,
+                                      &a->ex, A->dres, a->xn2, a->topk_idx, a->topk_w,
+                                      p->experts_w1, p->experts_w3, p->experts_w2, N, k, D, Fm, X));
     }
     moe_router_backward(A->router_logits + t0 * X, A->dgw + t0 * k, a->probs + t0 * X,
-                        a->topk_idx + t0 * k, s->router_aux_loss_coef > 0 ? A->aux_dprob : NULL,
-                        n, X, k, s->norm_topk_prob);
+                        a->topk_idx + t0 * k, s->router_aux_loss_coef > 0 ? A->aux_dprob : NULL, n,
+                        X, k, s->norm_topk_prob);
     PROF_OP(&md->router->h, 1,
             md->router->backward(A->dxn + t0 * D, g->router_gate, A->router_logits + t0 * X,
                                  a->xn2 + t0 * D, p->router_gate, n, D, X, 1.0f));

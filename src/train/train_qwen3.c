@@ -58,8 +58,8 @@ struct TrainQwen3 {
     Comm *own_world; /* its communicator, NULL otherwise */
     /* 0 on a world of one: the model owns its parameters and no unit is gathered. */
     int sharded;
-    int tp, t;               /* tensor-parallel degree and this rank's index */
-    int seq_parallel;        /* 1: the tp group also splits the tokens */
+    int tp, t;        /* tensor-parallel degree and this rank's index */
+    int seq_parallel; /* 1: the tp group also splits the tokens */
     /* Expert parallelism (ep > 1): this rank holds experts [q * Xl, (q + 1) * Xl) of every MoE
      * layer whole, outside FSDP, in xp with their gradients in xg (summed over the ranks that
      * hold the same experts, mesh->ep_replica, after the micro-batches). */
@@ -384,10 +384,10 @@ static int shard(TrainQwen3 *f, const int *unit, Err *err) {
     f->grad = xcalloc(f->plan.shard_numel + 16, sizeof(float));
     for (int i = 0; i < n; i++) {
         if (f->is_expert[i]) {
-            f->held[i] = (Held){0, (size_t)f->m.table[i].numel, *qwen3_param_field(&f->m.p,
-                                    f->m.table[i].kind->id, f->m.table[i].layer),
-                                *qwen3_param_field(&f->m.g, f->m.table[i].kind->id,
-                                                   f->m.table[i].layer)};
+            f->held[i] =
+                (Held){0, (size_t)f->m.table[i].numel,
+                       *qwen3_param_field(&f->m.p, f->m.table[i].kind->id, f->m.table[i].layer),
+                       *qwen3_param_field(&f->m.g, f->m.table[i].kind->id, f->m.table[i].layer)};
             continue;
         }
         size_t at;
@@ -452,8 +452,7 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
              : frozen   ? qwen3_create_frozen_with(&f->m, &local, B, T, ac, mod, err)
                         : qwen3_create_with(&f->m, &local, B, T, ac, mod, err);
     free(mod);
-    if (rc == 0 && f->has_full)
-        rc = qwen3_create_unowned(&f->full, spec, 1, 1, AC_NONE, 1, err);
+    if (rc == 0 && f->has_full) rc = qwen3_create_unowned(&f->full, spec, 1, 1, AC_NONE, 1, err);
     if (rc != 0) {
         train_qwen3_free(f); /* qwen3_free takes a model that was never created */
         return NULL;
