@@ -25,7 +25,7 @@
 #include "io/hf_keys.h"
 #include "train/ckpt_dist.h"
 
-static const int MESH1[3] = {1, 1, 1};
+static const int MESH1[4] = {1, 1, 1, 1};
 
 static char *tmp_root(void) {
     char tmpl[] = "/tmp/qt_ckpt_dist_XXXXXX";
@@ -420,6 +420,55 @@ static void test_hostile_mesh(void **state) {
     free(root);
 }
 
+/* Expert parallelism: with "expert_parallel": 4 on FSDP 2 x TP 2 the experts' block q (of 4) is
+ * rank q's whole 1-D piece, the other parameters FSDP/TP pieces as before; a stacked expert
+ * tensor read whole and a run across two blocks come back exactly, and a marker whose degree
+ * exceeds its ranks is refused. */
+static void test_reader_expert_parallel(void **state) {
+    (void)state;
+    char *root = tmp_root();
+    Err err;
+    const char *name = "layers.0.moe.experts.w1";
+    enum { X = 4, PER = 6 }; /* 4 experts of 6 elements, one per EP rank */
+    float full[X * PER], norm[4] = {1, 2, 3, 4};
+    for (int i = 0; i < X * PER; i++)
+        full[i] = (float)i * 0.5f - 3.0f;
+    for (int q = 0; q < 4; q++) {
+        /* q = s * tp + t with tp 2: the replicated norm is FSDP-split over s, whole over t */
+        int s = q / 2;
+        CkptTensor pieces[2] = {{name, 1, {PER}, full + q * PER, NULL},
+                                {"layers.0.attention_norm.weight", 1, {2}, norm + 2 * s, NULL}};
+        CkptState st = {.step = 5};
+        char *dir = ckpt_dist_rank_dir(root, q);
+        assert_int_equal(ckpt_save(dir, &st, pieces, 2, NULL, 0, 0, &err), 0);
+        free(dir);
+    }
+    char *path = fs_join(root, CKPT_DIST_MARKER);
+    const char *text = "{\"format\": \"qtitan-sharded-checkpoint\", \"ranks\": 4, \"mesh\": "
+                       "[1, 2, 2], \"expert_parallel\": 4, \"step\": 5, \"steps\": [5]}\n";
+    assert_int_equal(fs_write_atomic(path, text, strlen(text), &err), 0);
+    CkptDistReader r;
+    if (ckpt_dist_reader_open(&r, root, &err) != 0) fail_msg("%s", err.msg);
+    float back[X * PER];
+    if (ckpt_dist_reader_tensor(&r, name, back, X * PER, 0, &err) != 0) fail_msg("%s", err.msg);
+    assert_memory_equal(back, full, sizeof full);
+    assert_int_equal(ckpt_dist_reader_range(&r, name, X * PER, 0, 4, 10, back, &err), 0);
+    assert_memory_equal(back, full + 4, 10 * sizeof(float));
+    float nb[4];
+    assert_int_equal(ckpt_dist_reader_tensor(&r, "layers.0.attention_norm.weight", nb, 4, 4, &err),
+                     0);
+    assert_memory_equal(nb, norm, sizeof norm);
+    ckpt_dist_reader_close(&r);
+    const char *bad = "{\"format\": \"qtitan-sharded-checkpoint\", \"ranks\": 4, \"mesh\": "
+                      "[1, 2, 2], \"expert_parallel\": 8, \"step\": 5, \"steps\": [5]}\n";
+    assert_int_equal(fs_write_atomic(path, bad, strlen(bad), &err), 0);
+    assert_int_equal(ckpt_dist_reader_open(&r, root, &err), -1);
+    assert_non_null(strstr(err.msg, "expert_parallel must be an integer from 1 to ranks"));
+    free(path);
+    assert_int_equal(fs_remove_tree(root, &err), 0);
+    free(root);
+}
+
 static void test_export_hf(void **state) {
     (void)state;
     export_round_trip("debugmodel", NULL, 2, 1, DT_F32, 5000000000u, 2);      /* tied, one file */
@@ -440,7 +489,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_save_find_prune), cmocka_unit_test(test_reader),
         cmocka_unit_test(test_hostile_mesh),    cmocka_unit_test(test_export_hf),
-        cmocka_unit_test(test_export_hf_tp),
+        cmocka_unit_test(test_export_hf_tp),    cmocka_unit_test(test_reader_expert_parallel),
     };
     return cmocka_run_group_tests(tests, 0, NULL);
 }

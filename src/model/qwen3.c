@@ -104,6 +104,13 @@ static void layout_params(Qwen3 *m, Arena *pa, Arena *ga) {
 
 /* ---- activations ---- */
 
+/* 1 when the model holds only some of the experts it routes to (an expert-parallel rank): the
+ * experts op then runs on the rows moe_ep.c receives, in its own buffers, and the arena keeps
+ * none for it. */
+static int experts_elsewhere(const ModelSpec *s) {
+    return s->num_local_experts > 0 && s->num_local_experts < s->num_experts;
+}
+
 /* The FFN block's saved activations: dense (h1, h3, g) and / or MoE (routing and the experts'
  * saved buffers; their scratch is shared and placed later). */
 static void layout_ffn_acts(Qwen3LayerActs *a, Arena *ar, const ModelSpec *s, long N, int dense,
@@ -120,6 +127,7 @@ static void layout_ffn_acts(Qwen3LayerActs *a, Arena *ar, const ModelSpec *s, lo
         a->probs = arena_floats(ar, N * X);
         a->topk_idx = arena_alloc(ar, (size_t)(N * k) * sizeof(int32_t));
         a->topk_w = arena_floats(ar, N * k);
+        if (experts_elsewhere(s)) return;
         float *saved = arena_floats(ar, (size_t)moe_experts_saved_floats(N, k, D, Fm));
         int32_t *ints = arena_alloc(ar, (size_t)moe_experts_saved_ints(N, k, X) * sizeof(int32_t));
         moe_experts_bufs_place(&a->ex, saved, ints, NULL, N, k, D, Fm, X);
@@ -235,6 +243,7 @@ static void layout_acts(Qwen3 *m, Arena *ar, Arena *ks) {
         a->aux_counts = arena_alloc(ar, (size_t)X * sizeof(double));
         a->aux_psum = arena_alloc(ar, (size_t)X * sizeof(double));
         m->moe_counts = arena_alloc(ar, (size_t)s->n_layers * X * sizeof(double));
+        if (experts_elsewhere(s)) return;
         float *scratch = arena_floats(ar, (size_t)moe_experts_scratch_floats(N, k, (int)D, Fm));
         for (int i = 0; i < s->n_layers; i++)
             moe_experts_bufs_place(&a->layers[i].ex, NULL, NULL, scratch, N, k, (int)D, Fm, X);

@@ -27,9 +27,9 @@ char *ckpt_dist_rank_dir(const char *root, int rank) {
 }
 
 /* Rank 0: the marker's steps (oldest first) into steps[0..*n), *ranks and the mesh
- * [dp_replicate, dp_shard, tp] (mesh absent: [1, ranks, 1]). 0 and *n = 0 when there is no
- * marker. */
-static int read_marker(const char *root, int64_t *steps, int *n, int64_t *ranks, int64_t mesh[3],
+ * [dp_replicate, dp_shard, tp, expert_parallel] (mesh absent: [1, ranks, 1]; expert_parallel
+ * absent: 1). 0 and *n = 0 when there is no marker. */
+static int read_marker(const char *root, int64_t *steps, int *n, int64_t *ranks, int64_t mesh[4],
                        Err *err) {
     *n = 0;
     *ranks = 0;
@@ -52,8 +52,9 @@ static int read_marker(const char *root, int64_t *steps, int *n, int64_t *ranks,
         rc = err_set(err, "%s: expected format \"%s\" and a list \"steps\" of at most %d numbers",
                      path, FORMAT, CKPT_DIST_MAX_KEPT);
     } else {
-        json_t *m = json_object_get(o, "mesh");
+        json_t *m = json_object_get(o, "mesh"), *ep = json_object_get(o, "expert_parallel");
         mesh[0] = 1, mesh[1] = *ranks, mesh[2] = 1;
+        mesh[3] = ep ? json_integer_value(ep) : 1;
         for (int k = 0; k < 3 && json_is_array(m); k++)
             mesh[k] = json_integer_value(json_array_get(m, (size_t)k));
         /* Checked before multiplying: a hostile mesh must not wrap to the right product. */
@@ -62,6 +63,9 @@ static int read_marker(const char *root, int64_t *steps, int *n, int64_t *ranks,
                   mesh[2] < 1 || __builtin_mul_overflow(mesh[0], mesh[1], &product) ||
                   __builtin_mul_overflow(product, mesh[2], &product) || product != *ranks))
             rc = err_set(err, "%s: mesh must be 3 positive integers whose product is ranks", path);
+        /* Expert-parallel block q lies in rank q's files (train_qwen3.c): at most all ranks. */
+        else if (ep && (!json_is_integer(ep) || mesh[3] < 1 || mesh[3] > *ranks))
+            rc = err_set(err, "%s: expert_parallel must be an integer from 1 to ranks", path);
         for (size_t i = 0; i < json_array_size(list) && rc == 0; i++) {
             json_t *v = json_array_get(list, i);
             if (!json_is_integer(v) || json_integer_value(v) < 0)
@@ -75,7 +79,7 @@ static int read_marker(const char *root, int64_t *steps, int *n, int64_t *ranks,
     return rc;
 }
 
-static int write_marker(const char *root, const int64_t *steps, int n, int ranks, const int mesh[3],
+static int write_marker(const char *root, const int64_t *steps, int n, int ranks, const int mesh[4],
                         Err *err) {
     json_t *o = json_object(), *list = json_array(), *m = json_array();
     json_object_set_new(o, "format", json_string(FORMAT));
@@ -83,6 +87,7 @@ static int write_marker(const char *root, const int64_t *steps, int n, int ranks
     for (int k = 0; k < 3; k++)
         json_array_append_new(m, json_integer(mesh[k]));
     json_object_set_new(o, "mesh", m);
+    if (mesh[3] > 1) json_object_set_new(o, "expert_parallel", json_integer(mesh[3]));
     json_object_set_new(o, "step", json_integer(steps[n - 1]));
     for (int i = 0; i < n; i++)
         json_array_append_new(list, json_integer(steps[i]));
@@ -130,7 +135,7 @@ int ckpt_dist_check_keep(int ranks, int enable, int keep_latest_k, Err *err) {
     return 0;
 }
 
-int ckpt_dist_save(Comm *world, const int mesh[3], const char *root, const CkptState *st,
+int ckpt_dist_save(Comm *world, const int mesh[4], const char *root, const CkptState *st,
                    const CkptTensor *model, int nmodel, const CkptTensor *optim, int noptim,
                    int keep_latest_k, Err *err) {
     char *dir = ckpt_dist_rank_dir(root, world->rank);
@@ -142,7 +147,7 @@ int ckpt_dist_save(Comm *world, const int mesh[3], const char *root, const CkptS
     /* Rank 0 commits; the list of kept steps travels to every rank: [count, steps...]. */
     double kept[CKPT_DIST_MAX_KEPT + 1] = {0};
     if (world->rank == 0) {
-        int64_t steps[CKPT_DIST_MAX_KEPT + 1], ranks, old_mesh[3];
+        int64_t steps[CKPT_DIST_MAX_KEPT + 1], ranks, old_mesh[4];
         int n;
         rc = read_marker(root, steps, &n, &ranks, old_mesh, err);
         if (rc == 0) {
@@ -187,21 +192,21 @@ static int refuse_one_process_steps(const char *root, int nproc, Err *err) {
                    root, step, nproc);
 }
 
-int ckpt_dist_find_latest(Comm *world, const int mesh[3], const char *root, int64_t *step,
+int ckpt_dist_find_latest(Comm *world, const int mesh[4], const char *root, int64_t *step,
                           char **path, Err *err) {
     *path = NULL;
     char *dir = ckpt_dist_rank_dir(root, world->rank);
     int rc = fs_exists(dir) ? ckpt_clean_stale(dir, err) : 0;
-    double found[6] = {0}; /* have one, step, ranks, mesh */
+    double found[7] = {0}; /* have one, step, ranks, mesh */
     if (rc == 0 && world->rank == 0) {
-        int64_t steps[CKPT_DIST_MAX_KEPT + 1], ranks, old_mesh[3];
+        int64_t steps[CKPT_DIST_MAX_KEPT + 1], ranks, old_mesh[4];
         int n;
         rc = read_marker(root, steps, &n, &ranks, old_mesh, err);
         if (rc == 0 && n > 0) {
             found[0] = 1;
             found[1] = (double)steps[n - 1];
             found[2] = (double)ranks;
-            for (int k = 0; k < 3; k++)
+            for (int k = 0; k < 4; k++)
                 found[3 + k] = (double)old_mesh[k];
         }
     }
@@ -220,6 +225,11 @@ int ckpt_dist_find_latest(Comm *world, const int mesh[3], const char *root, int6
                      "the checkpoint in %s was saved on the mesh [dp_replicate %d, dp_shard %d, "
                      "tp %d] but this job's is [%d, %d, %d]; resume on the same mesh",
                      root, (int)found[3], (int)found[4], (int)found[5], mesh[0], mesh[1], mesh[2]);
+    else if (rc == 0 && found[0] != 0 && (int)found[6] != mesh[3])
+        rc = err_set(err,
+                     "the checkpoint in %s was saved with parallelism.expert_parallel_degree = %d "
+                     "but this job's is %d; resume with the same degree",
+                     root, (int)found[6], mesh[3]);
     if (rc != 0 || found[0] == 0) {
         free(dir);
         return rc != 0 ? -1 : 0;
@@ -233,7 +243,7 @@ int ckpt_dist_find_latest(Comm *world, const int mesh[3], const char *root, int6
 }
 
 int ckpt_dist_refuse_sharded(const char *root, Err *err) {
-    int64_t steps[CKPT_DIST_MAX_KEPT + 1], ranks, mesh[3];
+    int64_t steps[CKPT_DIST_MAX_KEPT + 1], ranks, mesh[4];
     int n;
     TRY(read_marker(root, steps, &n, &ranks, mesh, err));
     if (n == 0) return 0;
@@ -249,7 +259,7 @@ int ckpt_dist_reader_open(CkptDistReader *r, const char *root, Err *err) {
 
 int ckpt_dist_reader_open_step(CkptDistReader *r, const char *root, int64_t step, Err *err) {
     memset(r, 0, sizeof *r);
-    int64_t steps[CKPT_DIST_MAX_KEPT + 1], ranks, mesh[3];
+    int64_t steps[CKPT_DIST_MAX_KEPT + 1], ranks, mesh[4];
     int n;
     TRY(read_marker(root, steps, &n, &ranks, mesh, err));
     if (n == 0)
@@ -270,6 +280,7 @@ int ckpt_dist_reader_open_step(CkptDistReader *r, const char *root, int64_t step
      * has all of them. */
     r->dp_shard = (int)mesh[1];
     r->tp = (int)mesh[2];
+    r->ep = (int)mesh[3];
     r->step = step < 0 ? steps[n - 1] : step;
     int nfiles = r->dp_shard * r->tp;
     r->files = xcalloc((size_t)nfiles, sizeof *r->files);
@@ -347,11 +358,39 @@ static void copy_part(const Piece *pc, int ns, size_t first, size_t n, float *ou
     }
 }
 
+/* An expert parameter under expert parallelism: block q of the ep equal blocks of experts is
+ * rank q's whole piece (replica 0 of each EP rank: s = q / tp, t = q % tp, so rank q). */
+static int ep_range(const CkptDistReader *r, const char *name, size_t numel, size_t first, size_t n,
+                    float *out, Err *err) {
+    size_t part = numel / (size_t)r->ep;
+    if (numel % (size_t)r->ep)
+        return err_set(err,
+                       "sharded checkpoint step %" PRId64 ": %s (%zu elements) does not split into "
+                       "%d expert-parallel blocks",
+                       r->step, name, numel, r->ep);
+    while (n > 0) {
+        size_t q = first / part, at = first % part, m = part - at < n ? part - at : n;
+        const StFile *f = &r->files[q];
+        const StTensor *x = st_find(f, name);
+        if (!x || x->dtype != DT_F32 || x->ndim != 1 || (size_t)x->numel != part)
+            return err_set(err,
+                           "%s: %s is not the 1-D F32 piece of %zu elements that expert-parallel "
+                           "rank %zu holds",
+                           f->path, name, part, q);
+        memcpy(out, (const char *)x->data + at * sizeof(float), m * sizeof(float));
+        out += m, first += m, n -= m;
+    }
+    return 0;
+}
+
 int ckpt_dist_reader_range(const CkptDistReader *r, const char *name, size_t numel, size_t cols,
                            size_t first, size_t n, float *out, Err *err) {
     if (first > numel || n > numel - first)
         return err_set(err, "elements [%zu, %zu) of %s are outside its %zu elements", first,
                        first + n, name, numel);
+    const ParamKind *kind = param_kind_of_name(name, NULL);
+    if (r->ep > 1 && kind && kind->role == ROLE_EXPERTS)
+        return ep_range(r, name, numel, first, n, out, err);
     TpSplit split = r->tp > 1 ? tp_split_of(name) : TP_REPLICATED;
     int nparts = split == TP_REPLICATED ? 1 : r->tp;
     if (numel % (size_t)nparts ||

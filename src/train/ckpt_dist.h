@@ -26,8 +26,9 @@
 int ckpt_dist_check_keep(int ranks, int enable, int keep_latest_k, Err *err);
 
 /* Collective over world: every rank passes its own tensors and the job's mesh
- * [dp_replicate, dp_shard, tp]; the same result on every rank. */
-int ckpt_dist_save(Comm *world, const int mesh[3], const char *root, const CkptState *st,
+ * [dp_replicate, dp_shard, tp, expert_parallel]; the same result on every rank. latest.json
+ * records "expert_parallel" when it is above 1. */
+int ckpt_dist_save(Comm *world, const int mesh[4], const char *root, const CkptState *st,
                    const CkptTensor *model, int nmodel, const CkptTensor *optim, int noptim,
                    int keep_latest_k, Err *err);
 
@@ -35,7 +36,7 @@ int ckpt_dist_save(Comm *world, const int mesh[3], const char *root, const CkptS
  * committed sharded checkpoint, 0 when it has none, -1 with the same sentence on every rank
  * (e.g. one saved by a different number of processes, or by one process: root/step-N).
  * Removes this rank's leftovers of interrupted saves first. */
-int ckpt_dist_find_latest(Comm *world, const int mesh[3], const char *root, int64_t *step,
+int ckpt_dist_find_latest(Comm *world, const int mesh[4], const char *root, int64_t *step,
                           char **path, Err *err);
 
 /* A job on one process resuming from root: -1 with a sentence when root holds a committed
@@ -50,6 +51,7 @@ int ckpt_dist_refuse_sharded(const char *root, Err *err);
  * (core/param_table.h; replicated parameters are read from tp rank 0). */
 typedef struct CkptDistReader {
     int dp_shard, tp; /* of the mesh that saved the checkpoint */
+    int ep;           /* its expert_parallel_degree: rank q holds expert block q whole */
     int64_t step;
     StFile *files; /* (dp_shard * tp) rank-K/step-N/model.safetensors */
 } CkptDistReader;

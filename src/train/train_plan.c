@@ -162,7 +162,8 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
                     : 0.0;
         char line[160];
         snprintf(line, sizeof line,
-                 "expert parallel %d: %d of the %d experts of each MoE layer per rank, whole",
+                 "expert parallel %d: %d of the %d experts of each MoE layer per rank, whole; "
+                 "the rows it receives per micro-batch are not counted",
                  dims.ep, local.num_local_experts, p->spec.num_experts);
         note(p, line);
     }

@@ -777,12 +777,13 @@ static double comm_seconds(void *ctx) {
 }
 
 void train_qwen3_parallel(TrainQwen3 *f, TrainParallel *out) {
-    *out = (TrainParallel){.ctx = f,
-                           .world = f->mesh->world,
-                           .mesh = {f->mesh->dims.dp_replicate, f->mesh->dims.dp_shard, f->tp},
-                           .finish_grads = finish_grads,
-                           .grad_norm = grad_norm,
-                           .comm_seconds = comm_seconds};
+    *out =
+        (TrainParallel){.ctx = f,
+                        .world = f->mesh->world,
+                        .mesh = {f->mesh->dims.dp_replicate, f->mesh->dims.dp_shard, f->tp, f->ep},
+                        .finish_grads = finish_grads,
+                        .grad_norm = grad_norm,
+                        .comm_seconds = comm_seconds};
 }
 
 void train_qwen3_model_lora(TrainQwen3 *q, Lora *lo, TrainModel *out) {
