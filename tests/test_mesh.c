@@ -127,6 +127,11 @@ static void test_invalid_meshes(void **state) {
     expect_error(c, "parallelism.expert_parallel_degree = 4 spans 4 data_parallel_shard rank(s) "
                     "per tensor-parallel rank, which does not divide data_parallel_shard_degree "
                     "= 2");
+    c = base(2, 1, 1, 2);
+    c.num_experts = 8, c.ep = 2, c.local_batch = 1, c.seq_len = 31;
+    expect_error(c, "training.local_batch_size x training.seq_len = 1 x 31 = 31 tokens is not "
+                    "divisible by parallelism.tensor_parallel_degree = 2: the tensor-parallel "
+                    "ranks split a micro-batch's tokens between them for the experts");
     c = base(4, 1, -1, 1);
     c.num_experts = 6, c.ep = 4;
     expect_error(c, "model num_experts = 6 is not divisible by parallelism.expert_parallel_degree "

@@ -73,6 +73,15 @@ int mesh_resolve(MeshDims *out, const MeshConfig *cfg, int rank, Err *err) {
         if (cfg->num_experts % EP != 0)
             return err_set(err, "model num_experts = %d is not divisible by " KEY_EP " = %d",
                            cfg->num_experts, EP);
+        /* The tp ranks of an EP group split the micro-batch's tokens (model/moe_ep.h). */
+        long tokens = cfg->local_batch * cfg->seq_len;
+        if (T > 1 && tokens > 0 && tokens % T != 0)
+            return err_set(err,
+                           "training.local_batch_size x training.seq_len = %ld x %ld = %ld tokens "
+                           "is not divisible by " KEY_T
+                           " = %d: the tensor-parallel ranks split a micro-batch's tokens "
+                           "between them for the experts",
+                           cfg->local_batch, cfg->seq_len, tokens, T);
     }
     if (cfg->local_batch < 1)
         return err_set(err, "training.local_batch_size = %ld must be at least 1", cfg->local_batch);

@@ -52,6 +52,7 @@ MoeEp *moe_ep_create(int P, int q, int X, int tb, int tb_at, int L, MoeEpAllToAl
     }
     ep->counts = xcalloc(4 * (size_t)P, sizeof *ep->counts);
     ep->ecount = xcalloc(2 * (size_t)X, sizeof *ep->ecount);
+    ep->cursor = xcalloc((size_t)X + 1, sizeof *ep->cursor);
     return ep;
 }
 
@@ -65,7 +66,7 @@ void moe_ep_free(MoeEp *ep) {
     free(ep->layers);
     free(ep->send), free(ep->recv), free(ep->rows_gw), free(ep->scratch), free(ep->rows_idx);
     free(ep->drows), free(ep->rows_dgw);
-    free(ep->counts), free(ep->ecount);
+    free(ep->counts), free(ep->ecount), free(ep->cursor);
     free(ep);
 }
 
@@ -119,7 +120,8 @@ void moe_ep_forward(MoeEp *ep, int l, const MoeExpertsOp *op, float *out, const 
     grow(&y->row, &y->row_cap, (size_t)A, sizeof(int32_t));
     grow(&y->order, &y->order_cap, (size_t)A, sizeof(int32_t));
     float *sent = ep->ecount, *got = ep->ecount + X;
-    long *at = xcalloc((size_t)X + 1, sizeof *at);
+    long *at = ep->cursor;
+    memset(at, 0, ((size_t)X + 1) * sizeof *at);
     for (long a = 0; a < A; a++)
         at[ix[a] + 1]++;
     for (int e = 0; e < X; e++) {
@@ -131,7 +133,6 @@ void moe_ep_forward(MoeEp *ep, int l, const MoeExpertsOp *op, float *out, const 
         y->row[a] = (int32_t)r;
         y->order[r] = (int32_t)a;
     }
-    free(at);
     /* Counts: Xl per peer, the peer's experts. */
     size_t *sc = ep->counts, *rc = sc + P;
     for (int p = 0; p < P; p++)

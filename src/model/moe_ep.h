@@ -52,6 +52,7 @@ typedef struct MoeEp {
     size_t send_cap, recv_cap, drows_cap, rows_cap, rows_gw_cap, rows_dgw_cap, scratch_cap;
     size_t *counts; /* (4 P) send / receive floats, and their row counts */
     float *ecount;  /* (2 X) per-expert counts sent / received (as floats: exact below 2^24) */
+    long *cursor;   /* (X + 1) the counting sort's fill cursors */
 } MoeEp;
 
 /* P ranks, this one q; X experts (divisible by P); tb token blocks, this rank's tb_at. */
