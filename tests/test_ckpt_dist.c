@@ -25,7 +25,7 @@
 #include "io/hf_keys.h"
 #include "train/ckpt_dist.h"
 
-static const int MESH1[4] = {1, 1, 1, 1};
+static const int MESH1[3] = {1, 1, 1};
 
 static char *tmp_root(void) {
     char tmpl[] = "/tmp/qt_ckpt_dist_XXXXXX";
@@ -64,16 +64,18 @@ static void test_save_find_prune(void **state) {
     CkptTensor model = {"w", 1, {8}, w, NULL};
     CkptTensor optim[2] = {{"w.exp_avg", 1, {8}, m, NULL}, {"w.exp_avg_sq", 1, {8}, v, NULL}};
     Err err;
-    int64_t step;
-    char *path;
-    assert_int_equal(ckpt_dist_find_latest(c, MESH1, root, &step, &path, &err), 0);
+    CkptDistFound f;
+    assert_int_equal(ckpt_dist_locate(c, root, -1, &f, &err), 0);
     for (int64_t s = 1; s <= 3; s++) {
         CkptState st = {.step = s, .optim_step = s};
         w[0] = (float)s;
-        assert_int_equal(ckpt_dist_save(c, MESH1, root, &st, &model, 1, optim, 2, 2, &err), 0);
+        assert_int_equal(ckpt_dist_save(c, MESH1, root, &st, &model, NULL, 1, optim, 2, 2, &err),
+                         0);
     }
-    assert_int_equal(ckpt_dist_find_latest(c, MESH1, root, &step, &path, &err), 1);
-    assert_int_equal(step, 3);
+    assert_int_equal(ckpt_dist_locate(c, root, -1, &f, &err), 1);
+    assert_int_equal(f.step, 3);
+    assert_int_equal(f.ranks, 1);
+    char *path = ckpt_dist_found_dir(root, &f, 0);
     assert_non_null(strstr(path, "rank-0/step-3"));
     CkptState st;
     w[0] = 0;
@@ -86,17 +88,32 @@ static void test_save_find_prune(void **state) {
     char *s1 = fs_join(dir, "step-1"), *s2 = fs_join(dir, "step-2");
     assert_false(fs_exists(s1));
     assert_true(fs_exists(s2));
+    /* load_step picks a listed step; one that is not there is a sentence. */
+    assert_int_equal(ckpt_dist_locate(c, root, 2, &f, &err), 1);
+    assert_int_equal(f.step, 2);
+    assert_int_equal(ckpt_dist_locate(c, root, 1, &f, &err), -1);
+    assert_non_null(strstr(err.msg, "checkpoint.load_step = 1"));
     /* A crash before the marker named step 3 leaves step 2 current. */
     write_marker(root, 1, "2", 2);
-    assert_int_equal(ckpt_dist_find_latest(c, MESH1, root, &step, &path, &err), 1);
-    assert_int_equal(step, 2);
-    free(path);
-    /* Shards of another world size are refused with a sentence. */
+    assert_int_equal(ckpt_dist_locate(c, root, -1, &f, &err), 1);
+    assert_int_equal(f.step, 2);
+    /* Shards of another world size are found, to be resharded. */
     write_marker(root, 4, "2", 2);
-    assert_int_equal(ckpt_dist_find_latest(c, MESH1, root, &step, &path, &err), -1);
-    assert_non_null(strstr(err.msg, "saved by 4 processes but this job has 1"));
+    assert_int_equal(ckpt_dist_locate(c, root, -1, &f, &err), 1);
+    assert_int_equal(f.ranks, 4);
+    assert_int_equal(f.mesh[1], 4);
+    /* One process's newer step wins over the sharded one. */
+    CkptState one = {.step = 5, .optim_step = 5};
+    assert_int_equal(ckpt_save(root, &one, &model, 1, optim, 2, 0, &err), 0);
+    assert_int_equal(ckpt_dist_locate(NULL, root, -1, &f, &err), 1);
+    assert_int_equal(f.step, 5);
+    assert_int_equal(f.ranks, 0);
+    path = ckpt_dist_found_dir(root, &f, 3);
+    assert_non_null(strstr(path, "/step-5"));
+    assert_null(strstr(path, "rank-"));
+    free(path);
     write_marker(root, 1, "\"x\"", 2);
-    assert_int_equal(ckpt_dist_find_latest(c, MESH1, root, &step, &path, &err), -1);
+    assert_int_equal(ckpt_dist_locate(c, root, -1, &f, &err), -1);
     assert_non_null(strstr(err.msg, "steps[0]"));
     free(s1);
     free(s2);
@@ -420,55 +437,6 @@ static void test_hostile_mesh(void **state) {
     free(root);
 }
 
-/* Expert parallelism: with "expert_parallel": 4 on FSDP 2 x TP 2 the experts' block q (of 4) is
- * rank q's whole 1-D piece, the other parameters FSDP/TP pieces as before; a stacked expert
- * tensor read whole and a run across two blocks come back exactly, and a marker whose degree
- * exceeds its ranks is refused. */
-static void test_reader_expert_parallel(void **state) {
-    (void)state;
-    char *root = tmp_root();
-    Err err;
-    const char *name = "layers.0.moe.experts.w1";
-    enum { X = 4, PER = 6 }; /* 4 experts of 6 elements, one per EP rank */
-    float full[X * PER], norm[4] = {1, 2, 3, 4};
-    for (int i = 0; i < X * PER; i++)
-        full[i] = (float)i * 0.5f - 3.0f;
-    for (int q = 0; q < 4; q++) {
-        /* q = s * tp + t with tp 2: the replicated norm is FSDP-split over s, whole over t */
-        int s = q / 2;
-        CkptTensor pieces[2] = {{name, 1, {PER}, full + q * PER, NULL},
-                                {"layers.0.attention_norm.weight", 1, {2}, norm + 2 * s, NULL}};
-        CkptState st = {.step = 5};
-        char *dir = ckpt_dist_rank_dir(root, q);
-        assert_int_equal(ckpt_save(dir, &st, pieces, 2, NULL, 0, 0, &err), 0);
-        free(dir);
-    }
-    char *path = fs_join(root, CKPT_DIST_MARKER);
-    const char *text = "{\"format\": \"qtitan-sharded-checkpoint\", \"ranks\": 4, \"mesh\": "
-                       "[1, 2, 2], \"expert_parallel\": 4, \"step\": 5, \"steps\": [5]}\n";
-    assert_int_equal(fs_write_atomic(path, text, strlen(text), &err), 0);
-    CkptDistReader r;
-    if (ckpt_dist_reader_open(&r, root, &err) != 0) fail_msg("%s", err.msg);
-    float back[X * PER];
-    if (ckpt_dist_reader_tensor(&r, name, back, X * PER, 0, &err) != 0) fail_msg("%s", err.msg);
-    assert_memory_equal(back, full, sizeof full);
-    assert_int_equal(ckpt_dist_reader_range(&r, name, X * PER, 0, 4, 10, back, &err), 0);
-    assert_memory_equal(back, full + 4, 10 * sizeof(float));
-    float nb[4];
-    assert_int_equal(ckpt_dist_reader_tensor(&r, "layers.0.attention_norm.weight", nb, 4, 4, &err),
-                     0);
-    assert_memory_equal(nb, norm, sizeof norm);
-    ckpt_dist_reader_close(&r);
-    const char *bad = "{\"format\": \"qtitan-sharded-checkpoint\", \"ranks\": 4, \"mesh\": "
-                      "[1, 2, 2], \"expert_parallel\": 8, \"step\": 5, \"steps\": [5]}\n";
-    assert_int_equal(fs_write_atomic(path, bad, strlen(bad), &err), 0);
-    assert_int_equal(ckpt_dist_reader_open(&r, root, &err), -1);
-    assert_non_null(strstr(err.msg, "expert_parallel must be an integer from 1 to ranks"));
-    free(path);
-    assert_int_equal(fs_remove_tree(root, &err), 0);
-    free(root);
-}
-
 static void test_export_hf(void **state) {
     (void)state;
     export_round_trip("debugmodel", NULL, 2, 1, DT_F32, 5000000000u, 2);      /* tied, one file */
@@ -489,7 +457,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_save_find_prune), cmocka_unit_test(test_reader),
         cmocka_unit_test(test_hostile_mesh),    cmocka_unit_test(test_export_hf),
-        cmocka_unit_test(test_export_hf_tp),    cmocka_unit_test(test_reader_expert_parallel),
+        cmocka_unit_test(test_export_hf_tp),
     };
     return cmocka_run_group_tests(tests, 0, NULL);
 }
