@@ -15,7 +15,7 @@
 #     per-step routing figures (tokens of the least / most loaded expert: counts over the
 #     global batch, before the expert_bias update) are exactly one process's; a model mixing
 #     dense and MoE layers (decoder_sparse_step 2) on FSDP 2 matches one process; MoE with
-#     tensor parallelism stops with a sentence;
+#     tensor parallelism but no expert parallelism stops with a sentence;
 #   - sharded checkpoints: a 2-rank run resumed from its step-5 checkpoint (the step-10 commit
 #     undone by rewriting latest.json, as a crash before the commit would leave it) ends with
 #     bitwise the same per-rank shard files and losses as the run that never stopped;
@@ -128,13 +128,13 @@ if run 0 moe-one "${MOE[@]}" && has_metrics moe-one && [ "$(moe_counts moe-one |
 else
   echo "FAIL: one-process MoE run"; cat "$TMP/moe-one.log"; fail=1
 fi
-# An expert hidden size that tp cannot split (15) still gets the MoE sentence, not the mesh's
-# divisibility one that would only lead to it.
-run 2 moe-tp2 "${MOE[@]}" --parallelism.tensor_parallel_degree=2 --model.moe_hidden_dim=15
-if [ $? -ne 0 ] && grep -q 'mixture-of-experts models (num_experts = 4) train with FSDP / HSDP only' "$TMP/moe-tp2.log"; then
-  echo "ok: MoE with tensor parallelism stops with a sentence"
+# MoE with tensor parallelism splits the experts over the tp ranks: it needs an
+# expert_parallel_degree that the tp degree divides (tests/e2e_dist_ep.sh trains it).
+run 2 moe-tp2 "${MOE[@]}" --parallelism.tensor_parallel_degree=2
+if [ $? -ne 0 ] && grep -q 'parallelism.expert_parallel_degree = 1 is not a multiple of parallelism.tensor_parallel_degree = 2' "$TMP/moe-tp2.log"; then
+  echo "ok: MoE with tensor parallelism and no expert parallelism stops with a sentence"
 else
-  echo "FAIL: MoE with tensor parallelism should stop with a sentence"; cat "$TMP/moe-tp2.log"; fail=1
+  echo "FAIL: MoE with tensor parallelism and expert_parallel_degree = 1 should stop with a sentence"; cat "$TMP/moe-tp2.log"; fail=1
 fi
 
 # Dense and MoE blocks mixed (decoder_sparse_step = 2: layer 1 alone is MoE, and the largest

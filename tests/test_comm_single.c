@@ -42,6 +42,12 @@ static void test_single_collectives(void **state) {
     assert_int_equal(comm_broadcast(c, d, sizeof d, 0, &err), 0);
     assert_int_equal(comm_broadcast(c, d, sizeof d, 1, &err), -1);
     assert_string_equal(err.msg, "broadcast root 1 is not a rank of a 1-process job");
+    size_t three = 3, two = 2;
+    memset(y, 0, sizeof y);
+    assert_int_equal(comm_all_to_all_v(c, y, &three, x, &three, COMM_F32, &err), 0);
+    assert_memory_equal(x, y, 3 * sizeof(float));
+    assert_int_equal(comm_all_to_all_v(c, y, &two, x, &three, COMM_F32, &err), -1);
+    assert_string_equal(err.msg, "all-to-all on one process sends 3 elements but receives 2");
     assert_int_equal(comm_agree(c, 0, &err), 0);
     err_set(&err, "local failure");
     assert_int_equal(comm_agree(c, -1, &err), -1);

@@ -114,9 +114,28 @@ static void test_invalid_meshes(void **state) {
     expect_error(c, "model hidden_dim = 3070 is not divisible by "
                     "parallelism.tensor_parallel_degree = 4");
     c = base(2, 1, 1, 2);
-    c.moe_hidden_dim = 769;
-    expect_error(c, "model moe_hidden_dim = 769 is not divisible by "
-                    "parallelism.tensor_parallel_degree = 2");
+    c.num_experts = 8;
+    expect_error(c, "parallelism.expert_parallel_degree = 1 is not a multiple of "
+                    "parallelism.tensor_parallel_degree = 2: a mixture-of-experts model splits "
+                    "its experts over the tensor-parallel ranks (and over data_parallel_shard "
+                    "ranks beyond them)");
+    c = base(2, 1, -1, 1);
+    c.ep = 2;
+    expect_error(c, "parallelism.expert_parallel_degree = 2 needs a mixture-of-experts model "
+                    "(this one is dense)");
+    c.num_experts = 6, c.ep = 4;
+    expect_error(c, "parallelism.expert_parallel_degree = 4 spans 4 data_parallel_shard rank(s) "
+                    "per tensor-parallel rank, which does not divide data_parallel_shard_degree "
+                    "= 2");
+    c = base(2, 1, 1, 2);
+    c.num_experts = 8, c.ep = 2, c.local_batch = 1, c.seq_len = 31;
+    expect_error(c, "training.local_batch_size x training.seq_len = 1 x 31 = 31 tokens is not "
+                    "divisible by parallelism.tensor_parallel_degree = 2: the tensor-parallel "
+                    "ranks split a micro-batch's tokens between them for the experts");
+    c = base(4, 1, -1, 1);
+    c.num_experts = 6, c.ep = 4;
+    expect_error(c, "model num_experts = 6 is not divisible by parallelism.expert_parallel_degree "
+                    "= 4");
     c = base(2, 1, 1, 2);
     c.n_heads = 5;
     expect_error(c, "model n_heads = 5 is not divisible by parallelism.tensor_parallel_degree = 2");
@@ -138,7 +157,7 @@ static void test_valid_tp_shapes(void **state) {
     (void)state;
     /* Without tensor parallelism no shape constraint applies, and unknown shapes (0) skip. */
     MeshConfig c = base(2, 1, -1, 1);
-    c.n_heads = 15, c.n_kv_heads = 5, c.hidden_dim = 3071, c.moe_hidden_dim = 7;
+    c.n_heads = 15, c.n_kv_heads = 5, c.hidden_dim = 3071;
     MeshDims d;
     Err err;
     assert_int_equal(mesh_resolve(&d, &c, 1, &err), 0);
@@ -146,6 +165,29 @@ static void test_valid_tp_shapes(void **state) {
     c.n_heads = c.n_kv_heads = 0, c.hidden_dim = c.vocab_size = 0;
     assert_int_equal(mesh_resolve(&d, &c, 3, &err), 0);
     assert_int_equal(d.t, 3);
+}
+
+/* Expert-parallel groups: ep / tp consecutive dp_shard ranks times the tp group, index q =
+ * (s % ep_in) * tp + t (torchtitan's layout with expert_tensor_parallel_degree = 1). */
+static void test_ep_layout(void **state) {
+    (void)state;
+    MeshConfig c = base(8, 1, 4, 2);
+    c.num_experts = 8, c.ep = 4;
+    const int want_q[8] = {0, 1, 2, 3, 0, 1, 2, 3};
+    for (int rank = 0; rank < 8; rank++) {
+        MeshDims d;
+        Err err;
+        assert_int_equal(mesh_resolve(&d, &c, rank, &err), 0);
+        assert_int_equal(d.ep, 4);
+        assert_int_equal(d.ep_in, 2);
+        assert_int_equal(d.q, want_q[rank]);
+    }
+    c = base(4, 1, -1, 1); /* a dense model keeps ep 1 */
+    MeshDims d;
+    Err err;
+    assert_int_equal(mesh_resolve(&d, &c, 3, &err), 0);
+    assert_int_equal(d.ep, 1);
+    assert_int_equal(d.q, 0);
 }
 
 /* Every row of a global batch is taken exactly once per step, whatever the mesh. */
@@ -204,9 +246,13 @@ static void test_single_process_mesh(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_shard_takes_the_rest), cmocka_unit_test(test_coordinates),
-        cmocka_unit_test(test_invalid_meshes),       cmocka_unit_test(test_valid_tp_shapes),
-        cmocka_unit_test(test_rows_cover_the_batch), cmocka_unit_test(test_single_process_mesh),
+        cmocka_unit_test(test_shard_takes_the_rest),
+        cmocka_unit_test(test_coordinates),
+        cmocka_unit_test(test_invalid_meshes),
+        cmocka_unit_test(test_valid_tp_shapes),
+        cmocka_unit_test(test_ep_layout),
+        cmocka_unit_test(test_rows_cover_the_batch),
+        cmocka_unit_test(test_single_process_mesh),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,8 +143,33 @@ static void test_errors(void **state) {
                                  "31 is not divisible by parallelism.tensor_parallel_degree = 2");
     char *moe_tp[] = {"--model.flavor=debugmodel_moe", "--parallelism.tensor_parallel_degree=2"};
     assert_int_equal(plan(&p, 2, moe_tp, &err), -1);
-    assert_non_null(strstr(err.msg, "mixture-of-experts models (num_experts = 64) train with "
-                                    "FSDP / HSDP only"));
+    assert_non_null(strstr(err.msg, "parallelism.expert_parallel_degree = 1 is not a multiple "
+                                    "of parallelism.tensor_parallel_degree = 2"));
+}
+
+/* Expert parallelism: a rank keeps X / ep experts of every MoE layer whole and 1/dp_shard of the
+ * rest, so on FSDP 4 its parameters are (all - experts) / 4 + experts / 4 with EP 4, and
+ * (all - experts) / 4 + experts / 2 with EP 2. */
+static void test_expert_parallel(void **state) {
+    (void)state;
+    Err err;
+    TrainPlan fsdp, ep4, ep2;
+    char *a[] = {"--model.flavor=debugmodel_moe", "--training.seq_len=32",
+                 "--parallelism.data_parallel_shard_degree=4"};
+    char *b[] = {"--model.flavor=debugmodel_moe", "--training.seq_len=32",
+                 "--parallelism.data_parallel_shard_degree=4",
+                 "--parallelism.expert_parallel_degree=4"};
+    char *c[] = {"--model.flavor=debugmodel_moe", "--training.seq_len=32",
+                 "--parallelism.data_parallel_shard_degree=4",
+                 "--parallelism.expert_parallel_degree=2"};
+    assert_int_equal(plan(&fsdp, 3, a, &err), 0);
+    assert_int_equal(plan(&ep4, 4, b, &err), 0);
+    assert_int_equal(plan(&ep2, 4, c, &err), 0);
+    /* debugmodel_moe: 8 layers of 64 experts, 3 x 768 x 256 floats each */
+    double experts = 8.0 * 64 * 3 * 768 * 256 * 4;
+    assert_true(fabs(ep4.params - fsdp.params) < 1e-6 * fsdp.params);
+    assert_true(fabs(ep2.params - (fsdp.params + experts / 4)) < 1e-6 * fsdp.params);
+    assert_true(fabs(ep2.optim - 2 * ep2.grads) < 1);
 }
 
 /* LoRA: AdamW state and gradients for the adapters (r (I + O) per targeted linear), one
@@ -193,9 +219,9 @@ static void test_lora(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_lora),   cmocka_unit_test(test_debugmodel),
-        cmocka_unit_test(test_moe),    cmocka_unit_test(test_tensor_parallel),
-        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_expert_parallel), cmocka_unit_test(test_lora),
+        cmocka_unit_test(test_debugmodel),      cmocka_unit_test(test_moe),
+        cmocka_unit_test(test_tensor_parallel), cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

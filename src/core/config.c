@@ -131,6 +131,7 @@ static const KeyDesc KEYS[] = {
     INT(parallelism, data_parallel_shard_degree, 1, 1, "an integer >= 1, or -1 for the rest"),
     INT(parallelism, tensor_parallel_degree, 1, 0, "an integer >= 1"),
     BOOL(parallelism, enable_sequence_parallel),
+    INT(parallelism, expert_parallel_degree, 1, 0, "an integer >= 1"),
     BOOL(checkpoint, enable),
     STR(checkpoint, folder),
     INT(checkpoint, interval, 1, 0, "an integer >= 1"),
@@ -699,6 +700,7 @@ void config_init(JobConfig *c) {
     c->parallelism.data_parallel_replicate_degree = 1;
     c->parallelism.data_parallel_shard_degree = -1;
     c->parallelism.tensor_parallel_degree = 1;
+    c->parallelism.expert_parallel_degree = 1;
     c->checkpoint.folder = xstrdup("checkpoint");
     c->checkpoint.interval = 500;
     c->checkpoint.keep_latest_k = 10;

@@ -110,6 +110,8 @@ typedef struct JobConfig {
         int data_parallel_shard_degree; /* -1 = what the world size leaves */
         int tensor_parallel_degree;
         int enable_sequence_parallel;
+        /* experts of each MoE layer split over this many ranks (docs/distributed.md) */
+        int expert_parallel_degree;
     } parallelism;
     struct {
         int enable;

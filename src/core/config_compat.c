@@ -114,12 +114,12 @@ const CompatKey CONFIG_COMPAT[] = {
       "of norms and the loss within the tensor-parallel group"),
     N("parallelism", "context_parallel_load_balancer", 's', "\"headtail\"", NO_CP),
     N("parallelism", "context_parallel_rotate_method", 's', "\"allgather\"", NO_CP),
-    R("parallelism", "expert_parallel_degree", 'i', "1",
-      "qtitan has no expert parallelism: every rank holds its FSDP shard of every expert"),
     R("parallelism", "expert_tensor_parallel_degree", 'i', "1",
-      "qtitan has no expert parallelism: every rank holds its FSDP shard of every expert"),
+      "qtitan's expert parallelism keeps every expert whole on one rank of the expert-parallel "
+      "group (tensor parallelism is not applied inside experts)"),
     R("parallelism", "expert_parallel_comm_backend", 's', "\"standard\"",
-      "qtitan has no expert parallelism, so no DeepEP either"),
+      "tokens move between expert-parallel ranks with the communicator's all-to-all; there is "
+      "no DeepEP"),
 
     N("checkpoint", "enable_ft_dataloader_checkpoints", 'b', "true", NO_FT),
     R("checkpoint", "initial_load_model_only", 'b', "true",

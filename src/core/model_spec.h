@@ -32,6 +32,9 @@ typedef struct ModelSpec {
     uint8_t mlp_only_layers[QT_MAX_LAYERS]; /* 1 = dense FFN in that layer even if MoE */
     double router_aux_loss_coef;            /* HF auxiliary loss weight (0 = off) */
     double load_balance_coeff;              /* aux-loss-free bias update step (0 = off) */
+    /* Experts whose weights the model holds (0 = num_experts): an expert-parallel rank's
+     * share (docs/distributed.md); never read from or written to a config. */
+    int num_local_experts;
 } ModelSpec;
 
 /* Fills spec from the native flavor table; error lists the flavors when name is unknown. */

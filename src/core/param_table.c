@@ -36,11 +36,11 @@ const ParamKind PARAM_KINDS[PK_COUNT] = {
     {PK_ROUTER_GATE,    L "moe.router.gate.weight",  HL "mlp.gate.weight",                 6,
      ROLE_ROUTER,    SCOPE_MOE,      "X, D",     TP_REPLICATED, DECAY_ALWAYS,     INIT_NORMAL},
     {PK_EXPERTS_W1,     L "moe.experts.w1",          HL "mlp.experts.%d.gate_proj.weight", 7,
-     ROLE_EXPERTS,   SCOPE_MOE,      "X, Fm, D", TP_REPLICATED, DECAY_ALWAYS,     INIT_NORMAL},
+     ROLE_EXPERTS,   SCOPE_MOE,      "Xl, Fm, D", TP_REPLICATED, DECAY_ALWAYS,     INIT_NORMAL},
     {PK_EXPERTS_W2,     L "moe.experts.w2",          HL "mlp.experts.%d.down_proj.weight", 9,
-     ROLE_EXPERTS,   SCOPE_MOE,      "X, D, Fm", TP_REPLICATED, DECAY_ALWAYS,     INIT_RESIDUAL},
+     ROLE_EXPERTS,   SCOPE_MOE,      "Xl, D, Fm", TP_REPLICATED, DECAY_ALWAYS,     INIT_RESIDUAL},
     {PK_EXPERTS_W3,     L "moe.experts.w3",          HL "mlp.experts.%d.up_proj.weight",   8,
-     ROLE_EXPERTS,   SCOPE_MOE,      "X, Fm, D", TP_REPLICATED, DECAY_ALWAYS,     INIT_NORMAL},
+     ROLE_EXPERTS,   SCOPE_MOE,      "Xl, Fm, D", TP_REPLICATED, DECAY_ALWAYS,     INIT_NORMAL},
     {PK_EXPERT_BIAS,    L "moe.expert_bias",         NULL,                                 0,
      ROLE_BUFFER,    SCOPE_BALANCED, "X",        TP_REPLICATED, DECAY_NEVER,      INIT_ZEROS},
     {PK_W1,             L "feed_forward.w1.weight",  HL "mlp.gate_proj.weight",            7,
@@ -58,7 +58,7 @@ const ParamKind PARAM_KINDS[PK_COUNT] = {
 
 /* The size of one dimension written in the spec's letters. */
 static int64_t dim_of(const ModelSpec *s, const char *letters, size_t n) {
-    static const char *const names[] = {"V", "D", "H*E", "K*E", "E", "F", "X", "Fm"};
+    static const char *const names[] = {"V", "D", "H*E", "K*E", "E", "F", "X", "Fm", "Xl"};
     const int64_t sizes[] = {s->vocab_size,
                              s->dim,
                              (int64_t)s->n_heads * s->head_dim,
@@ -66,7 +66,8 @@ static int64_t dim_of(const ModelSpec *s, const char *letters, size_t n) {
                              s->head_dim,
                              s->hidden_dim,
                              s->num_experts,
-                             s->moe_hidden_dim};
+                             s->moe_hidden_dim,
+                             s->num_local_experts > 0 ? s->num_local_experts : s->num_experts};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (strlen(names[i]) == n && strncmp(names[i], letters, n) == 0) return sizes[i];
     /* The rows are constants; test_param_table places every row, so this cannot be reached. */

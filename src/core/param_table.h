@@ -13,7 +13,8 @@
  * parameter's init and the order of checkpoints.
  *
  * Shapes are written in ModelSpec's letters: V vocab, D dim, H heads, K kv heads, E head dim,
- * F dense ffn dim, X experts, Fm expert ffn dim. */
+ * F dense ffn dim, X experts, Fm expert ffn dim, Xl the experts a model holds (all X but on an
+ * expert-parallel rank). */
 #ifndef QT_PARAM_TABLE_H
 #define QT_PARAM_TABLE_H
 

@@ -58,6 +58,17 @@ int comm_reduce_scatter_sum(Comm *c, void *out, const void *in, size_t n, CommDt
     return comm_wait(c, req, err);
 }
 
+int comm_all_to_all_v(Comm *c, void *out, const size_t *recv_counts, const void *in,
+                      const size_t *send_counts, CommDtype t, Err *err) {
+    if (!c->ops->all_to_all_v)
+        return err_set(err, "the %s communicator has no all-to-all (expert parallelism needs one)",
+                       c->kind);
+    double t0 = trace_now();
+    int rc = c->ops->all_to_all_v(c, out, recv_counts, in, send_counts, t, err);
+    trace_span("all_to_all_v", NULL, "collective", t0, NULL);
+    return rc;
+}
+
 static int g_init_timeout, g_train_timeout, g_first_step_done;
 
 void comm_set_timeouts(int init_seconds, int train_seconds) {

@@ -38,6 +38,9 @@ typedef struct CommOps {
                        Err *err);
     int (*ireduce_scatter_sum)(Comm *c, void *out, const void *in, size_t n, CommDtype t,
                                CommReq **req, Err *err);
+    /* NULL where the implementation has none (NCCL): comm_all_to_all_v says so. */
+    int (*all_to_all_v)(Comm *c, void *out, const size_t *recv_counts, const void *in,
+                        const size_t *send_counts, CommDtype t, Err *err);
     int (*wait)(Comm *c, CommReq *req, Err *err);
     int (*test)(Comm *c, CommReq *req, int *done, Err *err);
     int (*split)(Comm *c, int color, int key, Comm **out, Err *err);
@@ -150,6 +153,12 @@ static inline int comm_test(Comm *c, CommReq *req, int *done, Err *err) {
     }
     return c->ops->test(c, req, done, err);
 }
+/* All-to-all with per-peer counts (MPI_Alltoallv): in holds send_counts[p] elements for rank
+ * p, one run after another in rank order; out receives recv_counts[p] elements from rank p the
+ * same way. Each pair's counts must agree (what p sends to q is what q expects from p). Moves
+ * bytes unchanged; blocking. Expert parallelism dispatches tokens with it. */
+int comm_all_to_all_v(Comm *c, void *out, const size_t *recv_counts, const void *in,
+                      const size_t *send_counts, CommDtype t, Err *err);
 /* Blocking forms of the two above. */
 int comm_all_gather(Comm *c, void *out, const void *in, size_t n, CommDtype t, Err *err);
 int comm_reduce_scatter_sum(Comm *c, void *out, const void *in, size_t n, CommDtype t, Err *err);

@@ -237,6 +237,24 @@ static int mpi_broadcast(Comm *c, void *buf, size_t bytes, int root, Err *err) {
     return 0;
 }
 
+static int mpi_all_to_all_v(Comm *c, void *out, const size_t *recv_counts, const void *in,
+                            const size_t *send_counts, CommDtype t, Err *err) {
+    MpiImpl *m = c->impl;
+    int P = c->size, *sc = m->counts, *sd = m->counts + P, *rcnt = sd + P, *rd = rcnt + P;
+    size_t so = 0, ro = 0;
+    for (int p = 0; p < P; p++) {
+        /* Offsets too must fit MPI's int counts. */
+        TRY(count_fits(c, so + send_counts[p], "all-to-all (sent)", err));
+        TRY(count_fits(c, ro + recv_counts[p], "all-to-all (received)", err));
+        sc[p] = (int)send_counts[p], sd[p] = (int)so, so += send_counts[p];
+        rcnt[p] = (int)recv_counts[p], rd[p] = (int)ro, ro += recv_counts[p];
+    }
+    MPI_Request req;
+    MPI_TRY(c, MPI_Ialltoallv(in, sc, sd, mpi_type(t), out, rcnt, rd, mpi_type(t), mpi_of(c), &req),
+            "MPI_Ialltoallv", err);
+    return wait_req(c, &req, "an all-to-all", err);
+}
+
 static CommReq *take_request(Comm *c, ReqKind kind, size_t recv_bytes, Err *err) {
     MpiImpl *m = c->impl;
     for (int i = 0; i < MAX_PENDING; i++) {
@@ -360,6 +378,7 @@ static const CommOps MPI_OPS = {
     .broadcast = mpi_broadcast,
     .iall_gather = mpi_iall_gather,
     .ireduce_scatter_sum = mpi_ireduce_scatter_sum,
+    .all_to_all_v = mpi_all_to_all_v,
     .wait = mpi_wait,
     .test = mpi_test,
     .split = mpi_split,

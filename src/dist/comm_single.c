@@ -29,6 +29,16 @@ static int single_copy(Comm *c, void *out, const void *in, size_t n, CommDtype t
     return 0;
 }
 
+static int single_all_to_all_v(Comm *c, void *out, const size_t *recv_counts, const void *in,
+                               const size_t *send_counts, CommDtype t, Err *err) {
+    (void)c;
+    if (recv_counts[0] != send_counts[0])
+        return err_set(err, "all-to-all on one process sends %zu elements but receives %zu",
+                       send_counts[0], recv_counts[0]);
+    if (out != in) memmove(out, in, send_counts[0] * comm_dtype_size(t));
+    return 0;
+}
+
 static int single_wait(Comm *c, CommReq *req, Err *err) {
     (void)c, (void)req, (void)err;
     return 0;
@@ -56,6 +66,7 @@ static const CommOps SINGLE_OPS = {
     .broadcast = single_broadcast,
     .iall_gather = single_copy,
     .ireduce_scatter_sum = single_copy,
+    .all_to_all_v = single_all_to_all_v,
     .wait = single_wait,
     .test = single_test,
     .split = single_split,

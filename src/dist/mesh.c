@@ -9,6 +9,7 @@
 #define KEY_R "parallelism.data_parallel_replicate_degree"
 #define KEY_S "parallelism.data_parallel_shard_degree"
 #define KEY_T "parallelism.tensor_parallel_degree"
+#define KEY_EP "parallelism.expert_parallel_degree"
 
 static int check_tp_divides(const char *what, long value, int tp, Err *err) {
     if (value > 0 && value % tp != 0)
@@ -46,11 +47,42 @@ int mesh_resolve(MeshDims *out, const MeshConfig *cfg, int rank, Err *err) {
     TRY(check_tp_divides("model n_heads", cfg->n_heads, T, err));
     TRY(check_tp_divides("model n_kv_heads", cfg->n_kv_heads, T, err));
     TRY(check_tp_divides("model hidden_dim", cfg->hidden_dim, T, err));
-    TRY(check_tp_divides("model moe_hidden_dim", cfg->moe_hidden_dim, T, err));
     TRY(check_tp_divides("model vocab_size", cfg->vocab_size, T, err));
     if (cfg->sequence_parallel && T > 1)
         TRY(check_tp_divides("training.seq_len (with parallelism.enable_sequence_parallel)",
                              cfg->seq_len, T, err));
+    int EP = cfg->ep > 0 ? cfg->ep : 1;
+    if (cfg->ep < 1 && cfg->ep != 0)
+        return err_set(err, KEY_EP " = %d must be at least 1", cfg->ep);
+    if (EP > 1 && cfg->num_experts == 0)
+        return err_set(err, KEY_EP " = %d needs a mixture-of-experts model (this one is dense)",
+                       EP);
+    if (cfg->num_experts > 0 && (EP > 1 || T > 1)) {
+        if (EP % T != 0)
+            return err_set(err,
+                           KEY_EP " = %d is not a multiple of " KEY_T
+                                  " = %d: a mixture-of-experts model splits its experts over "
+                                  "the tensor-parallel ranks (and over data_parallel_shard "
+                                  "ranks beyond them)",
+                           EP, T);
+        if (S % (EP / T) != 0)
+            return err_set(err,
+                           KEY_EP " = %d spans %d data_parallel_shard rank(s) per tensor-parallel "
+                                  "rank, which does not divide data_parallel_shard_degree = %d",
+                           EP, EP / T, S);
+        if (cfg->num_experts % EP != 0)
+            return err_set(err, "model num_experts = %d is not divisible by " KEY_EP " = %d",
+                           cfg->num_experts, EP);
+        /* The tp ranks of an EP group split the micro-batch's tokens (model/moe_ep.h). */
+        long tokens = cfg->local_batch * cfg->seq_len;
+        if (T > 1 && tokens > 0 && tokens % T != 0)
+            return err_set(err,
+                           "training.local_batch_size x training.seq_len = %ld x %ld = %ld tokens "
+                           "is not divisible by " KEY_T
+                           " = %d: the tensor-parallel ranks split a micro-batch's tokens "
+                           "between them for the experts",
+                           cfg->local_batch, cfg->seq_len, tokens, T);
+    }
     if (cfg->local_batch < 1)
         return err_set(err, "training.local_batch_size = %ld must be at least 1", cfg->local_batch);
     int dp = R * S;
@@ -73,17 +105,22 @@ int mesh_resolve(MeshDims *out, const MeshConfig *cfg, int rank, Err *err) {
     out->r = rank / (T * S);
     out->dp = dp;
     out->dp_rank = out->r * S + out->s;
+    out->ep = cfg->num_experts > 0 ? EP : 1;
+    out->ep_in = out->ep / T > 0 ? out->ep / T : 1;
+    out->q = out->ep > 1 ? (out->s % out->ep_in) * T + out->t : 0;
     out->global_batch = global;
     out->grad_accum_steps = (int)(global / per_step);
     return 0;
 }
 
 void mesh_describe(char *out, size_t cap, const MeshDims *d) {
+    char ep[32] = "";
+    if (d->ep > 1) snprintf(ep, sizeof ep, ", ep %d", d->ep);
     snprintf(out, cap,
-             "mesh [dp_replicate %d, dp_shard %d, tp %d%s] on %d processes, %d "
+             "mesh [dp_replicate %d, dp_shard %d, tp %d%s%s] on %d processes, %d "
              "microbatch(es) per step",
              d->dp_replicate, d->dp_shard, d->tp,
-             d->sequence_parallel ? " + sequence parallel" : "", d->world, d->grad_accum_steps);
+             d->sequence_parallel ? " + sequence parallel" : "", ep, d->world, d->grad_accum_steps);
 }
 
 long mesh_first_row(const MeshDims *d, long local_batch, int micro) {
@@ -101,11 +138,15 @@ int mesh_create(Mesh *out, Comm *world, const MeshConfig *cfg, Err *err) {
     TRY(mesh_resolve(&out->dims, &c, world->rank, err));
     const MeshDims *d = &out->dims;
     out->world = world;
-    /* Color = the coordinates a group shares, key = the coordinate it runs along. */
+    /* Color = the coordinates a group shares, key = the coordinate it runs along. Without
+     * expert parallelism every rank is an EP group of its own. */
+    int group = d->r * (d->dp_shard / d->ep_in) + d->s / d->ep_in;
     if (comm_split(world, d->s * d->tp + d->t, d->r, &out->dp_replicate, err) ||
         comm_split(world, d->r * d->tp + d->t, d->s, &out->dp_shard, err) ||
         comm_split(world, d->r * d->dp_shard + d->s, d->t, &out->tp, err) ||
-        comm_split(world, d->t, d->dp_rank, &out->dp, err)) {
+        comm_split(world, d->t, d->dp_rank, &out->dp, err) ||
+        comm_split(world, d->ep > 1 ? group : d->rank, d->q, &out->ep, err) ||
+        comm_split(world, d->q, d->ep > 1 ? group : d->rank, &out->ep_replica, err)) {
         mesh_destroy(out);
         return err_wrap(err, "device mesh");
     }
@@ -117,7 +158,9 @@ void mesh_destroy(Mesh *m) {
     comm_destroy(m->dp_shard);
     comm_destroy(m->tp);
     comm_destroy(m->dp);
-    m->dp_replicate = m->dp_shard = m->tp = m->dp = NULL;
+    comm_destroy(m->ep);
+    comm_destroy(m->ep_replica);
+    m->dp_replicate = m->dp_shard = m->tp = m->dp = m->ep = m->ep_replica = NULL;
 }
 
 int mesh_global_norm(double *out, const Mesh *m, double sq_tp_sharded, double sq_tp_replicated,

@@ -20,9 +20,10 @@ typedef struct MeshConfig {
     int dp_shard;            /* parallelism.data_parallel_shard_degree (>= 1, or -1 = the rest) */
     int tp;                  /* parallelism.tensor_parallel_degree (>= 1) */
     int sequence_parallel;   /* parallelism.enable_sequence_parallel (0/1) */
+    int ep;                  /* parallelism.expert_parallel_degree (>= 1) */
+    int num_experts;         /* experts per MoE layer (0 for a dense model) */
     int n_heads, n_kv_heads; /* attention heads and key/value heads */
     long hidden_dim;         /* dense FFN hidden size (F) */
-    long moe_hidden_dim;     /* expert FFN hidden size (0 for a dense model) */
     long vocab_size;         /* lm_head rows (split across tp for the loss) */
     long seq_len;            /* training.seq_len */
     long local_batch;        /* training.local_batch_size (>= 1) */
@@ -34,6 +35,11 @@ typedef struct MeshDims {
     int world;
     int dp_replicate, dp_shard, tp; /* dp_shard resolved from -1 */
     int sequence_parallel;          /* 1: tp > 1 and the tp group also splits the tokens */
+    /* Expert parallelism: the ep ranks of an EP group are ep / tp consecutive dp_shard
+     * coordinates times the whole tp group (torchtitan's layout with
+     * expert_tensor_parallel_degree = 1), so ep_in = ep / tp dp_shard ranks share one group. */
+    int ep, ep_in;
+    int q; /* this rank's index in its EP group: (s % ep_in) * tp + t */
     int rank;
     int r, s, t;          /* coordinates: replicate, shard, tensor-parallel index */
     int dp, dp_rank;      /* data-parallel ranks (dp_replicate * dp_shard) and this one's */
@@ -63,6 +69,8 @@ typedef struct Mesh {
     Comm *dp_shard;     /* same (r, t): the FSDP group that shares one replica */
     Comm *tp;           /* same (r, s): the tensor-parallel group */
     Comm *dp;           /* same t: every data-parallel rank (loss and token counts) */
+    Comm *ep;           /* same r and s / ep_in: the ranks that split one layer's experts */
+    Comm *ep_replica;   /* same EP index q: the ranks holding the same experts */
 } Mesh;
 
 /* Resolves cfg against world's size and rank, then splits the four sub-communicators

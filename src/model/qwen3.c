@@ -12,6 +12,7 @@
 #include "kernels/cpu_simd.h"
 #include "model/lora.h"
 #include "model/moe.h"
+#include "model/moe_ep.h"
 #include "ops/op_profile.h"
 
 /* ---- parameter table ---- */
@@ -151,6 +152,13 @@ static void layout_params(Qwen3 *m, Arena *pa, Arena *ga) {
 
 /* ---- activations ---- */
 
+/* 1 when the model holds only some of the experts it routes to (an expert-parallel rank): the
+ * experts op then runs on the rows moe_ep.c receives, in its own buffers, and the arena keeps
+ * none for it. */
+static int experts_elsewhere(const ModelSpec *s) {
+    return s->num_local_experts > 0 && s->num_local_experts < s->num_experts;
+}
+
 /* The FFN block's saved activations: dense (h1, h3, g) and / or MoE (routing and the experts'
  * saved buffers; their scratch is shared and placed later). */
 static void layout_ffn_acts(Qwen3LayerActs *a, Arena *ar, const ModelSpec *s, long N, int dense,
@@ -167,6 +175,7 @@ static void layout_ffn_acts(Qwen3LayerActs *a, Arena *ar, const ModelSpec *s, lo
         a->probs = arena_floats(ar, N * X);
         a->topk_idx = arena_alloc(ar, (size_t)(N * k) * sizeof(int32_t));
         a->topk_w = arena_floats(ar, N * k);
+        if (experts_elsewhere(s)) return;
         float *saved = arena_floats(ar, (size_t)moe_experts_saved_floats(N, k, D, Fm));
         int32_t *ints = arena_alloc(ar, (size_t)moe_experts_saved_ints(N, k, X) * sizeof(int32_t));
         moe_experts_bufs_place(&a->ex, saved, ints, NULL, N, k, D, Fm, X);
@@ -282,6 +291,7 @@ static void layout_acts(Qwen3 *m, Arena *ar, Arena *ks) {
         a->aux_counts = arena_alloc(ar, (size_t)X * sizeof(double));
         a->aux_psum = arena_alloc(ar, (size_t)X * sizeof(double));
         m->moe_counts = arena_alloc(ar, (size_t)s->n_layers * X * sizeof(double));
+        if (experts_elsewhere(s)) return;
         float *scratch = arena_floats(ar, (size_t)moe_experts_scratch_floats(N, k, (int)D, Fm));
         for (int i = 0; i < s->n_layers; i++)
             moe_experts_bufs_place(&a->layers[i].ex, NULL, NULL, scratch, N, k, (int)D, Fm, X);
@@ -802,6 +812,12 @@ static void moe_forward(Qwen3 *m, int i, float *out, int count) {
             moe_prob_sum_add(A->aux_psum, a->probs, N, X);
         }
     }
+    if (m->ep) {
+        PROF_OP(&md->experts->h, 0,
+                moe_ep_forward(m->ep, i, md->experts, out, a->xn2, a->topk_idx, a->topk_w,
+                               p->experts_w1, p->experts_w3, p->experts_w2, N, k, D, Fm));
+        return;
+    }
     PROF_OP(&md->experts->h, 0,
             md->experts->forward(out, &a->ex, a->xn2, a->topk_idx, a->topk_w, p->experts_w1,
                                  p->experts_w3, p->experts_w2, N, k, D, Fm, X));
@@ -817,16 +833,28 @@ static void moe_backward(Qwen3 *m, int i) {
     Qwen3Acts *A = &m->a;
     int D = s->dim, X = s->num_experts, k = s->top_k, Fm = s->moe_hidden_dim;
     long N = (long)m->B * m->T;
-    PROF_OP(&md->experts->h, 1,
-            md->experts->backward(A->dxn, A->dgw, g->experts_w1, g->experts_w3, g->experts_w2,
-                                  &a->ex, A->dres, a->xn2, a->topk_idx, a->topk_w, p->experts_w1,
-                                  p->experts_w3, p->experts_w2, N, k, D, Fm, X));
-    moe_router_backward(A->router_logits, A->dgw, a->probs, a->topk_idx,
-                        s->router_aux_loss_coef > 0 ? A->aux_dprob : NULL, N, X, k,
-                        s->norm_topk_prob);
+    /* Under expert parallelism the rank's block of tokens (all of them unless the group spans
+     * the tp ranks): the router's backward covers those, so each token's share of the router
+     * gradient (and of the auxiliary loss's) is taken on one tp rank only. */
+    long t0 = 0, n = N;
+    if (m->ep) {
+        n = moe_ep_block(m->ep, N, &t0);
+        PROF_OP(&md->experts->h, 1,
+                moe_ep_backward(m->ep, i, md->experts, A->dxn, A->dgw, g->experts_w1, g->experts_w3,
+                                g->experts_w2, A->dres, a->topk_idx, a->topk_w, p->experts_w1,
+                                p->experts_w3, p->experts_w2, N, k, D, Fm));
+    } else {
+        PROF_OP(&md->experts->h, 1,
+                md->experts->backward(A->dxn, A->dgw, g->experts_w1, g->experts_w3, g->experts_w2,
+                                      &a->ex, A->dres, a->xn2, a->topk_idx, a->topk_w,
+                                      p->experts_w1, p->experts_w3, p->experts_w2, N, k, D, Fm, X));
+    }
+    moe_router_backward(A->router_logits + t0 * X, A->dgw + t0 * k, a->probs + t0 * X,
+                        a->topk_idx + t0 * k, s->router_aux_loss_coef > 0 ? A->aux_dprob : NULL, n,
+                        X, k, s->norm_topk_prob);
     PROF_OP(&md->router->h, 1,
-            md->router->backward(A->dxn, g->router_gate, A->router_logits, a->xn2, p->router_gate,
-                                 N, D, X, 1.0f));
+            md->router->backward(A->dxn + t0 * D, g->router_gate, A->router_logits + t0 * X,
+                                 a->xn2 + t0 * D, p->router_gate, n, D, X, 1.0f));
 }
 
 /* Layer i: a->x -> out (N, D); count as in moe_forward. */

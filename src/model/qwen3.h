@@ -47,9 +47,9 @@ typedef struct Qwen3LayerParams {
     float *w2; /* (D, F) */
     /* MoE block (model/moe.h); NULL in dense layers. */
     float *router_gate; /* (X, D) */
-    float *experts_w1;  /* (X, Fm, D) */
-    float *experts_w3;  /* (X, Fm, D) */
-    float *experts_w2;  /* (X, D, Fm) */
+    float *experts_w1;  /* (Xl, Fm, D): Xl = X except under expert parallelism */
+    float *experts_w3;  /* (Xl, Fm, D) */
+    float *experts_w2;  /* (Xl, D, Fm) */
     float *expert_bias; /* (X) balancing state; NULL when load_balance_coeff is 0 */
 } Qwen3LayerParams;
 
@@ -266,6 +266,10 @@ struct Qwen3 {
     /* LoRA adapters (model/lora.h) added to their linears' outputs, or NULL. Single process,
      * no tensor parallelism: the driver refuses other set-ups. */
     struct Lora *lora;
+    /* Expert parallelism (model/moe_ep.h), set by the driver, or NULL: the experts part of
+     * every MoE layer moves the tokens to the ranks holding their experts; the model holds
+     * spec.num_local_experts experts of each layer. Not owned. */
+    struct MoeEp *ep;
 };
 
 /* The module tree of spec (docs/kernels.md), without allocating a model: fills mod with each

@@ -232,7 +232,8 @@ void train_job_mesh_config(MeshConfig *out, const JobConfig *cfg, const ModelSpe
                         .n_heads = spec->n_heads,
                         .n_kv_heads = spec->n_kv_heads,
                         .hidden_dim = spec->hidden_dim,
-                        .moe_hidden_dim = spec->num_experts > 0 ? spec->moe_hidden_dim : 0,
+                        .ep = cfg->parallelism.expert_parallel_degree,
+                        .num_experts = spec->num_experts,
                         .vocab_size = spec->vocab_size,
                         .seq_len = cfg->training.seq_len,
                         .local_batch = cfg->training.local_batch_size,
@@ -309,9 +310,7 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
     /* The mesh is checked here, before anything large exists, although mesh_from_config
      * checks it again: every check so far must agree before the mesh's first collective, so
      * that a rank that fails alone (a path missing on its host, a config of its own) does not
-     * leave the others waiting there. MoE with tensor parallelism first: its refusal makes the
-     * mesh's divisibility of the experts' hidden size moot. */
-    if (rc == 0) rc = train_qwen3_check(&spec, cfg->parallelism.tensor_parallel_degree, err);
+     * leave the others waiting there. */
     if (rc == 0) rc = train_job_check_world(cfg, world->size, err);
     if (rc == 0) {
         MeshConfig mc;

@@ -143,7 +143,6 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     MeshConfig mc;
     train_job_mesh_config(&mc, cfg, &p->spec, world);
     MeshDims dims;
-    TRY(train_qwen3_check(&p->spec, cfg->parallelism.tensor_parallel_degree, err));
     TRY(mesh_resolve(&dims, &mc, 0, err));
     p->micro = dims.grad_accum_steps;
     p->tp = dims.tp;
@@ -152,6 +151,7 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     local.n_heads /= p->tp;
     local.n_kv_heads /= p->tp;
     local.hidden_dim /= p->tp;
+    if (dims.ep > 1) local.num_local_experts = p->spec.num_experts / dims.ep;
     /* The kernels training would run ([[override]] entries resolved as train_job_run does):
      * they decide the activation workspace (e.g. loss_chunked keeps no (N, V) logits). */
     OverridePlan plan;
@@ -183,11 +183,27 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     if (p->dp_shard > 1)
         note(p, "FSDP modeled as an even split of parameters, gradients and optimizer state, "
                 "plus the gather workspaces (two layers and the larger edge unit)");
-    p->params = (double)z.param_bytes / p->dp_shard;
-    p->grads = (double)z.grad_bytes / p->dp_shard;
+    /* Expert parallelism: a rank keeps its X / ep experts of every MoE layer whole, outside
+     * FSDP (train_qwen3_create), so they are not divided by dp_shard. */
+    double experts = 0;
+    if (dims.ep > 1) {
+        for (int l = 0; l < p->spec.n_layers; l++)
+            experts +=
+                model_spec_layer_is_moe(&p->spec, l)
+                    ? 3.0 * local.num_local_experts * p->spec.moe_hidden_dim * p->spec.dim * 4.0
+                    : 0.0;
+        char line[160];
+        snprintf(line, sizeof line,
+                 "expert parallel %d: %d of the %d experts of each MoE layer per rank, whole; "
+                 "the rows it receives per micro-batch are not counted",
+                 dims.ep, local.num_local_experts, p->spec.num_experts);
+        note(p, line);
+    }
+    p->params = ((double)z.param_bytes - experts) / p->dp_shard + experts;
+    p->grads = ((double)z.grad_bytes - experts) / p->dp_shard + experts;
     /* AdamW (train/adamw.c) places m and v per parameter with the same arena rules as the
      * gradient arena places gradients: exactly twice its size (tests/test_plan.c checks). */
-    p->optim = 2.0 * (double)z.grad_bytes / p->dp_shard;
+    p->optim = 2.0 * p->grads;
     p->acts = (double)z.act_bytes;
     if (cfg->lora.rank > 0) {
         /* The frozen base's gradients go to one sink (train_qwen3_create with frozen). */

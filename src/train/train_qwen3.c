@@ -19,6 +19,7 @@
 #include "io/safetensors.h"
 #include "kernels/cpu_simd.h"
 #include "model/lora.h"
+#include "model/moe_ep.h"
 #include "model/overrides.h"
 #include "model/qwen3.h"
 #include "model/qwen3_hf.h"
@@ -50,15 +51,24 @@ typedef struct Held {
 
 struct TrainQwen3 {
     Qwen3 m;    /* this rank's (tensor-parallel part of the) model */
-    Qwen3 full; /* tp > 1: the whole model's table (full shapes), no parameters */
+    Qwen3 full; /* tp > 1 or ep > 1: the whole model's table (full shapes), no parameters */
+    int has_full;
     const Mesh *mesh;
     const OverridePlan *kernels; /* the kernels chosen at create (NULL: defaults); not owned */
     Mesh own_mesh;   /* the world of one made when train_qwen3_create is given no mesh */
     Comm *own_world; /* its communicator, NULL otherwise */
     /* 0 on a world of one: the model owns its parameters and no unit is gathered. */
     int sharded;
-    int tp, t;               /* tensor-parallel degree and this rank's index */
-    int seq_parallel;        /* 1: the tp group also splits the tokens */
+    int tp, t;        /* tensor-parallel degree and this rank's index */
+    int seq_parallel; /* 1: the tp group also splits the tokens */
+    /* Expert parallelism (ep > 1): this rank holds experts [q * Xl, (q + 1) * Xl) of every MoE
+     * layer whole, outside FSDP, in xp with their gradients in xg (summed over the ranks that
+     * hold the same experts, mesh->ep_replica, after the micro-batches). */
+    int ep, q;
+    float *xp, *xg;
+    size_t xnumel;
+    unsigned char *is_expert; /* (nparams) 1 for the experts' weights under ep > 1 */
+    MoeEp *moe_ep;
     unsigned char *tp_split; /* (nparams) TP_REPLICATED, TP_ROWS or TP_COLS */
     unsigned char *tp_repl;  /* (nparams) 1 where tp_split is TP_REPLICATED */
     FsdpPlan plan;
@@ -203,6 +213,16 @@ static void on_tp_reduce_scatter(void *ctx, float *part, const float *full, long
     f->comm_s += now_seconds() - t0;
 }
 
+static void on_ep_all_to_all(void *ctx, float *out, const size_t *recv_counts, const float *in,
+                             const size_t *send_counts) {
+    TrainQwen3 *f = ctx;
+    Err err;
+    double t0 = now_seconds();
+    if (comm_all_to_all_v(f->mesh->ep, out, recv_counts, in, send_counts, COMM_F32, &err))
+        fail("expert-parallel all-to-all", &err);
+    f->comm_s += now_seconds() - t0;
+}
+
 /* The model's hook. Units in the model's numbering (0 embedding, 1 + i layer i, L + 1 head);
  * when tied, the head's parameters are unit 0's, which stays gathered for the whole pass. */
 static void on_unit(void *ctx, Qwen3 *m, int unit, Qwen3HookPhase phase) {
@@ -242,6 +262,10 @@ static void on_unit(void *ctx, Qwen3 *m, int unit, Qwen3HookPhase phase) {
             const Qwen3LayerParams *g = &m->g.layers[unit - 1];
             on_tp_sum(f, g->q_norm, m->spec.head_dim);
             on_tp_sum(f, g->k_norm, m->spec.head_dim);
+            /* Under expert parallelism each tp rank ran the router backward on its block of
+             * the tokens only (model/moe_ep.h). */
+            if (g->router_gate)
+                on_tp_sum(f, g->router_gate, (long)m->spec.num_experts * m->spec.dim);
             if (f->seq_parallel) { /* and the layer's two norms saw only the rank's tokens */
                 on_tp_sum(f, g->attention_norm, m->spec.dim);
                 on_tp_sum(f, g->ffn_norm, m->spec.dim);
@@ -257,15 +281,6 @@ static void on_unit(void *ctx, Qwen3 *m, int unit, Qwen3HookPhase phase) {
 }
 
 /* ---- create / free ---- */
-
-int train_qwen3_check(const ModelSpec *spec, int tp, Err *err) {
-    if (spec->num_experts > 0 && tp > 1)
-        return err_set(err,
-                       "parallelism.tensor_parallel_degree = %d: mixture-of-experts models "
-                       "(num_experts = %d) train with FSDP / HSDP only; set it to 1",
-                       tp, spec->num_experts);
-    return 0;
-}
 
 struct Qwen3Modules *train_qwen3_modules(const ModelSpec *spec, const OverridePlan *plan,
                                          int verbose) {
@@ -317,7 +332,7 @@ static int shard(TrainQwen3 *f, const int *unit, Err *err) {
     float ***pf = xcalloc((size_t)n, sizeof *pf), ***gf = xcalloc((size_t)n, sizeof *gf);
     for (int i = 0; i < n; i++) {
         const Qwen3Param *p = &f->m.table[i];
-        numel[i] = (size_t)p->numel;
+        numel[i] = f->is_expert[i] ? 0 : (size_t)p->numel; /* held outside FSDP */
         pf[i] = qwen3_param_field(&f->m.p, p->kind->id, p->layer);
         gf[i] = qwen3_param_field(&f->m.g, p->kind->id, p->layer);
     }
@@ -347,10 +362,20 @@ static int shard(TrainQwen3 *f, const int *unit, Err *err) {
         f->slot[s].scratch = xcalloc(f->plan.max_unit_shard + 16, sizeof(float));
         f->slot[s].holds = -1;
     }
+    size_t at = 0;
+    for (int i = 0; i < n; i++)
+        f->xnumel += f->is_expert[i] ? (size_t)f->m.table[i].numel : 0;
+    f->xp = xcalloc(f->xnumel + 1, sizeof(float));
+    f->xg = xcalloc(f->xnumel + 1, sizeof(float));
     for (int i = 0; i < n; i++) {
         Slot *s = &f->slot[slot_of(f, unit[i])];
         *pf[i] = s->p + f->plan.params[i].full_offset;
         *gf[i] = s->g + f->plan.params[i].full_offset;
+        if (f->is_expert[i]) {
+            *pf[i] = f->xp + at;
+            *gf[i] = f->xg + at;
+            at += (size_t)f->m.table[i].numel;
+        }
     }
     free(pf), free(gf);
     if (f->tied) {
@@ -360,6 +385,13 @@ static int shard(TrainQwen3 *f, const int *unit, Err *err) {
     f->shard = xcalloc(f->plan.shard_numel + 16, sizeof(float));
     f->grad = xcalloc(f->plan.shard_numel + 16, sizeof(float));
     for (int i = 0; i < n; i++) {
+        if (f->is_expert[i]) {
+            f->held[i] =
+                (Held){0, (size_t)f->m.table[i].numel,
+                       *qwen3_param_field(&f->m.p, f->m.table[i].kind->id, f->m.table[i].layer),
+                       *qwen3_param_field(&f->m.g, f->m.table[i].kind->id, f->m.table[i].layer)};
+            continue;
+        }
         size_t at;
         fsdp_param_shard(&f->plan, i, &f->held[i].lo, &f->held[i].hi, &at);
         f->held[i].p = f->shard + at;
@@ -368,6 +400,12 @@ static int shard(TrainQwen3 *f, const int *unit, Err *err) {
     f->m.dist.unit = on_unit;
     f->m.dist.ctx = f;
     if (f->tp > 1) f->m.dist.tp_sum = on_tp_sum;
+    if (f->ep > 1) {
+        /* The EP group spans tp ranks that see the same tokens: each takes its block. */
+        f->moe_ep = moe_ep_create(f->ep, f->q, f->m.spec.num_experts, f->tp, f->t, f->L,
+                                  on_ep_all_to_all, f);
+        f->m.ep = f->moe_ep;
+    }
     if (f->seq_parallel) {
         f->m.sp_rank = f->t;
         f->m.dist.tp_gather = on_tp_gather;
@@ -383,11 +421,15 @@ static void piece_slice(const TrainQwen3 *f, const Qwen3Param *p, const Held *h,
     int split = f->tp_split[p - f->m.table], dim = split == TP_ROWS   ? 0
                                                    : split == TP_COLS ? p->ndim - 1
                                                                       : -1;
-    if (dim >= 0) shape[dim] *= f->tp;
+    /* Expert parallelism: the rank's run of experts (dimension 0), held whole. */
+    int expert = f->is_expert[p - f->m.table], parts = expert ? f->ep : f->tp;
+    int at = expert ? f->q : f->t;
+    if (expert) dim = 0;
+    if (dim >= 0) shape[dim] *= parts;
     shard_slice_whole(s, p->ndim, shape);
     if (dim >= 0) {
         s->box_len[dim] = p->shape[dim];
-        s->box_off[dim] = (int64_t)f->t * p->shape[dim];
+        s->box_off[dim] = (int64_t)at * p->shape[dim];
     }
     s->start = (int64_t)h->lo;
     s->numel = (int64_t)(h->hi - h->lo);
@@ -398,8 +440,7 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
     TrainQwen3 *f = xcalloc(1, sizeof *f);
     f->mesh = mesh;
     f->kernels = plan;
-    if ((!mesh && own_world_of_one(f, B, err) != 0) ||
-        train_qwen3_check(spec, f->mesh->dims.tp, err) != 0) {
+    if (!mesh && own_world_of_one(f, B, err) != 0) {
         train_qwen3_free(f);
         return NULL;
     }
@@ -425,13 +466,17 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
     local.n_heads /= f->tp;
     local.n_kv_heads /= f->tp;
     local.hidden_dim /= f->tp;
+    f->ep = f->mesh->dims.ep;
+    f->q = f->mesh->dims.q;
+    f->has_full = f->tp > 1 || f->ep > 1;
+    if (f->ep > 1) local.num_local_experts = spec->num_experts / f->ep;
     Qwen3Modules *mod = train_qwen3_modules(&local, plan, !f->sharded);
     int rc = f->sharded ? qwen3_create_unowned_with(&f->m, &local, B, T, ac,
                                                     f->seq_parallel ? f->tp : 1, mod, err)
              : frozen   ? qwen3_create_frozen_with(&f->m, &local, B, T, ac, mod, err)
                         : qwen3_create_with(&f->m, &local, B, T, ac, mod, err);
     free(mod);
-    if (rc == 0 && f->tp > 1) rc = qwen3_create_unowned(&f->full, spec, 1, 1, AC_NONE, 1, err);
+    if (rc == 0 && f->has_full) rc = qwen3_create_unowned(&f->full, spec, 1, 1, AC_NONE, 1, err);
     if (rc != 0) {
         train_qwen3_free(f); /* qwen3_free takes a model that was never created */
         return NULL;
@@ -439,6 +484,9 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
     int n = f->m.nparams;
     int *unit = xcalloc((size_t)n, sizeof *unit);
     f->held = xcalloc((size_t)n, sizeof *f->held);
+    f->is_expert = xcalloc((size_t)n, 1);
+    for (int i = 0; i < n; i++)
+        f->is_expert[i] = f->ep > 1 && f->m.table[i].kind->role == ROLE_EXPERTS;
     for (int i = 0; i < n; i++) {
         unit[i] = param_unit(f, &f->m.table[i]);
         f->held[i] = (Held){0, (size_t)f->m.table[i].numel, f->m.table[i].data, f->m.table[i].grad};
@@ -518,7 +566,11 @@ void train_qwen3_free(TrainQwen3 *f) {
     }
     fsdp_plan_free(&f->plan);
     qwen3_free(&f->m);
-    if (f->tp > 1) qwen3_free(&f->full);
+    if (f->has_full) qwen3_free(&f->full);
+    moe_ep_free(f->moe_ep);
+    free(f->xp);
+    free(f->xg);
+    free(f->is_expert);
     free(f->tp_split);
     free(f->tp_repl);
     free(f->shard);
@@ -570,7 +622,9 @@ int train_qwen3_enable_bf16(TrainQwen3 *f, Err *err) {
 /* Keeps this rank's part of parameter i, given whole: first its tensor-parallel block (rows
  * or columns, cut into tmp), then the elements it holds of that. */
 static void keep_slice(TrainQwen3 *f, int i, const float *full, float *tmp) {
-    if (f->tp_split[i] != TP_REPLICATED) {
+    if (f->is_expert[i]) /* expert parallel: the rank's run of experts, held whole */
+        full += (size_t)f->q * (size_t)f->m.table[i].numel;
+    else if (f->tp_split[i] != TP_REPLICATED) {
         const Qwen3Param *p = &f->m.table[i]; /* the local shape */
         long rows = (long)p->shape[0], cols = p->ndim == 2 ? (long)p->shape[1] : 1;
         if (f->tp_split[i] == TP_ROWS) {
@@ -589,7 +643,7 @@ static void keep_slice(TrainQwen3 *f, int i, const float *full, float *tmp) {
 
 /* The whole model's table (the rank's own when tp = 1). */
 static const Qwen3 *whole(const TrainQwen3 *f) {
-    return f->tp > 1 ? &f->full : &f->m;
+    return f->has_full ? &f->full : &f->m;
 }
 
 static size_t max_numel(const TrainQwen3 *f) {
@@ -719,6 +773,9 @@ static int finish_grads(void *ctx, double *loss_sum, Err *err) {
     int rc = 0;
     if (f->mesh->dims.dp_replicate > 1)
         rc = fsdp_all_reduce_replicas(&f->plan, f->mesh->dp_replicate, f->grad, err);
+    /* Experts: every rank holding the same ones saw other tokens. */
+    if (rc == 0 && f->ep > 1 && f->mesh->ep_replica->size > 1)
+        rc = comm_all_reduce_sum(f->mesh->ep_replica, f->xg, f->xnumel, COMM_F32, err);
     if (rc == 0) rc = comm_all_reduce_sum(f->mesh->dp, loss_sum, 1, COMM_F64, err);
     /* Sequence parallel: each tp rank's loss covers its tokens only. */
     if (rc == 0 && f->seq_parallel)
@@ -730,10 +787,20 @@ static int finish_grads(void *ctx, double *loss_sum, Err *err) {
 static int grad_norm(void *ctx, double local_sq, double *norm, Err *err) {
     TrainQwen3 *f = ctx;
     double sharded = local_sq, replicated = 0;
-    /* With tensor parallelism the replicated parameters' squares count once, not per rank. */
-    if (f->tp > 1) fsdp_shard_sq_sums(&f->plan, f->grad, f->tp_repl, &sharded, &replicated);
+    /* With tensor parallelism the replicated parameters' squares count once, not per rank;
+     * with expert parallelism the experts are outside the FSDP slices and count once per EP
+     * group (each of its ranks holds other experts; their replicas hold the same sums). */
+    if (f->tp > 1 || f->ep > 1)
+        fsdp_shard_sq_sums(&f->plan, f->grad, f->tp_repl, &sharded, &replicated);
+    double experts = 0;
+    for (size_t i = 0; i < f->xnumel; i++)
+        experts += (double)f->xg[i] * f->xg[i];
     double t0 = now_seconds();
     int rc = mesh_global_norm(norm, f->mesh, sharded, replicated, err);
+    if (rc == 0 && f->ep > 1) {
+        rc = comm_all_reduce_sum(f->mesh->ep, &experts, 1, COMM_F64, err);
+        *norm = sqrt(*norm * *norm + experts);
+    }
     f->comm_s += now_seconds() - t0;
     return rc;
 }

@@ -11,7 +11,8 @@
  * reduce-scatters the unit's gradient into the rank's slice right after its backward. With
  * dp_replicate > 1 (HSDP) the slices are then summed across replicas; with tp > 1 the rank's
  * model has its share of the heads and FFN columns (and of the tokens under sequence
- * parallelism). */
+ * parallelism); with expert parallelism it holds its EP group's share of every MoE layer's
+ * experts. */
 #ifndef QT_TRAIN_QWEN3_H
 #define QT_TRAIN_QWEN3_H
 
@@ -41,14 +42,13 @@ typedef struct TrainQwen3Batch {
 /* This rank's Qwen3 for micro-batches of up to B x T tokens, with activation checkpointing ac
  * and the kernels of plan (from overrides_resolve, chosen for the rank's shapes; NULL = the
  * defaults of train_qwen3_modules). mesh NULL: a world of one. Parameters start at zero. Dense
- * models on any mesh; MoE models (router, stacked experts and expert_bias sharded with their
- * layer) without tensor parallelism. frozen: the model's own weights do not train (LoRA), so
- * its gradients go to one sink (qwen3_create_frozen_with); a world of one only. */
+ * models on any mesh; MoE models with the router and expert_bias sharded with their layer and
+ * the stacked experts either too (expert_parallel_degree 1) or split over the mesh's EP group,
+ * X / ep experts per rank held whole outside FSDP, the tokens moved to them by all-to-all
+ * (model/moe_ep.h), which is how MoE trains with tp > 1. frozen: the model's own weights do not
+ * train (LoRA), so its gradients go to one sink (qwen3_create_frozen_with); a world of one only. */
 TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, const Mesh *mesh,
                                const OverridePlan *plan, int frozen, Err *err);
-/* What train_qwen3_create refuses beyond the mesh's checks (MoE with tensor parallelism), for
- * `qtitan plan` and the job's start-up to say the same before anything is allocated. */
-int train_qwen3_check(const ModelSpec *spec, int tp, Err *err);
 void train_qwen3_free(TrainQwen3 *q);
 /* The model itself, for forward-only work between steps (validation): when sharded, this
  * rank's, whose forward gathers each unit as training's does (collective over the mesh). */
