@@ -5,9 +5,10 @@
 #   - every validation record (loss, tokens) of FSDP 2, TP 2, HSDP 2 x 2 and FSDP 2 x TP 2 with
 #     sequence parallelism equals one process's within 1e-6 relative (the data-parallel ranks
 #     share the validation rows; TP ranks of one group take the same ones), and so does MoE's
-#     (4 experts, bias balancing) on FSDP 2;
+#     (4 experts, bias balancing) on FSDP 2 and on EP 2 x FSDP 2;
 #   - samples.jsonl, written once by rank 0 from the gathered whole model, is byte-identical to
-#     one process's for the same seed, in fp32 on each of those meshes and with bf16 matmuls
+#     one process's for the same seed, in fp32 on each of those meshes (EP 2: the experts
+#     gathered from the EP group) and with bf16 matmuls
 #     on FSDP 2;
 #   - a validation.seq_len the sequence-parallel group cannot split stops with a sentence;
 #   - FSDP 2's training losses, dense and MoE, are bitwise those of the same run without
@@ -50,6 +51,7 @@ run 2 fsdp_plain "${FSDP[@]}"
 run 0 moe_one "${EXTRA[@]}" "${MOE[@]}"
 run 2 moe_fsdp "${EXTRA[@]}" "${MOE[@]}" "${FSDP[@]}"
 run 2 moe_fsdp_plain "${MOE[@]}" "${FSDP[@]}"
+run 2 moe_ep "${EXTRA[@]}" "${MOE[@]}" "${FSDP[@]}" --parallelism.expert_parallel_degree=2
 run 0 bf16_one "${EXTRA[@]}" "${BF16[@]}"
 run 2 bf16_fsdp "${EXTRA[@]}" "${BF16[@]}" "${FSDP[@]}"
 
@@ -96,6 +98,8 @@ for name in fsdp tp hsdp fsdp_tp_sp; do
 done
 same_val moe_one moe_fsdp
 same_samples moe_one moe_fsdp
+same_val moe_one moe_ep
+same_samples moe_one moe_ep
 same_samples bf16_one bf16_fsdp
 same_losses fsdp fsdp_plain
 same_losses moe_fsdp moe_fsdp_plain

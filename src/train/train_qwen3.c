@@ -899,13 +899,22 @@ int train_qwen3_gather_whole(TrainQwen3 *f, Qwen3 *dst, Err *err) {
             memcpy(dst->table[i].data, f->m.table[i].data,
                    (size_t)f->m.table[i].numel * sizeof(float));
     }
-    float *parts = f->tp > 1 ? xmalloc(max_numel(f) * sizeof *parts) : NULL;
+    float *parts = f->tp > 1 || f->ep > 1 ? xmalloc(max_numel(f) * sizeof *parts) : NULL;
+    /* Expert parallelism: each rank holds a run of experts whole, outside the FSDP units; the EP
+     * group (ordered by its index q) holds them all, in order along dimension 0. */
+    for (int i = 0; f->ep > 1 && i < f->m.nparams && rc == 0; i++) {
+        if (!f->is_expert[i]) continue;
+        const Qwen3Param *p = &f->m.table[i];
+        const float *local = *qwen3_param_field(&f->m.p, p->kind->id, p->layer);
+        rc = comm_all_gather(f->mesh->ep, dst ? dst->table[i].data : parts, local, (size_t)p->numel,
+                             COMM_F32, err);
+    }
     for (int u = 0; f->sharded && u < f->L + 2 && rc == 0; u++) {
         if (f->plan.units[u].full_numel == 0) continue; /* the head when tied */
         ensure(f, u); /* the unit's (tensor-parallel part of the) parameters, as in a forward */
         for (int i = 0; i < f->m.nparams && rc == 0; i++) {
             const Qwen3Param *p = &f->m.table[i];
-            if (param_unit(f, p) != u) continue;
+            if (param_unit(f, p) != u || f->is_expert[i]) continue;
             const float *local = *qwen3_param_field(&f->m.p, p->kind->id, p->layer);
             float *to = dst ? dst->table[i].data : NULL;
             if (f->tp_split[i] == TP_REPLICATED) {
