@@ -67,7 +67,9 @@ int steptime_job_mesh(StepMesh *m, const JobConfig *cfg, const Cluster *c, Err *
     *m = (StepMesh){.rep = rep,
                     .shard = shard,
                     .tp = tp,
-                    .ep = 1,
+                    .ep = cfg->parallelism.expert_parallel_degree > 1
+                              ? cfg->parallelism.expert_parallel_degree
+                              : 1,
                     .sp = cfg->parallelism.enable_sequence_parallel && tp > 1,
                     .ac = cfg->activation_checkpoint.mode};
     if ((long)rep * shard * tp != world)
