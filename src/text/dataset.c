@@ -585,9 +585,7 @@ static int tokenize_file(Build *b, const char *path, Slot *slots, Err *err) {
 }
 
 static int cache_build(Dataset *ds, const SourceList *src, const DatasetEncoder *enc, Err *err) {
-    static int counter;
-    char *tmp = xmalloc(strlen(ds->cache_path) + 64);
-    sprintf(tmp, "%s.tmp.%ld.%d", ds->cache_path, (long)getpid(), counter++);
+    char *tmp = fs_tmp_name(ds->cache_path);
     Build b = {.enc = enc, .opt = &ds->opt};
     b.w.fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0644);
     if (b.w.fd < 0) {

@@ -576,27 +576,9 @@ int ckpt_find_latest(const char *root, int64_t *step, char **path, Err *err) {
 }
 
 int ckpt_clean_stale(const char *root, Err *err) {
-    DIR *d = opendir(root);
-    if (!d) {
-        if (errno == ENOENT) return 0;
-        return err_sys(err, "cannot list checkpoint folder %s", root);
-    }
-    int rc = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, "step-", 5) != 0 || !strstr(e->d_name, ".tmp-")) continue;
-        /* Another process may be saving into it right now (a second trainer on this folder
-         * that the lock refused, or one on another folder sharing it): only a leftover of a
-         * process that is gone is removed. */
-        if (fs_tmp_owner_alive(e->d_name)) continue;
-        char *full = fs_join(root, e->d_name);
-        log_warn("checkpoint: removing %s left by an interrupted save", full);
-        if (fs_remove_tree(full, err) != 0) rc = -1;
-        free(full);
-        if (rc) break;
-    }
-    closedir(d);
-    return rc;
+    /* Another process may be saving into a step-N.tmp-<pid> right now (a second trainer that
+     * the lock refused, or one on another folder sharing it): only a dead owner's goes. */
+    return fs_remove_stale_tmps(root, "step-", err);
 }
 
 static int in_list(const char *name, const CkptTensor *t, int n) {
