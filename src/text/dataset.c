@@ -415,6 +415,10 @@ static void tokenize_slot(Slot *s, const char *file, int jsonl, const DatasetEnc
     }
     const char *t = jsonl ? text : s->line;
     size_t n = jsonl ? tl : s->len;
+    if (jsonl)
+        err_oom_context("tokenizing %s:%lld (%zu bytes of text)", file, (long long)s->lineno, n);
+    else
+        err_oom_context("tokenizing %s (%zu bytes)", file, n);
     if (n == 0) {
         s->status = 3;
     } else if (enc->encode(enc->ctx, t, n, &s->ids, &e) != 0) {
@@ -441,6 +445,7 @@ static void tokenize_slot(Slot *s, const char *file, int jsonl, const DatasetEnc
             }
     }
     free(text);
+    err_oom_context(NULL);
 }
 
 /* Tokenizes slots in parallel, then appends them in order: the bytes do not depend on the

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/arena.h"
 #include "core/fs.h"
 #include "core/json.h"
 #include "core/log.h"
@@ -419,6 +420,12 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
         }
         bf16_matmuls = 1;
         log_info("mixed precision: bf16 matmuls, fp32 master weights, optimizer and loss");
+    }
+    if (comm_agree(world,
+                   arena_check_headroom("the model, its gradients and its optimizer state", err),
+                   err) != 0) {
+        rc = -1;
+        goto out;
     }
     if (use_lora && (rc = lora_setup(cfg, &spec, &lora, (long)B * T, err)) != 0) goto out;
     TrainModel model;
