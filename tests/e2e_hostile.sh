@@ -148,6 +148,14 @@ run_all() {
             "$tmp/train_edited_state.err" && grep -q "resumed from .*step-1 (step 1)" \
             "$tmp/train_edited_state.out"; } ||
         qa_fail train_edited_state "the edited step-2 was not skipped for step 1"
+    # Resuming into another model is refused before the model is allocated: the 4B flavor's
+    # shapes (some 64 GB with its optimizer) against this run's checkpoint.
+    mapfile -t args < <(train_args "$r" 4 --checkpoint.enable=true --model.flavor=4B \
+        --model.dim=2560 --model.n_layers=36 --model.hidden_dim=9728 --model.n_heads=32 \
+        --model.n_kv_heads=8 --model.head_dim=128)
+    qa_expect_error resume_other_model fail \
+        "checkpoint to resume, $r/checkpoint/step-3, holds tok_embeddings.weight with shape (320, 32) but the job's model has (320, 2560)" \
+        "${args[@]}"
     # A fresh run (no checkpoint) on the same folder keeps the earlier metrics.
     cp "$r/metrics.jsonl" "$tmp/metrics.keep"
     mapfile -t args < <(train_args "$r" 1)

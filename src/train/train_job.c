@@ -267,14 +267,26 @@ static int end_job_on_failure(Comm *world, int rc, const Err *err) {
 }
 
 /* The last checks before the model's memory is sized, once every cheaper one has passed:
- * initial weights against the model (a wrong vocab or shape costs a sentence, not gigabytes
- * first), then the plan against physical memory (a job that cannot fit would swap or be
- * killed hours in). */
+ * initial weights and the checkpoint to resume against the model (a wrong vocab or shape costs
+ * a sentence, not gigabytes first), then the plan against physical memory (a job that cannot fit
+ * would swap or be killed hours in). */
 static int check_before_sizing(const JobConfig *cfg, const ModelSpec *spec,
                                TrainMemoryCheck check_memory, Comm *world, Err *err) {
     int rc = 0;
     if (cfg->checkpoint.initial_load_path[0])
         rc = qwen3_hf_check_path(spec, cfg->checkpoint.initial_load_path, err);
+    /* The checkpoint a resume would take, against the model (on one process: a sharded
+     * checkpoint's files hold shards, which its own load checks). A LoRA run's checkpoint
+     * holds the adapters, checked by their load. */
+    if (rc == 0 && cfg->checkpoint.enable && world->size == 1 && cfg->lora.rank == 0) {
+        char *root = fs_resolve(cfg->job.dump_folder, cfg->checkpoint.folder);
+        int n = param_list(spec, NULL);
+        ParamInfo *params = xcalloc((size_t)n, sizeof *params);
+        param_list(spec, params);
+        rc = ckpt_check_shapes(root, params, n, err);
+        free(params);
+        free(root);
+    }
     if (rc == 0 && check_memory) rc = check_memory(cfg, err);
     return comm_agree(world, rc, err);
 }
