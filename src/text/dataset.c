@@ -330,6 +330,7 @@ static int cache_try_open(Dataset *ds, const char *path, const DatasetEncoder *e
     ds->n_tokens = (int64_t)h.n_tokens;
     ds->n_skipped = (int64_t)h.n_skipped;
     ds->n_files = (int64_t)h.n_files;
+    ds->content_hash = h.payload_hash;
     ds->ids = (const uint32_t *)((const char *)map + h.ids_offset);
     ds->offsets = (const uint64_t *)((const char *)map + h.offsets_offset);
     return 0;

@@ -130,6 +130,31 @@ static int check_same_config(Comm *world, uint64_t hash, Err *err) {
     return comm_agree(world, rc, err);
 }
 
+/* What every rank opened, by content, against rank 0's: the tokenizer (the hash of its
+ * tokenizer.json bytes) and the training data (the hash of every token id and document
+ * boundary of the tokenized dataset; 0 for conversation data, not compared). Ranks started in
+ * different directories with one relative path, or on hosts holding different copies, would
+ * otherwise train on different data; the same files under different mount points agree. */
+static int check_same_data(Comm *world, uint64_t tokenizer, uint64_t data, Err *err) {
+    uint64_t mine[2] = {tokenizer, data}, first[2] = {tokenizer, data};
+    TRY(comm_broadcast(world, first, sizeof first, 0, err));
+    int rc = 0;
+    if (first[0] != mine[0])
+        rc = err_set(err,
+                     "the tokenizer this rank opened (hash %016" PRIx64 ") differs from rank 0's "
+                     "(%016" PRIx64 "); every rank must read the same tokenizer.json (a relative "
+                     "path from another working directory, or another copy on this host?)",
+                     mine[0], first[0]);
+    else if (first[1] != mine[1])
+        rc = err_set(err,
+                     "the training data this rank tokenized (content hash %016" PRIx64 ") "
+                     "differs from rank 0's (%016" PRIx64 "); every rank must read the same "
+                     "dataset files (a relative path from another working directory, or another "
+                     "copy on this host?)",
+                     mine[1], first[1]);
+    return comm_agree(world, rc, err);
+}
+
 /* The user's batch against the sizes computed from it: tokens per micro-batch are counted in
  * int32 (positions, document ids), and the widest activation row over every layer, in bytes,
  * must fit in int64 for the arena arithmetic (and the plan) to be exact. */
@@ -390,6 +415,8 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
     /* A rank that cannot read its tokenizer or dataset stops every rank, with its sentence. */
     int agreed = comm_agree(world, rc, err);
     if (agreed == 0) agreed = check_same_config(world, config_hash(cfg), err);
+    if (agreed == 0)
+        agreed = check_same_data(world, tokenizer_hash(tok), is_chat ? 0 : ds.content_hash, err);
     if (agreed != 0) {
         if (rc == 0) dataset_close(&ds);
         chat_data_close(&chat);
