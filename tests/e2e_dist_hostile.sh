@@ -5,6 +5,8 @@
 #     lock), instead of splitting checkpoints between two folders; with one relative dataset
 #     path naming different files they stop, naming the data's content hashes; copies of the
 #     same data under different paths train;
+#   - MPI_Init under comm.init_timeout_seconds: a second "rank" that never joins ends rank 0
+#     with a sentence within the timeout;
 #   - the collective timeout (comm.init_timeout_seconds / comm.train_timeout_seconds): rank 1
 #     of a 2-rank run is stopped (SIGSTOP) mid-training; rank 0, waiting for it in a
 #     collective, must stop the whole job within the timeout (5 s here) plus the 2 s liveness
@@ -51,6 +53,17 @@ cp "$TMP/data.jsonl" "$TMP/b/data.jsonl"
 two_dirs same.log --job.dump_folder="$TMP/run_same" ||
   { echo "FAIL: the same data under two paths should train"; cat "$TMP/same.log"; exit 1; }
 echo "ok: ranks compare the data they opened by content, not by path"
+# MPI_Init, which has no timeout of its own, under comm.init_timeout_seconds: the second
+# "rank" is a program that never joins, so rank 0's MPI_Init would wait for it forever.
+start=$SECONDS
+timeout 60 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 1 "$BIN" train "${ARGS[@]}" \
+  --comm.init_timeout_seconds=3 --job.dump_folder="$TMP/run_init" : -np 1 sleep 30 >"$TMP/init.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ $((SECONDS - start)) -gt 20 ] ||
+   ! grep -q "^\[rank 0\] error: MPI_Init did not finish within 3 s (comm.init_timeout_seconds)" "$TMP/init.log"; then
+  echo "FAIL: a rank that never joins MPI_Init (rc=$rc, $((SECONDS - start)) s)"; cat "$TMP/init.log"; exit 1
+fi
+echo "ok: MPI_Init is watched by comm.init_timeout_seconds"
 
 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 2 "$BIN" train "${ARGS[@]}" \
   --job.dump_folder="$TMP/run" >"$TMP/run.log" 2>&1 &
