@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Multi-process runs that a careless launch or a stalled rank would break (issue 18):
 #   - ranks started in different working directories with the same relative job.dump_folder
-#     stop at start-up with a sentence naming both resolved folders, instead of splitting
-#     checkpoints between two folders;
+#     stop at start-up with a sentence naming the folder that is not rank 0's (it lacks rank 0's
+#     lock), instead of splitting checkpoints between two folders; with one relative dataset
+#     path naming different files they stop, naming the data's content hashes; copies of the
+#     same data under different paths train;
+#   - MPI_Init under comm.init_timeout_seconds: a second "rank" that never joins ends rank 0
+#     with a sentence within the timeout;
 #   - the collective timeout (comm.init_timeout_seconds / comm.train_timeout_seconds): rank 1
 #     of a 2-rank run is stopped (SIGSTOP) mid-training; rank 0, waiting for it in a
 #     collective, must stop the whole job within the timeout (5 s here) plus the 2 s liveness
@@ -25,10 +29,41 @@ timeout 120 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 1 --wdir "$TMP
   "${ARGS[@]}" --training.steps=2 --job.dump_folder=run >"$TMP/wdir.log" 2>&1
 rc=$?
 if [ $rc -eq 0 ] || [ $rc -eq 124 ] ||
-   ! grep -q "job.dump_folder run resolves to $RT/b/run on this rank but to $RT/a/run on rank 0" "$TMP/wdir.log"; then
+   ! grep -q "job.dump_folder run ($RT/b/run on this rank) is not the folder rank 0 locked: its .qtitan.lock is missing" "$TMP/wdir.log"; then
   echo "FAIL: ranks in different directories (rc=$rc; 124 means a hang)"; cat "$TMP/wdir.log"; exit 1
 fi
 echo "ok: ranks that resolve job.dump_folder apart stop at start-up"
+# The data by content: one relative dataset path naming different files on the two ranks stops
+# at start-up; copies with the same content under different paths train.
+cp "$TMP/data.jsonl" "$TMP/a/data.jsonl"
+head -n 40 "$TMP/data.jsonl" >"$TMP/b/data.jsonl"
+two_dirs() { # log name, then extra arguments for both ranks
+  local log=$1
+  shift
+  timeout 120 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 1 --wdir "$TMP/a" "$BIN" train \
+    "${ARGS[@]}" --training.steps=2 --training.dataset_path=data.jsonl "$@" : -np 1 --wdir "$TMP/b" \
+    "$BIN" train "${ARGS[@]}" --training.steps=2 --training.dataset_path=data.jsonl "$@" >"$TMP/$log" 2>&1
+}
+two_dirs data.log --job.dump_folder="$TMP/run_data"
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "the training data this rank tokenized (content hash [0-9a-f]*) differs from rank 0's" "$TMP/data.log"; then
+  echo "FAIL: ranks reading different data (rc=$rc)"; cat "$TMP/data.log"; exit 1
+fi
+cp "$TMP/data.jsonl" "$TMP/b/data.jsonl"
+two_dirs same.log --job.dump_folder="$TMP/run_same" ||
+  { echo "FAIL: the same data under two paths should train"; cat "$TMP/same.log"; exit 1; }
+echo "ok: ranks compare the data they opened by content, not by path"
+# MPI_Init, which has no timeout of its own, under comm.init_timeout_seconds: the second
+# "rank" is a program that never joins, so rank 0's MPI_Init would wait for it forever.
+start=$SECONDS
+timeout 60 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 1 "$BIN" train "${ARGS[@]}" \
+  --comm.init_timeout_seconds=3 --job.dump_folder="$TMP/run_init" : -np 1 sleep 30 >"$TMP/init.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ $((SECONDS - start)) -gt 20 ] ||
+   ! grep -q "^\[rank 0\] error: MPI_Init did not finish within 3 s (comm.init_timeout_seconds)" "$TMP/init.log"; then
+  echo "FAIL: a rank that never joins MPI_Init (rc=$rc, $((SECONDS - start)) s)"; cat "$TMP/init.log"; exit 1
+fi
+echo "ok: MPI_Init is watched by comm.init_timeout_seconds"
 
 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 2 "$BIN" train "${ARGS[@]}" \
   --job.dump_folder="$TMP/run" >"$TMP/run.log" 2>&1 &

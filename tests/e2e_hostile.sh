@@ -3,7 +3,7 @@
 # where a file is expected, stdout on a full disk, an output onto one of the command's own
 # inputs, an export over a folder holding other files, an overlong line, a batch whose size
 # overflows, a hand-edited checkpoint state, two runs on one dump folder and a run that died
-# holding its lock, and an earlier run's metrics. Every case ends in one "error: " sentence and
+# holding its lock, an earlier run's metrics, and temporaries left by dead and live writers. Every case ends in one "error: " sentence and
 # a non-zero exit (rule in tests/qa_lib.sh) with nothing lost, or in a clean result.
 #
 # Runs against QT_BINARY, and again against QT_ASAN_BINARY when that names a sanitized build.
@@ -148,6 +148,14 @@ run_all() {
             "$tmp/train_edited_state.err" && grep -q "resumed from .*step-1 (step 1)" \
             "$tmp/train_edited_state.out"; } ||
         qa_fail train_edited_state "the edited step-2 was not skipped for step 1"
+    # Resuming into another model is refused before the model is allocated: the 4B flavor's
+    # shapes (some 64 GB with its optimizer) against this run's checkpoint.
+    mapfile -t args < <(train_args "$r" 4 --checkpoint.enable=true --model.flavor=4B \
+        --model.dim=2560 --model.n_layers=36 --model.hidden_dim=9728 --model.n_heads=32 \
+        --model.n_kv_heads=8 --model.head_dim=128)
+    qa_expect_error resume_other_model fail \
+        "checkpoint to resume, $r/checkpoint/step-3, holds tok_embeddings.weight with shape (320, 32) but the job's model has (320, 2560)" \
+        "${args[@]}"
     # A fresh run (no checkpoint) on the same folder keeps the earlier metrics.
     cp "$r/metrics.jsonl" "$tmp/metrics.keep"
     mapfile -t args < <(train_args "$r" 1)
@@ -161,6 +169,23 @@ run_all() {
     [ -f "$tmp/out.$1/README.md" ] || qa_fail export_keeps "README.md was deleted"
     qa_run export_slash 0 export --checkpoint "$r/checkpoint" --out "$tmp/hf.$1/" &&
         [ -f "$tmp/hf.$1/config.json" ] || qa_fail export_slash "no export in $tmp/hf.$1"
+    # Temporaries of an export and of an atomic write left by a process that is gone are
+    # removed by the next write of the same path; a live process's are kept (a write in
+    # progress). 999999999 is above any pid_max.
+    mkdir -p "$tmp/hf.$1.tmp-999999999-0" "$tmp/hf.$1.tmp-$$-7"
+    echo partial >"$tmp/hf.$1.tmp-999999999-0/model.safetensors"
+    qa_run export_stale 0 export --checkpoint "$r/checkpoint" --out "$tmp/hf.$1"
+    [ ! -e "$tmp/hf.$1.tmp-999999999-0" ] || qa_fail export_stale "a dead process's temporary was left"
+    [ -d "$tmp/hf.$1.tmp-$$-7" ] || qa_fail export_stale "a live process's temporary was removed"
+    grep -q "removing $tmp/hf.$1.tmp-999999999-0, left by an interrupted write" \
+        "$tmp/export_stale.err" || qa_fail export_stale "no notice naming the removed temporary"
+    rmdir "$tmp/hf.$1.tmp-$$-7"
+    mkdir -p "$tmp/tt.$1"
+    echo '{' >"$tmp/tt.$1/tokenizer.json.tmp-999999999-3"
+    qa_run write_stale 0 tokenizer-train --input "$tmp/corpus.jsonl" --vocab-size 300 \
+        --output "$tmp/tt.$1"
+    [ ! -e "$tmp/tt.$1/tokenizer.json.tmp-999999999-3" ] && [ -s "$tmp/tt.$1/tokenizer.json" ] ||
+        qa_fail write_stale "a dead process's temporary of tokenizer.json was left"
     # A second run on a folder whose lock is held is refused; a dead holder's lock is taken.
     (
         exec 9>>"$r/.qtitan.lock"

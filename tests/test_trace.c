@@ -2,7 +2,8 @@
  * written as Chrome trace-event JSON (parsed back here with jansson) with the step span, one
  * complete event per span in order, microsecond times inside the step, the rank as pid, and
  * names that need JSON escaping escaped; op calls timed through ops/op_profile.h and GEMMs
- * through gemm_f32 become events while recording, with QT_PROFILE off. */
+ * through gemm_f32 become events while recording, with QT_PROFILE off; spans recorded by two
+ * OpenMP threads lie on two named tracks. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -49,39 +50,81 @@ static void test_trace_file(void **state) {
     if (!root) fail_msg("%s: %s (line %d)", path, je.text, je.line);
     json_t *ev = json_object_get(root, "traceEvents");
     assert_true(json_is_array(ev));
-    /* process and thread names, the step, then the spans in the order they ended. */
+    /* process name, the driver's thread name and sort index, the step, then the spans in the
+     * order they ended. */
     const char *want[][2] = {{"step", "step"},
                              {"all_reduce_sum", "collective"},
                              {"gemm_f32", "gemm"},
                              {"sdpa [cpu]", "backward"},
                              {"odd \"name\" [k\\1]", "forward"}};
     size_t n = json_array_size(ev);
-    assert_int_equal(n, 2 + 5);
+    assert_int_equal(n, 3 + 5);
     double step_dur = 0;
     for (size_t i = 0; i < n; i++) {
         json_t *e = json_array_get(ev, i);
         const char *ph = json_string_value(json_object_get(e, "ph"));
         assert_int_equal(json_integer_value(json_object_get(e, "pid")), 3);
-        if (i < 2) {
+        if (i < 3) {
             assert_string_equal(ph, "M");
             continue;
         }
         assert_string_equal(ph, "X");
-        assert_string_equal(json_string_value(json_object_get(e, "name")), want[i - 2][0]);
-        assert_string_equal(json_string_value(json_object_get(e, "cat")), want[i - 2][1]);
+        assert_string_equal(json_string_value(json_object_get(e, "name")), want[i - 3][0]);
+        assert_string_equal(json_string_value(json_object_get(e, "cat")), want[i - 3][1]);
         double ts = json_number_value(json_object_get(e, "ts"));
         double dur = json_number_value(json_object_get(e, "dur"));
         assert_true(ts >= 0 && dur >= 0);
-        if (i == 2) {
+        if (i == 3) {
             step_dur = dur;
             assert_true(ts == 0);
         } else {
             assert_true(ts + dur <= step_dur + 1e-3); /* inside the step */
         }
-        if (i == 3) assert_true(dur >= 1500); /* the 2 ms sleep, in microseconds */
+        if (i == 4) assert_true(dur >= 1500); /* the 2 ms sleep, in microseconds */
     }
-    json_t *g = json_array_get(ev, 4);
+    json_t *g = json_array_get(ev, 5);
     assert_int_equal(json_integer_value(json_object_get(json_object_get(g, "args"), "K")), 2);
+    json_decref(root);
+    fs_remove_tree(dir, &err);
+}
+
+/* Spans recorded inside a parallel region lie on each thread's own track (tid), every track
+ * named by a thread_name event, the driver's among them. */
+static void test_trace_threads(void **state) {
+    (void)state;
+    char dir[] = "/tmp/qt_trace_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    trace_start();
+#pragma omp parallel num_threads(2)
+    {
+        double t0 = trace_now();
+        usleep(1000);
+#pragma omp barrier
+        trace_span("tile", NULL, "thread", t0, NULL);
+    }
+    Err err;
+    assert_int_equal(trace_write(dir, 1, 0, &err), 0);
+    char path[128];
+    snprintf(path, sizeof path, "%s/iteration_1/rank0_trace.json", dir);
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    if (!root) fail_msg("%s: %s (line %d)", path, je.text, je.line);
+    json_t *ev = json_object_get(root, "traceEvents");
+    json_int_t tiles[2], named[4];
+    int ntiles = 0, nnamed = 0;
+    for (size_t i = 0; i < json_array_size(ev); i++) {
+        json_t *e = json_array_get(ev, i);
+        const char *name = json_string_value(json_object_get(e, "name"));
+        json_int_t tid = json_integer_value(json_object_get(e, "tid"));
+        if (strcmp(name, "tile") == 0 && ntiles < 2) tiles[ntiles++] = tid;
+        if (strcmp(name, "thread_name") == 0 && nnamed < 4) named[nnamed++] = tid;
+    }
+    assert_int_equal(ntiles, 2);
+    assert_true(tiles[0] != tiles[1]);
+    assert_int_equal(nnamed, 2);
+    for (int k = 0; k < 2; k++)
+        assert_true(tiles[k] == named[0] || tiles[k] == named[1]);
+    assert_true(named[0] == (json_int_t)gettid() || named[1] == (json_int_t)gettid());
     json_decref(root);
     fs_remove_tree(dir, &err);
 }
@@ -90,6 +133,7 @@ int main(void) {
     unsetenv("QT_PROFILE");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_trace_file),
+        cmocka_unit_test(test_trace_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,9 +1,12 @@
 /* qtitan plot: curves of one or more runs' metrics.jsonl (loss, grad_norm, validation, any
  * numeric key) as one SVG, one panel per metric, the runs overlaid with a legend, steps on the
- * x axis. The SVG is written directly: a few hundred elements need no graphics library. */
+ * x axis. The SVG is written directly: a few hundred elements need no graphics library; a PNG
+ * is that SVG rendered by librsvg and cairo. */
 #include "cli/commands.h"
 
+#include <cairo.h>
 #include <jansson.h>
+#include <librsvg/rsvg.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,12 +53,13 @@ typedef struct Plot {
 } Plot;
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: qtitan plot RUN_DIR... [--out FILE.svg] [--metric loss,grad_norm,...]\n"
+    fprintf(f, "usage: qtitan plot RUN_DIR... [--out FILE.svg|.png] [--metric loss,grad_norm,...]\n"
                "                   [--smooth N]\n\n"
                "Draws the curves of each run's metrics.jsonl (RUN_DIR is a dump folder, or the\n"
                "metrics.jsonl itself): one panel per metric, runs overlaid with a legend, steps\n"
                "on the x axis.\n"
-               "  --out FILE.svg  where the SVG goes (default: plot.svg in the first RUN_DIR)\n"
+               "  --out FILE      where the picture goes, SVG or (a name ending in .png) PNG\n"
+               "                  (default: plot.svg in the first RUN_DIR)\n"
                "  --metric LIST   comma-separated keys of the records (default: loss, grad_norm\n"
                "                  and every validation key present)\n"
                "  --smooth N      each point the mean of the last N (default 1: raw)\n");
@@ -244,13 +248,7 @@ static void panel(FILE *f, const Plot *p, int m, double y0) {
 #undef SY
 }
 
-static int write_svg(const Plot *p, const char *out, Err *err) {
-    char *tmp = fs_tmp_name(out);
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        free(tmp);
-        return err_sys(err, "cannot create %s", out);
-    }
+static void emit_svg(FILE *f, const Plot *p) {
     int h = PANEL_H * p->nmetrics;
     fprintf(f,
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
@@ -261,6 +259,16 @@ static int write_svg(const Plot *p, const char *out, Err *err) {
     for (int m = 0; m < p->nmetrics; m++)
         panel(f, p, m, (double)m * PANEL_H);
     fputs("</svg>\n", f);
+}
+
+static int write_svg(const Plot *p, const char *out, Err *err) {
+    char *tmp = fs_tmp_name(out);
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        free(tmp);
+        return err_sys(err, "cannot create %s", out);
+    }
+    emit_svg(f, p);
     int ok = !ferror(f);
     ok = fclose(f) == 0 && ok;
     int rc = 0;
@@ -269,6 +277,51 @@ static int write_svg(const Plot *p, const char *out, Err *err) {
     else if (rename(tmp, out) != 0)
         rc = err_sys(err, "cannot rename %s to %s", tmp, out);
     if (rc != 0) remove(tmp);
+    free(tmp);
+    return rc;
+}
+
+/* The PNG is the same SVG rendered by librsvg onto a cairo image (the picture rsvg-convert
+ * makes of the .svg), so the two outputs never draw differently. */
+static int write_png(const Plot *p, const char *out, Err *err) {
+    char *svg = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&svg, &len);
+    if (!f) return err_sys(err, "cannot build the picture for %s", out);
+    emit_svg(f, p);
+    if (fclose(f) != 0) {
+        free(svg);
+        return err_sys(err, "cannot build the picture for %s", out);
+    }
+    GError *gerr = NULL;
+    RsvgHandle *h = rsvg_handle_new_from_data((const guint8 *)svg, len, &gerr);
+    free(svg);
+    if (!h) {
+        int rc = err_set(err, "cannot render %s: %s", out, gerr ? gerr->message : "librsvg failed");
+        if (gerr) g_error_free(gerr);
+        return rc;
+    }
+    int w = W, ht = PANEL_H * p->nmetrics;
+    cairo_surface_t *img = cairo_image_surface_create(CAIRO_FORMAT_ARGB32, w, ht);
+    cairo_t *cr = cairo_create(img);
+    RsvgRectangle view = {0, 0, w, ht};
+    int rc = 0;
+    if (!rsvg_handle_render_document(h, cr, &view, &gerr)) {
+        rc = err_set(err, "cannot render %s: %s", out, gerr ? gerr->message : "librsvg failed");
+        if (gerr) g_error_free(gerr);
+    }
+    cairo_destroy(cr);
+    g_object_unref(h);
+    char *tmp = rc == 0 ? fs_tmp_name(out) : NULL;
+    if (rc == 0) {
+        cairo_status_t st = cairo_surface_write_to_png(img, tmp);
+        if (st != CAIRO_STATUS_SUCCESS)
+            rc = err_set(err, "cannot write %s: %s", out, cairo_status_to_string(st));
+        else if (rename(tmp, out) != 0)
+            rc = err_sys(err, "cannot rename %s to %s", tmp, out);
+        if (rc != 0) remove(tmp);
+    }
+    cairo_surface_destroy(img);
     free(tmp);
     return rc;
 }
@@ -320,7 +373,7 @@ static int run_plot(Plot *p, const char **dirs, int ndirs, const char *metric_li
             rc = err_set(err,
                          "--out %s is the records file of run %s; writing it would destroy them",
                          out, p->runs[r].name);
-    if (rc == 0) rc = write_svg(p, out, err);
+    if (rc == 0) rc = str_ends_with(out, ".png") ? write_png(p, out, err) : write_svg(p, out, err);
     if (rc == 0) printf("plot: %s (%d metric(s), %d run(s))\n", out, p->nmetrics, p->nruns);
     free(out);
     return rc;
@@ -362,10 +415,8 @@ int cmd_plot(int argc, char **argv) {
         fprintf(stderr, "error: no RUN_DIR given (see qtitan plot --help)\n");
         return 2;
     }
-    if (out && !str_ends_with(out, ".svg")) {
-        fprintf(stderr,
-                "error: --out %s: plot writes SVG (a name ending in .svg); convert it with, for "
-                "example, rsvg-convert -o plot.png plot.svg\n",
+    if (out && !str_ends_with(out, ".svg") && !str_ends_with(out, ".png")) {
+        fprintf(stderr, "error: --out %s: plot writes SVG or PNG (a name ending in .svg or .png)\n",
                 out);
         return 2;
     }

@@ -80,6 +80,8 @@ static int encode_job(const Tokenizer *tok, Job *j, const char *in_name) {
         return -1;
     }
     IdVec ids = {0};
+    err_oom_context("tokenizing %s:%zu (%zu bytes of text)", in_name, j->lineno,
+                    json_string_length(text));
     double t0 = thread_cpu_seconds();
     int rc =
         tokenizer_encode(tok, json_string_value(text), json_string_length(text), &ids, &j->err);
@@ -89,6 +91,7 @@ static int encode_job(const Tokenizer *tok, Job *j, const char *in_name) {
     json_decref(doc);
     if (rc != 0) {
         idvec_free(&ids);
+        err_oom_context(NULL);
         return err_wrap(&j->err, "%s:%zu", in_name, j->lineno);
     }
     size_t cap = ids.n * 7 + 2, len = 0;
@@ -100,6 +103,7 @@ static int encode_job(const Tokenizer *tok, Job *j, const char *in_name) {
     }
     append(&out, &len, &cap, "\n", 1);
     idvec_free(&ids);
+    err_oom_context(NULL);
     j->result = out;
     j->result_len = len;
     return 0;
@@ -287,7 +291,9 @@ int cmd_tokenize(int argc, char **argv) {
             Job *j = &jobs[n++];
             memset(j, 0, sizeof *j);
             j->len = len - bom;
+            err_oom_context("reading %s:%zu (%zu bytes)", in_name, lineno, j->len);
             j->line = xmalloc(j->len + 1);
+            err_oom_context(NULL);
             memcpy(j->line, line + bom, j->len);
             j->line[j->len] = 0;
             j->lineno = lineno;

@@ -2,6 +2,7 @@
 #include "cli/commands.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "core/config.h"
 #include "core/log.h"
@@ -20,6 +21,16 @@ int cmd_train(int argc, char **argv) {
     }
     Comm *world;
     Err err;
+    /* MPI_Init runs before the config is read, under comm.init_timeout_seconds's default or
+     * its command-line override (a value in the TOML file applies from the config on). */
+    JobConfig early;
+    config_init(&early);
+    for (int i = 1; i < argc; i++) /* a bad value stays the default; config_load reports it */
+        if (strncmp(argv[i], "--comm.init_timeout_seconds=", 28) == 0)
+            (void)config_apply_override(&early, "comm.init_timeout_seconds", argv[i] + 28,
+                                        "the command line", &err);
+    comm_set_timeouts(early.comm.init_timeout_seconds, early.comm.train_timeout_seconds);
+    config_free(&early);
     /* MPI starts only when mpirun started this process; from here every rank logs with its
      * rank and only rank 0 prints info lines. */
     if (comm_init(&world, &argc, &argv, &err) != 0) {

@@ -56,3 +56,17 @@ void arena_free(Arena *a) {
     if (a->base) a->device->release(a->base, a->capacity);
     memset(a, 0, sizeof *a);
 }
+
+int arena_check_headroom(const char *what, Err *err) {
+    /* An inaccessible reservation counts against RLIMIT_AS like any mapping, and touches no
+     * page. */
+    void *p = mmap(NULL, ARENA_HEADROOM_BYTES, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return err_set(err,
+                       "%s left less than %zu MiB of address space for threads and oneDNN under "
+                       "the address-space limit (ulimit -v); raise the limit",
+                       what, ARENA_HEADROOM_BYTES >> 20);
+    munmap(p, ARENA_HEADROOM_BYTES);
+    return 0;
+}

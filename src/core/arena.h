@@ -31,4 +31,14 @@ float *arena_floats(Arena *a, size_t n);
 void arena_reset(Arena *a);
 void arena_free(Arena *a);
 
+/* Address space a process needs beyond its arenas: OpenMP's thread stacks, malloc's per-thread
+ * arenas (up to 128 MiB reserved while one is made), oneDNN's kernels and buffers: eval of a
+ * 25M-parameter model aborted inside oneDNN with 128 MiB free and ran with ~140 MiB. */
+#define ARENA_HEADROOM_BYTES ((size_t)192 << 20)
+/* After a model's arenas exist: -1 with a sentence naming what was allocated (what) when less
+ * than ARENA_HEADROOM_BYTES of address space is left under an address-space limit (ulimit -v):
+ * oneDNN allocates inside its own threads and aborts, rather than returning an error, when it
+ * cannot. Free of cost without a limit. */
+int arena_check_headroom(const char *what, Err *err);
+
 #endif

@@ -41,8 +41,26 @@ int err_wrap(Err *err, const char *fmt, ...) {
     return -1;
 }
 
+/* This thread's err_oom_context, "" when none. */
+static _Thread_local char oom_context[256];
+
+void err_oom_context(const char *fmt, ...) {
+    if (!fmt) {
+        oom_context[0] = 0;
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(oom_context, sizeof oom_context, fmt, ap);
+    va_end(ap);
+}
+
 static void die_oom(size_t n, const char *file, int line) {
-    fprintf(stderr, "error: out of memory allocating %zu bytes at %s:%d\n", n, file, line);
+    if (oom_context[0])
+        fprintf(stderr, "error: out of memory allocating %zu bytes while %s (at %s:%d)\n", n,
+                oom_context, file, line);
+    else
+        fprintf(stderr, "error: out of memory allocating %zu bytes at %s:%d\n", n, file, line);
     exit(3);
 }
 

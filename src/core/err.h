@@ -32,7 +32,12 @@ int err_wrap(Err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)
         if ((expr) != 0) return -1;                                                                \
     } while (0)
 
-/* Allocation that cannot fail quietly: out of memory prints the site and exits. */
+/* What this thread is doing for the user, printf-style ("tokenizing corpus.jsonl:2"), or NULL
+ * to clear it: an allocation failure in that work then names it, not only a source line.
+ * Readers of a user's file set it around work whose size that file decides. */
+void err_oom_context(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Allocation that cannot fail quietly: out of memory prints the site (and the
+ * err_oom_context) and exits with status 3. */
 void *xmalloc_at(size_t n, const char *file, int line);
 void *xcalloc_at(size_t n, size_t size, const char *file, int line);
 void *xrealloc_at(void *p, size_t n, const char *file, int line);

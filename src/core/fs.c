@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/log.h"
+
 int fs_open_read(const char *path, struct stat *st, Err *err) {
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     SYS_CHECK(fd >= 0, err, "cannot open %s", path);
@@ -134,7 +136,35 @@ char *fs_tmp_name(const char *path) {
     size_t n = len + 48;
     char *tmp = xmalloc(n);
     snprintf(tmp, n, "%.*s.tmp-%ld-%u", (int)len, path, (long)getpid(), k);
+    /* Leftovers of earlier writes of this path by processes that are gone: a SIGKILL or a
+     * power cut between create and rename leaves one, and nothing else would ever remove it. */
+    char *stem = xmalloc(len + 6);
+    snprintf(stem, len + 6, "%.*s.tmp-", (int)len, path);
+    char *slash = strrchr(stem, '/');
+    const char *prefix = slash ? slash + 1 : stem, *dir = slash == stem ? "/" : slash ? stem : ".";
+    if (slash && slash != stem) *slash = 0;
+    Err ignore;
+    if (fs_remove_stale_tmps(dir, prefix, &ignore) != 0) log_warn("%s", ignore.msg);
+    free(stem);
     return tmp;
+}
+
+int fs_remove_stale_tmps(const char *dir, const char *prefix, Err *err) {
+    DIR *d = opendir(dir);
+    if (!d) return errno == ENOENT ? 0 : err_sys(err, "cannot list %s", dir);
+    size_t plen = strlen(prefix);
+    int rc = 0;
+    struct dirent *e;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, prefix, plen) != 0 || !strstr(e->d_name, ".tmp-")) continue;
+        if (fs_tmp_owner_alive(e->d_name)) continue;
+        char *full = fs_join(dir, e->d_name);
+        log_warn("removing %s, left by an interrupted write of a process that is gone", full);
+        rc = fs_remove_tree(full, err);
+        free(full);
+    }
+    closedir(d);
+    return rc;
 }
 
 int fs_tmp_owner_alive(const char *name) {

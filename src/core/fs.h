@@ -33,8 +33,16 @@ int fs_read_line(FILE *f, char **line, size_t *cap, size_t *len, size_t max, con
                  size_t lineno, Err *err);
 /* A temporary name beside path that no other process or call uses: "path.tmp-<pid>-<n>"
  * (malloc'd). Two processes writing one file never share a temporary, and a leftover names
- * its owner (fs_tmp_owner_alive). */
+ * its owner (fs_tmp_owner_alive). Leftover temporaries of path whose owner is gone are
+ * removed first (fs_remove_stale_tmps), so every atomic write and export cleans up after an
+ * interrupted predecessor. */
 char *fs_tmp_name(const char *path);
+/* Removes every entry of dir (file or tree) whose name starts with prefix and carries
+ * ".tmp-<pid>" of a process that is gone, each with a warning naming it; a live owner's
+ * temporary may be a write in progress and is kept. The one rule for leftovers of interrupted
+ * writes: fs_tmp_name applies it to its path's temporaries, the checkpoint folder to its
+ * steps. */
+int fs_remove_stale_tmps(const char *dir, const char *prefix, Err *err);
 /* 1 when name (a file name such as "step-3.tmp-123" or "x.tmp-123-4") carries ".tmp-<pid>"
  * of a process that still runs, 0 when that process is gone (or the name has no pid): only
  * then may a leftover temporary be removed. */

@@ -11,6 +11,10 @@
 static _Thread_local int parsing, parse_oom;
 
 static void *json_alloc(size_t n) {
+    /* jansson's lexer drops a failed append and goes on with the next byte: once one
+     * allocation failed, fail the rest at once, or a long string retries malloc per byte
+     * (minutes for a 200 MB line) before the parse can report. */
+    if (parsing && parse_oom) return NULL;
     void *p = malloc(n);
     if (!p) {
         if (parsing) {

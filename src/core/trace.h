@@ -1,9 +1,10 @@
 /* Profiler traces ([profiling] enable_profiling): while a step is recorded, every op forward
  * and backward (the rows of ops/op_profile.h), every GEMM, every collective and the checkpoint
  * I/O of that step become complete events of a Chrome trace-event JSON file, which Perfetto
- * (ui.perfetto.dev) and chrome://tracing open: one process per rank, the thread that drives the
- * step. Events come only from that thread (never from inside an OpenMP region), so recording
- * needs no locks; off, a call costs one branch. */
+ * (ui.perfetto.dev) and chrome://tracing open: one process per rank, one track per thread (the
+ * thread that drives the step, and each OpenMP worker for the work a kernel records inside its
+ * parallel region, e.g. flash attention's tiles). Each thread appends to its own buffer, so
+ * recording takes no lock; off, a call costs one branch. */
 #ifndef QT_TRACE_H
 #define QT_TRACE_H
 

@@ -2,8 +2,12 @@
  * the blocking wrappers, and ending the whole job on an unrecoverable error. */
 #include "dist/comm.h"
 
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "core/log.h"
 
@@ -119,4 +123,56 @@ _Noreturn void comm_abort(int code, const char *msg) {
     if (comm_mpi_active()) comm_mpi_abort(code);
 #endif
     exit(code);
+}
+
+static pthread_mutex_t g_watch_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_watch_cv;
+static pthread_t g_watch_thread;
+static int g_watching, g_watch_done;
+static const char *g_watch_what;
+
+static void *watchdog(void *arg) {
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += (time_t)(intptr_t)arg;
+    pthread_mutex_lock(&g_watch_mu);
+    int rc = 0;
+    while (!g_watch_done && rc == 0)
+        rc = pthread_cond_timedwait(&g_watch_cv, &g_watch_mu, &deadline);
+    if (!g_watch_done) {
+        const char *r = getenv("OMPI_COMM_WORLD_RANK");
+        fprintf(stderr,
+                "[rank %s] error: %s did not finish within %d s (comm.init_timeout_seconds); "
+                "another rank did not start or cannot be reached; stopping this rank\n",
+                r ? r : "?", g_watch_what, (int)(intptr_t)arg);
+        fflush(stderr);
+        _exit(1);
+    }
+    pthread_mutex_unlock(&g_watch_mu);
+    return NULL;
+}
+
+void comm_watch_begin(const char *what) {
+    if (g_init_timeout <= 0) return;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&g_watch_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    g_watch_what = what;
+    g_watch_done = 0;
+    g_watching =
+        pthread_create(&g_watch_thread, NULL, watchdog, (void *)(intptr_t)g_init_timeout) == 0;
+    if (!g_watching) log_warn("cannot start the watchdog for %s; it runs unwatched", what);
+}
+
+void comm_watch_end(void) {
+    if (!g_watching) return;
+    pthread_mutex_lock(&g_watch_mu);
+    g_watch_done = 1;
+    pthread_cond_signal(&g_watch_cv);
+    pthread_mutex_unlock(&g_watch_mu);
+    pthread_join(g_watch_thread, NULL);
+    pthread_cond_destroy(&g_watch_cv);
+    g_watching = 0;
 }

@@ -74,6 +74,14 @@ Comm *comm_single_create(void);
  * comm_first_step_done, train after it; both process-wide, for every communicator. Without
  * this call collectives wait forever (a single process never waits). */
 void comm_set_timeouts(int init_seconds, int train_seconds);
+/* A watchdog for a blocking start-up call that has no timeout of its own (MPI_Init, NCCL's
+ * ncclCommInitRank): when it has not returned within the init timeout (comm_set_timeouts; 0 =
+ * unwatched), the watchdog thread prints "error: WHAT did not finish within N s
+ * (comm.init_timeout_seconds) ..." and ends the process with status 1. It cannot return an
+ * error instead: the call it watches never returns, and before MPI is up there is no
+ * MPI_Abort to end the other ranks (each rank's own watchdog ends it). One at a time. */
+void comm_watch_begin(const char *what);
+void comm_watch_end(void);
 /* The first training step has finished: collectives switch to the train timeout. */
 void comm_first_step_done(void);
 /* The timeout in force in seconds (0 = none) and the config key it comes from. */

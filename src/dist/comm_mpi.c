@@ -391,7 +391,10 @@ int comm_mpi_init(Comm **out, int *argc, char ***argv, Err *err) {
     MPI_Initialized(&done);
     if (done) return err_set(err, "MPI was already initialised; comm_init must run once");
     /* Only the main thread calls MPI; OpenMP threads compute between calls. */
-    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+    comm_watch_begin("MPI_Init");
+    int init = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    comm_watch_end();
+    if (init != MPI_SUCCESS)
         return err_set(err, "MPI_Init_thread failed; check the mpirun command line");
     g_active = 1;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);

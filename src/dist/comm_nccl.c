@@ -195,7 +195,10 @@ int comm_nccl_create(Comm **out, Comm *parent, int device, Err *err) {
     if (!hello.ok)
         return err_set(err, "ncclGetUniqueId failed on rank 0; no NCCL communicator was made");
     ncclComm_t comm;
-    NCCL_TRY(NULL, ncclCommInitRank(&comm, parent->size, hello.id, parent->rank),
-             "ncclCommInitRank", err);
+    /* ncclCommInitRank blocks until every rank has joined, with no timeout of its own. */
+    comm_watch_begin("ncclCommInitRank");
+    ncclResult_t init = ncclCommInitRank(&comm, parent->size, hello.id, parent->rank);
+    comm_watch_end();
+    NCCL_TRY(NULL, init, "ncclCommInitRank", err);
     return wrap(out, comm, device, err);
 }

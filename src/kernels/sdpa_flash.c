@@ -9,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/trace.h"
 #include "kernels/cpu_simd.h"
 #include "kernels/kernels.h"
 
@@ -57,6 +58,7 @@ static void flash_forward(float *out, float *lse, const float *q, const float *k
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
             for (int qt = 0; qt < nt; qt++) {
+                double t0 = trace_now(); /* each thread's tiles on its own track */
                 float S[BT * BT], acc[BT * FLASH_MAX_HEAD_DIM], m[BT], l[BT];
                 int rs[BT];
                 const int32_t *db = doc ? doc + (long)b * T : NULL;
@@ -100,6 +102,7 @@ static void flash_forward(float *out, float *lse, const float *q, const float *k
                         o[e] = acc[(long)i * E + e] * inv;
                     lse[((long)b * H + h) * T + q0 + i] = m[i] + logf(l[i]);
                 }
+                trace_span("sdpa_flash tile", NULL, "thread", t0, NULL);
             }
 }
 
@@ -138,6 +141,7 @@ static void flash_backward(float *dq, float *dk, float *dv, const float *dout, c
     for (int b = 0; b < B; b++)
         for (int kh = 0; kh < K; kh++)
             for (int kt = 0; kt < nt; kt++) {
+                double t0 = trace_now(); /* each thread's tiles on its own track */
                 float S[BT * BT], dS[BT * BT], D[BT];
                 int rs[BT];
                 const int32_t *db = doc ? doc + (long)b * T : NULL;
@@ -172,6 +176,7 @@ static void flash_backward(float *dq, float *dk, float *dv, const float *dout, c
                             }
                     }
                 }
+                trace_span("sdpa_flash dk dv tile", NULL, "thread", t0, NULL);
             }
 
             /* Pass 2: dQ of query tile qt over the key tiles it sees. */
@@ -179,6 +184,7 @@ static void flash_backward(float *dq, float *dk, float *dv, const float *dout, c
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
             for (int qt = 0; qt < nt; qt++) {
+                double t0 = trace_now(); /* each thread's tiles on its own track */
                 float S[BT * BT], dS[BT * BT], D[BT];
                 int rs[BT];
                 const int32_t *db = doc ? doc + (long)b * T : NULL;
@@ -202,6 +208,7 @@ static void flash_backward(float *dq, float *dk, float *dv, const float *dout, c
                                 simd_axpy(dqb + (long)i * qs, scale * dS[i * BT + j],
                                           kb + (long)j * ks, E);
                 }
+                trace_span("sdpa_flash dq tile", NULL, "thread", t0, NULL);
             }
 }
 

@@ -431,7 +431,8 @@ static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int 
     if (((owned & OWN_PARAMS) && arena_init(&m->param_arena, "parameter", pc.used, err)) ||
         ((owned & OWN_GRADS) && arena_init(&m->grad_arena, "gradient", gc.used, err)) ||
         arena_init(&m->act_arena, "activation", ac_count.used, err) ||
-        arena_init(&m->scratch_arena, "kernel scratch", ks_count.used, err)) {
+        arena_init(&m->scratch_arena, "kernel scratch", ks_count.used, err) ||
+        arena_check_headroom("the model's arenas", err)) {
         qwen3_free(m);
         return -1;
     }

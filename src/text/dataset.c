@@ -330,6 +330,7 @@ static int cache_try_open(Dataset *ds, const char *path, const DatasetEncoder *e
     ds->n_tokens = (int64_t)h.n_tokens;
     ds->n_skipped = (int64_t)h.n_skipped;
     ds->n_files = (int64_t)h.n_files;
+    ds->content_hash = h.payload_hash;
     ds->ids = (const uint32_t *)((const char *)map + h.ids_offset);
     ds->offsets = (const uint64_t *)((const char *)map + h.offsets_offset);
     return 0;
@@ -415,6 +416,10 @@ static void tokenize_slot(Slot *s, const char *file, int jsonl, const DatasetEnc
     }
     const char *t = jsonl ? text : s->line;
     size_t n = jsonl ? tl : s->len;
+    if (jsonl)
+        err_oom_context("tokenizing %s:%lld (%zu bytes of text)", file, (long long)s->lineno, n);
+    else
+        err_oom_context("tokenizing %s (%zu bytes)", file, n);
     if (n == 0) {
         s->status = 3;
     } else if (enc->encode(enc->ctx, t, n, &s->ids, &e) != 0) {
@@ -441,6 +446,7 @@ static void tokenize_slot(Slot *s, const char *file, int jsonl, const DatasetEnc
             }
     }
     free(text);
+    err_oom_context(NULL);
 }
 
 /* Tokenizes slots in parallel, then appends them in order: the bytes do not depend on the
@@ -585,9 +591,7 @@ static int tokenize_file(Build *b, const char *path, Slot *slots, Err *err) {
 }
 
 static int cache_build(Dataset *ds, const SourceList *src, const DatasetEncoder *enc, Err *err) {
-    static int counter;
-    char *tmp = xmalloc(strlen(ds->cache_path) + 64);
-    sprintf(tmp, "%s.tmp.%ld.%d", ds->cache_path, (long)getpid(), counter++);
+    char *tmp = fs_tmp_name(ds->cache_path);
     Build b = {.enc = enc, .opt = &ds->opt};
     b.w.fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0644);
     if (b.w.fd < 0) {

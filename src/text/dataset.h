@@ -59,10 +59,11 @@ void dataset_options_default(DatasetOptions *o);
 typedef struct EpochOrder EpochOrder;
 
 typedef struct Dataset {
-    DatasetOptions opt; /* path and cache_dir point at copies owned by the dataset */
-    char *cache_path;   /* the .qtds file in use */
-    int cache_reused;   /* 1: opened an existing cache; 0: tokenized the sources this time */
-    uint64_t key;       /* hash of sources, tokenizer and format: the cache file's name */
+    DatasetOptions opt;    /* path and cache_dir point at copies owned by the dataset */
+    char *cache_path;      /* the .qtds file in use */
+    int cache_reused;      /* 1: opened an existing cache; 0: tokenized the sources this time */
+    uint64_t key;          /* hash of sources, tokenizer and format: the cache file's name */
+    uint64_t content_hash; /* hash of every id and document offset: what the dataset holds */
     uint32_t eos_id, vocab_size;
     int64_t n_files;
     int64_t n_docs;          /* documents (each is followed by one EOS in the stream) */

@@ -573,31 +573,68 @@ int ckpt_find_latest(const char *root, int64_t *step, char **path, Err *err) {
     return 0;
 }
 
-int ckpt_clean_stale(const char *root, Err *err) {
-    DIR *d = opendir(root);
-    if (!d) {
-        if (errno == ENOENT) return 0;
-        return err_sys(err, "cannot list checkpoint folder %s", root);
-    }
+static void shape_text(char *buf, size_t cap, int ndim, const int64_t *shape) {
+    size_t n = (size_t)snprintf(buf, cap, "(");
+    for (int k = 0; k < ndim && n < cap; k++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%lld", k ? ", " : "", (long long)shape[k]);
+    if (n < cap) snprintf(buf + n, cap - n, ")");
+}
+
+int ckpt_check_shapes(const char *root, const ParamInfo *params, int n, Err *err) {
+    int64_t *steps;
+    int nsteps;
+    TRY(list_steps(root, &steps, &nsteps, err));
     int rc = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, "step-", 5) != 0 || !strstr(e->d_name, ".tmp-")) continue;
-        /* Another process may be saving into it right now (a second trainer on this folder
-         * that the lock refused, or one on another folder sharing it): only a leftover of a
-         * process that is gone is removed. */
-        if (fs_tmp_owner_alive(e->d_name)) continue;
-        char *full = fs_join(root, e->d_name);
-        log_warn("checkpoint: removing %s left by an interrupted save", full);
-        if (fs_remove_tree(full, err) != 0) rc = -1;
-        free(full);
-        if (rc) break;
+    for (int i = 0; i < nsteps; i++) {
+        char *dir = step_dir(root, steps[i]);
+        CkptState st;
+        Err ignore;
+        if (ckpt_read_state(dir, &st, &ignore) != 0) { /* resume skips it, with its warning */
+            free(dir);
+            continue;
+        }
+        json_decref(st.data_position);
+        char *path = fs_join(dir, "model.safetensors");
+        StFile f;
+        int opened = st_open(&f, path, &ignore) == 0; /* unreadable: resume's to report */
+        for (int k = 0; opened && rc == 0 && k < n; k++) {
+            const StTensor *t = st_find(&f, params[k].name);
+            int same = t && t->ndim == params[k].ndim;
+            for (int d = 0; same && d < t->ndim; d++)
+                same = t->shape[d] == params[k].shape[d];
+            if (same) continue;
+            char want[96], got[96] = "";
+            shape_text(want, sizeof want, params[k].ndim, params[k].shape);
+            if (t) shape_text(got, sizeof got, t->ndim, t->shape);
+            rc = t ? err_set(err,
+                             "the checkpoint to resume, %s, holds %s with shape %s but the job's "
+                             "model has %s; it was written for another model (compare its "
+                             "config.json with the job's [model]), or choose another "
+                             "checkpoint.folder",
+                             dir, params[k].name, got, want)
+                   : err_set(err,
+                             "the checkpoint to resume, %s, has no tensor %s %s that the job's "
+                             "model has; it was written for another model (compare its "
+                             "config.json with the job's [model]), or choose another "
+                             "checkpoint.folder",
+                             dir, params[k].name, want);
+        }
+        if (opened) st_close(&f);
+        free(path);
+        free(dir);
+        break; /* only the newest readable step: the one resume takes */
     }
-    closedir(d);
+    free(steps);
     return rc;
 }
 
 static int64_t numel_of(const CkptTensor *t);
+
+int ckpt_clean_stale(const char *root, Err *err) {
+    /* Another process may be saving into a step-N.tmp-<pid> right now (a second trainer that
+     * the lock refused, or one on another folder sharing it): only a dead owner's goes. */
+    return fs_remove_stale_tmps(root, "step-", err);
+}
 
 static int in_list(const char *name, const CkptTensor *t, int n) {
     for (int i = 0; i < n; i++)

@@ -13,6 +13,7 @@
 
 #include "core/device.h"
 #include "core/err.h"
+#include "core/param_table.h"
 #include "train/adamw.h"
 
 #define CKPT_FORMAT_VERSION 2
@@ -81,6 +82,14 @@ int ckpt_verify(const char *step_dir, int full, Err *err);
  * warning). Returns 1 and sets *step and *path (malloc'd) when found, 0 when there is none (or
  * root does not exist), -1 on an error reading root. */
 int ckpt_find_latest(const char *root, int64_t *step, char **path, Err *err);
+
+/* Before the model is allocated: the newest step under root whose train_state.json passes
+ * its checksum (the one a resume takes, unless its files fail their checksums) must hold every
+ * parameter of params with its shape. -1 with a sentence naming the step, the tensor and both
+ * shapes, so a resume into another model costs a sentence, not the model's memory first; 0
+ * when it fits, when there is no such step, or when its weights cannot be read (the resume
+ * reports that). */
+int ckpt_check_shapes(const char *root, const ParamInfo *params, int n, Err *err);
 
 /* Removes leftover step-N.tmp-<pid> directories of interrupted saves whose process is gone
  * (fs_tmp_owner_alive). */

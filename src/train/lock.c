@@ -1,4 +1,4 @@
-/* The dump-folder lock and the ranks' agreement on the paths they opened. */
+/* The dump-folder lock and the ranks' agreement on which folder that is. */
 #include "train/lock.h"
 
 #include <errno.h>
@@ -13,8 +13,8 @@
 #include "core/fs.h"
 #include "core/log.h"
 
-/* A path as this process sees it: realpath when it exists; else its folder's realpath joined
- * with the last part (a dataset glob); else the path made absolute against the working
+/* A path as this process sees it, for messages: realpath when it exists; else its folder's
+ * realpath joined with the last part; else the path made absolute against the working
  * directory. Empty for NULL. */
 static void resolve(const char *path, char out[PATH_MAX]) {
     out[0] = 0;
@@ -40,48 +40,41 @@ static void resolve(const char *path, char out[PATH_MAX]) {
         snprintf(out, PATH_MAX, "%s", path);
 }
 
-/* resolve() of each entry of a comma-separated list (training.dataset_path), joined by ','. */
-static void resolve_list(const char *paths, char out[PATH_MAX]) {
-    out[0] = 0;
-    if (!paths) return;
-    size_t n = 0;
-    for (const char *p = paths; n < PATH_MAX;) {
-        const char *comma = strchr(p, ',');
-        size_t len = comma ? (size_t)(comma - p) : strlen(p);
-        char entry[PATH_MAX], one[PATH_MAX];
-        snprintf(entry, sizeof entry, "%.*s", (int)len, p);
-        resolve(entry, one);
-        n += (size_t)snprintf(out + n, PATH_MAX - n, "%s%s", n ? "," : "", one);
-        if (!comma) break;
-        p = comma + 1;
+/* Every rank's dump folder against rank 0's, by identity rather than by path: rank 0 has
+ * written its own "pid P on HOST" into the folder's lock file, and every other rank must read
+ * that same line through its own job.dump_folder. A relative path from another working
+ * directory names another folder and fails; one shared folder mounted under different paths
+ * passes. */
+static int check_same_folder(Comm *world, const TrainLock *l, const JobConfig *cfg, Err *err) {
+    char first[256] = "", mine[256] = "";
+    if (world->rank == 0) {
+        ssize_t n = pread(l->fd, first, sizeof first - 1, 0);
+        first[n > 0 ? n : 0] = 0;
     }
-}
-
-/* Every rank's resolved paths against rank 0's. */
-static int check_same_paths(Comm *world, const JobConfig *cfg, Err *err) {
-    const char *tok = NULL;
-    char *data = NULL;
-    Err ignore; /* a missing key is run_job's to report, on every rank alike */
-    if (config_tokenizer_path(cfg, &tok, &ignore) != 0) tok = NULL;
-    if (config_dataset_path(cfg, &data, &ignore) != 0) data = NULL;
-    static const char *const what[3] = {"job.dump_folder", "the dataset", "the tokenizer"};
-    const char *given[3] = {cfg->job.dump_folder, data, tok};
+    TRY(comm_broadcast(world, first, sizeof first, 0, err));
     int rc = 0;
-    for (int i = 0; i < 3 && rc == 0; i++) {
-        char mine[PATH_MAX], first[PATH_MAX];
-        resolve_list(given[i], mine);
-        memcpy(first, mine, sizeof first);
-        rc = comm_broadcast(world, first, sizeof first, 0, err);
-        if (rc == 0 && strcmp(first, mine) != 0)
+    if (world->rank != 0) {
+        char *path = fs_join(cfg->job.dump_folder, TRAIN_LOCK_FILE);
+        int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? pread(fd, mine, sizeof mine - 1, 0) : -1;
+        mine[n > 0 ? n : 0] = 0;
+        if (fd >= 0) close(fd);
+        if (strcmp(mine, first) != 0) {
+            char here[PATH_MAX];
+            resolve(cfg->job.dump_folder, here);
+            mine[strcspn(mine, "\n")] = 0;
+            first[strcspn(first, "\n")] = 0;
             rc = err_set(err,
-                         "%s %s resolves to %s on this rank but to %s on rank 0 (a relative "
-                         "path from another working directory?); every rank must open the same "
-                         "files",
-                         what[i], given[i], mine, first);
-        rc = comm_agree(world, rc, err);
+                         "job.dump_folder %s (%s on this rank) is not the folder rank 0 locked: "
+                         "its %s %s%s%s, not rank 0's \"%s\" (a relative path from another "
+                         "working directory?); every rank must use the same folder",
+                         cfg->job.dump_folder, here, TRAIN_LOCK_FILE,
+                         fd < 0 ? "is missing" : "holds \"", fd < 0 ? "" : mine, fd < 0 ? "" : "\"",
+                         first);
+        }
+        free(path);
     }
-    free(data);
-    return rc;
+    return comm_agree(world, rc, err);
 }
 
 /* Rank 0: takes the lock of dump_folder, which exists. */
@@ -126,7 +119,6 @@ static int lock_folder(TrainLock *l, const char *dump_folder, Err *err) {
 int train_lock_take(TrainLock *l, Comm *world, const JobConfig *cfg, Err *err) {
     l->fd = -1;
     l->path = NULL;
-    TRY(check_same_paths(world, cfg, err));
     int rc = 0;
     if (world->rank == 0) {
         rc = fs_mkdirs(cfg->job.dump_folder, err);
@@ -134,6 +126,7 @@ int train_lock_take(TrainLock *l, Comm *world, const JobConfig *cfg, Err *err) {
         if (rc == 0) rc = lock_folder(l, cfg->job.dump_folder, err);
     }
     rc = comm_agree_own(world, rc, err);
+    if (rc == 0) rc = check_same_folder(world, l, cfg, err);
     if (rc != 0) train_lock_release(l);
     return rc;
 }

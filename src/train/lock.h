@@ -1,5 +1,5 @@
 /* What a training job holds while it runs: its dump folder, locked against a second job, and
- * the agreement of every rank on which folder, dataset and tokenizer that is.
+ * the agreement of every rank on which folder that is.
  *
  * The lock is flock(2) on {dump_folder}/.qtitan.lock, taken by rank 0 before anything is
  * written there and held until the process ends: the kernel releases it on any exit, SIGKILL
@@ -21,10 +21,11 @@ typedef struct TrainLock {
     char *path;
 } TrainLock;
 
-/* Collective over world: every rank resolves cfg's dump folder, dataset and tokenizer to
- * real paths and compares them with rank 0's (relative paths from ranks started in different
- * directories would train on different data and split checkpoints between two folders); rank
- * 0 then takes the dump folder's lock. 0 on every rank, or -1 on every rank with one sentence. */
+/* Collective over world: rank 0 takes the dump folder's lock, writing "pid P on HOST" into
+ * it; every other rank then reads that line through its own job.dump_folder (a relative path
+ * from another working directory names another folder and fails; one shared folder mounted
+ * under different paths passes). The tokenizer and the data are compared by content once
+ * opened (train_job.c). 0 on every rank, or -1 on every rank with one sentence. */
 int train_lock_take(TrainLock *l, Comm *world, const JobConfig *cfg, Err *err);
 /* Empties the lock file (so the next run sees a clean release) and releases the lock. */
 void train_lock_release(TrainLock *l);

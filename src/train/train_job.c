@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/arena.h"
 #include "core/fs.h"
 #include "core/json.h"
 #include "core/log.h"
@@ -126,6 +127,31 @@ static int check_same_config(Comm *world, uint64_t hash, Err *err) {
                                      "0's (%016" PRIx64 "); every process must run the same "
                                      "config file with the same command-line overrides",
                                      hash, first);
+    return comm_agree(world, rc, err);
+}
+
+/* What every rank opened, by content, against rank 0's: the tokenizer (the hash of its
+ * tokenizer.json bytes) and the training data (the hash of every token id and document
+ * boundary of the tokenized dataset; 0 for conversation data, not compared). Ranks started in
+ * different directories with one relative path, or on hosts holding different copies, would
+ * otherwise train on different data; the same files under different mount points agree. */
+static int check_same_data(Comm *world, uint64_t tokenizer, uint64_t data, Err *err) {
+    uint64_t mine[2] = {tokenizer, data}, first[2] = {tokenizer, data};
+    TRY(comm_broadcast(world, first, sizeof first, 0, err));
+    int rc = 0;
+    if (first[0] != mine[0])
+        rc = err_set(err,
+                     "the tokenizer this rank opened (hash %016" PRIx64 ") differs from rank 0's "
+                     "(%016" PRIx64 "); every rank must read the same tokenizer.json (a relative "
+                     "path from another working directory, or another copy on this host?)",
+                     mine[0], first[0]);
+    else if (first[1] != mine[1])
+        rc = err_set(err,
+                     "the training data this rank tokenized (content hash %016" PRIx64 ") "
+                     "differs from rank 0's (%016" PRIx64 "); every rank must read the same "
+                     "dataset files (a relative path from another working directory, or another "
+                     "copy on this host?)",
+                     mine[1], first[1]);
     return comm_agree(world, rc, err);
 }
 
@@ -267,14 +293,26 @@ static int end_job_on_failure(Comm *world, int rc, const Err *err) {
 }
 
 /* The last checks before the model's memory is sized, once every cheaper one has passed:
- * initial weights against the model (a wrong vocab or shape costs a sentence, not gigabytes
- * first), then the plan against physical memory (a job that cannot fit would swap or be
- * killed hours in). */
+ * initial weights and the checkpoint to resume against the model (a wrong vocab or shape costs
+ * a sentence, not gigabytes first), then the plan against physical memory (a job that cannot fit
+ * would swap or be killed hours in). */
 static int check_before_sizing(const JobConfig *cfg, const ModelSpec *spec,
                                TrainMemoryCheck check_memory, Comm *world, Err *err) {
     int rc = 0;
     if (cfg->checkpoint.initial_load_path[0])
         rc = qwen3_hf_check_path(spec, cfg->checkpoint.initial_load_path, err);
+    /* The checkpoint a resume would take, against the model (on one process: a sharded
+     * checkpoint's files hold shards, which its own load checks). A LoRA run's checkpoint
+     * holds the adapters, checked by their load. */
+    if (rc == 0 && cfg->checkpoint.enable && world->size == 1 && cfg->lora.rank == 0) {
+        char *root = fs_resolve(cfg->job.dump_folder, cfg->checkpoint.folder);
+        int n = param_list(spec, NULL);
+        ParamInfo *params = xcalloc((size_t)n, sizeof *params);
+        param_list(spec, params);
+        rc = ckpt_check_shapes(root, params, n, err);
+        free(params);
+        free(root);
+    }
     if (rc == 0 && check_memory) rc = check_memory(cfg, err);
     return comm_agree(world, rc, err);
 }
@@ -376,6 +414,8 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
     /* A rank that cannot read its tokenizer or dataset stops every rank, with its sentence. */
     int agreed = comm_agree(world, rc, err);
     if (agreed == 0) agreed = check_same_config(world, config_hash(cfg), err);
+    if (agreed == 0)
+        agreed = check_same_data(world, tokenizer_hash(tok), is_chat ? 0 : ds.content_hash, err);
     if (agreed != 0) {
         if (rc == 0) dataset_close(&ds);
         chat_data_close(&chat);
@@ -418,6 +458,12 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
         }
         bf16_matmuls = 1;
         log_info("mixed precision: bf16 matmuls, fp32 master weights, optimizer and loss");
+    }
+    if (comm_agree(world,
+                   arena_check_headroom("the model, its gradients and its optimizer state", err),
+                   err) != 0) {
+        rc = -1;
+        goto out;
     }
     if (use_lora && (rc = lora_setup(cfg, &spec, &lora, (long)B * T, err)) != 0) goto out;
     TrainModel model;

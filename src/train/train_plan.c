@@ -2,10 +2,13 @@
 #include "train/train_plan.h"
 
 #include <glob.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
+#include "core/arena.h"
 #include "core/fs.h"
 #include "core/log.h"
 #include "core/param_table.h"
@@ -308,6 +311,18 @@ void train_plan_print(const TrainPlan *p, FILE *f) {
             p->flops_per_step);
 }
 
+/* This process's mapped address space now (VmSize), in GiB; 0 when unknown. */
+static double mapped_gib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmSize: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return (double)kb / (1 << 20);
+}
+
 int train_plan_check_memory(const JobConfig *cfg, Err *err) {
     TrainPlan p;
     Err ignore;
@@ -315,12 +330,41 @@ int train_plan_check_memory(const JobConfig *cfg, Err *err) {
     int rc = train_plan_compute(&p, cfg, &ignore);
     log_set_info(was);
     if (rc != 0) return 0;
-    double ram = metrics_total_ram_gib(), need = p.total / (double)(1 << 30);
+    double gib = (double)(1 << 30), need = p.total / gib;
+    double ram = metrics_total_ram_gib();
     if (ram > 0 && need > ram)
         return err_set(err,
-                       "the job needs about %.1f GiB per process (qtitan plan shows the parts) but "
-                       "this machine has %.1f GiB of memory; reduce training.local_batch_size or "
+                       "the job needs about %.2f GiB per process (qtitan plan shows the parts) but "
+                       "this machine has %.2f GiB of memory; reduce training.local_batch_size or "
                        "training.seq_len, or enable activation checkpointing",
                        need, ram);
+    /* A container's limit counts resident memory, as the plan does. */
+    FILE *f = fopen("/sys/fs/cgroup/memory.max", "r");
+    unsigned long long max = 0;
+    int limited = f && fscanf(f, "%llu", &max) == 1;
+    if (f) fclose(f);
+    if (limited && need > (double)max / gib)
+        return err_set(err,
+                       "the job needs about %.2f GiB per process (qtitan plan shows the parts) but "
+                       "the cgroup's memory.max allows %.2f GiB; reduce training.local_batch_size "
+                       "or training.seq_len, or enable activation checkpointing",
+                       need, (double)max / gib);
+    /* An address-space limit (ulimit -v, prlimit --as) counts what is mapped, resident or not:
+     * what this process maps already stands for the plan's baseline row, and threads and
+     * oneDNN need their headroom (core/arena.h). */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        double as = (double)rl.rlim_cur / gib,
+               need_as =
+                   mapped_gib() + (p.total - p.baseline) / gib + (double)ARENA_HEADROOM_BYTES / gib;
+        if (need_as > as)
+            return err_set(
+                err,
+                "the job needs about %.2f GiB per process (qtitan plan shows the parts), "
+                "%.2f GiB of address space with the libraries and threads, but the "
+                "address-space limit (ulimit -v) allows %.2f GiB; raise the limit, or "
+                "reduce training.local_batch_size or training.seq_len",
+                need, need_as, as);
+    }
     return 0;
 }

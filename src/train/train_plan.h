@@ -52,8 +52,11 @@ double train_plan_fsdp_workspace(const PlanUnits *u, int bf16);
  * Reads only file sizes (tokenizer, dataset sources); loads and allocates nothing big. */
 int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err);
 /* Before a job allocates: -1 with a sentence giving the plan's figure when cfg's plan per rank
- * exceeds this machine's physical memory (the job would swap or be killed hours in, not stop
- * now); 0 otherwise, and 0 when the plan itself cannot be computed (the job reports why). */
+ * exceeds the memory this process may use: physical memory, the cgroup's memory.max, or the
+ * address-space limit (RLIMIT_AS, against what is mapped already plus the plan's non-baseline
+ * bytes and a margin for threads and oneDNN) (the job would swap, crash in a library's failed
+ * allocation or be killed hours in, not stop now); 0 otherwise, and 0 when the plan itself
+ * cannot be computed (the job reports why). */
 int train_plan_check_memory(const JobConfig *cfg, Err *err);
 /* The human-readable table, ending with the machine-readable line
  * "plan: total_gib=X flops_per_step=Y". */

@@ -5,6 +5,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,8 +220,18 @@ static int train_step(Trainer *t, StepMetrics *m, Err *err) {
     TRY(t->data->count(t->data->ctx, step, &tokens, &valid, err));
     if (valid <= 0) return err_set(err, "step %" PRId64 " has no label that counts", step);
     int tok = prof_begin("zero_grads", "", 0);
-    for (int i = 0; i < md->nparams; i++)
-        memset(md->grads[i], 0, t->grads[i].n * sizeof(float));
+    /* Each thread zeroes its slice of every gradient: one thread reaches a fraction of the
+     * memory bandwidth, the gradients are as large as the model, and slices balance the
+     * threads whatever the parameters' sizes (no per-step allocation, one barrier). */
+#pragma omp parallel
+    {
+        size_t nt = (size_t)omp_get_num_threads(), me = (size_t)omp_get_thread_num();
+        for (int i = 0; i < md->nparams; i++) {
+            size_t n = t->grads[i].n, per = (n + nt - 1) / nt, lo = me * per;
+            size_t hi = lo + per < n ? lo + per : n;
+            if (lo < hi) memset(md->grads[i] + lo, 0, (hi - lo) * sizeof(float));
+        }
+    }
     prof_end(tok);
     double loss_sum = 0;
     for (int micro = 0; micro < o->micro_batches; micro++) {
