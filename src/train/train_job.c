@@ -431,6 +431,9 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
     train_qwen3_parallel(q, &par);
     TrainData data;
     data_feed_bind(&feed, &data);
+    int exclude = 0; /* checked when the config was read */
+    if ((rc = config_exclude_bits(cfg->checkpoint.exclude_from_loading, &exclude, err)) != 0)
+        goto out;
     TrainerOptions o = {
         .steps = cfg->training.steps,
         .micro_batches = micro,
@@ -451,6 +454,8 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
         .ckpt_interval = cfg->checkpoint.interval,
         .last_save_model_only = cfg->checkpoint.last_save_model_only,
         .keep_latest_k = cfg->checkpoint.keep_latest_k,
+        .load_step = cfg->checkpoint.load_step,
+        .exclude = exclude,
         .log_freq = cfg->metrics.log_freq,
         .peak_tflops = cfg->metrics.peak_tflops,
         .bf16_matmuls = bf16_matmuls,

@@ -72,6 +72,7 @@ struct TrainQwen3 {
     float **piece_grads; /* (npieces) */
     int *piece_decay;    /* (npieces) */
     int *piece_param;    /* (npieces) table index of each piece */
+    ShardSlice *slices;  /* (npieces) what each piece is of its whole tensor, when sharded */
     int *bias_param;     /* (L) table index of layer l's moe.expert_bias, -1 none */
     float *bias_full;    /* (L, X) full-size copies of the biases for the balancing update */
     double comm_s;       /* seconds in collectives since the last comm_seconds call */
@@ -374,6 +375,23 @@ static int shard(TrainQwen3 *f, const int *unit, Err *err) {
     return 0;
 }
 
+/* What a sharded rank's piece of p is of the whole tensor: tp rank t's block of rows (the
+ * first dimension) or of columns (the last), or all of it, and elements [lo, hi) of that. */
+static void piece_slice(const TrainQwen3 *f, const Qwen3Param *p, const Held *h, ShardSlice *s) {
+    int64_t shape[3] = {p->shape[0], p->shape[1], p->shape[2]};
+    int split = f->tp_split[p - f->m.table], dim = split == TP_ROWS   ? 0
+                                                   : split == TP_COLS ? p->ndim - 1
+                                                                      : -1;
+    if (dim >= 0) shape[dim] *= f->tp;
+    shard_slice_whole(s, p->ndim, shape);
+    if (dim >= 0) {
+        s->box_len[dim] = p->shape[dim];
+        s->box_off[dim] = (int64_t)f->t * p->shape[dim];
+    }
+    s->start = (int64_t)h->lo;
+    s->numel = (int64_t)(h->hi - h->lo);
+}
+
 TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, const Mesh *mesh,
                                const OverridePlan *plan, int frozen, Err *err) {
     TrainQwen3 *f = xcalloc(1, sizeof *f);
@@ -450,6 +468,7 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
     f->piece_grads = xcalloc((size_t)n, sizeof *f->piece_grads);
     f->piece_decay = xcalloc((size_t)n, sizeof *f->piece_decay);
     f->piece_param = xcalloc((size_t)n, sizeof *f->piece_param);
+    f->slices = xcalloc((size_t)n, sizeof *f->slices);
     for (int i = 0; i < n; i++) {
         const Qwen3Param *p = &f->m.table[i];
         const Held *h = &f->held[i];
@@ -463,6 +482,7 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
                              p->name, p->ndim, {p->shape[0], p->shape[1], p->shape[2]}, h->p, dev};
         f->piece_grads[k] = h->g;
         f->piece_param[k] = i;
+        if (f->sharded) piece_slice(f, p, h, &f->slices[k]);
     }
     if (f->sharded) {
         char mesh_line[160];
@@ -498,6 +518,7 @@ void train_qwen3_free(TrainQwen3 *f) {
     free(f->piece_grads);
     free(f->piece_decay);
     free(f->piece_param);
+    free(f->slices);
     free(f->bias_param);
     free(f->bias_full);
     free(f->lparams);
@@ -671,6 +692,7 @@ void train_qwen3_model(TrainQwen3 *f, TrainModel *out, int exempt) {
                         .params = f->pieces,
                         .grads = f->piece_grads,
                         .decay = f->piece_decay,
+                        .slices = f->sharded ? f->slices : NULL,
                         .forward_backward = forward_backward,
                         .before_optimizer_step = f->m.n_moe_layers ? before_optimizer_step : NULL};
 }
