@@ -83,6 +83,21 @@ qa_expect_error export_nockpt 2 "--checkpoint" export --out "$tmp/hf"
 qa_expect_error export_noval 2 "--out" export --checkpoint "$tmp" --out
 qa_expect_error verify_noval 2 "--config" verify-kernels --config
 qa_expect_error plan_noval 2 "--config" plan --config
+# The step-time model's options (plan --cluster).
+dbg=$src/configs/debug.toml
+qa_expect_error plan_cluster_bad 2 "--cluster 2y8|HOSTSxGPUS" plan --config "$dbg" --cluster 2y8
+qa_expect_error plan_cluster_zero 2 "--cluster 0x8" plan --config "$dbg" --cluster 0x8
+qa_expect_error plan_cluster_noval 2 "--cluster" plan --config "$dbg" --cluster
+qa_expect_error plan_flops_nobw 2 "--intra-bw|--inter-bw" plan --config "$dbg" --cluster 1x8 --flops 989
+qa_expect_error plan_flops_text 2 "--flops fast" plan --config "$dbg" --cluster 1x8 --flops fast \
+    --intra-bw 450 --inter-bw 400
+qa_expect_error plan_eff_range 2 "--eff 2" plan --config "$dbg" --cluster 1x2 --eff 2
+qa_expect_error plan_gather_dtype 2 "--gather-dtype fp8" plan --config "$dbg" --cluster 1x2 \
+    --gather-dtype fp8
+qa_expect_error plan_no_cluster 2 "--cluster HOSTSxGPUS" plan --config "$dbg" --flops 10
+qa_expect_error plan_cluster_mesh 1 "1 x 1 x 4 = 4 does not match the cluster's 2 ranks" plan \
+    --config "$dbg" --cluster 1x2 --parallelism.tensor_parallel_degree=4 \
+    --parallelism.data_parallel_shard_degree=1
 qa_expect_error plot_norun 2 "no RUN_DIR" plot
 qa_expect_error plot_noval 2 "--out" plot "$tmp" --out
 qa_expect_error train_twoconfigs 2 "--config is given twice" train --config "$nope.toml" \

@@ -382,6 +382,37 @@ static void bench(size_t n) {
     log_info("bench %zu floats on %d processes: all-reduce %.2f ms (MPI_Allreduce %.2f ms), "
              "reduce-scatter %.2f ms (MPI_Reduce_scatter_block %.2f ms)",
              n, P, t[0] * 1e3, t[1] * 1e3, t[2] * 1e3, t[3] * 1e3);
+    /* The step-time model's inputs (train/steptime.h): the all-gather's bandwidth, counted as
+     * a ring counts it ((P - 1) / P of the gathered bytes per rank), and the per-message
+     * latency from an 8-float all-gather. */
+    double tg[2];
+    for (int k = 0; k < 2; k++) {
+        size_t m = k == 0 ? n / P : 8;
+        int r = k == 0 ? reps : 200;
+        OK(comm_barrier(W, E));
+        double t0 = MPI_Wtime();
+        for (int i = 0; i < r; i++)
+            OK(comm_all_gather(W, y, x, m, COMM_F32, E));
+        tg[k] = (MPI_Wtime() - t0) / r;
+    }
+    /* The same small all-gather after 2 ms of work on each rank, as a training step's
+     * collectives come: on a shared machine the ranks arrive apart and the wait includes the
+     * time a peer was not scheduled, which a tight loop of collectives never sees. */
+    double synced = 0;
+    volatile double sink = 0;
+    for (int i = 0; i < 50; i++) {
+        double t0 = MPI_Wtime();
+        while (MPI_Wtime() - t0 < 2e-3)
+            sink += 1;
+        double t1 = MPI_Wtime();
+        OK(comm_all_gather(W, y, x, 8, COMM_F32, E));
+        synced += MPI_Wtime() - t1;
+    }
+    double moved = (double)(P - 1) / P * (double)n * sizeof(float);
+    log_info("bench all-gather of %zu floats: %.2f ms, %.3f GB/s; 8 floats: %.1f us, %.1f us per "
+             "message; after 2 ms of work: %.1f us per message",
+             n, tg[0] * 1e3, moved / tg[0] / 1e9, tg[1] * 1e6, tg[1] * 1e6 / (P - 1),
+             synced / 50 * 1e6 / (P - 1));
     free(x);
     free(y);
 }

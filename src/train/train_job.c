@@ -486,7 +486,10 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
     o.trace_dir = trace_dir;
     o.trace_freq = cfg->profiling.profile_freq;
     BetweenSteps between = {0};
-    if (rc == 0) rc = between_steps_open(&between, cfg, world->size == 1 ? q : NULL, tok, err);
+    if (rc == 0) {
+        /* Mostly config checks that fail alike; the whole model for samples is rank 0 alone. */
+        rc = comm_agree_own(world, between_steps_open(&between, cfg, q, tok, err), err);
+    }
     if (rc == 0 && (between.validate || between.sample)) {
         o.after_step = between_steps_run;
         o.after_step_ctx = &between;

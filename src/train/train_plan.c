@@ -8,6 +8,7 @@
 
 #include "core/fs.h"
 #include "core/log.h"
+#include "core/param_table.h"
 #include "model/lora.h"
 #include "train/metrics.h"
 #include "train/train_job.h"
@@ -89,6 +90,37 @@ static int plan_lora(TrainPlan *p, const JobConfig *cfg, const ModelSpec *spec, 
     return 0;
 }
 
+void train_plan_units(PlanUnits *u, const ModelSpec *spec, int tp, int ep) {
+    memset(u, 0, sizeof *u);
+    u->n = spec->n_layers + 2;
+    int np = param_list(spec, NULL);
+    ParamInfo *pi = xcalloc((size_t)np, sizeof *pi);
+    param_list(spec, pi);
+    for (int i = 0; i < np; i++) {
+        const ParamKind *k = pi[i].kind;
+        int unit = pi[i].layer >= 0                             ? 1 + pi[i].layer
+                   : k->id == PK_TOK_EMBEDDINGS                 ? 0
+                   : (k->id == PK_NORM && spec->tie_embeddings) ? 0
+                                                                : spec->n_layers + 1;
+        double n = (double)pi[i].numel / (k->tp == TP_REPLICATED ? 1 : tp);
+        if (k->role == ROLE_EXPERTS)
+            u->experts[unit] += n / ep;
+        else
+            u->dense[unit] += n;
+    }
+    free(pi);
+}
+
+double train_plan_fsdp_workspace(const PlanUnits *u, int bf16) {
+    double layer = 0, edge = u->dense[0] + u->experts[0];
+    for (int i = 1; i + 1 < u->n; i++)
+        if (u->dense[i] + u->experts[i] > layer) layer = u->dense[i] + u->experts[i];
+    double last = u->dense[u->n - 1] + u->experts[u->n - 1];
+    if (last > edge) edge = last;
+    /* fp32 parameters and gradient per slot; the bf16 twin holds the parameters only */
+    return (2.0 * layer + edge) * (2.0 * 4.0 + (bf16 ? 2.0 : 0.0));
+}
+
 int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     memset(p, 0, sizeof *p);
     HfConfigExtra extra;
@@ -149,8 +181,8 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
                       ? cfg->parallelism.data_parallel_shard_degree
                       : 1;
     if (p->dp_shard > 1)
-        note(p, "FSDP modeled as an even split of parameters, gradients and optimizer state; "
-                "gathered-layer buffers are not counted");
+        note(p, "FSDP modeled as an even split of parameters, gradients and optimizer state, "
+                "plus the gather workspaces (two layers and the larger edge unit)");
     p->params = (double)z.param_bytes / p->dp_shard;
     p->grads = (double)z.grad_bytes / p->dp_shard;
     /* AdamW (train/adamw.c) places m and v per parameter with the same arena rules as the
@@ -172,14 +204,20 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
      * workspaces, which are not counted either. */
     if (cfg->training.mixed_precision_param == DT_BF16) {
         if (p->dp_shard > 1 || p->tp > 1)
-            note(p, "bfloat16 on many processes: the bf16 copies of the gathered-unit buffers "
-                    "and the matmul scratch are not counted");
+            note(p, "bfloat16 on many processes: the matmul scratch is not counted");
         else
             p->workspace += (double)z.bf16_bytes;
     }
     double D = p->spec.dim, V = p->spec.vocab_size, F = p->spec.hidden_dim;
     double big = V * D > F * D ? V * D : F * D;
     p->workspace += PLAN_GEMM_SCRATCH_PER_BYTE * 4.0 * big;
+    if (world > 1) {
+        PlanUnits units;
+        train_plan_units(&units, &p->spec, p->tp, 1);
+        p->fsdp_workspace =
+            train_plan_fsdp_workspace(&units, cfg->training.mixed_precision_param == DT_BF16);
+        p->workspace += p->fsdp_workspace;
+    }
 
     const char *tok_path = NULL;
     Err ignored;

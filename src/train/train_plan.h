@@ -23,7 +23,8 @@ typedef struct TrainPlan {
     double lora_numel; /* LoRA adapter elements (lora.rank > 0), else 0 */
     /* Bytes per rank. */
     double params, grads, optim, acts;
-    double workspace; /* batch buffers, bf16 copies, GEMM scratch */
+    double workspace;      /* batch buffers, bf16 copies, GEMM scratch, FSDP gather workspaces */
+    double fsdp_workspace; /* the part of workspace train_plan_fsdp_workspace gives */
     double tokenizer, dataset, baseline;
     double total;
     /* FLOPs: the MFU convention (metrics_flops_per_token) and, with full activation
@@ -31,6 +32,21 @@ typedef struct TrainPlan {
     double flops_per_token, tokens_per_step, flops_per_step, hw_flops_per_step;
     char notes[4][160]; /* what the plan does not model for this config; "" when unused */
 } TrainPlan;
+
+/* Elements of each FSDP unit as one rank gathers it (train/train_qwen3.c): unit 0 the embedding
+ * (with the final norm when tied), 1 + l layer l, L + 1 the final norm and lm_head (nothing when
+ * tied). Tensor-parallel parameters count the rank's 1/tp block (the split column of the
+ * parameter table), and the stacked experts, counted apart in experts[], the rank's 1/ep of
+ * them under expert parallelism (ep > 1). */
+typedef struct PlanUnits {
+    int n; /* n_layers + 2 */
+    double dense[QT_MAX_LAYERS + 2], experts[QT_MAX_LAYERS + 2];
+} PlanUnits;
+void train_plan_units(PlanUnits *u, const ModelSpec *spec, int tp, int ep);
+/* Bytes per rank of the FSDP workspaces a sharded rank (world > 1) allocates: parameters and
+ * gradient of two layers and of the larger edge unit, in fp32, plus their bf16 twins under
+ * mixed precision. */
+double train_plan_fsdp_workspace(const PlanUnits *u, int bf16);
 
 /* Fills p for cfg (the job `qtitan train` would run with the same config and overrides).
  * Reads only file sizes (tokenizer, dataset sources); loads and allocates nothing big. */

@@ -52,6 +52,7 @@ struct TrainQwen3 {
     Qwen3 m;    /* this rank's (tensor-parallel part of the) model */
     Qwen3 full; /* tp > 1: the whole model's table (full shapes), no parameters */
     const Mesh *mesh;
+    const OverridePlan *kernels; /* the kernels chosen at create (NULL: defaults); not owned */
     Mesh own_mesh;   /* the world of one made when train_qwen3_create is given no mesh */
     Comm *own_world; /* its communicator, NULL otherwise */
     /* 0 on a world of one: the model owns its parameters and no unit is gathered. */
@@ -396,6 +397,7 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
                                const OverridePlan *plan, int frozen, Err *err) {
     TrainQwen3 *f = xcalloc(1, sizeof *f);
     f->mesh = mesh;
+    f->kernels = plan;
     if ((!mesh && own_world_of_one(f, B, err) != 0) ||
         train_qwen3_check(spec, f->mesh->dims.tp, err) != 0) {
         train_qwen3_free(f);
@@ -496,6 +498,14 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
 
 Qwen3 *train_qwen3_qwen3(TrainQwen3 *q) {
     return &q->m;
+}
+
+const Mesh *train_qwen3_mesh(const TrainQwen3 *q) {
+    return q->mesh;
+}
+
+int train_qwen3_sharded(const TrainQwen3 *q) {
+    return q->sharded;
 }
 
 void train_qwen3_free(TrainQwen3 *f) {
@@ -781,5 +791,69 @@ int train_qwen3_export_merged(TrainQwen3 *q, const char *dir, const HfExportOpti
                                 q->m.param_arena.device};
     int rc = hf_export(dir, &q->m.spec, t, q->m.nparams, o, err);
     free(t);
+    return rc;
+}
+
+/* ---- the whole model on one rank (samples on a mesh) ---- */
+
+int train_qwen3_whole_create(TrainQwen3 *f, Qwen3 *out, Err *err) {
+    const ModelSpec *spec = &whole(f)->spec;
+    Qwen3Modules *mod = train_qwen3_modules(spec, f->kernels, 0);
+    int rc = qwen3_create_forward(out, spec, 1, 1, mod, err); /* only a Decoder runs it */
+    free(mod);
+    TRY(rc);
+    if (f->m.bf16 && qwen3_enable_bf16(out, err) != 0) {
+        qwen3_free(out);
+        return -1;
+    }
+    return 0;
+}
+
+/* Parameter i's tensor-parallel parts (numel each, t-ordered in parts) as the whole tensor. */
+static void join_tp(const TrainQwen3 *f, int i, float *whole_t, const float *parts) {
+    const Qwen3Param *p = &f->m.table[i]; /* the local shape */
+    long numel = (long)p->numel;
+    if (f->tp_split[i] == TP_ROWS) {
+        memcpy(whole_t, parts, (size_t)(numel * f->tp) * sizeof *whole_t);
+        return;
+    }
+    long rows = (long)p->shape[0], cols = p->ndim == 2 ? (long)p->shape[1] : 1;
+    for (int t = 0; t < f->tp; t++)
+        for (long r = 0; r < rows; r++)
+            memcpy(whole_t + r * cols * f->tp + (long)t * cols, parts + t * numel + r * cols,
+                   (size_t)cols * sizeof *whole_t);
+}
+
+int train_qwen3_gather_whole(TrainQwen3 *f, Qwen3 *dst, Err *err) {
+    int rc = 0;
+    if (!f->sharded) {
+        for (int i = 0; i < f->m.nparams; i++)
+            memcpy(dst->table[i].data, f->m.table[i].data,
+                   (size_t)f->m.table[i].numel * sizeof(float));
+    }
+    float *parts = f->tp > 1 ? xmalloc(max_numel(f) * sizeof *parts) : NULL;
+    for (int u = 0; f->sharded && u < f->L + 2 && rc == 0; u++) {
+        if (f->plan.units[u].full_numel == 0) continue; /* the head when tied */
+        ensure(f, u); /* the unit's (tensor-parallel part of the) parameters, as in a forward */
+        for (int i = 0; i < f->m.nparams && rc == 0; i++) {
+            const Qwen3Param *p = &f->m.table[i];
+            if (param_unit(f, p) != u) continue;
+            const float *local = *qwen3_param_field(&f->m.p, p->kind->id, p->layer);
+            float *to = dst ? dst->table[i].data : NULL;
+            if (f->tp_split[i] == TP_REPLICATED) {
+                if (to) memcpy(to, local, (size_t)p->numel * sizeof *to);
+                continue;
+            }
+            rc = comm_all_gather(f->mesh->tp, parts, local, (size_t)p->numel, COMM_F32, err);
+            if (rc == 0 && to) join_tp(f, i, to, parts);
+        }
+    }
+    free(parts);
+    /* LoRA (one process only): the adapters merged as the merged export merges them. */
+    const Lora *lo = f->m.lora;
+    for (int i = 0; rc == 0 && dst && lo && i < lo->n; i++)
+        lora_merge(lo, &lo->ad[i],
+                   *qwen3_param_field(&dst->p, lora_site_kind(lo->ad[i].site), lo->ad[i].layer));
+    if (rc == 0 && dst && dst->bf16) qwen3_refresh_bf16(dst);
     return rc;
 }
