@@ -7,7 +7,9 @@
  *     keeps 8 significant bits of every matmul input);
  *   - 20 AdamW steps in bf16 track the fp32 run: every step's loss within 2% of fp32's, and
  *     both fall well below the start;
- *   - the bf16 run is deterministic: run again, it gives bitwise the same losses. */
+ *   - the bf16 run is deterministic: run again, it gives bitwise the same losses.
+ * Each comparison also runs with loss_chunked as the trainer runs a step (qwen3_forward_backward:
+ * its fused output layer, bf16 dW over all tokens), within the same bounds. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +23,7 @@
 #include <string.h>
 
 #include "kernels/cpu_ops.h"
+#include "kernels/kernels.h"
 #include "kernels/registry.h"
 #include "model/qwen3.h"
 #include "spec_util.h"
@@ -72,15 +75,26 @@ static double rel_l2(const float *a, const float *b, long n) {
     return sqrt(d) / (sqrt(r) > 0 ? sqrt(r) : 1);
 }
 
-static void compare(int mode, double loss_tol, double grad_tol) {
+/* fused: loss_chunked as the loss op, run as the trainer runs a step (qwen3_forward_backward:
+ * its fused path), else the defaults, forward and backward apart. */
+static void compare_with(int mode, int fused, double loss_tol, double grad_tol) {
     for (int tied = 0; tied <= 1; tied++) {
         Qwen3 ref, m;
         build(&ref, REF, tied);
         build(&m, mode, tied);
         float l0 = qwen3_forward(&ref, tok, tgt, pos, doc, B_, T_);
         qwen3_backward(&ref, 0);
-        float l1 = qwen3_forward(&m, tok, tgt, pos, doc, B_, T_);
-        qwen3_backward(&m, 0);
+        float l1;
+        if (fused) {
+            /* The activations were sized for the default's (N, V) logits, more than
+             * loss_chunked's one chunk. */
+            m.mod.loss = &loss_chunked;
+            l1 = qwen3_forward_backward(&m, tok, tgt, pos, doc, B_, T_, (double)ref.n_valid);
+            assert_true(m.loss_done); /* the fused path was taken */
+        } else {
+            l1 = qwen3_forward(&m, tok, tgt, pos, doc, B_, T_);
+            qwen3_backward(&m, 0);
+        }
         double dl = fabs((double)l1 - l0) / l0;
         double worst = 0;
         const char *worst_name = "";
@@ -91,9 +105,9 @@ static void compare(int mode, double loss_tol, double grad_tol) {
                 worst_name = ref.table[i].name;
             }
         }
-        printf("%s, %s: loss %.6f vs %.6f (rel %.2g), worst gradient %s rel L2 %.3g\n",
-               mode == CPU ? "cpu kernels fp32" : "cpu kernels bf16", tied ? "tied" : "untied", l1,
-               l0, dl, worst_name, worst);
+        printf("%s%s, %s: loss %.6f vs %.6f (rel %.2g), worst gradient %s rel L2 %.3g\n",
+               mode == CPU ? "cpu kernels fp32" : "cpu kernels bf16", fused ? " fused" : "",
+               tied ? "tied" : "untied", l1, l0, dl, worst_name, worst);
         assert_true(dl <= loss_tol);
         if (!(worst <= grad_tol)) fail_msg("gradient of %s: rel L2 %.3g", worst_name, worst);
         qwen3_free(&ref);
@@ -103,12 +117,14 @@ static void compare(int mode, double loss_tol, double grad_tol) {
 
 static void test_cpu_kernels_match_reference(void **state) {
     (void)state;
-    compare(CPU, 1e-5, 1e-4);
+    compare_with(CPU, 0, 1e-5, 1e-4);
+    compare_with(CPU, 1, 1e-5, 1e-4);
 }
 
 static void test_bf16_matches_fp32(void **state) {
     (void)state;
-    compare(CPU_BF16, 1e-2, 5e-2);
+    compare_with(CPU_BF16, 0, 1e-2, 5e-2);
+    compare_with(CPU_BF16, 1, 1e-2, 5e-2);
 }
 
 #define STEPS 20
@@ -127,8 +143,8 @@ static void train(int mode, float *losses, int steps) {
     assert_int_equal(adamw_init(&opt, &cfg, ap, m.nparams, &err), 0);
     for (int s = 0; s < steps; s++) {
         qwen3_zero_grads(&m);
-        losses[s] = qwen3_forward(&m, tok, tgt, pos, doc, B_, T_);
-        qwen3_backward(&m, 0);
+        /* As the trainer runs a step. */
+        losses[s] = qwen3_forward_backward(&m, tok, tgt, pos, doc, B_, T_, B_ * T_ - 1.0);
         adamw_step(&opt, 3e-3);
     }
     adamw_free(&opt);

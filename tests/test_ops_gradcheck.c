@@ -298,8 +298,8 @@ typedef struct {
 } LmCtx;
 static double lm_loss(void *p) {
     LmCtx *c = p;
-    return c->op->forward(c->losses, c->lse, c->logits, c->x, c->w, c->tgt, &linear_reference, c->N,
-                          c->D, c->V) *
+    return c->op->forward(c->losses, c->lse, c->logits, c->x, c->w, NULL, NULL, c->tgt,
+                          &linear_reference, c->N, c->D, c->V) *
            c->scale;
 }
 static void lm_head_loss_case(const LmHeadLossOp *op) {
@@ -323,7 +323,7 @@ static void lm_head_loss_case(const LmHeadLossOp *op) {
     float *dw0 = malloc((size_t)V * D * sizeof(float));
     memcpy(dw0, dw, (size_t)V * D * sizeof(float));
     lm_loss(&c);
-    op->backward(dx, dw, c.logits, c.x, c.w, tgt, c.lse, &linear_reference, N, D, V,
+    op->backward(dx, dw, c.logits, c.x, c.w, NULL, NULL, tgt, c.lse, &linear_reference, N, D, V,
                  (float)c.scale); /* dx written over the random start */
     for (long j = 0; j < (long)V * D; j++)
         dw[j] -= dw0[j]; /* dw accumulates onto what was there */
@@ -332,6 +332,19 @@ static void lm_head_loss_case(const LmHeadLossOp *op) {
     fd_check(name, c.x, N * D, dx, lm_loss, &c, 1e-2f, 1000, TOL_OP);
     snprintf(name, sizeof name, "lm_head_loss %s dw", op->h.name);
     fd_check(name, c.w, (long)V * D, dw, lm_loss, &c, 1e-2f, 1000, TOL_OP);
+    if (op->forward_backward) {
+        /* The fused path: the same loss and its gradients from one call. */
+        float *fl = zeros(N), *flse = zeros(N), *fdx = randn(N * D, 1.0f),
+              *fdw = zeros((long)V * D);
+        double sum = op->forward_backward(fl, flse, fdx, fdw, c.logits, c.x, c.w, NULL, NULL, tgt,
+                                          &linear_reference, N, D, V, (float)c.scale);
+        assert_true(fabs(sum * c.scale - lm_loss(&c)) < 1e-5 * fabs(lm_loss(&c)));
+        snprintf(name, sizeof name, "lm_head_loss %s fused dx", op->h.name);
+        fd_check(name, c.x, N * D, fdx, lm_loss, &c, 1e-2f, 1000, TOL_OP);
+        snprintf(name, sizeof name, "lm_head_loss %s fused dw", op->h.name);
+        fd_check(name, c.w, (long)V * D, fdw, lm_loss, &c, 1e-2f, 1000, TOL_OP);
+        free(fl), free(flse), free(fdx), free(fdw);
+    }
     free(c.losses), free(c.lse), free(c.logits), free(c.x), free(c.w), free(tgt);
     free(dx), free(dw), free(dw0);
 }

@@ -93,8 +93,9 @@ static void run(const OpHeader *op, Ctx *c) {
         const LmHeadLossOp *p = (const LmHeadLossOp *)op;
         const LinearOp *proj =
             (const LinearOp *)kernel_default_op(OP_LINEAR, "cpu", &(OpRun){.spec = s});
-        p->forward(c->ls, c->lse, c->big2, c->x, c->w, c->tg, proj, N, D, V);
-        p->backward(c->dx, c->dw, c->big2, c->x, c->w, c->tg, c->lse, proj, N, D, V, 1e-3f);
+        p->forward(c->ls, c->lse, c->big2, c->x, c->w, NULL, NULL, c->tg, proj, N, D, V);
+        p->backward(c->dx, c->dw, c->big2, c->x, c->w, NULL, NULL, c->tg, c->lse, proj, N, D, V,
+                    1e-3f);
         break;
     }
     case OP_MOE_EXPERTS: {

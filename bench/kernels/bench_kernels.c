@@ -127,8 +127,9 @@ static void run_loss(const OpHeader *op, void *c) {
     const LmHeadLossOp *p = (const LmHeadLossOp *)op;
     const LinearOp *proj = (const LinearOp *)op_reference(OP_LINEAR);
     if (!s->ws) s->ws = xmalloc((size_t)p->workspace_floats(s->N, s->V) * 4);
-    p->forward(s->ls, s->lse, s->ws, s->x, s->w, s->tg, proj, s->N, s->D, s->V);
-    p->backward(s->dx, s->dw, s->ws, s->x, s->w, s->tg, s->lse, proj, s->N, s->D, s->V, 1e-3f);
+    p->forward(s->ls, s->lse, s->ws, s->x, s->w, NULL, NULL, s->tg, proj, s->N, s->D, s->V);
+    p->backward(s->dx, s->dw, s->ws, s->x, s->w, NULL, NULL, s->tg, s->lse, proj, s->N, s->D, s->V,
+                1e-3f);
 }
 static void free_loss(void *c) {
     LossCtx *s = c;

@@ -7,7 +7,9 @@
  * (512 tokens) and Qwen3-0.6B (1024 tokens) shapes, the forward Y = X W^T, the input gradient dX =
  * dY W and the weight gradient dW += dY^T X (cpu_linear.c's three calls), in fp32 through
  * dnnl_sgemm (the trainer's fp32 path) and through a matmul primitive, and in bf16 (bf16 inputs,
- * fp32 output) through a matmul primitive (the trainer's bf16 path). Primitives and memory objects
+ * fp32 output) through a matmul primitive (the trainer's bf16 path), and for the two weight
+ * products also with the weight reordered beforehand into the layout the primitive picks
+ * (format_tag any; the reorder's own time printed beside it). Primitives and memory objects
  * are built once; each figure is the best of R timed calls after one warm-up call. Prints one line
  * per product: version shape product path GFLOP/s */
 #include <oneapi/dnnl/dnnl.h>
@@ -40,8 +42,10 @@ static dnnl_stream_t stream;
         }                                                                                          \
     } while (0)
 
-/* C (M x N, row-major, fp32) = op(A) op(B) + beta C, as src/ops/gemm.c describes it. */
-static dnnl_primitive_t build(const Product *p, int bf16) {
+/* C (M x N, row-major, fp32) = op(A) op(B) + beta C, as src/ops/gemm.c describes it. packed:
+ * B's layout left to the primitive (format_tag any), as a weight written once per optimizer
+ * step in the GEMM's own layout would be (issue 20, point 1). */
+static dnnl_primitive_t build(const Product *p, int bf16, int packed) {
     dnnl_data_type_t t = bf16 ? dnnl_bf16 : dnnl_f32;
     int lda = p->ta ? p->M : p->K, ldb = p->tb ? p->K : p->N;
     dnnl_dims_t ad = {p->M, p->K}, bd = {p->K, p->N}, cd = {p->M, p->N};
@@ -63,7 +67,10 @@ static dnnl_primitive_t build(const Product *p, int bf16) {
 #if DNNL_VERSION_MAJOR >= 3
     dnnl_memory_desc_t a, b, c;
     CHECK(dnnl_memory_desc_create_with_strides(&a, 2, ad, t, as));
-    CHECK(dnnl_memory_desc_create_with_strides(&b, 2, bd, t, bs));
+    if (packed)
+        CHECK(dnnl_memory_desc_create_with_tag(&b, 2, bd, t, dnnl_format_tag_any));
+    else
+        CHECK(dnnl_memory_desc_create_with_strides(&b, 2, bd, t, bs));
     CHECK(dnnl_memory_desc_create_with_strides(&c, 2, cd, dnnl_f32, cs));
     CHECK(dnnl_matmul_primitive_desc_create(&pd, engine, a, b, NULL, c, attr));
     dnnl_memory_desc_destroy(a);
@@ -72,7 +79,10 @@ static dnnl_primitive_t build(const Product *p, int bf16) {
 #else
     dnnl_memory_desc_t a, b, c;
     CHECK(dnnl_memory_desc_init_by_strides(&a, 2, ad, t, as));
-    CHECK(dnnl_memory_desc_init_by_strides(&b, 2, bd, t, bs));
+    if (packed)
+        CHECK(dnnl_memory_desc_init_by_tag(&b, 2, bd, t, dnnl_format_tag_any));
+    else
+        CHECK(dnnl_memory_desc_init_by_strides(&b, 2, bd, t, bs));
     CHECK(dnnl_memory_desc_init_by_strides(&c, 2, cd, dnnl_f32, cs));
     dnnl_matmul_desc_t md;
     CHECK(dnnl_matmul_desc_init(&md, &a, &b, NULL, &c));
@@ -86,20 +96,70 @@ static dnnl_primitive_t build(const Product *p, int bf16) {
     return prim;
 }
 
+/* B (plain, strided as product p stores it) reordered into the layout of prim's weights, into
+ * a new buffer (*out, to free); returns the reorder's best seconds over reps calls. */
+static double pack_b(const Product *p, dnnl_primitive_t prim, void *B, void **out, int reps) {
+    int ldb = p->tb ? p->K : p->N;
+    dnnl_dims_t bd = {p->K, p->N}, bs = {p->tb ? 1 : ldb, p->tb ? ldb : 1};
+    const_dnnl_primitive_desc_t pd;
+    CHECK(dnnl_primitive_get_primitive_desc(prim, &pd));
+#if DNNL_VERSION_MAJOR >= 3
+    const_dnnl_memory_desc_t to = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+#else
+    const dnnl_memory_desc_t *to = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+#endif
+    *out = malloc(dnnl_memory_desc_get_size(to));
+    dnnl_memory_t src, dst;
+    dnnl_primitive_desc_t rpd;
+#if DNNL_VERSION_MAJOR >= 3
+    dnnl_memory_desc_t from;
+    CHECK(dnnl_memory_desc_create_with_strides(&from, 2, bd, dnnl_bf16, bs));
+    CHECK(dnnl_memory_create(&src, from, engine, B));
+    CHECK(dnnl_reorder_primitive_desc_create(&rpd, from, engine, to, engine, NULL));
+    dnnl_memory_desc_destroy(from);
+#else
+    dnnl_memory_desc_t from;
+    CHECK(dnnl_memory_desc_init_by_strides(&from, 2, bd, dnnl_bf16, bs));
+    CHECK(dnnl_memory_create(&src, &from, engine, B));
+    CHECK(dnnl_reorder_primitive_desc_create(&rpd, &from, engine, to, engine, NULL));
+#endif
+    CHECK(dnnl_memory_create(&dst, to, engine, *out));
+    dnnl_primitive_t r;
+    CHECK(dnnl_primitive_create(&r, rpd));
+    dnnl_primitive_desc_destroy(rpd);
+    dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}};
+    double best = 1e30;
+    for (int rep = 0; rep <= reps; rep++) {
+        double t0 = now();
+        CHECK(dnnl_primitive_execute(r, stream, 2, a));
+        CHECK(dnnl_stream_wait(stream));
+        double dt = now() - t0;
+        if (rep > 0 && dt < best) best = dt;
+    }
+    dnnl_primitive_destroy(r);
+    dnnl_memory_destroy(src);
+    dnnl_memory_destroy(dst);
+    return best;
+}
+
 /* Best GFLOP/s of reps timed calls of one product on one path (0 sgemm, 1 matmul fp32,
- * 2 matmul bf16). */
-static double time_product(const Product *p, int path, int reps, void *A, void *B, float *C) {
+ * 2 matmul bf16, 3 matmul bf16 with B packed beforehand, whose reorder's best seconds go to
+ * *pack_s). */
+static double time_product(const Product *p, int path, int reps, void *A, void *B, float *C,
+                           double *pack_s) {
     int lda = p->ta ? p->M : p->K, ldb = p->tb ? p->K : p->N;
     dnnl_primitive_t prim = NULL;
     dnnl_memory_t mem[3];
     dnnl_exec_arg_t args[3];
+    void *packed = NULL;
     if (path > 0) {
-        prim = build(p, path == 2);
+        prim = build(p, path >= 2, path == 3);
+        if (path == 3) *pack_s = pack_b(p, prim, B, &packed, reps);
         const_dnnl_primitive_desc_t pd;
         CHECK(dnnl_primitive_get_primitive_desc(prim, &pd));
         dnnl_query_t q[3] = {dnnl_query_src_md, dnnl_query_weights_md, dnnl_query_dst_md};
         int kind[3] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
-        void *buf[3] = {A, B, C};
+        void *buf[3] = {A, packed ? packed : B, C};
         for (int i = 0; i < 3; i++) {
             CHECK(dnnl_memory_create(&mem[i], dnnl_primitive_desc_query_md(pd, q[i], 0), engine,
                                      buf[i]));
@@ -124,6 +184,7 @@ static double time_product(const Product *p, int path, int reps, void *A, void *
             dnnl_memory_destroy(mem[i]);
         dnnl_primitive_destroy(prim);
     }
+    free(packed);
     return 2.0 * p->M * p->N * p->K / best * 1e-9;
 }
 
@@ -155,7 +216,7 @@ int main(int argc, char **argv) {
         {"debugmodel", 512, 256, 2048, 1024, 3072, 2048},
         {"0.6B", 1024, 1024, 2048, 1024, 3072, 151936},
     };
-    const char *paths[] = {"sgemm_f32", "matmul_f32", "matmul_bf16"};
+    const char *paths[] = {"sgemm_f32", "matmul_f32", "matmul_bf16", "matmul_bf16_packed"};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const Shape *sh = &shapes[s];
         /* (name, in, out) of each linear; w1 and w3 share a shape. */
@@ -184,10 +245,17 @@ int main(int argc, char **argv) {
                 char name[96];
                 snprintf(name, sizeof name, "%s %s_%s", sh->name, lin[l].name, prods[k].name);
                 if (!strstr(name, only)) continue;
-                for (int path = 0; path < 3; path++) {
-                    double g = time_product(&prods[k], path, reps, path == 2 ? (void *)Ah : A,
-                                            path == 2 ? (void *)Bh : B, C);
-                    printf("%s %s %s %.1f\n", ver, name, paths[path], g);
+                /* Packing B only pays for the weight products (fwd, dX), not dW's X. */
+                int npaths = k < 2 ? 4 : 3;
+                for (int path = 0; path < npaths; path++) {
+                    double pack_s = 0;
+                    double g = time_product(&prods[k], path, reps, path >= 2 ? (void *)Ah : A,
+                                            path >= 2 ? (void *)Bh : B, C, &pack_s);
+                    if (path == 3)
+                        printf("%s %s %s %.1f (reorder %.4f s)\n", ver, name, paths[path], g,
+                               pack_s);
+                    else
+                        printf("%s %s %s %.1f\n", ver, name, paths[path], g);
                     fflush(stdout);
                 }
             }

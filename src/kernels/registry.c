@@ -25,7 +25,7 @@ static const KernelInfo REGISTRY[] = {
     {&rope_nogather.h, 0, 1e-6, 1e-5, "positions 0..T-1 from the row index, no table"},
     {&swiglu_fused.h, 0, 1e-4, 1e-3, "one GEMM against [w1; w3], fused SiLU * up"},
     {&rmsnorm_fused.h, 0, 1e-4, 1e-3, "AVX-512 rows, residual add fused into the norm"},
-    {&loss_chunked.h, 0, 2e-5, 1e-4, "lm_head + cross-entropy in token chunks, no (N, V)"},
+    {&loss_chunked.h, 0, 2e-5, 1e-4, "lm_head + CE in token chunks, fused in training"},
     /* The CPU defaults. Tolerances: fp32 kernels that reorder sums (tiles, chunks, SIMD, GEMM
      * shapes) differ from the references by rounding only, growing with the reduced length
      * (head_dim, dim, ffn); each bound sits several times above what verify-kernels measures

@@ -200,8 +200,24 @@ static void verify_lm_head_loss(Cmp *c, const OpHeader *kh, const VerifyShape *s
         ls[i] = unwritten(N), lse[i] = unwritten(N), dx[i] = unwritten(N * D);
         dw[i] = copy(dw0, V * D);
         ws[i] = zeros(ops[i]->workspace_floats(N, (int)V));
-        sum[i] = ops[i]->forward(ls[i], lse[i], ws[i], x, w, tg, proj, N, (int)D, (int)V);
-        ops[i]->backward(dx[i], dw[i], ws[i], x, w, tg, lse[i], proj, N, (int)D, (int)V, 0.01f);
+        sum[i] =
+            ops[i]->forward(ls[i], lse[i], ws[i], x, w, NULL, NULL, tg, proj, N, (int)D, (int)V);
+        ops[i]->backward(dx[i], dw[i], ws[i], x, w, NULL, NULL, tg, lse[i], proj, N, (int)D, (int)V,
+                         0.01f);
+    }
+    if (k->forward_backward) {
+        /* The fused path training takes, against the same reference outputs. */
+        float *fls = unwritten(N), *flse = unwritten(N), *fdx = unwritten(N * D);
+        float *fdw = copy(dw0, V * D);
+        float fsum = (float)k->forward_backward(fls, flse, fdx, fdw, ws[1], x, w, NULL, NULL, tg,
+                                                proj, N, (int)D, (int)V, 0.01f);
+        float rsum = (float)sum[0];
+        cmp(c, "fused loss_sum", &fsum, &rsum, 1);
+        cmp(c, "fused losses", fls, ls[0], N);
+        cmp(c, "fused lse", flse, lse[0], N);
+        cmp(c, "fused dx", fdx, dx[0], N * D);
+        cmp(c, "fused dw", fdw, dw[0], V * D);
+        free(fls), free(flse), free(fdx), free(fdw);
     }
     float fs[2] = {(float)sum[0], (float)sum[1]};
     cmp(c, "loss_sum", &fs[1], &fs[0], 1);

@@ -1054,6 +1054,8 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
             md->norm->forward(a->hn, a->rstdf, a->h, m->p.norm, n, D, (float)s->norm_eps));
     m->n_valid = 0;
     const int32_t *tg = a->targets + t0;
+    const uint16_t *wb = m->bf16 ? m->pb.output : NULL;
+    m->loss_done = 0;
     if (md->loss == &lm_head_loss_reference) {
         /* The reference output op, scheduled here so lm_head can take the bf16 path and the
          * cross-entropy the module set's implementation (md->ce). */
@@ -1062,10 +1064,19 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
         if (targets)
             PROF_OP(&md->ce->h, 0,
                     m->loss_sum = md->ce->forward(a->losses, a->ce_lse, a->logits, tg, n, V));
+    } else if (targets && m->fuse_divisor > 0 && md->loss->forward_backward && !m->dist.unit) {
+        /* Gradients are plain buffers without FSDP hooks, so lm_head's can fill now; dxn is
+         * not touched again before backward reads it. */
+        PROF_OP(&md->loss->h, 0,
+                m->loss_sum = md->loss->forward_backward(
+                    a->losses, a->ce_lse, a->dxn, m->g.output, a->logits, a->hn, m->p.output, wb,
+                    m->pb.scratch, tg, md->lm_head, n, D, V, (float)(1.0 / m->fuse_divisor)));
+        m->loss_done = 1;
     } else {
         PROF_OP(&md->loss->h, 0,
-                m->loss_sum = md->loss->forward(a->losses, a->ce_lse, a->logits, a->hn, m->p.output,
-                                                targets ? tg : NULL, md->lm_head, n, D, V));
+                m->loss_sum =
+                    md->loss->forward(a->losses, a->ce_lse, a->logits, a->hn, m->p.output, wb,
+                                      m->pb.scratch, targets ? tg : NULL, md->lm_head, n, D, V));
     }
     if (targets)
         for (long j = 0; j < n; j++)
@@ -1077,6 +1088,16 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
     hook(m, L + 1, QWEN3_POST_FORWARD);
     double ce = m->n_valid ? m->loss_sum / m->n_valid : 0.0;
     return (float)(ce + s->router_aux_loss_coef * m->aux_loss);
+}
+
+float qwen3_forward_backward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
+                             const int32_t *positions, const int32_t *doc, int B, int T,
+                             double divisor) {
+    m->fuse_divisor = divisor;
+    float loss = qwen3_forward(m, tokens, targets, positions, doc, B, T);
+    m->fuse_divisor = 0.0;
+    qwen3_backward(m, divisor);
+    return loss;
 }
 
 void qwen3_backward(Qwen3 *m, double divisor) {
@@ -1097,11 +1118,11 @@ void qwen3_backward(Qwen3 *m, double divisor) {
                                  (float)(1.0 / divisor)));
         linear_bwd(m, md->lm_head, a->dxn, m->g.output, a->logits, a->hn, m->p.output, m->pb.output,
                    n, D, V, 0.0f);
-    } else {
+    } else if (!m->loss_done) {
         PROF_OP(&md->loss->h, 1,
                 md->loss->backward(a->dxn, m->g.output, a->logits, a->hn, m->p.output,
-                                   a->targets + t0, a->ce_lse, md->lm_head, n, D, V,
-                                   (float)(1.0 / divisor)));
+                                   m->bf16 ? m->pb.output : NULL, m->pb.scratch, a->targets + t0,
+                                   a->ce_lse, md->lm_head, n, D, V, (float)(1.0 / divisor)));
     }
     PROF_OP(&md->norm->h, 1,
             md->norm->backward(a->dres, m->g.norm, a->dxn, a->h, m->p.norm, a->rstdf, n, D));

@@ -237,7 +237,9 @@ struct Qwen3 {
     Qwen3Bf16 pb;
     /* Set by forward, read by backward. */
     int B, T;
-    double loss_sum; /* sum of CE over valid targets */
+    double loss_sum;     /* sum of CE over valid targets */
+    double fuse_divisor; /* > 0 inside qwen3_forward_backward */
+    int loss_done;       /* the output layer's backward already ran in forward */
     long n_valid;
     /* MoE */
     int n_moe_layers;
@@ -372,6 +374,13 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
 /* Backward of loss = loss_sum / divisor (divisor <= 0: this forward's n_valid); parameter
  * gradients accumulate into m->g. Needs a forward with targets just before. */
 void qwen3_backward(Qwen3 *m, double divisor);
+/* qwen3_forward then qwen3_backward(divisor) with divisor > 0 known up front (the trainer's
+ * count of the step's valid targets), so a loss op with forward_backward runs the output
+ * layer's backward inside the forward and never keeps the logits (on a world of one; under
+ * FSDP hooks the two run apart). Returns what qwen3_forward returns. */
+float qwen3_forward_backward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
+                             const int32_t *positions, const int32_t *doc, int B, int T,
+                             double divisor);
 
 /* MoE load balancing: zeroes m->moe_counts (call at the start of each optimizer step). */
 void qwen3_moe_reset_counts(Qwen3 *m);

@@ -705,8 +705,7 @@ static int forward_backward(void *ctx, const void *batch, double divisor, double
                        "model: a micro-batch of %d x %d tokens exceeds the %d x %d the "
                        "activations were sized for",
                        b->B, b->T, f->m.max_B, f->m.max_T);
-    qwen3_forward(&f->m, b->tokens, b->targets, b->positions, b->doc, b->B, b->T);
-    qwen3_backward(&f->m, divisor);
+    qwen3_forward_backward(&f->m, b->tokens, b->targets, b->positions, b->doc, b->B, b->T, divisor);
     *loss_sum = f->m.loss_sum;
     return 0;
 }
