@@ -69,16 +69,10 @@ static void layout_params(Qwen3 *m, Arena *pa, Arena *ga) {
     int n = param_list(&m->spec, NULL);
     ParamInfo *info = xmalloc((size_t)n * sizeof *info);
     param_list(&m->spec, info);
-    long max_numel = 0;
-    for (int i = 0; i < n; i++)
-        if ((long)info[i].numel > max_numel) max_numel = (long)info[i].numel;
-    /* A frozen model's gradients all land in one buffer the size of the largest parameter,
-     * which nothing reads: the ops still write them, but no model-sized arena holds them. */
-    float *sink = m->frozen ? arena_floats(ga, (size_t)max_numel) : NULL; /* NULL counting */
     for (int i = 0; i < n; i++) {
         const ParamInfo *pi = &info[i];
         float *data = arena_floats(pa, (size_t)pi->numel);
-        float *grad = m->frozen ? sink : arena_floats(ga, (size_t)pi->numel);
+        float *grad = arena_floats(ga, (size_t)pi->numel);
         *qwen3_param_field(&m->p, pi->kind->id, pi->layer) = data;
         *qwen3_param_field(&m->g, pi->kind->id, pi->layer) = grad;
         if (!m->table) continue;
@@ -98,7 +92,6 @@ static void layout_params(Qwen3 *m, Arena *pa, Arena *ga) {
         m->g.output = m->g.tok_embeddings;
     }
     m->nparams = n;
-    m->max_param_numel = max_numel;
 }
 
 /* ---- activations ---- */
@@ -353,9 +346,8 @@ static int setup(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int s
 enum { OWN_PARAMS = 1, OWN_GRADS = 2 };
 
 static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp, int owned,
-                  const Qwen3Modules *impl, int frozen, Err *err) {
+                  const Qwen3Modules *impl, Err *err) {
     TRY(setup(m, spec, B, T, ac, sp, err));
-    m->frozen = frozen;
     Arena pc, gc, ac_count, ks_count;
     arena_init_counting(&pc, "parameter");
     arena_init_counting(&gc, "gradient");
@@ -382,32 +374,32 @@ static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int 
 }
 
 int qwen3_create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, Err *err) {
-    return create(m, spec, B, T, ac, 1, OWN_PARAMS | OWN_GRADS, NULL, 0, err);
+    return create(m, spec, B, T, ac, 1, OWN_PARAMS | OWN_GRADS, NULL, err);
 }
 
 int qwen3_create_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
                       const Qwen3Modules *impl, Err *err) {
-    return create(m, spec, B, T, ac, 1, OWN_PARAMS | OWN_GRADS, impl, 0, err);
+    return create(m, spec, B, T, ac, 1, OWN_PARAMS | OWN_GRADS, impl, err);
 }
 
 int qwen3_create_forward(Qwen3 *m, const ModelSpec *spec, int B, int T, const Qwen3Modules *impl,
                          Err *err) {
-    return create(m, spec, B, T, AC_NONE, 1, OWN_PARAMS, impl, 0, err);
+    return create(m, spec, B, T, AC_NONE, 1, OWN_PARAMS, impl, err);
 }
 
 int qwen3_create_frozen_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
                              const Qwen3Modules *impl, Err *err) {
-    return create(m, spec, B, T, ac, 1, OWN_PARAMS | OWN_GRADS, impl, 1, err);
+    return create(m, spec, B, T, ac, 1, OWN_PARAMS, impl, err);
 }
 
 int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
                          Err *err) {
-    return create(m, spec, B, T, ac, sp, 0, NULL, 0, err);
+    return create(m, spec, B, T, ac, sp, 0, NULL, err);
 }
 
 int qwen3_create_unowned_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
                               const Qwen3Modules *impl, Err *err) {
-    return create(m, spec, B, T, ac, sp, 0, impl, 0, err);
+    return create(m, spec, B, T, ac, sp, 0, impl, err);
 }
 
 void qwen3_free(Qwen3 *m) {
@@ -454,7 +446,7 @@ const Qwen3Param *qwen3_find_param(const Qwen3 *m, const char *name) {
 }
 
 void qwen3_zero_grads(Qwen3 *m) {
-    memset(m->grad_arena.base, 0, m->grad_arena.capacity);
+    if (m->grad_arena.base) memset(m->grad_arena.base, 0, m->grad_arena.capacity);
 }
 
 void qwen3_moe_reset_counts(Qwen3 *m) {
@@ -1010,8 +1002,9 @@ void qwen3_backward(Qwen3 *m, double divisor) {
         hook(m, 1 + i, QWEN3_POST_BACKWARD);
     }
     hook(m, 0, QWEN3_PRE_BACKWARD);
-    PROF_OP(&md->tok_embeddings->h, 1,
-            md->tok_embeddings->backward(m->g.tok_embeddings, a->dres, a->tokens + t0, n, D));
+    if (m->g.tok_embeddings) /* NULL: a frozen table (ops/op.h) */
+        PROF_OP(&md->tok_embeddings->h, 1,
+                md->tok_embeddings->backward(m->g.tok_embeddings, a->dres, a->tokens + t0, n, D));
     hook(m, 0, QWEN3_POST_BACKWARD);
 }
 
@@ -1038,7 +1031,6 @@ int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
     /* arena_init rounds a block up to the 64-byte alignment. */
     out->param_bytes = (pc.used + 63) / 64 * 64;
     out->grad_bytes = (gc.used + 63) / 64 * 64;
-    out->frozen_grad_bytes = ((size_t)m->max_param_numel * sizeof(float) + 63) / 64 * 64;
     /* the kernel scratch counts as activation memory for the plan */
     out->act_bytes = (acnt.used + 63) / 64 * 64 + (kcnt.used + 63) / 64 * 64;
     out->nparams = m->nparams;

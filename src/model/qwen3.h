@@ -257,11 +257,6 @@ struct Qwen3 {
      * tokens, and the gradients of the norm weights, the embedding and lm_head its tokens'
      * share: the driver sums them over the group. Dense models only. */
     int sp, sp_rank;
-    /* Frozen (qwen3_create_frozen_with): every parameter gradient points at one sink the size
-     * of the largest parameter, so a model whose own weights do not train (LoRA) holds no
-     * gradient arena of its size. The gradients are written there and never read. */
-    int frozen;
-    long max_param_numel;
     /* LoRA adapters (model/lora.h) added to their linears' outputs, or NULL. Single process,
      * no tensor parallelism: the driver refuses other set-ups. */
     struct Lora *lora;
@@ -291,7 +286,9 @@ int qwen3_create_forward(Qwen3 *m, const ModelSpec *spec, int B, int T, const Qw
  * data and grad, and m->p / m->g stay NULL until dist.unit points them somewhere (FSDP).
  * sp > 1: sequence parallel over sp ranks (Qwen3.sp; B * T must be divisible by it), with the
  * residual-stream activations sized for B * T / sp tokens. */
-/* As qwen3_create_with for a model whose weights do not train (Qwen3.frozen). */
+/* As qwen3_create_with for a model whose own weights do not train (the base of LoRA): no
+ * gradient arena (the table's grads and m->g are NULL), so backward computes the input
+ * gradients only and skips every weight-gradient product (ops/op.h). */
 int qwen3_create_frozen_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
                              const Qwen3Modules *impl, Err *err);
 int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
@@ -307,9 +304,8 @@ void qwen3_free(Qwen3 *m);
  * without allocating them. */
 typedef struct Qwen3Sizes {
     size_t param_bytes, grad_bytes, act_bytes;
-    size_t bf16_bytes;        /* the bf16 weight arena qwen3_enable_bf16 would add */
-    size_t frozen_grad_bytes; /* the gradient arena of qwen3_create_frozen_with (one sink) */
-    int nparams;              /* entries of the parameter table (a tied output is no entry) */
+    size_t bf16_bytes; /* the bf16 weight arena qwen3_enable_bf16 would add */
+    int nparams;       /* entries of the parameter table (a tied output is no entry) */
 } Qwen3Sizes;
 int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
                 const Qwen3Modules *impl, Err *err);

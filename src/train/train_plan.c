@@ -84,8 +84,8 @@ static int plan_lora(TrainPlan *p, const JobConfig *cfg, const ModelSpec *spec, 
     p->grads += 4.0 * numel;
     p->acts += 4.0 * N * lo.rank * (lo.n + 1);
     lora_free(&lo);
-    note(p, "LoRA: gradients and optimizer state for the adapters, plus one sink buffer (the "
-            "largest parameter's size) that the frozen weights' gradients are written to");
+    note(p, "LoRA: gradients and optimizer state for the adapters alone; the frozen base has "
+            "none");
     return 0;
 }
 
@@ -158,8 +158,9 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     p->optim = 2.0 * (double)z.grad_bytes / p->dp_shard;
     p->acts = (double)z.act_bytes;
     if (cfg->lora.rank > 0) {
-        /* The frozen base's gradients go to one sink (train_qwen3_create with frozen). */
-        p->grads = (double)z.frozen_grad_bytes;
+        /* The frozen base has no gradients (train_qwen3_create with frozen). */
+        p->grads = 0;
+        p->optim = 0;
         TRY(plan_lora(p, cfg, &p->spec, err));
     }
 

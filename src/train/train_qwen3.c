@@ -292,7 +292,6 @@ int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T,
     out->grad_bytes = z.grad_bytes;
     out->act_bytes = z.act_bytes;
     out->bf16_bytes = z.bf16_bytes;
-    out->frozen_grad_bytes = z.frozen_grad_bytes;
     out->nparams = z.nparams;
     return 0;
 }

@@ -42,8 +42,8 @@ typedef struct TrainQwen3Batch {
  * and the kernels of plan (from overrides_resolve, chosen for the rank's shapes; NULL = the
  * defaults of train_qwen3_modules). mesh NULL: a world of one. Parameters start at zero. Dense
  * models on any mesh; MoE models (router, stacked experts and expert_bias sharded with their
- * layer) without tensor parallelism. frozen: the model's own weights do not train (LoRA), so
- * its gradients go to one sink (qwen3_create_frozen_with); a world of one only. */
+ * layer) without tensor parallelism. frozen: the model's own weights do not train (LoRA): no
+ * gradient arena, no weight-gradient products (qwen3_create_frozen_with); a world of one only. */
 TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, const Mesh *mesh,
                                const OverridePlan *plan, int frozen, Err *err);
 /* What train_qwen3_create refuses beyond the mesh's checks (MoE with tensor parallelism), for
@@ -65,8 +65,7 @@ struct Qwen3Modules *train_qwen3_modules(const ModelSpec *spec, const OverridePl
  * activations of a sequence-parallel rank. */
 typedef struct TrainQwen3Sizes {
     size_t param_bytes, grad_bytes, act_bytes;
-    size_t bf16_bytes;        /* added by train_qwen3_enable_bf16 on a world of one */
-    size_t frozen_grad_bytes; /* the gradient sink of a frozen model, instead of grad_bytes */
+    size_t bf16_bytes; /* added by train_qwen3_enable_bf16 on a world of one */
     int nparams;
 } TrainQwen3Sizes;
 int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
