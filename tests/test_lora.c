@@ -23,6 +23,7 @@
 #include "model/lora.h"
 #include "model/qwen3.h"
 #include "model/qwen3_hf.h"
+#include "train/train_qwen3.h"
 #include "train/trainer.h"
 
 enum { STEPS = 5, B = 2, T = 12, RANK = 4 };
@@ -35,11 +36,12 @@ static char *const ALL[] = {"layers.*.attention.*", "layers.*.feed_forward.*"};
 /* The tiny base model, frozen as LoRA training creates it (no gradient arena, so the
  * comparisons below also show that skipping the base's weight gradients leaves the adapters'
  * gradients as peft has them), with adapters on every linear read from the peft fixture. */
-static void setup_model(Qwen3 *m, Lora *lo, int load_adapters) {
+static void setup_model_as(Qwen3 *m, Lora *lo, int load_adapters, const Qwen3Modules *impl,
+                           int base_bf16) {
     Err err;
     char *w = fs_join(base_dir, "model.safetensors");
     StSet set;
-    if (qwen3_create_frozen_with(m, &spec, B, T, AC_NONE, NULL, &err) ||
+    if (qwen3_create_frozen_with(m, &spec, B, T, AC_NONE, impl, base_bf16, &err) ||
         st_set_open(&set, w, &err) || qwen3_load_hf(m, &set, w, &err))
         fail_msg("%s", err.msg);
     assert_int_equal(m->grad_arena.capacity, 0);
@@ -51,6 +53,10 @@ static void setup_model(Qwen3 *m, Lora *lo, int load_adapters) {
     assert_int_equal(lo->n, 2 * 7);
     if (load_adapters && lora_load_peft(lo, &spec, fix_dir, &err)) fail_msg("%s", err.msg);
     m->lora = lo;
+}
+
+static void setup_model(Qwen3 *m, Lora *lo, int load_adapters) {
+    setup_model_as(m, lo, load_adapters, NULL, 0);
 }
 
 static void batch(int step, int32_t *tok, int32_t *tgt) {
@@ -114,6 +120,77 @@ static void test_loss_and_grads_match_peft(void **state) {
     free(p);
     lora_free(&lo);
     qwen3_free(&m);
+}
+
+/* sqrt(sum (a - b)^2 / sum b^2) */
+static double rel_l2(const float *a, const float *b, long n) {
+    double d = 0, w = 0;
+    for (long k = 0; k < n; k++) {
+        d += ((double)a[k] - b[k]) * ((double)a[k] - b[k]);
+        w += (double)b[k] * b[k];
+    }
+    return sqrt(d / w);
+}
+
+/* lora.base_dtype = "bfloat16": the base's matmul weights and embedding only in bf16 (no fp32
+ * copy), the same sizes qwen3_sizes tells the plan, under 55% of the fp32 base's bytes; the
+ * loss and adapter gradients against the fp32 base within the mixed-precision bounds of
+ * docs/training.md (loss 1%, each gradient 5% relative L2). */
+static void test_bf16_base(void **state) {
+    (void)state;
+    Qwen3 m32, m16;
+    Lora l32, l16;
+    /* Training's kernels: the references have no bf16 path, which the model refuses. */
+    Qwen3Modules *cpu = train_qwen3_modules(&spec, NULL, 0);
+    Err err;
+    assert_int_equal(qwen3_create_frozen_with(&m16, &spec, B, T, AC_NONE, NULL, 1, &err), -1);
+    fprintf(stderr, "expected error: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "has no bf16 path"));
+    setup_model_as(&m32, &l32, 1, cpu, 0);
+    setup_model_as(&m16, &l16, 1, cpu, 1);
+    Qwen3Sizes z;
+    if (qwen3_sizes(&z, &spec, B, T, AC_NONE, 1, cpu, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(m16.param_arena.capacity, z.base_bf16_param_bytes);
+    assert_int_equal(m16.bf16_arena.capacity, z.base_bf16_bytes);
+    assert_null(m16.p.layers[0].wq);
+    assert_null(m16.p.tok_embeddings);
+    assert_non_null(m16.p.layers[0].q_norm);
+    const Qwen3Param *e = qwen3_find_param(&m16, "tok_embeddings.weight");
+    assert_non_null(e);
+    assert_ptr_equal(e->data_bf16, m16.pb.tok_embeddings);
+    /* The weights' bytes (the bf16 arena less its matmul scratch) against the fp32 base. */
+    size_t scratch =
+        m16.bf16_arena.capacity - (size_t)((char *)m16.pb.scratch - (char *)m16.bf16_arena.base);
+    double frac = (double)(m16.param_arena.capacity + m16.bf16_arena.capacity - scratch) /
+                  (double)m32.param_arena.capacity;
+    printf("bf16 base: %.3f of the fp32 base's bytes\n", frac);
+    assert_true(frac < 0.55);
+    int32_t tok[B * T], tgt[B * T];
+    batch(0, tok, tgt);
+    Qwen3 *ms[2] = {&m32, &m16};
+    float loss[2];
+    for (int k = 0; k < 2; k++) {
+        lora_zero_grads(k ? &l16 : &l32);
+        loss[k] = qwen3_forward(ms[k], tok, tgt, NULL, NULL, B, T);
+        qwen3_backward(ms[k], 0);
+    }
+    double dl = fabs(loss[1] - loss[0]) / loss[0], worst = 0;
+    for (int i = 0; i < l32.n; i++) {
+        LoraAdapter *a = &l32.ad[i], *b = &l16.ad[i];
+        double da = rel_l2(b->da, a->da, (long)RANK * a->in);
+        double db = rel_l2(b->db, a->db, (long)a->out * RANK);
+        if (!(da <= worst)) worst = da;
+        if (!(db <= worst)) worst = db;
+    }
+    printf("bf16 base: loss %.7f vs fp32 %.7f (rel %.2g), worst adapter gradient rel L2 %.3g\n",
+           loss[1], loss[0], dl, worst);
+    assert_true(dl <= 0.01);
+    assert_true(worst <= 0.05);
+    lora_free(&l32);
+    lora_free(&l16);
+    qwen3_free(&m32);
+    qwen3_free(&m16);
+    free(cpu);
 }
 
 /* ---- five steps through trainer_run ---- */
@@ -422,6 +499,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_loss_and_grads_match_peft),
         cmocka_unit_test(test_five_steps_match_peft),
+        cmocka_unit_test(test_bf16_base),
         cmocka_unit_test(test_finite_differences),
         cmocka_unit_test(test_peft_files_and_merge),
         cmocka_unit_test(test_bad_input),

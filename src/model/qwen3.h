@@ -69,8 +69,10 @@ typedef struct Qwen3Param {
     int ndim;
     int64_t shape[3];
     long numel;
-    float *data; /* points into the parameter arena */
+    float *data; /* points into the parameter arena; NULL when held in bf16 (data_bf16) */
     float *grad; /* points into the gradient arena */
+    /* A bf16 base's weight (Qwen3.base_bf16): its only copy, in the bf16 arena; else NULL. */
+    uint16_t *data_bf16;
 } Qwen3Param;
 
 /* Implementation pointer of every module instance (docs/kernels.md). */
@@ -183,6 +185,9 @@ typedef struct Qwen3Bf16 {
     Qwen3Bf16Layer layers[QT_MAX_LAYERS];
     uint16_t *output;  /* (V, D) */
     uint16_t *scratch; /* bf16 casts of matmul inputs, sized for the largest product */
+    /* (V, D) a bf16 base's embedding table (Qwen3.base_bf16; output itself when tied), else
+     * NULL: the fp32 table is the one read. */
+    uint16_t *tok_embeddings;
 } Qwen3Bf16;
 
 /* FSDP hook phases (see Qwen3Dist.unit). */
@@ -257,6 +262,10 @@ struct Qwen3 {
      * tokens, and the gradients of the norm weights, the embedding and lm_head its tokens'
      * share: the driver sums them over the group. Dense models only. */
     int sp, sp_rank;
+    /* A frozen base held in bf16 (qwen3_create_frozen_with, base_bf16 1): the matmul weights
+     * and the embedding live in pb alone (no fp32 copy; their table rows have data NULL and
+     * data_bf16 set), so forward never casts them, and every product with them is bf16. */
+    int base_bf16;
     /* LoRA adapters (model/lora.h) added to their linears' outputs, or NULL. Single process,
      * no tensor parallelism: the driver refuses other set-ups. */
     struct Lora *lora;
@@ -288,9 +297,11 @@ int qwen3_create_forward(Qwen3 *m, const ModelSpec *spec, int B, int T, const Qw
  * residual-stream activations sized for B * T / sp tokens. */
 /* As qwen3_create_with for a model whose own weights do not train (the base of LoRA): no
  * gradient arena (the table's grads and m->g are NULL), so backward computes the input
- * gradients only and skips every weight-gradient product (ops/op.h). */
+ * gradients only and skips every weight-gradient product (ops/op.h). base_bf16: the matmul
+ * weights and the embedding are held in bf16 only (Qwen3.base_bf16), which needs linear
+ * kernels with a bf16 path and the unchunked loss (an error sentence names the one missing). */
 int qwen3_create_frozen_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
-                             const Qwen3Modules *impl, Err *err);
+                             const Qwen3Modules *impl, int base_bf16, Err *err);
 int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
                          Err *err);
 /* The same with the module implementations taken from impl (as qwen3_create_with). */
@@ -305,7 +316,9 @@ void qwen3_free(Qwen3 *m);
 typedef struct Qwen3Sizes {
     size_t param_bytes, grad_bytes, act_bytes;
     size_t bf16_bytes; /* the bf16 weight arena qwen3_enable_bf16 would add */
-    int nparams;       /* entries of the parameter table (a tied output is no entry) */
+    /* The parameter and bf16 arenas of qwen3_create_frozen_with with base_bf16 1 instead. */
+    size_t base_bf16_param_bytes, base_bf16_bytes;
+    int nparams; /* entries of the parameter table (a tied output is no entry) */
 } Qwen3Sizes;
 int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
                 const Qwen3Modules *impl, Err *err);

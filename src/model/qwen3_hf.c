@@ -3,9 +3,11 @@
 #include "model/qwen3_hf.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "io/hf_keys.h"
+#include "kernels/cpu_simd.h"
 
 /* Appends "label: a, b, c" to msg (of cap bytes) while it fits; the rest are counted. */
 static void list_keys(char *msg, size_t cap, const char *label, char **keys, int n) {
@@ -51,8 +53,15 @@ int qwen3_load_hf(Qwen3 *m, const StSet *set, const char *what, Err *err) {
         int k = hf_keys_find_param(&t, p->name);
         if (k < 0 || t.params[k].numel != p->numel)
             rc = err_set(err, "model parameter %s is not in the Hugging Face name table", p->name);
-        else if (hf_keys_load_param(p->data, &t, k, set, err) != 0)
-            rc = err_wrap(err, "%s", what);
+        else {
+            /* A bf16 base's weight is read as fp32, then rounded to its only copy. */
+            float *dst = p->data_bf16 ? xmalloc((size_t)p->numel * sizeof *dst) : p->data;
+            if (hf_keys_load_param(dst, &t, k, set, err) != 0)
+                rc = err_wrap(err, "%s", what);
+            else if (p->data_bf16)
+                simd_f32_to_bf16(p->data_bf16, dst, p->numel);
+            if (p->data_bf16) free(dst);
+        }
     }
     hf_keys_free(&t);
     return rc;

@@ -158,9 +158,11 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     p->optim = 2.0 * (double)z.grad_bytes / p->dp_shard;
     p->acts = (double)z.act_bytes;
     if (cfg->lora.rank > 0) {
-        /* The frozen base has no gradients (train_qwen3_create with frozen). */
+        /* The frozen base has no gradients (train_qwen3_create with frozen); a bf16 base keeps
+         * its matmul weights and embedding in the bf16 arena alone (counted below). */
         p->grads = 0;
         p->optim = 0;
+        if (cfg->lora.base_dtype == DT_BF16) p->params = (double)z.base_bf16_param_bytes;
         TRY(plan_lora(p, cfg, &p->spec, err));
     }
 
@@ -171,7 +173,9 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     /* bf16 mixed precision: the bf16 weight copies and matmul scratch arena, as
      * train_job_run enables it on one process; with FSDP the copies are of the gathered-layer
      * workspaces, which are not counted either. */
-    if (cfg->training.mixed_precision_param == DT_BF16) {
+    if (cfg->lora.rank > 0 && cfg->lora.base_dtype == DT_BF16) {
+        p->workspace += (double)z.base_bf16_bytes; /* the base's weights and matmul scratch */
+    } else if (cfg->training.mixed_precision_param == DT_BF16) {
         if (p->dp_shard > 1 || p->tp > 1)
             note(p, "bfloat16 on many processes: the bf16 copies of the gathered-unit buffers "
                     "and the matmul scratch are not counted");

@@ -42,10 +42,12 @@ typedef struct Slot {
 } Slot;
 
 /* What this rank holds of a parameter (of its tensor-parallel part, flattened): elements
- * [lo, hi) at p, their gradient at g; the whole parameter on a world of one. */
+ * [lo, hi) at p, their gradient at g; the whole parameter on a world of one. A frozen bf16
+ * base's weight (lora.base_dtype) is at pb instead, p NULL. */
 typedef struct Held {
     size_t lo, hi;
     float *p, *g;
+    uint16_t *pb;
 } Held;
 
 struct TrainQwen3 {
@@ -292,6 +294,8 @@ int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T,
     out->grad_bytes = z.grad_bytes;
     out->act_bytes = z.act_bytes;
     out->bf16_bytes = z.bf16_bytes;
+    out->base_bf16_param_bytes = z.base_bf16_param_bytes;
+    out->base_bf16_bytes = z.base_bf16_bytes;
     out->nparams = z.nparams;
     return 0;
 }
@@ -374,7 +378,7 @@ static int shard(TrainQwen3 *f, const int *unit, Err *err) {
 }
 
 TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, const Mesh *mesh,
-                               const OverridePlan *plan, int frozen, Err *err) {
+                               const OverridePlan *plan, int frozen, int base_bf16, Err *err) {
     TrainQwen3 *f = xcalloc(1, sizeof *f);
     f->mesh = mesh;
     if ((!mesh && own_world_of_one(f, B, err) != 0) ||
@@ -383,7 +387,7 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
         return NULL;
     }
     if (frozen && f->mesh->dims.world > 1) {
-        /* The adapters and the gradient sink live in one process's model. */
+        /* The adapters live in one process's model. */
         err_set(err, "a frozen base (LoRA) runs on one process: FSDP and tensor parallelism with "
                      "adapters are not implemented");
         train_qwen3_free(f);
@@ -407,7 +411,7 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
     Qwen3Modules *mod = train_qwen3_modules(&local, plan, !f->sharded);
     int rc = f->sharded ? qwen3_create_unowned_with(&f->m, &local, B, T, ac,
                                                     f->seq_parallel ? f->tp : 1, mod, err)
-             : frozen   ? qwen3_create_frozen_with(&f->m, &local, B, T, ac, mod, err)
+             : frozen   ? qwen3_create_frozen_with(&f->m, &local, B, T, ac, mod, base_bf16, err)
                         : qwen3_create_with(&f->m, &local, B, T, ac, mod, err);
     free(mod);
     if (rc == 0 && f->tp > 1) rc = qwen3_create_unowned(&f->full, spec, 1, 1, AC_NONE, 1, err);
@@ -420,7 +424,8 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
     f->held = xcalloc((size_t)n, sizeof *f->held);
     for (int i = 0; i < n; i++) {
         unit[i] = param_unit(f, &f->m.table[i]);
-        f->held[i] = (Held){0, (size_t)f->m.table[i].numel, f->m.table[i].data, f->m.table[i].grad};
+        const Qwen3Param *p = &f->m.table[i];
+        f->held[i] = (Held){0, (size_t)p->numel, p->data, p->grad, p->data_bf16};
     }
     if (rc == 0 && f->sharded) rc = shard(f, unit, err);
     if (rc != 0) {
@@ -552,7 +557,10 @@ static void keep_slice(TrainQwen3 *f, int i, const float *full, float *tmp) {
         full = tmp;
     }
     const Held *h = &f->held[i];
-    if (h->hi > h->lo) memcpy(h->p, full + h->lo, (h->hi - h->lo) * sizeof *full);
+    if (h->pb)
+        simd_f32_to_bf16(h->pb + h->lo, full + h->lo, (long)(h->hi - h->lo));
+    else if (h->hi > h->lo)
+        memcpy(h->p, full + h->lo, (h->hi - h->lo) * sizeof *full);
 }
 
 /* The whole model's table (the rank's own when tp = 1). */

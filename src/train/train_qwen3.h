@@ -43,9 +43,10 @@ typedef struct TrainQwen3Batch {
  * defaults of train_qwen3_modules). mesh NULL: a world of one. Parameters start at zero. Dense
  * models on any mesh; MoE models (router, stacked experts and expert_bias sharded with their
  * layer) without tensor parallelism. frozen: the model's own weights do not train (LoRA): no
- * gradient arena, no weight-gradient products (qwen3_create_frozen_with); a world of one only. */
+ * gradient arena, no weight-gradient products (qwen3_create_frozen_with); a world of one only;
+ * base_bf16 (with frozen): its matmul weights and embedding held in bf16 only. */
 TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, const Mesh *mesh,
-                               const OverridePlan *plan, int frozen, Err *err);
+                               const OverridePlan *plan, int frozen, int base_bf16, Err *err);
 /* What train_qwen3_create refuses beyond the mesh's checks (MoE with tensor parallelism), for
  * `qtitan plan` and the job's start-up to say the same before anything is allocated. */
 int train_qwen3_check(const ModelSpec *spec, int tp, Err *err);
@@ -66,6 +67,8 @@ struct Qwen3Modules *train_qwen3_modules(const ModelSpec *spec, const OverridePl
 typedef struct TrainQwen3Sizes {
     size_t param_bytes, grad_bytes, act_bytes;
     size_t bf16_bytes; /* added by train_qwen3_enable_bf16 on a world of one */
+    /* A frozen bf16 base (train_qwen3_create base_bf16): its fp32 and bf16 arenas instead. */
+    size_t base_bf16_param_bytes, base_bf16_bytes;
     int nparams;
 } TrainQwen3Sizes;
 int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
