@@ -173,8 +173,12 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     /* bf16 mixed precision: the bf16 weight copies and matmul scratch arena, as
      * train_job_run enables it on one process; with FSDP the copies are of the gathered-layer
      * workspaces, which are not counted either. */
+    double D = p->spec.dim, V = p->spec.vocab_size, F = p->spec.hidden_dim;
+    double big = V * D > F * D ? V * D : F * D;
     if (cfg->lora.rank > 0 && cfg->lora.base_dtype == DT_BF16) {
-        p->workspace += (double)z.base_bf16_bytes; /* the base's weights and matmul scratch */
+        /* The base's weights and matmul scratch, and the fp32 staging of the largest weight
+         * while it is loaded and rounded (train_qwen3_load_hf). */
+        p->workspace += (double)z.base_bf16_bytes + 4.0 * big;
     } else if (cfg->training.mixed_precision_param == DT_BF16) {
         if (p->dp_shard > 1 || p->tp > 1)
             note(p, "bfloat16 on many processes: the bf16 copies of the gathered-unit buffers "
@@ -182,8 +186,6 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
         else
             p->workspace += (double)z.bf16_bytes;
     }
-    double D = p->spec.dim, V = p->spec.vocab_size, F = p->spec.hidden_dim;
-    double big = V * D > F * D ? V * D : F * D;
     p->workspace += PLAN_GEMM_SCRATCH_PER_BYTE * 4.0 * big;
 
     const char *tok_path = NULL;

@@ -540,9 +540,17 @@ int train_qwen3_enable_bf16(TrainQwen3 *f, Err *err) {
 
 /* ---- initial values ---- */
 
+/* Where parameter i's initial values are made: in place when this rank holds all of it in
+ * fp32 (a world of one), so no staging copy of the largest tensor adds to the peak memory;
+ * else in tmp, for keep_slice to cut. */
+static float *stage(const TrainQwen3 *f, int i, float *tmp) {
+    return !f->sharded && f->tp == 1 && f->held[i].p ? f->held[i].p : tmp;
+}
+
 /* Keeps this rank's part of parameter i, given whole: first its tensor-parallel block (rows
  * or columns, cut into tmp), then the elements it holds of that. */
 static void keep_slice(TrainQwen3 *f, int i, const float *full, float *tmp) {
+    if (full == f->held[i].p) return; /* made in place (stage) */
     if (f->tp_split[i] != TP_REPLICATED) {
         const Qwen3Param *p = &f->m.table[i]; /* the local shape */
         long rows = (long)p->shape[0], cols = p->ndim == 2 ? (long)p->shape[1] : 1;
@@ -578,8 +586,9 @@ static size_t max_numel(const TrainQwen3 *f) {
 void train_qwen3_init(TrainQwen3 *f, uint64_t seed) {
     float *tmp = xmalloc(max_numel(f) * sizeof *tmp), *part = xmalloc(max_numel(f) * sizeof *tmp);
     for (int i = 0; i < f->m.nparams; i++) {
-        qwen3_init_param(whole(f), i, seed, tmp);
-        keep_slice(f, i, tmp, part);
+        float *dst = stage(f, i, tmp);
+        qwen3_init_param(whole(f), i, seed, dst);
+        keep_slice(f, i, dst, part);
     }
     free(tmp);
     free(part);
@@ -598,14 +607,15 @@ int train_qwen3_load_hf(TrainQwen3 *f, const char *path, Err *err) {
     for (int i = 0; i < f->m.nparams && rc == 0; i++) {
         const Qwen3Param *p = &whole(f)->table[i];
         int k = p->kind->hf ? hf_keys_find_param(&keys, p->name) : -1;
+        float *dst = stage(f, i, tmp);
         if (!p->kind->hf) /* training state (expert_bias), not in HF files */
-            memset(tmp, 0, (size_t)p->numel * sizeof *tmp);
+            memset(dst, 0, (size_t)p->numel * sizeof *dst);
         else if (k < 0)
             rc = err_set(err, "model parameter %s is not in the Hugging Face name table", p->name);
-        else if (hf_keys_load_param(tmp, &keys, k, &set, err) != 0)
+        else if (hf_keys_load_param(dst, &keys, k, &set, err) != 0)
             rc = err_wrap(err, "%s", path);
         if (rc != 0) break;
-        keep_slice(f, i, tmp, part);
+        keep_slice(f, i, dst, part);
     }
     hf_keys_free(&keys);
     free(tmp);
