@@ -484,6 +484,64 @@ static void test_bad_input(void **state) {
     lora_free(&lo);
 }
 
+/* Dropout (peft's lora_dropout): with a fixed mask the adapter is still linear in x, A and B,
+ * so finite differences check the masked backward entry by entry; the mask is a function of
+ * (seed, row, adapter, token) (the same on a second draw, another for another row), keeps about
+ * 1 - p of the inputs, and is off outside training (eval). */
+static void test_dropout(void **state) {
+    (void)state;
+    enum { N = 6, T = 3, I = 7, O = 6, R = 3 };
+    rng_seed(&rng, 12, 0);
+    Lora lo;
+    Err err;
+    char *const q[] = {"layers.0.attention.wq"};
+    assert_int_equal(lora_create(&lo, &spec, R, 5.0, q, 1, 4096, "test", &err), 0);
+    LoraAdapter *ad = &lo.ad[0]; /* its buffers hold this smaller shape */
+    ad->in = I;
+    ad->out = O;
+    lora_set_dropout(&lo, 0.3, 99);
+    float *x = randn(N * I, 1.0f), *Rp = randn(N * O, 1.0f), *y = zeros(N * O), *y2 = zeros(N * O);
+    float *y0 = zeros(N * O), *dx = zeros(N * I);
+    rng_fill_normal(&rng, ad->a, R * I, 0.5f);
+    rng_fill_normal(&rng, ad->b, O * R, 0.5f);
+    lora_forward(&lo, ad, y0, x, N); /* not dropping: the plain adapter */
+    lora_dropout_rows(&lo, 40, T);   /* rows 40 and 41 */
+    memset(ad->da, 0, R * I * sizeof(float));
+    memset(ad->db, 0, O * R * sizeof(float));
+    lora_forward(&lo, ad, y, x, N);
+    lora_backward(&lo, ad, dx, Rp, x, N);
+    lora_forward(&lo, ad, y2, x, N);
+    assert_memory_equal(y, y2, N * O * sizeof(float)); /* drawn again: the same mask */
+    assert_memory_not_equal(y, y0, N * O * sizeof(float));
+    FdAdapter c = {&lo, ad, x, Rp, y2, N, O};
+    fd_check("dropout dx", x, N * I, dx, fd_adapter_loss, &c, 0.25f, N * I, 1e-4);
+    fd_check("dropout dA", ad->a, R * I, ad->da, fd_adapter_loss, &c, 0.25f, R * I, 1e-4);
+    fd_check("dropout dB", ad->b, O * R, ad->db, fd_adapter_loss, &c, 0.25f, O * R, 1e-4);
+    lora_dropout_rows(&lo, 41, T); /* another row pair: another mask */
+    memset(y2, 0, N * O * sizeof(float));
+    lora_forward(&lo, ad, y2, x, N);
+    assert_memory_not_equal(y, y2, N * O * sizeof(float));
+    lora_dropout_rows(&lo, -1, 0); /* eval: no dropout */
+    memset(y2, 0, N * O * sizeof(float));
+    lora_forward(&lo, ad, y2, x, N);
+    assert_memory_equal(y0, y2, N * O * sizeof(float));
+    /* The kept fraction and the 1 / (1 - p) scale: one input of 1 on 4096 rows. */
+    ad->in = 1;
+    const float one = 1.0f;
+    int kept = 0;
+    for (int k = 0; k < 4096; k++) {
+        lora_dropout_rows(&lo, k, 1);
+        lora_forward(&lo, ad, y2, &one, 1);
+        float v = lo.xd[0]; /* dropout(1) */
+        kept += v != 0.0f;
+        if (v != 0.0f) assert_float_equal(v, 1.0f / 0.7f, 1e-6);
+    }
+    printf("dropout 0.3: kept %d of 4096\n", kept);
+    assert_in_range(kept, 4096 * 0.7 - 120, 4096 * 0.7 + 120); /* 4 standard deviations */
+    free(x), free(Rp), free(y), free(y2), free(y0), free(dx);
+    lora_free(&lo);
+}
+
 int main(void) {
     const char *src = getenv("QT_SOURCE_DIR");
     if (!src) return 77;
@@ -501,6 +559,7 @@ int main(void) {
         cmocka_unit_test(test_five_steps_match_peft),
         cmocka_unit_test(test_bf16_base),
         cmocka_unit_test(test_finite_differences),
+        cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_peft_files_and_merge),
         cmocka_unit_test(test_bad_input),
     };

@@ -28,13 +28,10 @@
 #include "train/trainer.h"
 
 /* The job's adapters: [lora] checked, created on the model's linears, started from
- * lora.adapter_path or fresh (seeded by training.seed). */
+ * lora.adapter_path or fresh (seeded by training.seed, as are the dropout masks). */
 static int lora_setup(const JobConfig *cfg, const ModelSpec *spec, Lora *lo, long max_tokens,
                       Err *err) {
     const char *where = cfg->path[0] ? cfg->path : "the job config";
-    if (cfg->lora.dropout != 0)
-        return err_set(err, "%s: lora.dropout = %g: only 0 is implemented", where,
-                       cfg->lora.dropout);
     char *list = xstrdup(cfg->lora.targets), *save = NULL;
     char *targets[256];
     int nt = 0;
@@ -50,6 +47,7 @@ static int lora_setup(const JobConfig *cfg, const ModelSpec *spec, Lora *lo, lon
     } else {
         lora_init(lo, (uint64_t)cfg->training.seed);
     }
+    lora_set_dropout(lo, cfg->lora.dropout, (uint64_t)cfg->training.seed);
     double base = 0;
     for (int i = 0; i < lo->n; i++)
         base += (double)lo->ad[i].in * lo->ad[i].out;

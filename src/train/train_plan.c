@@ -83,6 +83,7 @@ static int plan_lora(TrainPlan *p, const JobConfig *cfg, const ModelSpec *spec, 
     p->params += 4.0 * numel;
     p->grads += 4.0 * numel;
     p->acts += 4.0 * N * lo.rank * (lo.n + 1);
+    if (cfg->lora.dropout > 0) p->acts += 4.0 * N * lora_max_in(&lo); /* lora_set_dropout */
     lora_free(&lo);
     note(p, "LoRA: gradients and optimizer state for the adapters alone; the frozen base has "
             "none");

@@ -637,8 +637,11 @@ static int forward_backward(void *ctx, const void *batch, double divisor, double
                        "model: a micro-batch of %d x %d tokens exceeds the %d x %d the "
                        "activations were sized for",
                        b->B, b->T, f->m.max_B, f->m.max_T);
+    /* LoRA dropout acts in training's forward and backward only (validation does not drop). */
+    if (f->m.lora) lora_dropout_rows(f->m.lora, b->row, b->T);
     qwen3_forward(&f->m, b->tokens, b->targets, b->positions, b->doc, b->B, b->T);
     qwen3_backward(&f->m, divisor);
+    if (f->m.lora) lora_dropout_rows(f->m.lora, -1, 0);
     *loss_sum = f->m.loss_sum;
     return 0;
 }

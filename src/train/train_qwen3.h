@@ -36,6 +36,7 @@ typedef struct TrainQwen3Batch {
     const int32_t *targets;   /* (B, T) */
     const int32_t *positions; /* (B, T) or NULL */
     const int32_t *doc;       /* (B, T) or NULL */
+    int64_t row;              /* the dataset row of the first row (seeds LoRA dropout masks) */
 } TrainQwen3Batch;
 
 /* This rank's Qwen3 for micro-batches of up to B x T tokens, with activation checkpointing ac
