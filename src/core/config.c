@@ -78,7 +78,7 @@ _Static_assert(sizeof(DType) == sizeof(int) && sizeof(DecayType) == sizeof(int) 
 #define FLT(s, k, lo, hi, lo_open, hi_open, ex)                                                    \
     { #s, #k, K_FLOAT, OFF(s.k), lo, hi, lo_open, hi_open, 0, NULL, ex, NULL }
 
-/* Sections in dump order; "model" also takes every MODEL_SPEC_FIELDS name. Sections that only
+/* Sections in dump order; "model" also takes every model_spec_field_name name. Sections that only
  * hold alias rows ([debug]) or compat rows (config_compat.c) are known through those tables. */
 static const char *const SECTIONS[] = {
     "job",      "model",       "optimizer",  "lr_scheduler",
@@ -258,7 +258,7 @@ static void choice_list(char *out, size_t cap, const Choice *c) {
 
 static int is_model_field(const char *key) {
     for (int i = 0; i < MODEL_SPEC_NFIELDS; i++)
-        if (strcmp(MODEL_SPEC_FIELDS[i], key) == 0) return 1;
+        if (strcmp(model_spec_field_name(i), key) == 0) return 1;
     return 0;
 }
 
@@ -303,7 +303,7 @@ static int unknown_key(const char *where, const char *section, const char *key, 
             if (strcmp(CONFIG_COMPAT[i].section, section) == 0) cand[n++] = CONFIG_COMPAT[i].key;
         if (strcmp(section, "model") == 0)
             for (int i = 0; i < MODEL_SPEC_NFIELDS && n < sizeof cand / sizeof cand[0]; i++)
-                cand[n++] = MODEL_SPEC_FIELDS[i];
+                cand[n++] = model_spec_field_name(i);
     }
     const char *near = str_nearest(key, cand, n);
     if (near)

@@ -43,7 +43,7 @@ typedef enum TooLong { TOO_LONG_TRUNCATE = 0, TOO_LONG_DROP } TooLong;
  * order by the trainer with model_spec_set_field(spec, field, value). A field appears at most
  * once: a later setting (the command line) replaces the value in place. */
 typedef struct ModelFieldSet {
-    char *field; /* a name in MODEL_SPEC_FIELDS */
+    char *field; /* a name model_spec_field_name gives */
     char *value; /* value text: "4", "0.001", "true" */
     int line;    /* line in the config file; 0 = command line */
 } ModelFieldSet;

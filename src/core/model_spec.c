@@ -104,36 +104,21 @@ static const Field FIELDS[] = {
 };
 #define NFIELDS ((int)(sizeof FIELDS / sizeof FIELDS[0]))
 
-const char *const MODEL_SPEC_FIELDS[] = {
-    "dim",
-    "n_layers",
-    "n_heads",
-    "n_kv_heads",
-    "head_dim",
-    "hidden_dim",
-    "vocab_size",
-    "max_seq_len",
-    "norm_eps",
-    "rope_theta",
-    "tie_embeddings",
-    "num_experts",
-    "top_k",
-    "moe_hidden_dim",
-    "norm_topk_prob",
-    "decoder_sparse_step",
-    "router_aux_loss_coef",
-    "load_balance_coeff",
-};
 const int MODEL_SPEC_NFIELDS = NFIELDS;
-_Static_assert(sizeof MODEL_SPEC_FIELDS / sizeof MODEL_SPEC_FIELDS[0] == NFIELDS,
-               "MODEL_SPEC_FIELDS must list every replaceable field");
+
+const char *model_spec_field_name(int i) {
+    return FIELDS[i].name;
+}
 
 int model_spec_set_field(ModelSpec *spec, const char *field, const char *value, Err *err) {
     const Field *f = NULL;
     for (int i = 0; i < NFIELDS; i++)
         if (strcmp(FIELDS[i].name, field) == 0) f = &FIELDS[i];
     if (!f) {
-        const char *near = str_nearest(field, MODEL_SPEC_FIELDS, NFIELDS);
+        const char *names[NFIELDS];
+        for (int i = 0; i < NFIELDS; i++)
+            names[i] = FIELDS[i].name;
+        const char *near = str_nearest(field, names, NFIELDS);
         if (near)
             return err_set(err, "unknown model field \"%s\"; did you mean \"%s\"?", field, near);
         return err_set(err, "unknown model field \"%s\"", field);

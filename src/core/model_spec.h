@@ -45,8 +45,9 @@ int model_spec_field_is_bool(const char *field);
 int model_spec_validate(const ModelSpec *spec, Err *err);
 /* 1 when layer i uses the MoE block. */
 int model_spec_layer_is_moe(const ModelSpec *spec, int layer);
-/* Names of the replaceable fields, for config validation and suggestions. */
-extern const char *const MODEL_SPEC_FIELDS[];
+/* The replaceable fields, for config validation and suggestions: MODEL_SPEC_NFIELDS of them,
+ * field i named model_spec_field_name(i). */
 extern const int MODEL_SPEC_NFIELDS;
+const char *model_spec_field_name(int i);
 
 #endif
