@@ -142,7 +142,7 @@ typedef struct JobConfig {
     struct {
         int rank;           /* 0 = no LoRA: every weight trains */
         double alpha;       /* adapters scale by alpha / rank */
-        double dropout;     /* on the adapters' input; only 0 is run (the trainer says so) */
+        double dropout;     /* on the adapters' input, in training (model/lora.h) */
         char *targets;      /* comma-joined globs over module names (layers.*.attention.wq) */
         char *adapter_path; /* a peft adapter folder to start from, "" = fresh adapters */
         /* What the frozen base's matmul weights and embedding are held in: DT_BF16 halves
