@@ -2,8 +2,9 @@
 # Validation and samples during training ([validation], [sample]) on tiny models (dense; MoE
 # with bias balancing) over the tiny_gpt2 tokenizer: the training losses are bitwise those of the same run without them;
 # the last validation loss equals `qtitan eval --dataset` on that step's checkpoint (1e-6
-# relative); validation and sample records land in metrics.jsonl and samples.jsonl; bad
-# settings stop with one sentence.
+# relative); validation and sample records land in metrics.jsonl and samples.jsonl; samples
+# of a model whose vocabulary is padded past the tokenizer's decode; bad settings stop with
+# one sentence.
 set -euo pipefail
 QT=${QT_BINARY:-build/qtitan}
 SRC=${QT_SOURCE_DIR:-.}
@@ -56,6 +57,15 @@ grep -q '^{"step":4,"prompt":"A cafe","text":' "$TMP/b/samples.jsonl" || fail "n
 grep -q '^sample step 4 \[2\]: A cafe|' "$TMP/b.log" || fail "no sample line in the log"
 echo "samples: $(wc -l <"$TMP/b/samples.jsonl") records"
 
+# A vocabulary padded past the tokenizer's 607 tokens: a sample may choose an id without a
+# token (near-uniform at this temperature), which decodes to no text instead of stopping the run.
+"$QT" train "${common[@]}" --model.vocab_size=4096 --training.steps=1 --job.dump_folder="$TMP/pad" \
+  --sample.freq=1 --sample.prompts="The quick" --sample.temperature=1000 --sample.max_new_tokens=16 \
+  >"$TMP/pad.log" 2>&1 || fail "padded vocabulary: $(tail -3 "$TMP/pad.log")"
+grep -o '"ids":\[[0-9,]*\]' "$TMP/pad/samples.jsonl" | tr -c '0-9' '\n' | awk '$1 >= 607 { n++ } END { exit !n }' ||
+  fail "no id past the tokenizer was sampled: $(cat "$TMP/pad/samples.jsonl")"
+echo "padded vocabulary: ids past the tokenizer sampled and decoded to no text"
+
 expect_error() { # pattern, args...
     local pattern=$1 rc=0
     shift
@@ -65,7 +75,7 @@ expect_error() { # pattern, args...
     echo "ok ($rc): $(grep -- "$pattern" "$TMP/err")"
 }
 expect_error "validation.freq" --validation.freq=0
-expect_error "sample.freq = 1 but sample.prompts holds no prompt" --sample.freq=1
+expect_error "sample.freq = 1: sample.prompts holds no prompt" --sample.freq=1
 expect_error "validation.seq_len = 64 is longer than the 32 tokens" --validation.enable=true \
   --validation.dataset_path="$FIX/docs.jsonl" --validation.seq_len=64
 echo "e2e_validate: ok"

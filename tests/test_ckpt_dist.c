@@ -64,16 +64,18 @@ static void test_save_find_prune(void **state) {
     CkptTensor model = {"w", 1, {8}, w, NULL};
     CkptTensor optim[2] = {{"w.exp_avg", 1, {8}, m, NULL}, {"w.exp_avg_sq", 1, {8}, v, NULL}};
     Err err;
-    int64_t step;
-    char *path;
-    assert_int_equal(ckpt_dist_find_latest(c, MESH1, root, &step, &path, &err), 0);
+    CkptDistFound f;
+    assert_int_equal(ckpt_dist_locate(c, root, -1, &f, &err), 0);
     for (int64_t s = 1; s <= 3; s++) {
         CkptState st = {.step = s, .optim_step = s};
         w[0] = (float)s;
-        assert_int_equal(ckpt_dist_save(c, MESH1, root, &st, &model, 1, optim, 2, 2, &err), 0);
+        assert_int_equal(ckpt_dist_save(c, MESH1, root, &st, &model, NULL, 1, optim, 2, 2, &err),
+                         0);
     }
-    assert_int_equal(ckpt_dist_find_latest(c, MESH1, root, &step, &path, &err), 1);
-    assert_int_equal(step, 3);
+    assert_int_equal(ckpt_dist_locate(c, root, -1, &f, &err), 1);
+    assert_int_equal(f.step, 3);
+    assert_int_equal(f.ranks, 1);
+    char *path = ckpt_dist_found_dir(root, &f, 0);
     assert_non_null(strstr(path, "rank-0/step-3"));
     CkptState st;
     w[0] = 0;
@@ -86,17 +88,32 @@ static void test_save_find_prune(void **state) {
     char *s1 = fs_join(dir, "step-1"), *s2 = fs_join(dir, "step-2");
     assert_false(fs_exists(s1));
     assert_true(fs_exists(s2));
+    /* load_step picks a listed step; one that is not there is a sentence. */
+    assert_int_equal(ckpt_dist_locate(c, root, 2, &f, &err), 1);
+    assert_int_equal(f.step, 2);
+    assert_int_equal(ckpt_dist_locate(c, root, 1, &f, &err), -1);
+    assert_non_null(strstr(err.msg, "checkpoint.load_step = 1"));
     /* A crash before the marker named step 3 leaves step 2 current. */
     write_marker(root, 1, "2", 2);
-    assert_int_equal(ckpt_dist_find_latest(c, MESH1, root, &step, &path, &err), 1);
-    assert_int_equal(step, 2);
-    free(path);
-    /* Shards of another world size are refused with a sentence. */
+    assert_int_equal(ckpt_dist_locate(c, root, -1, &f, &err), 1);
+    assert_int_equal(f.step, 2);
+    /* Shards of another world size are found, to be resharded. */
     write_marker(root, 4, "2", 2);
-    assert_int_equal(ckpt_dist_find_latest(c, MESH1, root, &step, &path, &err), -1);
-    assert_non_null(strstr(err.msg, "saved by 4 processes but this job has 1"));
+    assert_int_equal(ckpt_dist_locate(c, root, -1, &f, &err), 1);
+    assert_int_equal(f.ranks, 4);
+    assert_int_equal(f.mesh[1], 4);
+    /* One process's newer step wins over the sharded one. */
+    CkptState one = {.step = 5, .optim_step = 5};
+    assert_int_equal(ckpt_save(root, &one, &model, 1, optim, 2, 0, &err), 0);
+    assert_int_equal(ckpt_dist_locate(NULL, root, -1, &f, &err), 1);
+    assert_int_equal(f.step, 5);
+    assert_int_equal(f.ranks, 0);
+    path = ckpt_dist_found_dir(root, &f, 3);
+    assert_non_null(strstr(path, "/step-5"));
+    assert_null(strstr(path, "rank-"));
+    free(path);
     write_marker(root, 1, "\"x\"", 2);
-    assert_int_equal(ckpt_dist_find_latest(c, MESH1, root, &step, &path, &err), -1);
+    assert_int_equal(ckpt_dist_locate(c, root, -1, &f, &err), -1);
     assert_non_null(strstr(err.msg, "steps[0]"));
     free(s1);
     free(s2);

@@ -53,7 +53,7 @@ static void check_case(const char *name) {
     char *dir = fixture(name, NULL);
     InferModel im;
     Err err;
-    if (infer_model_open(&im, dir, NULL, 1, 1, 0, &err)) fail_msg("%s", err.msg);
+    if (infer_model_open(&im, dir, NULL, NULL, 1, 1, 0, &err)) fail_msg("%s", err.msg);
     int V = im.m.spec.vocab_size;
     char *pp = fixture(name, "prompts.txt"), *ep = fixture(name, "expected_ids.txt");
     char *lp = fixture(name, "expected_logprobs.txt");
@@ -135,7 +135,7 @@ static void check_cache(const char *name, int bf16, double tol) {
     enum { T = 24, P = 7 };
     InferModel im;
     Err err;
-    if (infer_model_open(&im, dir, NULL, 1, T, bf16, &err)) fail_msg("%s", err.msg);
+    if (infer_model_open(&im, dir, NULL, NULL, 1, T, bf16, &err)) fail_msg("%s", err.msg);
     int V = im.m.spec.vocab_size;
     int32_t ids[T];
     for (int t = 0; t < T; t++)
@@ -283,7 +283,7 @@ static void test_seeded(void **state) {
     char *dir = fixture("dense_tied_gqa", NULL);
     InferModel im;
     Err err;
-    if (infer_model_open(&im, dir, NULL, 1, 1, 0, &err)) fail_msg("%s", err.msg);
+    if (infer_model_open(&im, dir, NULL, NULL, 1, 1, 0, &err)) fail_msg("%s", err.msg);
     Decoder d;
     if (decoder_create(&d, &im.m, 2, 40, &err)) fail_msg("%s", err.msg);
     int32_t a[3] = {1, 2, 3}, b[5] = {9, 8, 7, 6, 5};

@@ -57,7 +57,7 @@ int main(int argc, char **argv) {
     int bf16 = strcmp(argv[2], "bfloat16") == 0, new = atoi(argv[3]);
     InferModel im;
     Err err;
-    if (infer_model_open(&im, argv[1], NULL, 1, 1, bf16, &err)) {
+    if (infer_model_open(&im, argv[1], NULL, NULL, 1, 1, bf16, &err)) {
         fprintf(stderr, "error: %s\n", err.msg);
         return 1;
     }

@@ -26,15 +26,16 @@
 static const char *USAGE =
     "usage: qtitan eval --model HFDIR --tokens FILE [--adapter DIR] [--dump-logits "
     "OUT.safetensors]\n"
-    "       qtitan eval (--model HFDIR | --checkpoint STEP_DIR) --dataset PATH [--seq-len N]\n"
-    "                   [--max-tokens N]\n"
+    "       qtitan eval (--model HFDIR | --checkpoint STEP_DIR) --dataset PATH [--adapter DIR]\n"
+    "                   [--seq-len N] [--max-tokens N]\n"
     "\n"
     "Prints `loss: X`, the mean next-token cross-entropy over all predicted positions of all\n"
     "lines of FILE (one sequence of whitespace-separated token ids per line), for the\n"
     "Qwen3ForCausalLM or Qwen3MoeForCausalLM checkpoint in HFDIR (config.json +\n"
     "safetensors) in fp32.\n"
     "--adapter DIR adds the LoRA adapters of a peft adapter folder (adapter_config.json +\n"
-    "adapter_model.safetensors, e.g. a LoRA run's DUMP/adapter) to the model.\n"
+    "adapter_model.safetensors, e.g. a LoRA run's DUMP/adapter) to the model; with --dataset\n"
+    "they are merged into the weights as a LoRA run's merged export is.\n"
     "--dump-logits writes each line's logits as F32 logits.0, logits.1, ... (len, vocab).\n"
     "\n"
     "--dataset reads PATH as training.dataset_path is read (JSONL with a \"text\" field, text\n"
@@ -71,7 +72,6 @@ static int parse_args(EvalArgs *a, int argc, char **argv, Err *err) {
                            "give one of --model HFDIR or --checkpoint STEP_DIR with --dataset");
         if (a->tokens || a->dump)
             return err_set(err, "--tokens and --dump-logits do not go with --dataset");
-        if (a->adapter) return err_set(err, "--adapter goes with --tokens, not --dataset (yet)");
         return 0;
     }
     if (a->checkpoint || a->seq_len || a->max_tokens)
@@ -216,7 +216,7 @@ static int eval_dataset(const EvalArgs *a, Err *err) {
     char *step = NULL;
     if (a->checkpoint) TRY(cli_checkpoint_step(a->checkpoint, &step, err));
     InferModel im;
-    int opened = infer_model_open(&im, a->model, step, 1, 1, 0, err);
+    int opened = infer_model_open(&im, a->model, step, NULL, 1, 1, 0, err);
     free(step);
     TRY(opened);
     int ctx = im.m.spec.max_seq_len, rc = 0;
@@ -230,8 +230,8 @@ static int eval_dataset(const EvalArgs *a, Err *err) {
     char *dir = xstrdup(im.dir);
     infer_model_close(&im);
     if (rc == 0)
-        rc = infer_model_open(&im, a->checkpoint ? NULL : dir, a->checkpoint ? dir : NULL, 1,
-                              (int)seq_len, 0, err);
+        rc = infer_model_open(&im, a->checkpoint ? NULL : dir, a->checkpoint ? dir : NULL,
+                              a->adapter, 1, (int)seq_len, 0, err);
     free(dir);
     if (rc) return -1;
     DatasetEncoder enc;

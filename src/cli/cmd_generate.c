@@ -13,6 +13,7 @@
 #include "infer/generate.h"
 #include "infer/infer_model.h"
 #include "text/chat_template.h"
+#include "text/prompt_lines.h"
 
 #define MAX_STOP 16
 
@@ -31,6 +32,9 @@ static const char *USAGE =
     "  --checkpoint STEP_DIR  a training checkpoint step (DUMP/checkpoint/step-N) or folder\n"
     "                         (its newest complete step), with the config.json and tokenizer\n"
     "                         files the trainer saved in it\n"
+    "  --adapter DIR          a peft LoRA adapter folder (adapter_config.json +\n"
+    "                         adapter_model.safetensors, e.g. a LoRA run's DUMP/adapter) for the\n"
+    "                         base model, merged into its weights as the run's merged export is\n"
     "  --chat                 wrap each prompt as a user turn in the tokenizer's chat format\n"
     "                         (Qwen3: <|im_start|>role ... <|im_end|>), as transformers'\n"
     "                         apply_chat_template(add_generation_prompt=True) renders it\n"
@@ -51,7 +55,7 @@ static const char *USAGE =
     "                         finish_reason (eos, stop, length)\n";
 
 typedef struct GenArgs {
-    const char *model, *checkpoint, *prompt, *prompt_file, *system, *dtype;
+    const char *model, *checkpoint, *adapter, *prompt, *prompt_file, *system, *dtype;
     int chat, thinking, json;
     long max_new;
     SampleParams sp;
@@ -108,6 +112,8 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
             a->model = v;
         else if (strcmp(o, "--checkpoint") == 0)
             a->checkpoint = v;
+        else if (strcmp(o, "--adapter") == 0)
+            a->adapter = v;
         else if (strcmp(o, "--prompt") == 0)
             a->prompt = v;
         else if (strcmp(o, "--prompt-file") == 0)
@@ -158,39 +164,15 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
     return 0;
 }
 
-/* The prompts' texts: --prompt, or the non-blank lines of --prompt-file. */
-typedef struct Prompts {
+/* The prompts' texts: --prompt, or the prompts of --prompt-file. */
+static int read_prompts(PromptLines *p, const GenArgs *a, Err *err) {
+    if (a->prompt) return prompt_lines_one(p, a->prompt, err);
     char *data;
-    char **text;
-    int n;
-} Prompts;
-
-static int read_prompts(Prompts *p, const GenArgs *a, Err *err) {
-    memset(p, 0, sizeof *p);
-    if (a->prompt) {
-        p->data = xstrdup(a->prompt);
-        p->text = xcalloc(1, sizeof *p->text);
-        p->text[p->n++] = p->data;
-        return 0;
-    }
     size_t len;
-    TRY(fs_read_all(a->prompt_file, &p->data, &len, err));
-    if (memchr(p->data, '\0', len))
-        return err_set(err, "%s: byte %zu is NUL; a prompt file is text, one prompt a line",
-                       a->prompt_file, (size_t)((char *)memchr(p->data, '\0', len) - p->data));
-    p->text = xcalloc(len / 2 + 1, sizeof *p->text);
-    for (char *line = p->data; line && *line;) {
-        char *nl = strchr(line, '\n');
-        if (nl) *nl = '\0';
-        size_t l = strlen(line);
-        if (l && line[l - 1] == '\r') line[--l] = '\0';
-        if (strspn(line, " \t") < l) p->text[p->n++] = line;
-        line = nl ? nl + 1 : NULL;
-    }
-    if (p->n == 0)
-        return err_set(err, "%s holds no prompt (one prompt a line; blank lines are skipped)",
-                       a->prompt_file);
-    return 0;
+    TRY(fs_read_all(a->prompt_file, &data, &len, err));
+    int rc = prompt_lines_split(p, data, len, a->prompt_file, err);
+    free(data);
+    return rc;
 }
 
 /* Prompt i's ids: the text, or with --chat the rendered conversation. */
@@ -239,17 +221,15 @@ static void print_json(const char *prompt, const IdVec *pid, const GenOutput *g)
 }
 
 static int generate_run(const GenArgs *a, Err *err) {
-    Prompts pr;
-    if (read_prompts(&pr, a, err)) {
-        free(pr.data), free(pr.text);
-        return -1;
-    }
+    PromptLines pr;
+    TRY(read_prompts(&pr, a, err));
     InferModel im;
     char *step = NULL;
     if ((a->checkpoint && cli_checkpoint_step(a->checkpoint, &step, err)) ||
-        infer_model_open(&im, a->model, step, 1, 1, strcmp(a->dtype, "bfloat16") == 0, err)) {
+        infer_model_open(&im, a->model, step, a->adapter, 1, 1, strcmp(a->dtype, "bfloat16") == 0,
+                         err)) {
         free(step);
-        free(pr.data), free(pr.text);
+        prompt_lines_free(&pr);
         return -1;
     }
     free(step);
@@ -317,7 +297,8 @@ static int generate_run(const GenArgs *a, Err *err) {
     decoder_free(&d);
     for (int i = 0; i < pr.n; i++)
         idvec_free(&ids[i]);
-    free(ids), free(ptr), free(lens), free(out), free(pr.data), free(pr.text);
+    free(ids), free(ptr), free(lens), free(out);
+    prompt_lines_free(&pr);
     if (cf) chat_format_free(cf);
     infer_model_close(&im);
     return rc;

@@ -140,6 +140,8 @@ static const KeyDesc KEYS[] = {
     BOOL(checkpoint, last_save_in_hf),
     BOOL(checkpoint, last_save_model_only),
     ENUM(checkpoint, export_dtype, EXPORT_DTYPES),
+    INT(checkpoint, load_step, 1, 1, "a step number >= 1, or -1 for the newest"),
+    LIST(checkpoint, exclude_from_loading),
     ENUM(activation_checkpoint, mode, AC_MODES),
     /* torchtitan's recipes also name the dataset as [training.data] name. */
     {"training.data", "name", K_STR, OFF(training.dataset), 0, 0, 0, 0, 0, NULL, "a string",
@@ -703,6 +705,8 @@ void config_init(JobConfig *c) {
     c->checkpoint.keep_latest_k = 10;
     c->checkpoint.initial_load_path = xstrdup("");
     c->checkpoint.export_dtype = DT_F32;
+    c->checkpoint.load_step = -1;
+    c->checkpoint.exclude_from_loading = xstrdup("");
     c->activation_checkpoint.mode = AC_NONE;
     c->metrics.log_freq = 1;
     c->comm.init_timeout_seconds = 300; /* torchtitan's defaults */
@@ -750,8 +754,37 @@ void config_free(JobConfig *c) {
 }
 
 /* Local checks that involve more than one key. */
+int config_exclude_bits(const char *list, int *bits, Err *err) {
+    static const Choice NAMES[] = {{"model", CKPT_EXCLUDE_MODEL},
+                                   {"optimizer", CKPT_EXCLUDE_OPTIMIZER},
+                                   {"lr_scheduler", CKPT_EXCLUDE_LR_SCHEDULER},
+                                   {"dataloader", CKPT_EXCLUDE_DATALOADER},
+                                   {NULL, 0}};
+    *bits = 0;
+    for (const char *p = list; *p;) {
+        size_t n = strcspn(p, ",");
+        int found = 0;
+        for (const Choice *c = NAMES; c->name && !found; c++)
+            if (strlen(c->name) == n && strncmp(c->name, p, n) == 0) *bits |= c->value, found = 1;
+        if (!found && n == 11 && strncmp(p, "train_state", n) == 0)
+            return err_set(err, "checkpoint.exclude_from_loading: \"train_state\" would restart "
+                                "the step count in a folder that holds later steps; start a new "
+                                "checkpoint.folder from an HF export instead");
+        if (!found)
+            return err_set(err,
+                           "checkpoint.exclude_from_loading: \"%.*s\" is not one of \"model\", "
+                           "\"optimizer\", \"lr_scheduler\", \"dataloader\"",
+                           (int)(n > 64 ? 64 : n), p);
+        p += n + (p[n] == ',');
+    }
+    return 0;
+}
+
 static int check_local(const JobConfig *c, Err *err) {
     const char *where = c->path[0] ? c->path : "config";
+    int bits;
+    if (config_exclude_bits(c->checkpoint.exclude_from_loading, &bits, err) != 0)
+        return err_wrap(err, "%s", where);
     if (strcmp(c->model.flavor, "hf") == 0 && !c->model.hf_assets_path[0])
         return err_set(err,
                        "%s: model.flavor = \"hf\" needs model.hf_assets_path (the HF model "

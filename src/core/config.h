@@ -120,7 +120,9 @@ typedef struct JobConfig {
         int initial_load_in_hf;
         int last_save_in_hf;
         int last_save_model_only;
-        DType export_dtype; /* DT_F32, DT_BF16 or DT_F16 */
+        DType export_dtype;         /* DT_F32, DT_BF16 or DT_F16 */
+        int load_step;              /* resume from this step; -1 = the newest */
+        char *exclude_from_loading; /* comma-joined CKPT_EXCLUDE names a resume leaves alone */
     } checkpoint;
     struct {
         AcMode mode;
@@ -226,5 +228,17 @@ const char *config_device_name(DeviceKind d);
 const char *config_ac_mode_name(AcMode m);
 /* "float32", "bfloat16", "float16" for DT_F32 / DT_BF16 / DT_F16. */
 const char *config_dtype_name(DType t);
+
+/* What checkpoint.exclude_from_loading may name (torchtitan's state names): a resume keeps
+ * the fresh model, optimizer state, learning-rate schedule (restarted from its first step) or
+ * data position (restarted from the first row) instead of the checkpoint's. */
+enum {
+    CKPT_EXCLUDE_MODEL = 1,
+    CKPT_EXCLUDE_OPTIMIZER = 2,
+    CKPT_EXCLUDE_LR_SCHEDULER = 4,
+    CKPT_EXCLUDE_DATALOADER = 8
+};
+/* The CKPT_EXCLUDE bits of a comma-joined list; a name outside them fails with a sentence. */
+int config_exclude_bits(const char *list, int *bits, Err *err);
 
 #endif

@@ -129,11 +129,6 @@ const CompatKey CONFIG_COMPAT[] = {
       "quantized HF checkpoints are not read; give float32, bfloat16 or float16 safetensors"),
     N("checkpoint", "async_mode", 's', "\"disabled\"",
       "checkpoints are written synchronously, each rank its own shard"),
-    R("checkpoint", "load_step", 'i', "-1",
-      "qtitan resumes from the newest complete step in checkpoint.folder; move newer steps away to "
-      "resume an older one"),
-    R("checkpoint", "exclude_from_loading", 'l', "[]",
-      "a resume restores the model, optimizer, schedule and data position together"),
     N("checkpoint", "enable_first_step_checkpoint", 'b', "false",
       "checkpoints are written every checkpoint.interval steps and after the last"),
     R("checkpoint", "create_seed_checkpoint", 'b', "false",

@@ -14,14 +14,21 @@ EvalPlan eval_plan(const Dataset *ds, int64_t max_targets) {
     return p;
 }
 
+/* Rows first, first + stride, ... below n_rows. */
+static int64_t rows_from(int64_t first, int64_t stride, int64_t n_rows) {
+    return first < n_rows ? (n_rows - first + stride - 1) / stride : 0;
+}
+
 int eval_rows(Qwen3 *m, Dataset *ds, const EvalPlan *plan, int64_t first, int64_t stride, int B,
               double *loss_sum, int64_t *n_valid, Err *err) {
     int T = ds->opt.seq_len;
+    int64_t forwards = (rows_from(0, stride, plan->n_rows) + B - 1) / B;
     Batch one, many;
     batch_alloc(&one, 1, T);
     batch_alloc(&many, B, T);
     int rc = 0;
-    for (int64_t row = first; row < plan->n_rows && rc == 0;) {
+    int64_t row = first;
+    for (int64_t f = 0; f < forwards && rc == 0; f++) {
         int b = 0;
         for (; b < B && row < plan->n_rows; b++, row += stride) {
             rc = dataset_rows(ds, row, 1, &one, err);
@@ -34,7 +41,14 @@ int eval_rows(Qwen3 *m, Dataset *ds, const EvalPlan *plan, int64_t first, int64_
                 many.targets[o + t] =
                     row * T + t + 1 <= plan->n_targets ? one.targets[t] : CE_IGNORE;
         }
-        if (rc || b == 0) break;
+        if (rc) break;
+        if (b == 0) { /* this rank's rows ran out: a row of token 0, predicting nothing */
+            b = 1;
+            for (int t = 0; t < T; t++) {
+                many.tokens[t] = 0, many.positions[t] = t, many.doc_ids[t] = 0;
+                many.targets[t] = CE_IGNORE;
+            }
+        }
         qwen3_forward(m, (const int32_t *)many.tokens, many.targets, many.positions, many.doc_ids,
                       b, T);
         *loss_sum += m->loss_sum;

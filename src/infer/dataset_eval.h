@@ -25,7 +25,10 @@ EvalPlan eval_plan(const Dataset *ds, int64_t max_targets);
  * first, first + stride, ... (< plan rows), run B rows at a time through m (qwen3_forward; m
  * sized for B x T). The dataset must be opened with shuffle off (its first epoch is then the
  * documents in source order). stride > 1 lets data-parallel ranks share the rows: the sums are
- * doubles, so adding the ranks' sums gives the one-process sum up to rounding. */
+ * doubles, so adding the ranks' sums gives the one-process sum up to rounding. Every caller
+ * with the same plan, stride and B runs the same number of forwards (those of first = 0): a
+ * rank whose rows ran out runs one row without targets instead, so the collectives of a
+ * sharded model's forward stay matched across the ranks. */
 int eval_rows(Qwen3 *m, Dataset *ds, const EvalPlan *plan, int64_t first, int64_t stride, int B,
               double *loss_sum, int64_t *n_valid, Err *err);
 

@@ -18,14 +18,22 @@ static int is_eos(const GenOptions *o, int32_t id) {
     return 0;
 }
 
-/* Re-decodes sequence i's completion; cuts it at the first stop string (returns 1 then). */
+/* Re-decodes sequence i's completion; cuts it at the first stop string (returns 1 then). Ids
+ * the tokenizer has no token for (rows of a vocabulary padded past the tokenizer's, as Qwen3's
+ * 151936 for 151669 tokens, which an untrained model may well choose) give no text, as HF
+ * tokenizers' decode skips them. */
 static int update_text(const Tokenizer *tok, const GenOptions *o, GenOutput *g, Err *err) {
     int n = g->n;
     if (n > 0 && is_eos(o, g->ids[n - 1])) n--;
     free(g->text);
     g->text = NULL;
-    if (tokenizer_decode(tok, (const uint32_t *)g->ids, (size_t)n, &g->text, &g->text_len, err))
-        return -1;
+    uint32_t *known = xmalloc((size_t)(n > 0 ? n : 1) * sizeof *known);
+    size_t k = 0;
+    for (int t = 0; t < n; t++)
+        if (tokenizer_has_id(tok, (uint32_t)g->ids[t])) known[k++] = (uint32_t)g->ids[t];
+    int rc = tokenizer_decode(tok, known, k, &g->text, &g->text_len, err);
+    free(known);
+    TRY(rc);
     size_t cut = g->text_len;
     for (int s = 0; s < o->n_stop; s++) {
         char *at = strstr(g->text, o->stop[s]);

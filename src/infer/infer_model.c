@@ -6,6 +6,7 @@
 
 #include "core/fs.h"
 #include "io/safetensors.h"
+#include "model/lora.h"
 #include "model/overrides.h"
 #include "model/qwen3_hf.h"
 
@@ -38,8 +39,19 @@ static void add_eos(InferModel *im, int64_t id) {
     if (im->n_eos < (int)(sizeof im->eos / sizeof im->eos[0])) im->eos[im->n_eos++] = (int32_t)id;
 }
 
-int infer_model_open(InferModel *im, const char *hf_dir, const char *step_dir, int B, int T,
-                     int bf16, Err *err) {
+static int merge_adapter(Qwen3 *m, const char *dir, Err *err) {
+    Lora lo;
+    /* One token of adapter activations: the adapters are merged, never run. */
+    TRY(lora_open_peft(&lo, &m->spec, dir, 1, err));
+    for (int i = 0; i < lo.n; i++)
+        lora_merge(&lo, &lo.ad[i],
+                   *qwen3_param_field(&m->p, lora_site_kind(lo.ad[i].site), lo.ad[i].layer));
+    lora_free(&lo);
+    return 0;
+}
+
+int infer_model_open(InferModel *im, const char *hf_dir, const char *step_dir, const char *adapter,
+                     int B, int T, int bf16, Err *err) {
     memset(im, 0, sizeof *im);
     if (step_dir) {
         if (!fs_is_dir(step_dir)) return err_set(err, "checkpoint %s does not exist", step_dir);
@@ -85,6 +97,7 @@ int infer_model_open(InferModel *im, const char *hf_dir, const char *step_dir, i
     rc = step_dir ? load_checkpoint_weights(&im->m, im->dir, err)
                   : qwen3_load_hf(&im->m, &set, im->dir, err);
     st_set_close(&set);
+    if (rc == 0 && adapter) rc = merge_adapter(&im->m, adapter, err);
     if (rc == 0 && bf16) {
         rc = qwen3_enable_bf16(&im->m, err);
         if (rc == 0) qwen3_refresh_bf16(&im->m);

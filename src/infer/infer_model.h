@@ -24,9 +24,12 @@ typedef struct InferModel {
 /* hf_dir: an HF model directory (config.json + safetensors). step_dir: a checkpoint step
  * (DUMP/checkpoint/step-N; cli_checkpoint_step finds a folder's newest); exactly one of the two
  * is set. B x T: the activation capacity of m for full forwards (eval); 1 x 1 when
- * only a Decoder runs the model. bf16: multiply with bf16 weights (qwen3_enable_bf16). */
-int infer_model_open(InferModel *im, const char *hf_dir, const char *step_dir, int B, int T,
-                     int bf16, Err *err);
+ * only a Decoder runs the model. adapter (NULL: none): a peft LoRA adapter folder (read by
+ * lora_open_peft, as `qtitan eval --adapter` and training read one) merged into the weights,
+ * W + s B A with the function a LoRA run's merged export uses, so the model computes what that
+ * export does. bf16: multiply with bf16 weights (qwen3_enable_bf16), cast after the merge. */
+int infer_model_open(InferModel *im, const char *hf_dir, const char *step_dir, const char *adapter,
+                     int B, int T, int bf16, Err *err);
 void infer_model_close(InferModel *im);
 
 #endif

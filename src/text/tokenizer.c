@@ -709,6 +709,9 @@ const Bpe *tokenizer_bpe(const Tokenizer *t) {
 uint32_t tokenizer_vocab_size(const Tokenizer *t) {
     return t->n_ids;
 }
+int tokenizer_has_id(const Tokenizer *t, uint32_t id) {
+    return id < t->n_ids && t->has_tok[id];
+}
 uint64_t tokenizer_hash(const Tokenizer *t) {
     return t->hash;
 }

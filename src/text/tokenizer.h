@@ -27,6 +27,8 @@ int tokenizer_decode(const Tokenizer *t, const uint32_t *ids, size_t n, char **t
                      Err *err);
 /* Number of ids (regular + added tokens), i.e. the smallest embedding size that fits. */
 uint32_t tokenizer_vocab_size(const Tokenizer *t);
+/* 1 when id has a token (ids below the vocab size may still be holes). */
+int tokenizer_has_id(const Tokenizer *t, uint32_t id);
 /* Id of a token string (regular or added), or -1. */
 int64_t tokenizer_token_id(const Tokenizer *t, const char *token);
 /* Hash of the tokenizer.json bytes: the dataset cache is valid only for the same hash. */

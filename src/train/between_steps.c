@@ -7,17 +7,12 @@ int between_steps_open(BetweenSteps *b, const JobConfig *cfg, TrainQwen3 *q, con
                        Err *err) {
     memset(b, 0, sizeof *b);
     int want_v = cfg->validation.enable, want_s = cfg->sample.freq > 0;
-    if ((want_v || want_s) && !q)
-        return err_set(err,
-                       "%s runs on one process only for now; turn it off for runs on many "
-                       "processes",
-                       want_v ? "validation.enable" : "sample.freq");
     if (want_v) {
-        TRY(validator_open(&b->v, cfg, train_qwen3_qwen3(q), tok, err));
+        TRY(validator_open(&b->v, cfg, train_qwen3_qwen3(q), train_qwen3_mesh(q), tok, err));
         b->validate = 1;
     }
     if (want_s) {
-        if (samples_open(&b->s, cfg, train_qwen3_qwen3(q), tok, err)) {
+        if (samples_open(&b->s, cfg, q, tok, err)) {
             between_steps_close(b);
             return -1;
         }

@@ -13,8 +13,7 @@ typedef struct BetweenSteps {
     Samples s;
 } BetweenSteps;
 
-/* Opens what cfg turns on, for the one-process model q (NULL when the run is sharded, where
- * either is an error for now). */
+/* Opens what cfg turns on, for q on any mesh. Every rank opens both; run them collectively. */
 int between_steps_open(BetweenSteps *b, const JobConfig *cfg, TrainQwen3 *q, const Tokenizer *tok,
                        Err *err);
 void between_steps_close(BetweenSteps *b);

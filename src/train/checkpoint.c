@@ -15,12 +15,10 @@
 #include "core/fs.h"
 #include "core/json.h"
 #include "core/log.h"
+#include "core/progress.h"
 #include "io/safetensors.h"
 
 #define CKPT_FORMAT_NAME "qtitan-checkpoint"
-#define CKPT_STATE_FILE "train_state.json"
-#define CKPT_MODEL_FILE "model.safetensors"
-#define CKPT_OPTIM_FILE "optim.safetensors"
 /* The optimizer's step count travels in optim.safetensors under this name too. */
 #define CKPT_STEP_TENSOR "step"
 
@@ -599,13 +597,16 @@ int ckpt_clean_stale(const char *root, Err *err) {
     return rc;
 }
 
+static int64_t numel_of(const CkptTensor *t);
+
 static int in_list(const char *name, const CkptTensor *t, int n) {
     for (int i = 0; i < n; i++)
         if (strcmp(t[i].name, name) == 0) return 1;
     return 0;
 }
 
-static int read_tensors(const char *path, const CkptTensor *t, int n, int64_t *step, Err *err) {
+static int read_tensors(const char *path, const CkptTensor *t, int n, int64_t *step, Progress *p,
+                        Err *err) {
     StFile f;
     TRY(st_open(&f, path, err));
     int rc = 0;
@@ -627,6 +628,7 @@ static int read_tensors(const char *path, const CkptTensor *t, int n, int64_t *s
             break;
         }
         ckpt_tensor_device(&t[i])->from_host(t[i].data, s->data, s->nbytes);
+        progress_add(p, (double)s->nbytes);
     }
     for (int i = 0; i < f.n && rc == 0; i++) {
         if (step && strcmp(f.tensors[i].name, CKPT_STEP_TENSOR) == 0) continue;
@@ -706,8 +708,20 @@ static int load(const char *dir, int full, CkptState *st, const CkptTensor *mode
                      "state training resumes with; export it (qtitan export --checkpoint DIR --out "
                      "HFDIR) to start a new run from its weights, or resume from an earlier step",
                      dir);
-    if (rc == 0) rc = read_tensors(mpath, model, nmodel, NULL, err);
-    if (rc == 0) rc = read_tensors(opath, optim, noptim, &ostep, err);
+    /* Rank 0 shows the copy (the checksums were verified above): a large model's resume
+     * takes a while, and a log should show it moving. */
+    double bytes = 0;
+    for (int i = 0; i < nmodel; i++)
+        bytes += (double)numel_of(&model[i]) * sizeof(float);
+    for (int i = 0; i < noptim; i++)
+        bytes += (double)numel_of(&optim[i]) * sizeof(float);
+    char what[96];
+    snprintf(what, sizeof what, "loading checkpoint step %" PRId64, st->step);
+    Progress p;
+    progress_start(&p, what, bytes, "MB", 1e6);
+    if (rc == 0) rc = read_tensors(mpath, model, nmodel, NULL, &p, err);
+    if (rc == 0) rc = read_tensors(opath, optim, noptim, &ostep, &p, err);
+    progress_finish(&p);
     if (rc == 0 && ostep != st->optim_step)
         rc = err_set(err,
                      "%s: optimizer step %" PRId64 " disagrees with optim_step %" PRId64 " in %s",

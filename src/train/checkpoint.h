@@ -16,6 +16,10 @@
 #include "train/adamw.h"
 
 #define CKPT_FORMAT_VERSION 2
+/* The files of a step directory. */
+#define CKPT_STATE_FILE "train_state.json"
+#define CKPT_MODEL_FILE "model.safetensors"
+#define CKPT_OPTIM_FILE "optim.safetensors"
 #define CKPT_MAX_DIMS 8
 
 /* One named fp32 buffer of the caller's (a parameter, an exp_avg, ...). */

@@ -17,8 +17,10 @@
 #include "io/hf_export.h"
 #include "io/hf_keys.h"
 #include "io/safetensors.h"
+#include "train/shard_slice.h"
 
 #define FORMAT "qtitan-sharded-checkpoint"
+#define LAYOUT_FORMAT "qtitan-shard-layout"
 
 char *ckpt_dist_rank_dir(const char *root, int rank) {
     char name[32];
@@ -130,11 +132,38 @@ int ckpt_dist_check_keep(int ranks, int enable, int keep_latest_k, Err *err) {
     return 0;
 }
 
+/* layout.json of model[0..n) holding slices[0..n), as text (malloc'd, *len bytes). */
+static char *layout_text(const CkptTensor *model, const ShardSlice *slices, int n, size_t *len) {
+    json_t *o = json_object(), *t = json_object();
+    json_object_set_new(o, "format", json_string(LAYOUT_FORMAT));
+    json_object_set_new(o, "version", json_integer(1));
+    for (int i = 0; i < n; i++)
+        json_object_set_new(t, model[i].name, shard_slice_to_json(&slices[i]));
+    json_object_set_new(o, "tensors", t);
+    char *text = json_dumps(o, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+    json_decref(o);
+    *len = strlen(text);
+    return text;
+}
+
 int ckpt_dist_save(Comm *world, const int mesh[3], const char *root, const CkptState *st,
-                   const CkptTensor *model, int nmodel, const CkptTensor *optim, int noptim,
-                   int keep_latest_k, Err *err) {
+                   const CkptTensor *model, const ShardSlice *slices, int nmodel,
+                   const CkptTensor *optim, int noptim, int keep_latest_k, Err *err) {
     char *dir = ckpt_dist_rank_dir(root, world->rank);
-    int rc = ckpt_save(dir, st, model, nmodel, optim, noptim, 0, err);
+    /* The layout travels as one more of the step's checksummed files. */
+    CkptState with = *st;
+    CkptFile *files = xcalloc((size_t)st->nfiles + 1, sizeof *files);
+    if (st->nfiles > 0) memcpy(files, st->files, (size_t)st->nfiles * sizeof *files);
+    char *layout = NULL;
+    if (slices) {
+        size_t len;
+        layout = layout_text(model, slices, nmodel, &len);
+        files[with.nfiles++] = (CkptFile){CKPT_DIST_LAYOUT, layout, len};
+    }
+    with.files = files;
+    int rc = ckpt_save(dir, &with, model, nmodel, optim, noptim, 0, err);
+    free(layout);
+    free(files);
     if (comm_agree(world, rc, err) != 0) {
         free(dir);
         return -1;
@@ -173,78 +202,145 @@ int ckpt_dist_save(Comm *world, const int mesh[3], const char *root, const CkptS
     return rc;
 }
 
-/* A folder holding one process's checkpoints (root/step-N) has no marker: without this check
- * a job on many processes would train from scratch beside them, as if nothing were there. */
-static int refuse_one_process_steps(const char *root, int nproc, Err *err) {
-    int64_t step;
-    char *path;
-    int found = ckpt_find_latest(root, &step, &path, err);
-    if (found <= 0) return found;
-    free(path);
-    return err_set(err,
-                   "the checkpoint in %s (step %" PRId64 ") was saved by 1 process but this job "
-                   "has %d; resume with 1 process (resharding a checkpoint is not supported)",
-                   root, step, nproc);
+/* Rank 0's part of ckpt_dist_locate: found = {have one, step, ranks, mesh[3]}. */
+static int locate_here(const char *root, int64_t load_step, double found[6], Err *err) {
+    int64_t steps[CKPT_DIST_MAX_KEPT + 1], ranks, mesh[3], one = -1;
+    int n;
+    TRY(ckpt_clean_stale(root, err));
+    TRY(read_marker(root, steps, &n, &ranks, mesh, err));
+    int64_t sharded = n > 0 ? steps[n - 1] : -1;
+    if (load_step >= 0) {
+        sharded = -1;
+        for (int i = 0; i < n; i++)
+            if (steps[i] == load_step) sharded = load_step;
+        char name[48];
+        snprintf(name, sizeof name, "step-%" PRId64, load_step);
+        char *dir = fs_join(root, name);
+        Err why;
+        if (sharded < 0 && fs_exists(dir)) {
+            if (ckpt_verify(dir, 1, &why) != 0) {
+                err_set(err, "checkpoint.load_step = %" PRId64 ": %s", load_step, why.msg);
+                free(dir);
+                return -1;
+            }
+            one = load_step;
+        }
+        free(dir);
+        if (sharded < 0 && one < 0)
+            return err_set(err,
+                           "checkpoint.load_step = %" PRId64 ": %s holds no complete step %" PRId64
+                           " (neither %s/step-%" PRId64 " nor a step listed in %s)",
+                           load_step, root, load_step, root, load_step, CKPT_DIST_MARKER);
+    } else {
+        char *path;
+        int r = ckpt_find_latest(root, &one, &path, err);
+        if (r < 0) return -1;
+        if (r > 0)
+            free(path);
+        else
+            one = -1;
+    }
+    if (sharded < 0 && one < 0) return 0;
+    found[0] = 1;
+    if (sharded >= one) {
+        found[1] = (double)sharded;
+        found[2] = (double)ranks;
+        for (int k = 0; k < 3; k++)
+            found[3 + k] = (double)mesh[k];
+    } else {
+        found[1] = (double)one;
+    }
+    return 0;
 }
 
-int ckpt_dist_find_latest(Comm *world, const int mesh[3], const char *root, int64_t *step,
-                          char **path, Err *err) {
-    *path = NULL;
-    char *dir = ckpt_dist_rank_dir(root, world->rank);
-    int rc = fs_exists(dir) ? ckpt_clean_stale(dir, err) : 0;
-    double found[6] = {0}; /* have one, step, ranks, mesh */
-    if (rc == 0 && world->rank == 0) {
-        int64_t steps[CKPT_DIST_MAX_KEPT + 1], ranks, old_mesh[3];
-        int n;
-        rc = read_marker(root, steps, &n, &ranks, old_mesh, err);
-        if (rc == 0 && n > 0) {
-            found[0] = 1;
-            found[1] = (double)steps[n - 1];
-            found[2] = (double)ranks;
-            for (int k = 0; k < 3; k++)
-                found[3 + k] = (double)old_mesh[k];
-        }
-    }
-    if (rc == 0 && world->rank == 0 && found[0] == 0)
-        rc = refuse_one_process_steps(root, world->size, err);
-    rc = comm_agree(world, rc, err);
-    if (rc == 0) rc = comm_broadcast(world, found, sizeof found, 0, err);
-    if (rc == 0 && found[0] != 0 && (int)found[2] != world->size)
-        rc = err_set(err,
-                     "the checkpoint in %s was saved by %d processes but this job has %d; "
-                     "resume with %d processes (resharding a checkpoint is not supported)",
-                     root, (int)found[2], world->size, (int)found[2]);
-    else if (rc == 0 && found[0] != 0 &&
-             ((int)found[3] != mesh[0] || (int)found[4] != mesh[1] || (int)found[5] != mesh[2]))
-        rc = err_set(err,
-                     "the checkpoint in %s was saved on the mesh [dp_replicate %d, dp_shard %d, "
-                     "tp %d] but this job's is [%d, %d, %d]; resume on the same mesh",
-                     root, (int)found[3], (int)found[4], (int)found[5], mesh[0], mesh[1], mesh[2]);
-    if (rc != 0 || found[0] == 0) {
-        free(dir);
-        return rc != 0 ? -1 : 0;
-    }
-    *step = (int64_t)found[1];
-    char name[48];
-    snprintf(name, sizeof name, "step-%" PRId64, *step);
-    *path = fs_join(dir, name);
+int ckpt_dist_locate(Comm *world, const char *root, int64_t load_step, CkptDistFound *found,
+                     Err *err) {
+    memset(found, 0, sizeof *found);
+    int rank = world ? world->rank : 0, rc = 0;
+    char *dir = ckpt_dist_rank_dir(root, rank);
+    if (world && rank > 0 && fs_exists(dir)) rc = ckpt_clean_stale(dir, err);
     free(dir);
+    double f[6] = {0};
+    if (rc == 0 && rank == 0) rc = locate_here(root, load_step, f, err);
+    /* A one-process step and a sharded one of the same number: the job's own kind wins. */
+    if (world) {
+        rc = comm_agree(world, rc, err);
+        if (rc == 0) rc = comm_broadcast(world, f, sizeof f, 0, err);
+    }
+    if (rc != 0) return -1;
+    if (f[0] == 0) return 0;
+    found->step = (int64_t)f[1];
+    found->ranks = (int)f[2];
+    for (int k = 0; k < 3; k++)
+        found->mesh[k] = (int)f[3 + k];
     return 1;
 }
 
-int ckpt_dist_refuse_sharded(const char *root, Err *err) {
-    int64_t steps[CKPT_DIST_MAX_KEPT + 1], ranks, mesh[3];
-    int n;
-    TRY(read_marker(root, steps, &n, &ranks, mesh, err));
-    if (n == 0) return 0;
-    return err_set(err,
-                   "the checkpoint in %s was saved by %" PRId64 " processes but this job has 1; "
-                   "resume with %" PRId64 " processes (resharding a checkpoint is not supported)",
-                   root, ranks, ranks);
+char *ckpt_dist_found_dir(const char *root, const CkptDistFound *found, int rank) {
+    char name[48];
+    snprintf(name, sizeof name, "step-%" PRId64, found->step);
+    if (found->ranks == 0) return fs_join(root, name);
+    char *dir = ckpt_dist_rank_dir(root, rank), *path = fs_join(dir, name);
+    free(dir);
+    return path;
 }
+
+static int open_sharded(CkptDistReader *r, const char *root, int64_t step, int dp_shard, int tp,
+                        int optim, int verify_every, int verify_first, Err *err);
 
 int ckpt_dist_reader_open(CkptDistReader *r, const char *root, Err *err) {
     return ckpt_dist_reader_open_step(r, root, -1, err);
+}
+
+/* The "tensors" object of step_dir's layout file (a new reference), NULL with *err clear
+ * when there is none (a checkpoint written before layouts), NULL with -1 on a bad one. */
+static json_t *load_layout(const char *step_dir, int *rc, Err *err) {
+    char *path = fs_join(step_dir, CKPT_DIST_LAYOUT);
+    json_t *o = NULL, *t = NULL;
+    *rc = 0;
+    if (fs_exists(path)) {
+        o = json_load_path(path, err);
+        const char *format = NULL;
+        int64_t version = 0;
+        t = o ? json_object_get(o, "tensors") : NULL;
+        if (!o || json_req_str(o, "format", &format, path, err) != 0 ||
+            json_req_int(o, "version", &version, path, err) != 0)
+            *rc = -1;
+        else if (strcmp(format, LAYOUT_FORMAT) != 0 || version != 1 || !json_is_object(t))
+            *rc = err_set(err, "%s: expected format \"%s\", version 1 and an object \"tensors\"",
+                          path, LAYOUT_FORMAT);
+        else
+            json_incref(t);
+    }
+    json_decref(o);
+    free(path);
+    return *rc == 0 ? t : NULL;
+}
+
+/* Opens model (and with optim, optimizer) files of the step directories dirs[0..n); verifies
+ * the checksums of those k with k % verify_every == verify_first (verify_every 0: none). */
+static int open_dirs(CkptDistReader *r, char *const *dirs, int n, int optim, int verify_every,
+                     int verify_first, Err *err) {
+    r->files = xcalloc((size_t)n, sizeof *r->files);
+    r->optim = optim ? xcalloc((size_t)n, sizeof *r->optim) : NULL;
+    r->layout = xcalloc((size_t)n, sizeof *r->layout);
+    int rc = 0;
+    for (int k = 0; k < n && rc == 0; k++) {
+        char *mpath = fs_join(dirs[k], CKPT_MODEL_FILE), *opath = fs_join(dirs[k], CKPT_OPTIM_FILE);
+        /* The checksums, as a resume checks them: an export of a corrupted piece would
+         * otherwise be a model with wrong weights and no error. */
+        if (verify_every > 0 && k % verify_every == verify_first) rc = ckpt_verify(dirs[k], 1, err);
+        if (rc == 0) rc = st_open(&r->files[k], mpath, err);
+        if (rc == 0) r->nfiles = k + 1;
+        if (rc == 0 && optim && (rc = st_open(&r->optim[k], opath, err)) != 0) {
+            st_close(&r->files[k]);
+            r->nfiles = k;
+        }
+        if (rc == 0) r->layout[k] = load_layout(dirs[k], &rc, err);
+        free(mpath), free(opath);
+    }
+    if (rc != 0) ckpt_dist_reader_close(r);
+    return rc;
 }
 
 int ckpt_dist_reader_open_step(CkptDistReader *r, const char *root, int64_t step, Err *err) {
@@ -266,85 +362,124 @@ int ckpt_dist_reader_open_step(CkptDistReader *r, const char *root, int64_t step
     if (ranks < 1 || ranks > 1 << 20)
         return err_set(err, "%s/%s: ranks = %" PRId64 " is out of range", root, CKPT_DIST_MARKER,
                        ranks);
+    return open_sharded(r, root, step < 0 ? steps[n - 1] : step, (int)mesh[1], (int)mesh[2], 0, 1,
+                        0, err);
+}
+
+static int open_sharded(CkptDistReader *r, const char *root, int64_t step, int dp_shard, int tp,
+                        int optim, int verify_every, int verify_first, Err *err) {
+    memset(r, 0, sizeof *r);
     /* With HSDP every replica holds the same pieces: replica 0 (the first dp_shard x tp ranks)
      * has all of them. */
-    r->dp_shard = (int)mesh[1];
-    r->tp = (int)mesh[2];
-    r->step = step < 0 ? steps[n - 1] : step;
-    int nfiles = r->dp_shard * r->tp;
-    r->files = xcalloc((size_t)nfiles, sizeof *r->files);
-    for (int k = 0; k < nfiles; k++) {
-        char *dir = ckpt_dist_rank_dir(root, k), name[64];
-        snprintf(name, sizeof name, "step-%" PRId64, r->step);
-        char *step_dir = fs_join(dir, name), *path = fs_join(step_dir, "model.safetensors");
-        /* The checksums, as a resume checks them: an export of a corrupted piece would
-         * otherwise be a model with wrong weights and no error. */
-        int rc = ckpt_verify(step_dir, 1, err);
-        if (rc == 0) rc = st_open(&r->files[k], path, err);
-        free(path);
-        free(step_dir);
+    int n = dp_shard * tp;
+    char **dirs = xcalloc((size_t)n, sizeof *dirs), name[48];
+    snprintf(name, sizeof name, "step-%" PRId64, step);
+    for (int k = 0; k < n; k++) {
+        char *dir = ckpt_dist_rank_dir(root, k);
+        dirs[k] = fs_join(dir, name);
         free(dir);
-        if (rc != 0) {
-            r->dp_shard = k, r->tp = 1; /* close the ones opened */
-            ckpt_dist_reader_close(r);
-            return -1;
-        }
     }
-    return 0;
+    int rc = open_dirs(r, dirs, n, optim, verify_every, verify_first, err);
+    r->dp_shard = dp_shard, r->tp = tp, r->step = step;
+    for (int k = 0; k < n; k++)
+        free(dirs[k]);
+    free(dirs);
+    return rc;
 }
 
 void ckpt_dist_reader_close(CkptDistReader *r) {
-    for (int k = 0; r->files && k < r->dp_shard * r->tp; k++)
+    for (int k = 0; k < r->nfiles; k++) {
         st_close(&r->files[k]);
+        if (r->optim) st_close(&r->optim[k]);
+    }
+    for (int k = 0; r->layout && k < r->nfiles; k++)
+        json_decref(r->layout[k]);
     free(r->files);
+    free(r->optim);
+    free(r->layout);
     memset(r, 0, sizeof *r);
 }
 
-/* One rank's piece of a parameter: elements [start, start + numel) of its tp rank's part. */
-typedef struct Piece {
-    const char *data; /* F32, maybe unaligned; NULL when the rank holds none */
-    size_t start, numel;
-} Piece;
-
-/* pc[t * dp_shard + s] = rank s * tp + t's piece of `name`, for t < nparts; the pieces of each
- * part must be 1-D F32 runs that add up to part elements. */
-static int find_pieces(const CkptDistReader *r, const char *name, size_t part, int nparts,
-                       Piece *pc, Err *err) {
-    for (int t = 0; t < nparts; t++) {
-        size_t at = 0;
-        for (int s = 0; s < r->dp_shard; s++) {
-            const StFile *f = &r->files[s * r->tp + t];
-            const StTensor *x = st_find(f, name);
-            Piece *p = &pc[t * r->dp_shard + s];
-            *p = (Piece){NULL, at, 0};
-            if (!x) continue;
-            if (x->dtype != DT_F32 || x->ndim != 1 || at + (size_t)x->numel > part)
-                return err_set(err,
-                               "%s: %s is not a 1-D F32 piece that fits the %zu elements of the "
-                               "parameter's part (%zu already read)",
-                               f->path, name, part, at);
-            p->data = x->data;
-            p->numel = (size_t)x->numel;
-            at += p->numel;
-        }
-        if (at != part)
-            return err_set(err,
-                           "sharded checkpoint step %" PRId64 ": the pieces of %s%s hold %zu of "
-                           "its %zu elements",
-                           r->step, name, nparts > 1 ? " on one tp rank" : "", at, part);
+/* File k's slice of `param`, when it was written before layouts: the saving mesh says which
+ * part (tp rank k % tp) and which run of it (FSDP slices in rank order: *at[t] elements of
+ * tp rank t's part come before) it holds. */
+static int legacy_slice(const CkptDistReader *r, int k, const char *param, const ShardSlice *want,
+                        int64_t numel, int64_t *at, ShardSlice *s, Err *err) {
+    TpSplit split = r->tp > 1 ? tp_split_of(param) : TP_REPLICATED;
+    int t = k % r->tp, last = want->ndim - 1;
+    shard_slice_whole(s, want->ndim, want->shape);
+    int dim = split == TP_ROWS ? 0 : split == TP_COLS ? last : -1;
+    if (dim >= 0 && (want->shape[dim] % r->tp || (split == TP_COLS && want->ndim < 2)))
+        return err_set(err,
+                       "sharded checkpoint step %" PRId64 ": %s (%lld in dimension %d) does not "
+                       "split into %d tensor-parallel parts",
+                       r->step, param, (long long)want->shape[dim < 0 ? 0 : dim], dim, r->tp);
+    if (dim >= 0) {
+        s->box_len[dim] = want->shape[dim] / r->tp;
+        s->box_off[dim] = t * s->box_len[dim];
     }
+    int64_t box = shard_slice_box_numel(s);
+    if (at[t] + numel > box)
+        return err_set(err, "%s: %s holds %lld elements past the %lld of its part of the parameter",
+                       r->files[k].path, param, (long long)(at[t] + numel - box), (long long)box);
+    s->start = at[t];
+    s->numel = numel;
+    at[t] += numel;
     return 0;
 }
 
-/* out = elements [first, first + n) of one part, from its consecutive pieces pc[0..ns). */
-static void copy_part(const Piece *pc, int ns, size_t first, size_t n, float *out) {
-    for (int s = 0; s < ns && n > 0; s++) {
-        size_t end = pc[s].start + pc[s].numel;
-        if (first >= end) continue;
-        size_t m = n < end - first ? n : end - first;
-        memcpy(out, pc[s].data + (first - pc[s].start) * sizeof(float), m * sizeof(float));
-        out += m, first += m, n -= m;
+/* Every file's slice of tensor `name` (model, or optimizer state with optim) of parameter
+ * `param`, whose whole shape want->shape is; *src (malloc'd) holds *n of them. */
+static int sources_of(const CkptDistReader *r, const char *name, const char *param, int optim,
+                      const ShardSlice *want, ShardSource **src, int *n, Err *err) {
+    *src = xcalloc((size_t)r->nfiles + 1, sizeof **src);
+    *n = 0;
+    int64_t *at = xcalloc((size_t)r->tp + 1, sizeof *at);
+    int rc = 0;
+    for (int k = 0; k < r->nfiles && rc == 0; k++) {
+        const StFile *f = optim ? &r->optim[k] : &r->files[k];
+        const StTensor *x = st_find(f, name);
+        const json_t *entry = r->layout[k] ? json_object_get(r->layout[k], param) : NULL;
+        ShardSource *s = &(*src)[*n];
+        if (r->layout[k] && !entry != !x) {
+            rc = err_set(err, "%s %s %s, but its %s %s", f->path, x ? "holds" : "has no", name,
+                         CKPT_DIST_LAYOUT, x ? "does not list it" : "lists a slice of it");
+        } else if (!x) {
+            continue;
+        } else if (x->dtype != DT_F32) {
+            rc = err_set(err, "%s: %s is %s, expected F32", f->path, name, dtype_name(x->dtype));
+        } else if (entry) {
+            rc = shard_slice_from_json(entry, &s->slice, f->path, param, err);
+            if (rc == 0 && s->slice.numel != x->numel)
+                rc = err_set(err,
+                             "%s holds %lld elements of %s, but its %s gives its slice %lld: "
+                             "the recorded layout disagrees with the file",
+                             f->path, (long long)x->numel, name, CKPT_DIST_LAYOUT,
+                             (long long)s->slice.numel);
+        } else {
+            rc = legacy_slice(r, k, param, want, x->numel, at, &s->slice, err);
+        }
+        if (rc == 0) {
+            s->data = x->data;
+            s->file = f->path;
+            (*n)++;
+        }
     }
+    free(at);
+    if (rc != 0) {
+        free(*src);
+        *src = NULL;
+    }
+    return rc;
+}
+
+/* The shape a layout records for param (its first file's), else NULL. */
+static const json_t *layout_shape(const CkptDistReader *r, const char *param) {
+    for (int k = 0; k < r->nfiles; k++) {
+        const json_t *e = r->layout[k] ? json_object_get(r->layout[k], param) : NULL;
+        if (e) return json_object_get(e, "shape");
+    }
+    return NULL;
 }
 
 int ckpt_dist_reader_range(const CkptDistReader *r, const char *name, size_t numel, size_t cols,
@@ -352,40 +487,150 @@ int ckpt_dist_reader_range(const CkptDistReader *r, const char *name, size_t num
     if (first > numel || n > numel - first)
         return err_set(err, "elements [%zu, %zu) of %s are outside its %zu elements", first,
                        first + n, name, numel);
-    TpSplit split = r->tp > 1 ? tp_split_of(name) : TP_REPLICATED;
-    int nparts = split == TP_REPLICATED ? 1 : r->tp;
-    if (numel % (size_t)nparts ||
-        (split == TP_COLS && (cols == 0 || numel % cols || cols % (size_t)nparts)))
-        return err_set(err,
-                       "sharded checkpoint step %" PRId64 ": %s (%zu elements in rows of %zu) "
-                       "does not split into %d tensor-parallel parts",
-                       r->step, name, numel, cols, r->tp);
-    size_t part = numel / (size_t)nparts;
-    int ns = r->dp_shard;
-    Piece *pc = xmalloc((size_t)nparts * (size_t)ns * sizeof *pc);
-    int rc = find_pieces(r, name, part, nparts, pc, err);
-    while (rc == 0 && n > 0) {
-        /* The next run that lies in one part: tp rank t's elements [at, at + m). */
-        size_t t = 0, at = first, m = n;
-        if (split == TP_ROWS) {
-            t = first / part, at = first % part;
-            m = part - at;
-        } else if (split == TP_COLS) {
-            size_t c = cols / (size_t)nparts, col = first % cols;
-            t = col / c, at = first / cols * c + col % c;
-            m = c - col % c;
-        }
-        if (m > n) m = n;
-        copy_part(pc + t * (size_t)ns, ns, at, m, out);
-        out += m, first += m, n -= m;
+    if (n == 0) return 0;
+    /* Whole-tensor runs read the same in any view of the shape: the layout's own, else
+     * (rows, cols), which is what a legacy tensor-parallel split needs. */
+    ShardSlice want;
+    const json_t *shape = layout_shape(r, name);
+    int64_t dims[CKPT_MAX_DIMS] = {0}, total = 1;
+    int nd = 0;
+    for (size_t d = 0; d < json_array_size(shape) && d < CKPT_MAX_DIMS; d++) {
+        dims[nd++] = json_integer_value(json_array_get(shape, d));
+        total *= dims[nd - 1] > 0 ? dims[nd - 1] : 0;
     }
-    free(pc);
+    if (!shape) {
+        if (cols == 0 || numel % cols)
+            return err_set(err,
+                           "sharded checkpoint step %" PRId64 ": %s (%zu elements in rows of %zu) "
+                           "does not split into %d tensor-parallel parts",
+                           r->step, name, numel, cols, r->tp);
+        dims[0] = (int64_t)(numel / cols), dims[1] = (int64_t)cols, nd = 2, total = (int64_t)numel;
+    }
+    if (total != (int64_t)numel)
+        return err_set(err,
+                       "sharded checkpoint step %" PRId64 ": %s has %lld elements, expected %zu",
+                       r->step, name, (long long)total, numel);
+    shard_slice_whole(&want, nd, dims);
+    want.start = (int64_t)first, want.numel = (int64_t)n;
+    ShardSource *src;
+    int nsrc;
+    TRY(sources_of(r, name, name, 0, &want, &src, &nsrc, err));
+    int rc = shard_copy(&want, out, src, nsrc, name, err);
+    free(src);
     return rc;
 }
 
 int ckpt_dist_reader_tensor(const CkptDistReader *r, const char *name, float *out, size_t numel,
                             size_t cols, Err *err) {
     return ckpt_dist_reader_range(r, name, numel, cols, 0, numel, out, err);
+}
+
+int ckpt_dist_reader_open_found(CkptDistReader *r, Comm *world, const char *root,
+                                const CkptDistFound *found, int optim, Err *err) {
+    memset(r, 0, sizeof *r);
+    int every = world ? world->size : 1, first = world ? world->rank : 0, rc;
+    if (found->ranks == 0) {
+        char *dir = ckpt_dist_found_dir(root, found, 0);
+        rc = open_dirs(r, &dir, 1, optim, 1, first, err);
+        r->dp_shard = r->tp = 1, r->step = found->step;
+        free(dir);
+    } else {
+        rc = open_sharded(r, root, found->step, found->mesh[1], found->mesh[2], optim, every, first,
+                          err);
+    }
+    if (world) {
+        rc = comm_agree(world, rc, err);
+        if (rc != 0 && r->files) ckpt_dist_reader_close(r);
+    }
+    return rc;
+}
+
+static int in_model(const char *name, const CkptTensor *t, int n) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(t[i].name, name) == 0) return 1;
+    return 0;
+}
+
+/* The name of entry i of file k (a layout's parameter, or a legacy file's tensor), or NULL
+ * past the last; *it carries the iteration of a layout. */
+static const char *file_name(const CkptDistReader *r, int k, int i, void **it) {
+    if (!r->layout[k]) return i < r->files[k].n ? r->files[k].tensors[i].name : NULL;
+    *it = i == 0 ? json_object_iter(r->layout[k]) : json_object_iter_next(r->layout[k], *it);
+    return *it ? json_object_iter_key(*it) : NULL;
+}
+
+int ckpt_dist_reader_check_names(const CkptDistReader *r, Comm *world, const CkptTensor *model,
+                                 int n, Err *err) {
+    /* Entry by entry, whether some rank's model has it: a rank holds pieces of only some. */
+    int total = 0;
+    for (int k = 0; k < r->nfiles; k++) {
+        void *it = NULL;
+        for (int i = 0; file_name(r, k, i, &it); i++)
+            total++;
+    }
+    double *held = xcalloc((size_t)total + 1, sizeof *held);
+    int at = 0, rc = 0;
+    for (int k = 0; k < r->nfiles; k++) {
+        void *it = NULL;
+        const char *name;
+        for (int i = 0; (name = file_name(r, k, i, &it)) != NULL; i++)
+            held[at++] = in_model(name, model, n);
+    }
+    if (world && total > 0) rc = comm_all_reduce_sum(world, held, (size_t)total, COMM_F64, err);
+    at = 0;
+    for (int k = 0; k < r->nfiles && rc == 0; k++) {
+        void *it = NULL;
+        const char *name;
+        for (int i = 0; (name = file_name(r, k, i, &it)) != NULL && rc == 0; i++)
+            if (held[at++] == 0)
+                rc = err_set(err, "%s holds %s, which this model does not have", r->files[k].path,
+                             name);
+    }
+    free(held);
+    return rc;
+}
+
+int ckpt_dist_read_into(const CkptDistReader *r, const CkptTensor *t, int n,
+                        const ShardSlice *slices, int per, int optim, Progress *p, Err *err) {
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        ShardSlice want;
+        if (slices)
+            want = slices[i / per];
+        else
+            shard_slice_whole(&want, t[i].ndim, t[i].shape);
+        /* The parameter's name: optimizer tensors are "<param>.exp_avg" and ".exp_avg_sq". */
+        char param[256];
+        snprintf(param, sizeof param, "%s", t[i].name);
+        char *dot = optim ? strrchr(param, '.') : NULL;
+        if (dot) *dot = '\0';
+        ShardSource *src;
+        int nsrc;
+        rc = sources_of(r, t[i].name, param, optim, &want, &src, &nsrc, err);
+        if (rc != 0) break;
+        int same = nsrc > 0 && src[0].slice.ndim == want.ndim;
+        for (int d = 0; same && d < want.ndim; d++)
+            same = src[0].slice.shape[d] == want.shape[d];
+        if (nsrc == 0) {
+            rc = err_set(err, "checkpoint step %" PRId64 " has no tensor %s", r->step, t[i].name);
+        } else if (!same) {
+            char have[160], need[160];
+            st_shape_str(have, sizeof have, src[0].slice.shape, src[0].slice.ndim);
+            st_shape_str(need, sizeof need, want.shape, want.ndim);
+            rc = err_set(err, "%s: %s is %s in the checkpoint, but %s in this model", src[0].file,
+                         t[i].name, have, need);
+        } else {
+            float *buf = xmalloc((size_t)want.numel * sizeof *buf + 1);
+            rc = shard_copy(&want, buf, src, nsrc, t[i].name, err);
+            if (rc == 0)
+                ckpt_tensor_device(&t[i])->from_host(t[i].data, buf,
+                                                     (size_t)want.numel * sizeof *buf);
+            free(buf);
+            if (p) progress_add(p, (double)want.numel * sizeof(float));
+        }
+        free(src);
+    }
+    return rc;
 }
 
 /* One HF tensor: a whole parameter or one expert's slice of a stacked one. */

@@ -3,19 +3,25 @@
  * optimizer state, and the train state), to {root}/rank-K/step-N/; no rank ever holds the
  * whole model. Once every rank has committed step N (a collective agreement), rank 0
  * atomically rewrites {root}/latest.json: {"format", "ranks", "mesh": [dp_replicate,
- * dp_shard, tp], "step": N, "steps": [...]}, the steps every rank holds, newest last. A
- * resume needs the same mesh. That file is the commit point of the job's
+ * dp_shard, tp], "step": N, "steps": [...]}, the steps every rank holds, newest last. Each
+ * rank's step directory also holds layout.json: for every parameter the slice of the whole
+ * tensor that rank's files hold (train/shard_slice.h; its optimizer state has the same), so
+ * that a job on any mesh, or on one process, can resume from it (resharding), and a job on many
+ * processes can resume from one process's root/step-N. That file is the commit point of the job's
  * checkpoint: a crash before it leaves the previous step current; only after it do ranks
  * remove their steps that fell out of keep_latest_k. */
 #ifndef QT_CKPT_DIST_H
 #define QT_CKPT_DIST_H
 
 #include "core/model_spec.h"
+#include "core/progress.h"
 #include "dist/comm.h"
 #include "io/safetensors.h"
 #include "train/checkpoint.h"
+#include "train/shard_slice.h"
 
 #define CKPT_DIST_MARKER "latest.json"
+#define CKPT_DIST_LAYOUT "layout.json"
 /* Steps the marker lists (the newest ones when keep_latest_k is 0); a larger keep_latest_k is
  * refused at start-up, since the steps past it would be pruned. */
 #define CKPT_DIST_MAX_KEPT 64
@@ -25,22 +31,31 @@
  * at start-up with a sentence. */
 int ckpt_dist_check_keep(int ranks, int enable, int keep_latest_k, Err *err);
 
-/* Collective over world: every rank passes its own tensors and the job's mesh
- * [dp_replicate, dp_shard, tp]; the same result on every rank. */
+/* Collective over world: every rank passes its own tensors, what each holds of its whole
+ * tensor (slices[i] for model[i]; NULL writes no layout.json, and then only the same mesh can
+ * resume) and the job's mesh [dp_replicate, dp_shard, tp]; the same result on every rank. */
 int ckpt_dist_save(Comm *world, const int mesh[3], const char *root, const CkptState *st,
-                   const CkptTensor *model, int nmodel, const CkptTensor *optim, int noptim,
-                   int keep_latest_k, Err *err);
+                   const CkptTensor *model, const ShardSlice *slices, int nmodel,
+                   const CkptTensor *optim, int noptim, int keep_latest_k, Err *err);
 
-/* Collective: 1 with *step and *path (this rank's step directory, malloc'd) when root has a
- * committed sharded checkpoint, 0 when it has none, -1 with the same sentence on every rank
- * (e.g. one saved by a different number of processes, or by one process: root/step-N).
- * Removes this rank's leftovers of interrupted saves first. */
-int ckpt_dist_find_latest(Comm *world, const int mesh[3], const char *root, int64_t *step,
-                          char **path, Err *err);
+/* Where a resume starts: a step of root in either format. */
+typedef struct CkptDistFound {
+    int64_t step;
+    int ranks;   /* that wrote it; 0 for one process's root/step-N */
+    int mesh[3]; /* [dp_replicate, dp_shard, tp] of a sharded one */
+} CkptDistFound;
 
-/* A job on one process resuming from root: -1 with a sentence when root holds a committed
- * sharded checkpoint (which it would otherwise ignore and train from scratch), else 0. */
-int ckpt_dist_refuse_sharded(const char *root, Err *err);
+/* Collective over world (NULL: this process alone): 1 with *found for the newest complete step
+ * under root, whichever wrote it (sharded: listed in latest.json; one process's: root/step-N,
+ * checksums verified; the sharded one on a tie when world has several processes), or for step
+ * load_step when it is >= 0; 0 when root holds none (load_step < 0); -1 with the same sentence
+ * on every rank (load_step >= 0 and no such step, a broken latest.json). Removes leftovers of
+ * interrupted saves first (this rank's folder; root on rank 0). */
+int ckpt_dist_locate(Comm *world, const char *root, int64_t load_step, CkptDistFound *found,
+                     Err *err);
+/* The step directory of found that rank `rank` of the same mesh reads (malloc'd): root/step-N
+ * for one process's, root/rank-K/step-N for a sharded one. */
+char *ckpt_dist_found_dir(const char *root, const CkptDistFound *found, int rank);
 
 /* Reads a committed sharded checkpoint without MPI and without holding the model: every
  * parameter file of replica 0 is mapped, and a full parameter, or any run of its elements, is
@@ -49,9 +64,13 @@ int ckpt_dist_refuse_sharded(const char *root, Err *err);
  * part; the part is a block of rows or of columns of the whole tensor, or all of it
  * (core/param_table.h; replicated parameters are read from tp rank 0). */
 typedef struct CkptDistReader {
-    int dp_shard, tp; /* of the mesh that saved the checkpoint */
+    int dp_shard, tp; /* of the mesh that saved the checkpoint (1, 1: one process's) */
     int64_t step;
-    StFile *files; /* (dp_shard * tp) rank-K/step-N/model.safetensors */
+    int nfiles;      /* dp_shard * tp */
+    StFile *files;   /* (nfiles) rank-K/step-N/model.safetensors */
+    StFile *optim;   /* (nfiles) their optim.safetensors, when opened for a resume; else NULL */
+    json_t **layout; /* (nfiles) the "tensors" of each layout.json; NULL: written before layouts
+                        existed, the mesh says which slice a file holds */
 } CkptDistReader;
 
 /* Opens the newest committed step under root (latest.json), after verifying each file's size
@@ -59,7 +78,23 @@ typedef struct CkptDistReader {
 int ckpt_dist_reader_open(CkptDistReader *r, const char *root, Err *err);
 /* The same for a chosen step (< 0: the newest), which latest.json must list as committed. */
 int ckpt_dist_reader_open_step(CkptDistReader *r, const char *root, int64_t step, Err *err);
+/* Collective over world (NULL: one process): opens found's step for a resume, optimizer files
+ * too with optim; the checksums of its files are verified, each by one rank. */
+int ckpt_dist_reader_open_found(CkptDistReader *r, Comm *world, const char *root,
+                                const CkptDistFound *found, int optim, Err *err);
 void ckpt_dist_reader_close(CkptDistReader *r);
+/* Collective over world (NULL: one process): fails with a sentence when r holds a parameter
+ * that no rank's model[0..n) has. */
+int ckpt_dist_reader_check_names(const CkptDistReader *r, Comm *world, const CkptTensor *model,
+                                 int n, Err *err);
+/* Resharding: fills each t[i] (host or device data) with the elements slices[i / per] of its
+ * whole tensor describes (slices NULL: t[i] is the whole tensor), from whatever slices r's files
+ * hold. per = 1 for parameters; per = 2 and optim for their optimizer state (t[2i], t[2i + 1]
+ * = "<param>.exp_avg", ".exp_avg_sq"). A shape that differs from the checkpoint's, a tensor it
+ * lacks, or slices that do not tile the wanted elements fail with a sentence. Bytes read are
+ * added to p when it is not NULL. */
+int ckpt_dist_read_into(const CkptDistReader *r, const CkptTensor *t, int n,
+                        const ShardSlice *slices, int per, int optim, Progress *p, Err *err);
 /* out (numel floats) = parameter `name`, whose rows hold cols elements (its last dimension;
  * only row-parallel parameters need it); fails when the pieces do not add up to numel. */
 int ckpt_dist_reader_tensor(const CkptDistReader *r, const char *name, float *out, size_t numel,

@@ -129,6 +129,13 @@ static int feed_restore(void *ctx, const json_t *position, Err *err) {
     return 0;
 }
 
+static void feed_restart(void *ctx) {
+    DataFeed *f = ctx;
+    f->base_row = 0;
+    f->base_step = -1;
+    f->last_step = 0;
+}
+
 void data_feed_bind(DataFeed *f, TrainData *td) {
     memset(td, 0, sizeof *td);
     td->ctx = f;
@@ -136,4 +143,5 @@ void data_feed_bind(DataFeed *f, TrainData *td) {
     td->next = feed_next;
     td->position = feed_position;
     td->restore = feed_restore;
+    td->restart = feed_restart;
 }

@@ -9,47 +9,57 @@
 #include "core/fs.h"
 #include "core/log.h"
 
-int samples_open(Samples *s, const JobConfig *cfg, Qwen3 *m, const Tokenizer *tok, Err *err) {
-    memset(s, 0, sizeof *s);
+static int read_prompts(Samples *s, const JobConfig *cfg, Err *err) {
     const char *where = cfg->sample.prompt_file[0] ? cfg->sample.prompt_file : "sample.prompts";
     if (cfg->sample.prompt_file[0] && cfg->sample.prompts[0])
         return err_set(err, "set one of sample.prompts and sample.prompt_file, not both");
+    int rc;
     if (cfg->sample.prompt_file[0]) {
+        char *data;
         size_t len;
-        TRY(fs_read_all(cfg->sample.prompt_file, &s->data, &len, err));
+        TRY(fs_read_all(cfg->sample.prompt_file, &data, &len, err));
+        rc = prompt_lines_split(&s->pr, data, len, where, err);
+        free(data);
     } else {
-        s->data = xstrdup(cfg->sample.prompts);
+        rc = prompt_lines_split(&s->pr, cfg->sample.prompts, strlen(cfg->sample.prompts), where,
+                                err);
     }
-    s->prompts = xcalloc(strlen(s->data) / 2 + 1, sizeof *s->prompts);
-    for (char *line = s->data; line && *line;) {
-        char *nl = strchr(line, '\n');
-        if (nl) *nl = '\0';
-        if (strspn(line, " \t\r") < strlen(line)) s->prompts[s->n++] = line;
-        line = nl ? nl + 1 : NULL;
-    }
-    s->m = m;
+    return rc ? err_wrap(err, "sample.freq = %d", cfg->sample.freq) : 0;
+}
+
+int samples_open(Samples *s, const JobConfig *cfg, TrainQwen3 *q, const Tokenizer *tok, Err *err) {
+    memset(s, 0, sizeof *s);
+    TRY(read_prompts(s, cfg, err));
+    const char *where = cfg->sample.prompt_file[0] ? cfg->sample.prompt_file : "sample.prompts";
+    s->q = q;
     s->tok = tok;
     s->freq = cfg->sample.freq;
-    if (s->n == 0) {
-        err_set(err, "sample.freq = %d but %s holds no prompt (one prompt a line)", s->freq, where);
-        samples_close(s);
-        return -1;
-    }
-    s->ids = xcalloc((size_t)s->n, sizeof *s->ids);
-    int longest = 0, rc = 0;
-    for (int i = 0; i < s->n && rc == 0; i++) {
-        rc = tokenizer_encode(tok, s->prompts[i], strlen(s->prompts[i]), &s->ids[i], err);
+    /* Every rank checks the prompts against the model (whose spec is the whole one's but for
+     * tensor-parallel heads), so a bad prompt stops all alike. */
+    Qwen3 *local = train_qwen3_qwen3(q);
+    int n = s->pr.n, longest = 0, rc = 0;
+    s->ids = xcalloc((size_t)n, sizeof *s->ids);
+    for (int i = 0; i < n && rc == 0; i++) {
+        rc = tokenizer_encode(tok, s->pr.text[i], strlen(s->pr.text[i]), &s->ids[i], err);
         if (rc == 0 && (int)s->ids[i].n > longest) longest = (int)s->ids[i].n;
         if (rc == 0)
-            rc = qwen3_check_tokens(m, (const int32_t *)s->ids[i].ids, (long)s->ids[i].n, 0, where,
-                                    err);
+            rc = qwen3_check_tokens(local, (const int32_t *)s->ids[i].ids, (long)s->ids[i].n, 0,
+                                    where, err);
     }
-    if (rc == 0 && longest + cfg->sample.max_new_tokens > m->spec.max_seq_len)
+    if (rc == 0 && longest + cfg->sample.max_new_tokens > local->spec.max_seq_len)
         rc = err_set(err,
                      "%s: a prompt of %d tokens with sample.max_new_tokens = %d exceeds the "
                      "model's context of %d positions",
-                     where, longest, cfg->sample.max_new_tokens, m->spec.max_seq_len);
-    if (rc == 0) rc = decoder_create(&s->d, m, s->n, longest + cfg->sample.max_new_tokens, err);
+                     where, longest, cfg->sample.max_new_tokens, local->spec.max_seq_len);
+    /* The decoder runs plain weights: sharded or with adapters, it runs a merged whole copy. */
+    if (rc == 0 && !train_qwen3_sharded(q) && !local->lora) {
+        s->m = local;
+    } else if (rc == 0 && train_qwen3_mesh(q)->dims.rank == 0) {
+        rc = train_qwen3_whole_create(q, &s->whole, err);
+        if (rc == 0) s->m = &s->whole;
+    }
+    if (rc == 0 && s->m)
+        rc = decoder_create(&s->d, s->m, n, longest + cfg->sample.max_new_tokens, err);
     if (rc != 0) {
         samples_close(s);
         return -1;
@@ -70,33 +80,35 @@ int samples_open(Samples *s, const JobConfig *cfg, Qwen3 *m, const Tokenizer *to
 
 void samples_close(Samples *s) {
     if (s->d.m) decoder_free(&s->d);
-    for (int i = 0; s->ids && i < s->n; i++)
+    if (s->m == &s->whole) qwen3_free(&s->whole);
+    for (int i = 0; s->ids && i < s->pr.n; i++)
         idvec_free(&s->ids[i]);
-    free(s->ids), free(s->prompts), free(s->data), free(s->path);
+    free(s->ids), free(s->path);
+    prompt_lines_free(&s->pr);
     memset(s, 0, sizeof *s);
 }
 
-int samples_after_step(Samples *s, int64_t step, int last, Err *err) {
-    if (!last && step % s->freq != 0) return 0;
-    qwen3_refresh_bf16(s->m);
-    const int32_t **ptr = xcalloc((size_t)s->n, sizeof *ptr);
-    int *lens = xcalloc((size_t)s->n, sizeof *lens);
-    for (int i = 0; i < s->n; i++) {
+/* Generates and writes the samples of step (where s->m is). */
+static int write_samples(Samples *s, int64_t step, Err *err) {
+    int n = s->pr.n;
+    const int32_t **ptr = xcalloc((size_t)n, sizeof *ptr);
+    int *lens = xcalloc((size_t)n, sizeof *lens);
+    for (int i = 0; i < n; i++) {
         ptr[i] = (const int32_t *)s->ids[i].ids;
         lens[i] = (int)s->ids[i].n;
     }
-    GenOutput *out = xcalloc((size_t)s->n, sizeof *out);
-    int rc = generate(&s->d, s->tok, ptr, lens, s->n, &s->o, out, NULL, NULL, NULL, err);
+    GenOutput *out = xcalloc((size_t)n, sizeof *out);
+    int rc = generate(&s->d, s->tok, ptr, lens, n, &s->o, out, NULL, NULL, NULL, err);
     FILE *f = rc == 0 ? fopen(s->path, "a") : NULL;
     if (rc == 0 && !f) rc = err_sys(err, "cannot open %s", s->path);
-    for (int i = 0; i < s->n && rc == 0; i++) {
-        log_info("sample step %lld [%d]: %s|%.*s", (long long)step, i + 1, s->prompts[i],
+    for (int i = 0; i < n && rc == 0; i++) {
+        log_info("sample step %lld [%d]: %s|%.*s", (long long)step, i + 1, s->pr.text[i],
                  (int)out[i].text_len, out[i].text);
         json_t *o = json_object(), *ids = json_array();
         for (int t = 0; t < out[i].n; t++)
             json_array_append_new(ids, json_integer(out[i].ids[t]));
         json_object_set_new(o, "step", json_integer(step));
-        json_object_set_new(o, "prompt", json_string(s->prompts[i]));
+        json_object_set_new(o, "prompt", json_string(s->pr.text[i]));
         json_object_set_new(o, "text", json_stringn(out[i].text, out[i].text_len));
         json_object_set_new(o, "ids", ids);
         char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -105,8 +117,20 @@ int samples_after_step(Samples *s, int64_t step, int last, Err *err) {
         free(line);
     }
     if (f && fclose(f) != 0 && rc == 0) rc = err_sys(err, "cannot write to %s", s->path);
-    for (int i = 0; i < s->n; i++)
+    for (int i = 0; i < n; i++)
         gen_output_free(&out[i]);
     free(out), free(ptr), free(lens);
     return rc;
+}
+
+int samples_after_step(Samples *s, int64_t step, int last, Err *err) {
+    if (!last && step % s->freq != 0) return 0;
+    if (s->m == train_qwen3_qwen3(s->q)) {
+        qwen3_refresh_bf16(s->m);
+        return write_samples(s, step, err);
+    }
+    int rc = train_qwen3_gather_whole(s->q, s->m, err);
+    if (rc == 0 && s->m) rc = write_samples(s, step, err);
+    /* The other ranks wait here for rank 0's generation, and learn if it failed. */
+    return comm_agree(train_qwen3_mesh(s->q)->world, rc, err);
 }

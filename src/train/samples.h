@@ -2,7 +2,15 @@
  * step, the model completes a few prompts through the generation code of `qtitan generate`
  * (infer/generate.h); the completions are logged and appended to DUMP/samples.jsonl as
  * {"step", "prompt", "text", "ids"}. The KV cache is sized once; the bf16 weight copies are
- * refreshed first (training casts them at its next forward anyway). One process only. */
+ * refreshed first (training casts them at its next forward anyway).
+ *
+ * On a mesh rank 0 generates alone, from a whole copy of the model it keeps for the run (one
+ * process's shapes, kernels and precision): every rank takes part in gathering the current
+ * weights into it (train_qwen3_gather_whole), then all wait for rank 0's outcome, so the ranks
+ * stay in step and the samples are those one process would print from the same weights. The
+ * copy costs rank 0 the model's weights once more: a model that only fits sharded cannot
+ * sample. A LoRA run (one process) samples from such a copy too, its adapters merged as the
+ * run's merged export merges them (the decoder runs plain weights). */
 #ifndef QT_SAMPLES_H
 #define QT_SAMPLES_H
 
@@ -12,23 +20,29 @@
 #include "core/err.h"
 #include "infer/decode.h"
 #include "infer/generate.h"
+#include "text/prompt_lines.h"
+#include "train/train_qwen3.h"
 
 typedef struct Samples {
-    Qwen3 *m; /* the training model; not owned */
+    TrainQwen3 *q; /* the training driver; not owned */
+    Qwen3 *m;      /* the model generating: q's own on one process, whole on rank 0 of a mesh
+                    * (or with LoRA), NULL on the other ranks */
+    Qwen3 whole;   /* rank 0 of a mesh: the gathered copy */
     const Tokenizer *tok;
     Decoder d;
-    int freq, n;
-    char *data;     /* the prompts' text, NUL-separated */
-    char **prompts; /* (n) */
-    IdVec *ids;     /* (n) */
+    int freq;
+    PromptLines pr;
+    IdVec *ids; /* (pr.n) */
     GenOptions o;
     int32_t eos[2];
     char *path; /* DUMP/samples.jsonl */
 } Samples;
 
-/* Reads the prompts (sample.prompts, one a line, or sample.prompt_file) and sizes the cache. */
-int samples_open(Samples *s, const JobConfig *cfg, Qwen3 *m, const Tokenizer *tok, Err *err);
+/* Reads the prompts (sample.prompts, one a line, or sample.prompt_file), checks them on every
+ * rank and, where m generates, sizes the cache. */
+int samples_open(Samples *s, const JobConfig *cfg, TrainQwen3 *q, const Tokenizer *tok, Err *err);
 void samples_close(Samples *s);
+/* Collective over q's mesh. */
 int samples_after_step(Samples *s, int64_t step, int last, Err *err);
 
 #endif

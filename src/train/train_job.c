@@ -438,6 +438,9 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
     train_qwen3_parallel(q, &par);
     TrainData data;
     data_feed_bind(&feed, &data);
+    int exclude = 0; /* checked when the config was read */
+    if ((rc = config_exclude_bits(cfg->checkpoint.exclude_from_loading, &exclude, err)) != 0)
+        goto out;
     TrainerOptions o = {
         .steps = cfg->training.steps,
         .micro_batches = micro,
@@ -458,6 +461,8 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
         .ckpt_interval = cfg->checkpoint.interval,
         .last_save_model_only = cfg->checkpoint.last_save_model_only,
         .keep_latest_k = cfg->checkpoint.keep_latest_k,
+        .load_step = cfg->checkpoint.load_step,
+        .exclude = exclude,
         .log_freq = cfg->metrics.log_freq,
         .peak_tflops = cfg->metrics.peak_tflops,
         .bf16_matmuls = bf16_matmuls,
@@ -488,7 +493,10 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
     o.trace_dir = trace_dir;
     o.trace_freq = cfg->profiling.profile_freq;
     BetweenSteps between = {0};
-    if (rc == 0) rc = between_steps_open(&between, cfg, world->size == 1 ? q : NULL, tok, err);
+    if (rc == 0) {
+        /* Mostly config checks that fail alike; the whole model for samples is rank 0 alone. */
+        rc = comm_agree_own(world, between_steps_open(&between, cfg, q, tok, err), err);
+    }
     if (rc == 0 && (between.validate || between.sample)) {
         o.after_step = between_steps_run;
         o.after_step_ctx = &between;

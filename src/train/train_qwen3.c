@@ -54,6 +54,7 @@ struct TrainQwen3 {
     Qwen3 m;    /* this rank's (tensor-parallel part of the) model */
     Qwen3 full; /* tp > 1: the whole model's table (full shapes), no parameters */
     const Mesh *mesh;
+    const OverridePlan *kernels; /* the kernels chosen at create (NULL: defaults); not owned */
     Mesh own_mesh;   /* the world of one made when train_qwen3_create is given no mesh */
     Comm *own_world; /* its communicator, NULL otherwise */
     /* 0 on a world of one: the model owns its parameters and no unit is gathered. */
@@ -74,6 +75,7 @@ struct TrainQwen3 {
     float **piece_grads; /* (npieces) */
     int *piece_decay;    /* (npieces) */
     int *piece_param;    /* (npieces) table index of each piece */
+    ShardSlice *slices;  /* (npieces) what each piece is of its whole tensor, when sharded */
     int *bias_param;     /* (L) table index of layer l's moe.expert_bias, -1 none */
     float *bias_full;    /* (L, X) full-size copies of the biases for the balancing update */
     double comm_s;       /* seconds in collectives since the last comm_seconds call */
@@ -377,10 +379,28 @@ static int shard(TrainQwen3 *f, const int *unit, Err *err) {
     return 0;
 }
 
+/* What a sharded rank's piece of p is of the whole tensor: tp rank t's block of rows (the
+ * first dimension) or of columns (the last), or all of it, and elements [lo, hi) of that. */
+static void piece_slice(const TrainQwen3 *f, const Qwen3Param *p, const Held *h, ShardSlice *s) {
+    int64_t shape[3] = {p->shape[0], p->shape[1], p->shape[2]};
+    int split = f->tp_split[p - f->m.table], dim = split == TP_ROWS   ? 0
+                                                   : split == TP_COLS ? p->ndim - 1
+                                                                      : -1;
+    if (dim >= 0) shape[dim] *= f->tp;
+    shard_slice_whole(s, p->ndim, shape);
+    if (dim >= 0) {
+        s->box_len[dim] = p->shape[dim];
+        s->box_off[dim] = (int64_t)f->t * p->shape[dim];
+    }
+    s->start = (int64_t)h->lo;
+    s->numel = (int64_t)(h->hi - h->lo);
+}
+
 TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, const Mesh *mesh,
                                const OverridePlan *plan, int frozen, int base_bf16, Err *err) {
     TrainQwen3 *f = xcalloc(1, sizeof *f);
     f->mesh = mesh;
+    f->kernels = plan;
     if ((!mesh && own_world_of_one(f, B, err) != 0) ||
         train_qwen3_check(spec, f->mesh->dims.tp, err) != 0) {
         train_qwen3_free(f);
@@ -454,6 +474,7 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
     f->piece_grads = xcalloc((size_t)n, sizeof *f->piece_grads);
     f->piece_decay = xcalloc((size_t)n, sizeof *f->piece_decay);
     f->piece_param = xcalloc((size_t)n, sizeof *f->piece_param);
+    f->slices = xcalloc((size_t)n, sizeof *f->slices);
     for (int i = 0; i < n; i++) {
         const Qwen3Param *p = &f->m.table[i];
         const Held *h = &f->held[i];
@@ -467,6 +488,7 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
                              p->name, p->ndim, {p->shape[0], p->shape[1], p->shape[2]}, h->p, dev};
         f->piece_grads[k] = h->g;
         f->piece_param[k] = i;
+        if (f->sharded) piece_slice(f, p, h, &f->slices[k]);
     }
     if (f->sharded) {
         char mesh_line[160];
@@ -480,6 +502,14 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
 
 Qwen3 *train_qwen3_qwen3(TrainQwen3 *q) {
     return &q->m;
+}
+
+const Mesh *train_qwen3_mesh(const TrainQwen3 *q) {
+    return q->mesh;
+}
+
+int train_qwen3_sharded(const TrainQwen3 *q) {
+    return q->sharded;
 }
 
 void train_qwen3_free(TrainQwen3 *f) {
@@ -502,6 +532,7 @@ void train_qwen3_free(TrainQwen3 *f) {
     free(f->piece_grads);
     free(f->piece_decay);
     free(f->piece_param);
+    free(f->slices);
     free(f->bias_param);
     free(f->bias_full);
     free(f->lparams);
@@ -692,6 +723,7 @@ void train_qwen3_model(TrainQwen3 *f, TrainModel *out, int exempt) {
                         .params = f->pieces,
                         .grads = f->piece_grads,
                         .decay = f->piece_decay,
+                        .slices = f->sharded ? f->slices : NULL,
                         .forward_backward = forward_backward,
                         .before_optimizer_step = f->m.n_moe_layers ? before_optimizer_step : NULL};
 }
@@ -780,5 +812,69 @@ int train_qwen3_export_merged(TrainQwen3 *q, const char *dir, const HfExportOpti
                                 q->m.param_arena.device};
     int rc = hf_export(dir, &q->m.spec, t, q->m.nparams, o, err);
     free(t);
+    return rc;
+}
+
+/* ---- the whole model on one rank (samples on a mesh) ---- */
+
+int train_qwen3_whole_create(TrainQwen3 *f, Qwen3 *out, Err *err) {
+    const ModelSpec *spec = &whole(f)->spec;
+    Qwen3Modules *mod = train_qwen3_modules(spec, f->kernels, 0);
+    int rc = qwen3_create_forward(out, spec, 1, 1, mod, err); /* only a Decoder runs it */
+    free(mod);
+    TRY(rc);
+    if (f->m.bf16 && qwen3_enable_bf16(out, err) != 0) {
+        qwen3_free(out);
+        return -1;
+    }
+    return 0;
+}
+
+/* Parameter i's tensor-parallel parts (numel each, t-ordered in parts) as the whole tensor. */
+static void join_tp(const TrainQwen3 *f, int i, float *whole_t, const float *parts) {
+    const Qwen3Param *p = &f->m.table[i]; /* the local shape */
+    long numel = (long)p->numel;
+    if (f->tp_split[i] == TP_ROWS) {
+        memcpy(whole_t, parts, (size_t)(numel * f->tp) * sizeof *whole_t);
+        return;
+    }
+    long rows = (long)p->shape[0], cols = p->ndim == 2 ? (long)p->shape[1] : 1;
+    for (int t = 0; t < f->tp; t++)
+        for (long r = 0; r < rows; r++)
+            memcpy(whole_t + r * cols * f->tp + (long)t * cols, parts + t * numel + r * cols,
+                   (size_t)cols * sizeof *whole_t);
+}
+
+int train_qwen3_gather_whole(TrainQwen3 *f, Qwen3 *dst, Err *err) {
+    int rc = 0;
+    if (!f->sharded) {
+        for (int i = 0; i < f->m.nparams; i++)
+            memcpy(dst->table[i].data, f->m.table[i].data,
+                   (size_t)f->m.table[i].numel * sizeof(float));
+    }
+    float *parts = f->tp > 1 ? xmalloc(max_numel(f) * sizeof *parts) : NULL;
+    for (int u = 0; f->sharded && u < f->L + 2 && rc == 0; u++) {
+        if (f->plan.units[u].full_numel == 0) continue; /* the head when tied */
+        ensure(f, u); /* the unit's (tensor-parallel part of the) parameters, as in a forward */
+        for (int i = 0; i < f->m.nparams && rc == 0; i++) {
+            const Qwen3Param *p = &f->m.table[i];
+            if (param_unit(f, p) != u) continue;
+            const float *local = *qwen3_param_field(&f->m.p, p->kind->id, p->layer);
+            float *to = dst ? dst->table[i].data : NULL;
+            if (f->tp_split[i] == TP_REPLICATED) {
+                if (to) memcpy(to, local, (size_t)p->numel * sizeof *to);
+                continue;
+            }
+            rc = comm_all_gather(f->mesh->tp, parts, local, (size_t)p->numel, COMM_F32, err);
+            if (rc == 0 && to) join_tp(f, i, to, parts);
+        }
+    }
+    free(parts);
+    /* LoRA (one process only): the adapters merged as the merged export merges them. */
+    const Lora *lo = f->m.lora;
+    for (int i = 0; rc == 0 && dst && lo && i < lo->n; i++)
+        lora_merge(lo, &lo->ad[i],
+                   *qwen3_param_field(&dst->p, lora_site_kind(lo->ad[i].site), lo->ad[i].layer));
+    if (rc == 0 && dst && dst->bf16) qwen3_refresh_bf16(dst);
     return rc;
 }

@@ -52,8 +52,23 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
  * `qtitan plan` and the job's start-up to say the same before anything is allocated. */
 int train_qwen3_check(const ModelSpec *spec, int tp, Err *err);
 void train_qwen3_free(TrainQwen3 *q);
-/* The model itself, for forward-only work between steps (validation, samples). */
+/* The model itself, for forward-only work between steps (validation): when sharded, this
+ * rank's, whose forward gathers each unit as training's does (collective over the mesh). */
 struct Qwen3 *train_qwen3_qwen3(TrainQwen3 *q);
+/* The mesh q trains on (a world of one when created without one). */
+const Mesh *train_qwen3_mesh(const TrainQwen3 *q);
+/* 1 when q runs on more than one process (its model holds no parameters of its own). */
+int train_qwen3_sharded(const TrainQwen3 *q);
+/* Samples on a mesh or with LoRA: out becomes a forward-only model of the whole spec (one
+ * process's shapes, the same kernels and precision as q) with no weights yet; rank 0 makes
+ * one. */
+int train_qwen3_whole_create(TrainQwen3 *q, struct Qwen3 *out, Err *err);
+/* Collective over q's mesh: every unit gathered as for a forward and, under tensor
+ * parallelism, the parts of each split parameter joined, so that dst (NULL on every rank but
+ * the one that holds it) gets the whole current weights, bitwise (on one process, a copy), with
+ * LoRA adapters merged as train_qwen3_export_merged merges them, and their bf16 copies when it
+ * has them. */
+int train_qwen3_gather_whole(TrainQwen3 *q, struct Qwen3 *dst, Err *err);
 /* The module set a model of spec runs (creating and sizing both take it from here, so `qtitan
  * plan` sizes what training allocates): the fast CPU kernels by default, the plain references
  * with QT_KERNELS=reference (said once when verbose), plan's overrides when plan is not NULL

@@ -11,6 +11,7 @@
 
 #include "core/fs.h"
 #include "core/log.h"
+#include "core/progress.h"
 #include "core/timer.h"
 #include "core/trace.h"
 #include "dist/comm.h"
@@ -30,6 +31,7 @@ typedef struct Trainer {
     char *ckpt_root;
     Rng rng;
     int64_t step, tokens_seen;
+    int64_t lr_step0; /* the schedule's step 0 (a resume that excluded lr_scheduler) */
     double lr;
     MetricsExtra extra[TRAIN_MAX_EXTRA]; /* the model's metrics of the last step */
     int nextra;
@@ -84,7 +86,8 @@ static int save(Trainer *t, Err *err) {
     memcpy(st.rng, t->rng.s, sizeof st.rng);
     double t0 = now_seconds();
     int rc = par ? ckpt_dist_save(par->world, par->mesh, t->ckpt_root, &st, t->model->params,
-                                  t->model->nparams, t->optim, noptim, t->o->keep_latest_k, err)
+                                  t->model->slices, t->model->nparams, t->optim, noptim,
+                                  t->o->keep_latest_k, err)
                  : ckpt_save(t->ckpt_root, &st, t->model->params, t->model->nparams, t->optim,
                              noptim, t->o->keep_latest_k, err);
     json_decref(st.data_position);
@@ -94,46 +97,107 @@ static int save(Trainer *t, Err *err) {
     return rc;
 }
 
+/* Resharding (or a resume that leaves some state fresh): every rank copies what its tensors
+ * hold out of the slices the checkpoint's files hold, model and optimizer state unless
+ * excluded, with progress on rank 0. */
+static int load_slices(Trainer *t, const CkptDistFound *f, int noptim, Err *err) {
+    const TrainParallel *par = many_ranks(t->o);
+    Comm *world = par ? par->world : NULL;
+    const TrainModel *md = t->model;
+    int model = !(t->o->exclude & CKPT_EXCLUDE_MODEL);
+    if (t->o->exclude & CKPT_EXCLUDE_OPTIMIZER) noptim = 0;
+    CkptDistReader r;
+    TRY(ckpt_dist_reader_open_found(&r, world, t->ckpt_root, f, noptim > 0, err));
+    char what[96];
+    snprintf(what, sizeof what, "loading checkpoint step %" PRId64, f->step);
+    double bytes = 0;
+    for (int i = 0; i < md->nparams; i++)
+        bytes += (double)numel(&md->params[i]) * sizeof(float) * (model + (noptim > 0 ? 2 : 0));
+    Progress p;
+    progress_start(&p, what, bytes, "MB", 1e6);
+    int rc = ckpt_dist_reader_check_names(&r, world, md->params, md->nparams, err);
+    if (rc == 0 && model)
+        rc = ckpt_dist_read_into(&r, md->params, md->nparams, md->slices, 1, 0, &p, err);
+    if (rc == 0 && noptim > 0)
+        rc = ckpt_dist_read_into(&r, t->optim, noptim, md->slices, 2, 1, &p, err);
+    progress_finish(&p);
+    ckpt_dist_reader_close(&r);
+    return rc;
+}
+
 static int resume(Trainer *t, Err *err) {
     const TrainParallel *par = many_ranks(t->o);
-    int64_t step;
-    char *path;
-    int found;
-    if (par) {
-        found = ckpt_dist_find_latest(par->world, par->mesh, t->ckpt_root, &step, &path, err);
-    } else {
-        TRY(ckpt_dist_refuse_sharded(t->ckpt_root, err));
-        TRY(ckpt_clean_stale(t->ckpt_root, err));
-        found = ckpt_find_latest(t->ckpt_root, &step, &path, err);
-    }
+    Comm *world = par ? par->world : NULL;
+    int size = world ? world->size : 1, rank = world ? world->rank : 0;
+    CkptDistFound f;
+    int found =
+        ckpt_dist_locate(world, t->ckpt_root, t->o->load_step > 0 ? t->o->load_step : -1, &f, err);
     if (found <= 0) return found;
+    /* The mesh that wrote it reads its own files as they are; any other copies slices. */
+    int same = f.ranks == 0 ? size == 1
+                            : par && f.ranks == size && f.mesh[0] == par->mesh[0] &&
+                                  f.mesh[1] == par->mesh[1] && f.mesh[2] == par->mesh[2];
+    char *path = ckpt_dist_found_dir(t->ckpt_root, &f, same ? rank : 0);
     CkptState st;
     /* A model-only step (checkpoint.last_save_model_only) ends a finished run: re-running the
      * job loads its weights and has nothing left to do. Continuing past it needs the optimizer
      * state, which it lacks: loading then fails with a sentence. */
     int noptim = 2 * t->model->nparams;
-    if (ckpt_read_state(path, &st, err) == 0) {
+    int rc = ckpt_read_state(path, &st, err);
+    if (rc == 0) {
         if (st.model_only && st.step >= t->o->steps) noptim = 0;
         json_decref(st.data_position);
+        st.data_position = NULL;
     }
-    /* ckpt_find_latest verified the checksums already; the sharded lookup did not. */
-    int rc = par ? ckpt_load(path, &st, t->model->params, t->model->nparams, t->optim, noptim, err)
+    if (rc == 0 && same && t->o->exclude == 0) {
+        /* ckpt_find_latest verified a one-process step's checksums already. */
+        rc = f.ranks
+                 ? ckpt_load(path, &st, t->model->params, t->model->nparams, t->optim, noptim, err)
                  : ckpt_load_found(path, &st, t->model->params, t->model->nparams, t->optim, noptim,
                                    err);
+    } else if (rc == 0) {
+        if (!same && f.ranks)
+            log_info("[checkpoint] step %" PRId64 " was saved on the mesh [dp_replicate %d, "
+                     "dp_shard %d, tp %d]; resharding it for this job's %d process%s",
+                     f.step, f.mesh[0], f.mesh[1], f.mesh[2], size, size > 1 ? "es" : "");
+        else if (!same)
+            log_info("[checkpoint] step %" PRId64 " was saved by one process; resharding it for "
+                     "this job's %d processes",
+                     f.step, size);
+        if (st.model_only && noptim > 0 && !(t->o->exclude & CKPT_EXCLUDE_OPTIMIZER))
+            rc = err_set(err,
+                         "%s holds the model only (checkpoint.last_save_model_only), not the "
+                         "optimizer state training resumes with",
+                         path);
+        if (rc == 0) rc = ckpt_read_state(path, &st, err);
+        if (rc == 0) rc = load_slices(t, &f, noptim, err);
+        if (rc != 0 && st.data_position) {
+            json_decref(st.data_position);
+            st.data_position = NULL;
+        }
+    }
     if (par) rc = comm_agree(par->world, rc, err); /* every rank resumes, or none */
     if (rc == 0 && st.config_hash != t->o->config_hash)
         log_warn("[checkpoint] %s was written under another config (hash %016" PRIx64
                  ", now %016" PRIx64 ")",
                  path, st.config_hash, t->o->config_hash);
-    if (rc == 0 && t->data->restore && st.data_position)
+    if (rc == 0 && (t->o->exclude & CKPT_EXCLUDE_DATALOADER)) {
+        if (t->data->restart) t->data->restart(t->data->ctx);
+    } else if (rc == 0 && t->data->restore && st.data_position) {
         rc = t->data->restore(t->data->ctx, st.data_position, err);
+    }
     if (rc == 0) {
         t->step = st.step;
         t->tokens_seen = st.tokens_seen;
-        t->opt.step = st.optim_step;
+        if (!(t->o->exclude & CKPT_EXCLUDE_OPTIMIZER)) t->opt.step = st.optim_step;
+        if (t->o->exclude & CKPT_EXCLUDE_LR_SCHEDULER) t->lr_step0 = st.step;
         t->lr = st.lr;
         memcpy(t->rng.s, st.rng, sizeof st.rng);
-        log_info("[checkpoint] resumed from %s (step %" PRId64 ")", path, st.step);
+        log_info("[checkpoint] resumed from %s (step %" PRId64 ")%s%s%s%s", path, st.step,
+                 t->o->exclude & CKPT_EXCLUDE_MODEL ? ", model not loaded" : "",
+                 t->o->exclude & CKPT_EXCLUDE_OPTIMIZER ? ", optimizer not loaded" : "",
+                 t->o->exclude & CKPT_EXCLUDE_LR_SCHEDULER ? ", lr schedule restarted" : "",
+                 t->o->exclude & CKPT_EXCLUDE_DATALOADER ? ", data from its first row" : "");
         if (st.step >= t->o->steps) /* torchtitan also trains nothing then; say so */
             log_warn("[checkpoint] step %" PRId64 " is already at training.steps = %" PRId64
                      "; nothing to train (raise training.steps to continue)",
@@ -191,7 +255,7 @@ static int train_step(Trainer *t, StepMetrics *m, Err *err) {
     t->nextra = 0;
     if (md->before_optimizer_step)
         TRY(md->before_optimizer_step(md->ctx, update, t->extra, &t->nextra, err));
-    t->lr = lr_schedule_lr(&t->sched, step);
+    t->lr = lr_schedule_lr(&t->sched, step - t->lr_step0);
     if (!update) {
         if (!o->skip_nonfinite)
             return err_set(err,

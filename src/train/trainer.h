@@ -16,6 +16,7 @@
 #include "train/adamw.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
+#include "train/shard_slice.h"
 
 typedef struct TrainModel {
     void *ctx;
@@ -23,6 +24,9 @@ typedef struct TrainModel {
     const CkptTensor *params; /* (nparams) FQN, shape and fp32 data of every parameter */
     float *const *grads;      /* (nparams) gradient buffers shaped like params, on their devices */
     const int *decay;         /* (nparams) 1 = weight decay applies; NULL = all decay */
+    /* (nparams) what params[i] holds of its whole tensor, recorded with sharded checkpoints so
+     * that another mesh can resume from them; NULL = every params[i] is its whole tensor. */
+    const ShardSlice *slices;
     /* Runs forward and backward on one micro-batch, adding scale * d(sum of token losses) into
      * grads (+=). Writes the sum of token losses (unscaled) to *loss_sum. */
     int (*forward_backward)(void *ctx, const void *batch, double scale, double *loss_sum, Err *err);
@@ -47,6 +51,9 @@ typedef struct TrainData {
     /* Position for checkpoints (new reference, a JSON object), and its restore. */
     json_t *(*position)(void *ctx);
     int (*restore)(void *ctx, const json_t *position, Err *err);
+    /* Forgets the position (checkpoint.exclude_from_loading = ["dataloader"]): the next step
+     * asked for reads from the first row. */
+    void (*restart)(void *ctx);
 } TrainData;
 
 /* The mesh's hooks (src/train/train_qwen3.c), for every mesh, a world of one included; NULL
@@ -82,6 +89,8 @@ typedef struct TrainerOptions {
     int64_t ckpt_interval;    /* save every N steps and at the last step */
     int last_save_model_only; /* the last step's checkpoint holds the weights only */
     int keep_latest_k;
+    int64_t load_step; /* resume from this step; <= 0: the newest */
+    int exclude;       /* CKPT_EXCLUDE bits (core/config.h): state a resume leaves fresh */
     int log_freq;
     /* TensorBoard events of the step scalars under this folder, NULL = none; written by rank
      * 0, or by every rank (each its own folder) with tb_all_ranks. */
@@ -117,8 +126,10 @@ typedef struct TrainerOptions {
     const TrainParallel *par; /* NULL: a world of one without mesh hooks */
 } TrainerOptions;
 
-/* Trains from the newest complete checkpoint in {dump_folder}/{ckpt_folder} when one exists
- * (else from the model's current parameters) up to opts->steps. A non-finite loss or gradient
+/* Trains from the newest complete checkpoint in {dump_folder}/{ckpt_folder} (or step
+ * load_step) when one exists (else from the model's current parameters) up to opts->steps. A
+ * checkpoint written on another mesh (or by one process, or for one process) is resharded on
+ * load: every rank copies its slices out of the files' slices. A non-finite loss or gradient
  * norm stops with an error naming the step, or with skip_nonfinite leaves the parameters and
  * optimizer state untouched for that step (which still counts) and goes on. A checkpoint is
  * never written from parameters holding a non-finite value: that save is an error instead. */

@@ -9,9 +9,15 @@
 #include "core/timer.h"
 #include "infer/dataset_eval.h"
 
-int validator_open(Validator *v, const JobConfig *cfg, Qwen3 *m, const Tokenizer *tok, Err *err) {
+int validator_open(Validator *v, const JobConfig *cfg, Qwen3 *m, const Mesh *mesh,
+                   const Tokenizer *tok, Err *err) {
     memset(v, 0, sizeof *v);
     int T = cfg->validation.seq_len > 0 ? cfg->validation.seq_len : cfg->training.seq_len;
+    if (mesh->dims.sequence_parallel && T % mesh->dims.tp != 0)
+        return err_set(err,
+                       "validation.seq_len = %d: sequence parallelism splits every row over the "
+                       "%d tensor-parallel ranks, so it must be a multiple of %d",
+                       T, mesh->dims.tp, mesh->dims.tp);
     long capacity = (long)m->max_B * m->max_T;
     if (T > capacity)
         return err_set(err,
@@ -19,6 +25,7 @@ int validator_open(Validator *v, const JobConfig *cfg, Qwen3 *m, const Tokenizer
                        "micro-batch, whose activations validation reuses",
                        T, capacity);
     v->m = m;
+    v->mesh = mesh;
     v->freq = cfg->validation.freq;
     v->rows_per_forward = cfg->validation.local_batch_size;
     if (v->rows_per_forward > capacity / T) v->rows_per_forward = (int)(capacity / T);
@@ -59,9 +66,16 @@ int validator_after_step(Validator *v, int64_t step, int last, MetricsWriter *mw
     double t0 = now_seconds(), loss_sum = 0;
     int64_t n = 0;
     EvalPlan plan = eval_plan(&v->ds, v->max_targets);
-    int rc = eval_rows(m, &v->ds, &plan, 0, 1, v->rows_per_forward, &loss_sum, &n, err);
+    const MeshDims *md = &v->mesh->dims;
+    int rc =
+        eval_rows(m, &v->ds, &plan, md->dp_rank, md->dp, v->rows_per_forward, &loss_sum, &n, err);
     if (nc) memcpy(m->moe_counts, v->counts, nc * sizeof *v->counts);
     TRY(rc);
+    /* Token counts stay exact as doubles (below 2^53). */
+    double sums[2] = {loss_sum, (double)n};
+    if (md->dp > 1) TRY(comm_all_reduce_sum(v->mesh->dp, sums, 2, COMM_F64, err));
+    if (md->sequence_parallel) TRY(comm_all_reduce_sum(v->mesh->tp, sums, 2, COMM_F64, err));
+    loss_sum = sums[0], n = (int64_t)sums[1];
     double dt = now_seconds() - t0, loss = n ? loss_sum / (double)n : 0.0;
     log_info("validate step: %lld  loss: %.5f  perplexity: %.4f  tokens: %lld  time: %.2fs",
              (long long)step, loss, exp(loss), (long long)n, dt);
