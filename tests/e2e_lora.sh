@@ -70,6 +70,42 @@ diff <(grep '^step:  [34]' "$tmp/a.log" | awk '{print $4}') <(grep '^step:  [34]
 diff <(grep '^step:  [12]' "$tmp/a.log" | awk '{print $4, $6}') <(grep '^step:  [12]' "$tmp/c.log" | awk '{print $4, $6}') \
   || { echo "FAIL: full activation checkpointing changed the losses"; exit 1; }
 
+# bf16: mixed precision (bf16 products, fp32 base), and a base held in bf16 alone
+# (lora.base_dtype), each within the 2% of docs/training.md of the fp32 run's first two losses;
+# full activation checkpointing on the bf16 base repeats its losses exactly.
+near() { # the step 1-2 losses of two logs within 2%
+  paste <(grep '^step:  [12]' "$1" | awk '{print $4}') <(grep '^step:  [12]' "$2" | awk '{print $4}') |
+    awk -v n="$3" '{ d = ($1 - $2) / $1; if (d < 0) d = -d; printf "%s: loss %s vs %s\n", n, $2, $1; if (d > 0.02) bad = 1 }
+      END { exit bad || NR != 2 }' || { echo "FAIL: $3 losses off"; exit 1; }
+}
+two=(--training.steps=2 --checkpoint.enable=false --checkpoint.last_save_in_hf=false)
+for v in mp:--training.mixed_precision_param=bfloat16 b16:--lora.base_dtype=bfloat16 \
+    b16_ac:--lora.base_dtype=bfloat16,--activation_checkpoint.mode=full; do
+  IFS=, read -r -a extra <<<"${v#*:}"
+  "$QT_BINARY" train "${common[@]}" "${lora[@]}" "${two[@]}" "${extra[@]}" --job.dump_folder="$tmp/${v%%:*}" \
+    >"$tmp/${v%%:*}.log" 2>&1 || { cat "$tmp/${v%%:*}.log"; echo "FAIL: LoRA ${v#*:}"; exit 1; }
+  near "$tmp/a.log" "$tmp/${v%%:*}.log" "${v%%:*}"
+done
+grep -q 'the matmul weights and embedding in bf16' "$tmp/b16.log" || { cat "$tmp/b16.log"; echo "FAIL: base_dtype log"; exit 1; }
+diff <(grep '^step:  [12]' "$tmp/b16.log" | awk '{print $4, $6}') <(grep '^step:  [12]' "$tmp/b16_ac.log" | awk '{print $4, $6}') \
+  || { echo "FAIL: full activation checkpointing changed the bf16 base's losses"; exit 1; }
+
+# Dropout: the masks depend on the seed and the rows alone, so a second run and one that
+# recomputes the layers (full activation checkpointing) give bitwise the same losses, which
+# differ from the run without dropout; the peft config records it.
+for v in d1: d2: d_ac:--activation_checkpoint.mode=full; do
+  IFS=, read -r -a extra <<<"${v#*:}"
+  "$QT_BINARY" train "${common[@]}" "${lora[@]}" "${two[@]}" --lora.dropout=0.1 "${extra[@]}" \
+    --job.dump_folder="$tmp/${v%%:*}" >"$tmp/${v%%:*}.log" 2>&1 || { cat "$tmp/${v%%:*}.log"; echo "FAIL: dropout ${v#*:}"; exit 1; }
+done
+for d in d2 d_ac; do
+  diff <(grep '^step: ' "$tmp/d1.log" | awk '{print $4, $6}') <(grep '^step: ' "$tmp/$d.log" | awk '{print $4, $6}') \
+    || { echo "FAIL: dropout run $d differs from the first"; exit 1; }
+done
+[ "$(grep '^step:  2' "$tmp/d1.log" | awk '{print $4}')" != "$(grep '^step:  2' "$tmp/a.log" | awk '{print $4}')" ] \
+  || { echo "FAIL: dropout did not change the step 2 loss"; exit 1; }
+grep -q '"lora_dropout": 0.1' "$tmp/d1/adapter/adapter_config.json" || { cat "$tmp/d1/adapter/adapter_config.json"; echo "FAIL: lora_dropout in the peft config"; exit 1; }
+
 # qtitan plan counts the adapters and gives AdamW state to them alone.
 "$QT_BINARY" plan "${common[@]}" "${lora[@]}" >"$tmp/plan.log" 2>&1 || { cat "$tmp/plan.log"; echo "FAIL: plan"; exit 1; }
 grep -q '^lora: 1664 trainable adapter parameters' "$tmp/plan.log" \
@@ -87,6 +123,6 @@ bad() {
 bad 'lora.targets match no linear layer' '--lora.targets=layers.*.attention.qkv'
 bad 'lora.rank = 40 is larger than layers.0.attention.wq (32 x 32) allows (32)' --lora.rank=40
 bad 'lora.alpha = 0 is out of range' --lora.alpha=0
-bad 'lora.dropout = 0.1: only 0 is implemented' --lora.dropout=0.1
+bad 'lora.base_dtype = "bfloat16" with checkpoint.last_save_in_hf = true' --lora.base_dtype=bfloat16
 bad 'r = 4 and lora_alpha = 8, but \[lora\] has rank = 2' --lora.rank=2 --lora.adapter_path="$tmp/a/adapter"
 echo "e2e_lora: ok"

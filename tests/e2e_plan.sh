@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# qtitan plan against real runs: for two jobs whose arenas dominate (the debug model with a
-# bigger batch, and the 0.6B shape cut to 2 layers at seq 256), plan's total must be within
-# 10% of the peak RSS the real training reports in metrics.jsonl (memory_gib) after 2 steps.
+# qtitan plan against real runs: for jobs whose arenas dominate (the debug model with a
+# bigger batch, and the 0.6B shape cut to 2 layers at seq 256; each also with LoRA, and the
+# 0.6B one with a bf16 base), plan's total must be within 10% of the peak RSS the real
+# training reports in metrics.jsonl (memory_gib) after 2 steps.
 set -euo pipefail
 shared=${QT_SHARED_DIR:-}
 tok=$shared/tokenizers/qwen3
@@ -32,6 +33,13 @@ check() { # name, then the job's arguments
 check debug --model.tokenizer_path="$tmp/tok2048" --training.local_batch_size=4 --training.seq_len=64
 check qwen3_0.6B_2l --model.tokenizer_path="$tok" --model.flavor=0.6B --model.n_layers=2 \
   --training.local_batch_size=1 --training.seq_len=256
+# LoRA: the frozen base (fp32, and held in bf16), adapters on every linear, their AdamW state.
+lora=(--lora.rank=16 --lora.alpha=32 "--lora.targets=layers.*.attention.*,layers.*.feed_forward.*")
+check lora_debug --model.tokenizer_path="$tmp/tok2048" --training.local_batch_size=4 --training.seq_len=64 "${lora[@]}"
+check lora_0.6B_2l --model.tokenizer_path="$tok" --model.flavor=0.6B --model.n_layers=2 \
+  --training.local_batch_size=1 --training.seq_len=256 "${lora[@]}"
+check lora_bf16_0.6B_2l --model.tokenizer_path="$tok" --model.flavor=0.6B --model.n_layers=2 \
+  --training.local_batch_size=1 --training.seq_len=256 "${lora[@]}" --lora.base_dtype=bfloat16
 # Kernel replacements are logged once, as training logs them.
 "$QT_BINARY" plan --config "$QT_SOURCE_DIR/configs/debug_kernels.toml" >"$tmp/kernels.plan" 2>&1
 [ "$(grep -c 'layers.0.attention.sdpa: sdpa -> flash' "$tmp/kernels.plan")" = 1 ] \

@@ -23,6 +23,7 @@
 #include "model/lora.h"
 #include "model/qwen3.h"
 #include "model/qwen3_hf.h"
+#include "train/train_qwen3.h"
 #include "train/trainer.h"
 
 enum { STEPS = 5, B = 2, T = 12, RANK = 4 };
@@ -32,28 +33,30 @@ static ModelSpec spec;
 static json_t *expected;
 static char *const ALL[] = {"layers.*.attention.*", "layers.*.feed_forward.*"};
 
-/* The tiny base model, frozen as LoRA training creates it (its gradients go to one sink, so
- * the comparisons below also show the sink leaves the adapters' gradients alone), with
- * adapters on every linear read from the peft fixture. */
-static void setup_model(Qwen3 *m, Lora *lo, int load_adapters) {
+/* The tiny base model, frozen as LoRA training creates it (no gradient arena, so the
+ * comparisons below also show that skipping the base's weight gradients leaves the adapters'
+ * gradients as peft has them), with adapters on every linear read from the peft fixture. */
+static void setup_model_as(Qwen3 *m, Lora *lo, int load_adapters, const Qwen3Modules *impl,
+                           int base_bf16) {
     Err err;
     char *w = fs_join(base_dir, "model.safetensors");
     StSet set;
-    Qwen3Sizes z;
-    if (qwen3_create_frozen_with(m, &spec, B, T, AC_NONE, NULL, &err) ||
-        qwen3_sizes(&z, &spec, B, T, AC_NONE, 1, NULL, &err) || st_set_open(&set, w, &err) ||
-        qwen3_load_hf(m, &set, w, &err))
+    if (qwen3_create_frozen_with(m, &spec, B, T, AC_NONE, impl, base_bf16, &err) ||
+        st_set_open(&set, w, &err) || qwen3_load_hf(m, &set, w, &err))
         fail_msg("%s", err.msg);
-    /* One buffer of the largest parameter (the embedding), as qwen3_sizes tells the plan. */
-    assert_int_equal(m->grad_arena.capacity, z.frozen_grad_bytes);
-    assert_int_equal(z.frozen_grad_bytes, (size_t)spec.vocab_size * spec.dim * sizeof(float));
-    assert_true(m->g.layers[1].w2 == m->g.tok_embeddings);
+    assert_int_equal(m->grad_arena.capacity, 0);
+    assert_null(m->g.tok_embeddings);
+    assert_null(m->g.layers[1].w2);
     st_set_close(&set);
     free(w);
     if (lora_create(lo, &spec, RANK, 8.0, ALL, 2, B * T, "test", &err)) fail_msg("%s", err.msg);
     assert_int_equal(lo->n, 2 * 7);
     if (load_adapters && lora_load_peft(lo, &spec, fix_dir, &err)) fail_msg("%s", err.msg);
     m->lora = lo;
+}
+
+static void setup_model(Qwen3 *m, Lora *lo, int load_adapters) {
+    setup_model_as(m, lo, load_adapters, NULL, 0);
 }
 
 static void batch(int step, int32_t *tok, int32_t *tgt) {
@@ -117,6 +120,77 @@ static void test_loss_and_grads_match_peft(void **state) {
     free(p);
     lora_free(&lo);
     qwen3_free(&m);
+}
+
+/* sqrt(sum (a - b)^2 / sum b^2) */
+static double rel_l2(const float *a, const float *b, long n) {
+    double d = 0, w = 0;
+    for (long k = 0; k < n; k++) {
+        d += ((double)a[k] - b[k]) * ((double)a[k] - b[k]);
+        w += (double)b[k] * b[k];
+    }
+    return sqrt(d / w);
+}
+
+/* lora.base_dtype = "bfloat16": the base's matmul weights and embedding only in bf16 (no fp32
+ * copy), the same sizes qwen3_sizes tells the plan, under 55% of the fp32 base's bytes; the
+ * loss and adapter gradients against the fp32 base within the mixed-precision bounds of
+ * docs/training.md (loss 1%, each gradient 5% relative L2). */
+static void test_bf16_base(void **state) {
+    (void)state;
+    Qwen3 m32, m16;
+    Lora l32, l16;
+    /* Training's kernels: the references have no bf16 path, which the model refuses. */
+    Qwen3Modules *cpu = train_qwen3_modules(&spec, NULL, 0);
+    Err err;
+    assert_int_equal(qwen3_create_frozen_with(&m16, &spec, B, T, AC_NONE, NULL, 1, &err), -1);
+    fprintf(stderr, "expected error: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "has no bf16 path"));
+    setup_model_as(&m32, &l32, 1, cpu, 0);
+    setup_model_as(&m16, &l16, 1, cpu, 1);
+    Qwen3Sizes z;
+    if (qwen3_sizes(&z, &spec, B, T, AC_NONE, 1, cpu, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(m16.param_arena.capacity, z.base_bf16_param_bytes);
+    assert_int_equal(m16.bf16_arena.capacity, z.base_bf16_bytes);
+    assert_null(m16.p.layers[0].wq);
+    assert_null(m16.p.tok_embeddings);
+    assert_non_null(m16.p.layers[0].q_norm);
+    const Qwen3Param *e = qwen3_find_param(&m16, "tok_embeddings.weight");
+    assert_non_null(e);
+    assert_ptr_equal(e->data_bf16, m16.pb.tok_embeddings);
+    /* The weights' bytes (the bf16 arena less its matmul scratch) against the fp32 base. */
+    size_t scratch =
+        m16.bf16_arena.capacity - (size_t)((char *)m16.pb.scratch - (char *)m16.bf16_arena.base);
+    double frac = (double)(m16.param_arena.capacity + m16.bf16_arena.capacity - scratch) /
+                  (double)m32.param_arena.capacity;
+    printf("bf16 base: %.3f of the fp32 base's bytes\n", frac);
+    assert_true(frac < 0.55);
+    int32_t tok[B * T], tgt[B * T];
+    batch(0, tok, tgt);
+    Qwen3 *ms[2] = {&m32, &m16};
+    float loss[2];
+    for (int k = 0; k < 2; k++) {
+        lora_zero_grads(k ? &l16 : &l32);
+        loss[k] = qwen3_forward(ms[k], tok, tgt, NULL, NULL, B, T);
+        qwen3_backward(ms[k], 0);
+    }
+    double dl = fabs(loss[1] - loss[0]) / loss[0], worst = 0;
+    for (int i = 0; i < l32.n; i++) {
+        LoraAdapter *a = &l32.ad[i], *b = &l16.ad[i];
+        double da = rel_l2(b->da, a->da, (long)RANK * a->in);
+        double db = rel_l2(b->db, a->db, (long)a->out * RANK);
+        if (!(da <= worst)) worst = da;
+        if (!(db <= worst)) worst = db;
+    }
+    printf("bf16 base: loss %.7f vs fp32 %.7f (rel %.2g), worst adapter gradient rel L2 %.3g\n",
+           loss[1], loss[0], dl, worst);
+    assert_true(dl <= 0.01);
+    assert_true(worst <= 0.05);
+    lora_free(&l32);
+    lora_free(&l16);
+    qwen3_free(&m32);
+    qwen3_free(&m16);
+    free(cpu);
 }
 
 /* ---- five steps through trainer_run ---- */
@@ -410,6 +484,64 @@ static void test_bad_input(void **state) {
     lora_free(&lo);
 }
 
+/* Dropout (peft's lora_dropout): with a fixed mask the adapter is still linear in x, A and B,
+ * so finite differences check the masked backward entry by entry; the mask is a function of
+ * (seed, row, adapter, token) (the same on a second draw, another for another row), keeps about
+ * 1 - p of the inputs, and is off outside training (eval). */
+static void test_dropout(void **state) {
+    (void)state;
+    enum { N = 6, T = 3, I = 7, O = 6, R = 3 };
+    rng_seed(&rng, 12, 0);
+    Lora lo;
+    Err err;
+    char *const q[] = {"layers.0.attention.wq"};
+    assert_int_equal(lora_create(&lo, &spec, R, 5.0, q, 1, 4096, "test", &err), 0);
+    LoraAdapter *ad = &lo.ad[0]; /* its buffers hold this smaller shape */
+    ad->in = I;
+    ad->out = O;
+    lora_set_dropout(&lo, 0.3, 99);
+    float *x = randn(N * I, 1.0f), *Rp = randn(N * O, 1.0f), *y = zeros(N * O), *y2 = zeros(N * O);
+    float *y0 = zeros(N * O), *dx = zeros(N * I);
+    rng_fill_normal(&rng, ad->a, R * I, 0.5f);
+    rng_fill_normal(&rng, ad->b, O * R, 0.5f);
+    lora_forward(&lo, ad, y0, x, N); /* not dropping: the plain adapter */
+    lora_dropout_rows(&lo, 40, T);   /* rows 40 and 41 */
+    memset(ad->da, 0, R * I * sizeof(float));
+    memset(ad->db, 0, O * R * sizeof(float));
+    lora_forward(&lo, ad, y, x, N);
+    lora_backward(&lo, ad, dx, Rp, x, N);
+    lora_forward(&lo, ad, y2, x, N);
+    assert_memory_equal(y, y2, N * O * sizeof(float)); /* drawn again: the same mask */
+    assert_memory_not_equal(y, y0, N * O * sizeof(float));
+    FdAdapter c = {&lo, ad, x, Rp, y2, N, O};
+    fd_check("dropout dx", x, N * I, dx, fd_adapter_loss, &c, 0.25f, N * I, 1e-4);
+    fd_check("dropout dA", ad->a, R * I, ad->da, fd_adapter_loss, &c, 0.25f, R * I, 1e-4);
+    fd_check("dropout dB", ad->b, O * R, ad->db, fd_adapter_loss, &c, 0.25f, O * R, 1e-4);
+    lora_dropout_rows(&lo, 41, T); /* another row pair: another mask */
+    memset(y2, 0, N * O * sizeof(float));
+    lora_forward(&lo, ad, y2, x, N);
+    assert_memory_not_equal(y, y2, N * O * sizeof(float));
+    lora_dropout_rows(&lo, -1, 0); /* eval: no dropout */
+    memset(y2, 0, N * O * sizeof(float));
+    lora_forward(&lo, ad, y2, x, N);
+    assert_memory_equal(y0, y2, N * O * sizeof(float));
+    /* The kept fraction and the 1 / (1 - p) scale: one input of 1 on 4096 rows. */
+    ad->in = 1;
+    const float one = 1.0f;
+    int kept = 0;
+    for (int k = 0; k < 4096; k++) {
+        lora_dropout_rows(&lo, k, 1);
+        lora_forward(&lo, ad, y2, &one, 1);
+        float v = lo.xd[0]; /* dropout(1) */
+        kept += v != 0.0f;
+        if (v != 0.0f) assert_float_equal(v, 1.0f / 0.7f, 1e-6);
+    }
+    printf("dropout 0.3: kept %d of 4096\n", kept);
+    assert_in_range(kept, 4096 * 0.7 - 120, 4096 * 0.7 + 120); /* 4 standard deviations */
+    free(x), free(Rp), free(y), free(y2), free(y0), free(dx);
+    lora_free(&lo);
+}
+
 int main(void) {
     const char *src = getenv("QT_SOURCE_DIR");
     if (!src) return 77;
@@ -425,7 +557,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_loss_and_grads_match_peft),
         cmocka_unit_test(test_five_steps_match_peft),
+        cmocka_unit_test(test_bf16_base),
         cmocka_unit_test(test_finite_differences),
+        cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_peft_files_and_merge),
         cmocka_unit_test(test_bad_input),
     };

@@ -96,7 +96,8 @@ static void test_trainer_and_adamw(void **state) {
         Qwen3Sizes ref;
         assert_int_equal(qwen3_sizes(&ref, &s, 2, 5, full ? AC_FULL : AC_NONE, 1, NULL, &err), 0);
         assert_int_equal(z.act_bytes, ref.act_bytes);
-        TrainQwen3 *q = train_qwen3_create(&s, 2, 5, full ? AC_FULL : AC_NONE, NULL, NULL, 0, &err);
+        TrainQwen3 *q =
+            train_qwen3_create(&s, 2, 5, full ? AC_FULL : AC_NONE, NULL, NULL, 0, 0, &err);
         assert_non_null(q);
         TrainModel tm;
         train_qwen3_model(q, &tm, 0);

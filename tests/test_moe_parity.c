@@ -208,7 +208,7 @@ static Errs run_case(Qwen3 *m, const TokenLines *tl, const StFile *exp, int pack
  * own mapping. m holds the fixture's weights loaded by load(). */
 static void check_hf_io(const Qwen3 *m, const char *dir) {
     Err err;
-    TrainQwen3 *q = train_qwen3_create(&m->spec, 1, 4, 0, NULL, NULL, 0, &err);
+    TrainQwen3 *q = train_qwen3_create(&m->spec, 1, 4, 0, NULL, NULL, 0, 0, &err);
     if (!q) fail_msg("%s", err.msg);
     if (train_qwen3_load_hf(q, dir, &err)) fail_msg("%s", err.msg);
     TrainModel tm;

@@ -172,9 +172,8 @@ static void test_expert_parallel(void **state) {
     assert_true(fabs(ep2.optim - 2 * ep2.grads) < 1);
 }
 
-/* LoRA: AdamW state and gradients for the adapters (r (I + O) per targeted linear), one
- * gradient sink of the largest parameter for the frozen base; configs/qwen3_4b_lora.toml plans
- * to at most 20 GiB at seq_len 2048. */
+/* LoRA: AdamW state and gradients for the adapters (r (I + O) per targeted linear), none for
+ * the frozen base; configs/qwen3_4b_lora.toml plans to at most 20 GiB at seq_len 2048. */
 static void test_lora(void **state) {
     (void)state;
     TrainPlan p;
@@ -192,10 +191,7 @@ static void test_lora(void **state) {
     double adapters = per_layer * s->n_layers;
     assert_true(p.lora_numel == adapters);
     assert_true(p.optim == 2.0 * 4.0 * adapters);
-    /* The largest parameter here is an FFN weight (3072 x 256), not the embedding. */
-    double largest = (double)s->hidden_dim * s->dim;
-    assert_true(largest > (double)s->vocab_size * s->dim);
-    assert_true(p.grads == largest * 4.0 + 4.0 * adapters);
+    assert_true(p.grads == 4.0 * adapters);
     /* On more than one process the plan refuses it, as the job does. */
     char *sharded[8];
     memcpy(sharded, argv, sizeof argv);

@@ -180,6 +180,7 @@ static const KeyDesc KEYS[] = {
     FLT(lora, dropout, 0, 1, 0, 1, "a number in [0, 1)"),
     LIST(lora, targets),
     STR(lora, adapter_path),
+    ENUM(lora, base_dtype, PARAM_DTYPES),
 };
 #define NKEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 
@@ -728,6 +729,7 @@ void config_init(JobConfig *c) {
     c->lora.alpha = 16;
     c->lora.targets = xstrdup("layers.*.attention.wq,layers.*.attention.wv");
     c->lora.adapter_path = xstrdup("");
+    c->lora.base_dtype = DT_F32;
 }
 
 void config_free(JobConfig *c) {

@@ -146,9 +146,12 @@ typedef struct JobConfig {
     struct {
         int rank;           /* 0 = no LoRA: every weight trains */
         double alpha;       /* adapters scale by alpha / rank */
-        double dropout;     /* on the adapters' input; only 0 is run (the trainer says so) */
+        double dropout;     /* on the adapters' input, in training (model/lora.h) */
         char *targets;      /* comma-joined globs over module names (layers.*.attention.wq) */
         char *adapter_path; /* a peft adapter folder to start from, "" = fresh adapters */
+        /* What the frozen base's matmul weights and embedding are held in: DT_BF16 halves
+         * them and multiplies them in bf16 (as a peft user's torch_dtype=torch.bfloat16). */
+        DType base_dtype;
     } lora;
     struct {
         int enable_profiling;     /* Chrome trace-event JSON of every profile_freq-th step */

@@ -19,6 +19,7 @@ static void cpu_linear_backward_bf16(float *dx, float *dw, const float *dout, co
     uint16_t *db = scratch + N * I; /* (N, O) */
     simd_f32_to_bf16(db, dout, N * O);
     if (dx) gemm_bf16(0, 0, (int)N, I, O, 1.0f, db, O, wb, I, dx_beta, dx, I);
+    if (!dw) return;
     simd_f32_to_bf16(xb, x, N * I);
     gemm_bf16(1, 0, O, I, (int)N, 1.0f, db, O, xb, I, 1.0f, dw, I);
 }

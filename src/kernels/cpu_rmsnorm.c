@@ -44,6 +44,7 @@ static void cpu_rmsnorm_backward(float *dx, float *dw, const float *dout, const 
         for (int j = 0; j < C; j++)
             o[j] = rs * w[j] * dr[j] - xr[j] * c;
     }
+    if (!dw) return;
     int nblk = (C + DW_BLOCK - 1) / DW_BLOCK;
 #pragma omp parallel for schedule(static)
     for (int bk = 0; bk < nblk; bk++) {

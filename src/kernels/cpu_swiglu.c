@@ -51,11 +51,13 @@ static void cpu_swiglu_backward(float *dx, float *dw1, float *dw3, float *dw2, f
                                 const float *h3, const float *g, const float *w1, const float *w3,
                                 const float *w2, float *ws, long N, int D, int F) {
     (void)ws;
-    gemm_f32(1, 0, D, F, (int)N, 1.0f, dout, D, g, F, 1.0f, dw2, F);
+    if (dw2) gemm_f32(1, 0, D, F, (int)N, 1.0f, dout, D, g, F, 1.0f, dw2, F);
     gemm_f32(0, 0, (int)N, F, D, 1.0f, dout, D, w2, F, 0.0f, dh1, F);
     gate_backward(dh1, dh3, h1, h3, N * F);
-    gemm_f32(1, 0, F, D, (int)N, 1.0f, dh1, F, x, D, 1.0f, dw1, D);
-    gemm_f32(1, 0, F, D, (int)N, 1.0f, dh3, F, x, D, 1.0f, dw3, D);
+    if (dw1) {
+        gemm_f32(1, 0, F, D, (int)N, 1.0f, dh1, F, x, D, 1.0f, dw1, D);
+        gemm_f32(1, 0, F, D, (int)N, 1.0f, dh3, F, x, D, 1.0f, dw3, D);
+    }
     gemm_f32(0, 0, (int)N, D, F, 1.0f, dh1, F, w1, D, 0.0f, dx, D);
     gemm_f32(0, 0, (int)N, D, F, 1.0f, dh3, F, w3, D, 1.0f, dx, D);
 }
@@ -83,15 +85,19 @@ static void cpu_swiglu_backward_bf16(float *dx, float *dw1, float *dw3, float *d
     uint16_t *b1 = db + N * D; /* (N, F) g, then dh1 */
     uint16_t *b3 = b1 + N * F; /* (N, F) dh3 */
     simd_f32_to_bf16(db, dout, N * D);
-    simd_f32_to_bf16(b1, g, N * F);
-    gemm_bf16(1, 0, D, F, (int)N, 1.0f, db, D, b1, F, 1.0f, dw2, F);
+    if (dw2) {
+        simd_f32_to_bf16(b1, g, N * F);
+        gemm_bf16(1, 0, D, F, (int)N, 1.0f, db, D, b1, F, 1.0f, dw2, F);
+    }
     gemm_bf16(0, 0, (int)N, F, D, 1.0f, db, D, w2b, F, 0.0f, dh1, F);
     gate_backward(dh1, dh3, h1, h3, N * F);
     simd_f32_to_bf16(b1, dh1, N * F);
     simd_f32_to_bf16(b3, dh3, N * F);
-    simd_f32_to_bf16(xb, x, N * D);
-    gemm_bf16(1, 0, F, D, (int)N, 1.0f, b1, F, xb, D, 1.0f, dw1, D);
-    gemm_bf16(1, 0, F, D, (int)N, 1.0f, b3, F, xb, D, 1.0f, dw3, D);
+    if (dw1) {
+        simd_f32_to_bf16(xb, x, N * D);
+        gemm_bf16(1, 0, F, D, (int)N, 1.0f, b1, F, xb, D, 1.0f, dw1, D);
+        gemm_bf16(1, 0, F, D, (int)N, 1.0f, b3, F, xb, D, 1.0f, dw3, D);
+    }
     gemm_bf16(0, 0, (int)N, D, F, 1.0f, b1, F, w1b, D, 0.0f, dx, D);
     gemm_bf16(0, 0, (int)N, D, F, 1.0f, b3, F, w3b, D, 1.0f, dx, D);
 }

@@ -44,6 +44,7 @@ static void backward_rows(float *dx, float *dw, const float *dout, const float *
         for (int j = 0; j < C; j++)
             o[j] = (acc ? o[j] : 0.0f) + (rs * w[j] * dr[j] - xr[j] * c);
     }
+    if (!dw) return;
 #pragma omp parallel for schedule(static)
     for (int j = 0; j < C; j++) {
         float sum = 0.0f;

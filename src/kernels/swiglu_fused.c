@@ -52,7 +52,7 @@ static void fused_backward(float *dx, float *dw1, float *dw3, float *dw2, float 
     float *w13 = ws;
     float *dh13 = w13 + (long)2 * F * D, *dw13 = dh13 + N * 2 * F;
     stack_rows(w13, w1, w3, F, D);
-    gemm_f32(1, 0, D, F, (int)N, 1.0f, dout, D, g, F, 1.0f, dw2, F);
+    if (dw2) gemm_f32(1, 0, D, F, (int)N, 1.0f, dout, D, g, F, 1.0f, dw2, F);
     gemm_f32(0, 0, (int)N, F, D, 1.0f, dout, D, w2, F, 0.0f, dh1, F); /* dg */
 #pragma omp parallel for schedule(static)
     for (long n = 0; n < N; n++) {
@@ -64,8 +64,9 @@ static void fused_backward(float *dx, float *dw1, float *dw3, float *dw2, float 
             d1[j] = dg[j] * a3[j] * sig * (1.0f + a * (1.0f - sig));
         }
     }
-    gemm_f32(1, 0, 2 * F, D, (int)N, 1.0f, dh13, 2 * F, x, D, 0.0f, dw13, D);
     gemm_f32(0, 0, (int)N, D, 2 * F, 1.0f, dh13, 2 * F, w13, D, 0.0f, dx, D);
+    if (!dw1) return;
+    gemm_f32(1, 0, 2 * F, D, (int)N, 1.0f, dh13, 2 * F, x, D, 0.0f, dw13, D);
     long FD = (long)F * D;
 #pragma omp parallel for schedule(static)
     for (long i = 0; i < FD; i++) {

@@ -133,6 +133,10 @@ static void verify_swiglu(Cmp *c, const OpHeader *kh, const VerifyShape *s, Rng 
     cmp(c, "dw1", dw1[1], dw1[0], F * D);
     cmp(c, "dw3", dw3[1], dw3[0], F * D);
     cmp(c, "dw2", dw2[1], dw2[0], D * F);
+    /* Frozen weights (NULL dw, ops/op.h): the same dx. */
+    k->backward(dx[1], NULL, NULL, NULL, s1[1], s3[1], dout, x, h1[1], h3[1], gg[1], w1, w3, w2,
+                ws[1], N, (int)D, (int)F);
+    cmp(c, "frozen:dx", dx[1], dx[0], N * D);
     for (int i = 0; i < 2; i++)
         free(o[i]), free(h1[i]), free(h3[i]), free(gg[i]), free(dx[i]), free(dw1[i]), free(dw3[i]),
             free(dw2[i]), free(s1[i]), free(s3[i]), free(ws[i]);
@@ -157,6 +161,8 @@ static void verify_rmsnorm(Cmp *c, const OpHeader *kh, const VerifyShape *s, Rng
     cmp(c, "rstd", rs[1], rs[0], R);
     cmp(c, "dx", dx[1], dx[0], n);
     cmp(c, "dw", dw[1], dw[0], C);
+    k->backward(dx[1], NULL, dout, x, w, rs[1], R, (int)C); /* frozen (ops/op.h) */
+    cmp(c, "frozen:dx", dx[1], dx[0], n);
     if (k->forward_add) { /* reference: add, then norm */
         float *sum = zeros(n), *sum2 = zeros(n);
         for (long i = 0; i < n; i++)
@@ -225,6 +231,10 @@ static void verify_lm_head_loss(Cmp *c, const OpHeader *kh, const VerifyShape *s
     cmp(c, "lse", lse[1], lse[0], N);
     cmp(c, "dx", dx[1], dx[0], N * D);
     cmp(c, "dw", dw[1], dw[0], V * D);
+    /* Frozen (ops/op.h); backward used the logits workspace up, so forward again. */
+    k->forward(ls[1], lse[1], ws[1], x, w, NULL, NULL, tg, proj, N, (int)D, (int)V);
+    k->backward(dx[1], NULL, ws[1], x, w, NULL, NULL, tg, lse[1], proj, N, (int)D, (int)V, 0.01f);
+    cmp(c, "frozen:dx", dx[1], dx[0], N * D);
     for (int i = 0; i < 2; i++)
         free(ls[i]), free(lse[i]), free(ws[i]), free(dx[i]), free(dw[i]);
     free(x), free(w), free(dw0), free(tg);
@@ -254,8 +264,8 @@ static void verify_moe_experts(Cmp *c, const OpHeader *kh, const VerifyShape *s,
     const MoeExpertsOp *ops[2] = {r, k};
     float *o[2], *dx[2], *dgw[2], *dw1[2], *dw3[2], *dw2[2], *sv[2], *sc[2];
     int32_t *in[2];
+    MoeExpertsBufs b;
     for (int i = 0; i < 2; i++) {
-        MoeExpertsBufs b;
         sv[i] = zeros(moe_experts_saved_floats(N, (int)kk, (int)D, (int)F));
         sc[i] = zeros(moe_experts_scratch_floats(N, (int)kk, (int)D, (int)F));
         in[i] = xcalloc((size_t)moe_experts_saved_ints(N, (int)kk, (int)X), sizeof(int32_t));
@@ -272,6 +282,11 @@ static void verify_moe_experts(Cmp *c, const OpHeader *kh, const VerifyShape *s,
     cmp(c, "dw1", dw1[1], dw1[0], X * F * D);
     cmp(c, "dw3", dw3[1], dw3[0], X * F * D);
     cmp(c, "dw2", dw2[1], dw2[0], X * D * F);
+    /* Frozen (ops/op.h): b is the kernel's buffers, still holding its forward. */
+    k->backward(dx[1], dgw[1], NULL, NULL, NULL, &b, dout, x, idx, gw, w1, w3, w2, N, (int)kk,
+                (int)D, (int)F, (int)X);
+    cmp(c, "frozen:dx", dx[1], dx[0], N * D);
+    cmp(c, "frozen:dgw", dgw[1], dgw[0], N * kk);
     for (int i = 0; i < 2; i++)
         free(o[i]), free(dx[i]), free(dgw[i]), free(dw1[i]), free(dw3[i]), free(dw2[i]),
             free(sv[i]), free(sc[i]), free(in[i]);
@@ -321,6 +336,8 @@ static void verify_linear(Cmp *c, const OpHeader *kh, const VerifyShape *s, Rng 
     cmp(c, "dx", dx[1], dx[0], N * I);
     cmp(c, "dx+=", dxa[1], dxa[0], N * I);
     cmp(c, "dw", dw[1], dw[0], O * I);
+    k->backward(dx[1], NULL, dout, x, w, N, (int)I, (int)O, 0.0f); /* frozen (ops/op.h) */
+    cmp(c, "frozen:dx", dx[1], dx[0], N * I);
     for (int i = 0; i < 2; i++)
         free(o[i]), free(dx[i]), free(dxa[i]), free(dw[i]);
     free(x), free(w), free(dout), free(dw0), free(dx0);

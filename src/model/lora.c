@@ -12,8 +12,10 @@
 #include "core/strutil.h"
 #include "ops/gemm.h"
 
-/* Init streams of the adapters' A, apart from the model's parameter streams. */
+/* Init streams of the adapters' A, apart from the model's parameter streams; and the dropout
+ * masks' streams, one per (dataset row, adapter). */
 #define LORA_STREAM 0x4C4F524100000000ull
+#define LORA_DROP_STREAM 0x4C44524F50000000ull
 
 static const char *const SITE_NAMES[LORA_NSITES] = {
     "attention.wq",    "attention.wk",    "attention.wv",    "attention.wo",
@@ -140,6 +142,7 @@ void lora_free(Lora *lo) {
     }
     free(lo->ad);
     free(lo->scratch);
+    free(lo->xd);
     memset(lo, 0, sizeof *lo);
 }
 
@@ -170,8 +173,54 @@ long lora_numel(const Lora *lo) {
     return n;
 }
 
+void lora_set_dropout(Lora *lo, double p, uint64_t seed) {
+    lo->dropout = p;
+    lo->drop_seed = seed;
+    free(lo->xd);
+    lo->xd = NULL;
+    if (p > 0) lo->xd = xcalloc((size_t)lo->max_tokens * lora_max_in(lo), sizeof(float));
+}
+
+int lora_max_in(const Lora *lo) {
+    int in = 1;
+    for (int i = 0; i < lo->n; i++)
+        if (lo->ad[i].in > in) in = lo->ad[i].in;
+    return in;
+}
+
+void lora_dropout_rows(Lora *lo, int64_t first_row, int T) {
+    lo->dropping = first_row >= 0 && lo->dropout > 0;
+    lo->drop_row0 = first_row;
+    lo->drop_T = T;
+}
+
+/* out (N, I) = (add ? out : 0) + in * mask / (1 - p): the mask of adapter ad on the
+ * micro-batch (lora_dropout_rows), element j of token t of row R kept when the 24-bit uniform
+ * of counter t * I + j of stream (R, adapter index) is at least p. */
+static void drop(const Lora *lo, const LoraAdapter *ad, float *out, const float *in, long N,
+                 int add) {
+    uint64_t k = (uint64_t)(ad - lo->ad);
+    int I = ad->in, T = lo->drop_T;
+    float p = (float)lo->dropout, keep = (float)(1.0 / (1.0 - lo->dropout));
+#pragma omp parallel for schedule(static)
+    for (long n = 0; n < N; n++) {
+        uint64_t row = (uint64_t)(lo->drop_row0 + n / T), t = (uint64_t)(n % T);
+        uint64_t stream = LORA_DROP_STREAM + (row << 20) + k;
+        for (int j = 0; j < I; j++) {
+            uint64_t h = rng_counter_u64(lo->drop_seed, stream, t * (uint64_t)I + (uint64_t)j);
+            float u = (float)(h >> 40) * (1.0f / 16777216.0f);
+            float v = u < p ? 0.0f : in[n * I + j] * keep;
+            out[n * I + j] = add ? out[n * I + j] + v : v;
+        }
+    }
+}
+
 void lora_forward(const Lora *lo, LoraAdapter *ad, float *y, const float *x, long N) {
     int r = lo->rank;
+    if (lo->dropping) {
+        drop(lo, ad, lo->xd, x, N, 0);
+        x = lo->xd;
+    }
     gemm_f32(0, 1, (int)N, r, ad->in, 1.0f, x, ad->in, ad->a, ad->in, 0.0f, ad->xa, r);
     gemm_f32(0, 1, (int)N, ad->out, r, lo->scale, ad->xa, r, ad->b, r, 1.0f, y, ad->out);
 }
@@ -180,10 +229,21 @@ void lora_backward(const Lora *lo, LoraAdapter *ad, float *dx, const float *dy, 
                    long N) {
     int r = lo->rank;
     float *dxa = lo->scratch; /* (N, r) s * dy B */
+    const float *xin = x;
+    if (lo->dropping) { /* the forward's dropout(x), drawn again */
+        drop(lo, ad, lo->xd, x, N, 0);
+        xin = lo->xd;
+    }
     gemm_f32(1, 0, ad->out, r, (int)N, lo->scale, dy, ad->out, ad->xa, r, 1.0f, ad->db, r);
     gemm_f32(0, 0, (int)N, r, ad->out, lo->scale, dy, ad->out, ad->b, r, 0.0f, dxa, r);
-    gemm_f32(1, 0, r, ad->in, (int)N, 1.0f, dxa, r, x, ad->in, 1.0f, ad->da, ad->in);
-    gemm_f32(0, 0, (int)N, ad->in, r, 1.0f, dxa, r, ad->a, ad->in, 1.0f, dx, ad->in);
+    gemm_f32(1, 0, r, ad->in, (int)N, 1.0f, dxa, r, xin, ad->in, 1.0f, ad->da, ad->in);
+    if (!lo->dropping) {
+        gemm_f32(0, 0, (int)N, ad->in, r, 1.0f, dxa, r, ad->a, ad->in, 1.0f, dx, ad->in);
+        return;
+    }
+    /* d dropout(x) = dxa A, then through the mask into dx */
+    gemm_f32(0, 0, (int)N, ad->in, r, 1.0f, dxa, r, ad->a, ad->in, 0.0f, lo->xd, ad->in);
+    drop(lo, ad, dx, lo->xd, N, 1);
 }
 
 void lora_merge(const Lora *lo, const LoraAdapter *ad, float *w) {

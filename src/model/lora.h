@@ -1,6 +1,8 @@
 /* LoRA adapters on the linear layers of a Qwen3 model: for a target linear W (O, I),
  *   y = x W^T + s * (x A^T) B^T,   s = alpha / r,   A (r, I), B (O, r),
- * as HF peft's LoraLayer computes it (lora_dropout 0). A starts as peft's default
+ * as HF peft's LoraLayer computes it; with dropout p (lora_set_dropout) training replaces the
+ * adapter's input x by dropout(x) (zeroed with probability p, else scaled by 1 / (1 - p)),
+ * peft's lora_dropout, and the base linear keeps x. A starts as peft's default
  * (kaiming-uniform with a = sqrt(5): uniform(-1/sqrt(I), 1/sqrt(I)), seeded), B as zeros, so a
  * fresh adapter leaves the model unchanged. The base weights stay as they are (frozen: the
  * optimizer sees only A and B); the model calls lora_forward / lora_backward after each target
@@ -49,6 +51,16 @@ typedef struct Lora {
     LoraAdapter *at[QT_MAX_LAYERS][LORA_NSITES]; /* NULL where no adapter */
     long max_tokens;
     float *scratch; /* (max_tokens, r) */
+    /* Dropout: p, its seed, and whether the forward being run drops (lora_dropout_rows; eval,
+     * generate and export never do). The mask of adapter k on token t of dataset row R is a
+     * function of (seed, R, k, t) alone: the recomputed forward of activation checkpointing,
+     * a resume, and any split of the rows over micro-batches or ranks draw the same one. */
+    double dropout;
+    uint64_t drop_seed;
+    int dropping;
+    int64_t drop_row0; /* the dataset row of the micro-batch's first row */
+    int drop_T;        /* tokens per row */
+    float *xd;         /* (max_tokens, largest I) dropout(x), or its gradient; p > 0 only */
 } Lora;
 
 /* Adapters of rank r on every site of spec whose module name matches one of targets[0..nt)
@@ -59,16 +71,27 @@ typedef struct Lora {
 int lora_create(Lora *lo, const ModelSpec *spec, int rank, double alpha, char *const *targets,
                 int nt, long max_tokens, const char *where, Err *err);
 void lora_free(Lora *lo);
+/* Dropout p in [0, 1) on the adapters' input during training, masks seeded by seed; p > 0
+ * allocates xd, max_tokens x lora_max_in floats. */
+void lora_set_dropout(Lora *lo, double p, uint64_t seed);
+/* The widest adapter input I. */
+int lora_max_in(const Lora *lo);
+/* The next forward and backward are training on the micro-batch whose first row is dataset
+ * row first_row, rows of T tokens: they drop (when p > 0). first_row < 0: they do not. */
+void lora_dropout_rows(Lora *lo, int64_t first_row, int T);
+
 /* A from (seed, adapter index), B zeros. */
 void lora_init(Lora *lo, uint64_t seed);
 void lora_zero_grads(Lora *lo);
 /* Number of adapter floats (A and B of every adapter). */
 long lora_numel(const Lora *lo);
 
-/* y (N, O) += s * (x A^T) B^T; keeps x A^T for backward. */
+/* y (N, O) += s * (x' A^T) B^T, x' = x or, while dropping, dropout(x); keeps x' A^T for
+ * backward. */
 void lora_forward(const Lora *lo, LoraAdapter *ad, float *y, const float *x, long N);
-/* With dy = dL/dy (N, O) and the x of the forward: dB += s * dy^T (x A^T), dA += (s * dy B)^T x,
- * dx (N, I) += s * dy B A. */
+/* With dy = dL/dy (N, O) and the x of the forward: dB += s * dy^T (x' A^T),
+ * dA += (s * dy B)^T x', dx (N, I) += s * dy B A (times the mask's scale while dropping: the
+ * mask is drawn again, not stored). */
 void lora_backward(const Lora *lo, LoraAdapter *ad, float *dx, const float *dy, const float *x,
                    long N);
 

@@ -209,8 +209,8 @@ int lora_save_peft(const Lora *lo, const ModelSpec *spec, const char *dir, const
         free(re);
     }
     json_t *cfg = json_pack("{sssssisfsfsssosssbsb}", "peft_type", "LORA", "task_type", "CAUSAL_LM",
-                            "r", lo->rank, "lora_alpha", lo->alpha, "lora_dropout", 0.0, "bias",
-                            "none", "target_modules", targets, "base_model_name_or_path",
+                            "r", lo->rank, "lora_alpha", lo->alpha, "lora_dropout", lo->dropout,
+                            "bias", "none", "target_modules", targets, "base_model_name_or_path",
                             base_model, "fan_in_fan_out", 0, "inference_mode", 1);
     char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(cfg);

@@ -64,9 +64,10 @@ float **qwen3_param_field(Qwen3Params *p, ParamKindId kind, int layer) {
     abort(); /* unreachable: every kind has a case */
 }
 
-/* The bf16 copy of a matmul weight (NULL for kinds that have none). */
-static uint16_t **bf16_field(Qwen3Bf16 *pb, ParamKindId kind, int layer) {
-    Qwen3Bf16Layer *l = &pb->layers[layer < 0 ? 0 : layer];
+/* Where a bf16 base (Qwen3.base_bf16) holds parameter kind of layer: its bf16 copy's slot in
+ * pb, or NULL for a kind that stays fp32 (norms, the MoE router and experts). */
+static uint16_t **bf16_field(Qwen3 *m, ParamKindId kind, int layer) {
+    Qwen3Bf16Layer *l = &m->pb.layers[layer < 0 ? 0 : layer];
     switch (kind) {
     case PK_WQ:
         return &l->wq;
@@ -83,7 +84,9 @@ static uint16_t **bf16_field(Qwen3Bf16 *pb, ParamKindId kind, int layer) {
     case PK_W2:
         return &l->w2;
     case PK_OUTPUT:
-        return &pb->output;
+        return &m->pb.output;
+    case PK_TOK_EMBEDDINGS:
+        return &m->pb.tok_embeddings;
     default:
         return NULL;
     }
@@ -112,22 +115,18 @@ static int bf16_suffices(const Qwen3 *m, ParamKindId kind, int layer) {
 }
 
 /* Places the table's parameters (core/param_table.h) and their gradients in the arenas. Runs
- * once counting (m->table NULL, arenas counting) and once placing. */
+ * once counting (m->table NULL, arenas counting) and once placing. A bf16 base's matmul
+ * weights and embedding get no fp32 place (layout_bf16 places them). */
 static void layout_params(Qwen3 *m, Arena *pa, Arena *ga) {
     int n = param_list(&m->spec, NULL);
     ParamInfo *info = xmalloc((size_t)n * sizeof *info);
     param_list(&m->spec, info);
-    long max_numel = 0;
-    for (int i = 0; i < n; i++)
-        if ((long)info[i].numel > max_numel) max_numel = (long)info[i].numel;
-    /* A frozen model's gradients all land in one buffer the size of the largest parameter,
-     * which nothing reads: the ops still write them, but no model-sized arena holds them. */
-    float *sink = m->frozen ? arena_floats(ga, (size_t)max_numel) : NULL; /* NULL counting */
     for (int i = 0; i < n; i++) {
         const ParamInfo *pi = &info[i];
-        int fp32 = !m->bf16_only || !bf16_suffices(m, pi->kind->id, pi->layer);
-        float *data = fp32 ? arena_floats(pa, (size_t)pi->numel) : NULL;
-        float *grad = m->frozen ? sink : arena_floats(ga, (size_t)pi->numel);
+        int in_bf16 = bf16_field(m, pi->kind->id, pi->layer) &&
+                      (m->base_bf16 || (m->bf16_only && bf16_suffices(m, pi->kind->id, pi->layer)));
+        float *data = in_bf16 ? NULL : arena_floats(pa, (size_t)pi->numel);
+        float *grad = arena_floats(ga, (size_t)pi->numel);
         *qwen3_param_field(&m->p, pi->kind->id, pi->layer) = data;
         *qwen3_param_field(&m->g, pi->kind->id, pi->layer) = grad;
         if (!m->table) continue;
@@ -147,7 +146,6 @@ static void layout_params(Qwen3 *m, Arena *pa, Arena *ga) {
         m->g.output = m->g.tok_embeddings;
     }
     m->nparams = n;
-    m->max_param_numel = max_numel;
 }
 
 /* ---- activations ---- */
@@ -413,11 +411,35 @@ enum { OWN_PARAMS = 1, OWN_GRADS = 2, BF16_ONLY = 4 };
 
 static int enable_bf16(Qwen3 *m, int weights, Err *err);
 
+/* A bf16 base has no fp32 matmul weights, so every product with them must have a bf16 path. */
+static int check_bf16_base(const Qwen3 *m, Err *err) {
+    const char *what = NULL, *name = NULL;
+    for (int i = 0; i < m->spec.n_layers && !what; i++) {
+        const LinearOp *ops[2] = {m->mod.layers[i].qkv, m->mod.layers[i].wo};
+        for (int k = 0; k < 2 && !what; k++)
+            if (!ops[k]->forward_bf16 || !ops[k]->backward_bf16)
+                what = k ? "attention.wo" : "attention.qkv", name = ops[k]->h.name;
+    }
+    if (!what && (!m->mod.lm_head->forward_bf16 || !m->mod.lm_head->backward_bf16))
+        what = "lm_head", name = m->mod.lm_head->h.name;
+    if (what)
+        return err_set(err,
+                       "lora.base_dtype = \"bfloat16\" multiplies the base in bf16, but the %s "
+                       "kernel \"%s\" has no bf16 path",
+                       what, name);
+    if (m->mod.loss != &lm_head_loss_reference)
+        return err_set(err,
+                       "lora.base_dtype = \"bfloat16\" needs the reference loss (lm_head, then "
+                       "cross-entropy); the loss kernel \"%s\" reads fp32 weights",
+                       m->mod.loss->h.name);
+    return 0;
+}
+
 static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp, int owned,
-                  const Qwen3Modules *impl, int frozen, Err *err) {
+                  const Qwen3Modules *impl, int base_bf16, Err *err) {
     TRY(setup(m, spec, B, T, ac, sp, err));
-    m->frozen = frozen;
     m->bf16_only = (owned & BF16_ONLY) != 0;
+    m->base_bf16 = base_bf16;
     Arena pc, gc, ac_count, ks_count;
     arena_init_counting(&pc, "parameter");
     arena_init_counting(&gc, "gradient");
@@ -441,7 +463,16 @@ static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int 
     layout_params(m, owned & OWN_PARAMS ? &m->param_arena : &pc,
                   owned & OWN_GRADS ? &m->grad_arena : &gc);
     layout_acts(m, &m->act_arena, &m->scratch_arena);
-    if (m->bf16_only && enable_bf16(m, 1, err)) {
+    if (base_bf16) {
+        if (check_bf16_base(m, err) || enable_bf16(m, 1, err)) {
+            qwen3_free(m);
+            return -1;
+        }
+        for (int i = 0; i < m->nparams; i++) {
+            uint16_t **f = bf16_field(m, m->table[i].kind->id, m->table[i].layer);
+            if (f) m->table[i].data_bf16 = *f;
+        }
+    } else if (m->bf16_only && enable_bf16(m, 1, err)) {
         qwen3_free(m);
         return -1;
     }
@@ -472,7 +503,7 @@ void qwen3_param_store(Qwen3 *m, int i, const float *v) {
     if (p->data) {
         if (p->data != v) memcpy(p->data, v, (size_t)p->numel * sizeof(float));
     } else {
-        simd_f32_to_bf16(*bf16_field(&m->pb, p->kind->id, p->layer), v, p->numel);
+        simd_f32_to_bf16(*bf16_field(m, p->kind->id, p->layer), v, p->numel);
     }
     /* Tied: lm_head's bf16 copy is the embedding's, which no forward casts here. */
     if (m->bf16_only && p->kind->id == PK_TOK_EMBEDDINGS && m->spec.tie_embeddings)
@@ -487,8 +518,8 @@ long qwen3_bf16_only_max_numel(const Qwen3 *m) {
 }
 
 int qwen3_create_frozen_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
-                             const Qwen3Modules *impl, Err *err) {
-    return create(m, spec, B, T, ac, 1, OWN_PARAMS | OWN_GRADS, impl, 1, err);
+                             const Qwen3Modules *impl, int base_bf16, Err *err) {
+    return create(m, spec, B, T, ac, 1, OWN_PARAMS, impl, base_bf16, err);
 }
 
 int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
@@ -534,8 +565,17 @@ void qwen3_init_param(const Qwen3 *m, int i, uint64_t seed, float *out) {
 }
 
 void qwen3_init_params(Qwen3 *m, uint64_t seed) {
-    for (int i = 0; i < m->nparams; i++)
-        qwen3_init_param(m, i, seed, m->table[i].data);
+    for (int i = 0; i < m->nparams; i++) {
+        Qwen3Param *p = &m->table[i];
+        if (!p->data_bf16) {
+            qwen3_init_param(m, i, seed, p->data);
+            continue;
+        }
+        float *tmp = xmalloc((size_t)p->numel * sizeof *tmp); /* a bf16 base: fp32, rounded */
+        qwen3_init_param(m, i, seed, tmp);
+        simd_f32_to_bf16(p->data_bf16, tmp, p->numel);
+        free(tmp);
+    }
 }
 
 const Qwen3Param *qwen3_find_param(const Qwen3 *m, const char *name) {
@@ -545,7 +585,7 @@ const Qwen3Param *qwen3_find_param(const Qwen3 *m, const char *name) {
 }
 
 void qwen3_zero_grads(Qwen3 *m) {
-    memset(m->grad_arena.base, 0, m->grad_arena.capacity);
+    if (m->grad_arena.base) memset(m->grad_arena.base, 0, m->grad_arena.capacity);
 }
 
 void qwen3_moe_reset_counts(Qwen3 *m) {
@@ -592,6 +632,9 @@ static void layout_bf16(Qwen3 *m, Arena *ar, int weights) {
         l->w2 = arena_alloc(ar, (size_t)(D * F) * sizeof(uint16_t));
     }
     if (weights) m->pb.output = arena_alloc(ar, (size_t)(V * D) * sizeof(uint16_t));
+    if (weights && m->base_bf16)
+        m->pb.tok_embeddings =
+            s->tie_embeddings ? m->pb.output : arena_alloc(ar, (size_t)(V * D) * sizeof(uint16_t));
     /* The largest product's inputs: the FFN backward (linear.h, swiglu.h) or lm_head. */
     long need = 2 * D + 2 * F;
     if (D + V > need) need = D + V;
@@ -639,7 +682,7 @@ static void cast_weights_bf16(Qwen3 *m) {
 }
 
 void qwen3_refresh_bf16(Qwen3 *m) {
-    if (m->bf16 && !m->bf16_by_hook && !m->bf16_only) cast_weights_bf16(m);
+    if (m->bf16 && !m->bf16_by_hook && !m->bf16_only && !m->base_bf16) cast_weights_bf16(m);
 }
 
 /* The linear and feed_forward calls: the bf16 path when mixed precision is on and the
@@ -906,7 +949,7 @@ static void layer_forward(Qwen3 *m, int i, float *out, int count) {
     const SwigluOp *ff = md->feed_forward;
     if (md->experts) /* never sequence parallel (setup refuses it) */
         moe_forward(m, i, out, count);
-    else if (ffn_has_lora(m, i))
+    else if (ffn_has_lora(m, i) || (m->base_bf16 && !ff->forward_bf16))
         ffn_lora_forward(m, i, y, xn2, N);
     else if (m->bf16 && ff->forward_bf16)
         PROF_OP(&ff->h, 0,
@@ -964,7 +1007,7 @@ static void layer_backward(Qwen3 *m, int i) {
     const float *dout = sp_gather(m, A->yg, A->dres, n * D);
     if (md->experts)
         moe_backward(m, i);
-    else if (ffn_has_lora(m, i))
+    else if (ffn_has_lora(m, i) || (m->base_bf16 && !ff->forward_bf16))
         ffn_lora_backward(m, i, dout, xn2, N);
     else if (m->bf16 && ff->backward_bf16)
         PROF_OP(&ff->h, 1,
@@ -1033,7 +1076,7 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
         memset(a->aux_counts, 0, (size_t)s->num_experts * sizeof(double));
         memset(a->aux_psum, 0, (size_t)s->num_experts * sizeof(double));
     }
-    if (m->bf16 && !m->bf16_by_hook && !m->bf16_only)
+    if (m->bf16 && !m->bf16_by_hook && !m->bf16_only && !m->base_bf16)
         PROF_STEP("bf16 weight cast", cast_weights_bf16(m));
     const Qwen3Modules *md = &m->mod;
     int L = s->n_layers;
@@ -1041,7 +1084,13 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
      * sequence parallelism). */
     long n = local_tokens(m), t0 = first_token(m);
     hook(m, 0, QWEN3_PRE_FORWARD);
-    PROF_OP(&md->tok_embeddings->h, 0,
+    if (m->base_bf16) /* the rows of the bf16 table, widened (the op reads fp32 tables) */
+        for (long j = 0; j < n; j++)
+            simd_bf16_to_f32(a->layers[0].x + j * D,
+                             m->pb.tok_embeddings + (long)a->tokens[t0 + j] * D, D);
+    else
+        PROF_OP(
+            &md->tok_embeddings->h, 0,
             md->tok_embeddings->forward(a->layers[0].x, a->tokens + t0, m->p.tok_embeddings, n, D));
     hook(m, 0, QWEN3_POST_FORWARD);
     for (int i = 0; i < L; i++) {
@@ -1141,8 +1190,9 @@ void qwen3_backward(Qwen3 *m, double divisor) {
         hook(m, 1 + i, QWEN3_POST_BACKWARD);
     }
     hook(m, 0, QWEN3_PRE_BACKWARD);
-    PROF_OP(&md->tok_embeddings->h, 1,
-            md->tok_embeddings->backward(m->g.tok_embeddings, a->dres, a->tokens + t0, n, D));
+    if (m->g.tok_embeddings) /* NULL: a frozen table (ops/op.h) */
+        PROF_OP(&md->tok_embeddings->h, 1,
+                md->tok_embeddings->backward(m->g.tok_embeddings, a->dres, a->tokens + t0, n, D));
     hook(m, 0, QWEN3_POST_BACKWARD);
 }
 
@@ -1169,7 +1219,6 @@ int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
     /* arena_init rounds a block up to the 64-byte alignment. */
     out->param_bytes = (pc.used + 63) / 64 * 64;
     out->grad_bytes = (gc.used + 63) / 64 * 64;
-    out->frozen_grad_bytes = ((size_t)m->max_param_numel * sizeof(float) + 63) / 64 * 64;
     /* the kernel scratch counts as activation memory for the plan */
     out->act_bytes = (acnt.used + 63) / 64 * 64 + (kcnt.used + 63) / 64 * 64;
     out->nparams = m->nparams;
@@ -1177,6 +1226,16 @@ int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
     arena_init_counting(&bc, "bf16 weight");
     layout_bf16(m, &bc, 1);
     out->bf16_bytes = (bc.used + 63) / 64 * 64;
+    /* The same two arenas of a bf16 base. */
+    m->base_bf16 = 1;
+    Arena pb16, gb16, bb16;
+    arena_init_counting(&pb16, "parameter");
+    arena_init_counting(&gb16, "gradient");
+    arena_init_counting(&bb16, "bf16 weight");
+    layout_params(m, &pb16, &gb16);
+    layout_bf16(m, &bb16, 1);
+    out->base_bf16_param_bytes = (pb16.used + 63) / 64 * 64;
+    out->base_bf16_bytes = (bb16.used + 63) / 64 * 64;
     free(m);
     return 0;
 }

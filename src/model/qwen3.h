@@ -69,8 +69,10 @@ typedef struct Qwen3Param {
     int ndim;
     int64_t shape[3];
     long numel;
-    float *data; /* points into the parameter arena */
+    float *data; /* points into the parameter arena; NULL when held in bf16 (data_bf16) */
     float *grad; /* points into the gradient arena */
+    /* A bf16 base's weight (Qwen3.base_bf16): its only copy, in the bf16 arena; else NULL. */
+    uint16_t *data_bf16;
 } Qwen3Param;
 
 /* Implementation pointer of every module instance (docs/kernels.md). */
@@ -183,6 +185,9 @@ typedef struct Qwen3Bf16 {
     Qwen3Bf16Layer layers[QT_MAX_LAYERS];
     uint16_t *output;  /* (V, D) */
     uint16_t *scratch; /* bf16 casts of matmul inputs, sized for the largest product */
+    /* (V, D) a bf16 base's embedding table (Qwen3.base_bf16; output itself when tied), else
+     * NULL: the fp32 table is the one read. */
+    uint16_t *tok_embeddings;
 } Qwen3Bf16;
 
 /* FSDP hook phases (see Qwen3Dist.unit). */
@@ -260,11 +265,10 @@ struct Qwen3 {
      * tokens, and the gradients of the norm weights, the embedding and lm_head its tokens'
      * share: the driver sums them over the group. Dense models only. */
     int sp, sp_rank;
-    /* Frozen (qwen3_create_frozen_with): every parameter gradient points at one sink the size
-     * of the largest parameter, so a model whose own weights do not train (LoRA) holds no
-     * gradient arena of its size. The gradients are written there and never read. */
-    int frozen;
-    long max_param_numel;
+    /* A frozen base held in bf16 (qwen3_create_frozen_with, base_bf16 1): the matmul weights
+     * and the embedding live in pb alone (no fp32 copy; their table rows have data NULL and
+     * data_bf16 set), so forward never casts them, and every product with them is bf16. */
+    int base_bf16;
     /* LoRA adapters (model/lora.h) added to their linears' outputs, or NULL. Single process,
      * no tensor parallelism: the driver refuses other set-ups. */
     struct Lora *lora;
@@ -311,9 +315,13 @@ long qwen3_bf16_only_max_numel(const Qwen3 *m);
  * data and grad, and m->p / m->g stay NULL until dist.unit points them somewhere (FSDP).
  * sp > 1: sequence parallel over sp ranks (Qwen3.sp; B * T must be divisible by it), with the
  * residual-stream activations sized for B * T / sp tokens. */
-/* As qwen3_create_with for a model whose weights do not train (Qwen3.frozen). */
+/* As qwen3_create_with for a model whose own weights do not train (the base of LoRA): no
+ * gradient arena (the table's grads and m->g are NULL), so backward computes the input
+ * gradients only and skips every weight-gradient product (ops/op.h). base_bf16: the matmul
+ * weights and the embedding are held in bf16 only (Qwen3.base_bf16), which needs linear
+ * kernels with a bf16 path and the unchunked loss (an error sentence names the one missing). */
 int qwen3_create_frozen_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
-                             const Qwen3Modules *impl, Err *err);
+                             const Qwen3Modules *impl, int base_bf16, Err *err);
 int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
                          Err *err);
 /* The same with the module implementations taken from impl (as qwen3_create_with). */
@@ -327,9 +335,10 @@ void qwen3_free(Qwen3 *m);
  * without allocating them. */
 typedef struct Qwen3Sizes {
     size_t param_bytes, grad_bytes, act_bytes;
-    size_t bf16_bytes;        /* the bf16 weight arena qwen3_enable_bf16 would add */
-    size_t frozen_grad_bytes; /* the gradient arena of qwen3_create_frozen_with (one sink) */
-    int nparams;              /* entries of the parameter table (a tied output is no entry) */
+    size_t bf16_bytes; /* the bf16 weight arena qwen3_enable_bf16 would add */
+    /* The parameter and bf16 arenas of qwen3_create_frozen_with with base_bf16 1 instead. */
+    size_t base_bf16_param_bytes, base_bf16_bytes;
+    int nparams; /* entries of the parameter table (a tied output is no entry) */
 } Qwen3Sizes;
 int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
                 const Qwen3Modules *impl, Err *err);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "io/hf_keys.h"
+#include "kernels/cpu_simd.h"
 
 /* Appends "label: a, b, c" to msg (of cap bytes) while it fits; the rest are counted. */
 static void list_keys(char *msg, size_t cap, const char *label, char **keys, int n) {

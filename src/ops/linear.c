@@ -10,7 +10,7 @@ void linear_forward(float *out, const float *x, const float *w, long N, int I, i
 void linear_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
                      long N, int I, int O, float dx_beta) {
     if (dx) gemm_f32(0, 0, (int)N, I, O, 1.0f, dout, O, w, I, dx_beta, dx, I);
-    gemm_f32(1, 0, O, I, (int)N, 1.0f, dout, O, x, I, 1.0f, dw, I);
+    if (dw) gemm_f32(1, 0, O, I, (int)N, 1.0f, dout, O, x, I, 1.0f, dw, I);
 }
 
 const LinearOp linear_reference = {.h = {.name = "reference", .kind = OP_LINEAR, .device = "cpu"},

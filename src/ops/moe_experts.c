@@ -125,7 +125,8 @@ static void reference_backward(float *dx, float *dgw, float *dw1, float *dw3, fl
                     dxn[d] += dh1[f] * W1[(long)f * D + d] + dh3[f] * W3[(long)f * D + d];
         }
     }
-    /* Pass 2, per expert: weight gradients from its assignments in assignment order. */
+    if (!dw1) return;
+        /* Pass 2, per expert: weight gradients from its assignments in assignment order. */
 #pragma omp parallel for schedule(dynamic)
     for (int e = 0; e < X; e++) {
         float *D1 = dw1 + (long)e * F * D, *D3 = dw3 + (long)e * F * D, *D2 = dw2 + (long)e * D * F;
@@ -242,11 +243,14 @@ static void grouped_backward(float *dx, float *dgw, float *dw1, float *dw3, floa
         float *dys = b->dxs + o * D, *dh1 = b->dh1 + o * F, *dh3 = b->dh3 + o * F;
         const float *xs = b->xs + o * D, *W1 = w1 + (long)e * F * D, *W3 = w3 + (long)e * F * D;
         const float *W2 = w2 + (long)e * D * F;
-        gemm_f32(1, 0, D, F, c, 1.0f, dys, D, b->g + o * F, F, 1.0f, dw2 + (long)e * D * F, F);
+        if (dw2)
+            gemm_f32(1, 0, D, F, c, 1.0f, dys, D, b->g + o * F, F, 1.0f, dw2 + (long)e * D * F, F);
         gemm_f32(0, 0, c, F, D, 1.0f, dys, D, W2, F, 0.0f, dh1, F);
         swiglu_grad(dh1, dh3, b->h1 + o * F, b->h3 + o * F, (long)c * F);
-        gemm_f32(1, 0, F, D, c, 1.0f, dh1, F, xs, D, 1.0f, dw1 + (long)e * F * D, D);
-        gemm_f32(1, 0, F, D, c, 1.0f, dh3, F, xs, D, 1.0f, dw3 + (long)e * F * D, D);
+        if (dw1) {
+            gemm_f32(1, 0, F, D, c, 1.0f, dh1, F, xs, D, 1.0f, dw1 + (long)e * F * D, D);
+            gemm_f32(1, 0, F, D, c, 1.0f, dh3, F, xs, D, 1.0f, dw3 + (long)e * F * D, D);
+        }
         /* dy is used up; the rows' input gradients replace it. */
         gemm_f32(0, 0, c, D, F, 1.0f, dh1, F, W1, D, 0.0f, dys, D);
         gemm_f32(0, 0, c, D, F, 1.0f, dh3, F, W3, D, 1.0f, dys, D);

@@ -2,7 +2,12 @@
  * tree (model/qwen3.h, qwen3_module_tree) holds `const XxxOp *` for its op kind; the model calls
  * ops only through these pointers, so a kernel registry can swap an implementation per instance by
  * name. Each op struct starts with an OpHeader, so generic code reads name/kind/device through a
- * `const OpHeader *` whatever the kind. */
+ * `const OpHeader *` whatever the kind.
+ *
+ * Weight gradients: a backward adds them into its dw arguments, or, when those are NULL (a
+ * frozen weight: the base of a LoRA run), skips their products and still writes dx. The
+ * embedding has no dx, so the model does not call its backward for a frozen table.
+ * verify-kernels checks that dx is the same either way. */
 #ifndef QT_OP_H
 #define QT_OP_H
 

@@ -36,7 +36,8 @@ void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, c
         for (int j = 0; j < C; j++)
             o[j] = rs * w[j] * dr[j] - xr[j] * c;
     }
-    /* Columns in parallel, rows in order: deterministic for any thread count. */
+    if (!dw) return;
+        /* Columns in parallel, rows in order: deterministic for any thread count. */
 #pragma omp parallel for schedule(static)
     for (int j = 0; j < C; j++) {
         double acc = 0.0;

@@ -25,7 +25,7 @@ void swiglu_backward(float *dx, float *dw1, float *dw3, float *dw2, float *dh1, 
                      const float *g, const float *w1, const float *w3, const float *w2, float *ws,
                      long N, int D, int F) {
     (void)ws;
-    gemm_f32(1, 0, D, F, (int)N, 1.0f, dout, D, g, F, 1.0f, dw2, F);
+    if (dw2) gemm_f32(1, 0, D, F, (int)N, 1.0f, dout, D, g, F, 1.0f, dw2, F);
     /* dg = dout W2 lands in dh1, then splits into the two branches in place. */
     gemm_f32(0, 0, (int)N, F, D, 1.0f, dout, D, w2, F, 0.0f, dh1, F);
 #pragma omp parallel for schedule(static)
@@ -35,8 +35,10 @@ void swiglu_backward(float *dx, float *dw1, float *dw3, float *dw2, float *dh1, 
         /* silu'(a) = sig * (1 + a * (1 - sig)) */
         dh1[i] = dg * h3[i] * sig * (1.0f + a * (1.0f - sig));
     }
-    gemm_f32(1, 0, F, D, (int)N, 1.0f, dh1, F, x, D, 1.0f, dw1, D);
-    gemm_f32(1, 0, F, D, (int)N, 1.0f, dh3, F, x, D, 1.0f, dw3, D);
+    if (dw1) {
+        gemm_f32(1, 0, F, D, (int)N, 1.0f, dh1, F, x, D, 1.0f, dw1, D);
+        gemm_f32(1, 0, F, D, (int)N, 1.0f, dh3, F, x, D, 1.0f, dw3, D);
+    }
     gemm_f32(0, 0, (int)N, D, F, 1.0f, dh1, F, w1, D, 0.0f, dx, D);
     gemm_f32(0, 0, (int)N, D, F, 1.0f, dh3, F, w3, D, 1.0f, dx, D);
 }

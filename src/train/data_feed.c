@@ -75,7 +75,8 @@ static int feed_next(void *ctx, int64_t step, int micro, const void **batch, Err
                               .tokens = f->tokens,
                               .targets = f->raw.targets,
                               .positions = f->raw.positions,
-                              .doc = f->raw.doc_ids};
+                              .doc = f->raw.doc_ids,
+                              .row = row};
     f->last_step = step;
     *batch = &f->mb;
     return 0;

@@ -29,13 +29,10 @@
 #include "train/trainer.h"
 
 /* The job's adapters: [lora] checked, created on the model's linears, started from
- * lora.adapter_path or fresh (seeded by training.seed). */
+ * lora.adapter_path or fresh (seeded by training.seed, as are the dropout masks). */
 static int lora_setup(const JobConfig *cfg, const ModelSpec *spec, Lora *lo, long max_tokens,
                       Err *err) {
     const char *where = cfg->path[0] ? cfg->path : "the job config";
-    if (cfg->lora.dropout != 0)
-        return err_set(err, "%s: lora.dropout = %g: only 0 is implemented", where,
-                       cfg->lora.dropout);
     char *list = xstrdup(cfg->lora.targets), *save = NULL;
     char *targets[256];
     int nt = 0;
@@ -51,13 +48,17 @@ static int lora_setup(const JobConfig *cfg, const ModelSpec *spec, Lora *lo, lon
     } else {
         lora_init(lo, (uint64_t)cfg->training.seed);
     }
+    lora_set_dropout(lo, cfg->lora.dropout, (uint64_t)cfg->training.seed);
     double base = 0;
     for (int i = 0; i < lo->n; i++)
         base += (double)lo->ad[i].in * lo->ad[i].out;
     log_info("lora: %d adapter(s) of rank %d (alpha %g, scale %g) on %s; %ld trainable "
              "parameters, the %.4g frozen weights of those linears and all others stay as "
-             "loaded",
-             lo->n, lo->rank, lo->alpha, lo->scale, cfg->lora.targets, lora_numel(lo), base);
+             "loaded%s",
+             lo->n, lo->rank, lo->alpha, lo->scale, cfg->lora.targets, lora_numel(lo), base,
+             cfg->lora.base_dtype == DT_BF16
+                 ? " (the matmul weights and embedding in bf16: lora.base_dtype)"
+                 : "");
     return 0;
 }
 
@@ -219,6 +220,12 @@ int train_job_check(const JobConfig *cfg, const ModelSpec *spec, Err *err) {
     if (cfg->checkpoint.initial_load_path[0] && !cfg->checkpoint.initial_load_in_hf)
         return err_set(err, "checkpoint.initial_load_path needs initial_load_in_hf = true (only "
                             "Hugging Face weights can be loaded as a starting point)");
+    /* The merged export adds B A to fp32 weights, which a bf16 base no longer has. */
+    if (cfg->lora.rank > 0 && cfg->lora.base_dtype == DT_BF16 && cfg->checkpoint.last_save_in_hf)
+        return err_set(err,
+                       "lora.base_dtype = \"bfloat16\" with checkpoint.last_save_in_hf = true: the "
+                       "merged export needs the fp32 base; set last_save_in_hf = false to export "
+                       "the adapters alone, and merge them with peft's merge_and_unload");
     /* Without a path the run would start from random weights, not the ones asked for. */
     if (cfg->checkpoint.initial_load_in_hf && !cfg->checkpoint.initial_load_path[0])
         return err_set(err,
@@ -436,7 +443,7 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
     rc = train_hf_init(&hf, cfg, &spec, &extra, tok_path, world, err);
     if (rc == 0) {
         q = train_qwen3_create(&spec, B, T, cfg->activation_checkpoint.mode, &mesh, &plan, use_lora,
-                               err);
+                               use_lora && cfg->lora.base_dtype == DT_BF16, err);
         if (!q) rc = -1;
     }
     if (rc == 0 && cfg->checkpoint.initial_load_path[0]) {

@@ -87,9 +87,10 @@ static int plan_lora(TrainPlan *p, const JobConfig *cfg, const ModelSpec *spec, 
     p->params += 4.0 * numel;
     p->grads += 4.0 * numel;
     p->acts += 4.0 * N * lo.rank * (lo.n + 1);
+    if (cfg->lora.dropout > 0) p->acts += 4.0 * N * lora_max_in(&lo); /* lora_set_dropout */
     lora_free(&lo);
-    note(p, "LoRA: gradients and optimizer state for the adapters, plus one sink buffer (the "
-            "largest parameter's size) that the frozen weights' gradients are written to");
+    note(p, "LoRA: gradients and optimizer state for the adapters alone; the frozen base has "
+            "none");
     return 0;
 }
 
@@ -209,8 +210,11 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     p->optim = 2.0 * p->grads;
     p->acts = (double)z.act_bytes;
     if (cfg->lora.rank > 0) {
-        /* The frozen base's gradients go to one sink (train_qwen3_create with frozen). */
-        p->grads = (double)z.frozen_grad_bytes;
+        /* The frozen base has no gradients (train_qwen3_create with frozen); a bf16 base keeps
+         * its matmul weights and embedding in the bf16 arena alone (counted below). */
+        p->grads = 0;
+        p->optim = 0;
+        if (cfg->lora.base_dtype == DT_BF16) p->params = (double)z.base_bf16_param_bytes;
         TRY(plan_lora(p, cfg, &p->spec, err));
     }
 
@@ -221,14 +225,18 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     /* bf16 mixed precision: the bf16 weight copies and matmul scratch arena, as
      * train_job_run enables it on one process; with FSDP the copies are of the gathered-layer
      * workspaces, which are not counted either. */
-    if (cfg->training.mixed_precision_param == DT_BF16) {
+    double D = p->spec.dim, V = p->spec.vocab_size, F = p->spec.hidden_dim;
+    double big = V * D > F * D ? V * D : F * D;
+    if (cfg->lora.rank > 0 && cfg->lora.base_dtype == DT_BF16) {
+        /* The base's weights and matmul scratch, and the fp32 staging of the largest weight
+         * while it is loaded and rounded (train_qwen3_load_hf). */
+        p->workspace += (double)z.base_bf16_bytes + 4.0 * big;
+    } else if (cfg->training.mixed_precision_param == DT_BF16) {
         if (p->dp_shard > 1 || p->tp > 1)
             note(p, "bfloat16 on many processes: the matmul scratch is not counted");
         else
             p->workspace += (double)z.bf16_bytes;
     }
-    double D = p->spec.dim, V = p->spec.vocab_size, F = p->spec.hidden_dim;
-    double big = V * D > F * D ? V * D : F * D;
     p->workspace += PLAN_GEMM_SCRATCH_PER_BYTE * 4.0 * big;
     if (world > 1) {
         PlanUnits units;

@@ -43,10 +43,12 @@ typedef struct Slot {
 } Slot;
 
 /* What this rank holds of a parameter (of its tensor-parallel part, flattened): elements
- * [lo, hi) at p, their gradient at g; the whole parameter on a world of one. */
+ * [lo, hi) at p, their gradient at g; the whole parameter on a world of one. A frozen bf16
+ * base's weight (lora.base_dtype) is at pb instead, p NULL. */
 typedef struct Held {
     size_t lo, hi;
     float *p, *g;
+    uint16_t *pb;
 } Held;
 
 struct TrainQwen3 {
@@ -309,7 +311,8 @@ int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T,
     out->grad_bytes = z.grad_bytes;
     out->act_bytes = z.act_bytes;
     out->bf16_bytes = z.bf16_bytes;
-    out->frozen_grad_bytes = z.frozen_grad_bytes;
+    out->base_bf16_param_bytes = z.base_bf16_param_bytes;
+    out->base_bf16_bytes = z.base_bf16_bytes;
     out->nparams = z.nparams;
     return 0;
 }
@@ -386,10 +389,10 @@ static int shard(TrainQwen3 *f, const int *unit, Err *err) {
     f->grad = xcalloc(f->plan.shard_numel + 16, sizeof(float));
     for (int i = 0; i < n; i++) {
         if (f->is_expert[i]) {
-            f->held[i] =
-                (Held){0, (size_t)f->m.table[i].numel,
-                       *qwen3_param_field(&f->m.p, f->m.table[i].kind->id, f->m.table[i].layer),
-                       *qwen3_param_field(&f->m.g, f->m.table[i].kind->id, f->m.table[i].layer)};
+            f->held[i] = (Held){
+                0, (size_t)f->m.table[i].numel,
+                *qwen3_param_field(&f->m.p, f->m.table[i].kind->id, f->m.table[i].layer),
+                *qwen3_param_field(&f->m.g, f->m.table[i].kind->id, f->m.table[i].layer), NULL};
             continue;
         }
         size_t at;
@@ -436,7 +439,7 @@ static void piece_slice(const TrainQwen3 *f, const Qwen3Param *p, const Held *h,
 }
 
 TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, const Mesh *mesh,
-                               const OverridePlan *plan, int frozen, Err *err) {
+                               const OverridePlan *plan, int frozen, int base_bf16, Err *err) {
     TrainQwen3 *f = xcalloc(1, sizeof *f);
     f->mesh = mesh;
     f->kernels = plan;
@@ -445,7 +448,7 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
         return NULL;
     }
     if (frozen && f->mesh->dims.world > 1) {
-        /* The adapters and the gradient sink live in one process's model. */
+        /* The adapters live in one process's model. */
         err_set(err, "a frozen base (LoRA) runs on one process: FSDP and tensor parallelism with "
                      "adapters are not implemented");
         train_qwen3_free(f);
@@ -473,7 +476,7 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
     Qwen3Modules *mod = train_qwen3_modules(&local, plan, !f->sharded);
     int rc = f->sharded ? qwen3_create_unowned_with(&f->m, &local, B, T, ac,
                                                     f->seq_parallel ? f->tp : 1, mod, err)
-             : frozen   ? qwen3_create_frozen_with(&f->m, &local, B, T, ac, mod, err)
+             : frozen   ? qwen3_create_frozen_with(&f->m, &local, B, T, ac, mod, base_bf16, err)
                         : qwen3_create_with(&f->m, &local, B, T, ac, mod, err);
     free(mod);
     if (rc == 0 && f->has_full) rc = qwen3_create_unowned(&f->full, spec, 1, 1, AC_NONE, 1, err);
@@ -489,7 +492,8 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
         f->is_expert[i] = f->ep > 1 && f->m.table[i].kind->role == ROLE_EXPERTS;
     for (int i = 0; i < n; i++) {
         unit[i] = param_unit(f, &f->m.table[i]);
-        f->held[i] = (Held){0, (size_t)f->m.table[i].numel, f->m.table[i].data, f->m.table[i].grad};
+        const Qwen3Param *p = &f->m.table[i];
+        f->held[i] = (Held){0, (size_t)p->numel, p->data, p->grad, p->data_bf16};
     }
     if (rc == 0 && f->sharded) rc = shard(f, unit, err);
     if (rc != 0) {
@@ -619,10 +623,18 @@ int train_qwen3_enable_bf16(TrainQwen3 *f, Err *err) {
 
 /* ---- initial values ---- */
 
+/* Where parameter i's initial values are made: in place when this rank holds all of it in
+ * fp32 (a world of one), so no staging copy of the largest tensor adds to the peak memory;
+ * else in tmp, for keep_slice to cut. */
+static float *stage(const TrainQwen3 *f, int i, float *tmp) {
+    return !f->sharded && !f->has_full && f->held[i].p ? f->held[i].p : tmp;
+}
+
 /* Keeps this rank's part of parameter i, given whole: first its tensor-parallel block (rows
  * or columns, cut into tmp), then the elements it holds of that. */
 static void keep_slice(TrainQwen3 *f, int i, const float *full, float *tmp) {
-    if (f->is_expert[i]) /* expert parallel: the rank's run of experts, held whole */
+    if (full == f->held[i].p) return; /* made in place (stage) */
+    if (f->is_expert[i])              /* expert parallel: the rank's run of experts, held whole */
         full += (size_t)f->q * (size_t)f->m.table[i].numel;
     else if (f->tp_split[i] != TP_REPLICATED) {
         const Qwen3Param *p = &f->m.table[i]; /* the local shape */
@@ -638,7 +650,10 @@ static void keep_slice(TrainQwen3 *f, int i, const float *full, float *tmp) {
         full = tmp;
     }
     const Held *h = &f->held[i];
-    if (h->hi > h->lo) memcpy(h->p, full + h->lo, (h->hi - h->lo) * sizeof *full);
+    if (h->pb)
+        simd_f32_to_bf16(h->pb + h->lo, full + h->lo, (long)(h->hi - h->lo));
+    else if (h->hi > h->lo)
+        memcpy(h->p, full + h->lo, (h->hi - h->lo) * sizeof *full);
 }
 
 /* The whole model's table (the rank's own when tp = 1). */
@@ -656,8 +671,9 @@ static size_t max_numel(const TrainQwen3 *f) {
 void train_qwen3_init(TrainQwen3 *f, uint64_t seed) {
     float *tmp = xmalloc(max_numel(f) * sizeof *tmp), *part = xmalloc(max_numel(f) * sizeof *tmp);
     for (int i = 0; i < f->m.nparams; i++) {
-        qwen3_init_param(whole(f), i, seed, tmp);
-        keep_slice(f, i, tmp, part);
+        float *dst = stage(f, i, tmp);
+        qwen3_init_param(whole(f), i, seed, dst);
+        keep_slice(f, i, dst, part);
     }
     free(tmp);
     free(part);
@@ -676,14 +692,15 @@ int train_qwen3_load_hf(TrainQwen3 *f, const char *path, Err *err) {
     for (int i = 0; i < f->m.nparams && rc == 0; i++) {
         const Qwen3Param *p = &whole(f)->table[i];
         int k = p->kind->hf ? hf_keys_find_param(&keys, p->name) : -1;
+        float *dst = stage(f, i, tmp);
         if (!p->kind->hf) /* training state (expert_bias), not in HF files */
-            memset(tmp, 0, (size_t)p->numel * sizeof *tmp);
+            memset(dst, 0, (size_t)p->numel * sizeof *dst);
         else if (k < 0)
             rc = err_set(err, "model parameter %s is not in the Hugging Face name table", p->name);
-        else if (hf_keys_load_param(tmp, &keys, k, &set, err) != 0)
+        else if (hf_keys_load_param(dst, &keys, k, &set, err) != 0)
             rc = err_wrap(err, "%s", path);
         if (rc != 0) break;
-        keep_slice(f, i, tmp, part);
+        keep_slice(f, i, dst, part);
     }
     hf_keys_free(&keys);
     free(tmp);
@@ -705,7 +722,10 @@ static int forward_backward(void *ctx, const void *batch, double divisor, double
                        "model: a micro-batch of %d x %d tokens exceeds the %d x %d the "
                        "activations were sized for",
                        b->B, b->T, f->m.max_B, f->m.max_T);
+    /* LoRA dropout acts in training's forward and backward only (validation does not drop). */
+    if (f->m.lora) lora_dropout_rows(f->m.lora, b->row, b->T);
     qwen3_forward_backward(&f->m, b->tokens, b->targets, b->positions, b->doc, b->B, b->T, divisor);
+    if (f->m.lora) lora_dropout_rows(f->m.lora, -1, 0);
     *loss_sum = f->m.loss_sum;
     return 0;
 }

@@ -37,6 +37,7 @@ typedef struct TrainQwen3Batch {
     const int32_t *targets;   /* (B, T) */
     const int32_t *positions; /* (B, T) or NULL */
     const int32_t *doc;       /* (B, T) or NULL */
+    int64_t row;              /* the dataset row of the first row (seeds LoRA dropout masks) */
 } TrainQwen3Batch;
 
 /* This rank's Qwen3 for micro-batches of up to B x T tokens, with activation checkpointing ac
@@ -46,9 +47,11 @@ typedef struct TrainQwen3Batch {
  * the stacked experts either too (expert_parallel_degree 1) or split over the mesh's EP group,
  * X / ep experts per rank held whole outside FSDP, the tokens moved to them by all-to-all
  * (model/moe_ep.h), which is how MoE trains with tp > 1. frozen: the model's own weights do not
- * train (LoRA), so its gradients go to one sink (qwen3_create_frozen_with); a world of one only. */
+ * train (LoRA): no gradient arena, no weight-gradient products (qwen3_create_frozen_with); a
+ * world of one only; base_bf16 (with frozen): its matmul weights and embedding held in bf16
+ * only. */
 TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, const Mesh *mesh,
-                               const OverridePlan *plan, int frozen, Err *err);
+                               const OverridePlan *plan, int frozen, int base_bf16, Err *err);
 void train_qwen3_free(TrainQwen3 *q);
 /* The model itself, for forward-only work between steps (validation): when sharded, this
  * rank's, whose forward gathers each unit as training's does (collective over the mesh). */
@@ -80,8 +83,9 @@ struct Qwen3Modules *train_qwen3_modules(const ModelSpec *spec, const OverridePl
  * activations of a sequence-parallel rank. */
 typedef struct TrainQwen3Sizes {
     size_t param_bytes, grad_bytes, act_bytes;
-    size_t bf16_bytes;        /* added by train_qwen3_enable_bf16 on a world of one */
-    size_t frozen_grad_bytes; /* the gradient sink of a frozen model, instead of grad_bytes */
+    size_t bf16_bytes; /* added by train_qwen3_enable_bf16 on a world of one */
+    /* A frozen bf16 base (train_qwen3_create base_bf16): its fp32 and bf16 arenas instead. */
+    size_t base_bf16_param_bytes, base_bf16_bytes;
     int nparams;
 } TrainQwen3Sizes;
 int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
