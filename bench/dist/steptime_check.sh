@@ -10,16 +10,8 @@
 #   bash bench/dist/steptime_check.sh [STEPS]   (from the repo root, after scripts/build.sh)
 set -euo pipefail
 steps=${1:-6}
-bin=${QT_BINARY:-build/qtitan}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1 QT_CACHE_DIR=$tmp/cache
-awk 'BEGIN { s = 7; n = split("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu " \
-  "nu xi omicron pi rho sigma tau upsilon phi chi psi omega", w, " ");
-  for (d = 0; d < 400; d++) { line = ""; for (i = 0; i < 200; i++) {
-    s = (s * 1103515245 + 12345) % 2147483648; line = line " " w[1 + int(s / 65536) % n] }
-    printf "{\"text\": \"%s\"}\n", line } }' >"$tmp/data.jsonl"
+# shellcheck source=bench/dist/common.sh
+. "$(dirname "$0")/common.sh"
 job=(--config configs/debug.toml --model.tokenizer_path=tests/fixtures/tokenizer/tiny_gpt2
   --training.dataset_path="$tmp/data.jsonl" --training.seq_len=128 --training.local_batch_size=2
   --training.global_batch_size=4 --training.steps="$steps")

@@ -75,11 +75,8 @@ static int parse_long(const char *opt, const char *s, long lo, long *out, Err *e
 }
 
 static int parse_float(const char *opt, const char *s, float *out, Err *err) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v))
-        return err_set(err, "%s %s: expected a number", opt, s);
+    double v;
+    TRY(cli_number(opt, s, &v, err));
     *out = (float)v;
     return 0;
 }

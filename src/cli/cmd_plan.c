@@ -44,16 +44,6 @@ static const char *const OPTS[] = {"--cluster",  "--flops",    "--eff",
                                    "--overlap",  "--mem",      "--gather-dtype"};
 enum { N_OPTS = sizeof OPTS / sizeof OPTS[0] };
 
-static int number(const char *opt, const char *s, double *out, Err *err) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v))
-        return err_set(err, "%s %s: expected a number", opt, s);
-    *out = v;
-    return 0;
-}
-
 /* Takes the step-time options out of argv (into val, by OPTS index), leaving the job's
  * arguments in rest (rest[0] = argv[0]). */
 static int split_args(int argc, char **argv, const char **val, char **rest, int *nrest, Err *err) {
@@ -88,7 +78,7 @@ static int cluster_from_args(Cluster *c, const char **val, const JobConfig *cfg,
     TRY(steptime_parse_cluster(val[0], &c->hosts, &c->per_host, err));
     int gpu = val[1] != NULL;
     if (gpu) {
-        TRY(number(OPTS[1], val[1], &c->peak_tflops, err));
+        TRY(cli_number(OPTS[1], val[1], &c->peak_tflops, err));
     } else {
         c->peak_tflops = cfg->metrics.peak_tflops > 0 ? cfg->metrics.peak_tflops
                                                       : metrics_measure_peak_tflops(0.3);
@@ -106,7 +96,7 @@ static int cluster_from_args(Cluster *c, const char **val, const JobConfig *cfg,
     double *dst[] = {NULL,          NULL,           &c->compute_eff, &c->intra_gbs,
                      &c->inter_gbs, &c->latency_us, &c->overlap,     &c->mem_gib};
     for (int k = 2; k < 8; k++)
-        if (val[k]) TRY(number(OPTS[k], val[k], dst[k], err));
+        if (val[k]) TRY(cli_number(OPTS[k], val[k], dst[k], err));
     if (val[8]) {
         if (strcmp(val[8], "fp32") == 0)
             c->gather_bytes = 4;

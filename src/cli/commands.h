@@ -20,6 +20,9 @@ int cmd_plot(int argc, char **argv);
  * train_state.json), else the newest complete step in the folder; *step_dir is malloc'd. */
 int cli_checkpoint_step(const char *ckpt, char **step_dir, Err *err);
 
+/* The value of option opt as a finite number (the whole of s), or a sentence naming both. */
+int cli_number(const char *opt, const char *s, double *out, Err *err);
+
 /* 1 when argv holds -h or --help. */
 int cmd_wants_help(int argc, char **argv);
 

@@ -1,6 +1,8 @@
 /* Helpers shared by the command entry points. */
 #include "cli/commands.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,5 +32,15 @@ int cli_checkpoint_step(const char *ckpt, char **step_dir, Err *err) {
                        "%s is not a checkpoint step (no train_state.json) and holds no complete "
                        "step-N checkpoint",
                        ckpt);
+    return 0;
+}
+
+int cli_number(const char *opt, const char *s, double *out, Err *err) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v))
+        return err_set(err, "%s %s: expected a number", opt, s);
+    *out = v;
     return 0;
 }
