@@ -311,10 +311,6 @@ void qwen3_param_store(Qwen3 *m, int i, const float *v);
 /* The largest numel among the table entries held in bf16 only (0 when there are none): the
  * fp32 buffer a loader needs before qwen3_param_store. */
 long qwen3_bf16_only_max_numel(const Qwen3 *m);
-/* The same without parameter and gradient memory: the table has names and shapes but NULL
- * data and grad, and m->p / m->g stay NULL until dist.unit points them somewhere (FSDP).
- * sp > 1: sequence parallel over sp ranks (Qwen3.sp; B * T must be divisible by it), with the
- * residual-stream activations sized for B * T / sp tokens. */
 /* As qwen3_create_with for a model whose own weights do not train (the base of LoRA): no
  * gradient arena (the table's grads and m->g are NULL), so backward computes the input
  * gradients only and skips every weight-gradient product (ops/op.h). base_bf16: the matmul
@@ -322,6 +318,10 @@ long qwen3_bf16_only_max_numel(const Qwen3 *m);
  * kernels with a bf16 path and the unchunked loss (an error sentence names the one missing). */
 int qwen3_create_frozen_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
                              const Qwen3Modules *impl, int base_bf16, Err *err);
+/* As qwen3_create, without parameter and gradient memory: the table has names and shapes but NULL
+ * data and grad, and m->p / m->g stay NULL until dist.unit points them somewhere (FSDP).
+ * sp > 1: sequence parallel over sp ranks (Qwen3.sp; B * T must be divisible by it), with the
+ * residual-stream activations sized for B * T / sp tokens. */
 int qwen3_create_unowned(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
                          Err *err);
 /* The same with the module implementations taken from impl (as qwen3_create_with). */
