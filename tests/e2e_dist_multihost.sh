@@ -4,8 +4,10 @@
 # transport alone (no shared memory between the hosts).
 #   1. FSDP over the two hosts trains 12 steps with the losses and grad norms of one process
 #      (1e-5 relative).
-#   2. A long run checkpoints every 10 steps; a few steps after a checkpoint host 1's link is
-#      cut (ip link set down). Every rank must end within 30 s (comm.train_timeout_seconds = 4
+#   2. A long run checkpoints every 50 steps (a tiny model's steps take milliseconds: with 10,
+#      the next checkpoint was sometimes written before the cut took hold, leaving no step
+#      after it to compare); a few steps after the first, host 1's link is cut (ip link set
+#      down). Every rank must end within 30 s (comm.train_timeout_seconds = 4
 #      here, plus the liveness round) with a sentence naming the rank that stopped answering,
 #      and mpirun, non-zero, within 45 s (it waits for TCP to give up on its daemon on host 1:
 #      tests/multihost_lib.sh).
@@ -42,13 +44,13 @@ paste <(dist_table "$TMP/one") <(dist_table "$TMP/fsdp") | awk '
 # 2. Cut host 1's link a few steps after a checkpoint.
 ck="$TMP/cut/checkpoint"
 timeout 60 "${MH_MPIRUN[@]}" -np 2 "$BIN" train "${ARGS[@]}" --training.steps=1000000 \
-  --checkpoint.enable --checkpoint.interval=10 --comm.train_timeout_seconds=4 \
+  --checkpoint.enable --checkpoint.interval=50 --comm.train_timeout_seconds=4 \
   --job.dump_folder="$TMP/cut" >"$TMP/cut.log" 2>&1 &
 launcher=$!
 saved=
 for _ in $(seq 800); do
   saved=$(sed -n 's/.*"step": *\([0-9]*\).*/\1/p' "$ck/latest.json" 2>/dev/null)
-  if [ -n "$saved" ] && [ "$saved" -ge 10 ] &&
+  if [ -n "$saved" ] && [ "$saved" -ge 50 ] &&
      grep -q "\"step\":$((saved + 2))," "$TMP/cut/metrics.jsonl" 2>/dev/null; then break; fi
   saved=
   kill -0 "$launcher" 2>/dev/null || break
@@ -80,7 +82,7 @@ logged=$(sed -n 's/.*"step":\([0-9]*\),.*/\1/p' "$TMP/cut/metrics.jsonl" | tail 
 [ "$logged" -gt "$last" ] || { echo "FAIL: the cut run logged no step after its checkpoint $last"; exit 1; }
 mkdir -p "$TMP/resume" && cp -r "$ck" "$TMP/resume/checkpoint"
 mh_run resume "${ARGS[@]}" --training.steps=$((last + 2)) --checkpoint.enable \
-  --checkpoint.interval=10 || { echo "FAIL: resume after the cut"; tail -20 "$TMP/resume.log"; exit 1; }
+  --checkpoint.interval=50 || { echo "FAIL: resume after the cut"; tail -20 "$TMP/resume.log"; exit 1; }
 grep -q "resumed from .*(step $last)" "$TMP/resume.log" ||
   { echo "FAIL: the resumed run does not say it resumed from step $last"; grep -i resum "$TMP/resume.log"; fail=1; }
 n=0
