@@ -31,7 +31,7 @@ typedef struct Errs {
 /* Zeroes the gradients and runs the forward of all lines, batched (packed = 0, equal lengths)
  * or packed in one row (document mask, positions restarting at 0); the logits (logits.L) and
  * the loss against exp. The caller runs the backward. */
-static Errs parity_forward(Qwen3 *m, const TokenLines *tl, const StFile *exp, int packed) {
+static inline Errs parity_forward(Qwen3 *m, const TokenLines *tl, const StFile *exp, int packed) {
     Errs e = {0, 0, 0, ""};
     long N = tl->total;
     int B = packed ? 1 : tl->n, T = (int)(packed ? N : N / tl->n);
@@ -67,7 +67,7 @@ static Errs parity_forward(Qwen3 *m, const TokenLines *tl, const StFile *exp, in
 
 /* p's gradient against ref by relative L2, kept in e when the worst so far (a NaN sticks as
  * the worst, and fails); returns sum ref^2. */
-static double parity_grad(Errs *e, const Qwen3Param *p, const float *ref) {
+static inline double parity_grad(Errs *e, const Qwen3Param *p, const float *ref) {
     double d2 = 0, r2 = 0;
     for (long k = 0; k < p->numel; k++) {
         d2 += ((double)p->grad[k] - ref[k]) * ((double)p->grad[k] - ref[k]);
