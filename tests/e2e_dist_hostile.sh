@@ -4,7 +4,8 @@
 #     stop at start-up with a sentence naming the folder that is not rank 0's (it lacks rank 0's
 #     lock), instead of splitting checkpoints between two folders; with one relative dataset
 #     path naming different files they stop, naming the data's content hashes; copies of the
-#     same data under different paths train;
+#     same data under different paths train; the same for chat data (training.data_format =
+#     "messages"), compared by the content of the rendered conversations;
 #   - MPI_Init under comm.init_timeout_seconds: a second "rank" that never joins ends rank 0
 #     with a sentence within the timeout;
 #   - the collective timeout (comm.init_timeout_seconds / comm.train_timeout_seconds): rank 1
@@ -53,6 +54,27 @@ cp "$TMP/data.jsonl" "$TMP/b/data.jsonl"
 two_dirs same.log --job.dump_folder="$TMP/run_same" ||
   { echo "FAIL: the same data under two paths should train"; cat "$TMP/same.log"; exit 1; }
 echo "ok: ranks compare the data they opened by content, not by path"
+# Chat data the same way (rendered with the Qwen3 tokenizer's template, from ../shared).
+tok=${QT_SHARED_DIR:-}/tokenizers/qwen3
+if [ -f "$tok/tokenizer_config.json" ]; then
+  for i in $(seq 1 12); do
+    printf '{"messages": [{"role": "user", "content": "What is %d plus %d?"}, {"role": "assistant", "content": "%d."}]}\n' $i $((i * 3)) $((i * 4))
+  done >"$TMP/a/chat.jsonl"
+  sed 's/plus/and/' "$TMP/a/chat.jsonl" >"$TMP/b/chat.jsonl"
+  chat=(--training.dataset_path=chat.jsonl --training.data_format=messages
+        --model.tokenizer_path="$tok" --model.vocab_size=151669)
+  two_dirs chat.log --job.dump_folder="$TMP/run_chat" "${chat[@]}"
+  rc=$?
+  if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "rank 1: the chat data this rank rendered and tokenized (content hash [0-9a-f]*) differs from rank 0's" "$TMP/chat.log"; then
+    echo "FAIL: ranks reading different chat data (rc=$rc)"; cat "$TMP/chat.log"; exit 1
+  fi
+  cp "$TMP/a/chat.jsonl" "$TMP/b/chat.jsonl"
+  two_dirs chat_same.log --job.dump_folder="$TMP/run_chat_same" "${chat[@]}" ||
+    { echo "FAIL: the same chat data under two paths should train"; cat "$TMP/chat_same.log"; exit 1; }
+  echo "ok: ranks compare the chat data they opened by content"
+else
+  echo "FAIL: ${QT_SHARED_DIR:-../shared} lacks the Qwen3 tokenizer"; exit 1
+fi
 # MPI_Init, which has no timeout of its own, under comm.init_timeout_seconds: the second
 # "rank" is a program that never joins, so rank 0's MPI_Init would wait for it forever.
 start=$SECONDS

@@ -133,10 +133,11 @@ static int check_same_config(Comm *world, uint64_t hash, Err *err) {
 
 /* What every rank opened, by content, against rank 0's: the tokenizer (the hash of its
  * tokenizer.json bytes) and the training data (the hash of every token id and document
- * boundary of the tokenized dataset; 0 for conversation data, not compared). Ranks started in
- * different directories with one relative path, or on hosts holding different copies, would
- * otherwise train on different data; the same files under different mount points agree. */
-static int check_same_data(Comm *world, uint64_t tokenizer, uint64_t data, Err *err) {
+ * boundary of the tokenized dataset, or of every rendered conversation's ids, targets and
+ * boundaries: chat_content_hash). Ranks started in different directories with one relative
+ * path, or on hosts holding different copies, would otherwise train on different data; the
+ * same files under different mount points agree. comm_agree prefixes the failing rank. */
+static int check_same_data(Comm *world, uint64_t tokenizer, uint64_t data, int chat, Err *err) {
     uint64_t mine[2] = {tokenizer, data}, first[2] = {tokenizer, data};
     TRY(comm_broadcast(world, first, sizeof first, 0, err));
     int rc = 0;
@@ -148,12 +149,23 @@ static int check_same_data(Comm *world, uint64_t tokenizer, uint64_t data, Err *
                      mine[0], first[0]);
     else if (first[1] != mine[1])
         rc = err_set(err,
-                     "the training data this rank tokenized (content hash %016" PRIx64 ") "
-                     "differs from rank 0's (%016" PRIx64 "); every rank must read the same "
-                     "dataset files (a relative path from another working directory, or another "
-                     "copy on this host?)",
-                     mine[1], first[1]);
+                     "the %s this rank %s (content hash %016" PRIx64 ") differs from rank 0's "
+                     "(%016" PRIx64 "); every rank must read the same dataset files (a relative "
+                     "path from another working directory, or another copy on this host?)",
+                     chat ? "chat data" : "training data",
+                     chat ? "rendered and tokenized" : "tokenized", mine[1], first[1]);
     return comm_agree(world, rc, err);
+}
+
+/* The content hash of chat data as training sees it: every conversation's token ids, targets
+ * and boundaries, after rendering, truncation and dropping (not the raw files: the same
+ * conversations under another path or mount point agree). */
+static uint64_t chat_content_hash(const ChatData *cd) {
+    uint64_t parts[4] = {ckpt_checksum(cd->ids, (size_t)cd->n_tokens * sizeof *cd->ids),
+                         ckpt_checksum(cd->targets, (size_t)cd->n_tokens * sizeof *cd->targets),
+                         ckpt_checksum(cd->off, (size_t)(cd->n_conv + 1) * sizeof *cd->off),
+                         (uint64_t)cd->n_conv};
+    return ckpt_checksum(parts, sizeof parts);
 }
 
 /* The user's batch against the sizes computed from it: tokens per micro-batch are counted in
@@ -422,7 +434,9 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
     int agreed = comm_agree(world, rc, err);
     if (agreed == 0) agreed = check_same_config(world, config_hash(cfg), err);
     if (agreed == 0)
-        agreed = check_same_data(world, tokenizer_hash(tok), is_chat ? 0 : ds.content_hash, err);
+        agreed =
+            check_same_data(world, tokenizer_hash(tok),
+                            is_chat ? chat_content_hash(&chat) : ds.content_hash, is_chat, err);
     if (agreed != 0) {
         if (rc == 0) dataset_close(&ds);
         chat_data_close(&chat);
