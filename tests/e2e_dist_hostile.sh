@@ -6,6 +6,8 @@
 #     path naming different files they stop, naming the data's content hashes; copies of the
 #     same data under different paths train; the same for chat data (training.data_format =
 #     "messages"), compared by the content of the rendered conversations;
+#   - a sharded checkpoint resumed into another model stops before allocating, naming the
+#     layout.json and the tensor;
 #   - MPI_Init under comm.init_timeout_seconds: a second "rank" that never joins ends rank 0
 #     with a sentence within the timeout;
 #   - the collective timeout (comm.init_timeout_seconds / comm.train_timeout_seconds): rank 1
@@ -51,9 +53,28 @@ if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "the training data this rank to
   echo "FAIL: ranks reading different data (rc=$rc)"; cat "$TMP/data.log"; exit 1
 fi
 cp "$TMP/data.jsonl" "$TMP/b/data.jsonl"
-two_dirs same.log --job.dump_folder="$TMP/run_same" ||
+two_dirs same.log --job.dump_folder="$TMP/run_same" --checkpoint.enable=true ||
   { echo "FAIL: the same data under two paths should train"; cat "$TMP/same.log"; exit 1; }
 echo "ok: ranks compare the data they opened by content, not by path"
+# Resuming that sharded checkpoint into another model stops before the model is allocated, on
+# two ranks and on one (resharding), with the layout file and the tensor that differs.
+layout="$TMP/run_same/checkpoint/rank-0/step-2/layout.json"
+want="the checkpoint to resume, $layout, holds tok_embeddings.weight with shape (640, 32) but the job's model has (640, 48)"
+other=(--training.dataset_path="$TMP/data.jsonl" --job.dump_folder="$TMP/run_same"
+       --checkpoint.enable=true --model.dim=48 --training.steps=4)
+[ -f "$layout" ] || { echo "FAIL: no $layout"; ls -R "$TMP/run_same"; exit 1; }
+timeout 120 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 2 "$BIN" train "${ARGS[@]}" \
+  "${other[@]}" >"$TMP/reshape2.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -qF "$want" "$TMP/reshape2.log"; then
+  echo "FAIL: a sharded checkpoint resumed into another model on 2 ranks (rc=$rc)"; cat "$TMP/reshape2.log"; exit 1
+fi
+timeout 120 "$BIN" train "${ARGS[@]}" "${other[@]}" >"$TMP/reshape1.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -qF "$want" "$TMP/reshape1.log"; then
+  echo "FAIL: a sharded checkpoint resumed into another model on 1 process (rc=$rc)"; cat "$TMP/reshape1.log"; exit 1
+fi
+echo "ok: a sharded checkpoint's shapes are checked from its layouts before allocation"
 # Chat data the same way (rendered with the Qwen3 tokenizer's template, from ../shared).
 tok=${QT_SHARED_DIR:-}/tokenizers/qwen3
 if [ -f "$tok/tokenizer_config.json" ]; then

@@ -154,7 +154,7 @@ run_all() {
         --model.dim=2560 --model.n_layers=36 --model.hidden_dim=9728 --model.n_heads=32 \
         --model.n_kv_heads=8 --model.head_dim=128)
     qa_expect_error resume_other_model fail \
-        "checkpoint to resume, $r/checkpoint/step-3, holds tok_embeddings.weight with shape (320, 32) but the job's model has (320, 2560)" \
+        "checkpoint to resume, $r/checkpoint/step-3/model.safetensors, holds tok_embeddings.weight with shape (320, 32) but the job's model has (320, 2560)" \
         "${args[@]}"
     # A fresh run (no checkpoint) on the same folder keeps the earlier metrics.
     cp "$r/metrics.jsonl" "$tmp/metrics.keep"

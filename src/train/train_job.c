@@ -28,20 +28,24 @@
 #include "train/train_qwen3.h"
 #include "train/trainer.h"
 
+/* lora_create with [lora]'s rank, alpha and comma-separated targets. */
+static int lora_from_config(const JobConfig *cfg, const ModelSpec *spec, Lora *lo, long max_tokens,
+                            Err *err) {
+    char *list = xstrdup(cfg->lora.targets), *save = NULL, *targets[256];
+    int nt = 0;
+    for (char *t = strtok_r(list, ",", &save); t && nt < 256; t = strtok_r(NULL, ",", &save))
+        targets[nt++] = t;
+    int rc = lora_create(lo, spec, cfg->lora.rank, cfg->lora.alpha, targets, nt, max_tokens,
+                         cfg->path[0] ? cfg->path : "the job config", err);
+    free(list);
+    return rc;
+}
+
 /* The job's adapters: [lora] checked, created on the model's linears, started from
  * lora.adapter_path or fresh (seeded by training.seed, as are the dropout masks). */
 static int lora_setup(const JobConfig *cfg, const ModelSpec *spec, Lora *lo, long max_tokens,
                       Err *err) {
-    const char *where = cfg->path[0] ? cfg->path : "the job config";
-    char *list = xstrdup(cfg->lora.targets), *save = NULL;
-    char *targets[256];
-    int nt = 0;
-    for (char *t = strtok_r(list, ",", &save); t && nt < 256; t = strtok_r(NULL, ",", &save))
-        targets[nt++] = t;
-    int rc =
-        lora_create(lo, spec, cfg->lora.rank, cfg->lora.alpha, targets, nt, max_tokens, where, err);
-    free(list);
-    TRY(rc);
+    TRY(lora_from_config(cfg, spec, lo, max_tokens, err));
     if (cfg->lora.adapter_path[0]) {
         TRY(lora_load_peft(lo, spec, cfg->lora.adapter_path, err));
         log_info("lora: adapters from %s", cfg->lora.adapter_path);
@@ -311,6 +315,31 @@ static int end_job_on_failure(Comm *world, int rc, const Err *err) {
     return rc;
 }
 
+/* A LoRA run's checkpoint tensors, as train_qwen3_model_lora names them: per adapter
+ * "<module>.lora_A" (r, I) and "<module>.lora_B" (O, r). */
+static int lora_params(const JobConfig *cfg, const ModelSpec *spec, ParamInfo **out, int *n,
+                       Err *err) {
+    Lora lo;
+    TRY(lora_from_config(cfg, spec, &lo, 1, err));
+    *n = 2 * lo.n;
+    ParamInfo *p = *out = xcalloc((size_t)*n + 1, sizeof *p);
+    for (int i = 0; i < lo.n; i++) {
+        const LoraAdapter *ad = &lo.ad[i];
+        char mod[64];
+        lora_module_name(mod, sizeof mod, ad->layer, ad->site);
+        for (int ab = 0; ab < 2; ab++) {
+            ParamInfo *q = &p[2 * i + ab];
+            snprintf(q->name, sizeof q->name, "%s.lora_%c", mod, ab ? 'B' : 'A');
+            q->ndim = 2;
+            q->shape[0] = ab ? ad->out : lo.rank;
+            q->shape[1] = ab ? lo.rank : ad->in;
+            q->numel = q->shape[0] * q->shape[1];
+        }
+    }
+    lora_free(&lo);
+    return 0;
+}
+
 /* The last checks before the model's memory is sized, once every cheaper one has passed:
  * initial weights and the checkpoint to resume against the model (a wrong vocab or shape costs
  * a sentence, not gigabytes first), then the plan against physical memory (a job that cannot fit
@@ -320,15 +349,21 @@ static int check_before_sizing(const JobConfig *cfg, const ModelSpec *spec,
     int rc = 0;
     if (cfg->checkpoint.initial_load_path[0])
         rc = qwen3_hf_check_path(spec, cfg->checkpoint.initial_load_path, err);
-    /* The checkpoint a resume would take, against the model (on one process: a sharded
-     * checkpoint's files hold shards, which its own load checks). A LoRA run's checkpoint
-     * holds the adapters, checked by their load. */
-    if (rc == 0 && cfg->checkpoint.enable && world->size == 1 && cfg->lora.rank == 0) {
+    /* The checkpoint a resume would take, against what it must hold: the model's parameters,
+     * or a LoRA run's adapters (made here at their size; they are small). One process's and
+     * sharded checkpoints alike, read by rank 0 (the others wait in the agreement below). */
+    if (rc == 0 && cfg->checkpoint.enable && world->rank == 0) {
+        ParamInfo *params = NULL;
+        int n = 0;
+        if (cfg->lora.rank > 0)
+            rc = lora_params(cfg, spec, &params, &n, err);
+        else {
+            n = param_list(spec, NULL);
+            params = xcalloc((size_t)n, sizeof *params);
+            param_list(spec, params);
+        }
         char *root = fs_resolve(cfg->job.dump_folder, cfg->checkpoint.folder);
-        int n = param_list(spec, NULL);
-        ParamInfo *params = xcalloc((size_t)n, sizeof *params);
-        param_list(spec, params);
-        rc = ckpt_check_shapes(root, params, n, err);
+        if (rc == 0) rc = ckpt_dist_check_shapes(root, cfg->checkpoint.load_step, params, n, err);
         free(params);
         free(root);
     }
