@@ -697,7 +697,16 @@ static int read_tensors(const char *path, const CkptTensor *t, int n, int64_t *s
     return rc;
 }
 
+static int read_state(const char *dir, CkptState *st, Err *err);
+
 int ckpt_read_state(const char *dir, CkptState *st, Err *err) {
+    size_t scope = err_oom_push("reading %s/%s", dir, CKPT_STATE_FILE);
+    int rc = read_state(dir, st, err);
+    err_oom_pop(scope);
+    return rc;
+}
+
+static int read_state(const char *dir, CkptState *st, Err *err) {
     memset(st, 0, sizeof *st);
     char *spath = NULL;
     json_t *o = load_state_json(dir, &spath, err);
@@ -784,14 +793,23 @@ static int load(const char *dir, int full, CkptState *st, const CkptTensor *mode
     return rc;
 }
 
+/* load inside the out-of-memory scope that names the checkpoint. */
+static int load_scoped(const char *dir, int full, CkptState *st, const CkptTensor *model,
+                       int nmodel, const CkptTensor *optim, int noptim, Err *err) {
+    size_t scope = err_oom_push("loading the checkpoint %s", dir);
+    int rc = load(dir, full, st, model, nmodel, optim, noptim, err);
+    err_oom_pop(scope);
+    return rc;
+}
+
 int ckpt_load(const char *dir, CkptState *st, const CkptTensor *model, int nmodel,
               const CkptTensor *optim, int noptim, Err *err) {
-    return load(dir, 1, st, model, nmodel, optim, noptim, err);
+    return load_scoped(dir, 1, st, model, nmodel, optim, noptim, err);
 }
 
 int ckpt_load_found(const char *dir, CkptState *st, const CkptTensor *model, int nmodel,
                     const CkptTensor *optim, int noptim, Err *err) {
-    return load(dir, 0, st, model, nmodel, optim, noptim, err);
+    return load_scoped(dir, 0, st, model, nmodel, optim, noptim, err);
 }
 
 /* ---- optimizer state as tensors ---------------------------------------------------------- */
