@@ -10,7 +10,8 @@ if [ "${QT_SANITIZE:-0}" = 1 ]; then
   cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DQTITAN_SANITIZE=ON >/dev/null
   cmake --build build-asan -j"$(nproc)"
   ASAN_OPTIONS=detect_leaks=0 ctest --test-dir build-asan --output-on-failure -j2 --timeout 900 -L unit
-  # Bad input, hostile use and the command line also end to end, through the sanitized binary.
+  # Bad input, hostile use, allocation failures and the command line also end to end, through
+  # the sanitized binary.
   ASAN_OPTIONS=detect_leaks=0 ctest --test-dir build-asan --output-on-failure --timeout 900 \
       -R '^e2e_(bad_input|cli|hostile|oom)$'
 fi
