@@ -124,6 +124,12 @@ run_all() {
     qa_expect_error output_over_tokenizer fail "--output|--tokenizer" \
         tokenize --tokenizer "$tmp/tok.$1.json" --input "$tmp/doc.jsonl" --output "$tmp/tok.$1.json"
     same output_over_tokenizer "$tj" "$tmp/tok.$1.json"
+    # tokenizer-train writes fixed names into --output: an input by one of them is refused.
+    mkdir -p "$tmp/tt.$1"
+    cp "$tmp/doc.jsonl" "$tmp/tt.$1/tokenizer.json"
+    qa_expect_error toktrain_over_input fail "--output|$tmp/tt.$1/tokenizer.json|--input" \
+        tokenizer-train --input "$tmp/tt.$1/tokenizer.json" --vocab-size 300 --output "$tmp/tt.$1/."
+    same toktrain_over_input "$tmp/doc.jsonl" "$tmp/tt.$1/tokenizer.json"
     qa_run empty_vocab 0 tokenize --tokenizer "$tmp/empty_vocab.json" --input "$tmp/doc.jsonl"
     qa_run empty_token 0 tokenize --tokenizer "$tmp/empty_token.json" --input "$tmp/doc.jsonl"
     qa_run empty_token_decode 0 tokenize --tokenizer "$tmp/empty_token.json" --decode \
