@@ -6,6 +6,7 @@
 #     path naming different files they stop, naming the data's content hashes; copies of the
 #     same data under different paths train; the same for chat data (training.data_format =
 #     "messages"), compared by the content of the rendered conversations;
+#   - one relative model.hf_assets_path naming different config.json files stops at start-up;
 #   - a sharded checkpoint resumed into another model stops before allocating, naming the
 #     layout.json and the tensor;
 #   - MPI_Init under comm.init_timeout_seconds: a second "rank" that never joins ends rank 0
@@ -56,6 +57,18 @@ cp "$TMP/data.jsonl" "$TMP/b/data.jsonl"
 two_dirs same.log --job.dump_folder="$TMP/run_same" --checkpoint.enable=true ||
   { echo "FAIL: the same data under two paths should train"; cat "$TMP/same.log"; exit 1; }
 echo "ok: ranks compare the data they opened by content, not by path"
+# The same config text naming different models: a relative model.hf_assets_path whose
+# config.json differs between the two directories (rope_theta here) stops at start-up.
+mkdir -p "$TMP/a/hfm" "$TMP/b/hfm"
+cp "$SRC/tests/fixtures/hf_tiny/dense_tied/config.json" "$TMP/a/hfm/config.json"
+sed 's/"rope_theta": 1000000.0/"rope_theta": 10000.0/' "$TMP/a/hfm/config.json" >"$TMP/b/hfm/config.json"
+two_dirs model.log --job.dump_folder="$TMP/run_model" --training.dataset_path="$TMP/data.jsonl" \
+  --model.flavor=hf --model.hf_assets_path=hfm
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "rank 1: the model this rank built (its HF config.json text hashes to [0-9a-f]*) differs from rank 0's" "$TMP/model.log"; then
+  echo "FAIL: ranks building different models from one relative hf_assets_path (rc=$rc)"; cat "$TMP/model.log"; exit 1
+fi
+echo "ok: ranks compare the model they built, not only the config text"
 # Resuming that sharded checkpoint into another model stops before the model is allocated, on
 # two ranks and on one (resharding), with the layout file and the tensor that differs.
 layout="$TMP/run_same/checkpoint/rank-0/step-2/layout.json"

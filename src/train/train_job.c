@@ -123,16 +123,35 @@ static uint64_t config_hash(const JobConfig *cfg) {
 /* Every rank must run the same config: one that differs (a stale copy of the file on another
  * host, an MPMD launch) passes the mesh check and then, with another training.steps or model,
  * leaves ranks waiting forever in collectives the others never reach. */
-static int check_same_config(Comm *world, uint64_t hash, Err *err) {
-    uint64_t first = hash;
-    TRY(comm_broadcast(world, &first, sizeof first, 0, err));
-    int rc = first == hash ? 0
-                           : err_set(err,
-                                     "the resolved config (hash %016" PRIx64 ") differs from rank "
-                                     "0's (%016" PRIx64 "); every process must run the same "
-                                     "config file with the same command-line overrides",
-                                     hash, first);
+static int check_same_config(Comm *world, uint64_t hash, uint64_t model, Err *err) {
+    uint64_t first[2] = {hash, model};
+    TRY(comm_broadcast(world, first, sizeof first, 0, err));
+    int rc = 0;
+    if (first[0] != hash)
+        rc = err_set(err,
+                     "the resolved config (hash %016" PRIx64 ") differs from rank 0's (%016" PRIx64
+                     "); every process must run the same config file with the same command-line "
+                     "overrides",
+                     hash, first[0]);
+    /* The same config text can name different models: model.hf_assets_path relative to
+     * another working directory, or another copy of config.json on this host. */
+    else if (first[1] != model)
+        rc = err_set(err,
+                     "the model this rank built (its HF config.json text hashes to %016" PRIx64
+                     ") differs from rank 0's (%016" PRIx64 "); every rank must read the same "
+                     "model.hf_assets_path/config.json (a relative path from another working "
+                     "directory, or another copy on this host?)",
+                     model, first[1]);
     return comm_agree(world, rc, err);
+}
+
+/* A hash of the model spec as its HF config.json text (every field that shapes the model). */
+static uint64_t spec_hash(const ModelSpec *spec, const HfConfigExtra *extra) {
+    size_t len = 0;
+    char *text = model_spec_hf_config_text(spec, extra, "float32", &len, NULL);
+    uint64_t h = text ? ckpt_checksum(text, len) : 0;
+    free(text);
+    return h;
 }
 
 /* What every rank opened, by content, against rank 0's: the tokenizer (the hash of its
@@ -467,7 +486,8 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
     free(dpath);
     /* A rank that cannot read its tokenizer or dataset stops every rank, with its sentence. */
     int agreed = comm_agree(world, rc, err);
-    if (agreed == 0) agreed = check_same_config(world, config_hash(cfg), err);
+    if (agreed == 0)
+        agreed = check_same_config(world, config_hash(cfg), spec_hash(&spec, &extra), err);
     if (agreed == 0)
         agreed =
             check_same_data(world, tokenizer_hash(tok),
