@@ -4,7 +4,11 @@
 #     stop at start-up with a sentence naming the folder that is not rank 0's (it lacks rank 0's
 #     lock), instead of splitting checkpoints between two folders; with one relative dataset
 #     path naming different files they stop, naming the data's content hashes; copies of the
-#     same data under different paths train;
+#     same data under different paths train; the same for chat data (training.data_format =
+#     "messages"), compared by the content of the rendered conversations;
+#   - one relative model.hf_assets_path naming different config.json files stops at start-up;
+#   - a sharded checkpoint resumed into another model stops before allocating, naming the
+#     layout.json and the tensor;
 #   - MPI_Init under comm.init_timeout_seconds: a second "rank" that never joins ends rank 0
 #     with a sentence within the timeout;
 #   - the collective timeout (comm.init_timeout_seconds / comm.train_timeout_seconds): rank 1
@@ -50,9 +54,61 @@ if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "the training data this rank to
   echo "FAIL: ranks reading different data (rc=$rc)"; cat "$TMP/data.log"; exit 1
 fi
 cp "$TMP/data.jsonl" "$TMP/b/data.jsonl"
-two_dirs same.log --job.dump_folder="$TMP/run_same" ||
+two_dirs same.log --job.dump_folder="$TMP/run_same" --checkpoint.enable=true ||
   { echo "FAIL: the same data under two paths should train"; cat "$TMP/same.log"; exit 1; }
 echo "ok: ranks compare the data they opened by content, not by path"
+# The same config text naming different models: a relative model.hf_assets_path whose
+# config.json differs between the two directories (rope_theta here) stops at start-up.
+mkdir -p "$TMP/a/hfm" "$TMP/b/hfm"
+cp "$SRC/tests/fixtures/hf_tiny/dense_tied/config.json" "$TMP/a/hfm/config.json"
+sed 's/"rope_theta": 1000000.0/"rope_theta": 10000.0/' "$TMP/a/hfm/config.json" >"$TMP/b/hfm/config.json"
+two_dirs model.log --job.dump_folder="$TMP/run_model" --training.dataset_path="$TMP/data.jsonl" \
+  --model.flavor=hf --model.hf_assets_path=hfm
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "rank 1: the model this rank built (its HF config.json text hashes to [0-9a-f]*) differs from rank 0's" "$TMP/model.log"; then
+  echo "FAIL: ranks building different models from one relative hf_assets_path (rc=$rc)"; cat "$TMP/model.log"; exit 1
+fi
+echo "ok: ranks compare the model they built, not only the config text"
+# Resuming that sharded checkpoint into another model stops before the model is allocated, on
+# two ranks and on one (resharding), with the layout file and the tensor that differs.
+layout="$TMP/run_same/checkpoint/rank-0/step-2/layout.json"
+want="the checkpoint to resume, $layout, holds tok_embeddings.weight with shape (640, 32) but the job's model has (640, 48)"
+other=(--training.dataset_path="$TMP/data.jsonl" --job.dump_folder="$TMP/run_same"
+       --checkpoint.enable=true --model.dim=48 --training.steps=4)
+[ -f "$layout" ] || { echo "FAIL: no $layout"; ls -R "$TMP/run_same"; exit 1; }
+timeout 120 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 2 "$BIN" train "${ARGS[@]}" \
+  "${other[@]}" >"$TMP/reshape2.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -qF "$want" "$TMP/reshape2.log"; then
+  echo "FAIL: a sharded checkpoint resumed into another model on 2 ranks (rc=$rc)"; cat "$TMP/reshape2.log"; exit 1
+fi
+timeout 120 "$BIN" train "${ARGS[@]}" "${other[@]}" >"$TMP/reshape1.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -qF "$want" "$TMP/reshape1.log"; then
+  echo "FAIL: a sharded checkpoint resumed into another model on 1 process (rc=$rc)"; cat "$TMP/reshape1.log"; exit 1
+fi
+echo "ok: a sharded checkpoint's shapes are checked from its layouts before allocation"
+# Chat data the same way (rendered with the Qwen3 tokenizer's template, from ../shared).
+tok=${QT_SHARED_DIR:-}/tokenizers/qwen3
+if [ -f "$tok/tokenizer_config.json" ]; then
+  for i in $(seq 1 12); do
+    printf '{"messages": [{"role": "user", "content": "What is %d plus %d?"}, {"role": "assistant", "content": "%d."}]}\n' $i $((i * 3)) $((i * 4))
+  done >"$TMP/a/chat.jsonl"
+  sed 's/plus/and/' "$TMP/a/chat.jsonl" >"$TMP/b/chat.jsonl"
+  chat=(--training.dataset_path=chat.jsonl --training.data_format=messages
+        --model.tokenizer_path="$tok" --model.vocab_size=151669)
+  two_dirs chat.log --job.dump_folder="$TMP/run_chat" "${chat[@]}"
+  rc=$?
+  if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "rank 1: the chat data this rank rendered and tokenized (content hash [0-9a-f]*) differs from rank 0's" "$TMP/chat.log"; then
+    echo "FAIL: ranks reading different chat data (rc=$rc)"; cat "$TMP/chat.log"; exit 1
+  fi
+  cp "$TMP/a/chat.jsonl" "$TMP/b/chat.jsonl"
+  two_dirs chat_same.log --job.dump_folder="$TMP/run_chat_same" "${chat[@]}" ||
+    { echo "FAIL: the same chat data under two paths should train"; cat "$TMP/chat_same.log"; exit 1; }
+  echo "ok: ranks compare the chat data they opened by content"
+else
+  echo "FAIL: ${QT_SHARED_DIR:-../shared} lacks the Qwen3 tokenizer"; exit 1
+fi
 # MPI_Init, which has no timeout of its own, under comm.init_timeout_seconds: the second
 # "rank" is a program that never joins, so rank 0's MPI_Init would wait for it forever.
 start=$SECONDS

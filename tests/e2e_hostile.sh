@@ -124,6 +124,12 @@ run_all() {
     qa_expect_error output_over_tokenizer fail "--output|--tokenizer" \
         tokenize --tokenizer "$tmp/tok.$1.json" --input "$tmp/doc.jsonl" --output "$tmp/tok.$1.json"
     same output_over_tokenizer "$tj" "$tmp/tok.$1.json"
+    # tokenizer-train writes fixed names into --output: an input by one of them is refused.
+    mkdir -p "$tmp/tt.$1"
+    cp "$tmp/doc.jsonl" "$tmp/tt.$1/tokenizer.json"
+    qa_expect_error toktrain_over_input fail "--output|$tmp/tt.$1/tokenizer.json|--input" \
+        tokenizer-train --input "$tmp/tt.$1/tokenizer.json" --vocab-size 300 --output "$tmp/tt.$1/."
+    same toktrain_over_input "$tmp/doc.jsonl" "$tmp/tt.$1/tokenizer.json"
     qa_run empty_vocab 0 tokenize --tokenizer "$tmp/empty_vocab.json" --input "$tmp/doc.jsonl"
     qa_run empty_token 0 tokenize --tokenizer "$tmp/empty_token.json" --input "$tmp/doc.jsonl"
     qa_run empty_token_decode 0 tokenize --tokenizer "$tmp/empty_token.json" --decode \
@@ -154,7 +160,7 @@ run_all() {
         --model.dim=2560 --model.n_layers=36 --model.hidden_dim=9728 --model.n_heads=32 \
         --model.n_kv_heads=8 --model.head_dim=128)
     qa_expect_error resume_other_model fail \
-        "checkpoint to resume, $r/checkpoint/step-3, holds tok_embeddings.weight with shape (320, 32) but the job's model has (320, 2560)" \
+        "checkpoint to resume, $r/checkpoint/step-3/model.safetensors, holds tok_embeddings.weight with shape (320, 32) but the job's model has (320, 2560)" \
         "${args[@]}"
     # A fresh run (no checkpoint) on the same folder keeps the earlier metrics.
     cp "$r/metrics.jsonl" "$tmp/metrics.keep"

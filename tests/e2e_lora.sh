@@ -63,6 +63,15 @@ grep -q 'resumed from .*step-2' "$tmp/b.log" || { cat "$tmp/b.log"; echo "FAIL: 
 diff <(grep '^step:  [34]' "$tmp/a.log" | awk '{print $4}') <(grep '^step:  [34]' "$tmp/b.log" | awk '{print $4}') \
   || { echo "FAIL: resumed losses differ"; exit 1; }
 
+# Resuming with other adapters (another rank) stops before the model is allocated, naming the
+# checkpoint file and the adapter whose shape differs.
+if "$QT_BINARY" train "${common[@]}" "${lora[@]}" --lora.rank=8 --job.dump_folder="$tmp/b" \
+  --training.steps=6 >"$tmp/b8.log" 2>&1 ||
+  ! grep -qF "the checkpoint to resume, $tmp/b/checkpoint/step-4/model.safetensors, holds layers.0.attention.wq.lora_A with shape (4, 32) but the job's model has (8, 32)" "$tmp/b8.log" ||
+  grep -q "loaded initial weights" "$tmp/b8.log"; then
+  cat "$tmp/b8.log"; echo "FAIL: resuming LoRA rank 4 adapters as rank 8"; exit 1
+fi
+
 # Activation checkpointing recomputes the adapters too: the same losses.
 "$QT_BINARY" train "${common[@]}" "${lora[@]}" --job.dump_folder="$tmp/c" --training.steps=2 \
   --checkpoint.enable=false --checkpoint.last_save_in_hf=false --activation_checkpoint.mode=full >"$tmp/c.log" 2>&1 \

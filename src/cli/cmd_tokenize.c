@@ -80,8 +80,8 @@ static int encode_job(const Tokenizer *tok, Job *j, const char *in_name) {
         return -1;
     }
     IdVec ids = {0};
-    err_oom_context("tokenizing %s:%zu (%zu bytes of text)", in_name, j->lineno,
-                    json_string_length(text));
+    size_t scope = err_oom_push("tokenizing %s:%zu (%zu bytes of text)", in_name, j->lineno,
+                                json_string_length(text));
     double t0 = thread_cpu_seconds();
     int rc =
         tokenizer_encode(tok, json_string_value(text), json_string_length(text), &ids, &j->err);
@@ -91,7 +91,7 @@ static int encode_job(const Tokenizer *tok, Job *j, const char *in_name) {
     json_decref(doc);
     if (rc != 0) {
         idvec_free(&ids);
-        err_oom_context(NULL);
+        err_oom_pop(scope);
         return err_wrap(&j->err, "%s:%zu", in_name, j->lineno);
     }
     size_t cap = ids.n * 7 + 2, len = 0;
@@ -103,7 +103,7 @@ static int encode_job(const Tokenizer *tok, Job *j, const char *in_name) {
     }
     append(&out, &len, &cap, "\n", 1);
     idvec_free(&ids);
-    err_oom_context(NULL);
+    err_oom_pop(scope);
     j->result = out;
     j->result_len = len;
     return 0;
@@ -291,9 +291,9 @@ int cmd_tokenize(int argc, char **argv) {
             Job *j = &jobs[n++];
             memset(j, 0, sizeof *j);
             j->len = len - bom;
-            err_oom_context("reading %s:%zu (%zu bytes)", in_name, lineno, j->len);
+            size_t scope = err_oom_push("reading %s:%zu (%zu bytes)", in_name, lineno, j->len);
             j->line = xmalloc(j->len + 1);
-            err_oom_context(NULL);
+            err_oom_pop(scope);
             memcpy(j->line, line + bom, j->len);
             j->line[j->len] = 0;
             j->lineno = lineno;

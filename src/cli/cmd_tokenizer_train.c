@@ -145,6 +145,19 @@ int cmd_tokenizer_train(int argc, char **argv) {
         status = 2;
     }
     if (status == 0 && check_special(special, n_special) != 0) status = 2;
+    /* By inode, not by name: --input DIR/tokenizer.json --output DIR would be overwritten. */
+    for (size_t k = 0; k < n_in && status == 0; k++)
+        for (int f = 0; f < BPE_TRAIN_NFILES && status == 0; f++) {
+            char *path = fs_join(out, bpe_train_files[f]);
+            if (fs_same_file(path, inputs[k])) {
+                fprintf(stderr,
+                        "error: --output %s would write %s, which is the --input file %s; "
+                        "writing it would destroy that input\n",
+                        out, path, inputs[k]);
+                status = 2;
+            }
+            free(path);
+        }
     if (n_special == 0) {
         special[n_special++] = "<|endoftext|>";
         special[n_special++] = "<|im_start|>";

@@ -596,7 +596,16 @@ static int apply_section(JobConfig *cfg, const char *section, const TomlValue *t
     return 0;
 }
 
+static int apply_toml(JobConfig *cfg, const char *text, size_t len, const char *path, Err *err);
+
 int config_apply_toml(JobConfig *cfg, const char *text, size_t len, const char *path, Err *err) {
+    size_t scope = err_oom_push("reading %s", path);
+    int rc = apply_toml(cfg, text, len, path, err);
+    err_oom_pop(scope);
+    return rc;
+}
+
+static int apply_toml(JobConfig *cfg, const char *text, size_t len, const char *path, Err *err) {
     TomlValue *root;
     TRY(toml_parse(&root, text, len, path, err));
     int rc = 0;

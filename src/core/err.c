@@ -41,21 +41,47 @@ int err_wrap(Err *err, const char *fmt, ...) {
     return -1;
 }
 
-/* This thread's err_oom_context, "" when none. */
-static _Thread_local char oom_context[256];
+/* This thread's open err_oom_push scopes, outermost first, joined by ", "; "" when none. */
+static _Thread_local char oom_context[512];
+static _Thread_local size_t oom_len;
 
-void err_oom_context(const char *fmt, ...) {
-    if (!fmt) {
-        oom_context[0] = 0;
-        return;
+size_t err_oom_push(const char *fmt, ...) {
+    size_t mark = oom_len, cap = sizeof oom_context;
+    if (mark + 3 < cap) {
+        size_t at = mark;
+        if (at) at += (size_t)snprintf(oom_context + at, cap - at, ", ");
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(oom_context + at, cap - at, fmt, ap);
+        va_end(ap);
+        oom_len = strlen(oom_context);
     }
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(oom_context, sizeof oom_context, fmt, ap);
-    va_end(ap);
+    return mark;
 }
 
-static void die_oom(size_t n, const char *file, int line) {
+void err_oom_pop(size_t mark) {
+    if (mark > oom_len) return;
+    oom_len = mark;
+    oom_context[mark] = 0;
+}
+
+/* The test hook QT_TEST_FAIL_ALLOC=N[:TEXT]: the Nth allocation of this process made inside
+ * an err_oom_push scope (one whose text contains TEXT, when given) fails as if memory had run
+ * out, so tests (sanitized builds too, where address-space limits do not work) can show that
+ * each reader's failures name its file. */
+static int test_fail_alloc(void) {
+    static _Atomic long want = -1, seen;
+    static char text[128];
+    if (!oom_len) return 0;
+    if (want < 0) {
+        const char *e = getenv("QT_TEST_FAIL_ALLOC"), *colon = e ? strchr(e, ':') : NULL;
+        if (colon) snprintf(text, sizeof text, "%s", colon + 1);
+        want = e && *e ? strtol(e, NULL, 10) : 0;
+    }
+    return want > 0 && strstr(oom_context, text) && ++seen == want;
+}
+
+void err_die_oom(size_t n, const char *file, int line) {
     if (oom_context[0])
         fprintf(stderr, "error: out of memory allocating %zu bytes while %s (at %s:%d)\n", n,
                 oom_context, file, line);
@@ -65,20 +91,20 @@ static void die_oom(size_t n, const char *file, int line) {
 }
 
 void *xmalloc_at(size_t n, const char *file, int line) {
-    void *p = malloc(n ? n : 1);
-    if (!p) die_oom(n, file, line);
+    void *p = test_fail_alloc() ? NULL : malloc(n ? n : 1);
+    if (!p) err_die_oom(n, file, line);
     return p;
 }
 
 void *xcalloc_at(size_t n, size_t size, const char *file, int line) {
-    void *p = calloc(n ? n : 1, size ? size : 1);
-    if (!p) die_oom(n * size, file, line);
+    void *p = test_fail_alloc() ? NULL : calloc(n ? n : 1, size ? size : 1);
+    if (!p) err_die_oom(n * size, file, line);
     return p;
 }
 
 void *xrealloc_at(void *p, size_t n, const char *file, int line) {
-    void *q = realloc(p, n ? n : 1);
-    if (!q) die_oom(n, file, line);
+    void *q = test_fail_alloc() ? NULL : realloc(p, n ? n : 1);
+    if (!q) err_die_oom(n, file, line);
     return q;
 }
 

@@ -32,12 +32,17 @@ int err_wrap(Err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)
         if ((expr) != 0) return -1;                                                                \
     } while (0)
 
-/* What this thread is doing for the user, printf-style ("tokenizing corpus.jsonl:2"), or NULL
- * to clear it: an allocation failure in that work then names it, not only a source line.
- * Readers of a user's file set it around work whose size that file decides. */
-void err_oom_context(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* Allocation that cannot fail quietly: out of memory prints the site (and the
- * err_oom_context) and exits with status 3. */
+/* What this thread is reading for the user, printf-style ("reading the tokenizer
+ * t/tokenizer.json"): an allocation failure inside the scope names it (every open scope,
+ * outermost first), not only a source line. Readers of a user's file open one around the work
+ * whose size that file decides; returns the mark that err_oom_pop closes it with. */
+size_t err_oom_push(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void err_oom_pop(size_t mark);
+/* Out of memory allocating n bytes at file:line: prints the sentence with the open scopes and
+ * exits with status 3. What every allocation that cannot fail quietly ends in. */
+_Noreturn void err_die_oom(size_t n, const char *file, int line);
+/* Allocation that cannot fail quietly: out of memory is err_die_oom. QT_TEST_FAIL_ALLOC=N[:TEXT]
+ * (tests only) fails the Nth of them made inside an err_oom_push scope (containing TEXT). */
 void *xmalloc_at(size_t n, const char *file, int line);
 void *xcalloc_at(size_t n, size_t size, const char *file, int line);
 void *xrealloc_at(void *p, size_t n, const char *file, int line);

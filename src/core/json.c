@@ -21,8 +21,7 @@ static void *json_alloc(size_t n) {
             parse_oom = 1;
             return NULL;
         }
-        fprintf(stderr, "error: out of memory allocating %zu bytes for a JSON document\n", n);
-        exit(3);
+        err_die_oom(n, __FILE__, __LINE__);
     }
     return p;
 }
@@ -53,13 +52,20 @@ json_t *json_load_mem(const char *data, size_t len, const char *what, Err *err) 
     return j;
 }
 
-json_t *json_load_path(const char *path, Err *err) {
+static json_t *json_load_path_in(const char *path, Err *err) {
     char *data;
     size_t len;
     if (fs_read_all(path, &data, &len, err) != 0) return NULL;
     json_t *j = json_load_mem(data, len, path, err);
     free(data);
     return j;
+}
+
+json_t *json_load_path(const char *path, Err *err) {
+    size_t scope = err_oom_push("reading %s", path);
+    json_t *r = json_load_path_in(path, err);
+    err_oom_pop(scope);
+    return r;
 }
 
 static int lookup(const json_t *obj, const char *key, json_t **v, int required, const char *what,

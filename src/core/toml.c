@@ -974,12 +974,19 @@ fail:
     return -1;
 }
 
-int toml_parse_file(TomlValue **root, const char *path, Err *err) {
+static int toml_parse_file_in(TomlValue **root, const char *path, Err *err) {
     char *text;
     size_t len;
     TRY(fs_read_all(path, &text, &len, err));
     int r = toml_parse(root, text, len, path, err);
     free(text);
+    return r;
+}
+
+int toml_parse_file(TomlValue **root, const char *path, Err *err) {
+    size_t scope = err_oom_push("reading %s", path);
+    int r = toml_parse_file_in(root, path, err);
+    err_oom_pop(scope);
     return r;
 }
 

@@ -183,7 +183,7 @@ static int parse_header(StFile *f, const char *hdr, size_t hlen, uint64_t data_o
     return rc;
 }
 
-int st_open(StFile *f, const char *path, Err *err) {
+static int st_open_in(StFile *f, const char *path, Err *err) {
     memset(f, 0, sizeof *f);
     struct stat st;
     int fd = fs_open_read(path, &st, err);
@@ -229,6 +229,13 @@ int st_open(StFile *f, const char *path, Err *err) {
         return -1;
     }
     return 0;
+}
+
+int st_open(StFile *f, const char *path, Err *err) {
+    size_t scope = err_oom_push("reading the safetensors header of %s", path);
+    int r = st_open_in(f, path, err);
+    err_oom_pop(scope);
+    return r;
 }
 
 void st_close(StFile *f) {

@@ -446,6 +446,8 @@ static int write_json(const char *dir, const char *name, json_t *j, Err *err) {
     return rc;
 }
 
+const char *const bpe_train_files[BPE_TRAIN_NFILES] = {"tokenizer.json", "tokenizer_config.json"};
+
 int bpe_trainer_finish(BpeTrainer *tr, const char *dir, size_t *n_merges, Err *err) {
     if (tr->opt.vocab_size < 256 + tr->opt.n_special)
         return err_set(err, "vocab size %u is below 256 byte tokens + %zu special tokens",
@@ -501,8 +503,8 @@ int bpe_trainer_finish(BpeTrainer *tr, const char *dir, size_t *n_merges, Err *e
     int rc = -1;
     if (!tok || !cfg)
         err_set(err, "internal error: cannot build the tokenizer JSON");
-    else if (fs_mkdirs(dir, err) == 0 && write_json(dir, "tokenizer.json", tok, err) == 0 &&
-             write_json(dir, "tokenizer_config.json", cfg, err) == 0)
+    else if (fs_mkdirs(dir, err) == 0 && write_json(dir, bpe_train_files[0], tok, err) == 0 &&
+             write_json(dir, bpe_train_files[1], cfg, err) == 0)
         rc = 0;
     json_decref(tok);
     json_decref(cfg);

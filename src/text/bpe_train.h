@@ -23,6 +23,9 @@ BpeTrainer *bpe_trainer_new(const BpeTrainOptions *opt);
 void bpe_trainer_free(BpeTrainer *tr);
 /* Counts the pre-tokens of one document (special tokens in it are skipped). */
 void bpe_trainer_add(BpeTrainer *tr, const char *text, size_t len);
+/* The files bpe_trainer_finish writes into its DIR (a command checks them against its inputs). */
+#define BPE_TRAIN_NFILES 2
+extern const char *const bpe_train_files[BPE_TRAIN_NFILES];
 /* Learns the merges and writes DIR/tokenizer.json and DIR/tokenizer_config.json. *n_merges
  * receives how many merges were learned (fewer than asked when the text runs out of pairs). */
 int bpe_trainer_finish(BpeTrainer *tr, const char *dir, size_t *n_merges, Err *err);

@@ -270,8 +270,8 @@ static int read_file(ChatData *cd, Grow *g, const char *file, const ChatFormat *
     return rc;
 }
 
-int chat_data_open(ChatData *cd, const ChatDataOptions *opt, const ChatFormat *cf, uint32_t pad_id,
-                   Err *err) {
+static int chat_data_open_in(ChatData *cd, const ChatDataOptions *opt, const ChatFormat *cf,
+                             uint32_t pad_id, Err *err) {
     memset(cd, 0, sizeof *cd);
     cd->opt = *opt;
     cd->opt.path = xstrdup(opt->path);
@@ -312,6 +312,14 @@ int chat_data_open(ChatData *cd, const ChatDataOptions *opt, const ChatFormat *c
              opt->train_on_all_tokens ? "every token" : "assistant output only", opt->seq_len,
              (long long)cd->n_truncated, (long long)cd->n_dropped);
     return 0;
+}
+
+int chat_data_open(ChatData *cd, const ChatDataOptions *opt, const ChatFormat *cf, uint32_t pad_id,
+                   Err *err) {
+    size_t scope = err_oom_push("reading the chat data %s", opt->path);
+    int r = chat_data_open_in(cd, opt, cf, pad_id, err);
+    err_oom_pop(scope);
+    return r;
 }
 
 static void epoch_free(ChatEpoch *e) {

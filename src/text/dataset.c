@@ -416,10 +416,9 @@ static void tokenize_slot(Slot *s, const char *file, int jsonl, const DatasetEnc
     }
     const char *t = jsonl ? text : s->line;
     size_t n = jsonl ? tl : s->len;
-    if (jsonl)
-        err_oom_context("tokenizing %s:%lld (%zu bytes of text)", file, (long long)s->lineno, n);
-    else
-        err_oom_context("tokenizing %s (%zu bytes)", file, n);
+    size_t scope = jsonl ? err_oom_push("tokenizing %s:%lld (%zu bytes of text)", file,
+                                        (long long)s->lineno, n)
+                         : err_oom_push("tokenizing %s (%zu bytes)", file, n);
     if (n == 0) {
         s->status = 3;
     } else if (enc->encode(enc->ctx, t, n, &s->ids, &e) != 0) {
@@ -446,7 +445,7 @@ static void tokenize_slot(Slot *s, const char *file, int jsonl, const DatasetEnc
             }
     }
     free(text);
-    err_oom_context(NULL);
+    err_oom_pop(scope);
 }
 
 /* Tokenizes slots in parallel, then appends them in order: the bytes do not depend on the
@@ -699,7 +698,8 @@ static int cache_build(Dataset *ds, const SourceList *src, const DatasetEncoder 
 
 /* ---- open / close ------------------------------------------------------------------------- */
 
-int dataset_open(Dataset *ds, const DatasetOptions *opt, const DatasetEncoder *enc, Err *err) {
+static int dataset_open_in(Dataset *ds, const DatasetOptions *opt, const DatasetEncoder *enc,
+                           Err *err) {
     memset(ds, 0, sizeof *ds);
     if (!opt->path || !*opt->path) return err_set(err, "dataset path is empty");
     if (opt->seq_len < 1)
@@ -749,6 +749,13 @@ int dataset_open(Dataset *ds, const DatasetOptions *opt, const DatasetEncoder *e
                  "%d; each row repeats the data",
                  ds->opt.path, (long long)ds->epoch_len, opt->seq_len + 1);
     return 0;
+}
+
+int dataset_open(Dataset *ds, const DatasetOptions *opt, const DatasetEncoder *enc, Err *err) {
+    size_t scope = err_oom_push("reading the dataset %s", opt->path ? opt->path : "");
+    int r = dataset_open_in(ds, opt, enc, err);
+    err_oom_pop(scope);
+    return r;
 }
 
 static void order_free(EpochOrder *o) {

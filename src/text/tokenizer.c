@@ -690,7 +690,7 @@ Tokenizer *tokenizer_load_mem_jansson(const char *data, size_t len, const char *
     return load_mem(data, len, name, 0, err);
 }
 
-Tokenizer *tokenizer_load(const char *path, Err *err) {
+static Tokenizer *tokenizer_load_in(const char *path, Err *err) {
     char *file = fs_is_dir(path) ? fs_join(path, "tokenizer.json") : xstrdup(path);
     char *data;
     size_t len;
@@ -701,6 +701,13 @@ Tokenizer *tokenizer_load(const char *path, Err *err) {
     }
     free(file);
     return t;
+}
+
+Tokenizer *tokenizer_load(const char *path, Err *err) {
+    size_t scope = err_oom_push("reading the tokenizer %s", path);
+    Tokenizer *r = tokenizer_load_in(path, err);
+    err_oom_pop(scope);
+    return r;
 }
 
 const Bpe *tokenizer_bpe(const Tokenizer *t) {

@@ -580,51 +580,63 @@ static void shape_text(char *buf, size_t cap, int ndim, const int64_t *shape) {
     if (n < cap) snprintf(buf + n, cap - n, ")");
 }
 
-int ckpt_check_shapes(const char *root, const ParamInfo *params, int n, Err *err) {
-    int64_t *steps;
+/* The shapes sentence of ckpt_check_step_shapes and ckpt_dist_check_shapes: `where` holds
+ * params[k] with shape got (NULL: not at all). */
+int ckpt_shape_mismatch(const char *where, const ParamInfo *p, const int64_t *got, int got_ndim,
+                        Err *err) {
+    char want[96], have[96];
+    shape_text(want, sizeof want, p->ndim, p->shape);
+    if (!got)
+        return err_set(err,
+                       "the checkpoint to resume, %s, has no tensor %s %s that the job's model "
+                       "has; it was written for another model (compare its config.json with the "
+                       "job's [model] and [lora]), or choose another checkpoint.folder",
+                       where, p->name, want);
+    shape_text(have, sizeof have, got_ndim, got);
+    return err_set(err,
+                   "the checkpoint to resume, %s, holds %s with shape %s but the job's model has "
+                   "%s; it was written for another model (compare its config.json with the job's "
+                   "[model] and [lora]), or choose another checkpoint.folder",
+                   where, p->name, have, want);
+}
+
+int64_t ckpt_resume_candidate(const char *root, int64_t load_step) {
+    int64_t *steps, found = -1;
     int nsteps;
-    TRY(list_steps(root, &steps, &nsteps, err));
-    int rc = 0;
-    for (int i = 0; i < nsteps; i++) {
+    Err ignore;
+    if (list_steps(root, &steps, &nsteps, &ignore) != 0) return -1;
+    for (int i = 0; i < nsteps && found < 0; i++) {
+        if (load_step >= 0 && steps[i] != load_step) continue;
         char *dir = step_dir(root, steps[i]);
         CkptState st;
-        Err ignore;
-        if (ckpt_read_state(dir, &st, &ignore) != 0) { /* resume skips it, with its warning */
-            free(dir);
-            continue;
+        if (ckpt_read_state(dir, &st, &ignore) == 0) { /* else resume skips it, with a warning */
+            json_decref(st.data_position);
+            found = steps[i];
         }
-        json_decref(st.data_position);
-        char *path = fs_join(dir, "model.safetensors");
-        StFile f;
-        int opened = st_open(&f, path, &ignore) == 0; /* unreadable: resume's to report */
-        for (int k = 0; opened && rc == 0 && k < n; k++) {
+        free(dir);
+    }
+    free(steps);
+    return found;
+}
+
+int ckpt_check_step_shapes(const char *dir, const ParamInfo *params, int n, Err *err) {
+    char *path = fs_join(dir, CKPT_MODEL_FILE);
+    StFile f;
+    Err ignore;
+    int rc = 0;
+    if (st_open(&f, path, &ignore) == 0) { /* unreadable: resume's to report */
+        for (int k = 0; rc == 0 && k < n; k++) {
             const StTensor *t = st_find(&f, params[k].name);
             int same = t && t->ndim == params[k].ndim;
             for (int d = 0; same && d < t->ndim; d++)
                 same = t->shape[d] == params[k].shape[d];
-            if (same) continue;
-            char want[96], got[96] = "";
-            shape_text(want, sizeof want, params[k].ndim, params[k].shape);
-            if (t) shape_text(got, sizeof got, t->ndim, t->shape);
-            rc = t ? err_set(err,
-                             "the checkpoint to resume, %s, holds %s with shape %s but the job's "
-                             "model has %s; it was written for another model (compare its "
-                             "config.json with the job's [model]), or choose another "
-                             "checkpoint.folder",
-                             dir, params[k].name, got, want)
-                   : err_set(err,
-                             "the checkpoint to resume, %s, has no tensor %s %s that the job's "
-                             "model has; it was written for another model (compare its "
-                             "config.json with the job's [model]), or choose another "
-                             "checkpoint.folder",
-                             dir, params[k].name, want);
+            if (!same)
+                rc = ckpt_shape_mismatch(path, &params[k], t ? t->shape : NULL, t ? t->ndim : 0,
+                                         err);
         }
-        if (opened) st_close(&f);
-        free(path);
-        free(dir);
-        break; /* only the newest readable step: the one resume takes */
+        st_close(&f);
     }
-    free(steps);
+    free(path);
     return rc;
 }
 
@@ -685,7 +697,16 @@ static int read_tensors(const char *path, const CkptTensor *t, int n, int64_t *s
     return rc;
 }
 
+static int read_state(const char *dir, CkptState *st, Err *err);
+
 int ckpt_read_state(const char *dir, CkptState *st, Err *err) {
+    size_t scope = err_oom_push("reading %s/%s", dir, CKPT_STATE_FILE);
+    int rc = read_state(dir, st, err);
+    err_oom_pop(scope);
+    return rc;
+}
+
+static int read_state(const char *dir, CkptState *st, Err *err) {
     memset(st, 0, sizeof *st);
     char *spath = NULL;
     json_t *o = load_state_json(dir, &spath, err);
@@ -772,14 +793,23 @@ static int load(const char *dir, int full, CkptState *st, const CkptTensor *mode
     return rc;
 }
 
+/* load inside the out-of-memory scope that names the checkpoint. */
+static int load_scoped(const char *dir, int full, CkptState *st, const CkptTensor *model,
+                       int nmodel, const CkptTensor *optim, int noptim, Err *err) {
+    size_t scope = err_oom_push("loading the checkpoint %s", dir);
+    int rc = load(dir, full, st, model, nmodel, optim, noptim, err);
+    err_oom_pop(scope);
+    return rc;
+}
+
 int ckpt_load(const char *dir, CkptState *st, const CkptTensor *model, int nmodel,
               const CkptTensor *optim, int noptim, Err *err) {
-    return load(dir, 1, st, model, nmodel, optim, noptim, err);
+    return load_scoped(dir, 1, st, model, nmodel, optim, noptim, err);
 }
 
 int ckpt_load_found(const char *dir, CkptState *st, const CkptTensor *model, int nmodel,
                     const CkptTensor *optim, int noptim, Err *err) {
-    return load(dir, 0, st, model, nmodel, optim, noptim, err);
+    return load_scoped(dir, 0, st, model, nmodel, optim, noptim, err);
 }
 
 /* ---- optimizer state as tensors ---------------------------------------------------------- */

@@ -83,13 +83,20 @@ int ckpt_verify(const char *step_dir, int full, Err *err);
  * root does not exist), -1 on an error reading root. */
 int ckpt_find_latest(const char *root, int64_t *step, char **path, Err *err);
 
-/* Before the model is allocated: the newest step under root whose train_state.json passes
- * its checksum (the one a resume takes, unless its files fail their checksums) must hold every
- * parameter of params with its shape. -1 with a sentence naming the step, the tensor and both
- * shapes, so a resume into another model costs a sentence, not the model's memory first; 0
- * when it fits, when there is no such step, or when its weights cannot be read (the resume
- * reports that). */
-int ckpt_check_shapes(const char *root, const ParamInfo *params, int n, Err *err);
+/* The step under root (root/step-N) a resume would take, without reading its weights: step
+ * load_step when >= 0, else the newest; only one whose train_state.json passes its checksum
+ * (resume skips the others, with a warning). -1 when there is none. */
+int64_t ckpt_resume_candidate(const char *root, int64_t load_step);
+/* Before the model is allocated: the step directory dir must hold every parameter of params
+ * with its shape, read from its model.safetensors header alone. -1 with a sentence naming the
+ * file, the tensor and both shapes, so a resume into another model costs a sentence, not the
+ * model's memory first; 0 when it fits or when its weights cannot be read (the resume reports
+ * that). Sharded checkpoints: ckpt_dist_check_shapes. */
+int ckpt_check_step_shapes(const char *dir, const ParamInfo *params, int n, Err *err);
+/* The sentence of those checks: `where` (a file) holds p with shape got[0..got_ndim), or not
+ * at all (got NULL). Returns -1. */
+int ckpt_shape_mismatch(const char *where, const ParamInfo *p, const int64_t *got, int got_ndim,
+                        Err *err);
 
 /* Removes leftover step-N.tmp-<pid> directories of interrupted saves whose process is gone
  * (fs_tmp_owner_alive). */

@@ -317,6 +317,65 @@ static json_t *load_layout(const char *step_dir, int *rc, Err *err) {
     return *rc == 0 ? t : NULL;
 }
 
+int ckpt_dist_check_shapes(const char *root, int64_t load_step, const ParamInfo *params, int n,
+                           Err *err) {
+    int64_t steps[CKPT_DIST_MAX_KEPT + 1], ranks, mesh[3], sharded = -1;
+    int nsteps;
+    Err ignore;
+    /* A broken latest.json is ckpt_dist_locate's to report. */
+    if (read_marker(root, steps, &nsteps, &ranks, mesh, &ignore) != 0) nsteps = 0;
+    for (int i = 0; i < nsteps; i++)
+        if (load_step < 0 || steps[i] == load_step) sharded = steps[i];
+    int64_t one = ckpt_resume_candidate(root, load_step);
+    char name[48];
+    if (one > sharded) { /* the choice ckpt_dist_locate makes: the sharded one on a tie */
+        snprintf(name, sizeof name, "step-%" PRId64, one);
+        char *dir = fs_join(root, name);
+        int rc = ckpt_check_step_shapes(dir, params, n, err);
+        free(dir);
+        return rc;
+    }
+    if (sharded < 0 || ranks < 1 || ranks > 1 << 20) return 0;
+    /* Replica 0's layouts record every parameter's whole shape (each file holds a slice). */
+    int nfiles = (int)(mesh[1] * mesh[2]), rc = 0;
+    json_t **lay = xcalloc((size_t)nfiles, sizeof *lay);
+    char **paths = xcalloc((size_t)nfiles, sizeof *paths);
+    snprintf(name, sizeof name, "step-%" PRId64, sharded);
+    int usable = 1;
+    for (int k = 0; k < nfiles && usable; k++) {
+        char *rdir = ckpt_dist_rank_dir(root, k), *dir = fs_join(rdir, name);
+        int lrc;
+        lay[k] = load_layout(dir, &lrc, &ignore);
+        paths[k] = fs_join(dir, CKPT_DIST_LAYOUT);
+        usable = lay[k] != NULL; /* broken or written before layouts: its load checks it */
+        free(rdir), free(dir);
+    }
+    for (int p = 0; p < n && usable && rc == 0; p++) {
+        const json_t *shape = NULL;
+        int at = 0;
+        for (int k = 0; k < nfiles && !shape; k++) {
+            const json_t *e = json_object_get(lay[k], params[p].name);
+            if (e) shape = json_object_get(e, "shape"), at = k;
+        }
+        int64_t got[CKPT_MAX_DIMS];
+        int nd = (int)json_array_size(shape), same = nd == params[p].ndim;
+        for (int d = 0; d < nd && d < CKPT_MAX_DIMS; d++)
+            got[d] = json_integer_value(json_array_get(shape, (size_t)d));
+        for (int d = 0; same && d < nd; d++)
+            same = got[d] == params[p].shape[d];
+        if (!same)
+            rc = ckpt_shape_mismatch(paths[at], &params[p], shape ? got : NULL,
+                                     nd < CKPT_MAX_DIMS ? nd : CKPT_MAX_DIMS, err);
+    }
+    for (int k = 0; k < nfiles; k++) {
+        json_decref(lay[k]);
+        free(paths[k]);
+    }
+    free(lay);
+    free(paths);
+    return rc;
+}
+
 /* Opens model (and with optim, optimizer) files of the step directories dirs[0..n); verifies
  * the checksums of those k with k % verify_every == verify_first (verify_every 0: none). */
 static int open_dirs(CkptDistReader *r, char *const *dirs, int n, int optim, int verify_every,

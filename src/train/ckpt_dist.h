@@ -53,6 +53,15 @@ typedef struct CkptDistFound {
  * interrupted saves first (this rank's folder; root on rank 0). */
 int ckpt_dist_locate(Comm *world, const char *root, int64_t load_step, CkptDistFound *found,
                      Err *err);
+/* Before the model is allocated, the check ckpt_check_step_shapes makes, on the step
+ * ckpt_dist_locate would choose under root (load_step when >= 0), without reading weights: a
+ * one process's step from its model.safetensors header; a sharded one (FSDP, TP, EP) from the
+ * whole shapes its ranks' layout.json files record. -1 with one sentence naming the file, the
+ * tensor and both shapes; 0 when every parameter fits or there is nothing to check this way
+ * (no step, a broken marker or layout, a checkpoint written before layouts: the load reports
+ * those). */
+int ckpt_dist_check_shapes(const char *root, int64_t load_step, const ParamInfo *params, int n,
+                           Err *err);
 /* The step directory of found that rank `rank` of the same mesh reads (malloc'd): root/step-N
  * for one process's, root/rank-K/step-N for a sharded one. */
 char *ckpt_dist_found_dir(const char *root, const CkptDistFound *found, int rank);

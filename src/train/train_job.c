@@ -28,20 +28,24 @@
 #include "train/train_qwen3.h"
 #include "train/trainer.h"
 
+/* lora_create with [lora]'s rank, alpha and comma-separated targets. */
+static int lora_from_config(const JobConfig *cfg, const ModelSpec *spec, Lora *lo, long max_tokens,
+                            Err *err) {
+    char *list = xstrdup(cfg->lora.targets), *save = NULL, *targets[256];
+    int nt = 0;
+    for (char *t = strtok_r(list, ",", &save); t && nt < 256; t = strtok_r(NULL, ",", &save))
+        targets[nt++] = t;
+    int rc = lora_create(lo, spec, cfg->lora.rank, cfg->lora.alpha, targets, nt, max_tokens,
+                         cfg->path[0] ? cfg->path : "the job config", err);
+    free(list);
+    return rc;
+}
+
 /* The job's adapters: [lora] checked, created on the model's linears, started from
  * lora.adapter_path or fresh (seeded by training.seed, as are the dropout masks). */
 static int lora_setup(const JobConfig *cfg, const ModelSpec *spec, Lora *lo, long max_tokens,
                       Err *err) {
-    const char *where = cfg->path[0] ? cfg->path : "the job config";
-    char *list = xstrdup(cfg->lora.targets), *save = NULL;
-    char *targets[256];
-    int nt = 0;
-    for (char *t = strtok_r(list, ",", &save); t && nt < 256; t = strtok_r(NULL, ",", &save))
-        targets[nt++] = t;
-    int rc =
-        lora_create(lo, spec, cfg->lora.rank, cfg->lora.alpha, targets, nt, max_tokens, where, err);
-    free(list);
-    TRY(rc);
+    TRY(lora_from_config(cfg, spec, lo, max_tokens, err));
     if (cfg->lora.adapter_path[0]) {
         TRY(lora_load_peft(lo, spec, cfg->lora.adapter_path, err));
         log_info("lora: adapters from %s", cfg->lora.adapter_path);
@@ -119,24 +123,44 @@ static uint64_t config_hash(const JobConfig *cfg) {
 /* Every rank must run the same config: one that differs (a stale copy of the file on another
  * host, an MPMD launch) passes the mesh check and then, with another training.steps or model,
  * leaves ranks waiting forever in collectives the others never reach. */
-static int check_same_config(Comm *world, uint64_t hash, Err *err) {
-    uint64_t first = hash;
-    TRY(comm_broadcast(world, &first, sizeof first, 0, err));
-    int rc = first == hash ? 0
-                           : err_set(err,
-                                     "the resolved config (hash %016" PRIx64 ") differs from rank "
-                                     "0's (%016" PRIx64 "); every process must run the same "
-                                     "config file with the same command-line overrides",
-                                     hash, first);
+static int check_same_config(Comm *world, uint64_t hash, uint64_t model, Err *err) {
+    uint64_t first[2] = {hash, model};
+    TRY(comm_broadcast(world, first, sizeof first, 0, err));
+    int rc = 0;
+    if (first[0] != hash)
+        rc = err_set(err,
+                     "the resolved config (hash %016" PRIx64 ") differs from rank 0's (%016" PRIx64
+                     "); every process must run the same config file with the same command-line "
+                     "overrides",
+                     hash, first[0]);
+    /* The same config text can name different models: model.hf_assets_path relative to
+     * another working directory, or another copy of config.json on this host. */
+    else if (first[1] != model)
+        rc = err_set(err,
+                     "the model this rank built (its HF config.json text hashes to %016" PRIx64
+                     ") differs from rank 0's (%016" PRIx64 "); every rank must read the same "
+                     "model.hf_assets_path/config.json (a relative path from another working "
+                     "directory, or another copy on this host?)",
+                     model, first[1]);
     return comm_agree(world, rc, err);
+}
+
+/* A hash of the model spec as its HF config.json text (every field that shapes the model). */
+static uint64_t spec_hash(const ModelSpec *spec, const HfConfigExtra *extra) {
+    size_t len = 0;
+    char *text = model_spec_hf_config_text(spec, extra, "float32", &len, NULL);
+    uint64_t h = text ? ckpt_checksum(text, len) : 0;
+    free(text);
+    return h;
 }
 
 /* What every rank opened, by content, against rank 0's: the tokenizer (the hash of its
  * tokenizer.json bytes) and the training data (the hash of every token id and document
- * boundary of the tokenized dataset; 0 for conversation data, not compared). Ranks started in
- * different directories with one relative path, or on hosts holding different copies, would
- * otherwise train on different data; the same files under different mount points agree. */
-static int check_same_data(Comm *world, uint64_t tokenizer, uint64_t data, Err *err) {
+ * boundary of the tokenized dataset, or of every rendered conversation's ids, targets and
+ * boundaries: chat_content_hash). Ranks started in different directories with one relative
+ * path, or on hosts holding different copies, would otherwise train on different data; the
+ * same files under different mount points agree. comm_agree prefixes the failing rank. */
+static int check_same_data(Comm *world, uint64_t tokenizer, uint64_t data, int chat, Err *err) {
     uint64_t mine[2] = {tokenizer, data}, first[2] = {tokenizer, data};
     TRY(comm_broadcast(world, first, sizeof first, 0, err));
     int rc = 0;
@@ -148,12 +172,23 @@ static int check_same_data(Comm *world, uint64_t tokenizer, uint64_t data, Err *
                      mine[0], first[0]);
     else if (first[1] != mine[1])
         rc = err_set(err,
-                     "the training data this rank tokenized (content hash %016" PRIx64 ") "
-                     "differs from rank 0's (%016" PRIx64 "); every rank must read the same "
-                     "dataset files (a relative path from another working directory, or another "
-                     "copy on this host?)",
-                     mine[1], first[1]);
+                     "the %s this rank %s (content hash %016" PRIx64 ") differs from rank 0's "
+                     "(%016" PRIx64 "); every rank must read the same dataset files (a relative "
+                     "path from another working directory, or another copy on this host?)",
+                     chat ? "chat data" : "training data",
+                     chat ? "rendered and tokenized" : "tokenized", mine[1], first[1]);
     return comm_agree(world, rc, err);
+}
+
+/* The content hash of chat data as training sees it: every conversation's token ids, targets
+ * and boundaries, after rendering, truncation and dropping (not the raw files: the same
+ * conversations under another path or mount point agree). */
+static uint64_t chat_content_hash(const ChatData *cd) {
+    uint64_t parts[4] = {ckpt_checksum(cd->ids, (size_t)cd->n_tokens * sizeof *cd->ids),
+                         ckpt_checksum(cd->targets, (size_t)cd->n_tokens * sizeof *cd->targets),
+                         ckpt_checksum(cd->off, (size_t)(cd->n_conv + 1) * sizeof *cd->off),
+                         (uint64_t)cd->n_conv};
+    return ckpt_checksum(parts, sizeof parts);
 }
 
 /* The user's batch against the sizes computed from it: tokens per micro-batch are counted in
@@ -299,6 +334,31 @@ static int end_job_on_failure(Comm *world, int rc, const Err *err) {
     return rc;
 }
 
+/* A LoRA run's checkpoint tensors, as train_qwen3_model_lora names them: per adapter
+ * "<module>.lora_A" (r, I) and "<module>.lora_B" (O, r). */
+static int lora_params(const JobConfig *cfg, const ModelSpec *spec, ParamInfo **out, int *n,
+                       Err *err) {
+    Lora lo;
+    TRY(lora_from_config(cfg, spec, &lo, 1, err));
+    *n = 2 * lo.n;
+    ParamInfo *p = *out = xcalloc((size_t)*n + 1, sizeof *p);
+    for (int i = 0; i < lo.n; i++) {
+        const LoraAdapter *ad = &lo.ad[i];
+        char mod[64];
+        lora_module_name(mod, sizeof mod, ad->layer, ad->site);
+        for (int ab = 0; ab < 2; ab++) {
+            ParamInfo *q = &p[2 * i + ab];
+            snprintf(q->name, sizeof q->name, "%s.lora_%c", mod, ab ? 'B' : 'A');
+            q->ndim = 2;
+            q->shape[0] = ab ? ad->out : lo.rank;
+            q->shape[1] = ab ? lo.rank : ad->in;
+            q->numel = q->shape[0] * q->shape[1];
+        }
+    }
+    lora_free(&lo);
+    return 0;
+}
+
 /* The last checks before the model's memory is sized, once every cheaper one has passed:
  * initial weights and the checkpoint to resume against the model (a wrong vocab or shape costs
  * a sentence, not gigabytes first), then the plan against physical memory (a job that cannot fit
@@ -308,15 +368,21 @@ static int check_before_sizing(const JobConfig *cfg, const ModelSpec *spec,
     int rc = 0;
     if (cfg->checkpoint.initial_load_path[0])
         rc = qwen3_hf_check_path(spec, cfg->checkpoint.initial_load_path, err);
-    /* The checkpoint a resume would take, against the model (on one process: a sharded
-     * checkpoint's files hold shards, which its own load checks). A LoRA run's checkpoint
-     * holds the adapters, checked by their load. */
-    if (rc == 0 && cfg->checkpoint.enable && world->size == 1 && cfg->lora.rank == 0) {
+    /* The checkpoint a resume would take, against what it must hold: the model's parameters,
+     * or a LoRA run's adapters (made here at their size; they are small). One process's and
+     * sharded checkpoints alike, read by rank 0 (the others wait in the agreement below). */
+    if (rc == 0 && cfg->checkpoint.enable && world->rank == 0) {
+        ParamInfo *params = NULL;
+        int n = 0;
+        if (cfg->lora.rank > 0)
+            rc = lora_params(cfg, spec, &params, &n, err);
+        else {
+            n = param_list(spec, NULL);
+            params = xcalloc((size_t)n, sizeof *params);
+            param_list(spec, params);
+        }
         char *root = fs_resolve(cfg->job.dump_folder, cfg->checkpoint.folder);
-        int n = param_list(spec, NULL);
-        ParamInfo *params = xcalloc((size_t)n, sizeof *params);
-        param_list(spec, params);
-        rc = ckpt_check_shapes(root, params, n, err);
+        if (rc == 0) rc = ckpt_dist_check_shapes(root, cfg->checkpoint.load_step, params, n, err);
         free(params);
         free(root);
     }
@@ -420,9 +486,12 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
     free(dpath);
     /* A rank that cannot read its tokenizer or dataset stops every rank, with its sentence. */
     int agreed = comm_agree(world, rc, err);
-    if (agreed == 0) agreed = check_same_config(world, config_hash(cfg), err);
     if (agreed == 0)
-        agreed = check_same_data(world, tokenizer_hash(tok), is_chat ? 0 : ds.content_hash, err);
+        agreed = check_same_config(world, config_hash(cfg), spec_hash(&spec, &extra), err);
+    if (agreed == 0)
+        agreed =
+            check_same_data(world, tokenizer_hash(tok),
+                            is_chat ? chat_content_hash(&chat) : ds.content_hash, is_chat, err);
     if (agreed != 0) {
         if (rc == 0) dataset_close(&ds);
         chat_data_close(&chat);
