@@ -15,8 +15,14 @@ the model is created once by transformers (seed 0) and saved; qtitan loads it wi
 checkpoint.initial_load_in_hf. The step-1 losses are printed side by side as the check that
 both saw the same model and rows.
 
+--full06b adds the full 28-layer Qwen3-0.6B in bf16 with full activation checkpointing at
+batch 1 x 2048 (qtitan activation_checkpoint.mode = "full", transformers'
+gradient_checkpointing_enable), 3 steps (1 warm-up excluded) per side. Each side needs about
+11 GiB, so the sides run one after the other and the case is skipped when the machine has less
+than FULL_MIN_FREE_GIB available.
+
 Usage (run.sh calls it): compare.py --qtitan BUILD/qtitan --work DIR [--quick] [--threads N]
-  [--rounds R] [--only NAME] [--peak-tflops P]
+  [--rounds R] [--only NAME] [--peak-tflops P] [--full06b]
 """
 import argparse
 import json
@@ -31,13 +37,21 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# name, qtitan flavor, field replacements, HF shape, batch, seq_len
+# name, qtitan flavor, field replacements, HF shape, batch, seq_len; optional: precisions
+# (default fp32 and bf16), activation checkpointing ("full": every layer recomputed on both
+# sides), steps and warm-up steps, opt_in (run only with --full06b).
 SHAPES = {
     "debugmodel": dict(flavor="debugmodel", fields={}, dim=256, layers=8, heads=16, kv=8,
                        ffn=3072, vocab=2048, B=4, T=128),
     "0.6B-2layers": dict(flavor="0.6B", fields={"n_layers": 2}, dim=1024, layers=2, heads=16,
                          kv=8, ffn=3072, vocab=151936, B=2, T=512),
+    "0.6B-full": dict(flavor="0.6B", fields={}, dim=1024, layers=28, heads=16, kv=8, ffn=3072,
+                      vocab=151936, B=1, T=2048, precs=("bf16",), ac="full", steps=3, warmup=1,
+                      opt_in=True),
 }
+# The full 0.6B case holds ~11 GiB per side (fp32 weights, gradients, AdamW moments, bf16
+# copies); below this much available memory it is skipped rather than pushing others out.
+FULL_MIN_FREE_GIB = 13.0
 LR, BETAS, EPS, WD, MAX_NORM = 3e-4, (0.9, 0.95), 1e-8, 0.1, 1.0
 
 
@@ -48,6 +62,22 @@ def sh(cmd, **kw):
 def max_rss_gib(time_v_stderr):
     m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", time_v_stderr)
     return int(m.group(1)) / 1048576.0 if m else float("nan")
+
+
+def cpu_seconds(time_v_stderr):
+    """User + system CPU seconds of the whole process: on a shared machine the wall clock
+    measures the queue for the cores as well, the CPU time mostly the work."""
+    u = re.search(r"User time \(seconds\): ([0-9.]+)", time_v_stderr)
+    k = re.search(r"System time \(seconds\): ([0-9.]+)", time_v_stderr)
+    return float(u.group(1)) + float(k.group(1)) if u and k else float("nan")
+
+
+def mem_available_gib():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1048576.0
+    return float("nan")
 
 
 def eos_id(tok_dir):
@@ -119,6 +149,8 @@ def torch_worker(spec_path):
     model = Qwen3ForCausalLM.from_pretrained(w["init"], attn_implementation="sdpa",
                                              dtype=torch.float32)
     model.train()
+    if w["ac"] == "full":
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     kind = "fused"
     try:
         opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, eps=EPS,
@@ -152,7 +184,8 @@ def torch_worker(spec_path):
 
 def run_pytorch(args, case, ids_path, init):
     spec = dict(ids=ids_path, init=init, threads=args.threads, steps=case["steps"],
-                B=case["B"], T=case["T"], vocab=case["vocab"], bf16=case["bf16"])
+                B=case["B"], T=case["T"], vocab=case["vocab"], bf16=case["bf16"],
+                ac=case.get("ac", "none"))
     spec_path = os.path.join(args.work, f"torch_{case['name']}.json")
     with open(spec_path, "w") as f:
         json.dump(spec, f)
@@ -163,6 +196,7 @@ def run_pytorch(args, case, ids_path, init):
         raise SystemExit(f"pytorch {case['name']} failed:\n{p.stderr[-3000:]}")
     r = json.loads(p.stdout.strip().splitlines()[-1])
     r["rss_gib"] = max_rss_gib(p.stderr)
+    r["cpu_s"] = cpu_seconds(p.stderr)
     return r
 
 
@@ -180,6 +214,8 @@ def run_qtitan(args, case, corpus, tok_dir, init):
             f"--checkpoint.initial_load_path={init}", "--checkpoint.initial_load_in_hf=true",
             "--checkpoint.enable=false", f"--job.dump_folder={dump}",
             "--training.mixed_precision_param=" + ("bfloat16" if case["bf16"] else "float32")]
+    if "ac" in case:
+        cmd.append(f"--activation_checkpoint.mode={case['ac']}")
     if args.peak_tflops:
         cmd.append(f"--metrics.peak_tflops={args.peak_tflops}")
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads),
@@ -207,6 +243,7 @@ def run_qtitan(args, case, corpus, tok_dir, init):
     peak_kind = m.group(2) if m else "given"
     return {"step_time_s": [r["step_time_s"] for r in recs], "loss": [r["loss"] for r in recs],
             "tflops": [r["tflops"] for r in recs], "rss_gib": max_rss_gib(p.stderr),
+            "cpu_s": cpu_seconds(p.stderr),
             "peak_tflops": peak, "peak_kind": peak_kind, "command": " ".join(cmd)}
 
 
@@ -238,6 +275,9 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--peak-tflops", type=float, default=0.0)
     ap.add_argument("--only", default="", help="run the cases whose name contains this")
+    ap.add_argument("--full06b", action="store_true",
+                    help="add the full 28-layer 0.6B bf16 case (1 x 2048, activation "
+                    "checkpointing; ~11 GiB per side)")
     ap.add_argument("--rounds", type=int, default=0,
                     help="qtitan / PyTorch runs per case, alternating (default 2, --quick 1)")
     args = ap.parse_args()
@@ -263,18 +303,22 @@ def main():
         sh([args.qtitan, "tokenizer-train", "--input",
             os.path.join(args.shared, "data/c4_sample/c4_sample.jsonl"), "--vocab-size", "2048",
             "--output", tok2048])
-    toks = {"debugmodel": tok2048, "0.6B-2layers": os.path.join(args.shared, "tokenizers/qwen3")}
-    steps, warmup = (3, 1) if args.quick else (6, 2)
+    qwen3_tok = os.path.join(args.shared, "tokenizers/qwen3")
+    toks = {"debugmodel": tok2048, "0.6B-2layers": qwen3_tok, "0.6B-full": qwen3_tok}
     rounds = args.rounds or (1 if args.quick else 2)
     ratios, lines = [], []
     for sname, s in SHAPES.items():
+        if s.get("opt_in") and not args.full06b:
+            continue
+        steps, warmup = (3, 1) if args.quick else (6, 2)
+        steps, warmup = s.get("steps", steps), s.get("warmup", warmup)
         tag = "2048" if s["vocab"] == 2048 else "qwen3"
         corpus, stream = prepare_data(args, toks[sname], tag)
         ids_path = os.path.join(args.work, f"stream_{tag}.txt")
         with open(ids_path, "w") as f:
             f.write(" ".join(map(str, stream)))
         init = None
-        for prec in ("fp32", "bf16"):
+        for prec in s.get("precs", ("fp32", "bf16")):
             case = dict(s, name=f"{sname}-{prec}", bf16=prec == "bf16", steps=steps,
                         warmup=warmup)
             if args.only and args.only not in case["name"]:
@@ -283,21 +327,35 @@ def main():
             need = steps * s["B"] * s["T"] + 1
             assert len(stream) >= need, f"{len(stream)} tokens, need {need}"
             print(f"\n== {sname} {prec}: batch {s['B']} x seq {s['T']}, {steps} steps "
-                  f"({warmup} warm-up excluded), load {loadavg()}", flush=True)
+                  f"({warmup} warm-up excluded), activation checkpointing "
+                  f"{s.get('ac', 'none')}, load {loadavg()}", flush=True)
+            if s.get("opt_in") and mem_available_gib() < FULL_MIN_FREE_GIB:
+                print(f"skipped: {mem_available_gib():.1f} GiB available, the case needs "
+                      f"{FULL_MIN_FREE_GIB} GiB per side")
+                continue
             # The two sides alternate for `rounds` rounds, and each side's figure is the best of
             # its rounds' medians: on a shared VM a neighbour can slow one run by a third, and
             # alternating keeps such a stretch from landing on one side only.
             qr, pr = [], []
             for rd in range(rounds):
                 q = run_qtitan(args, case, corpus, toks[sname], init)
+                if s.get("opt_in") and mem_available_gib() < FULL_MIN_FREE_GIB:
+                    raise SystemExit(f"{case['name']}: {mem_available_gib():.1f} GiB available "
+                                     f"before PyTorch's side, it needs {FULL_MIN_FREE_GIB} GiB")
                 pt = run_pytorch(args, case, ids_path, init)
                 pr.append((steady(pt, case), pt))
                 if q is not None:
                     qr.append((steady(q, case), q))
-                if rounds > 1:
+                if rounds > 1 or s.get("opt_in"):
                     print(f"  round {rd + 1}: qtitan "
                           f"{qr[-1][0][0] if q is not None else float('nan'):.1f}, pytorch "
-                          f"{pr[-1][0][0]:.1f} tokens/s median (load {loadavg()})", flush=True)
+                          f"{pr[-1][0][0]:.1f} tokens/s median; CPU seconds of the whole run: "
+                          f"qtitan {q['cpu_s'] if q is not None else float('nan'):.0f}, pytorch "
+                          f"{pt['cpu_s']:.0f}; step times qtitan "
+                          f"{[round(x, 1) for x in q['step_time_s']] if q is not None else []}, "
+                          f"pytorch {[round(x, 1) for x in pt['step_time_s']]} s; peak RSS "
+                          f"qtitan {q['rss_gib'] if q is not None else float('nan'):.3f}, "
+                          f"pytorch {pt['rss_gib']:.3f} GiB (load {loadavg()})", flush=True)
             (pt_med, pt_best), pt = max(pr, key=lambda x: x[0][0])
             pt = dict(pt, rss_gib=max(x[1]["rss_gib"] for x in pr))
             q = None

@@ -2,16 +2,21 @@
  * builds against the 2.x API (Debian's libdnnl-dev, which CMake uses for build/bench_onednn)
  * and the 3.x API (PyPI's onednn-devel packages; bench/onednn/run.sh builds that one).
  * It uses nothing of qtitan, so a version can be measured before qtitan is ported to it.
- * Usage: bench_onednn [--reps R] [--only SUBSTRING]   (--only: products whose "shape
- * linear_product" contains it, e.g. "debugmodel" or "0.6B w13") For each linear of the debugmodel
+ * Usage: bench_onednn [--reps R] [--only SUBSTRING] [--list]   (--only: products whose "shape
+ * linear_product" contains it, e.g. "debugmodel" or "0.6B w13"; --list: print the products'
+ * names, one a line, and time nothing) For each linear of the debugmodel
  * (512 tokens) and Qwen3-0.6B (1024 tokens) shapes, the forward Y = X W^T, the input gradient dX =
  * dY W and the weight gradient dW += dY^T X (cpu_linear.c's three calls), in fp32 through
  * dnnl_sgemm (the trainer's fp32 path) and through a matmul primitive, and in bf16 (bf16 inputs,
  * fp32 output) through a matmul primitive (the trainer's bf16 path), and for the two weight
  * products also with the weight reordered beforehand into the layout the primitive picks
  * (format_tag any; the reorder's own time printed beside it). Primitives and memory objects
- * are built once; each figure is the best of R timed calls after one warm-up call. Prints one line
- * per product: version shape product path GFLOP/s */
+ * are built once; each figure is the best of R timed calls after one warm-up call. Each call is
+ * timed twice: by the wall clock and by the process's CPU time (all threads; run it with
+ * OMP_WAIT_POLICY=passive so waiting threads sleep instead of spinning), because on a machine
+ * shared with other jobs the wall clock mostly measures the queue for the cores while the CPU
+ * time still measures the work. Prints one line per product:
+ *   version shape product path GFLOP/s(wall) GFLOP/CPU-s */
 #include <oneapi/dnnl/dnnl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,10 +24,18 @@
 #include <string.h>
 #include <time.h>
 
-static double now(void) {
+static double clock_s(clockid_t id) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double now(void) {
+    return clock_s(CLOCK_MONOTONIC);
+}
+
+static double cpu_now(void) {
+    return clock_s(CLOCK_PROCESS_CPUTIME_ID);
 }
 
 typedef struct Product {
@@ -144,9 +157,9 @@ static double pack_b(const Product *p, dnnl_primitive_t prim, void *B, void **ou
 
 /* Best GFLOP/s of reps timed calls of one product on one path (0 sgemm, 1 matmul fp32,
  * 2 matmul bf16, 3 matmul bf16 with B packed beforehand, whose reorder's best seconds go to
- * *pack_s). */
+ * *pack_s); the best GFLOP per CPU-second goes to *cpu_rate. */
 static double time_product(const Product *p, int path, int reps, void *A, void *B, float *C,
-                           double *pack_s) {
+                           double *pack_s, double *cpu_rate) {
     int lda = p->ta ? p->M : p->K, ldb = p->tb ? p->K : p->N;
     dnnl_primitive_t prim = NULL;
     dnnl_memory_t mem[3];
@@ -166,9 +179,9 @@ static double time_product(const Product *p, int path, int reps, void *A, void *
             args[i] = (dnnl_exec_arg_t){kind[i], mem[i]};
         }
     }
-    double best = 1e30;
+    double best = 1e30, best_cpu = 1e30;
     for (int rep = 0; rep <= reps; rep++) {
-        double t0 = now();
+        double t0 = now(), c0 = cpu_now();
         if (path == 0)
             CHECK(dnnl_sgemm(p->ta ? 'T' : 'N', p->tb ? 'T' : 'N', p->M, p->N, p->K, 1.0f, A, lda,
                              B, ldb, p->beta, C, p->N));
@@ -176,8 +189,9 @@ static double time_product(const Product *p, int path, int reps, void *A, void *
             CHECK(dnnl_primitive_execute(prim, stream, 3, args));
             CHECK(dnnl_stream_wait(stream));
         }
-        double dt = now() - t0;
+        double dt = now() - t0, dc = cpu_now() - c0;
         if (rep > 0 && dt < best) best = dt; /* call 0 warms caches (and JITs) */
+        if (rep > 0 && dc < best_cpu) best_cpu = dc;
     }
     if (prim) {
         for (int i = 0; i < 3; i++)
@@ -185,7 +199,9 @@ static double time_product(const Product *p, int path, int reps, void *A, void *
         dnnl_primitive_destroy(prim);
     }
     free(packed);
-    return 2.0 * p->M * p->N * p->K / best * 1e-9;
+    double gflop = 2.0 * p->M * p->N * p->K * 1e-9;
+    *cpu_rate = gflop / best_cpu;
+    return gflop / best;
 }
 
 typedef struct Shape {
@@ -194,15 +210,17 @@ typedef struct Shape {
 } Shape;
 
 int main(int argc, char **argv) {
-    int reps = 3;
+    int reps = 3, list = 0;
     const char *only = "";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
             reps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
             only = argv[++i];
+        else if (strcmp(argv[i], "--list") == 0)
+            list = 1;
         else {
-            fprintf(stderr, "usage: bench_onednn [--reps R] [--only SUBSTRING]\n");
+            fprintf(stderr, "usage: bench_onednn [--reps R] [--only SUBSTRING] [--list]\n");
             return 2;
         }
     }
@@ -230,6 +248,14 @@ int main(int argc, char **argv) {
             Product prods[3] = {{"fwd", 0, 1, N, O, I, 0.0f},
                                 {"dX", 0, 0, N, I, O, 0.0f},
                                 {"dW", 1, 0, O, I, N, 1.0f}};
+            if (list) {
+                for (int k = 0; k < 3; k++) {
+                    char name[96];
+                    snprintf(name, sizeof name, "%s %s_%s", sh->name, lin[l].name, prods[k].name);
+                    if (strstr(name, only)) printf("%s\n", name);
+                }
+                continue;
+            }
             size_t big = (size_t)O * I > (size_t)N * O ? (size_t)O * I : (size_t)N * O;
             if ((size_t)N * I > big) big = (size_t)N * I;
             float *A = malloc(big * 4), *B = malloc(big * 4), *C = malloc(big * 4);
@@ -248,14 +274,14 @@ int main(int argc, char **argv) {
                 /* Packing B only pays for the weight products (fwd, dX), not dW's X. */
                 int npaths = k < 2 ? 4 : 3;
                 for (int path = 0; path < npaths; path++) {
-                    double pack_s = 0;
+                    double pack_s = 0, cpu_rate = 0;
                     double g = time_product(&prods[k], path, reps, path >= 2 ? (void *)Ah : A,
-                                            path >= 2 ? (void *)Bh : B, C, &pack_s);
+                                            path >= 2 ? (void *)Bh : B, C, &pack_s, &cpu_rate);
                     if (path == 3)
-                        printf("%s %s %s %.1f (reorder %.4f s)\n", ver, name, paths[path], g,
-                               pack_s);
+                        printf("%s %s %s %.1f %.1f (reorder %.4f s)\n", ver, name, paths[path], g,
+                               cpu_rate, pack_s);
                     else
-                        printf("%s %s %s %.1f\n", ver, name, paths[path], g);
+                        printf("%s %s %s %.1f %.1f\n", ver, name, paths[path], g, cpu_rate);
                     fflush(stdout);
                 }
             }

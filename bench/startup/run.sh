@@ -2,7 +2,7 @@
 # Time to the first step of a qtitan train job: seconds from launch to the model's log line
 # ("model: ...", arenas placed and parameters filled) and to the first step's first GEMM (the
 # "gemm: ..." line the GEMM layer prints once), then the job is stopped.
-#   bash bench/startup/run.sh [--binary PATH] [--rounds R] -- TRAIN_ARGS...
+#   bash bench/startup/run.sh [--binary PATH] [--rounds R] [--command train|eval|generate] -- ARGS...
 # e.g. the 0.6B recipe at 1 x 512 (bench/README.md, Start-up):
 #   bash bench/startup/run.sh --rounds 3 -- --config configs/qwen3_0.6b.toml \
 #     --training.seq_len=512 --training.local_batch_size=1 \
@@ -10,20 +10,35 @@
 #     --training.dataset_path=../shared/data/c4_sample/c4_sample.jsonl
 # Prints one line per round: model_s, first_gemm_s (wall clock), cpu_s (user + system time of
 # the job up to its first GEMM, which a loaded machine disturbs less) and the load average.
+# --command eval / generate times a whole `qtitan eval` / `qtitan generate` run instead (give
+# it a short input: eval one short line, generate --max-new-tokens 1, so the run is its
+# start-up and first forward or token): wall seconds, CPU seconds and peak RSS of the process.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=$root/build/qtitan
-rounds=1
+rounds=1 command=train
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
   case $1 in
     --binary) bin=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
-    *) echo "run.sh: unknown option $1 (expected --binary, --rounds or --)"; exit 2 ;;
+    --command) command=$2; shift 2 ;;
+    *) echo "run.sh: unknown option $1 (expected --binary, --rounds, --command or --)"; exit 2 ;;
   esac
 done
 [ $# -gt 0 ] && shift
 work=$(mktemp -d /tmp/qt_startup_XXXXXX)
 trap 'rm -rf "$work"' EXIT
+if [ "$command" != train ]; then
+  for r in $(seq 1 "$rounds"); do
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    /usr/bin/time -o "$work/time" -f '%e %U %S %M' "$bin" "$command" "$@" >/dev/null 2>"$work/err" ||
+      { cat "$work/err"; exit 1; }
+    read -r wall user sys rss <"$work/time"
+    printf 'round %d: wall_s %s cpu_s %s peak_rss_mib %d load %s\n' "$r" "$wall" \
+      "$(echo "$user + $sys" | bc)" $((rss / 1024)) "$load"
+  done
+  exit 0
+fi
 for r in $(seq 1 "$rounds"); do
   load=$(cut -d' ' -f1 /proc/loadavg)
   start=$(date +%s.%N)

@@ -212,27 +212,31 @@ static int eval_dataset(const EvalArgs *a, Err *err) {
     long seq_len = 0, max_tokens = 0;
     if (a->seq_len) TRY(parse_count("--seq-len", a->seq_len, &seq_len, err));
     if (a->max_tokens) TRY(parse_count("--max-tokens", a->max_tokens, &max_tokens, err));
-    /* The context is known after config.json: open with one position, then size the model. */
     char *step = NULL;
     if (a->checkpoint) TRY(cli_checkpoint_step(a->checkpoint, &step, err));
+    /* The rows are sized from config.json's context before the model is built, so the weights
+     * are read once. Without a config.json infer_model_open says what is missing. */
+    const char *dir = step ? step : a->model;
+    char *cfg = fs_join(dir, "config.json");
+    int rc = 0;
+    if (fs_exists(cfg)) {
+        ModelSpec spec;
+        rc = model_spec_from_hf_config(&spec, cfg, err);
+        int ctx = rc == 0 ? spec.max_seq_len : 0;
+        if (rc == 0 && !seq_len) seq_len = ctx < 2048 ? ctx : 2048;
+        if (rc == 0 && seq_len > ctx)
+            rc = err_set(err, "--seq-len %ld exceeds the model's context of %d positions", seq_len,
+                         ctx);
+        if (rc == 0 && !fs_exists_in(dir, "tokenizer.json"))
+            rc = err_set(err, "%s has no tokenizer.json; --dataset needs the model's tokenizer",
+                         dir);
+    }
+    free(cfg);
     InferModel im;
-    int opened = infer_model_open(&im, a->model, step, NULL, 1, 1, 0, err);
-    free(step);
-    TRY(opened);
-    int ctx = im.m.spec.max_seq_len, rc = 0;
-    if (!seq_len) seq_len = ctx < 2048 ? ctx : 2048;
-    if (seq_len > ctx)
-        rc =
-            err_set(err, "--seq-len %ld exceeds the model's context of %d positions", seq_len, ctx);
-    if (rc == 0 && !im.tok)
-        rc =
-            err_set(err, "%s has no tokenizer.json; --dataset needs the model's tokenizer", im.dir);
-    char *dir = xstrdup(im.dir);
-    infer_model_close(&im);
     if (rc == 0)
-        rc = infer_model_open(&im, a->checkpoint ? NULL : dir, a->checkpoint ? dir : NULL,
-                              a->adapter, 1, (int)seq_len, 0, err);
-    free(dir);
+        rc = infer_model_open(&im, step ? NULL : a->model, step, a->adapter, 1,
+                              seq_len ? (int)seq_len : 1, 0, err);
+    free(step);
     if (rc) return -1;
     DatasetEncoder enc;
     DatasetOptions opt;
