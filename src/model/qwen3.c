@@ -411,8 +411,7 @@ enum { OWN_PARAMS = 1, OWN_GRADS = 2, BF16_ONLY = 4 };
 
 static int enable_bf16(Qwen3 *m, int weights, Err *err);
 
-/* A bf16 base has no fp32 matmul weights, so every product with them must have a bf16 path. */
-static int check_bf16_base(const Qwen3 *m, Err *err) {
+int qwen3_check_bf16_base(const Qwen3 *m, Err *err) {
     const char *what = NULL, *name = NULL;
     for (int i = 0; i < m->spec.n_layers && !what; i++) {
         const LinearOp *ops[2] = {m->mod.layers[i].qkv, m->mod.layers[i].wo};
@@ -464,7 +463,7 @@ static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int 
                   owned & OWN_GRADS ? &m->grad_arena : &gc);
     layout_acts(m, &m->act_arena, &m->scratch_arena);
     if (base_bf16) {
-        if (check_bf16_base(m, err) || enable_bf16(m, 1, err)) {
+        if (qwen3_check_bf16_base(m, err) || enable_bf16(m, 1, err)) {
             qwen3_free(m);
             return -1;
         }

@@ -143,7 +143,6 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
                     : 1;
     int world = cfg->parallelism.data_parallel_replicate_degree * shard *
                 cfg->parallelism.tensor_parallel_degree;
-    TRY(train_job_check_world(cfg, world, err));
     MeshConfig mc;
     train_job_mesh_config(&mc, cfg, &p->spec, world);
     MeshDims dims;
