@@ -544,15 +544,19 @@ void qwen3_free(Qwen3 *m) {
 }
 
 void qwen3_init_param(const Qwen3 *m, int i, uint64_t seed, float *out) {
+    qwen3_init_param_range(m, i, seed, out, 0, m->table[i].numel);
+}
+
+void qwen3_init_param_range(const Qwen3 *m, int i, uint64_t seed, float *out, long lo, long n) {
     const Qwen3Param *p = &m->table[i];
     float std = 0.02f;
     switch (p->kind->init) {
     case INIT_ONES:
-        for (long j = 0; j < p->numel; j++)
+        for (long j = 0; j < n; j++)
             out[j] = 1.0f;
         return;
     case INIT_ZEROS:
-        memset(out, 0, (size_t)p->numel * sizeof(float));
+        memset(out, 0, (size_t)n * sizeof(float));
         return;
     case INIT_RESIDUAL:
         if (m->spec.num_experts > 0) std = (float)(0.02 / sqrt(2.0 * m->spec.n_layers));
@@ -560,21 +564,27 @@ void qwen3_init_param(const Qwen3 *m, int i, uint64_t seed, float *out) {
     case INIT_NORMAL:
         break;
     }
-    rng_fill_normal_counter(seed, (uint64_t)i, out, p->numel, std);
+    rng_fill_normal_counter_at(seed, (uint64_t)i, out, lo, n, std);
 }
 
 void qwen3_init_params(Qwen3 *m, uint64_t seed) {
+    float *tmp = NULL;
     for (int i = 0; i < m->nparams; i++) {
         Qwen3Param *p = &m->table[i];
         if (!p->data_bf16) {
             qwen3_init_param(m, i, seed, p->data);
             continue;
         }
-        float *tmp = xmalloc((size_t)p->numel * sizeof *tmp); /* a bf16 base: fp32, rounded */
-        qwen3_init_param(m, i, seed, tmp);
-        simd_f32_to_bf16(p->data_bf16, tmp, p->numel);
-        free(tmp);
+        /* A bf16 base: drawn in fp32 a piece at a time and rounded, so no fp32 copy of a
+         * whole weight (the embedding: 1.5 GiB at 4B) adds to the peak. */
+        if (!tmp) tmp = xmalloc(QWEN3_CHUNK * sizeof *tmp);
+        for (long lo = 0; lo < p->numel; lo += QWEN3_CHUNK) {
+            long n = p->numel - lo < QWEN3_CHUNK ? p->numel - lo : QWEN3_CHUNK;
+            qwen3_init_param_range(m, i, seed, tmp, lo, n);
+            simd_f32_to_bf16(p->data_bf16 + lo, tmp, n);
+        }
     }
+    free(tmp);
 }
 
 const Qwen3Param *qwen3_find_param(const Qwen3 *m, const char *name) {

@@ -368,6 +368,11 @@ void qwen3_init_params(Qwen3 *m, uint64_t seed);
 /* The same for parameter i alone, written to out (table[i].numel floats): a sharded run
  * initialises one tensor at a time and keeps only its slice. */
 void qwen3_init_param(const Qwen3 *m, int i, uint64_t seed, float *out);
+/* Elements [lo, lo + n) of what qwen3_init_param writes (lo even), into out (n floats). */
+void qwen3_init_param_range(const Qwen3 *m, int i, uint64_t seed, float *out, long lo, long n);
+/* The floats of the pieces a weight held in bf16 only is made or loaded in (even), so no fp32
+ * copy of the whole weight is ever held. */
+#define QWEN3_CHUNK (1L << 20)
 const Qwen3Param *qwen3_find_param(const Qwen3 *m, const char *name);
 /* Where parameters of this kind and layer (-1 outside the layers) live in p: Qwen3Params is
  * the model's named view of the parameter table (core/param_table.h). */

@@ -641,6 +641,12 @@ static float *stage(const TrainQwen3 *f, int i, float *tmp) {
     return !f->sharded && !f->has_full && f->held[i].p ? f->held[i].p : tmp;
 }
 
+/* 1 when this rank holds all of parameter i in bf16 only (a bf16 base on a world of one): its
+ * values are made a QWEN3_CHUNK piece at a time and rounded, never whole in fp32. */
+static int in_pieces(const TrainQwen3 *f, int i) {
+    return !f->sharded && !f->has_full && f->held[i].pb;
+}
+
 /* Keeps this rank's part of parameter i, given whole: first its tensor-parallel block (rows
  * or columns, cut into tmp), then the elements it holds of that. */
 static void keep_slice(TrainQwen3 *f, int i, const float *full, float *tmp) {
@@ -686,9 +692,28 @@ static size_t max_numel(const TrainQwen3 *f) {
     return mx;
 }
 
+/* Floats of the staging buffers: the largest parameter made neither in place nor in pieces. */
+static size_t staged_numel(const TrainQwen3 *f) {
+    size_t mx = QWEN3_CHUNK;
+    for (int i = 0; i < f->m.nparams; i++)
+        if (!in_pieces(f, i) && !stage(f, i, NULL) && (size_t)whole(f)->table[i].numel > mx)
+            mx = (size_t)whole(f)->table[i].numel;
+    return mx;
+}
+
 void train_qwen3_init(TrainQwen3 *f, uint64_t seed) {
-    float *tmp = xmalloc(max_numel(f) * sizeof *tmp), *part = xmalloc(max_numel(f) * sizeof *tmp);
+    size_t cap = staged_numel(f);
+    float *tmp = xmalloc(cap * sizeof *tmp), *part = xmalloc(cap * sizeof *tmp);
     for (int i = 0; i < f->m.nparams; i++) {
+        if (in_pieces(f, i)) {
+            long numel = f->m.table[i].numel;
+            for (long lo = 0; lo < numel; lo += QWEN3_CHUNK) {
+                long n = numel - lo < QWEN3_CHUNK ? numel - lo : QWEN3_CHUNK;
+                qwen3_init_param_range(&f->m, i, seed, tmp, lo, n);
+                simd_f32_to_bf16(f->held[i].pb + lo, tmp, n);
+            }
+            continue;
+        }
         float *dst = stage(f, i, tmp);
         qwen3_init_param(whole(f), i, seed, dst);
         keep_slice(f, i, dst, part);
@@ -702,7 +727,8 @@ void train_qwen3_init(TrainQwen3 *f, uint64_t seed) {
 int train_qwen3_load_hf(TrainQwen3 *f, const char *path, Err *err) {
     StSet set;
     TRY(st_set_open(&set, path, err));
-    float *tmp = xmalloc(max_numel(f) * sizeof *tmp), *part = xmalloc(max_numel(f) * sizeof *tmp);
+    size_t cap = staged_numel(f);
+    float *tmp = xmalloc(cap * sizeof *tmp), *part = xmalloc(cap * sizeof *tmp);
     int rc = 0;
     HfKeyTable keys;
     hf_keys_build(&keys, &whole(f)->spec);
@@ -711,6 +737,17 @@ int train_qwen3_load_hf(TrainQwen3 *f, const char *path, Err *err) {
         const Qwen3Param *p = &whole(f)->table[i];
         int k = p->kind->hf ? hf_keys_find_param(&keys, p->name) : -1;
         float *dst = stage(f, i, tmp);
+        if (in_pieces(f, i) && k >= 0) {
+            for (long lo = 0; lo < p->numel && rc == 0; lo += QWEN3_CHUNK) {
+                long n = p->numel - lo < QWEN3_CHUNK ? p->numel - lo : QWEN3_CHUNK;
+                if (hf_keys_load_param_range(tmp, &keys, k, &set, lo, n, err) != 0)
+                    rc = err_wrap(err, "%s", path);
+                else
+                    simd_f32_to_bf16(f->held[i].pb + lo, tmp, n);
+            }
+            if (rc != 0) break;
+            continue;
+        }
         if (!p->kind->hf) /* training state (expert_bias), not in HF files */
             memset(dst, 0, (size_t)p->numel * sizeof *dst);
         else if (k < 0)
