@@ -12,7 +12,7 @@
 #     merged model.safetensors; and the merged model scores held-out tokens as one process's
 #     merged model does (1e-5 relative);
 #   - with lora.base_dtype = "bfloat16", TP 2 follows one process's bf16 base: steps 1-2 to
-#     1e-5 relative, later steps within bf16 arithmetic's bounds (below).
+#     1e-5 relative, later steps within bf16 arithmetic's bounds (below); both sample.
 set -uo pipefail
 # shellcheck source=tests/dist_lib.sh
 . "$(dirname "$0")/dist_lib.sh"
@@ -99,9 +99,14 @@ done
 # differ in their last bits (gradients summed in another order) and the products' bf16
 # rounding of the activations magnifies that (measured: 5e-6 in loss, 1.2e-4 in grad norm;
 # FSDP 2 alike), so later steps get the bounds of bf16 arithmetic.
-B16=(--lora.base_dtype=bfloat16 --checkpoint.enable=false)
+# Both also sample from the merged whole model at step 10 (the one-process copy widens the
+# bf16-only weights).
+B16=(--lora.base_dtype=bfloat16 --checkpoint.enable=false --sample.freq=10 "--sample.prompts=the quick"
+  --sample.max_new_tokens=2)
 if dist_run 0 one-b16 "${ARGS[@]}" "${B16[@]}" && dist_run 2 tp2-b16 "${ARGS[@]}" "${B16[@]}" "$TP"; then
   close "TP 2 with a bf16 base" one-b16 tp2-b16 1e-4 1e-3
+  grep -q 'sample step 10' "$TMP/one-b16.log" && grep -q 'sample step 10' "$TMP/tp2-b16.log" ||
+    { echo "FAIL: no samples with a bf16 base"; fail=1; }
 else
   echo "FAIL: bf16 base runs"; cat "$TMP/one-b16.log" "$TMP/tp2-b16.log"; fail=1
 fi

@@ -1013,9 +1013,13 @@ static void join_tp(const TrainQwen3 *f, int i, float *whole_t, const float *par
 int train_qwen3_gather_whole(TrainQwen3 *f, Qwen3 *dst, Err *err) {
     int rc = 0;
     if (!f->sharded) {
-        for (int i = 0; i < f->m.nparams; i++)
-            memcpy(dst->table[i].data, f->m.table[i].data,
-                   (size_t)f->m.table[i].numel * sizeof(float));
+        for (int i = 0; i < f->m.nparams; i++) {
+            const Qwen3Param *p = &f->m.table[i];
+            if (p->data)
+                memcpy(dst->table[i].data, p->data, (size_t)p->numel * sizeof(float));
+            else /* a bf16 base's weight, held in bf16 only: widened exactly */
+                simd_bf16_to_f32(dst->table[i].data, p->data_bf16, p->numel);
+        }
     }
     float *parts = f->tp > 1 || f->ep > 1 ? xmalloc(max_numel(f) * sizeof *parts) : NULL;
     /* Expert parallelism: each rank holds a run of experts whole, outside the FSDP units; the EP
