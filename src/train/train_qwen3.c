@@ -550,9 +550,14 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
     if (f->sharded) {
         char mesh_line[160];
         mesh_describe(mesh_line, sizeof mesh_line, &f->mesh->dims);
-        log_info("%s; FSDP: each rank keeps 1/%d of the parameters, gradients and optimizer "
-                 "state",
-                 mesh_line, f->mesh->dims.dp_shard);
+        if (f->frozen)
+            log_info("%s; FSDP: each rank keeps 1/%d of the frozen base (no gradients); the LoRA "
+                     "adapters, their gradients and optimizer state are whole on every rank",
+                     mesh_line, f->mesh->dims.dp_shard);
+        else
+            log_info("%s; FSDP: each rank keeps 1/%d of the parameters, gradients and optimizer "
+                     "state",
+                     mesh_line, f->mesh->dims.dp_shard);
     }
     return f;
 }
