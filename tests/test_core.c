@@ -79,6 +79,9 @@ static void test_rng_counter_fill(void **state) {
     omp_set_num_threads(threads);
     rng_fill_normal_counter(7, 3, c, SHORT, 0.5f);
     assert_memory_equal(a, c, SHORT * sizeof *a);
+    /* A piece from an even offset is that run of the whole (an odd length ends on a cosine). */
+    rng_fill_normal_counter_at(7, 3, c, 1000, 37, 0.5f);
+    assert_memory_equal(a + 1000, c, 37 * sizeof *a);
     rng_fill_normal_counter(7, 4, b, N, 0.5f);
     int same = 0;
     for (long i = 0; i < N; i++)

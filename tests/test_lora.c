@@ -276,8 +276,8 @@ static void test_finite_differences(void **state) {
     char *const q[] = {"layers.0.attention.wq"};
     assert_int_equal(lora_create(&lo, &tiny, R, 5.0, q, 1, N, "test", &err), 0);
     LoraAdapter ad = lo.ad[0]; /* same buffers, a smaller shape */
-    ad.in = I;
-    ad.out = O;
+    ad.in = ad.in_l = I;
+    ad.out = ad.out_l = O;
     float *x = randn(N * I, 1.0f), *Rp = randn(N * O, 1.0f), *y = zeros(N * O);
     float *dx = zeros(N * I);
     rng_fill_normal(&rng, ad.a, R * I, 0.5f);
@@ -427,8 +427,8 @@ static void test_dropout(void **state) {
     char *const q[] = {"layers.0.attention.wq"};
     assert_int_equal(lora_create(&lo, &spec, R, 5.0, q, 1, 4096, "test", &err), 0);
     LoraAdapter *ad = &lo.ad[0]; /* its buffers hold this smaller shape */
-    ad->in = I;
-    ad->out = O;
+    ad->in = ad->in_l = I;
+    ad->out = ad->out_l = O;
     lora_set_dropout(&lo, 0.3, 99);
     float *x = randn(N * I, 1.0f), *Rp = randn(N * O, 1.0f), *y = zeros(N * O), *y2 = zeros(N * O);
     float *y0 = zeros(N * O), *dx = zeros(N * I);
@@ -456,7 +456,7 @@ static void test_dropout(void **state) {
     lora_forward(&lo, ad, y2, x, N);
     assert_memory_equal(y0, y2, N * O * sizeof(float));
     /* The kept fraction and the 1 / (1 - p) scale: one input of 1 on 4096 rows. */
-    ad->in = 1;
+    ad->in = ad->in_l = 1;
     const float one = 1.0f;
     int kept = 0;
     for (int k = 0; k < 4096; k++) {
@@ -469,6 +469,70 @@ static void test_dropout(void **state) {
     printf("dropout 0.3: kept %d of 4096\n", kept);
     assert_in_range(kept, 4096 * 0.7 - 120, 4096 * 0.7 + 120); /* 4 standard deviations */
     free(x), free(Rp), free(y), free(y2), free(y0), free(dx);
+    lora_free(&lo);
+}
+
+/* Tensor parallelism (lora_set_tp): two ranks, each running its block of a column-split (wq)
+ * and a row-split (wo) linear with dropout, summed as the driver's all-reduce sums them, give
+ * one process's output, input gradient and adapter gradients. */
+static void test_tp_blocks(void **state) {
+    (void)state;
+    enum { N = 6 };
+    rng_seed(&rng, 13, 0);
+    Lora lo;
+    Err err;
+    char *const q[] = {"layers.0.attention.wq", "layers.0.attention.wo"};
+    assert_int_equal(lora_create(&lo, &spec, RANK, 8.0, q, 2, N, "test", &err), 0);
+    lora_set_dropout(&lo, 0.2, 5);
+    rng_fill_normal(&rng, lo.param, lora_numel(&lo), 0.5f);
+    long ng = lora_numel(&lo);
+    float *want_g = zeros(ng);
+    for (int k = 0; k < lo.n; k++) {
+        LoraAdapter *ad = &lo.ad[k];
+        int I = ad->in, O = ad->out;
+        assert_int_equal(I % 2, 0);
+        assert_int_equal(O % 2, 0);
+        float *x = randn((long)N * I, 1.0f), *dy = randn((long)N * O, 1.0f);
+        float *y = zeros((long)N * O), *dx = zeros((long)N * I);
+        float *ys = zeros((long)N * O), *dxs = zeros((long)N * I);
+        float *xl = zeros((long)N * I), *dyl = zeros((long)N * O);
+        float *yl = zeros((long)N * O), *dxl = zeros((long)N * I);
+        lora_set_tp(&lo, 1, 0);
+        lora_zero_grads(&lo);
+        lora_dropout_rows(&lo, 7, N / 2);
+        lora_forward(&lo, ad, y, x, N);
+        lora_backward(&lo, ad, dx, dy, x, N);
+        memcpy(want_g, lo.grad, (size_t)ng * sizeof(float));
+        lora_zero_grads(&lo);
+        for (int t = 0; t < 2; t++) {
+            lora_set_tp(&lo, 2, t);
+            int il = ad->in_l, ol = ad->out_l;
+            for (int n = 0; n < N; n++) {
+                memcpy(xl + n * il, x + n * I + ad->in_off, (size_t)il * sizeof(float));
+                memcpy(dyl + n * ol, dy + n * O + ad->out_off, (size_t)ol * sizeof(float));
+            }
+            memset(yl, 0, (size_t)N * ol * sizeof(float));
+            memset(dxl, 0, (size_t)N * il * sizeof(float));
+            lora_forward(&lo, ad, yl, xl, N);
+            lora_backward(&lo, ad, dxl, dyl, xl, N);
+            for (int n = 0; n < N; n++) {
+                for (int o = 0; o < ol; o++)
+                    ys[n * O + ad->out_off + o] += yl[n * ol + o];
+                for (int j = 0; j < il; j++)
+                    dxs[n * I + ad->in_off + j] += dxl[n * il + j];
+            }
+        }
+        /* Column-split: its blocks of y, partial dx; row-split the other way round. */
+        assert_true(ad->site == LORA_WQ ? ad->out_l == O / 2 && ad->in_l == I
+                                        : ad->in_l == I / 2 && ad->out_l == O);
+        assert_true(rel_l2(ys, y, (long)N * O) < 1e-6);
+        assert_true(rel_l2(dxs, dx, (long)N * I) < 1e-6);
+        assert_true(rel_l2(lo.grad, want_g, ng) < 1e-6);
+        free(x), free(dy), free(y), free(dx), free(ys), free(dxs);
+        free(xl), free(dyl), free(yl), free(dxl);
+    }
+    lora_dropout_rows(&lo, -1, 0);
+    free(want_g);
     lora_free(&lo);
 }
 
@@ -490,6 +554,7 @@ int main(void) {
         cmocka_unit_test(test_bf16_base),
         cmocka_unit_test(test_finite_differences),
         cmocka_unit_test(test_dropout),
+        cmocka_unit_test(test_tp_blocks),
         cmocka_unit_test(test_peft_files_and_merge),
         cmocka_unit_test(test_bad_input),
     };

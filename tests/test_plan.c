@@ -192,13 +192,20 @@ static void test_lora(void **state) {
     assert_true(p.lora_numel == adapters);
     assert_true(p.optim == 2.0 * 4.0 * adapters);
     assert_true(p.grads == 4.0 * adapters);
-    /* On more than one process the plan refuses it, as the job does. */
+    /* FSDP 2: half the frozen base per rank, the adapters with their gradients and AdamW
+     * state whole (every rank holds them), and gather workspaces without a gradient half. */
     char *sharded[8];
     memcpy(sharded, argv, sizeof argv);
     sharded[7] = "--parallelism.data_parallel_shard_degree=2";
-    assert_int_equal(plan(&p, 8, sharded, &err), -1);
-    assert_non_null(strstr(err.msg, "lora.rank = 4 on 2 processes: LoRA training runs on one "
-                                    "process for now"));
+    TrainPlan p2;
+    assert_int_equal(plan(&p2, 8, sharded, &err), 0);
+    assert_true(p2.lora_numel == adapters);
+    assert_true(p2.optim == p.optim && p2.grads == p.grads);
+    assert_true(fabs((p.params - 4.0 * adapters) - 2.0 * (p2.params - 4.0 * adapters)) < 64.0);
+    PlanUnits u;
+    train_plan_units(&u, s, 1, 1);
+    assert_true(p2.fsdp_workspace == train_plan_fsdp_workspace(&u, 0, 1));
+    assert_true(2.0 * p2.fsdp_workspace == train_plan_fsdp_workspace(&u, 0, 0));
 
     const char *src = getenv("QT_SOURCE_DIR");
     if (!src) return;

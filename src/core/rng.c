@@ -121,18 +121,23 @@ __attribute__((always_inline)) static inline void normal_pair(uint64_t h, float 
 }
 
 void rng_fill_normal_counter(uint64_t seed, uint64_t stream, float *x, long n, float std) {
-    uint64_t key = counter_key(seed, stream);
+    rng_fill_normal_counter_at(seed, stream, x, 0, n, std);
+}
+
+void rng_fill_normal_counter_at(uint64_t seed, uint64_t stream, float *x, long lo, long n,
+                                float std) {
+    uint64_t key = counter_key(seed, stream), k0 = (uint64_t)lo / 2;
     long pairs = n / 2;
 #pragma omp parallel for simd schedule(simd : static)
     for (long k = 0; k < pairs; k++) {
         float z0, z1;
-        normal_pair(counter_at(key, (uint64_t)k), &z0, &z1);
+        normal_pair(counter_at(key, k0 + (uint64_t)k), &z0, &z1);
         x[2 * k] = std * z0;
         x[2 * k + 1] = std * z1;
     }
     if (n % 2) {
         float z0, z1;
-        normal_pair(counter_at(key, (uint64_t)pairs), &z0, &z1);
+        normal_pair(counter_at(key, k0 + (uint64_t)pairs), &z0, &z1);
         x[n - 1] = std * z0;
     }
 }

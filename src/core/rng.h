@@ -29,5 +29,9 @@ uint64_t rng_counter_u64(uint64_t seed, uint64_t stream, uint64_t counter);
  * Box-Muller pair of h = rng_counter_u64(seed, stream, k): radius sqrt(-2 ln u), u =
  * ((h >> 40) + 1) / 2^24 in (0, 1], angle 2 pi (h mod 2^24) / 2^24 (x[2k] the cosine). */
 void rng_fill_normal_counter(uint64_t seed, uint64_t stream, float *x, long n, float std);
+/* x[0..n) = elements [lo, lo + n) of what rng_fill_normal_counter writes (lo even): a large
+ * tensor drawn a piece at a time. */
+void rng_fill_normal_counter_at(uint64_t seed, uint64_t stream, float *x, long lo, long n,
+                                float std);
 
 #endif

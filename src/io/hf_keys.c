@@ -221,6 +221,11 @@ void hf_check_free(HfCheck *c) {
 }
 
 int hf_keys_load_param(float *dst, const HfKeyTable *t, int p, const StSet *set, Err *err) {
+    return hf_keys_load_param_range(dst, t, p, set, 0, t->params[p].numel, err);
+}
+
+int hf_keys_load_param_range(float *dst, const HfKeyTable *t, int p, const StSet *set, int64_t lo,
+                             int64_t n, Err *err) {
     const ParamInfo *qp = &t->params[p];
     if (!qp->kind->hf)
         return err_set(err, "parameter %s is not stored in HF checkpoints", qp->name);
@@ -240,17 +245,21 @@ int hf_keys_load_param(float *dst, const HfKeyTable *t, int p, const StSet *set,
         if (!float_dtype(st->dtype))
             return err_set(err, "HF tensor \"%s\" has dtype %s, expected F32, BF16 or F16", h->name,
                            dtype_name(st->dtype));
+        found++;
+        /* The part of [lo, lo + n) this HF tensor holds (experts are stacked one after
+         * another in the parameter). */
         int64_t off = h->expert < 0 ? 0 : (int64_t)h->expert * h->numel;
-        st_to_f32(st, dst + off);
-        st_set_progress(set, st->nbytes);
+        int64_t a0 = lo > off ? lo : off, a1 = lo + n < off + h->numel ? lo + n : off + h->numel;
+        if (a0 >= a1) continue;
+        st_to_f32_range(st, dst + (a0 - lo), a0 - off, a1 - a0);
+        st_set_progress(set, (size_t)(a1 - a0) * dtype_size(st->dtype));
         /* A NaN or an infinity would make every loss and gradient NaN from the first step, and
          * the run would then blame the learning rate; name the tensor instead. */
-        for (int64_t k = 0; k < h->numel; k++)
-            if (!isfinite(dst[off + k]))
+        for (int64_t k = a0; k < a1; k++)
+            if (!isfinite(dst[k - lo]))
                 return err_set(
                     err, "HF tensor \"%s\" holds %s at element %" PRId64 "; weights must be finite",
-                    h->name, isnan(dst[off + k]) ? "a NaN" : "an infinity", k);
-        found++;
+                    h->name, isnan(dst[k - lo]) ? "a NaN" : "an infinity", k - off);
     }
     return found ? 0 : err_set(err, "parameter %s has no HF tensors", qp->name);
 }

@@ -66,6 +66,10 @@ void hf_check_free(HfCheck *c);
  * BF16/F16. Missing or misshaped tensors, and tensors holding a NaN or an infinity, are errors
  * naming the HF key. */
 int hf_keys_load_param(float *dst, const HfKeyTable *t, int p, const StSet *set, Err *err);
+/* The same for elements [lo, lo + n) of the parameter (flattened) alone, into dst (n floats):
+ * a large weight loaded a piece at a time. */
+int hf_keys_load_param_range(float *dst, const HfKeyTable *t, int p, const StSet *set, int64_t lo,
+                             int64_t n, Err *err);
 /* Adds every exported HF tensor to w, reading from params[p] (fp32, full shape of parameter
  * p) and converting to dtype while the file is written. */
 void hf_keys_add_to_writer(StWriter *w, const HfKeyTable *t, const float *const *params,

@@ -252,6 +252,15 @@ const StTensor *st_find(const StFile *f, const char *name) {
     return f->n ? bsearch(&key, f->tensors, (size_t)f->n, sizeof key, cmp_tensor_name) : NULL;
 }
 
+void st_to_f32_range(const StTensor *t, float *dst, int64_t lo, int64_t n) {
+    size_t es = dtype_size(t->dtype);
+    StTensor part = *t;
+    part.data = (const unsigned char *)t->data + (size_t)lo * es;
+    part.numel = n;
+    part.nbytes = (size_t)n * es;
+    st_to_f32(&part, dst);
+}
+
 void st_to_f32(const StTensor *t, float *dst) {
     size_t es = dtype_size(t->dtype), n = (size_t)t->numel;
     const unsigned char *src = t->data;

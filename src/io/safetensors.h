@@ -45,6 +45,8 @@ const StTensor *st_find(const StFile *f, const char *name);
 void st_shape_str(char *out, size_t cap, const int64_t *shape, int ndim);
 /* Copies a tensor into fp32 (converting BF16/F16, and integer types by value). */
 void st_to_f32(const StTensor *t, float *dst);
+/* dst[0..n) = elements [lo, lo + n) of t, converted as st_to_f32 converts. */
+void st_to_f32_range(const StTensor *t, float *dst, int64_t lo, int64_t n);
 
 /* Writer: collects tensors (pointers must stay valid until st_write_finish), then streams the
  * file to PATH.tmp, fsyncs it, renames it into place and fsyncs the directory. The layout is

@@ -119,28 +119,28 @@ int lora_create(Lora *lo, const ModelSpec *spec, int rank, double alpha, char *c
         }
     lo->n = n;
     free(hits);
+    long total = lora_numel(lo), at = 0;
+    lo->param = xcalloc((size_t)total, sizeof(float));
+    lo->grad = xcalloc((size_t)total, sizeof(float));
     for (int i = 0; i < n; i++) {
         LoraAdapter *ad = &lo->ad[i];
-        size_t na = (size_t)rank * ad->in, nb = (size_t)ad->out * rank;
-        ad->a = xcalloc(na, sizeof(float));
-        ad->b = xcalloc(nb, sizeof(float));
-        ad->da = xcalloc(na, sizeof(float));
-        ad->db = xcalloc(nb, sizeof(float));
+        long na = (long)rank * ad->in, nb = (long)ad->out * rank;
+        ad->a = lo->param + at, ad->da = lo->grad + at;
+        ad->b = lo->param + at + na, ad->db = lo->grad + at + na;
+        at += na + nb;
         ad->xa = xcalloc((size_t)max_tokens * rank, sizeof(float));
+        ad->in_l = ad->in, ad->out_l = ad->out;
     }
     lo->scratch = xcalloc((size_t)max_tokens * rank, sizeof(float));
     return 0;
 }
 
 void lora_free(Lora *lo) {
-    for (int i = 0; i < lo->n; i++) {
-        free(lo->ad[i].a);
-        free(lo->ad[i].b);
-        free(lo->ad[i].da);
-        free(lo->ad[i].db);
+    for (int i = 0; i < lo->n; i++)
         free(lo->ad[i].xa);
-    }
     free(lo->ad);
+    free(lo->param);
+    free(lo->grad);
     free(lo->scratch);
     free(lo->xd);
     memset(lo, 0, sizeof *lo);
@@ -160,9 +160,17 @@ void lora_init(Lora *lo, uint64_t seed) {
 }
 
 void lora_zero_grads(Lora *lo) {
+    memset(lo->grad, 0, (size_t)lora_numel(lo) * sizeof(float));
+}
+
+void lora_set_tp(Lora *lo, int tp, int t) {
     for (int i = 0; i < lo->n; i++) {
-        memset(lo->ad[i].da, 0, (size_t)lo->rank * lo->ad[i].in * sizeof(float));
-        memset(lo->ad[i].db, 0, (size_t)lo->ad[i].out * lo->rank * sizeof(float));
+        LoraAdapter *ad = &lo->ad[i];
+        int rows = PARAM_KINDS[lora_site_kind(ad->site)].tp == TP_ROWS;
+        ad->in_l = rows ? ad->in : ad->in / tp;
+        ad->out_l = rows ? ad->out / tp : ad->out;
+        ad->in_off = rows ? 0 : t * ad->in_l;
+        ad->out_off = rows ? t * ad->out_l : 0;
     }
 }
 
@@ -194,20 +202,22 @@ void lora_dropout_rows(Lora *lo, int64_t first_row, int T) {
     lo->drop_T = T;
 }
 
-/* out (N, I) = (add ? out : 0) + in * mask / (1 - p): the mask of adapter ad on the
+/* out (N, in_l) = (add ? out : 0) + in * mask / (1 - p): the mask of adapter ad on the
  * micro-batch (lora_dropout_rows), element j of token t of row R kept when the 24-bit uniform
- * of counter t * I + j of stream (R, adapter index) is at least p. */
+ * of counter t * I + j of stream (R, adapter index) is at least p; I and j count the whole
+ * input's features, so a tensor-parallel rank's block draws one process's mask. */
 static void drop(const Lora *lo, const LoraAdapter *ad, float *out, const float *in, long N,
                  int add) {
     uint64_t k = (uint64_t)(ad - lo->ad);
-    int I = ad->in, T = lo->drop_T;
+    int I = ad->in_l, T = lo->drop_T;
+    uint64_t full = (uint64_t)ad->in, off = (uint64_t)ad->in_off;
     float p = (float)lo->dropout, keep = (float)(1.0 / (1.0 - lo->dropout));
 #pragma omp parallel for schedule(static)
     for (long n = 0; n < N; n++) {
         uint64_t row = (uint64_t)(lo->drop_row0 + n / T), t = (uint64_t)(n % T);
         uint64_t stream = LORA_DROP_STREAM + (row << 20) + k;
         for (int j = 0; j < I; j++) {
-            uint64_t h = rng_counter_u64(lo->drop_seed, stream, t * (uint64_t)I + (uint64_t)j);
+            uint64_t h = rng_counter_u64(lo->drop_seed, stream, t * full + off + (uint64_t)j);
             float u = (float)(h >> 40) * (1.0f / 16777216.0f);
             float v = u < p ? 0.0f : in[n * I + j] * keep;
             out[n * I + j] = add ? out[n * I + j] + v : v;
@@ -215,34 +225,45 @@ static void drop(const Lora *lo, const LoraAdapter *ad, float *out, const float 
     }
 }
 
+/* This rank's block of A (columns [in_off, in_off + in_l), leading dimension I) and of B (rows
+ * [out_off, out_off + out_l)), and the same of their gradients. */
+static float *a_block(const LoraAdapter *ad, float *a) {
+    return a + ad->in_off;
+}
+
+static float *b_block(const Lora *lo, const LoraAdapter *ad, float *b) {
+    return b + (long)ad->out_off * lo->rank;
+}
+
 void lora_forward(const Lora *lo, LoraAdapter *ad, float *y, const float *x, long N) {
-    int r = lo->rank;
+    int r = lo->rank, I = ad->in_l, O = ad->out_l;
     if (lo->dropping) {
         drop(lo, ad, lo->xd, x, N, 0);
         x = lo->xd;
     }
-    gemm_f32(0, 1, (int)N, r, ad->in, 1.0f, x, ad->in, ad->a, ad->in, 0.0f, ad->xa, r);
-    gemm_f32(0, 1, (int)N, ad->out, r, lo->scale, ad->xa, r, ad->b, r, 1.0f, y, ad->out);
+    gemm_f32(0, 1, (int)N, r, I, 1.0f, x, I, a_block(ad, ad->a), ad->in, 0.0f, ad->xa, r);
+    gemm_f32(0, 1, (int)N, O, r, lo->scale, ad->xa, r, b_block(lo, ad, ad->b), r, 1.0f, y, O);
 }
 
 void lora_backward(const Lora *lo, LoraAdapter *ad, float *dx, const float *dy, const float *x,
                    long N) {
-    int r = lo->rank;
+    int r = lo->rank, I = ad->in_l, O = ad->out_l;
     float *dxa = lo->scratch; /* (N, r) s * dy B */
     const float *xin = x;
+    const float *a = a_block(ad, ad->a), *b = b_block(lo, ad, ad->b);
     if (lo->dropping) { /* the forward's dropout(x), drawn again */
         drop(lo, ad, lo->xd, x, N, 0);
         xin = lo->xd;
     }
-    gemm_f32(1, 0, ad->out, r, (int)N, lo->scale, dy, ad->out, ad->xa, r, 1.0f, ad->db, r);
-    gemm_f32(0, 0, (int)N, r, ad->out, lo->scale, dy, ad->out, ad->b, r, 0.0f, dxa, r);
-    gemm_f32(1, 0, r, ad->in, (int)N, 1.0f, dxa, r, xin, ad->in, 1.0f, ad->da, ad->in);
+    gemm_f32(1, 0, O, r, (int)N, lo->scale, dy, O, ad->xa, r, 1.0f, b_block(lo, ad, ad->db), r);
+    gemm_f32(0, 0, (int)N, r, O, lo->scale, dy, O, b, r, 0.0f, dxa, r);
+    gemm_f32(1, 0, r, I, (int)N, 1.0f, dxa, r, xin, I, 1.0f, a_block(ad, ad->da), ad->in);
     if (!lo->dropping) {
-        gemm_f32(0, 0, (int)N, ad->in, r, 1.0f, dxa, r, ad->a, ad->in, 1.0f, dx, ad->in);
+        gemm_f32(0, 0, (int)N, I, r, 1.0f, dxa, r, a, ad->in, 1.0f, dx, I);
         return;
     }
     /* d dropout(x) = dxa A, then through the mask into dx */
-    gemm_f32(0, 0, (int)N, ad->in, r, 1.0f, dxa, r, ad->a, ad->in, 0.0f, lo->xd, ad->in);
+    gemm_f32(0, 0, (int)N, I, r, 1.0f, dxa, r, a, ad->in, 0.0f, lo->xd, I);
     drop(lo, ad, dx, lo->xd, N, 1);
 }
 

@@ -37,9 +37,12 @@ typedef struct LoraAdapter {
     int layer;
     LoraSite site;
     int in, out;    /* I, O of the base linear */
-    float *a, *b;   /* A (r, I), B (O, r) */
+    float *a, *b;   /* A (r, I), B (O, r), whole on every rank */
     float *da, *db; /* their gradients, accumulated */
     float *xa;      /* (N, r) x A^T of the last forward, for backward */
+    /* What this rank's linear is of the whole one (lora_set_tp): inputs [in_off, in_off +
+     * in_l) and outputs [out_off, out_off + out_l); all of it without tensor parallelism. */
+    int in_l, out_l, in_off, out_off;
 } LoraAdapter;
 
 typedef struct Lora {
@@ -48,6 +51,9 @@ typedef struct Lora {
     float scale; /* alpha / rank */
     LoraAdapter *ad;
     int n;
+    /* Every adapter's A and B end to end (lora_numel floats), and their gradients in the same
+     * layout: one buffer for the optimizer's view and one collective for the gradients. */
+    float *param, *grad;
     LoraAdapter *at[QT_MAX_LAYERS][LORA_NSITES]; /* NULL where no adapter */
     long max_tokens;
     float *scratch; /* (max_tokens, r) */
@@ -80,6 +86,15 @@ int lora_max_in(const Lora *lo);
  * row first_row, rows of T tokens: they drop (when p > 0). first_row < 0: they do not. */
 void lora_dropout_rows(Lora *lo, int64_t first_row, int T);
 
+/* Tensor parallelism (docs/distributed.md): rank t of tp runs its part of every base linear,
+ * and its adapters act on that part. A column-split base (wq, wk, wv, w1, w3: output features
+ * split) uses its block of B's rows and all of A; a row-split base (wo, w2: input features
+ * split) its block of A's columns and all of B. A and B stay whole on every rank; a rank's
+ * backward adds to its blocks only (or partial sums, for the whole factor), so the sum of the
+ * gradients over the tensor-parallel group is one process's gradient. Dropout masks use the
+ * whole input's feature index, so they are the same as one process's. */
+void lora_set_tp(Lora *lo, int tp, int t);
+
 /* A from (seed, adapter index), B zeros. */
 void lora_init(Lora *lo, uint64_t seed);
 void lora_zero_grads(Lora *lo);
@@ -87,7 +102,8 @@ void lora_zero_grads(Lora *lo);
 long lora_numel(const Lora *lo);
 
 /* y (N, O) += s * (x' A^T) B^T, x' = x or, while dropping, dropout(x); keeps x' A^T for
- * backward. */
+ * backward. Under tensor parallelism x is (N, in_l), y (N, out_l), and a row-split base's
+ * x' A^T a partial sum (the model sums y over the group). */
 void lora_forward(const Lora *lo, LoraAdapter *ad, float *y, const float *x, long N);
 /* With dy = dL/dy (N, O) and the x of the forward: dB += s * dy^T (x' A^T),
  * dA += (s * dy B)^T x', dx (N, I) += s * dy B A (times the mask's scale while dropping: the

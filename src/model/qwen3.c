@@ -411,8 +411,7 @@ enum { OWN_PARAMS = 1, OWN_GRADS = 2, BF16_ONLY = 4 };
 
 static int enable_bf16(Qwen3 *m, int weights, Err *err);
 
-/* A bf16 base has no fp32 matmul weights, so every product with them must have a bf16 path. */
-static int check_bf16_base(const Qwen3 *m, Err *err) {
+int qwen3_check_bf16_base(const Qwen3 *m, Err *err) {
     const char *what = NULL, *name = NULL;
     for (int i = 0; i < m->spec.n_layers && !what; i++) {
         const LinearOp *ops[2] = {m->mod.layers[i].qkv, m->mod.layers[i].wo};
@@ -464,7 +463,7 @@ static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int 
                   owned & OWN_GRADS ? &m->grad_arena : &gc);
     layout_acts(m, &m->act_arena, &m->scratch_arena);
     if (base_bf16) {
-        if (check_bf16_base(m, err) || enable_bf16(m, 1, err)) {
+        if (qwen3_check_bf16_base(m, err) || enable_bf16(m, 1, err)) {
             qwen3_free(m);
             return -1;
         }
@@ -545,15 +544,19 @@ void qwen3_free(Qwen3 *m) {
 }
 
 void qwen3_init_param(const Qwen3 *m, int i, uint64_t seed, float *out) {
+    qwen3_init_param_range(m, i, seed, out, 0, m->table[i].numel);
+}
+
+void qwen3_init_param_range(const Qwen3 *m, int i, uint64_t seed, float *out, long lo, long n) {
     const Qwen3Param *p = &m->table[i];
     float std = 0.02f;
     switch (p->kind->init) {
     case INIT_ONES:
-        for (long j = 0; j < p->numel; j++)
+        for (long j = 0; j < n; j++)
             out[j] = 1.0f;
         return;
     case INIT_ZEROS:
-        memset(out, 0, (size_t)p->numel * sizeof(float));
+        memset(out, 0, (size_t)n * sizeof(float));
         return;
     case INIT_RESIDUAL:
         if (m->spec.num_experts > 0) std = (float)(0.02 / sqrt(2.0 * m->spec.n_layers));
@@ -561,21 +564,27 @@ void qwen3_init_param(const Qwen3 *m, int i, uint64_t seed, float *out) {
     case INIT_NORMAL:
         break;
     }
-    rng_fill_normal_counter(seed, (uint64_t)i, out, p->numel, std);
+    rng_fill_normal_counter_at(seed, (uint64_t)i, out, lo, n, std);
 }
 
 void qwen3_init_params(Qwen3 *m, uint64_t seed) {
+    float *tmp = NULL;
     for (int i = 0; i < m->nparams; i++) {
         Qwen3Param *p = &m->table[i];
         if (!p->data_bf16) {
             qwen3_init_param(m, i, seed, p->data);
             continue;
         }
-        float *tmp = xmalloc((size_t)p->numel * sizeof *tmp); /* a bf16 base: fp32, rounded */
-        qwen3_init_param(m, i, seed, tmp);
-        simd_f32_to_bf16(p->data_bf16, tmp, p->numel);
-        free(tmp);
+        /* A bf16 base: drawn in fp32 a piece at a time and rounded, so no fp32 copy of a
+         * whole weight (the embedding: 1.5 GiB at 4B) adds to the peak. */
+        if (!tmp) tmp = xmalloc(QWEN3_CHUNK * sizeof *tmp);
+        for (long lo = 0; lo < p->numel; lo += QWEN3_CHUNK) {
+            long n = p->numel - lo < QWEN3_CHUNK ? p->numel - lo : QWEN3_CHUNK;
+            qwen3_init_param_range(m, i, seed, tmp, lo, n);
+            simd_f32_to_bf16(p->data_bf16 + lo, tmp, n);
+        }
     }
+    free(tmp);
 }
 
 const Qwen3Param *qwen3_find_param(const Qwen3 *m, const char *name) {

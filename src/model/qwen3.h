@@ -269,8 +269,9 @@ struct Qwen3 {
      * and the embedding live in pb alone (no fp32 copy; their table rows have data NULL and
      * data_bf16 set), so forward never casts them, and every product with them is bf16. */
     int base_bf16;
-    /* LoRA adapters (model/lora.h) added to their linears' outputs, or NULL. Single process,
-     * no tensor parallelism: the driver refuses other set-ups. */
+    /* LoRA adapters (model/lora.h) added to their linears' outputs, or NULL. Under tensor
+     * parallelism each acts on the rank's part of its linear (lora_set_tp); a row-split
+     * linear's adapter output is a partial sum like the linear's own. */
     struct Lora *lora;
     /* Expert parallelism (model/moe_ep.h), set by the driver, or NULL: the experts part of
      * every MoE layer moves the tokens to the ranks holding their experts; the model holds
@@ -318,6 +319,9 @@ long qwen3_bf16_only_max_numel(const Qwen3 *m);
  * kernels with a bf16 path and the unchunked loss (an error sentence names the one missing). */
 int qwen3_create_frozen_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,
                              const Qwen3Modules *impl, int base_bf16, Err *err);
+/* A bf16 base has no fp32 matmul weights (or, sharded, only bf16 values in them), so every
+ * product with them must have a bf16 path: an error sentence names the kernel without one. */
+int qwen3_check_bf16_base(const Qwen3 *m, Err *err);
 /* As qwen3_create, without parameter and gradient memory: the table has names and shapes but NULL
  * data and grad, and m->p / m->g stay NULL until dist.unit points them somewhere (FSDP).
  * sp > 1: sequence parallel over sp ranks (Qwen3.sp; B * T must be divisible by it), with the
@@ -364,6 +368,11 @@ void qwen3_init_params(Qwen3 *m, uint64_t seed);
 /* The same for parameter i alone, written to out (table[i].numel floats): a sharded run
  * initialises one tensor at a time and keeps only its slice. */
 void qwen3_init_param(const Qwen3 *m, int i, uint64_t seed, float *out);
+/* Elements [lo, lo + n) of what qwen3_init_param writes (lo even), into out (n floats). */
+void qwen3_init_param_range(const Qwen3 *m, int i, uint64_t seed, float *out, long lo, long n);
+/* The floats of the pieces a weight held in bf16 only is made or loaded in (even), so no fp32
+ * copy of the whole weight is ever held. */
+#define QWEN3_CHUNK (1L << 20)
 const Qwen3Param *qwen3_find_param(const Qwen3 *m, const char *name);
 /* Where parameters of this kind and layer (-1 outside the layers) live in p: Qwen3Params is
  * the model's named view of the parameter table (core/param_table.h). */

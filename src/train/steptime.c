@@ -169,7 +169,10 @@ int steptime_estimate(StepTime *out, const JobConfig *cfg, const StepMesh *m, co
     out->mem_bytes = p->total;
     if (world > 1)
         out->mem_bytes +=
-            train_plan_fsdp_workspace(&u, cfg->training.mixed_precision_param == DT_BF16) -
+            train_plan_fsdp_workspace(&u,
+                                      cfg->training.mixed_precision_param == DT_BF16 ||
+                                          (cfg->lora.rank > 0 && cfg->lora.base_dtype == DT_BF16),
+                                      cfg->lora.rank > 0) -
             p->fsdp_workspace;
 
     /* Compute: the plan's FLOPs of one data-parallel rank's tokens (the recomputed forward

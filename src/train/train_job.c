@@ -67,13 +67,16 @@ static int lora_setup(const JobConfig *cfg, const ModelSpec *spec, Lora *lo, lon
 }
 
 /* After a LoRA run: the adapters in peft's format in DUMP/adapter, and with
- * checkpoint.last_save_in_hf the merged model as an HF directory in DUMP/merged. */
+ * checkpoint.last_save_in_hf the merged model as an HF directory in DUMP/merged. Every rank
+ * holds the same whole adapters, so rank 0 writes them; the merge gathers the base
+ * (collective). */
 static int lora_finish(const JobConfig *cfg, TrainQwen3 *q, const Lora *lo, const ModelSpec *spec,
-                       const TrainHf *hf, Err *err) {
+                       const TrainHf *hf, Comm *world, Err *err) {
     char *dir = fs_join(cfg->job.dump_folder, "adapter");
     const char *base = cfg->checkpoint.initial_load_path[0] ? cfg->checkpoint.initial_load_path
                                                             : cfg->model.hf_assets_path;
-    int rc = lora_save_peft(lo, spec, dir, base, err);
+    int rc = world->rank == 0 ? lora_save_peft(lo, spec, dir, base, err) : 0;
+    rc = comm_agree(world, rc, err);
     if (rc == 0) log_info("lora: adapters written to %s (peft format)", dir);
     free(dir);
     if (rc == 0 && cfg->checkpoint.last_save_in_hf) {
@@ -269,15 +272,6 @@ int train_job_check(const JobConfig *cfg, const ModelSpec *spec, Err *err) {
     return 0;
 }
 
-int train_job_check_world(const JobConfig *cfg, int world, Err *err) {
-    if (cfg->lora.rank > 0 && world > 1)
-        return err_set(err,
-                       "lora.rank = %d on %d processes: LoRA training runs on one process for now "
-                       "(FSDP and tensor parallelism with adapters are not implemented)",
-                       cfg->lora.rank, world);
-    return 0;
-}
-
 /* The paths a run reads and writes, checked before anything large is allocated. */
 static int check_paths(const JobConfig *cfg, Err *err) {
     if (cfg->checkpoint.initial_load_path[0] && !fs_exists(cfg->checkpoint.initial_load_path))
@@ -422,7 +416,6 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
      * checks it again: every check so far must agree before the mesh's first collective, so
      * that a rank that fails alone (a path missing on its host, a config of its own) does not
      * leave the others waiting there. */
-    if (rc == 0) rc = train_job_check_world(cfg, world->size, err);
     if (rc == 0) {
         MeshConfig mc;
         MeshDims dims;
@@ -617,7 +610,7 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
     }
     if (rc == 0) rc = trainer_run(&o, &model, &data, err);
     rc = end_job_on_failure(world, rc, err);
-    if (rc == 0 && use_lora) rc = lora_finish(cfg, q, &lora, &spec, &hf, err);
+    if (rc == 0 && use_lora) rc = lora_finish(cfg, q, &lora, &spec, &hf, world, err);
     between_steps_close(&between);
     free(tb_dir);
     free(trace_dir);

@@ -30,9 +30,6 @@ int train_job_spec(const JobConfig *cfg, ModelSpec *spec, HfConfigExtra *extra, 
  * global batch that is not a multiple, ...), checked before
  * anything large is allocated. spec may be NULL (the checks that need it are skipped). */
 int train_job_check(const JobConfig *cfg, const ModelSpec *spec, Err *err);
-/* What a config cannot run on `world` processes beyond the mesh's checks: LoRA (lora.rank > 0)
- * on more than one, for the job's start-up and `qtitan plan` to refuse alike. */
-int train_job_check_world(const JobConfig *cfg, int world, Err *err);
 /* The mesh a config asks for on `world` processes, with the model shapes its checks need
  * (mesh_create / mesh_resolve take it). */
 void train_job_mesh_config(MeshConfig *out, const JobConfig *cfg, const ModelSpec *spec, int world);

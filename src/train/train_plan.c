@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "core/param_table.h"
 #include "model/lora.h"
+#include "model/qwen3.h"
 #include "train/metrics.h"
 #include "train/train_job.h"
 #include "train/train_qwen3.h"
@@ -115,14 +116,15 @@ void train_plan_units(PlanUnits *u, const ModelSpec *spec, int tp, int ep) {
     free(pi);
 }
 
-double train_plan_fsdp_workspace(const PlanUnits *u, int bf16) {
+double train_plan_fsdp_workspace(const PlanUnits *u, int bf16, int frozen) {
     double layer = 0, edge = u->dense[0] + u->experts[0];
     for (int i = 1; i + 1 < u->n; i++)
         if (u->dense[i] + u->experts[i] > layer) layer = u->dense[i] + u->experts[i];
     double last = u->dense[u->n - 1] + u->experts[u->n - 1];
     if (last > edge) edge = last;
-    /* fp32 parameters and gradient per slot; the bf16 twin holds the parameters only */
-    return (2.0 * layer + edge) * (2.0 * 4.0 + (bf16 ? 2.0 : 0.0));
+    /* fp32 parameters and gradient per slot (no gradient for a frozen base); the bf16 twin
+     * holds the parameters only */
+    return (2.0 * layer + edge) * ((frozen ? 1.0 : 2.0) * 4.0 + (bf16 ? 2.0 : 0.0));
 }
 
 int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
@@ -143,7 +145,6 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
                     : 1;
     int world = cfg->parallelism.data_parallel_replicate_degree * shard *
                 cfg->parallelism.tensor_parallel_degree;
-    TRY(train_job_check_world(cfg, world, err));
     MeshConfig mc;
     train_job_mesh_config(&mc, cfg, &p->spec, world);
     MeshDims dims;
@@ -214,7 +215,12 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
          * its matmul weights and embedding in the bf16 arena alone (counted below). */
         p->grads = 0;
         p->optim = 0;
-        if (cfg->lora.base_dtype == DT_BF16) p->params = (double)z.base_bf16_param_bytes;
+        /* Sharded, the base's shards stay fp32 (holding bf16 values), divided as above. */
+        if (cfg->lora.base_dtype == DT_BF16 && world == 1)
+            p->params = (double)z.base_bf16_param_bytes;
+        if (world > 1)
+            note(p, "LoRA on many processes: the frozen base sharded without gradients, the "
+                    "adapters with their gradients and AdamW state whole on every rank");
         TRY(plan_lora(p, cfg, &p->spec, err));
     }
 
@@ -227,10 +233,11 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
      * workspaces, which are not counted either. */
     double D = p->spec.dim, V = p->spec.vocab_size, F = p->spec.hidden_dim;
     double big = V * D > F * D ? V * D : F * D;
-    if (cfg->lora.rank > 0 && cfg->lora.base_dtype == DT_BF16) {
-        /* The base's weights and matmul scratch, and the fp32 staging of the largest weight
-         * while it is loaded and rounded (train_qwen3_load_hf). */
-        p->workspace += (double)z.base_bf16_bytes + 4.0 * big;
+    int base_bf16 = cfg->lora.rank > 0 && cfg->lora.base_dtype == DT_BF16;
+    if (base_bf16 && world == 1) {
+        /* The base's weights and matmul scratch, and the fp32 piece its weights are made or
+         * loaded through, then rounded (train_qwen3_init, train_qwen3_load_hf). */
+        p->workspace += (double)z.base_bf16_bytes + 4.0 * QWEN3_CHUNK;
     } else if (cfg->training.mixed_precision_param == DT_BF16) {
         if (p->dp_shard > 1 || p->tp > 1)
             note(p, "bfloat16 on many processes: the matmul scratch is not counted");
@@ -241,8 +248,9 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     if (world > 1) {
         PlanUnits units;
         train_plan_units(&units, &p->spec, p->tp, 1);
-        p->fsdp_workspace =
-            train_plan_fsdp_workspace(&units, cfg->training.mixed_precision_param == DT_BF16);
+        p->fsdp_workspace = train_plan_fsdp_workspace(
+            &units, cfg->training.mixed_precision_param == DT_BF16 || base_bf16,
+            cfg->lora.rank > 0);
         p->workspace += p->fsdp_workspace;
     }
 

@@ -44,9 +44,9 @@ typedef struct PlanUnits {
 } PlanUnits;
 void train_plan_units(PlanUnits *u, const ModelSpec *spec, int tp, int ep);
 /* Bytes per rank of the FSDP workspaces a sharded rank (world > 1) allocates: parameters and
- * gradient of two layers and of the larger edge unit, in fp32, plus their bf16 twins under
- * mixed precision. */
-double train_plan_fsdp_workspace(const PlanUnits *u, int bf16);
+ * gradient (none when frozen: a LoRA base) of two layers and of the larger edge unit, in fp32,
+ * plus their bf16 twins under mixed precision or with a bf16 base. */
+double train_plan_fsdp_workspace(const PlanUnits *u, int bf16, int frozen);
 
 /* Fills p for cfg (the job `qtitan train` would run with the same config and overrides).
  * Reads only file sizes (tokenizer, dataset sources); loads and allocates nothing big. */

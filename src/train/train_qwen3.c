@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/dtype.h"
 #include "core/log.h"
 #include "core/param_table.h"
 #include "core/timer.h"
@@ -61,6 +62,13 @@ struct TrainQwen3 {
     Comm *own_world; /* its communicator, NULL otherwise */
     /* 0 on a world of one: the model owns its parameters and no unit is gathered. */
     int sharded;
+    /* 1: the model's weights do not train (the base of LoRA): no gradients for them, no
+     * reduce-scatter; when sharded, the adapters' gradients are summed over the whole mesh
+     * (finish_grads) and every rank applies the same update to its whole copy. */
+    int frozen;
+    /* A frozen bf16 base when sharded: the shards hold bf16-rounded values in fp32 and the
+     * matmuls run on the bf16 copies of the gathered units (train_qwen3_enable_bf16). */
+    int round_bf16;
     int tp, t;        /* tensor-parallel degree and this rank's index */
     int seq_parallel; /* 1: the tp group also splits the tokens */
     /* Expert parallelism (ep > 1): this rank holds experts [q * Xl, (q + 1) * Xl) of every MoE
@@ -94,6 +102,7 @@ struct TrainQwen3 {
     CkptTensor *lparams;
     float **lgrads;
     char (*lnames)[80];
+    ShardSlice *lslices; /* whole tensors: every rank holds every adapter */
 };
 
 /* ---- parameters: units and pointer fields ---- */
@@ -243,21 +252,22 @@ static void on_unit(void *ctx, Qwen3 *m, int unit, Qwen3HookPhase phase) {
         break;
     case QWEN3_PRE_BACKWARD:
         if (head && f->tied) {
-            grad_begin(f, 0); /* lm_head's gradient is the embedding's */
+            if (!f->frozen) grad_begin(f, 0); /* lm_head's gradient is the embedding's */
             break;
         }
-        if (unit == 0 && f->tied) break;
+        /* A frozen embedding has no backward to run (model/qwen3.c). */
+        if (unit == 0 && (f->tied || f->frozen)) break;
         ensure(f, unit);
         if (head)
             prefetch(f, L);
         else if (unit > 1)
             prefetch(f, unit - 1);
-        else if (unit == 1 && !f->tied)
+        else if (unit == 1 && !f->tied && !f->frozen)
             prefetch(f, 0); /* the head is done with slot 2 */
-        grad_begin(f, unit);
+        if (!f->frozen) grad_begin(f, unit);
         break;
     case QWEN3_POST_BACKWARD:
-        if (head && f->tied) break;
+        if ((head && f->tied) || f->frozen) break;
         if (f->tp > 1 && unit >= 1 && unit <= L) {
             /* q_norm and k_norm are shared by all heads, and each rank saw only its own:
              * their gradients are sums over the tensor-parallel group. */
@@ -337,7 +347,7 @@ static int shard(TrainQwen3 *f, const int *unit, Err *err) {
         const Qwen3Param *p = &f->m.table[i];
         numel[i] = f->is_expert[i] ? 0 : (size_t)p->numel; /* held outside FSDP */
         pf[i] = qwen3_param_field(&f->m.p, p->kind->id, p->layer);
-        gf[i] = qwen3_param_field(&f->m.g, p->kind->id, p->layer);
+        gf[i] = f->frozen ? NULL : qwen3_param_field(&f->m.g, p->kind->id, p->layer);
     }
     if (rc == 0)
         rc = fsdp_plan(&f->plan, numel, unit, n, nunits, f->mesh->dims.dp_shard,
@@ -361,8 +371,10 @@ static int shard(TrainQwen3 *f, const int *unit, Err *err) {
         size_t c = cap[s] ? cap[s] : 16;
         f->slot[s].cap = c;
         f->slot[s].p = xcalloc(c, sizeof(float));
-        f->slot[s].g = xcalloc(c, sizeof(float));
-        f->slot[s].scratch = xcalloc(f->plan.max_unit_shard + 16, sizeof(float));
+        if (!f->frozen) { /* a frozen base has no gradient to hold or reduce-scatter */
+            f->slot[s].g = xcalloc(c, sizeof(float));
+            f->slot[s].scratch = xcalloc(f->plan.max_unit_shard + 16, sizeof(float));
+        }
         f->slot[s].holds = -1;
     }
     size_t at = 0;
@@ -373,10 +385,10 @@ static int shard(TrainQwen3 *f, const int *unit, Err *err) {
     for (int i = 0; i < n; i++) {
         Slot *s = &f->slot[slot_of(f, unit[i])];
         *pf[i] = s->p + f->plan.params[i].full_offset;
-        *gf[i] = s->g + f->plan.params[i].full_offset;
+        if (gf[i]) *gf[i] = s->g + f->plan.params[i].full_offset;
         if (f->is_expert[i]) {
             *pf[i] = f->xp + at;
-            *gf[i] = f->xg + at;
+            if (gf[i]) *gf[i] = f->xg + at;
             at += (size_t)f->m.table[i].numel;
         }
     }
@@ -386,7 +398,7 @@ static int shard(TrainQwen3 *f, const int *unit, Err *err) {
         f->m.g.output = f->m.g.tok_embeddings;
     }
     f->shard = xcalloc(f->plan.shard_numel + 16, sizeof(float));
-    f->grad = xcalloc(f->plan.shard_numel + 16, sizeof(float));
+    if (!f->frozen) f->grad = xcalloc(f->plan.shard_numel + 16, sizeof(float));
     for (int i = 0; i < n; i++) {
         if (f->is_expert[i]) {
             f->held[i] = (Held){
@@ -398,7 +410,7 @@ static int shard(TrainQwen3 *f, const int *unit, Err *err) {
         size_t at;
         fsdp_param_shard(&f->plan, i, &f->held[i].lo, &f->held[i].hi, &at);
         f->held[i].p = f->shard + at;
-        f->held[i].g = f->grad + at;
+        f->held[i].g = f->grad ? f->grad + at : NULL;
     }
     f->m.dist.unit = on_unit;
     f->m.dist.ctx = f;
@@ -447,14 +459,9 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
         train_qwen3_free(f);
         return NULL;
     }
-    if (frozen && f->mesh->dims.world > 1) {
-        /* The adapters live in one process's model. */
-        err_set(err, "a frozen base (LoRA) runs on one process: FSDP and tensor parallelism with "
-                     "adapters are not implemented");
-        train_qwen3_free(f);
-        return NULL;
-    }
     f->sharded = f->mesh->dims.world > 1;
+    f->frozen = frozen;
+    f->round_bf16 = frozen && base_bf16 && f->sharded;
     f->tp = f->mesh->dims.tp;
     f->t = f->mesh->dims.t;
     f->seq_parallel = f->mesh->dims.sequence_parallel;
@@ -496,6 +503,8 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
         f->held[i] = (Held){0, (size_t)p->numel, p->data, p->grad, p->data_bf16};
     }
     if (rc == 0 && f->sharded) rc = shard(f, unit, err);
+    if (rc == 0 && f->round_bf16) rc = qwen3_check_bf16_base(&f->m, err);
+    if (rc == 0 && f->round_bf16) rc = train_qwen3_enable_bf16(f, err);
     if (rc != 0) {
         free(unit);
         train_qwen3_free(f);
@@ -541,9 +550,14 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
     if (f->sharded) {
         char mesh_line[160];
         mesh_describe(mesh_line, sizeof mesh_line, &f->mesh->dims);
-        log_info("%s; FSDP: each rank keeps 1/%d of the parameters, gradients and optimizer "
-                 "state",
-                 mesh_line, f->mesh->dims.dp_shard);
+        if (f->frozen)
+            log_info("%s; FSDP: each rank keeps 1/%d of the frozen base (no gradients); the LoRA "
+                     "adapters, their gradients and optimizer state are whole on every rank",
+                     mesh_line, f->mesh->dims.dp_shard);
+        else
+            log_info("%s; FSDP: each rank keeps 1/%d of the parameters, gradients and optimizer "
+                     "state",
+                     mesh_line, f->mesh->dims.dp_shard);
     }
     return f;
 }
@@ -590,6 +604,7 @@ void train_qwen3_free(TrainQwen3 *f) {
     free(f->lparams);
     free(f->lgrads);
     free(f->lnames);
+    free(f->lslices);
     if (f->own_world) {
         mesh_destroy(&f->own_mesh);
         comm_destroy(f->own_world);
@@ -603,6 +618,7 @@ static uint16_t *twin(const Slot *s, const float *w) {
 }
 
 int train_qwen3_enable_bf16(TrainQwen3 *f, Err *err) {
+    if (f->m.bf16) return 0; /* a sharded bf16 base has it already */
     if (!f->sharded) return qwen3_enable_bf16(&f->m, err);
     TRY(qwen3_enable_bf16_by_hook(&f->m, err));
     for (int s = 0; s < NSLOTS; s++)
@@ -630,6 +646,12 @@ static float *stage(const TrainQwen3 *f, int i, float *tmp) {
     return !f->sharded && !f->has_full && f->held[i].p ? f->held[i].p : tmp;
 }
 
+/* 1 when this rank holds all of parameter i in bf16 only (a bf16 base on a world of one): its
+ * values are made a QWEN3_CHUNK piece at a time and rounded, never whole in fp32. */
+static int in_pieces(const TrainQwen3 *f, int i) {
+    return !f->sharded && !f->has_full && f->held[i].pb;
+}
+
 /* Keeps this rank's part of parameter i, given whole: first its tensor-parallel block (rows
  * or columns, cut into tmp), then the elements it holds of that. */
 static void keep_slice(TrainQwen3 *f, int i, const float *full, float *tmp) {
@@ -650,10 +672,17 @@ static void keep_slice(TrainQwen3 *f, int i, const float *full, float *tmp) {
         full = tmp;
     }
     const Held *h = &f->held[i];
-    if (h->pb)
+    if (h->pb) {
         simd_f32_to_bf16(h->pb + h->lo, full + h->lo, (long)(h->hi - h->lo));
-    else if (h->hi > h->lo)
+    } else if (h->hi > h->lo) {
         memcpy(h->p, full + h->lo, (h->hi - h->lo) * sizeof *full);
+        /* A sharded bf16 base: the values one process's bf16 copy holds (the matmul weights
+         * and the embedding; norms, router and experts stay fp32 there too). */
+        ParamRole role = f->m.table[i].kind->role;
+        if (f->round_bf16 && (role == ROLE_LINEAR || role == ROLE_EMBEDDING))
+            for (size_t j = 0; j < h->hi - h->lo; j++)
+                h->p[j] = bf16_to_f32(f32_to_bf16(h->p[j]));
+    }
 }
 
 /* The whole model's table (the rank's own when tp = 1). */
@@ -668,9 +697,28 @@ static size_t max_numel(const TrainQwen3 *f) {
     return mx;
 }
 
+/* Floats of the staging buffers: the largest parameter made neither in place nor in pieces. */
+static size_t staged_numel(const TrainQwen3 *f) {
+    size_t mx = QWEN3_CHUNK;
+    for (int i = 0; i < f->m.nparams; i++)
+        if (!in_pieces(f, i) && !stage(f, i, NULL) && (size_t)whole(f)->table[i].numel > mx)
+            mx = (size_t)whole(f)->table[i].numel;
+    return mx;
+}
+
 void train_qwen3_init(TrainQwen3 *f, uint64_t seed) {
-    float *tmp = xmalloc(max_numel(f) * sizeof *tmp), *part = xmalloc(max_numel(f) * sizeof *tmp);
+    size_t cap = staged_numel(f);
+    float *tmp = xmalloc(cap * sizeof *tmp), *part = xmalloc(cap * sizeof *tmp);
     for (int i = 0; i < f->m.nparams; i++) {
+        if (in_pieces(f, i)) {
+            long numel = f->m.table[i].numel;
+            for (long lo = 0; lo < numel; lo += QWEN3_CHUNK) {
+                long n = numel - lo < QWEN3_CHUNK ? numel - lo : QWEN3_CHUNK;
+                qwen3_init_param_range(&f->m, i, seed, tmp, lo, n);
+                simd_f32_to_bf16(f->held[i].pb + lo, tmp, n);
+            }
+            continue;
+        }
         float *dst = stage(f, i, tmp);
         qwen3_init_param(whole(f), i, seed, dst);
         keep_slice(f, i, dst, part);
@@ -684,7 +732,8 @@ void train_qwen3_init(TrainQwen3 *f, uint64_t seed) {
 int train_qwen3_load_hf(TrainQwen3 *f, const char *path, Err *err) {
     StSet set;
     TRY(st_set_open(&set, path, err));
-    float *tmp = xmalloc(max_numel(f) * sizeof *tmp), *part = xmalloc(max_numel(f) * sizeof *tmp);
+    size_t cap = staged_numel(f);
+    float *tmp = xmalloc(cap * sizeof *tmp), *part = xmalloc(cap * sizeof *tmp);
     int rc = 0;
     HfKeyTable keys;
     hf_keys_build(&keys, &whole(f)->spec);
@@ -693,6 +742,17 @@ int train_qwen3_load_hf(TrainQwen3 *f, const char *path, Err *err) {
         const Qwen3Param *p = &whole(f)->table[i];
         int k = p->kind->hf ? hf_keys_find_param(&keys, p->name) : -1;
         float *dst = stage(f, i, tmp);
+        if (in_pieces(f, i) && k >= 0) {
+            for (long lo = 0; lo < p->numel && rc == 0; lo += QWEN3_CHUNK) {
+                long n = p->numel - lo < QWEN3_CHUNK ? p->numel - lo : QWEN3_CHUNK;
+                if (hf_keys_load_param_range(tmp, &keys, k, &set, lo, n, err) != 0)
+                    rc = err_wrap(err, "%s", path);
+                else
+                    simd_f32_to_bf16(f->held[i].pb + lo, tmp, n);
+            }
+            if (rc != 0) break;
+            continue;
+        }
         if (!p->kind->hf) /* training state (expert_bias), not in HF files */
             memset(dst, 0, (size_t)p->numel * sizeof *dst);
         else if (k < 0)
@@ -790,8 +850,15 @@ static int finish_grads(void *ctx, double *loss_sum, Err *err) {
     }
     double t0 = now_seconds();
     int rc = 0;
-    if (f->mesh->dims.dp_replicate > 1)
+    if (f->mesh->dims.dp_replicate > 1 && f->grad)
         rc = fsdp_all_reduce_replicas(&f->plan, f->mesh->dp_replicate, f->grad, err);
+    /* LoRA: each data-parallel rank's adapter gradients are its rows' share, and each
+     * tensor-parallel rank's its blocks' or partial sums (lora_set_tp): the sum over every
+     * rank is the whole gradient, the same on all of them (the all-reduce sums in rank order
+     * and shares the result), so every rank's AdamW makes the same update. */
+    if (rc == 0 && f->m.lora && f->mesh->world->size > 1)
+        rc = comm_all_reduce_sum(f->mesh->world, f->m.lora->grad, (size_t)lora_numel(f->m.lora),
+                                 COMM_F32, err);
     /* Experts: every rank holding the same ones saw other tokens. */
     if (rc == 0 && f->ep > 1 && f->mesh->ep_replica->size > 1)
         rc = comm_all_reduce_sum(f->mesh->ep_replica, f->xg, f->xnumel, COMM_F32, err);
@@ -805,6 +872,10 @@ static int finish_grads(void *ctx, double *loss_sum, Err *err) {
 
 static int grad_norm(void *ctx, double local_sq, double *norm, Err *err) {
     TrainQwen3 *f = ctx;
+    if (f->m.lora) { /* every rank holds the whole adapter gradient (finish_grads) */
+        *norm = sqrt(local_sq);
+        return 0;
+    }
     double sharded = local_sq, replicated = 0;
     /* With tensor parallelism the replicated parameters' squares count once, not per rank;
      * with expert parallelism the experts are outside the FSDP slices and count once per EP
@@ -842,10 +913,12 @@ void train_qwen3_parallel(TrainQwen3 *f, TrainParallel *out) {
 
 void train_qwen3_model_lora(TrainQwen3 *q, Lora *lo, TrainModel *out) {
     q->m.lora = lo;
+    lora_set_tp(lo, q->tp, q->t);
     int n = 2 * lo->n;
     q->lparams = xcalloc((size_t)n, sizeof *q->lparams);
     q->lgrads = xcalloc((size_t)n, sizeof *q->lgrads);
     q->lnames = xcalloc((size_t)n, sizeof *q->lnames);
+    q->lslices = xcalloc((size_t)n, sizeof *q->lslices);
     for (int i = 0; i < lo->n; i++) {
         LoraAdapter *ad = &lo->ad[i];
         char mod[64];
@@ -859,14 +932,45 @@ void train_qwen3_model_lora(TrainQwen3 *q, Lora *lo, TrainModel *out) {
         q->lgrads[2 * i] = ad->da;
         q->lgrads[2 * i + 1] = ad->db;
     }
+    /* A sharded checkpoint records every rank's adapters as the whole tensors, so a resume
+     * on another mesh (or one process) reads them from any rank's files. */
+    for (int k = 0; k < n; k++)
+        shard_slice_whole(&q->lslices[k], 2, q->lparams[k].shape);
     *out = (TrainModel){.ctx = q,
                         .nparams = n,
                         .params = q->lparams,
                         .grads = q->lgrads,
+                        .slices = q->sharded ? q->lslices : NULL,
                         .forward_backward = forward_backward};
 }
 
+/* The merged export of a sharded run: the whole weights, adapters merged, gathered on rank 0
+ * (train_qwen3_gather_whole merges them as the branch below does), which writes them. */
+static int export_merged_sharded(TrainQwen3 *q, const char *dir, const HfExportOptions *o,
+                                 Err *err) {
+    int root = q->mesh->world->rank == 0, rc = 0;
+    Qwen3 whole_m;
+    if (root) rc = qwen3_create_forward(&whole_m, &whole(q)->spec, 1, 1, NULL, err);
+    int made = root && rc == 0;
+    if (comm_agree(q->mesh->world, rc, err) != 0) {
+        if (made) qwen3_free(&whole_m);
+        return -1;
+    }
+    rc = train_qwen3_gather_whole(q, root ? &whole_m : NULL, err);
+    if (rc == 0 && root) {
+        HfExportTensor *t = xcalloc((size_t)whole_m.nparams, sizeof *t);
+        for (int i = 0; i < whole_m.nparams; i++)
+            t[i] = (HfExportTensor){whole_m.table[i].name, whole_m.table[i].numel,
+                                    whole_m.table[i].data, whole_m.param_arena.device};
+        rc = hf_export(dir, &whole_m.spec, t, whole_m.nparams, o, err);
+        free(t);
+    }
+    if (root) qwen3_free(&whole_m);
+    return comm_agree(q->mesh->world, rc, err);
+}
+
 int train_qwen3_export_merged(TrainQwen3 *q, const char *dir, const HfExportOptions *o, Err *err) {
+    if (q->sharded) return export_merged_sharded(q, dir, o, err);
     Lora *lo = q->m.lora;
     for (int i = 0; lo && i < lo->n; i++)
         lora_merge(lo, &lo->ad[i],
@@ -914,9 +1018,13 @@ static void join_tp(const TrainQwen3 *f, int i, float *whole_t, const float *par
 int train_qwen3_gather_whole(TrainQwen3 *f, Qwen3 *dst, Err *err) {
     int rc = 0;
     if (!f->sharded) {
-        for (int i = 0; i < f->m.nparams; i++)
-            memcpy(dst->table[i].data, f->m.table[i].data,
-                   (size_t)f->m.table[i].numel * sizeof(float));
+        for (int i = 0; i < f->m.nparams; i++) {
+            const Qwen3Param *p = &f->m.table[i];
+            if (p->data)
+                memcpy(dst->table[i].data, p->data, (size_t)p->numel * sizeof(float));
+            else /* a bf16 base's weight, held in bf16 only: widened exactly */
+                simd_bf16_to_f32(dst->table[i].data, p->data_bf16, p->numel);
+        }
     }
     float *parts = f->tp > 1 || f->ep > 1 ? xmalloc(max_numel(f) * sizeof *parts) : NULL;
     /* Expert parallelism: each rank holds a run of experts whole, outside the FSDP units; the EP
@@ -945,7 +1053,7 @@ int train_qwen3_gather_whole(TrainQwen3 *f, Qwen3 *dst, Err *err) {
         }
     }
     free(parts);
-    /* LoRA (one process only): the adapters merged as the merged export merges them. */
+    /* LoRA: the adapters (whole on every rank) merged as the merged export merges them. */
     const Lora *lo = f->m.lora;
     for (int i = 0; rc == 0 && dst && lo && i < lo->n; i++)
         lora_merge(lo, &lo->ad[i],

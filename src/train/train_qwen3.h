@@ -47,9 +47,10 @@ typedef struct TrainQwen3Batch {
  * the stacked experts either too (expert_parallel_degree 1) or split over the mesh's EP group,
  * X / ep experts per rank held whole outside FSDP, the tokens moved to them by all-to-all
  * (model/moe_ep.h), which is how MoE trains with tp > 1. frozen: the model's own weights do not
- * train (LoRA): no gradient arena, no weight-gradient products (qwen3_create_frozen_with); a
- * world of one only; base_bf16 (with frozen): its matmul weights and embedding held in bf16
- * only. */
+ * train (LoRA): no gradient arena, no weight-gradient products (qwen3_create_frozen_with), and
+ * when sharded no gradient shard, workspace or reduce-scatter; base_bf16 (with frozen): its
+ * matmul weights and embedding held in bf16 only on a world of one, and when sharded held as
+ * bf16-rounded fp32 shards whose gathered units are multiplied through their bf16 copies. */
 TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, const Mesh *mesh,
                                const OverridePlan *plan, int frozen, int base_bf16, Err *err);
 void train_qwen3_free(TrainQwen3 *q);
@@ -121,10 +122,13 @@ void train_qwen3_parallel(TrainQwen3 *q, TrainParallel *out);
 /* LoRA (model/lora.h): lo's adapters act in q's forward and backward, and out becomes the
  * TrainModel of the adapters alone (A and B of each, named "layers.N.attention.wq.lora_A", all
  * weight-decayed): the optimizer, clipping and checkpoints see only them, the base weights stay
- * as loaded. lo must outlive q's use. */
+ * as loaded. On a mesh every rank holds the adapters whole (replicated; each tensor-parallel
+ * rank computes with its blocks, lora_set_tp) and finish_grads sums their gradients over every
+ * rank, so all ranks apply the same update. lo must outlive q's use. */
 void train_qwen3_model_lora(TrainQwen3 *q, struct Lora *lo, TrainModel *out);
-/* Merges the adapters into the base weights (W + s B A, in place; the adapters stop acting)
- * and writes them as an HF model directory. */
+/* Merges the adapters into the base weights (W + s B A; the adapters stop acting) and writes
+ * them as an HF model directory: in place on one process; when sharded, collective, rank 0
+ * gathering the whole weights and writing them. */
 int train_qwen3_export_merged(TrainQwen3 *q, const char *dir, const HfExportOptions *o, Err *err);
 
 #endif
