@@ -2,10 +2,11 @@
  * layers, 4 heads of 8, 2 kv heads, FFN 64, vocabulary 640, tied; 2 x 32 tokens per rank): the
  * FSDP unit sizes and gather / reduce-scatter bytes and times, the compute time from the MFU
  * formula, tensor parallelism's all-reduces and its unsplit lm_head, a dp_shard group that
- * crosses hosts and a replicate group whose ranks share a host link, expert parallelism's
- * all-to-all, overlap, the enumeration of meshes, and the sentences for malformed --cluster
- * values and meshes that do not fit the cluster. Every expected number is written out from
- * the shapes here, not taken from the program. */
+ * crosses hosts and a replicate group whose ranks share a host link, expert parallelism as the
+ * trainer runs it (the all-to-all of each tp rank's block, the counts, the experts' FSDP group,
+ * the router's tp sum; EP x TP inside and across hosts), overlap, the enumeration of meshes, and
+ * the sentences for malformed --cluster values and meshes that do not fit the cluster. Every
+ * expected number is written out from the shapes here, not taken from the program. */
 /* cmocka.h needs these four first. */
 #include <setjmp.h>
 #include <stdarg.h>
