@@ -37,4 +37,17 @@ check lora_bf16_0.6B_2l --model.tokenizer_path="$tok" --model.flavor=0.6B --mode
 "$QT_BINARY" plan --config "$QT_SOURCE_DIR/configs/debug_kernels.toml" >"$tmp/kernels.plan" 2>&1
 [ "$(grep -c 'layers.0.attention.sdpa: sdpa -> flash' "$tmp/kernels.plan")" = 1 ] \
   || { cat "$tmp/kernels.plan"; echo "FAIL: plan should log each replacement once"; exit 1; }
+# The step-time model on an EP 4 x TP 2 MoE mesh over two hosts of 4 (data_parallel_shard_degree
+# = -1 taking the cluster's ranks, which the expert-parallel degree needs): the memory plan keeps
+# 1/2 of each rank's experts (FSDP over 4 x 2 / 4 ranks), and the experts' gathers run over that
+# group across the hosts, the all-to-all inside one (4 consecutive ranks), the router's gradient
+# over tp.
+"$QT_BINARY" plan --config "$QT_SOURCE_DIR/configs/debug_moe.toml" --cluster 2x4 --flops 989 \
+  --intra-bw 450 --inter-bw 400 --parallelism.tensor_parallel_degree=2 \
+  --parallelism.expert_parallel_degree=4 >"$tmp/ep.plan" 2>&1 || { cat "$tmp/ep.plan"; echo "FAIL: plan EP x TP"; exit 1; }
+for want in "expert parallel 4: 2 of the 8 experts of each MoE layer per rank, 1/2 of them kept" \
+  "mesh: dp_replicate 1, dp_shard 4, tp 2, ep 4;" "FSDP all-gather (experts)      ep_shard        2 ranks inter-host" \
+  "EP all-to-all                  ep              4 ranks intra-host" "TP router all-reduce           tp              2 ranks"; do
+  grep -qF "$want" "$tmp/ep.plan" || { cat "$tmp/ep.plan"; echo "FAIL: plan EP x TP lacks: $want"; exit 1; }
+done
 echo "e2e_plan: ok"

@@ -25,7 +25,7 @@
 #include "io/hf_keys.h"
 #include "train/ckpt_dist.h"
 
-static const int MESH1[3] = {1, 1, 1};
+static const int MESH1[4] = {1, 1, 1, 1};
 
 static char *tmp_root(void) {
     char tmpl[] = "/tmp/qt_ckpt_dist_XXXXXX";
@@ -102,6 +102,7 @@ static void test_save_find_prune(void **state) {
     assert_int_equal(ckpt_dist_locate(c, root, -1, &f, &err), 1);
     assert_int_equal(f.ranks, 4);
     assert_int_equal(f.mesh[1], 4);
+    assert_int_equal(f.mesh[3], 1); /* no mesh: no expert parallelism */
     /* One process's newer step wins over the sharded one. */
     CkptState one = {.step = 5, .optim_step = 5};
     assert_int_equal(ckpt_save(root, &one, &model, 1, optim, 2, 0, &err), 0);
@@ -432,6 +433,26 @@ static void test_hostile_mesh(void **state) {
     CkptDistReader r;
     assert_int_equal(ckpt_dist_reader_open(&r, root, &err), -1);
     assert_non_null(strstr(err.msg, "mesh must be 3 positive integers whose product is ranks"));
+    /* The expert-parallel degree (a fourth entry; absent in older markers: 1) is one a job of
+     * `ranks` processes can have. */
+    const char *bad_ep[] = {"[1, 4, 1, 0]", "[1, 4, 1, 5]", "[1, 4, 1, 2, 1]", "[1, 4]"};
+    for (size_t i = 0; i < sizeof bad_ep / sizeof bad_ep[0]; i++) {
+        char t[256];
+        int n = snprintf(t, sizeof t,
+                         "{\"format\": \"qtitan-sharded-checkpoint\", \"ranks\": 4, \"mesh\": "
+                         "%s, \"step\": 1, \"steps\": [1]}\n",
+                         bad_ep[i]);
+        assert_int_equal(fs_write_atomic(path, t, (size_t)n, &err), 0);
+        assert_int_equal(ckpt_dist_reader_open(&r, root, &err), -1);
+        if (!strstr(err.msg, "an expert-parallel degree from 1 to ranks"))
+            fail_msg("%s: %s", bad_ep[i], err.msg);
+    }
+    const char *ep2 = "{\"format\": \"qtitan-sharded-checkpoint\", \"ranks\": 4, \"mesh\": "
+                      "[1, 4, 1, 2], \"step\": 1, \"steps\": [1]}\n";
+    assert_int_equal(fs_write_atomic(path, ep2, strlen(ep2), &err), 0);
+    CkptDistFound f;
+    assert_int_equal(ckpt_dist_locate(NULL, root, 1, &f, &err), 1);
+    assert_true(f.mesh[1] == 4 && f.mesh[3] == 2);
     assert_int_equal(fs_remove_tree(root, &err), 0);
     free(path);
     free(root);

@@ -147,29 +147,48 @@ static void test_errors(void **state) {
                                     "of parallelism.tensor_parallel_degree = 2"));
 }
 
-/* Expert parallelism: a rank keeps X / ep experts of every MoE layer whole and 1/dp_shard of the
- * rest, so on FSDP 4 its parameters are (all - experts) / 4 + experts / 4 with EP 4, and
- * (all - experts) / 4 + experts / 2 with EP 2. */
+/* Expert parallelism: a rank computes X / ep experts of every MoE layer and keeps 1 / (dp_shard
+ * x tp / ep) of them (FSDP over its replica's ranks holding the same experts) and 1/dp_shard of
+ * the rest. So on FSDP 4 a rank keeps a quarter of the experts with EP 4 (X / 4, whole) and with
+ * EP 2 (X / 2, halved), as without EP; on HSDP 2 x 2 with EP 2 half of them (replicas hold
+ * copies), as plain HSDP; and under TP 2 x FSDP 2 a quarter with EP 2 as with EP 4. */
 static void test_expert_parallel(void **state) {
     (void)state;
     Err err;
-    TrainPlan fsdp, ep4, ep2;
-    char *a[] = {"--model.flavor=debugmodel_moe", "--training.seq_len=32",
-                 "--parallelism.data_parallel_shard_degree=4"};
-    char *b[] = {"--model.flavor=debugmodel_moe", "--training.seq_len=32",
-                 "--parallelism.data_parallel_shard_degree=4",
-                 "--parallelism.expert_parallel_degree=4"};
-    char *c[] = {"--model.flavor=debugmodel_moe", "--training.seq_len=32",
-                 "--parallelism.data_parallel_shard_degree=4",
-                 "--parallelism.expert_parallel_degree=2"};
+    TrainPlan fsdp, ep4, ep2, hsdp, hsdp_ep2, tp_ep2, tp_ep4;
+#define MOE "--model.flavor=debugmodel_moe", "--training.seq_len=32"
+#define SHARD(n) "--parallelism.data_parallel_shard_degree=" #n
+#define EPD(n) "--parallelism.expert_parallel_degree=" #n
+    char *a[] = {MOE, SHARD(4)};
+    char *b[] = {MOE, SHARD(4), EPD(4)};
+    char *c[] = {MOE, SHARD(4), EPD(2)};
+    char *d[] = {MOE, "--parallelism.data_parallel_replicate_degree=2", SHARD(2)};
+    char *e[] = {MOE, "--parallelism.data_parallel_replicate_degree=2", SHARD(2), EPD(2)};
+    char *f[] = {MOE, "--parallelism.tensor_parallel_degree=2", SHARD(2), EPD(2)};
+    char *g[] = {MOE, "--parallelism.tensor_parallel_degree=2", SHARD(2), EPD(4)};
     assert_int_equal(plan(&fsdp, 3, a, &err), 0);
     assert_int_equal(plan(&ep4, 4, b, &err), 0);
     assert_int_equal(plan(&ep2, 4, c, &err), 0);
-    /* debugmodel_moe: 8 layers of 64 experts, 3 x 768 x 256 floats each */
-    double experts = 8.0 * 64 * 3 * 768 * 256 * 4;
+    assert_int_equal(plan(&hsdp, 4, d, &err), 0);
+    assert_int_equal(plan(&hsdp_ep2, 5, e, &err), 0);
+    assert_int_equal(plan(&tp_ep2, 5, f, &err), 0);
+    assert_int_equal(plan(&tp_ep4, 5, g, &err), 0);
+#undef MOE
+#undef SHARD
+#undef EPD
     assert_true(fabs(ep4.params - fsdp.params) < 1e-6 * fsdp.params);
-    assert_true(fabs(ep2.params - (fsdp.params + experts / 4)) < 1e-6 * fsdp.params);
+    assert_true(fabs(ep2.params - fsdp.params) < 1e-6 * fsdp.params);
+    assert_true(fabs(hsdp_ep2.params - hsdp.params) < 1e-6 * hsdp.params);
+    assert_true(fabs(hsdp_ep2.grads - hsdp.grads) < 1e-6 * hsdp.grads);
+    assert_true(fabs(tp_ep2.params - tp_ep4.params) < 1e-6 * tp_ep4.params);
+    /* debugmodel_moe: 8 layers of 64 experts, 3 x 768 x 256 floats each; the rest (attention,
+     * router, embedding, head) is the same on both FSDP 4 meshes, so it cancels. */
+    double experts = 8.0 * 64 * 3 * 768 * 256 * 4;
+    assert_true(fabs((ep2.params - ep4.params)) < 1e-6 * experts);
     assert_true(fabs(ep2.optim - 2 * ep2.grads) < 1);
+    /* The gather workspaces hold a layer's X / ep experts, not all of them. */
+    assert_true(ep2.fsdp_workspace < fsdp.fsdp_workspace);
+    assert_true(ep4.fsdp_workspace < ep2.fsdp_workspace);
 }
 
 /* LoRA: AdamW state and gradients for the adapters (r (I + O) per targeted linear), none for

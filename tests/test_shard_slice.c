@@ -190,7 +190,7 @@ static void test_layout_disagrees(void **state) {
     Err err;
     char *dir = ckpt_dist_rank_dir(tmpl, 0);
     assert_int_equal(ckpt_save(dir, &st, &piece, 1, NULL, 0, 0, &err), 0);
-    CkptDistFound found = {.step = 3, .ranks = 1, .mesh = {1, 1, 1}};
+    CkptDistFound found = {.step = 3, .ranks = 1, .mesh = {1, 1, 1, 1}};
     CkptDistReader r;
     assert_int_equal(ckpt_dist_reader_open_found(&r, NULL, tmpl, &found, 0, &err), 0);
     CkptTensor whole = {"w", 1, {8}, back, NULL};

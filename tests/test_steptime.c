@@ -2,10 +2,11 @@
  * layers, 4 heads of 8, 2 kv heads, FFN 64, vocabulary 640, tied; 2 x 32 tokens per rank): the
  * FSDP unit sizes and gather / reduce-scatter bytes and times, the compute time from the MFU
  * formula, tensor parallelism's all-reduces and its unsplit lm_head, a dp_shard group that
- * crosses hosts and a replicate group whose ranks share a host link, expert parallelism's
- * all-to-all, overlap, the enumeration of meshes, and the sentences for malformed --cluster
- * values and meshes that do not fit the cluster. Every expected number is written out from
- * the shapes here, not taken from the program. */
+ * crosses hosts and a replicate group whose ranks share a host link, expert parallelism as the
+ * trainer runs it (the all-to-all of each tp rank's block, the counts, the experts' FSDP group,
+ * the router's tp sum; EP x TP inside and across hosts), overlap, the enumeration of meshes, and
+ * the sentences for malformed --cluster values and meshes that do not fit the cluster. Every
+ * expected number is written out from the shapes here, not taken from the program. */
 /* cmocka.h needs these four first. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -165,20 +166,19 @@ static void test_tp_and_hosts(void **state) {
     config_free(&cfg);
 }
 
+#define TINY_MOE                                                                                   \
+    "--model.flavor=debugmodel_moe", "--model.dim=32", "--model.n_layers=2", "--model.n_heads=4",  \
+        "--model.n_kv_heads=2", "--model.head_dim=8", "--model.vocab_size=640",                    \
+        "--model.num_experts=4", "--model.top_k=2", "--model.moe_hidden_dim=16",                   \
+        "--training.seq_len=32", "--training.local_batch_size=2"
+
+/* The tiny MoE model: 2 MoE layers of 4 experts of 3 x 16 x 32 floats, top 2, N = 64 tokens
+ * per rank. */
+static const double EXPERT = 3 * 16 * 32, X = 4, K = 2;
+
 static void test_expert_parallel(void **state) {
     (void)state;
-    char *argv[] = {"--model.flavor=debugmodel_moe",
-                    "--model.dim=32",
-                    "--model.n_layers=2",
-                    "--model.n_heads=4",
-                    "--model.n_kv_heads=2",
-                    "--model.head_dim=8",
-                    "--model.vocab_size=640",
-                    "--model.num_experts=4",
-                    "--model.top_k=2",
-                    "--model.moe_hidden_dim=16",
-                    "--training.seq_len=32",
-                    "--training.local_batch_size=2"};
+    char *argv[] = {TINY_MOE};
     JobConfig cfg;
     load(&cfg, argv, sizeof argv / sizeof argv[0]);
     Cluster c = cluster(1, 4);
@@ -186,28 +186,97 @@ static void test_expert_parallel(void **state) {
     StepTime s, f;
     Err err;
     assert_int_equal(steptime_estimate(&s, &cfg, &m, &c, &err), 0);
-    /* Per MoE layer: dispatch and combine, forward and backward, each rank sending its
-     * N x top_k rows of D floats to the other rank of its pair. */
-    const StepCollective *a = find(&s, "EP all-to-all");
+    /* Per MoE layer: dispatch and combine forward, the gradients there and back backward, each
+     * rank sending its N x top_k rows of D floats to the other rank of its pair; and once
+     * per forward the per-expert row counts. */
+    const StepCollective *a = find(&s, "EP all-to-all"), *k = find(&s, "EP all-to-all (counts)");
     assert_non_null(a);
+    assert_non_null(k);
     near(a->count, 2 * 4);
-    near(a->bytes, N * 2 * D * 4);
-    near(a->seconds, 8 * (10e-6 + 0.5 * N * 2 * D * 4 / 1e9));
-    /* The experts (4 x 3 x 16 x 32 per layer) are split over the 2 EP ranks and gathered
-     * over the other 2 of the dp_shard group, ranks 2 apart. */
+    near(a->bytes, N * K * D * 4);
+    near(a->seconds, 8 * (10e-6 + 0.5 * N * K * D * 4 / 1e9));
+    near(k->count, 2);
+    near(k->seconds, 2 * (10e-6 + 0.5 * X * 4 / 1e9));
+    /* Each rank computes 2 of the 4 experts and keeps half of them: they are gathered over
+     * the 2 ranks holding the same experts (ranks 2 apart), once per layer (the last two
+     * layers stay gathered into backward), and reduce-scattered once. */
     const StepCollective *g = find(&s, "FSDP all-gather (experts)");
+    const StepCollective *r = find(&s, "FSDP reduce-scatter (experts)");
     assert_non_null(g);
+    assert_non_null(r);
     assert_int_equal(g->ranks, 2);
-    near(g->bytes * g->count, 2 * (4 * 3 * 16 * 32 / 2.0) * 4);
+    assert_string_equal(g->group, "ep_shard");
+    double xb = 2 * (X / 2 * EXPERT) * 4;
+    near(g->bytes * g->count, xb);
+    near(g->seconds, 2 * 10e-6 + 0.5 * xb / 1e9);
+    near(r->seconds, 2 * 10e-6 + 0.5 * xb / 1e9);
     /* Without EP the experts are gathered whole with the layer, and no all-to-all runs. */
     m.ep = 1;
     assert_int_equal(steptime_estimate(&f, &cfg, &m, &c, &err), 0);
     assert_null(find(&f, "EP all-to-all"));
+    assert_null(find(&f, "FSDP all-gather (experts)"));
     assert_true(f.mem_bytes > s.mem_bytes); /* larger gather workspaces */
-    /* EP must divide the dp_shard group and the experts. */
+    /* EP must be a multiple of tp whose dp_shard part divides dp_shard: training's sentence. */
     m.ep = 3;
     assert_int_equal(steptime_estimate(&f, &cfg, &m, &c, &err), -1);
-    assert_non_null(strstr(err.msg, "expert parallelism 3 must divide"));
+    assert_non_null(strstr(err.msg, "expert_parallel_degree = 3 spans 3 data_parallel_shard"));
+    config_free(&cfg);
+}
+
+/* EP x TP as qtitan runs it: the EP group is the tp pair (ep 2 = tp 2), each tp rank sending
+ * its block of N / 2 tokens; the experts' FSDP group is the ranks with the same experts; the
+ * router's gradient is summed over tp; across hosts the all-to-all goes through the host link. */
+static void test_expert_tensor_parallel(void **state) {
+    (void)state;
+    char *argv[] = {TINY_MOE};
+    JobConfig cfg;
+    load(&cfg, argv, sizeof argv / sizeof argv[0]);
+    Cluster c = cluster(1, 4);
+    StepMesh m = {.rep = 1, .shard = 2, .tp = 2, .ep = 2, .ac = AC_NONE};
+    StepTime s;
+    Err err;
+    assert_int_equal(steptime_estimate(&s, &cfg, &m, &c, &err), 0);
+    const StepCollective *a = find(&s, "EP all-to-all");
+    assert_non_null(a);
+    assert_int_equal(a->ranks, 2);
+    near(a->count, 8);
+    near(a->bytes, N / 2 * K * D * 4);
+    near(a->seconds, 8 * (10e-6 + 0.5 * N / 2 * K * D * 4 / 1e9));
+    const StepCollective *r = find(&s, "TP router all-reduce");
+    assert_non_null(r);
+    near(r->count, 2);
+    near(r->seconds, 2 * (2 * 10e-6 + 0.5 * 2 * X * D * 4 / 1e9));
+    const StepCollective *t = find(&s, "TP all-reduce");
+    assert_true(t && t->count == 8);
+    const StepCollective *g = find(&s, "FSDP all-gather (experts)");
+    assert_true(g && g->ranks == 2);
+    near(g->bytes * g->count, 2 * (X / 2 * EXPERT) * 4);
+    /* Experts and their tokens split over tp as well: each rank computes half of all but
+     * lm_head. */
+    double head = 6 * V * D * N;
+    near(s.rank_flops, (s.plan.hw_flops_per_step - head) / 2 + head);
+
+    /* EP 4 = 2 dp_shard ranks x tp 2 on two hosts of two: every rank keeps its experts whole
+     * (no experts' FSDP), and half of each rank's rows leave its host: the host's two ranks
+     * push N / 2 x top_k rows each through its link. */
+    c = cluster(2, 2);
+    m.ep = 4;
+    assert_int_equal(steptime_estimate(&s, &cfg, &m, &c, &err), 0);
+    a = find(&s, "EP all-to-all");
+    assert_true(a && a->cross_host && a->ranks == 4);
+    double b = N / 2 * K * D * 4;
+    near(a->seconds, 8 * (3 * 10e-6 + 2 * 0.5 * b / 0.1e9));
+    assert_null(find(&s, "FSDP all-gather (experts)"));
+    /* A MoE model under tp 2 needs EP: training's sentence. */
+    m.ep = 1;
+    assert_int_equal(steptime_estimate(&s, &cfg, &m, &c, &err), -1);
+    assert_non_null(strstr(err.msg, "is not a multiple of parallelism.tensor_parallel_degree"));
+    /* The enumeration offers EP x TP meshes. */
+    StepTime best[64];
+    int valid, n = steptime_enumerate(best, 64, &valid, &cfg, &c), found = 0;
+    for (int i = 0; i < n; i++)
+        found |= best[i].mesh.tp == 2 && best[i].mesh.ep >= 2;
+    assert_true(found);
     config_free(&cfg);
 }
 
@@ -294,8 +363,8 @@ static void test_bad_input(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fsdp_one_host),   cmocka_unit_test(test_tp_and_hosts),
-        cmocka_unit_test(test_expert_parallel), cmocka_unit_test(test_enumerate),
-        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_expert_parallel), cmocka_unit_test(test_expert_tensor_parallel),
+        cmocka_unit_test(test_enumerate),       cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,14 +5,20 @@
 # and the latency of a small all-gather that follows 2 ms of work on each rank (mpi_comm
 # bench). Then the debugmodel (seq 128, local batch 2, global batch 4) on
 # FSDP 2 and on TP 2 under mpirun, each rank with one OpenMP thread, and the model's step time
-# for the same meshes. Prints measured and modeled step times (mean over steps 2..), the
-# measured time in collectives (comm_s) beside the modeled exposed communication, and the error.
-#   bash bench/dist/steptime_check.sh [STEPS]   (from the repo root, after scripts/build.sh)
+# for the same meshes; with `moe`, configs/debug_moe.toml's model (8 experts, top 2, 4 layers)
+# on EP 2 and EP 2 x TP 2 instead. Prints measured and modeled step times (mean over steps 2..),
+# the measured time in collectives (comm_s) beside the modeled exposed communication, and the
+# error.
+#   bash bench/dist/steptime_check.sh [STEPS] [dense|moe]   (from the repo root, after
+#   scripts/build.sh)
 set -euo pipefail
 steps=${1:-6}
+kind=${2:-dense}
 # shellcheck source=bench/dist/common.sh
 . "$(dirname "$0")/common.sh"
-job=(--config configs/debug.toml --model.tokenizer_path=tests/fixtures/tokenizer/tiny_gpt2
+config=configs/debug.toml meshes="fsdp2 tp2"
+[ "$kind" = moe ] && config=configs/debug_moe.toml meshes="ep2 ep2tp2"
+job=(--config "$config" --model.tokenizer_path=tests/fixtures/tokenizer/tiny_gpt2
   --training.dataset_path="$tmp/data.jsonl" --training.seq_len=128 --training.local_batch_size=2
   --training.global_batch_size=4 --training.steps="$steps")
 mean() { # field of metrics.jsonl, mean over steps 2..
@@ -27,10 +33,13 @@ peak=$(sed -n 's/.*measured peak: \([0-9.]*\) TFLOP\/s.*/\1/p' "$tmp/one.log" | 
 eff=$(awk -v m="$(mean "$tmp/one" mfu)" 'BEGIN { printf "%.4f", m / 100 }')
 echo "inputs: peak $peak TFLOP/s per rank, eff $eff (1 process: step $(mean "$tmp/one" step_time_s) s), all-gather $bw GB/s, $lat us per message"
 printf '%-6s %24s %24s %8s\n' mesh "measured: step (comm_s)" "modeled: step (exposed)" error
-for mesh in fsdp2 tp2; do
+for mesh in $meshes; do
   case $mesh in
     fsdp2) par=(--parallelism.data_parallel_shard_degree=2) ;;
     tp2) par=(--parallelism.data_parallel_shard_degree=1 --parallelism.tensor_parallel_degree=2) ;;
+    ep2) par=(--parallelism.data_parallel_shard_degree=2 --parallelism.expert_parallel_degree=2) ;;
+    ep2tp2) par=(--parallelism.data_parallel_shard_degree=1 --parallelism.tensor_parallel_degree=2
+      --parallelism.expert_parallel_degree=2) ;;
   esac
   mpirun --oversubscribe -np 2 "$bin" train "${job[@]}" "${par[@]}" --metrics.peak_tflops="$peak" \
     --job.dump_folder="$tmp/$mesh" >"$tmp/$mesh.log" 2>&1

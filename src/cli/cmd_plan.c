@@ -131,14 +131,16 @@ static int run_cluster(const JobConfig *cfg, const Cluster *cl, const StepMesh *
         }
         if (n > 0 && best[0].mem_bytes <= c.mem_gib * 1073741824.0) {
             const StepMesh *b = &best[0].mesh;
+            char ep[64] = "";
+            if (b->ep > 1)
+                snprintf(ep, sizeof ep, " --parallelism.expert_parallel_degree=%d", b->ep);
             printf("recommend: --parallelism.data_parallel_replicate_degree=%d "
                    "--parallelism.data_parallel_shard_degree=%d "
                    "--parallelism.tensor_parallel_degree=%d%s%s "
                    "--activation_checkpoint.mode=%s (%.1f tokens/s, %.2fx the job's mesh)\n",
                    b->rep, b->shard, b->tp, b->sp ? " --parallelism.enable_sequence_parallel" : "",
-                   b->ep > 1 ? " with expert parallelism" : "", config_ac_mode_name(b->ac),
-                   best[0].tokens_per_s, best[0].tokens_per_s / job->tokens_per_s);
-            if (b->ep > 1) printf("  (expert parallelism degree %d)\n", b->ep);
+                   ep, config_ac_mode_name(b->ac), best[0].tokens_per_s,
+                   best[0].tokens_per_s / job->tokens_per_s);
         } else {
             printf("recommend: no mesh fits %.4g GiB per rank; lower training.local_batch_size "
                    "or training.seq_len, or add ranks\n",
@@ -209,6 +211,9 @@ int cmd_plan(int argc, char **argv) {
         return 2;
     }
     int rc = cluster ? steptime_job_mesh(&m, &cfg, &c, &err) : 0;
+    /* On a cluster the memory plan is the job's mesh there: data_parallel_shard_degree = -1
+     * takes what the cluster's ranks leave (an expert-parallel degree may need them). */
+    if (rc == 0 && cluster) cfg.parallelism.data_parallel_shard_degree = m.shard;
     TrainPlan p;
     if (rc == 0) {
         config_log_notices(&cfg);

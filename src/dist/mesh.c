@@ -146,7 +146,8 @@ int mesh_create(Mesh *out, Comm *world, const MeshConfig *cfg, Err *err) {
         comm_split(world, d->r * d->dp_shard + d->s, d->t, &out->tp, err) ||
         comm_split(world, d->t, d->dp_rank, &out->dp, err) ||
         comm_split(world, d->ep > 1 ? group : d->rank, d->q, &out->ep, err) ||
-        comm_split(world, d->q, d->ep > 1 ? group : d->rank, &out->ep_replica, err)) {
+        comm_split(world, d->ep > 1 ? d->r * d->ep + d->q : d->rank, d->s / d->ep_in,
+                   &out->ep_shard, err)) {
         mesh_destroy(out);
         return err_wrap(err, "device mesh");
     }
@@ -159,8 +160,8 @@ void mesh_destroy(Mesh *m) {
     comm_destroy(m->tp);
     comm_destroy(m->dp);
     comm_destroy(m->ep);
-    comm_destroy(m->ep_replica);
-    m->dp_replicate = m->dp_shard = m->tp = m->dp = m->ep = m->ep_replica = NULL;
+    comm_destroy(m->ep_shard);
+    m->dp_replicate = m->dp_shard = m->tp = m->dp = m->ep = m->ep_shard = NULL;
 }
 
 int mesh_global_norm(double *out, const Mesh *m, double sq_tp_sharded, double sq_tp_replicated,

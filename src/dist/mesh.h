@@ -70,7 +70,9 @@ typedef struct Mesh {
     Comm *tp;           /* same (r, s): the tensor-parallel group */
     Comm *dp;           /* same t: every data-parallel rank (loss and token counts) */
     Comm *ep;           /* same r and s / ep_in: the ranks that split one layer's experts */
-    Comm *ep_replica;   /* same EP index q: the ranks holding the same experts */
+    /* same EP index q and replica r: the ranks of one replica holding the same experts, over
+     * which the experts are FSDP-sharded (replicas hold copies, as under HSDP) */
+    Comm *ep_shard;
 } Mesh;
 
 /* Resolves cfg against world's size and rank, then splits the four sub-communicators

@@ -29,9 +29,9 @@ char *ckpt_dist_rank_dir(const char *root, int rank) {
 }
 
 /* Rank 0: the marker's steps (oldest first) into steps[0..*n), *ranks and the mesh
- * [dp_replicate, dp_shard, tp] (mesh absent: [1, ranks, 1]). 0 and *n = 0 when there is no
- * marker. */
-static int read_marker(const char *root, int64_t *steps, int *n, int64_t *ranks, int64_t mesh[3],
+ * [dp_replicate, dp_shard, tp, ep] (mesh absent: [1, ranks, 1, 1]; ep absent, as markers
+ * written before expert parallelism have it: 1). 0 and *n = 0 when there is no marker. */
+static int read_marker(const char *root, int64_t *steps, int *n, int64_t *ranks, int64_t mesh[4],
                        Err *err) {
     *n = 0;
     *ranks = 0;
@@ -55,15 +55,20 @@ static int read_marker(const char *root, int64_t *steps, int *n, int64_t *ranks,
                      path, FORMAT, CKPT_DIST_MAX_KEPT);
     } else {
         json_t *m = json_object_get(o, "mesh");
-        mesh[0] = 1, mesh[1] = *ranks, mesh[2] = 1;
-        for (int k = 0; k < 3 && json_is_array(m); k++)
-            mesh[k] = json_integer_value(json_array_get(m, (size_t)k));
+        mesh[0] = 1, mesh[1] = *ranks, mesh[2] = 1, mesh[3] = 1;
+        size_t len = json_is_array(m) ? json_array_size(m) : 0;
+        for (size_t k = 0; k < 4 && k < len; k++)
+            mesh[k] = json_integer_value(json_array_get(m, k));
         /* Checked before multiplying: a hostile mesh must not wrap to the right product. */
         int64_t product = 0;
-        if (m && (!json_is_array(m) || json_array_size(m) != 3 || mesh[0] < 1 || mesh[1] < 1 ||
+        if (m && (!json_is_array(m) || (len != 3 && len != 4) || mesh[0] < 1 || mesh[1] < 1 ||
                   mesh[2] < 1 || __builtin_mul_overflow(mesh[0], mesh[1], &product) ||
-                  __builtin_mul_overflow(product, mesh[2], &product) || product != *ranks))
-            rc = err_set(err, "%s: mesh must be 3 positive integers whose product is ranks", path);
+                  __builtin_mul_overflow(product, mesh[2], &product) || product != *ranks ||
+                  mesh[3] < 1 || mesh[3] > *ranks))
+            rc = err_set(err,
+                         "%s: mesh must be 3 positive integers whose product is ranks, and an "
+                         "expert-parallel degree from 1 to ranks",
+                         path);
         for (size_t i = 0; i < json_array_size(list) && rc == 0; i++) {
             json_t *v = json_array_get(list, i);
             if (!json_is_integer(v) || json_integer_value(v) < 0)
@@ -77,12 +82,12 @@ static int read_marker(const char *root, int64_t *steps, int *n, int64_t *ranks,
     return rc;
 }
 
-static int write_marker(const char *root, const int64_t *steps, int n, int ranks, const int mesh[3],
+static int write_marker(const char *root, const int64_t *steps, int n, int ranks, const int mesh[4],
                         Err *err) {
     json_t *o = json_object(), *list = json_array(), *m = json_array();
     json_object_set_new(o, "format", json_string(FORMAT));
     json_object_set_new(o, "ranks", json_integer(ranks));
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 4; k++)
         json_array_append_new(m, json_integer(mesh[k]));
     json_object_set_new(o, "mesh", m);
     json_object_set_new(o, "step", json_integer(steps[n - 1]));
@@ -146,7 +151,7 @@ static char *layout_text(const CkptTensor *model, const ShardSlice *slices, int 
     return text;
 }
 
-int ckpt_dist_save(Comm *world, const int mesh[3], const char *root, const CkptState *st,
+int ckpt_dist_save(Comm *world, const int mesh[4], const char *root, const CkptState *st,
                    const CkptTensor *model, const ShardSlice *slices, int nmodel,
                    const CkptTensor *optim, int noptim, int keep_latest_k, Err *err) {
     char *dir = ckpt_dist_rank_dir(root, world->rank);
@@ -171,7 +176,7 @@ int ckpt_dist_save(Comm *world, const int mesh[3], const char *root, const CkptS
     /* Rank 0 commits; the list of kept steps travels to every rank: [count, steps...]. */
     double kept[CKPT_DIST_MAX_KEPT + 1] = {0};
     if (world->rank == 0) {
-        int64_t steps[CKPT_DIST_MAX_KEPT + 1], ranks, old_mesh[3];
+        int64_t steps[CKPT_DIST_MAX_KEPT + 1], ranks, old_mesh[4];
         int n;
         rc = read_marker(root, steps, &n, &ranks, old_mesh, err);
         if (rc == 0) {
@@ -202,9 +207,9 @@ int ckpt_dist_save(Comm *world, const int mesh[3], const char *root, const CkptS
     return rc;
 }
 
-/* Rank 0's part of ckpt_dist_locate: found = {have one, step, ranks, mesh[3]}. */
-static int locate_here(const char *root, int64_t load_step, double found[6], Err *err) {
-    int64_t steps[CKPT_DIST_MAX_KEPT + 1], ranks, mesh[3], one = -1;
+/* Rank 0's part of ckpt_dist_locate: found = {have one, step, ranks, mesh[4]}. */
+static int locate_here(const char *root, int64_t load_step, double found[7], Err *err) {
+    int64_t steps[CKPT_DIST_MAX_KEPT + 1], ranks, mesh[4], one = -1;
     int n;
     TRY(ckpt_clean_stale(root, err));
     TRY(read_marker(root, steps, &n, &ranks, mesh, err));
@@ -245,7 +250,7 @@ static int locate_here(const char *root, int64_t load_step, double found[6], Err
     if (sharded >= one) {
         found[1] = (double)sharded;
         found[2] = (double)ranks;
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < 4; k++)
             found[3 + k] = (double)mesh[k];
     } else {
         found[1] = (double)one;
@@ -260,7 +265,7 @@ int ckpt_dist_locate(Comm *world, const char *root, int64_t load_step, CkptDistF
     char *dir = ckpt_dist_rank_dir(root, rank);
     if (world && rank > 0 && fs_exists(dir)) rc = ckpt_clean_stale(dir, err);
     free(dir);
-    double f[6] = {0};
+    double f[7] = {0};
     if (rc == 0 && rank == 0) rc = locate_here(root, load_step, f, err);
     /* A one-process step and a sharded one of the same number: the job's own kind wins. */
     if (world) {
@@ -271,7 +276,7 @@ int ckpt_dist_locate(Comm *world, const char *root, int64_t load_step, CkptDistF
     if (f[0] == 0) return 0;
     found->step = (int64_t)f[1];
     found->ranks = (int)f[2];
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 4; k++)
         found->mesh[k] = (int)f[3 + k];
     return 1;
 }
@@ -319,7 +324,7 @@ static json_t *load_layout(const char *step_dir, int *rc, Err *err) {
 
 int ckpt_dist_check_shapes(const char *root, int64_t load_step, const ParamInfo *params, int n,
                            Err *err) {
-    int64_t steps[CKPT_DIST_MAX_KEPT + 1], ranks, mesh[3], sharded = -1;
+    int64_t steps[CKPT_DIST_MAX_KEPT + 1], ranks, mesh[4], sharded = -1;
     int nsteps;
     Err ignore;
     /* A broken latest.json is ckpt_dist_locate's to report. */
@@ -404,7 +409,7 @@ static int open_dirs(CkptDistReader *r, char *const *dirs, int n, int optim, int
 
 int ckpt_dist_reader_open_step(CkptDistReader *r, const char *root, int64_t step, Err *err) {
     memset(r, 0, sizeof *r);
-    int64_t steps[CKPT_DIST_MAX_KEPT + 1], ranks, mesh[3];
+    int64_t steps[CKPT_DIST_MAX_KEPT + 1], ranks, mesh[4];
     int n;
     TRY(read_marker(root, steps, &n, &ranks, mesh, err));
     if (n == 0)

@@ -3,7 +3,7 @@
  * optimizer state, and the train state), to {root}/rank-K/step-N/; no rank ever holds the
  * whole model. Once every rank has committed step N (a collective agreement), rank 0
  * atomically rewrites {root}/latest.json: {"format", "ranks", "mesh": [dp_replicate,
- * dp_shard, tp], "step": N, "steps": [...]}, the steps every rank holds, newest last. Each
+ * dp_shard, tp, ep], "step": N, "steps": [...]}, the steps every rank holds, newest last. Each
  * rank's step directory also holds layout.json: for every parameter the slice of the whole
  * tensor that rank's files hold (train/shard_slice.h; its optimizer state has the same), so
  * that a job on any mesh, or on one process, can resume from it (resharding), and a job on many
@@ -33,8 +33,8 @@ int ckpt_dist_check_keep(int ranks, int enable, int keep_latest_k, Err *err);
 
 /* Collective over world: every rank passes its own tensors, what each holds of its whole
  * tensor (slices[i] for model[i]; NULL writes no layout.json, and then only the same mesh can
- * resume) and the job's mesh [dp_replicate, dp_shard, tp]; the same result on every rank. */
-int ckpt_dist_save(Comm *world, const int mesh[3], const char *root, const CkptState *st,
+ * resume) and the job's mesh [dp_replicate, dp_shard, tp, ep]; the same result on every rank. */
+int ckpt_dist_save(Comm *world, const int mesh[4], const char *root, const CkptState *st,
                    const CkptTensor *model, const ShardSlice *slices, int nmodel,
                    const CkptTensor *optim, int noptim, int keep_latest_k, Err *err);
 
@@ -42,7 +42,7 @@ int ckpt_dist_save(Comm *world, const int mesh[3], const char *root, const CkptS
 typedef struct CkptDistFound {
     int64_t step;
     int ranks;   /* that wrote it; 0 for one process's root/step-N */
-    int mesh[3]; /* [dp_replicate, dp_shard, tp] of a sharded one */
+    int mesh[4]; /* [dp_replicate, dp_shard, tp, ep] of a sharded one */
 } CkptDistFound;
 
 /* Collective over world (NULL: this process alone): 1 with *found for the newest complete step

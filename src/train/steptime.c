@@ -145,6 +145,7 @@ int steptime_estimate(StepTime *out, const JobConfig *cfg, const StepMesh *m, co
     job.parallelism.data_parallel_replicate_degree = m->rep;
     job.parallelism.data_parallel_shard_degree = m->shard;
     job.parallelism.tensor_parallel_degree = m->tp;
+    job.parallelism.expert_parallel_degree = m->ep;
     job.parallelism.enable_sequence_parallel = m->sp;
     job.activation_checkpoint.mode = m->ac;
     int was = log_set_info(0); /* the plan logs kernel replacements; once is enough */
@@ -153,27 +154,9 @@ int steptime_estimate(StepTime *out, const JobConfig *cfg, const StepMesh *m, co
     TRY(rc);
     const TrainPlan *p = &out->plan;
     const ModelSpec *sp = &p->spec;
-    if (m->ep > 1) {
-        if (sp->num_experts <= 0)
-            return err_set(err, "expert parallelism %d: the model has no experts", m->ep);
-        if (m->shard % m->ep != 0 || sp->num_experts % m->ep != 0)
-            return err_set(err,
-                           "expert parallelism %d must divide data_parallel_shard_degree = %d and "
-                           "num_experts = %d",
-                           m->ep, m->shard, sp->num_experts);
-        if (m->tp > 1)
-            return err_set(err, "expert parallelism with tensor parallelism is not modeled");
-    }
     PlanUnits u;
     train_plan_units(&u, sp, m->tp, m->ep);
     out->mem_bytes = p->total;
-    if (world > 1)
-        out->mem_bytes +=
-            train_plan_fsdp_workspace(&u,
-                                      cfg->training.mixed_precision_param == DT_BF16 ||
-                                          (cfg->lora.rank > 0 && cfg->lora.base_dtype == DT_BF16),
-                                      cfg->lora.rank > 0) -
-            p->fsdp_workspace;
 
     /* Compute: the plan's FLOPs of one data-parallel rank's tokens (the recomputed forward
      * included), split over tp except lm_head, which each tp rank runs whole unless sequence
@@ -188,24 +171,27 @@ int steptime_estimate(StepTime *out, const JobConfig *cfg, const StepMesh *m, co
      * forward and again for its backward, except the two layers and the edge unit still in
      * their workspaces when backward starts (with tied embeddings the embedding unit stays
      * gathered throughout); every unit's gradient is reduce-scattered once. Under expert
-     * parallelism the experts are gathered and reduced over dp_shard / ep ranks instead. */
+     * parallelism a layer's experts are a unit of their own (train/train_qwen3.c): the rank's
+     * X / ep of them are gathered and reduce-scattered alongside the layer, over the
+     * dp_shard x tp / ep ranks of its replica that hold the same experts (ranks ep apart);
+     * without it they are part of the layer. */
     double fsdp = 0, first = 0;
-    int efsdp = m->ep > 1 ? m->shard / m->ep : m->shard;
-    for (int part = 0; part < 2; part++) {
-        const double *el = part ? u.experts : u.dense;
-        int ranks = part ? efsdp : m->shard, stride = part ? m->tp * m->ep : m->tp;
+    int ep_rep = m->shard * m->tp / m->ep;
+    for (int part = 0; part < (m->ep > 1 ? 2 : 1); part++) {
+        int ranks = part ? ep_rep : m->shard, stride = part ? m->ep : m->tp;
         double gb = 0, gn = 0, rb = 0, rn = 0;
         for (int i = 0; i < u.n; i++) {
-            if (el[i] <= 0) continue;
+            double n = part ? u.experts[i] : u.dense[i] + (m->ep > 1 ? 0 : u.experts[i]);
+            if (n <= 0) continue;
             int again = (i >= 1 && i <= L - 2) || (i == 0 && !sp->tie_embeddings);
-            gb += el[i] * c->gather_bytes * (again ? 2 : 1);
+            gb += n * c->gather_bytes * (again ? 2 : 1);
             gn += again ? 2 : 1;
-            rb += el[i] * 4.0;
+            rb += n * 4.0;
             rn += 1;
         }
         double tg = M * ring_seconds(c, stride, ranks, gn, gb, 1);
         double tr = M * ring_seconds(c, stride, ranks, rn, rb, 1);
-        const char *g = part ? "dp_shard/ep" : "dp_shard";
+        const char *g = part ? "ep_shard" : "dp_shard";
         add(out, part ? "FSDP all-gather (experts)" : "FSDP all-gather", g, c, stride, ranks,
             M * gn, gn > 0 ? gb / gn : 0, tg, 1);
         add(out, part ? "FSDP reduce-scatter (experts)" : "FSDP reduce-scatter", g, c, stride,
@@ -224,7 +210,8 @@ int steptime_estimate(StepTime *out, const JobConfig *cfg, const StepMesh *m, co
     out->overlap_s = hidden;
     double exposed = fsdp - hidden;
 
-    /* HSDP: once per step, the gradient slices are all-reduced over the replicas. */
+    /* HSDP: once per step, the gradient slices (the experts' included) are all-reduced over the
+     * replicas. */
     int rstride = m->tp * m->shard;
     double th = ring_seconds(c, rstride, m->rep, 1, p->grads, 2);
     add(out, "HSDP all-reduce", "dp_replicate", c, rstride, m->rep, 1, p->grads, th, 0);
@@ -253,17 +240,33 @@ int steptime_estimate(StepTime *out, const JobConfig *cfg, const StepMesh *m, co
             exposed += tg + tr + te;
         }
     }
-    /* Expert parallelism (ep ranks of the dp_shard group): per MoE layer and micro-batch the
-     * routed tokens go to their experts' ranks and come back, forward and backward (and again
-     * to recompute), each rank sending its N x top_k rows of D floats. */
-    if (m->ep > 1) {
-        double moe = 0;
-        for (int i = 1; i + 1 < u.n; i++)
-            moe += u.experts[i] > 0;
-        double n = M * moe * (4 + (m->ac == AC_FULL ? 2 : 0)), b = N * sp->top_k * D * 4.0;
-        double t = n * a2a_seconds(c, m->tp, m->ep, b);
-        add(out, "EP all-to-all", "ep", c, m->tp, m->ep, n, b, t, 0);
+    double moe = 0; /* MoE layers */
+    for (int i = 1; i + 1 < u.n; i++)
+        moe += u.experts[i] > 0;
+    /* MoE with tensor parallelism: each tp rank runs the router's backward on its block of
+     * the tokens, so the router's gradient (X x D) is all-reduced over tp per MoE layer and
+     * micro-batch. */
+    if (m->tp > 1 && moe > 0) {
+        double n = M * moe, b = sp->num_experts * D * 4.0;
+        double t = ring_seconds(c, 1, m->tp, n, n * b, 2);
+        add(out, "TP router all-reduce", "tp", c, 1, m->tp, n, b, t, 0);
         exposed += t;
+    }
+    /* Expert parallelism (ep consecutive ranks: ep / tp dp_shard ranks times the tp group,
+     * model/moe_ep.h): per MoE layer and micro-batch the routed rows go to their experts'
+     * ranks and come back forward (dispatch, combine), and their gradients backward (and the
+     * forward again to recompute under full checkpointing); each rank sends its block of
+     * N / tp tokens, N / tp x top_k rows of D floats. Before each forward's dispatch the
+     * ranks exchange their per-expert row counts (X floats). */
+    if (m->ep > 1) {
+        int full = m->ac == AC_FULL;
+        double n = M * moe * (4 + (full ? 2 : 0)), b = N / m->tp * sp->top_k * D * 4.0;
+        double t = n * a2a_seconds(c, 1, m->ep, b);
+        add(out, "EP all-to-all", "ep", c, 1, m->ep, n, b, t, 0);
+        double nc = M * moe * (1 + (full ? 1 : 0)), bc = sp->num_experts * 4.0;
+        double tc = nc * a2a_seconds(c, 1, m->ep, bc);
+        add(out, "EP all-to-all (counts)", "ep", c, 1, m->ep, nc, bc, tc, 0);
+        exposed += t + tc;
     }
 
     out->exposed_s = exposed;
@@ -298,9 +301,12 @@ int steptime_enumerate(StepTime *out, int cap, int *valid, const JobConfig *cfg,
         for (int rep = 1; rep <= world / tp; rep++) {
             if ((world / tp) % rep) continue;
             int shard = world / tp / rep;
+            /* ep: 1, or tp x a divisor of dp_shard (an EP group is ep / tp dp_shard ranks
+             * times the tp group); the estimate drops what the model cannot split. */
             for (int spar = 0; spar <= (tp > 1); spar++)
-                for (int ep = 1; ep <= shard; ep++) {
-                    if (shard % ep) continue;
+                for (int e = 0; e <= shard; e++) {
+                    int ep = e == 0 ? 1 : tp * e;
+                    if ((e > 0 && shard % e) || (e > 0 && ep == 1)) continue;
                     for (int a = 0; a < 3; a++) {
                         StepMesh m = {rep, shard, tp, ep, spar, acs[a]};
                         Err ignored;

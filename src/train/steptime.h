@@ -27,8 +27,10 @@ typedef struct Cluster {
 } Cluster;
 
 /* The mesh: [dp_replicate, dp_shard, tp] as [parallelism] has it, plus expert parallelism
- * (torchtitan's meaning: ep ranks of the dp_shard group split the experts; the experts'
- * FSDP group is the other dp_shard / ep), sequence parallelism and activation checkpointing. */
+ * (torchtitan's meaning with expert_tensor_parallel_degree = 1: an EP group is ep / tp
+ * dp_shard ranks times the tp group, and the experts are FSDP-sharded over the ranks of a
+ * replica that hold the same ones, as train/train_qwen3.c runs them), sequence parallelism and
+ * activation checkpointing. */
 typedef struct StepMesh {
     int rep, shard, tp, ep, sp;
     AcMode ac;
@@ -76,10 +78,10 @@ int steptime_job_mesh(StepMesh *m, const JobConfig *cfg, const Cluster *c, Err *
 int steptime_estimate(StepTime *out, const JobConfig *cfg, const StepMesh *m, const Cluster *c,
                       Err *err);
 /* Every mesh the job can run on over c (tp a divisor of the ranks per host, sequence
- * parallelism on or off with tp > 1, ep a divisor of dp_shard and of the experts, each
- * activation checkpointing mode), best first: those that fit c->mem_gib by tokens/s, then
- * those that do not by memory. Returns how many were written to out (at most cap), *valid the
- * number that exist. */
+ * parallelism on or off with tp > 1, ep 1 or tp x a divisor of dp_shard, each activation
+ * checkpointing mode; the estimate drops what the model cannot split), best first: those that
+ * fit c->mem_gib by tokens/s, then those that do not by memory. Returns how many were written
+ * to out (at most cap), *valid the number that exist. */
 int steptime_enumerate(StepTime *out, int cap, int *valid, const JobConfig *cfg, const Cluster *c);
 /* The estimate as a table, ending "steptime: step_s=... tokens_per_s=... mfu=...". */
 void steptime_print(const StepTime *s, const Cluster *c, FILE *f);

@@ -188,9 +188,11 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     if (p->dp_shard > 1)
         note(p, "FSDP modeled as an even split of parameters, gradients and optimizer state, "
                 "plus the gather workspaces (two layers and the larger edge unit)");
-    /* Expert parallelism: a rank keeps its X / ep experts of every MoE layer whole, outside
-     * FSDP (train_qwen3_create), so they are not divided by dp_shard. */
+    /* Expert parallelism: a rank computes X / ep experts of every MoE layer and keeps 1 / ep_rep
+     * of them, FSDP over the dp_shard x tp / ep ranks of its replica that hold the same experts
+     * (train_qwen3_create), instead of 1 / dp_shard. */
     double experts = 0;
+    int ep_rep = dims.ep > 1 ? dims.dp_shard * dims.tp / dims.ep : 1;
     if (dims.ep > 1) {
         for (int l = 0; l < p->spec.n_layers; l++)
             experts +=
@@ -199,13 +201,13 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
                     : 0.0;
         char line[160];
         snprintf(line, sizeof line,
-                 "expert parallel %d: %d of the %d experts of each MoE layer per rank, whole; "
-                 "the rows it receives per micro-batch are not counted",
-                 dims.ep, local.num_local_experts, p->spec.num_experts);
+                 "expert parallel %d: %d of the %d experts of each MoE layer per rank, 1/%d of "
+                 "them kept; the rows it receives per micro-batch are not counted",
+                 dims.ep, local.num_local_experts, p->spec.num_experts, ep_rep);
         note(p, line);
     }
-    p->params = ((double)z.param_bytes - experts) / p->dp_shard + experts;
-    p->grads = ((double)z.grad_bytes - experts) / p->dp_shard + experts;
+    p->params = ((double)z.param_bytes - experts) / p->dp_shard + experts / ep_rep;
+    p->grads = ((double)z.grad_bytes - experts) / p->dp_shard + experts / ep_rep;
     /* AdamW (train/adamw.c) places m and v per parameter with the same arena rules as the
      * gradient arena places gradients: exactly twice its size (tests/test_plan.c checks). */
     p->optim = 2.0 * p->grads;
@@ -247,7 +249,7 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     p->workspace += PLAN_GEMM_SCRATCH_PER_BYTE * 4.0 * big;
     if (world > 1) {
         PlanUnits units;
-        train_plan_units(&units, &p->spec, p->tp, 1);
+        train_plan_units(&units, &p->spec, p->tp, dims.ep);
         p->fsdp_workspace = train_plan_fsdp_workspace(
             &units, cfg->training.mixed_precision_param == DT_BF16 || base_bf16,
             cfg->lora.rank > 0);

@@ -41,6 +41,12 @@ typedef struct Slot {
     int holds;      /* unit whose parameters are in p (or being gathered), -1 none */
     FsdpReq gather, rs;
     int gather_pending, rs_pending;
+    /* Expert parallelism: the unit's experts (this rank's run of them), gathered over
+     * mesh->ep_shard into xp and their gradient reduce-scattered from xg, alongside the rest
+     * of the unit over dp_shard. */
+    float *xp, *xg, *xscratch;
+    FsdpReq xgather, xrs;
+    int xgather_pending, xrs_pending;
 } Slot;
 
 /* What this rank holds of a parameter (of its tensor-parallel part, flattened): elements
@@ -71,12 +77,16 @@ struct TrainQwen3 {
     int round_bf16;
     int tp, t;        /* tensor-parallel degree and this rank's index */
     int seq_parallel; /* 1: the tp group also splits the tokens */
-    /* Expert parallelism (ep > 1): this rank holds experts [q * Xl, (q + 1) * Xl) of every MoE
-     * layer whole, outside FSDP, in xp with their gradients in xg (summed over the ranks that
-     * hold the same experts, mesh->ep_replica, after the micro-batches). */
+    /* Expert parallelism (ep > 1): this rank computes experts [q * Xl, (q + 1) * Xl) of every
+     * MoE layer; they are FSDP-sharded of their own, by xplan over the ranks of its replica that
+     * hold the same experts (mesh->ep_shard), into xshard with their gradient slices in xgrad,
+     * gathered and reduce-scattered with their layer's unit and all-reduced over the replicas
+     * like the rest (torchtitan shards experts over the data-parallel ranks outside the EP
+     * group the same way). Replica 0 thus holds every element, as readers of checkpoints
+     * expect. */
     int ep, q;
-    float *xp, *xg;
-    size_t xnumel;
+    FsdpPlan xplan;
+    float *xshard, *xgrad;
     unsigned char *is_expert; /* (nparams) 1 for the experts' weights under ep > 1 */
     MoeEp *moe_ep;
     unsigned char *tp_split; /* (nparams) TP_REPLICATED, TP_ROWS or TP_COLS */
@@ -133,21 +143,31 @@ static void fail(const char *what, const Err *err) {
 }
 
 static void wait_gather(TrainQwen3 *f, Slot *s) {
-    if (!s->gather_pending) return;
+    if (!s->gather_pending && !s->xgather_pending) return;
     Err err;
     double t0 = now_seconds();
-    if (fsdp_wait(f->mesh->dp_shard, &s->gather, &err)) fail("gather", &err);
+    if (s->gather_pending && fsdp_wait(f->mesh->dp_shard, &s->gather, &err)) fail("gather", &err);
+    if (s->xgather_pending && fsdp_wait(f->mesh->ep_shard, &s->xgather, &err))
+        fail("experts' gather", &err);
     f->comm_s += now_seconds() - t0;
-    s->gather_pending = 0;
+    s->gather_pending = s->xgather_pending = 0;
 }
 
 static void wait_rs(TrainQwen3 *f, Slot *s) {
-    if (!s->rs_pending) return;
+    if (!s->rs_pending && !s->xrs_pending) return;
     Err err;
     double t0 = now_seconds();
-    if (fsdp_wait(f->mesh->dp_shard, &s->rs, &err)) fail("reduce-scatter", &err);
+    if (s->rs_pending && fsdp_wait(f->mesh->dp_shard, &s->rs, &err)) fail("reduce-scatter", &err);
+    if (s->xrs_pending && fsdp_wait(f->mesh->ep_shard, &s->xrs, &err))
+        fail("experts' reduce-scatter", &err);
     f->comm_s += now_seconds() - t0;
-    s->rs_pending = 0;
+    s->rs_pending = s->xrs_pending = 0;
+}
+
+/* 1 when `unit` has experts of this rank's (their gather and reduce-scatter run over
+ * ep_shard next to the unit's own). */
+static int has_experts(const TrainQwen3 *f, int unit) {
+    return f->ep > 1 && f->xplan.units[unit].full_numel > 0;
 }
 
 static void start_gather(TrainQwen3 *f, int unit) {
@@ -157,8 +177,14 @@ static void start_gather(TrainQwen3 *f, int unit) {
     double t0 = now_seconds();
     if (fsdp_gather_unit_start(&f->plan, f->mesh->dp_shard, s->p, f->shard, unit, &s->gather, &err))
         fail("gather", &err);
-    f->comm_s += now_seconds() - t0;
     s->gather_pending = 1;
+    if (has_experts(f, unit)) {
+        if (fsdp_gather_unit_start(&f->xplan, f->mesh->ep_shard, s->xp, f->xshard, unit,
+                                   &s->xgather, &err))
+            fail("experts' gather", &err);
+        s->xgather_pending = 1;
+    }
+    f->comm_s += now_seconds() - t0;
     s->holds = unit;
 }
 
@@ -168,7 +194,7 @@ static void start_gather(TrainQwen3 *f, int unit) {
 static void ensure(TrainQwen3 *f, int unit) {
     Slot *s = &f->slot[slot_of(f, unit)];
     if (s->holds != unit) start_gather(f, unit);
-    int fresh = s->gather_pending;
+    int fresh = s->gather_pending; /* the experts stay fp32 */
     wait_gather(f, s);
     if (fresh && s->pb) simd_f32_to_bf16(s->pb, s->p, (long)f->plan.units[unit].full_numel);
 }
@@ -184,6 +210,7 @@ static void grad_begin(TrainQwen3 *f, int unit) {
     Slot *s = &f->slot[slot_of(f, unit)];
     wait_rs(f, s); /* the previous unit's gradient is still being sent from s->g */
     memset(s->g, 0, f->plan.units[unit].full_numel * sizeof *s->g);
+    if (has_experts(f, unit)) memset(s->xg, 0, f->xplan.units[unit].full_numel * sizeof *s->xg);
 }
 
 static void grad_end(TrainQwen3 *f, int unit) {
@@ -193,8 +220,15 @@ static void grad_end(TrainQwen3 *f, int unit) {
     if (fsdp_reduce_scatter_unit_start(&f->plan, f->mesh->dp_shard, f->grad, s->g, unit, s->scratch,
                                        &s->rs, &err))
         fail("reduce-scatter", &err);
-    f->comm_s += now_seconds() - t0;
     s->rs_pending = 1;
+    /* The experts' gradients: every rank holding the same experts saw other tokens. */
+    if (has_experts(f, unit)) {
+        if (fsdp_reduce_scatter_unit_start(&f->xplan, f->mesh->ep_shard, f->xgrad, s->xg, unit,
+                                           s->xscratch, &s->xrs, &err))
+            fail("experts' reduce-scatter", &err);
+        s->xrs_pending = 1;
+    }
+    f->comm_s += now_seconds() - t0;
 }
 
 static void on_tp_sum(void *ctx, float *buf, long n) {
@@ -341,32 +375,39 @@ static int own_world_of_one(TrainQwen3 *f, int B, Err *err) {
  * tensor-parallel collectives. unit[i] is parameter i's unit. */
 static int shard(TrainQwen3 *f, const int *unit, Err *err) {
     int n = f->m.nparams, nunits = f->L + 2, rc = 0;
-    size_t *numel = xcalloc((size_t)n, sizeof *numel);
+    size_t *numel = xcalloc((size_t)n, sizeof *numel), *xnumel = xcalloc((size_t)n, sizeof *xnumel);
     float ***pf = xcalloc((size_t)n, sizeof *pf), ***gf = xcalloc((size_t)n, sizeof *gf);
     for (int i = 0; i < n; i++) {
         const Qwen3Param *p = &f->m.table[i];
-        numel[i] = f->is_expert[i] ? 0 : (size_t)p->numel; /* held outside FSDP */
+        /* the experts in the experts' plan, the rest in the unit's */
+        (f->is_expert[i] ? xnumel : numel)[i] = (size_t)p->numel;
         pf[i] = qwen3_param_field(&f->m.p, p->kind->id, p->layer);
         gf[i] = f->frozen ? NULL : qwen3_param_field(&f->m.g, p->kind->id, p->layer);
     }
-    if (rc == 0)
-        rc = fsdp_plan(&f->plan, numel, unit, n, nunits, f->mesh->dims.dp_shard,
-                       f->mesh->dp_shard->rank, err);
-    free(numel);
+    rc = fsdp_plan(&f->plan, numel, unit, n, nunits, f->mesh->dims.dp_shard,
+                   f->mesh->dp_shard->rank, err);
+    if (rc == 0 && f->ep > 1)
+        rc = fsdp_plan(&f->xplan, xnumel, unit, n, nunits, f->mesh->ep_shard->size,
+                       f->mesh->ep_shard->rank, err);
+    free(numel), free(xnumel);
     if (rc != 0) {
         free(pf), free(gf);
         return -1;
     }
     /* Workspaces: the largest layer for slots 0 and 1, the larger of embedding and head for
      * slot 2. A unit always lives in the same slot, so the model's pointers are set once. */
-    size_t cap[NSLOTS] = {0, 0, 0};
+    size_t cap[NSLOTS] = {0, 0, 0}, xcap[NSLOTS] = {0, 0, 0};
     for (int u = 0; u < nunits; u++) {
-        size_t fu = f->plan.units[u].full_numel;
+        size_t fu = f->plan.units[u].full_numel, xu = f->ep > 1 ? f->xplan.units[u].full_numel : 0;
         int s = slot_of(f, u);
         if (fu > cap[s]) cap[s] = fu;
+        if (xu > xcap[s]) xcap[s] = xu;
     }
-    if (cap[1] > cap[0]) cap[0] = cap[1]; /* layers differ when dense and MoE blocks mix */
+    /* layers differ when dense and MoE blocks mix */
+    if (cap[1] > cap[0]) cap[0] = cap[1];
+    if (xcap[1] > xcap[0]) xcap[0] = xcap[1];
     cap[1] = cap[0];
+    xcap[1] = xcap[0];
     for (int s = 0; s < NSLOTS; s++) {
         size_t c = cap[s] ? cap[s] : 16;
         f->slot[s].cap = c;
@@ -376,21 +417,18 @@ static int shard(TrainQwen3 *f, const int *unit, Err *err) {
             f->slot[s].scratch = xcalloc(f->plan.max_unit_shard + 16, sizeof(float));
         }
         f->slot[s].holds = -1;
+        if (xcap[s] == 0) continue;
+        f->slot[s].xp = xcalloc(xcap[s], sizeof(float));
+        f->slot[s].xg = xcalloc(xcap[s], sizeof(float));
+        f->slot[s].xscratch = xcalloc(f->xplan.max_unit_shard + 16, sizeof(float));
     }
-    size_t at = 0;
-    for (int i = 0; i < n; i++)
-        f->xnumel += f->is_expert[i] ? (size_t)f->m.table[i].numel : 0;
-    f->xp = xcalloc(f->xnumel + 1, sizeof(float));
-    f->xg = xcalloc(f->xnumel + 1, sizeof(float));
     for (int i = 0; i < n; i++) {
         Slot *s = &f->slot[slot_of(f, unit[i])];
-        *pf[i] = s->p + f->plan.params[i].full_offset;
-        if (gf[i]) *gf[i] = s->g + f->plan.params[i].full_offset;
-        if (f->is_expert[i]) {
-            *pf[i] = f->xp + at;
-            if (gf[i]) *gf[i] = f->xg + at;
-            at += (size_t)f->m.table[i].numel;
-        }
+        *pf[i] = f->is_expert[i] ? s->xp + f->xplan.params[i].full_offset
+                                 : s->p + f->plan.params[i].full_offset;
+        if (gf[i])
+            *gf[i] = f->is_expert[i] ? s->xg + f->xplan.params[i].full_offset
+                                     : s->g + f->plan.params[i].full_offset;
     }
     free(pf), free(gf);
     if (f->tied) {
@@ -399,18 +437,18 @@ static int shard(TrainQwen3 *f, const int *unit, Err *err) {
     }
     f->shard = xcalloc(f->plan.shard_numel + 16, sizeof(float));
     if (!f->frozen) f->grad = xcalloc(f->plan.shard_numel + 16, sizeof(float));
+    if (f->ep > 1) {
+        f->xshard = xcalloc(f->xplan.shard_numel + 16, sizeof(float));
+        f->xgrad = xcalloc(f->xplan.shard_numel + 16, sizeof(float));
+    }
     for (int i = 0; i < n; i++) {
-        if (f->is_expert[i]) {
-            f->held[i] = (Held){
-                0, (size_t)f->m.table[i].numel,
-                *qwen3_param_field(&f->m.p, f->m.table[i].kind->id, f->m.table[i].layer),
-                *qwen3_param_field(&f->m.g, f->m.table[i].kind->id, f->m.table[i].layer), NULL};
-            continue;
-        }
+        /* an expert's slice is of this rank's run of experts (piece_slice) */
+        const FsdpPlan *plan = f->is_expert[i] ? &f->xplan : &f->plan;
         size_t at;
-        fsdp_param_shard(&f->plan, i, &f->held[i].lo, &f->held[i].hi, &at);
-        f->held[i].p = f->shard + at;
-        f->held[i].g = f->grad ? f->grad + at : NULL;
+        fsdp_param_shard(plan, i, &f->held[i].lo, &f->held[i].hi, &at);
+        f->held[i].p = (f->is_expert[i] ? f->xshard : f->shard) + at;
+        float *g = f->is_expert[i] ? f->xgrad : f->grad;
+        f->held[i].g = g ? g + at : NULL;
     }
     f->m.dist.unit = on_unit;
     f->m.dist.ctx = f;
@@ -436,7 +474,8 @@ static void piece_slice(const TrainQwen3 *f, const Qwen3Param *p, const Held *h,
     int split = f->tp_split[p - f->m.table], dim = split == TP_ROWS   ? 0
                                                    : split == TP_COLS ? p->ndim - 1
                                                                       : -1;
-    /* Expert parallelism: the rank's run of experts (dimension 0), held whole. */
+    /* Expert parallelism: the rank's run of experts (dimension 0), and elements [lo, hi) of
+     * that run. */
     int expert = f->is_expert[p - f->m.table], parts = expert ? f->ep : f->tp;
     int at = expert ? f->q : f->t;
     if (expert) dim = 0;
@@ -558,6 +597,12 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
             log_info("%s; FSDP: each rank keeps 1/%d of the parameters, gradients and optimizer "
                      "state",
                      mesh_line, f->mesh->dims.dp_shard);
+        if (f->ep > 1)
+            log_info("expert parallel %d: each rank computes %d of the %d experts of each MoE "
+                     "layer and keeps 1/%d of them (FSDP over the replica's ranks with the same "
+                     "experts)",
+                     f->ep, f->m.spec.num_local_experts, f->m.spec.num_experts,
+                     f->mesh->ep_shard->size);
     }
     return f;
 }
@@ -581,13 +626,17 @@ void train_qwen3_free(TrainQwen3 *f) {
         free(f->slot[s].g);
         free(f->slot[s].scratch);
         free(f->slot[s].pb);
+        free(f->slot[s].xp);
+        free(f->slot[s].xg);
+        free(f->slot[s].xscratch);
     }
     fsdp_plan_free(&f->plan);
+    fsdp_plan_free(&f->xplan);
     qwen3_free(&f->m);
     if (f->has_full) qwen3_free(&f->full);
     moe_ep_free(f->moe_ep);
-    free(f->xp);
-    free(f->xg);
+    free(f->xshard);
+    free(f->xgrad);
     free(f->is_expert);
     free(f->tp_split);
     free(f->tp_repl);
@@ -656,7 +705,7 @@ static int in_pieces(const TrainQwen3 *f, int i) {
  * or columns, cut into tmp), then the elements it holds of that. */
 static void keep_slice(TrainQwen3 *f, int i, const float *full, float *tmp) {
     if (full == f->held[i].p) return; /* made in place (stage) */
-    if (f->is_expert[i])              /* expert parallel: the rank's run of experts, held whole */
+    if (f->is_expert[i])              /* expert parallel: the rank's run of experts */
         full += (size_t)f->q * (size_t)f->m.table[i].numel;
     else if (f->tp_split[i] != TP_REPLICATED) {
         const Qwen3Param *p = &f->m.table[i]; /* the local shape */
@@ -859,9 +908,9 @@ static int finish_grads(void *ctx, double *loss_sum, Err *err) {
     if (rc == 0 && f->m.lora && f->mesh->world->size > 1)
         rc = comm_all_reduce_sum(f->mesh->world, f->m.lora->grad, (size_t)lora_numel(f->m.lora),
                                  COMM_F32, err);
-    /* Experts: every rank holding the same ones saw other tokens. */
-    if (rc == 0 && f->ep > 1 && f->mesh->ep_replica->size > 1)
-        rc = comm_all_reduce_sum(f->mesh->ep_replica, f->xg, f->xnumel, COMM_F32, err);
+    /* The replicas' ranks of the same (s, t) hold the same expert slices. */
+    if (rc == 0 && f->ep > 1 && f->mesh->dims.dp_replicate > 1)
+        rc = fsdp_all_reduce_replicas(&f->xplan, f->mesh->dp_replicate, f->xgrad, err);
     if (rc == 0) rc = comm_all_reduce_sum(f->mesh->dp, loss_sum, 1, COMM_F64, err);
     /* Sequence parallel: each tp rank's loss covers its tokens only. */
     if (rc == 0 && f->seq_parallel)
@@ -878,15 +927,17 @@ static int grad_norm(void *ctx, double local_sq, double *norm, Err *err) {
     }
     double sharded = local_sq, replicated = 0;
     /* With tensor parallelism the replicated parameters' squares count once, not per rank;
-     * with expert parallelism the experts are outside the FSDP slices and count once per EP
-     * group (each of its ranks holds other experts; their replicas hold the same sums). */
+     * with expert parallelism the experts' slices are of their own plan and sum over the ranks
+     * of the replica holding the same experts, then over the EP group (each of its ranks holds
+     * other ones). */
     if (f->tp > 1 || f->ep > 1)
         fsdp_shard_sq_sums(&f->plan, f->grad, f->tp_repl, &sharded, &replicated);
-    double experts = 0;
-    for (size_t i = 0; i < f->xnumel; i++)
-        experts += (double)f->xg[i] * f->xg[i];
+    double experts = 0, ignored;
+    if (f->ep > 1) fsdp_shard_sq_sums(&f->xplan, f->xgrad, NULL, &experts, &ignored);
     double t0 = now_seconds();
     int rc = mesh_global_norm(norm, f->mesh, sharded, replicated, err);
+    if (rc == 0 && f->ep > 1)
+        rc = comm_all_reduce_sum(f->mesh->ep_shard, &experts, 1, COMM_F64, err);
     if (rc == 0 && f->ep > 1) {
         rc = comm_all_reduce_sum(f->mesh->ep, &experts, 1, COMM_F64, err);
         *norm = sqrt(*norm * *norm + experts);
@@ -903,12 +954,13 @@ static double comm_seconds(void *ctx) {
 }
 
 void train_qwen3_parallel(TrainQwen3 *f, TrainParallel *out) {
-    *out = (TrainParallel){.ctx = f,
-                           .world = f->mesh->world,
-                           .mesh = {f->mesh->dims.dp_replicate, f->mesh->dims.dp_shard, f->tp},
-                           .finish_grads = finish_grads,
-                           .grad_norm = grad_norm,
-                           .comm_seconds = comm_seconds};
+    *out =
+        (TrainParallel){.ctx = f,
+                        .world = f->mesh->world,
+                        .mesh = {f->mesh->dims.dp_replicate, f->mesh->dims.dp_shard, f->tp, f->ep},
+                        .finish_grads = finish_grads,
+                        .grad_norm = grad_norm,
+                        .comm_seconds = comm_seconds};
 }
 
 void train_qwen3_model_lora(TrainQwen3 *q, Lora *lo, TrainModel *out) {
@@ -1027,23 +1079,21 @@ int train_qwen3_gather_whole(TrainQwen3 *f, Qwen3 *dst, Err *err) {
         }
     }
     float *parts = f->tp > 1 || f->ep > 1 ? xmalloc(max_numel(f) * sizeof *parts) : NULL;
-    /* Expert parallelism: each rank holds a run of experts whole, outside the FSDP units; the EP
-     * group (ordered by its index q) holds them all, in order along dimension 0. */
-    for (int i = 0; f->ep > 1 && i < f->m.nparams && rc == 0; i++) {
-        if (!f->is_expert[i]) continue;
-        const Qwen3Param *p = &f->m.table[i];
-        const float *local = *qwen3_param_field(&f->m.p, p->kind->id, p->layer);
-        rc = comm_all_gather(f->mesh->ep, dst ? dst->table[i].data : parts, local, (size_t)p->numel,
-                             COMM_F32, err);
-    }
     for (int u = 0; f->sharded && u < f->L + 2 && rc == 0; u++) {
         if (f->plan.units[u].full_numel == 0) continue; /* the head when tied */
         ensure(f, u); /* the unit's (tensor-parallel part of the) parameters, as in a forward */
         for (int i = 0; i < f->m.nparams && rc == 0; i++) {
             const Qwen3Param *p = &f->m.table[i];
-            if (param_unit(f, p) != u || f->is_expert[i]) continue;
+            if (param_unit(f, p) != u) continue;
             const float *local = *qwen3_param_field(&f->m.p, p->kind->id, p->layer);
             float *to = dst ? dst->table[i].data : NULL;
+            if (f->is_expert[i]) {
+                /* the EP group (ordered by its index q) holds every run of experts, in order
+                 * along dimension 0 */
+                rc = comm_all_gather(f->mesh->ep, to ? to : parts, local, (size_t)p->numel,
+                                     COMM_F32, err);
+                continue;
+            }
             if (f->tp_split[i] == TP_REPLICATED) {
                 if (to) memcpy(to, local, (size_t)p->numel * sizeof *to);
                 continue;

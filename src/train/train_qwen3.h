@@ -45,7 +45,8 @@ typedef struct TrainQwen3Batch {
  * defaults of train_qwen3_modules). mesh NULL: a world of one. Parameters start at zero. Dense
  * models on any mesh; MoE models with the router and expert_bias sharded with their layer and
  * the stacked experts either too (expert_parallel_degree 1) or split over the mesh's EP group,
- * X / ep experts per rank held whole outside FSDP, the tokens moved to them by all-to-all
+ * X / ep experts per rank, themselves FSDP-sharded over the replica's ranks computing the same
+ * ones (Mesh.ep_shard), the tokens moved to them by all-to-all
  * (model/moe_ep.h), which is how MoE trains with tp > 1. frozen: the model's own weights do not
  * train (LoRA): no gradient arena, no weight-gradient products (qwen3_create_frozen_with), and
  * when sharded no gradient shard, workspace or reduce-scatter; base_bf16 (with frozen): its

@@ -137,7 +137,8 @@ static int resume(Trainer *t, Err *err) {
     /* The mesh that wrote it reads its own files as they are; any other copies slices. */
     int same = f.ranks == 0 ? size == 1
                             : par && f.ranks == size && f.mesh[0] == par->mesh[0] &&
-                                  f.mesh[1] == par->mesh[1] && f.mesh[2] == par->mesh[2];
+                                  f.mesh[1] == par->mesh[1] && f.mesh[2] == par->mesh[2] &&
+                                  f.mesh[3] == par->mesh[3];
     char *path = ckpt_dist_found_dir(t->ckpt_root, &f, same ? rank : 0);
     CkptState st;
     /* A model-only step (checkpoint.last_save_model_only) ends a finished run: re-running the
@@ -159,8 +160,9 @@ static int resume(Trainer *t, Err *err) {
     } else if (rc == 0) {
         if (!same && f.ranks)
             log_info("[checkpoint] step %" PRId64 " was saved on the mesh [dp_replicate %d, "
-                     "dp_shard %d, tp %d]; resharding it for this job's %d process%s",
-                     f.step, f.mesh[0], f.mesh[1], f.mesh[2], size, size > 1 ? "es" : "");
+                     "dp_shard %d, tp %d, ep %d]; resharding it for this job's %d process%s",
+                     f.step, f.mesh[0], f.mesh[1], f.mesh[2], f.mesh[3], size,
+                     size > 1 ? "es" : "");
         else if (!same)
             log_info("[checkpoint] step %" PRId64 " was saved by one process; resharding it for "
                      "this job's %d processes",

@@ -62,7 +62,9 @@ typedef struct TrainData {
 typedef struct TrainParallel {
     void *ctx;
     Comm *world; /* every rank of the job: sharded checkpoints, agreement */
-    int mesh[3]; /* [dp_replicate, dp_shard, tp], recorded with sharded checkpoints */
+    /* [dp_replicate, dp_shard, tp, expert_parallel], recorded with sharded checkpoints (the
+     * same degrees with another ep hold other pieces: a resume reshards) */
+    int mesh[4];
     /* After a step's micro-batches: completes this rank's gradient slices and sums *loss_sum
      * over the data-parallel ranks (in place). */
     int (*finish_grads)(void *ctx, double *loss_sum, Err *err);
