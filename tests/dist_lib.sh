@@ -6,7 +6,12 @@
 #                           no awk rand()), one JSONL line each;
 #   dist_run NP NAME ARGS   `qtitan train ARGS` into $TMP/NAME, log $TMP/NAME.log; NP = 0 runs
 #                           one process without mpirun, else mpirun -np NP (120 s limit);
-#   dist_table DIR          "step loss grad_norm" per line of DIR/metrics.jsonl.
+#   dist_table DIR          "step loss grad_norm" per line of DIR/metrics.jsonl;
+#   dist_step NAME N        "loss grad_norm" of step N of run NAME;
+#   dist_close A B LABEL STEPS...
+#                           each step's loss and grad norm of run B within 1e-6 relative of
+#                           run A's (sets fail=1 and says which step otherwise);
+#   dist_fork SRC DST       run DST starts from a copy of run SRC's checkpoint folder.
 command -v mpirun >/dev/null || { echo "skip: mpirun not found"; exit 77; }
 BIN="${QT_BINARY:-build/qtitan}"
 SRC="${QT_SOURCE_DIR:-.}"
@@ -54,3 +59,21 @@ dist_run() {
 }
 
 dist_table() { sed -E 's/.*"step":([0-9]+),"loss":([^,]+),"grad_norm":([^,]+),.*/\1 \2 \3/' "$1/metrics.jsonl"; }
+
+dist_step() { dist_table "$TMP/$1" | awk -v s="$2" '$1 == s { print $2, $3 }' | tail -1; }
+
+dist_close() {
+  local a=$1 b=$2 label=$3 s x y
+  shift 3
+  for s in "$@"; do
+    x=$(dist_step "$a" "$s") y=$(dist_step "$b" "$s")
+    if [ -z "$x" ] || [ -z "$y" ] || ! awk -v x="$x" -v y="$y" 'BEGIN { split(x, p); split(y, q)
+        for (i = 1; i <= 2; i++) { d = p[i] - q[i]; if (d < 0) d = -d; m = p[i] < 0 ? -p[i] : p[i]
+          if (d > 1e-6 * m) exit 1 } }'; then
+      echo "FAIL: $label, step $s: '$x' vs '$y'"; fail=1; return 1
+    fi
+  done
+  echo "ok: $label (steps $*)"
+}
+
+dist_fork() { mkdir -p "$TMP/$2" && cp -r "$TMP/$1/checkpoint" "$TMP/$2/"; }

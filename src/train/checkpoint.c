@@ -274,6 +274,7 @@ static int write_state(const char *dir, const CkptState *st, Err *err) {
         json_array_append_new(rng, u64_str(st->rng[i], 0));
     json_object_set_new(o, "rng", rng);
     json_object_set_new(o, "config_hash", u64_str(st->config_hash, 1));
+    if (st->config) json_object_set(o, "config", st->config);
     json_t *files = json_object();
     for (int i = 0; i < CKPT_NFILES + st->nfiles; i++) {
         const char *name = i < CKPT_NFILES ? CKPT_FILES[i] : st->files[i - CKPT_NFILES].name;
@@ -593,7 +594,7 @@ int ckpt_check_shapes(const char *root, const ParamInfo *params, int n, Err *err
             free(dir);
             continue;
         }
-        json_decref(st.data_position);
+        ckpt_state_release(&st);
         char *path = fs_join(dir, "model.safetensors");
         StFile f;
         int opened = st_open(&f, path, &ignore) == 0; /* unreadable: resume's to report */
@@ -685,6 +686,13 @@ static int read_tensors(const char *path, const CkptTensor *t, int n, int64_t *s
     return rc;
 }
 
+void ckpt_state_release(CkptState *st) {
+    json_decref(st->data_position);
+    json_decref(st->config);
+    st->data_position = NULL;
+    st->config = NULL;
+}
+
 int ckpt_read_state(const char *dir, CkptState *st, Err *err) {
     memset(st, 0, sizeof *st);
     char *spath = NULL;
@@ -722,8 +730,19 @@ int ckpt_read_state(const char *dir, CkptState *st, Err *err) {
         goto out;
     }
     st->model_only = json_is_true(mo);
+    json_t *cfg = json_object_get(o, "config"), *v;
+    const char *key;
+    if (cfg && !json_is_object(cfg)) {
+        err_set(err, "%s: config must be an object of \"section.key\": \"value\" strings", spath);
+        goto out;
+    }
+    json_object_foreach(cfg, key, v) if (!json_is_string(v)) {
+        err_set(err, "%s: config key \"%s\" must have a string value", spath, key);
+        goto out;
+    }
     json_t *pos = json_object_get(o, "data_position");
     if (json_is_object(pos)) st->data_position = json_incref(pos);
+    if (cfg) st->config = json_incref(cfg);
     rc = 0;
 out:
     json_decref(o);
@@ -765,10 +784,7 @@ static int load(const char *dir, int full, CkptState *st, const CkptTensor *mode
                      opath, ostep, st->optim_step, CKPT_STATE_FILE);
     free(mpath);
     free(opath);
-    if (rc != 0) {
-        json_decref(st->data_position);
-        st->data_position = NULL;
-    }
+    if (rc != 0) ckpt_state_release(st);
     return rc;
 }
 
