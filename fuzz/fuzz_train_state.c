@@ -35,6 +35,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     Err err;
     ckpt_verify(dir, 1, &err);
     CkptState st;
-    if (ckpt_read_state(dir, &st, &err) == 0) json_decref(st.data_position);
+    if (ckpt_read_state(dir, &st, &err) == 0) ckpt_state_release(&st);
     return 0;
 }

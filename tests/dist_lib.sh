@@ -16,6 +16,11 @@
 #   dist_export_same REF CKPT LABEL
 #                           `qtitan export --checkpoint CKPT` (one process, no MPI) writes a
 #                           model.safetensors byte-identical to the file REF; else fail=1.
+#   dist_step NAME N        "loss grad_norm" of step N of run NAME;
+#   dist_close A B LABEL STEPS...
+#                           each step's loss and grad norm of run B within 1e-6 relative of
+#                           run A's (sets fail=1 and says which step otherwise);
+#   dist_fork SRC DST       run DST starts from a copy of run SRC's checkpoint folder.
 command -v mpirun >/dev/null || { echo "skip: mpirun not found"; exit 77; }
 BIN="${QT_BINARY:-build/qtitan}"
 SRC="${QT_SOURCE_DIR:-.}"
@@ -99,3 +104,20 @@ dist_export_same() {
     echo "FAIL: qtitan export --checkpoint $3"; cat "$TMP/export.log"; fail=1
   fi
 }
+dist_step() { dist_table "$TMP/$1" | awk -v s="$2" '$1 == s { print $2, $3 }' | tail -1; }
+
+dist_close() {
+  local a=$1 b=$2 label=$3 s x y
+  shift 3
+  for s in "$@"; do
+    x=$(dist_step "$a" "$s") y=$(dist_step "$b" "$s")
+    if [ -z "$x" ] || [ -z "$y" ] || ! awk -v x="$x" -v y="$y" 'BEGIN { split(x, p); split(y, q)
+        for (i = 1; i <= 2; i++) { d = p[i] - q[i]; if (d < 0) d = -d; m = p[i] < 0 ? -p[i] : p[i]
+          if (d > 1e-6 * m) exit 1 } }'; then
+      echo "FAIL: $label, step $s: '$x' vs '$y'"; fail=1; return 1
+    fi
+  done
+  echo "ok: $label (steps $*)"
+}
+
+dist_fork() { mkdir -p "$TMP/$2" && cp -r "$TMP/$1/checkpoint" "$TMP/$2/"; }

@@ -274,6 +274,7 @@ static int write_state(const char *dir, const CkptState *st, Err *err) {
         json_array_append_new(rng, u64_str(st->rng[i], 0));
     json_object_set_new(o, "rng", rng);
     json_object_set_new(o, "config_hash", u64_str(st->config_hash, 1));
+    if (st->config) json_object_set(o, "config", st->config);
     json_t *files = json_object();
     for (int i = 0; i < CKPT_NFILES + st->nfiles; i++) {
         const char *name = i < CKPT_NFILES ? CKPT_FILES[i] : st->files[i - CKPT_NFILES].name;
@@ -610,7 +611,7 @@ int64_t ckpt_resume_candidate(const char *root, int64_t load_step) {
         char *dir = step_dir(root, steps[i]);
         CkptState st;
         if (ckpt_read_state(dir, &st, &ignore) == 0) { /* else resume skips it, with a warning */
-            json_decref(st.data_position);
+            ckpt_state_release(&st);
             found = steps[i];
         }
         free(dir);
@@ -699,6 +700,13 @@ static int read_tensors(const char *path, const CkptTensor *t, int n, int64_t *s
 
 static int read_state(const char *dir, CkptState *st, Err *err);
 
+void ckpt_state_release(CkptState *st) {
+    json_decref(st->data_position);
+    json_decref(st->config);
+    st->data_position = NULL;
+    st->config = NULL;
+}
+
 int ckpt_read_state(const char *dir, CkptState *st, Err *err) {
     size_t scope = err_oom_push("reading %s/%s", dir, CKPT_STATE_FILE);
     int rc = read_state(dir, st, err);
@@ -743,8 +751,19 @@ static int read_state(const char *dir, CkptState *st, Err *err) {
         goto out;
     }
     st->model_only = json_is_true(mo);
+    json_t *cfg = json_object_get(o, "config"), *v;
+    const char *key;
+    if (cfg && !json_is_object(cfg)) {
+        err_set(err, "%s: config must be an object of \"section.key\": \"value\" strings", spath);
+        goto out;
+    }
+    json_object_foreach(cfg, key, v) if (!json_is_string(v)) {
+        err_set(err, "%s: config key \"%s\" must have a string value", spath, key);
+        goto out;
+    }
     json_t *pos = json_object_get(o, "data_position");
     if (json_is_object(pos)) st->data_position = json_incref(pos);
+    if (cfg) st->config = json_incref(cfg);
     rc = 0;
 out:
     json_decref(o);
@@ -786,10 +805,7 @@ static int load(const char *dir, int full, CkptState *st, const CkptTensor *mode
                      opath, ostep, st->optim_step, CKPT_STATE_FILE);
     free(mpath);
     free(opath);
-    if (rc != 0) {
-        json_decref(st->data_position);
-        st->data_position = NULL;
-    }
+    if (rc != 0) ckpt_state_release(st);
     return rc;
 }
 

@@ -56,6 +56,9 @@ typedef struct CkptState {
                               new reference the caller owns (NULL when the file had none) */
     uint64_t rng[4];       /* xoshiro256** state */
     uint64_t config_hash;  /* the job config's hash; resuming under another config warns */
+    json_t *config;        /* the job config key by key (train/ckpt_config.h), or NULL; save
+                              borrows it, load returns a new reference the caller owns (NULL
+                              when the file has none: written before it was saved) */
     const CkptFile *files; /* (nfiles) extra files written by save; load leaves them NULL */
     int nfiles;
     /* The model's weights without the optimizer state (checkpoint.last_save_model_only): save
@@ -102,13 +105,16 @@ int ckpt_shape_mismatch(const char *where, const ParamInfo *p, const int64_t *go
  * (fs_tmp_owner_alive). */
 int ckpt_clean_stale(const char *root, Err *err);
 
-/* Reads train_state.json of step_dir into *st (data_position as a new reference) without
+/* Drops the references load gave *st (data_position, config) and sets them to NULL. */
+void ckpt_state_release(CkptState *st);
+
+/* Reads train_state.json of step_dir into *st (data_position and config as new references) without
  * touching the tensor files or verifying them (for inspection; ckpt_load verifies). */
 int ckpt_read_state(const char *step_dir, CkptState *st, Err *err);
 
 /* Loads a verified checkpoint into the caller's buffers: every tensor named in model / optim
  * must exist with exactly that shape (fp32), and the files must hold no other tensors. Fills
- * *st (data_position as a new reference). */
+ * *st (data_position and config as new references). */
 int ckpt_load(const char *step_dir, CkptState *st, const CkptTensor *model, int nmodel,
               const CkptTensor *optim, int noptim, Err *err);
 /* The same for a step ckpt_find_latest has just returned: it checked the checksums already, so

@@ -21,6 +21,7 @@
 #include "text/dataset.h"
 #include "text/tokenizer.h"
 #include "train/between_steps.h"
+#include "train/ckpt_config.h"
 #include "train/ckpt_dist.h"
 #include "train/data_feed.h"
 #include "train/lock.h"
@@ -548,6 +549,7 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
     int exclude = 0; /* checked when the config was read */
     if ((rc = config_exclude_bits(cfg->checkpoint.exclude_from_loading, &exclude, err)) != 0)
         goto out;
+    json_t *config_keys = ckpt_config_keys(cfg);
     TrainerOptions o = {
         .steps = cfg->training.steps,
         .micro_batches = micro,
@@ -576,6 +578,7 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
         .flops_per_token = metrics_flops_per_token(&spec, T),
         .seed = (uint64_t)cfg->training.seed,
         .config_hash = config_hash(cfg),
+        .config = config_keys,
         .par = &par,
         .ckpt_files = hf.files,
         .n_ckpt_files = hf.nfiles,
@@ -614,6 +617,7 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
     between_steps_close(&between);
     free(tb_dir);
     free(trace_dir);
+    json_decref(config_keys);
 out:
     overrides_plan_free(&plan);
     train_hf_free(&hf);

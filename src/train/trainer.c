@@ -17,6 +17,7 @@
 #include "core/trace.h"
 #include "dist/comm.h"
 #include "ops/op_profile.h"
+#include "train/ckpt_config.h"
 #include "train/ckpt_dist.h"
 #include "train/clip.h"
 #include "train/lr_schedule.h"
@@ -81,6 +82,7 @@ static int save(Trainer *t, Err *err) {
                     .lr = t->lr,
                     .data_position = t->data->position ? t->data->position(t->data->ctx) : NULL,
                     .config_hash = t->o->config_hash,
+                    .config = t->o->config,
                     .files = t->o->ckpt_files,
                     .nfiles = t->o->n_ckpt_files,
                     .model_only = model_only};
@@ -126,6 +128,26 @@ static int load_slices(Trainer *t, const CkptDistFound *f, int noptim, Err *err)
     return rc;
 }
 
+/* What changed in the config since the checkpoint was written, said once (rank 0): the mesh
+ * keys in an info line (a reshard), any other key in a warning naming it. A checkpoint from
+ * before the config was saved key by key has only its hash to compare. */
+static void report_config(const char *path, const CkptState *st, const TrainerOptions *o) {
+    if (!st->config || !o->config) {
+        if (st->config_hash != o->config_hash)
+            log_warn("[checkpoint] %s was written under another config (hash %016" PRIx64
+                     ", now %016" PRIx64 ")",
+                     path, st->config_hash, o->config_hash);
+        return;
+    }
+    char *mesh = ckpt_config_changes(st->config, o->config, 1);
+    char *other = ckpt_config_changes(st->config, o->config, 0);
+    if (mesh)
+        log_info("[checkpoint] step %" PRId64 " was written on another mesh: %s", st->step, mesh);
+    if (other) log_warn("[checkpoint] %s was written under another config: %s", path, other);
+    free(mesh);
+    free(other);
+}
+
 static int resume(Trainer *t, Err *err) {
     const TrainParallel *par = many_ranks(t->o);
     Comm *world = par ? par->world : NULL;
@@ -148,8 +170,7 @@ static int resume(Trainer *t, Err *err) {
     int rc = ckpt_read_state(path, &st, err);
     if (rc == 0) {
         if (st.model_only && st.step >= t->o->steps) noptim = 0;
-        json_decref(st.data_position);
-        st.data_position = NULL;
+        ckpt_state_release(&st);
     }
     if (rc == 0 && same && t->o->exclude == 0) {
         /* ckpt_find_latest verified a one-process step's checksums already. */
@@ -174,16 +195,10 @@ static int resume(Trainer *t, Err *err) {
                          path);
         if (rc == 0) rc = ckpt_read_state(path, &st, err);
         if (rc == 0) rc = load_slices(t, &f, noptim, err);
-        if (rc != 0 && st.data_position) {
-            json_decref(st.data_position);
-            st.data_position = NULL;
-        }
+        if (rc != 0) ckpt_state_release(&st);
     }
     if (par) rc = comm_agree(par->world, rc, err); /* every rank resumes, or none */
-    if (rc == 0 && st.config_hash != t->o->config_hash)
-        log_warn("[checkpoint] %s was written under another config (hash %016" PRIx64
-                 ", now %016" PRIx64 ")",
-                 path, st.config_hash, t->o->config_hash);
+    if (rc == 0 && rank == 0) report_config(path, &st, t->o);
     if (rc == 0 && (t->o->exclude & CKPT_EXCLUDE_DATALOADER)) {
         if (t->data->restart) t->data->restart(t->data->ctx);
     } else if (rc == 0 && t->data->restore && st.data_position) {
@@ -208,7 +223,7 @@ static int resume(Trainer *t, Err *err) {
     } else {
         err_wrap(err, "cannot resume from %s", path);
     }
-    json_decref(st.data_position);
+    ckpt_state_release(&st);
     free(path);
     return rc;
 }

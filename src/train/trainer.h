@@ -107,6 +107,9 @@ typedef struct TrainerOptions {
     double flops_per_token; /* metrics_flops_per_token of the model */
     uint64_t seed;
     uint64_t config_hash;
+    /* The job config key by key (ckpt_config_keys), saved into every checkpoint so that a
+     * resume names the keys that changed; NULL = the hash alone. */
+    json_t *config;
     const CkptFile *ckpt_files; /* (n_ckpt_files) saved into every checkpoint (config.json, ...) */
     int n_ckpt_files;
     /* Called once the run's starting point is settled (resumed from a checkpoint, or none to
