@@ -13,6 +13,14 @@
 #include "core/err.h"
 #include "core/model_spec.h"
 
+/* How a job's [sample] section generates (train/samples.h). */
+typedef enum SampleWay {
+    SAMPLE_NONE,    /* no [sample] */
+    SAMPLE_OWN,     /* one process: the training model itself */
+    SAMPLE_WHOLE,   /* a whole copy gathered on rank 0 (or, with LoRA, merged) */
+    SAMPLE_UNITWISE /* rank 0 gathers one FSDP unit at a time from the shards */
+} SampleWay;
+
 typedef struct TrainPlan {
     ModelSpec spec;
     int B, T, micro;   /* micro-batch rows, seq_len, micro-batches per optimizer step */
@@ -26,6 +34,11 @@ typedef struct TrainPlan {
     double workspace;      /* batch buffers, bf16 copies, GEMM scratch, FSDP gather workspaces */
     double fsdp_workspace; /* the part of workspace train_plan_fsdp_workspace gives */
     double tokenizer, dataset, baseline;
+    /* [sample] on rank 0: the whole copy or the unit buffers, the decoder's KV cache and work
+     * rows and generation's logits, sized for every prompt at its length in bytes (a bound on
+     * its tokens) plus max_new_tokens. */
+    double sample;
+    SampleWay sample_way;
     double total;
     /* FLOPs: the MFU convention (metrics_flops_per_token) and, with full activation
      * checkpointing, what the machine really does (the forward of every layer once more). */
@@ -51,6 +64,9 @@ double train_plan_fsdp_workspace(const PlanUnits *u, int bf16);
 /* Fills p for cfg (the job `qtitan train` would run with the same config and overrides).
  * Reads only file sizes (tokenizer, dataset sources); loads and allocates nothing big. */
 int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err);
+/* The name sample_way goes by in logs and the plan ("own model", "whole copy", "one unit at a
+ * time"). */
+const char *train_plan_sample_way_name(SampleWay w);
 /* Before a job allocates: -1 with a sentence giving the plan's figure when cfg's plan per rank
  * exceeds the memory this process may use: physical memory, the cgroup's memory.max, or the
  * address-space limit (RLIMIT_AS, against what is mapped already plus the plan's non-baseline
