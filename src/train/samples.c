@@ -8,7 +8,6 @@
 
 #include "core/fs.h"
 #include "core/log.h"
-#include "train/train_plan.h"
 
 static int read_prompts(Samples *s, const JobConfig *cfg, Err *err) {
     const char *where = cfg->sample.prompt_file[0] ? cfg->sample.prompt_file : "sample.prompts";
@@ -28,36 +27,37 @@ static int read_prompts(Samples *s, const JobConfig *cfg, Err *err) {
     return rc ? err_wrap(err, "sample.freq = %d", cfg->sample.freq) : 0;
 }
 
-/* The way the job samples (train_plan.h SampleWay): its own model on one process without
- * LoRA; else what the plan chooses for the mesh the job runs on (sample.gather; on auto the
- * whole copy when the plan's total with it fits this process's memory), decided on rank 0 and
- * sent to all, since the two ways run different collectives. */
+int samples_check_gather(const JobConfig *cfg, int world, Err *err) {
+    if (cfg->sample.gather == SAMPLE_GATHER_UNITS && world == 1)
+        return err_set(err,
+                       "sample.gather = \"units\" gathers the model from its shards one unit at "
+                       "a time, which needs more than one process; use \"auto\" or \"whole\"");
+    return 0;
+}
+
 static const char *const gather_names[] = {"auto", "whole", "units"};
 
-static int choose_way(Samples *s, const JobConfig *cfg, Err *err) {
+/* The way the job samples (SampleWay): its own model on one process without LoRA; else the
+ * way the plan chose for rank 0 (sample.gather; on auto the whole copy when the plan's total
+ * with it fits this process's memory), sent to all, since the two ways run different
+ * collectives. */
+static int choose_way(Samples *s, const JobConfig *cfg, SampleWay planned, Err *err) {
     const Mesh *mesh = train_qwen3_mesh(s->q);
+    TRY(samples_check_gather(cfg, train_qwen3_sharded(s->q) ? mesh->dims.world : 1, err));
     if (!train_qwen3_sharded(s->q) && !cfg->lora.rank) {
         s->way = SAMPLE_OWN;
         return 0;
     }
-    int32_t way = SAMPLE_WHOLE, rc = 0;
-    TrainPlan p;
-    if (mesh->dims.rank == 0) {
-        JobConfig c = *cfg; /* the shard degree as resolved (-1 in cfg: the job's size) */
-        c.parallelism.data_parallel_shard_degree = mesh->dims.dp_shard;
-        int was = log_set_info(0); /* the job logged its own override resolution */
-        rc = train_plan_compute(&p, &c, err);
-        log_set_info(was);
-        if (rc == 0 && p.sample_way != SAMPLE_NONE) way = (int32_t)p.sample_way;
-    }
-    TRY(comm_agree(mesh->world, rc, err));
+    int32_t way = planned;
+    if (way != SAMPLE_WHOLE && way != SAMPLE_UNITWISE) /* no plan */
+        way = cfg->sample.gather == SAMPLE_GATHER_UNITS ? SAMPLE_UNITWISE : SAMPLE_WHOLE;
     TRY(comm_broadcast(mesh->world, &way, sizeof way, 0, err));
     s->way = (SampleWay)way;
     if (mesh->dims.rank == 0)
-        log_info("samples: %s on rank 0 (sample.gather = %s; plan: %.1f MiB with the KV cache)",
+        log_info("samples: %s on rank 0 (sample.gather = %s)",
                  s->way == SAMPLE_WHOLE ? "a whole copy of the model gathered"
                                         : "the model gathered one FSDP unit at a time",
-                 gather_names[cfg->sample.gather], p.sample / 1048576.0);
+                 gather_names[cfg->sample.gather]);
     return 0;
 }
 
@@ -85,7 +85,8 @@ static int serve_units(Samples *s, Err *err) {
     }
 }
 
-int samples_open(Samples *s, const JobConfig *cfg, TrainQwen3 *q, const Tokenizer *tok, Err *err) {
+int samples_open(Samples *s, const JobConfig *cfg, TrainQwen3 *q, const Tokenizer *tok,
+                 SampleWay planned, Err *err) {
     memset(s, 0, sizeof *s);
     TRY(read_prompts(s, cfg, err));
     const char *where = cfg->sample.prompt_file[0] ? cfg->sample.prompt_file : "sample.prompts";
@@ -111,7 +112,7 @@ int samples_open(Samples *s, const JobConfig *cfg, TrainQwen3 *q, const Tokenize
                      where, longest, cfg->sample.max_new_tokens, local->spec.max_seq_len);
     /* The decoder runs plain weights: sharded or with adapters, it runs a merged whole copy,
      * or the whole model one unit at a time. */
-    if (rc == 0) rc = choose_way(s, cfg, err);
+    if (rc == 0) rc = choose_way(s, cfg, planned, err);
     int rank0 = train_qwen3_mesh(q)->dims.rank == 0;
     if (rc == 0 && s->way == SAMPLE_OWN) {
         s->m = local;

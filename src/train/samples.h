@@ -27,8 +27,15 @@
 #include "infer/decode.h"
 #include "infer/generate.h"
 #include "text/prompt_lines.h"
-#include "train/train_plan.h"
 #include "train/train_qwen3.h"
+
+/* How a job's [sample] section generates (train/samples.h). */
+typedef enum SampleWay {
+    SAMPLE_NONE,    /* no [sample] */
+    SAMPLE_OWN,     /* one process: the training model itself */
+    SAMPLE_WHOLE,   /* a whole copy gathered on rank 0 (or, with LoRA, merged) */
+    SAMPLE_UNITWISE /* rank 0 gathers one FSDP unit at a time from the shards */
+} SampleWay;
 
 typedef struct Samples {
     TrainQwen3 *q; /* the training driver; not owned */
@@ -48,8 +55,13 @@ typedef struct Samples {
 
 /* Reads the prompts (sample.prompts, one a line, or sample.prompt_file), checks them on every
  * rank and, where m generates, sizes the cache. */
-int samples_open(Samples *s, const JobConfig *cfg, TrainQwen3 *q, const Tokenizer *tok, Err *err);
+/* planned: the way the job's plan chose (train_plan_check_memory), rank 0's taken by all;
+ * SAMPLE_NONE without a plan: a whole copy unless sample.gather = "units". */
+int samples_open(Samples *s, const JobConfig *cfg, TrainQwen3 *q, const Tokenizer *tok,
+                 SampleWay planned, Err *err);
 void samples_close(Samples *s);
+/* sample.gather against a job of world processes: "units" needs more than one. */
+int samples_check_gather(const JobConfig *cfg, int world, Err *err);
 /* Collective over q's mesh. */
 int samples_after_step(Samples *s, int64_t step, int last, Err *err);
 

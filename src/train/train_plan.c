@@ -15,7 +15,9 @@
 #include "infer/decode.h"
 #include "infer/generate.h"
 #include "model/lora.h"
+#include "text/idvec.h"
 #include "text/prompt_lines.h"
+#include "text/tokenizer.h"
 #include "train/metrics.h"
 #include "train/train_job.h"
 #include "train/train_qwen3.h"
@@ -141,9 +143,10 @@ static double memory_limit_bytes(void) {
 }
 
 /* [sample]'s prompts as the job reads them (train/samples.c): their count and the longest in
- * bytes, which bounds its tokens (every token of a byte-level BPE covers a byte or more).
- * 0 prompts when they cannot be read: the job reports why. */
-static void sample_prompts(const JobConfig *cfg, int *n, long *longest) {
+ * tokens of tok, or when tok is NULL of the tokenizer the job loads, or when that cannot be
+ * loaded in bytes (a bound: every token of a byte-level BPE covers a byte or more). 0 prompts
+ * when they cannot be read: the job reports why. */
+static void sample_prompts(const JobConfig *cfg, const Tokenizer *tok, int *n, long *longest) {
     *n = 0, *longest = 0;
     PromptLines pr;
     Err ignored;
@@ -159,9 +162,21 @@ static void sample_prompts(const JobConfig *cfg, int *n, long *longest) {
                                 "sample.prompts", &ignored);
     }
     if (rc) return;
+    Tokenizer *own = NULL;
+    const char *tok_path;
+    if (!tok && config_tokenizer_path(cfg, &tok_path, &ignored) == 0)
+        tok = own = tokenizer_load(tok_path, &ignored);
     *n = pr.n;
-    for (int i = 0; i < pr.n; i++)
-        if ((long)strlen(pr.text[i]) > *longest) *longest = (long)strlen(pr.text[i]);
+    for (int i = 0; i < pr.n; i++) {
+        long l = (long)strlen(pr.text[i]);
+        IdVec ids = {0};
+        if (tok && tokenizer_encode(tok, pr.text[i], strlen(pr.text[i]), &ids, &ignored) == 0) {
+            l = (long)ids.n;
+            idvec_free(&ids);
+        }
+        if (l > *longest) *longest = l;
+    }
+    if (own) tokenizer_free(own);
     prompt_lines_free(&pr);
 }
 
@@ -180,13 +195,15 @@ const char *train_plan_sample_way_name(SampleWay w) {
 
 /* [sample]: how rank 0 generates (sample.gather; on auto the whole copy when the plan's total
  * with it fits the memory this process may use) and what that costs it (TrainPlan.sample). */
-static int plan_sample(TrainPlan *p, const JobConfig *cfg, const Qwen3Modules *mod, int world,
-                       int ep, Err *err) {
+static int plan_sample(TrainPlan *p, const JobConfig *cfg, const Tokenizer *tok,
+                       const Qwen3Modules *mod, int world, int ep, Err *err) {
     if (cfg->sample.freq <= 0) return 0;
     int n;
     long longest;
-    sample_prompts(cfg, &n, &longest);
+    sample_prompts(cfg, tok, &n, &longest);
     if (n == 0) return 0;
+    TRY(samples_check_gather(cfg, world, err));
+    SampleGather g = cfg->sample.gather;
     const ModelSpec *s = &p->spec;
     int bf16 = cfg->training.mixed_precision_param == DT_BF16;
     long C = longest + cfg->sample.max_new_tokens;
@@ -220,11 +237,6 @@ static int plan_sample(TrainPlan *p, const JobConfig *cfg, const Qwen3Modules *m
     free(pi);
     double unitwise = (edge + layer) * (4.0 + (bf16 ? 2.0 : 0.0)) + (double)z.act_bytes;
     if (p->tp > 1 || ep > 1) unitwise += 4.0 * largest;
-    SampleGather g = cfg->sample.gather;
-    if (g == SAMPLE_GATHER_UNITS && world == 1)
-        return err_set(err,
-                       "sample.gather = \"units\" gathers the model from its shards one unit at "
-                       "a time, which needs more than one process; use \"auto\" or \"whole\"");
     if (g == SAMPLE_GATHER_AUTO) {
         double limit = memory_limit_bytes();
         g = world == 1 || limit <= 0 || p->total + whole + run <= limit ? SAMPLE_GATHER_WHOLE
@@ -236,6 +248,10 @@ static int plan_sample(TrainPlan *p, const JobConfig *cfg, const Qwen3Modules *m
 }
 
 int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
+    return train_plan_compute_tok(p, cfg, NULL, err);
+}
+
+int train_plan_compute_tok(TrainPlan *p, const JobConfig *cfg, const Tokenizer *tok, Err *err) {
     memset(p, 0, sizeof *p);
     HfConfigExtra extra;
     TRY(train_job_spec(cfg, &p->spec, &extra, err));
@@ -370,7 +386,7 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     p->baseline = PLAN_BASELINE_BYTES;
     p->total = p->params + p->grads + p->optim + p->acts + p->workspace + p->tokenizer +
                p->dataset + p->baseline;
-    rc = plan_sample(p, cfg, whole_mod, world, dims.ep, err);
+    rc = plan_sample(p, cfg, tok, whole_mod, world, dims.ep, err);
     free(whole_mod);
     TRY(rc);
     p->total += p->sample;
@@ -453,13 +469,22 @@ static double mapped_gib(void) {
     return (double)kb / (1 << 20);
 }
 
-int train_plan_check_memory(const JobConfig *cfg, Err *err) {
+int train_plan_check_memory(const JobConfig *cfg, int world, const Tokenizer *tok,
+                            SampleWay *sample_way, Err *err) {
     TrainPlan p;
     Err ignore;
+    /* The shard degree as the job resolves it (-1: what the other degrees leave of its size). */
+    JobConfig c = *cfg;
+    int rest =
+        cfg->parallelism.data_parallel_replicate_degree * cfg->parallelism.tensor_parallel_degree;
+    if (cfg->parallelism.data_parallel_shard_degree < 1 && rest > 0 && world % rest == 0)
+        c.parallelism.data_parallel_shard_degree = world / rest;
     int was = log_set_info(0); /* the job logs its own override resolution */
-    int rc = train_plan_compute(&p, cfg, &ignore);
+    int rc = train_plan_compute_tok(&p, &c, tok, &ignore);
     log_set_info(was);
+    *sample_way = SAMPLE_NONE;
     if (rc != 0) return 0;
+    *sample_way = p.sample_way;
     double gib = (double)(1 << 30), need = p.total / gib;
     double ram = metrics_total_ram_gib();
     if (ram > 0 && need > ram)
