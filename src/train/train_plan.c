@@ -299,8 +299,14 @@ int train_plan_compute_tok(TrainPlan *p, const JobConfig *cfg, const Tokenizer *
     /* whole gives the parameter count only, which no kernel choice changes: without the plan,
      * so its replacements are not logged twice */
     if (rc == 0) rc = train_qwen3_sizes(&whole, &p->spec, p->B, p->T, ac, 1, NULL, err);
-    /* The modules a whole copy runs, for samples (train_qwen3_whole_create). */
-    Qwen3Modules *whole_mod = rc == 0 ? train_qwen3_modules(&p->spec, &plan, 0) : NULL;
+    /* The modules a whole copy runs, for samples (train_qwen3_whole_create); their
+     * replacements were logged above. */
+    Qwen3Modules *whole_mod = NULL;
+    if (rc == 0 && cfg->sample.freq > 0) {
+        int was = log_set_info(0);
+        whole_mod = train_qwen3_modules(&p->spec, &plan, 0);
+        log_set_info(was);
+    }
     overrides_plan_free(&plan);
     TRY(rc);
     p->numel = (double)whole.param_bytes / 4.0; /* upper bound by alignment padding only */
