@@ -6,14 +6,16 @@
 #     sequence parallelism equals one process's within 1e-6 relative (the data-parallel ranks
 #     share the validation rows; TP ranks of one group take the same ones), and so does MoE's
 #     (4 experts, bias balancing) on FSDP 2 and on EP 2 x FSDP 2;
-#   - samples.jsonl, written once by rank 0 from the gathered whole model, is byte-identical to
-#     one process's for the same seed, in fp32 on each of those meshes (EP 2: the experts
-#     gathered from the EP group) and with bf16 matmuls
-#     on FSDP 2;
+#   - samples.jsonl, written once by rank 0, is byte-identical to one process's for the same
+#     seed, in fp32 on each of those meshes (EP 2: the experts gathered from the EP group) and
+#     with bf16 matmuls on FSDP 2 (greedy): from a whole gathered copy on FSDP 2, HSDP and MoE
+#     FSDP 2, and one FSDP unit at a time (sample.gather = "units") on TP 2, FSDP 2 x TP 2 + SP,
+#     EP 2 and bf16 FSDP 2, each run logging the way it took;
 #   - a validation.seq_len the sequence-parallel group cannot split stops with a sentence;
-#   - FSDP 2's training losses, dense and MoE, are bitwise those of the same run without
-#     validation and samples (nothing touches gradients, optimizer state or the routing
-#     counts the bias update reads, and the gathers leave the shards as they were).
+#   - the training losses of FSDP 2 (dense and MoE), TP 2, HSDP 2 x 2 and EP 2 are bitwise
+#     those of the same run without validation and samples (nothing touches gradients,
+#     optimizer state or the routing counts the bias update reads, and the gathers leave the
+#     shards as they were).
 set -uo pipefail
 # shellcheck source=tests/dist_lib.sh
 . "$(dirname "$0")/dist_lib.sh"
@@ -41,19 +43,27 @@ losses() { grep -o '"step":[0-9]*,"loss":[^,]*' "$TMP/$1/metrics.jsonl"; }
 MOE=(--model.num_experts=4 --model.top_k=2 --model.moe_hidden_dim=16 --model.load_balance_coeff=0.01)
 BF16=(--training.mixed_precision_param=bfloat16)
 FSDP=(--parallelism.data_parallel_shard_degree=2)
+TP=(--parallelism.data_parallel_shard_degree=1 --parallelism.tensor_parallel_degree=2)
+HSDP=(--parallelism.data_parallel_replicate_degree=2 "${FSDP[@]}" --training.local_batch_size=1)
+EP=("${MOE[@]}" "${FSDP[@]}" --parallelism.expert_parallel_degree=2)
+UNITS=(--sample.gather=units)
+GREEDY=(--sample.temperature=0)
 run 0 one "${EXTRA[@]}"
 run 2 fsdp "${EXTRA[@]}" "${FSDP[@]}"
-run 2 tp "${EXTRA[@]}" --parallelism.data_parallel_shard_degree=1 --parallelism.tensor_parallel_degree=2
-run 4 hsdp "${EXTRA[@]}" --parallelism.data_parallel_replicate_degree=2 "${FSDP[@]}" --training.local_batch_size=1
+run 2 tp "${EXTRA[@]}" "${TP[@]}" "${UNITS[@]}"
+run 4 hsdp "${EXTRA[@]}" "${HSDP[@]}"
 run 4 fsdp_tp_sp "${EXTRA[@]}" "${FSDP[@]}" --parallelism.tensor_parallel_degree=2 \
-  --parallelism.enable_sequence_parallel=true
+  --parallelism.enable_sequence_parallel=true "${UNITS[@]}"
 run 2 fsdp_plain "${FSDP[@]}"
+run 2 tp_plain "${TP[@]}"
+run 4 hsdp_plain "${HSDP[@]}"
 run 0 moe_one "${EXTRA[@]}" "${MOE[@]}"
 run 2 moe_fsdp "${EXTRA[@]}" "${MOE[@]}" "${FSDP[@]}"
 run 2 moe_fsdp_plain "${MOE[@]}" "${FSDP[@]}"
-run 2 moe_ep "${EXTRA[@]}" "${MOE[@]}" "${FSDP[@]}" --parallelism.expert_parallel_degree=2
-run 0 bf16_one "${EXTRA[@]}" "${BF16[@]}"
-run 2 bf16_fsdp "${EXTRA[@]}" "${BF16[@]}" "${FSDP[@]}"
+run 2 moe_ep "${EXTRA[@]}" "${EP[@]}" "${UNITS[@]}"
+run 2 moe_ep_plain "${EP[@]}"
+run 0 bf16_one "${EXTRA[@]}" "${BF16[@]}" "${GREEDY[@]}"
+run 2 bf16_fsdp "${EXTRA[@]}" "${BF16[@]}" "${FSDP[@]}" "${UNITS[@]}" "${GREEDY[@]}"
 
 [ "$(vals one | wc -l)" -eq 2 ] || { echo "FAIL: one process: expected validation at steps 2 and 3: $(vals one)"; fail=1; }
 grep -q '^validate step: 2  loss: .*  perplexity: .*  tokens: [0-9]*  time: ' "$TMP/one.log" ||
@@ -84,6 +94,11 @@ same_samples() {
     echo "FAIL: $2 samples differ from $1's:"; diff "$TMP/$1/samples.jsonl" "$TMP/$2/samples.jsonl"; fail=1
   fi
 }
+# way NAME WORDS: NAME's rank 0 logged that it sampled that way.
+way() {
+  grep -q "^\[rank 0\] samples: $2 on rank 0" "$TMP/$1.log" ||
+    { echo "FAIL: $1 should sample from $2: $(grep -m1 'samples:' "$TMP/$1.log")"; fail=1; }
+}
 # same_losses A B: bitwise equal training losses.
 same_losses() {
   if [ -n "$(losses "$1")" ] && [ "$(losses "$1")" = "$(losses "$2")" ]; then
@@ -101,8 +116,13 @@ same_samples moe_one moe_fsdp
 same_val moe_one moe_ep
 same_samples moe_one moe_ep
 same_samples bf16_one bf16_fsdp
+for name in fsdp hsdp moe_fsdp; do way "$name" "a whole copy of the model gathered"; done
+for name in tp fsdp_tp_sp moe_ep bf16_fsdp; do way "$name" "the model gathered one FSDP unit at a time"; done
 same_losses fsdp fsdp_plain
+same_losses tp tp_plain
+same_losses hsdp hsdp_plain
 same_losses moe_fsdp moe_fsdp_plain
+same_losses moe_ep moe_ep_plain
 # A validation row that the sequence-parallel group cannot split stops every rank with a sentence.
 if run_bad=$(dist_run 2 sp_bad "${ARGS[@]}" "${EXTRA[@]}" --parallelism.data_parallel_shard_degree=1 \
   --parallelism.tensor_parallel_degree=2 --parallelism.enable_sequence_parallel=true \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # qtitan plan against real runs: for jobs whose arenas dominate (the debug model with a
 # bigger batch, and the 0.6B shape cut to 2 layers at seq 256; each also with LoRA, and the
-# 0.6B one with a bf16 base), plan's total must be within 10% of the peak RSS the real
+# 0.6B one with a bf16 base; with [sample]), plan's total must be within 10% of the peak RSS the real
 # training reports in metrics.jsonl (memory_gib) after 2 steps.
 # shellcheck source=tests/c4_lib.sh
 . "$(dirname "$0")/c4_lib.sh"
@@ -33,6 +33,21 @@ check lora_0.6B_2l --model.tokenizer_path="$tok" --model.flavor=0.6B --model.n_l
   --training.local_batch_size=1 --training.seq_len=256 "${lora[@]}"
 check lora_bf16_0.6B_2l --model.tokenizer_path="$tok" --model.flavor=0.6B --model.n_layers=2 \
   --training.local_batch_size=1 --training.seq_len=256 "${lora[@]}" --lora.base_dtype=bfloat16
+# [sample] (docs/generate.md): a LoRA run samples from a merged whole copy of the model (about
+# as big as the frozen base), and the debug model with 8 long prompts is dominated by the
+# decoder's KV cache (bf16 matmuls: the decoder's bf16 scratch too). The plan names the way.
+long=$(printf 'the quick brown fox jumps over the lazy dog near the river bank %.0s' {1..24})
+prompts="--sample.prompts=$(for i in 1 2 3 4 5 6 7 8; do echo "$i $long"; done)"
+check lora_sample_0.6B_2l --model.tokenizer_path="$tok" --model.flavor=0.6B --model.n_layers=2 \
+  --training.local_batch_size=1 --training.seq_len=256 "${lora[@]}" --sample.freq=1 \
+  --sample.max_new_tokens=2 "--sample.prompts=the quick brown fox"
+grep -q '^  samples .*(whole copy)' "$tmp/lora_sample_0.6B_2l.plan" \
+  || { cat "$tmp/lora_sample_0.6B_2l.plan"; echo "FAIL: plan should count LoRA's whole copy"; exit 1; }
+check sample_kv_debug --model.tokenizer_path="$tmp/tok2048" --training.local_batch_size=4 --training.seq_len=64 \
+  --training.mixed_precision_param=bfloat16 --sample.freq=1 --sample.max_new_tokens=2 \
+  --sample.temperature=0 "$prompts"
+grep -q '^  samples .*(own model)' "$tmp/sample_kv_debug.plan" \
+  || { cat "$tmp/sample_kv_debug.plan"; echo "FAIL: plan should count the KV cache"; exit 1; }
 # Kernel replacements are logged once, as training logs them.
 "$QT_BINARY" plan --config "$QT_SOURCE_DIR/configs/debug_kernels.toml" >"$tmp/kernels.plan" 2>&1
 [ "$(grep -c 'layers.0.attention.sdpa: sdpa -> flash' "$tmp/kernels.plan")" = 1 ] \

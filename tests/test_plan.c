@@ -239,11 +239,58 @@ static void test_lora(void **state) {
     assert_true(p.total <= 20.0 * 1073741824.0);
 }
 
+/* [sample]: rank 0's KV cache counted for every prompt at its length in bytes plus
+ * max_new_tokens; on many processes a whole copy, or one edge unit and one layer at a time,
+ * the two differing by exactly the weights not held; the way named; "units" refused on one
+ * process. */
+static void test_samples(void **state) {
+    (void)state;
+    Err err;
+    char *argv[] = {"--model.flavor=debugmodel",
+                    "--training.local_batch_size=2",
+                    "--training.seq_len=32",
+                    "--model.tokenizer_path=/nonexistent",
+                    "--training.dataset_path=/nonexistent.jsonl",
+                    "--sample.freq=5",
+                    "--sample.max_new_tokens=12",
+                    "--sample.prompts=ab\ncdef",
+                    "--parallelism.data_parallel_shard_degree=2",
+                    "--sample.gather=whole"};
+    TrainPlan one, whole, units, autop;
+    assert_int_equal(plan(&one, 8, argv, &err), 0);
+    assert_int_equal(one.sample_way, SAMPLE_OWN);
+    /* 2 prompts of at most 4 bytes + 12 new tokens: 16 positions, keys and values per layer */
+    double D = 256, L = 8, KE = 8 * 128, E = 128, F = 3072, V = 2048, HE = 16 * 128;
+    double kv = 2 * L * 2 * 16 * KE * 4;
+    assert_true(one.sample > kv && one.sample < kv + 8 * 1048576.0);
+    double sum = one.params + one.grads + one.optim + one.acts + one.workspace + one.tokenizer +
+                 one.dataset + one.baseline + one.sample;
+    assert_true(one.total == sum);
+    assert_int_equal(plan(&whole, 10, argv, &err), 0);
+    assert_int_equal(whole.sample_way, SAMPLE_WHOLE);
+    argv[9] = "--sample.gather=units";
+    assert_int_equal(plan(&units, 10, argv, &err), 0);
+    assert_int_equal(units.sample_way, SAMPLE_UNITWISE);
+    double layer = D * HE * 2 + D * KE * 2 + 3 * D * F + 2 * D + 2 * E;
+    double numel = V * D + L * layer + D, edge = V * D + D; /* tied: the norm with the embedding */
+    assert_true(whole.sample - units.sample == 4 * (numel - edge - layer));
+    assert_string_equal(train_plan_sample_way_name(units.sample_way), "one unit at a time");
+    argv[9] = "--sample.gather=auto"; /* a few MiB fit any machine that runs the tests */
+    assert_int_equal(plan(&autop, 10, argv, &err), 0);
+    assert_int_equal(autop.sample_way, SAMPLE_WHOLE);
+    assert_true(autop.total == whole.total);
+    argv[8] = "--sample.gather=units";
+    assert_int_equal(plan(&units, 9, argv, &err), -1);
+    assert_non_null(strstr(err.msg, "sample.gather = \"units\" gathers the model from its shards "
+                                    "one unit at a time, which needs more than one process"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_expert_parallel), cmocka_unit_test(test_lora),
         cmocka_unit_test(test_debugmodel),      cmocka_unit_test(test_moe),
         cmocka_unit_test(test_tensor_parallel), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_samples),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -55,12 +55,16 @@ static const Choice DATA_FORMATS[] = {{"text", DATA_TEXT},
                                       {NULL, 0}};
 static const Choice TOO_LONG[] = {
     {"truncate", TOO_LONG_TRUNCATE}, {"drop", TOO_LONG_DROP}, {NULL, 0}};
+static const Choice SAMPLE_GATHERS[] = {{"auto", SAMPLE_GATHER_AUTO},
+                                        {"whole", SAMPLE_GATHER_WHOLE},
+                                        {"units", SAMPLE_GATHER_UNITS},
+                                        {NULL, 0}};
 static const Choice MODEL_NAMES[] = {{"qwen3", 0}, {NULL, 0}};
 
 _Static_assert(sizeof(DType) == sizeof(int) && sizeof(DecayType) == sizeof(int) &&
                    sizeof(DeviceKind) == sizeof(int) && sizeof(AcMode) == sizeof(int) &&
                    sizeof(OptimizerKind) == sizeof(int) && sizeof(DataFormat) == sizeof(int) &&
-                   sizeof(TooLong) == sizeof(int),
+                   sizeof(TooLong) == sizeof(int) && sizeof(SampleGather) == sizeof(int),
                "enum fields are written through int pointers");
 
 #define OFF(f) offsetof(JobConfig, f)
@@ -175,6 +179,7 @@ static const KeyDesc KEYS[] = {
     INT(sample, max_new_tokens, 1, 0, "an integer >= 1"),
     FLT(sample, temperature, 0, INFINITY, 0, 1, "a number >= 0 (0 = greedy)"),
     {"sample", "seed", K_I64, OFF(sample.seed), 0, 9.2e18, 0, 0, 0, NULL, "an integer >= 0", NULL},
+    ENUM(sample, gather, SAMPLE_GATHERS),
     INT(lora, rank, 0, 0, "an integer >= 0 (0 = no LoRA)"),
     FLT(lora, alpha, 0, INFINITY, 1, 1, "a number > 0"),
     FLT(lora, dropout, 0, 1, 0, 1, "a number in [0, 1)"),

@@ -36,6 +36,13 @@ typedef enum DataFormat {
     DATA_PROMPT_COMPLETION,
     DATA_INSTRUCTION
 } DataFormat;
+/* Where a sharded run's samples come from (sample.gather; docs/generate.md): chosen by the
+ * plan's memory figures, a whole copy on rank 0, or one FSDP unit at a time. */
+typedef enum SampleGather {
+    SAMPLE_GATHER_AUTO = 0,
+    SAMPLE_GATHER_WHOLE,
+    SAMPLE_GATHER_UNITS
+} SampleGather;
 /* A conversation longer than seq_len. */
 typedef enum TooLong { TOO_LONG_TRUNCATE = 0, TOO_LONG_DROP } TooLong;
 
@@ -174,6 +181,7 @@ typedef struct JobConfig {
         int max_new_tokens;
         double temperature; /* 0 = greedy */
         int64_t seed;
+        SampleGather gather;
     } sample;
     KernelOverride *overrides; /* n_overrides entries in file order */
     int n_overrides;

@@ -5,87 +5,91 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/arena.h"
 #include "kernels/cpu_simd.h"
 #include "kernels/gemv_bf16.h"
 #include "model/moe.h"
 
-static float *floats(long n) {
-    return xcalloc((size_t)(n > 0 ? n : 1), sizeof(float));
-}
-
-int decoder_create(Decoder *d, Qwen3 *m, int S, int C, Err *err) {
-    memset(d, 0, sizeof *d);
-    const ModelSpec *s = &m->spec;
-    if (S < 1 || C < 1)
-        return err_set(err, "a decoder needs at least one sequence and one position (got %d, %d)",
-                       S, C);
+/* Places the cache and work rows in a (counting or real): the one layout decoder_create
+ * allocates and decoder_bytes counts. */
+static void place(Decoder *d, Arena *a, const ModelSpec *s, const Qwen3Modules *mod, int bf16,
+                  int S, int C) {
     long D = s->dim, HE = (long)s->n_heads * s->head_dim, KE = (long)s->n_kv_heads * s->head_dim;
     long F = s->hidden_dim, V = s->vocab_size, L = s->n_layers, H = s->n_heads;
     long R = C > S ? C : S;
-    d->m = m;
-    d->S = S;
-    d->C = C;
-    d->R = R;
-    d->kc = floats(L * S * C * KE);
-    d->vc = floats(L * S * C * KE);
-    d->len = xcalloc((size_t)S, sizeof *d->len);
-    d->x = floats(R * D), d->out = floats(R * D), d->xmid = floats(R * D);
-    d->xn = floats(R * D), d->xn2 = floats(R * D);
-    d->rstd = floats(R * H);
-    d->q = floats(R * HE), d->qn = floats(R * HE), d->qr = floats(R * HE);
-    d->k = floats(R * KE), d->kn = floats(R * KE), d->kr = floats(R * KE), d->v = floats(R * KE);
-    d->att = floats(R * HE);
-    d->lse = floats(H * C);
-    d->scores = floats((long)S * H * C);
-    d->h1 = floats(R * F), d->h3 = floats(R * F), d->g = floats(R * F);
-    d->pos = xcalloc((size_t)R, sizeof *d->pos);
+#define FL(n) arena_floats(a, (size_t)((n) > 0 ? (n) : 1))
+    d->kc = FL(L * S * C * KE);
+    d->vc = FL(L * S * C * KE);
+    d->len = arena_alloc(a, (size_t)S * sizeof *d->len);
+    d->x = FL(R * D), d->out = FL(R * D), d->xmid = FL(R * D);
+    d->xn = FL(R * D), d->xn2 = FL(R * D);
+    d->rstd = FL(R * H);
+    d->q = FL(R * HE), d->qn = FL(R * HE), d->qr = FL(R * HE);
+    d->k = FL(R * KE), d->kn = FL(R * KE), d->kr = FL(R * KE), d->v = FL(R * KE);
+    d->att = FL(R * HE);
+    d->lse = FL(H * C);
+    d->scores = FL((long)S * H * C);
+    d->h1 = FL(R * F), d->h3 = FL(R * F), d->g = FL(R * F);
+    d->pos = arena_alloc(a, (size_t)R * sizeof *d->pos);
     long ws = 0; /* the largest workspace the layers' feed-forward kernels declare for R rows */
     for (int l = 0; l < s->n_layers; l++) {
-        const SwigluOp *ff = m->mod.layers[l].feed_forward;
+        const SwigluOp *ff = mod->layers[l].feed_forward;
         long w = ff && ff->workspace_floats ? ff->workspace_floats(R, (int)D, (int)F) : 0;
         ws = w > ws ? w : ws;
     }
-    if (ws) d->ffn_ws = floats(ws);
-    if (m->bf16) {
+    d->ffn_ws = ws ? FL(ws) : NULL;
+    if (bf16) {
         /* The largest product's bf16 inputs (linear.h, swiglu.h): lm_head runs on at most S
          * rows, everything else on up to R. */
         long need = R * (2 * D + 2 * F);
         if (R * (D + HE) > need) need = R * (D + HE);
         if ((long)S * (D + V) > need) need = (long)S * (D + V);
-        d->scratch = xcalloc((size_t)need, sizeof *d->scratch);
+        d->scratch = arena_alloc(a, (size_t)need * sizeof *d->scratch);
     }
-    if (m->n_moe_layers) {
+    int moe = 0;
+    for (int l = 0; l < s->n_layers; l++)
+        moe |= model_spec_layer_is_moe(s, l);
+    if (moe) {
         long X = s->num_experts, k = s->top_k, Fm = s->moe_hidden_dim;
-        d->router_logits = floats(R * X), d->probs = floats(R * X);
-        d->topk_idx = xcalloc((size_t)(R * k), sizeof *d->topk_idx);
-        d->topk_w = floats(R * k);
+        d->router_logits = FL(R * X), d->probs = FL(R * X);
+        d->topk_idx = arena_alloc(a, (size_t)(R * k) * sizeof *d->topk_idx);
+        d->topk_w = FL(R * k);
         long saved = moe_experts_saved_floats(R, (int)k, (int)D, (int)Fm);
         long scratch = moe_experts_scratch_floats(R, (int)k, (int)D, (int)Fm);
-        d->ex_mem = floats(saved + scratch);
-        d->ex_ints = xcalloc((size_t)moe_experts_saved_ints(R, (int)k, (int)X), sizeof(int32_t));
-        moe_experts_bufs_place(&d->ex, d->ex_mem, d->ex_ints, d->ex_mem + saved, R, (int)k, (int)D,
-                               (int)Fm, (int)X);
+        d->ex_mem = FL(saved + scratch);
+        long ints = moe_experts_saved_ints(R, (int)k, (int)X);
+        d->ex_ints = arena_alloc(a, (size_t)(ints > 0 ? ints : 1) * sizeof(int32_t));
+        if (a->base)
+            moe_experts_bufs_place(&d->ex, d->ex_mem, d->ex_ints, d->ex_mem + saved, R, (int)k,
+                                   (int)D, (int)Fm, (int)X);
     }
+#undef FL
+}
+
+size_t decoder_bytes(const ModelSpec *s, const Qwen3Modules *mod, int bf16, int S, int C) {
+    Decoder d;
+    Arena a;
+    arena_init_counting(&a, "decoder");
+    place(&d, &a, s, mod, bf16, S, C);
+    return a.used;
+}
+
+int decoder_create(Decoder *d, Qwen3 *m, int S, int C, Err *err) {
+    memset(d, 0, sizeof *d);
+    if (S < 1 || C < 1)
+        return err_set(err, "a decoder needs at least one sequence and one position (got %d, %d)",
+                       S, C);
+    TRY(arena_init(&d->mem, "decoder", decoder_bytes(&m->spec, &m->mod, m->bf16, S, C), err));
+    place(d, &d->mem, &m->spec, &m->mod, m->bf16, S, C);
+    d->m = m;
+    d->S = S;
+    d->C = C;
+    d->R = C > S ? C : S;
     return 0;
 }
 
 void decoder_free(Decoder *d) {
-    float *fs[] = {d->kc,     d->vc,
-                   d->x,      d->out,
-                   d->xmid,   d->xn,
-                   d->xn2,    d->rstd,
-                   d->q,      d->qn,
-                   d->qr,     d->k,
-                   d->kn,     d->kr,
-                   d->v,      d->att,
-                   d->lse,    d->scores,
-                   d->h1,     d->h3,
-                   d->g,      d->router_logits,
-                   d->probs,  d->topk_w,
-                   d->ex_mem, d->ffn_ws};
-    for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
-        free(fs[i]);
-    free(d->len), free(d->pos), free(d->scratch), free(d->topk_idx), free(d->ex_ints);
+    arena_free(&d->mem);
     memset(d, 0, sizeof *d);
 }
 
@@ -233,14 +237,22 @@ static void head(Decoder *d, long first, long n, float *logits) {
         linear(d, m->mod.lm_head, logits, d->xn, m->p.output, m->pb.output, n, D, s->vocab_size);
 }
 
+static void fetch(const Decoder *d, int unit) {
+    if (d->fetch) d->fetch(d->fetch_ctx, unit);
+}
+
 void decoder_prefill(Decoder *d, int s, const int32_t *ids, int T, float *logits) {
     Qwen3 *m = d->m;
     for (int t = 0; t < T; t++)
         d->pos[t] = t;
+    fetch(d, 0);
     m->mod.tok_embeddings->forward(d->x, ids, m->p.tok_embeddings, T, m->spec.dim);
-    for (int l = 0; l < m->spec.n_layers; l++)
+    for (int l = 0; l < m->spec.n_layers; l++) {
+        fetch(d, 1 + l);
         layer(d, l, T, s, NULL);
+    }
     d->len[s] = T;
+    fetch(d, m->spec.n_layers + 1);
     head(d, T - 1, 1, logits);
 }
 
@@ -248,10 +260,14 @@ void decoder_step(Decoder *d, const int *seq, const int32_t *ids, int n, float *
     Qwen3 *m = d->m;
     for (int r = 0; r < n; r++)
         d->pos[r] = d->len[seq[r]];
+    fetch(d, 0);
     m->mod.tok_embeddings->forward(d->x, ids, m->p.tok_embeddings, n, m->spec.dim);
-    for (int l = 0; l < m->spec.n_layers; l++)
+    for (int l = 0; l < m->spec.n_layers; l++) {
+        fetch(d, 1 + l);
         layer(d, l, n, -1, seq);
+    }
     for (int r = 0; r < n; r++)
         d->len[seq[r]]++;
+    fetch(d, m->spec.n_layers + 1);
     head(d, 0, n, logits);
 }

@@ -14,12 +14,20 @@
 
 #include <stdint.h>
 
+#include "core/arena.h"
 #include "core/err.h"
 #include "model/qwen3.h"
 #include "ops/moe_experts.h"
 
+/* Called before each unit of the model runs (0 the embedding, 1 + l layer l, n_layers + 1 the
+ * final norm and lm_head), so a driver can bring its weights in just then. */
+typedef void (*DecoderFetchFn)(void *ctx, int unit);
+
 typedef struct Decoder {
-    Qwen3 *m;       /* weights and module implementations; not owned */
+    Qwen3 *m; /* weights and module implementations; not owned */
+    Arena mem;
+    DecoderFetchFn fetch; /* NULL: m holds every weight all along */
+    void *fetch_ctx;
     int S;          /* sequences */
     int C;          /* cache positions per sequence: prompt + generated tokens */
     long R;         /* rows one call processes: max(C, S) */
@@ -51,6 +59,8 @@ typedef struct Decoder {
  * parameters must stay where they are while the decoder lives; with mixed precision on
  * (m->bf16) the caller refreshes the bf16 copies (qwen3_refresh_bf16) after changing weights. */
 int decoder_create(Decoder *d, Qwen3 *m, int S, int C, Err *err);
+/* Bytes decoder_create allocates for a model of spec running mod (bf16: mixed precision on). */
+size_t decoder_bytes(const ModelSpec *spec, const Qwen3Modules *mod, int bf16, int S, int C);
 void decoder_free(Decoder *d);
 /* Empties every sequence's cache. */
 void decoder_reset(Decoder *d);

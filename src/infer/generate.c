@@ -167,3 +167,9 @@ void gen_output_free(GenOutput *g) {
     free(g->ids), free(g->logprobs), free(g->text);
     memset(g, 0, sizeof *g);
 }
+
+double generate_buffer_bytes(int n, int V) {
+    Sampler smp = {0};
+    return (double)n * V * sizeof(float) +
+           (double)V * (sizeof *smp.scaled + sizeof *smp.order + sizeof *smp.prob);
+}

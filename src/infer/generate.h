@@ -49,5 +49,8 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
              int n, const GenOptions *o, GenOutput *out, GenStreamFn stream, void *ctx,
              GenStats *stats, Err *err);
 void gen_output_free(GenOutput *g);
+/* Bytes a generate call allocates for n prompts of a model of V logits, besides the outputs:
+ * the logits of every sequence and the sampler's three rows. */
+double generate_buffer_bytes(int n, int V);
 
 #endif

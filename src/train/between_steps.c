@@ -4,7 +4,7 @@
 #include <string.h>
 
 int between_steps_open(BetweenSteps *b, const JobConfig *cfg, TrainQwen3 *q, const Tokenizer *tok,
-                       Err *err) {
+                       SampleWay sample_way, Err *err) {
     memset(b, 0, sizeof *b);
     int want_v = cfg->validation.enable, want_s = cfg->sample.freq > 0;
     if (want_v) {
@@ -12,7 +12,7 @@ int between_steps_open(BetweenSteps *b, const JobConfig *cfg, TrainQwen3 *q, con
         b->validate = 1;
     }
     if (want_s) {
-        if (samples_open(&b->s, cfg, q, tok, err)) {
+        if (samples_open(&b->s, cfg, q, tok, sample_way, err)) {
             between_steps_close(b);
             return -1;
         }

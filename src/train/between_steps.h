@@ -14,8 +14,9 @@ typedef struct BetweenSteps {
 } BetweenSteps;
 
 /* Opens what cfg turns on, for q on any mesh. Every rank opens both; run them collectively. */
+/* sample_way: the plan's (samples_open). */
 int between_steps_open(BetweenSteps *b, const JobConfig *cfg, TrainQwen3 *q, const Tokenizer *tok,
-                       Err *err);
+                       SampleWay sample_way, Err *err);
 void between_steps_close(BetweenSteps *b);
 /* TrainerOptions.after_step. */
 int between_steps_run(void *ctx, int64_t step, int last, MetricsWriter *mw, Err *err);

@@ -27,7 +27,66 @@ static int read_prompts(Samples *s, const JobConfig *cfg, Err *err) {
     return rc ? err_wrap(err, "sample.freq = %d", cfg->sample.freq) : 0;
 }
 
-int samples_open(Samples *s, const JobConfig *cfg, TrainQwen3 *q, const Tokenizer *tok, Err *err) {
+int samples_check_gather(const JobConfig *cfg, int world, Err *err) {
+    if (cfg->sample.gather == SAMPLE_GATHER_UNITS && world == 1)
+        return err_set(err,
+                       "sample.gather = \"units\" gathers the model from its shards one unit at "
+                       "a time, which needs more than one process; use \"auto\" or \"whole\"");
+    return 0;
+}
+
+static const char *const gather_names[] = {"auto", "whole", "units"};
+
+/* The way the job samples (SampleWay): its own model on one process without LoRA; else the
+ * way the plan chose for rank 0 (sample.gather; on auto the whole copy when the plan's total
+ * with it fits this process's memory), sent to all, since the two ways run different
+ * collectives. */
+static int choose_way(Samples *s, const JobConfig *cfg, SampleWay planned, Err *err) {
+    const Mesh *mesh = train_qwen3_mesh(s->q);
+    TRY(samples_check_gather(cfg, train_qwen3_sharded(s->q) ? mesh->dims.world : 1, err));
+    if (!train_qwen3_sharded(s->q) && !cfg->lora.rank) {
+        s->way = SAMPLE_OWN;
+        return 0;
+    }
+    int32_t way = planned;
+    if (way != SAMPLE_WHOLE && way != SAMPLE_UNITWISE) /* no plan */
+        way = cfg->sample.gather == SAMPLE_GATHER_UNITS ? SAMPLE_UNITWISE : SAMPLE_WHOLE;
+    TRY(comm_broadcast(mesh->world, &way, sizeof way, 0, err));
+    s->way = (SampleWay)way;
+    if (mesh->dims.rank == 0)
+        log_info("samples: %s on rank 0 (sample.gather = %s)",
+                 s->way == SAMPLE_WHOLE ? "a whole copy of the model gathered"
+                                        : "the model gathered one FSDP unit at a time",
+                 gather_names[cfg->sample.gather]);
+    return 0;
+}
+
+/* Decoder fetch on rank 0 (SAMPLE_UNITWISE): tells the other ranks which unit comes next, then
+ * all gather it. */
+static void fetch_unit(void *ctx, int unit) {
+    Samples *s = ctx;
+    int32_t u = unit;
+    Err err;
+    if (comm_broadcast(train_qwen3_mesh(s->q)->world, &u, sizeof u, 0, &err)) {
+        char msg[sizeof err.msg + 32];
+        snprintf(msg, sizeof msg, "samples: %s", err.msg);
+        comm_abort(1, msg);
+    }
+    if (unit >= 0) train_qwen3_gather_unit(s->q, s->m, unit);
+}
+
+/* The other ranks while rank 0 generates unit by unit: each unit it names gathered, until -1. */
+static int serve_units(Samples *s, Err *err) {
+    for (;;) {
+        int32_t u;
+        TRY(comm_broadcast(train_qwen3_mesh(s->q)->world, &u, sizeof u, 0, err));
+        if (u < 0) return 0;
+        train_qwen3_gather_unit(s->q, NULL, u);
+    }
+}
+
+int samples_open(Samples *s, const JobConfig *cfg, TrainQwen3 *q, const Tokenizer *tok,
+                 SampleWay planned, Err *err) {
     memset(s, 0, sizeof *s);
     TRY(read_prompts(s, cfg, err));
     const char *where = cfg->sample.prompt_file[0] ? cfg->sample.prompt_file : "sample.prompts";
@@ -51,15 +110,23 @@ int samples_open(Samples *s, const JobConfig *cfg, TrainQwen3 *q, const Tokenize
                      "%s: a prompt of %d tokens with sample.max_new_tokens = %d exceeds the "
                      "model's context of %d positions",
                      where, longest, cfg->sample.max_new_tokens, local->spec.max_seq_len);
-    /* The decoder runs plain weights: sharded or with adapters, it runs a merged whole copy. */
-    if (rc == 0 && !train_qwen3_sharded(q) && !local->lora) {
+    /* The decoder runs plain weights: sharded or with adapters, it runs a merged whole copy,
+     * or the whole model one unit at a time. */
+    if (rc == 0) rc = choose_way(s, cfg, planned, err);
+    int rank0 = train_qwen3_mesh(q)->dims.rank == 0;
+    if (rc == 0 && s->way == SAMPLE_OWN) {
         s->m = local;
-    } else if (rc == 0 && train_qwen3_mesh(q)->dims.rank == 0) {
-        rc = train_qwen3_whole_create(q, &s->whole, err);
+    } else if (rc == 0 && rank0) {
+        rc = s->way == SAMPLE_WHOLE ? train_qwen3_whole_create(q, &s->whole, err)
+                                    : train_qwen3_unitwise_create(q, &s->whole, err);
         if (rc == 0) s->m = &s->whole;
     }
     if (rc == 0 && s->m)
         rc = decoder_create(&s->d, s->m, n, longest + cfg->sample.max_new_tokens, err);
+    if (rc == 0 && s->m && s->way == SAMPLE_UNITWISE) {
+        s->d.fetch = fetch_unit;
+        s->d.fetch_ctx = s;
+    }
     if (rc != 0) {
         samples_close(s);
         return -1;
@@ -129,8 +196,18 @@ int samples_after_step(Samples *s, int64_t step, int last, Err *err) {
         qwen3_refresh_bf16(s->m);
         return write_samples(s, step, err);
     }
-    int rc = train_qwen3_gather_whole(s->q, s->m, err);
-    if (rc == 0 && s->m) rc = write_samples(s, step, err);
+    int rc;
+    if (s->way == SAMPLE_UNITWISE) {
+        if (s->m) {
+            rc = write_samples(s, step, err);
+            fetch_unit(s, -1); /* the others stop serving */
+        } else {
+            rc = serve_units(s, err);
+        }
+    } else {
+        rc = train_qwen3_gather_whole(s->q, s->m, err);
+        if (rc == 0 && s->m) rc = write_samples(s, step, err);
+    }
     /* The other ranks wait here for rank 0's generation, and learn if it failed. */
     return comm_agree(train_qwen3_mesh(s->q)->world, rc, err);
 }

@@ -359,7 +359,8 @@ static int lora_params(const JobConfig *cfg, const ModelSpec *spec, ParamInfo **
  * a sentence, not gigabytes first), then the plan against physical memory (a job that cannot fit
  * would swap or be killed hours in). */
 static int check_before_sizing(const JobConfig *cfg, const ModelSpec *spec,
-                               TrainMemoryCheck check_memory, Comm *world, Err *err) {
+                               TrainMemoryCheck check_memory, Comm *world, const Tokenizer *tok,
+                               SampleWay *sample_way, Err *err) {
     int rc = 0;
     if (cfg->checkpoint.initial_load_path[0])
         rc = qwen3_hf_check_path(spec, cfg->checkpoint.initial_load_path, err);
@@ -381,7 +382,7 @@ static int check_before_sizing(const JobConfig *cfg, const ModelSpec *spec,
         free(params);
         free(root);
     }
-    if (rc == 0 && check_memory) rc = check_memory(cfg, err);
+    if (rc == 0 && check_memory) rc = check_memory(cfg, world->size, tok, sample_way, err);
     return comm_agree(world, rc, err);
 }
 
@@ -499,7 +500,8 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
     else
         data_feed_init(&feed, &ds, &mesh.dims);
 
-    if (check_before_sizing(cfg, &spec, check_memory, world, err) != 0) {
+    SampleWay sample_way = SAMPLE_NONE;
+    if (check_before_sizing(cfg, &spec, check_memory, world, tok, &sample_way, err) != 0) {
         rc = -1;
         goto out;
     }
@@ -605,7 +607,7 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
     BetweenSteps between = {0};
     if (rc == 0) {
         /* Mostly config checks that fail alike; the whole model for samples is rank 0 alone. */
-        rc = comm_agree_own(world, between_steps_open(&between, cfg, q, tok, err), err);
+        rc = comm_agree_own(world, between_steps_open(&between, cfg, q, tok, sample_way, err), err);
     }
     if (rc == 0 && (between.validate || between.sample)) {
         o.after_step = between_steps_run;

@@ -10,10 +10,14 @@
 #include "dist/comm.h"
 #include "dist/mesh.h"
 #include "io/hf_config.h"
+#include "text/tokenizer.h"
+#include "train/samples.h"
 
-/* The plan of a job against physical memory (train_plan_check_memory; train_plan sits above
- * this file, so the command passes it in). */
-typedef int (*TrainMemoryCheck)(const JobConfig *cfg, Err *err);
+/* The plan of a job of `world` processes whose tokenizer is tok against physical memory, which
+ * also says how [sample] generates (train_plan_check_memory; train_plan sits above this file,
+ * so the command passes it in). */
+typedef int (*TrainMemoryCheck)(const JobConfig *cfg, int world, const Tokenizer *tok,
+                                SampleWay *sample_way, Err *err);
 /* world: the job's communicator (comm_init), or NULL for one process without MPI.
  * check_memory (NULL: none) runs after every cheaper check, before any memory is sized. */
 int train_job_run(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_memory, Err *err);

@@ -12,8 +12,13 @@
 #include "core/fs.h"
 #include "core/log.h"
 #include "core/param_table.h"
+#include "infer/decode.h"
+#include "infer/generate.h"
 #include "model/lora.h"
 #include "model/qwen3.h"
+#include "text/idvec.h"
+#include "text/prompt_lines.h"
+#include "text/tokenizer.h"
 #include "train/metrics.h"
 #include "train/train_job.h"
 #include "train/train_qwen3.h"
@@ -127,7 +132,128 @@ double train_plan_fsdp_workspace(const PlanUnits *u, int bf16, int frozen) {
     return (2.0 * layer + edge) * ((frozen ? 1.0 : 2.0) * 4.0 + (bf16 ? 2.0 : 0.0));
 }
 
+/* The memory this process may use: physical memory, or the cgroup's memory.max when lower
+ * (bytes; 0 when neither is known). */
+static double memory_limit_bytes(void) {
+    double limit = metrics_total_ram_gib() * 1073741824.0;
+    FILE *f = fopen("/sys/fs/cgroup/memory.max", "r");
+    unsigned long long max = 0;
+    if (f && fscanf(f, "%llu", &max) == 1 && (limit <= 0 || (double)max < limit))
+        limit = (double)max;
+    if (f) fclose(f);
+    return limit;
+}
+
+/* [sample]'s prompts as the job reads them (train/samples.c): their count and the longest in
+ * tokens of tok, or when tok is NULL of the tokenizer the job loads, or when that cannot be
+ * loaded in bytes (a bound: every token of a byte-level BPE covers a byte or more). 0 prompts
+ * when they cannot be read: the job reports why. */
+static void sample_prompts(const JobConfig *cfg, const Tokenizer *tok, int *n, long *longest) {
+    *n = 0, *longest = 0;
+    PromptLines pr;
+    Err ignored;
+    char *data = NULL;
+    size_t len = 0;
+    int rc;
+    if (cfg->sample.prompt_file[0]) {
+        if (fs_read_all(cfg->sample.prompt_file, &data, &len, &ignored)) return;
+        rc = prompt_lines_split(&pr, data, len, cfg->sample.prompt_file, &ignored);
+        free(data);
+    } else {
+        rc = prompt_lines_split(&pr, cfg->sample.prompts, strlen(cfg->sample.prompts),
+                                "sample.prompts", &ignored);
+    }
+    if (rc) return;
+    Tokenizer *own = NULL;
+    const char *tok_path;
+    if (!tok && config_tokenizer_path(cfg, &tok_path, &ignored) == 0)
+        tok = own = tokenizer_load(tok_path, &ignored);
+    *n = pr.n;
+    for (int i = 0; i < pr.n; i++) {
+        long l = (long)strlen(pr.text[i]);
+        IdVec ids = {0};
+        if (tok && tokenizer_encode(tok, pr.text[i], strlen(pr.text[i]), &ids, &ignored) == 0) {
+            l = (long)ids.n;
+            idvec_free(&ids);
+        }
+        if (l > *longest) *longest = l;
+    }
+    if (own) tokenizer_free(own);
+    prompt_lines_free(&pr);
+}
+
+const char *train_plan_sample_way_name(SampleWay w) {
+    switch (w) {
+    case SAMPLE_OWN:
+        return "own model";
+    case SAMPLE_WHOLE:
+        return "whole copy";
+    case SAMPLE_UNITWISE:
+        return "one unit at a time";
+    default:
+        return "none";
+    }
+}
+
+/* [sample]: how rank 0 generates (sample.gather; on auto the whole copy when the plan's total
+ * with it fits the memory this process may use) and what that costs it (TrainPlan.sample). */
+static int plan_sample(TrainPlan *p, const JobConfig *cfg, const Tokenizer *tok,
+                       const Qwen3Modules *mod, int world, int ep, Err *err) {
+    if (cfg->sample.freq <= 0) return 0;
+    int n;
+    long longest;
+    sample_prompts(cfg, tok, &n, &longest);
+    if (n == 0) return 0;
+    TRY(samples_check_gather(cfg, world, err));
+    SampleGather g = cfg->sample.gather;
+    const ModelSpec *s = &p->spec;
+    int bf16 = cfg->training.mixed_precision_param == DT_BF16;
+    long C = longest + cfg->sample.max_new_tokens;
+    if (C > s->max_seq_len) C = s->max_seq_len; /* longer prompts stop the job */
+    double run =
+        (double)decoder_bytes(s, mod, bf16, n, (int)C) + generate_buffer_bytes(n, s->vocab_size);
+    int lora = cfg->lora.rank > 0;
+    if (world == 1 && !lora) {
+        p->sample_way = SAMPLE_OWN;
+        p->sample = run;
+        return 0;
+    }
+    /* The whole copy: a forward-only model of one token, its bf16 copies under mixed
+     * precision. */
+    Qwen3Sizes z;
+    TRY(qwen3_sizes(&z, s, 1, 1, AC_NONE, 1, mod, err));
+    double whole = (double)z.param_bytes + (double)z.act_bytes + (bf16 ? (double)z.bf16_bytes : 0);
+    /* One unit at a time: the edge and layer buffers (whole shapes) with their bf16 twins, the
+     * skeleton's activations, and the staging of tensor- and expert-parallel gathers. */
+    PlanUnits u;
+    train_plan_units(&u, s, 1, 1);
+    double edge = u.dense[0] + u.experts[0], layer = 0, largest = 0;
+    if (u.dense[u.n - 1] + u.experts[u.n - 1] > edge) edge = u.dense[u.n - 1] + u.experts[u.n - 1];
+    for (int i = 1; i + 1 < u.n; i++)
+        if (u.dense[i] + u.experts[i] > layer) layer = u.dense[i] + u.experts[i];
+    int np = param_list(s, NULL);
+    ParamInfo *pi = xcalloc((size_t)np, sizeof *pi);
+    param_list(s, pi);
+    for (int i = 0; i < np; i++)
+        if ((double)pi[i].numel > largest) largest = (double)pi[i].numel;
+    free(pi);
+    double unitwise = (edge + layer) * (4.0 + (bf16 ? 2.0 : 0.0)) + (double)z.act_bytes;
+    if (p->tp > 1 || ep > 1) unitwise += 4.0 * largest;
+    if (g == SAMPLE_GATHER_AUTO) {
+        double limit = memory_limit_bytes();
+        g = world == 1 || limit <= 0 || p->total + whole + run <= limit ? SAMPLE_GATHER_WHOLE
+                                                                        : SAMPLE_GATHER_UNITS;
+    }
+    p->sample_way = g == SAMPLE_GATHER_WHOLE ? SAMPLE_WHOLE : SAMPLE_UNITWISE;
+    p->sample = run + (g == SAMPLE_GATHER_WHOLE ? whole : unitwise);
+    return 0;
+}
+
 int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
+    return train_plan_compute_tok(p, cfg, NULL, err);
+}
+
+int train_plan_compute_tok(TrainPlan *p, const JobConfig *cfg, const Tokenizer *tok, Err *err) {
     memset(p, 0, sizeof *p);
     HfConfigExtra extra;
     TRY(train_job_spec(cfg, &p->spec, &extra, err));
@@ -174,6 +300,14 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     /* whole gives the parameter count only, which no kernel choice changes: without the plan,
      * so its replacements are not logged twice */
     if (rc == 0) rc = train_qwen3_sizes(&whole, &p->spec, p->B, p->T, ac, 1, NULL, err);
+    /* The modules a whole copy runs, for samples (train_qwen3_whole_create); their
+     * replacements were logged above. */
+    Qwen3Modules *whole_mod = NULL;
+    if (rc == 0 && cfg->sample.freq > 0) {
+        int was = log_set_info(0);
+        whole_mod = train_qwen3_modules(&p->spec, &plan, 0);
+        log_set_info(was);
+    }
     overrides_plan_free(&plan);
     TRY(rc);
     p->numel = (double)whole.param_bytes / 4.0; /* upper bound by alignment padding only */
@@ -268,6 +402,10 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
     p->baseline = PLAN_BASELINE_BYTES;
     p->total = p->params + p->grads + p->optim + p->acts + p->workspace + p->tokenizer +
                p->dataset + p->baseline;
+    rc = plan_sample(p, cfg, tok, whole_mod, world, dims.ep, err);
+    free(whole_mod);
+    TRY(rc);
+    p->total += p->sample;
 
     p->flops_per_token = metrics_flops_per_token(&p->spec, p->T);
     p->tokens_per_step = N * p->micro;
@@ -315,6 +453,12 @@ void train_plan_print(const TrainPlan *p, FILE *f) {
     row(f, "tokenizer", p->tokenizer, t, "loaded vocabulary and merges");
     row(f, "dataset", p->dataset, t, "tokenizing the sources into the cache (first run)");
     row(f, "baseline", p->baseline, t, "binary, libraries, OpenMP and oneDNN runtimes");
+    if (p->sample_way != SAMPLE_NONE) {
+        char what[96];
+        snprintf(what, sizeof what, "[sample] on rank 0 (%s): KV cache, work rows, logits",
+                 train_plan_sample_way_name(p->sample_way));
+        row(f, "samples", p->sample, t, what);
+    }
     row(f, "total", p->total, t, "expected peak RSS");
     fprintf(f,
             "flops: %.4g per token (6 x matmul params + attention), %.0f tokens per step, %.4g "
@@ -341,13 +485,22 @@ static double mapped_gib(void) {
     return (double)kb / (1 << 20);
 }
 
-int train_plan_check_memory(const JobConfig *cfg, Err *err) {
+int train_plan_check_memory(const JobConfig *cfg, int world, const Tokenizer *tok,
+                            SampleWay *sample_way, Err *err) {
     TrainPlan p;
     Err ignore;
+    /* The shard degree as the job resolves it (-1: what the other degrees leave of its size). */
+    JobConfig c = *cfg;
+    int rest =
+        cfg->parallelism.data_parallel_replicate_degree * cfg->parallelism.tensor_parallel_degree;
+    if (cfg->parallelism.data_parallel_shard_degree < 1 && rest > 0 && world % rest == 0)
+        c.parallelism.data_parallel_shard_degree = world / rest;
     int was = log_set_info(0); /* the job logs its own override resolution */
-    int rc = train_plan_compute(&p, cfg, &ignore);
+    int rc = train_plan_compute_tok(&p, &c, tok, &ignore);
     log_set_info(was);
+    *sample_way = SAMPLE_NONE;
     if (rc != 0) return 0;
+    *sample_way = p.sample_way;
     double gib = (double)(1 << 30), need = p.total / gib;
     double ram = metrics_total_ram_gib();
     if (ram > 0 && need > ram)

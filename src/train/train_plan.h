@@ -12,6 +12,8 @@
 #include "core/config.h"
 #include "core/err.h"
 #include "core/model_spec.h"
+#include "text/tokenizer.h"
+#include "train/samples.h"
 
 typedef struct TrainPlan {
     ModelSpec spec;
@@ -26,6 +28,11 @@ typedef struct TrainPlan {
     double workspace;      /* batch buffers, bf16 copies, GEMM scratch, FSDP gather workspaces */
     double fsdp_workspace; /* the part of workspace train_plan_fsdp_workspace gives */
     double tokenizer, dataset, baseline;
+    /* [sample] on rank 0: the whole copy or the unit buffers, the decoder's KV cache and work
+     * rows and generation's logits, sized for every prompt at its length in tokens (in bytes,
+     * a bound, when the tokenizer cannot be loaded) plus max_new_tokens. */
+    double sample;
+    SampleWay sample_way;
     double total;
     /* FLOPs: the MFU convention (metrics_flops_per_token) and, with full activation
      * checkpointing, what the machine really does (the forward of every layer once more). */
@@ -49,15 +56,25 @@ void train_plan_units(PlanUnits *u, const ModelSpec *spec, int tp, int ep);
 double train_plan_fsdp_workspace(const PlanUnits *u, int bf16, int frozen);
 
 /* Fills p for cfg (the job `qtitan train` would run with the same config and overrides).
- * Reads only file sizes (tokenizer, dataset sources); loads and allocates nothing big. */
+ * Reads only file sizes (tokenizer, dataset sources), and with [sample] its prompts and the
+ * tokenizer that counts them; allocates nothing big. */
 int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err);
-/* Before a job allocates: -1 with a sentence giving the plan's figure when cfg's plan per rank
- * exceeds the memory this process may use: physical memory, the cgroup's memory.max, or the
+/* The same with [sample]'s prompts counted in tokens of tok, already loaded (a job's own; NULL:
+ * the plan loads the job's tokenizer for them). */
+int train_plan_compute_tok(TrainPlan *p, const JobConfig *cfg, const Tokenizer *tok, Err *err);
+/* The name sample_way goes by in logs and the plan ("own model", "whole copy", "one unit at a
+ * time"). */
+const char *train_plan_sample_way_name(SampleWay w);
+/* Before a job allocates (train_job.h TrainMemoryCheck), for a job of world processes whose
+ * tokenizer is tok: sets *sample_way to how [sample] will generate (SAMPLE_NONE when the plan
+ * cannot be computed) and returns -1 with a sentence giving the plan's figure when cfg's plan per
+ * rank exceeds the memory this process may use: physical memory, the cgroup's memory.max, or the
  * address-space limit (RLIMIT_AS, against what is mapped already plus the plan's non-baseline
  * bytes and a margin for threads and oneDNN) (the job would swap, crash in a library's failed
  * allocation or be killed hours in, not stop now); 0 otherwise, and 0 when the plan itself
  * cannot be computed (the job reports why). */
-int train_plan_check_memory(const JobConfig *cfg, Err *err);
+int train_plan_check_memory(const JobConfig *cfg, int world, const Tokenizer *tok,
+                            SampleWay *sample_way, Err *err);
 /* The human-readable table, ending with the machine-readable line
  * "plan: total_gib=X flops_per_step=Y". */
 void train_plan_print(const TrainPlan *p, FILE *f);

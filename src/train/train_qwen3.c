@@ -113,6 +113,13 @@ struct TrainQwen3 {
     float **lgrads;
     char (*lnames)[80];
     ShardSlice *lslices; /* whole tensors: every rank holds every adapter */
+    /* Samples through the shards (train_qwen3_unitwise_create): rank 0's buffers for the edge
+     * unit being run and for one layer, their bf16 twins, and each unit's element count; on
+     * every rank the staging of tensor- and expert-parallel gathers. */
+    float *uw[2];
+    uint16_t *uwb[2];
+    size_t *uw_numel; /* (L + 2) */
+    float *uw_parts;
 };
 
 /* ---- parameters: units and pointer fields ---- */
@@ -654,6 +661,8 @@ void train_qwen3_free(TrainQwen3 *f) {
     free(f->lgrads);
     free(f->lnames);
     free(f->lslices);
+    free(f->uw[0]), free(f->uw[1]), free(f->uwb[0]), free(f->uwb[1]);
+    free(f->uw_numel), free(f->uw_parts);
     if (f->own_world) {
         mesh_destroy(&f->own_mesh);
         comm_destroy(f->own_world);
@@ -1067,6 +1076,37 @@ static void join_tp(const TrainQwen3 *f, int i, float *whole_t, const float *par
                    (size_t)cols * sizeof *whole_t);
 }
 
+/* Unit u of the sharded model into dst (NULL: this rank only takes part): gathered as for a
+ * forward and, under tensor parallelism, each split parameter's parts joined; under expert
+ * parallelism the layer's experts gathered from the EP group (which holds them all, in order
+ * along dimension 0, each rank a run of them whole outside the FSDP units). parts: staging
+ * of max_numel floats when tp > 1 or ep > 1. */
+static int gather_unit_into(TrainQwen3 *f, int u, Qwen3 *dst, float *parts, Err *err) {
+    int rc = 0;
+    if (f->plan.units[u].full_numel == 0) return rc; /* the head when tied */
+    ensure(f, u); /* the unit's (tensor-parallel part of the) parameters, as in a forward */
+    for (int i = 0; i < f->m.nparams && rc == 0; i++) {
+        const Qwen3Param *p = &f->m.table[i];
+        if (param_unit(f, p) != u) continue;
+        const float *local = *qwen3_param_field(&f->m.p, p->kind->id, p->layer);
+        float *to = dst ? *qwen3_param_field(&dst->p, p->kind->id, p->layer) : NULL;
+        if (f->is_expert[i]) {
+            /* the EP group (ordered by its index q) holds every run of experts, in order along
+             * dimension 0 */
+            rc = comm_all_gather(f->mesh->ep, to ? to : parts, local, (size_t)p->numel, COMM_F32,
+                                 err);
+            continue;
+        }
+        if (f->tp_split[i] == TP_REPLICATED) {
+            if (to) memcpy(to, local, (size_t)p->numel * sizeof *to);
+            continue;
+        }
+        rc = comm_all_gather(f->mesh->tp, parts, local, (size_t)p->numel, COMM_F32, err);
+        if (rc == 0 && to) join_tp(f, i, to, parts);
+    }
+    return rc;
+}
+
 int train_qwen3_gather_whole(TrainQwen3 *f, Qwen3 *dst, Err *err) {
     int rc = 0;
     if (!f->sharded) {
@@ -1079,29 +1119,8 @@ int train_qwen3_gather_whole(TrainQwen3 *f, Qwen3 *dst, Err *err) {
         }
     }
     float *parts = f->tp > 1 || f->ep > 1 ? xmalloc(max_numel(f) * sizeof *parts) : NULL;
-    for (int u = 0; f->sharded && u < f->L + 2 && rc == 0; u++) {
-        if (f->plan.units[u].full_numel == 0) continue; /* the head when tied */
-        ensure(f, u); /* the unit's (tensor-parallel part of the) parameters, as in a forward */
-        for (int i = 0; i < f->m.nparams && rc == 0; i++) {
-            const Qwen3Param *p = &f->m.table[i];
-            if (param_unit(f, p) != u) continue;
-            const float *local = *qwen3_param_field(&f->m.p, p->kind->id, p->layer);
-            float *to = dst ? dst->table[i].data : NULL;
-            if (f->is_expert[i]) {
-                /* the EP group (ordered by its index q) holds every run of experts, in order
-                 * along dimension 0 */
-                rc = comm_all_gather(f->mesh->ep, to ? to : parts, local, (size_t)p->numel,
-                                     COMM_F32, err);
-                continue;
-            }
-            if (f->tp_split[i] == TP_REPLICATED) {
-                if (to) memcpy(to, local, (size_t)p->numel * sizeof *to);
-                continue;
-            }
-            rc = comm_all_gather(f->mesh->tp, parts, local, (size_t)p->numel, COMM_F32, err);
-            if (rc == 0 && to) join_tp(f, i, to, parts);
-        }
-    }
+    for (int u = 0; f->sharded && u < f->L + 2 && rc == 0; u++)
+        rc = gather_unit_into(f, u, dst, parts, err);
     free(parts);
     /* LoRA: the adapters (whole on every rank) merged as the merged export merges them. */
     const Lora *lo = f->m.lora;
@@ -1110,4 +1129,67 @@ int train_qwen3_gather_whole(TrainQwen3 *f, Qwen3 *dst, Err *err) {
                    *qwen3_param_field(&dst->p, lora_site_kind(lo->ad[i].site), lo->ad[i].layer));
     if (rc == 0 && dst && dst->bf16) qwen3_refresh_bf16(dst);
     return rc;
+}
+
+/* ---- the whole model one unit at a time (samples through the shards) ---- */
+
+/* Which of the two buffers unit u lives in: 0 the edge units, 1 the layers. */
+static int uw_buf(const TrainQwen3 *f, int u) {
+    return u == 0 || u == f->L + 1 ? 0 : 1;
+}
+
+int train_qwen3_unitwise_create(TrainQwen3 *f, Qwen3 *out, Err *err) {
+    const ModelSpec *spec = &whole(f)->spec;
+    Qwen3Modules *mod = train_qwen3_modules(spec, f->kernels, 0);
+    int rc = qwen3_create_unowned_with(out, spec, 1, 1, AC_NONE, 1, mod, err);
+    free(mod);
+    TRY(rc);
+    if (f->m.bf16 && qwen3_enable_bf16_by_hook(out, err) != 0) {
+        qwen3_free(out);
+        return -1;
+    }
+    /* Each unit's parameters in table order from the start of its buffer. */
+    int nu = f->L + 2;
+    f->uw_numel = xcalloc((size_t)nu, sizeof *f->uw_numel);
+    size_t *at = xcalloc((size_t)out->nparams, sizeof *at), cap[2] = {1, 1};
+    for (int i = 0; i < out->nparams; i++) {
+        int u = param_unit(f, &out->table[i]);
+        at[i] = f->uw_numel[u];
+        f->uw_numel[u] += (size_t)out->table[i].numel;
+        if (f->uw_numel[u] > cap[uw_buf(f, u)]) cap[uw_buf(f, u)] = f->uw_numel[u];
+    }
+    for (int b = 0; b < 2; b++) {
+        f->uw[b] = xcalloc(cap[b], sizeof(float));
+        if (f->m.bf16) f->uwb[b] = xcalloc(cap[b], sizeof(uint16_t));
+    }
+    for (int i = 0; i < out->nparams; i++) {
+        const Qwen3Param *p = &out->table[i];
+        *qwen3_param_field(&out->p, p->kind->id, p->layer) =
+            f->uw[uw_buf(f, param_unit(f, p))] + at[i];
+    }
+    free(at);
+    if (f->tied) out->p.output = out->p.tok_embeddings;
+    if (f->m.bf16) {
+        /* Each weight's bf16 twin sits at its offset in the twin buffer. */
+#define TWIN(b, w) ((w) ? f->uwb[b] + ((w)-f->uw[b]) : NULL)
+        for (int l = 0; l < f->L; l++) {
+            const Qwen3LayerParams *p = &out->p.layers[l];
+            Qwen3Bf16Layer *t = &out->pb.layers[l];
+            t->wq = TWIN(1, p->wq), t->wk = TWIN(1, p->wk), t->wv = TWIN(1, p->wv);
+            t->wo = TWIN(1, p->wo), t->w1 = TWIN(1, p->w1), t->w3 = TWIN(1, p->w3);
+            t->w2 = TWIN(1, p->w2);
+        }
+        out->pb.output = TWIN(0, out->p.output);
+#undef TWIN
+    }
+    return 0;
+}
+
+void train_qwen3_gather_unit(TrainQwen3 *f, Qwen3 *dst, int unit) {
+    if (!f->uw_parts && (f->tp > 1 || f->ep > 1))
+        f->uw_parts = xmalloc(max_numel(f) * sizeof *f->uw_parts);
+    Err err;
+    if (gather_unit_into(f, unit, dst, f->uw_parts, &err)) fail("gather for samples", &err);
+    if (dst && dst->bf16 && f->uw_numel[unit])
+        simd_f32_to_bf16(f->uwb[uw_buf(f, unit)], f->uw[uw_buf(f, unit)], (long)f->uw_numel[unit]);
 }

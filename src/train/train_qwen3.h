@@ -72,6 +72,17 @@ int train_qwen3_whole_create(TrainQwen3 *q, struct Qwen3 *out, Err *err);
  * LoRA adapters merged as train_qwen3_export_merged merges them, and their bf16 copies when it
  * has them. */
 int train_qwen3_gather_whole(TrainQwen3 *q, struct Qwen3 *dst, Err *err);
+/* Samples through the shards, when a whole copy would not fit: out becomes a forward-only
+ * model of the whole spec (as train_qwen3_whole_create's) whose weights live in two buffers q
+ * keeps, one for the edge unit being run (the embedding, or the final norm and lm_head) and one
+ * for a layer, with bf16 twins under mixed precision; train_qwen3_gather_unit fills them one
+ * unit at a time. Rank 0 makes one; a sharded q only. */
+int train_qwen3_unitwise_create(TrainQwen3 *q, struct Qwen3 *out, Err *err);
+/* Collective over q's mesh: unit `unit` (0 the embedding, 1 + l layer l, n_layers + 1 the
+ * final norm and lm_head) gathered as train_qwen3_gather_whole gathers it into dst (from
+ * train_qwen3_unitwise_create; NULL on the ranks that only take part), and its bf16 copy cast.
+ * A failed collective aborts the job, as one inside a forward does. */
+void train_qwen3_gather_unit(TrainQwen3 *q, struct Qwen3 *dst, int unit);
 /* The module set a model of spec runs (creating and sizing both take it from here, so `qtitan
  * plan` sizes what training allocates): the fast CPU kernels by default, the plain references
  * with QT_KERNELS=reference (said once when verbose), plan's overrides when plan is not NULL
