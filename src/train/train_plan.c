@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "core/param_table.h"
 #include "model/lora.h"
+#include "ops/gemm.h"
 #include "train/metrics.h"
 #include "train/train_job.h"
 #include "train/train_qwen3.h"
@@ -121,8 +122,10 @@ double train_plan_fsdp_workspace(const PlanUnits *u, int bf16) {
         if (u->dense[i] + u->experts[i] > layer) layer = u->dense[i] + u->experts[i];
     double last = u->dense[u->n - 1] + u->experts[u->n - 1];
     if (last > edge) edge = last;
-    /* fp32 parameters and gradient per slot; the bf16 twin holds the parameters only */
-    return (2.0 * layer + edge) * (2.0 * 4.0 + (bf16 ? 2.0 : 0.0));
+    /* fp32 parameters and gradient per slot; the bf16 twin holds the parameters only, widened
+     * to 4 bytes where the bf16 products widen (ops/gemm.h) */
+    double twin = bf16 ? (gemm_bf16_widens() ? 4.0 : 2.0) : 0.0;
+    return (2.0 * layer + edge) * (2.0 * 4.0 + twin);
 }
 
 int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
@@ -237,6 +240,9 @@ int train_plan_compute(TrainPlan *p, const JobConfig *cfg, Err *err) {
         else
             p->workspace += (double)z.bf16_bytes;
     }
+    /* The widened path's block scratch, taken by the first bf16 product (ops/gemm.h). */
+    if (cfg->training.mixed_precision_param == DT_BF16 || cfg->lora.base_dtype == DT_BF16)
+        p->workspace += (double)GEMM_BF16_SCRATCH_BYTES;
     p->workspace += PLAN_GEMM_SCRATCH_PER_BYTE * 4.0 * big;
     if (world > 1) {
         PlanUnits units;
