@@ -6,7 +6,16 @@
 #                           no awk rand()), one JSONL line each;
 #   dist_run NP NAME ARGS   `qtitan train ARGS` into $TMP/NAME, log $TMP/NAME.log; NP = 0 runs
 #                           one process without mpirun, else mpirun -np NP (120 s limit);
-#   dist_table DIR          "step loss grad_norm" per line of DIR/metrics.jsonl.
+#   dist_table DIR          "step loss grad_norm" per line of DIR/metrics.jsonl;
+#   dist_rewind NAME RANKS STEP [MESH]
+#                           rewrites $TMP/NAME's sharded checkpoint marker to list STEP alone
+#                           (MESH as "1, 1, 2"), as a crash before the next commit leaves it;
+#   dist_resumed_same A B RANKS STEP LAST LABEL
+#                           run B, resumed from STEP, ended at LAST with run A's per-rank model
+#                           and optimizer files and last losses, bitwise; else fail=1.
+#   dist_export_same REF CKPT LABEL
+#                           `qtitan export --checkpoint CKPT` (one process, no MPI) writes a
+#                           model.safetensors byte-identical to the file REF; else fail=1.
 command -v mpirun >/dev/null || { echo "skip: mpirun not found"; exit 77; }
 BIN="${QT_BINARY:-build/qtitan}"
 SRC="${QT_SOURCE_DIR:-.}"
@@ -54,3 +63,39 @@ dist_run() {
 }
 
 dist_table() { sed -E 's/.*"step":([0-9]+),"loss":([^,]+),"grad_norm":([^,]+),.*/\1 \2 \3/' "$1/metrics.jsonl"; }
+
+dist_rewind() {
+  local mesh=""
+  [ -z "${4:-}" ] || mesh=", \"mesh\": [$4]"
+  printf '{"format": "qtitan-sharded-checkpoint", "ranks": %s%s, "step": %s, "steps": [%s]}\n' \
+    "$2" "$mesh" "$3" "$3" >"$TMP/$1/checkpoint/latest.json"
+}
+
+dist_resumed_same() {
+  local a=$1 b=$2 ranks=$3 step=$4 last=$5 label=$6 ok=1 r f
+  grep -q "resumed from .*rank-0/step-$step" "$TMP/$b.log" ||
+    { echo "FAIL: $label did not resume from step $step"; cat "$TMP/$b.log"; ok=0; }
+  for ((r = 0; r < ranks; r++)); do
+    for f in model.safetensors optim.safetensors; do
+      cmp -s "$TMP/$a/checkpoint/rank-$r/step-$last/$f" "$TMP/$b/checkpoint/rank-$r/step-$last/$f" ||
+        { echo "FAIL: $label: rank $r $f after the resume differs (or is missing)"; ok=0; }
+    done
+  done
+  [ "$(dist_table "$TMP/$a" | tail -n $((last - step)))" = "$(dist_table "$TMP/$b" | tail -n $((last - step)))" ] ||
+    { echo "FAIL: $label: resumed losses differ"; ok=0; }
+  if [ $ok = 1 ]; then
+    echo "ok: $label resumed from its step-$step checkpoint is bitwise the uninterrupted one"
+  else
+    fail=1
+  fi
+}
+
+dist_export_same() {
+  rm -rf "$TMP/export"
+  if "$BIN" export --checkpoint "$2" --out "$TMP/export" >"$TMP/export.log" 2>&1 &&
+    cmp -s "$1" "$TMP/export/model.safetensors"; then
+    echo "ok: qtitan export --checkpoint $3 writes one process's model.safetensors"
+  else
+    echo "FAIL: qtitan export --checkpoint $3"; cat "$TMP/export.log"; fail=1
+  fi
+}

@@ -26,10 +26,7 @@ if run 0 hf1 "${HF[@]}"; then
       echo "ok: $name's HF export is byte-identical to one process's" ||
       { echo "FAIL: $name's HF export differs from one process's"; fail=1; }
   done
-  "$BIN" export --checkpoint "$TMP/hf-ep2-tp2-fsdp2/checkpoint" --out "$TMP/hf-offline" >"$TMP/offline.log" 2>&1 &&
-    cmp -s "$(hf_file hf1)" "$TMP/hf-offline/model.safetensors" &&
-    echo "ok: qtitan export of the EP x TP folder is byte-identical to one process's export" ||
-    { echo "FAIL: qtitan export of the EP x TP folder"; cat "$TMP/offline.log"; fail=1; }
+  dist_export_same "$(hf_file hf1)" "$TMP/hf-ep2-tp2-fsdp2/checkpoint" "<EP 2 x TP 2 x FSDP 2 run>/checkpoint"
 else
   fail=1
 fi
@@ -37,19 +34,9 @@ fi
 # Resume: run a straight through; run b the same, with the step-6 commit undone.
 CK=(--checkpoint.enable=true --checkpoint.interval=3 --checkpoint.keep_latest_k=2 --training.steps=6 $EP=2 $TP=2)
 if run 2 ck-a "${CK[@]}" && run 2 ck-b "${CK[@]}"; then
-  printf '{"format": "qtitan-sharded-checkpoint", "ranks": 2, "mesh": [1, 1, 2], "step": 3, "steps": [3]}\n' \
-    >"$TMP/ck-b/checkpoint/latest.json"
+  dist_rewind ck-b 2 3 "1, 1, 2"
   run 2 ck-b "${CK[@]}"
-  grep -q 'resumed from .*rank-0/step-3' "$TMP/ck-b.log" || { echo "FAIL: no resume from step 3"; cat "$TMP/ck-b.log"; fail=1; }
-  for r in 0 1; do
-    for f in model.safetensors optim.safetensors; do
-      cmp -s "$TMP/ck-a/checkpoint/rank-$r/step-6/$f" "$TMP/ck-b/checkpoint/rank-$r/step-6/$f" ||
-        { echo "FAIL: rank $r $f after the resume differs"; fail=1; }
-    done
-  done
-  [ "$(dist_table "$TMP/ck-a" | tail -3)" = "$(dist_table "$TMP/ck-b" | tail -3)" ] &&
-    echo "ok: an EP 2 x TP 2 run resumed from step 3 is bitwise the uninterrupted one" ||
-    { echo "FAIL: resumed losses differ"; fail=1; }
+  dist_resumed_same ck-a ck-b 2 3 6 "an EP 2 x TP 2 run"
 else
   fail=1
 fi

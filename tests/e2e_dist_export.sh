@@ -47,13 +47,7 @@ for c in "tp2 2 false --parallelism.tensor_parallel_degree=2" \
     echo "ok: the HF export of $name (tie_embeddings=$tie) is byte-identical to one process's" ||
     { echo "FAIL: the HF export of $name differs from one process's"; fail=1; }
   for src in checkpoint "checkpoint/rank-$((np - 1))/step-3"; do
-    rm -rf "$TMP/export"
-    if "$BIN" export --checkpoint "$TMP/$name/$src" --out "$TMP/export" >"$TMP/export.log" 2>&1 &&
-      cmp -s "$(hf_file "one-$tie" 3)" "$TMP/export/model.safetensors"; then
-      echo "ok: qtitan export --checkpoint <$name>/$src writes one process's model.safetensors"
-    else
-      echo "FAIL: qtitan export of $name's $src"; cat "$TMP/export.log"; fail=1
-    fi
+    dist_export_same "$(hf_file "one-$tie" 3)" "$TMP/$name/$src" "<$name>/$src"
   done
 done
 

@@ -148,35 +148,14 @@ run 2 ck-a "${CK[@]}" && run 2 ck-b "${CK[@]}" || { echo "FAIL: checkpointed run
 for r in 0 1; do
   [ -f "$TMP/ck-a/checkpoint/rank-$r/step-10/model.safetensors" ] || { echo "FAIL: no rank-$r shard"; ls -R "$TMP/ck-a"; fail=1; }
 done
-printf '{"format": "qtitan-sharded-checkpoint", "ranks": 2, "step": 5, "steps": [5]}\n' \
-  >"$TMP/ck-b/checkpoint/latest.json"
+dist_rewind ck-b 2 5
 run 2 ck-b "${CK[@]}"
-grep -q 'resumed from .*rank-0/step-5' "$TMP/ck-b.log" || { echo "FAIL: no resume from step 5"; cat "$TMP/ck-b.log"; fail=1; }
-for r in 0 1; do
-  for f in model.safetensors optim.safetensors; do
-    cmp -s "$TMP/ck-a/checkpoint/rank-$r/step-10/$f" "$TMP/ck-b/checkpoint/rank-$r/step-10/$f" ||
-      { echo "FAIL: rank $r $f after the resume differs"; fail=1; }
-  done
-done
-[ "$(table "$TMP/ck-a" | tail -5)" = "$(table "$TMP/ck-b" | tail -5)" ] ||
-  { echo "FAIL: resumed losses differ"; fail=1; }
-echo "ok: a 2-rank run resumed from its sharded step-5 checkpoint is bitwise the uninterrupted one"
+dist_resumed_same ck-a ck-b 2 5 10 "a 2-rank run"
 # The same for TP 2 + SP (mesh [1, 1, 2]).
-spck=ok
-run 2 cksp-a "${CK[@]}" "${SP[@]}" && run 2 cksp-b "${CK[@]}" "${SP[@]}" || { echo "FAIL: checkpointed TP + SP runs"; cat "$TMP/cksp-a.log"; spck=bad; }
-printf '{"format": "qtitan-sharded-checkpoint", "ranks": 2, "mesh": [1, 1, 2], "step": 5, "steps": [5]}\n' \
-  >"$TMP/cksp-b/checkpoint/latest.json"
+run 2 cksp-a "${CK[@]}" "${SP[@]}" && run 2 cksp-b "${CK[@]}" "${SP[@]}" || { echo "FAIL: checkpointed TP + SP runs"; cat "$TMP/cksp-a.log"; fail=1; }
+dist_rewind cksp-b 2 5 "1, 1, 2"
 run 2 cksp-b "${CK[@]}" "${SP[@]}"
-grep -q 'resumed from .*rank-0/step-5' "$TMP/cksp-b.log" || { echo "FAIL: TP + SP did not resume from step 5"; cat "$TMP/cksp-b.log"; spck=bad; }
-for r in 0 1; do
-  for f in model.safetensors optim.safetensors; do
-    [ -f "$TMP/cksp-a/checkpoint/rank-$r/step-10/$f" ] && cmp -s "$TMP/cksp-a/checkpoint/rank-$r/step-10/$f" "$TMP/cksp-b/checkpoint/rank-$r/step-10/$f" ||
-      { echo "FAIL: TP + SP rank $r $f after the resume differs (or is missing)"; spck=bad; }
-  done
-done
-[ "$(table "$TMP/cksp-a" | tail -5)" = "$(table "$TMP/cksp-b" | tail -5)" ] ||
-  { echo "FAIL: TP + SP resumed losses differ"; spck=bad; }
-[ $spck = ok ] && echo "ok: a TP 2 + SP run resumed from its step-5 checkpoint is bitwise the uninterrupted one" || fail=1
+dist_resumed_same cksp-a cksp-b 2 5 10 "a TP 2 + SP run"
 # Another mesh, or one process, reshards the 2-rank shards (tests/e2e_dist_reshard.sh checks
 # the values) rather than ignoring them and training from scratch beside them.
 run 4 ck-b "${CK[@]}" && grep -q 'resharding it for this job.s 4 processes' "$TMP/ck-b.log" ||
@@ -212,12 +191,7 @@ cmp -s "$(hf_file hf1)" "$(hf_file hf2)" && echo "ok: the 2-rank HF export is by
   { echo "FAIL: the 2-rank HF export differs from one process's (or is missing)"; ls -R "$TMP/hf1/checkpoint"; fail=1; }
 # qtitan export of the folder (newest step) and of a rank's step directory, without MPI.
 for src in checkpoint checkpoint/rank-1/step-3; do
-  if "$BIN" export --checkpoint "$TMP/hf2/$src" --out "$TMP/hf2-export" >"$TMP/hf2-export.log" 2>&1 &&
-    cmp -s "$(hf_file hf1)" "$TMP/hf2-export/model.safetensors"; then
-    echo "ok: qtitan export --checkpoint <2-rank run>/$src writes one process's model.safetensors"
-  else
-    echo "FAIL: qtitan export of the sharded $src"; cat "$TMP/hf2-export.log"; fail=1
-  fi
+  dist_export_same "$(hf_file hf1)" "$TMP/hf2/$src" "<2-rank run>/$src"
 done
 # A piece whose bytes changed after it was written (its checksum no longer matches) is
 # refused, not exported as wrong weights.

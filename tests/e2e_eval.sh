@@ -2,12 +2,9 @@
 # qtitan eval on every HF parity fixture prints HF's loss to 7 significant digits (relative
 # difference <= 1e-6 from tools/make_parity_fixtures.py's expected_loss.txt), writes logits
 # on request, and bad input exits non-zero with one sentence.
-set -euo pipefail
-QT=${QT_BINARY:-build/qtitan}
-FIX=${QT_SOURCE_DIR:-.}/tests/fixtures/parity
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+# shellcheck source=tests/infer_lib.sh
+. "$(dirname "$0")/infer_lib.sh"
+FIX=$SRC/tests/fixtures/parity
 
 n=0
 for dir in "$FIX"/*/; do
@@ -27,30 +24,21 @@ done
 
 # Bad input: exit status 1 and exactly one line on stderr, naming the problem.
 good="$FIX/untied_mha"
-expect_error() { # pattern, args...
-    local pattern=$1 rc=0
-    shift
-    "$QT" eval "$@" >"$TMP/out" 2>"$TMP/err" || rc=$?
-    [ "$rc" -ne 0 ] || fail "exit 0 for: $*"
-    [ "$(wc -l <"$TMP/err")" -eq 1 ] || fail "not one line of error for: $* -> $(cat "$TMP/err")"
-    grep -q -- "$pattern" "$TMP/err" || fail "error for $* lacks '$pattern': $(cat "$TMP/err")"
-    echo "ok ($rc): $(cat "$TMP/err")"
-}
 printf '1 2 x3 4\n' >"$TMP/nonint.txt"
 printf '1 2 3\n4 5 80\n' >"$TMP/big.txt" # untied_mha has vocab 80
 printf '' >"$TMP/empty.txt"
 printf '\n  \n' >"$TMP/blank.txt"
 printf '1 2 -3\n' >"$TMP/neg.txt"
-expect_error "x3" --model "$good" --tokens "$TMP/nonint.txt"
-expect_error "nonint.txt:1:5" --model "$good" --tokens "$TMP/nonint.txt"
-expect_error "big.txt:2:5" --model "$good" --tokens "$TMP/big.txt"
-expect_error "no token ids" --model "$good" --tokens "$TMP/empty.txt"
-expect_error "no token ids" --model "$good" --tokens "$TMP/blank.txt"
-expect_error "outside the vocabulary" --model "$good" --tokens "$TMP/neg.txt"
-expect_error "does not exist" --model "$TMP/nope" --tokens "$good/tokens.txt"
-expect_error "$TMP/missing.txt" --model "$good" --tokens "$TMP/missing.txt"
-expect_error "required" --model "$good"
-expect_error "unknown option" --model "$good" --tokens "$good/tokens.txt" --bogus 1
+expect_error eval "x3" --model "$good" --tokens "$TMP/nonint.txt"
+expect_error eval "nonint.txt:1:5" --model "$good" --tokens "$TMP/nonint.txt"
+expect_error eval "big.txt:2:5" --model "$good" --tokens "$TMP/big.txt"
+expect_error eval "no token ids" --model "$good" --tokens "$TMP/empty.txt"
+expect_error eval "no token ids" --model "$good" --tokens "$TMP/blank.txt"
+expect_error eval "outside the vocabulary" --model "$good" --tokens "$TMP/neg.txt"
+expect_error eval "does not exist" --model "$TMP/nope" --tokens "$good/tokens.txt"
+expect_error eval "$TMP/missing.txt" --model "$good" --tokens "$TMP/missing.txt"
+expect_error eval "required" --model "$good"
+expect_error eval "unknown option" --model "$good" --tokens "$good/tokens.txt" --bogus 1
 mkdir "$TMP/noconfig"
-expect_error "config.json" --model "$TMP/noconfig" --tokens "$good/tokens.txt"
+expect_error eval "config.json" --model "$TMP/noconfig" --tokens "$good/tokens.txt"
 echo "e2e_eval: all checks passed"

@@ -3,13 +3,8 @@
 # docs.jsonl equal what tools/make_generate_fixtures.py computed with transformers and
 # tokenizers (same packing: documents + EOS in rows of 16 with the document mask), for the
 # whole file and for --max-tokens 40; bad input exits non-zero with one sentence.
-set -euo pipefail
-QT=${QT_BINARY:-build/qtitan}
-FIX=${QT_SOURCE_DIR:-.}/tests/fixtures/generate/cli_tiny
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-export OMP_NUM_THREADS=1 QT_CACHE_DIR=$TMP/cache
+# shellcheck source=tests/infer_lib.sh
+. "$(dirname "$0")/infer_lib.sh"
 
 want() { grep -o "\"$1\": [0-9.e+-]*" "$FIX/expected_eval.json" | sed -n "$2p" | sed 's/.*: //'; }
 close() { awk -v a="$1" -v b="$2" 'BEGIN { d = (a - b) / b; if (d < 0) d = -d; exit !(d <= 1e-6) }'; }
@@ -29,22 +24,13 @@ out=$("$QT" eval --model "$FIX" --dataset "$FIX/docs.jsonl" --seq-len 16 --max-t
 check "--max-tokens 40" "$out" 2
 
 # Bad input: exit status non-zero and exactly one line on stderr, naming the problem.
-expect_error() { # pattern, args...
-    local pattern=$1 rc=0
-    shift
-    "$QT" eval "$@" >"$TMP/out" 2>"$TMP/err" || rc=$?
-    [ "$rc" -ne 0 ] || fail "exit 0 for: $*"
-    [ "$(wc -l <"$TMP/err")" -eq 1 ] || fail "not one line of error for: $* -> $(cat "$TMP/err")"
-    grep -q -- "$pattern" "$TMP/err" || fail "error for $* lacks '$pattern': $(cat "$TMP/err")"
-    echo "ok ($rc): $(cat "$TMP/err")"
-}
-expect_error "seq-len 300 exceeds the model's context of 256" --model "$FIX" \
+expect_error eval "seq-len 300 exceeds the model's context of 256" --model "$FIX" \
   --dataset "$FIX/docs.jsonl" --seq-len 300
-expect_error "max-tokens 0: expected an integer >= 1" --model "$FIX" --dataset "$FIX/docs.jsonl" \
+expect_error eval "max-tokens 0: expected an integer >= 1" --model "$FIX" --dataset "$FIX/docs.jsonl" \
   --max-tokens 0
-expect_error "give one of --model HFDIR or --checkpoint" --dataset "$FIX/docs.jsonl"
-expect_error "go with --dataset" --model "$FIX" --tokens x --seq-len 4
+expect_error eval "give one of --model HFDIR or --checkpoint" --dataset "$FIX/docs.jsonl"
+expect_error eval "go with --dataset" --model "$FIX" --tokens x --seq-len 4
 mkdir -p "$TMP/ckpt/step-2"
 echo '{}' >"$TMP/ckpt/step-2/train_state.json"
-expect_error "step-2 has no config.json" --checkpoint "$TMP/ckpt/step-2" --dataset "$FIX/docs.jsonl"
+expect_error eval "step-2 has no config.json" --checkpoint "$TMP/ckpt/step-2" --dataset "$FIX/docs.jsonl"
 echo "e2e_eval_dataset: ok"

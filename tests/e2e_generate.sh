@@ -4,13 +4,8 @@
 # transformers' generate for the same prompt text; a batch of prompts gives each prompt what
 # it gives alone; --stop cuts the text; a seed reproduces a sampled completion; a training
 # checkpoint step generates; bad input exits non-zero with one sentence.
-set -euo pipefail
-QT=${QT_BINARY:-build/qtitan}
-FIX=${QT_SOURCE_DIR:-.}/tests/fixtures/generate/cli_tiny
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-export OMP_NUM_THREADS=1
+# shellcheck source=tests/infer_lib.sh
+. "$(dirname "$0")/infer_lib.sh"
 
 # A JSON array under key $2 in the text $1, without spaces: "1,2,3".
 arr() { echo "$1" | tr -d ' ' | sed -n "s/.*\"$2\":\[\([0-9,]*\)\].*/\1/p"; }
@@ -61,29 +56,20 @@ s3=$("$QT" generate --model "$FIX" --prompt-file "$TMP/prompts.txt" --temperatur
 echo "seeded sampling reproduces"
 
 # Bad input: exit status non-zero and exactly one line on stderr, naming the problem.
-expect_error() { # pattern, args...
-    local pattern=$1 rc=0
-    shift
-    "$QT" generate "$@" >"$TMP/out" 2>"$TMP/err" || rc=$?
-    [ "$rc" -ne 0 ] || fail "exit 0 for: $*"
-    [ "$(wc -l <"$TMP/err")" -eq 1 ] || fail "not one line of error for: $* -> $(cat "$TMP/err")"
-    grep -q -- "$pattern" "$TMP/err" || fail "error for $* lacks '$pattern': $(cat "$TMP/err")"
-    echo "ok ($rc): $(cat "$TMP/err")"
-}
 long=$(for i in $(seq 300); do printf 'word '; done)
-expect_error "exceeds the model's context of 256 positions" --model "$FIX" --prompt "$long"
+expect_error generate "exceeds the model's context of 256 positions" --model "$FIX" --prompt "$long"
 printf '\n  \n\n' >"$TMP/empty.txt"
-expect_error "empty.txt holds no prompt" --model "$FIX" --prompt-file "$TMP/empty.txt"
+expect_error generate "empty.txt holds no prompt" --model "$FIX" --prompt-file "$TMP/empty.txt"
 mkdir -p "$TMP/ckpt/step-3"
 echo '{}' >"$TMP/ckpt/step-3/train_state.json"
-expect_error "step-3 has no config.json" --checkpoint "$TMP/ckpt/step-3" --prompt hi
-expect_error "chat" --model "$FIX" --prompt hi --chat
-expect_error "temperature -1: must be >= 0" --model "$FIX" --prompt hi --temperature -1
-expect_error "top-p 0: must be in (0, 1]" --model "$FIX" --prompt hi --top-p 0
-expect_error "top-p 1.5: must be in (0, 1]" --model "$FIX" --prompt hi --top-p 1.5
-expect_error "min-p 2: must be in \[0, 1\]" --model "$FIX" --prompt hi --min-p 2
-expect_error "max-new-tokens 0: expected an integer >= 1" --model "$FIX" --prompt hi --max-new-tokens 0
-expect_error "give one of --prompt" --model "$FIX"
-expect_error "model directory $TMP/none does not exist" --model "$TMP/none" --prompt hi
-expect_error "unknown option --bogus" --model "$FIX" --prompt hi --bogus 1
+expect_error generate "step-3 has no config.json" --checkpoint "$TMP/ckpt/step-3" --prompt hi
+expect_error generate "chat" --model "$FIX" --prompt hi --chat
+expect_error generate "temperature -1: must be >= 0" --model "$FIX" --prompt hi --temperature -1
+expect_error generate "top-p 0: must be in (0, 1]" --model "$FIX" --prompt hi --top-p 0
+expect_error generate "top-p 1.5: must be in (0, 1]" --model "$FIX" --prompt hi --top-p 1.5
+expect_error generate "min-p 2: must be in \[0, 1\]" --model "$FIX" --prompt hi --min-p 2
+expect_error generate "max-new-tokens 0: expected an integer >= 1" --model "$FIX" --prompt hi --max-new-tokens 0
+expect_error generate "give one of --prompt" --model "$FIX"
+expect_error generate "model directory $TMP/none does not exist" --model "$TMP/none" --prompt hi
+expect_error generate "unknown option --bogus" --model "$FIX" --prompt hi --bogus 1
 echo "e2e_generate: ok"

@@ -6,14 +6,8 @@
 # export's, in fp32 and bf16, and differs from the base's alone; eval --dataset gives the
 # merged model's loss; the LoRA run's own greedy samples of its last step are generate
 # --adapter's; a missing or foreign adapter folder fails with one sentence.
-set -euo pipefail
-QT=${QT_BINARY:-build/qtitan}
-SRC=${QT_SOURCE_DIR:-.}
-FIX=$SRC/tests/fixtures/generate/cli_tiny
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-export OMP_NUM_THREADS=1 QT_CACHE_DIR=$TMP/cache
+# shellcheck source=tests/infer_lib.sh
+. "$(dirname "$0")/infer_lib.sh"
 
 common=(--config "$SRC/configs/debug.toml" --model.tokenizer_path="$FIX"
   --training.dataset_path="$FIX/docs.jsonl" --training.seq_len=16 --training.local_batch_size=2
@@ -63,14 +57,8 @@ m=$(ev --model "$TMP/lora/merged")
 [ -n "$a" ] && [ "$a" = "$m" ] || fail "eval --dataset: base + adapter $a, merged $m"
 echo "eval --dataset: base + adapter = merged ($a)"
 
-expect_error() { # pattern, args...
-  local pattern=$1 rc=0
-  shift
-  "$QT" generate "$@" --prompt "The" --max-new-tokens 2 >"$TMP/out" 2>"$TMP/err" || rc=$?
-  [ "$rc" -ne 0 ] || fail "exit 0 for: $*"
-  grep -q -- "$pattern" "$TMP/err" || fail "error for $* lacks '$pattern': $(cat "$TMP/err")"
-  echo "ok ($rc): $(grep -- "$pattern" "$TMP/err")"
-}
-expect_error "$TMP/none" --model "$base" --adapter "$TMP/none"
-expect_error "adapter" --model "$FIX" --adapter "$TMP/lora/adapter"
+expect_error_in_log generate "$TMP/none" --model "$base" --adapter "$TMP/none" --prompt "The" \
+  --max-new-tokens 2
+expect_error_in_log generate "adapter" --model "$FIX" --adapter "$TMP/lora/adapter" --prompt "The" \
+  --max-new-tokens 2
 echo "e2e_generate_adapter: ok"

@@ -3,21 +3,15 @@
 # transformers' apply_chat_template(..., add_generation_prompt=True) for the same messages
 # (tests/fixtures/generate/chat_ids.json, tools/make_generate_fixtures.py), through a training
 # checkpoint of a tiny model over the real Qwen3 tokenizer (../shared; skipped without it).
-set -euo pipefail
-QT=${QT_BINARY:-build/qtitan}
-SRC=${QT_SOURCE_DIR:-.}
+# shellcheck source=tests/infer_lib.sh
+. "$(dirname "$0")/infer_lib.sh"
 TOK=${QT_SHARED_DIR:-$SRC/../shared}/tokenizers/qwen3
-FIX=$SRC/tests/fixtures/generate
 [ -f "$TOK/tokenizer_config.json" ] || { echo "skipped: no Qwen3 tokenizer at $TOK"; exit 77; }
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-export OMP_NUM_THREADS=1 QT_CACHE_DIR=$TMP/cache
 
 "$QT" train --config "$SRC/configs/demo.toml" --job.dump_folder="$TMP/run" \
   --model.vocab_size=151936 --model.dim=16 --model.n_layers=1 --model.n_heads=2 \
   --model.n_kv_heads=1 --model.head_dim=8 --model.hidden_dim=32 --model.tokenizer_path="$TOK" \
-  --training.dataset_path="$FIX/cli_tiny/docs.jsonl" --training.seq_len=16 \
+  --training.dataset_path="$FIX/docs.jsonl" --training.seq_len=16 \
   --training.local_batch_size=1 --training.steps=1 --checkpoint.last_save_in_hf=false \
   --metrics.peak_tflops=1 >"$TMP/train.log" 2>&1 || fail "train: $(tail -3 "$TMP/train.log")"
 
@@ -31,7 +25,7 @@ for i in 0 1 2 3; do
     [ "${thinking[$i]}" = 1 ] || args+=(--no-thinking)
     got=$("$QT" generate "${args[@]}" 2>"$TMP/err") || fail "case $i: $(cat "$TMP/err")"
     got=$(echo "$got" | sed -n 's/.*"prompt_ids":\[\([0-9,]*\)\].*/\1/p')
-    want=$(sed -n "$((i + 1))p" "$FIX/chat_ids.json" | tr -d ' ' | sed -n 's/.*"ids":\[\([0-9,]*\)\].*/\1/p')
+    want=$(sed -n "$((i + 1))p" "$FIX/../chat_ids.json" | tr -d ' ' | sed -n 's/.*"ids":\[\([0-9,]*\)\].*/\1/p')
     [ -n "$want" ] && [ "$got" = "$want" ] || fail "case $i: ids $got, transformers $want"
     echo "case $i: $(echo "$got" | tr ',' ' ' | wc -w) ids equal apply_chat_template's"
 done

@@ -3,15 +3,8 @@
 # bigger batch, and the 0.6B shape cut to 2 layers at seq 256; each also with LoRA, and the
 # 0.6B one with a bf16 base), plan's total must be within 10% of the peak RSS the real
 # training reports in metrics.jsonl (memory_gib) after 2 steps.
-set -euo pipefail
-shared=${QT_SHARED_DIR:-}
-tok=$shared/tokenizers/qwen3
-data=$shared/data/c4_sample/c4_sample.jsonl
-# Skipped only without ../shared (a user's clone); CI has it, so a missing file fails.
-if [ -z "$shared" ] || [ ! -d "$shared" ]; then echo "skip: no ../shared"; exit 77; fi
-[ -f "$tok/tokenizer.json" ] && [ -f "$data" ] || { echo "FAIL: $shared lacks the Qwen3 tokenizer or the C4 sample"; exit 1; }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-export QT_CACHE_DIR=$tmp/cache
+# shellcheck source=tests/c4_lib.sh
+. "$(dirname "$0")/c4_lib.sh"
 # debugmodel has a 2048-token vocabulary: train a tokenizer of that size on the sample.
 "$QT_BINARY" tokenizer-train --input "$data" --vocab-size 2048 --output "$tmp/tok2048" >/dev/null 2>&1
 

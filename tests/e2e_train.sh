@@ -3,15 +3,8 @@
 # logs every step, writes metrics.jsonl and checkpoints, and a run resumed from its step-2
 # checkpoint ends with bitwise the same losses, parameters and optimizer state as a run that
 # never stopped (docs/training.md).
-set -euo pipefail
-shared=${QT_SHARED_DIR:-}
-tok=$shared/tokenizers/qwen3
-data=$shared/data/c4_sample/c4_sample.jsonl
-# Skipped only without ../shared (a user's clone); CI has it, so a missing file fails.
-if [ -z "$shared" ] || [ ! -d "$shared" ]; then echo "skip: no ../shared"; exit 77; fi
-[ -f "$tok/tokenizer.json" ] && [ -f "$data" ] || { echo "FAIL: $shared lacks the Qwen3 tokenizer or the C4 sample"; exit 1; }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-export QT_CACHE_DIR=$tmp/cache
+# shellcheck source=tests/c4_lib.sh
+. "$(dirname "$0")/c4_lib.sh"
 train() {
   "$QT_BINARY" train --config "$QT_SOURCE_DIR/configs/debug.toml" \
     --model.tokenizer_path="$tok" --training.dataset_path="$data" \

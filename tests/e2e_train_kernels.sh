@@ -4,15 +4,8 @@
 # "applied N override(s)", losses equal within the kernels' tolerance at every step, and the
 # checkpoint holds the same tensor names (so checkpoints and exports do not depend on kernels).
 # A config whose override breaks a supports() rule stops before training starts.
-set -euo pipefail
-shared=${QT_SHARED_DIR:-}
-tok=$shared/tokenizers/qwen3
-data=$shared/data/c4_sample/c4_sample.jsonl
-# Skipped only without ../shared (a user's clone); CI has it, so a missing file fails.
-if [ -z "$shared" ] || [ ! -d "$shared" ]; then echo "skip: no ../shared"; exit 77; fi
-[ -f "$tok/tokenizer.json" ] && [ -f "$data" ] || { echo "FAIL: $shared lacks the Qwen3 tokenizer or the C4 sample"; exit 1; }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-export QT_CACHE_DIR=$tmp/cache
+# shellcheck source=tests/c4_lib.sh
+. "$(dirname "$0")/c4_lib.sh"
 train() { # config dump_folder [extra args]
   local cfg=$1 out=$2; shift 2
   "$QT_BINARY" train --config "$QT_SOURCE_DIR/configs/$cfg" \

@@ -28,6 +28,8 @@
 
 enum { STEPS = 5, B = 2, T = 12, RANK = 4 };
 
+#include "trainer_harness.h"
+
 static char *fix_dir, *base_dir;
 static ModelSpec spec;
 static json_t *expected;
@@ -195,62 +197,19 @@ static void test_bf16_base(void **state) {
 
 /* ---- five steps through trainer_run ---- */
 
-typedef struct Run {
-    Qwen3 m;
-    Lora lo;
-    int32_t tok[STEPS][B * T], tgt[STEPS][B * T];
-    const int32_t *cur[2];
-    double loss[STEPS + 1], norm[STEPS + 1];
-} Run;
-
-static int count(void *ctx, int64_t step, int64_t *tokens, int64_t *valid, Err *err) {
-    (void)err;
-    Run *r = ctx;
-    *tokens = B * T;
-    *valid = 0;
-    for (int k = 0; k < B * T; k++)
-        *valid += r->tgt[step - 1][k] != -100;
-    return 0;
-}
-
-static int next(void *ctx, int64_t step, int micro, const void **b, Err *err) {
-    (void)micro;
-    (void)err;
-    Run *r = ctx;
-    r->cur[0] = r->tok[step - 1];
-    r->cur[1] = r->tgt[step - 1];
-    *b = r->cur;
-    return 0;
-}
-
-static int fwd_bwd(void *ctx, const void *b, double divisor, double *loss_sum, Err *err) {
-    (void)err;
-    Run *r = ctx;
-    const int32_t *const *bt = b;
-    qwen3_forward(&r->m, bt[0], bt[1], NULL, NULL, B, T);
-    qwen3_backward(&r->m, divisor);
-    *loss_sum = r->m.loss_sum;
-    return 0;
-}
-
-static void on_step(void *ctx, const StepMetrics *s) {
-    Run *r = ctx;
-    r->loss[s->step] = s->loss;
-    r->norm[s->step] = s->grad_norm;
-}
-
 static void test_five_steps_match_peft(void **state) {
     (void)state;
-    Run *r = calloc(1, sizeof *r);
-    setup_model(&r->m, &r->lo, 1);
+    Harness *r = calloc(1, sizeof *r);
+    Lora lo;
+    setup_model(&r->m, &lo, 1);
     for (int s = 0; s < STEPS; s++)
         batch(s, r->tok[s], r->tgt[s]);
-    int n = 2 * r->lo.n;
+    int n = 2 * lo.n;
     CkptTensor *params = calloc((size_t)n, sizeof *params);
     float **grads = calloc((size_t)n, sizeof *grads);
     char(*names)[200] = calloc((size_t)n, sizeof *names);
-    for (int i = 0; i < r->lo.n; i++) {
-        LoraAdapter *ad = &r->lo.ad[i];
+    for (int i = 0; i < lo.n; i++) {
+        LoraAdapter *ad = &lo.ad[i];
         lora_peft_key(names[2 * i], 200, &spec, ad, 'A');
         lora_peft_key(names[2 * i + 1], 200, &spec, ad, 'B');
         params[2 * i] = (CkptTensor){names[2 * i], 2, {RANK, ad->in}, ad->a, NULL};
@@ -258,40 +217,12 @@ static void test_five_steps_match_peft(void **state) {
         grads[2 * i] = ad->da;
         grads[2 * i + 1] = ad->db;
     }
-    TrainModel model = {
-        .ctx = r, .nparams = n, .params = params, .grads = grads, .forward_backward = fwd_bwd};
-    TrainData data = {.ctx = r, .count = count, .next = next};
-    char tmpl[] = "/tmp/qt_lora_XXXXXX";
-    assert_non_null(mkdtemp(tmpl));
-    TrainerOptions o = {.steps = STEPS,
-                        .micro_batches = 1,
-                        .lr = 1e-2,
-                        .warmup_steps = 2,
-                        .decay_ratio = -1,
-                        .decay_type = DECAY_LINEAR,
-                        .adamw = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1},
-                        .max_norm = 0.05,
-                        .dump_folder = tmpl,
-                        .log_freq = 1,
-                        .peak_tflops = 1.0,
-                        .flops_per_token = 1.0,
-                        .on_step = on_step,
-                        .on_step_ctx = r};
-    Err err;
-    if (trainer_run(&o, &model, &data, &err)) fail_msg("%s", err.msg);
-    double worst_loss = 0, worst_norm = 0;
-    for (int s = 1; s <= STEPS; s++) {
-        const json_t *e = json_array_get(json_object_get(expected, "steps"), (size_t)s - 1);
-        double loss = json_number_value(json_object_get(e, "loss"));
-        double norm = json_number_value(json_object_get(e, "grad_norm"));
-        printf("step %d: loss %.7f (peft %.7f)  grad_norm %.7f (peft %.7f)\n", s, r->loss[s], loss,
-               r->norm[s], norm);
-        double dl = fabs(r->loss[s] - loss) / loss, dn = fabs(r->norm[s] - norm) / norm;
-        if (isnan(dl) || dl > worst_loss) worst_loss = dl;
-        if (isnan(dn) || dn > worst_norm) worst_norm = dn;
-    }
+    harness_run(r, n, params, grads, 0.05);
+    double worst_loss, worst_norm;
+    harness_compare(r, json_object_get(expected, "steps"), "peft", &worst_loss, &worst_norm);
     char *p = fs_join(fix_dir, "expected.safetensors");
     StFile f;
+    Err err;
     if (st_open(&f, p, &err)) fail_msg("%s", err.msg);
     double worst = 0;
     for (int i = 0; i < n; i++) {
@@ -309,11 +240,10 @@ static void test_five_steps_match_peft(void **state) {
     assert_true(worst < 1e-4);
     st_close(&f);
     free(p);
-    fs_remove_tree(tmpl, &err);
     free(params);
     free(grads);
     free(names);
-    lora_free(&r->lo);
+    lora_free(&lo);
     qwen3_free(&r->m);
     free(r);
 }

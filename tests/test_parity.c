@@ -64,45 +64,10 @@ static void read_spec(ModelSpec *s, const char *dir) {
     free(path);
 }
 
-typedef struct Errs {
-    double logits, loss, grad;
-    char worst_grad[96];
-} Errs;
-
 /* Forward + backward of all lines, batched (packed = 0, equal lengths) or packed in one row;
  * compares with expected. */
 static Errs run_case(Qwen3 *m, const TokenLines *tl, const StFile *exp, int packed) {
-    Errs e = {0, 0, 0, ""};
-    long N = tl->total;
-    int B = packed ? 1 : tl->n, T = (int)(packed ? N : N / tl->n);
-    int32_t *tgt = malloc((size_t)N * sizeof(int32_t)), *pos = malloc((size_t)N * sizeof(int32_t));
-    int32_t *doc = malloc((size_t)N * sizeof(int32_t));
-    for (int l = 0; l < tl->n; l++)
-        for (long i = tl->start[l]; i < tl->start[l + 1]; i++) {
-            int last = i + 1 == tl->start[l + 1];
-            tgt[i] = last ? CE_IGNORE : tl->ids[i + 1];
-            pos[i] = (int32_t)(i - tl->start[l]);
-            doc[i] = l;
-        }
-    qwen3_zero_grads(m);
-    float loss = qwen3_forward(m, tl->ids, tgt, packed ? pos : NULL, packed ? doc : NULL, B, T);
-    int V = m->spec.vocab_size;
-    for (int l = 0; l < tl->n; l++) {
-        char name[32];
-        snprintf(name, sizeof name, "logits.%d", l);
-        const StTensor *t = st_find(exp, name);
-        assert_non_null(t);
-        long len = tl->start[l + 1] - tl->start[l];
-        assert_true(t->numel == len * V);
-        float *ref = malloc((size_t)t->numel * sizeof(float));
-        st_to_f32(t, ref);
-        double r = rel_err(m->a.logits + tl->start[l] * V, ref, t->numel);
-        if (isnan(r) || r > e.logits) e.logits = r;
-        free(ref);
-    }
-    float ref_loss;
-    st_to_f32(st_find(exp, "loss"), &ref_loss);
-    e.loss = fabs(loss - ref_loss) / fabs(ref_loss);
+    Errs e = parity_forward(m, tl, exp, packed);
     qwen3_backward(m, 0);
     HfKeyTable keys;
     hf_keys_build(&keys, &m->spec);
@@ -118,19 +83,9 @@ static Errs run_case(Qwen3 *m, const TokenLines *tl, const StFile *exp, int pack
         assert_true(t->numel == p->numel);
         float *ref = malloc((size_t)t->numel * sizeof(float));
         st_to_f32(t, ref);
-        double d2 = 0, r2 = 0;
-        for (long k = 0; k < p->numel; k++) {
-            d2 += ((double)p->grad[k] - ref[k]) * ((double)p->grad[k] - ref[k]);
-            r2 += (double)ref[k] * ref[k];
-        }
-        double rel = sqrt(d2 / r2);
-        if (isnan(rel) || rel > e.grad) { /* a NaN gradient sticks as the worst, and fails */
-            e.grad = rel;
-            snprintf(e.worst_grad, sizeof e.worst_grad, "%s", p->name);
-        }
+        parity_grad(&e, p, ref);
         free(ref);
     }
-    free(tgt), free(pos), free(doc);
     hf_keys_free(&keys);
     return e;
 }

@@ -23,12 +23,7 @@
 
 enum { STEPS = 5, B = 2, T = 16 };
 
-typedef struct Parity {
-    Qwen3 m;
-    int32_t tokens[STEPS][B * T], targets[STEPS][B * T];
-    const int32_t *cur[2];
-    double loss[STEPS + 1], grad_norm[STEPS + 1], lr[STEPS + 1];
-} Parity;
+#include "trainer_harness.h"
 
 /* qtitan parameter name -> the Hugging Face name of the same tensor. */
 static void hf_name(char *out, size_t cap, const char *qt) {
@@ -96,42 +91,7 @@ static void load_hf(Qwen3 *m, const char *path, int compare, double *max_abs, do
     if (compare) *mean_abs = sum / (double)count;
 }
 
-static int count(void *ctx, int64_t step, int64_t *tokens, int64_t *valid, Err *err) {
-    (void)ctx;
-    (void)step;
-    (void)err;
-    *tokens = *valid = B * T;
-    return 0;
-}
-
-static int next(void *ctx, int64_t step, int micro, const void **batch, Err *err) {
-    (void)micro;
-    Parity *p = ctx;
-    if (step < 1 || step > STEPS) return err_set(err, "no batch for step %lld", (long long)step);
-    p->cur[0] = p->tokens[step - 1];
-    p->cur[1] = p->targets[step - 1];
-    *batch = p->cur;
-    return 0;
-}
-
-static int fwd_bwd(void *ctx, const void *batch, double divisor, double *loss_sum, Err *err) {
-    (void)err;
-    Parity *p = ctx;
-    const int32_t *const *bt = batch;
-    qwen3_forward(&p->m, bt[0], bt[1], NULL, NULL, B, T);
-    qwen3_backward(&p->m, divisor);
-    *loss_sum = p->m.loss_sum;
-    return 0;
-}
-
-static void on_step(void *ctx, const StepMetrics *s) {
-    Parity *p = ctx;
-    p->loss[s->step] = s->loss;
-    p->grad_norm[s->step] = s->grad_norm;
-    p->lr[s->step] = s->lr;
-}
-
-static void read_batches(Parity *p, const char *path) {
+static void read_batches(Harness *p, const char *path) {
     char *text;
     size_t len;
     Err err;
@@ -145,8 +105,8 @@ static void read_batches(Parity *p, const char *path) {
                     s++;
                 v[t] = (int32_t)strtol(s, &s, 10);
             }
-            memcpy(&p->tokens[step][row * T], v, T * sizeof(int32_t));
-            memcpy(&p->targets[step][row * T], v + 1, T * sizeof(int32_t));
+            memcpy(&p->tok[step][row * T], v, T * sizeof(int32_t));
+            memcpy(&p->tgt[step][row * T], v + 1, T * sizeof(int32_t));
         }
     free(text);
 }
@@ -157,7 +117,7 @@ static void test_five_steps_match_torch(void **state) {
     if (!src) skip();
     char dir[4096], path[4200];
     snprintf(dir, sizeof dir, "%s/tests/fixtures/train_parity", src);
-    Parity *p = calloc(1, sizeof *p);
+    Harness *p = calloc(1, sizeof *p);
     Err err;
     ModelSpec spec;
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -179,46 +139,10 @@ static void test_five_steps_match_torch(void **state) {
         params[i] = (CkptTensor){q->name, q->ndim, {q->shape[0], q->shape[1]}, q->data, NULL};
         grads[i] = q->grad;
     }
-    TrainModel model = {.ctx = p,
-                        .nparams = p->m.nparams,
-                        .params = params,
-                        .grads = grads,
-                        .forward_backward = fwd_bwd};
-    TrainData data = {.ctx = p, .count = count, .next = next};
-    char tmpl[] = "/tmp/qt_parity_XXXXXX";
-    assert_non_null(mkdtemp(tmpl));
-    TrainerOptions o = {.steps = STEPS,
-                        .micro_batches = 1,
-                        .lr = 1e-2,
-                        .warmup_steps = 2,
-                        .decay_ratio = -1,
-                        .decay_type = DECAY_LINEAR,
-                        .min_lr_factor = 0.0,
-                        .adamw = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1},
-                        .max_norm = 0.5,
-                        .dump_folder = tmpl,
-                        .log_freq = 1,
-                        .peak_tflops = 1.0,
-                        .flops_per_token = 1.0,
-                        .on_step = on_step,
-                        .on_step_ctx = p};
-    if (trainer_run(&o, &model, &data, &err) != 0) fail_msg("%s", err.msg);
+    harness_run(p, p->m.nparams, params, grads, 0.5);
 
-    json_t *steps = json_object_get(exp, "steps");
-    double worst_loss = 0, worst_norm = 0;
-    for (int s = 1; s <= STEPS; s++) {
-        json_t *e = json_array_get(steps, (size_t)s - 1);
-        double loss = json_number_value(json_object_get(e, "loss"));
-        double norm = json_number_value(json_object_get(e, "grad_norm"));
-        double lr = json_number_value(json_object_get(e, "lr"));
-        printf("step %d: loss %.7f (torch %.7f)  grad_norm %.7f (torch %.7f)\n", s, p->loss[s],
-               loss, p->grad_norm[s], norm);
-        /* Not fmax, which drops a NaN: a NaN loss or norm must fail the checks below. */
-        double dl = fabs(p->loss[s] - loss) / loss, dn = fabs(p->grad_norm[s] - norm) / norm;
-        if (isnan(dl) || dl > worst_loss) worst_loss = dl;
-        if (isnan(dn) || dn > worst_norm) worst_norm = dn;
-        assert_true(fabs(p->lr[s] - lr) <= 1e-17);
-    }
+    double worst_loss, worst_norm;
+    harness_compare(p, json_object_get(exp, "steps"), "torch", &worst_loss, &worst_norm);
     double max_abs = 0, mean_abs = 0;
     snprintf(path, sizeof path, "%s/final.safetensors", dir);
     load_hf(&p->m, path, 1, &max_abs, &mean_abs);
@@ -235,7 +159,6 @@ static void test_five_steps_match_torch(void **state) {
     assert_true(max_abs < 5e-4);
     assert_true(mean_abs < 1e-6);
     json_decref(exp);
-    fs_remove_tree(tmpl, &err);
     free(params);
     free(grads);
     qwen3_free(&p->m);

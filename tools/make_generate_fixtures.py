@@ -43,9 +43,9 @@ import json
 import math
 import shutil
 import os
-import sys
 
 import torch
+from fixture_util import eager_model, out_root, save_model, scramble, seeded, write_ids
 from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 NEW = 64
@@ -67,21 +67,6 @@ CASES = [
 ]
 
 
-def scramble(model, gen):
-    """Large random weights, so logits are far from uniform (clear greedy choices) and norm
-    weights away from 1 so a dropped multiplication shows."""
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(0.5 + torch.rand(p.shape, generator=gen))
-            elif "embed_tokens" in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
-            elif name.endswith("mlp.gate.weight"):
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.4)
-            else:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.25)
-
-
 def router_gap(model, ids, k):
     out = model(input_ids=ids, output_router_logits=True)
     gap = float("inf")
@@ -92,16 +77,10 @@ def router_gap(model, ids, k):
 
 
 def run(case, seed):
-    torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
-    if case["moe"]:
-        cfg = Qwen3MoeConfig(**dict(BASE, **case["cfg"]))
-        cfg._attn_implementation = "eager"
-        model = Qwen3MoeForCausalLM(cfg).float()
-    else:
-        cfg = Qwen3Config(**dict(BASE, **case["cfg"]))
-        cfg._attn_implementation = "eager"
-        model = Qwen3ForCausalLM(cfg).float()
+    gen = seeded(seed)
+    classes = (Qwen3MoeConfig, Qwen3MoeForCausalLM) if case["moe"] else (Qwen3Config,
+                                                                          Qwen3ForCausalLM)
+    cfg, model = eager_model(*classes, **dict(BASE, **case["cfg"]))
     scramble(model, gen)
     model.eval()
     prompts = [torch.randint(0, cfg.vocab_size, (n,), generator=gen) for n in case["lens"]]
@@ -138,15 +117,9 @@ def build(case, out_root):
             break
         seed += 1000
     d = os.path.join(out_root, case["name"])
-    os.makedirs(d, exist_ok=True)
-    model.save_pretrained(d, safe_serialization=True)
-    gc = os.path.join(d, "generation_config.json")
-    if os.path.exists(gc):
-        os.remove(gc)
-    with open(os.path.join(d, "prompts.txt"), "w") as f:
-        f.writelines(" ".join(str(int(x)) for x in p) + "\n" for p, _, _ in results)
-    with open(os.path.join(d, "expected_ids.txt"), "w") as f:
-        f.writelines(" ".join(str(int(x)) for x in n) + "\n" for _, n, _ in results)
+    save_model(model, d)
+    write_ids(os.path.join(d, "prompts.txt"), [p for p, _, _ in results])
+    write_ids(os.path.join(d, "expected_ids.txt"), [n for _, n, _ in results])
     with open(os.path.join(d, "expected_logprobs.txt"), "w") as f:
         f.writelines(" ".join("%.9g" % x for x in l) + "\n" for _, _, l in results)
     print(f"{case['name']}: seed {seed}, min greedy margin {margin:.3g}, min router gap {gap:.3g}")
@@ -162,13 +135,12 @@ def build_cli(root, out_root):
     tok = PreTrainedTokenizerFast(tokenizer_file=tok_path)
     seed = 7
     while True:
-        torch.manual_seed(seed)
-        gen = torch.Generator().manual_seed(seed)
-        cfg = Qwen3Config(**dict(BASE, vocab_size=608, hidden_size=16, num_hidden_layers=1,
-                                 num_attention_heads=2, num_key_value_heads=1,
-                                 intermediate_size=24, tie_word_embeddings=True, eos_token_id=0))
-        cfg._attn_implementation = "eager"
-        model = Qwen3ForCausalLM(cfg).float()
+        gen = seeded(seed)
+        cfg, model = eager_model(Qwen3Config, Qwen3ForCausalLM,
+                                 **dict(BASE, vocab_size=608, hidden_size=16, num_hidden_layers=1,
+                                        num_attention_heads=2, num_key_value_heads=1,
+                                        intermediate_size=24, tie_word_embeddings=True,
+                                        eos_token_id=0))
         scramble(model, gen)
         model.eval()
         ids = tok(CLI_PROMPT, add_special_tokens=False)["input_ids"]
@@ -184,11 +156,7 @@ def build_cli(root, out_root):
         seed += 1000
     new = [int(x) for x in out.sequences[0, len(ids):]]
     d = os.path.join(out_root, "cli_tiny")
-    os.makedirs(d, exist_ok=True)
-    model.save_pretrained(d, safe_serialization=True)
-    gc = os.path.join(d, "generation_config.json")
-    if os.path.exists(gc):
-        os.remove(gc)
+    save_model(model, d)
     shutil.copy(tok_path, os.path.join(d, "tokenizer.json"))
     with open(os.path.join(d, "expected.json"), "w") as f:
         json.dump(dict(prompt=CLI_PROMPT, prompt_ids=ids, ids=new), f)
@@ -284,13 +252,12 @@ def build_chat(root, out_root):
 
 def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out_root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "tests", "fixtures",
-                                                                   "generate")
+    out = out_root("generate")
     torch.set_num_threads(1)
     for case in CASES:
-        build(case, out_root)
-    build_cli(root, out_root)
-    build_chat(root, out_root)
+        build(case, out)
+    build_cli(root, out)
+    build_chat(root, out)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import os
 
 import torch
 import torch.nn.functional as F
+from fixture_util import adamw_steps
 from peft import LoraConfig, get_peft_model
 from safetensors.torch import save_file
 from transformers import Qwen3ForCausalLM
@@ -31,16 +32,6 @@ STEPS, WARMUP, B, T = 5, 2, 2, 12
 LR, WD, BETAS, EPS, MAX_NORM = 1e-2, 0.1, (0.9, 0.95), 1e-8, 0.05
 RANK, ALPHA = 4, 8
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
-def wsd_factor(step, warmup, stable, decay, min_factor=0.0):
-    step = min(step, warmup + stable + decay)
-    if step < warmup:
-        return (step + 1) / (warmup + 1)
-    if step < warmup + stable or decay == 0:
-        return 1.0
-    p = ((step + 1) - (warmup + stable)) / (decay + 1)
-    return min_factor + (1 - min_factor) * (1 - p)
 
 
 def adapter_state(model):
@@ -89,28 +80,21 @@ def main():
         tgt[torch.rand(B, T, generator=g) < 0.4] = -100  # masked (non-assistant) positions
         batches.append((ids[:, :T], tgt))
 
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WD,
-                            foreach=False, fused=False)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda c: wsd_factor(c, WARMUP, 0,
-                                                                        STEPS - WARMUP))
-    tensors, steps = {}, []
-    for s, (inp, tgt) in enumerate(batches):
-        opt.zero_grad(set_to_none=True)
+    tensors = {}
+
+    def loss_of(batch):
+        inp, tgt = batch
         logits = model(input_ids=inp).logits
-        loss = F.cross_entropy(logits.reshape(-1, 64).float(), tgt.reshape(-1), ignore_index=-100)
-        loss.backward()
+        return F.cross_entropy(logits.reshape(-1, 64).float(), tgt.reshape(-1), ignore_index=-100)
+
+    def first_grads(s):
         if s == 0:
             for name, p in model.named_parameters():
                 if p.requires_grad:
                     tensors["grad." + name.replace(".default", "")] = p.grad.detach().clone()
-        norm = torch.nn.utils.clip_grad_norm_(params, MAX_NORM, foreach=False)
-        assert norm.item() > MAX_NORM, "clipping must be active on every step"
-        lr = opt.param_groups[0]["lr"]
-        opt.step()
-        sched.step()
-        steps.append({"lr": lr, "loss": loss.item(), "grad_norm": norm.item()})
-        print(f"lr {lr:.6f}  loss {loss.item():.6f}  grad_norm {norm.item():.6f}")
+
+    steps = adamw_steps([p for p in model.parameters() if p.requires_grad], batches, loss_of, LR,
+                        BETAS, EPS, WD, WARMUP, MAX_NORM, first_grads)
     for k, v in adapter_state(model).items():
         tensors["final." + k] = v
     save_file({k: v.contiguous() for k, v in tensors.items()},

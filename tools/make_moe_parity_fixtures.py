@@ -21,11 +21,10 @@ the (k+1)-th by more than MIN_GAP; the tool asserts that gap and prints it.
 
 Usage: python tools/make_moe_parity_fixtures.py [OUT_DIR]
 """
-import json
 import os
-import sys
 
 import torch
+from fixture_util import eager_model, out_root, save_model, scramble, seeded, write_ids
 from safetensors.torch import save_file
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
@@ -58,21 +57,6 @@ CASES = [
 ]
 
 
-def scramble(model, gen):
-    """Large random weights so logits, routing and gradients are far from trivial, and norm
-    weights away from 1 so a dropped weight multiplication shows."""
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(0.5 + torch.rand(p.shape, generator=gen))
-            elif "embed_tokens" in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
-            elif name.endswith("mlp.gate.weight"):
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.4)
-            else:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.25)
-
-
 def min_topk_gap(router_logits, k):
     gap = float("inf")
     for lg in router_logits:
@@ -83,11 +67,9 @@ def min_topk_gap(router_logits, k):
 
 
 def run(case, seed):
-    torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
-    cfg = Qwen3MoeConfig(max_position_embeddings=256, rms_norm_eps=1e-6, **dict(BASE, **case["cfg"]))
-    cfg._attn_implementation = "eager"
-    model = Qwen3MoeForCausalLM(cfg).float()
+    gen = seeded(seed)
+    cfg, model = eager_model(Qwen3MoeConfig, Qwen3MoeForCausalLM, max_position_embeddings=256,
+                             rms_norm_eps=1e-6, **dict(BASE, **case["cfg"]))
     scramble(model, gen)
     model.train()  # dropout is 0; train mode only so gradients flow as in training
 
@@ -147,14 +129,8 @@ def build(case, out_root):
     total.backward()
 
     d = os.path.join(out_root, case["name"])
-    os.makedirs(d, exist_ok=True)
-    model.save_pretrained(d, safe_serialization=True)
-    gc = os.path.join(d, "generation_config.json")
-    if os.path.exists(gc):
-        os.remove(gc)
-    with open(os.path.join(d, "tokens.txt"), "w") as f:
-        for l in lines:
-            f.write(" ".join(str(int(x)) for x in l) + "\n")
+    save_model(model, d)
+    write_ids(os.path.join(d, "tokens.txt"), lines)
     tensors = {f"logits.{i}": t.contiguous() for i, t in enumerate(logits_out)}
     tensors["loss"] = total.detach().reshape(()).clone()
     grads = hf_grads(model, cfg)
@@ -172,12 +148,9 @@ def build(case, out_root):
 
 
 def main():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out_root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "tests", "fixtures",
-                                                                   "moe_parity")
     torch.set_num_threads(1)
     for case in CASES:
-        build(dict(case, cfg=dict(case["cfg"])), out_root)
+        build(dict(case, cfg=dict(case["cfg"])), out_root("moe_parity"))
 
 
 if __name__ == "__main__":

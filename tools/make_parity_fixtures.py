@@ -15,11 +15,10 @@ Lines of equal length run as one batch; otherwise each line runs alone.
 
 Usage: python tools/make_parity_fixtures.py [OUT_DIR]
 """
-import json
 import os
-import sys
 
 import torch
+from fixture_util import eager_model, out_root, save_model, scramble, seeded, write_ids
 from safetensors.torch import save_file
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -46,26 +45,11 @@ CASES = [
 ]
 
 
-def scramble(model, gen):
-    """Large random weights so logits and gradients are far from trivial, and norm weights
-    away from 1 so a dropped weight multiplication shows."""
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(0.5 + torch.rand(p.shape, generator=gen))
-            elif "embed_tokens" in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
-            else:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.25)
-
-
 def build(case, out_root):
-    torch.manual_seed(case["seed"])
-    gen = torch.Generator().manual_seed(case["seed"])
-    cfg = Qwen3Config(max_position_embeddings=256, rms_norm_eps=case["cfg"].pop("rms_norm_eps", 1e-6),
-                      attn_implementation="eager", **case["cfg"])
-    cfg._attn_implementation = "eager"
-    model = Qwen3ForCausalLM(cfg).float()
+    gen = seeded(case["seed"])
+    cfg, model = eager_model(Qwen3Config, Qwen3ForCausalLM, max_position_embeddings=256,
+                             rms_norm_eps=case["cfg"].pop("rms_norm_eps", 1e-6),
+                             attn_implementation="eager", **case["cfg"])
     scramble(model, gen)
     model.train()  # dropout is 0; train mode only so gradients flow as in training
 
@@ -87,11 +71,8 @@ def build(case, out_root):
     total.backward()
 
     d = os.path.join(out_root, case["name"])
-    os.makedirs(d, exist_ok=True)
-    model.save_pretrained(d, safe_serialization=True)
-    with open(os.path.join(d, "tokens.txt"), "w") as f:
-        for l in lines:
-            f.write(" ".join(str(int(x)) for x in l) + "\n")
+    save_model(model, d)
+    write_ids(os.path.join(d, "tokens.txt"), lines)
     tensors = {f"logits.{i}": t.contiguous() for i, t in enumerate(logits_out)}
     tensors["loss"] = total.detach().reshape(()).clone()
     for name, p in model.named_parameters():
@@ -103,11 +84,9 @@ def build(case, out_root):
 
 
 def main():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out_root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "tests", "fixtures", "parity")
     torch.set_num_threads(1)
     for case in CASES:
-        build(dict(case, cfg=dict(case["cfg"])), out_root)
+        build(dict(case, cfg=dict(case["cfg"])), out_root("parity"))
 
 
 if __name__ == "__main__":

@@ -15,11 +15,11 @@ Every parameter is weight-decayed, embeddings and norms included, as torchtitan 
 Run from the repo root: python3 tools/make_train_parity_fixture.py
 """
 import json
-import math
 import os
 
 import torch
 import torch.nn.functional as F
+from fixture_util import adamw_steps, eager_model
 from safetensors.torch import save_file
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -28,25 +28,13 @@ STEPS, WARMUP, B, T = 5, 2, 2, 16
 LR, WD, BETAS, EPS, MAX_NORM = 1e-2, 0.1, (0.9, 0.95), 1e-8, 0.5
 
 
-def wsd_factor(step, warmup, stable, decay, min_factor=0.0):
-    """torchtitan's linear warmup / stable / linear decay factor for LambdaLR position step."""
-    step = min(step, warmup + stable + decay)
-    if step < warmup:
-        return (step + 1) / (warmup + 1)
-    if step < warmup + stable or decay == 0:
-        return 1.0
-    p = ((step + 1) - (warmup + stable)) / (decay + 1)
-    return min_factor + (1 - min_factor) * (1 - p)
-
-
 def main():
     torch.manual_seed(0)
-    cfg = Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                      max_position_embeddings=64, rms_norm_eps=1e-6, rope_theta=1e6,
-                      tie_word_embeddings=False, attention_bias=False, torch_dtype="float32")
-    cfg._attn_implementation = "eager"
-    model = Qwen3ForCausalLM(cfg).float()
+    cfg, model = eager_model(Qwen3Config, Qwen3ForCausalLM, vocab_size=64, hidden_size=32,
+                             intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                             num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+                             rms_norm_eps=1e-6, rope_theta=1e6, tie_word_embeddings=False,
+                             attention_bias=False, torch_dtype="float32")
     with torch.no_grad():  # norms away from 1 so their gradients matter
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
@@ -74,24 +62,12 @@ def main():
         for rows in batches:
             f.write(" | ".join(" ".join(str(int(t)) for t in row) for row in rows) + "\n")
 
-    params = list(model.parameters())
-    opt = torch.optim.AdamW(params, lr=LR, betas=BETAS, eps=EPS, weight_decay=WD,
-                            foreach=False, fused=False)
-    decay = STEPS - WARMUP
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda c: wsd_factor(c, WARMUP, 0, decay))
-    steps = []
-    for rows in batches:
-        opt.zero_grad(set_to_none=True)
+    def loss_of(rows):
         logits = model(input_ids=rows[:, :T]).logits
-        loss = F.cross_entropy(logits.reshape(-1, cfg.vocab_size).float(), rows[:, 1:].reshape(-1))
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(params, MAX_NORM, foreach=False)
-        assert norm.item() > MAX_NORM, "clipping must be active on every step"
-        lr = opt.param_groups[0]["lr"]
-        opt.step()
-        sched.step()
-        steps.append({"lr": lr, "loss": loss.item(), "grad_norm": norm.item()})
-        print(f"lr {lr:.6f}  loss {loss.item():.6f}  grad_norm {norm.item():.6f}")
+        return F.cross_entropy(logits.reshape(-1, cfg.vocab_size).float(), rows[:, 1:].reshape(-1))
+
+    steps = adamw_steps(list(model.parameters()), batches, loss_of, LR, BETAS, EPS, WD, WARMUP,
+                        MAX_NORM)
     save_file({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()},
               os.path.join(OUT, "final.safetensors"))
     expected = {
