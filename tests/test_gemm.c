@@ -1,6 +1,7 @@
 /* Unit tests for ops/gemm.h: every backend (oneDNN matmul, dnnl_sgemm, reference loops) against
  * a double-accumulating oracle written here, over all transposition flags, alpha, beta, odd and
- * degenerate shapes and padded strides; bf16 against the same oracle on bf16-rounded inputs;
+ * degenerate shapes and padded strides; bf16 against the same oracle on bf16-rounded inputs,
+ * also with widened weight copies and operands cut into widened blocks;
  * beta = 0 never reading C; and bitwise-identical results on repeated calls. */
 /* cmocka.h needs these four first. */
 #include <setjmp.h>
@@ -45,8 +46,24 @@ static void oracle(int ta, int tb, int M, int N, int K, float alpha, const float
         }
 }
 
-/* Runs one problem through the active backend (fp32 or bf16) with padded strides and checks
- * every element of C, and that the padding of C was left alone. */
+/* bf16 modes of check_case beyond 0 (fp32) and 1 (bf16 values): A, or B, passed as the handle
+ * of a registered widened copy (ops/gemm.h), as the model passes its weights. */
+enum { WIDE_A = 2, WIDE_B = 3 };
+
+/* The handle of a widened copy of the n bf16 values at h (registered; *wide to free). */
+static const uint16_t *widened(const uint16_t *h, size_t n, float **wide) {
+    *wide = malloc(n * 4);
+    for (size_t i = 0; i < n; i++)
+        (*wide)[i] = bf16_to_f32(h[i]);
+    const uint16_t *handle = gemm_widened_register(*wide, n);
+    assert_non_null(handle);
+    assert_true(gemm_widened_values(handle + n - 1) == *wide + n - 1);
+    assert_null(gemm_widened_values(h));
+    return handle;
+}
+
+/* Runs one problem through the active backend (fp32 or a bf16 mode) with padded strides and
+ * checks every element of C, and that the padding of C was left alone. */
 static void check_case(int bf16, int ta, int tb, int M, int N, int K, float alpha, float beta,
                        int pad, Rng *r) {
     int arows = ta ? K : M, acols = ta ? M : K, brows = tb ? N : K, bcols = tb ? K : N;
@@ -70,8 +87,11 @@ static void check_case(int bf16, int ta, int tb, int M, int N, int K, float alph
             for (int j = 0; j < N; j++)
                 C[(long)i * ldc + j] = NAN;
     oracle(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C0, ldc, want, bound);
+    float *wide = NULL;
+    const uint16_t *a = bf16 == WIDE_A ? widened(Ah, (size_t)arows * lda, &wide) : Ah;
+    const uint16_t *b = bf16 == WIDE_B ? widened(Bh, (size_t)brows * ldb, &wide) : Bh;
     if (bf16)
-        gemm_bf16(ta, tb, M, N, K, alpha, Ah, lda, Bh, ldb, beta, C, ldc);
+        gemm_bf16(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
     else
         gemm_f32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     for (int i = 0; i < M; i++) {
@@ -87,6 +107,8 @@ static void check_case(int bf16, int ta, int tb, int M, int N, int K, float alph
         for (int j = N; j < ldc; j++)
             assert_true(C[(long)i * ldc + j] == C0[(long)i * ldc + j]);
     }
+    if (wide) gemm_widened_unregister(wide);
+    free(wide);
     free(A), free(B), free(C), free(C0), free(Ah), free(Bh), free(want), free(bound);
 }
 
@@ -152,6 +174,31 @@ static void test_bf16_long_k(void **state) {
                                 : 0.5f,
                        t, &r);
     }
+}
+
+/* Weights passed as widened copies, read in place also when bf16 products would otherwise go to
+ * oneDNN's matmul (sgemm and ref widen as auto does on a host without AMX). */
+static void test_widened_copies(void **state) {
+    (void)state;
+    const char *names[] = {"auto", "dnnl"};
+    for (int b = 0; b < 2; b++) {
+        assert_int_equal(gemm_set_backend(names[b]), 0);
+        sweep(WIDE_A);
+        sweep(WIDE_B);
+    }
+}
+
+/* Operands too large for one widened block of the scratch are cut into blocks of rows (M or N)
+ * and K chunks: each cut alone and with the other operand a widened copy. */
+static void test_widened_blocks(void **state) {
+    (void)state;
+    Rng r;
+    rng_seed(&r, 13, 0);
+    assert_int_equal(gemm_set_backend("sgemm"), 0);
+    check_case(1, 1, 0, 4500, 9, 1000, 1.0f, 0.5f, 1, &r);       /* M cut (dW-like: A transposed) */
+    check_case(1, 0, 1, 7, 4500, 1000, 1.0f, 0.0f, 0, &r);       /* N cut */
+    check_case(WIDE_B, 0, 0, 500, 9, 20000, -1.0f, 1.0f, 2, &r); /* K chunks, then M cut */
+    check_case(WIDE_A, 1, 1, 9, 4500, 1000, 1.0f, 0.0f, 0, &r);
 }
 
 /* Empty products: M or N = 0 touches nothing; K = 0 leaves beta * C. */
@@ -324,6 +371,7 @@ int main(void) {
         cmocka_unit_test(test_ref_bf16),           cmocka_unit_test(test_degenerate),
         cmocka_unit_test(test_nan_propagates),     cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_concurrent_callers), cmocka_unit_test(test_inside_omp_region),
+        cmocka_unit_test(test_widened_copies),     cmocka_unit_test(test_widened_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -162,8 +162,9 @@ static void layer(Decoder *d, int l, long n, int prefill_seq, const int *seq) {
     float eps = (float)s->norm_eps;
 
     /* Decode steps with bf16 weights stream them through the GEMV kernel; the prompt, many
-     * rows at once, goes through the model's own ops. */
-    int stream = m->bf16 && prefill_seq < 0;
+     * rows at once, goes through the model's own ops, as do widened copies (qwen3.h), which
+     * the GEMV cannot read. */
+    int stream = m->bf16 && !m->bf16_widened && prefill_seq < 0;
 
     md->attention_norm->forward(d->xn, d->rstd, d->x, p->attention_norm, n, D, eps);
     if (stream) {
@@ -231,7 +232,7 @@ static void head(Decoder *d, long first, long n, float *logits) {
     const ModelSpec *s = &m->spec;
     int D = s->dim;
     m->mod.norm->forward(d->xn, d->rstd, d->x + first * D, m->p.norm, n, D, (float)s->norm_eps);
-    if (m->bf16)
+    if (m->bf16 && !m->bf16_widened)
         gemv(d, &(GemvPart){m->pb.output, logits, s->vocab_size}, 1, d->xn, n, D);
     else
         linear(d, m->mod.lm_head, logits, d->xn, m->p.output, m->pb.output, n, D, s->vocab_size);

@@ -108,7 +108,7 @@ int infer_model_open(InferModel *im, const char *hf_dir, const char *step_dir, c
     st_set_close(&set);
     if (rc == 0 && adapter) rc = merge_adapter(&im->m, adapter, err);
     if (rc == 0 && adapter && bf16) {
-        rc = qwen3_enable_bf16(&im->m, err);
+        rc = qwen3_enable_bf16_for_gemv(&im->m, err);
         if (rc == 0) qwen3_refresh_bf16(&im->m);
     }
     if (rc == 0 && fs_exists_in(im->dir, "tokenizer.json")) {

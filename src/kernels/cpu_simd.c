@@ -4,6 +4,7 @@
 #include "kernels/cpu_simd.h"
 
 #include "core/dtype.h"
+#include "ops/gemm.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -264,6 +265,15 @@ AVX512 static void to_bf16_avx512(uint16_t *dst, const float *src, long n) {
     }
 }
 
+/* fp32 rounded to bf16 and widened back: bf16_16's rounding with the low half cleared. */
+AVX512 static void round_bf16_avx512(float *dst, const float *src, long n) {
+    for (long i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : tail(n - i);
+        __m512i w = _mm512_cvtepu16_epi32(bf16_16(_mm512_maskz_loadu_ps(m, src + i)));
+        _mm512_mask_storeu_ps(dst + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+    }
+}
+
 AVX512 static void from_bf16_avx512(float *dst, const uint16_t *src, long n) {
     long i = 0;
     for (; i + 16 <= n; i += 16) {
@@ -356,6 +366,24 @@ void simd_bf16_to_f32(float *dst, const uint16_t *src, long n) {
         else
             for (long i = c; i < c + len; i++)
                 dst[i] = bf16_to_f32(src[i]);
+    }
+}
+
+void simd_bf16_weight_copy(uint16_t *copy, const float *src, long n) {
+    float *wide = gemm_widened_values(copy);
+    if (!wide) {
+        simd_f32_to_bf16(copy, src, n);
+        return;
+    }
+    int v = simd_avx512_active();
+#pragma omp parallel for schedule(static) if (n > 4 * CONVERT_CHUNK)
+    for (long c = 0; c < n; c += CONVERT_CHUNK) {
+        long len = n - c < CONVERT_CHUNK ? n - c : CONVERT_CHUNK;
+        if (v)
+            round_bf16_avx512(wide + c, src + c, len);
+        else
+            for (long i = c; i < c + len; i++)
+                wide[i] = bf16_to_f32(f32_to_bf16(src[i]));
     }
 }
 

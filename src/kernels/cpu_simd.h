@@ -50,5 +50,8 @@ void simd_rmsnorm_rows(float *out, float *rstd, const float *x, const float *w, 
  * of weights and activations in mixed precision. */
 void simd_f32_to_bf16(uint16_t *dst, const float *src, long n);
 void simd_bf16_to_f32(float *dst, const uint16_t *src, long n);
+/* Writes src as a matmul weight's bf16 copy in the layout of the bf16 path: bf16 at copy, or,
+ * when copy is the handle of a widened copy (ops/gemm.h), the bf16-rounded values as fp32. */
+void simd_bf16_weight_copy(uint16_t *copy, const float *src, long n);
 
 #endif

@@ -13,6 +13,7 @@
 #include "model/lora.h"
 #include "model/moe.h"
 #include "model/moe_ep.h"
+#include "ops/gemm.h"
 #include "ops/op_profile.h"
 
 /* ---- parameter table ---- */
@@ -409,7 +410,7 @@ static int setup(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int s
  * BF16_ONLY with OWN_PARAMS holds the matmul weights in bf16 only (qwen3_create_inference_bf16). */
 enum { OWN_PARAMS = 1, OWN_GRADS = 2, BF16_ONLY = 4 };
 
-static int enable_bf16(Qwen3 *m, int weights, Err *err);
+static int enable_bf16(Qwen3 *m, int weights, int gemv, Err *err);
 
 int qwen3_check_bf16_base(const Qwen3 *m, Err *err) {
     const char *what = NULL, *name = NULL;
@@ -463,7 +464,7 @@ static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int 
                   owned & OWN_GRADS ? &m->grad_arena : &gc);
     layout_acts(m, &m->act_arena, &m->scratch_arena);
     if (base_bf16) {
-        if (qwen3_check_bf16_base(m, err) || enable_bf16(m, 1, err)) {
+        if (qwen3_check_bf16_base(m, err) || enable_bf16(m, 1, 0, err)) {
             qwen3_free(m);
             return -1;
         }
@@ -471,7 +472,7 @@ static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int 
             uint16_t **f = bf16_field(m, m->table[i].kind->id, m->table[i].layer);
             if (f) m->table[i].data_bf16 = *f;
         }
-    } else if (m->bf16_only && enable_bf16(m, 1, err)) {
+    } else if (m->bf16_only && enable_bf16(m, 1, 0, err)) {
         qwen3_free(m);
         return -1;
     }
@@ -536,6 +537,7 @@ void qwen3_free(Qwen3 *m) {
     arena_free(&m->grad_arena);
     arena_free(&m->act_arena);
     arena_free(&m->scratch_arena);
+    if (m->bf16_widened) gemm_widened_unregister((const float *)(void *)m->bf16_arena.base);
     arena_free(&m->bf16_arena);
     free(m->table);
     free(m->slots);
@@ -623,27 +625,39 @@ int qwen3_check_tokens(const Qwen3 *m, const int32_t *ids, long n, int allow_ign
 
 /* ---- mixed precision ---- */
 
+/* A matmul weight's copy of n elements in bf16_arena: bf16, or widened fp32 addressed by its
+ * handle (ops/gemm.h), which is the region's handle (the arena's base, registered by
+ * enable_bf16) plus the copy's element offset. NULL while counting. */
+static uint16_t *weight_copy(const Qwen3 *m, Arena *ar, long n) {
+    if (!m->bf16_widened) return arena_alloc(ar, (size_t)n * sizeof(uint16_t));
+    float *w = arena_alloc(ar, (size_t)n * sizeof(float));
+    float *base = (float *)(void *)ar->base;
+    return w ? (uint16_t *)(void *)base + (w - base) : NULL;
+}
+
 /* Runs once counting, once placing (as the other layouts); the weight copies only when
- * weights is 1. */
-static void layout_bf16(Qwen3 *m, Arena *ar, int weights) {
+ * weights is 1. The copies come first, so widened ones form one region at the arena's base,
+ * of *weight_bytes. */
+static void layout_bf16(Qwen3 *m, Arena *ar, int weights, size_t *weight_bytes) {
     const ModelSpec *s = &m->spec;
     long D = s->dim, HE = (long)s->n_heads * s->head_dim, KE = (long)s->n_kv_heads * s->head_dim;
     long F = s->hidden_dim, V = s->vocab_size, N = (long)m->max_B * m->max_T;
     for (int i = 0; i < s->n_layers && weights; i++) {
         Qwen3Bf16Layer *l = &m->pb.layers[i];
-        l->wq = arena_alloc(ar, (size_t)(HE * D) * sizeof(uint16_t));
-        l->wk = arena_alloc(ar, (size_t)(KE * D) * sizeof(uint16_t));
-        l->wv = arena_alloc(ar, (size_t)(KE * D) * sizeof(uint16_t));
-        l->wo = arena_alloc(ar, (size_t)(D * HE) * sizeof(uint16_t));
+        l->wq = weight_copy(m, ar, HE * D);
+        l->wk = weight_copy(m, ar, KE * D);
+        l->wv = weight_copy(m, ar, KE * D);
+        l->wo = weight_copy(m, ar, D * HE);
         if (model_spec_layer_is_moe(s, i)) continue; /* its experts stay fp32 */
-        l->w1 = arena_alloc(ar, (size_t)(F * D) * sizeof(uint16_t));
-        l->w3 = arena_alloc(ar, (size_t)(F * D) * sizeof(uint16_t));
-        l->w2 = arena_alloc(ar, (size_t)(D * F) * sizeof(uint16_t));
+        l->w1 = weight_copy(m, ar, F * D);
+        l->w3 = weight_copy(m, ar, F * D);
+        l->w2 = weight_copy(m, ar, D * F);
     }
-    if (weights) m->pb.output = arena_alloc(ar, (size_t)(V * D) * sizeof(uint16_t));
+    if (weights) m->pb.output = weight_copy(m, ar, V * D);
     if (weights && m->base_bf16)
         m->pb.tok_embeddings =
             s->tie_embeddings ? m->pb.output : arena_alloc(ar, (size_t)(V * D) * sizeof(uint16_t));
+    *weight_bytes = ar->used;
     /* The largest product's inputs: the FFN backward (linear.h, swiglu.h) or lm_head. */
     long need = 2 * D + 2 * F;
     if (D + V > need) need = D + V;
@@ -651,24 +665,37 @@ static void layout_bf16(Qwen3 *m, Arena *ar, int weights) {
     m->pb.scratch = arena_alloc(ar, (size_t)(N * need) * sizeof(uint16_t));
 }
 
-static int enable_bf16(Qwen3 *m, int weights, Err *err) {
+/* gemv 1: the copies stay bf16 (qwen3_enable_bf16_for_gemv). */
+static int enable_bf16(Qwen3 *m, int weights, int gemv, Err *err) {
     if (m->bf16) return 0;
+    m->bf16_widened = weights && !gemv && !m->bf16_only && !m->base_bf16 && gemm_bf16_widens();
     Arena count;
+    size_t wbytes;
     arena_init_counting(&count, "bf16 weight");
-    layout_bf16(m, &count, weights);
+    layout_bf16(m, &count, weights, &wbytes);
     TRY(arena_init(&m->bf16_arena, "bf16 weight", count.used, err));
-    layout_bf16(m, &m->bf16_arena, weights);
+    layout_bf16(m, &m->bf16_arena, weights, &wbytes);
+    if (m->bf16_widened &&
+        !gemm_widened_register((float *)(void *)m->bf16_arena.base, wbytes / sizeof(float))) {
+        m->bf16_widened = 0;
+        arena_free(&m->bf16_arena);
+        return err_set(err, "too many widened weight regions at once (ops/gemm.h)");
+    }
     m->bf16 = 1;
     m->bf16_by_hook = !weights;
     return 0;
 }
 
 int qwen3_enable_bf16(Qwen3 *m, Err *err) {
-    return enable_bf16(m, 1, err);
+    return enable_bf16(m, 1, 0, err);
+}
+
+int qwen3_enable_bf16_for_gemv(Qwen3 *m, Err *err) {
+    return enable_bf16(m, 1, 1, err);
 }
 
 int qwen3_enable_bf16_by_hook(Qwen3 *m, Err *err) {
-    return enable_bf16(m, 0, err);
+    return enable_bf16(m, 0, 0, err);
 }
 
 static void cast_weights_bf16(Qwen3 *m) {
@@ -678,16 +705,16 @@ static void cast_weights_bf16(Qwen3 *m) {
     for (int i = 0; i < s->n_layers; i++) {
         const Qwen3LayerParams *p = &m->p.layers[i];
         Qwen3Bf16Layer *l = &m->pb.layers[i];
-        simd_f32_to_bf16(l->wq, p->wq, HE * D);
-        simd_f32_to_bf16(l->wk, p->wk, KE * D);
-        simd_f32_to_bf16(l->wv, p->wv, KE * D);
-        simd_f32_to_bf16(l->wo, p->wo, D * HE);
+        simd_bf16_weight_copy(l->wq, p->wq, HE * D);
+        simd_bf16_weight_copy(l->wk, p->wk, KE * D);
+        simd_bf16_weight_copy(l->wv, p->wv, KE * D);
+        simd_bf16_weight_copy(l->wo, p->wo, D * HE);
         if (!p->w1) continue;
-        simd_f32_to_bf16(l->w1, p->w1, F * D);
-        simd_f32_to_bf16(l->w3, p->w3, F * D);
-        simd_f32_to_bf16(l->w2, p->w2, D * F);
+        simd_bf16_weight_copy(l->w1, p->w1, F * D);
+        simd_bf16_weight_copy(l->w3, p->w3, F * D);
+        simd_bf16_weight_copy(l->w2, p->w2, D * F);
     }
-    simd_f32_to_bf16(m->pb.output, m->p.output, (long)s->vocab_size * D);
+    simd_bf16_weight_copy(m->pb.output, m->p.output, (long)s->vocab_size * D);
 }
 
 void qwen3_refresh_bf16(Qwen3 *m) {
@@ -1232,8 +1259,11 @@ int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
     out->act_bytes = (acnt.used + 63) / 64 * 64 + (kcnt.used + 63) / 64 * 64;
     out->nparams = m->nparams;
     Arena bc;
+    size_t wbytes;
     arena_init_counting(&bc, "bf16 weight");
-    layout_bf16(m, &bc, 1);
+    m->bf16_widened = gemm_bf16_widens(); /* as qwen3_enable_bf16 lays it out */
+    layout_bf16(m, &bc, 1, &wbytes);
+    m->bf16_widened = 0;
     out->bf16_bytes = (bc.used + 63) / 64 * 64;
     /* The same two arenas of a bf16 base. */
     m->base_bf16 = 1;
@@ -1242,7 +1272,7 @@ int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
     arena_init_counting(&gb16, "gradient");
     arena_init_counting(&bb16, "bf16 weight");
     layout_params(m, &pb16, &gb16);
-    layout_bf16(m, &bb16, 1);
+    layout_bf16(m, &bb16, 1, &wbytes);
     out->base_bf16_param_bytes = (pb16.used + 63) / 64 * 64;
     out->base_bf16_bytes = (bb16.used + 63) / 64 * 64;
     free(m);

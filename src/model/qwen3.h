@@ -238,6 +238,10 @@ struct Qwen3 {
     int bf16;         /* 1 after qwen3_enable_bf16 */
     int bf16_by_hook; /* 1 after qwen3_enable_bf16_by_hook: pb's weights are the driver's */
     int bf16_only;    /* 1 from qwen3_create_inference_bf16: see there */
+    /* 1 when pb's matmul weight copies are widened (ops/gemm.h: fp32 holding bf16 values, at
+     * the start of bf16_arena, passed as handles), because this host's bf16 products run as
+     * fp32 GEMMs; 0: bf16. */
+    int bf16_widened;
     Arena bf16_arena;
     Qwen3Bf16 pb;
     /* Set by forward, read by backward. */
@@ -339,7 +343,7 @@ void qwen3_free(Qwen3 *m);
  * without allocating them. */
 typedef struct Qwen3Sizes {
     size_t param_bytes, grad_bytes, act_bytes;
-    size_t bf16_bytes; /* the bf16 weight arena qwen3_enable_bf16 would add */
+    size_t bf16_bytes; /* the bf16 weight arena qwen3_enable_bf16 would add on this host */
     /* The parameter and bf16 arenas of qwen3_create_frozen_with with base_bf16 1 instead. */
     size_t base_bf16_param_bytes, base_bf16_bytes;
     int nparams; /* entries of the parameter table (a tied output is no entry) */
@@ -352,6 +356,11 @@ int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
  * implementation has a bf16 path multiply in bf16 with fp32 accumulation. Master weights,
  * gradients, norms, attention, softmax, loss and the MoE layers stay fp32. */
 int qwen3_enable_bf16(Qwen3 *m, Err *err);
+/* The same with the copies in bf16 whatever the GEMM path: for decode's GEMV (infer/decode.h),
+ * which reads them itself. qwen3_enable_bf16 keeps them widened where the bf16 products run
+ * as fp32 GEMMs (ops/gemm.h gemm_bf16_widens): twice the bytes, and no product widens a
+ * weight. */
+int qwen3_enable_bf16_for_gemv(Qwen3 *m, Err *err);
 /* The same for a model driven by dist.unit (FSDP), which owns the bf16 weights: it points
  * m->pb.layers[*] and m->pb.output at its own buffers and fills a unit's copies from the fp32
  * weights before the unit runs; forward casts nothing. Only the matmul scratch is allocated. */

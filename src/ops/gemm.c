@@ -1,7 +1,8 @@
 /* GEMM backends behind ops/gemm.h: the reference loops, oneDNN matmul primitives (cached per
- * problem, the default) and dnnl_sgemm. The cache exists because creating a matmul primitive
- * costs 0.1-1 ms (JIT code generation) while a training step repeats the same few dozen
- * shapes thousands of times. */
+ * problem) and dnnl_sgemm, and the choice of path for bf16 products: oneDNN's bf16 matmul, or
+ * dnnl_sgemm on widened operands where fp32 FMA is the faster unit. The cache exists because
+ * creating a matmul primitive costs 0.1-1 ms (JIT code generation) while a training step
+ * repeats the same few dozen shapes thousands of times. */
 #include "ops/gemm.h"
 
 #include <omp.h>
@@ -47,10 +48,18 @@ typedef enum Backend { BK_REF, BK_DNNL, BK_SGEMM, BK_AUTO } Backend;
 static const char *const backend_names[] = {"ref", "dnnl", "sgemm", "auto"};
 #define N_BACKENDS 4
 
+/* How bf16 products run under auto (QT_GEMM_BF16=auto|widen|onednn): oneDNN's bf16 matmul, or
+ * dnnl_sgemm on operands widened to fp32. The products of bf16 values are exact in fp32, so
+ * both compute the same sums in a different order. */
+typedef enum Bf16Path { BF16_AUTO, BF16_WIDEN, BF16_ONEDNN } Bf16Path;
+static const char *const bf16_path_names[] = {"auto", "widen", "onednn"};
+
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static Backend g_backend = BK_AUTO;
+static Bf16Path g_bf16 = BF16_AUTO; /* never BF16_AUTO after init_once */
 static dnnl_engine_t g_engine;
-static char g_desc[160];
+static char g_desc[256];
+static char g_bf16_why[128];
 
 /* ---- oneDNN matmul primitive cache ------------------------------------------------------ */
 
@@ -230,19 +239,93 @@ static const char *probe_impl(int bf16) {
     return s ? s : "?";
 }
 
+/* Seconds of one PROBE_N^3 product: dnnl_sgemm on fp32 (bf16 0) or oneDNN's bf16 matmul
+ * (bf16 1); a negative value when it cannot run. The size is a small model product (512-token
+ * rows against a 512-wide weight block): large enough for both to reach their steady rate,
+ * about 1-2 ms each on this 2-core host. */
+#define PROBE_N 512
+#define PROBE_REPS 8
+static double probe_once(int bf16, const float *A, const uint16_t *Ah, float *C) {
+    const int n = PROBE_N;
+    Key k = {1, 0, 0, n, n, n, n, n, n, 1.0f, 0.0f};
+    double t0 = now_seconds();
+    int rc = bf16 ? matmul_cached(&k, Ah, Ah, C)
+                  : dnnl_sgemm('N', 'N', n, n, n, 1.0f, A, n, A, n, 0.0f, C, n) != dnnl_success;
+    return rc ? -1.0 : now_seconds() - t0;
+}
+
+/* The bf16 path under auto: QT_GEMM_BF16 when set, else the faster of the two on this host,
+ * timed once. Without AMX the bf16 unit (vdpbf16ps) runs at half the fp32 FMA rate, so the
+ * widened operands win; with AMX oneDNN's matmul does. The ISA's expectation stands unless the
+ * other path measures PROBE_MARGIN times faster: on a loaded machine (seven engineers' tests
+ * on two cores) single timings swing by a third, and a choice that flipped from one process to
+ * the next would change a resumed run's last bits. The two are timed in turn, best of
+ * PROBE_REPS each, so a busy stretch hits both. */
+#define PROBE_MARGIN 1.25
+static void choose_bf16_path(void) {
+    const char *env = getenv("QT_GEMM_BF16");
+    g_bf16 = BF16_AUTO;
+    if (env && *env) {
+        for (int i = 0; i < 3; i++)
+            if (strcmp(env, bf16_path_names[i]) == 0) g_bf16 = (Bf16Path)i;
+        if (g_bf16 == BF16_AUTO && strcmp(env, "auto") != 0)
+            log_warn("gemm: QT_GEMM_BF16=%s is not one of auto, widen, onednn; using auto", env);
+    }
+    if (g_bf16 != BF16_AUTO) {
+        snprintf(g_bf16_why, sizeof g_bf16_why, "QT_GEMM_BF16=%s", bf16_path_names[g_bf16]);
+        return;
+    }
+    const char *impl = probe_impl(1);
+    if (!impl) {
+        g_bf16 = BF16_WIDEN;
+        snprintf(g_bf16_why, sizeof g_bf16_why, "no oneDNN bf16 on this CPU");
+        return;
+    }
+    const int n = PROBE_N;
+    float *A = xmalloc((size_t)n * n * sizeof *A), *C = xmalloc((size_t)n * n * sizeof *C);
+    uint16_t *Ah = xmalloc((size_t)n * n * sizeof *Ah);
+    for (long i = 0; i < (long)n * n; i++) {
+        A[i] = (float)(i % 7 - 3) * 0.125f;
+        Ah[i] = f32_to_bf16(A[i]);
+    }
+    double best[2] = {1e30, 1e30};
+    for (int rep = 0; rep <= PROBE_REPS; rep++) /* rep 0 warms up (and JIT-compiles) */
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            double t = probe_once(bf16, A, Ah, C);
+            if (rep > 0 && t >= 0 && t < best[bf16]) best[bf16] = t;
+        }
+    free(A), free(Ah), free(C);
+    double flop = 2.0 * n * n * n, f32 = flop / best[0] * 1e-9, b16 = flop / best[1] * 1e-9;
+    int amx = strstr(impl, "amx") != NULL;
+    g_bf16 = amx ? (f32 > PROBE_MARGIN * b16 ? BF16_WIDEN : BF16_ONEDNN)
+                 : (b16 > PROBE_MARGIN * f32 ? BF16_ONEDNN : BF16_WIDEN);
+    snprintf(g_bf16_why, sizeof g_bf16_why,
+             "%s; measured once on %d^3: sgemm %.0f GFLOP/s, bf16 matmul %.0f",
+             amx ? "AMX" : "no AMX", n, f32, b16);
+}
+
+/* 1 when bf16 products run as fp32 GEMMs on widened operands under the active backend. */
+static int widens(void) {
+    return g_backend == BK_AUTO ? g_bf16 == BF16_WIDEN : g_backend != BK_DNNL || !probe_impl(1);
+}
+
 static void describe(void) {
     const dnnl_version_t *v = dnnl_version();
     int nt = omp_get_max_threads();
     if (g_backend == BK_REF) {
-        snprintf(g_desc, sizeof g_desc, "reference loops (fp32; bf16 converted), %d threads", nt);
+        snprintf(g_desc, sizeof g_desc, "reference loops (fp32; bf16 widened), %d threads", nt);
     } else if (g_backend == BK_AUTO) {
-        const char *b = probe_impl(1);
-        snprintf(g_desc, sizeof g_desc,
-                 "oneDNN %d.%d.%d (fp32 via dnnl_sgemm, bf16 via %s), %d threads", v->major,
-                 v->minor, v->patch, b ? b : "fp32 conversion", nt);
+        char bdesc[160];
+        if (g_bf16 == BF16_WIDEN)
+            snprintf(bdesc, sizeof bdesc, "bf16 as dnnl_sgemm on widened operands (%s)",
+                     g_bf16_why);
+        else
+            snprintf(bdesc, sizeof bdesc, "bf16 via %s (%s)", probe_impl(1), g_bf16_why);
+        snprintf(g_desc, sizeof g_desc, "oneDNN %d.%d.%d (fp32 via dnnl_sgemm, %s), %d threads",
+                 v->major, v->minor, v->patch, bdesc, nt);
     } else if (g_backend == BK_SGEMM) {
         snprintf(g_desc, sizeof g_desc,
-                 "oneDNN %d.%d.%d dnnl_sgemm (fp32; bf16 converted to fp32), %d threads", v->major,
+                 "oneDNN %d.%d.%d dnnl_sgemm (fp32; bf16 widened to fp32), %d threads", v->major,
                  v->minor, v->patch, nt);
     } else {
         const char *f = probe_impl(0), *b = probe_impl(1);
@@ -250,7 +333,7 @@ static void describe(void) {
         if (b)
             snprintf(bdesc, sizeof bdesc, "bf16 via %s", b);
         else
-            snprintf(bdesc, sizeof bdesc, "bf16 converted to fp32 (no oneDNN bf16 on this CPU)");
+            snprintf(bdesc, sizeof bdesc, "bf16 widened to fp32 (no oneDNN bf16 on this CPU)");
         snprintf(g_desc, sizeof g_desc, "oneDNN %d.%d.%d matmul (fp32 via %s, %s), %d threads",
                  v->major, v->minor, v->patch, f ? f : "?", bdesc, nt);
     }
@@ -274,8 +357,11 @@ static void init_once(void) {
         log_warn("gemm: oneDNN CPU engine unavailable; using the reference loops");
         g_backend = BK_REF;
     }
+    if (g_engine) choose_bf16_path();
     describe();
+    int was = log_set_info(1); /* once per process, even when first reached from a quiet check */
     log_info("gemm: %s", g_desc);
+    log_set_info(was);
 }
 
 int gemm_set_backend(const char *name) {
@@ -289,6 +375,54 @@ int gemm_set_backend(const char *name) {
 const char *gemm_backend_name(void) {
     pthread_once(&g_once, init_once);
     return g_desc;
+}
+
+int gemm_bf16_widens(void) {
+    pthread_once(&g_once, init_once);
+    return widens();
+}
+
+/* ---- widened weight copies -------------------------------------------------------------- */
+
+/* Live regions of widened copies. Only models and training slots register, a handful at a
+ * time; a linear scan under a lock costs nanoseconds per product. */
+#define MAX_REGIONS 64
+static struct {
+    const float *base;
+    size_t n;
+} g_regions[MAX_REGIONS];
+static pthread_mutex_t g_region_lock = PTHREAD_MUTEX_INITIALIZER;
+
+uint16_t *gemm_widened_register(float *base, size_t n) {
+    uint16_t *handle = NULL;
+    pthread_mutex_lock(&g_region_lock);
+    for (int i = 0; i < MAX_REGIONS && !handle; i++)
+        if (!g_regions[i].base) {
+            g_regions[i].base = base, g_regions[i].n = n;
+            handle = (uint16_t *)(void *)base;
+        }
+    pthread_mutex_unlock(&g_region_lock);
+    return handle;
+}
+
+void gemm_widened_unregister(const float *base) {
+    pthread_mutex_lock(&g_region_lock);
+    for (int i = 0; i < MAX_REGIONS; i++)
+        if (g_regions[i].base == base) g_regions[i].base = NULL, g_regions[i].n = 0;
+    pthread_mutex_unlock(&g_region_lock);
+}
+
+float *gemm_widened_values(const uint16_t *p) {
+    float *out = NULL;
+    uintptr_t a = (uintptr_t)p;
+    pthread_mutex_lock(&g_region_lock);
+    for (int i = 0; i < MAX_REGIONS && !out; i++) {
+        uintptr_t h = (uintptr_t)g_regions[i].base;
+        if (h && a >= h && a < h + g_regions[i].n * sizeof(uint16_t))
+            out = (float *)g_regions[i].base + (a - h) / sizeof(uint16_t);
+    }
+    pthread_mutex_unlock(&g_region_lock);
+    return out;
 }
 
 /* ---- entry points ----------------------------------------------------------------------- */
@@ -318,44 +452,129 @@ static void gemm_f32_run(int ta, int tb, int M, int N, int K, float alpha, const
     gemm_f32_ref(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-/* Widens rows x cols bf16 values (row stride ld) into a dense fp32 copy. */
-static float *widen(const uint16_t *X, int rows, int cols, int ld) {
-    float *out = xmalloc((size_t)rows * cols * sizeof *out);
-#pragma omp parallel for schedule(static)
-    for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++)
-            out[(long)r * cols + c] = bf16_to_f32(X[(long)r * ld + c]);
-    return out;
-}
-
-/* The fallback for bf16: the products of bf16 values are exact in fp32, so this differs from a
- * native bf16 kernel only in summation order. */
-static void bf16_widened(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A,
-                         int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc) {
-    float *a = widen(A, ta ? K : M, ta ? M : K, lda);
-    float *b = widen(B, tb ? N : K, tb ? K : N, ldb);
-    gemm_f32_run(ta, tb, M, N, K, alpha, a, ta ? M : K, b, tb ? K : N, beta, C, ldc);
-    free(a);
-    free(b);
-}
+/* ---- bf16 products on widened operands -------------------------------------------------- */
 
 /* oneDNN 2.6's bf16 matmul slows down on very long reductions: the LM head's dX = dlogits E
  * (K = 151936) ran at 245 GFLOP/s on 2 threads against 450-700 when cut into K chunks of about
- * 8192 summed into C (bench/README.md "GEMM"). The cut depends on K alone, so results stay
+ * 8192 summed into C (bench/README.md "GEMM"). The widened path cuts K the same way, so its
+ * blocks of widened operands stay bounded. The cut depends on K alone, so results stay
  * reproducible. */
 #define BF16_K_SPLIT 16384
 #define BF16_K_CHUNK 8192
+
+/* Values per widened block of one operand; a block of the other operand shares the scratch
+ * (GEMM_BF16_SCRATCH_BYTES in all). With K cut at BF16_K_SPLIT a block keeps >= 256 rows. */
+#define WIDEN_CAP (GEMM_BF16_SCRATCH_BYTES / 2 / sizeof(float))
+
+/* The K chunk length of a bf16 product with reduction length K. */
+static int k_chunk(int K) {
+    int chunks = K > BF16_K_SPLIT ? (K + BF16_K_CHUNK - 1) / BF16_K_CHUNK : 1;
+    return (K + chunks - 1) / chunks;
+}
+
+/* Scratch for widened blocks, allocated on first use and kept: products run one at a time in a
+ * step, so one buffer serves them and a step allocates nothing. Concurrent callers (tests,
+ * products issued inside a parallel region) take the next free buffer, or one of their own for
+ * that call when all are busy. */
+#define N_SCRATCH 4
+static struct {
+    float *buf;
+    int busy;
+} g_scratch[N_SCRATCH];
+
+static float *scratch_take(int *slot) {
+    for (int i = 0; i < N_SCRATCH; i++)
+        if (!__atomic_exchange_n(&g_scratch[i].busy, 1, __ATOMIC_ACQUIRE)) {
+            if (!g_scratch[i].buf) g_scratch[i].buf = xmalloc(GEMM_BF16_SCRATCH_BYTES);
+            *slot = i;
+            return g_scratch[i].buf;
+        }
+    *slot = -1;
+    return xmalloc(GEMM_BF16_SCRATCH_BYTES);
+}
+
+static void scratch_give(float *buf, int slot) {
+    if (slot < 0)
+        free(buf);
+    else
+        __atomic_store_n(&g_scratch[slot].busy, 0, __ATOMIC_RELEASE);
+}
+
+/* Seconds spent widening on the thread that drives the step (the op profile's thread), kept
+ * out of the GEMM time so the profile shows them as their own row. */
+static double g_widen_seconds;
+
+/* One operand op(X) of a bf16 product: bf16 values at h (row stride ld, stored transposed when
+ * t), or a widened weight copy when w is set (the same element at w). */
+typedef struct Operand {
+    const uint16_t *h;
+    const float *w;
+    int t, ld;
+} Operand;
+
+/* op(X)[r0:r0+nr, c0:c0+nc] as fp32: in place for a widened copy, else widened into buf
+ * (dense). Returns its address; *ld gets its row stride as stored. */
+static const float *block(const Operand *x, int r0, int c0, int nr, int nc, float *buf, int *ld) {
+    int sr0 = x->t ? c0 : r0, sc0 = x->t ? r0 : c0;
+    int rows = x->t ? nc : nr, cols = x->t ? nr : nc;
+    if (x->w) {
+        *ld = x->ld;
+        return x->w + (long)sr0 * x->ld + sc0;
+    }
+    const uint16_t *src = x->h + (long)sr0 * x->ld + sc0;
+    double t0 = prof_timing() ? now_seconds() : 0;
+    int tok = prof_begin("bf16 widen (inside GEMMs)", "", 0);
+#pragma omp parallel for schedule(static) if ((long)rows * cols >= 65536)
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++)
+            buf[(long)r * cols + c] = bf16_to_f32(src[(long)r * x->ld + c]);
+    prof_end(tok);
+    if (tok >= 0) g_widen_seconds += now_seconds() - t0;
+    *ld = cols;
+    return buf;
+}
+
+/* C = alpha op(A) op(B) + beta C as fp32 GEMMs: the products of bf16 values are exact in fp32,
+ * so this differs from a native bf16 kernel only in summation order. Operands that are not
+ * widened copies are widened in blocks of at most WIDEN_CAP values (K cut as k_chunk cuts it,
+ * then M or N), so nothing here grows with the problem. */
+static void bf16_widened(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A,
+                         int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc) {
+    Operand a = {A, gemm_widened_values(A), ta, lda}, b = {B, gemm_widened_values(B), tb, ldb};
+    int kc = k_chunk(K);
+    int mc = a.w || (long)M * kc <= (long)WIDEN_CAP ? M : (int)(WIDEN_CAP / kc);
+    int nc = b.w || (long)N * kc <= (long)WIDEN_CAP ? N : (int)(WIDEN_CAP / kc);
+    int slot;
+    float *buf = a.w && b.w ? NULL : scratch_take(&slot);
+    for (int k0 = 0; k0 < K; k0 += kc) {
+        int k = K - k0 < kc ? K - k0 : kc;
+        float bt = k0 == 0 ? beta : 1.0f;
+        const float *aw = NULL; /* op(A)'s block, kept across N blocks when M is not cut */
+        int ldaw = 0;
+        for (int n0 = 0; n0 < N; n0 += nc) {
+            int n = N - n0 < nc ? N - n0 : nc, ldbw;
+            const float *bw = block(&b, k0, n0, k, n, buf ? buf + WIDEN_CAP : NULL, &ldbw);
+            for (int m0 = 0; m0 < M; m0 += mc) {
+                int m = M - m0 < mc ? M - m0 : mc;
+                if (!aw || mc < M) aw = block(&a, m0, k0, m, k, buf, &ldaw);
+                gemm_f32_run(ta, tb, m, n, k, alpha, aw, ldaw, bw, ldbw, bt,
+                             C + (long)m0 * ldc + n0, ldc);
+            }
+        }
+    }
+    if (buf) scratch_give(buf, slot);
+}
 
 static void gemm_bf16_run(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A,
                           int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc) {
     pthread_once(&g_once, init_once);
     if (trivial(M, N, K, beta, C, ldc)) return;
-    if (g_backend != BK_DNNL && g_backend != BK_AUTO) {
+    int onednn = g_backend == BK_DNNL || (g_backend == BK_AUTO && g_bf16 == BF16_ONEDNN);
+    if (!onednn || gemm_widened_values(A) || gemm_widened_values(B)) {
         bf16_widened(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
-    int chunks = K > BF16_K_SPLIT ? (K + BF16_K_CHUNK - 1) / BF16_K_CHUNK : 1;
-    int kc = (K + chunks - 1) / chunks;
+    int kc = k_chunk(K);
     for (int k0 = 0; k0 < K; k0 += kc) {
         int k = K - k0 < kc ? K - k0 : kc;
         /* op(A)[:, k0:k0+k] and op(B)[k0:k0+k, :] */
@@ -370,8 +589,8 @@ static void gemm_bf16_run(int ta, int tb, int M, int N, int K, float alpha, cons
 
 /* The public entry points time each GEMM for the op profile (ops/op_profile.h) and, with its
  * shape, for a profiler trace (core/trace.h). */
-static void gemm_timed(const char *name, int M, int N, int K, double t0) {
-    prof_gemm_add(now_seconds() - t0);
+static void gemm_timed(const char *name, int M, int N, int K, double t0, double excluded) {
+    prof_gemm_add(now_seconds() - t0 - excluded);
     if (!trace_recording()) return; /* inside a parallel region: on the calling thread's track */
     char args[64];
     snprintf(args, sizeof args, "\"M\": %d, \"N\": %d, \"K\": %d", M, N, K);
@@ -382,12 +601,12 @@ void gemm_f32(int ta, int tb, int M, int N, int K, float alpha, const float *A, 
               const float *B, int ldb, float beta, float *C, int ldc) {
     double t0 = prof_timing() ? now_seconds() : 0;
     gemm_f32_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    if (t0 > 0) gemm_timed("gemm_f32", M, N, K, t0);
+    if (t0 > 0) gemm_timed("gemm_f32", M, N, K, t0, 0);
 }
 
 void gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
                const uint16_t *B, int ldb, float beta, float *C, int ldc) {
-    double t0 = prof_timing() ? now_seconds() : 0;
+    double t0 = prof_timing() ? now_seconds() : 0, widen0 = g_widen_seconds;
     gemm_bf16_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    if (t0 > 0) gemm_timed("gemm_bf16", M, N, K, t0);
+    if (t0 > 0) gemm_timed("gemm_bf16", M, N, K, t0, g_widen_seconds - widen0);
 }

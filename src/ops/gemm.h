@@ -4,13 +4,16 @@
  * parameter gradients use; beta = 0 never reads C (NaN or garbage there does not leak in).
  *
  * Backends (chosen once, logged once; QT_GEMM=auto|dnnl|sgemm|ref forces one for debugging):
- *   auto   the default: fp32 through dnnl_sgemm, bf16 through oneDNN matmul primitives. On
- *          the model's real products sgemm is as fast as matmul or faster, and matmul falls
- *          to 20-30% of peak when a row stride is a multiple of 4 KiB (w2's dX and dW with
- *          F = 3072: bench/README.md "GEMM"); matmul is the only route to AMX for bf16.
+ *   auto   the default: fp32 through dnnl_sgemm. On the model's real products sgemm is as fast
+ *          as matmul or faster, and matmul falls to 20-30% of peak when a row stride is a
+ *          multiple of 4 KiB (w2's dX and dW with F = 3072: bench/README.md "GEMM"). bf16
+ *          through whichever of two paths is faster on this host, timed once at start-up
+ *          (QT_GEMM_BF16=widen|onednn forces one): oneDNN's bf16 matmul (the only route to
+ *          AMX), or dnnl_sgemm on operands widened to fp32, which wins where the bf16 unit is
+ *          vdpbf16ps at half the FMA rate (no AMX; bench/README.md "Versus PyTorch").
  *   dnnl   oneDNN matmul primitives, cached per (dtype, shape, transposition, strides, alpha,
  *          beta); fp32 and bf16 (bf16 needs AVX512_BF16 or oneDNN's AVX-512 emulation).
- *   sgemm  oneDNN's dnnl_sgemm (fp32 only; bf16 goes through the fp32 conversion fallback).
+ *   sgemm  oneDNN's dnnl_sgemm (fp32; bf16 on widened operands).
  *   ref    the plain loops below (gemm_f32_ref); the numerical truth in tests.
  * Results are bitwise reproducible run to run for a fixed thread count and fixed shapes, also
  * across buffer alignment (tests/test_gemm.c checks it); a different OMP_NUM_THREADS may change
@@ -19,12 +22,14 @@
 #ifndef QT_GEMM_H
 #define QT_GEMM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 void gemm_f32(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc);
 
-/* A and B hold bf16 bit patterns; accumulation and C are fp32. Same flags and beta rules. */
+/* A and B hold bf16 bit patterns, or are handles of widened copies (below); accumulation and
+ * C are fp32. Same flags and beta rules. */
 void gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
                const uint16_t *B, int ldb, float beta, float *C, int ldc);
 
@@ -37,5 +42,23 @@ void gemm_f32_ref(int ta, int tb, int M, int N, int K, float alpha, const float 
 int gemm_set_backend(const char *name);
 /* The active backend's one-line description, e.g. "oneDNN 2.6.3 matmul (fp32, bf16)". */
 const char *gemm_backend_name(void);
+
+/* ---- weight copies in the layout of the bf16 path ----
+ * 1 when bf16 products run as fp32 GEMMs on widened operands (see auto above). A trained
+ * weight's low-precision copy is then best kept widened: its bf16-rounded values stored as fp32
+ * (twice the bytes of bf16), written once per optimizer step, so no product widens a weight.
+ * Activations and gradients, and weights held in bf16 only, are widened per product in blocks
+ * into GEMM_BF16_SCRATCH_BYTES of scratch, allocated on the first product and kept. */
+int gemm_bf16_widens(void);
+#define GEMM_BF16_SCRATCH_BYTES ((size_t)32 << 20)
+
+/* Registers n fp32 values at base as widened copies and returns the handle of base[0], or NULL
+ * when too many regions are registered. The copy of base[i] is passed wherever a bf16 weight
+ * goes (up to gemm_bf16) as handle + i: a uint16_t pointer that only gemm_bf16 reads, through
+ * gemm_widened_values. Unregister before freeing base. */
+uint16_t *gemm_widened_register(float *base, size_t n);
+void gemm_widened_unregister(const float *base);
+/* The fp32 values behind a handle; NULL when p is not one (plain bf16 values). */
+float *gemm_widened_values(const uint16_t *p);
 
 #endif

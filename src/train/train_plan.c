@@ -16,6 +16,7 @@
 #include "infer/generate.h"
 #include "model/lora.h"
 #include "model/qwen3.h"
+#include "ops/gemm.h"
 #include "text/idvec.h"
 #include "text/prompt_lines.h"
 #include "text/tokenizer.h"
@@ -128,8 +129,10 @@ double train_plan_fsdp_workspace(const PlanUnits *u, int bf16, int frozen) {
     double last = u->dense[u->n - 1] + u->experts[u->n - 1];
     if (last > edge) edge = last;
     /* fp32 parameters and gradient per slot (no gradient for a frozen base); the bf16 twin
-     * holds the parameters only */
-    return (2.0 * layer + edge) * ((frozen ? 1.0 : 2.0) * 4.0 + (bf16 ? 2.0 : 0.0));
+     * holds the parameters only, widened to 4 bytes where the bf16 products widen
+     * (ops/gemm.h) */
+    double twin = bf16 ? (gemm_bf16_widens() ? 4.0 : 2.0) : 0.0;
+    return (2.0 * layer + edge) * ((frozen ? 1.0 : 2.0) * 4.0 + twin);
 }
 
 /* The memory this process may use: physical memory, or the cgroup's memory.max when lower
@@ -380,6 +383,9 @@ int train_plan_compute_tok(TrainPlan *p, const JobConfig *cfg, const Tokenizer *
         else
             p->workspace += (double)z.bf16_bytes;
     }
+    /* The widened path's block scratch, taken by the first bf16 product (ops/gemm.h). */
+    if (cfg->training.mixed_precision_param == DT_BF16 || cfg->lora.base_dtype == DT_BF16)
+        p->workspace += (double)GEMM_BF16_SCRATCH_BYTES;
     p->workspace += PLAN_GEMM_SCRATCH_PER_BYTE * 4.0 * big;
     if (world > 1) {
         PlanUnits units;

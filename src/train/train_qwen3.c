@@ -24,6 +24,7 @@
 #include "model/overrides.h"
 #include "model/qwen3.h"
 #include "model/qwen3_hf.h"
+#include "ops/gemm.h"
 #include "train/adamw.h"
 #include "train/moe_step.h"
 
@@ -36,9 +37,11 @@ typedef struct Slot {
     float *p;       /* (capacity) gathered parameters */
     float *g;       /* (capacity) full gradient of the unit in backward */
     float *scratch; /* (max_unit_shard) the reduce-scatter's received sum */
-    uint16_t *pb;   /* (capacity) bf16 copy of p under mixed precision, else NULL */
-    size_t cap;     /* floats in p and g */
-    int holds;      /* unit whose parameters are in p (or being gathered), -1 none */
+    uint16_t *pb;   /* (capacity) bf16 copy of p under mixed precision, else NULL; the handle
+                     * of a widened copy at wide when the bf16 products widen (ops/gemm.h) */
+    float *wide;
+    size_t cap; /* floats in p and g */
+    int holds;  /* unit whose parameters are in p (or being gathered), -1 none */
     FsdpReq gather, rs;
     int gather_pending, rs_pending;
     /* Expert parallelism: the unit's experts (this rank's run of them), gathered over
@@ -203,7 +206,7 @@ static void ensure(TrainQwen3 *f, int unit) {
     if (s->holds != unit) start_gather(f, unit);
     int fresh = s->gather_pending; /* the experts stay fp32 */
     wait_gather(f, s);
-    if (fresh && s->pb) simd_f32_to_bf16(s->pb, s->p, (long)f->plan.units[unit].full_numel);
+    if (fresh && s->pb) simd_bf16_weight_copy(s->pb, s->p, (long)f->plan.units[unit].full_numel);
 }
 
 /* Starts gathering `unit` (-1: none) unless its slot already holds it. Only called when the
@@ -632,7 +635,12 @@ void train_qwen3_free(TrainQwen3 *f) {
         free(f->slot[s].p);
         free(f->slot[s].g);
         free(f->slot[s].scratch);
-        free(f->slot[s].pb);
+        if (f->slot[s].wide) {
+            gemm_widened_unregister(f->slot[s].wide);
+            free(f->slot[s].wide); /* pb is its handle */
+        } else {
+            free(f->slot[s].pb);
+        }
         free(f->slot[s].xp);
         free(f->slot[s].xg);
         free(f->slot[s].xscratch);
@@ -679,8 +687,16 @@ int train_qwen3_enable_bf16(TrainQwen3 *f, Err *err) {
     if (f->m.bf16) return 0; /* a sharded bf16 base has it already */
     if (!f->sharded) return qwen3_enable_bf16(&f->m, err);
     TRY(qwen3_enable_bf16_by_hook(&f->m, err));
-    for (int s = 0; s < NSLOTS; s++)
-        f->slot[s].pb = xcalloc(f->slot[s].cap, sizeof(uint16_t));
+    for (int s = 0; s < NSLOTS; s++) {
+        Slot *sl = &f->slot[s];
+        if (!gemm_bf16_widens()) {
+            sl->pb = xcalloc(sl->cap, sizeof(uint16_t));
+            continue;
+        }
+        sl->wide = xcalloc(sl->cap, sizeof(float));
+        sl->pb = gemm_widened_register(sl->wide, sl->cap);
+        if (!sl->pb) return err_set(err, "too many widened weight regions at once (ops/gemm.h)");
+    }
     for (int l = 0; l < f->L; l++) {
         const Slot *s = &f->slot[slot_of(f, 1 + l)];
         const Qwen3LayerParams *p = &f->m.p.layers[l];
@@ -1054,7 +1070,7 @@ int train_qwen3_whole_create(TrainQwen3 *f, Qwen3 *out, Err *err) {
     int rc = qwen3_create_forward(out, spec, 1, 1, mod, err); /* only a Decoder runs it */
     free(mod);
     TRY(rc);
-    if (f->m.bf16 && qwen3_enable_bf16(out, err) != 0) {
+    if (f->m.bf16 && qwen3_enable_bf16_for_gemv(out, err) != 0) {
         qwen3_free(out);
         return -1;
     }
