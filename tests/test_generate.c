@@ -2,7 +2,8 @@
  * tools/make_generate_fixtures.py (dense tied GQA, dense untied MHA, MoE; 64 new tokens;
  * prompts of different lengths batched together): the same ids, and log-probs within 1e-4.
  * The KV-cache decode against full forwards of the training path (qwen3_forward), fp32 and
- * bf16. The sampling filters on hand-made distributions, and seeded reproducibility. */
+ * bf16. The sampling filters on hand-made distributions, and seeded reproducibility. A
+ * completion's text as its ids come (GenText) against decoding all of them at every step. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,6 +23,7 @@
 #include "infer/sample.h"
 #include "io/token_lines.h"
 #include "parity_util.h"
+#include "text/utf8.h"
 
 #define NEW 64
 #define TOL_LOGPROB 1e-4
@@ -365,6 +367,152 @@ static void test_seeded(void **state) {
     free(dir);
 }
 
+static Tokenizer *tiny_tokenizer(void) {
+    const char *src = getenv("QT_SOURCE_DIR");
+    char *p = fs_join(src ? src : ".", "tests/fixtures/tokenizer/tiny_gpt2");
+    Err err;
+    Tokenizer *t = tokenizer_load(p, &err);
+    if (!t) fail_msg("%s", err.msg);
+    free(p);
+    return t;
+}
+
+/* The id of byte b's own token in a GPT-2 byte-level vocabulary: printable bytes stand for
+ * themselves, the others for U+0100 on, in byte order. */
+static int32_t byte_id(const Tokenizer *t, unsigned b) {
+    uint32_t cp = b, n = 0;
+    for (unsigned c = 0; c < 256; c++) {
+        int printable = (c >= 33 && c <= 126) || (c >= 161 && c <= 172) || c >= 174;
+        if (c == b && !printable) cp = 256 + n;
+        n += !printable;
+    }
+    char s[5];
+    s[utf8_encode(s, cp)] = '\0';
+    int64_t id = tokenizer_token_id(t, s);
+    assert_true(id >= 0);
+    return (int32_t)id;
+}
+
+static void append_bytes(const Tokenizer *t, IdVec *ids, const char *s) {
+    for (; *s; s++)
+        idvec_push(ids, (uint32_t)byte_id(t, (unsigned char)*s));
+}
+
+typedef struct Sink {
+    char *buf;
+    size_t len;
+    int calls;
+} Sink;
+
+/* Keeps the streamed bytes; each piece is whole UTF-8 characters. */
+static void sink_fn(void *ctx, int i, const char *text, size_t len) {
+    Sink *k = ctx;
+    assert_int_equal(i, 3);
+    assert_int_equal(utf8_valid_prefix(text, len), len);
+    memcpy(k->buf + k->len, text, len);
+    k->len += len;
+    k->calls++;
+}
+
+/* A long completion of multi-byte characters, each split over byte tokens and merged ones, a
+ * character cut short by the next token (U+FFFD for good), an id without a token, then a stop
+ * string over several tokens: at every id the text equals decoding all the ids so far (cut at
+ * the stop string), the streamed bytes are a prefix of it, and at the end they are all of it.
+ * The stop string is found at the token that completes it and cuts at its first byte. */
+static void test_text_incremental(void **state) {
+    (void)state;
+    Tokenizer *t = tiny_tokenizer();
+    Err err;
+    const char *unit = "h\xC3\xA9llo \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x99\x82 the w\xC3\xB6rld, ";
+    const char *stop[2] = {"\xF0\x9F\x99\x82\xE2\x82\xAC!", "never"}; /* U+1F642 U+20AC ! */
+    IdVec ids = {0};
+    for (int r = 0; r < 120; r++) {
+        if (r % 2) {
+            append_bytes(t, &ids, unit);
+        } else { /* merged tokens where the tokenizer has them */
+            assert_int_equal(tokenizer_encode(t, unit, strlen(unit), &ids, &err), 0);
+        }
+        if (r == 50) append_bytes(t, &ids, "\xE6\x97"); /* cut short by the next character */
+        if (r == 60) idvec_push(&ids, 5000);            /* no such token */
+    }
+    size_t want_len = 0; /* the text before the stop string */
+    {
+        char *full;
+        size_t fl;
+        IdVec known = {0};
+        for (size_t k = 0; k < ids.n; k++)
+            if (tokenizer_has_id(t, ids.ids[k])) idvec_push(&known, ids.ids[k]);
+        assert_int_equal(tokenizer_decode(t, known.ids, known.n, &full, &fl, &err), 0);
+        want_len = fl + strlen("ab");
+        free(full), idvec_free(&known);
+    }
+    append_bytes(t, &ids, "ab");
+    append_bytes(t, &ids, stop[0]);
+    size_t stop_last = ids.n - 1;
+    append_bytes(t, &ids, "cd");
+    int32_t eos = 0;
+    GenOptions o = {
+        .max_new_tokens = (int)ids.n, .eos = &eos, .n_eos = 1, .stop = stop, .n_stop = 2};
+    GenText g;
+    gen_text_init(&g, &o, 16); /* small, so that it grows */
+    Sink sink = {.buf = xmalloc(8 * ids.n + 64)};
+    IdVec known = {0};
+    size_t k = 0;
+    for (;; k++) {
+        assert_true(k < ids.n);
+        int rc = gen_text_push(&g, t, &o, (int32_t)ids.ids[k], &err);
+        assert_true(rc >= 0);
+        if (tokenizer_has_id(t, ids.ids[k])) idvec_push(&known, ids.ids[k]);
+        char *ref;
+        size_t rl;
+        assert_int_equal(tokenizer_decode(t, known.ids, known.n, &ref, &rl, &err), 0);
+        size_t cut = rl;
+        for (size_t at = 0; at + strlen(stop[0]) <= rl && cut == rl; at++)
+            if (memcmp(ref + at, stop[0], strlen(stop[0])) == 0) cut = at;
+        assert_int_equal(rc, cut < rl);
+        assert_int_equal(g.ds.len, cut);
+        assert_memory_equal(g.ds.text, ref, cut);
+        assert_int_equal(g.ds.text[cut], '\0');
+        gen_text_stream(&g, rc == 1, 3, sink_fn, &sink);
+        assert_true(sink.len <= cut);
+        assert_memory_equal(sink.buf, ref, sink.len);
+        free(ref);
+        if (rc == 1) break;
+    }
+    assert_int_equal(k, stop_last);
+    assert_int_equal(g.ds.len, want_len);
+    assert_int_equal(sink.len, g.ds.len);
+    assert_memory_equal(sink.buf, g.ds.text, sink.len);
+    assert_true(sink.calls > 100);
+    int fffd = 0; /* the character cut short */
+    for (size_t at = 0; at + 3 <= g.ds.len; at++)
+        fffd += memcmp(g.ds.text + at, "\xEF\xBF\xBD", 3) == 0;
+    assert_int_equal(fffd, 1);
+    /* The last byte, which could start "x!", is held back, and with it the character it is
+     * part of; an EOS id adds no text and ends the stream. */
+    gen_text_free(&g);
+    const char *bang[1] = {"x!"};
+    o.stop = bang, o.n_stop = 1;
+    gen_text_init(&g, &o, 0);
+    idvec_free(&known);
+    append_bytes(t, &known, "\xC3\xA9x");
+    sink.len = 0;
+    for (size_t j = 0; j < known.n; j++) {
+        assert_int_equal(gen_text_push(&g, t, &o, (int32_t)known.ids[j], &err), 0);
+        gen_text_stream(&g, 0, 3, sink_fn, &sink);
+        assert_int_equal(sink.len, j < 2 ? 0 : 2);
+    }
+    assert_int_equal(gen_text_push(&g, t, &o, eos, &err), 0);
+    assert_int_equal(g.ds.len, 3);
+    gen_text_stream(&g, 1, 3, sink_fn, &sink);
+    assert_int_equal(sink.len, 3);
+    assert_memory_equal(sink.buf, "\xC3\xA9x", 3);
+    gen_text_free(&g);
+    free(sink.buf);
+    idvec_free(&known), idvec_free(&ids);
+    tokenizer_free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parity_dense_tied_gqa),
@@ -375,6 +523,7 @@ int main(void) {
         cmocka_unit_test(test_filters),
         cmocka_unit_test(test_draws),
         cmocka_unit_test(test_seeded),
+        cmocka_unit_test(test_text_incremental),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

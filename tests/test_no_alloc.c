@@ -4,7 +4,9 @@
  * (CMakeLists.txt), so every such call made by qtitan's code goes through the counters below; a
  * step is forward, backward, gradient clipping and an AdamW update with the CPU default kernels,
  * in fp32 and bf16, for a dense and a MoE model. Decode steps (infer/decode.h, fp32 and
- * bf16-only weights) allocate nothing either. Allocations inside oneDNN and the OpenMP runtime
+ * bf16-only weights) allocate nothing either, nor does generate's work per token (sampling, the
+ * log-prob, decoding the text and looking for stop strings): a completion of 40 tokens allocates
+ * as often as one of 4. Allocations inside oneDNN and the OpenMP runtime
  * (shared libraries) are not seen. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,7 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fs.h"
 #include "infer/decode.h"
+#include "infer/generate.h"
 #include "model/overrides.h"
 #include "model/qwen3.h"
 #include "train/adamw.h"
@@ -179,11 +183,73 @@ static void test_decode(void **state) {
             run_decode(moe, bf16);
 }
 
+static void stream_none(void *ctx, int i, const char *text, size_t len) {
+    (void)ctx, (void)i, (void)text, (void)len;
+}
+
+/* Allocation calls of generate with a tokenizer (the tiny byte-level one: ids below 256 are
+ * its bytes), sampled, streamed, with stop strings, for completions of different lengths. */
+static void test_generate_per_token(void **state) {
+    (void)state;
+    ModelSpec s = tiny(0);
+    Err err;
+    Qwen3Modules mod;
+    overrides_defaults(&s, "cpu", &mod);
+    Qwen3 m;
+    assert_int_equal(qwen3_create_forward(&m, &s, 1, 1, &mod, &err), 0);
+    long max_numel = 1;
+    for (int i = 0; i < m.nparams; i++)
+        if (m.table[i].numel > max_numel) max_numel = m.table[i].numel;
+    float *v = malloc((size_t)max_numel * sizeof *v);
+    for (int i = 0; i < m.nparams; i++) {
+        qwen3_init_param(&m, i, 5, v);
+        qwen3_param_store(&m, i, v);
+    }
+    free(v);
+    const char *src = getenv("QT_SOURCE_DIR");
+    char *tp = fs_join(src ? src : ".", "tests/fixtures/tokenizer/tiny_gpt2");
+    Tokenizer *tok = tokenizer_load(tp, &err);
+    if (!tok) fail_msg("%s", err.msg);
+    free(tp);
+    Decoder d;
+    assert_int_equal(decoder_create(&d, &m, 2, 64, &err), 0);
+    int32_t a[4] = {3, 17, 99, 4}, b[3] = {40, 41, 42};
+    const int32_t *prompts[2] = {a, b};
+    int lens[2] = {4, 3};
+    const char *stop[2] = {"\xE6\x97\xA5 never", "nor this"};
+    GenOptions o = {.sample = {.temperature = 1.5f, .top_k = 100, .top_p = 0.95f},
+                    .seed = 3,
+                    .stop = stop,
+                    .n_stop = 2};
+    long calls[2];
+    int new_tokens[2] = {4, 40};
+    for (int r = 0; r < 2; r++) {
+        o.max_new_tokens = new_tokens[r];
+        GenOutput out[2];
+        long before = g_allocs;
+        g_counting = 1;
+        assert_int_equal(
+            generate(&d, tok, prompts, lens, 2, &o, out, stream_none, NULL, NULL, &err), 0);
+        g_counting = 0;
+        calls[r] = g_allocs - before;
+        for (int i = 0; i < 2; i++) {
+            assert_int_equal(out[i].n, new_tokens[r]);
+            gen_output_free(&out[i]);
+        }
+    }
+    if (calls[1] != calls[0])
+        fail_msg("generate made %ld heap allocations for %d tokens a sequence, %ld for %d",
+                 calls[0], new_tokens[0], calls[1], new_tokens[1]);
+    decoder_free(&d);
+    tokenizer_free(tok);
+    qwen3_free(&m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dense_fp32), cmocka_unit_test(test_dense_bf16),
         cmocka_unit_test(test_moe_fp32),   cmocka_unit_test(test_moe_bf16),
-        cmocka_unit_test(test_decode),
+        cmocka_unit_test(test_decode),     cmocka_unit_test(test_generate_per_token),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

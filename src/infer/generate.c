@@ -8,7 +8,7 @@
 
 typedef struct SeqState {
     int done;
-    size_t sent; /* bytes of text already streamed */
+    GenText text; /* with a tokenizer */
     Rng rng;
 } SeqState;
 
@@ -18,53 +18,59 @@ static int is_eos(const GenOptions *o, int32_t id) {
     return 0;
 }
 
-/* Re-decodes sequence i's completion; cuts it at the first stop string (returns 1 then). Ids
- * the tokenizer has no token for (rows of a vocabulary padded past the tokenizer's, as Qwen3's
- * 151936 for 151669 tokens, which an untrained model may well choose) give no text, as HF
- * tokenizers' decode skips them. */
-static int update_text(const Tokenizer *tok, const GenOptions *o, GenOutput *g, Err *err) {
-    int n = g->n;
-    if (n > 0 && is_eos(o, g->ids[n - 1])) n--;
-    free(g->text);
-    g->text = NULL;
-    uint32_t *known = xmalloc((size_t)(n > 0 ? n : 1) * sizeof *known);
-    size_t k = 0;
-    for (int t = 0; t < n; t++)
-        if (tokenizer_has_id(tok, (uint32_t)g->ids[t])) known[k++] = (uint32_t)g->ids[t];
-    int rc = tokenizer_decode(tok, known, k, &g->text, &g->text_len, err);
-    free(known);
-    TRY(rc);
-    size_t cut = g->text_len;
+void gen_text_init(GenText *g, const GenOptions *o, size_t reserve) {
+    memset(g, 0, sizeof *g);
+    decode_stream_init(&g->ds, reserve);
+    for (int s = 0; s < o->n_stop; s++)
+        if (strlen(o->stop[s]) > g->hold + 1) g->hold = strlen(o->stop[s]) - 1;
+}
+
+/* Offset of the first occurrence of pat (m bytes) in s[from..n), or n. */
+static size_t find(const char *s, size_t from, size_t n, const char *pat, size_t m) {
+    for (size_t i = from; i + m <= n; i++)
+        if (s[i] == pat[0] && memcmp(s + i, pat, m) == 0) return i;
+    return n;
+}
+
+int gen_text_push(GenText *g, const Tokenizer *tok, const GenOptions *o, int32_t id, Err *err) {
+    DecodeStream *ds = &g->ds;
+    if (!is_eos(o, id) && tokenizer_has_id(tok, (uint32_t)id))
+        TRY(decode_stream_push(ds, tok, (uint32_t)id, err));
+    size_t cut = ds->len;
     for (int s = 0; s < o->n_stop; s++) {
-        char *at = strstr(g->text, o->stop[s]);
-        if (at && (size_t)(at - g->text) < cut) cut = (size_t)(at - g->text);
+        size_t m = strlen(o->stop[s]);
+        size_t at = m == 0 ? 0 : find(ds->text, g->scan, ds->len, o->stop[s], m);
+        if (at < cut) cut = at;
     }
-    if (cut == g->text_len) return 0;
-    g->text[cut] = '\0';
-    g->text_len = cut;
+    /* A stop string that starts before final - hold lies in text that stays as it is, where
+     * none was found. */
+    g->scan = ds->final > g->hold ? ds->final - g->hold : 0;
+    if (cut == ds->len) return 0;
+    ds->text[cut] = '\0';
+    ds->len = cut;
     return 1;
 }
 
-/* Streams the bytes of sequence i's text that can no longer change. */
-static void stream_text(const GenOptions *o, GenOutput *g, SeqState *st, int i, GenStreamFn fn,
-                        void *ctx) {
-    size_t safe = g->text_len;
-    if (!st->done) {
-        /* A replacement character at the end may be a multi-byte character cut between
-         * tokens; a tail may be the start of a stop string. */
-        if (safe >= 3 && memcmp(g->text + safe - 3, "\xEF\xBF\xBD", 3) == 0) safe -= 3;
-        size_t hold = 0;
-        for (int s = 0; s < o->n_stop; s++)
-            if (strlen(o->stop[s]) > hold + 1) hold = strlen(o->stop[s]) - 1;
-        safe = safe > hold ? safe - hold : 0;
+void gen_text_stream(GenText *g, int done, int i, GenStreamFn fn, void *ctx) {
+    const char *text = g->ds.text;
+    size_t safe = g->ds.len;
+    if (!done) {
+        /* Past final may be a character cut between tokens; a tail may be the start of a stop
+         * string. */
+        safe = g->ds.final > g->hold ? g->ds.final - g->hold : 0;
         /* Never split a UTF-8 character. */
-        while (safe > st->sent && ((unsigned char)g->text[safe] & 0xC0) == 0x80)
+        while (safe > g->sent && ((unsigned char)text[safe] & 0xC0) == 0x80)
             safe--;
     }
-    if (safe > st->sent) {
-        fn(ctx, i, g->text + st->sent, safe - st->sent);
-        st->sent = safe;
+    if (safe > g->sent) {
+        fn(ctx, i, text + g->sent, safe - g->sent);
+        g->sent = safe;
     }
+}
+
+void gen_text_free(GenText *g) {
+    decode_stream_free(&g->ds);
+    memset(g, 0, sizeof *g);
 }
 
 /* Records token id for sequence i and decides whether it ends there. */
@@ -74,18 +80,15 @@ static int accept(const Tokenizer *tok, const GenOptions *o, GenOutput *g, SeqSt
     g->ids[g->n] = id;
     g->logprobs[g->n] = sample_logprob(logits, V, id);
     g->n++;
-    int stop = 0;
-    if (tok) {
-        stop = update_text(tok, o, g, err);
-        if (stop < 0) return -1;
-    }
+    int stop = tok ? gen_text_push(&st->text, tok, o, id, err) : 0;
+    if (stop < 0) return -1;
     if (is_eos(o, id))
         g->finish = "eos", st->done = 1;
     else if (stop)
         g->finish = "stop", st->done = 1;
     else if (g->n >= o->max_new_tokens)
         g->finish = "length", st->done = 1;
-    if (tok && fn) stream_text(o, g, st, i, fn, ctx);
+    if (tok && fn) gen_text_stream(&st->text, st->done, i, fn, ctx);
     return 0;
 }
 
@@ -120,6 +123,8 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
         out[i].ids = xcalloc((size_t)o->max_new_tokens, sizeof *out[i].ids);
         out[i].logprobs = xcalloc((size_t)o->max_new_tokens, sizeof *out[i].logprobs);
         rng_seed(&st[i].rng, o->seed, (uint64_t)i);
+        /* Room for 4 bytes a token, about what Qwen3's tokens average on text; more grows. */
+        if (tok) gen_text_init(&st[i].text, o, (size_t)o->max_new_tokens * 4);
     }
 
     decoder_reset(d);
@@ -155,6 +160,11 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
     for (int i = 0; i < n; i++)
         gs.new_tokens += out[i].n;
     if (stats) *stats = gs;
+    for (int i = 0; i < n && tok; i++) {
+        out[i].text = st[i].text.ds.text, out[i].text_len = st[i].text.ds.len;
+        st[i].text.ds.text = NULL;
+        gen_text_free(&st[i].text);
+    }
     sampler_free(&smp);
     free(st), free(logits), free(seq), free(next);
     if (rc != 0)

@@ -42,6 +42,29 @@ typedef struct GenStats {
  * a part that could still become a stop string. */
 typedef void (*GenStreamFn)(void *ctx, int i, const char *text, size_t len);
 
+/* One sequence's text as its ids come (the state generate keeps for each; tests drive it
+ * directly): decoded one id at a time (DecodeStream), searched for the stop strings only where
+ * the new bytes can complete one, and streamed in bytes that can no longer change. Each push
+ * costs the new token's bytes (and the stop strings' lengths), and allocates nothing once the
+ * buffers have grown to the text. */
+typedef struct GenText {
+    DecodeStream ds; /* ds.text and ds.len are the text, cut before a stop string */
+    size_t scan;     /* no stop string starts in text[0..scan) */
+    size_t hold;     /* bytes a stop string may already have at the end: the longest, less 1 */
+    size_t sent;     /* bytes of text streamed */
+} GenText;
+
+/* reserve: bytes of text to make room for up front. */
+void gen_text_init(GenText *g, const GenOptions *o, size_t reserve);
+/* Adds id's text (none for an EOS id or an id the tokenizer has no token for, as HF tokenizers'
+ * decode skips a padded vocabulary's rows); returns 1 when the text holds a stop string, then
+ * cut before the first. */
+int gen_text_push(GenText *g, const Tokenizer *tok, const GenOptions *o, int32_t id, Err *err);
+/* Passes fn (as sequence i) the bytes that can no longer change, all of them when done: the new
+ * bytes only, whole UTF-8 characters, never a part that could still become a stop string. */
+void gen_text_stream(GenText *g, int done, int i, GenStreamFn fn, void *ctx);
+void gen_text_free(GenText *g);
+
 /* Completes prompts[i] (lens[i] ids, checked against the vocabulary, at least one) for
  * i < n <= d->S into out[i] (free with gen_output_free). tok may be NULL (no text, no stop
  * strings); stream may be NULL. stats (may be NULL) gets the token counts and times. */

@@ -963,3 +963,47 @@ int tokenizer_decode(const Tokenizer *t, const uint32_t *ids, size_t n, char **t
     free(raw);
     return 0;
 }
+
+void decode_stream_init(DecodeStream *s, size_t reserve) {
+    memset(s, 0, sizeof *s);
+    s->cap = reserve + 1;
+    s->text = xmalloc(s->cap);
+    s->text[0] = 0;
+    s->raw_cap = 16;
+    s->raw = xmalloc(s->raw_cap);
+}
+
+/* Grows *buf (capacity *cap) to hold need bytes, at least doubling. */
+static void grow(char **buf, size_t *cap, size_t need) {
+    if (need <= *cap) return;
+    size_t c = *cap * 2 > need ? *cap * 2 : need;
+    *buf = xrealloc(*buf, c);
+    *cap = c;
+}
+
+int decode_stream_push(DecodeStream *s, const Tokenizer *t, uint32_t id, Err *err) {
+    if (id >= t->n_ids || !t->has_tok[id])
+        return err_set(err, "token id %u at position %zu is not in the vocabulary of %s", id, s->n,
+                       t->path);
+    size_t l = t->dec_off[id + 1] - t->dec_off[id];
+    grow(&s->raw, &s->raw_cap, s->raw_len + l + 1);
+    /* Without a decoder HF joins the tokens with spaces. */
+    if (!t->decoder_bytelevel && s->n > 0) s->raw[s->raw_len++] = ' ';
+    if (l) memcpy(s->raw + s->raw_len, t->dec_blob + t->dec_off[id], l);
+    s->raw_len += l;
+    s->n++;
+    /* Redo the text from the first byte that could change. */
+    grow(&s->text, &s->cap, s->final + 3 * s->raw_len + 1);
+    size_t used, used_out;
+    s->len = s->final + utf8_repair_into(s->raw, s->raw_len, s->text + s->final, &used, &used_out);
+    s->text[s->len] = 0;
+    s->final += used_out;
+    memmove(s->raw, s->raw + used, s->raw_len - used);
+    s->raw_len -= used;
+    return 0;
+}
+
+void decode_stream_free(DecodeStream *s) {
+    free(s->text), free(s->raw);
+    memset(s, 0, sizeof *s);
+}

@@ -137,22 +137,34 @@ size_t utf8_valid_prefix(const char *str, size_t len) {
     return len;
 }
 
-char *utf8_repair(const char *str, size_t len, size_t *out_len) {
+size_t utf8_repair_into(const char *str, size_t len, char *out, size_t *final, size_t *final_out) {
     const uint8_t *s = (const uint8_t *)str;
-    char *out = xmalloc(len * 3 + 1);
     size_t i = 0, o = 0, bad;
+    *final = len;
     while (i < len) {
         int n = seq_len(s, len, i, &bad);
         if (n > 0) {
             memcpy(out + o, s + i, (size_t)n);
             o += (size_t)n;
             i += (size_t)n;
-        } else {
-            o += (size_t)utf8_encode(out + o, 0xFFFD);
-            i += bad;
+            continue;
         }
+        /* A sequence that only the end of s cut short: more bytes may complete it. */
+        if (s[i] >= 0xC2 && s[i] <= 0xF4 && i + bad == len && *final == len) {
+            *final = i;
+            *final_out = o;
+        }
+        o += (size_t)utf8_encode(out + o, 0xFFFD);
+        i += bad;
     }
-    out[o] = 0;
-    *out_len = o;
+    if (*final == len) *final_out = o;
+    return o;
+}
+
+char *utf8_repair(const char *str, size_t len, size_t *out_len) {
+    char *out = xmalloc(len * 3 + 1);
+    size_t final, final_out;
+    *out_len = utf8_repair_into(str, len, out, &final, &final_out);
+    out[*out_len] = 0;
     return out;
 }

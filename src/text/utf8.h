@@ -39,6 +39,12 @@ int utf8_encode(char *out, uint32_t cp);
 
 /* Length of the valid UTF-8 prefix of s[0..len). */
 size_t utf8_valid_prefix(const char *s, size_t len);
+/* Writes s[0..len) with every maximal invalid subpart replaced by U+FFFD into out (room for
+ * 3 * len bytes, no NUL written) and returns the length written. *final receives how many bytes
+ * of s no byte appended to s could repair differently: all but a trailing prefix of a
+ * well-formed sequence (at most 3 bytes, written as the last U+FFFD), which more bytes may
+ * complete; *final_out the length of their repair. */
+size_t utf8_repair_into(const char *s, size_t len, char *out, size_t *final, size_t *final_out);
 /* Copies s[0..len) into a malloc'd buffer with every maximal invalid subpart replaced by
  * U+FFFD; *out_len receives the new length (a NUL follows it). */
 char *utf8_repair(const char *s, size_t len, size_t *out_len);
