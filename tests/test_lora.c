@@ -51,7 +51,7 @@ static void setup_model_as(Qwen3 *m, Lora *lo, int load_adapters, const Qwen3Mod
     assert_null(m->g.layers[1].w2);
     st_set_close(&set);
     free(w);
-    if (lora_create(lo, &spec, RANK, 8.0, ALL, 2, B * T, "test", &err)) fail_msg("%s", err.msg);
+    if (lora_create(lo, &spec, RANK, 8.0, ALL, 2, B * T, "test", 1, &err)) fail_msg("%s", err.msg);
     assert_int_equal(lo->n, 2 * 7);
     if (load_adapters && lora_load_peft(lo, &spec, fix_dir, &err)) fail_msg("%s", err.msg);
     m->lora = lo;
@@ -274,7 +274,7 @@ static void test_finite_differences(void **state) {
     Lora lo;
     Err err;
     char *const q[] = {"layers.0.attention.wq"};
-    assert_int_equal(lora_create(&lo, &tiny, R, 5.0, q, 1, N, "test", &err), 0);
+    assert_int_equal(lora_create(&lo, &tiny, R, 5.0, q, 1, N, "test", 1, &err), 0);
     LoraAdapter ad = lo.ad[0]; /* same buffers, a smaller shape */
     ad.in = ad.in_l = I;
     ad.out = ad.out_l = O;
@@ -322,7 +322,7 @@ static void test_peft_files_and_merge(void **state) {
     }
     st_close(&ours);
     st_close(&theirs);
-    assert_int_equal(lora_create(&back, &spec, RANK, 8.0, ALL, 2, B * T, "test", &err), 0);
+    assert_int_equal(lora_create(&back, &spec, RANK, 8.0, ALL, 2, B * T, "test", 1, &err), 0);
     if (lora_load_peft(&back, &spec, tmpl, &err)) fail_msg("%s", err.msg);
     for (int i = 0; i < lo.n; i++) {
         assert_memory_equal(back.ad[i].a, lo.ad[i].a, (size_t)RANK * lo.ad[i].in * 4);
@@ -370,7 +370,8 @@ static void expect_create_error(int rank, double alpha, char *const *targets, in
                                 const char *what) {
     Lora lo;
     Err err;
-    assert_int_not_equal(lora_create(&lo, &spec, rank, alpha, targets, nt, 8, "job.toml", &err), 0);
+    assert_int_not_equal(lora_create(&lo, &spec, rank, alpha, targets, nt, 8, "job.toml", 1, &err),
+                         0);
     fprintf(stderr, "expected error: %s\n", err.msg);
     assert_non_null(strstr(err.msg, "job.toml: "));
     assert_non_null(strstr(err.msg, what));
@@ -392,12 +393,12 @@ static void test_bad_input(void **state) {
     /* The peft folder of another rank, and one with an adapter [lora] does not target. */
     Lora lo;
     Err err;
-    assert_int_equal(lora_create(&lo, &spec, 2, 8.0, ALL, 2, 8, "job.toml", &err), 0);
+    assert_int_equal(lora_create(&lo, &spec, 2, 8.0, ALL, 2, 8, "job.toml", 1, &err), 0);
     assert_int_not_equal(lora_load_peft(&lo, &spec, fix_dir, &err), 0);
     fprintf(stderr, "expected error: %s\n", err.msg);
     assert_non_null(strstr(err.msg, "r = 4 and lora_alpha = 8, but [lora] has rank = 2"));
     lora_free(&lo);
-    assert_int_equal(lora_create(&lo, &spec, RANK, 8.0, q, 1, 8, "job.toml", &err), 0);
+    assert_int_equal(lora_create(&lo, &spec, RANK, 8.0, q, 1, 8, "job.toml", 1, &err), 0);
     assert_int_not_equal(lora_load_peft(&lo, &spec, fix_dir, &err), 0);
     fprintf(stderr, "expected error: %s\n", err.msg);
     assert_non_null(strstr(err.msg, "holds 28 tensors where [lora] targets 2 linears"));
@@ -406,7 +407,7 @@ static void test_bad_input(void **state) {
     /* A model of another shape: the keys are there but misshaped. */
     ModelSpec wide = spec;
     wide.dim = 48;
-    assert_int_equal(lora_create(&lo, &wide, RANK, 8.0, ALL, 2, 8, "job.toml", &err), 0);
+    assert_int_equal(lora_create(&lo, &wide, RANK, 8.0, ALL, 2, 8, "job.toml", 1, &err), 0);
     assert_int_not_equal(lora_load_peft(&lo, &wide, fix_dir, &err), 0);
     fprintf(stderr, "expected error: %s\n", err.msg);
     assert_non_null(strstr(err.msg, "does not fit the model's [lora] adapters"));
@@ -425,7 +426,7 @@ static void test_dropout(void **state) {
     Lora lo;
     Err err;
     char *const q[] = {"layers.0.attention.wq"};
-    assert_int_equal(lora_create(&lo, &spec, R, 5.0, q, 1, 4096, "test", &err), 0);
+    assert_int_equal(lora_create(&lo, &spec, R, 5.0, q, 1, 4096, "test", 1, &err), 0);
     LoraAdapter *ad = &lo.ad[0]; /* its buffers hold this smaller shape */
     ad->in = ad->in_l = I;
     ad->out = ad->out_l = O;
@@ -482,7 +483,7 @@ static void test_tp_blocks(void **state) {
     Lora lo;
     Err err;
     char *const q[] = {"layers.0.attention.wq", "layers.0.attention.wo"};
-    assert_int_equal(lora_create(&lo, &spec, RANK, 8.0, q, 2, N, "test", &err), 0);
+    assert_int_equal(lora_create(&lo, &spec, RANK, 8.0, q, 2, N, "test", 1, &err), 0);
     lora_set_dropout(&lo, 0.2, 5);
     rng_fill_normal(&rng, lo.param, lora_numel(&lo), 0.5f);
     long ng = lora_numel(&lo);

@@ -37,6 +37,10 @@ int log_set_info(int on) {
     return was;
 }
 
+int log_info_on(void) {
+    return g_info;
+}
+
 static int g_info_stderr;
 
 void log_info_to_stderr(void) {

@@ -12,6 +12,8 @@ void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Sets whether log_info prints (1, the default) and returns the previous setting: a check that
  * repeats work the job logs itself (the plan's override resolution) runs quietly. */
 int log_set_info(int on);
+/* The setting log_set_info made: whether such a check is running (0) or not. */
+int log_info_on(void);
 void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

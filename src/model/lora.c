@@ -68,7 +68,7 @@ static int site_adapted(const ModelSpec *spec, char *const *targets, int nt, int
 }
 
 int lora_create(Lora *lo, const ModelSpec *spec, int rank, double alpha, char *const *targets,
-                int nt, long max_tokens, const char *where, Err *err) {
+                int nt, long max_tokens, const char *where, int warn, Err *err) {
     memset(lo, 0, sizeof *lo);
     if (rank < 1) return err_set(err, "%s: lora.rank = %d must be >= 1", where, rank);
     if (!(alpha > 0)) return err_set(err, "%s: lora.alpha = %g must be > 0", where, alpha);
@@ -83,7 +83,7 @@ int lora_create(Lora *lo, const ModelSpec *spec, int rank, double alpha, char *c
         for (int s = 0; s < LORA_NSITES; s++)
             n += site_adapted(spec, targets, nt, l, s, hits);
     for (int t = 0; t < nt; t++)
-        if (!hits[t])
+        if (warn && !hits[t])
             log_warn("%s: lora target \"%s\" matches no linear layer (names look like "
                      "layers.0.attention.wq, layers.0.feed_forward.w2)",
                      where, targets[t]);

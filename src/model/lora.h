@@ -71,11 +71,12 @@ typedef struct Lora {
 
 /* Adapters of rank r on every site of spec whose module name matches one of targets[0..nt)
  * (globs as in [[override]]; `where` names the config in messages). A target that matches no
- * module is a warning, like an override's; none matched at all, rank < 1 or larger than a
+ * module is a warning, like an override's (warn 1; 0 for a repeat of a creation that warns);
+ * none matched at all, rank < 1 or larger than a
  * targeted layer's smaller side, or alpha <= 0 is an error sentence. max_tokens: the most
  * tokens of one forward (B * T). */
 int lora_create(Lora *lo, const ModelSpec *spec, int rank, double alpha, char *const *targets,
-                int nt, long max_tokens, const char *where, Err *err);
+                int nt, long max_tokens, const char *where, int warn, Err *err);
 void lora_free(Lora *lo);
 /* Dropout p in [0, 1) on the adapters' input during training, masks seeded by seed; p > 0
  * allocates xd, max_tokens x lora_max_in floats. */

@@ -29,15 +29,14 @@
 #include "train/train_qwen3.h"
 #include "train/trainer.h"
 
-/* lora_create with [lora]'s rank, alpha and comma-separated targets. */
-static int lora_from_config(const JobConfig *cfg, const ModelSpec *spec, Lora *lo, long max_tokens,
-                            Err *err) {
+int train_job_lora(const JobConfig *cfg, const ModelSpec *spec, Lora *lo, long max_tokens, int warn,
+                   Err *err) {
     char *list = xstrdup(cfg->lora.targets), *save = NULL, *targets[256];
     int nt = 0;
     for (char *t = strtok_r(list, ",", &save); t && nt < 256; t = strtok_r(NULL, ",", &save))
         targets[nt++] = t;
     int rc = lora_create(lo, spec, cfg->lora.rank, cfg->lora.alpha, targets, nt, max_tokens,
-                         cfg->path[0] ? cfg->path : "the job config", err);
+                         cfg->path[0] ? cfg->path : "the job config", warn, err);
     free(list);
     return rc;
 }
@@ -46,7 +45,7 @@ static int lora_from_config(const JobConfig *cfg, const ModelSpec *spec, Lora *l
  * lora.adapter_path or fresh (seeded by training.seed, as are the dropout masks). */
 static int lora_setup(const JobConfig *cfg, const ModelSpec *spec, Lora *lo, long max_tokens,
                       Err *err) {
-    TRY(lora_from_config(cfg, spec, lo, max_tokens, err));
+    TRY(train_job_lora(cfg, spec, lo, max_tokens, 1, err));
     if (cfg->lora.adapter_path[0]) {
         TRY(lora_load_peft(lo, spec, cfg->lora.adapter_path, err));
         log_info("lora: adapters from %s", cfg->lora.adapter_path);
@@ -334,7 +333,7 @@ static int end_job_on_failure(Comm *world, int rc, const Err *err) {
 static int lora_params(const JobConfig *cfg, const ModelSpec *spec, ParamInfo **out, int *n,
                        Err *err) {
     Lora lo;
-    TRY(lora_from_config(cfg, spec, &lo, 1, err));
+    TRY(train_job_lora(cfg, spec, &lo, 1, 0, err));
     *n = 2 * lo.n;
     ParamInfo *p = *out = xcalloc((size_t)*n + 1, sizeof *p);
     for (int i = 0; i < lo.n; i++) {

@@ -10,6 +10,7 @@
 #include "dist/comm.h"
 #include "dist/mesh.h"
 #include "io/hf_config.h"
+#include "model/lora.h"
 #include "text/tokenizer.h"
 #include "train/samples.h"
 
@@ -34,6 +35,11 @@ int train_job_spec(const JobConfig *cfg, ModelSpec *spec, HfConfigExtra *extra, 
  * global batch that is not a multiple, ...), checked before
  * anything large is allocated. spec may be NULL (the checks that need it are skipped). */
 int train_job_check(const JobConfig *cfg, const ModelSpec *spec, Err *err);
+/* The adapters [lora] describes (rank, alpha, comma-separated targets), made on spec's linears
+ * (lora_create, whose warnings print when warn is 1: training's creation warns, its repeats
+ * (the checkpoint's tensor list, plan's memory check) do not). */
+int train_job_lora(const JobConfig *cfg, const ModelSpec *spec, Lora *lo, long max_tokens, int warn,
+                   Err *err);
 /* The mesh a config asks for on `world` processes, with the model shapes its checks need
  * (mesh_create / mesh_resolve take it). */
 void train_job_mesh_config(MeshConfig *out, const JobConfig *cfg, const ModelSpec *spec, int world);

@@ -79,15 +79,9 @@ static void note(TrainPlan *p, const char *text) {
 /* LoRA: the adapters as training creates them; AdamW state for them alone, their values and
  * gradients, and per adapter the (N, r) input projection kept for backward. */
 static int plan_lora(TrainPlan *p, const JobConfig *cfg, const ModelSpec *spec, Err *err) {
-    char *list = xstrdup(cfg->lora.targets), *save = NULL, *targets[256];
-    int nt = 0;
-    for (char *t = strtok_r(list, ",", &save); t && nt < 256; t = strtok_r(NULL, ",", &save))
-        targets[nt++] = t;
     Lora lo;
-    int rc = lora_create(&lo, spec, cfg->lora.rank, cfg->lora.alpha, targets, nt, 1,
-                         cfg->path[0] ? cfg->path : "the job config", err);
-    free(list);
-    TRY(rc);
+    /* Quiet as the job's memory check runs it (log_set_info(0)): the job warns itself. */
+    TRY(train_job_lora(cfg, spec, &lo, 1, log_info_on(), err));
     double numel = (double)lora_numel(&lo), N = (double)p->B * p->T;
     p->lora_numel = numel;
     p->optim = 2.0 * 4.0 * numel;
