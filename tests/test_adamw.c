@@ -15,6 +15,8 @@
 #include "core/json.h"
 #include "core/param_table.h"
 #include "core/rng.h"
+#include "kernels/cpu_simd.h"
+#include "ops/gemm.h"
 #include "train/adamw.h"
 
 /* The textbook decoupled AdamW, in double, written from the paper's formulas rather than
@@ -132,6 +134,59 @@ static void test_adamw_matches_torch(void **state) {
     json_decref(root);
 }
 
+/* With copies (adamw_set_copies) the parameters update bitwise as without them, and each copy
+ * holds what a separate cast of the updated values gives: a bf16 copy and a widened one, over
+ * tensors longer and shorter than a run of the update. */
+static void test_adamw_writes_copies(void **state) {
+    (void)state;
+    enum { N0 = 20011, N1 = 37, STEPS = 3 };
+    size_t n[2] = {N0, N1};
+    float *p[2][2], *g[2];
+    Rng rng;
+    rng_seed(&rng, 11, 0);
+    for (int k = 0; k < 2; k++) {
+        p[0][k] = malloc(n[k] * sizeof(float));
+        p[1][k] = malloc(n[k] * sizeof(float));
+        g[k] = malloc(n[k] * sizeof(float));
+        rng_fill_normal(&rng, p[0][k], n[k], 1.0f);
+        memcpy(p[1][k], p[0][k], n[k] * sizeof(float));
+    }
+    uint16_t *bf16 = calloc(N0, sizeof *bf16), *want = calloc(N0, sizeof *want);
+    float *wide = calloc(N1, sizeof *wide), *want_wide = calloc(N1, sizeof *want_wide);
+    uint16_t *handle = gemm_widened_register(wide, N1);
+    uint16_t *want_handle = gemm_widened_register(want_wide, N1);
+    assert_non_null(handle);
+    assert_non_null(want_handle);
+    uint16_t *copies[2] = {bf16, handle};
+    AdamWConfig cfg = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+    AdamW opt[2];
+    Err err;
+    for (int o = 0; o < 2; o++) {
+        AdamWParam params[2] = {{"a", p[o][0], g[0], N0, 1}, {"b", p[o][1], g[1], N1, 0}};
+        assert_int_equal(adamw_init(&opt[o], &cfg, params, 2, &err), 0);
+    }
+    adamw_set_copies(&opt[1], copies);
+    for (int st = 0; st < STEPS; st++) {
+        for (int k = 0; k < 2; k++)
+            rng_fill_normal(&rng, g[k], n[k], 0.1f);
+        adamw_step(&opt[0], 1e-3);
+        adamw_step_scaled(&opt[1], 1e-3, 1.0f);
+        for (int k = 0; k < 2; k++)
+            assert_memory_equal(p[0][k], p[1][k], n[k] * sizeof(float));
+        simd_bf16_weight_copy(want, p[0][0], N0);
+        simd_bf16_weight_copy(want_handle, p[0][1], N1);
+        assert_memory_equal(bf16, want, N0 * sizeof *bf16);
+        assert_memory_equal(wide, want_wide, N1 * sizeof *wide);
+    }
+    for (int o = 0; o < 2; o++)
+        adamw_free(&opt[o]);
+    gemm_widened_unregister(wide);
+    gemm_widened_unregister(want_wide);
+    free(bf16), free(want), free(wide), free(want_wide);
+    for (int k = 0; k < 2; k++)
+        free(p[0][k]), free(p[1][k]), free(g[k]);
+}
+
 /* AdamW's decay groups come from the parameter table: the group of the parameter named name. */
 static int adamw_default_decay(const char *name, int exempt_norms, int exempt_embeddings) {
     const ParamKind *k = param_kind_of_name(name, NULL);
@@ -162,6 +217,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adamw_vs_double_reference),
         cmocka_unit_test(test_adamw_matches_torch),
+        cmocka_unit_test(test_adamw_writes_copies),
         cmocka_unit_test(test_adamw_default_decay),
         cmocka_unit_test(test_adamw_bad_config),
     };

@@ -369,21 +369,26 @@ void simd_bf16_to_f32(float *dst, const uint16_t *src, long n) {
     }
 }
 
+void simd_bf16_weight_copy_serial(uint16_t *bf16, float *wide, const float *src, long n) {
+    int v = simd_avx512_active();
+    if (wide && v)
+        round_bf16_avx512(wide, src, n);
+    else if (wide)
+        for (long i = 0; i < n; i++)
+            wide[i] = bf16_to_f32(f32_to_bf16(src[i]));
+    else if (v)
+        to_bf16_avx512(bf16, src, n);
+    else
+        for (long i = 0; i < n; i++)
+            bf16[i] = f32_to_bf16(src[i]);
+}
+
 void simd_bf16_weight_copy(uint16_t *copy, const float *src, long n) {
     float *wide = gemm_widened_values(copy);
-    if (!wide) {
-        simd_f32_to_bf16(copy, src, n);
-        return;
-    }
-    int v = simd_avx512_active();
 #pragma omp parallel for schedule(static) if (n > 4 * CONVERT_CHUNK)
     for (long c = 0; c < n; c += CONVERT_CHUNK) {
         long len = n - c < CONVERT_CHUNK ? n - c : CONVERT_CHUNK;
-        if (v)
-            round_bf16_avx512(wide + c, src + c, len);
-        else
-            for (long i = c; i < c + len; i++)
-                wide[i] = bf16_to_f32(f32_to_bf16(src[i]));
+        simd_bf16_weight_copy_serial(wide ? NULL : copy + c, wide ? wide + c : NULL, src + c, len);
     }
 }
 

@@ -53,5 +53,10 @@ void simd_bf16_to_f32(float *dst, const uint16_t *src, long n);
 /* Writes src as a matmul weight's bf16 copy in the layout of the bf16 path: bf16 at copy, or,
  * when copy is the handle of a widened copy (ops/gemm.h), the bf16-rounded values as fp32. */
 void simd_bf16_weight_copy(uint16_t *copy, const float *src, long n);
+/* The same on the calling thread, the copy already told apart: the widened values at wide
+ * (gemm_widened_values of the copy's handle), or bf16 at bf16 when wide is NULL. For writers
+ * that split the work themselves, such as AdamW writing each run of weights it has just
+ * updated. */
+void simd_bf16_weight_copy_serial(uint16_t *bf16, float *wide, const float *src, long n);
 
 #endif

@@ -717,8 +717,28 @@ static void cast_weights_bf16(Qwen3 *m) {
     simd_bf16_weight_copy(m->pb.output, m->p.output, (long)s->vocab_size * D);
 }
 
+/* 1 when the model makes its bf16 copies from the fp32 masters itself (else there are no
+ * copies, or their driver writes them, or they are the only weights). */
+static int casts_weights(const Qwen3 *m) {
+    return m->bf16 && !m->bf16_by_hook && !m->bf16_only && !m->base_bf16;
+}
+
 void qwen3_refresh_bf16(Qwen3 *m) {
-    if (m->bf16 && !m->bf16_by_hook && !m->bf16_only && !m->base_bf16) cast_weights_bf16(m);
+    if (casts_weights(m) && !m->bf16_kept) cast_weights_bf16(m);
+}
+
+void qwen3_keep_bf16(Qwen3 *m, int on) {
+    if (on && casts_weights(m)) cast_weights_bf16(m);
+    m->bf16_kept = on && casts_weights(m);
+}
+
+uint16_t *qwen3_bf16_copy(Qwen3 *m, int i) {
+    if (!casts_weights(m)) return NULL;
+    ParamKindId kind = m->table[i].kind->id;
+    /* Tied, the embedding is the output layer's weight (m->p.output), cast with it. */
+    if (kind == PK_TOK_EMBEDDINGS) return m->spec.tie_embeddings ? m->pb.output : NULL;
+    uint16_t **f = bf16_field(m, kind, m->table[i].layer);
+    return f ? *f : NULL;
 }
 
 /* The linear and feed_forward calls: the bf16 path when mixed precision is on and the
@@ -1112,8 +1132,7 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
         memset(a->aux_counts, 0, (size_t)s->num_experts * sizeof(double));
         memset(a->aux_psum, 0, (size_t)s->num_experts * sizeof(double));
     }
-    if (m->bf16 && !m->bf16_by_hook && !m->bf16_only && !m->base_bf16)
-        PROF_STEP("bf16 weight cast", cast_weights_bf16(m));
+    if (casts_weights(m) && !m->bf16_kept) PROF_STEP("bf16 weight cast", cast_weights_bf16(m));
     const Qwen3Modules *md = &m->mod;
     int L = s->n_layers;
     /* The embedding, the final norm and the loss run on the rank's tokens (all without

@@ -175,7 +175,7 @@ typedef struct Qwen3Acts {
 } Qwen3Acts;
 
 /* Mixed precision: the bf16 copies of the matmul weights, refreshed from the fp32 masters at
- * every forward. */
+ * every forward, or kept current by the optimizer (qwen3_keep_bf16). */
 typedef struct Qwen3Bf16Layer {
     uint16_t *wq, *wk, *wv, *wo; /* shaped as the fp32 weights */
     uint16_t *w1, *w3, *w2;
@@ -242,6 +242,8 @@ struct Qwen3 {
      * the start of bf16_arena, passed as handles), because this host's bf16 products run as
      * fp32 GEMMs; 0: bf16. */
     int bf16_widened;
+    /* 1 after qwen3_keep_bf16(m, 1): forward does not cast, the caller keeps the copies. */
+    int bf16_kept;
     Arena bf16_arena;
     Qwen3Bf16 pb;
     /* Set by forward, read by backward. */
@@ -352,9 +354,10 @@ int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
                 const Qwen3Modules *impl, Err *err);
 
 /* Mixed precision (docs/training.md): from now on every forward first copies the matmul weights
- * (attention and FFN projections, lm_head) to bf16, and the linear / feed_forward modules whose
- * implementation has a bf16 path multiply in bf16 with fp32 accumulation. Master weights,
- * gradients, norms, attention, softmax, loss and the MoE layers stay fp32. */
+ * (attention and FFN projections, lm_head) to bf16 (unless they are kept: qwen3_keep_bf16),
+ * and the linear / feed_forward modules whose implementation has a bf16 path multiply in bf16
+ * with fp32 accumulation. Master weights, gradients, norms, attention, softmax, loss and the
+ * MoE layers stay fp32. */
 int qwen3_enable_bf16(Qwen3 *m, Err *err);
 /* The same with the copies in bf16 whatever the GEMM path: for decode's GEMV (infer/decode.h),
  * which reads them itself. qwen3_enable_bf16 keeps them widened where the bf16 products run
@@ -365,9 +368,19 @@ int qwen3_enable_bf16_for_gemv(Qwen3 *m, Err *err);
  * m->pb.layers[*] and m->pb.output at its own buffers and fills a unit's copies from the fp32
  * weights before the unit runs; forward casts nothing. Only the matmul scratch is allocated. */
 int qwen3_enable_bf16_by_hook(Qwen3 *m, Err *err);
-/* Copies the fp32 matmul weights to their bf16 copies now (forward does it by itself): for
- * code that runs the bf16 weights without a forward, such as inference (infer/decode.h). */
+/* Copies the fp32 matmul weights to their bf16 copies now (forward does it by itself), for
+ * code that runs the bf16 weights without a forward, such as inference (infer/decode.h);
+ * nothing while the copies are kept (qwen3_keep_bf16), as they are current then. */
 void qwen3_refresh_bf16(Qwen3 *m);
+/* on 1: casts the copies now, and forward no longer does: whatever changes a weight from then
+ * on writes its copy too (the trainer's AdamW, through qwen3_bf16_copy), so a copy is written
+ * once per optimizer step instead of once per forward, and a frozen base's once. on 0: forward
+ * casts again. Nothing when the model does not cast its copies itself. */
+void qwen3_keep_bf16(Qwen3 *m, int on);
+/* The bf16 copy of table entry i that forward casts from its fp32 weight (bf16, or a widened
+ * copy's handle: ops/gemm.h), shaped as it; NULL when it has none or the model does not cast
+ * its copies itself (a driver's, bf16-only and bf16-base models). */
+uint16_t *qwen3_bf16_copy(Qwen3 *m, int i);
 
 /* Each parameter by its init rule in the parameter table (core/param_table.h): normal(0, 0.02)
  * for linears and the embedding, ones for norms, zeros for buffers; in MoE models wo and the

@@ -13,6 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu_simd.h"
+#include "ops/gemm.h"
+
+/* Elements updated before their copy is written: x, g, m, v and the copy of a run stay in
+ * L2. The split over threads is by runs; every element's result is independent of it. */
+#define ADAMW_RUN 8192L
+
 int adamw_init(AdamW *opt, const AdamWConfig *cfg, const AdamWParam *params, int nparams,
                Err *err) {
     memset(opt, 0, sizeof *opt);
@@ -25,6 +32,8 @@ int adamw_init(AdamW *opt, const AdamWConfig *cfg, const AdamWParam *params, int
     opt->params = xcalloc((size_t)(nparams > 0 ? nparams : 1), sizeof *opt->params);
     opt->m = xcalloc((size_t)(nparams > 0 ? nparams : 1), sizeof *opt->m);
     opt->v = xcalloc((size_t)(nparams > 0 ? nparams : 1), sizeof *opt->v);
+    opt->copy = xcalloc((size_t)(nparams > 0 ? nparams : 1), sizeof *opt->copy);
+    opt->wide = xcalloc((size_t)(nparams > 0 ? nparams : 1), sizeof *opt->wide);
     if (nparams > 0) memcpy(opt->params, params, (size_t)nparams * sizeof *params);
     /* Same layout code twice: once to size the arena, once to place the tensors. */
     Arena count;
@@ -48,12 +57,61 @@ void adamw_free(AdamW *opt) {
     free(opt->params);
     free(opt->m);
     free(opt->v);
+    free(opt->copy);
+    free(opt->wide);
     arena_free(&opt->state);
     memset(opt, 0, sizeof *opt);
 }
 
+void adamw_set_copies(AdamW *opt, uint16_t *const *copies) {
+    for (int i = 0; i < opt->nparams; i++) {
+        opt->copy[i] = copies[i];
+        opt->wide[i] = copies[i] ? gemm_widened_values(copies[i]) : NULL;
+    }
+}
+
 void adamw_step(AdamW *opt, double lr) {
     adamw_step_scaled(opt, lr, 1.0f);
+}
+
+/* The scalars of one update, computed once per step. */
+typedef struct Coefs {
+    float decay_mul, w1, b2, one_minus_b2, bc2_sqrt, eps, neg_step_size, grad_scale;
+    int use_lerp_low;
+} Coefs;
+
+/* Elements [lo, hi) of one tensor; dm is its decay multiplier. Elementwise and branch-free, so
+ * the vector code gives bitwise the scalar results (no FMA contraction in ISO C mode); torch's
+ * lerp picks the form that is exact at its nearer end, one loop per form. */
+static void update_run(const Coefs *k, float dm, float *restrict x, const float *restrict g,
+                       float *restrict m, float *restrict v, long lo, long hi) {
+    const float w1 = k->w1, b2 = k->b2, one_minus_b2 = k->one_minus_b2, bc2_sqrt = k->bc2_sqrt;
+    const float eps = k->eps, neg_step_size = k->neg_step_size, grad_scale = k->grad_scale;
+    if (k->use_lerp_low) {
+#pragma omp simd
+        for (long j = lo; j < hi; j++) {
+            float gj = g[j] * grad_scale; /* exact when 1 */
+            float mj = m[j] + w1 * (gj - m[j]);
+            float vj = v[j] * b2;
+            vj = vj + one_minus_b2 * gj * gj;
+            float denom = sqrtf(vj) / bc2_sqrt + eps;
+            x[j] = x[j] * dm + neg_step_size * mj / denom;
+            m[j] = mj;
+            v[j] = vj;
+        }
+    } else {
+#pragma omp simd
+        for (long j = lo; j < hi; j++) {
+            float gj = g[j] * grad_scale; /* exact when 1 */
+            float mj = gj - (gj - m[j]) * (1.0f - w1);
+            float vj = v[j] * b2;
+            vj = vj + one_minus_b2 * gj * gj;
+            float denom = sqrtf(vj) / bc2_sqrt + eps;
+            x[j] = x[j] * dm + neg_step_size * mj / denom;
+            m[j] = mj;
+            v[j] = vj;
+        }
+    }
 }
 
 void adamw_step_scaled(AdamW *opt, double lr, float grad_scale) {
@@ -62,51 +120,30 @@ void adamw_step_scaled(AdamW *opt, double lr, float grad_scale) {
     double t = (double)opt->step;
     double bias_correction1 = 1.0 - pow(c->beta1, t);
     double bias_correction2 = 1.0 - pow(c->beta2, t);
-    const float decay_mul = (float)(1.0 - lr * c->weight_decay);
-    const float w1 = (float)(1.0 - c->beta1); /* lerp weight */
-    const float b2 = (float)c->beta2;
-    const float one_minus_b2 = (float)(1.0 - c->beta2);
-    const float bc2_sqrt = (float)sqrt(bias_correction2);
-    const float eps = (float)c->eps;
-    const float neg_step_size = (float)(-(lr / bias_correction1));
-    const int use_lerp_low = fabsf(w1) < 0.5f;
+    Coefs k = {.decay_mul = (float)(1.0 - lr * c->weight_decay),
+               .w1 = (float)(1.0 - c->beta1), /* lerp weight */
+               .b2 = (float)c->beta2,
+               .one_minus_b2 = (float)(1.0 - c->beta2),
+               .bc2_sqrt = (float)sqrt(bias_correction2),
+               .eps = (float)c->eps,
+               .neg_step_size = (float)(-(lr / bias_correction1)),
+               .grad_scale = grad_scale};
+    k.use_lerp_low = fabsf(k.w1) < 0.5f;
 #pragma omp parallel
     for (int i = 0; i < opt->nparams; i++) {
         const AdamWParam *p = &opt->params[i];
-        float *restrict x = p->param;
-        const float *restrict g = p->grad;
-        float *restrict m = opt->m[i];
-        float *restrict v = opt->v[i];
         /* Multiplying by 1 is exact, so one loop serves tensors with and without decay. */
-        const float dm = p->decay && c->weight_decay != 0.0 ? decay_mul : 1.0f;
+        const float dm = p->decay && c->weight_decay != 0.0 ? k.decay_mul : 1.0f;
         long n = (long)p->n;
-        /* Elementwise and branch-free, so the vector code gives bitwise the scalar results
-         * (no FMA contraction in ISO C mode); torch's lerp picks the form that is exact at its
-         * nearer end, one loop per form. */
-        if (use_lerp_low) {
-#pragma omp for simd schedule(static) nowait
-            for (long j = 0; j < n; j++) {
-                float gj = g[j] * grad_scale; /* exact when 1 */
-                float mj = m[j] + w1 * (gj - m[j]);
-                float vj = v[j] * b2;
-                vj = vj + one_minus_b2 * gj * gj;
-                float denom = sqrtf(vj) / bc2_sqrt + eps;
-                x[j] = x[j] * dm + neg_step_size * mj / denom;
-                m[j] = mj;
-                v[j] = vj;
-            }
-        } else {
-#pragma omp for simd schedule(static) nowait
-            for (long j = 0; j < n; j++) {
-                float gj = g[j] * grad_scale; /* exact when 1 */
-                float mj = gj - (gj - m[j]) * (1.0f - w1);
-                float vj = v[j] * b2;
-                vj = vj + one_minus_b2 * gj * gj;
-                float denom = sqrtf(vj) / bc2_sqrt + eps;
-                x[j] = x[j] * dm + neg_step_size * mj / denom;
-                m[j] = mj;
-                v[j] = vj;
-            }
+        uint16_t *copy = opt->copy[i];
+        float *wide = opt->wide[i];
+#pragma omp for schedule(static) nowait
+        for (long lo = 0; lo < n; lo += ADAMW_RUN) {
+            long hi = n - lo < ADAMW_RUN ? n : lo + ADAMW_RUN;
+            update_run(&k, dm, p->param, p->grad, opt->m[i], opt->v[i], lo, hi);
+            if (copy)
+                simd_bf16_weight_copy_serial(wide ? NULL : copy + lo, wide ? wide + lo : NULL,
+                                             p->param + lo, hi - lo);
         }
     }
 }

@@ -32,15 +32,24 @@ typedef struct AdamW {
     AdamWParam *params; /* (nparams), copied at init */
     float **m;          /* (nparams) pointers into state: exp_avg per tensor */
     float **v;          /* (nparams) pointers into state: exp_avg_sq per tensor */
+    /* (nparams) adamw_set_copies: param i's low-precision copy and, when it is widened, its
+     * values; NULL entries (and all NULL before the call): none. */
+    uint16_t **copy;
+    float **wide;
     Arena state;
 } AdamW;
 
 /* Copies the parameter table and allocates zeroed m and v for every element. */
 int adamw_init(AdamW *opt, const AdamWConfig *cfg, const AdamWParam *params, int nparams, Err *err);
 void adamw_free(AdamW *opt);
+/* copies (nparams, NULL entries allowed): the low-precision copy of each parameter that a
+ * model's bf16 products read (ops/gemm.h: bf16, or a widened copy's handle), written from the
+ * updated values by every update from now on. */
+void adamw_set_copies(AdamW *opt, uint16_t *const *copies);
 /* One update of every parameter with learning rate lr (increments opt->step first, as torch
- * does). Elementwise and statically partitioned over OpenMP threads, so results do not depend
- * on the thread count. */
+ * does), and of each parameter's copy where it has one, a run of elements at a time while they
+ * are in cache (so no separate pass casts the weights). Elementwise and statically
+ * partitioned over OpenMP threads, so results do not depend on the thread count. */
 void adamw_step(AdamW *opt, double lr);
 /* adamw_step on the gradients times grad_scale (a clipping coefficient from grad_clip_coef),
  * bitwise as if they had been scaled in place first, without writing them. */

@@ -106,11 +106,17 @@ struct TrainQwen3 {
     float **piece_grads; /* (npieces) */
     int *piece_decay;    /* (npieces) */
     int *piece_param;    /* (npieces) table index of each piece */
-    ShardSlice *slices;  /* (npieces) what each piece is of its whole tensor, when sharded */
-    int *bias_param;     /* (L) table index of layer l's moe.expert_bias, -1 none */
-    float *bias_full;    /* (L, X) full-size copies of the biases for the balancing update */
-    double comm_s;       /* seconds in collectives since the last comm_seconds call */
-    int prefetch;        /* 0: gather each unit only when it is needed (bench/dist) */
+    /* (npieces) on a world of one under mixed precision, the model's bf16 copy of each piece
+     * (qwen3_bf16_copy), which AdamW writes; else NULL entries. */
+    uint16_t **piece_copies;
+    /* 1: the trainer's view was made with every weight the optimizer updates given its copy
+     * (or none updated: LoRA's frozen base), so keep_copies may stop the per-forward cast. */
+    int keeps;
+    ShardSlice *slices; /* (npieces) what each piece is of its whole tensor, when sharded */
+    int *bias_param;    /* (L) table index of layer l's moe.expert_bias, -1 none */
+    float *bias_full;   /* (L, X) full-size copies of the biases for the balancing update */
+    double comm_s;      /* seconds in collectives since the last comm_seconds call */
+    int prefetch;       /* 0: gather each unit only when it is needed (bench/dist) */
     /* With LoRA (train_qwen3_model_lora): the trainer's view of the adapters, A and B each. */
     CkptTensor *lparams;
     float **lgrads;
@@ -580,6 +586,7 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
     f->piece_grads = xcalloc((size_t)n, sizeof *f->piece_grads);
     f->piece_decay = xcalloc((size_t)n, sizeof *f->piece_decay);
     f->piece_param = xcalloc((size_t)n, sizeof *f->piece_param);
+    f->piece_copies = xcalloc((size_t)n, sizeof *f->piece_copies);
     f->slices = xcalloc((size_t)n, sizeof *f->slices);
     for (int i = 0; i < n; i++) {
         const Qwen3Param *p = &f->m.table[i];
@@ -662,6 +669,7 @@ void train_qwen3_free(TrainQwen3 *f) {
     free(f->piece_grads);
     free(f->piece_decay);
     free(f->piece_param);
+    free(f->piece_copies);
     free(f->slices);
     free(f->bias_param);
     free(f->bias_full);
@@ -902,15 +910,28 @@ void train_qwen3_set_micro_batches(TrainQwen3 *f, int micro_batches) {
     f->m.aux_weight = 1.0 / ((micro_batches > 0 ? micro_batches : 1) * f->mesh->dims.dp);
 }
 
+/* On a world of one the model's bf16 copies are kept by the optimizer over the run's steps
+ * (qwen3_keep_bf16), a frozen base's made once; sharded, each gathered unit is cast once per
+ * gather instead (ensure), and the copies are of no piece this rank updates. */
+static void keep_copies(void *ctx, int on) {
+    TrainQwen3 *f = ctx;
+    if (f->keeps) qwen3_keep_bf16(&f->m, on);
+}
+
 void train_qwen3_model(TrainQwen3 *f, TrainModel *out, int exempt) {
-    for (int k = 0; k < f->npieces; k++)
+    for (int k = 0; k < f->npieces; k++) {
         f->piece_decay[k] = param_decays(f->m.table[f->piece_param[k]].kind, exempt, exempt);
+        f->piece_copies[k] = f->sharded ? NULL : qwen3_bf16_copy(&f->m, f->piece_param[k]);
+    }
+    f->keeps = !f->sharded && f->m.bf16;
     *out = (TrainModel){.ctx = f,
                         .nparams = f->npieces,
                         .params = f->pieces,
                         .grads = f->piece_grads,
                         .decay = f->piece_decay,
                         .slices = f->sharded ? f->slices : NULL,
+                        .copies = f->piece_copies,
+                        .keep_copies = keep_copies,
                         .forward_backward = forward_backward,
                         .before_optimizer_step = f->m.n_moe_layers ? before_optimizer_step : NULL};
 }
@@ -990,6 +1011,7 @@ void train_qwen3_parallel(TrainQwen3 *f, TrainParallel *out) {
 
 void train_qwen3_model_lora(TrainQwen3 *q, Lora *lo, TrainModel *out) {
     q->m.lora = lo;
+    q->keeps = !q->sharded;
     lora_set_tp(lo, q->tp, q->t);
     int n = 2 * lo->n;
     q->lparams = xcalloc((size_t)n, sizeof *q->lparams);
@@ -1018,6 +1040,7 @@ void train_qwen3_model_lora(TrainQwen3 *q, Lora *lo, TrainModel *out) {
                         .params = q->lparams,
                         .grads = q->lgrads,
                         .slices = q->sharded ? q->lslices : NULL,
+                        .keep_copies = keep_copies,
                         .forward_backward = forward_backward};
 }
 

@@ -321,6 +321,7 @@ static int run(Trainer *t, Err *err) {
     int rc = adamw_init(&t->opt, &o->adamw, ap, md->nparams, err);
     free(ap);
     TRY(rc);
+    if (md->copies) adamw_set_copies(&t->opt, md->copies);
     t->optim = ckpt_adamw_tensors(&t->opt, md->params, md->nparams, err);
     if (!t->optim) return -1;
     if (o->ckpt_enable) TRY(resume(t, err));
@@ -334,6 +335,7 @@ static int run(Trainer *t, Err *err) {
         metrics_writer_close(&mw);
         return -1;
     }
+    if (md->keep_copies) md->keep_copies(md->ctx, 1);
     MetricsSummary summary = {0};
     double time_sum = 0; /* of the steps after the first this process ran, for the eta */
     rc = 0;
@@ -386,6 +388,7 @@ static int run(Trainer *t, Err *err) {
             if (rc == 0) rc = wrc;
         }
     }
+    if (md->keep_copies) md->keep_copies(md->ctx, 0);
     metrics_writer_close(&mw);
     if (rc == 0) {
         char line[512];

@@ -27,6 +27,14 @@ typedef struct TrainModel {
     /* (nparams) what params[i] holds of its whole tensor, recorded with sharded checkpoints so
      * that another mesh can resume from them; NULL = every params[i] is its whole tensor. */
     const ShardSlice *slices;
+    /* Optional (NULL: none): (nparams) the low-precision copy of params[i] the forward reads
+     * (adamw_set_copies), or NULL entries; the optimizer writes each with every update. */
+    uint16_t *const *copies;
+    /* Optional (NULL: none). Called with 1 once the run's starting parameters are settled
+     * (after a resume), before the first step: the model makes its copies of the parameters
+     * (and of frozen weights) and stops remaking them per forward, as the optimizer now keeps
+     * them; with 0 when the run's steps end. */
+    void (*keep_copies)(void *ctx, int on);
     /* Runs forward and backward on one micro-batch, adding scale * d(sum of token losses) into
      * grads (+=). Writes the sum of token losses (unscaled) to *loss_sum. */
     int (*forward_backward)(void *ctx, const void *batch, double scale, double *loss_sum, Err *err);
