@@ -192,6 +192,13 @@ static void check_bf16_only(const char *name) {
         }
     assert_true(dropped > 0);
     assert_true(lean.m.param_arena.capacity < ref.m.param_arena.capacity);
+    /* Loaded straight into bf16, each such weight holds the rounding of the fp32 load. */
+    for (int i = 0; i < lean.m.nparams; i++) {
+        const Qwen3Param *p = &lean.m.table[i];
+        for (long k = 0; !p->data && k < p->numel; k++)
+            if (p->data_bf16[k] != f32_to_bf16(ref.m.table[i].data[k]))
+                fail_msg("%s: %s[%ld] differs from the fp32 load rounded", name, p->name, k);
+    }
     int V = lean.m.spec.vocab_size;
     int32_t ids[T];
     for (int t = 0; t < T; t++)
@@ -222,6 +229,9 @@ static void test_bf16_only(void **state) {
     check_bf16_only("dense_tied_gqa");
     check_bf16_only("dense_untied_mha");
     check_bf16_only("moe");
+    /* BF16 files (transformers' own), whose values are copied into the bf16 weights. */
+    check_bf16_only("../hf_tiny/dense_tied");
+    check_bf16_only("../hf_tiny/moe_sharded");
 }
 
 /* logits = log(probs): softmax gives the probs back. */

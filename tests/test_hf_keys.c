@@ -319,9 +319,10 @@ static void test_check_reports(void **state) {
 
 /* A NaN or an infinity in an HF file is refused at load, naming the HF tensor and the element
  * (counted within that tensor, so within one expert's slice of a stacked parameter): trained
- * from, it would make the first loss NaN and the run would blame the learning rate. */
-static void test_load_refuses_nonfinite(void **state) {
-    (void)state;
+ * from, it would make the first loss NaN and the run would blame the learning rate. The check
+ * is the conversion's own (dtype_convert), so it is tried for files of every float dtype and
+ * for loads into fp32 and into bf16 (weights held in bf16 only). */
+static void refuse_nonfinite(DType dt) {
     ModelSpec s;
     load_spec(&s, "moe");
     HfKeyTable t;
@@ -334,32 +335,50 @@ static void test_load_refuses_nonfinite(void **state) {
     snprintf(qn, sizeof qn, "layers.%d.moe.experts.w2", layer);
     int w2 = hf_keys_find_param(&t, qn), norm = hf_keys_find_param(&t, "norm.weight");
     ps[w2][2 * 16 * 12 + 7] = NAN; /* expert 2, element 7 */
+    ps[w2][3 * 16 * 12 + 1] = INFINITY;
     ps[norm][3] = -INFINITY;
-    char *dir = fs_join(g_dir, "nonfinite");
+    ps[norm][5] = NAN;
+    char name[64];
+    snprintf(name, sizeof name, "nonfinite_%s", dtype_name(dt));
+    char *dir = fs_join(g_dir, name);
     Err err;
     assert_int_equal(fs_mkdirs(dir, &err), 0);
     StWriter w;
     st_writer_init(&w);
-    hf_keys_add_to_writer(&w, &t, (const float *const *)ps, DT_BF16);
+    hf_keys_add_to_writer(&w, &t, (const float *const *)ps, dt);
     assert_int_equal(st_write_hf_shards(&w, dir, 1u << 20, &err), 0);
     st_writer_free(&w);
     StSet set;
     assert_int_equal(st_set_open(&set, dir, &err), 0);
     float *buf = xmalloc((size_t)t.params[w2].numel * sizeof(float));
-    assert_int_equal(hf_keys_load_param(buf, &t, w2, &set, &err), -1);
     snprintf(want, sizeof want,
              "HF tensor \"model.layers.%d.mlp.experts.2.down_proj.weight\" holds a NaN at "
              "element 7; weights must be finite",
              layer);
+    const char *want_norm =
+        "HF tensor \"model.norm.weight\" holds an infinity at element 3; weights must be finite";
+    assert_int_equal(hf_keys_load_param(buf, &t, w2, &set, &err), -1);
     assert_string_equal(err.msg, want);
     assert_int_equal(hf_keys_load_param(buf, &t, norm, &set, &err), -1);
-    assert_string_equal(err.msg, "HF tensor \"model.norm.weight\" holds an infinity at element 3; "
-                                 "weights must be finite");
+    assert_string_equal(err.msg, want_norm);
+    assert_int_equal(hf_keys_load_param_bf16((uint16_t *)buf, &t, w2, &set, &err), -1);
+    assert_string_equal(err.msg, want);
+    assert_int_equal(hf_keys_load_param_bf16((uint16_t *)buf, &t, norm, &set, &err), -1);
+    assert_string_equal(err.msg, want_norm);
+    /* Experts 0 and 1 are finite: a range of them alone loads. */
+    assert_int_equal(hf_keys_load_param_range(buf, &t, w2, &set, 0, 2 * 16 * 12, &err), 0);
     free(buf);
     st_set_close(&set);
     free_params(&t, ps);
     hf_keys_free(&t);
     free(dir);
+}
+
+static void test_load_refuses_nonfinite(void **state) {
+    (void)state;
+    refuse_nonfinite(DT_BF16);
+    refuse_nonfinite(DT_F16);
+    refuse_nonfinite(DT_F32);
 }
 
 /* Loads a directory transformers wrote (tests/fixtures/hf_tiny) through the shard index and

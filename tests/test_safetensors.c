@@ -8,6 +8,7 @@
 /* cmocka.h needs the four headers above first. */
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -431,6 +432,58 @@ static void test_malformed_header(void **state) {
     free(missing);
 }
 
+/* st_convert_range converts every value into F32 and into BF16 (a BF16 source copied, others
+ * rounded as f32_to_bf16 rounds) and returns the index of the first NaN or infinity, from
+ * aligned data (the parallel pass, chunks of 65536) and from data at an odd address (the bounce
+ * buffer), for each float dtype: the loaders' finiteness check. */
+static void test_convert_finds_nonfinite(void **state) {
+    (void)state;
+    enum { N = 3 * 65536 + 5 };
+    const DType types[3] = {DT_F32, DT_BF16, DT_F16};
+    float *v = xmalloc(N * sizeof *v), *got = xmalloc(N * sizeof *got);
+    uint16_t *got16 = xmalloc(N * sizeof *got16);
+    unsigned char *raw = xmalloc(4 * N + 1);
+    for (int k = 0; k < N; k++)
+        v[k] = (float)((k * 37) % 201 - 100) * 0.0625f; /* exact in all three types */
+    for (int d = 0; d < 3; d++)
+        for (int odd = 0; odd < 2; odd++)
+            for (int c = 0; c < 3; c++) {
+                /* c 0: all finite; 1: a NaN in the third chunk and an infinity in the
+                 * second, so the infinity is first; 2: an infinity at the very end. */
+                size_t es = dtype_size(types[d]);
+                StTensor t = {.dtype = types[d],
+                              .ndim = 1,
+                              .shape = {N},
+                              .numel = N,
+                              .data = raw + odd,
+                              .nbytes = N * es};
+                int64_t want = c == 0 ? -1 : c == 1 ? 65536 + 9 : N - 1;
+                float *w = xmalloc(N * sizeof *w);
+                memcpy(w, v, N * sizeof *w);
+                if (c == 1) w[2 * 65536 + 3] = NAN, w[65536 + 9] = -INFINITY;
+                if (c == 2) w[N - 1] = INFINITY;
+                unsigned char *tmp = xmalloc(N * es);
+                dtype_from_f32(tmp, w, types[d], N);
+                memcpy(raw + odd, tmp, N * es);
+                free(tmp);
+                assert_int_equal(st_convert_range(&t, DT_F32, got, 0, N), want);
+                assert_int_equal(st_convert_range(&t, DT_BF16, got16, 0, N), want);
+                for (int k = 0; k < N; k++) {
+                    if (isnan(w[k])) {
+                        assert_true(isnan(got[k]));
+                        continue;
+                    }
+                    assert_true(got[k] == w[k]);
+                    assert_int_equal(got16[k], f32_to_bf16(w[k]));
+                }
+                /* A range: indices count from its start. */
+                if (c == 1)
+                    assert_int_equal(st_convert_range(&t, DT_F32, got, 65536, N - 65536), 9);
+                free(w);
+            }
+    free(v), free(got), free(got16), free(raw);
+}
+
 /* Other writers need not pad the header, so data can start at any byte offset. */
 static void test_unaligned_data(void **state) {
     (void)state;
@@ -551,7 +604,7 @@ int main(void) {
         cmocka_unit_test(test_roundtrip_f16),       cmocka_unit_test(test_sharded_roundtrip),
         cmocka_unit_test(test_malformed_framing),   cmocka_unit_test(test_malformed_header),
         cmocka_unit_test(test_unaligned_data),      cmocka_unit_test(test_bad_index),
-        cmocka_unit_test(test_writer_rejects),
+        cmocka_unit_test(test_writer_rejects),      cmocka_unit_test(test_convert_finds_nonfinite),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -62,27 +62,86 @@ uint16_t f32_to_f16(float f) {
     return (uint16_t)(sign | h);
 }
 
-/* Loading a model converts every weight through here: on all threads for large tensors. */
-void dtype_to_f32(float *dst, const void *src, DType from, size_t n) {
+/* Loading a model converts every weight through here, chunk by chunk on all threads. A
+ * value is a NaN or an infinity exactly when its exponent bits are all ones, so the loaders'
+ * finiteness check is an integer test on the source in the same pass. Returns 1 when one of
+ * [lo, hi) is not finite. */
+static int convert_chunk(void *dst, DType to, const void *src, DType from, size_t lo, size_t hi) {
     const uint16_t *s16 = src;
-    switch (from) {
-    case DT_F32:
-        memcpy(dst, src, n * 4);
-        break;
-    case DT_BF16:
-#pragma omp parallel for schedule(static) if (n >= 65536)
-        for (size_t i = 0; i < n; i++)
-            dst[i] = bf16_to_f32(s16[i]);
-        break;
-    case DT_F16:
-#pragma omp parallel for schedule(static) if (n >= 65536)
-        for (size_t i = 0; i < n; i++)
-            dst[i] = f16_to_f32(s16[i]);
-        break;
-    default:
-        memset(dst, 0, n * 4);
-        break;
+    const uint32_t *s32 = src;
+    float *d32 = dst;
+    uint16_t *d16 = dst;
+    unsigned bad = 0;
+    if (from == DT_BF16 && to == DT_F32) {
+#pragma omp simd reduction(| : bad)
+        for (size_t i = lo; i < hi; i++) {
+            d32[i] = bf16_to_f32(s16[i]);
+            bad |= (s16[i] & 0x7f80u) == 0x7f80u;
+        }
+    } else if (from == DT_BF16) {
+#pragma omp simd reduction(| : bad)
+        for (size_t i = lo; i < hi; i++) {
+            d16[i] = s16[i];
+            bad |= (s16[i] & 0x7f80u) == 0x7f80u;
+        }
+    } else if (from == DT_F32) {
+#pragma omp simd reduction(| : bad)
+        for (size_t i = lo; i < hi; i++) {
+            union {
+                uint32_t u;
+                float f;
+            } v = {.u = s32[i]};
+            if (to == DT_F32)
+                d32[i] = v.f;
+            else
+                d16[i] = f32_to_bf16(v.f);
+            bad |= (v.u & 0x7f800000u) == 0x7f800000u;
+        }
+    } else {
+        for (size_t i = lo; i < hi; i++) {
+            float f = f16_to_f32(s16[i]);
+            if (to == DT_F32)
+                d32[i] = f;
+            else
+                d16[i] = f32_to_bf16(f);
+            bad |= (s16[i] & 0x7c00u) == 0x7c00u;
+        }
     }
+    return bad != 0;
+}
+
+static int nonfinite_at(const void *src, DType from, size_t i) {
+    if (from == DT_F32) return (((const uint32_t *)src)[i] & 0x7f800000u) == 0x7f800000u;
+    uint16_t e = from == DT_BF16 ? 0x7f80u : 0x7c00u;
+    return (((const uint16_t *)src)[i] & e) == e;
+}
+
+#define CONVERT_CHUNK 65536
+
+int64_t dtype_convert(void *dst, DType to, const void *src, DType from, size_t n) {
+    if (from != DT_F32 && from != DT_BF16 && from != DT_F16) {
+        memset(dst, 0, n * dtype_size(to));
+        return -1;
+    }
+    size_t chunks = (n + CONVERT_CHUNK - 1) / CONVERT_CHUNK;
+    int64_t first = INT64_MAX;
+    /* Dynamic: on a loaded machine a thread that loses its core leaves its chunks to the
+     * others, instead of the others spinning at the barrier until it returns. */
+#pragma omp parallel for schedule(dynamic, 1) reduction(min : first) if (chunks > 1)
+    for (size_t c = 0; c < chunks; c++) {
+        size_t lo = c * CONVERT_CHUNK, hi = n - lo < CONVERT_CHUNK ? n : lo + CONVERT_CHUNK;
+        if (convert_chunk(dst, to, src, from, lo, hi) && (int64_t)lo < first)
+            for (size_t i = lo; i < hi; i++)
+                if (nonfinite_at(src, from, i)) {
+                    first = (int64_t)i;
+                    break;
+                }
+    }
+    return first == INT64_MAX ? -1 : first;
+}
+
+int64_t dtype_to_f32(float *dst, const void *src, DType from, size_t n) {
+    return dtype_convert(dst, DT_F32, src, from, n);
 }
 
 void dtype_from_f32(void *dst, const float *src, DType to, size_t n) {

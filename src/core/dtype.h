@@ -34,8 +34,14 @@ static inline float bf16_to_f32(uint16_t h) {
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 
-/* Converts n elements of type `from` at src into fp32 at dst. F32/BF16/F16 only. */
-void dtype_to_f32(float *dst, const void *src, DType from, size_t n);
+/* Converts n elements of type from (F32, BF16 or F16) at src into type to (F32, or BF16
+ * rounded as f32_to_bf16 rounds, a BF16 source copied as it is) at dst, on all threads for
+ * large n. Returns the index of the first NaN or infinity in src, or -1 when all n values are
+ * finite: the test reads the source's exponent bits in the same pass, so a loader's check costs
+ * no second pass. Other source types give zeros (and -1). */
+int64_t dtype_convert(void *dst, DType to, const void *src, DType from, size_t n);
+/* dtype_convert into fp32. */
+int64_t dtype_to_f32(float *dst, const void *src, DType from, size_t n);
 /* Converts n fp32 elements into type `to` (F32/BF16/F16). */
 void dtype_from_f32(void *dst, const float *src, DType to, size_t n);
 

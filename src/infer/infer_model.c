@@ -17,8 +17,6 @@ static int load_checkpoint_weights(Qwen3 *m, const char *step_dir, Err *err) {
     int rc = st_open(&f, path, err);
     free(path);
     TRY(rc);
-    long tmp_n = qwen3_bf16_only_max_numel(m); /* weights held in bf16 only pass through it */
-    float *tmp = tmp_n ? xmalloc((size_t)tmp_n * sizeof *tmp) : NULL;
     for (int i = 0; i < m->nparams && rc == 0; i++) {
         const Qwen3Param *p = &m->table[i];
         const StTensor *t = st_find(&f, p->name);
@@ -27,13 +25,13 @@ static int load_checkpoint_weights(Qwen3 *m, const char *step_dir, Err *err) {
         else if (t->numel != p->numel)
             rc = err_set(err, "%s: tensor %s has %lld values, the model's config needs %ld", f.path,
                          p->name, (long long)t->numel, p->numel);
-        else {
-            float *dst = p->data ? p->data : tmp;
-            st_to_f32(t, dst);
-            qwen3_param_store(m, i, dst);
+        else if (p->data) {
+            st_to_f32(t, p->data);
+            qwen3_param_store(m, i, p->data); /* a bf16-only model's tied output copy */
+        } else { /* held in bf16 only: rounded straight into its copy */
+            st_convert_range(t, DT_BF16, p->data_bf16, 0, t->numel);
         }
     }
-    free(tmp);
     st_close(&f);
     return rc;
 }

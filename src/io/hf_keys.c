@@ -220,12 +220,9 @@ void hf_check_free(HfCheck *c) {
     memset(c, 0, sizeof *c);
 }
 
-int hf_keys_load_param(float *dst, const HfKeyTable *t, int p, const StSet *set, Err *err) {
-    return hf_keys_load_param_range(dst, t, p, set, 0, t->params[p].numel, err);
-}
-
-int hf_keys_load_param_range(float *dst, const HfKeyTable *t, int p, const StSet *set, int64_t lo,
-                             int64_t n, Err *err) {
+/* Elements [lo, lo + n) of parameter p into dst as dtype to (F32 or BF16). */
+static int load_range(void *dst, DType to, const HfKeyTable *t, int p, const StSet *set, int64_t lo,
+                      int64_t n, Err *err) {
     const ParamInfo *qp = &t->params[p];
     if (!qp->kind->hf)
         return err_set(err, "parameter %s is not stored in HF checkpoints", qp->name);
@@ -251,17 +248,33 @@ int hf_keys_load_param_range(float *dst, const HfKeyTable *t, int p, const StSet
         int64_t off = h->expert < 0 ? 0 : (int64_t)h->expert * h->numel;
         int64_t a0 = lo > off ? lo : off, a1 = lo + n < off + h->numel ? lo + n : off + h->numel;
         if (a0 >= a1) continue;
-        st_to_f32_range(st, dst + (a0 - lo), a0 - off, a1 - a0);
+        int64_t bad = st_convert_range(st, to, (char *)dst + (size_t)(a0 - lo) * dtype_size(to),
+                                       a0 - off, a1 - a0);
         st_set_progress(set, (size_t)(a1 - a0) * dtype_size(st->dtype));
         /* A NaN or an infinity would make every loss and gradient NaN from the first step, and
          * the run would then blame the learning rate; name the tensor instead. */
-        for (int64_t k = a0; k < a1; k++)
-            if (!isfinite(dst[k - lo]))
-                return err_set(
-                    err, "HF tensor \"%s\" holds %s at element %" PRId64 "; weights must be finite",
-                    h->name, isnan(dst[k - lo]) ? "a NaN" : "an infinity", k - off);
+        if (bad >= 0) {
+            float v;
+            st_convert_range(st, DT_F32, &v, a0 - off + bad, 1);
+            return err_set(
+                err, "HF tensor \"%s\" holds %s at element %" PRId64 "; weights must be finite",
+                h->name, isnan(v) ? "a NaN" : "an infinity", a0 - off + bad);
+        }
     }
     return found ? 0 : err_set(err, "parameter %s has no HF tensors", qp->name);
+}
+
+int hf_keys_load_param(float *dst, const HfKeyTable *t, int p, const StSet *set, Err *err) {
+    return load_range(dst, DT_F32, t, p, set, 0, t->params[p].numel, err);
+}
+
+int hf_keys_load_param_range(float *dst, const HfKeyTable *t, int p, const StSet *set, int64_t lo,
+                             int64_t n, Err *err) {
+    return load_range(dst, DT_F32, t, p, set, lo, n, err);
+}
+
+int hf_keys_load_param_bf16(uint16_t *dst, const HfKeyTable *t, int p, const StSet *set, Err *err) {
+    return load_range(dst, DT_BF16, t, p, set, 0, t->params[p].numel, err);
 }
 
 void hf_keys_add_to_writer(StWriter *w, const HfKeyTable *t, const float *const *params,

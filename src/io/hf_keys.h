@@ -64,12 +64,17 @@ void hf_check_free(HfCheck *c);
 
 /* Fills parameter p (fp32, its full shape) from the HF tensors that map to it, converting
  * BF16/F16. Missing or misshaped tensors, and tensors holding a NaN or an infinity, are errors
- * naming the HF key. */
+ * naming the HF key (and, for a non-finite value, the element; checked in the conversion's own
+ * pass, dtype_convert). */
 int hf_keys_load_param(float *dst, const HfKeyTable *t, int p, const StSet *set, Err *err);
 /* The same for elements [lo, lo + n) of the parameter (flattened) alone, into dst (n floats):
  * a large weight loaded a piece at a time. */
 int hf_keys_load_param_range(float *dst, const HfKeyTable *t, int p, const StSet *set, int64_t lo,
                              int64_t n, Err *err);
+/* hf_keys_load_param into bf16, for a weight held in bf16 only: BF16 tensors are copied as
+ * they are, F32 and F16 ones rounded as f32_to_bf16 rounds (the bits an fp32 load then a cast
+ * give), with the same errors. */
+int hf_keys_load_param_bf16(uint16_t *dst, const HfKeyTable *t, int p, const StSet *set, Err *err);
 /* Adds every exported HF tensor to w, reading from params[p] (fp32, full shape of parameter
  * p) and converting to dtype while the file is written. */
 void hf_keys_add_to_writer(StWriter *w, const HfKeyTable *t, const float *const *params,

@@ -252,54 +252,40 @@ const StTensor *st_find(const StFile *f, const char *name) {
     return f->n ? bsearch(&key, f->tensors, (size_t)f->n, sizeof key, cmp_tensor_name) : NULL;
 }
 
-void st_to_f32_range(const StTensor *t, float *dst, int64_t lo, int64_t n) {
-    size_t es = dtype_size(t->dtype);
-    StTensor part = *t;
-    part.data = (const unsigned char *)t->data + (size_t)lo * es;
-    part.numel = n;
-    part.nbytes = (size_t)n * es;
-    st_to_f32(&part, dst);
+int64_t st_to_f32(const StTensor *t, float *dst) {
+    return st_convert_range(t, DT_F32, dst, 0, t->numel);
 }
 
-void st_to_f32(const StTensor *t, float *dst) {
-    size_t es = dtype_size(t->dtype), n = (size_t)t->numel;
-    const unsigned char *src = t->data;
+int64_t st_convert_range(const StTensor *t, DType to, void *dst, int64_t lo, int64_t n) {
+    size_t es = dtype_size(t->dtype), os = dtype_size(to);
+    const unsigned char *src = (const unsigned char *)t->data + (size_t)lo * es;
     int is_float = t->dtype == DT_F32 || t->dtype == DT_BF16 || t->dtype == DT_F16;
-    if (is_float && (uintptr_t)src % es == 0) {
-        dtype_to_f32(dst, src, t->dtype, n);
-        return;
-    }
+    if (is_float && (uintptr_t)src % es == 0)
+        return dtype_convert(dst, to, src, t->dtype, (size_t)n);
     /* Otherwise convert through an aligned bounce buffer: files from other writers may put
      * data at any byte offset. */
     enum { CHUNK = 4096 };
     uint64_t buf[CHUNK];
-    for (size_t i = 0; i < n;) {
-        size_t m = n - i < CHUNK ? n - i : CHUNK;
-        memcpy(buf, src + i * es, m * es);
-        switch (t->dtype) {
-        case DT_F32:
-        case DT_BF16:
-        case DT_F16:
-            dtype_to_f32(dst + i, buf, t->dtype, m);
-            break;
-        case DT_I32:
-            for (size_t j = 0; j < m; j++)
-                dst[i + j] = (float)((const int32_t *)buf)[j];
-            break;
-        case DT_I64:
-            for (size_t j = 0; j < m; j++)
-                dst[i + j] = (float)((const int64_t *)buf)[j];
-            break;
-        case DT_U8:
-            for (size_t j = 0; j < m; j++)
-                dst[i + j] = (float)((const uint8_t *)buf)[j];
-            break;
-        default:
-            memset(dst + i, 0, m * sizeof *dst);
-            break;
+    float wide[CHUNK];
+    unsigned char *out = dst;
+    int64_t first = -1;
+    for (int64_t i = 0; i < n; i += CHUNK) {
+        size_t m = (size_t)(n - i < CHUNK ? n - i : CHUNK);
+        memcpy(buf, src + (size_t)i * es, m * es);
+        if (is_float) {
+            int64_t bad = dtype_convert(out + (size_t)i * os, to, buf, t->dtype, m);
+            if (bad >= 0 && first < 0) first = i + bad;
+            continue;
         }
-        i += m;
+        /* Integer types by value: always finite. */
+        for (size_t j = 0; j < m; j++)
+            wide[j] = t->dtype == DT_I32   ? (float)((const int32_t *)buf)[j]
+                      : t->dtype == DT_I64 ? (float)((const int64_t *)buf)[j]
+                      : t->dtype == DT_U8  ? (float)((const uint8_t *)buf)[j]
+                                           : 0.0f;
+        dtype_convert(out + (size_t)i * os, to, wide, DT_F32, m);
     }
+    return first;
 }
 
 /* ---- writer ---- */

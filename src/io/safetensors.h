@@ -43,10 +43,12 @@ void st_close(StFile *f);
 const StTensor *st_find(const StFile *f, const char *name);
 /* Formats a shape as "[2, 3]" for error sentences. */
 void st_shape_str(char *out, size_t cap, const int64_t *shape, int ndim);
-/* Copies a tensor into fp32 (converting BF16/F16, and integer types by value). */
-void st_to_f32(const StTensor *t, float *dst);
-/* dst[0..n) = elements [lo, lo + n) of t, converted as st_to_f32 converts. */
-void st_to_f32_range(const StTensor *t, float *dst, int64_t lo, int64_t n);
+/* dst[0..n) = elements [lo, lo + n) of t as dtype to (F32 or BF16), converted as
+ * dtype_convert converts, integer types by value. Returns the index (from lo) of the first NaN
+ * or infinity among them, or -1 when all are finite. */
+int64_t st_convert_range(const StTensor *t, DType to, void *dst, int64_t lo, int64_t n);
+/* The whole tensor into fp32 (st_convert_range). */
+int64_t st_to_f32(const StTensor *t, float *dst);
 
 /* Writer: collects tensors (pointers must stay valid until st_write_finish), then streams the
  * file to PATH.tmp, fsyncs it, renames it into place and fsyncs the directory. The layout is

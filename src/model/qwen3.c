@@ -463,18 +463,15 @@ static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int 
     layout_params(m, owned & OWN_PARAMS ? &m->param_arena : &pc,
                   owned & OWN_GRADS ? &m->grad_arena : &gc);
     layout_acts(m, &m->act_arena, &m->scratch_arena);
-    if (base_bf16) {
-        if (qwen3_check_bf16_base(m, err) || enable_bf16(m, 1, 0, err)) {
-            qwen3_free(m);
-            return -1;
-        }
-        for (int i = 0; i < m->nparams; i++) {
-            uint16_t **f = bf16_field(m, m->table[i].kind->id, m->table[i].layer);
-            if (f) m->table[i].data_bf16 = *f;
-        }
-    } else if (m->bf16_only && enable_bf16(m, 1, 0, err)) {
+    if (!base_bf16 && !m->bf16_only) return 0;
+    if ((base_bf16 && qwen3_check_bf16_base(m, err)) || enable_bf16(m, 1, 0, err)) {
         qwen3_free(m);
         return -1;
+    }
+    /* A weight without an fp32 place: the table points at its one copy. */
+    for (int i = 0; i < m->nparams; i++) {
+        uint16_t **f = bf16_field(m, m->table[i].kind->id, m->table[i].layer);
+        if (f && !m->table[i].data) m->table[i].data_bf16 = *f;
     }
     return 0;
 }
@@ -508,13 +505,6 @@ void qwen3_param_store(Qwen3 *m, int i, const float *v) {
     /* Tied: lm_head's bf16 copy is the embedding's, which no forward casts here. */
     if (m->bf16_only && p->kind->id == PK_TOK_EMBEDDINGS && m->spec.tie_embeddings)
         simd_f32_to_bf16(m->pb.output, v, p->numel);
-}
-
-long qwen3_bf16_only_max_numel(const Qwen3 *m) {
-    long n = 0;
-    for (int i = 0; i < m->nparams; i++)
-        if (!m->table[i].data && m->table[i].numel > n) n = m->table[i].numel;
-    return n;
 }
 
 int qwen3_create_frozen_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac,

@@ -71,7 +71,8 @@ typedef struct Qwen3Param {
     long numel;
     float *data; /* points into the parameter arena; NULL when held in bf16 (data_bf16) */
     float *grad; /* points into the gradient arena */
-    /* A bf16 base's weight (Qwen3.base_bf16): its only copy, in the bf16 arena; else NULL. */
+    /* A weight held in bf16 only (a bf16 base, Qwen3.base_bf16, or bf16 inference,
+     * Qwen3.bf16_only): its only copy, in the bf16 arena; else NULL. */
     uint16_t *data_bf16;
 } Qwen3Param;
 
@@ -308,16 +309,14 @@ int qwen3_create_forward(Qwen3 *m, const ModelSpec *spec, int B, int T, const Qw
 /* As qwen3_create_forward, for inference with bf16 weights: the matmul weights whose modules
  * have a bf16 path (attention and dense FFN projections; lm_head when the loss op is the
  * reference one) are held in bf16 only, with no fp32 master, and mixed precision is on. Their
- * table entries' data is NULL: loaders write them with qwen3_param_store. Forward casts
+ * table entries' data is NULL and data_bf16 their copy: loaders write them there (or with
+ * qwen3_param_store). Forward casts
  * nothing; a model of bf16 weights costs about half its fp32 parameters. */
 int qwen3_create_inference_bf16(Qwen3 *m, const ModelSpec *spec, int B, int T,
                                 const Qwen3Modules *impl, Err *err);
 /* Writes v (the parameter's numel values) into table entry i: its fp32 data, or its bf16 copy
  * (rounded to nearest even) when the model holds it in bf16 only. */
 void qwen3_param_store(Qwen3 *m, int i, const float *v);
-/* The largest numel among the table entries held in bf16 only (0 when there are none): the
- * fp32 buffer a loader needs before qwen3_param_store. */
-long qwen3_bf16_only_max_numel(const Qwen3 *m);
 /* As qwen3_create_with for a model whose own weights do not train (the base of LoRA): no
  * gradient arena (the table's grads and m->g are NULL), so backward computes the input
  * gradients only and skips every weight-gradient product (ops/op.h). base_bf16: the matmul

@@ -1,5 +1,6 @@
 /* Qwen3 weights from HF safetensors: checks the whole set against io/hf_keys' table first, so
- * that one error lists every problem, then converts each parameter to fp32. */
+ * that one error lists every problem, then converts each parameter to fp32 (or to bf16, for a
+ * weight held in bf16 only). */
 #include "model/qwen3_hf.h"
 
 #include <stdio.h>
@@ -7,7 +8,6 @@
 #include <string.h>
 
 #include "io/hf_keys.h"
-#include "kernels/cpu_simd.h"
 
 /* Appends "label: a, b, c" to msg (of cap bytes) while it fits; the rest are counted. */
 static void list_keys(char *msg, size_t cap, const char *label, char **keys, int n) {
@@ -44,25 +44,23 @@ int qwen3_load_hf(Qwen3 *m, const StSet *set, const char *what, Err *err) {
     HfKeyTable t;
     hf_keys_build(&t, &m->spec);
     int rc = 0;
-    /* Weights held in bf16 only pass through one fp32 buffer. */
-    long tmp_n = qwen3_bf16_only_max_numel(m);
-    float *tmp = tmp_n ? xmalloc((size_t)tmp_n * sizeof *tmp) : NULL;
     for (int i = 0; i < m->nparams && rc == 0; i++) {
         Qwen3Param *p = &m->table[i];
         if (!p->kind->hf) { /* training state (expert_bias), not in HF files */
             memset(p->data, 0, (size_t)p->numel * sizeof(float));
             continue;
         }
-        float *dst = p->data ? p->data : tmp;
         int k = hf_keys_find_param(&t, p->name);
         if (k < 0 || t.params[k].numel != p->numel)
             rc = err_set(err, "model parameter %s is not in the Hugging Face name table", p->name);
-        else if (hf_keys_load_param(dst, &t, k, set, err) != 0)
+        /* A weight held in bf16 only is converted straight into its copy: a BF16 file's
+         * values are copied, with no fp32 pass between. */
+        else if (p->data ? hf_keys_load_param(p->data, &t, k, set, err)
+                         : hf_keys_load_param_bf16(p->data_bf16, &t, k, set, err))
             rc = err_wrap(err, "%s", what);
-        else
-            qwen3_param_store(m, i, dst);
+        else if (p->data)
+            qwen3_param_store(m, i, p->data); /* a bf16-only model's tied output copy */
     }
-    free(tmp);
     hf_keys_free(&t);
     return rc;
 }

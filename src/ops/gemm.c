@@ -54,9 +54,9 @@ static const char *const backend_names[] = {"ref", "dnnl", "sgemm", "auto"};
 typedef enum Bf16Path { BF16_AUTO, BF16_WIDEN, BF16_ONEDNN } Bf16Path;
 static const char *const bf16_path_names[] = {"auto", "widen", "onednn"};
 
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT, g_bf16_once = PTHREAD_ONCE_INIT;
 static Backend g_backend = BK_AUTO;
-static Bf16Path g_bf16 = BF16_AUTO; /* never BF16_AUTO after init_once */
+static Bf16Path g_bf16 = BF16_AUTO; /* never BF16_AUTO after bf16_path() */
 static dnnl_engine_t g_engine;
 static char g_desc[256];
 static char g_bf16_why[128];
@@ -304,9 +304,30 @@ static void choose_bf16_path(void) {
              amx ? "AMX" : "no AMX", n, f32, b16);
 }
 
+static void describe(void);
+static void init_once(void);
+
+/* The bf16 path is chosen (and, under auto, timed) at the first bf16 product or question, not
+ * at the first GEMM: a process that multiplies in fp32 alone (eval, fp32 generate) never pays
+ * for the probe products. */
+static void choose_bf16_once(void) {
+    if (g_engine) choose_bf16_path();
+    describe();
+    int was = log_set_info(1);
+    log_info("gemm: %s", g_desc);
+    log_set_info(was);
+}
+
+static Bf16Path bf16_path(void) {
+    pthread_once(&g_once, init_once);
+    pthread_once(&g_bf16_once, choose_bf16_once);
+    return g_bf16;
+}
+
 /* 1 when bf16 products run as fp32 GEMMs on widened operands under the active backend. */
 static int widens(void) {
-    return g_backend == BK_AUTO ? g_bf16 == BF16_WIDEN : g_backend != BK_DNNL || !probe_impl(1);
+    return g_backend == BK_AUTO ? bf16_path() == BF16_WIDEN
+                                : g_backend != BK_DNNL || !probe_impl(1);
 }
 
 static void describe(void) {
@@ -316,7 +337,9 @@ static void describe(void) {
         snprintf(g_desc, sizeof g_desc, "reference loops (fp32; bf16 widened), %d threads", nt);
     } else if (g_backend == BK_AUTO) {
         char bdesc[160];
-        if (g_bf16 == BF16_WIDEN)
+        if (g_bf16 == BF16_AUTO)
+            snprintf(bdesc, sizeof bdesc, "bf16 path picked at the first bf16 product");
+        else if (g_bf16 == BF16_WIDEN)
             snprintf(bdesc, sizeof bdesc, "bf16 as dnnl_sgemm on widened operands (%s)",
                      g_bf16_why);
         else
@@ -357,7 +380,6 @@ static void init_once(void) {
         log_warn("gemm: oneDNN CPU engine unavailable; using the reference loops");
         g_backend = BK_REF;
     }
-    if (g_engine) choose_bf16_path();
     describe();
     int was = log_set_info(1); /* once per process, even when first reached from a quiet check */
     log_info("gemm: %s", g_desc);
@@ -569,7 +591,7 @@ static void gemm_bf16_run(int ta, int tb, int M, int N, int K, float alpha, cons
                           int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc) {
     pthread_once(&g_once, init_once);
     if (trivial(M, N, K, beta, C, ldc)) return;
-    int onednn = g_backend == BK_DNNL || (g_backend == BK_AUTO && g_bf16 == BF16_ONEDNN);
+    int onednn = g_backend == BK_DNNL || (g_backend == BK_AUTO && bf16_path() == BF16_ONEDNN);
     if (!onednn || gemm_widened_values(A) || gemm_widened_values(B)) {
         bf16_widened(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;

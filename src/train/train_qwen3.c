@@ -824,15 +824,11 @@ int train_qwen3_load_hf(TrainQwen3 *f, const char *path, Err *err) {
         const Qwen3Param *p = &whole(f)->table[i];
         int k = p->kind->hf ? hf_keys_find_param(&keys, p->name) : -1;
         float *dst = stage(f, i, tmp);
-        if (in_pieces(f, i) && k >= 0) {
-            for (long lo = 0; lo < p->numel && rc == 0; lo += QWEN3_CHUNK) {
-                long n = p->numel - lo < QWEN3_CHUNK ? p->numel - lo : QWEN3_CHUNK;
-                if (hf_keys_load_param_range(tmp, &keys, k, &set, lo, n, err) != 0)
-                    rc = err_wrap(err, "%s", path);
-                else
-                    simd_f32_to_bf16(f->held[i].pb + lo, tmp, n);
+        if (in_pieces(f, i) && k >= 0) { /* straight into the bf16 copy, no fp32 pass */
+            if (hf_keys_load_param_bf16(f->held[i].pb, &keys, k, &set, err) != 0) {
+                rc = err_wrap(err, "%s", path);
+                break;
             }
-            if (rc != 0) break;
             continue;
         }
         if (!p->kind->hf) /* training state (expert_bias), not in HF files */
