@@ -136,6 +136,19 @@ static void test_moe_bf16(void **state) {
 }
 
 /* Allocation calls in decode steps after a prefill, batches of two and one sequence. */
+/* Every weight of m from its initializer (seed 5), through one buffer of the largest size. */
+static void init_weights(Qwen3 *m) {
+    long max_numel = 1;
+    for (int i = 0; i < m->nparams; i++)
+        if (m->table[i].numel > max_numel) max_numel = m->table[i].numel;
+    float *v = malloc((size_t)max_numel * sizeof *v);
+    for (int i = 0; i < m->nparams; i++) {
+        qwen3_init_param(m, i, 5, v);
+        qwen3_param_store(m, i, v);
+    }
+    free(v);
+}
+
 static void run_decode(int moe, int bf16) {
     ModelSpec s = tiny(moe);
     Err err;
@@ -146,15 +159,7 @@ static void run_decode(int moe, int bf16) {
         assert_int_equal(qwen3_create_inference_bf16(&m, &s, 1, 1, &mod, &err), 0);
     else
         assert_int_equal(qwen3_create_forward(&m, &s, 1, 1, &mod, &err), 0);
-    long max_numel = 1;
-    for (int i = 0; i < m.nparams; i++)
-        if (m.table[i].numel > max_numel) max_numel = m.table[i].numel;
-    float *v = malloc((size_t)max_numel * sizeof *v);
-    for (int i = 0; i < m.nparams; i++) {
-        qwen3_init_param(&m, i, 5, v);
-        qwen3_param_store(&m, i, v);
-    }
-    free(v);
+    init_weights(&m);
     Decoder d;
     assert_int_equal(decoder_create(&d, &m, 2, T_, &err), 0);
     float *logits = malloc((size_t)2 * V_ * sizeof *logits);
@@ -197,15 +202,7 @@ static void test_generate_per_token(void **state) {
     overrides_defaults(&s, "cpu", &mod);
     Qwen3 m;
     assert_int_equal(qwen3_create_forward(&m, &s, 1, 1, &mod, &err), 0);
-    long max_numel = 1;
-    for (int i = 0; i < m.nparams; i++)
-        if (m.table[i].numel > max_numel) max_numel = m.table[i].numel;
-    float *v = malloc((size_t)max_numel * sizeof *v);
-    for (int i = 0; i < m.nparams; i++) {
-        qwen3_init_param(&m, i, 5, v);
-        qwen3_param_store(&m, i, v);
-    }
-    free(v);
+    init_weights(&m);
     const char *src = getenv("QT_SOURCE_DIR");
     char *tp = fs_join(src ? src : ".", "tests/fixtures/tokenizer/tiny_gpt2");
     Tokenizer *tok = tokenizer_load(tp, &err);
