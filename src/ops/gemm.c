@@ -307,15 +307,21 @@ static void choose_bf16_path(void) {
 static void describe(void);
 static void init_once(void);
 
+/* Logs the backend line: once at the first GEMM, once more when the bf16 path is chosen; even
+ * when first reached from a quiet check. */
+static void announce(void) {
+    describe();
+    int was = log_set_info(1);
+    log_info("gemm: %s", g_desc);
+    log_set_info(was);
+}
+
 /* The bf16 path is chosen (and, under auto, timed) at the first bf16 product or question, not
  * at the first GEMM: a process that multiplies in fp32 alone (eval, fp32 generate) never pays
  * for the probe products. */
 static void choose_bf16_once(void) {
     if (g_engine) choose_bf16_path();
-    describe();
-    int was = log_set_info(1);
-    log_info("gemm: %s", g_desc);
-    log_set_info(was);
+    announce();
 }
 
 static Bf16Path bf16_path(void) {
@@ -380,10 +386,7 @@ static void init_once(void) {
         log_warn("gemm: oneDNN CPU engine unavailable; using the reference loops");
         g_backend = BK_REF;
     }
-    describe();
-    int was = log_set_info(1); /* once per process, even when first reached from a quiet check */
-    log_info("gemm: %s", g_desc);
-    log_set_info(was);
+    announce();
 }
 
 int gemm_set_backend(const char *name) {
