@@ -106,8 +106,10 @@ if [ -f "$tok/tokenizer_config.json" ]; then
   two_dirs chat_same.log --job.dump_folder="$TMP/run_chat_same" "${chat[@]}" ||
     { echo "FAIL: the same chat data under two paths should train"; cat "$TMP/chat_same.log"; exit 1; }
   echo "ok: ranks compare the chat data they opened by content"
+elif [ -n "${QT_SHARED_DIR:-}" ] && [ -d "$QT_SHARED_DIR" ]; then
+  echo "FAIL: $QT_SHARED_DIR lacks the Qwen3 tokenizer"; exit 1
 else
-  echo "FAIL: ${QT_SHARED_DIR:-../shared} lacks the Qwen3 tokenizer"; exit 1
+  echo "skipped: chat data by content (no ../shared, as in a user's clone)"
 fi
 # MPI_Init, which has no timeout of its own, under comm.init_timeout_seconds: the second
 # "rank" is a program that never joins, so rank 0's MPI_Init would wait for it forever.
