@@ -136,6 +136,26 @@ static void test_tp_and_hosts(void **state) {
     /* Each tp rank computes half of everything but lm_head, which it runs whole. */
     double head = 6 * V * D * N;
     near(s.rank_flops, (flops_per_token() * N - head) / 2 + head);
+    /* q_norm's and k_norm's gradients (E floats each) summed over tp per layer. */
+    const StepCollective *q = find(&s, "TP norm all-reduce");
+    assert_non_null(q);
+    near(q->count, 2 * L);
+    near(q->bytes, E * 4);
+    near(q->seconds, 2 * (4 * 10e-6 + 0.5 * 4 * E * 4 / 1e9));
+    near(s.exposed_s, a->seconds + q->seconds);
+    config_free(&cfg);
+
+    /* With sequence parallelism the two layer norms' gradients (D floats) are summed too. */
+    char *sq[] = {TINY, "--parallelism.tensor_parallel_degree=2",
+                  "--parallelism.enable_sequence_parallel=true"};
+    load(&cfg, sq, sizeof sq / sizeof sq[0]);
+    assert_int_equal(steptime_job_mesh(&m, &cfg, &c, &err), 0);
+    assert_int_equal(steptime_estimate(&s, &cfg, &m, &c, &err), 0);
+    q = find(&s, "TP norm all-reduce");
+    assert_non_null(q);
+    near(q->count, 4 * L);
+    near(q->bytes * q->count, L * 2 * (E + D) * 4);
+    near(q->seconds, 2 * (8 * 10e-6 + 0.5 * L * 2 * (E + D) * 4 / 1e9));
     config_free(&cfg);
 
     /* FSDP over two hosts of one rank: the group's ring goes through the host link. */
@@ -280,6 +300,44 @@ static void test_expert_tensor_parallel(void **state) {
     config_free(&cfg);
 }
 
+/* LoRA on FSDP 2 x TP 2: the frozen base is gathered as before (the tied edge once, two layers)
+ * but has no gradients to reduce-scatter or norms to sum; the adapters' gradients (wq and wv
+ * by default: rank 2 x (32 + 32) and 2 x (32 + 16) per layer) are all-reduced over the four
+ * ranks once per step; the compute has no weight-gradient products for the base. */
+static void test_lora(void **state) {
+    (void)state;
+    char *argv[] = {TINY, "--lora.rank=2", "--parallelism.tensor_parallel_degree=2"};
+    JobConfig cfg;
+    load(&cfg, argv, sizeof argv / sizeof argv[0]);
+    Cluster c = cluster(1, 4);
+    StepMesh m;
+    StepTime s;
+    Err err;
+    assert_int_equal(steptime_job_mesh(&m, &cfg, &c, &err), 0);
+    assert_int_equal(m.shard, 2);
+    assert_int_equal(steptime_estimate(&s, &cfg, &m, &c, &err), 0);
+    double adapters = L * (2 * (32 + 32) + 2 * (32 + 16)); /* 448 */
+    near(s.plan.lora_numel, adapters);
+    const StepCollective *a = find(&s, "LoRA all-reduce");
+    assert_non_null(a);
+    assert_int_equal(a->ranks, 4);
+    near(a->count, 1);
+    near(a->bytes, adapters * 4);
+    near(a->seconds, 2 * (3 * 10e-6 + 0.75 * adapters * 4 / 1e9));
+    assert_null(find(&s, "FSDP reduce-scatter"));
+    assert_null(find(&s, "TP norm all-reduce"));
+    assert_null(find(&s, "HSDP all-reduce"));
+    const StepCollective *g = find(&s, "FSDP all-gather");
+    assert_true(g && g->count == 3);
+    /* Executed FLOPs: the convention's 6 per matmul parameter less the base's 2 of dW, plus 6
+     * per adapter element; tp halves all but lm_head, which runs its forward and dX whole. */
+    double matmul = L * (D * H * E + 2 * D * 2 * E + H * E * D + 3 * D * 64) + V * D;
+    double hw = (flops_per_token() - 2 * matmul + 6 * adapters) * N, head = 4 * V * D * N;
+    near(s.plan.hw_flops_per_step, hw);
+    near(s.rank_flops, (hw - head) / 2 + head);
+    config_free(&cfg);
+}
+
 static void test_enumerate(void **state) {
     (void)state;
     char *argv[] = {TINY};
@@ -362,9 +420,13 @@ static void test_bad_input(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fsdp_one_host),   cmocka_unit_test(test_tp_and_hosts),
-        cmocka_unit_test(test_expert_parallel), cmocka_unit_test(test_expert_tensor_parallel),
-        cmocka_unit_test(test_enumerate),       cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_fsdp_one_host),
+        cmocka_unit_test(test_tp_and_hosts),
+        cmocka_unit_test(test_expert_parallel),
+        cmocka_unit_test(test_expert_tensor_parallel),
+        cmocka_unit_test(test_lora),
+        cmocka_unit_test(test_enumerate),
+        cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -158,19 +158,23 @@ int steptime_estimate(StepTime *out, const JobConfig *cfg, const StepMesh *m, co
     train_plan_units(&u, sp, m->tp, m->ep);
     out->mem_bytes = p->total;
 
-    /* Compute: the plan's FLOPs of one data-parallel rank's tokens (the recomputed forward
-     * included), split over tp except lm_head, which each tp rank runs whole unless sequence
-     * parallelism gives it 1/tp of the tokens. */
+    /* Compute: the plan's FLOPs of one data-parallel rank's tokens as executed (the
+     * recomputed forward included; a LoRA run's frozen base without weight gradients), split
+     * over tp except lm_head, which each tp rank runs whole unless sequence parallelism gives
+     * it 1/tp of the tokens. */
+    int frozen = cfg->lora.rank > 0;
     double N = (double)p->B * p->T, M = p->micro, tok = N * M;
     double D = sp->dim, V = sp->vocab_size, L = sp->n_layers;
-    double head = 6.0 * V * D * tok;
+    double head = (frozen ? 4.0 : 6.0) * V * D * tok;
     out->rank_flops = (p->hw_flops_per_step - head) / m->tp + head / (m->sp ? m->tp : 1);
     out->compute_s = out->rank_flops / (c->peak_tflops * 1e12 * c->compute_eff);
 
     /* FSDP (dp_shard group, ranks tp apart): per micro-batch every unit is gathered for its
      * forward and again for its backward, except the two layers and the edge unit still in
      * their workspaces when backward starts (with tied embeddings the embedding unit stays
-     * gathered throughout); every unit's gradient is reduce-scattered once. Under expert
+     * gathered throughout; a frozen one has no backward); every unit's gradient is
+     * reduce-scattered once (a LoRA run's frozen base has none: finish_grads sums the
+     * adapters' gradients instead, below). Under expert
      * parallelism a layer's experts are a unit of their own (train/train_qwen3.c): the rank's
      * X / ep of them are gathered and reduce-scattered alongside the layer, over the
      * dp_shard x tp / ep ranks of its replica that hold the same experts (ranks ep apart);
@@ -183,11 +187,11 @@ int steptime_estimate(StepTime *out, const JobConfig *cfg, const StepMesh *m, co
         for (int i = 0; i < u.n; i++) {
             double n = part ? u.experts[i] : u.dense[i] + (m->ep > 1 ? 0 : u.experts[i]);
             if (n <= 0) continue;
-            int again = (i >= 1 && i <= L - 2) || (i == 0 && !sp->tie_embeddings);
+            int again = (i >= 1 && i <= L - 2) || (i == 0 && !sp->tie_embeddings && !frozen);
             gb += n * c->gather_bytes * (again ? 2 : 1);
             gn += again ? 2 : 1;
-            rb += n * 4.0;
-            rn += 1;
+            rb += frozen ? 0 : n * 4.0;
+            rn += frozen ? 0 : 1;
         }
         double tg = M * ring_seconds(c, stride, ranks, gn, gb, 1);
         double tr = M * ring_seconds(c, stride, ranks, rn, rb, 1);
@@ -213,9 +217,17 @@ int steptime_estimate(StepTime *out, const JobConfig *cfg, const StepMesh *m, co
     /* HSDP: once per step, the gradient slices (the experts' included) are all-reduced over the
      * replicas. */
     int rstride = m->tp * m->shard;
-    double th = ring_seconds(c, rstride, m->rep, 1, p->grads, 2);
-    add(out, "HSDP all-reduce", "dp_replicate", c, rstride, m->rep, 1, p->grads, th, 0);
-    exposed += m->rep > 1 ? th : 0;
+    if (!frozen) {
+        double th = ring_seconds(c, rstride, m->rep, 1, p->grads, 2);
+        add(out, "HSDP all-reduce", "dp_replicate", c, rstride, m->rep, 1, p->grads, th, 0);
+        exposed += m->rep > 1 ? th : 0;
+    } else {
+        /* LoRA: once per step the adapters' gradients are all-reduced over every rank
+         * (train_qwen3.c finish_grads: each rank's rows' share and tp blocks' parts). */
+        double b = p->lora_numel * 4.0, t = ring_seconds(c, 1, (int)world, 1, b, 2);
+        add(out, "LoRA all-reduce", "world", c, 1, (int)world, 1, b, t, 0);
+        exposed += t;
+    }
 
     /* Tensor parallelism (tp group, consecutive ranks), on (N, D) fp32 activations per
      * micro-batch and layer: without sequence parallelism two all-reduces forward and two
@@ -243,10 +255,20 @@ int steptime_estimate(StepTime *out, const JobConfig *cfg, const StepMesh *m, co
     double moe = 0; /* MoE layers */
     for (int i = 1; i + 1 < u.n; i++)
         moe += u.experts[i] > 0;
+    /* q_norm and k_norm are shared by every head and each tp rank saw its own heads, so their
+     * gradients (head_dim each) are all-reduced over tp per layer and micro-batch; with
+     * sequence parallelism so are the two layer norms' (D each), each rank having seen its
+     * tokens only. Latency, in practice. A frozen base has none. */
+    if (m->tp > 1 && !frozen) {
+        double n = M * L * (m->sp ? 4 : 2), b = M * L * 2 * (sp->head_dim + (m->sp ? D : 0)) * 4.0;
+        double t = ring_seconds(c, 1, m->tp, n, b, 2);
+        add(out, "TP norm all-reduce", "tp", c, 1, m->tp, n, b / n, t, 0);
+        exposed += t;
+    }
     /* MoE with tensor parallelism: each tp rank runs the router's backward on its block of
      * the tokens, so the router's gradient (X x D) is all-reduced over tp per MoE layer and
      * micro-batch. */
-    if (m->tp > 1 && moe > 0) {
+    if (m->tp > 1 && moe > 0 && !frozen) {
         double n = M * moe, b = sp->num_experts * D * 4.0;
         double t = ring_seconds(c, 1, m->tp, n, n * b, 2);
         add(out, "TP router all-reduce", "tp", c, 1, m->tp, n, b, t, 0);

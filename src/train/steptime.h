@@ -36,7 +36,7 @@ typedef struct StepMesh {
     AcMode ac;
 } StepMesh;
 
-enum { STEP_MAX_COLL = 12 };
+enum { STEP_MAX_COLL = 16 };
 
 typedef struct StepCollective {
     const char *what;  /* e.g. "FSDP all-gather" */

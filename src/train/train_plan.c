@@ -411,10 +411,17 @@ int train_plan_compute_tok(TrainPlan *p, const JobConfig *cfg, const Tokenizer *
     p->tokens_per_step = N * p->micro;
     p->flops_per_step = p->flops_per_token * p->tokens_per_step;
     p->hw_flops_per_step = p->flops_per_step;
+    /* LoRA: the frozen base runs no weight-gradient products (2 of each matmul parameter's
+     * 6 FLOPs per token); the adapters (forward, dX and dW) run 6 per adapter element. */
+    double adapters = 6.0 * p->lora_numel;
+    if (cfg->lora.rank > 0)
+        p->hw_flops_per_step +=
+            (adapters - 2.0 * metrics_matmul_params(&p->spec)) * p->tokens_per_step;
     if (full_ac) {
         /* Backward reruns the forward of every layer but the last: per token, a third of
-         * the model FLOPs (2 per matmul parameter + attention) less the lm_head's share. */
-        double fwd = p->flops_per_token / 3.0 - 2.0 * V * D;
+         * the model FLOPs (2 per matmul parameter + attention, and the adapters') less the
+         * lm_head's share. */
+        double fwd = (p->flops_per_token + adapters) / 3.0 - 2.0 * V * D;
         double L = p->spec.n_layers;
         p->hw_flops_per_step += fwd * (L - 1) / L * p->tokens_per_step;
     }
@@ -464,8 +471,11 @@ void train_plan_print(const TrainPlan *p, FILE *f) {
             "flops: %.4g per token (6 x matmul params + attention), %.0f tokens per step, %.4g "
             "per step",
             p->flops_per_token, p->tokens_per_step, p->flops_per_step);
-    if (p->hw_flops_per_step > p->flops_per_step)
-        fprintf(f, " (%.4g with the recomputed forward)", p->hw_flops_per_step);
+    if (p->hw_flops_per_step != p->flops_per_step)
+        fprintf(f, " (%.4g executed: %s)", p->hw_flops_per_step,
+                p->lora_numel > 0 ? "no weight gradients for the frozen base, the adapters' "
+                                    "products, any recomputed forward"
+                                  : "with the recomputed forward");
     fprintf(f, "\n");
     for (int i = 0; i < 4; i++)
         if (p->notes[i][0]) fprintf(f, "note: %s\n", p->notes[i]);
