@@ -58,6 +58,16 @@ int main(void) {
     OK(comm_wait(c, req, &err));
     OK(comm_broadcast(c, a, N * sizeof(float), 0, &err));
     OK(comm_barrier(c, &err));
+    /* One rank's all-to-all is a copy of its own run; an empty one moves nothing. */
+    size_t count = N, none = 0;
+    CUDA_OK(cudaMemset(b, 0, N * sizeof(float)));
+    OK(comm_all_to_all_v(c, b, &count, a, &count, COMM_F32, &err));
+    OK(comm_all_to_all_v(c, a, &none, b, &none, COMM_F32, &err));
+    CUDA_OK(cudaMemcpy(back, b, sizeof back, cudaMemcpyDeviceToHost));
+    if (memcmp(back, host, sizeof host) != 0) {
+        fprintf(stderr, "the NCCL all-to-all changed the data\n");
+        return 1;
+    }
     CUDA_OK(cudaMemcpy(back, a, sizeof back, cudaMemcpyDeviceToHost));
     if (memcmp(back, host, sizeof host) != 0) {
         fprintf(stderr, "NCCL collectives changed the data on one rank\n");

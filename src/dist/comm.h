@@ -38,7 +38,7 @@ typedef struct CommOps {
                        Err *err);
     int (*ireduce_scatter_sum)(Comm *c, void *out, const void *in, size_t n, CommDtype t,
                                CommReq **req, Err *err);
-    /* NULL where the implementation has none (NCCL): comm_all_to_all_v says so. */
+    /* NULL where the implementation has none: comm_all_to_all_v says so. */
     int (*all_to_all_v)(Comm *c, void *out, const size_t *recv_counts, const void *in,
                         const size_t *send_counts, CommDtype t, Err *err);
     int (*wait)(Comm *c, CommReq *req, Err *err);

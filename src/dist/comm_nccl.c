@@ -112,6 +112,30 @@ static int nccl_ireduce_scatter_sum(Comm *c, void *out, const void *in, size_t n
     return record(c, req, err);
 }
 
+/* Point-to-point pairs in one group: NCCL runs them together (a send to this rank itself
+ * included), so no pair waits on another's order. Blocking, like the MPI form. */
+static int nccl_all_to_all_v(Comm *c, void *out, const size_t *recv_counts, const void *in,
+                             const size_t *send_counts, CommDtype t, Err *err) {
+    NcclImpl *m = impl_of(c);
+    size_t es = comm_dtype_size(t), so = 0, ro = 0;
+    NCCL_TRY(c, ncclGroupStart(), "ncclGroupStart", err);
+    ncclResult_t rc = ncclSuccess;
+    for (int p = 0; p < c->size && rc == ncclSuccess; p++) {
+        if (send_counts[p])
+            rc = ncclSend((const char *)in + so * es, send_counts[p], nccl_type(t), p, m->comm,
+                          m->stream);
+        if (rc == ncclSuccess && recv_counts[p])
+            rc = ncclRecv((char *)out + ro * es, recv_counts[p], nccl_type(t), p, m->comm,
+                          m->stream);
+        so += send_counts[p];
+        ro += recv_counts[p];
+    }
+    /* The group is closed whatever happened inside it. */
+    ncclResult_t end = ncclGroupEnd();
+    NCCL_TRY(c, rc != ncclSuccess ? rc : end, "ncclSend/ncclRecv (all-to-all)", err);
+    return sync_stream(c, err);
+}
+
 static int nccl_wait(Comm *c, CommReq *q, Err *err) {
     cudaError_t rc = cudaEventSynchronize(q->done);
     cudaEventDestroy(q->done);
@@ -175,6 +199,7 @@ static const CommOps NCCL_OPS = {
     .broadcast = nccl_broadcast,
     .iall_gather = nccl_iall_gather,
     .ireduce_scatter_sum = nccl_ireduce_scatter_sum,
+    .all_to_all_v = nccl_all_to_all_v,
     .wait = nccl_wait,
     .test = nccl_test,
     .split = nccl_split,
