@@ -769,6 +769,28 @@ static void test_torchtitan_refusals(void **state) {
                                     "available: qtitan has no context parallelism"));
 }
 
+/* The command line wins over the file for torchtitan's keys too: a refused or noticed value
+ * in the file set back on the command line to one qtitan honours runs without a word, and a
+ * value the command line asks for that qtitan cannot honour names the command line. */
+static void test_torchtitan_command_line_wins(void **state) {
+    (void)state;
+    JobConfig c;
+    char *off[] = {"--metrics.enable_wandb=false", "--compile.enable=false"};
+    load_ok(&c, "[metrics]\nenable_wandb = true\n[compile]\nenable = true\n", 2, off);
+    assert_int_equal(c.n_notices, 0);
+    config_free(&c);
+    Err err = {{0}};
+    char *on[] = {"--metrics.enable_wandb", "--compile.enable=true"};
+    assert_int_not_equal(load(&c, "[metrics]\nenable_wandb = false\n", 2, on, &err, NULL), 0);
+    assert_non_null(strstr(err.msg, "command line: metrics.enable_wandb = true is not available"));
+    /* The notice names where the value that counts came from, once. */
+    char *noticed[] = {"--compile.enable=true"};
+    load_ok(&c, "[compile]\nenable = true\n", 1, noticed);
+    assert_int_equal(c.n_notices, 1);
+    assert_non_null(strstr(c.notices[0], "command line: compile.enable = true has no effect here"));
+    config_free(&c);
+}
+
 /* torchtitan's --job.config_file names the file as --config does. */
 static void test_job_config_file(void **state) {
     (void)state;
@@ -806,6 +828,7 @@ int main(void) {
         cmocka_unit_test(test_docs_list_every_key),
         cmocka_unit_test(test_torchtitan_every_key),
         cmocka_unit_test(test_torchtitan_notices),
+        cmocka_unit_test(test_torchtitan_command_line_wins),
         cmocka_unit_test(test_torchtitan_refusals),
         cmocka_unit_test(test_job_config_file),
     };

@@ -514,22 +514,43 @@ static int apply_compat(JobConfig *cfg, const CompatKey *c, const TomlValue *v, 
         return err_set(err, "%s: %s.%s = %s has the wrong type (%s); expected %s", where,
                        c->section, c->key, shown, toml_type_name(v->type), words);
     }
+    int same = 0;
     if (c->same) {
-        if (strcmp(c->same, "*") == 0) return 0;
+        same = strcmp(c->same, "*") == 0;
         size_t n = strlen(shown);
-        for (const char *p = c->same; *p;) {
+        for (const char *p = c->same; *p && !same;) {
             size_t k = strcspn(p, "|");
-            if (k == n && strncmp(p, shown, n) == 0) return 0;
+            same = k == n && strncmp(p, shown, n) == 0;
             p += k + (p[k] == '|');
         }
     }
-    if (c->other == COMPAT_REFUSE)
-        return err_set(err, "%s: %s.%s = %s is not available: %s", where, c->section, c->key, shown,
-                       c->reason);
+    /* Settled when every source has spoken (compat_settle): the command line may set the key
+     * again, and its value is the one that counts, as torchtitan's CLI overrides its TOML. */
+    CompatSet *e = NULL;
+    for (int i = 0; i < cfg->n_compat && !e; i++)
+        if (cfg->compat[i].key == c) e = &cfg->compat[i];
+    if (!e) {
+        cfg->compat = xrealloc(cfg->compat, (size_t)(cfg->n_compat + 1) * sizeof *cfg->compat);
+        e = &cfg->compat[cfg->n_compat++];
+        e->line = NULL;
+    }
+    free(e->line);
+    e->key = c;
+    e->action = same ? COMPAT_SAME : c->other;
     char line[1600];
-    snprintf(line, sizeof line, "%s: %s.%s = %s has no effect here: %s", where, c->section, c->key,
-             shown, c->reason);
-    add_notice(cfg, line);
+    snprintf(line, sizeof line, "%s: %s.%s = %s %s: %s", where, c->section, c->key, shown,
+             c->other == COMPAT_REFUSE ? "is not available" : "has no effect here", c->reason);
+    e->line = xstrdup(line);
+    return 0;
+}
+
+/* The torchtitan keys without a field here, as last set: a value qtitan cannot honour stops
+ * the run with its sentence, one without effect becomes a notice (in the order first met). */
+static int compat_settle(JobConfig *cfg, Err *err) {
+    for (int i = 0; i < cfg->n_compat; i++)
+        if (cfg->compat[i].action == COMPAT_REFUSE) return err_set(err, "%s", cfg->compat[i].line);
+    for (int i = 0; i < cfg->n_compat; i++)
+        if (cfg->compat[i].action == COMPAT_NOTICE) add_notice(cfg, cfg->compat[i].line);
     return 0;
 }
 
@@ -766,6 +787,9 @@ void config_free(JobConfig *c) {
     for (int i = 0; i < c->n_notices; i++)
         free(c->notices[i]);
     free(c->notices);
+    for (int i = 0; i < c->n_compat; i++)
+        free(c->compat[i].line);
+    free(c->compat);
     memset(c, 0, sizeof *c);
 }
 
@@ -904,7 +928,7 @@ int config_load(JobConfig *cfg, const char *path, int argc, char **argv, Err *er
         }
         if (config_apply_override(cfg, name, value, "command line", err) != 0) goto fail;
     }
-    if (check_local(cfg, err) != 0) goto fail;
+    if (compat_settle(cfg, err) != 0 || check_local(cfg, err) != 0) goto fail;
     return 0;
 fail:
     config_free(cfg);

@@ -22,6 +22,7 @@
 #include <stdio.h>
 
 #include "core/ac_mode.h"
+#include "core/config_compat.h"
 #include "core/dtype.h"
 #include "core/err.h"
 #include "core/model_spec.h"
@@ -189,6 +190,10 @@ typedef struct JobConfig {
      * order met; the commands print them with config_log_notices. */
     char **notices;
     int n_notices;
+    /* Those keys as last set by the file or the command line, with the line each would print;
+     * config_load turns them into notices or a refusal once every source is read. */
+    CompatSet *compat;
+    int n_compat;
 } JobConfig;
 
 /* Fills cfg with the defaults; pair with config_free. */

@@ -10,6 +10,7 @@
 typedef enum CompatAction {
     COMPAT_NOTICE, /* accepted; a notice names the key, the value and why it has no effect */
     COMPAT_REFUSE, /* an error sentence: the value asks for something qtitan cannot do */
+    COMPAT_SAME,   /* (a value's settled action only) one qtitan honours: nothing to say */
 } CompatAction;
 
 typedef struct CompatKey {
@@ -24,6 +25,13 @@ typedef struct CompatKey {
     CompatAction other; /* what any other value gets */
     const char *reason;
 } CompatKey;
+
+/* A compat key as last set in a job config: what its value gets, and the line it prints. */
+typedef struct CompatSet {
+    const CompatKey *key;
+    CompatAction action;
+    char *line; /* "WHERE: section.key = VALUE is not available: ..." or "... has no effect..." */
+} CompatSet;
 
 extern const CompatKey CONFIG_COMPAT[];
 extern const int CONFIG_COMPAT_N;
