@@ -154,7 +154,10 @@ static char *export_from(const ModelSpec *spec, const HfKeyTable *t, const float
     HfExportTensor *ts = calloc((size_t)t->nparams, sizeof *ts);
     size_t off = 0;
     for (int i = 0; i < t->nparams; i++) {
-        ts[i] = (HfExportTensor){t->params[i].name, t->params[i].numel, base + off, dev};
+        ts[i] = (HfExportTensor){.name = t->params[i].name,
+                                 .numel = t->params[i].numel,
+                                 .data = base + off,
+                                 .device = dev};
         off += (size_t)t->params[i].numel;
     }
     char tmpl[] = "/tmp/qt_devrd_XXXXXX";

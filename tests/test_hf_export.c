@@ -186,7 +186,8 @@ static void test_values_out_of_range(void **state) {
     make_ckpt(&c, "dense_untied", 0, "range");
     HfExportTensor *ts = calloc((size_t)c.t.nparams, sizeof *ts);
     for (int i = 0; i < c.t.nparams; i++)
-        ts[i] = (HfExportTensor){c.t.params[i].name, c.t.params[i].numel, c.data[i], NULL};
+        ts[i] = (HfExportTensor){
+            .name = c.t.params[i].name, .numel = c.t.params[i].numel, .data = c.data[i]};
     int w1 = hf_keys_find_param(&c.t, "layers.1.feed_forward.w1.weight");
     char *out = fs_join(g_dir, "range_out");
     Err err;

@@ -2,7 +2,8 @@
  * tiny Qwen3 of tests/fixtures/train_parity): the loss and every adapter gradient of one masked
  * batch, and five AdamW steps through trainer_run (clipping active, only the adapters
  * trained); a finite-difference check of the adapter backward; peft's file format written and
- * read back with peft's key names and shapes; merging; the error sentences. */
+ * read back with peft's key names and shapes; merging, also of a bf16 base against peft's
+ * merge_and_unload; the error sentences. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -328,8 +329,9 @@ static void test_peft_files_and_merge(void **state) {
         assert_memory_equal(back.ad[i].a, lo.ad[i].a, (size_t)RANK * lo.ad[i].in * 4);
         assert_memory_equal(back.ad[i].b, lo.ad[i].b, (size_t)lo.ad[i].out * RANK * 4);
     }
-    json_t *cfg = json_load_path(
-        strcat(strcpy(malloc(strlen(tmpl) + 32), tmpl), "/adapter_config.json"), &err);
+    char *cfg_path = fs_join(tmpl, "adapter_config.json");
+    json_t *cfg = json_load_path(cfg_path, &err);
+    free(cfg_path);
     assert_non_null(cfg);
     assert_int_equal(json_array_size(json_object_get(cfg, "target_modules")), 7);
     json_decref(cfg);
@@ -346,7 +348,7 @@ static void test_peft_files_and_merge(void **state) {
         Qwen3LayerParams *p = &m.p.layers[lo.ad[i].layer];
         float *ws[7] = {p->wq, p->wk, p->wv, p->wo, p->w1, p->w3, p->w2};
         memcpy(sites, ws, sizeof ws);
-        lora_merge(&lo, &lo.ad[i], sites[lo.ad[i].site]);
+        lora_merge(&lo, &lo.ad[i], sites[lo.ad[i].site], 0, lo.ad[i].out);
     }
     m.lora = NULL;
     qwen3_forward(&m, tok, NULL, NULL, NULL, B, T);
@@ -364,6 +366,145 @@ static void test_peft_files_and_merge(void **state) {
     lora_free(&back);
     lora_free(&lo);
     qwen3_free(&m);
+}
+
+/* ---- the merged export of a bf16 base ---- */
+
+/* fp32 to bf16 and back, round to nearest even (finite x): the rounding torch's
+ * .to(torch.bfloat16) does, written out here so the expectation does not come from the code
+ * under test. */
+static float bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* The spacing of bf16 values at x. */
+static double bf16_ulp(double x) {
+    int e;
+    frexp(x == 0 ? 1e-30 : x, &e);
+    return ldexp(1.0, e - 8);
+}
+
+/* Reads tensor name of dir/model.safetensors as fp32 into a new buffer of numel floats. */
+static float *read_merged(const char *dir, const char *name, long numel, DType want) {
+    char *p = fs_join(dir, "model.safetensors");
+    StFile f;
+    Err err;
+    if (st_open(&f, p, &err)) fail_msg("%s", err.msg);
+    const StTensor *t = st_find(&f, name);
+    if (!t) fail_msg("%s has no %s", p, name);
+    assert_int_equal(t->numel, numel);
+    assert_int_equal(t->dtype, want);
+    float *out = malloc((size_t)numel * sizeof *out);
+    st_to_f32(t, out);
+    st_close(&f);
+    free(p);
+    return out;
+}
+
+/* LoRA on a base held in bf16 (lora.base_dtype), exported merged on one process: each
+ * targeted weight is bf16(W) widened exactly plus s B A in fp32, written in the export dtype.
+ * In float32 it equals that sum computed here in double (within fp32 rounding); in bfloat16
+ * it equals HF peft's merge_and_unload on the base loaded in bf16 (tests/fixtures/lora/
+ * merged_bf16.safetensors, tools/make_lora_merge_fixture.py); the untargeted weights held in
+ * bf16 are bf16(W) exactly, the norms W. */
+static void test_bf16_base_merged_export(void **state) {
+    (void)state;
+    Err err;
+    TrainQwen3 *q = train_qwen3_create(&spec, B, T, AC_NONE, NULL, NULL, 1, 1, &err);
+    if (!q) fail_msg("%s", err.msg);
+    if (train_qwen3_load_hf(q, base_dir, &err)) fail_msg("%s", err.msg);
+    Lora lo;
+    if (lora_create(&lo, &spec, RANK, 8.0, ALL, 2, B * T, "test", 1, &err) ||
+        lora_load_peft(&lo, &spec, fix_dir, &err))
+        fail_msg("%s", err.msg);
+    TrainModel tm;
+    train_qwen3_model_lora(q, &lo, &tm);
+    Qwen3 *m = train_qwen3_qwen3(q);
+    assert_null(m->p.layers[0].wq); /* held in bf16 only */
+    char tmpl[] = "/tmp/qt_lora_merge_XXXXXX";
+    assert_non_null(mkdtemp(tmpl));
+    char *d32 = fs_join(tmpl, "f32"), *d16 = fs_join(tmpl, "bf16");
+    HfExportOptions o = {.dtype = DT_F32};
+    if (train_qwen3_export_merged(q, d32, &o, &err)) fail_msg("%s", err.msg);
+    m->lora = &lo; /* the export detaches the adapters; the bf16 weights stay unmerged */
+    o.dtype = DT_BF16;
+    if (train_qwen3_export_merged(q, d16, &o, &err)) fail_msg("%s", err.msg);
+
+    char *bp = fs_join(base_dir, "model.safetensors"),
+         *pp = fs_join(fix_dir, "merged_bf16.safetensors");
+    StFile base, peft;
+    if (st_open(&base, bp, &err) || st_open(&peft, pp, &err)) fail_msg("%s", err.msg);
+    double worst32 = 0;
+    long n16 = 0, off16 = 0;
+    for (int i = 0; i < lo.n; i++) {
+        const LoraAdapter *ad = &lo.ad[i];
+        char key[200];
+        lora_peft_key(key, sizeof key, &spec, ad, 'A');
+        /* "base_model.model." + module + ".lora_A.weight" -> module + ".weight" */
+        char *name = key + strlen("base_model.model.");
+        strcpy(strstr(name, ".lora_A.weight"), ".weight");
+        long O = ad->out, I = ad->in, numel = O * I;
+        const StTensor *wt = st_find(&base, name), *pt = st_find(&peft, name);
+        if (!wt || !pt) fail_msg("no %s in the fixtures", name);
+        float *w = malloc((size_t)numel * sizeof *w), *want16 = malloc((size_t)numel * sizeof *w);
+        st_to_f32(wt, w);
+        st_to_f32(pt, want16);
+        float *got32 = read_merged(d32, name, numel, DT_F32);
+        float *got16 = read_merged(d16, name, numel, DT_BF16);
+        for (long o_ = 0; o_ < O; o_++)
+            for (long k = 0; k < I; k++) {
+                /* the error of fp32 arithmetic scales with the terms' magnitudes */
+                double delta = 0, mag = 0;
+                for (int j = 0; j < RANK; j++) {
+                    double t = (double)ad->b[o_ * RANK + j] * ad->a[(long)j * I + k];
+                    delta += t;
+                    mag += fabs(t);
+                }
+                delta *= 8.0 / RANK;
+                double wb = bf16_round(w[o_ * I + k]), want = wb + delta;
+                double e = fabs(got32[o_ * I + k] - want) / (fabs(wb) + mag * 8.0 / RANK);
+                if (!(e <= worst32)) worst32 = e;
+                double d = fabs((double)got16[o_ * I + k] - want16[o_ * I + k]);
+                if (d != 0) off16++;
+                assert_true(d <= bf16_ulp(want16[o_ * I + k]));
+            }
+        n16 += numel;
+        free(w);
+        free(want16);
+        free(got32);
+        free(got16);
+    }
+    printf("bf16 base, merged export: float32 within %.3g relative of bf16(W) + s B A; bfloat16 "
+           "%ld of %ld values differ from peft's merge_and_unload (by one bf16 step)\n",
+           worst32, off16, n16);
+    assert_true(worst32 <= 1e-6);
+    assert_true(off16 <= n16 / 1000);
+    /* Untargeted: the embedding held in bf16 is bf16(W) exactly in both; a norm is W. */
+    const char *plain[] = {"model.embed_tokens.weight", "lm_head.weight", "model.norm.weight"};
+    for (int k = 0; k < 3; k++) {
+        const StTensor *wt = st_find(&base, plain[k]);
+        assert_non_null(wt);
+        float *w = malloc((size_t)wt->numel * sizeof *w);
+        st_to_f32(wt, w);
+        float *g32 = read_merged(d32, plain[k], (long)wt->numel, DT_F32);
+        for (long j = 0; j < wt->numel; j++)
+            assert_true(g32[j] == (k < 2 ? bf16_round(w[j]) : w[j]));
+        free(g32);
+        free(w);
+    }
+    st_close(&base);
+    st_close(&peft);
+    free(bp);
+    free(pp);
+    fs_remove_tree(tmpl, &err);
+    free(d32);
+    free(d16);
+    lora_free(&lo);
+    train_qwen3_free(q);
 }
 
 static void expect_create_error(int rank, double alpha, char *const *targets, int nt,
@@ -557,6 +698,7 @@ int main(void) {
         cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_tp_blocks),
         cmocka_unit_test(test_peft_files_and_merge),
+        cmocka_unit_test(test_bf16_base_merged_export),
         cmocka_unit_test(test_bad_input),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

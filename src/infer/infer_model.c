@@ -49,7 +49,8 @@ static int merge_adapter(Qwen3 *m, const char *dir, Err *err) {
     TRY(lora_open_peft(&lo, &m->spec, dir, 1, err));
     for (int i = 0; i < lo.n; i++)
         lora_merge(&lo, &lo.ad[i],
-                   *qwen3_param_field(&m->p, lora_site_kind(lo.ad[i].site), lo.ad[i].layer));
+                   *qwen3_param_field(&m->p, lora_site_kind(lo.ad[i].site), lo.ad[i].layer), 0,
+                   lo.ad[i].out);
     lora_free(&lo);
     return 0;
 }

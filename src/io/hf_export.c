@@ -33,7 +33,12 @@ static int check_values(const HfExportTensor *t, DType dtype, Err *err) {
     for (int64_t k = 0; k < t->numel; k++) {
         if (k % STAGE == 0) {
             int64_t m = t->numel - k < STAGE ? t->numel - k : STAGE;
-            view = device_host_view(dev, stage, t->data + k, (size_t)m * sizeof *stage);
+            if (!t->data) {
+                TRY(t->source.pull(t->source.ctx, stage, (size_t)k, (size_t)m, err));
+                view = stage;
+            } else {
+                view = device_host_view(dev, stage, t->data + k, (size_t)m * sizeof *stage);
+            }
         }
         float x = view[k % STAGE];
         if (!isfinite(x))
@@ -128,8 +133,8 @@ static char *parent_of(const char *path) {
 }
 
 static int write_dir(const char *dir, const ModelSpec *spec, const float *const *params,
-                     const Device *const *devices, const HfKeyTable *t, const HfExportOptions *o,
-                     Err *err) {
+                     const Device *const *devices, const HfKeySource *sources, const HfKeyTable *t,
+                     const HfExportOptions *o, Err *err) {
     size_t len;
     char *cfg = model_spec_hf_config_text(spec, o->extra, torch_dtype_name(o->dtype), &len, err);
     if (!cfg) return -1;
@@ -140,7 +145,7 @@ static int write_dir(const char *dir, const ModelSpec *spec, const float *const 
     TRY(rc);
     StWriter w;
     st_writer_init(&w);
-    hf_keys_add_to_writer_on(&w, t, params, devices, o->dtype);
+    hf_keys_add_to_writer_on(&w, t, params, devices, sources, o->dtype);
     rc = st_write_hf_shards(&w, dir,
                             o->max_shard_bytes ? o->max_shard_bytes : HF_EXPORT_DEFAULT_SHARD, err);
     st_writer_free(&w);
@@ -170,6 +175,7 @@ int hf_export(const char *out_dir, const ModelSpec *spec, const HfExportTensor *
     hf_keys_build(&t, spec);
     const float **params = xcalloc((size_t)t.nparams + 1, sizeof *params);
     const Device **devices = xcalloc((size_t)t.nparams + 1, sizeof *devices);
+    HfKeySource *sources = xcalloc((size_t)t.nparams + 1, sizeof *sources);
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
         const ParamKind *kind = param_kind_of_name(tensors[i].name, NULL);
@@ -182,19 +188,24 @@ int hf_export(const char *out_dir, const ModelSpec *spec, const HfExportTensor *
             rc =
                 err_set(err, "tensor %s has %lld elements, the model expects %lld", tensors[i].name,
                         (long long)tensors[i].numel, (long long)t.params[k].numel);
+        else if (!tensors[i].data && !tensors[i].source.pull)
+            rc = err_set(err, "tensor %s has neither values nor a source", tensors[i].name);
         else
             rc = check_values(&tensors[i], o->dtype, err);
-        if (rc == 0) params[k] = tensors[i].data, devices[k] = tensors[i].device;
+        if (rc == 0) {
+            params[k] = tensors[i].data, devices[k] = tensors[i].device;
+            if (!tensors[i].data) sources[k] = tensors[i].source;
+        }
     }
     for (int k = 0; k < t.nparams && rc == 0; k++)
-        if (t.params[k].kind->hf && !params[k])
+        if (t.params[k].kind->hf && !params[k] && !sources[k].pull)
             rc = err_set(err, "no tensor for parameter %s", t.params[k].name);
     char *parent = parent_of(out_dir);
     char *tmp = fs_tmp_name(out_dir), *old = fs_tmp_name(out_dir);
     Err ignore;
     if (rc == 0) rc = fs_mkdirs(parent, err);
     if (rc == 0) rc = fs_mkdirs(tmp, err);
-    if (rc == 0) rc = write_dir(tmp, spec, params, devices, &t, o, err);
+    if (rc == 0) rc = write_dir(tmp, spec, params, devices, sources, &t, o, err);
     if (rc == 0 && fs_exists(out_dir) && rename(out_dir, old) != 0)
         rc = err_sys(err, "cannot move %s aside", out_dir);
     if (rc == 0 && rename(tmp, out_dir) != 0) {
@@ -210,6 +221,7 @@ int hf_export(const char *out_dir, const ModelSpec *spec, const HfExportTensor *
     free(parent);
     free(params);
     free(devices);
+    free(sources);
     hf_keys_free(&t);
     return rc;
 }

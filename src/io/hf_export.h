@@ -18,6 +18,7 @@
 #include "core/err.h"
 #include "core/model_spec.h"
 #include "io/hf_config.h"
+#include "io/hf_keys.h"
 
 /* transformers' save_pretrained default max_shard_size, "5GB". */
 #define HF_EXPORT_DEFAULT_SHARD ((size_t)5000 * 1000 * 1000)
@@ -42,6 +43,10 @@ typedef struct HfExportTensor {
     /* The device data lives on (NULL = host memory): the export reads it only through
      * device_host_view, a bounded chunk at a time. */
     const Device *device;
+    /* With data NULL: the values pulled from source in chunks instead (a weight made on the
+     * fly, e.g. a bf16 base's weight widened with its LoRA adapter merged), never whole in
+     * fp32; not a stack of experts. */
+    HfKeySource source;
 } HfExportTensor;
 
 /* 0 unless out_dir is a training checkpoint: a step (train_state.json) or a sharded

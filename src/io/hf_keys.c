@@ -279,13 +279,19 @@ int hf_keys_load_param_bf16(uint16_t *dst, const HfKeyTable *t, int p, const StS
 
 void hf_keys_add_to_writer(StWriter *w, const HfKeyTable *t, const float *const *params,
                            DType dtype) {
-    hf_keys_add_to_writer_on(w, t, params, NULL, dtype);
+    hf_keys_add_to_writer_on(w, t, params, NULL, NULL, dtype);
 }
 
 void hf_keys_add_to_writer_on(StWriter *w, const HfKeyTable *t, const float *const *params,
-                              const Device *const *devices, DType dtype) {
+                              const Device *const *devices, const HfKeySource *sources,
+                              DType dtype) {
     for (int i = 0; i < t->nhf; i++) {
         const HfTensor *h = &t->hf[i];
+        const HfKeySource *src = sources && sources[h->param].pull ? &sources[h->param] : NULL;
+        if (src) {
+            st_writer_add_f32_source(w, h->name, dtype, h->ndim, h->shape, src->pull, src->ctx);
+            continue;
+        }
         int64_t off = h->expert < 0 ? 0 : (int64_t)h->expert * h->numel;
         const Device *d = devices && devices[h->param] ? devices[h->param] : &device_cpu;
         st_writer_add_f32_on(w, d, h->name, dtype, h->ndim, h->shape, params[h->param] + off);

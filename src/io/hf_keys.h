@@ -79,9 +79,18 @@ int hf_keys_load_param_bf16(uint16_t *dst, const HfKeyTable *t, int p, const StS
  * p) and converting to dtype while the file is written. */
 void hf_keys_add_to_writer(StWriter *w, const HfKeyTable *t, const float *const *params,
                            DType dtype);
+/* Parameter p's values pulled in chunks while the file is written (st_writer_add_f32_source)
+ * instead of read from params[p]: a value made on the fly, never whole in fp32. */
+typedef struct HfKeySource {
+    StF32Source pull; /* NULL: read params[p] */
+    void *ctx;
+} HfKeySource;
 /* The same with params[p] in the memory of devices[p] (NULL, or devices NULL: host memory),
- * read through the device copy-out path (st_writer_add_f32_on). */
+ * read through the device copy-out path (st_writer_add_f32_on), or pulled from sources[p]
+ * when sources (may be NULL) has one for p; a pulled parameter is whole, not a stack of
+ * experts. */
 void hf_keys_add_to_writer_on(StWriter *w, const HfKeyTable *t, const float *const *params,
-                              const Device *const *devices, DType dtype);
+                              const Device *const *devices, const HfKeySource *sources,
+                              DType dtype);
 
 #endif

@@ -51,11 +51,13 @@ static void site_shape(const ModelSpec *sp, LoraSite s, int *in, int *out) {
     }
 }
 
-/* Whether site s of layer l gets an adapter: its module name matches a target glob and the
- * layer has that linear (MoE layers have no dense FFN linears). hits (NULL: not counted)
- * counts, per target, the names it matched, for the warning about targets that match none. */
+/* Whether site s of layer l gets an adapter: the layer has that linear (MoE layers have no
+ * dense FFN linears) and its module name matches a target glob. hits (NULL: not counted)
+ * counts, per target, the linears it matched, for the warning about targets that match none
+ * (a glob naming only MoE layers' FFN linears matches none). */
 static int site_adapted(const ModelSpec *spec, char *const *targets, int nt, int l, int s,
                         int *hits) {
+    if (s >= LORA_W1 && spec->num_experts > 0 && model_spec_layer_is_moe(spec, l)) return 0;
     char name[64];
     lora_module_name(name, sizeof name, l, (LoraSite)s);
     int hit = 0;
@@ -64,7 +66,7 @@ static int site_adapted(const ModelSpec *spec, char *const *targets, int nt, int
             hit = 1;
             if (hits) hits[t]++;
         }
-    return hit && !(s >= LORA_W1 && spec->num_experts > 0 && model_spec_layer_is_moe(spec, l));
+    return hit;
 }
 
 int lora_create(Lora *lo, const ModelSpec *spec, int rank, double alpha, char *const *targets,
@@ -267,9 +269,9 @@ void lora_backward(const Lora *lo, LoraAdapter *ad, float *dx, const float *dy, 
     drop(lo, ad, dx, lo->xd, N, 1);
 }
 
-void lora_merge(const Lora *lo, const LoraAdapter *ad, float *w) {
-    gemm_f32(0, 0, ad->out, ad->in, lo->rank, lo->scale, ad->b, lo->rank, ad->a, ad->in, 1.0f, w,
-             ad->in);
+void lora_merge(const Lora *lo, const LoraAdapter *ad, float *w, int row0, int rows) {
+    gemm_f32(0, 0, rows, ad->in, lo->rank, lo->scale, ad->b + (long)row0 * lo->rank, lo->rank,
+             ad->a, ad->in, 1.0f, w, ad->in);
 }
 
 ParamKindId lora_site_kind(LoraSite s) {

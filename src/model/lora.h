@@ -115,8 +115,9 @@ void lora_backward(const Lora *lo, LoraAdapter *ad, float *dx, const float *dy, 
 /* The parameter kind (core/param_table.h) of site s's base weight. */
 ParamKindId lora_site_kind(LoraSite s);
 
-/* W (O, I) += s * B A: adapter ad merged into its base weight (export of a merged model). */
-void lora_merge(const Lora *lo, const LoraAdapter *ad, float *w);
+/* W (O, I) += s * B A: adapter ad merged into its base weight (export of a merged model),
+ * for the rows [row0, row0 + rows) of W held at w (rows x I; all of W: 0, O). */
+void lora_merge(const Lora *lo, const LoraAdapter *ad, float *w, int row0, int rows);
 
 /* peft's files (lora_peft.c). The key of adapter ad's A (which 'A') or B ('B') as peft saves
  * it: "base_model.model." + the HF module name + ".lora_A.weight". */

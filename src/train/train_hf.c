@@ -90,8 +90,10 @@ int train_hf_on_last_save(void *ctx, const char *step_dir, Err *err) {
     const TrainModel *m = h->model;
     HfExportTensor *ts = xcalloc((size_t)m->nparams + 1, sizeof *ts);
     for (int i = 0; i < m->nparams; i++)
-        ts[i] = (HfExportTensor){m->params[i].name, numel_of(&m->params[i]), m->params[i].data,
-                                 m->params[i].device};
+        ts[i] = (HfExportTensor){.name = m->params[i].name,
+                                 .numel = numel_of(&m->params[i]),
+                                 .data = m->params[i].data,
+                                 .device = m->params[i].device};
     HfExportOptions o = {.dtype = h->dtype, .extra = &h->extra, .tokenizer = h->tokenizer};
     char *out = fs_join(step_dir, "hf");
     double t0 = now_seconds();
@@ -144,7 +146,7 @@ int train_hf_export_checkpoint(const char *step_dir, const char *out_dir, const 
             st_to_f32(t, copies[i]);
             data = copies[i];
         }
-        ts[i] = (HfExportTensor){t->name, t->numel, data, NULL};
+        ts[i] = (HfExportTensor){.name = t->name, .numel = t->numel, .data = data};
     }
     HfExportOptions opt = *o;
     opt.extra = &extra;

@@ -84,7 +84,9 @@ static int lora_finish(const JobConfig *cfg, TrainQwen3 *q, const Lora *lo, cons
         HfExportOptions o = {
             .dtype = cfg->checkpoint.export_dtype, .extra = &hf->extra, .tokenizer = hf->tokenizer};
         rc = train_qwen3_export_merged(q, dir, &o, err);
-        if (rc == 0) log_info("lora: merged model written to %s", dir);
+        if (rc == 0)
+            log_info("lora: merged model written to %s (%s)", dir,
+                     config_dtype_name(cfg->checkpoint.export_dtype));
         free(dir);
     }
     return rc;
@@ -258,12 +260,6 @@ int train_job_check(const JobConfig *cfg, const ModelSpec *spec, Err *err) {
     if (cfg->checkpoint.initial_load_path[0] && !cfg->checkpoint.initial_load_in_hf)
         return err_set(err, "checkpoint.initial_load_path needs initial_load_in_hf = true (only "
                             "Hugging Face weights can be loaded as a starting point)");
-    /* The merged export adds B A to fp32 weights, which a bf16 base no longer has. */
-    if (cfg->lora.rank > 0 && cfg->lora.base_dtype == DT_BF16 && cfg->checkpoint.last_save_in_hf)
-        return err_set(err,
-                       "lora.base_dtype = \"bfloat16\" with checkpoint.last_save_in_hf = true: the "
-                       "merged export needs the fp32 base; set last_save_in_hf = false to export "
-                       "the adapters alone, and merge them with peft's merge_and_unload");
     /* Without a path the run would start from random weights, not the ones asked for. */
     if (cfg->checkpoint.initial_load_in_hf && !cfg->checkpoint.initial_load_path[0])
         return err_set(err,

@@ -435,8 +435,10 @@ static int shard(TrainQwen3 *f, const int *unit, Err *err) {
         f->slot[s].holds = -1;
         if (xcap[s] == 0) continue;
         f->slot[s].xp = xcalloc(xcap[s], sizeof(float));
-        f->slot[s].xg = xcalloc(xcap[s], sizeof(float));
-        f->slot[s].xscratch = xcalloc(f->xplan.max_unit_shard + 16, sizeof(float));
+        if (!f->frozen) { /* nor for its experts */
+            f->slot[s].xg = xcalloc(xcap[s], sizeof(float));
+            f->slot[s].xscratch = xcalloc(f->xplan.max_unit_shard + 16, sizeof(float));
+        }
     }
     for (int i = 0; i < n; i++) {
         Slot *s = &f->slot[slot_of(f, unit[i])];
@@ -455,7 +457,7 @@ static int shard(TrainQwen3 *f, const int *unit, Err *err) {
     if (!f->frozen) f->grad = xcalloc(f->plan.shard_numel + 16, sizeof(float));
     if (f->ep > 1) {
         f->xshard = xcalloc(f->xplan.shard_numel + 16, sizeof(float));
-        f->xgrad = xcalloc(f->xplan.shard_numel + 16, sizeof(float));
+        if (!f->frozen) f->xgrad = xcalloc(f->xplan.shard_numel + 16, sizeof(float));
     }
     for (int i = 0; i < n; i++) {
         /* an expert's slice is of this rank's run of experts (piece_slice) */
@@ -872,7 +874,9 @@ static int forward_backward(void *ctx, const void *batch, double divisor, double
  * data-parallel rank (so the counts are those of the whole global batch, as on one process)
  * and updates the biases through m->p, which when sharded would be a gathered workspace. It
  * gets full-size copies holding the elements this rank holds instead; every element's update
- * depends only on the counts, so they come out as on one process and are written back. */
+ * depends only on the counts, so they come out as on one process and are written back.
+ * A frozen base (LoRA) keeps its biases as loaded: HF files have none, so the merged export
+ * routes as training did, and LoRA checkpoints hold the adapters alone. */
 static int before_optimizer_step(void *ctx, int update, MetricsExtra *extra, int *nextra,
                                  Err *err) {
     TrainQwen3 *f = ctx;
@@ -889,7 +893,8 @@ static int before_optimizer_step(void *ctx, int update, MetricsExtra *extra, int
         f->m.p.layers[l].expert_bias = full;
     }
     double t0 = now_seconds();
-    int rc = moe_train_step(&f->m, f->mesh->dp, update, extra, nextra, TRAIN_MAX_EXTRA, err);
+    int rc = moe_train_step(&f->m, f->mesh->dp, update && !f->frozen, extra, nextra,
+                            TRAIN_MAX_EXTRA, err);
     f->comm_s += now_seconds() - t0;
     for (int l = 0; l < f->L; l++) {
         int i = f->bias_param[l];
@@ -951,7 +956,7 @@ static int finish_grads(void *ctx, double *loss_sum, Err *err) {
         rc = comm_all_reduce_sum(f->mesh->world, f->m.lora->grad, (size_t)lora_numel(f->m.lora),
                                  COMM_F32, err);
     /* The replicas' ranks of the same (s, t) hold the same expert slices. */
-    if (rc == 0 && f->ep > 1 && f->mesh->dims.dp_replicate > 1)
+    if (rc == 0 && f->ep > 1 && f->mesh->dims.dp_replicate > 1 && f->xgrad)
         rc = fsdp_all_reduce_replicas(&f->xplan, f->mesh->dp_replicate, f->xgrad, err);
     if (rc == 0) rc = comm_all_reduce_sum(f->mesh->dp, loss_sum, 1, COMM_F64, err);
     /* Sequence parallel: each tp rank's loss covers its tokens only. */
@@ -1037,11 +1042,56 @@ void train_qwen3_model_lora(TrainQwen3 *q, Lora *lo, TrainModel *out) {
                         .grads = q->lgrads,
                         .slices = q->sharded ? q->lslices : NULL,
                         .keep_copies = keep_copies,
-                        .forward_backward = forward_backward};
+                        .forward_backward = forward_backward,
+                        .before_optimizer_step = q->m.n_moe_layers ? before_optimizer_step : NULL};
+}
+
+/* A weight of a bf16 base (lora.base_dtype), held in bf16 only, as the merged export writes
+ * it: widened exactly to fp32 and, when an adapter sits on it, s B A added in fp32 (peft's
+ * merge computes the delta in fp32 too), a chunk of rows at a time, so the base is never
+ * held in fp32. */
+typedef struct MergedBf16 {
+    const uint16_t *w; /* (O, I) */
+    size_t cols;       /* I */
+    const Lora *lo;
+    const LoraAdapter *ad; /* NULL: no adapter on this weight */
+} MergedBf16;
+
+static int pull_merged_bf16(void *ctx, float *dst, size_t first, size_t n, Err *err) {
+    (void)err;
+    const MergedBf16 *s = ctx;
+    if (!s->ad) {
+        simd_bf16_to_f32(dst, s->w + first, (long)n);
+        return 0;
+    }
+    size_t r0 = first / s->cols, r1 = (first + n + s->cols - 1) / s->cols;
+    float *rows = xmalloc((r1 - r0) * s->cols * sizeof *rows);
+    simd_bf16_to_f32(rows, s->w + r0 * s->cols, (long)((r1 - r0) * s->cols));
+    lora_merge(s->lo, s->ad, rows, (int)r0, (int)(r1 - r0));
+    memcpy(dst, rows + (first - r0 * s->cols), n * sizeof *dst);
+    free(rows);
+    return 0;
+}
+
+/* m's parameters as an HF directory; a table entry held in bf16 only is pulled from bf16[i]
+ * (bf16 NULL: m holds every parameter in fp32). */
+static int export_model(const Qwen3 *m, const char *dir, const HfExportOptions *o, MergedBf16 *bf16,
+                        Err *err) {
+    HfExportTensor *t = xcalloc((size_t)m->nparams, sizeof *t);
+    for (int i = 0; i < m->nparams; i++) {
+        const Qwen3Param *p = &m->table[i];
+        t[i] = (HfExportTensor){
+            .name = p->name, .numel = p->numel, .data = p->data, .device = m->param_arena.device};
+        if (!p->data && bf16) t[i].source = (HfKeySource){pull_merged_bf16, &bf16[i]};
+    }
+    int rc = hf_export(dir, &m->spec, t, m->nparams, o, err);
+    free(t);
+    return rc;
 }
 
 /* The merged export of a sharded run: the whole weights, adapters merged, gathered on rank 0
- * (train_qwen3_gather_whole merges them as the branch below does), which writes them. */
+ * (train_qwen3_gather_whole merges them as the branch below does), which writes them. A bf16
+ * base's shards hold bf16-rounded values in fp32, so the whole fp32 model has them exactly. */
 static int export_merged_sharded(TrainQwen3 *q, const char *dir, const HfExportOptions *o,
                                  Err *err) {
     int root = q->mesh->world->rank == 0, rc = 0;
@@ -1053,14 +1103,7 @@ static int export_merged_sharded(TrainQwen3 *q, const char *dir, const HfExportO
         return -1;
     }
     rc = train_qwen3_gather_whole(q, root ? &whole_m : NULL, err);
-    if (rc == 0 && root) {
-        HfExportTensor *t = xcalloc((size_t)whole_m.nparams, sizeof *t);
-        for (int i = 0; i < whole_m.nparams; i++)
-            t[i] = (HfExportTensor){whole_m.table[i].name, whole_m.table[i].numel,
-                                    whole_m.table[i].data, whole_m.param_arena.device};
-        rc = hf_export(dir, &whole_m.spec, t, whole_m.nparams, o, err);
-        free(t);
-    }
+    if (rc == 0 && root) rc = export_model(&whole_m, dir, o, NULL, err);
     if (root) qwen3_free(&whole_m);
     return comm_agree(q->mesh->world, rc, err);
 }
@@ -1068,16 +1111,25 @@ static int export_merged_sharded(TrainQwen3 *q, const char *dir, const HfExportO
 int train_qwen3_export_merged(TrainQwen3 *q, const char *dir, const HfExportOptions *o, Err *err) {
     if (q->sharded) return export_merged_sharded(q, dir, o, err);
     Lora *lo = q->m.lora;
-    for (int i = 0; lo && i < lo->n; i++)
-        lora_merge(lo, &lo->ad[i],
-                   *qwen3_param_field(&q->m.p, lora_site_kind(lo->ad[i].site), lo->ad[i].layer));
+    MergedBf16 *bf16 = xcalloc((size_t)q->m.nparams, sizeof *bf16);
+    for (int i = 0; i < q->m.nparams; i++) {
+        const Qwen3Param *p = &q->m.table[i];
+        bf16[i] = (MergedBf16){p->data_bf16, (size_t)p->shape[p->ndim - 1], lo, NULL};
+    }
+    for (int i = 0; lo && i < lo->n; i++) {
+        const LoraAdapter *ad = &lo->ad[i];
+        ParamKindId kind = lora_site_kind(ad->site);
+        float *w = *qwen3_param_field(&q->m.p, kind, ad->layer);
+        if (w) { /* fp32: merged in place */
+            lora_merge(lo, ad, w, 0, ad->out);
+            continue;
+        }
+        for (int k = 0; k < q->m.nparams; k++)
+            if (q->m.table[k].kind->id == kind && q->m.table[k].layer == ad->layer) bf16[k].ad = ad;
+    }
     q->m.lora = NULL;
-    HfExportTensor *t = xcalloc((size_t)q->m.nparams, sizeof *t);
-    for (int i = 0; i < q->m.nparams; i++)
-        t[i] = (HfExportTensor){q->m.table[i].name, q->m.table[i].numel, q->m.table[i].data,
-                                q->m.param_arena.device};
-    int rc = hf_export(dir, &q->m.spec, t, q->m.nparams, o, err);
-    free(t);
+    int rc = export_model(&q->m, dir, o, bf16, err);
+    free(bf16);
     return rc;
 }
 
@@ -1161,7 +1213,8 @@ int train_qwen3_gather_whole(TrainQwen3 *f, Qwen3 *dst, Err *err) {
     const Lora *lo = f->m.lora;
     for (int i = 0; rc == 0 && dst && lo && i < lo->n; i++)
         lora_merge(lo, &lo->ad[i],
-                   *qwen3_param_field(&dst->p, lora_site_kind(lo->ad[i].site), lo->ad[i].layer));
+                   *qwen3_param_field(&dst->p, lora_site_kind(lo->ad[i].site), lo->ad[i].layer), 0,
+                   lo->ad[i].out);
     if (rc == 0 && dst && dst->bf16) qwen3_refresh_bf16(dst);
     return rc;
 }

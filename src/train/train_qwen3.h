@@ -139,7 +139,9 @@ void train_qwen3_parallel(TrainQwen3 *q, TrainParallel *out);
  * rank, so all ranks apply the same update. lo must outlive q's use. */
 void train_qwen3_model_lora(TrainQwen3 *q, struct Lora *lo, TrainModel *out);
 /* Merges the adapters into the base weights (W + s B A; the adapters stop acting) and writes
- * them as an HF model directory: in place on one process; when sharded, collective, rank 0
+ * them as an HF model directory in o->dtype: in place on one process, where a bf16 base's
+ * weights (lora.base_dtype) are widened exactly and merged in fp32 a chunk at a time while
+ * the file is written (the bf16 copies stay unmerged); when sharded, collective, rank 0
  * gathering the whole weights and writing them. */
 int train_qwen3_export_merged(TrainQwen3 *q, const char *dir, const HfExportOptions *o, Err *err);
 
