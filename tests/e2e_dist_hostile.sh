@@ -6,7 +6,14 @@
 #     path naming different files they stop, naming the data's content hashes; copies of the
 #     same data under different paths train; the same for chat data (training.data_format =
 #     "messages"), compared by the content of the rendered conversations;
-#   - one relative model.hf_assets_path naming different config.json files stops at start-up;
+#   - one relative model.hf_assets_path naming different config.json files stops at start-up,
+#     and so does one relative checkpoint.initial_load_path naming weights that differ in one
+#     value (compared by a fingerprint of what each rank opened); the same weights under two
+#     paths train;
+#   - a sharded checkpoint's latest.json with a flipped byte, an edited steps list or mesh, or
+#     truncated fails its own checksum, and the resume takes the newest step complete on every
+#     rank, recovered from the step directories with a warning; one written before the checksum
+#     is read as it is, with a notice;
 #   - a sharded checkpoint resumed into another model stops before allocating, naming the
 #     layout.json and the tensor;
 #   - MPI_Init under comm.init_timeout_seconds: a second "rank" that never joins ends rank 0
@@ -69,6 +76,71 @@ if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "rank 1: the model this rank bu
   echo "FAIL: ranks building different models from one relative hf_assets_path (rc=$rc)"; cat "$TMP/model.log"; exit 1
 fi
 echo "ok: ranks compare the model they built, not only the config text"
+# The same config text naming different initial weights: one relative
+# checkpoint.initial_load_path whose safetensors differ in one value (the sign of the last
+# element of the file, which stays finite) stops at start-up; the same bytes under two paths
+# train. The weights are this model's, exported by a one-step run.
+timeout 120 "$BIN" train "${ARGS[@]}" --training.steps=1 --checkpoint.enable=true \
+  --checkpoint.last_save_in_hf=true --job.dump_folder="$TMP/hfsrc" >"$TMP/hfsrc.log" 2>&1 ||
+  { echo "FAIL: the run making the initial weights"; cat "$TMP/hfsrc.log"; exit 1; }
+cp -r "$TMP/hfsrc/checkpoint/step-1/hf" "$TMP/a/hfw"
+cp -r "$TMP/hfsrc/checkpoint/step-1/hf" "$TMP/b/hfw"
+st="$TMP/b/hfw/model.safetensors"
+at=$(($(stat -c %s "$st") - 1))
+byte=$(od -An -tu1 -j "$at" -N1 "$st" | tr -d ' ')
+printf '%b' "\\0$(printf %o $((byte ^ 128)))" | dd of="$st" bs=1 seek="$at" conv=notrunc status=none
+cmp -s "$TMP/a/hfw/model.safetensors" "$st" && { echo "FAIL: the weights were not changed"; exit 1; }
+weights=(--job.dump_folder="$TMP/run_w" --training.dataset_path="$TMP/data.jsonl"
+  --checkpoint.initial_load_in_hf=true --checkpoint.initial_load_path=hfw)
+two_dirs weights.log "${weights[@]}"
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "rank 1: the initial weights this rank opened (checkpoint.initial_load_path hfw, $RT/b/hfw on this rank; fingerprint [0-9a-f]*) differ from rank 0's ([0-9a-f]*)" "$TMP/weights.log"; then
+  echo "FAIL: ranks starting from different initial weights (rc=$rc)"; cat "$TMP/weights.log"; exit 1
+fi
+cp "$TMP/a/hfw/model.safetensors" "$st"
+two_dirs weights_same.log "${weights[@]}" --job.dump_folder="$TMP/run_w_same" ||
+  { echo "FAIL: the same initial weights under two paths should train"; cat "$TMP/weights_same.log"; exit 1; }
+echo "ok: ranks compare the initial weights they opened, not only the path"
+# latest.json, the sharded checkpoint's commit marker, carries its own checksum: a flipped
+# byte, an edited steps list (the newest step dropped: it would resume from step 2 and lose
+# step 3) or mesh, and a truncation are caught, and the newest step complete on every rank is
+# recovered from the step directories with a warning. A marker written before the checksum
+# (no version, no checksum) is read as it is, with a notice.
+mk=(--training.dataset_path="$TMP/data.jsonl" --checkpoint.enable=true --checkpoint.interval=1)
+timeout 120 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 2 "$BIN" train "${ARGS[@]}" \
+  "${mk[@]}" --training.steps=3 --job.dump_folder="$TMP/mk" >"$TMP/mk.log" 2>&1 ||
+  { echo "FAIL: the run writing a sharded checkpoint"; cat "$TMP/mk.log"; exit 1; }
+marker() { # case, then the command that damages DIR/latest.json ($1 in it)
+  local c=$1
+  rm -rf "$TMP/mk_$c"
+  cp -r "$TMP/mk" "$TMP/mk_$c"
+  (cd "$TMP/mk_$c/checkpoint" && eval "$2" && [ -s latest.json ] || [ "$c" = empty ]) ||
+    { echo "FAIL: marker case $c could not be made"; exit 1; }
+  timeout 120 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 2 "$BIN" train "${ARGS[@]}" \
+    "${mk[@]}" --training.steps=4 --job.dump_folder="$TMP/mk_$c" >"$TMP/mk_$c.log" 2>&1
+}
+jqw() { jq "$1" latest.json >m.tmp && mv m.tmp latest.json; }
+for c in flip steps mesh truncated; do
+  case $c in
+  flip) damage='printf "\\x01" | dd of=latest.json bs=1 seek=30 conv=notrunc status=none' ;;
+  steps) damage='jqw ".steps = [1, 2] | .step = 2"' ;;
+  mesh) damage='jqw ".mesh = [2, 1, 1, 1]"' ;;
+  truncated) damage='head -c 60 latest.json >m.tmp && mv m.tmp latest.json' ;;
+  esac
+  marker $c "$damage"
+  rc=$?
+  if [ $rc -ne 0 ] || ! grep -q "warning: \[checkpoint\] $TMP/mk_$c/checkpoint/latest.json.*; recovered from the step directories instead: step 3 of 2 ranks is the newest complete one" "$TMP/mk_$c.log" ||
+     ! grep -q "resumed from .*rank-0/step-3 (step 3)" "$TMP/mk_$c.log"; then
+    echo "FAIL: latest.json damaged ($c) should resume from step 3 with a warning (rc=$rc)"; cat "$TMP/mk_$c.log"; exit 1
+  fi
+done
+marker legacy 'jqw "del(.version, .state_checksum) | .steps = [1, 2] | .step = 2"'
+rc=$?
+if [ $rc -ne 0 ] || ! grep -q "latest.json has no state_checksum (written before latest.json carried one); read as it is" "$TMP/mk_legacy.log" ||
+   ! grep -q "resumed from .*rank-0/step-2 (step 2)" "$TMP/mk_legacy.log"; then
+  echo "FAIL: a latest.json without a checksum should be read as it is (rc=$rc)"; cat "$TMP/mk_legacy.log"; exit 1
+fi
+echo "ok: a damaged latest.json is caught by its checksum and recovered from the step directories"
 # Resuming that sharded checkpoint into another model stops before the model is allocated, on
 # two ranks and on one (resharding), with the layout file and the tensor that differs.
 layout="$TMP/run_same/checkpoint/rank-0/step-2/layout.json"
