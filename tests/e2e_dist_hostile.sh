@@ -44,6 +44,26 @@ if [ $rc -eq 0 ] || [ $rc -eq 124 ] ||
   echo "FAIL: ranks in different directories (rc=$rc; 124 means a hang)"; cat "$TMP/wdir.log"; exit 1
 fi
 echo "ok: ranks that resolve job.dump_folder apart stop at start-up"
+# An absolute checkpoint.folder is locked and compared the same way: rank 1 sees another
+# directory at the same path (a bind mount in a mount namespace of its own, as a host with its
+# own disk would), and the job stops at start-up instead of resuming each rank from a
+# different checkpoint. Needs unshare -m (root); skipped elsewhere.
+if unshare -m true 2>/dev/null; then
+  mkdir -p "$TMP/ck_shared" "$TMP/ck_other"
+  timeout 120 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 1 "$BIN" train "${ARGS[@]}" \
+    --training.steps=2 --checkpoint.enable=true --checkpoint.folder="$TMP/ck_shared" \
+    --job.dump_folder="$TMP/run_ck" : -np 1 unshare -m sh -c 'mount --bind "$1" "$2" && shift 2 && exec "$@"' \
+    sh "$TMP/ck_other" "$TMP/ck_shared" "$BIN" train "${ARGS[@]}" --training.steps=2 \
+    --checkpoint.enable=true --checkpoint.folder="$TMP/ck_shared" --job.dump_folder="$TMP/run_ck" >"$TMP/ck.log" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ] || [ $rc -eq 124 ] ||
+     ! grep -q "rank 1: checkpoint.folder $TMP/ck_shared ($RT/ck_shared on this rank) is not the folder rank 0 locked: its .qtitan.lock is missing" "$TMP/ck.log"; then
+    echo "FAIL: ranks that see different folders at one absolute checkpoint.folder (rc=$rc)"; cat "$TMP/ck.log"; exit 1
+  fi
+  echo "ok: ranks agree on an absolute checkpoint.folder by identity"
+else
+  echo "skipped: an absolute checkpoint.folder seen differently by two ranks (no unshare -m)"
+fi
 # The data by content: one relative dataset path naming different files on the two ranks stops
 # at start-up; copies with the same content under different paths train.
 cp "$TMP/data.jsonl" "$TMP/a/data.jsonl"
