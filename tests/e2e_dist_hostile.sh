@@ -8,8 +8,8 @@
 #     "messages"), compared by the content of the rendered conversations;
 #   - one relative model.hf_assets_path naming different config.json files stops at start-up,
 #     and so does one relative checkpoint.initial_load_path naming weights that differ in one
-#     value (compared by a fingerprint of what each rank opened); the same weights under two
-#     paths train;
+#     value (compared by a fingerprint of what each rank opened), or one relative
+#     lora.adapter_path naming different adapters; the same weights under two paths train;
 #   - a sharded checkpoint's latest.json with a flipped byte, an edited steps list or mesh, or
 #     truncated fails its own checksum, and the resume takes the newest step complete on every
 #     rank, recovered from the step directories with a warning; one written before the checksum
@@ -121,6 +121,24 @@ cp "$TMP/a/hfw/model.safetensors" "$st"
 two_dirs weights_same.log "${weights[@]}" --job.dump_folder="$TMP/run_w_same" ||
   { echo "FAIL: the same initial weights under two paths should train"; cat "$TMP/weights_same.log"; exit 1; }
 echo "ok: ranks compare the initial weights they opened, not only the path"
+# The same for LoRA adapters (lora.adapter_path, peft's format, written by a one-step run):
+# every rank holds them whole, so they are compared whole.
+lora=(--lora.rank=4 --lora.alpha=8)
+timeout 120 "$BIN" train "${ARGS[@]}" "${lora[@]}" --training.steps=1 --job.dump_folder="$TMP/lorasrc" \
+  >"$TMP/lorasrc.log" 2>&1 || { echo "FAIL: the run making the adapters"; cat "$TMP/lorasrc.log"; exit 1; }
+cp -r "$TMP/lorasrc/adapter" "$TMP/a/ad"
+cp -r "$TMP/lorasrc/adapter" "$TMP/b/ad"
+st="$TMP/b/ad/adapter_model.safetensors"
+at=$(($(stat -c %s "$st") - 1))
+byte=$(od -An -tu1 -j "$at" -N1 "$st" | tr -d ' ')
+printf '%b' "\\0$(printf %o $((byte ^ 128)))" | dd of="$st" bs=1 seek="$at" conv=notrunc status=none
+two_dirs lora.log --job.dump_folder="$TMP/run_lora" --training.dataset_path="$TMP/data.jsonl" \
+  "${lora[@]}" --lora.adapter_path=ad
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "rank 1: the LoRA adapters this rank opened (lora.adapter_path ad, $RT/b/ad on this rank; fingerprint [0-9a-f]*) differ from rank 0's" "$TMP/lora.log"; then
+  echo "FAIL: ranks starting from different LoRA adapters (rc=$rc)"; cat "$TMP/lora.log"; exit 1
+fi
+echo "ok: ranks compare the LoRA adapters they loaded"
 # latest.json, the sharded checkpoint's commit marker, carries its own checksum: a flipped
 # byte, an edited steps list (the newest step dropped: it would resume from step 2 and lose
 # step 3) or mesh, and a truncation are caught, and the newest step complete on every rank is

@@ -246,10 +246,12 @@ static int open_initial_weights(const ModelSpec *spec, const char *path, uint64_
     return rc;
 }
 
-/* The initial weights every rank opened against rank 0's, by fingerprint: one relative
- * initial_load_path from another working directory, or another copy on this host, would
- * otherwise start the ranks from different weights. comm_agree prefixes the failing rank. */
-static int check_same_weights(Comm *world, const char *path, uint64_t mine, Err *err) {
+/* The weights every rank started from against rank 0's, by fingerprint: `what` (the initial
+ * weights, the LoRA adapters) read from config key `key` = path. One relative path from
+ * another working directory, or another copy on this host, would otherwise start the ranks
+ * from different weights. comm_agree prefixes the failing rank. */
+static int check_same_weights(Comm *world, const char *what, const char *key, const char *path,
+                              uint64_t mine, Err *err) {
     uint64_t first = mine;
     TRY(comm_broadcast(world, &first, sizeof first, 0, err));
     int rc = 0;
@@ -257,11 +259,11 @@ static int check_same_weights(Comm *world, const char *path, uint64_t mine, Err 
         char here[PATH_MAX];
         if (!realpath(path, here)) snprintf(here, sizeof here, "%s", path);
         rc = err_set(err,
-                     "the initial weights this rank opened (checkpoint.initial_load_path %s, %s on "
-                     "this rank; fingerprint %016" PRIx64 ") differ from rank 0's (%016" PRIx64
-                     "); every rank must start from the same weights (a relative path from "
-                     "another working directory, or another copy on this host?)",
-                     path, here, mine, first);
+                     "the %s this rank opened (%s %s, %s on this rank; fingerprint %016" PRIx64
+                     ") differ from rank 0's (%016" PRIx64 "); every rank must start from the "
+                     "same %s (a relative path from another working directory, or another copy "
+                     "on this host?)",
+                     what, key, path, here, mine, first, what);
     }
     return comm_agree(world, rc, err);
 }
@@ -468,7 +470,8 @@ static int check_before_sizing(const JobConfig *cfg, const ModelSpec *spec,
     if (rc == 0 && check_memory) rc = check_memory(cfg, world->size, tok, sample_way, err);
     rc = comm_agree(world, rc, err);
     if (rc == 0 && cfg->checkpoint.initial_load_path[0])
-        rc = check_same_weights(world, cfg->checkpoint.initial_load_path, weights, err);
+        rc = check_same_weights(world, "initial weights", "checkpoint.initial_load_path",
+                                cfg->checkpoint.initial_load_path, weights, err);
     return rc;
 }
 
@@ -623,7 +626,15 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
         rc = -1;
         goto out;
     }
-    if (use_lora && (rc = lora_setup(cfg, &spec, &lora, (long)B * T, err)) != 0) goto out;
+    if (use_lora) {
+        /* Every rank holds the whole adapters, so they are compared whole (they are small). */
+        rc = comm_agree(world, lora_setup(cfg, &spec, &lora, (long)B * T, err), err);
+        if (rc == 0 && cfg->lora.adapter_path[0])
+            rc = check_same_weights(
+                world, "LoRA adapters", "lora.adapter_path", cfg->lora.adapter_path,
+                ckpt_checksum(lora.param, (size_t)lora_numel(&lora) * sizeof *lora.param), err);
+        if (rc != 0) goto out;
+    }
     TrainModel model;
     TrainParallel par;
     train_qwen3_set_micro_batches(q, micro);
