@@ -4,8 +4,9 @@
 #     stop at start-up with a sentence naming the folder that is not rank 0's (it lacks rank 0's
 #     lock), instead of splitting checkpoints between two folders; with one relative dataset
 #     path naming different files they stop, naming the data's content hashes; copies of the
-#     same data under different paths train; the same for chat data (training.data_format =
-#     "messages"), compared by the content of the rendered conversations;
+#     same data under different paths train; the same for validation data and for chat data
+#     (training.data_format = "messages"), compared by the content of the rendered
+#     conversations;
 #   - one relative model.hf_assets_path naming different config.json files stops at start-up,
 #     and so does one relative checkpoint.initial_load_path naming weights that differ in one
 #     value (compared by a fingerprint of what each rank opened), or one relative
@@ -83,6 +84,15 @@ fi
 cp "$TMP/data.jsonl" "$TMP/b/data.jsonl"
 two_dirs same.log --job.dump_folder="$TMP/run_same" --checkpoint.enable=true ||
   { echo "FAIL: the same data under two paths should train"; cat "$TMP/same.log"; exit 1; }
+# Validation data the same way (validation shares its rows across the ranks).
+cp "$TMP/data.jsonl" "$TMP/a/val.jsonl"
+head -n 40 "$TMP/data.jsonl" >"$TMP/b/val.jsonl"
+two_dirs val.log --job.dump_folder="$TMP/run_val" --validation.enable=true \
+  --validation.dataset_path=val.jsonl --validation.freq=1
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "rank 1: the validation data this rank tokenized (content hash [0-9a-f]*) differs from rank 0's" "$TMP/val.log"; then
+  echo "FAIL: ranks reading different validation data (rc=$rc)"; cat "$TMP/val.log"; exit 1
+fi
 echo "ok: ranks compare the data they opened by content, not by path"
 # The same config text naming different models: a relative model.hf_assets_path whose
 # config.json differs between the two directories (rope_theta here) stops at start-up.

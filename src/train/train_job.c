@@ -160,12 +160,14 @@ static uint64_t spec_hash(const ModelSpec *spec, const HfConfigExtra *extra) {
 }
 
 /* What every rank opened, by content, against rank 0's: the tokenizer (the hash of its
- * tokenizer.json bytes) and the training data (the hash of every token id and document
- * boundary of the tokenized dataset, or of every rendered conversation's ids, targets and
- * boundaries: chat_content_hash). Ranks started in different directories with one relative
- * path, or on hosts holding different copies, would otherwise train on different data; the
- * same files under different mount points agree. comm_agree prefixes the failing rank. */
-static int check_same_data(Comm *world, uint64_t tokenizer, uint64_t data, int chat, Err *err) {
+ * tokenizer.json bytes) and data (the hash of every token id and document boundary of the
+ * tokenized dataset, or of every rendered conversation's ids, targets and boundaries:
+ * chat_content_hash), which `what` names ("the training data this rank tokenized"). Ranks started
+ * in different directories with one relative path, or on hosts holding different copies, would
+ * otherwise train on different data; the same files under different mount points agree. comm_agree
+ * prefixes the failing rank. */
+static int check_same_data(Comm *world, uint64_t tokenizer, uint64_t data, const char *what,
+                           Err *err) {
     uint64_t mine[2] = {tokenizer, data}, first[2] = {tokenizer, data};
     TRY(comm_broadcast(world, first, sizeof first, 0, err));
     int rc = 0;
@@ -177,11 +179,10 @@ static int check_same_data(Comm *world, uint64_t tokenizer, uint64_t data, int c
                      mine[0], first[0]);
     else if (first[1] != mine[1])
         rc = err_set(err,
-                     "the %s this rank %s (content hash %016" PRIx64 ") differs from rank 0's "
-                     "(%016" PRIx64 "); every rank must read the same dataset files (a relative "
-                     "path from another working directory, or another copy on this host?)",
-                     chat ? "chat data" : "training data",
-                     chat ? "rendered and tokenized" : "tokenized", mine[1], first[1]);
+                     "the %s (content hash %016" PRIx64 ") differs from rank 0's (%016" PRIx64
+                     "); every rank must read the same dataset files (a relative path from "
+                     "another working directory, or another copy on this host?)",
+                     what, mine[1], first[1]);
     return comm_agree(world, rc, err);
 }
 
@@ -573,9 +574,11 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
     if (agreed == 0)
         agreed = check_same_config(world, config_hash(cfg), spec_hash(&spec, &extra), err);
     if (agreed == 0)
-        agreed =
-            check_same_data(world, tokenizer_hash(tok),
-                            is_chat ? chat_content_hash(&chat) : ds.content_hash, is_chat, err);
+        agreed = check_same_data(world, tokenizer_hash(tok),
+                                 is_chat ? chat_content_hash(&chat) : ds.content_hash,
+                                 is_chat ? "chat data this rank rendered and tokenized"
+                                         : "training data this rank tokenized",
+                                 err);
     if (agreed != 0) {
         if (rc == 0) dataset_close(&ds);
         chat_data_close(&chat);
@@ -705,6 +708,10 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
     if (rc == 0) {
         /* Mostly config checks that fail alike; the whole model for samples is rank 0 alone. */
         rc = comm_agree_own(world, between_steps_open(&between, cfg, q, tok, sample_way, err), err);
+        /* Validation shares its rows across the ranks: they must hold the same ones. */
+        if (rc == 0 && between.validate)
+            rc = check_same_data(world, tokenizer_hash(tok), between.v.ds.content_hash,
+                                 "validation data this rank tokenized", err);
     }
     if (rc == 0 && (between.validate || between.sample)) {
         o.after_step = between_steps_run;
