@@ -51,6 +51,7 @@ echo "ok: ranks that resolve job.dump_folder apart stop at start-up"
 # different checkpoint. Needs unshare -m (root); skipped elsewhere.
 if unshare -m true 2>/dev/null; then
   mkdir -p "$TMP/ck_shared" "$TMP/ck_other"
+  # shellcheck disable=SC2016 # the inner sh expands its own arguments
   timeout 120 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 1 "$BIN" train "${ARGS[@]}" \
     --training.steps=2 --checkpoint.enable=true --checkpoint.folder="$TMP/ck_shared" \
     --job.dump_folder="$TMP/run_ck" : -np 1 unshare -m sh -c 'mount --bind "$1" "$2" && shift 2 && exec "$@"' \
