@@ -4,9 +4,17 @@
 #     stop at start-up with a sentence naming the folder that is not rank 0's (it lacks rank 0's
 #     lock), instead of splitting checkpoints between two folders; with one relative dataset
 #     path naming different files they stop, naming the data's content hashes; copies of the
-#     same data under different paths train; the same for chat data (training.data_format =
-#     "messages"), compared by the content of the rendered conversations;
-#   - one relative model.hf_assets_path naming different config.json files stops at start-up;
+#     same data under different paths train; the same for validation data and for chat data
+#     (training.data_format = "messages"), compared by the content of the rendered
+#     conversations;
+#   - one relative model.hf_assets_path naming different config.json files stops at start-up,
+#     and so does one relative checkpoint.initial_load_path naming weights that differ in one
+#     value (compared by a fingerprint of what each rank opened), or one relative
+#     lora.adapter_path naming different adapters; the same weights under two paths train;
+#   - a sharded checkpoint's latest.json with a flipped byte, an edited steps list or mesh, or
+#     truncated fails its own checksum, and the resume takes the newest step complete on every
+#     rank, recovered from the step directories with a warning; one written before the checksum
+#     is read as it is, with a notice;
 #   - a sharded checkpoint resumed into another model stops before allocating, naming the
 #     layout.json and the tensor;
 #   - MPI_Init under comm.init_timeout_seconds: a second "rank" that never joins ends rank 0
@@ -37,6 +45,27 @@ if [ $rc -eq 0 ] || [ $rc -eq 124 ] ||
   echo "FAIL: ranks in different directories (rc=$rc; 124 means a hang)"; cat "$TMP/wdir.log"; exit 1
 fi
 echo "ok: ranks that resolve job.dump_folder apart stop at start-up"
+# An absolute checkpoint.folder is locked and compared the same way: rank 1 sees another
+# directory at the same path (a bind mount in a mount namespace of its own, as a host with its
+# own disk would), and the job stops at start-up instead of resuming each rank from a
+# different checkpoint. Needs unshare -m (root); skipped elsewhere.
+if unshare -m true 2>/dev/null; then
+  mkdir -p "$TMP/ck_shared" "$TMP/ck_other"
+  # shellcheck disable=SC2016 # the inner sh expands its own arguments
+  timeout 120 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 1 "$BIN" train "${ARGS[@]}" \
+    --training.steps=2 --checkpoint.enable=true --checkpoint.folder="$TMP/ck_shared" \
+    --job.dump_folder="$TMP/run_ck" : -np 1 unshare -m sh -c 'mount --bind "$1" "$2" && shift 2 && exec "$@"' \
+    sh "$TMP/ck_other" "$TMP/ck_shared" "$BIN" train "${ARGS[@]}" --training.steps=2 \
+    --checkpoint.enable=true --checkpoint.folder="$TMP/ck_shared" --job.dump_folder="$TMP/run_ck" >"$TMP/ck.log" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ] || [ $rc -eq 124 ] ||
+     ! grep -q "rank 1: checkpoint.folder $TMP/ck_shared ($RT/ck_shared on this rank) is not the folder rank 0 locked: its .qtitan.lock is missing" "$TMP/ck.log"; then
+    echo "FAIL: ranks that see different folders at one absolute checkpoint.folder (rc=$rc)"; cat "$TMP/ck.log"; exit 1
+  fi
+  echo "ok: ranks agree on an absolute checkpoint.folder by identity"
+else
+  echo "skipped: an absolute checkpoint.folder seen differently by two ranks (no unshare -m)"
+fi
 # The data by content: one relative dataset path naming different files on the two ranks stops
 # at start-up; copies with the same content under different paths train.
 cp "$TMP/data.jsonl" "$TMP/a/data.jsonl"
@@ -56,6 +85,15 @@ fi
 cp "$TMP/data.jsonl" "$TMP/b/data.jsonl"
 two_dirs same.log --job.dump_folder="$TMP/run_same" --checkpoint.enable=true ||
   { echo "FAIL: the same data under two paths should train"; cat "$TMP/same.log"; exit 1; }
+# Validation data the same way (validation shares its rows across the ranks).
+cp "$TMP/data.jsonl" "$TMP/a/val.jsonl"
+head -n 40 "$TMP/data.jsonl" >"$TMP/b/val.jsonl"
+two_dirs val.log --job.dump_folder="$TMP/run_val" --validation.enable=true \
+  --validation.dataset_path=val.jsonl --validation.freq=1
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "rank 1: the validation data this rank tokenized (content hash [0-9a-f]*) differs from rank 0's" "$TMP/val.log"; then
+  echo "FAIL: ranks reading different validation data (rc=$rc)"; cat "$TMP/val.log"; exit 1
+fi
 echo "ok: ranks compare the data they opened by content, not by path"
 # The same config text naming different models: a relative model.hf_assets_path whose
 # config.json differs between the two directories (rope_theta here) stops at start-up.
@@ -69,6 +107,89 @@ if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "rank 1: the model this rank bu
   echo "FAIL: ranks building different models from one relative hf_assets_path (rc=$rc)"; cat "$TMP/model.log"; exit 1
 fi
 echo "ok: ranks compare the model they built, not only the config text"
+# The same config text naming different initial weights: one relative
+# checkpoint.initial_load_path whose safetensors differ in one value (the sign of the last
+# element of the file, which stays finite) stops at start-up; the same bytes under two paths
+# train. The weights are this model's, exported by a one-step run.
+timeout 120 "$BIN" train "${ARGS[@]}" --training.steps=1 --checkpoint.enable=true \
+  --checkpoint.last_save_in_hf=true --job.dump_folder="$TMP/hfsrc" >"$TMP/hfsrc.log" 2>&1 ||
+  { echo "FAIL: the run making the initial weights"; cat "$TMP/hfsrc.log"; exit 1; }
+cp -r "$TMP/hfsrc/checkpoint/step-1/hf" "$TMP/a/hfw"
+cp -r "$TMP/hfsrc/checkpoint/step-1/hf" "$TMP/b/hfw"
+st="$TMP/b/hfw/model.safetensors"
+at=$(($(stat -c %s "$st") - 1))
+byte=$(od -An -tu1 -j "$at" -N1 "$st" | tr -d ' ')
+printf '%b' "\\0$(printf %o $((byte ^ 128)))" | dd of="$st" bs=1 seek="$at" conv=notrunc status=none
+cmp -s "$TMP/a/hfw/model.safetensors" "$st" && { echo "FAIL: the weights were not changed"; exit 1; }
+weights=(--job.dump_folder="$TMP/run_w" --training.dataset_path="$TMP/data.jsonl"
+  --checkpoint.initial_load_in_hf=true --checkpoint.initial_load_path=hfw)
+two_dirs weights.log "${weights[@]}"
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "rank 1: the initial weights this rank opened (checkpoint.initial_load_path hfw, $RT/b/hfw on this rank; fingerprint [0-9a-f]*) differ from rank 0's ([0-9a-f]*)" "$TMP/weights.log"; then
+  echo "FAIL: ranks starting from different initial weights (rc=$rc)"; cat "$TMP/weights.log"; exit 1
+fi
+cp "$TMP/a/hfw/model.safetensors" "$st"
+two_dirs weights_same.log "${weights[@]}" --job.dump_folder="$TMP/run_w_same" ||
+  { echo "FAIL: the same initial weights under two paths should train"; cat "$TMP/weights_same.log"; exit 1; }
+echo "ok: ranks compare the initial weights they opened, not only the path"
+# The same for LoRA adapters (lora.adapter_path, peft's format, written by a one-step run):
+# every rank holds them whole, so they are compared whole.
+lora=(--lora.rank=4 --lora.alpha=8)
+timeout 120 "$BIN" train "${ARGS[@]}" "${lora[@]}" --training.steps=1 --job.dump_folder="$TMP/lorasrc" \
+  >"$TMP/lorasrc.log" 2>&1 || { echo "FAIL: the run making the adapters"; cat "$TMP/lorasrc.log"; exit 1; }
+cp -r "$TMP/lorasrc/adapter" "$TMP/a/ad"
+cp -r "$TMP/lorasrc/adapter" "$TMP/b/ad"
+st="$TMP/b/ad/adapter_model.safetensors"
+at=$(($(stat -c %s "$st") - 1))
+byte=$(od -An -tu1 -j "$at" -N1 "$st" | tr -d ' ')
+printf '%b' "\\0$(printf %o $((byte ^ 128)))" | dd of="$st" bs=1 seek="$at" conv=notrunc status=none
+two_dirs lora.log --job.dump_folder="$TMP/run_lora" --training.dataset_path="$TMP/data.jsonl" \
+  "${lora[@]}" --lora.adapter_path=ad
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "rank 1: the LoRA adapters this rank opened (lora.adapter_path ad, $RT/b/ad on this rank; fingerprint [0-9a-f]*) differ from rank 0's" "$TMP/lora.log"; then
+  echo "FAIL: ranks starting from different LoRA adapters (rc=$rc)"; cat "$TMP/lora.log"; exit 1
+fi
+echo "ok: ranks compare the LoRA adapters they loaded"
+# latest.json, the sharded checkpoint's commit marker, carries its own checksum: a flipped
+# byte, an edited steps list (the newest step dropped: it would resume from step 2 and lose
+# step 3) or mesh, and a truncation are caught, and the newest step complete on every rank is
+# recovered from the step directories with a warning. A marker written before the checksum
+# (no version, no checksum) is read as it is, with a notice.
+mk=(--training.dataset_path="$TMP/data.jsonl" --checkpoint.enable=true --checkpoint.interval=1)
+timeout 120 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 2 "$BIN" train "${ARGS[@]}" \
+  "${mk[@]}" --training.steps=3 --job.dump_folder="$TMP/mk" >"$TMP/mk.log" 2>&1 ||
+  { echo "FAIL: the run writing a sharded checkpoint"; cat "$TMP/mk.log"; exit 1; }
+marker() { # case, then the command that damages DIR/latest.json ($1 in it)
+  local c=$1
+  rm -rf "$TMP/mk_$c"
+  cp -r "$TMP/mk" "$TMP/mk_$c"
+  (cd "$TMP/mk_$c/checkpoint" && eval "$2" && [ -s latest.json ] || [ "$c" = empty ]) ||
+    { echo "FAIL: marker case $c could not be made"; exit 1; }
+  timeout 120 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 2 "$BIN" train "${ARGS[@]}" \
+    "${mk[@]}" --training.steps=4 --job.dump_folder="$TMP/mk_$c" >"$TMP/mk_$c.log" 2>&1
+}
+jqw() { jq "$1" latest.json >m.tmp && mv m.tmp latest.json; }
+for c in flip steps mesh truncated; do
+  case $c in
+  flip) damage='printf "\\x01" | dd of=latest.json bs=1 seek=30 conv=notrunc status=none' ;;
+  steps) damage='jqw ".steps = [1, 2] | .step = 2"' ;;
+  mesh) damage='jqw ".mesh = [2, 1, 1, 1]"' ;;
+  truncated) damage='head -c 60 latest.json >m.tmp && mv m.tmp latest.json' ;;
+  esac
+  marker $c "$damage"
+  rc=$?
+  if [ $rc -ne 0 ] || ! grep -q "warning: \[checkpoint\] $TMP/mk_$c/checkpoint/latest.json.*; recovered from the step directories instead: step 3 of 2 ranks is the newest complete one" "$TMP/mk_$c.log" ||
+     ! grep -q "resumed from .*rank-0/step-3 (step 3)" "$TMP/mk_$c.log"; then
+    echo "FAIL: latest.json damaged ($c) should resume from step 3 with a warning (rc=$rc)"; cat "$TMP/mk_$c.log"; exit 1
+  fi
+done
+marker legacy 'jqw "del(.version, .state_checksum) | .steps = [1, 2] | .step = 2"'
+rc=$?
+if [ $rc -ne 0 ] || ! grep -q "latest.json has no state_checksum (written before latest.json carried one); read as it is" "$TMP/mk_legacy.log" ||
+   ! grep -q "resumed from .*rank-0/step-2 (step 2)" "$TMP/mk_legacy.log"; then
+  echo "FAIL: a latest.json without a checksum should be read as it is (rc=$rc)"; cat "$TMP/mk_legacy.log"; exit 1
+fi
+echo "ok: a damaged latest.json is caught by its checksum and recovered from the step directories"
 # Resuming that sharded checkpoint into another model stops before the model is allocated, on
 # two ranks and on one (resharding), with the layout file and the tensor that differs.
 layout="$TMP/run_same/checkpoint/rank-0/step-2/layout.json"

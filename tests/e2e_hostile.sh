@@ -2,9 +2,10 @@
 # What a hostile or careless user does to files, end to end (issue 18): a FIFO or a device
 # where a file is expected, stdout on a full disk, an output onto one of the command's own
 # inputs, an export over a folder holding other files, an overlong line, a batch whose size
-# overflows, a hand-edited checkpoint state, two runs on one dump folder and a run that died
-# holding its lock, an earlier run's metrics, and temporaries left by dead and live writers. Every case ends in one "error: " sentence and
-# a non-zero exit (rule in tests/qa_lib.sh) with nothing lost, or in a clean result.
+# overflows, a hand-edited checkpoint state, two runs on one dump folder (or on one absolute
+# checkpoint folder) and a run that died holding its lock, an earlier run's metrics, and
+# temporaries left by dead and live writers. Every case ends in one "error: " sentence and a
+# non-zero exit (rule in tests/qa_lib.sh) with nothing lost, or in a clean result.
 #
 # Runs against QT_BINARY, and again against QT_ASAN_BINARY when that names a sanitized build.
 set -u
@@ -213,6 +214,28 @@ run_all() {
         grep -q "taking over the lock left by pid 999999999 on elsewhere" "$tmp/lock_stale.err" ||
         qa_fail lock_stale "no notice that a dead run's lock was taken over"
     [ ! -s "$r/.qtitan.lock" ] || qa_fail lock_stale "the lock file was not emptied on exit"
+    # An absolute checkpoint.folder has a lock of its own: a second run with its own dump
+    # folder but the same checkpoint folder is refused while the first holds it, then runs.
+    local ck=$tmp/shared_ck.$1
+    mkdir -p "$ck"
+    (
+        exec 9>>"$ck/.qtitan.lock"
+        flock 9
+        exec sleep 60
+    ) &
+    holder=$!
+    for _ in $(seq 50); do
+        flock -n "$ck/.qtitan.lock" true 2>/dev/null || break
+        sleep 0.1
+    done
+    mapfile -t args < <(train_args "$r.other" 1 --checkpoint.enable=true --checkpoint.folder="$ck")
+    qa_expect_error ckpt_lock_held fail "checkpoint.folder $ck is in use by another training run" \
+        "${args[@]}"
+    kill "$holder"
+    wait "$holder" 2>/dev/null
+    holder=
+    qa_run ckpt_lock_free 0 "${args[@]}" && [ -d "$ck/step-1" ] && [ ! -s "$ck/.qtitan.lock" ] ||
+        qa_fail ckpt_lock_free "no step-1 in $ck, or its lock file was not emptied on exit"
 }
 
 {

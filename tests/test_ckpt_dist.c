@@ -458,6 +458,67 @@ static void test_hostile_mesh(void **state) {
     free(root);
 }
 
+/* latest.json carries its own checksum: a damaged one (edited, truncated) is replaced by what
+ * the step directories hold, the newest step complete on every rank of the mesh its layout
+ * records; steps without such a layout cannot be recovered, and that is a sentence, not a
+ * fresh start that would later prune them. */
+static void test_marker_recovery(void **state) {
+    (void)state;
+    Comm *c = comm_single_create();
+    float w[8] = {0}, m[8] = {0}, v[8] = {0};
+    CkptTensor model = {"w", 1, {8}, w, NULL};
+    CkptTensor optim[2] = {{"w.exp_avg", 1, {8}, m, NULL}, {"w.exp_avg_sq", 1, {8}, v, NULL}};
+    ShardSlice slice;
+    shard_slice_whole(&slice, 1, model.shape);
+    Err err;
+    CkptDistFound f;
+    for (int layouts = 1; layouts >= 0; layouts--) {
+        char *root = tmp_root(), *path = fs_join(root, CKPT_DIST_MARKER);
+        for (int64_t s = 1; s <= 3; s++) {
+            CkptState st = {.step = s, .optim_step = s};
+            assert_int_equal(ckpt_dist_save(c, MESH1, root, &st, &model, layouts ? &slice : NULL, 1,
+                                            optim, 2, 0, &err),
+                             0);
+        }
+        char *text;
+        size_t len;
+        assert_int_equal(fs_read_all(path, &text, &len, &err), 0);
+        assert_non_null(strstr(text, "\"" CKPT_SUM_KEY "\": \""));
+        /* The newest step dropped from the list, as a hand edit would: checksum fails. */
+        char *last = strstr(text, "3\n  ]");
+        assert_non_null(last);
+        last[-6] = ' ', last[0] = ' '; /* ",\n    3" -> " \n     " */
+        assert_int_equal(fs_write_atomic(path, text, len, &err), 0);
+        int found = ckpt_dist_locate(c, root, -1, &f, &err);
+        if (layouts) {
+            assert_int_equal(found, 1);
+            assert_int_equal(f.step, 3);
+            assert_int_equal(f.ranks, 1);
+            assert_int_equal(f.mesh[1], 1);
+            /* Truncated: the same. load_step finds an older step among those recovered. */
+            assert_int_equal(fs_write_atomic(path, text, len / 2, &err), 0);
+            assert_int_equal(ckpt_dist_locate(c, root, 2, &f, &err), 1);
+            assert_int_equal(f.step, 2);
+            /* The next save writes a good marker again, listing every recovered step. */
+            CkptState st = {.step = 4, .optim_step = 4};
+            assert_int_equal(
+                ckpt_dist_save(c, MESH1, root, &st, &model, &slice, 1, optim, 2, 0, &err), 0);
+            CkptDistReader r;
+            assert_int_equal(ckpt_dist_reader_open_step(&r, root, 1, &err), 0);
+            ckpt_dist_reader_close(&r);
+        } else {
+            assert_int_equal(found, -1);
+            assert_non_null(strstr(err.msg, "(edited or corrupted); no step could be recovered"));
+            assert_non_null(strstr(err.msg, "fix or remove"));
+        }
+        free(text);
+        free(path);
+        assert_int_equal(fs_remove_tree(root, &err), 0);
+        free(root);
+    }
+    comm_destroy(c);
+}
+
 static void test_export_hf(void **state) {
     (void)state;
     export_round_trip("debugmodel", NULL, 2, 1, DT_F32, 5000000000u, 2);      /* tied, one file */
@@ -477,8 +538,8 @@ static void test_export_hf_tp(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_save_find_prune), cmocka_unit_test(test_reader),
-        cmocka_unit_test(test_hostile_mesh),    cmocka_unit_test(test_export_hf),
-        cmocka_unit_test(test_export_hf_tp),
+        cmocka_unit_test(test_hostile_mesh),    cmocka_unit_test(test_marker_recovery),
+        cmocka_unit_test(test_export_hf),       cmocka_unit_test(test_export_hf_tp),
     };
     return cmocka_run_group_tests(tests, 0, NULL);
 }

@@ -64,11 +64,3 @@ int qwen3_load_hf(Qwen3 *m, const StSet *set, const char *what, Err *err) {
     hf_keys_free(&t);
     return rc;
 }
-
-int qwen3_hf_check_path(const ModelSpec *spec, const char *path, Err *err) {
-    StSet set;
-    TRY(st_set_open(&set, path, err));
-    int rc = qwen3_hf_check(spec, &set, path, err);
-    st_set_close(&set);
-    return rc;
-}

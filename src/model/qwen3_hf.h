@@ -17,8 +17,5 @@ int qwen3_load_hf(Qwen3 *m, const StSet *set, const char *what, Err *err);
 /* The check qwen3_load_hf starts with: 0 when set holds exactly spec's HF tensors, else -1
  * with the sentence listing every problem. */
 int qwen3_hf_check(const ModelSpec *spec, const StSet *set, const char *what, Err *err);
-/* The same for the weights at path (a directory, index or .safetensors file), which are only
- * mapped: how a job checks weights against its model before sizing the model's memory. */
-int qwen3_hf_check_path(const ModelSpec *spec, const char *path, Err *err);
 
 #endif

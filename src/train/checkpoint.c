@@ -138,7 +138,7 @@ static int cmp_desc(const void *a, const void *b) {
 
 /* Step numbers of the step-N directories under root, newest first. *n = 0 when root is
  * missing. */
-static int list_steps(const char *root, int64_t **steps, int *n, Err *err) {
+int ckpt_list_steps(const char *root, int64_t **steps, int *n, Err *err) {
     *steps = NULL;
     *n = 0;
     DIR *d = opendir(root);
@@ -212,10 +212,11 @@ static json_t *u64_str(uint64_t v, int hex) {
     return json_string(buf);
 }
 
-/* The state file's own checksum: "state_checksum" is the checksum of the file's bytes with
- * those 16 hex digits as zeros. Byte flips, a truncation or a hand edit (say of "step")
- * anywhere in the file are caught before any field is trusted. */
-#define STATE_SUM_KEY "state_checksum"
+/* A state file's own checksum (train_state.json, a sharded checkpoint's latest.json):
+ * "state_checksum" is the checksum of the file's bytes with those 16 hex digits as zeros.
+ * Byte flips, a truncation or a hand edit (say of "step") anywhere in the file are caught
+ * before any field is trusted. */
+#define STATE_SUM_KEY CKPT_SUM_KEY
 
 /* The 16 hex digits of the last "state_checksum": "..." in text, or NULL. */
 static char *state_sum_field(char *text, size_t len) {
@@ -231,8 +232,16 @@ static char *state_sum_field(char *text, size_t len) {
     return found && found[16] == '"' ? found : NULL;
 }
 
-/* Checks text (path's bytes) against its state_checksum. */
-static int check_state_sum(char *text, size_t len, const char *path, Err *err) {
+void ckpt_sum_seal(char *text, size_t len) {
+    char *sum = state_sum_field(text, len);
+    if (!sum) return;
+    memset(sum, '0', 16);
+    uint64_t h = ckpt_checksum(text, len);
+    for (int i = 15; i >= 0; i--, h >>= 4)
+        sum[i] = "0123456789abcdef"[h & 15];
+}
+
+int ckpt_sum_check(char *text, size_t len, const char *path, Err *err) {
     char *sum = state_sum_field(text, len);
     if (!sum) return err_set(err, "%s has no %s (corrupted)", path, STATE_SUM_KEY);
     char digits[17];
@@ -300,10 +309,7 @@ static int write_state(const char *dir, const CkptState *st, Err *err) {
     char *path = fs_join(dir, CKPT_STATE_FILE);
     size_t len = strlen(text);
     text[len] = '\n'; /* replaces the NUL: the buffer is written by length */
-    char *sum = state_sum_field(text, len + 1);
-    uint64_t h = ckpt_checksum(text, len + 1);
-    for (int i = 15; i >= 0; i--, h >>= 4)
-        sum[i] = "0123456789abcdef"[h & 15];
+    ckpt_sum_seal(text, len + 1);
     int rc = fs_write_atomic(path, text, len + 1, err);
     free(text);
     free(path);
@@ -316,7 +322,7 @@ static int prune(const char *root, int keep, Err *err) {
     if (keep <= 0) return 0;
     int64_t *steps;
     int n;
-    TRY(list_steps(root, &steps, &n, err));
+    TRY(ckpt_list_steps(root, &steps, &n, err));
     int kept = 0;
     for (int i = 0; i < n; i++) {
         char *dir = step_dir(root, steps[i]);
@@ -424,7 +430,7 @@ static json_t *load_state_json(const char *dir, char **path_out, Err *err) {
     /* Version 1 files predate the state checksum; everything later carries one. */
     json_t *v = o ? json_object_get(o, "version") : NULL;
     if (o && !(json_is_integer(v) && json_integer_value(v) == 1) &&
-        check_state_sum(text, len, path, err) != 0) {
+        ckpt_sum_check(text, len, path, err) != 0) {
         json_decref(o);
         o = NULL;
     }
@@ -556,7 +562,7 @@ int ckpt_verify(const char *dir, int full, Err *err) {
 int ckpt_find_latest(const char *root, int64_t *step, char **path, Err *err) {
     int64_t *steps;
     int n;
-    TRY(list_steps(root, &steps, &n, err));
+    TRY(ckpt_list_steps(root, &steps, &n, err));
     for (int i = 0; i < n; i++) {
         char *dir = step_dir(root, steps[i]);
         Err e;
@@ -605,7 +611,7 @@ int64_t ckpt_resume_candidate(const char *root, int64_t load_step) {
     int64_t *steps, found = -1;
     int nsteps;
     Err ignore;
-    if (list_steps(root, &steps, &nsteps, &ignore) != 0) return -1;
+    if (ckpt_list_steps(root, &steps, &nsteps, &ignore) != 0) return -1;
     for (int i = 0; i < nsteps && found < 0; i++) {
         if (load_step >= 0 && steps[i] != load_step) continue;
         char *dir = step_dir(root, steps[i]);

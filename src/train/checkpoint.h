@@ -70,6 +70,21 @@ typedef struct CkptState {
 /* 64-bit checksum of a byte range (a streaming-free, word-at-a-time mix; not cryptographic). */
 uint64_t ckpt_checksum(const void *data, size_t n);
 
+/* A JSON state file's own checksum (train_state.json, a sharded checkpoint's latest.json): its
+ * member "state_checksum" holds 16 hex digits, the checksum of the file's bytes with those
+ * digits as zeros, so a flipped byte, a truncation or a hand edit anywhere is caught before any
+ * field is trusted. */
+#define CKPT_SUM_KEY "state_checksum"
+/* Fills in the digits of text (len bytes, written with "state_checksum": and 16 zeros). */
+void ckpt_sum_seal(char *text, size_t len);
+/* 0 when text (len bytes read from path) matches its state_checksum; else -1 with a sentence
+ * naming path (no checksum, not 16 hex digits, or "edited or corrupted"). text is unchanged. */
+int ckpt_sum_check(char *text, size_t len, const char *path, Err *err);
+
+/* Step numbers of the step-N directories under root, newest first (malloc'd); *n = 0 when
+ * root is missing. */
+int ckpt_list_steps(const char *root, int64_t **steps, int *n, Err *err);
+
 /* Writes {root}/step-{st->step}/ as described above, replacing an existing step of the same
  * number, then keeps only the keep_latest_k newest complete steps (0 = keep all). On failure the
  * temporary directory is removed and earlier checkpoints are untouched. */

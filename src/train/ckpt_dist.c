@@ -28,56 +28,164 @@ char *ckpt_dist_rank_dir(const char *root, int rank) {
     return fs_join(root, name);
 }
 
+/* The marker's version; markers without one (and without a checksum) were written before
+ * latest.json carried its own checksum. */
+#define MARKER_VERSION 2
+
+/* A mesh [dp_replicate, dp_shard, tp, ep] as recorded for `ranks` processes (m absent: [1,
+ * ranks, 1, 1]; ep absent, as markers written before expert parallelism have it: 1): 3 or 4
+ * positive integers whose first three multiply to ranks, and an expert-parallel degree from 1
+ * to ranks. */
+static int parse_mesh(const json_t *m, int64_t ranks, int64_t mesh[4], const char *path, Err *err) {
+    mesh[0] = 1, mesh[1] = ranks, mesh[2] = 1, mesh[3] = 1;
+    size_t len = json_is_array(m) ? json_array_size(m) : 0;
+    for (size_t k = 0; k < 4 && k < len; k++)
+        mesh[k] = json_integer_value(json_array_get(m, k));
+    /* Checked before multiplying: a hostile mesh must not wrap to the right product. */
+    int64_t product = 0;
+    if (m && (!json_is_array(m) || (len != 3 && len != 4) || mesh[0] < 1 || mesh[1] < 1 ||
+              mesh[2] < 1 || __builtin_mul_overflow(mesh[0], mesh[1], &product) ||
+              __builtin_mul_overflow(product, mesh[2], &product) || product != ranks ||
+              mesh[3] < 1 || mesh[3] > ranks))
+        return err_set(err,
+                       "%s: mesh must be 3 positive integers whose product is ranks, and an "
+                       "expert-parallel degree from 1 to ranks",
+                       path);
+    return 0;
+}
+
+/* The marker's fields, from its parsed (and checked) JSON o. */
+static int parse_marker(const json_t *o, const char *path, int64_t *steps, int *n, int64_t *ranks,
+                        int64_t mesh[4], Err *err) {
+    const char *format = NULL;
+    json_t *list = json_object_get(o, "steps"), *version = json_object_get(o, "version");
+    TRY(json_req_str(o, "format", &format, path, err));
+    TRY(json_req_int(o, "ranks", ranks, path, err));
+    if (strcmp(format, FORMAT) != 0 || !json_is_array(list) ||
+        json_array_size(list) > CKPT_DIST_MAX_KEPT)
+        return err_set(err, "%s: expected format \"%s\" and a list \"steps\" of at most %d numbers",
+                       path, FORMAT, CKPT_DIST_MAX_KEPT);
+    if (version && (!json_is_integer(version) || json_integer_value(version) != MARKER_VERSION))
+        return err_set(err, "%s: version must be %d (written by another qtitan?)", path,
+                       MARKER_VERSION);
+    TRY(parse_mesh(json_object_get(o, "mesh"), *ranks, mesh, path, err));
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        json_t *v = json_array_get(list, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0)
+            return err_set(err, "%s: steps[%zu] is not a step number", path, i);
+        steps[(*n)++] = json_integer_value(v);
+    }
+    return 0;
+}
+
+/* The ranks and mesh that wrote root/rank-0/step-N, from its layout.json (which records them
+ * from this version on); -1 when it does not. */
+static int step_mesh(const char *root, int64_t step, int64_t *ranks, int64_t mesh[4]) {
+    char name[48];
+    snprintf(name, sizeof name, "step-%" PRId64 "/%s", step, CKPT_DIST_LAYOUT);
+    char *dir = ckpt_dist_rank_dir(root, 0), *path = fs_join(dir, name);
+    Err ignore;
+    json_t *o = json_load_path(path, &ignore);
+    int rc = o && json_req_int(o, "ranks", ranks, path, &ignore) == 0 && *ranks >= 1 &&
+                     *ranks <= 1 << 20 && json_object_get(o, "mesh") &&
+                     parse_mesh(json_object_get(o, "mesh"), *ranks, mesh, path, &ignore) == 0
+                 ? 0
+                 : -1;
+    json_decref(o);
+    free(dir), free(path);
+    return rc;
+}
+
+/* 1 when every rank's root/rank-K/step-N (K < ranks) passes ckpt_verify's cheap check (the
+ * state's own checksum and step, every file's size; a resume verifies the checksums). */
+static int step_complete(const char *root, int64_t step, int64_t ranks) {
+    char name[48];
+    snprintf(name, sizeof name, "step-%" PRId64, step);
+    int ok = 1;
+    for (int64_t k = 0; k < ranks && ok; k++) {
+        char *rdir = ckpt_dist_rank_dir(root, (int)k), *dir = fs_join(rdir, name);
+        Err ignore;
+        ok = ckpt_verify(dir, 0, &ignore) == 0;
+        free(rdir), free(dir);
+    }
+    return ok;
+}
+
+/* What a broken marker should have said, from the step directories: the newest step of
+ * rank-0 whose layout records the mesh that wrote it and that every rank of that mesh holds
+ * complete, and the older complete steps of the same mesh (oldest first, as the marker lists
+ * them). *n = 0 when rank-0 holds no step at all; -1 when it holds some but none can be
+ * recovered (written before layouts recorded the mesh, or incomplete). */
+static int scan_steps(const char *root, int64_t *steps, int *n, int64_t *ranks, int64_t mesh[4],
+                      Err *err) {
+    char *dir0 = ckpt_dist_rank_dir(root, 0);
+    int64_t *all, got[CKPT_DIST_MAX_KEPT];
+    int nall, k = 0;
+    int rc = ckpt_list_steps(dir0, &all, &nall, err);
+    free(dir0);
+    TRY(rc);
+    for (int i = 0; i < nall && k < CKPT_DIST_MAX_KEPT; i++) {
+        int64_t r, m[4];
+        if (step_mesh(root, all[i], &r, m) != 0) continue;
+        if (k > 0 && (r != *ranks || memcmp(m, mesh, sizeof m) != 0)) continue;
+        if (!step_complete(root, all[i], r)) continue;
+        if (k == 0) *ranks = r, memcpy(mesh, m, sizeof m);
+        got[k++] = all[i];
+    }
+    free(all);
+    for (int i = 0; i < k; i++)
+        steps[i] = got[k - 1 - i];
+    *n = k;
+    if (nall > 0 && k == 0)
+        return err_set(err,
+                       "no step could be recovered from the step directories of %s (none is "
+                       "complete on every rank with a layout.json that records its mesh)",
+                       root);
+    return 0;
+}
+
 /* Rank 0: the marker's steps (oldest first) into steps[0..*n), *ranks and the mesh
- * [dp_replicate, dp_shard, tp, ep] (mesh absent: [1, ranks, 1, 1]; ep absent, as markers
- * written before expert parallelism have it: 1). 0 and *n = 0 when there is no marker. */
+ * [dp_replicate, dp_shard, tp, ep]. 0 and *n = 0 when there is no marker. A marker that does
+ * not parse or fails its own checksum (a flipped byte, a hand edit, a truncation) is replaced
+ * by what the step directories hold (scan_steps), with a warning when warn is set; one without
+ * a version and a checksum, written before markers carried them, is read as it is, with a
+ * notice when warn is set. */
 static int read_marker(const char *root, int64_t *steps, int *n, int64_t *ranks, int64_t mesh[4],
-                       Err *err) {
+                       int warn, Err *err) {
     *n = 0;
     *ranks = 0;
-    char *path = fs_join(root, CKPT_DIST_MARKER);
+    char *path = fs_join(root, CKPT_DIST_MARKER), *text = NULL;
+    size_t len = 0;
     if (!fs_exists(path)) {
         free(path);
         return 0;
     }
-    json_t *o = json_load_path(path, err);
-    int rc = 0;
-    const char *format = NULL;
-    json_t *list = o ? json_object_get(o, "steps") : NULL;
-    if (!o) {
-        rc = -1;
-    } else if (json_req_str(o, "format", &format, path, err) != 0 ||
-               json_req_int(o, "ranks", ranks, path, err) != 0) {
-        rc = -1;
-    } else if (strcmp(format, FORMAT) != 0 || !json_is_array(list) ||
-               json_array_size(list) > CKPT_DIST_MAX_KEPT) {
-        rc = err_set(err, "%s: expected format \"%s\" and a list \"steps\" of at most %d numbers",
-                     path, FORMAT, CKPT_DIST_MAX_KEPT);
-    } else {
-        json_t *m = json_object_get(o, "mesh");
-        mesh[0] = 1, mesh[1] = *ranks, mesh[2] = 1, mesh[3] = 1;
-        size_t len = json_is_array(m) ? json_array_size(m) : 0;
-        for (size_t k = 0; k < 4 && k < len; k++)
-            mesh[k] = json_integer_value(json_array_get(m, k));
-        /* Checked before multiplying: a hostile mesh must not wrap to the right product. */
-        int64_t product = 0;
-        if (m && (!json_is_array(m) || (len != 3 && len != 4) || mesh[0] < 1 || mesh[1] < 1 ||
-                  mesh[2] < 1 || __builtin_mul_overflow(mesh[0], mesh[1], &product) ||
-                  __builtin_mul_overflow(product, mesh[2], &product) || product != *ranks ||
-                  mesh[3] < 1 || mesh[3] > *ranks))
-            rc = err_set(err,
-                         "%s: mesh must be 3 positive integers whose product is ranks, and an "
-                         "expert-parallel degree from 1 to ranks",
-                         path);
-        for (size_t i = 0; i < json_array_size(list) && rc == 0; i++) {
-            json_t *v = json_array_get(list, i);
-            if (!json_is_integer(v) || json_integer_value(v) < 0)
-                rc = err_set(err, "%s: steps[%zu] is not a step number", path, i);
-            else
-                steps[(*n)++] = json_integer_value(v);
-        }
+    size_t scope = err_oom_push("reading %s", path);
+    int rc = fs_read_all(path, &text, &len, err);
+    Err why;
+    json_t *o = rc == 0 ? json_load_mem(text, len, path, &why) : NULL;
+    err_oom_pop(scope);
+    int sealed = json_object_get(o, "version") || json_object_get(o, CKPT_SUM_KEY);
+    if (rc == 0 && (!o || (sealed && ckpt_sum_check(text, len, path, &why) != 0))) {
+        Err scan;
+        rc = scan_steps(root, steps, n, ranks, mesh, &scan);
+        if (rc != 0)
+            err_set(err, "%s; %s: fix or remove %s", why.msg, scan.msg, path);
+        else if (warn && *n > 0)
+            log_warn("[checkpoint] %s; recovered from the step directories instead: step %" PRId64
+                     " of %" PRId64 " ranks is the newest complete one",
+                     why.msg, steps[*n - 1], *ranks);
+        else if (warn)
+            log_warn("[checkpoint] %s; the step directories hold no step to recover", why.msg);
+    } else if (rc == 0) {
+        if (!sealed && warn)
+            log_info("[checkpoint] %s has no %s (written before latest.json carried one); "
+                     "read as it is",
+                     path, CKPT_SUM_KEY);
+        rc = parse_marker(o, path, steps, n, ranks, mesh, err);
     }
     json_decref(o);
+    free(text);
     free(path);
     return rc;
 }
@@ -86,6 +194,7 @@ static int write_marker(const char *root, const int64_t *steps, int n, int ranks
                         Err *err) {
     json_t *o = json_object(), *list = json_array(), *m = json_array();
     json_object_set_new(o, "format", json_string(FORMAT));
+    json_object_set_new(o, "version", json_integer(MARKER_VERSION));
     json_object_set_new(o, "ranks", json_integer(ranks));
     for (int k = 0; k < 4; k++)
         json_array_append_new(m, json_integer(mesh[k]));
@@ -94,11 +203,13 @@ static int write_marker(const char *root, const int64_t *steps, int n, int ranks
     for (int i = 0; i < n; i++)
         json_array_append_new(list, json_integer(steps[i]));
     json_object_set_new(o, "steps", list);
+    json_object_set_new(o, CKPT_SUM_KEY, json_string("0000000000000000"));
     char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(o);
     char *path = fs_join(root, CKPT_DIST_MARKER);
     size_t len = strlen(text);
     text[len] = '\n';
+    ckpt_sum_seal(text, len + 1);
     int rc = fs_write_atomic(path, text, len + 1, err);
     free(text);
     free(path);
@@ -137,11 +248,18 @@ int ckpt_dist_check_keep(int ranks, int enable, int keep_latest_k, Err *err) {
     return 0;
 }
 
-/* layout.json of model[0..n) holding slices[0..n), as text (malloc'd, *len bytes). */
-static char *layout_text(const CkptTensor *model, const ShardSlice *slices, int n, size_t *len) {
-    json_t *o = json_object(), *t = json_object();
+/* layout.json of model[0..n) holding slices[0..n), saved by `ranks` processes on mesh, as
+ * text (malloc'd, *len bytes). The ranks and mesh let a broken latest.json be recovered from
+ * the step directories. */
+static char *layout_text(const CkptTensor *model, const ShardSlice *slices, int n, int ranks,
+                         const int mesh[4], size_t *len) {
+    json_t *o = json_object(), *t = json_object(), *m = json_array();
     json_object_set_new(o, "format", json_string(LAYOUT_FORMAT));
     json_object_set_new(o, "version", json_integer(1));
+    json_object_set_new(o, "ranks", json_integer(ranks));
+    for (int k = 0; k < 4; k++)
+        json_array_append_new(m, json_integer(mesh[k]));
+    json_object_set_new(o, "mesh", m);
     for (int i = 0; i < n; i++)
         json_object_set_new(t, model[i].name, shard_slice_to_json(&slices[i]));
     json_object_set_new(o, "tensors", t);
@@ -162,7 +280,7 @@ int ckpt_dist_save(Comm *world, const int mesh[4], const char *root, const CkptS
     char *layout = NULL;
     if (slices) {
         size_t len;
-        layout = layout_text(model, slices, nmodel, &len);
+        layout = layout_text(model, slices, nmodel, world->size, mesh, &len);
         files[with.nfiles++] = (CkptFile){CKPT_DIST_LAYOUT, layout, len};
     }
     with.files = files;
@@ -178,7 +296,7 @@ int ckpt_dist_save(Comm *world, const int mesh[4], const char *root, const CkptS
     if (world->rank == 0) {
         int64_t steps[CKPT_DIST_MAX_KEPT + 1], ranks, old_mesh[4];
         int n;
-        rc = read_marker(root, steps, &n, &ranks, old_mesh, err);
+        rc = read_marker(root, steps, &n, &ranks, old_mesh, 0, err);
         if (rc == 0) {
             int m = 0; /* drop st->step if listed (saved again after a resume) and newer ones */
             for (int i = 0; i < n; i++)
@@ -212,7 +330,7 @@ static int locate_here(const char *root, int64_t load_step, double found[7], Err
     int64_t steps[CKPT_DIST_MAX_KEPT + 1], ranks, mesh[4], one = -1;
     int n;
     TRY(ckpt_clean_stale(root, err));
-    TRY(read_marker(root, steps, &n, &ranks, mesh, err));
+    TRY(read_marker(root, steps, &n, &ranks, mesh, 1, err));
     int64_t sharded = n > 0 ? steps[n - 1] : -1;
     if (load_step >= 0) {
         sharded = -1;
@@ -328,7 +446,7 @@ int ckpt_dist_check_shapes(const char *root, int64_t load_step, const ParamInfo 
     int nsteps;
     Err ignore;
     /* A broken latest.json is ckpt_dist_locate's to report. */
-    if (read_marker(root, steps, &nsteps, &ranks, mesh, &ignore) != 0) nsteps = 0;
+    if (read_marker(root, steps, &nsteps, &ranks, mesh, 0, &ignore) != 0) nsteps = 0;
     for (int i = 0; i < nsteps; i++)
         if (load_step < 0 || steps[i] == load_step) sharded = steps[i];
     int64_t one = ckpt_resume_candidate(root, load_step);
@@ -411,7 +529,7 @@ int ckpt_dist_reader_open_step(CkptDistReader *r, const char *root, int64_t step
     memset(r, 0, sizeof *r);
     int64_t steps[CKPT_DIST_MAX_KEPT + 1], ranks, mesh[4];
     int n;
-    TRY(read_marker(root, steps, &n, &ranks, mesh, err));
+    TRY(read_marker(root, steps, &n, &ranks, mesh, 1, err));
     if (n == 0)
         return err_set(err, "%s has no %s: not a committed sharded checkpoint", root,
                        CKPT_DIST_MARKER);

@@ -1,4 +1,5 @@
-/* The dump-folder lock and the ranks' agreement on which folder that is. */
+/* The dump-folder lock (and an absolute checkpoint folder's), and the ranks' agreement on which
+ * folder that is. */
 #include "train/lock.h"
 
 #include <errno.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/fs.h"
@@ -40,104 +42,123 @@ static void resolve(const char *path, char out[PATH_MAX]) {
         snprintf(out, PATH_MAX, "%s", path);
 }
 
-/* Every rank's dump folder against rank 0's, by identity rather than by path: rank 0 has
- * written its own "pid P on HOST" into the folder's lock file, and every other rank must read
- * that same line through its own job.dump_folder. A relative path from another working
- * directory names another folder and fails; one shared folder mounted under different paths
- * passes. */
-static int check_same_folder(Comm *world, const TrainLock *l, const JobConfig *cfg, Err *err) {
+/* Every rank's folder (the dump folder, or an absolute checkpoint.folder) against rank 0's,
+ * by identity rather than by path: rank 0 has written its own "pid P on HOST" into the
+ * folder's lock file (fd), and every other rank must read that same line through its own
+ * path. A relative path from another working directory, or a folder of the same absolute path
+ * on another host's own disk, names another folder and fails; one shared folder mounted under
+ * different paths passes. key names the config key in the sentence. */
+static int check_same_folder(Comm *world, int fd0, const char *folder, const char *key, Err *err) {
     char first[256] = "", mine[256] = "";
     if (world->rank == 0) {
-        ssize_t n = pread(l->fd, first, sizeof first - 1, 0);
+        ssize_t n = pread(fd0, first, sizeof first - 1, 0);
         first[n > 0 ? n : 0] = 0;
     }
     TRY(comm_broadcast(world, first, sizeof first, 0, err));
     int rc = 0;
     if (world->rank != 0) {
-        char *path = fs_join(cfg->job.dump_folder, TRAIN_LOCK_FILE);
+        char *path = fs_join(folder, TRAIN_LOCK_FILE);
         int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
         ssize_t n = fd >= 0 ? pread(fd, mine, sizeof mine - 1, 0) : -1;
         mine[n > 0 ? n : 0] = 0;
         if (fd >= 0) close(fd);
         if (strcmp(mine, first) != 0) {
             char here[PATH_MAX];
-            resolve(cfg->job.dump_folder, here);
+            resolve(folder, here);
             mine[strcspn(mine, "\n")] = 0;
             first[strcspn(first, "\n")] = 0;
             rc = err_set(err,
-                         "job.dump_folder %s (%s on this rank) is not the folder rank 0 locked: "
-                         "its %s %s%s%s, not rank 0's \"%s\" (a relative path from another "
-                         "working directory?); every rank must use the same folder",
-                         cfg->job.dump_folder, here, TRAIN_LOCK_FILE,
-                         fd < 0 ? "is missing" : "holds \"", fd < 0 ? "" : mine, fd < 0 ? "" : "\"",
-                         first);
+                         "%s %s (%s on this rank) is not the folder rank 0 locked: its %s %s%s%s, "
+                         "not rank 0's \"%s\" (a relative path from another working directory, "
+                         "or another host's own disk?); every rank must use the same folder",
+                         key, folder, here, TRAIN_LOCK_FILE, fd < 0 ? "is missing" : "holds \"",
+                         fd < 0 ? "" : mine, fd < 0 ? "" : "\"", first);
         }
         free(path);
     }
     return comm_agree(world, rc, err);
 }
 
-/* Rank 0: takes the lock of dump_folder, which exists. */
-static int lock_folder(TrainLock *l, const char *dump_folder, Err *err) {
-    l->path = fs_join(dump_folder, TRAIN_LOCK_FILE);
-    l->fd = open(l->path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-    SYS_CHECK(l->fd >= 0, err, "cannot open the lock file %s", l->path);
+/* Rank 0: takes lock i, of folder (config key `key`), which exists. */
+static int lock_folder(TrainLock *l, int i, const char *folder, const char *key, Err *err) {
+    l->path[i] = fs_join(folder, TRAIN_LOCK_FILE);
+    l->fd[i] = open(l->path[i], O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    SYS_CHECK(l->fd[i] >= 0, err, "cannot open the lock file %s", l->path[i]);
     char holder[256] = "";
-    ssize_t n = pread(l->fd, holder, sizeof holder - 1, 0);
+    ssize_t n = pread(l->fd[i], holder, sizeof holder - 1, 0);
     holder[n > 0 ? n : 0] = 0;
     holder[strcspn(holder, "\n")] = 0;
-    if (flock(l->fd, LOCK_EX | LOCK_NB) != 0) {
+    if (flock(l->fd[i], LOCK_EX | LOCK_NB) != 0) {
         if (errno != EWOULDBLOCK)
-            err_sys(err, "cannot lock %s", l->path);
+            err_sys(err, "cannot lock %s", l->path[i]);
         else
             err_set(err,
-                    "job.dump_folder %s is in use by another training run (%s holds %s); two "
-                    "runs on one folder would overwrite each other's checkpoints and metrics: "
-                    "wait for it, stop it, or choose another job.dump_folder",
-                    dump_folder, holder[0] ? holder : "a process", l->path);
-        close(l->fd);
-        l->fd = -1;
+                    "%s %s is in use by another training run (%s holds %s); two runs on one "
+                    "folder would overwrite each other's checkpoints%s: wait for it, stop it, or "
+                    "choose another %s",
+                    key, folder, holder[0] ? holder : "a process", l->path[i],
+                    i == 0 ? " and metrics" : "", key);
+        close(l->fd[i]);
+        l->fd[i] = -1;
         return -1;
     }
     /* Read again under the lock: the holder may have released it in between. */
-    n = pread(l->fd, holder, sizeof holder - 1, 0);
+    n = pread(l->fd[i], holder, sizeof holder - 1, 0);
     holder[n > 0 ? n : 0] = 0;
     holder[strcspn(holder, "\n")] = 0;
     if (holder[0])
-        log_warn("job.dump_folder %s: taking over the lock left by %s, which ended without "
-                 "releasing it",
-                 dump_folder, holder);
+        log_warn("%s %s: taking over the lock left by %s, which ended without releasing it", key,
+                 folder, holder);
     char host[128] = "?", line[256];
     gethostname(host, sizeof host - 1);
     host[sizeof host - 1] = 0;
     int len = snprintf(line, sizeof line, "pid %ld on %s\n", (long)getpid(), host);
-    if (ftruncate(l->fd, 0) != 0 || pwrite(l->fd, line, (size_t)len, 0) != len)
-        return err_sys(err, "cannot write the lock file %s", l->path);
+    if (ftruncate(l->fd[i], 0) != 0 || pwrite(l->fd[i], line, (size_t)len, 0) != len)
+        return err_sys(err, "cannot write the lock file %s", l->path[i]);
     return 0;
 }
 
+/* 1 when a and b (which exist) are one directory. */
+static int same_dir(const char *a, const char *b) {
+    struct stat x, y;
+    return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
 int train_lock_take(TrainLock *l, Comm *world, const JobConfig *cfg, Err *err) {
-    l->fd = -1;
-    l->path = NULL;
-    int rc = 0;
+    static const char *const keys[TRAIN_LOCK_MAX] = {"job.dump_folder", "checkpoint.folder"};
+    const char *folders[TRAIN_LOCK_MAX] = {cfg->job.dump_folder, cfg->checkpoint.folder};
+    for (int i = 0; i < TRAIN_LOCK_MAX; i++)
+        l->fd[i] = -1, l->path[i] = NULL;
+    /* A relative checkpoint.folder lies in the dump folder, whose lock covers it; an absolute
+     * one (another disk, a shared store) gets a lock of its own, unless it is the dump folder.
+     * Rank 0 decides, so every rank makes the same collectives. */
+    int n = cfg->checkpoint.enable && cfg->checkpoint.folder[0] == '/' ? 2 : 1, rc = 0;
     if (world->rank == 0) {
-        rc = fs_mkdirs(cfg->job.dump_folder, err);
-        if (rc != 0) err_wrap(err, "job.dump_folder %s cannot be created", cfg->job.dump_folder);
-        if (rc == 0) rc = lock_folder(l, cfg->job.dump_folder, err);
+        for (int i = 0; i < n && rc == 0; i++)
+            if ((rc = fs_mkdirs(folders[i], err)) != 0)
+                err_wrap(err, "%s %s cannot be created", keys[i], folders[i]);
+        if (rc == 0 && n == 2 && same_dir(folders[0], folders[1])) n = 1;
+        for (int i = 0; i < n && rc == 0; i++)
+            rc = lock_folder(l, i, folders[i], keys[i], err);
     }
     rc = comm_agree_own(world, rc, err);
-    if (rc == 0) rc = check_same_folder(world, l, cfg, err);
+    if (rc == 0) rc = comm_broadcast(world, &n, sizeof n, 0, err);
+    for (int i = 0; i < n && rc == 0; i++)
+        rc = check_same_folder(world, l->fd[i], folders[i], keys[i], err);
     if (rc != 0) train_lock_release(l);
     return rc;
 }
 
 void train_lock_release(TrainLock *l) {
-    if (l->fd >= 0) {
-        /* Emptied while still held: a lock file with a pid in it then means a run that died. */
-        if (ftruncate(l->fd, 0) != 0) log_warn("cannot empty the lock file %s", l->path);
-        close(l->fd);
+    for (int i = 0; i < TRAIN_LOCK_MAX; i++) {
+        if (l->fd[i] >= 0) {
+            /* Emptied while still held: a lock file with a pid in it then means a run that
+             * died. */
+            if (ftruncate(l->fd[i], 0) != 0) log_warn("cannot empty the lock file %s", l->path[i]);
+            close(l->fd[i]);
+        }
+        free(l->path[i]);
+        l->fd[i] = -1;
+        l->path[i] = NULL;
     }
-    free(l->path);
-    l->fd = -1;
-    l->path = NULL;
 }
