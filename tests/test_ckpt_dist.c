@@ -335,7 +335,7 @@ static void export_round_trip(const char *flavor, const char *tie, int dp_shard,
     free(cfg);
     CkptDistReader rd;
     assert_int_equal(ckpt_dist_reader_open(&rd, root, &err), 0);
-    if (ckpt_dist_export_hf(got, &rd, &spec, dtype, shard_bytes, &err) != 0)
+    if (ckpt_dist_export_hf(got, &rd, &spec, NULL, dtype, shard_bytes, &err) != 0)
         fail_msg("%s", err.msg);
     int nfiles = assert_same_dir(ref, got);
     if (want_files > 0)
@@ -345,7 +345,7 @@ static void export_round_trip(const char *flavor, const char *tie, int dp_shard,
     /* By path, as `qtitan export` does: the folder (its newest step) or a rank's step dir,
      * with the model from the folder's config.json. */
     Comm *c = comm_single_create();
-    assert_int_equal(ckpt_dist_write_config(c, root, &spec, &err), 0);
+    assert_int_equal(ckpt_dist_write_config(c, root, &spec, NULL, &err), 0);
     comm_destroy(c);
     char *step_dir = fs_join(root, "rank-1/step-3/"), *by_path = fs_join(root, "by-path");
     int64_t step = 0;
@@ -359,6 +359,27 @@ static void export_round_trip(const char *flavor, const char *tie, int dp_shard,
         assert_int_equal(step, 3);
         assert_int_equal(assert_same_dir(ref, by_path), nfiles);
     }
+    /* The imported config's token ids survive into the export, as in one process's export
+     * (they used to be dropped). */
+    HfConfigExtra extra = {
+        .n_bos = 1, .bos_token_id = {3}, .n_eos = 2, .eos_token_id = {5, 7}, .eos_is_list = 1};
+    c = comm_single_create();
+    assert_int_equal(ckpt_dist_write_config(c, root, &spec, &extra, &err), 0);
+    comm_destroy(c);
+    if (ckpt_dist_export_path(root, by_path, dtype, shard_bytes, &step, &err) != 0)
+        fail_msg("%s", err.msg);
+    char *exported = fs_join(by_path, "config.json");
+    HfConfigExtra back;
+    ModelSpec back_spec;
+    if (model_spec_from_hf_config_ex(&back_spec, &back, exported, &err) != 0)
+        fail_msg("%s", err.msg);
+    assert_int_equal(back.n_bos, 1);
+    assert_int_equal(back.bos_token_id[0], 3);
+    assert_int_equal(back.n_eos, 2);
+    assert_int_equal(back.eos_is_list, 1);
+    assert_int_equal(back.eos_token_id[0], 5);
+    assert_int_equal(back.eos_token_id[1], 7);
+    free(exported);
     char *other = fs_join(root, "rank-0/step-2");
     assert_int_equal(ckpt_dist_export_path(other, by_path, dtype, shard_bytes, &step, &err), -1);
     assert_non_null(strstr(err.msg, "does not list step 2"));
@@ -409,7 +430,7 @@ static void export_round_trip(const char *flavor, const char *tie, int dp_shard,
     assert_int_equal(ckpt_dist_reader_open(&rd, root, &err), 0);
     char *bad = fs_join(root, "bad");
     assert_int_equal(fs_mkdirs(bad, &err), 0);
-    assert_int_equal(ckpt_dist_export_hf(bad, &rd, &spec, dtype, shard_bytes, &err), -1);
+    assert_int_equal(ckpt_dist_export_hf(bad, &rd, &spec, NULL, dtype, shard_bytes, &err), -1);
     assert_non_null(strstr(err.msg, "elements"));
     ckpt_dist_reader_close(&rd);
     free(dir0), free(gone), free(bad), free(ref), free(got);

@@ -286,6 +286,15 @@ static int parse_config(ModelSpec *s, HfConfigExtra *extra, const json_t *root, 
         TRY(get_token_ids(root, "eos_token_id", extra->eos_token_id, &extra->n_eos,
                           &extra->eos_is_list, what, err));
         TRY(json_opt_bool(root, "output_router_logits", &extra->output_router_logits, what, err));
+        if (moe) { /* as transformers resolves it: the default 0.001 when absent */
+            extra->has_router_aux_loss_coef = 1;
+            extra->router_aux_loss_coef = s->router_aux_loss_coef;
+        }
+        TRY(get_num(root, "attention_dropout", &extra->attention_dropout, 0.0, what, err));
+        if (extra->attention_dropout > 1.0)
+            return err_set(err,
+                           "%s: key \"attention_dropout\" is %g, expected a probability in [0, 1]",
+                           what, extra->attention_dropout);
     }
     return 0;
 }
@@ -338,6 +347,12 @@ char *model_spec_hf_config_text(const ModelSpec *s, const HfConfigExtra *extra,
         return NULL;
     }
     int moe = s->num_experts > 0;
+    /* The coefficient the model trained with; where it trained without one (route 1 with
+     * output_router_logits false), the imported config's, which transformers ignores too. */
+    double aux_coef = s->router_aux_loss_coef;
+    if (aux_coef == 0 && extra && extra->has_router_aux_loss_coef)
+        aux_coef = extra->router_aux_loss_coef;
+    int router_logits = extra && extra->output_router_logits && s->router_aux_loss_coef > 0;
     json_t *o = json_object();
     json_t *archs = json_array();
     json_array_append_new(archs, json_string(moe ? ARCH_MOE : ARCH_DENSE));
@@ -381,12 +396,12 @@ char *model_spec_hf_config_text(const ModelSpec *s, const HfConfigExtra *extra,
         json_object_set_new(o, "norm_topk_prob", json_boolean(s->norm_topk_prob));
         json_object_set_new(o, "num_experts", json_integer(s->num_experts));
         json_object_set_new(o, "num_experts_per_tok", json_integer(s->top_k));
-        json_object_set_new(o, "output_router_logits", json_false());
-        json_object_set_new(o, "router_aux_loss_coef", json_real(s->router_aux_loss_coef));
+        json_object_set_new(o, "output_router_logits", json_boolean(router_logits));
+        json_object_set_new(o, "router_aux_loss_coef", json_real(aux_coef));
     }
     /* Print every real with as few digits as reads back exactly (1e-06, not 9.99...e-07). */
     int digits = round_trip_digits(s->norm_eps);
-    int d2 = round_trip_digits(s->rope_theta), d3 = round_trip_digits(s->router_aux_loss_coef);
+    int d2 = round_trip_digits(s->rope_theta), d3 = round_trip_digits(aux_coef);
     if (d2 > digits) digits = d2;
     if (d3 > digits) digits = d3;
     if (digits < 2) digits = 2;

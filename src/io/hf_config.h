@@ -32,6 +32,14 @@ typedef struct HfConfigExtra {
     /* transformers adds the router auxiliary loss only when this is true; the published
      * Qwen3-MoE configs carry router_aux_loss_coef = 0.001 with it false. */
     int output_router_logits;
+    /* The config's router_aux_loss_coef (has_router_aux_loss_coef: the key was there). Route 1
+     * trains without the auxiliary loss when output_router_logits is false, which zeroes the
+     * spec's coefficient; an export writes this value back then, so a round trip keeps it. */
+    int has_router_aux_loss_coef;
+    double router_aux_loss_coef;
+    /* transformers' attention_dropout, in [0, 1]: inactive in eval and generation (as in HF's
+     * eval mode); training refuses a value > 0 (train_job_spec), as qtitan has no dropout. */
+    double attention_dropout;
 } HfConfigExtra;
 
 /* Reads an HF config.json; an unsupported architecture or rope_scaling type is an error. */

@@ -831,7 +831,7 @@ static int pull(void *ctx, float *dst, size_t first, size_t n, Err *err) {
 }
 
 int ckpt_dist_export_hf(const char *out_dir, const CkptDistReader *r, const ModelSpec *spec,
-                        DType dtype, size_t max_shard_bytes, Err *err) {
+                        const HfConfigExtra *extra, DType dtype, size_t max_shard_bytes, Err *err) {
     const char *torch = dtype == DT_F32    ? "float32"
                         : dtype == DT_BF16 ? "bfloat16"
                         : dtype == DT_F16  ? "float16"
@@ -852,7 +852,7 @@ int ckpt_dist_export_hf(const char *out_dir, const CkptDistReader *r, const Mode
         st_writer_add_f32_source(&w, h->name, dtype, h->ndim, h->shape, pull, &src[i]);
     }
     char *cfg = fs_join(out_dir, "config.json");
-    int rc = model_spec_write_hf_config(spec, cfg, torch, err);
+    int rc = model_spec_write_hf_config_ex(spec, extra, cfg, torch, err);
     if (rc == 0)
         rc = st_write_hf_shards(
             &w, out_dir, max_shard_bytes ? max_shard_bytes : (size_t)5000 * 1000 * 1000, err);
@@ -867,11 +867,11 @@ int ckpt_dist_export_hf(const char *out_dir, const CkptDistReader *r, const Mode
 /* Exports r's step to out_dir through fs_tmp_name(out_dir), renamed into place (an existing
  * out_dir is replaced only when it holds nothing but an export's files). */
 static int export_to(const char *out_dir, const CkptDistReader *r, const ModelSpec *spec,
-                     DType dtype, size_t max_shard_bytes, Err *err) {
+                     const HfConfigExtra *extra, DType dtype, size_t max_shard_bytes, Err *err) {
     TRY(hf_export_check_out_dir(out_dir, err));
     char *tmp = fs_tmp_name(out_dir);
     int rc = fs_mkdirs(tmp, err);
-    if (rc == 0) rc = ckpt_dist_export_hf(tmp, r, spec, dtype, max_shard_bytes, err);
+    if (rc == 0) rc = ckpt_dist_export_hf(tmp, r, spec, extra, dtype, max_shard_bytes, err);
     if (rc == 0 && fs_exists(out_dir)) rc = fs_remove_tree(out_dir, err);
     if (rc == 0 && rename(tmp, out_dir) != 0)
         rc = err_sys(err, "cannot rename %s to %s", tmp, out_dir);
@@ -881,14 +881,15 @@ static int export_to(const char *out_dir, const CkptDistReader *r, const ModelSp
     return rc;
 }
 
-static int export_step(const char *root, const ModelSpec *spec, DType dtype, Err *err) {
+static int export_step(const char *root, const ModelSpec *spec, const HfConfigExtra *extra,
+                       DType dtype, Err *err) {
     CkptDistReader r;
     TRY(ckpt_dist_reader_open(&r, root, err));
     char name[48];
     snprintf(name, sizeof name, "step-%" PRId64, r.step);
     char *dir = fs_join(root, name), *out = fs_join(dir, "hf");
     int rc = fs_mkdirs(dir, err);
-    if (rc == 0) rc = export_to(out, &r, spec, dtype, 0, err);
+    if (rc == 0) rc = export_to(out, &r, spec, extra, dtype, 0, err);
     if (rc == 0) rc = fs_sync_dir(dir, err);
     if (rc == 0)
         log_info("[checkpoint] exported step %" PRId64 " to %s (Hugging Face format)", r.step, out);
@@ -897,18 +898,19 @@ static int export_step(const char *root, const ModelSpec *spec, DType dtype, Err
     return rc;
 }
 
-int ckpt_dist_last_save_hf(Comm *world, const char *root, const ModelSpec *spec, DType dtype,
-                           Err *err) {
-    int rc = world->rank == 0 ? export_step(root, spec, dtype, err) : 0;
+int ckpt_dist_last_save_hf(Comm *world, const char *root, const ModelSpec *spec,
+                           const HfConfigExtra *extra, DType dtype, Err *err) {
+    int rc = world->rank == 0 ? export_step(root, spec, extra, dtype, err) : 0;
     return comm_agree(world, rc, err);
 }
 
-int ckpt_dist_write_config(Comm *world, const char *root, const ModelSpec *spec, Err *err) {
+int ckpt_dist_write_config(Comm *world, const char *root, const ModelSpec *spec,
+                           const HfConfigExtra *extra, Err *err) {
     int rc = 0;
     if (world->rank == 0) {
         char *path = fs_join(root, "config.json");
         rc = fs_mkdirs(root, err);
-        if (rc == 0) rc = model_spec_write_hf_config(spec, path, "float32", err);
+        if (rc == 0) rc = model_spec_write_hf_config_ex(spec, extra, path, "float32", err);
         free(path);
     }
     return comm_agree(world, rc, err);
@@ -973,18 +975,19 @@ int ckpt_dist_export_path(const char *path, const char *out_dir, DType dtype,
                        path, CKPT_DIST_MARKER);
     char *cfg = fs_join(root, "config.json");
     ModelSpec spec;
+    HfConfigExtra extra;
     int rc = 0;
     if (!fs_exists(cfg))
         rc = err_set(err,
                      "%s has no config.json (sharded checkpoints record the model from this "
                      "version on); it cannot be exported",
                      root);
-    if (rc == 0) rc = model_spec_from_hf_config(&spec, cfg, err);
+    if (rc == 0) rc = model_spec_from_hf_config_ex(&spec, &extra, cfg, err);
     CkptDistReader r;
     if (rc == 0) rc = ckpt_dist_reader_open_step(&r, root, want, err);
     if (rc == 0) {
         *step = r.step;
-        rc = export_to(out_dir, &r, &spec, dtype, max_shard_bytes, err);
+        rc = export_to(out_dir, &r, &spec, &extra, dtype, max_shard_bytes, err);
         ckpt_dist_reader_close(&r);
     }
     free(cfg);

@@ -16,6 +16,7 @@
 #include "core/model_spec.h"
 #include "core/progress.h"
 #include "dist/comm.h"
+#include "io/hf_config.h"
 #include "io/safetensors.h"
 #include "train/checkpoint.h"
 #include "train/shard_slice.h"
@@ -121,21 +122,24 @@ int ckpt_dist_reader_range(const CkptDistReader *r, const char *name, size_t num
  * at most max_shard_bytes, 0 = 5 GB, with model.safetensors.index.json), byte for byte. Each
  * HF tensor is pulled from the ranks' pieces in chunks while its file is written, so neither
  * this process nor any rank ever holds the model, nor even one whole tensor. expert_bias
- * (training state) is not exported; tied embeddings have no lm_head.weight. */
+ * (training state) is not exported; tied embeddings have no lm_head.weight. extra (NULL: none)
+ * carries an imported config's token ids and auxiliary-loss settings into config.json, as one
+ * process's export does (model_spec_hf_config_text). */
 int ckpt_dist_export_hf(const char *out_dir, const CkptDistReader *r, const ModelSpec *spec,
-                        DType dtype, size_t max_shard_bytes, Err *err);
+                        const HfConfigExtra *extra, DType dtype, size_t max_shard_bytes, Err *err);
 
 /* checkpoint.last_save_in_hf on many processes. Collective over world, after the run's last
  * sharded checkpoint is committed: rank 0 exports the newest committed step N under root to
  * {root}/step-N/hf (written as hf.tmp and renamed into place: the same path as one process's
  * export) with ckpt_dist_export_hf, while the other ranks wait; every rank returns rank 0's
  * result and sentence. */
-int ckpt_dist_last_save_hf(Comm *world, const char *root, const ModelSpec *spec, DType dtype,
-                           Err *err);
+int ckpt_dist_last_save_hf(Comm *world, const char *root, const ModelSpec *spec,
+                           const HfConfigExtra *extra, DType dtype, Err *err);
 
-/* Collective: rank 0 writes {root}/config.json (the model, torch_dtype float32), so that a
- * sharded checkpoint folder can be exported on its own (ckpt_dist_export_path). */
-int ckpt_dist_write_config(Comm *world, const char *root, const ModelSpec *spec, Err *err);
+/* Collective: rank 0 writes {root}/config.json (the model and extra, torch_dtype float32), so
+ * that a sharded checkpoint folder can be exported on its own (ckpt_dist_export_path). */
+int ckpt_dist_write_config(Comm *world, const char *root, const ModelSpec *spec,
+                           const HfConfigExtra *extra, Err *err);
 
 /* `qtitan export` of a sharded checkpoint, without MPI: path is the checkpoint folder (its
  * newest committed step) or one of its FOLDER/rank-K/step-N directories (that step); the

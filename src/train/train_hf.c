@@ -78,7 +78,8 @@ static int64_t numel_of(const CkptTensor *t) {
 
 int train_hf_on_resumed(void *ctx, Err *err) {
     TrainHf *h = ctx;
-    return h->world->size > 1 ? ckpt_dist_write_config(h->world, h->root, &h->spec, err) : 0;
+    return h->world->size > 1 ? ckpt_dist_write_config(h->world, h->root, &h->spec, &h->extra, err)
+                              : 0;
 }
 
 int train_hf_on_last_save(void *ctx, const char *step_dir, Err *err) {
@@ -86,7 +87,7 @@ int train_hf_on_last_save(void *ctx, const char *step_dir, Err *err) {
     /* The last step's sharded checkpoint is committed: rank 0 exports it, a run of elements at
      * a time from the ranks' files (FSDP and tensor-parallel pieces joined). */
     if (h->world->size > 1)
-        return ckpt_dist_last_save_hf(h->world, h->root, &h->spec, h->dtype, err);
+        return ckpt_dist_last_save_hf(h->world, h->root, &h->spec, &h->extra, h->dtype, err);
     const TrainModel *m = h->model;
     HfExportTensor *ts = xcalloc((size_t)m->nparams + 1, sizeof *ts);
     for (int i = 0; i < m->nparams; i++)

@@ -107,6 +107,13 @@ int train_job_spec(const JobConfig *cfg, ModelSpec *spec, HfConfigExtra *extra, 
         /* As transformers trains it: the auxiliary loss only with output_router_logits (a
          * [model] router_aux_loss_coef below still turns it on). */
         if (!extra->output_router_logits) spec->router_aux_loss_coef = 0.0;
+        /* Training without the dropout config.json asks for would be a different model. */
+        if (extra->attention_dropout > 0)
+            return err_set(err,
+                           "%s/config.json: attention_dropout %g is not supported in training "
+                           "(qtitan has no dropout; set it to 0.0 to train this model without "
+                           "it)",
+                           cfg->model.hf_assets_path, extra->attention_dropout);
     } else {
         TRY(model_spec_flavor(spec, cfg->model.flavor, err));
     }
