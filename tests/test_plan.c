@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/gemm.h"
 #include "train/train_plan.h"
 
 static int plan(TrainPlan *p, int argc, char **argv, Err *err) {
@@ -223,8 +224,30 @@ static void test_lora(void **state) {
     assert_true(fabs((p.params - 4.0 * adapters) - 2.0 * (p2.params - 4.0 * adapters)) < 64.0);
     PlanUnits u;
     train_plan_units(&u, s, 1, 1);
-    assert_true(p2.fsdp_workspace == train_plan_fsdp_workspace(&u, 0, 1));
-    assert_true(2.0 * p2.fsdp_workspace == train_plan_fsdp_workspace(&u, 0, 0));
+    assert_true(p2.fsdp_workspace == train_plan_fsdp_workspace(&u, 0, 1, 0));
+    assert_true(2.0 * p2.fsdp_workspace == train_plan_fsdp_workspace(&u, 0, 0, 0));
+    /* A bf16 base on FSDP 2: the matmul weights and the embedding (tied) take 2 bytes per
+     * parameter of a rank's half, the norms 4; the gather workspaces hold the former in bf16
+     * (plus a widened fp32 copy where the bf16 products widen), the norms in fp32. */
+    char *b16[9];
+    memcpy(b16, sharded, sizeof sharded);
+    b16[8] = "--lora.base_dtype=bfloat16";
+    TrainPlan p2b;
+    assert_int_equal(plan(&p2b, 9, b16, &err), 0);
+    double D = s->dim, HE = (double)s->n_heads * s->head_dim,
+           KE = (double)s->n_kv_heads * s->head_dim;
+    double in_bf16 =
+        s->vocab_size * D + s->n_layers * (2 * D * HE + 2 * D * KE + 3 * D * s->hidden_dim);
+    double norms = s->n_layers * (2 * D + 2 * s->head_dim) + D;
+    assert_true(s->tie_embeddings);
+    assert_true(fabs((p2b.params - 4.0 * adapters) - (2.0 * in_bf16 + 4.0 * norms) / 2) <
+                64.0 * 64);
+    assert_true(fabs((p2.params - p2b.params) - in_bf16) < 64.0 * 64);
+    double wide = gemm_bf16_widens() ? 4.0 : 0.0;
+    double layer_mm = 2 * D * HE + 2 * D * KE + 3 * D * s->hidden_dim;
+    assert_true(p2b.fsdp_workspace == train_plan_fsdp_workspace(&u, 0, 1, 1));
+    assert_true(fabs(p2b.fsdp_workspace - (2 * layer_mm + s->vocab_size * D) * (2.0 + wide) -
+                     (2 * (2 * D + 2 * s->head_dim) + D) * 4.0) < 1.0);
 
     const char *src = getenv("QT_SOURCE_DIR");
     if (!src) return;

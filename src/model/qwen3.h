@@ -347,6 +347,9 @@ typedef struct Qwen3Sizes {
     size_t bf16_bytes; /* the bf16 weight arena qwen3_enable_bf16 would add on this host */
     /* The parameter and bf16 arenas of qwen3_create_frozen_with with base_bf16 1 instead. */
     size_t base_bf16_param_bytes, base_bf16_bytes;
+    /* The bf16 arena of qwen3_enable_bf16_by_hook: the matmul scratch alone (a sharded model's
+     * weights are its driver's). */
+    size_t bf16_scratch_bytes;
     int nparams; /* entries of the parameter table (a tied output is no entry) */
 } Qwen3Sizes;
 int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
@@ -367,6 +370,14 @@ int qwen3_enable_bf16_for_gemv(Qwen3 *m, Err *err);
  * m->pb.layers[*] and m->pb.output at its own buffers and fills a unit's copies from the fp32
  * weights before the unit runs; forward casts nothing. Only the matmul scratch is allocated. */
 int qwen3_enable_bf16_by_hook(Qwen3 *m, Err *err);
+/* The same for a frozen base driven by dist.unit and held in bf16 (a sharded LoRA base,
+ * lora.base_dtype): the model computes as a bf16 base (Qwen3.base_bf16), the driver points
+ * the qwen3_bf16_field slots at its gathered bf16 weights and leaves their fp32 fields NULL.
+ * Checks the kernels as qwen3_check_bf16_base does. */
+int qwen3_enable_bf16_base_by_hook(Qwen3 *m, Err *err);
+/* Where a bf16 base holds parameter kind of layer: its slot in m->pb (the matmul weights and
+ * the embedding), or NULL for a kind that stays fp32 (norms, the MoE router and experts). */
+uint16_t **qwen3_bf16_field(Qwen3 *m, ParamKindId kind, int layer);
 /* Copies the fp32 matmul weights to their bf16 copies now (forward does it by itself), for
  * code that runs the bf16 weights without a forward, such as inference (infer/decode.h);
  * nothing while the copies are kept (qwen3_keep_bf16), as they are current then. */

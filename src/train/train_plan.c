@@ -112,21 +112,37 @@ void train_plan_units(PlanUnits *u, const ModelSpec *spec, int tp, int ep) {
             u->experts[unit] += n / ep;
         else
             u->dense[unit] += n;
+        /* the kinds qwen3_bf16_field places */
+        if (k->role == ROLE_LINEAR || k->role == ROLE_EMBEDDING) u->in_bf16[unit] += n;
     }
     free(pi);
 }
 
-double train_plan_fsdp_workspace(const PlanUnits *u, int bf16, int frozen) {
-    double layer = 0, edge = u->dense[0] + u->experts[0];
-    for (int i = 1; i + 1 < u->n; i++)
-        if (u->dense[i] + u->experts[i] > layer) layer = u->dense[i] + u->experts[i];
-    double last = u->dense[u->n - 1] + u->experts[u->n - 1];
-    if (last > edge) edge = last;
-    /* fp32 parameters and gradient per slot (no gradient for a frozen base); the bf16 twin
-     * holds the parameters only, widened to 4 bytes where the bf16 products widen
-     * (ops/gemm.h) */
-    double twin = bf16 ? (gemm_bf16_widens() ? 4.0 : 2.0) : 0.0;
-    return (2.0 * layer + edge) * ((frozen ? 1.0 : 2.0) * 4.0 + twin);
+/* Elements of the two layer slots and the edge slot (train_qwen3.c sizes each slot for the
+ * largest unit it takes): of u's fp32 part (all but in_bf16 when b16), or of in_bf16. */
+static double slot_elements(const PlanUnits *u, int b16, int fp32) {
+    double layer = 0, edge = 0;
+    for (int i = 0; i < u->n; i++) {
+        double all = u->dense[i] + u->experts[i], n = !b16   ? all
+                                                      : fp32 ? all - u->in_bf16[i]
+                                                             : u->in_bf16[i];
+        if (i == 0 || i == u->n - 1)
+            edge = n > edge ? n : edge;
+        else
+            layer = n > layer ? n : layer;
+    }
+    return 2.0 * layer + edge;
+}
+
+double train_plan_fsdp_workspace(const PlanUnits *u, int bf16, int frozen, int base16) {
+    /* The bf16 copies hold the parameters only, widened to 4 bytes more where the bf16
+     * products widen (ops/gemm.h). */
+    double widened = gemm_bf16_widens() ? 4.0 : 0.0;
+    if (base16) /* frozen: no gradient */
+        return slot_elements(u, 1, 1) * 4.0 + slot_elements(u, 1, 0) * (2.0 + widened);
+    /* fp32 parameters and gradient per slot (no gradient for a frozen base), and the twin */
+    double twin = bf16 ? (widened ? 4.0 : 2.0) : 0.0;
+    return slot_elements(u, 0, 1) * ((frozen ? 1.0 : 2.0) * 4.0 + twin);
 }
 
 /* The memory this process may use: physical memory, or the cgroup's memory.max when lower
@@ -348,9 +364,14 @@ int train_plan_compute_tok(TrainPlan *p, const JobConfig *cfg, const Tokenizer *
          * its matmul weights and embedding in the bf16 arena alone (counted below). */
         p->grads = 0;
         p->optim = 0;
-        /* Sharded, the base's shards stay fp32 (holding bf16 values), divided as above. */
+        /* Sharded, a bf16 base's shards are its fp32 arena's part and its bf16 weights (2
+         * bytes a parameter), divided as above; the experts stay fp32. */
+        double b16 = (double)z.base_bf16_bytes - (double)z.bf16_scratch_bytes;
         if (cfg->lora.base_dtype == DT_BF16 && world == 1)
             p->params = (double)z.base_bf16_param_bytes;
+        else if (cfg->lora.base_dtype == DT_BF16)
+            p->params =
+                ((double)z.base_bf16_param_bytes - experts + b16) / p->dp_shard + experts / ep_rep;
         if (world > 1)
             note(p, "LoRA on many processes: the frozen base sharded without gradients, the "
                     "adapters with their gradients and AdamW state whole on every rank");
@@ -371,6 +392,10 @@ int train_plan_compute_tok(TrainPlan *p, const JobConfig *cfg, const Tokenizer *
         /* The base's weights and matmul scratch, and the fp32 piece its weights are made or
          * loaded through, then rounded (train_qwen3_init, train_qwen3_load_hf). */
         p->workspace += (double)z.base_bf16_bytes + 4.0 * QWEN3_CHUNK;
+    } else if (base_bf16) {
+        /* Sharded: the matmul scratch; the weights are the shards (params) and the gather
+         * workspaces (below). */
+        p->workspace += (double)z.bf16_scratch_bytes;
     } else if (cfg->training.mixed_precision_param == DT_BF16) {
         if (p->dp_shard > 1 || p->tp > 1)
             note(p, "bfloat16 on many processes: the matmul scratch is not counted");
@@ -385,8 +410,7 @@ int train_plan_compute_tok(TrainPlan *p, const JobConfig *cfg, const Tokenizer *
         PlanUnits units;
         train_plan_units(&units, &p->spec, p->tp, dims.ep);
         p->fsdp_workspace = train_plan_fsdp_workspace(
-            &units, cfg->training.mixed_precision_param == DT_BF16 || base_bf16,
-            cfg->lora.rank > 0);
+            &units, cfg->training.mixed_precision_param == DT_BF16, cfg->lora.rank > 0, base_bf16);
         p->workspace += p->fsdp_workspace;
     }
 
