@@ -433,6 +433,16 @@ int qwen3_check_bf16_base(const Qwen3 *m, Err *err) {
     return 0;
 }
 
+int qwen3_products_bf16(const Qwen3 *m) {
+    Err ignored;
+    if (qwen3_check_bf16_base(m, &ignored)) return 0;
+    for (int i = 0; i < m->spec.n_layers; i++) {
+        const SwigluOp *ff = m->mod.layers[i].feed_forward;
+        if (!m->mod.layers[i].experts && (!ff->forward_bf16 || !ff->backward_bf16)) return 0;
+    }
+    return 1;
+}
+
 static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp, int owned,
                   const Qwen3Modules *impl, int base_bf16, Err *err) {
     TRY(setup(m, spec, B, T, ac, sp, err));
@@ -1258,6 +1268,7 @@ int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
         return -1;
     }
     build_modules(m, impl); /* before the activations: the loss op sizes its workspace */
+    out->products_bf16 = qwen3_products_bf16(m);
     Arena pc, gc, acnt, kcnt;
     arena_init_counting(&pc, "parameter");
     arena_init_counting(&gc, "gradient");

@@ -327,6 +327,9 @@ int qwen3_create_frozen_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMo
 /* A bf16 base has no fp32 matmul weights (or, sharded, only bf16 values in them), so every
  * product with them must have a bf16 path: an error sentence names the kernel without one. */
 int qwen3_check_bf16_base(const Qwen3 *m, Err *err);
+/* 1 when under mixed precision every product with a matmul weight (attention, dense FFN,
+ * lm_head) reads its bf16 copy and never the fp32 weight, forward and backward. */
+int qwen3_products_bf16(const Qwen3 *m);
 /* As qwen3_create, without parameter and gradient memory: the table has names and shapes but NULL
  * data and grad, and m->p / m->g stay NULL until dist.unit points them somewhere (FSDP).
  * sp > 1: sequence parallel over sp ranks (Qwen3.sp; B * T must be divisible by it), with the
@@ -350,7 +353,8 @@ typedef struct Qwen3Sizes {
     /* The bf16 arena of qwen3_enable_bf16_by_hook: the matmul scratch alone (a sharded model's
      * weights are its driver's). */
     size_t bf16_scratch_bytes;
-    int nparams; /* entries of the parameter table (a tied output is no entry) */
+    int products_bf16; /* qwen3_products_bf16 of the model */
+    int nparams;       /* entries of the parameter table (a tied output is no entry) */
 } Qwen3Sizes;
 int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
                 const Qwen3Modules *impl, Err *err);

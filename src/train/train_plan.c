@@ -118,14 +118,22 @@ void train_plan_units(PlanUnits *u, const ModelSpec *spec, int tp, int ep) {
     free(pi);
 }
 
+/* What slot_elements counts of a unit. */
+enum { ALL, BASE_F32, BASE_B16, TOUCHED_F32 };
+
 /* Elements of the two layer slots and the edge slot (train_qwen3.c sizes each slot for the
- * largest unit it takes): of u's fp32 part (all but in_bf16 when b16), or of in_bf16. */
-static double slot_elements(const PlanUnits *u, int b16, int fp32) {
+ * largest unit it takes): all of a unit's; of a bf16 base the fp32 part (all but in_bf16) or
+ * in_bf16; or, where layers are gathered in bf16 (a unit with matmul weights and neither the
+ * embedding nor experts), the fp32 elements such a unit writes (its norms and router: the
+ * pages of its fp32 matmul weights are never touched), all of any other unit. */
+static double slot_elements(const PlanUnits *u, int what) {
     double layer = 0, edge = 0;
     for (int i = 0; i < u->n; i++) {
-        double all = u->dense[i] + u->experts[i], n = !b16   ? all
-                                                      : fp32 ? all - u->in_bf16[i]
-                                                             : u->in_bf16[i];
+        double all = u->dense[i] + u->experts[i], n = all;
+        if (what == BASE_F32) n = all - u->in_bf16[i];
+        if (what == BASE_B16) n = u->in_bf16[i];
+        if (what == TOUCHED_F32 && i > 0 && u->in_bf16[i] > 0 && u->experts[i] == 0)
+            n = all - u->in_bf16[i];
         if (i == 0 || i == u->n - 1)
             edge = n > edge ? n : edge;
         else
@@ -139,10 +147,14 @@ double train_plan_fsdp_workspace(const PlanUnits *u, int bf16, int frozen, int b
      * products widen (ops/gemm.h). */
     double widened = gemm_bf16_widens() ? 4.0 : 0.0;
     if (base16) /* frozen: no gradient */
-        return slot_elements(u, 1, 1) * 4.0 + slot_elements(u, 1, 0) * (2.0 + widened);
+        return slot_elements(u, BASE_F32) * 4.0 + slot_elements(u, BASE_B16) * (2.0 + widened);
     /* fp32 parameters and gradient per slot (no gradient for a frozen base), and the twin */
     double twin = bf16 ? (widened ? 4.0 : 2.0) : 0.0;
-    return slot_elements(u, 0, 1) * ((frozen ? 1.0 : 2.0) * 4.0 + twin);
+    if (bf16 == 2) /* gathered in bf16: the fp32 parameters touched, and a widened twin's bf16
+                    * receive buffer */
+        return slot_elements(u, TOUCHED_F32) * 4.0 +
+               slot_elements(u, ALL) * (4.0 + twin + (widened ? 2.0 : 0.0));
+    return slot_elements(u, ALL) * ((frozen ? 1.0 : 2.0) * 4.0 + twin);
 }
 
 /* The memory this process may use: physical memory, or the cgroup's memory.max when lower
@@ -402,6 +414,11 @@ int train_plan_compute_tok(TrainPlan *p, const JobConfig *cfg, const Tokenizer *
         else
             p->workspace += (double)z.bf16_bytes;
     }
+    /* Training in bf16 on many processes whose products all read bf16 copies gathers them in
+     * bf16 from a bf16 copy of each rank's shard (train_qwen3.c): 2 bytes per element of it. */
+    int gathers16 = world > 1 && cfg->lora.rank == 0 &&
+                    cfg->training.mixed_precision_param == DT_BF16 && z.products_bf16;
+    if (gathers16) p->workspace += 2.0 * ((double)z.param_bytes - experts) / 4.0 / p->dp_shard;
     /* The widened path's block scratch, taken by the first bf16 product (ops/gemm.h). */
     if (cfg->training.mixed_precision_param == DT_BF16 || cfg->lora.base_dtype == DT_BF16)
         p->workspace += (double)GEMM_BF16_SCRATCH_BYTES;
@@ -409,8 +426,9 @@ int train_plan_compute_tok(TrainPlan *p, const JobConfig *cfg, const Tokenizer *
     if (world > 1) {
         PlanUnits units;
         train_plan_units(&units, &p->spec, p->tp, dims.ep);
-        p->fsdp_workspace = train_plan_fsdp_workspace(
-            &units, cfg->training.mixed_precision_param == DT_BF16, cfg->lora.rank > 0, base_bf16);
+        int mp = cfg->training.mixed_precision_param == DT_BF16;
+        p->fsdp_workspace = train_plan_fsdp_workspace(&units, mp ? 1 + gathers16 : 0,
+                                                      cfg->lora.rank > 0, base_bf16);
         p->workspace += p->fsdp_workspace;
     }
 

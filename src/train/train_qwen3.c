@@ -44,13 +44,16 @@ typedef struct Slot {
     int holds;  /* unit whose parameters are in p (or being gathered), -1 none */
     FsdpReq gather, rs;
     int gather_pending, rs_pending;
-    /* A bf16 base (TrainQwen3.base16): the unit's bf16 weights gathered from bshard into bp
-     * (bcap elements), which is pb itself, or, when the bf16 products widen, widened into
-     * wide (pb its handle) once the gather completes. */
+    /* A bf16 base (TrainQwen3.base16), or a unit gathered in bf16 under mixed precision
+     * (TrainQwen3.mp16, b16 1): the unit's bf16 weights gathered into bp (bcap elements), which
+     * is pb itself, or, when the bf16 products widen, widened into wide (pb its handle) once
+     * the gather completes. Under mixed precision its fp32-read parameters come packed into
+     * small_recv (from every rank's small_send) and are unpacked into p. */
     uint16_t *bp;
     size_t bcap;
-    FsdpReq bgather;
-    int bgather_pending;
+    FsdpReq bgather, sgather;
+    int bgather_pending, sgather_pending, b16;
+    float *small_send, *small_recv;
     /* Expert parallelism: the unit's experts (this rank's run of them), gathered over
      * mesh->ep_shard into xp and their gradient reduce-scattered from xg, alongside the rest
      * of the unit over dp_shard. */
@@ -89,8 +92,21 @@ struct TrainQwen3 {
     FsdpPlan bplan;
     uint16_t *bshard;
     unsigned char *in_bf16; /* (nparams) */
-    int tp, t;              /* tensor-parallel degree and this rank's index */
-    int seq_parallel;       /* 1: the tp group also splits the tokens */
+    /* Mixed precision when sharded (training, not a frozen base) and every product reads bf16
+     * copies (qwen3_products_bf16): copy16 (plan layout, like shard) holds the bf16 copy of the
+     * rank's shard, cast whole when the trainer starts keeping copies (keep_copies) and then
+     * written by AdamW as it updates each piece. While kept, each mp16_unit (one with matmul
+     * weights whose other parameters are small: not the embedding's, not a layer with its
+     * experts) is gathered in bf16 from copy16 into its twin, half the bytes, and only its
+     * fp32-read parameters (reads_f32: norms, router, expert_bias) in fp32, packed
+     * (small_numel[u] floats per rank, the most any rank holds). The fp32 matmul weights of
+     * such a unit are not gathered: nothing reads them. */
+    int mp16, mp16_kept;
+    uint16_t *copy16;
+    unsigned char *mp16_unit, *reads_f32;
+    size_t *small_numel;
+    int tp, t;        /* tensor-parallel degree and this rank's index */
+    int seq_parallel; /* 1: the tp group also splits the tokens */
     /* Expert parallelism (ep > 1): this rank computes experts [q * Xl, (q + 1) * Xl) of every
      * MoE layer; they are FSDP-sharded of their own, by xplan over the ranks of its replica that
      * hold the same experts (mesh->ep_shard), into xshard with their gradient slices in xgrad,
@@ -176,10 +192,12 @@ static void wait_gather(TrainQwen3 *f, Slot *s) {
     if (s->gather_pending && fsdp_wait(f->mesh->dp_shard, &s->gather, &err)) fail("gather", &err);
     if (s->bgather_pending && fsdp_wait(f->mesh->dp_shard, &s->bgather, &err))
         fail("bf16 gather", &err);
+    if (s->sgather_pending && fsdp_wait(f->mesh->dp_shard, &s->sgather, &err))
+        fail("gather of the fp32 parameters", &err);
     if (s->xgather_pending && fsdp_wait(f->mesh->ep_shard, &s->xgather, &err))
         fail("experts' gather", &err);
     f->comm_s += now_seconds() - t0;
-    s->gather_pending = s->xgather_pending = s->bgather_pending = 0;
+    s->gather_pending = s->xgather_pending = s->bgather_pending = s->sgather_pending = 0;
 }
 
 static void wait_rs(TrainQwen3 *f, Slot *s) {
@@ -199,15 +217,52 @@ static int has_experts(const TrainQwen3 *f, int unit) {
     return f->ep > 1 && f->xplan.units[unit].full_numel > 0;
 }
 
+/* Moves the runs of unit u's fp32-read parameters (reads_f32) that shard rank k holds, in
+ * table order, between `packed` (consecutive) and their places: this rank's piece of the unit
+ * in its shard (piece, to pack) or the unit's full workspace (full, to unpack). Returns the
+ * floats moved; with both NULL it only counts them. */
+static size_t small_runs(const TrainQwen3 *f, int u, int k, float *packed, const float *piece,
+                         float *full) {
+    const FsdpUnit *un = &f->plan.units[u];
+    size_t lo = (size_t)k * un->shard_numel, hi = lo + un->shard_numel, n = 0;
+    for (int i = 0; i < f->m.nparams; i++) {
+        const FsdpParam *q = &f->plan.params[i];
+        if (q->unit != u || !f->reads_f32[i]) continue;
+        size_t a = q->full_offset > lo ? q->full_offset : lo;
+        size_t b = q->full_offset + q->numel < hi ? q->full_offset + q->numel : hi;
+        if (a >= b) continue;
+        if (piece) memcpy(packed + n, piece + (a - lo), (b - a) * sizeof *packed);
+        if (full) memcpy(full + a, packed + n, (b - a) * sizeof *packed);
+        n += b - a;
+    }
+    return n;
+}
+
 static void start_gather(TrainQwen3 *f, int unit) {
     Slot *s = &f->slot[slot_of(f, unit)];
     wait_gather(f, s);
     Err err;
     double t0 = now_seconds();
-    if (fsdp_gather_unit_start(&f->plan, f->mesh->dp_shard, s->p, f->shard, unit, COMM_F32,
-                               &s->gather, &err))
-        fail("gather", &err);
-    s->gather_pending = 1;
+    s->b16 = f->mp16_kept && f->mp16_unit[unit];
+    if (s->b16) {
+        /* the bf16 copy of the whole unit, and its fp32-read parameters packed */
+        if (fsdp_gather_unit_start(&f->plan, f->mesh->dp_shard, s->bp, f->copy16, unit, COMM_BF16,
+                                   &s->bgather, &err))
+            fail("bf16 gather", &err);
+        size_t n = f->small_numel[unit];
+        small_runs(f, unit, f->plan.shard_rank, s->small_send,
+                   f->shard + f->plan.units[unit].shard_offset, NULL);
+        memset(&s->sgather, 0, sizeof s->sgather);
+        if (comm_iall_gather(f->mesh->dp_shard, s->small_recv, s->small_send, n, COMM_F32,
+                             &s->sgather.req, &err))
+            fail("gather of the fp32 parameters", &err);
+        s->bgather_pending = s->sgather_pending = 1;
+    } else {
+        if (fsdp_gather_unit_start(&f->plan, f->mesh->dp_shard, s->p, f->shard, unit, COMM_F32,
+                                   &s->gather, &err))
+            fail("gather", &err);
+        s->gather_pending = 1;
+    }
     if (f->base16) {
         if (fsdp_gather_unit_start(&f->bplan, f->mesh->dp_shard, s->bp, f->bshard, unit, COMM_BF16,
                                    &s->bgather, &err))
@@ -231,11 +286,16 @@ static void start_gather(TrainQwen3 *f, int unit) {
 static void ensure(TrainQwen3 *f, int unit) {
     Slot *s = &f->slot[slot_of(f, unit)];
     if (s->holds != unit) start_gather(f, unit);
-    int fresh = s->gather_pending; /* the experts stay fp32 */
+    int fresh = s->gather_pending || s->bgather_pending; /* the experts stay fp32 */
     wait_gather(f, s);
-    if (fresh && f->base16 && s->wide)
-        simd_bf16_to_f32(s->wide, s->bp, (long)f->bplan.units[unit].full_numel);
-    else if (fresh && !f->base16 && s->pb)
+    if (!fresh) return;
+    if (s->b16) /* the fp32-read parameters from every rank's packed runs */
+        for (int k = 0, P = f->plan.dp_shard; k < P; k++)
+            small_runs(f, unit, k, s->small_recv + (size_t)k * f->small_numel[unit], NULL, s->p);
+    const FsdpPlan *b = f->base16 ? &f->bplan : &f->plan;
+    if ((f->base16 || s->b16) && s->wide)
+        simd_bf16_to_f32(s->wide, s->bp, (long)b->units[unit].full_numel);
+    else if (!f->base16 && !s->b16 && s->pb)
         simd_bf16_weight_copy(s->pb, s->p, (long)f->plan.units[unit].full_numel);
 }
 
@@ -398,6 +458,7 @@ int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T,
     out->base_bf16_param_bytes = z.base_bf16_param_bytes;
     out->base_bf16_bytes = z.base_bf16_bytes;
     out->bf16_scratch_bytes = z.bf16_scratch_bytes;
+    out->products_bf16 = z.products_bf16;
     out->nparams = z.nparams;
     return 0;
 }
@@ -714,6 +775,8 @@ void train_qwen3_free(TrainQwen3 *f) {
             free(f->slot[s].pb);
         }
         free(f->slot[s].bp);
+        free(f->slot[s].small_send);
+        free(f->slot[s].small_recv);
         free(f->slot[s].xp);
         free(f->slot[s].xg);
         free(f->slot[s].xscratch);
@@ -723,6 +786,10 @@ void train_qwen3_free(TrainQwen3 *f) {
     fsdp_plan_free(&f->bplan);
     free(f->bshard);
     free(f->in_bf16);
+    free(f->copy16);
+    free(f->reads_f32);
+    free(f->mp16_unit);
+    free(f->small_numel);
     qwen3_free(&f->m);
     if (f->has_full) qwen3_free(&f->full);
     moe_ep_free(f->moe_ep);
@@ -760,6 +827,52 @@ static uint16_t *twin(const Slot *s, const float *w) {
     return w ? s->pb + (w - s->p) : NULL;
 }
 
+/* Mixed precision on a training mesh (TrainQwen3.mp16): which parameters are read in fp32,
+ * which units gather in bf16, their packed fp32 gathers, the bf16 receive buffers and the
+ * bf16 copy of the shard. */
+static void setup_mp16(TrainQwen3 *f) {
+    int n = f->m.nparams, nu = f->L + 2, P = f->plan.dp_shard;
+    f->reads_f32 = xcalloc((size_t)n, 1);
+    f->mp16_unit = xcalloc((size_t)nu, 1);
+    f->small_numel = xcalloc((size_t)nu, sizeof *f->small_numel);
+    unsigned char *big_f32 = xcalloc((size_t)nu, 1);
+    for (int i = 0; i < n; i++) {
+        const Qwen3Param *p = &f->m.table[i];
+        int u = f->plan.params[i].unit, twin = p->kind->id != PK_TOK_EMBEDDINGS &&
+                                               qwen3_bf16_field(&f->m, p->kind->id, p->layer);
+        f->reads_f32[i] = !twin;
+        if (twin) f->mp16_unit[u] = 1;
+        ParamRole role = p->kind->role;
+        if ((role == ROLE_EMBEDDING || role == ROLE_EXPERTS) && f->plan.params[i].numel > 0)
+            big_f32[u] = 1; /* the embedding's lookup and the experts read fp32 */
+    }
+    size_t most = 1;
+    for (int u = 0; u < nu; u++) {
+        if (big_f32[u]) f->mp16_unit[u] = 0;
+        for (int k = 0; k < P && f->mp16_unit[u]; k++) {
+            size_t c = small_runs(f, u, k, NULL, NULL, NULL);
+            if (c > f->small_numel[u]) f->small_numel[u] = c;
+        }
+        if (f->small_numel[u] > most) most = f->small_numel[u];
+    }
+    free(big_f32);
+    for (int s = 0; s < NSLOTS; s++) {
+        Slot *sl = &f->slot[s];
+        sl->small_send = xcalloc(most, sizeof(float));
+        sl->small_recv = xcalloc(most * (size_t)P, sizeof(float));
+        sl->bcap = sl->cap;
+        sl->bp = sl->wide ? xcalloc(sl->cap, sizeof(uint16_t)) : sl->pb;
+    }
+    f->copy16 = xcalloc(f->plan.shard_numel + 16, sizeof(uint16_t));
+    f->mp16 = 1;
+    int k = 0;
+    for (int u = 0; u < nu; u++)
+        k += f->mp16_unit[u];
+    log_info("FSDP under bf16: %d of the %d units are gathered in bf16 from each rank's bf16 copy "
+             "of its shard (kept by AdamW), their norms and router in fp32; the others in fp32",
+             k, nu);
+}
+
 int train_qwen3_enable_bf16(TrainQwen3 *f, Err *err) {
     if (f->m.bf16) return 0; /* a sharded bf16 base has it already */
     if (!f->sharded) return qwen3_enable_bf16(&f->m, err);
@@ -785,6 +898,9 @@ int train_qwen3_enable_bf16(TrainQwen3 *f, Err *err) {
     f->m.pb.output = twin(&f->slot[EDGE], f->m.p.output); /* tied: the embedding's */
     for (int s = 0; s < NSLOTS; s++)
         f->slot[s].holds = -1; /* the next ensure gathers, and so casts */
+    /* QTITAN_FSDP_GATHER_BF16=0 keeps the fp32 gathers, to measure what bf16 ones buy. */
+    const char *env = getenv("QTITAN_FSDP_GATHER_BF16");
+    if (!f->frozen && qwen3_products_bf16(&f->m) && !(env && strcmp(env, "0") == 0)) setup_mp16(f);
     return 0;
 }
 
@@ -983,17 +1099,29 @@ void train_qwen3_set_micro_batches(TrainQwen3 *f, int micro_batches) {
 }
 
 /* On a world of one the model's bf16 copies are kept by the optimizer over the run's steps
- * (qwen3_keep_bf16), a frozen base's made once; sharded, each gathered unit is cast once per
- * gather instead (ensure), and the copies are of no piece this rank updates. */
+ * (qwen3_keep_bf16), a frozen base's made once; sharded, the bf16 copy of the shard (mp16) is
+ * cast whole here and then kept by the optimizer, and the units it does not cover are cast
+ * once per gather (ensure). */
 static void keep_copies(void *ctx, int on) {
     TrainQwen3 *f = ctx;
     if (f->keeps) qwen3_keep_bf16(&f->m, on);
+    if (!f->mp16) return;
+    for (int s = 0; s < NSLOTS; s++) { /* gathered the other way: gather again */
+        wait_gather(f, &f->slot[s]);
+        f->slot[s].holds = -1;
+    }
+    if (on) simd_f32_to_bf16(f->copy16, f->shard, (long)f->plan.shard_numel);
+    f->mp16_kept = on;
 }
 
 void train_qwen3_model(TrainQwen3 *f, TrainModel *out, int exempt) {
     for (int k = 0; k < f->npieces; k++) {
         f->piece_decay[k] = param_decays(f->m.table[f->piece_param[k]].kind, exempt, exempt);
-        f->piece_copies[k] = f->sharded ? NULL : qwen3_bf16_copy(&f->m, f->piece_param[k]);
+        int i = f->piece_param[k];
+        if (!f->sharded)
+            f->piece_copies[k] = qwen3_bf16_copy(&f->m, i);
+        else if (f->mp16 && !f->reads_f32[i] && f->mp16_unit[f->plan.params[i].unit])
+            f->piece_copies[k] = f->copy16 + (f->held[i].p - f->shard);
     }
     f->keeps = !f->sharded && f->m.bf16;
     *out = (TrainModel){.ctx = f,
@@ -1204,9 +1332,11 @@ static int gather_unit_into(TrainQwen3 *f, int u, Qwen3 *dst, float *parts, Err 
         const float *local = *qwen3_param_field(&f->m.p, p->kind->id, p->layer);
         float *to = dst ? *qwen3_param_field(&dst->p, p->kind->id, p->layer) : NULL;
         float *widened = NULL;
-        if (f->in_bf16[i]) { /* a bf16 base's gathered weight, widened exactly */
+        /* a bf16 base's gathered weight, or one gathered in bf16 only: widened exactly */
+        if (f->in_bf16[i] || (s->b16 && !f->reads_f32[i])) {
+            const FsdpPlan *b = f->base16 ? &f->bplan : &f->plan;
             widened = xmalloc((size_t)p->numel * sizeof *widened);
-            simd_bf16_to_f32(widened, s->bp + f->bplan.params[i].full_offset, p->numel);
+            simd_bf16_to_f32(widened, s->bp + b->params[i].full_offset, p->numel);
             local = widened;
         }
         if (f->is_expert[i])

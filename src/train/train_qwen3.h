@@ -100,6 +100,7 @@ typedef struct TrainQwen3Sizes {
     /* A frozen bf16 base (train_qwen3_create base_bf16): its fp32 and bf16 arenas instead. */
     size_t base_bf16_param_bytes, base_bf16_bytes;
     size_t bf16_scratch_bytes; /* sharded, under bf16: the model's matmul scratch alone */
+    int products_bf16;         /* every product reads bf16 copies under bf16 (qwen3.h) */
     int nparams;
 } TrainQwen3Sizes;
 int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
