@@ -7,7 +7,11 @@
 #     alone logs each replacement, once;
 #   - training.mixed_precision_param = "bfloat16" on FSDP 2, TP 2 and FSDP 2 x TP 2 against
 #     bf16 on one process, to 1e-5 (loss) and 5e-4 (grad norm), a tolerance that one process's
-#     fp32 run fails (why: below), and FSDP's first step bitwise.
+#     fp32 run fails (why: below), and FSDP's first step bitwise;
+#   - FSDP 2 and FSDP 2 x TP 2 in bf16 gather their layers in bf16 (from each rank's bf16 copy
+#     of its shard, which AdamW keeps), and have bitwise the losses and grad norms of the same
+#     runs gathering fp32 and casting each unit (QTITAN_FSDP_GATHER_BF16=0): the copies hold
+#     the same rounded values; so does FSDP 2 resumed from its step-5 checkpoint.
 set -uo pipefail
 # shellcheck source=tests/dist_lib.sh
 . "$(dirname "$0")/dist_lib.sh"
@@ -95,6 +99,28 @@ for c in "bf-fsdp2 2" "bf-tp2 2 --parallelism.tensor_parallel_degree=2" \
   run "$np" "$name" debug.toml "${BF[@]}" "$@" && ok_run "$name" && same bf-one "$name" 1e-5 5e-4 "$name in bf16" || fail=1
   grep -q 'computes in fp32' "$TMP/$name.log" && { echo "FAIL: $name fell back to fp32"; fail=1; }
 done
+for name in bf-fsdp2 bf-fsdptp4; do
+  np=${name: -1}
+  grep -q 'units are gathered in bf16' "$TMP/$name.log" || { echo "FAIL: $name gathers no unit in bf16"; fail=1; }
+  args=()
+  [ "$name" = bf-fsdptp4 ] && args=(--parallelism.tensor_parallel_degree=2)
+  if QTITAN_FSDP_GATHER_BF16=0 run "$np" "$name-f32" debug.toml "${BF[@]}" "${args[@]}" && ok_run "$name-f32" &&
+    ! grep -q 'units are gathered in bf16' "$TMP/$name-f32.log" && [ "$(table "$name" | wc -l)" = 10 ] &&
+    cmp -s <(table "$name") <(table "$name-f32"); then
+    echo "ok: $name's bf16 gathers give bitwise the losses and grad norms of fp32 gathers cast per unit"
+  else
+    echo "FAIL: $name with bf16 gathers differs from fp32 gathers"; paste <(table "$name") <(table "$name-f32"); fail=1
+  fi
+done
+rm -rf "$TMP/bf-re"; mkdir -p "$TMP/bf-re"
+if run 2 bf-ck debug.toml "${BF[@]}" --checkpoint.enable=true --checkpoint.interval=5 && ok_run bf-ck &&
+  cp -r "$TMP/bf-ck/checkpoint" "$TMP/bf-re/" && dist_rewind bf-re 2 5 &&
+  run 2 bf-re debug.toml "${BF[@]}" --checkpoint.enable=true --checkpoint.interval=5 &&
+  cmp -s <(table bf-ck | tail -5) <(table bf-re | tail -5) && cmp -s <(table bf-ck) <(table bf-fsdp2); then
+  echo "ok: FSDP 2 in bf16 resumed from step 5 repeats steps 6-10 bitwise"
+else
+  echo "FAIL: FSDP 2 in bf16 resumed from step 5"; paste <(table bf-ck) <(table bf-re); fail=1
+fi
 [ "$(table bf-one | head -1 | cut -d' ' -f1,2)" = "$(table bf-fsdp2 | head -1 | cut -d' ' -f1,2)" ] &&
   echo "ok: the first bf16 step of FSDP 2 has bitwise one process's loss" ||
   { echo "FAIL: the first bf16 step of FSDP 2 differs from one process's"; fail=1; }

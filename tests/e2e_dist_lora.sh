@@ -11,9 +11,11 @@
 #     resharding, nothing left to train) writes byte-identical adapter_model.safetensors and
 #     merged model.safetensors; and the merged model scores held-out tokens as one process's
 #     merged model does (1e-5 relative);
-#   - with lora.base_dtype = "bfloat16", TP 2 follows one process's bf16 base: steps 1-2 to
-#     1e-5 relative, later steps within bf16 arithmetic's bounds (below); both sample, and
-#     their bfloat16 merged exports score held-out tokens alike;
+#   - with lora.base_dtype = "bfloat16" (shards held and gathered in bf16), TP 2 and FSDP 2
+#     follow one process's bf16 base: steps 1-2 to 1e-5 relative, later steps within bf16
+#     arithmetic's bounds (below); all sample, and their bfloat16 merged exports score
+#     held-out tokens alike; one process resuming FSDP 2's last checkpoint (a resharding)
+#     writes byte-identical adapters;
 #   - LoRA on the MoE debug model: FSDP 2 and EP 2 follow one process (losses, grad norms,
 #     routing figures, merged exports), and a resume repeats its steps exactly.
 set -uo pipefail
@@ -103,24 +105,40 @@ done
 # FSDP 2 alike), so later steps get the bounds of bf16 arithmetic.
 # Both also sample from the merged whole model at step 10 (the one-process copy widens the
 # bf16-only weights).
-# Both export the merged model in bfloat16 (bf16(W) + s B A in fp32, the TP 2 run from the
-# gathered bf16-valued shards), which score held-out tokens alike (measured: 4e-7 relative).
-B16=(--lora.base_dtype=bfloat16 --checkpoint.enable=true --checkpoint.interval=10
+# All export the merged model in bfloat16 (bf16(W) + s B A in fp32, the mesh runs from the
+# gathered bf16 shards), which score held-out tokens alike (measured: 4e-7 relative).
+B16=(--lora.base_dtype=bfloat16 --checkpoint.enable=true --checkpoint.interval=5
   --checkpoint.last_save_in_hf=true --checkpoint.export_dtype=bfloat16 --sample.freq=10
   "--sample.prompts=the quick" --sample.max_new_tokens=2)
-if dist_run 0 one-b16 "${ARGS[@]}" "${B16[@]}" && dist_run 2 tp2-b16 "${ARGS[@]}" "${B16[@]}" "$TP"; then
+if dist_run 0 one-b16 "${ARGS[@]}" "${B16[@]}" && dist_run 2 tp2-b16 "${ARGS[@]}" "${B16[@]}" "$TP" &&
+  dist_run 2 fsdp2-b16 "${ARGS[@]}" "${B16[@]}"; then
   close "TP 2 with a bf16 base" one-b16 tp2-b16 1e-4 1e-3
-  grep -q 'sample step 10' "$TMP/one-b16.log" && grep -q 'sample step 10' "$TMP/tp2-b16.log" ||
-    { echo "FAIL: no samples with a bf16 base"; fail=1; }
-  a=$(loss_of "$TMP/one-b16/merged") b=$(loss_of "$TMP/tp2-b16/merged")
-  echo "held-out loss of the bf16 base's merged exports: one process $a, TP 2 $b"
-  if [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-4 * a) }'; then
-    echo "ok: merged exports of a bf16 base, one process and TP 2"
-  else
-    echo "FAIL: merged exports of a bf16 base differ"; fail=1
-  fi
+  close "FSDP 2 with a bf16 base" one-b16 fsdp2-b16 1e-4 1e-3
+  grep -q 'matmul weights and embedding in bf16, gathered in bf16' "$TMP/fsdp2-b16.log" ||
+    { echo "FAIL: FSDP 2 does not hold its bf16 base in bf16"; fail=1; }
+  for r in one-b16 tp2-b16 fsdp2-b16; do
+    grep -q 'sample step 10' "$TMP/$r.log" || { echo "FAIL: no samples with a bf16 base ($r)"; fail=1; }
+  done
+  a=$(loss_of "$TMP/one-b16/merged")
+  for r in tp2-b16 fsdp2-b16; do
+    b=$(loss_of "$TMP/$r/merged")
+    echo "held-out loss of the bf16 base's merged exports: one process $a, $r $b"
+    if [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-4 * a) }'; then
+      echo "ok: merged exports of a bf16 base, one process and $r"
+    else
+      echo "FAIL: merged exports of a bf16 base differ ($r)"; fail=1
+    fi
+  done
 else
-  echo "FAIL: bf16 base runs"; cat "$TMP/one-b16.log" "$TMP/tp2-b16.log"; fail=1
+  echo "FAIL: bf16 base runs"; cat "$TMP/one-b16.log" "$TMP/tp2-b16.log" "$TMP/fsdp2-b16.log"; fail=1
+fi
+# The checkpoint holds the adapters only (the base is frozen): one process resumes FSDP 2's.
+mkdir -p "$TMP/one-fsdp2-b16"; cp -r "$TMP/fsdp2-b16/checkpoint" "$TMP/one-fsdp2-b16/"
+if dist_run 0 one-fsdp2-b16 "${ARGS[@]}" "${B16[@]}" && grep -q 'resharding' "$TMP/one-fsdp2-b16.log" &&
+  cmp -s "$TMP/fsdp2-b16/adapter/adapter_model.safetensors" "$TMP/one-fsdp2-b16/adapter/adapter_model.safetensors"; then
+  echo "ok: one process resuming FSDP 2's bf16-base checkpoint writes byte-identical adapters"
+else
+  echo "FAIL: resharding FSDP 2's bf16-base checkpoint"; cat "$TMP/one-fsdp2-b16.log"; fail=1
 fi
 # LoRA on the MoE debug model (tests/dist_ep_lib.sh: 4 MoE layers, 8 experts): adapters on the
 # attention linears of every layer (the experts are not targets; a glob naming the layers' FFN

@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # qtitan plan against real runs: for jobs whose arenas dominate (the debug model with a
 # bigger batch, and the 0.6B shape cut to 2 layers at seq 256; each also with LoRA, and the
-# 0.6B one with a bf16 base; with [sample]), plan's total must be within 10% of the peak RSS the real
-# training reports in metrics.jsonl (memory_gib) after 2 steps.
+# 0.6B one with a bf16 base, also on FSDP 2; with [sample]), plan's total must be within 10% of
+# the peak RSS the real training reports in metrics.jsonl (memory_gib) after 2 steps.
 # shellcheck source=tests/c4_lib.sh
 . "$(dirname "$0")/c4_lib.sh"
 # debugmodel has a 2048-token vocabulary: train a tokenizer of that size on the sample.
 "$QT_BINARY" tokenizer-train --input "$data" --vocab-size 2048 --output "$tmp/tok2048" >/dev/null 2>&1
 
+launch=() # a launcher for the training run (mpirun for the mesh check below)
 check() { # name, then the job's arguments
   local name=$1; shift
   local args=(--config "$QT_SOURCE_DIR/configs/debug.toml" --training.dataset_path="$data"
     --training.steps=2 --metrics.peak_tflops=1 --job.dump_folder="$tmp/$name" "$@")
   "$QT_BINARY" plan "${args[@]}" >"$tmp/$name.plan" || { cat "$tmp/$name.plan"; echo "FAIL: plan $name"; exit 1; }
   rm -rf "$QT_CACHE_DIR" # the plan counts a first run's tokenization
-  "$QT_BINARY" train "${args[@]}" >"$tmp/$name.log" 2>&1 || { cat "$tmp/$name.log"; echo "FAIL: train $name"; exit 1; }
+  ${launch[@]+"${launch[@]}"} "$QT_BINARY" train "${args[@]}" >"$tmp/$name.log" 2>&1 || { cat "$tmp/$name.log"; echo "FAIL: train $name"; exit 1; }
   local planned measured
   planned=$(sed -n 's/^plan: total_gib=\([0-9.]*\).*/\1/p' "$tmp/$name.plan")
   measured=$(tail -1 "$tmp/$name/metrics.jsonl" | sed -n 's/.*"memory_gib":\([0-9.eE+-]*\).*/\1/p')
@@ -33,6 +34,19 @@ check lora_0.6B_2l --model.tokenizer_path="$tok" --model.flavor=0.6B --model.n_l
   --training.local_batch_size=1 --training.seq_len=256 "${lora[@]}"
 check lora_bf16_0.6B_2l --model.tokenizer_path="$tok" --model.flavor=0.6B --model.n_layers=2 \
   --training.local_batch_size=1 --training.seq_len=256 "${lora[@]}" --lora.base_dtype=bfloat16
+# On FSDP 2 (rank 0's peak): a bf16 base's shards and gathers are bf16, 2 bytes a parameter of
+# the rank's half (and of the gathered units, plus their widened fp32 copies: the bf16 path is
+# forced to widen so that plan and run cannot pick different ones).
+if command -v mpirun >/dev/null && [ -x "$(dirname "$QT_BINARY")/mpi_comm" ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+  launch=(env OMP_NUM_THREADS=1 mpirun --oversubscribe -np 2)
+  QT_GEMM_BF16=widen check lora_bf16_fsdp2_0.6B_2l --model.tokenizer_path="$tok" --model.flavor=0.6B \
+    --model.n_layers=2 --training.local_batch_size=1 --training.seq_len=256 "${lora[@]}" \
+    --lora.base_dtype=bfloat16 --parallelism.data_parallel_shard_degree=2
+  launch=()
+else
+  echo "skip: the FSDP 2 check (no mpirun or a build without MPI)"
+fi
 # [sample] (docs/generate.md): a LoRA run samples from a merged whole copy of the model (about
 # as big as the frozen base), and the debug model with 8 long prompts is dominated by the
 # decoder's KV cache (bf16 matmuls: the decoder's bf16 scratch too). The plan names the way.

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/dtype.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "dist/comm.h"
@@ -269,11 +270,12 @@ static void test_fsdp(int R) {
     float *full[2] = {malloc(p.max_full_numel * sizeof(float)),
                       malloc(p.max_full_numel * sizeof(float))};
     /* Gather unit 0 blocking, then units 1 and 2 with prefetch into alternating buffers. */
-    OK(fsdp_gather_unit(&p, m.dp_shard, full[0], shard, 0, E));
+    OK(fsdp_gather_unit(&p, m.dp_shard, full[0], shard, 0, COMM_F32, E));
     for (int u = 0; u < NUNIT; u++) {
         FsdpReq next;
         if (u + 1 < NUNIT)
-            OK(fsdp_gather_unit_start(&p, m.dp_shard, full[(u + 1) % 2], shard, u + 1, &next, E));
+            OK(fsdp_gather_unit_start(&p, m.dp_shard, full[(u + 1) % 2], shard, u + 1, COMM_F32,
+                                      &next, E));
         for (int i = 0; i < NPAR; i++)
             if (unit[i] == u)
                 CHECK(memcmp(full[u % 2] + p.params[i].full_offset, params[i],
@@ -290,6 +292,26 @@ static void test_fsdp(int R) {
             OK(fsdp_wait(m.dp_shard, &next, E));
         }
     }
+    /* A bf16 shard (a LoRA run's bf16 base) gathers the same layout in half the bytes: every
+     * unit's parameters arrive as the bf16 bit patterns of the fp32 ones, and a sum of bf16 is
+     * refused. */
+    uint16_t *bshard = malloc(p.shard_numel * sizeof *bshard);
+    uint16_t *bfull = malloc(p.max_full_numel * sizeof *bfull);
+    for (size_t i = 0; i < p.shard_numel; i++)
+        bshard[i] = f32_to_bf16(shard[i]);
+    for (int u = 0; u < NUNIT; u++) {
+        OK(fsdp_gather_unit(&p, m.dp_shard, bfull, bshard, u, COMM_BF16, E));
+        for (int i = 0; i < NPAR; i++)
+            for (size_t j = 0; unit[i] == u && j < numel[i]; j++)
+                CHECK(bfull[p.params[i].full_offset + j] == f32_to_bf16(params[i][j]),
+                      "bf16 gather of parameter %d element %zu", i, j);
+    }
+    Err berr;
+    CHECK(comm_all_reduce_sum(m.dp_shard, bfull, 4, COMM_BF16, &berr) == -1 &&
+              strstr(berr.msg, "not bf16"),
+          "an all-reduce of bf16 is refused");
+    free(bshard);
+    free(bfull);
     /* Gradients: every unit twice (two microbatches) to exercise accumulation; the first
      * microbatch reduce-scatters blocking, the second keeps one reduce-scatter in flight
      * while the next unit's gradient is made (two gradient buffers, two scratches). */

@@ -195,7 +195,7 @@ static void test_fsdp_single_gather_scatter(void **state) {
     float *scratch = calloc(p.max_unit_shard, sizeof(float));
     for (size_t i = 0; i < p.shard_numel; i++)
         shard[i] = (float)i;
-    assert_int_equal(fsdp_gather_unit(&p, c, full, shard, 2, &err), 0);
+    assert_int_equal(fsdp_gather_unit(&p, c, full, shard, 2, COMM_F32, &err), 0);
     assert_memory_equal(full, shard + p.units[2].shard_offset,
                         p.units[2].full_numel * sizeof(float));
     /* Reduce-scatter accumulates: twice the same gradient gives double. */
@@ -206,7 +206,7 @@ static void test_fsdp_single_gather_scatter(void **state) {
     for (size_t i = 0; i < p.units[2].shard_numel; i++)
         assert_true(grad[p.units[2].shard_offset + i] == 2 * full[i]);
     assert_true(grad[0] == 0);
-    assert_int_equal(fsdp_gather_unit(&p, c, full, shard, 9, &err), -1);
+    assert_int_equal(fsdp_gather_unit(&p, c, full, shard, 9, COMM_F32, &err), -1);
     assert_string_equal(err.msg, "FSDP unit 9 is outside 0..3");
     free(shard);
     free(grad);

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/gemm.h"
 #include "train/train_plan.h"
 
 static int plan(TrainPlan *p, int argc, char **argv, Err *err) {
@@ -191,6 +192,35 @@ static void test_expert_parallel(void **state) {
     assert_true(ep4.fsdp_workspace < ep2.fsdp_workspace);
 }
 
+/* bf16 mixed precision on FSDP 2: the layers are gathered in bf16 from each rank's bf16 copy of
+ * its shard (2 bytes per shard element, in the workspace), into bf16 twins of the workspaces
+ * (plus a bf16 receive buffer where the bf16 products widen, beside the widened twin), and only
+ * their norms in fp32. */
+static void test_bf16_fsdp(void **state) {
+    (void)state;
+    Err err;
+    char *a[] = {"--model.flavor=debugmodel", "--training.seq_len=32",
+                 "--parallelism.data_parallel_shard_degree=2",
+                 "--training.mixed_precision_param=bfloat16"};
+    TrainPlan p32, p16;
+    assert_int_equal(plan(&p32, 3, a, &err), 0);
+    assert_int_equal(plan(&p16, 4, a, &err), 0);
+    PlanUnits u;
+    train_plan_units(&u, &p16.spec, 1, 1);
+    assert_true(p16.fsdp_workspace == train_plan_fsdp_workspace(&u, 2, 0, 0));
+    double D = 256, HE = 16 * 128, KE = 8 * 128, F = 3072, V = 2048, L = 8;
+    double layer = 2 * D + 2 * 128 + 2 * D * HE + 2 * D * KE + 3 * D * F, edge = V * D + D;
+    double twin = gemm_bf16_widens() ? 4 + 2 : 2, norms = 2 * D + 2 * 128;
+    /* the edge (the embedding's unit) gathered in fp32; a layer's fp32 matmul weights never */
+    assert_true(
+        fabs(p16.fsdp_workspace - (2 * norms + edge) * 4 - (2 * layer + edge) * (4 + twin)) < 1);
+    double shard = (V * D + L * layer + D) / 2; /* a rank's elements */
+    assert_true(p16.params == p32.params);
+    assert_true(fabs(p16.workspace - p32.workspace -
+                     (p16.fsdp_workspace - p32.fsdp_workspace + GEMM_BF16_SCRATCH_BYTES +
+                      2 * shard)) < 64 * 64);
+}
+
 /* LoRA: AdamW state and gradients for the adapters (r (I + O) per targeted linear), none for
  * the frozen base; configs/qwen3_4b_lora.toml plans to at most 20 GiB at seq_len 2048. */
 static void test_lora(void **state) {
@@ -223,8 +253,30 @@ static void test_lora(void **state) {
     assert_true(fabs((p.params - 4.0 * adapters) - 2.0 * (p2.params - 4.0 * adapters)) < 64.0);
     PlanUnits u;
     train_plan_units(&u, s, 1, 1);
-    assert_true(p2.fsdp_workspace == train_plan_fsdp_workspace(&u, 0, 1));
-    assert_true(2.0 * p2.fsdp_workspace == train_plan_fsdp_workspace(&u, 0, 0));
+    assert_true(p2.fsdp_workspace == train_plan_fsdp_workspace(&u, 0, 1, 0));
+    assert_true(2.0 * p2.fsdp_workspace == train_plan_fsdp_workspace(&u, 0, 0, 0));
+    /* A bf16 base on FSDP 2: the matmul weights and the embedding (tied) take 2 bytes per
+     * parameter of a rank's half, the norms 4; the gather workspaces hold the former in bf16
+     * (plus a widened fp32 copy where the bf16 products widen), the norms in fp32. */
+    char *b16[9];
+    memcpy(b16, sharded, sizeof sharded);
+    b16[8] = "--lora.base_dtype=bfloat16";
+    TrainPlan p2b;
+    assert_int_equal(plan(&p2b, 9, b16, &err), 0);
+    double D = s->dim, HE = (double)s->n_heads * s->head_dim,
+           KE = (double)s->n_kv_heads * s->head_dim;
+    double in_bf16 =
+        s->vocab_size * D + s->n_layers * (2 * D * HE + 2 * D * KE + 3 * D * s->hidden_dim);
+    double norms = s->n_layers * (2 * D + 2 * s->head_dim) + D;
+    assert_true(s->tie_embeddings);
+    assert_true(fabs((p2b.params - 4.0 * adapters) - (2.0 * in_bf16 + 4.0 * norms) / 2) <
+                64.0 * 64);
+    assert_true(fabs((p2.params - p2b.params) - in_bf16) < 64.0 * 64);
+    double wide = gemm_bf16_widens() ? 4.0 : 0.0;
+    double layer_mm = 2 * D * HE + 2 * D * KE + 3 * D * s->hidden_dim;
+    assert_true(p2b.fsdp_workspace == train_plan_fsdp_workspace(&u, 0, 1, 1));
+    assert_true(fabs(p2b.fsdp_workspace - (2 * layer_mm + s->vocab_size * D) * (2.0 + wide) -
+                     (2 * (2 * D + 2 * s->head_dim) + D) * 4.0) < 1.0);
 
     const char *src = getenv("QT_SOURCE_DIR");
     if (!src) return;
@@ -287,9 +339,13 @@ static void test_samples(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_expert_parallel), cmocka_unit_test(test_lora),
-        cmocka_unit_test(test_debugmodel),      cmocka_unit_test(test_moe),
-        cmocka_unit_test(test_tensor_parallel), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_expert_parallel),
+        cmocka_unit_test(test_lora),
+        cmocka_unit_test(test_bf16_fsdp),
+        cmocka_unit_test(test_debugmodel),
+        cmocka_unit_test(test_moe),
+        cmocka_unit_test(test_tensor_parallel),
+        cmocka_unit_test(test_errors),
         cmocka_unit_test(test_samples),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -69,6 +69,38 @@ static double flops_per_token(void) {
     return 6 * matmul + 12 * L * H * E * T;
 }
 
+/* With no --gather-dtype the model moves what qtitan moves: under bf16 mixed precision each
+ * layer whole in bf16 plus its four norms (D, D, E, E) in fp32, the tied edge unit (the
+ * embedding's lookup reads fp32) in fp32; with a LoRA bf16 base a layer's matmul weights and the
+ * embedding in bf16, the norms in fp32. */
+static void test_gather_dtype_of_the_job(void **state) {
+    (void)state;
+    const double NORMS = 32 + 32 + 8 + 8, MATMUL = LAYER - NORMS;
+    char *bf[] = {TINY, "--training.mixed_precision_param=bfloat16"};
+    char *lora[] = {TINY, "--lora.rank=2", "--lora.base_dtype=bfloat16",
+                    "--checkpoint.last_save_in_hf=false"};
+    double want[2] = {EDGE * 4 + 2 * (LAYER * 2 + NORMS * 4),
+                      (EDGE - 32) * 2 + 32 * 4 + 2 * (MATMUL * 2 + NORMS * 4)};
+    for (int k = 0; k < 2; k++) {
+        JobConfig cfg;
+        if (k == 0)
+            load(&cfg, bf, sizeof bf / sizeof bf[0]);
+        else
+            load(&cfg, lora, sizeof lora / sizeof lora[0]);
+        Cluster c = cluster(1, 2);
+        c.gather_bytes = 0;
+        StepMesh m;
+        Err err;
+        assert_int_equal(steptime_job_mesh(&m, &cfg, &c, &err), 0);
+        StepTime s;
+        assert_int_equal(steptime_estimate(&s, &cfg, &m, &c, &err), 0);
+        const StepCollective *g = find(&s, "FSDP all-gather");
+        assert_non_null(g);
+        near(g->bytes * g->count, want[k]);
+        config_free(&cfg);
+    }
+}
+
 static void test_fsdp_one_host(void **state) {
     (void)state;
     char *argv[] = {TINY};
@@ -421,6 +453,7 @@ static void test_bad_input(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fsdp_one_host),
+        cmocka_unit_test(test_gather_dtype_of_the_job),
         cmocka_unit_test(test_tp_and_hosts),
         cmocka_unit_test(test_expert_parallel),
         cmocka_unit_test(test_expert_tensor_parallel),

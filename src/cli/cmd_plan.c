@@ -89,7 +89,7 @@ static int cluster_from_args(Cluster *c, const char **val, const JobConfig *cfg,
     c->latency_us = gpu ? GPU_LATENCY_US : CPU_LATENCY_US;
     c->overlap = gpu ? GPU_OVERLAP : CPU_OVERLAP;
     c->mem_gib = gpu ? GPU_MEM_GIB : metrics_total_ram_gib() / c->per_host;
-    c->gather_bytes = 4;
+    c->gather_bytes = 0;
     if (gpu && (!val[3] || !val[4]))
         return err_set(err, "--flops describes an accelerator cluster: give its --intra-bw and "
                             "--inter-bw too (GB/s; the CPU defaults were measured here)");
@@ -174,7 +174,8 @@ int cmd_plan(int argc, char **argv) {
             "  --latency-us US    per message of a collective\n"
             "  --overlap F        fraction of compute FSDP transfers may hide under\n"
             "  --mem GIB          memory per rank a mesh must fit in\n"
-            "  --gather-dtype T   FSDP all-gather element type (qtitan: fp32)\n");
+            "  --gather-dtype T   FSDP all-gather element type (default: qtitan's, fp32 but\n"
+            "                     bf16 matmul weights under bf16)\n");
         return 0;
     }
     const char *val[N_OPTS] = {0};

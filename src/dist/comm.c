@@ -12,7 +12,7 @@
 #include "core/log.h"
 
 size_t comm_dtype_size(CommDtype t) {
-    return t == COMM_F64 ? sizeof(double) : sizeof(float);
+    return t == COMM_F64 ? sizeof(double) : t == COMM_BF16 ? sizeof(uint16_t) : sizeof(float);
 }
 
 /* Open MPI's launcher sets OMPI_COMM_WORLD_SIZE; PMIx-based launchers (prterun, srun with

@@ -24,7 +24,9 @@
 #include "core/err.h"
 #include "core/trace.h"
 
-typedef enum CommDtype { COMM_F32, COMM_F64 } CommDtype;
+/* COMM_BF16 (bf16 bit patterns, 2 bytes) is only moved (gathers, broadcasts, all-to-all): a sum
+ * of it is refused with an error. */
+typedef enum CommDtype { COMM_F32, COMM_F64, COMM_BF16 } CommDtype;
 
 typedef struct Comm Comm;
 /* An outstanding non-blocking collective; comm_wait completes and frees it. */
@@ -112,6 +114,7 @@ static inline int comm_barrier(Comm *c, Err *err) {
 }
 /* buf[0..n) = sum over ranks of buf[0..n) (in place). */
 static inline int comm_all_reduce_sum(Comm *c, void *buf, size_t n, CommDtype t, Err *err) {
+    if (t == COMM_BF16) return err_set(err, "an all-reduce sums fp32 or fp64, not bf16");
     double t0 = trace_now();
     int rc = c->ops->all_reduce_sum(c, buf, n, t, err);
     trace_span("all_reduce_sum", NULL, "collective", t0, NULL);
@@ -135,6 +138,7 @@ static inline int comm_iall_gather(Comm *c, void *out, const void *in, size_t n,
 /* Starts a reduce-scatter: out (n) = sum over ranks of in[rank*n .. rank*n+n). */
 static inline int comm_ireduce_scatter_sum(Comm *c, void *out, const void *in, size_t n,
                                            CommDtype t, CommReq **req, Err *err) {
+    if (t == COMM_BF16) return err_set(err, "a reduce-scatter sums fp32 or fp64, not bf16");
     double t0 = trace_now();
     int rc = c->ops->ireduce_scatter_sum(c, out, in, n, t, req, err);
     trace_span("reduce_scatter (start)", NULL, "collective", t0, NULL);

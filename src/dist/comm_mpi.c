@@ -63,7 +63,7 @@ static MPI_Comm mpi_of(Comm *c) {
     return ((MpiImpl *)c->impl)->comm;
 }
 static MPI_Datatype mpi_type(CommDtype t) {
-    return t == COMM_F64 ? MPI_DOUBLE : MPI_FLOAT;
+    return t == COMM_F64 ? MPI_DOUBLE : t == COMM_BF16 ? MPI_UINT16_T : MPI_FLOAT;
 }
 
 static int mpi_fail(Comm *c, int rc, const char *what, Err *err) {

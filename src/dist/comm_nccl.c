@@ -30,7 +30,8 @@ static NcclImpl *impl_of(Comm *c) {
     return c->impl;
 }
 static ncclDataType_t nccl_type(CommDtype t) {
-    return t == COMM_F64 ? ncclFloat64 : ncclFloat32;
+    /* bf16 is only moved, never summed (comm.h): any 2-byte type moves its bits */
+    return t == COMM_F64 ? ncclFloat64 : t == COMM_BF16 ? ncclFloat16 : ncclFloat32;
 }
 
 static int cuda_fail(Comm *c, cudaError_t rc, const char *what, Err *err) {

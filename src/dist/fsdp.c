@@ -92,19 +92,19 @@ static int check_unit(const FsdpPlan *p, Comm *comm, int unit, Err *err) {
     return 0;
 }
 
-int fsdp_gather_unit_start(const FsdpPlan *p, Comm *comm, float *full, const float *shard, int unit,
-                           FsdpReq *req, Err *err) {
+int fsdp_gather_unit_start(const FsdpPlan *p, Comm *comm, void *full, const void *shard, int unit,
+                           CommDtype t, FsdpReq *req, Err *err) {
     memset(req, 0, sizeof *req);
     TRY(check_unit(p, comm, unit, err));
     const FsdpUnit *u = &p->units[unit];
-    return comm_iall_gather(comm, full, shard + u->shard_offset, u->shard_numel, COMM_F32,
-                            &req->req, err);
+    return comm_iall_gather(comm, full, (const char *)shard + u->shard_offset * comm_dtype_size(t),
+                            u->shard_numel, t, &req->req, err);
 }
 
-int fsdp_gather_unit(const FsdpPlan *p, Comm *comm, float *full, const float *shard, int unit,
-                     Err *err) {
+int fsdp_gather_unit(const FsdpPlan *p, Comm *comm, void *full, const void *shard, int unit,
+                     CommDtype t, Err *err) {
     FsdpReq req;
-    TRY(fsdp_gather_unit_start(p, comm, full, shard, unit, &req, err));
+    TRY(fsdp_gather_unit_start(p, comm, full, shard, unit, t, &req, err));
     return fsdp_wait(comm, &req, err);
 }
 

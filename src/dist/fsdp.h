@@ -70,13 +70,15 @@ typedef struct FsdpReq {
 } FsdpReq;
 
 /* full (unit's full_numel) = the unit's parameters gathered from every shard's piece of
- * `shard` (this rank's whole shard buffer). Collective over `comm` (the dp_shard group). */
-int fsdp_gather_unit(const FsdpPlan *p, Comm *comm, float *full, const float *shard, int unit,
-                     Err *err);
+ * `shard` (this rank's whole shard buffer), both of elements of type t: COMM_F32, or COMM_BF16
+ * for a shard held in bf16 (a LoRA run's bf16 base), which moves half the bytes; the plan's
+ * offsets and sizes are elements either way. Collective over `comm` (the dp_shard group). */
+int fsdp_gather_unit(const FsdpPlan *p, Comm *comm, void *full, const void *shard, int unit,
+                     CommDtype t, Err *err);
 /* The same, started now and finished by fsdp_wait: prefetches the next unit while this one
  * computes (needs a second full workspace). */
-int fsdp_gather_unit_start(const FsdpPlan *p, Comm *comm, float *full, const float *shard, int unit,
-                           FsdpReq *req, Err *err);
+int fsdp_gather_unit_start(const FsdpPlan *p, Comm *comm, void *full, const void *shard, int unit,
+                           CommDtype t, FsdpReq *req, Err *err);
 /* grad_shard (this rank's whole shard buffer) += this rank's piece of the sum over ranks of
  * full_grad (the unit's full_numel): accumulation, so microbatches add up. scratch
  * (max_unit_shard floats, one per outstanding reduce-scatter) receives the sum first, so

@@ -65,9 +65,7 @@ float **qwen3_param_field(Qwen3Params *p, ParamKindId kind, int layer) {
     abort(); /* unreachable: every kind has a case */
 }
 
-/* Where a bf16 base (Qwen3.base_bf16) holds parameter kind of layer: its bf16 copy's slot in
- * pb, or NULL for a kind that stays fp32 (norms, the MoE router and experts). */
-static uint16_t **bf16_field(Qwen3 *m, ParamKindId kind, int layer) {
+uint16_t **qwen3_bf16_field(Qwen3 *m, ParamKindId kind, int layer) {
     Qwen3Bf16Layer *l = &m->pb.layers[layer < 0 ? 0 : layer];
     switch (kind) {
     case PK_WQ:
@@ -124,7 +122,7 @@ static void layout_params(Qwen3 *m, Arena *pa, Arena *ga) {
     param_list(&m->spec, info);
     for (int i = 0; i < n; i++) {
         const ParamInfo *pi = &info[i];
-        int in_bf16 = bf16_field(m, pi->kind->id, pi->layer) &&
+        int in_bf16 = qwen3_bf16_field(m, pi->kind->id, pi->layer) &&
                       (m->base_bf16 || (m->bf16_only && bf16_suffices(m, pi->kind->id, pi->layer)));
         float *data = in_bf16 ? NULL : arena_floats(pa, (size_t)pi->numel);
         float *grad = arena_floats(ga, (size_t)pi->numel);
@@ -435,6 +433,16 @@ int qwen3_check_bf16_base(const Qwen3 *m, Err *err) {
     return 0;
 }
 
+int qwen3_products_bf16(const Qwen3 *m) {
+    Err ignored;
+    if (qwen3_check_bf16_base(m, &ignored)) return 0;
+    for (int i = 0; i < m->spec.n_layers; i++) {
+        const SwigluOp *ff = m->mod.layers[i].feed_forward;
+        if (!m->mod.layers[i].experts && (!ff->forward_bf16 || !ff->backward_bf16)) return 0;
+    }
+    return 1;
+}
+
 static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp, int owned,
                   const Qwen3Modules *impl, int base_bf16, Err *err) {
     TRY(setup(m, spec, B, T, ac, sp, err));
@@ -470,7 +478,7 @@ static int create(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int 
     }
     /* A weight without an fp32 place: the table points at its one copy. */
     for (int i = 0; i < m->nparams; i++) {
-        uint16_t **f = bf16_field(m, m->table[i].kind->id, m->table[i].layer);
+        uint16_t **f = qwen3_bf16_field(m, m->table[i].kind->id, m->table[i].layer);
         if (f && !m->table[i].data) m->table[i].data_bf16 = *f;
     }
     return 0;
@@ -500,7 +508,7 @@ void qwen3_param_store(Qwen3 *m, int i, const float *v) {
     if (p->data) {
         if (p->data != v) memcpy(p->data, v, (size_t)p->numel * sizeof(float));
     } else {
-        simd_f32_to_bf16(*bf16_field(m, p->kind->id, p->layer), v, p->numel);
+        simd_f32_to_bf16(*qwen3_bf16_field(m, p->kind->id, p->layer), v, p->numel);
     }
     /* Tied: lm_head's bf16 copy is the embedding's, which no forward casts here. */
     if (m->bf16_only && p->kind->id == PK_TOK_EMBEDDINGS && m->spec.tie_embeddings)
@@ -688,6 +696,12 @@ int qwen3_enable_bf16_by_hook(Qwen3 *m, Err *err) {
     return enable_bf16(m, 0, 0, err);
 }
 
+int qwen3_enable_bf16_base_by_hook(Qwen3 *m, Err *err) {
+    m->base_bf16 = 1;
+    TRY(qwen3_check_bf16_base(m, err));
+    return enable_bf16(m, 0, 0, err);
+}
+
 static void cast_weights_bf16(Qwen3 *m) {
     const ModelSpec *s = &m->spec;
     long D = s->dim, HE = (long)s->n_heads * s->head_dim, KE = (long)s->n_kv_heads * s->head_dim;
@@ -727,7 +741,7 @@ uint16_t *qwen3_bf16_copy(Qwen3 *m, int i) {
     ParamKindId kind = m->table[i].kind->id;
     /* Tied, the embedding is the output layer's weight (m->p.output), cast with it. */
     if (kind == PK_TOK_EMBEDDINGS) return m->spec.tie_embeddings ? m->pb.output : NULL;
-    uint16_t **f = bf16_field(m, kind, m->table[i].layer);
+    uint16_t **f = qwen3_bf16_field(m, kind, m->table[i].layer);
     return f ? *f : NULL;
 }
 
@@ -1254,6 +1268,7 @@ int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
         return -1;
     }
     build_modules(m, impl); /* before the activations: the loss op sizes its workspace */
+    out->products_bf16 = qwen3_products_bf16(m);
     Arena pc, gc, acnt, kcnt;
     arena_init_counting(&pc, "parameter");
     arena_init_counting(&gc, "gradient");
@@ -1284,6 +1299,11 @@ int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
     layout_bf16(m, &bb16, 1, &wbytes);
     out->base_bf16_param_bytes = (pb16.used + 63) / 64 * 64;
     out->base_bf16_bytes = (bb16.used + 63) / 64 * 64;
+    /* The matmul scratch alone: what qwen3_enable_bf16_by_hook allocates (a sharded model). */
+    Arena sc;
+    arena_init_counting(&sc, "bf16 weight");
+    layout_bf16(m, &sc, 0, &wbytes);
+    out->bf16_scratch_bytes = (sc.used + 63) / 64 * 64;
     free(m);
     return 0;
 }

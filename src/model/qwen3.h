@@ -327,6 +327,9 @@ int qwen3_create_frozen_with(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMo
 /* A bf16 base has no fp32 matmul weights (or, sharded, only bf16 values in them), so every
  * product with them must have a bf16 path: an error sentence names the kernel without one. */
 int qwen3_check_bf16_base(const Qwen3 *m, Err *err);
+/* 1 when under mixed precision every product with a matmul weight (attention, dense FFN,
+ * lm_head) reads its bf16 copy and never the fp32 weight, forward and backward. */
+int qwen3_products_bf16(const Qwen3 *m);
 /* As qwen3_create, without parameter and gradient memory: the table has names and shapes but NULL
  * data and grad, and m->p / m->g stay NULL until dist.unit points them somewhere (FSDP).
  * sp > 1: sequence parallel over sp ranks (Qwen3.sp; B * T must be divisible by it), with the
@@ -347,7 +350,11 @@ typedef struct Qwen3Sizes {
     size_t bf16_bytes; /* the bf16 weight arena qwen3_enable_bf16 would add on this host */
     /* The parameter and bf16 arenas of qwen3_create_frozen_with with base_bf16 1 instead. */
     size_t base_bf16_param_bytes, base_bf16_bytes;
-    int nparams; /* entries of the parameter table (a tied output is no entry) */
+    /* The bf16 arena of qwen3_enable_bf16_by_hook: the matmul scratch alone (a sharded model's
+     * weights are its driver's). */
+    size_t bf16_scratch_bytes;
+    int products_bf16; /* qwen3_products_bf16 of the model */
+    int nparams;       /* entries of the parameter table (a tied output is no entry) */
 } Qwen3Sizes;
 int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
                 const Qwen3Modules *impl, Err *err);
@@ -367,6 +374,14 @@ int qwen3_enable_bf16_for_gemv(Qwen3 *m, Err *err);
  * m->pb.layers[*] and m->pb.output at its own buffers and fills a unit's copies from the fp32
  * weights before the unit runs; forward casts nothing. Only the matmul scratch is allocated. */
 int qwen3_enable_bf16_by_hook(Qwen3 *m, Err *err);
+/* The same for a frozen base driven by dist.unit and held in bf16 (a sharded LoRA base,
+ * lora.base_dtype): the model computes as a bf16 base (Qwen3.base_bf16), the driver points
+ * the qwen3_bf16_field slots at its gathered bf16 weights and leaves their fp32 fields NULL.
+ * Checks the kernels as qwen3_check_bf16_base does. */
+int qwen3_enable_bf16_base_by_hook(Qwen3 *m, Err *err);
+/* Where a bf16 base holds parameter kind of layer: its slot in m->pb (the matmul weights and
+ * the embedding), or NULL for a kind that stays fp32 (norms, the MoE router and experts). */
+uint16_t **qwen3_bf16_field(Qwen3 *m, ParamKindId kind, int layer);
 /* Copies the fp32 matmul weights to their bf16 copies now (forward does it by itself), for
  * code that runs the bf16 weights without a forward, such as inference (infer/decode.h);
  * nothing while the copies are kept (qwen3_keep_bf16), as they are current then. */

@@ -45,7 +45,7 @@ int steptime_check_cluster(const Cluster *c, Err *err) {
         if (!(f[i].v >= f[i].lo && f[i].v <= f[i].hi))
             return err_set(err, "%s %g: expected a number from %g to %g", f[i].opt, f[i].v, f[i].lo,
                            f[i].hi);
-    if (c->gather_bytes != 2 && c->gather_bytes != 4)
+    if (c->gather_bytes != 0 && c->gather_bytes != 2 && c->gather_bytes != 4)
         return err_set(err, "--gather-dtype: expected fp32 or bf16");
     return 0;
 }
@@ -133,6 +133,21 @@ static void add(StepTime *s, const char *what, const char *group, const Cluster 
 
 /* ---- the estimate ---- */
 
+/* Bytes all-gathered for unit i's n elements (its dense part, or with experts its experts): the
+ * cluster's element type when given, else what qtitan moves for the job (train_qwen3.c): a
+ * LoRA bf16 base its matmul weights and embedding in bf16 and the rest in fp32; bf16 mixed
+ * precision each unit with matmul weights and no embedding or experts in bf16 whole, plus its
+ * other parameters (norms, router) in fp32; everything else fp32. */
+static double gather_bytes(const Cluster *c, const JobConfig *cfg, const PlanUnits *u, int i,
+                           double n, int experts, int ep) {
+    if (c->gather_bytes > 0) return n * c->gather_bytes;
+    double b16 = experts ? 0 : u->in_bf16[i];
+    if (cfg->lora.rank > 0 && cfg->lora.base_dtype == DT_BF16) return 2.0 * b16 + 4.0 * (n - b16);
+    int whole_b16 = cfg->lora.rank == 0 && cfg->training.mixed_precision_param == DT_BF16 &&
+                    !experts && b16 > 0 && i > 0 && (ep > 1 || u->experts[i] == 0);
+    return whole_b16 ? 2.0 * n + 4.0 * (n - b16) : 4.0 * n;
+}
+
 int steptime_estimate(StepTime *out, const JobConfig *cfg, const StepMesh *m, const Cluster *c,
                       Err *err) {
     memset(out, 0, sizeof *out);
@@ -188,7 +203,7 @@ int steptime_estimate(StepTime *out, const JobConfig *cfg, const StepMesh *m, co
             double n = part ? u.experts[i] : u.dense[i] + (m->ep > 1 ? 0 : u.experts[i]);
             if (n <= 0) continue;
             int again = (i >= 1 && i <= L - 2) || (i == 0 && !sp->tie_embeddings && !frozen);
-            gb += n * c->gather_bytes * (again ? 2 : 1);
+            gb += gather_bytes(c, cfg, &u, i, n, part, m->ep) * (again ? 2 : 1);
             gn += again ? 2 : 1;
             rb += frozen ? 0 : n * 4.0;
             rn += frozen ? 0 : 1;
@@ -203,7 +218,8 @@ int steptime_estimate(StepTime *out, const JobConfig *cfg, const StepMesh *m, co
         if (ranks > 1) {
             fsdp += tg + tr;
             if (!part)
-                first += M * ring_seconds(c, stride, ranks, 1, u.dense[0] * c->gather_bytes, 1);
+                first += M * ring_seconds(c, stride, ranks, 1,
+                                          gather_bytes(c, cfg, &u, 0, u.dense[0], 0, m->ep), 1);
         }
     }
     /* Prefetch hides a transfer under the unit before it, as far as the transport progresses
@@ -364,7 +380,11 @@ void steptime_print(const StepTime *s, const Cluster *c, FILE *f) {
             "%.4g GB/s inside a host, %.4g GB/s per host between hosts; %.4g us per message; "
             "%s all-gathers; overlap %.0f%%; %.4g GiB per rank\n",
             c->hosts, c->per_host, c->peak_tflops, 100 * c->compute_eff, c->intra_gbs, c->inter_gbs,
-            c->latency_us, c->gather_bytes == 2 ? "bf16" : "fp32", 100 * c->overlap, c->mem_gib);
+            c->latency_us,
+            c->gather_bytes == 2   ? "bf16"
+            : c->gather_bytes == 4 ? "fp32"
+                                   : "qtitan's (fp32; bf16 matmul weights under bf16)",
+            100 * c->overlap, c->mem_gib);
     fprintf(f,
             "mesh: dp_replicate %d, dp_shard %d, tp %d%s, ep %d; activation checkpointing %s; "
             "%d micro-batch(es) of %d x %d tokens per rank\n",

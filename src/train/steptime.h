@@ -22,8 +22,10 @@ typedef struct Cluster {
     double inter_gbs;    /* GB/s in and out of one host, shared by its ranks (--inter-bw) */
     double latency_us;   /* per message of a collective (--latency-us) */
     double overlap;      /* fraction of compute FSDP transfers can hide under (--overlap) */
-    double gather_bytes; /* bytes per element all-gathered (4: qtitan's fp32; 2: bf16) */
-    double mem_gib;      /* memory per rank a mesh must fit in (--mem) */
+    /* bytes per element all-gathered (4: fp32; 2: bf16; 0: what qtitan moves for the job,
+     * fp32 but for the bf16 matmul weights of mixed precision or a LoRA bf16 base) */
+    double gather_bytes;
+    double mem_gib; /* memory per rank a mesh must fit in (--mem) */
 } Cluster;
 
 /* The mesh: [dp_replicate, dp_shard, tp] as [parallelism] has it, plus expert parallelism

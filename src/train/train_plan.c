@@ -112,21 +112,49 @@ void train_plan_units(PlanUnits *u, const ModelSpec *spec, int tp, int ep) {
             u->experts[unit] += n / ep;
         else
             u->dense[unit] += n;
+        /* the kinds qwen3_bf16_field places */
+        if (k->role == ROLE_LINEAR || k->role == ROLE_EMBEDDING) u->in_bf16[unit] += n;
     }
     free(pi);
 }
 
-double train_plan_fsdp_workspace(const PlanUnits *u, int bf16, int frozen) {
-    double layer = 0, edge = u->dense[0] + u->experts[0];
-    for (int i = 1; i + 1 < u->n; i++)
-        if (u->dense[i] + u->experts[i] > layer) layer = u->dense[i] + u->experts[i];
-    double last = u->dense[u->n - 1] + u->experts[u->n - 1];
-    if (last > edge) edge = last;
-    /* fp32 parameters and gradient per slot (no gradient for a frozen base); the bf16 twin
-     * holds the parameters only, widened to 4 bytes where the bf16 products widen
-     * (ops/gemm.h) */
-    double twin = bf16 ? (gemm_bf16_widens() ? 4.0 : 2.0) : 0.0;
-    return (2.0 * layer + edge) * ((frozen ? 1.0 : 2.0) * 4.0 + twin);
+/* What slot_elements counts of a unit. */
+enum { ALL, BASE_F32, BASE_B16, TOUCHED_F32 };
+
+/* Elements of the two layer slots and the edge slot (train_qwen3.c sizes each slot for the
+ * largest unit it takes): all of a unit's; of a bf16 base the fp32 part (all but in_bf16) or
+ * in_bf16; or, where layers are gathered in bf16 (a unit with matmul weights and neither the
+ * embedding nor experts), the fp32 elements such a unit writes (its norms and router: the
+ * pages of its fp32 matmul weights are never touched), all of any other unit. */
+static double slot_elements(const PlanUnits *u, int what) {
+    double layer = 0, edge = 0;
+    for (int i = 0; i < u->n; i++) {
+        double all = u->dense[i] + u->experts[i], n = all;
+        if (what == BASE_F32) n = all - u->in_bf16[i];
+        if (what == BASE_B16) n = u->in_bf16[i];
+        if (what == TOUCHED_F32 && i > 0 && u->in_bf16[i] > 0 && u->experts[i] == 0)
+            n = all - u->in_bf16[i];
+        if (i == 0 || i == u->n - 1)
+            edge = n > edge ? n : edge;
+        else
+            layer = n > layer ? n : layer;
+    }
+    return 2.0 * layer + edge;
+}
+
+double train_plan_fsdp_workspace(const PlanUnits *u, int bf16, int frozen, int base16) {
+    /* The bf16 copies hold the parameters only, widened to 4 bytes more where the bf16
+     * products widen (ops/gemm.h). */
+    double widened = gemm_bf16_widens() ? 4.0 : 0.0;
+    if (base16) /* frozen: no gradient */
+        return slot_elements(u, BASE_F32) * 4.0 + slot_elements(u, BASE_B16) * (2.0 + widened);
+    /* fp32 parameters and gradient per slot (no gradient for a frozen base), and the twin */
+    double twin = bf16 ? (widened ? 4.0 : 2.0) : 0.0;
+    if (bf16 == 2) /* gathered in bf16: the fp32 parameters touched, and a widened twin's bf16
+                    * receive buffer */
+        return slot_elements(u, TOUCHED_F32) * 4.0 +
+               slot_elements(u, ALL) * (4.0 + twin + (widened ? 2.0 : 0.0));
+    return slot_elements(u, ALL) * ((frozen ? 1.0 : 2.0) * 4.0 + twin);
 }
 
 /* The memory this process may use: physical memory, or the cgroup's memory.max when lower
@@ -348,9 +376,14 @@ int train_plan_compute_tok(TrainPlan *p, const JobConfig *cfg, const Tokenizer *
          * its matmul weights and embedding in the bf16 arena alone (counted below). */
         p->grads = 0;
         p->optim = 0;
-        /* Sharded, the base's shards stay fp32 (holding bf16 values), divided as above. */
+        /* Sharded, a bf16 base's shards are its fp32 arena's part and its bf16 weights (2
+         * bytes a parameter), divided as above; the experts stay fp32. */
+        double b16 = (double)z.base_bf16_bytes - (double)z.bf16_scratch_bytes;
         if (cfg->lora.base_dtype == DT_BF16 && world == 1)
             p->params = (double)z.base_bf16_param_bytes;
+        else if (cfg->lora.base_dtype == DT_BF16)
+            p->params =
+                ((double)z.base_bf16_param_bytes - experts + b16) / p->dp_shard + experts / ep_rep;
         if (world > 1)
             note(p, "LoRA on many processes: the frozen base sharded without gradients, the "
                     "adapters with their gradients and AdamW state whole on every rank");
@@ -371,12 +404,21 @@ int train_plan_compute_tok(TrainPlan *p, const JobConfig *cfg, const Tokenizer *
         /* The base's weights and matmul scratch, and the fp32 piece its weights are made or
          * loaded through, then rounded (train_qwen3_init, train_qwen3_load_hf). */
         p->workspace += (double)z.base_bf16_bytes + 4.0 * QWEN3_CHUNK;
+    } else if (base_bf16) {
+        /* Sharded: the matmul scratch; the weights are the shards (params) and the gather
+         * workspaces (below). */
+        p->workspace += (double)z.bf16_scratch_bytes;
     } else if (cfg->training.mixed_precision_param == DT_BF16) {
         if (p->dp_shard > 1 || p->tp > 1)
             note(p, "bfloat16 on many processes: the matmul scratch is not counted");
         else
             p->workspace += (double)z.bf16_bytes;
     }
+    /* Training in bf16 on many processes whose products all read bf16 copies gathers them in
+     * bf16 from a bf16 copy of each rank's shard (train_qwen3.c): 2 bytes per element of it. */
+    int gathers16 = world > 1 && cfg->lora.rank == 0 &&
+                    cfg->training.mixed_precision_param == DT_BF16 && z.products_bf16;
+    if (gathers16) p->workspace += 2.0 * ((double)z.param_bytes - experts) / 4.0 / p->dp_shard;
     /* The widened path's block scratch, taken by the first bf16 product (ops/gemm.h). */
     if (cfg->training.mixed_precision_param == DT_BF16 || cfg->lora.base_dtype == DT_BF16)
         p->workspace += (double)GEMM_BF16_SCRATCH_BYTES;
@@ -384,9 +426,9 @@ int train_plan_compute_tok(TrainPlan *p, const JobConfig *cfg, const Tokenizer *
     if (world > 1) {
         PlanUnits units;
         train_plan_units(&units, &p->spec, p->tp, dims.ep);
-        p->fsdp_workspace = train_plan_fsdp_workspace(
-            &units, cfg->training.mixed_precision_param == DT_BF16 || base_bf16,
-            cfg->lora.rank > 0);
+        int mp = cfg->training.mixed_precision_param == DT_BF16;
+        p->fsdp_workspace = train_plan_fsdp_workspace(&units, mp ? 1 + gathers16 : 0,
+                                                      cfg->lora.rank > 0, base_bf16);
         p->workspace += p->fsdp_workspace;
     }
 

@@ -48,12 +48,20 @@ typedef struct TrainPlan {
 typedef struct PlanUnits {
     int n; /* n_layers + 2 */
     double dense[QT_MAX_LAYERS + 2], experts[QT_MAX_LAYERS + 2];
+    /* Of dense[], the matmul weights and the embedding: what a bf16 base (lora.base_dtype)
+     * holds and gathers in bf16 (model/qwen3.h qwen3_bf16_field). */
+    double in_bf16[QT_MAX_LAYERS + 2];
 } PlanUnits;
 void train_plan_units(PlanUnits *u, const ModelSpec *spec, int tp, int ep);
 /* Bytes per rank of the FSDP workspaces a sharded rank (world > 1) allocates: parameters and
  * gradient (none when frozen: a LoRA base) of two layers and of the larger edge unit, in fp32,
- * plus their bf16 twins under mixed precision or with a bf16 base. */
-double train_plan_fsdp_workspace(const PlanUnits *u, int bf16, int frozen);
+ * plus their bf16 twins under mixed precision (bf16 1). With layers gathered in bf16 (training
+ * whose products all read bf16 copies: bf16 2) a layer's fp32 matmul weights are never
+ * written, so only its other parameters count in fp32, and where the bf16 products widen a bf16
+ * receive buffer joins the widened twin. A bf16 base (base16 1, frozen) gathers its in_bf16
+ * part in bf16 (2 bytes, and a widened fp32 copy where the bf16 products widen) and only the
+ * rest in fp32. */
+double train_plan_fsdp_workspace(const PlanUnits *u, int bf16, int frozen, int base16);
 
 /* Fills p for cfg (the job `qtitan train` would run with the same config and overrides).
  * Reads only file sizes (tokenizer, dataset sources), and with [sample] its prompts and the

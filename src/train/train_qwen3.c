@@ -44,6 +44,16 @@ typedef struct Slot {
     int holds;  /* unit whose parameters are in p (or being gathered), -1 none */
     FsdpReq gather, rs;
     int gather_pending, rs_pending;
+    /* A bf16 base (TrainQwen3.base16), or a unit gathered in bf16 under mixed precision
+     * (TrainQwen3.mp16, b16 1): the unit's bf16 weights gathered into bp (bcap elements), which
+     * is pb itself, or, when the bf16 products widen, widened into wide (pb its handle) once
+     * the gather completes. Under mixed precision its fp32-read parameters come packed into
+     * small_recv (from every rank's small_send) and are unpacked into p. */
+    uint16_t *bp;
+    size_t bcap;
+    FsdpReq bgather, sgather;
+    int bgather_pending, sgather_pending, b16;
+    float *small_send, *small_recv;
     /* Expert parallelism: the unit's experts (this rank's run of them), gathered over
      * mesh->ep_shard into xp and their gradient reduce-scattered from xg, alongside the rest
      * of the unit over dp_shard. */
@@ -54,7 +64,7 @@ typedef struct Slot {
 
 /* What this rank holds of a parameter (of its tensor-parallel part, flattened): elements
  * [lo, hi) at p, their gradient at g; the whole parameter on a world of one. A frozen bf16
- * base's weight (lora.base_dtype) is at pb instead, p NULL. */
+ * base's weight (lora.base_dtype) is at pb instead (elements [lo, hi) from pb[0]), p NULL. */
 typedef struct Held {
     size_t lo, hi;
     float *p, *g;
@@ -75,9 +85,26 @@ struct TrainQwen3 {
      * reduce-scatter; when sharded, the adapters' gradients are summed over the whole mesh
      * (finish_grads) and every rank applies the same update to its whole copy. */
     int frozen;
-    /* A frozen bf16 base when sharded: the shards hold bf16-rounded values in fp32 and the
-     * matmuls run on the bf16 copies of the gathered units (train_qwen3_enable_bf16). */
-    int round_bf16;
+    /* A frozen bf16 base when sharded (lora.base_dtype): the matmul weights and the embedding
+     * (in_bf16) are sharded by bplan into bshard, held, gathered (COMM_BF16) and multiplied in
+     * bf16, 2 bytes a parameter, as one process holds them; the rest (norms) stays in plan. */
+    int base16;
+    FsdpPlan bplan;
+    uint16_t *bshard;
+    unsigned char *in_bf16; /* (nparams) */
+    /* Mixed precision when sharded (training, not a frozen base) and every product reads bf16
+     * copies (qwen3_products_bf16): copy16 (plan layout, like shard) holds the bf16 copy of the
+     * rank's shard, cast whole when the trainer starts keeping copies (keep_copies) and then
+     * written by AdamW as it updates each piece. While kept, each mp16_unit (one with matmul
+     * weights whose other parameters are small: not the embedding's, not a layer with its
+     * experts) is gathered in bf16 from copy16 into its twin, half the bytes, and only its
+     * fp32-read parameters (reads_f32: norms, router, expert_bias) in fp32, packed
+     * (small_numel[u] floats per rank, the most any rank holds). The fp32 matmul weights of
+     * such a unit are not gathered: nothing reads them. */
+    int mp16, mp16_kept;
+    uint16_t *copy16;
+    unsigned char *mp16_unit, *reads_f32;
+    size_t *small_numel;
     int tp, t;        /* tensor-parallel degree and this rank's index */
     int seq_parallel; /* 1: the tp group also splits the tokens */
     /* Expert parallelism (ep > 1): this rank computes experts [q * Xl, (q + 1) * Xl) of every
@@ -159,14 +186,18 @@ static void fail(const char *what, const Err *err) {
 }
 
 static void wait_gather(TrainQwen3 *f, Slot *s) {
-    if (!s->gather_pending && !s->xgather_pending) return;
+    if (!s->gather_pending && !s->xgather_pending && !s->bgather_pending) return;
     Err err;
     double t0 = now_seconds();
     if (s->gather_pending && fsdp_wait(f->mesh->dp_shard, &s->gather, &err)) fail("gather", &err);
+    if (s->bgather_pending && fsdp_wait(f->mesh->dp_shard, &s->bgather, &err))
+        fail("bf16 gather", &err);
+    if (s->sgather_pending && fsdp_wait(f->mesh->dp_shard, &s->sgather, &err))
+        fail("gather of the fp32 parameters", &err);
     if (s->xgather_pending && fsdp_wait(f->mesh->ep_shard, &s->xgather, &err))
         fail("experts' gather", &err);
     f->comm_s += now_seconds() - t0;
-    s->gather_pending = s->xgather_pending = 0;
+    s->gather_pending = s->xgather_pending = s->bgather_pending = s->sgather_pending = 0;
 }
 
 static void wait_rs(TrainQwen3 *f, Slot *s) {
@@ -186,16 +217,60 @@ static int has_experts(const TrainQwen3 *f, int unit) {
     return f->ep > 1 && f->xplan.units[unit].full_numel > 0;
 }
 
+/* Moves the runs of unit u's fp32-read parameters (reads_f32) that shard rank k holds, in
+ * table order, between `packed` (consecutive) and their places: this rank's piece of the unit
+ * in its shard (piece, to pack) or the unit's full workspace (full, to unpack). Returns the
+ * floats moved; with both NULL it only counts them. */
+static size_t small_runs(const TrainQwen3 *f, int u, int k, float *packed, const float *piece,
+                         float *full) {
+    const FsdpUnit *un = &f->plan.units[u];
+    size_t lo = (size_t)k * un->shard_numel, hi = lo + un->shard_numel, n = 0;
+    for (int i = 0; i < f->m.nparams; i++) {
+        const FsdpParam *q = &f->plan.params[i];
+        if (q->unit != u || !f->reads_f32[i]) continue;
+        size_t a = q->full_offset > lo ? q->full_offset : lo;
+        size_t b = q->full_offset + q->numel < hi ? q->full_offset + q->numel : hi;
+        if (a >= b) continue;
+        if (piece) memcpy(packed + n, piece + (a - lo), (b - a) * sizeof *packed);
+        if (full) memcpy(full + a, packed + n, (b - a) * sizeof *packed);
+        n += b - a;
+    }
+    return n;
+}
+
 static void start_gather(TrainQwen3 *f, int unit) {
     Slot *s = &f->slot[slot_of(f, unit)];
     wait_gather(f, s);
     Err err;
     double t0 = now_seconds();
-    if (fsdp_gather_unit_start(&f->plan, f->mesh->dp_shard, s->p, f->shard, unit, &s->gather, &err))
-        fail("gather", &err);
-    s->gather_pending = 1;
+    s->b16 = f->mp16_kept && f->mp16_unit[unit];
+    if (s->b16) {
+        /* the bf16 copy of the whole unit, and its fp32-read parameters packed */
+        if (fsdp_gather_unit_start(&f->plan, f->mesh->dp_shard, s->bp, f->copy16, unit, COMM_BF16,
+                                   &s->bgather, &err))
+            fail("bf16 gather", &err);
+        size_t n = f->small_numel[unit];
+        small_runs(f, unit, f->plan.shard_rank, s->small_send,
+                   f->shard + f->plan.units[unit].shard_offset, NULL);
+        memset(&s->sgather, 0, sizeof s->sgather);
+        if (comm_iall_gather(f->mesh->dp_shard, s->small_recv, s->small_send, n, COMM_F32,
+                             &s->sgather.req, &err))
+            fail("gather of the fp32 parameters", &err);
+        s->bgather_pending = s->sgather_pending = 1;
+    } else {
+        if (fsdp_gather_unit_start(&f->plan, f->mesh->dp_shard, s->p, f->shard, unit, COMM_F32,
+                                   &s->gather, &err))
+            fail("gather", &err);
+        s->gather_pending = 1;
+    }
+    if (f->base16) {
+        if (fsdp_gather_unit_start(&f->bplan, f->mesh->dp_shard, s->bp, f->bshard, unit, COMM_BF16,
+                                   &s->bgather, &err))
+            fail("bf16 gather", &err);
+        s->bgather_pending = 1;
+    }
     if (has_experts(f, unit)) {
-        if (fsdp_gather_unit_start(&f->xplan, f->mesh->ep_shard, s->xp, f->xshard, unit,
+        if (fsdp_gather_unit_start(&f->xplan, f->mesh->ep_shard, s->xp, f->xshard, unit, COMM_F32,
                                    &s->xgather, &err))
             fail("experts' gather", &err);
         s->xgather_pending = 1;
@@ -206,13 +281,22 @@ static void start_gather(TrainQwen3 *f, int unit) {
 
 /* The unit's parameters are in its slot once this returns, and under mixed precision their
  * bf16 copy (made once per gather: a gather is only ever completed here, by start_gather for a
- * unit it then replaces, or by finish_grads, which forgets the unit). */
+ * unit it then replaces, or by finish_grads, which forgets the unit). A bf16 base's weights
+ * arrive in bf16 and are only widened where the products widen. */
 static void ensure(TrainQwen3 *f, int unit) {
     Slot *s = &f->slot[slot_of(f, unit)];
     if (s->holds != unit) start_gather(f, unit);
-    int fresh = s->gather_pending; /* the experts stay fp32 */
+    int fresh = s->gather_pending || s->bgather_pending; /* the experts stay fp32 */
     wait_gather(f, s);
-    if (fresh && s->pb) simd_bf16_weight_copy(s->pb, s->p, (long)f->plan.units[unit].full_numel);
+    if (!fresh) return;
+    if (s->b16) /* the fp32-read parameters from every rank's packed runs */
+        for (int k = 0, P = f->plan.dp_shard; k < P; k++)
+            small_runs(f, unit, k, s->small_recv + (size_t)k * f->small_numel[unit], NULL, s->p);
+    const FsdpPlan *b = f->base16 ? &f->bplan : &f->plan;
+    if ((f->base16 || s->b16) && s->wide)
+        simd_bf16_to_f32(s->wide, s->bp, (long)b->units[unit].full_numel);
+    else if (!f->base16 && !s->b16 && s->pb)
+        simd_bf16_weight_copy(s->pb, s->p, (long)f->plan.units[unit].full_numel);
 }
 
 /* Starts gathering `unit` (-1: none) unless its slot already holds it. Only called when the
@@ -373,6 +457,8 @@ int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T,
     out->bf16_bytes = z.bf16_bytes;
     out->base_bf16_param_bytes = z.base_bf16_param_bytes;
     out->base_bf16_bytes = z.base_bf16_bytes;
+    out->bf16_scratch_bytes = z.bf16_scratch_bytes;
+    out->products_bf16 = z.products_bf16;
     out->nparams = z.nparams;
     return 0;
 }
@@ -392,11 +478,13 @@ static int own_world_of_one(TrainQwen3 *f, int B, Err *err) {
 static int shard(TrainQwen3 *f, const int *unit, Err *err) {
     int n = f->m.nparams, nunits = f->L + 2, rc = 0;
     size_t *numel = xcalloc((size_t)n, sizeof *numel), *xnumel = xcalloc((size_t)n, sizeof *xnumel);
+    size_t *bnumel = xcalloc((size_t)n, sizeof *bnumel);
     float ***pf = xcalloc((size_t)n, sizeof *pf), ***gf = xcalloc((size_t)n, sizeof *gf);
     for (int i = 0; i < n; i++) {
         const Qwen3Param *p = &f->m.table[i];
-        /* the experts in the experts' plan, the rest in the unit's */
-        (f->is_expert[i] ? xnumel : numel)[i] = (size_t)p->numel;
+        /* the experts in the experts' plan, a bf16 base's weights in the bf16 one, the rest in
+         * the unit's */
+        (f->is_expert[i] ? xnumel : f->in_bf16[i] ? bnumel : numel)[i] = (size_t)p->numel;
         pf[i] = qwen3_param_field(&f->m.p, p->kind->id, p->layer);
         gf[i] = f->frozen ? NULL : qwen3_param_field(&f->m.g, p->kind->id, p->layer);
     }
@@ -405,25 +493,43 @@ static int shard(TrainQwen3 *f, const int *unit, Err *err) {
     if (rc == 0 && f->ep > 1)
         rc = fsdp_plan(&f->xplan, xnumel, unit, n, nunits, f->mesh->ep_shard->size,
                        f->mesh->ep_shard->rank, err);
-    free(numel), free(xnumel);
+    if (rc == 0 && f->base16)
+        rc = fsdp_plan(&f->bplan, bnumel, unit, n, nunits, f->mesh->dims.dp_shard,
+                       f->mesh->dp_shard->rank, err);
+    free(numel), free(xnumel), free(bnumel);
     if (rc != 0) {
         free(pf), free(gf);
         return -1;
     }
     /* Workspaces: the largest layer for slots 0 and 1, the larger of embedding and head for
      * slot 2. A unit always lives in the same slot, so the model's pointers are set once. */
-    size_t cap[NSLOTS] = {0, 0, 0}, xcap[NSLOTS] = {0, 0, 0};
+    size_t cap[NSLOTS] = {0, 0, 0}, xcap[NSLOTS] = {0, 0, 0}, bcap[NSLOTS] = {0, 0, 0};
     for (int u = 0; u < nunits; u++) {
         size_t fu = f->plan.units[u].full_numel, xu = f->ep > 1 ? f->xplan.units[u].full_numel : 0;
+        size_t bu = f->base16 ? f->bplan.units[u].full_numel : 0;
         int s = slot_of(f, u);
         if (fu > cap[s]) cap[s] = fu;
         if (xu > xcap[s]) xcap[s] = xu;
+        if (bu > bcap[s]) bcap[s] = bu;
     }
     /* layers differ when dense and MoE blocks mix */
     if (cap[1] > cap[0]) cap[0] = cap[1];
     if (xcap[1] > xcap[0]) xcap[0] = xcap[1];
+    if (bcap[1] > bcap[0]) bcap[0] = bcap[1];
     cap[1] = cap[0];
     xcap[1] = xcap[0];
+    bcap[1] = bcap[0];
+    for (int s = 0; s < NSLOTS && f->base16; s++) {
+        Slot *sl = &f->slot[s];
+        sl->bcap = bcap[s] ? bcap[s] : 16;
+        sl->bp = xcalloc(sl->bcap, sizeof(uint16_t));
+        sl->pb = sl->bp;
+        if (!gemm_bf16_widens()) continue;
+        /* widened once per gather (ensure), as mixed precision's copies are */
+        sl->wide = xcalloc(sl->bcap, sizeof(float));
+        sl->pb = gemm_widened_register(sl->wide, sl->bcap);
+        if (!sl->pb) rc = err_set(err, "too many widened weight regions at once (ops/gemm.h)");
+    }
     for (int s = 0; s < NSLOTS; s++) {
         size_t c = cap[s] ? cap[s] : 16;
         f->slot[s].cap = c;
@@ -440,8 +546,16 @@ static int shard(TrainQwen3 *f, const int *unit, Err *err) {
             f->slot[s].xscratch = xcalloc(f->xplan.max_unit_shard + 16, sizeof(float));
         }
     }
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && rc == 0; i++) {
         Slot *s = &f->slot[slot_of(f, unit[i])];
+        const Qwen3Param *p = &f->m.table[i];
+        if (f->in_bf16[i]) { /* no fp32 place, as on one process */
+            *pf[i] = NULL;
+            /* the products take the (widened) copy; the embedding's lookup reads bf16 */
+            uint16_t *b = p->kind->id == PK_TOK_EMBEDDINGS ? s->bp : s->pb;
+            *qwen3_bf16_field(&f->m, p->kind->id, p->layer) = b + f->bplan.params[i].full_offset;
+            continue;
+        }
         *pf[i] = f->is_expert[i] ? s->xp + f->xplan.params[i].full_offset
                                  : s->p + f->plan.params[i].full_offset;
         if (gf[i])
@@ -449,11 +563,15 @@ static int shard(TrainQwen3 *f, const int *unit, Err *err) {
                                      : s->g + f->plan.params[i].full_offset;
     }
     free(pf), free(gf);
+    if (rc != 0) return -1;
     if (f->tied) {
         f->m.p.output = f->m.p.tok_embeddings;
         f->m.g.output = f->m.g.tok_embeddings;
+        if (f->base16) /* lm_head's products: the embedding's copy */
+            f->m.pb.output = f->slot[EDGE].pb + (f->m.pb.tok_embeddings - f->slot[EDGE].bp);
     }
     f->shard = xcalloc(f->plan.shard_numel + 16, sizeof(float));
+    if (f->base16) f->bshard = xcalloc(f->bplan.shard_numel + 16, sizeof(uint16_t));
     if (!f->frozen) f->grad = xcalloc(f->plan.shard_numel + 16, sizeof(float));
     if (f->ep > 1) {
         f->xshard = xcalloc(f->xplan.shard_numel + 16, sizeof(float));
@@ -461,9 +579,13 @@ static int shard(TrainQwen3 *f, const int *unit, Err *err) {
     }
     for (int i = 0; i < n; i++) {
         /* an expert's slice is of this rank's run of experts (piece_slice) */
-        const FsdpPlan *plan = f->is_expert[i] ? &f->xplan : &f->plan;
+        const FsdpPlan *plan = f->is_expert[i] ? &f->xplan : f->in_bf16[i] ? &f->bplan : &f->plan;
         size_t at;
         fsdp_param_shard(plan, i, &f->held[i].lo, &f->held[i].hi, &at);
+        if (f->in_bf16[i]) {
+            f->held[i] = (Held){f->held[i].lo, f->held[i].hi, NULL, NULL, f->bshard + at};
+            continue;
+        }
         f->held[i].p = (f->is_expert[i] ? f->xshard : f->shard) + at;
         float *g = f->is_expert[i] ? f->xgrad : f->grad;
         f->held[i].g = g ? g + at : NULL;
@@ -518,7 +640,7 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
     }
     f->sharded = f->mesh->dims.world > 1;
     f->frozen = frozen;
-    f->round_bf16 = frozen && base_bf16 && f->sharded;
+    f->base16 = frozen && base_bf16 && f->sharded;
     f->tp = f->mesh->dims.tp;
     f->t = f->mesh->dims.t;
     f->seq_parallel = f->mesh->dims.sequence_parallel;
@@ -552,16 +674,19 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
     int *unit = xcalloc((size_t)n, sizeof *unit);
     f->held = xcalloc((size_t)n, sizeof *f->held);
     f->is_expert = xcalloc((size_t)n, 1);
-    for (int i = 0; i < n; i++)
-        f->is_expert[i] = f->ep > 1 && f->m.table[i].kind->role == ROLE_EXPERTS;
+    f->in_bf16 = xcalloc((size_t)n, 1);
+    for (int i = 0; i < n; i++) {
+        const Qwen3Param *p = &f->m.table[i];
+        f->is_expert[i] = f->ep > 1 && p->kind->role == ROLE_EXPERTS;
+        f->in_bf16[i] = f->base16 && qwen3_bf16_field(&f->m, p->kind->id, p->layer) != NULL;
+    }
     for (int i = 0; i < n; i++) {
         unit[i] = param_unit(f, &f->m.table[i]);
         const Qwen3Param *p = &f->m.table[i];
         f->held[i] = (Held){0, (size_t)p->numel, p->data, p->grad, p->data_bf16};
     }
     if (rc == 0 && f->sharded) rc = shard(f, unit, err);
-    if (rc == 0 && f->round_bf16) rc = qwen3_check_bf16_base(&f->m, err);
-    if (rc == 0 && f->round_bf16) rc = train_qwen3_enable_bf16(f, err);
+    if (rc == 0 && f->base16) rc = qwen3_enable_bf16_base_by_hook(&f->m, err);
     if (rc != 0) {
         free(unit);
         train_qwen3_free(f);
@@ -609,9 +734,10 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
         char mesh_line[160];
         mesh_describe(mesh_line, sizeof mesh_line, &f->mesh->dims);
         if (f->frozen)
-            log_info("%s; FSDP: each rank keeps 1/%d of the frozen base (no gradients); the LoRA "
-                     "adapters, their gradients and optimizer state are whole on every rank",
-                     mesh_line, f->mesh->dims.dp_shard);
+            log_info("%s; FSDP: each rank keeps 1/%d of the frozen base (no gradients%s); the "
+                     "LoRA adapters, their gradients and optimizer state are whole on every rank",
+                     mesh_line, f->mesh->dims.dp_shard,
+                     f->base16 ? "; matmul weights and embedding in bf16, gathered in bf16" : "");
         else
             log_info("%s; FSDP: each rank keeps 1/%d of the parameters, gradients and optimizer "
                      "state",
@@ -647,15 +773,25 @@ void train_qwen3_free(TrainQwen3 *f) {
         if (f->slot[s].wide) {
             gemm_widened_unregister(f->slot[s].wide);
             free(f->slot[s].wide); /* pb is its handle */
-        } else {
+        } else if (f->slot[s].pb != f->slot[s].bp) {
             free(f->slot[s].pb);
         }
+        free(f->slot[s].bp);
+        free(f->slot[s].small_send);
+        free(f->slot[s].small_recv);
         free(f->slot[s].xp);
         free(f->slot[s].xg);
         free(f->slot[s].xscratch);
     }
     fsdp_plan_free(&f->plan);
     fsdp_plan_free(&f->xplan);
+    fsdp_plan_free(&f->bplan);
+    free(f->bshard);
+    free(f->in_bf16);
+    free(f->copy16);
+    free(f->reads_f32);
+    free(f->mp16_unit);
+    free(f->small_numel);
     qwen3_free(&f->m);
     if (f->has_full) qwen3_free(&f->full);
     moe_ep_free(f->moe_ep);
@@ -693,6 +829,52 @@ static uint16_t *twin(const Slot *s, const float *w) {
     return w ? s->pb + (w - s->p) : NULL;
 }
 
+/* Mixed precision on a training mesh (TrainQwen3.mp16): which parameters are read in fp32,
+ * which units gather in bf16, their packed fp32 gathers, the bf16 receive buffers and the
+ * bf16 copy of the shard. */
+static void setup_mp16(TrainQwen3 *f) {
+    int n = f->m.nparams, nu = f->L + 2, P = f->plan.dp_shard;
+    f->reads_f32 = xcalloc((size_t)n, 1);
+    f->mp16_unit = xcalloc((size_t)nu, 1);
+    f->small_numel = xcalloc((size_t)nu, sizeof *f->small_numel);
+    unsigned char *big_f32 = xcalloc((size_t)nu, 1);
+    for (int i = 0; i < n; i++) {
+        const Qwen3Param *p = &f->m.table[i];
+        int u = f->plan.params[i].unit, twin = p->kind->id != PK_TOK_EMBEDDINGS &&
+                                               qwen3_bf16_field(&f->m, p->kind->id, p->layer);
+        f->reads_f32[i] = !twin;
+        if (twin) f->mp16_unit[u] = 1;
+        ParamRole role = p->kind->role;
+        if ((role == ROLE_EMBEDDING || role == ROLE_EXPERTS) && f->plan.params[i].numel > 0)
+            big_f32[u] = 1; /* the embedding's lookup and the experts read fp32 */
+    }
+    size_t most = 1;
+    for (int u = 0; u < nu; u++) {
+        if (big_f32[u]) f->mp16_unit[u] = 0;
+        for (int k = 0; k < P && f->mp16_unit[u]; k++) {
+            size_t c = small_runs(f, u, k, NULL, NULL, NULL);
+            if (c > f->small_numel[u]) f->small_numel[u] = c;
+        }
+        if (f->small_numel[u] > most) most = f->small_numel[u];
+    }
+    free(big_f32);
+    for (int s = 0; s < NSLOTS; s++) {
+        Slot *sl = &f->slot[s];
+        sl->small_send = xcalloc(most, sizeof(float));
+        sl->small_recv = xcalloc(most * (size_t)P, sizeof(float));
+        sl->bcap = sl->cap;
+        sl->bp = sl->wide ? xcalloc(sl->cap, sizeof(uint16_t)) : sl->pb;
+    }
+    f->copy16 = xcalloc(f->plan.shard_numel + 16, sizeof(uint16_t));
+    f->mp16 = 1;
+    int k = 0;
+    for (int u = 0; u < nu; u++)
+        k += f->mp16_unit[u];
+    log_info("FSDP under bf16: %d of the %d units are gathered in bf16 from each rank's bf16 copy "
+             "of its shard (kept by AdamW), their norms and router in fp32; the others in fp32",
+             k, nu);
+}
+
 int train_qwen3_enable_bf16(TrainQwen3 *f, Err *err) {
     if (f->m.bf16) return 0; /* a sharded bf16 base has it already */
     if (!f->sharded) return qwen3_enable_bf16(&f->m, err);
@@ -718,6 +900,9 @@ int train_qwen3_enable_bf16(TrainQwen3 *f, Err *err) {
     f->m.pb.output = twin(&f->slot[EDGE], f->m.p.output); /* tied: the embedding's */
     for (int s = 0; s < NSLOTS; s++)
         f->slot[s].holds = -1; /* the next ensure gathers, and so casts */
+    /* QTITAN_FSDP_GATHER_BF16=0 keeps the fp32 gathers, to measure what bf16 ones buy. */
+    const char *env = getenv("QTITAN_FSDP_GATHER_BF16");
+    if (!f->frozen && qwen3_products_bf16(&f->m) && !(env && strcmp(env, "0") == 0)) setup_mp16(f);
     return 0;
 }
 
@@ -731,9 +916,18 @@ static float *stage(const TrainQwen3 *f, int i, float *tmp) {
 }
 
 /* 1 when this rank holds all of parameter i in bf16 only (a bf16 base on a world of one): its
- * values are made a QWEN3_CHUNK piece at a time and rounded, never whole in fp32. */
+ * values are made or loaded a QWEN3_CHUNK piece at a time and rounded, never whole in fp32. */
 static int in_pieces(const TrainQwen3 *f, int i) {
     return !f->sharded && !f->has_full && f->held[i].pb;
+}
+
+/* 1 when parameter i's initial values are made a QWEN3_CHUNK piece at a time straight into
+ * what this rank holds of it: the weights of in_pieces, and when sharded every parameter whose
+ * held part is a run of the whole tensor (neither a tensor-parallel block nor a run of
+ * experts), so an FSDP rank never stages the largest tensor whole. */
+static int made_in_pieces(const TrainQwen3 *f, int i) {
+    if (!f->sharded) return in_pieces(f, i);
+    return !f->is_expert[i] && f->tp_split[i] == TP_REPLICATED;
 }
 
 /* Keeps this rank's part of parameter i, given whole: first its tensor-parallel block (rows
@@ -756,17 +950,10 @@ static void keep_slice(TrainQwen3 *f, int i, const float *full, float *tmp) {
         full = tmp;
     }
     const Held *h = &f->held[i];
-    if (h->pb) {
-        simd_f32_to_bf16(h->pb + h->lo, full + h->lo, (long)(h->hi - h->lo));
-    } else if (h->hi > h->lo) {
+    if (h->pb) /* a bf16 base's weight: rounded as one process rounds it */
+        simd_f32_to_bf16(h->pb, full + h->lo, (long)(h->hi - h->lo));
+    else if (h->hi > h->lo)
         memcpy(h->p, full + h->lo, (h->hi - h->lo) * sizeof *full);
-        /* A sharded bf16 base: the values one process's bf16 copy holds (the matmul weights
-         * and the embedding; norms, router and experts stay fp32 there too). */
-        ParamRole role = f->m.table[i].kind->role;
-        if (f->round_bf16 && (role == ROLE_LINEAR || role == ROLE_EMBEDDING))
-            for (size_t j = 0; j < h->hi - h->lo; j++)
-                h->p[j] = bf16_to_f32(f32_to_bf16(h->p[j]));
-    }
 }
 
 /* The whole model's table (the rank's own when tp = 1). */
@@ -781,25 +968,30 @@ static size_t max_numel(const TrainQwen3 *f) {
     return mx;
 }
 
-/* Floats of the staging buffers: the largest parameter made neither in place nor in pieces. */
-static size_t staged_numel(const TrainQwen3 *f) {
+/* Floats of the staging buffers: the largest parameter made (init 1) or loaded neither in
+ * place nor in pieces. */
+static size_t staged_numel(const TrainQwen3 *f, int init) {
     size_t mx = QWEN3_CHUNK;
     for (int i = 0; i < f->m.nparams; i++)
-        if (!in_pieces(f, i) && !stage(f, i, NULL) && (size_t)whole(f)->table[i].numel > mx)
+        if (!(init ? made_in_pieces(f, i) : in_pieces(f, i)) && !stage(f, i, NULL) &&
+            (size_t)whole(f)->table[i].numel > mx)
             mx = (size_t)whole(f)->table[i].numel;
     return mx;
 }
 
 void train_qwen3_init(TrainQwen3 *f, uint64_t seed) {
-    size_t cap = staged_numel(f);
+    size_t cap = staged_numel(f, 1);
     float *tmp = xmalloc(cap * sizeof *tmp), *part = xmalloc(cap * sizeof *tmp);
     for (int i = 0; i < f->m.nparams; i++) {
-        if (in_pieces(f, i)) {
-            long numel = f->m.table[i].numel;
-            for (long lo = 0; lo < numel; lo += QWEN3_CHUNK) {
-                long n = numel - lo < QWEN3_CHUNK ? numel - lo : QWEN3_CHUNK;
-                qwen3_init_param_range(&f->m, i, seed, tmp, lo, n);
-                simd_f32_to_bf16(f->held[i].pb + lo, tmp, n);
+        if (made_in_pieces(f, i)) { /* [lo, hi) is a multiple of 16 from lo: even pieces */
+            const Held *h = &f->held[i];
+            for (size_t lo = h->lo; lo < h->hi; lo += QWEN3_CHUNK) {
+                long n = h->hi - lo < QWEN3_CHUNK ? (long)(h->hi - lo) : QWEN3_CHUNK;
+                qwen3_init_param_range(whole(f), i, seed, tmp, (long)lo, n);
+                if (h->pb)
+                    simd_f32_to_bf16(h->pb + (lo - h->lo), tmp, n);
+                else
+                    memcpy(h->p + (lo - h->lo), tmp, (size_t)n * sizeof *tmp);
             }
             continue;
         }
@@ -816,7 +1008,7 @@ void train_qwen3_init(TrainQwen3 *f, uint64_t seed) {
 int train_qwen3_load_hf(TrainQwen3 *f, const char *path, Err *err) {
     StSet set;
     TRY(st_set_open(&set, path, err));
-    size_t cap = staged_numel(f);
+    size_t cap = staged_numel(f, 0);
     float *tmp = xmalloc(cap * sizeof *tmp), *part = xmalloc(cap * sizeof *tmp);
     int rc = 0;
     HfKeyTable keys;
@@ -912,17 +1104,29 @@ void train_qwen3_set_micro_batches(TrainQwen3 *f, int micro_batches) {
 }
 
 /* On a world of one the model's bf16 copies are kept by the optimizer over the run's steps
- * (qwen3_keep_bf16), a frozen base's made once; sharded, each gathered unit is cast once per
- * gather instead (ensure), and the copies are of no piece this rank updates. */
+ * (qwen3_keep_bf16), a frozen base's made once; sharded, the bf16 copy of the shard (mp16) is
+ * cast whole here and then kept by the optimizer, and the units it does not cover are cast
+ * once per gather (ensure). */
 static void keep_copies(void *ctx, int on) {
     TrainQwen3 *f = ctx;
     if (f->keeps) qwen3_keep_bf16(&f->m, on);
+    if (!f->mp16) return;
+    for (int s = 0; s < NSLOTS; s++) { /* gathered the other way: gather again */
+        wait_gather(f, &f->slot[s]);
+        f->slot[s].holds = -1;
+    }
+    if (on) simd_f32_to_bf16(f->copy16, f->shard, (long)f->plan.shard_numel);
+    f->mp16_kept = on;
 }
 
 void train_qwen3_model(TrainQwen3 *f, TrainModel *out, int exempt) {
     for (int k = 0; k < f->npieces; k++) {
         f->piece_decay[k] = param_decays(f->m.table[f->piece_param[k]].kind, exempt, exempt);
-        f->piece_copies[k] = f->sharded ? NULL : qwen3_bf16_copy(&f->m, f->piece_param[k]);
+        int i = f->piece_param[k];
+        if (!f->sharded)
+            f->piece_copies[k] = qwen3_bf16_copy(&f->m, i);
+        else if (f->mp16 && !f->reads_f32[i] && f->mp16_unit[f->plan.params[i].unit])
+            f->piece_copies[k] = f->copy16 + (f->held[i].p - f->shard);
     }
     f->keeps = !f->sharded && f->m.bf16;
     *out = (TrainModel){.ctx = f,
@@ -1170,26 +1374,35 @@ static void join_tp(const TrainQwen3 *f, int i, float *whole_t, const float *par
  * of max_numel floats when tp > 1 or ep > 1. */
 static int gather_unit_into(TrainQwen3 *f, int u, Qwen3 *dst, float *parts, Err *err) {
     int rc = 0;
-    if (f->plan.units[u].full_numel == 0) return rc; /* the head when tied */
-    ensure(f, u); /* the unit's (tensor-parallel part of the) parameters, as in a forward */
+    if (f->plan.units[u].full_numel == 0 && (!f->base16 || f->bplan.units[u].full_numel == 0))
+        return rc; /* the head when tied */
+    ensure(f, u);  /* the unit's (tensor-parallel part of the) parameters, as in a forward */
+    const Slot *s = &f->slot[slot_of(f, u)];
     for (int i = 0; i < f->m.nparams && rc == 0; i++) {
         const Qwen3Param *p = &f->m.table[i];
         if (param_unit(f, p) != u) continue;
         const float *local = *qwen3_param_field(&f->m.p, p->kind->id, p->layer);
         float *to = dst ? *qwen3_param_field(&dst->p, p->kind->id, p->layer) : NULL;
-        if (f->is_expert[i]) {
+        float *widened = NULL;
+        /* a bf16 base's gathered weight, or one gathered in bf16 only: widened exactly */
+        if (f->in_bf16[i] || (s->b16 && !f->reads_f32[i])) {
+            const FsdpPlan *b = f->base16 ? &f->bplan : &f->plan;
+            widened = xmalloc((size_t)p->numel * sizeof *widened);
+            simd_bf16_to_f32(widened, s->bp + b->params[i].full_offset, p->numel);
+            local = widened;
+        }
+        if (f->is_expert[i])
             /* the EP group (ordered by its index q) holds every run of experts, in order along
              * dimension 0 */
             rc = comm_all_gather(f->mesh->ep, to ? to : parts, local, (size_t)p->numel, COMM_F32,
                                  err);
-            continue;
+        else if (f->tp_split[i] == TP_REPLICATED && to)
+            memcpy(to, local, (size_t)p->numel * sizeof *to);
+        else if (f->tp_split[i] != TP_REPLICATED) {
+            rc = comm_all_gather(f->mesh->tp, parts, local, (size_t)p->numel, COMM_F32, err);
+            if (rc == 0 && to) join_tp(f, i, to, parts);
         }
-        if (f->tp_split[i] == TP_REPLICATED) {
-            if (to) memcpy(to, local, (size_t)p->numel * sizeof *to);
-            continue;
-        }
-        rc = comm_all_gather(f->mesh->tp, parts, local, (size_t)p->numel, COMM_F32, err);
-        if (rc == 0 && to) join_tp(f, i, to, parts);
+        free(widened);
     }
     return rc;
 }

@@ -50,8 +50,8 @@ typedef struct TrainQwen3Batch {
  * (model/moe_ep.h), which is how MoE trains with tp > 1. frozen: the model's own weights do not
  * train (LoRA): no gradient arena, no weight-gradient products (qwen3_create_frozen_with), and
  * when sharded no gradient shard, workspace or reduce-scatter; base_bf16 (with frozen): its
- * matmul weights and embedding held in bf16 only on a world of one, and when sharded held as
- * bf16-rounded fp32 shards whose gathered units are multiplied through their bf16 copies. */
+ * matmul weights and embedding held in bf16 only, on a world of one and when sharded alike
+ * (bf16 shards, gathered in bf16 into bf16 workspaces: 2 bytes a parameter). */
 TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, const Mesh *mesh,
                                const OverridePlan *plan, int frozen, int base_bf16, Err *err);
 void train_qwen3_free(TrainQwen3 *q);
@@ -99,6 +99,8 @@ typedef struct TrainQwen3Sizes {
     size_t bf16_bytes; /* added by train_qwen3_enable_bf16 on a world of one */
     /* A frozen bf16 base (train_qwen3_create base_bf16): its fp32 and bf16 arenas instead. */
     size_t base_bf16_param_bytes, base_bf16_bytes;
+    size_t bf16_scratch_bytes; /* sharded, under bf16: the model's matmul scratch alone */
+    int products_bf16;         /* every product reads bf16 copies under bf16 (qwen3.h) */
     int nparams;
 } TrainQwen3Sizes;
 int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac, int sp,
