@@ -17,7 +17,12 @@
 #     held-out tokens alike; one process resuming FSDP 2's last checkpoint (a resharding)
 #     writes byte-identical adapters;
 #   - LoRA on the MoE debug model: FSDP 2 and EP 2 follow one process (losses, grad norms,
-#     routing figures, merged exports), and a resume repeats its steps exactly.
+#     routing figures, merged exports), a resume repeats its steps exactly, and one process on
+#     EP 2's last checkpoint writes a byte-identical merged model.safetensors (the experts,
+#     gathered one unit at a time from both ranks, written one per HF tensor);
+#   - an error in the middle of the merged export (a merged weight beyond float16's range,
+#     found on rank 0 after it has asked the ranks for the first units) ends both ranks with
+#     that sentence, not a hang.
 set -uo pipefail
 # shellcheck source=tests/dist_lib.sh
 . "$(dirname "$0")/dist_lib.sh"
@@ -140,6 +145,16 @@ if dist_run 0 one-fsdp2-b16 "${ARGS[@]}" "${B16[@]}" && grep -q 'resharding' "$T
 else
   echo "FAIL: resharding FSDP 2's bf16-base checkpoint"; cat "$TMP/one-fsdp2-b16.log"; fail=1
 fi
+# The merged export fails half-way: alpha 1e9 makes the merged wq of layer 0 (a unit after the
+# embedding's) overflow float16 after two steps of training.
+BIG=(--training.steps=3 --lora.alpha=1e9 --checkpoint.export_dtype=float16)
+if dist_run 2 big "${ARGS[@]}" "${SAVE[@]}" "$TP" "${BIG[@]}"; then
+  echo "FAIL: an export beyond float16's range succeeded"; fail=1
+elif [ "$(grep -c "error: rank 0: HF export .* failed: tensor layers.0.attention.wq.weight holds .* beyond float16's range" "$TMP/big.log")" = 2 ]; then
+  echo "ok: an error half-way through the merged export ends both ranks with its sentence"
+else
+  echo "FAIL: the failed merged export did not end both ranks with its sentence"; cat "$TMP/big.log"; fail=1
+fi
 # LoRA on the MoE debug model (tests/dist_ep_lib.sh: 4 MoE layers, 8 experts): adapters on the
 # attention linears of every layer (the experts are not targets; a glob naming the layers' FFN
 # linears, which MoE layers lack, warns that it matches nothing), the whole base frozen, router
@@ -167,6 +182,13 @@ if run 0 moe-one "${MOE_LORA[@]}" && run 2 moe-fsdp2 "${MOE_LORA[@]}" &&
     echo "ok: LoRA on the MoE model resumed from step 5 repeats steps 6-10 exactly"
   else
     echo "FAIL: LoRA on the MoE model resumed from step 5"; paste <(dist_table "$TMP/moe-one" | tail -5) <(dist_table "$TMP/moe-re"); fail=1
+  fi
+  mkdir -p "$TMP/one-moe-ep2"; cp -r "$TMP/moe-ep2/checkpoint" "$TMP/one-moe-ep2/"
+  if run 0 one-moe-ep2 "${MOE_LORA[@]}" && grep -q 'resharding' "$TMP/one-moe-ep2.log" &&
+    cmp -s "$TMP/moe-ep2/merged/model.safetensors" "$TMP/one-moe-ep2/merged/model.safetensors"; then
+    echo "ok: EP 2's merged export is byte-identical to one process's of its checkpoint"
+  else
+    echo "FAIL: EP 2's merged export against one process's of its checkpoint"; fail=1
   fi
   a=$(loss_of "$TMP/moe-one/merged")
   for name in moe-fsdp2 moe-ep2; do

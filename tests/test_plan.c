@@ -3,7 +3,8 @@
  * src/core/model_spec.c), the FLOPs per step equal 6 x matmul parameters + attention per token
  * times the step's tokens, the total is the sum of its parts, FSDP sharding divides the per-rank
  * state, tensor and sequence parallelism shrink a rank's parameters and activations as counted by
- * hand, MoE models are planned, and bad configs fail with a sentence. */
+ * hand, MoE models are planned, a LoRA run's merged export is counted on rank 0, and bad configs
+ * fail with a sentence. */
 /* cmocka.h needs these four first. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -337,6 +338,46 @@ static void test_samples(void **state) {
                                     "one unit at a time, which needs more than one process"));
 }
 
+/* LoRA with checkpoint.last_save_in_hf: rank 0's merged export after training counted in the
+ * total: the writer's output buffer and a chunk of 65536 floats; on FSDP 2 the targeted
+ * weights of one layer (merged whole), never the whole model; on TP 2 every split weight of a
+ * layer (its parts joined) and the largest one's gather. Without the export, nothing. */
+static void test_merged_export(void **state) {
+    (void)state;
+    Err err;
+    char *argv[] = {"--model.flavor=debugmodel",
+                    "--training.local_batch_size=2",
+                    "--training.seq_len=32",
+                    "--model.tokenizer_path=/nonexistent",
+                    "--training.dataset_path=/nonexistent.jsonl",
+                    "--lora.rank=4",
+                    "--lora.targets=layers.*.attention.wq,layers.*.feed_forward.w2",
+                    "--checkpoint.enable=true",
+                    "--checkpoint.last_save_in_hf=true",
+                    "--parallelism.data_parallel_shard_degree=2"};
+    double D = 256, KE = 8 * 128, F = 3072, HE = 16 * 128, writer = 1048576 + 4 * 65536;
+    TrainPlan none, one, fsdp, tp;
+    assert_int_equal(plan(&none, 7, argv, &err), 0);
+    assert_true(none.merged_export == 0);
+    assert_int_equal(plan(&one, 9, argv, &err), 0);
+    assert_true(one.merged_export == writer);
+    assert_int_equal(plan(&fsdp, 10, argv, &err), 0);
+    assert_true(fsdp.merged_export == writer + 4 * (HE * D + D * F));
+    /* A bf16 base's layer arrives in bf16: all its matmul weights are staged widened. */
+    char *b16[11];
+    memcpy(b16, argv, sizeof argv);
+    b16[10] = "--lora.base_dtype=bfloat16";
+    TrainPlan base16;
+    assert_int_equal(plan(&base16, 11, b16, &err), 0);
+    assert_true(base16.merged_export == writer + 4 * (2 * D * HE + 2 * D * KE + 3 * D * F));
+    argv[9] = "--parallelism.tensor_parallel_degree=2";
+    assert_int_equal(plan(&tp, 10, argv, &err), 0);
+    assert_true(tp.merged_export == writer + 4 * (D * HE * 2 + D * KE * 2 + 3 * D * F + D * F));
+    double sum = tp.params + tp.grads + tp.optim + tp.acts + tp.workspace + tp.tokenizer +
+                 tp.dataset + tp.baseline + tp.sample + tp.merged_export;
+    assert_true(tp.total == sum);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_expert_parallel),
@@ -347,6 +388,7 @@ int main(void) {
         cmocka_unit_test(test_tensor_parallel),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_samples),
+        cmocka_unit_test(test_merged_export),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -44,8 +44,8 @@ typedef struct HfExportTensor {
      * device_host_view, a bounded chunk at a time. */
     const Device *device;
     /* With data NULL: the values pulled from source in chunks instead (a weight made on the
-     * fly, e.g. a bf16 base's weight widened with its LoRA adapter merged), never whole in
-     * fp32; not a stack of experts. */
+     * fly, e.g. a bf16 base's weight widened with its LoRA adapter merged, or a sharded
+     * model's parameter gathered one unit at a time), never whole in fp32 here. */
     HfKeySource source;
 } HfExportTensor;
 

@@ -288,11 +288,12 @@ void hf_keys_add_to_writer_on(StWriter *w, const HfKeyTable *t, const float *con
     for (int i = 0; i < t->nhf; i++) {
         const HfTensor *h = &t->hf[i];
         const HfKeySource *src = sources && sources[h->param].pull ? &sources[h->param] : NULL;
+        int64_t off = h->expert < 0 ? 0 : (int64_t)h->expert * h->numel;
         if (src) {
-            st_writer_add_f32_source(w, h->name, dtype, h->ndim, h->shape, src->pull, src->ctx);
+            st_writer_add_f32_source(w, h->name, dtype, h->ndim, h->shape, src->pull, src->ctx,
+                                     (size_t)off);
             continue;
         }
-        int64_t off = h->expert < 0 ? 0 : (int64_t)h->expert * h->numel;
         const Device *d = devices && devices[h->param] ? devices[h->param] : &device_cpu;
         st_writer_add_f32_on(w, d, h->name, dtype, h->ndim, h->shape, params[h->param] + off);
     }

@@ -87,8 +87,8 @@ typedef struct HfKeySource {
 } HfKeySource;
 /* The same with params[p] in the memory of devices[p] (NULL, or devices NULL: host memory),
  * read through the device copy-out path (st_writer_add_f32_on), or pulled from sources[p]
- * when sources (may be NULL) has one for p; a pulled parameter is whole, not a stack of
- * experts. */
+ * when sources (may be NULL) has one for p (expert e of a stacked parameter pulled from its
+ * offset on). */
 void hf_keys_add_to_writer_on(StWriter *w, const HfKeyTable *t, const float *const *params,
                               const Device *const *devices, const HfKeySource *sources,
                               DType dtype);

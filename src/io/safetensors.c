@@ -334,11 +334,12 @@ void st_writer_add_f32_on(StWriter *w, const Device *dev, const char *name, DTyp
 }
 
 void st_writer_add_f32_source(StWriter *w, const char *name, DType dtype, int ndim,
-                              const int64_t *shape, StF32Source source, void *ctx) {
+                              const int64_t *shape, StF32Source source, void *ctx, size_t first) {
     StWriteItem *it = push_item(w, name, dtype, ndim, shape, NULL);
     it->from_f32 = 1;
     it->source = source;
     it->source_ctx = ctx;
+    it->source_first = first;
 }
 
 void st_writer_set_metadata(StWriter *w, const char *key, const char *value) {
@@ -463,7 +464,7 @@ typedef struct Out {
     size_t n;
 } Out;
 
-enum { OUT_BUF = 1 << 20 };
+enum { OUT_BUF = ST_WRITE_BUFFER_BYTES };
 
 static int out_raw(Out *o, const void *p, size_t n, Err *err) {
     const char *c = p;
@@ -497,7 +498,7 @@ static int out_item(Out *o, const StWriteItem *it, Err *err) {
     if (!it->source && (!it->from_f32 || it->dtype == DT_F32) && in_place)
         return out_put(o, it->data, it->nbytes, err);
     size_t es = dtype_size(it->dtype), n = it->nbytes / es;
-    enum { CHUNK = 1 << 16 };
+    enum { CHUNK = ST_WRITE_CHUNK };
     /* The staging buffer: values pulled from a source, or device memory copied out. */
     float *pulled = it->source || !in_place ? xmalloc(CHUNK * sizeof *pulled) : NULL;
     int rc = 0;
@@ -505,7 +506,7 @@ static int out_item(Out *o, const StWriteItem *it, Err *err) {
         size_t m = n - i < CHUNK ? n - i : CHUNK;
         const float *src = pulled;
         if (it->source)
-            rc = it->source(it->source_ctx, pulled, i, m, err);
+            rc = it->source(it->source_ctx, pulled, it->source_first + i, m, err);
         else
             src = device_host_view(it->device, pulled, (const float *)it->data + i,
                                    m * sizeof(float));

@@ -55,6 +55,10 @@ int64_t st_to_f32(const StTensor *t, float *dst);
  * the one the Python `safetensors` package writes, byte for byte: tensors ordered by dtype
  * (I64, F32, I32, BF16, F16, U8) then name, header in that order with `__metadata__` first,
  * padded with spaces so the data starts at an 8-byte aligned offset. */
+/* What writing a file holds besides its tensors: the output buffer, and one chunk of fp32
+ * values (ST_WRITE_CHUNK elements) pulled from a source or copied out of device memory. */
+#define ST_WRITE_BUFFER_BYTES (1 << 20)
+#define ST_WRITE_CHUNK (1 << 16)
 /* Fills dst with elements [first, first + n) of a tensor as fp32 (st_writer_add_f32_source). */
 typedef int (*StF32Source)(void *ctx, float *dst, size_t first, size_t n, Err *err);
 
@@ -68,6 +72,7 @@ typedef struct StWriteItem {
     int from_f32;       /* data is fp32 and is converted to dtype while writing */
     StF32Source source; /* when set (data NULL): the fp32 values are pulled from it */
     void *source_ctx;
+    size_t source_first;  /* the tensor is the source's elements from here on */
     const Device *device; /* where data lives; its bytes are read through device_host_view */
 } StWriteItem;
 
@@ -91,10 +96,11 @@ void st_writer_add_f32(StWriter *w, const char *name, DType dtype, int ndim, con
 void st_writer_add_f32_on(StWriter *w, const Device *dev, const char *name, DType dtype, int ndim,
                           const int64_t *shape, const float *data);
 /* The same with the values pulled from source in chunks while the file is written, so the
- * tensor never exists whole in memory (HF export of a sharded checkpoint). A failing source
- * fails the write with its sentence. */
+ * tensor never exists whole in memory (HF export of a sharded checkpoint); the tensor is the
+ * source's elements [first, first + numel), e.g. one expert of a stacked parameter. A failing
+ * source fails the write with its sentence. */
 void st_writer_add_f32_source(StWriter *w, const char *name, DType dtype, int ndim,
-                              const int64_t *shape, StF32Source source, void *ctx);
+                              const int64_t *shape, StF32Source source, void *ctx, size_t first);
 /* Sets one `__metadata__` entry (HF writes {"format": "pt"}); keys are written sorted. */
 void st_writer_set_metadata(StWriter *w, const char *key, const char *value);
 int st_write_finish(StWriter *w, const char *path, Err *err);

@@ -849,7 +849,7 @@ int ckpt_dist_export_hf(const char *out_dir, const CkptDistReader *r, const Mode
         const ParamInfo *p = &t.params[h->param];
         src[i] = (ExportSource){r, p->name, (size_t)p->numel, (size_t)p->shape[p->ndim - 1],
                                 h->expert < 0 ? 0 : (size_t)h->expert * (size_t)h->numel};
-        st_writer_add_f32_source(&w, h->name, dtype, h->ndim, h->shape, pull, &src[i]);
+        st_writer_add_f32_source(&w, h->name, dtype, h->ndim, h->shape, pull, &src[i], 0);
     }
     char *cfg = fs_join(out_dir, "config.json");
     int rc = model_spec_write_hf_config_ex(spec, extra, cfg, torch, err);

@@ -14,6 +14,7 @@
 #include "core/param_table.h"
 #include "infer/decode.h"
 #include "infer/generate.h"
+#include "io/safetensors.h"
 #include "model/lora.h"
 #include "model/qwen3.h"
 #include "ops/gemm.h"
@@ -77,8 +78,12 @@ static void note(TrainPlan *p, const char *text) {
 }
 
 /* LoRA: the adapters as training creates them; AdamW state for them alone, their values and
- * gradients, and per adapter the (N, r) input projection kept for backward. */
-static int plan_lora(TrainPlan *p, const JobConfig *cfg, const ModelSpec *spec, Err *err) {
+ * gradients, and per adapter the (N, r) input projection kept for backward. With
+ * checkpoint.last_save_in_hf the merged export's buffers on rank 0 after training
+ * (train_qwen3_export_merged): the writer's, a bf16 base's merged rows of a chunk on one
+ * process, on many the staging of one unit's parameters and of the tp / ep gathers. */
+static int plan_lora(TrainPlan *p, const JobConfig *cfg, const ModelSpec *spec, int world, int ep,
+                     Err *err) {
     Lora lo;
     /* Quiet as the job's memory check runs it (log_set_info(0)): the job warns itself. */
     TRY(train_job_lora(cfg, spec, &lo, 1, log_info_on(), err));
@@ -89,6 +94,16 @@ static int plan_lora(TrainPlan *p, const JobConfig *cfg, const ModelSpec *spec, 
     p->grads += 4.0 * numel;
     p->acts += 4.0 * N * lo.rank * (lo.n + 1);
     if (cfg->lora.dropout > 0) p->acts += 4.0 * N * lora_max_in(&lo); /* lora_set_dropout */
+    if (cfg->checkpoint.last_save_in_hf) {
+        size_t stage = 0, parts = 0;
+        if (world > 1)
+            train_qwen3_export_sizes(spec, p->tp, ep, &lo, cfg->lora.base_dtype == DT_BF16, &stage,
+                                     &parts);
+        else if (cfg->lora.base_dtype == DT_BF16)
+            stage = ST_WRITE_CHUNK + 2 * (size_t)lora_max_in(&lo);
+        p->merged_export =
+            4.0 * ((double)stage + (double)parts + ST_WRITE_CHUNK) + (double)ST_WRITE_BUFFER_BYTES;
+    }
     lora_free(&lo);
     note(p, "LoRA: gradients and optimizer state for the adapters alone; the frozen base has "
             "none");
@@ -387,7 +402,7 @@ int train_plan_compute_tok(TrainPlan *p, const JobConfig *cfg, const Tokenizer *
         if (world > 1)
             note(p, "LoRA on many processes: the frozen base sharded without gradients, the "
                     "adapters with their gradients and AdamW state whole on every rank");
-        TRY(plan_lora(p, cfg, &p->spec, err));
+        TRY(plan_lora(p, cfg, &p->spec, world, dims.ep, err));
     }
 
     /* Workspace: the job's batch buffers (dataset Batch of 4 arrays + the int32 tokens), the
@@ -447,7 +462,7 @@ int train_plan_compute_tok(TrainPlan *p, const JobConfig *cfg, const Tokenizer *
     rc = plan_sample(p, cfg, tok, whole_mod, world, dims.ep, err);
     free(whole_mod);
     TRY(rc);
-    p->total += p->sample;
+    p->total += p->sample + p->merged_export;
 
     p->flops_per_token = metrics_flops_per_token(&p->spec, p->T);
     p->tokens_per_step = N * p->micro;
@@ -508,6 +523,9 @@ void train_plan_print(const TrainPlan *p, FILE *f) {
                  train_plan_sample_way_name(p->sample_way));
         row(f, "samples", p->sample, t, what);
     }
+    if (p->merged_export > 0)
+        row(f, "export", p->merged_export, t,
+            "merged HF export on rank 0 after training: one unit staged, writer buffers");
     row(f, "total", p->total, t, "expected peak RSS");
     fprintf(f,
             "flops: %.4g per token (6 x matmul params + attention), %.0f tokens per step, %.4g "

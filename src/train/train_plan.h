@@ -33,6 +33,9 @@ typedef struct TrainPlan {
      * a bound, when the tokenizer cannot be loaded) plus max_new_tokens. */
     double sample;
     SampleWay sample_way;
+    /* LoRA with checkpoint.last_save_in_hf: the merged export's buffers on rank 0 after
+     * training (train_qwen3_export_merged; never the whole model). */
+    double merged_export;
     double total;
     /* FLOPs: the MFU convention (metrics_flops_per_token) and, with full activation
      * checkpointing, what the machine really does (the forward of every layer once more). */

@@ -164,11 +164,15 @@ struct TrainQwen3 {
  * three are used from the first forward to the last backward), 1 + i layer i, L + 1 final
  * norm + lm_head. A buffer (expert_bias: zero gradient, no decay) is sharded and checkpointed
  * like the rest of its layer, updated on the shards by before_optimizer_step. */
+static int unit_of(ParamKindId kind, int layer, int L, int tied) {
+    if (layer >= 0) return 1 + layer;
+    if (kind == PK_TOK_EMBEDDINGS) return 0;
+    if (kind == PK_NORM && tied) return 0;
+    return L + 1;
+}
+
 static int param_unit(const TrainQwen3 *f, const Qwen3Param *p) {
-    if (p->layer >= 0) return 1 + p->layer;
-    if (p->kind->id == PK_TOK_EMBEDDINGS) return 0;
-    if (p->kind->id == PK_NORM && f->tied) return 0;
-    return f->L + 1;
+    return unit_of(p->kind->id, p->layer, f->L, f->tied);
 }
 
 static int slot_of(const TrainQwen3 *f, int unit) {
@@ -1293,24 +1297,9 @@ static int export_model(const Qwen3 *m, const char *dir, const HfExportOptions *
     return rc;
 }
 
-/* The merged export of a sharded run: the whole weights, adapters merged, gathered on rank 0
- * (train_qwen3_gather_whole merges them as the branch below does), which writes them. A bf16
- * base's shards hold bf16-rounded values in fp32, so the whole fp32 model has them exactly. */
+/* The merged export of a sharded run, one unit at a time (below). */
 static int export_merged_sharded(TrainQwen3 *q, const char *dir, const HfExportOptions *o,
-                                 Err *err) {
-    int root = q->mesh->world->rank == 0, rc = 0;
-    Qwen3 whole_m;
-    if (root) rc = qwen3_create_forward(&whole_m, &whole(q)->spec, 1, 1, NULL, err);
-    int made = root && rc == 0;
-    if (comm_agree(q->mesh->world, rc, err) != 0) {
-        if (made) qwen3_free(&whole_m);
-        return -1;
-    }
-    rc = train_qwen3_gather_whole(q, root ? &whole_m : NULL, err);
-    if (rc == 0 && root) rc = export_model(&whole_m, dir, o, NULL, err);
-    if (root) qwen3_free(&whole_m);
-    return comm_agree(q->mesh->world, rc, err);
-}
+                                 Err *err);
 
 int train_qwen3_export_merged(TrainQwen3 *q, const char *dir, const HfExportOptions *o, Err *err) {
     if (q->sharded) return export_merged_sharded(q, dir, o, err);
@@ -1367,12 +1356,13 @@ static void join_tp(const TrainQwen3 *f, int i, float *whole_t, const float *par
                    (size_t)cols * sizeof *whole_t);
 }
 
-/* Unit u of the sharded model into dst (NULL: this rank only takes part): gathered as for a
- * forward and, under tensor parallelism, each split parameter's parts joined; under expert
- * parallelism the layer's experts gathered from the EP group (which holds them all, in order
- * along dimension 0, each rank a run of them whole outside the FSDP units). parts: staging
- * of max_numel floats when tp > 1 or ep > 1. */
-static int gather_unit_into(TrainQwen3 *f, int u, Qwen3 *dst, float *parts, Err *err) {
+/* Unit u of the sharded model: gathered as for a forward and, under tensor parallelism, each
+ * split parameter's parts joined; under expert parallelism the layer's experts gathered from
+ * the EP group (which holds them all, in order along dimension 0, each rank a run of them
+ * whole outside the FSDP units). Parameter i's whole values go to dest[i] (dest NULL, or a
+ * NULL entry: this rank only takes part; a replicated parameter is then left in its slot).
+ * parts: staging of the largest split parameter's whole floats when tp > 1 or ep > 1. */
+static int gather_unit_to(TrainQwen3 *f, int u, float *const *dest, float *parts, Err *err) {
     int rc = 0;
     if (f->plan.units[u].full_numel == 0 && (!f->base16 || f->bplan.units[u].full_numel == 0))
         return rc; /* the head when tied */
@@ -1382,7 +1372,7 @@ static int gather_unit_into(TrainQwen3 *f, int u, Qwen3 *dst, float *parts, Err 
         const Qwen3Param *p = &f->m.table[i];
         if (param_unit(f, p) != u) continue;
         const float *local = *qwen3_param_field(&f->m.p, p->kind->id, p->layer);
-        float *to = dst ? *qwen3_param_field(&dst->p, p->kind->id, p->layer) : NULL;
+        float *to = dest ? dest[i] : NULL;
         float *widened = NULL;
         /* a bf16 base's gathered weight, or one gathered in bf16 only: widened exactly */
         if (f->in_bf16[i] || (s->b16 && !f->reads_f32[i])) {
@@ -1404,6 +1394,17 @@ static int gather_unit_into(TrainQwen3 *f, int u, Qwen3 *dst, float *parts, Err 
         }
         free(widened);
     }
+    return rc;
+}
+
+/* gather_unit_to with every parameter's whole values into its place in dst (NULL: this rank
+ * only takes part). */
+static int gather_unit_into(TrainQwen3 *f, int u, Qwen3 *dst, float *parts, Err *err) {
+    float **dest = dst ? xcalloc((size_t)f->m.nparams, sizeof *dest) : NULL;
+    for (int i = 0; dst && i < f->m.nparams; i++)
+        dest[i] = *qwen3_param_field(&dst->p, f->m.table[i].kind->id, f->m.table[i].layer);
+    int rc = gather_unit_to(f, u, dest, parts, err);
+    free(dest);
     return rc;
 }
 
@@ -1493,4 +1494,179 @@ void train_qwen3_gather_unit(TrainQwen3 *f, Qwen3 *dst, int unit) {
     if (gather_unit_into(f, unit, dst, f->uw_parts, &err)) fail("gather for samples", &err);
     if (dst && dst->bf16 && f->uw_numel[unit])
         simd_f32_to_bf16(f->uwb[uw_buf(f, unit)], f->uw[uw_buf(f, unit)], (long)f->uw_numel[unit]);
+}
+
+/* ---- the merged export through the shards (LoRA on a mesh, checkpoint.last_save_in_hf) ---- */
+
+/* The adapter lo puts on the weight of kind `kind` in layer `layer`, or NULL. */
+static const LoraAdapter *adapter_on(const Lora *lo, ParamKindId kind, int layer) {
+    for (int i = 0; lo && i < lo->n; i++)
+        if (lo->ad[i].layer == layer && lora_site_kind(lo->ad[i].site) == kind) return &lo->ad[i];
+    return NULL;
+}
+
+/* 1 for a parameter whose unit's gather leaves parts of it on other ranks: split over the
+ * tensor-parallel group (tp_split) or, as experts, over the EP group (is_expert). */
+static int split_over_ranks(const ParamKind *k, int tp, int ep) {
+    return (tp > 1 && k->tp != TP_REPLICATED) || (ep > 1 && k->role == ROLE_EXPERTS);
+}
+
+/* 1 for a parameter the export stages whole on rank 0 while its unit is written: its parts
+ * joined, its adapter merged, or (base16: a bf16 base's matmul weights and embedding, gathered
+ * in bf16) widened. Rank 0 reads the others where the unit's gather left them. */
+static int export_stages(const ParamKind *k, int layer, int tp, int ep, const Lora *lo,
+                         int base16) {
+    return split_over_ranks(k, tp, ep) || adapter_on(lo, k->id, layer) ||
+           (base16 && (k->role == ROLE_LINEAR || k->role == ROLE_EMBEDDING));
+}
+
+void train_qwen3_export_sizes(const ModelSpec *spec, int tp, int ep, const Lora *lo, int base16,
+                              size_t *stage, size_t *parts) {
+    int np = param_list(spec, NULL), nu = spec->n_layers + 2;
+    ParamInfo *pi = xcalloc((size_t)np, sizeof *pi);
+    param_list(spec, pi);
+    size_t *in_unit = xcalloc((size_t)nu, sizeof *in_unit);
+    *stage = *parts = 0;
+    for (int i = 0; i < np; i++) {
+        const ParamKind *k = pi[i].kind;
+        size_t n = (size_t)pi[i].numel;
+        if (!export_stages(k, pi[i].layer, tp, ep, lo, base16)) continue;
+        size_t *u = &in_unit[unit_of(k->id, pi[i].layer, spec->n_layers, spec->tie_embeddings)];
+        *u += n;
+        if (*u > *stage) *stage = *u;
+        if (split_over_ranks(k, tp, ep) && n > *parts) *parts = n;
+    }
+    free(in_unit);
+    free(pi);
+}
+
+/* The export's state. All ranks walk the units rank 0's writer asks for, in its order: rank 0
+ * broadcasts each unit's number (-1: done), then every rank gathers it, rank 0 merges its
+ * adapters, and all agree on the outcome, so an error on any rank stops every rank with its
+ * sentence. */
+typedef struct MergeStream {
+    TrainQwen3 *f;
+    int unit;     /* rank 0: the unit whose values are ready, -1 none */
+    int failed;   /* rank 0: the ranks stopped walking on an error */
+    float *parts; /* the tensor- and expert-parallel gathers' staging, NULL when tp = ep = 1 */
+    float *stage; /* rank 0: the staged parameters of one unit */
+    float **to;   /* rank 0: (nparams) parameter i's whole values in stage, NULL: in its slot */
+    const LoraAdapter **ad; /* rank 0: (nparams) the adapter on parameter i, or NULL */
+} MergeStream;
+
+/* One source per parameter (HfKeySource's context). */
+typedef struct StreamParam {
+    MergeStream *s;
+    int i;
+} StreamParam;
+
+static void merge_stream_open(MergeStream *s, TrainQwen3 *f) {
+    const Lora *lo = f->m.lora;
+    size_t stage, parts;
+    train_qwen3_export_sizes(&whole(f)->spec, f->tp, f->ep, lo, f->base16, &stage, &parts);
+    *s = (MergeStream){.f = f, .unit = -1};
+    s->parts = parts ? xmalloc(parts * sizeof *s->parts) : NULL;
+    if (f->mesh->world->rank != 0) return;
+    int n = f->m.nparams;
+    s->stage = xmalloc((stage + 1) * sizeof *s->stage);
+    s->to = xcalloc((size_t)n, sizeof *s->to);
+    s->ad = xcalloc((size_t)n, sizeof *s->ad);
+    size_t *at = xcalloc((size_t)f->L + 2, sizeof *at);
+    for (int i = 0; i < n; i++) {
+        const Qwen3Param *p = &f->m.table[i];
+        s->ad[i] = adapter_on(lo, p->kind->id, p->layer);
+        if (!export_stages(p->kind, p->layer, f->tp, f->ep, lo, f->base16)) continue;
+        int u = param_unit(f, p);
+        s->to[i] = s->stage + at[u];
+        at[u] += (size_t)whole(f)->table[i].numel;
+    }
+    free(at);
+}
+
+static void merge_stream_close(MergeStream *s) {
+    free(s->parts);
+    free(s->stage);
+    free(s->to);
+    free(s->ad);
+}
+
+/* Every rank: unit u gathered, on rank 0 into its staging with the adapters merged (as the
+ * one-process export merges them: W + s B A over all rows), then the ranks' agreement. */
+static int stream_unit(MergeStream *s, int u, Err *err) {
+    TrainQwen3 *f = s->f;
+    int rc = gather_unit_to(f, u, s->to, s->parts, err);
+    for (int i = 0; rc == 0 && s->ad && i < f->m.nparams; i++)
+        if (s->ad[i] && param_unit(f, &f->m.table[i]) == u)
+            lora_merge(f->m.lora, s->ad[i], s->to[i], 0, s->ad[i]->out);
+    return comm_agree(f->mesh->world, rc, err);
+}
+
+/* Rank 0's source of parameter i: its unit made ready when another unit was. */
+static int pull_streamed(void *ctx, float *dst, size_t first, size_t n, Err *err) {
+    const StreamParam *sp = ctx;
+    MergeStream *s = sp->s;
+    TrainQwen3 *f = s->f;
+    const Qwen3Param *p = &f->m.table[sp->i];
+    int u = param_unit(f, p);
+    if (s->unit != u) {
+        s->unit = -1;
+        if (comm_broadcast(f->mesh->world, &u, sizeof u, 0, err) != 0 ||
+            stream_unit(s, u, err) != 0) {
+            s->failed = 1;
+            return -1;
+        }
+        s->unit = u;
+    }
+    const float *v =
+        s->to[sp->i] ? s->to[sp->i] : *qwen3_param_field(&f->m.p, p->kind->id, p->layer);
+    memcpy(dst, v + first, n * sizeof *dst);
+    return 0;
+}
+
+/* The other ranks: the units rank 0 asks for, until it says done or a unit fails. */
+static int follow_stream(MergeStream *s, Err *err) {
+    for (;;) {
+        int u;
+        TRY(comm_broadcast(s->f->mesh->world, &u, sizeof u, 0, err));
+        if (u < 0) return 0;
+        TRY(stream_unit(s, u, err));
+    }
+}
+
+/* Rank 0 writes the whole model's tensors, each pulled from its unit as the writer reaches it
+ * (hf_export: the values' check in table order, then each file's tensors by name), so rank 0
+ * holds one unit's staged parameters and the writer's chunks, never the whole model; a unit
+ * the writer comes back to (a tied norm after the layers, a layer split over two files) is
+ * gathered again. A bf16 base's weights, gathered in bf16, are staged widened (exactly), so
+ * the merge is the one-process merge of bf16(W). */
+static int export_merged_sharded(TrainQwen3 *q, const char *dir, const HfExportOptions *o,
+                                 Err *err) {
+    Comm *world = q->mesh->world;
+    MergeStream s;
+    merge_stream_open(&s, q);
+    int rc;
+    if (world->rank == 0) {
+        int n = q->m.nparams;
+        HfExportTensor *t = xcalloc((size_t)n, sizeof *t);
+        StreamParam *sp = xcalloc((size_t)n, sizeof *sp);
+        for (int i = 0; i < n; i++) {
+            sp[i] = (StreamParam){&s, i};
+            t[i] = (HfExportTensor){.name = whole(q)->table[i].name,
+                                    .numel = whole(q)->table[i].numel,
+                                    .source = {pull_streamed, &sp[i]}};
+        }
+        rc = hf_export(dir, &whole(q)->spec, t, n, o, err);
+        free(sp);
+        free(t);
+        int done = -1;
+        Err e;
+        if (!s.failed && comm_broadcast(world, &done, sizeof done, 0, &e) != 0 && rc == 0) {
+            *err = e;
+            rc = -1;
+        }
+    } else {
+        rc = follow_stream(&s, err);
+    }
+    merge_stream_close(&s);
+    return comm_agree(world, rc, err);
 }

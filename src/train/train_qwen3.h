@@ -144,7 +144,16 @@ void train_qwen3_model_lora(TrainQwen3 *q, struct Lora *lo, TrainModel *out);
  * them as an HF model directory in o->dtype: in place on one process, where a bf16 base's
  * weights (lora.base_dtype) are widened exactly and merged in fp32 a chunk at a time while
  * the file is written (the bf16 copies stay unmerged); when sharded, collective, rank 0
- * gathering the whole weights and writing them. */
+ * writing the tensors as the ranks gather them one FSDP unit at a time (the adapters stay
+ * acting), so its extra memory is what train_qwen3_export_sizes gives. */
 int train_qwen3_export_merged(TrainQwen3 *q, const char *dir, const HfExportOptions *o, Err *err);
+/* The sharded merged export's buffers, in floats, for the whole model spec on a mesh of tensor-
+ * and expert-parallel degrees tp and ep with lo's adapters (NULL: none): stage, rank 0's whole
+ * copies of one unit's parameters that it cannot read where the gather leaves them (split over
+ * tp or ep ranks, with an adapter to merge, or with base16 a bf16 base's matmul weights and
+ * embedding, widened); parts, every rank's staging of one split parameter's gather (0 when
+ * tp = ep = 1). `qtitan plan` counts them. */
+void train_qwen3_export_sizes(const ModelSpec *spec, int tp, int ep, const struct Lora *lo,
+                              int base16, size_t *stage, size_t *parts);
 
 #endif
