@@ -82,6 +82,9 @@ done
 # norm), which still tells bf16 from fp32: one process's fp32 run must be further than that
 # from its bf16 run in grad norm (measured 1.7e-3).
 BF=(--training.mixed_precision_param=bfloat16 --model.tie_embeddings=false)
+# The bf16 GEMM path is chosen by timing (ops/gemm.h); the bitwise comparisons below are between
+# separate jobs, so every job here runs the same one.
+export QT_GEMM_BF16=widen
 run 0 bf-one debug.toml "${BF[@]}" && ok_run bf-one && grep -q 'mixed precision: bf16' "$TMP/bf-one.log" &&
   run 0 fp-one debug.toml --model.tie_embeddings=false && ok_run fp-one || { echo "FAIL: one process in bf16 or fp32"; fail=1; }
 read -r n l g <<<"$(maxrel bf-one fp-one)"
@@ -112,6 +115,18 @@ for name in bf-fsdp2 bf-fsdptp4; do
     echo "FAIL: $name with bf16 gathers differs from fp32 gathers"; paste <(table "$name") <(table "$name-f32"); fail=1
   fi
 done
+# A mesh runs rank 0's bf16 path on every rank: rank 1 told to use oneDNN's bf16 matmul still
+# multiplies as rank 0 (widened operands), so the run is bitwise bf-fsdp2.
+timeout 300 mpirun --hostfile "$TMP/hostfile" --oversubscribe \
+  -np 1 -x QT_GEMM_BF16=widen "$BIN" train --config "$SRC/configs/debug.toml" "${BASE[@]}" "${BF[@]}" \
+  --job.dump_folder="$TMP/bf-mixed" : \
+  -np 1 -x QT_GEMM_BF16=onednn "$BIN" train --config "$SRC/configs/debug.toml" "${BASE[@]}" "${BF[@]}" \
+  --job.dump_folder="$TMP/bf-mixed" >"$TMP/bf-mixed.log" 2>&1
+if ok_run bf-mixed && cmp -s <(table bf-mixed) <(table bf-fsdp2); then
+  echo "ok: rank 1 runs rank 0's bf16 GEMM path, bitwise FSDP 2's steps"
+else
+  echo "FAIL: ranks told different bf16 GEMM paths"; paste <(table bf-fsdp2) <(table bf-mixed); fail=1
+fi
 rm -rf "$TMP/bf-re"; mkdir -p "$TMP/bf-re"
 if run 2 bf-ck debug.toml "${BF[@]}" --checkpoint.enable=true --checkpoint.interval=5 && ok_run bf-ck &&
   cp -r "$TMP/bf-ck/checkpoint" "$TMP/bf-re/" && dist_rewind bf-re 2 5 &&

@@ -60,6 +60,7 @@ static Bf16Path g_bf16 = BF16_AUTO; /* never BF16_AUTO after bf16_path() */
 static dnnl_engine_t g_engine;
 static char g_desc[256];
 static char g_bf16_why[128];
+static Bf16Path g_bf16_adopted = BF16_AUTO; /* gemm_bf16_adopt: another process's choice */
 
 /* ---- oneDNN matmul primitive cache ------------------------------------------------------ */
 
@@ -263,6 +264,12 @@ static double probe_once(int bf16, const float *A, const uint16_t *Ah, float *C)
  * PROBE_REPS each, so a busy stretch hits both. */
 #define PROBE_MARGIN 1.25
 static void choose_bf16_path(void) {
+    if (g_bf16_adopted != BF16_AUTO) {
+        g_bf16 = g_bf16_adopted;
+        snprintf(g_bf16_why, sizeof g_bf16_why, "%s: rank 0's choice, which every rank runs",
+                 bf16_path_names[g_bf16]);
+        return;
+    }
     const char *env = getenv("QT_GEMM_BF16");
     g_bf16 = BF16_AUTO;
     if (env && *env) {
@@ -405,6 +412,15 @@ const char *gemm_backend_name(void) {
 int gemm_bf16_widens(void) {
     pthread_once(&g_once, init_once);
     return widens();
+}
+
+int gemm_bf16_adopt(int widen) {
+    Bf16Path want = widen ? BF16_WIDEN : BF16_ONEDNN;
+    pthread_once(&g_once, init_once);
+    if (g_backend != BK_AUTO) return 0; /* a forced backend decides the same on every rank */
+    g_bf16_adopted = want;
+    pthread_once(&g_bf16_once, choose_bf16_once); /* chosen now, or already before */
+    return g_bf16 == want ? 0 : -1;
 }
 
 /* ---- widened weight copies -------------------------------------------------------------- */

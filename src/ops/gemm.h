@@ -50,6 +50,10 @@ const char *gemm_backend_name(void);
  * Activations and gradients, and weights held in bf16 only, are widened per product in blocks
  * into GEMM_BF16_SCRATCH_BYTES of scratch, allocated on the first product and kept. */
 int gemm_bf16_widens(void);
+/* Makes this process's bf16 path the one another process chose (widen: its gemm_bf16_widens),
+ * so the ranks of a job multiply alike whatever each would have measured. Call before the
+ * first bf16 product or question; returns -1 when this process had already chosen otherwise. */
+int gemm_bf16_adopt(int widen);
 #define GEMM_BF16_SCRATCH_BYTES ((size_t)32 << 20)
 
 /* Registers n fp32 values at base as widened copies and returns the handle of base[0], or NULL

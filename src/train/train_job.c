@@ -19,6 +19,7 @@
 #include "io/hf_config.h"
 #include "model/lora.h"
 #include "model/qwen3_hf.h"
+#include "ops/gemm.h"
 #include "text/chat_data.h"
 #include "text/dataset.h"
 #include "text/tokenizer.h"
@@ -275,6 +276,22 @@ static int check_same_weights(Comm *world, const char *what, const char *key, co
                      "on this host?)",
                      what, key, path, here, mine, first, what);
     }
+    return comm_agree(world, rc, err);
+}
+
+/* The bf16 path of the GEMMs (ops/gemm.h) is chosen per process by timing the two; on a
+ * loaded machine ranks could choose differently and multiply in different orders, so a mesh
+ * runs rank 0's choice everywhere (a run pinned with QT_GEMM_BF16 chooses the same anyway). */
+static int agree_bf16_path(Comm *world, const JobConfig *cfg, Err *err) {
+    int bf16 = cfg->training.mixed_precision_param == DT_BF16 ||
+               (cfg->lora.rank > 0 && cfg->lora.base_dtype == DT_BF16);
+    if (world->size == 1 || !bf16) return 0;
+    int widen = world->rank == 0 ? gemm_bf16_widens() : 0;
+    TRY(comm_broadcast(world, &widen, sizeof widen, 0, err));
+    int rc = 0;
+    if (world->rank != 0 && gemm_bf16_adopt(widen) != 0)
+        rc = err_set(err, "this rank chose its bf16 GEMM path before rank 0's choice arrived; "
+                          "set QT_GEMM_BF16=widen or onednn for every rank");
     return comm_agree(world, rc, err);
 }
 
@@ -582,6 +599,7 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
                                  is_chat ? "chat data this rank rendered and tokenized"
                                          : "training data this rank tokenized",
                                  err);
+    if (agreed == 0) agreed = agree_bf16_path(world, cfg, err);
     if (agreed != 0) {
         if (rc == 0) dataset_close(&ds);
         chat_data_close(&chat);
