@@ -13,8 +13,9 @@
 #     lora.adapter_path naming different adapters; the same weights under two paths train;
 #   - a sharded checkpoint's latest.json with a flipped byte, an edited steps list or mesh, or
 #     truncated fails its own checksum, and the resume takes the newest step complete on every
-#     rank, recovered from the step directories with a warning; one written before the checksum
-#     is read as it is, with a notice;
+#     rank, recovered from the step directories with a warning, as is a missing one (deleted,
+#     a link to nothing) beside step directories; one written before the checksum is read as it
+#     is, with a notice;
 #   - a sharded checkpoint resumed into another model stops before allocating, naming the
 #     layout.json and the tensor;
 #   - MPI_Init under comm.init_timeout_seconds: a second "rank" that never joins ends rank 0
@@ -153,8 +154,10 @@ echo "ok: ranks compare the LoRA adapters they loaded"
 # latest.json, the sharded checkpoint's commit marker, carries its own checksum: a flipped
 # byte, an edited steps list (the newest step dropped: it would resume from step 2 and lose
 # step 3) or mesh, and a truncation are caught, and the newest step complete on every rank is
-# recovered from the step directories with a warning. A marker written before the checksum
-# (no version, no checksum) is read as it is, with a notice.
+# recovered from the step directories with a warning. So is a missing marker (deleted, or a
+# link to nothing) while the step directories are there: a fresh start would overwrite them.
+# A marker written before the checksum (no version, no checksum) is read as it is, with a
+# notice.
 mk=(--training.dataset_path="$TMP/data.jsonl" --checkpoint.enable=true --checkpoint.interval=1)
 timeout 120 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 2 "$BIN" train "${ARGS[@]}" \
   "${mk[@]}" --training.steps=3 --job.dump_folder="$TMP/mk" >"$TMP/mk.log" 2>&1 ||
@@ -163,18 +166,20 @@ marker() { # case, then the command that damages DIR/latest.json ($1 in it)
   local c=$1
   rm -rf "$TMP/mk_$c"
   cp -r "$TMP/mk" "$TMP/mk_$c"
-  (cd "$TMP/mk_$c/checkpoint" && eval "$2" && [ -s latest.json ] || [ "$c" = empty ]) ||
+  (cd "$TMP/mk_$c/checkpoint" && eval "$2" && [ -s latest.json ] || [ "$c" = missing ] || [ "$c" = dangling ]) ||
     { echo "FAIL: marker case $c could not be made"; exit 1; }
   timeout 120 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 2 "$BIN" train "${ARGS[@]}" \
     "${mk[@]}" --training.steps=4 --job.dump_folder="$TMP/mk_$c" >"$TMP/mk_$c.log" 2>&1
 }
 jqw() { jq "$1" latest.json >m.tmp && mv m.tmp latest.json; }
-for c in flip steps mesh truncated; do
+for c in flip steps mesh truncated missing dangling; do
   case $c in
   flip) damage='printf "\\x01" | dd of=latest.json bs=1 seek=30 conv=notrunc status=none' ;;
   steps) damage='jqw ".steps = [1, 2] | .step = 2"' ;;
   mesh) damage='jqw ".mesh = [2, 1, 1, 1]"' ;;
   truncated) damage='head -c 60 latest.json >m.tmp && mv m.tmp latest.json' ;;
+  missing) damage='rm latest.json' ;;
+  dangling) damage='rm latest.json && ln -s gone.json latest.json' ;;
   esac
   marker $c "$damage"
   rc=$?

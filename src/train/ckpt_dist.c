@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/fs.h"
@@ -145,37 +146,49 @@ static int scan_steps(const char *root, int64_t *steps, int *n, int64_t *ranks, 
 }
 
 /* Rank 0: the marker's steps (oldest first) into steps[0..*n), *ranks and the mesh
- * [dp_replicate, dp_shard, tp, ep]. 0 and *n = 0 when there is no marker. A marker that does
- * not parse or fails its own checksum (a flipped byte, a hand edit, a truncation) is replaced
- * by what the step directories hold (scan_steps), with a warning when warn is set; one without
- * a version and a checksum, written before markers carried them, is read as it is, with a
- * notice when warn is set. */
+ * [dp_replicate, dp_shard, tp, ep]. 0 and *n = 0 when there is neither a marker nor a step
+ * directory. A marker that does not parse or fails its own checksum (a flipped byte, a hand
+ * edit, a truncation), or is missing while rank-0 holds steps (deleted, a link to nothing, a
+ * crash between the step directories and the commit), is replaced by what the step directories
+ * hold (scan_steps), with a warning when warn is set: a fresh start would overwrite them. One
+ * without a version and a checksum, written before markers carried them, is read as it is,
+ * with a notice when warn is set. */
 static int read_marker(const char *root, int64_t *steps, int *n, int64_t *ranks, int64_t mesh[4],
                        int warn, Err *err) {
     *n = 0;
     *ranks = 0;
     char *path = fs_join(root, CKPT_DIST_MARKER), *text = NULL;
     size_t len = 0;
-    if (!fs_exists(path)) {
-        free(path);
-        return 0;
-    }
-    size_t scope = err_oom_push("reading %s", path);
-    int rc = fs_read_all(path, &text, &len, err);
+    int rc = 0;
     Err why;
-    json_t *o = rc == 0 ? json_load_mem(text, len, path, &why) : NULL;
-    err_oom_pop(scope);
+    json_t *o = NULL;
+    struct stat st;
+    int missing = !fs_exists(path);
+    if (missing)
+        err_set(&why, "%s %s", path,
+                lstat(path, &st) == 0 ? "is a symbolic link to nothing" : "is missing");
+    else {
+        size_t scope = err_oom_push("reading %s", path);
+        rc = fs_read_all(path, &text, &len, err);
+        o = rc == 0 ? json_load_mem(text, len, path, &why) : NULL;
+        err_oom_pop(scope);
+    }
     int sealed = json_object_get(o, "version") || json_object_get(o, CKPT_SUM_KEY);
     if (rc == 0 && (!o || (sealed && ckpt_sum_check(text, len, path, &why) != 0))) {
         Err scan;
         rc = scan_steps(root, steps, n, ranks, mesh, &scan);
-        if (rc != 0)
+        /* Saving (warn unset) with no marker: steps the resume could not take start the list
+         * afresh, as the resume refused them first (or they predate layouts). */
+        if (rc != 0 && missing && !warn) rc = 0, *n = 0;
+        if (rc != 0 && missing)
+            err_set(err, "%s; %s: remove its rank-N folders to start afresh", why.msg, scan.msg);
+        else if (rc != 0)
             err_set(err, "%s; %s: fix or remove %s", why.msg, scan.msg, path);
         else if (warn && *n > 0)
             log_warn("[checkpoint] %s; recovered from the step directories instead: step %" PRId64
                      " of %" PRId64 " ranks is the newest complete one",
                      why.msg, steps[*n - 1], *ranks);
-        else if (warn)
+        else if (warn && !missing)
             log_warn("[checkpoint] %s; the step directories hold no step to recover", why.msg);
     } else if (rc == 0) {
         if (!sealed && warn)
