@@ -11,6 +11,8 @@
 #     and so does one relative checkpoint.initial_load_path naming weights that differ in one
 #     value (compared by a fingerprint of what each rank opened), or one relative
 #     lora.adapter_path naming different adapters; the same weights under two paths train;
+#   - a LoRA run's DUMP/merged holding a file of the user's stops at start-up, not after
+#     training;
 #   - a sharded checkpoint's latest.json with a flipped byte, an edited steps list or mesh, or
 #     truncated fails its own checksum, and the resume takes the newest step complete on every
 #     rank, recovered from the step directories with a warning, as is a missing one (deleted,
@@ -151,6 +153,19 @@ if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "rank 1: the LoRA adapters this
   echo "FAIL: ranks starting from different LoRA adapters (rc=$rc)"; cat "$TMP/lora.log"; exit 1
 fi
 echo "ok: ranks compare the LoRA adapters they loaded"
+# A merged export's directory that the export would refuse (a file of the user's in
+# DUMP/merged) stops the job at start-up, not after training, and the file stays.
+mkdir -p "$TMP/run_merged/merged"
+echo mine >"$TMP/run_merged/merged/notes.txt"
+timeout 120 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 2 "$BIN" train "${ARGS[@]}" \
+  "${lora[@]}" --training.steps=2 --training.dataset_path="$TMP/data.jsonl" --checkpoint.enable=true \
+  --checkpoint.last_save_in_hf=true --job.dump_folder="$TMP/run_merged" >"$TMP/merged.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || grep -q "step:" "$TMP/merged.log" || [ "$(cat "$TMP/run_merged/merged/notes.txt")" != mine ] ||
+   ! grep -q "checkpoint.last_save_in_hf (the merged LoRA model, written to job.dump_folder/merged after training): $TMP/run_merged/merged holds notes.txt, which an export does not write" "$TMP/merged.log"; then
+  echo "FAIL: a foreign file in DUMP/merged should stop a LoRA run at start-up (rc=$rc)"; cat "$TMP/merged.log"; exit 1
+fi
+echo "ok: DUMP/merged is checked before training"
 # latest.json, the sharded checkpoint's commit marker, carries its own checksum: a flipped
 # byte, an edited steps list (the newest step dropped: it would resume from step 2 and lose
 # step 3) or mesh, and a truncation are caught, and the newest step complete on every rank is

@@ -17,6 +17,7 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "io/hf_config.h"
+#include "io/hf_export.h"
 #include "model/lora.h"
 #include "model/qwen3_hf.h"
 #include "text/chat_data.h"
@@ -68,6 +69,11 @@ static int lora_setup(const JobConfig *cfg, const ModelSpec *spec, Lora *lo, lon
     return 0;
 }
 
+/* Where a LoRA run's merged export goes (checkpoint.last_save_in_hf): DUMP/merged. */
+static char *lora_merged_dir(const JobConfig *cfg) {
+    return fs_join(cfg->job.dump_folder, "merged");
+}
+
 /* After a LoRA run: the adapters in peft's format in DUMP/adapter, and with
  * checkpoint.last_save_in_hf the merged model as an HF directory in DUMP/merged. Every rank
  * holds the same whole adapters, so rank 0 writes them; the merge gathers the base
@@ -82,7 +88,7 @@ static int lora_finish(const JobConfig *cfg, TrainQwen3 *q, const Lora *lo, cons
     if (rc == 0) log_info("lora: adapters written to %s (peft format)", dir);
     free(dir);
     if (rc == 0 && cfg->checkpoint.last_save_in_hf) {
-        dir = fs_join(cfg->job.dump_folder, "merged");
+        dir = lora_merged_dir(cfg);
         HfExportOptions o = {
             .dtype = cfg->checkpoint.export_dtype, .extra = &hf->extra, .tokenizer = hf->tokenizer};
         rc = train_qwen3_export_merged(q, dir, &o, err);
@@ -470,6 +476,16 @@ static int check_before_sizing(const JobConfig *cfg, const ModelSpec *spec,
         if (rc == 0) rc = ckpt_dist_check_shapes(root, cfg->checkpoint.load_step, params, n, err);
         free(params);
         free(root);
+    }
+    /* The merged export's directory, which it would refuse only after training (a file there,
+     * or files an export does not write). */
+    if (rc == 0 && cfg->lora.rank > 0 && cfg->checkpoint.last_save_in_hf && world->rank == 0) {
+        char *merged = lora_merged_dir(cfg);
+        rc = hf_export_check_out_dir(merged, err);
+        if (rc != 0)
+            err_wrap(err, "checkpoint.last_save_in_hf (the merged LoRA model, written to "
+                          "job.dump_folder/merged after training)");
+        free(merged);
     }
     if (rc == 0 && check_memory) rc = check_memory(cfg, world->size, tok, sample_way, err);
     rc = comm_agree(world, rc, err);
