@@ -34,12 +34,18 @@
 
 int train_job_lora(const JobConfig *cfg, const ModelSpec *spec, Lora *lo, long max_tokens, int warn,
                    Err *err) {
-    char *list = xstrdup(cfg->lora.targets), *save = NULL, *targets[256];
+    /* As many targets as the list holds (at most one per comma, plus one). */
+    char *list = xstrdup(cfg->lora.targets), *save = NULL;
+    size_t cap = 1;
+    for (const char *c = list; *c; c++)
+        cap += *c == ',';
+    char **targets = xcalloc(cap, sizeof *targets);
     int nt = 0;
-    for (char *t = strtok_r(list, ",", &save); t && nt < 256; t = strtok_r(NULL, ",", &save))
+    for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save))
         targets[nt++] = t;
     int rc = lora_create(lo, spec, cfg->lora.rank, cfg->lora.alpha, targets, nt, max_tokens,
                          cfg->path[0] ? cfg->path : "the job config", warn, err);
+    free(targets);
     free(list);
     return rc;
 }
