@@ -531,6 +531,7 @@ static void test_marker_recovery(void **state) {
             assert_int_equal(unlink(path), 0);
             assert_int_equal(ckpt_dist_locate(c, root, -1, &f, &err), 1);
             assert_int_equal(f.step, 4);
+            assert_true(ckpt_dist_is_sharded_path(root)); /* `qtitan export FOLDER` too */
         } else {
             assert_int_equal(found, -1);
             assert_non_null(strstr(err.msg, "(edited or corrupted); no step could be recovered"));

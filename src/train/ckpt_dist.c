@@ -930,13 +930,17 @@ int ckpt_dist_write_config(Comm *world, const char *root, const ModelSpec *spec,
 }
 
 /* The checkpoint folder of path (malloc'd) and the step it names (-1: the newest), or NULL
- * when path is neither a folder with the marker nor FOLDER/rank-K/step-N. */
+ * when path is neither a folder with the marker (or, the marker lost, rank-0/) nor
+ * FOLDER/rank-K/step-N. */
 static char *sharded_root(const char *path, int64_t *step) {
-    /* path is the root (it has the marker) or root/rank-K/step-N. */
+    /* path is the root (it has the marker, or rank-0/ to recover it from) or
+     * root/rank-K/step-N. */
     char *root = NULL;
     int64_t want = -1;
-    char *marker = fs_join(path, CKPT_DIST_MARKER);
-    if (fs_exists(marker)) {
+    char *marker = fs_join(path, CKPT_DIST_MARKER), *rank0 = ckpt_dist_rank_dir(path, 0);
+    int is_root = fs_exists(marker) || fs_is_dir(rank0);
+    free(rank0);
+    if (is_root) {
         root = xstrdup(path);
     } else {
         /* Split off the last two components: rank-K and step-N; the rest is the root. */

@@ -148,8 +148,9 @@ int ckpt_dist_write_config(Comm *world, const char *root, const ModelSpec *spec,
  * *step to the step exported. */
 int ckpt_dist_export_path(const char *path, const char *out_dir, DType dtype,
                           size_t max_shard_bytes, int64_t *step, Err *err);
-/* 1 when path is what ckpt_dist_export_path takes (by its shape: a folder with latest.json, or
- * a FOLDER/rank-K/step-N path), so `qtitan export` can tell sharded checkpoints apart. */
+/* 1 when path is what ckpt_dist_export_path takes (by its shape: a folder with latest.json or,
+ * the marker lost, rank-0/, or a FOLDER/rank-K/step-N path), so `qtitan export` can tell
+ * sharded checkpoints apart. */
 int ckpt_dist_is_sharded_path(const char *path);
 
 /* This rank's folder under root (malloc'd). */
