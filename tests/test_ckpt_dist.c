@@ -535,7 +535,7 @@ static void test_marker_recovery(void **state) {
         } else {
             assert_int_equal(found, -1);
             assert_non_null(strstr(err.msg, "(edited or corrupted); no step could be recovered"));
-            assert_non_null(strstr(err.msg, "fix or remove"));
+            assert_non_null(strstr(err.msg, "or remove it and the rank-N folders to start afresh"));
             assert_int_equal(unlink(path), 0);
             assert_int_equal(ckpt_dist_locate(c, root, -1, &f, &err), -1);
             assert_non_null(strstr(err.msg, "latest.json is missing; no step could be recovered"));

@@ -183,7 +183,8 @@ static int read_marker(const char *root, int64_t *steps, int *n, int64_t *ranks,
         if (rc != 0 && missing)
             err_set(err, "%s; %s: remove its rank-N folders to start afresh", why.msg, scan.msg);
         else if (rc != 0)
-            err_set(err, "%s; %s: fix or remove %s", why.msg, scan.msg, path);
+            err_set(err, "%s; %s: fix %s, or remove it and the rank-N folders to start afresh",
+                    why.msg, scan.msg, path);
         else if (warn && *n > 0)
             log_warn("[checkpoint] %s; recovered from the step directories instead: step %" PRId64
                      " of %" PRId64 " ranks is the newest complete one",
