@@ -11,8 +11,8 @@
 #     and so does one relative checkpoint.initial_load_path naming weights that differ in one
 #     value (compared by a fingerprint of what each rank opened), or one relative
 #     lora.adapter_path naming different adapters; the same weights under two paths train;
-#   - a LoRA run's DUMP/merged holding a file of the user's stops at start-up, not after
-#     training;
+#   - a LoRA run's DUMP/merged holding a file of the user's, or holding checkpoint.folder,
+#     stops at start-up, not after training;
 #   - a sharded checkpoint's latest.json with a flipped byte, an edited steps list or mesh, or
 #     truncated fails its own checksum, and the resume takes the newest step complete on every
 #     rank, recovered from the step directories with a warning, as is a missing one (deleted,
@@ -164,6 +164,15 @@ rc=$?
 if [ $rc -eq 0 ] || [ $rc -eq 124 ] || grep -q "step:" "$TMP/merged.log" || [ "$(cat "$TMP/run_merged/merged/notes.txt")" != mine ] ||
    ! grep -q "checkpoint.last_save_in_hf (the merged LoRA model, written to job.dump_folder/merged after training): $TMP/run_merged/merged holds notes.txt, which an export does not write" "$TMP/merged.log"; then
   echo "FAIL: a foreign file in DUMP/merged should stop a LoRA run at start-up (rc=$rc)"; cat "$TMP/merged.log"; exit 1
+fi
+# So is a checkpoint.folder inside DUMP/merged, which the export would find full of steps.
+timeout 120 "$BIN" train "${ARGS[@]}" "${lora[@]}" --training.steps=2 --training.dataset_path="$TMP/data.jsonl" \
+  --checkpoint.enable=true --checkpoint.last_save_in_hf=true --checkpoint.folder=./merged/ck \
+  --job.dump_folder="$TMP/run_merged_ck" >"$TMP/merged_ck.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || grep -q "step:" "$TMP/merged_ck.log" ||
+   ! grep -qF "checkpoint.folder = \"./merged/ck\" lies in $TMP/run_merged_ck/merged, which the merged export replaces whole" "$TMP/merged_ck.log"; then
+  echo "FAIL: a checkpoint.folder inside DUMP/merged should stop a LoRA run at start-up (rc=$rc)"; cat "$TMP/merged_ck.log"; exit 1
 fi
 echo "ok: DUMP/merged is checked before training"
 # latest.json, the sharded checkpoint's commit marker, carries its own checksum: a flipped

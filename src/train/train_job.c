@@ -487,10 +487,18 @@ static int check_before_sizing(const JobConfig *cfg, const ModelSpec *spec,
      * or files an export does not write). */
     if (rc == 0 && cfg->lora.rank > 0 && cfg->checkpoint.last_save_in_hf && world->rank == 0) {
         char *merged = lora_merged_dir(cfg);
-        rc = hf_export_check_out_dir(merged, err);
+        char *root = fs_resolve(cfg->job.dump_folder, cfg->checkpoint.folder);
+        if (cfg->checkpoint.enable && fs_path_under(root, merged))
+            rc = err_set(err,
+                         "checkpoint.folder = \"%s\" lies in %s, which the merged export replaces "
+                         "whole; choose another checkpoint.folder",
+                         cfg->checkpoint.folder, merged);
+        else
+            rc = hf_export_check_out_dir(merged, err);
         if (rc != 0)
             err_wrap(err, "checkpoint.last_save_in_hf (the merged LoRA model, written to "
                           "job.dump_folder/merged after training)");
+        free(root);
         free(merged);
     }
     if (rc == 0 && check_memory) rc = check_memory(cfg, world->size, tok, sample_way, err);
