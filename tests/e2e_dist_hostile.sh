@@ -18,6 +18,8 @@
 #     rank, recovered from the step directories with a warning, as is a missing one (deleted,
 #     a link to nothing) beside step directories; one written before the checksum is read as it
 #     is, with a notice;
+#   - a rank-N folder copied from another rank's stops the resume (layout.json records the
+#     rank that wrote it);
 #   - a sharded checkpoint resumed into another model stops before allocating, naming the
 #     layout.json and the tensor;
 #   - MPI_Init under comm.init_timeout_seconds: a second "rank" that never joins ends rank 0
@@ -219,6 +221,15 @@ if [ $rc -ne 0 ] || ! grep -q "latest.json has no state_checksum (written before
   echo "FAIL: a latest.json without a checksum should be read as it is (rc=$rc)"; cat "$TMP/mk_legacy.log"; exit 1
 fi
 echo "ok: a damaged latest.json is caught by its checksum and recovered from the step directories"
+# A rank folder copied from another (a copy script, a hand repair) holds that rank's shard:
+# layout.json records which rank wrote it, so the resume stops instead of loading rank 0's
+# slices on rank 1.
+marker copied 'rm -rf rank-1 && cp -r rank-0 rank-1'
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "rank-1/step-3/layout.json records the shard of rank 0, not of rank 1 whose folder holds it" "$TMP/mk_copied.log"; then
+  echo "FAIL: a rank folder copied from another should stop the resume (rc=$rc)"; cat "$TMP/mk_copied.log"; exit 1
+fi
+echo "ok: a rank folder copied from another is refused"
 # Resuming that sharded checkpoint into another model stops before the model is allocated, on
 # two ranks and on one (resharding), with the layout file and the tensor that differs.
 layout="$TMP/run_same/checkpoint/rank-0/step-2/layout.json"

@@ -265,11 +265,12 @@ int ckpt_dist_check_keep(int ranks, int enable, int keep_latest_k, Err *err) {
 /* layout.json of model[0..n) holding slices[0..n), saved by `ranks` processes on mesh, as
  * text (malloc'd, *len bytes). The ranks and mesh let a broken latest.json be recovered from
  * the step directories. */
-static char *layout_text(const CkptTensor *model, const ShardSlice *slices, int n, int ranks,
-                         const int mesh[4], size_t *len) {
+static char *layout_text(const CkptTensor *model, const ShardSlice *slices, int n, int rank,
+                         int ranks, const int mesh[4], size_t *len) {
     json_t *o = json_object(), *t = json_object(), *m = json_array();
     json_object_set_new(o, "format", json_string(LAYOUT_FORMAT));
     json_object_set_new(o, "version", json_integer(1));
+    json_object_set_new(o, "rank", json_integer(rank));
     json_object_set_new(o, "ranks", json_integer(ranks));
     for (int k = 0; k < 4; k++)
         json_array_append_new(m, json_integer(mesh[k]));
@@ -294,7 +295,7 @@ int ckpt_dist_save(Comm *world, const int mesh[4], const char *root, const CkptS
     char *layout = NULL;
     if (slices) {
         size_t len;
-        layout = layout_text(model, slices, nmodel, world->size, mesh, &len);
+        layout = layout_text(model, slices, nmodel, world->rank, world->size, mesh, &len);
         files[with.nfiles++] = (CkptFile){CKPT_DIST_LAYOUT, layout, len};
     }
     with.files = files;
@@ -413,6 +414,25 @@ int ckpt_dist_locate(Comm *world, const char *root, int64_t load_step, CkptDistF
     return 1;
 }
 
+int ckpt_dist_check_rank(const char *step_dir, int rank, Err *err) {
+    char *path = fs_join(step_dir, CKPT_DIST_LAYOUT);
+    int rc = 0;
+    if (fs_exists(path)) {
+        /* One that does not parse fails its checksum when the step is loaded. */
+        Err ignore;
+        json_t *o = json_load_path(path, &ignore), *k = o ? json_object_get(o, "rank") : NULL;
+        if (k && (!json_is_integer(k) || json_integer_value(k) != rank))
+            rc = err_set(err,
+                         "%s records the shard of rank %" PRId64 ", not of rank %d whose folder "
+                         "holds it: was a rank-N folder copied or linked from another?",
+                         path, json_is_integer(k) ? (int64_t)json_integer_value(k) : (int64_t)-1,
+                         rank);
+        json_decref(o);
+    }
+    free(path);
+    return rc;
+}
+
 char *ckpt_dist_found_dir(const char *root, const CkptDistFound *found, int rank) {
     char name[48];
     snprintf(name, sizeof name, "step-%" PRId64, found->step);
@@ -482,7 +502,9 @@ int ckpt_dist_check_shapes(const char *root, int64_t load_step, const ParamInfo 
     for (int k = 0; k < nfiles && usable; k++) {
         char *rdir = ckpt_dist_rank_dir(root, k), *dir = fs_join(rdir, name);
         int lrc;
-        lay[k] = load_layout(dir, &lrc, &ignore);
+        /* A rank folder copied from another holds that rank's tensors, not another model. */
+        rc = ckpt_dist_check_rank(dir, k, err);
+        lay[k] = rc == 0 ? load_layout(dir, &lrc, &ignore) : NULL;
         paths[k] = fs_join(dir, CKPT_DIST_LAYOUT);
         usable = lay[k] != NULL; /* broken or written before layouts: its load checks it */
         free(rdir), free(dir);
@@ -575,7 +597,10 @@ static int open_sharded(CkptDistReader *r, const char *root, int64_t step, int d
         dirs[k] = fs_join(dir, name);
         free(dir);
     }
-    int rc = open_dirs(r, dirs, n, optim, verify_every, verify_first, err);
+    int rc = 0;
+    for (int k = 0; k < n && rc == 0; k++)
+        rc = ckpt_dist_check_rank(dirs[k], k, err);
+    if (rc == 0) rc = open_dirs(r, dirs, n, optim, verify_every, verify_first, err);
     r->dp_shard = dp_shard, r->tp = tp, r->step = step;
     for (int k = 0; k < n; k++)
         free(dirs[k]);
