@@ -11,10 +11,15 @@
 #     and so does one relative checkpoint.initial_load_path naming weights that differ in one
 #     value (compared by a fingerprint of what each rank opened), or one relative
 #     lora.adapter_path naming different adapters; the same weights under two paths train;
+#   - a LoRA run's DUMP/merged holding a file of the user's, or holding checkpoint.folder,
+#     stops at start-up, not after training;
 #   - a sharded checkpoint's latest.json with a flipped byte, an edited steps list or mesh, or
 #     truncated fails its own checksum, and the resume takes the newest step complete on every
-#     rank, recovered from the step directories with a warning; one written before the checksum
-#     is read as it is, with a notice;
+#     rank, recovered from the step directories with a warning, as is a missing one (deleted,
+#     a link to nothing) beside step directories; one written before the checksum is read as it
+#     is, with a notice;
+#   - a rank-N folder copied from another rank's stops the resume (layout.json records the
+#     rank that wrote it);
 #   - a sharded checkpoint resumed into another model stops before allocating, naming the
 #     layout.json and the tensor;
 #   - MPI_Init under comm.init_timeout_seconds: a second "rank" that never joins ends rank 0
@@ -150,11 +155,35 @@ if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "rank 1: the LoRA adapters this
   echo "FAIL: ranks starting from different LoRA adapters (rc=$rc)"; cat "$TMP/lora.log"; exit 1
 fi
 echo "ok: ranks compare the LoRA adapters they loaded"
+# A merged export's directory that the export would refuse (a file of the user's in
+# DUMP/merged) stops the job at start-up, not after training, and the file stays.
+mkdir -p "$TMP/run_merged/merged"
+echo mine >"$TMP/run_merged/merged/notes.txt"
+timeout 120 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 2 "$BIN" train "${ARGS[@]}" \
+  "${lora[@]}" --training.steps=2 --training.dataset_path="$TMP/data.jsonl" --checkpoint.enable=true \
+  --checkpoint.last_save_in_hf=true --job.dump_folder="$TMP/run_merged" >"$TMP/merged.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || grep -q "step:" "$TMP/merged.log" || [ "$(cat "$TMP/run_merged/merged/notes.txt")" != mine ] ||
+   ! grep -q "checkpoint.last_save_in_hf (the merged LoRA model, written to job.dump_folder/merged after training): $TMP/run_merged/merged holds notes.txt, which an export does not write" "$TMP/merged.log"; then
+  echo "FAIL: a foreign file in DUMP/merged should stop a LoRA run at start-up (rc=$rc)"; cat "$TMP/merged.log"; exit 1
+fi
+# So is a checkpoint.folder inside DUMP/merged, which the export would find full of steps.
+timeout 120 "$BIN" train "${ARGS[@]}" "${lora[@]}" --training.steps=2 --training.dataset_path="$TMP/data.jsonl" \
+  --checkpoint.enable=true --checkpoint.last_save_in_hf=true --checkpoint.folder=./merged/ck \
+  --job.dump_folder="$TMP/run_merged_ck" >"$TMP/merged_ck.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || grep -q "step:" "$TMP/merged_ck.log" ||
+   ! grep -qF "checkpoint.folder = \"./merged/ck\" lies in $TMP/run_merged_ck/merged, which the merged export replaces whole" "$TMP/merged_ck.log"; then
+  echo "FAIL: a checkpoint.folder inside DUMP/merged should stop a LoRA run at start-up (rc=$rc)"; cat "$TMP/merged_ck.log"; exit 1
+fi
+echo "ok: DUMP/merged is checked before training"
 # latest.json, the sharded checkpoint's commit marker, carries its own checksum: a flipped
 # byte, an edited steps list (the newest step dropped: it would resume from step 2 and lose
 # step 3) or mesh, and a truncation are caught, and the newest step complete on every rank is
-# recovered from the step directories with a warning. A marker written before the checksum
-# (no version, no checksum) is read as it is, with a notice.
+# recovered from the step directories with a warning. So is a missing marker (deleted, or a
+# link to nothing) while the step directories are there: a fresh start would overwrite them.
+# A marker written before the checksum (no version, no checksum) is read as it is, with a
+# notice.
 mk=(--training.dataset_path="$TMP/data.jsonl" --checkpoint.enable=true --checkpoint.interval=1)
 timeout 120 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 2 "$BIN" train "${ARGS[@]}" \
   "${mk[@]}" --training.steps=3 --job.dump_folder="$TMP/mk" >"$TMP/mk.log" 2>&1 ||
@@ -163,18 +192,20 @@ marker() { # case, then the command that damages DIR/latest.json ($1 in it)
   local c=$1
   rm -rf "$TMP/mk_$c"
   cp -r "$TMP/mk" "$TMP/mk_$c"
-  (cd "$TMP/mk_$c/checkpoint" && eval "$2" && [ -s latest.json ] || [ "$c" = empty ]) ||
+  (cd "$TMP/mk_$c/checkpoint" && eval "$2" && [ -s latest.json ] || [ "$c" = missing ] || [ "$c" = dangling ]) ||
     { echo "FAIL: marker case $c could not be made"; exit 1; }
   timeout 120 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 2 "$BIN" train "${ARGS[@]}" \
     "${mk[@]}" --training.steps=4 --job.dump_folder="$TMP/mk_$c" >"$TMP/mk_$c.log" 2>&1
 }
 jqw() { jq "$1" latest.json >m.tmp && mv m.tmp latest.json; }
-for c in flip steps mesh truncated; do
+for c in flip steps mesh truncated missing dangling; do
   case $c in
   flip) damage='printf "\\x01" | dd of=latest.json bs=1 seek=30 conv=notrunc status=none' ;;
   steps) damage='jqw ".steps = [1, 2] | .step = 2"' ;;
   mesh) damage='jqw ".mesh = [2, 1, 1, 1]"' ;;
   truncated) damage='head -c 60 latest.json >m.tmp && mv m.tmp latest.json' ;;
+  missing) damage='rm latest.json' ;;
+  dangling) damage='rm latest.json && ln -s gone.json latest.json' ;;
   esac
   marker $c "$damage"
   rc=$?
@@ -190,6 +221,15 @@ if [ $rc -ne 0 ] || ! grep -q "latest.json has no state_checksum (written before
   echo "FAIL: a latest.json without a checksum should be read as it is (rc=$rc)"; cat "$TMP/mk_legacy.log"; exit 1
 fi
 echo "ok: a damaged latest.json is caught by its checksum and recovered from the step directories"
+# A rank folder copied from another (a copy script, a hand repair) holds that rank's shard:
+# layout.json records which rank wrote it, so the resume stops instead of loading rank 0's
+# slices on rank 1.
+marker copied 'rm -rf rank-1 && cp -r rank-0 rank-1'
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "rank-1/step-3/layout.json records the shard of rank 0, not of rank 1 whose folder holds it" "$TMP/mk_copied.log"; then
+  echo "FAIL: a rank folder copied from another should stop the resume (rc=$rc)"; cat "$TMP/mk_copied.log"; exit 1
+fi
+echo "ok: a rank folder copied from another is refused"
 # Resuming that sharded checkpoint into another model stops before the model is allocated, on
 # two ranks and on one (resharding), with the layout file and the tensor that differs.
 layout="$TMP/run_same/checkpoint/rank-0/step-2/layout.json"

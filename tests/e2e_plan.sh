@@ -79,4 +79,12 @@ for want in "expert parallel 4: 2 of the 8 experts of each MoE layer per rank, 1
   "EP all-to-all                  ep              4 ranks intra-host" "TP router all-reduce           tp              2 ranks"; do
   grep -qF "$want" "$tmp/ep.plan" || { cat "$tmp/ep.plan"; echo "FAIL: plan EP x TP lacks: $want"; exit 1; }
 done
+# Every LoRA target counts, however long the list (past 256 the rest were silently dropped):
+# 256 copies of one target then a second adapt what the two alone adapt.
+many="$(printf 'layers.0.attention.wq,%.0s' $(seq 256))layers.*.feed_forward.w2"
+for t in "$many" 'layers.0.attention.wq,layers.*.feed_forward.w2'; do
+  "$QT_BINARY" plan --config "$QT_SOURCE_DIR/configs/debug.toml" --lora.rank=4 --lora.targets="$t" 2>&1 | grep '^lora: '
+done >"$tmp/targets.txt"
+[ "$(wc -l <"$tmp/targets.txt")" = 2 ] && [ "$(sort -u "$tmp/targets.txt" | wc -l)" = 1 ] ||
+  { cat "$tmp/targets.txt"; echo "FAIL: a long lora.targets list should adapt every target"; exit 1; }
 echo "e2e_plan: ok"

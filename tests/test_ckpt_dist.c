@@ -527,10 +527,18 @@ static void test_marker_recovery(void **state) {
             CkptDistReader r;
             assert_int_equal(ckpt_dist_reader_open_step(&r, root, 1, &err), 0);
             ckpt_dist_reader_close(&r);
+            /* A missing marker beside the steps: recovered too, not a fresh start. */
+            assert_int_equal(unlink(path), 0);
+            assert_int_equal(ckpt_dist_locate(c, root, -1, &f, &err), 1);
+            assert_int_equal(f.step, 4);
+            assert_true(ckpt_dist_is_sharded_path(root)); /* `qtitan export FOLDER` too */
         } else {
             assert_int_equal(found, -1);
             assert_non_null(strstr(err.msg, "(edited or corrupted); no step could be recovered"));
-            assert_non_null(strstr(err.msg, "fix or remove"));
+            assert_non_null(strstr(err.msg, "or remove it and the rank-N folders to start afresh"));
+            assert_int_equal(unlink(path), 0);
+            assert_int_equal(ckpt_dist_locate(c, root, -1, &f, &err), -1);
+            assert_non_null(strstr(err.msg, "latest.json is missing; no step could be recovered"));
         }
         free(text);
         free(path);

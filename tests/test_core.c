@@ -195,6 +195,23 @@ static void test_fs_atomic_and_json_errors(void **state) {
     assert_string_equal(abs, "/data/ckpt");
     free(rel);
     free(abs);
+    /* fs_path_under, by text: the spellings of one folder and of folders inside it. */
+    const char *under[][2] = {{"out/merged", "out/merged"},
+                              {"out/./merged/", "out//merged"},
+                              {"out/merged/ck", "out/merged"},
+                              {"out/x/../merged", "out/merged"},
+                              {"/a/b", "/"},
+                              {"../m", ".."},
+                              {"a/..", "."},
+                              {"/../a", "/a"}};
+    for (size_t i = 0; i < sizeof under / sizeof under[0]; i++)
+        if (!fs_path_under(under[i][0], under[i][1])) fail_msg("%s %s", under[i][0], under[i][1]);
+    const char *apart[][2] = {{"out/merged2", "out/merged"},
+                              {"out", "out/merged"},
+                              {"out/merged/../ck", "out/merged"},
+                              {"m", "../m"}};
+    for (size_t i = 0; i < sizeof apart / sizeof apart[0]; i++)
+        if (fs_path_under(apart[i][0], apart[i][1])) fail_msg("%s %s", apart[i][0], apart[i][1]);
 }
 
 int main(void) {

@@ -412,6 +412,11 @@ static void test_bad_input(void **state) {
                          "+2x8", "2x+8", "65537x1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         expect_cluster_error(bad[i], "expected HOSTSxGPUS");
+    /* Each part in range, the product past what a mesh counts (it wrapped to negative
+     * degrees); the largest product still parses. */
+    expect_cluster_error("65536x65536", "65536 x 65536 = 4294967296 ranks, more than the 4194304");
+    expect_cluster_error("32768x65536", "ranks, more than the 4194304");
+    assert_int_equal(steptime_parse_cluster("65536x64", &h, &g, &err), 0);
     Cluster c = cluster(1, 2);
     c.compute_eff = 1.5;
     assert_int_equal(steptime_check_cluster(&c, &err), -1);

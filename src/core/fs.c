@@ -313,6 +313,57 @@ char *fs_resolve(const char *dir, const char *path) {
     return path[0] == '/' ? xstrdup(path) : fs_join(dir, path);
 }
 
+/* path's text with "." segments, repeated and trailing slashes and "name/.." pairs taken out
+ * (malloc'd; "." when nothing is left of a relative path). */
+static char *lexical_path(const char *path) {
+    size_t n = strlen(path);
+    char *out = xmalloc(n + 2);
+    size_t k = 0;
+    int absolute = path[0] == '/';
+    if (absolute) out[k++] = '/';
+    size_t floor = k; /* where ".." can no longer pop a segment */
+    for (const char *p = path; *p;) {
+        while (*p == '/')
+            p++;
+        size_t len = strcspn(p, "/");
+        if (len == 0) break;
+        if (len == 1 && p[0] == '.') {
+            p += len;
+            continue;
+        }
+        if (len == 2 && p[0] == '.' && p[1] == '.') {
+            if (k > floor) { /* pop the last segment */
+                while (k > floor && out[k - 1] != '/')
+                    k--;
+                if (k > floor) k--;
+                p += len;
+                continue;
+            }
+            if (absolute) { /* "/.." is "/" */
+                p += len;
+                continue;
+            }
+        }
+        if (k > 0 && out[k - 1] != '/') out[k++] = '/';
+        memcpy(out + k, p, len);
+        k += len;
+        if (len == 2 && p[0] == '.' && p[1] == '.') floor = k;
+        p += len;
+    }
+    if (k == 0) out[k++] = '.';
+    out[k] = 0;
+    return out;
+}
+
+int fs_path_under(const char *path, const char *dir) {
+    char *a = lexical_path(path), *b = lexical_path(dir);
+    size_t nb = strlen(b);
+    int under = strncmp(a, b, nb) == 0 && (a[nb] == 0 || a[nb] == '/' || strcmp(b, "/") == 0);
+    free(a);
+    free(b);
+    return under;
+}
+
 char *fs_join(const char *a, const char *b) {
     size_t na = strlen(a), nb = strlen(b);
     char *s = xmalloc(na + nb + 2);

@@ -68,5 +68,9 @@ char *fs_join(const char *a, const char *b);
 /* path itself when it is absolute, else dir/path (malloc'd): how a folder key relative to
  * job.dump_folder is resolved, as torchtitan's os.path.join does. */
 char *fs_resolve(const char *dir, const char *path);
+/* 1 when path lies at or under dir, compared by their text with "." segments, repeated and
+ * trailing slashes and "name/.." pairs taken out (neither needs to exist; links are not
+ * followed). */
+int fs_path_under(const char *path, const char *dir);
 
 #endif

@@ -98,8 +98,7 @@ int hf_export_check_out_dir(const char *out_dir, Err *err) {
     TRY(hf_export_check_not_checkpoint(out_dir, err));
     if (!fs_exists(out_dir)) return 0;
     if (!fs_is_dir(out_dir))
-        return err_set(err, "--out %s exists and is not a directory; choose another output",
-                       out_dir);
+        return err_set(err, "%s exists and is not a directory; choose another output", out_dir);
     DIR *d = opendir(out_dir);
     SYS_CHECK(d != NULL, err, "cannot list %s", out_dir);
     struct dirent *e;

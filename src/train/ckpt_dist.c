@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/fs.h"
@@ -145,37 +146,50 @@ static int scan_steps(const char *root, int64_t *steps, int *n, int64_t *ranks, 
 }
 
 /* Rank 0: the marker's steps (oldest first) into steps[0..*n), *ranks and the mesh
- * [dp_replicate, dp_shard, tp, ep]. 0 and *n = 0 when there is no marker. A marker that does
- * not parse or fails its own checksum (a flipped byte, a hand edit, a truncation) is replaced
- * by what the step directories hold (scan_steps), with a warning when warn is set; one without
- * a version and a checksum, written before markers carried them, is read as it is, with a
- * notice when warn is set. */
+ * [dp_replicate, dp_shard, tp, ep]. 0 and *n = 0 when there is neither a marker nor a step
+ * directory. A marker that does not parse or fails its own checksum (a flipped byte, a hand
+ * edit, a truncation), or is missing while rank-0 holds steps (deleted, a link to nothing, a
+ * crash between the step directories and the commit), is replaced by what the step directories
+ * hold (scan_steps), with a warning when warn is set: a fresh start would overwrite them. One
+ * without a version and a checksum, written before markers carried them, is read as it is,
+ * with a notice when warn is set. */
 static int read_marker(const char *root, int64_t *steps, int *n, int64_t *ranks, int64_t mesh[4],
                        int warn, Err *err) {
     *n = 0;
     *ranks = 0;
     char *path = fs_join(root, CKPT_DIST_MARKER), *text = NULL;
     size_t len = 0;
-    if (!fs_exists(path)) {
-        free(path);
-        return 0;
-    }
-    size_t scope = err_oom_push("reading %s", path);
-    int rc = fs_read_all(path, &text, &len, err);
+    int rc = 0;
     Err why;
-    json_t *o = rc == 0 ? json_load_mem(text, len, path, &why) : NULL;
-    err_oom_pop(scope);
+    json_t *o = NULL;
+    struct stat st;
+    int missing = !fs_exists(path);
+    if (missing)
+        err_set(&why, "%s %s", path,
+                lstat(path, &st) == 0 ? "is a symbolic link to nothing" : "is missing");
+    else {
+        size_t scope = err_oom_push("reading %s", path);
+        rc = fs_read_all(path, &text, &len, err);
+        o = rc == 0 ? json_load_mem(text, len, path, &why) : NULL;
+        err_oom_pop(scope);
+    }
     int sealed = json_object_get(o, "version") || json_object_get(o, CKPT_SUM_KEY);
     if (rc == 0 && (!o || (sealed && ckpt_sum_check(text, len, path, &why) != 0))) {
         Err scan;
         rc = scan_steps(root, steps, n, ranks, mesh, &scan);
-        if (rc != 0)
-            err_set(err, "%s; %s: fix or remove %s", why.msg, scan.msg, path);
+        /* Saving (warn unset) with no marker: steps the resume could not take start the list
+         * afresh, as the resume refused them first (or they predate layouts). */
+        if (rc != 0 && missing && !warn) rc = 0, *n = 0;
+        if (rc != 0 && missing)
+            err_set(err, "%s; %s: remove its rank-N folders to start afresh", why.msg, scan.msg);
+        else if (rc != 0)
+            err_set(err, "%s; %s: fix %s, or remove it and the rank-N folders to start afresh",
+                    why.msg, scan.msg, path);
         else if (warn && *n > 0)
             log_warn("[checkpoint] %s; recovered from the step directories instead: step %" PRId64
                      " of %" PRId64 " ranks is the newest complete one",
                      why.msg, steps[*n - 1], *ranks);
-        else if (warn)
+        else if (warn && !missing)
             log_warn("[checkpoint] %s; the step directories hold no step to recover", why.msg);
     } else if (rc == 0) {
         if (!sealed && warn)
@@ -251,11 +265,12 @@ int ckpt_dist_check_keep(int ranks, int enable, int keep_latest_k, Err *err) {
 /* layout.json of model[0..n) holding slices[0..n), saved by `ranks` processes on mesh, as
  * text (malloc'd, *len bytes). The ranks and mesh let a broken latest.json be recovered from
  * the step directories. */
-static char *layout_text(const CkptTensor *model, const ShardSlice *slices, int n, int ranks,
-                         const int mesh[4], size_t *len) {
+static char *layout_text(const CkptTensor *model, const ShardSlice *slices, int n, int rank,
+                         int ranks, const int mesh[4], size_t *len) {
     json_t *o = json_object(), *t = json_object(), *m = json_array();
     json_object_set_new(o, "format", json_string(LAYOUT_FORMAT));
     json_object_set_new(o, "version", json_integer(1));
+    json_object_set_new(o, "rank", json_integer(rank));
     json_object_set_new(o, "ranks", json_integer(ranks));
     for (int k = 0; k < 4; k++)
         json_array_append_new(m, json_integer(mesh[k]));
@@ -280,7 +295,7 @@ int ckpt_dist_save(Comm *world, const int mesh[4], const char *root, const CkptS
     char *layout = NULL;
     if (slices) {
         size_t len;
-        layout = layout_text(model, slices, nmodel, world->size, mesh, &len);
+        layout = layout_text(model, slices, nmodel, world->rank, world->size, mesh, &len);
         files[with.nfiles++] = (CkptFile){CKPT_DIST_LAYOUT, layout, len};
     }
     with.files = files;
@@ -399,6 +414,25 @@ int ckpt_dist_locate(Comm *world, const char *root, int64_t load_step, CkptDistF
     return 1;
 }
 
+int ckpt_dist_check_rank(const char *step_dir, int rank, Err *err) {
+    char *path = fs_join(step_dir, CKPT_DIST_LAYOUT);
+    int rc = 0;
+    if (fs_exists(path)) {
+        /* One that does not parse fails its checksum when the step is loaded. */
+        Err ignore;
+        json_t *o = json_load_path(path, &ignore), *k = o ? json_object_get(o, "rank") : NULL;
+        if (k && (!json_is_integer(k) || json_integer_value(k) != rank))
+            rc = err_set(err,
+                         "%s records the shard of rank %" PRId64 ", not of rank %d whose folder "
+                         "holds it: was a rank-N folder copied or linked from another?",
+                         path, json_is_integer(k) ? (int64_t)json_integer_value(k) : (int64_t)-1,
+                         rank);
+        json_decref(o);
+    }
+    free(path);
+    return rc;
+}
+
 char *ckpt_dist_found_dir(const char *root, const CkptDistFound *found, int rank) {
     char name[48];
     snprintf(name, sizeof name, "step-%" PRId64, found->step);
@@ -468,7 +502,9 @@ int ckpt_dist_check_shapes(const char *root, int64_t load_step, const ParamInfo 
     for (int k = 0; k < nfiles && usable; k++) {
         char *rdir = ckpt_dist_rank_dir(root, k), *dir = fs_join(rdir, name);
         int lrc;
-        lay[k] = load_layout(dir, &lrc, &ignore);
+        /* A rank folder copied from another holds that rank's tensors, not another model. */
+        rc = ckpt_dist_check_rank(dir, k, err);
+        lay[k] = rc == 0 ? load_layout(dir, &lrc, &ignore) : NULL;
         paths[k] = fs_join(dir, CKPT_DIST_LAYOUT);
         usable = lay[k] != NULL; /* broken or written before layouts: its load checks it */
         free(rdir), free(dir);
@@ -561,7 +597,10 @@ static int open_sharded(CkptDistReader *r, const char *root, int64_t step, int d
         dirs[k] = fs_join(dir, name);
         free(dir);
     }
-    int rc = open_dirs(r, dirs, n, optim, verify_every, verify_first, err);
+    int rc = 0;
+    for (int k = 0; k < n && rc == 0; k++)
+        rc = ckpt_dist_check_rank(dirs[k], k, err);
+    if (rc == 0) rc = open_dirs(r, dirs, n, optim, verify_every, verify_first, err);
     r->dp_shard = dp_shard, r->tp = tp, r->step = step;
     for (int k = 0; k < n; k++)
         free(dirs[k]);
@@ -917,13 +956,17 @@ int ckpt_dist_write_config(Comm *world, const char *root, const ModelSpec *spec,
 }
 
 /* The checkpoint folder of path (malloc'd) and the step it names (-1: the newest), or NULL
- * when path is neither a folder with the marker nor FOLDER/rank-K/step-N. */
+ * when path is neither a folder with the marker (or, the marker lost, rank-0/) nor
+ * FOLDER/rank-K/step-N. */
 static char *sharded_root(const char *path, int64_t *step) {
-    /* path is the root (it has the marker) or root/rank-K/step-N. */
+    /* path is the root (it has the marker, or rank-0/ to recover it from) or
+     * root/rank-K/step-N. */
     char *root = NULL;
     int64_t want = -1;
-    char *marker = fs_join(path, CKPT_DIST_MARKER);
-    if (fs_exists(marker)) {
+    char *marker = fs_join(path, CKPT_DIST_MARKER), *rank0 = ckpt_dist_rank_dir(path, 0);
+    int is_root = fs_exists(marker) || fs_is_dir(rank0);
+    free(rank0);
+    if (is_root) {
         root = xstrdup(path);
     } else {
         /* Split off the last two components: rank-K and step-N; the rest is the root. */

@@ -66,6 +66,10 @@ int ckpt_dist_check_shapes(const char *root, int64_t load_step, const ParamInfo 
 /* The step directory of found that rank `rank` of the same mesh reads (malloc'd): root/step-N
  * for one process's, root/rank-K/step-N for a sharded one. */
 char *ckpt_dist_found_dir(const char *root, const CkptDistFound *found, int rank);
+/* -1 with a sentence when step_dir's layout.json records the shard of another rank than
+ * `rank` (a rank-K folder copied or linked from another would load that rank's slices); 0
+ * too for layouts written before they recorded the rank. */
+int ckpt_dist_check_rank(const char *step_dir, int rank, Err *err);
 
 /* Reads a committed sharded checkpoint without MPI and without holding the model: every
  * parameter file of replica 0 is mapped, and a full parameter, or any run of its elements, is
@@ -148,8 +152,9 @@ int ckpt_dist_write_config(Comm *world, const char *root, const ModelSpec *spec,
  * *step to the step exported. */
 int ckpt_dist_export_path(const char *path, const char *out_dir, DType dtype,
                           size_t max_shard_bytes, int64_t *step, Err *err);
-/* 1 when path is what ckpt_dist_export_path takes (by its shape: a folder with latest.json, or
- * a FOLDER/rank-K/step-N path), so `qtitan export` can tell sharded checkpoints apart. */
+/* 1 when path is what ckpt_dist_export_path takes (by its shape: a folder with latest.json or,
+ * the marker lost, rank-0/, or a FOLDER/rank-K/step-N path), so `qtitan export` can tell
+ * sharded checkpoints apart. */
 int ckpt_dist_is_sharded_path(const char *path);
 
 /* This rank's folder under root (malloc'd). */

@@ -28,6 +28,12 @@ int steptime_parse_cluster(const char *text, int *hosts, int *per_host, Err *err
                        "--cluster %s: expected HOSTSxGPUS, two integers from 1 to 65536 joined by "
                        "'x' (e.g. 2x8: two hosts of eight ranks each)",
                        text ? text : "(none)");
+    /* The meshes are counted in int, and enumerating a larger world would take minutes. */
+    if (v[0] * v[1] > STEPTIME_MAX_RANKS)
+        return err_set(err,
+                       "--cluster %s: %ld x %ld = %ld ranks, more than the %d the step-time model "
+                       "counts",
+                       text, v[0], v[1], v[0] * v[1], STEPTIME_MAX_RANKS);
     *hosts = (int)v[0];
     *per_host = (int)v[1];
     return 0;

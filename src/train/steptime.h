@@ -67,8 +67,12 @@ typedef struct StepTime {
     StepCollective coll[STEP_MAX_COLL];
 } StepTime;
 
-/* "HOSTSxGPUS" (e.g. "2x8") into hosts and per_host, both 1..65536; otherwise -1 with a
- * sentence naming the text and what was expected. */
+/* The most ranks (hosts x per_host) --cluster may name: 2^22, past any cluster built. */
+#define STEPTIME_MAX_RANKS (1 << 22)
+
+/* "HOSTSxGPUS" (e.g. "2x8") into hosts and per_host, both 1..65536, at most
+ * STEPTIME_MAX_RANKS in all; otherwise -1 with a sentence naming the text and what was
+ * expected. */
 int steptime_parse_cluster(const char *text, int *hosts, int *per_host, Err *err);
 /* Checks c's numbers (positive, fractions within 0..1); -1 with a sentence naming the option. */
 int steptime_check_cluster(const Cluster *c, Err *err);

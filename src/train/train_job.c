@@ -17,6 +17,7 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "io/hf_config.h"
+#include "io/hf_export.h"
 #include "model/lora.h"
 #include "model/qwen3_hf.h"
 #include "ops/gemm.h"
@@ -34,12 +35,18 @@
 
 int train_job_lora(const JobConfig *cfg, const ModelSpec *spec, Lora *lo, long max_tokens, int warn,
                    Err *err) {
-    char *list = xstrdup(cfg->lora.targets), *save = NULL, *targets[256];
+    /* As many targets as the list holds (at most one per comma, plus one). */
+    char *list = xstrdup(cfg->lora.targets), *save = NULL;
+    size_t cap = 1;
+    for (const char *c = list; *c; c++)
+        cap += *c == ',';
+    char **targets = xcalloc(cap, sizeof *targets);
     int nt = 0;
-    for (char *t = strtok_r(list, ",", &save); t && nt < 256; t = strtok_r(NULL, ",", &save))
+    for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save))
         targets[nt++] = t;
     int rc = lora_create(lo, spec, cfg->lora.rank, cfg->lora.alpha, targets, nt, max_tokens,
                          cfg->path[0] ? cfg->path : "the job config", warn, err);
+    free(targets);
     free(list);
     return rc;
 }
@@ -69,6 +76,11 @@ static int lora_setup(const JobConfig *cfg, const ModelSpec *spec, Lora *lo, lon
     return 0;
 }
 
+/* Where a LoRA run's merged export goes (checkpoint.last_save_in_hf): DUMP/merged. */
+static char *lora_merged_dir(const JobConfig *cfg) {
+    return fs_join(cfg->job.dump_folder, "merged");
+}
+
 /* After a LoRA run: the adapters in peft's format in DUMP/adapter, and with
  * checkpoint.last_save_in_hf the merged model as an HF directory in DUMP/merged. Every rank
  * holds the same whole adapters, so rank 0 writes them; the merge gathers the base
@@ -83,7 +95,7 @@ static int lora_finish(const JobConfig *cfg, TrainQwen3 *q, const Lora *lo, cons
     if (rc == 0) log_info("lora: adapters written to %s (peft format)", dir);
     free(dir);
     if (rc == 0 && cfg->checkpoint.last_save_in_hf) {
-        dir = fs_join(cfg->job.dump_folder, "merged");
+        dir = lora_merged_dir(cfg);
         HfExportOptions o = {
             .dtype = cfg->checkpoint.export_dtype, .extra = &hf->extra, .tokenizer = hf->tokenizer};
         rc = train_qwen3_export_merged(q, dir, &o, err);
@@ -487,6 +499,24 @@ static int check_before_sizing(const JobConfig *cfg, const ModelSpec *spec,
         if (rc == 0) rc = ckpt_dist_check_shapes(root, cfg->checkpoint.load_step, params, n, err);
         free(params);
         free(root);
+    }
+    /* The merged export's directory, which it would refuse only after training (a file there,
+     * or files an export does not write). */
+    if (rc == 0 && cfg->lora.rank > 0 && cfg->checkpoint.last_save_in_hf && world->rank == 0) {
+        char *merged = lora_merged_dir(cfg);
+        char *root = fs_resolve(cfg->job.dump_folder, cfg->checkpoint.folder);
+        if (cfg->checkpoint.enable && fs_path_under(root, merged))
+            rc = err_set(err,
+                         "checkpoint.folder = \"%s\" lies in %s, which the merged export replaces "
+                         "whole; choose another checkpoint.folder",
+                         cfg->checkpoint.folder, merged);
+        else
+            rc = hf_export_check_out_dir(merged, err);
+        if (rc != 0)
+            err_wrap(err, "checkpoint.last_save_in_hf (the merged LoRA model, written to "
+                          "job.dump_folder/merged after training)");
+        free(root);
+        free(merged);
     }
     if (rc == 0 && check_memory) rc = check_memory(cfg, world->size, tok, sample_way, err);
     rc = comm_agree(world, rc, err);

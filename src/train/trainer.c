@@ -172,6 +172,7 @@ static int resume(Trainer *t, Err *err) {
         if (st.model_only && st.step >= t->o->steps) noptim = 0;
         ckpt_state_release(&st);
     }
+    if (rc == 0 && same && f.ranks) rc = ckpt_dist_check_rank(path, rank, err);
     if (rc == 0 && same && t->o->exclude == 0) {
         /* ckpt_find_latest verified a one-process step's checksums already. */
         rc = f.ranks
