@@ -353,13 +353,15 @@ char *model_spec_hf_config_text(const ModelSpec *s, const HfConfigExtra *extra,
     if (aux_coef == 0 && extra && extra->has_router_aux_loss_coef)
         aux_coef = extra->router_aux_loss_coef;
     int router_logits = extra && extra->output_router_logits && s->router_aux_loss_coef > 0;
+    /* Kept as given: eval and generation accept it (inactive there), training refuses it. */
+    double dropout = extra ? extra->attention_dropout : 0.0;
     json_t *o = json_object();
     json_t *archs = json_array();
     json_array_append_new(archs, json_string(moe ? ARCH_MOE : ARCH_DENSE));
     json_object_set_new(o, "architectures", archs);
     json_object_set_new(o, "model_type", json_string(moe ? "qwen3_moe" : "qwen3"));
     json_object_set_new(o, "attention_bias", json_false());
-    json_object_set_new(o, "attention_dropout", json_real(0.0));
+    json_object_set_new(o, "attention_dropout", json_real(dropout));
     if (extra && extra->n_bos > 0)
         json_object_set_new(o, "bos_token_id", json_integer(extra->bos_token_id[0]));
     if (extra && extra->n_eos > 0)
@@ -404,6 +406,7 @@ char *model_spec_hf_config_text(const ModelSpec *s, const HfConfigExtra *extra,
     int d2 = round_trip_digits(s->rope_theta), d3 = round_trip_digits(aux_coef);
     if (d2 > digits) digits = d2;
     if (d3 > digits) digits = d3;
+    if (round_trip_digits(dropout) > digits) digits = round_trip_digits(dropout);
     if (digits < 2) digits = 2;
     char *text = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(digits));
     json_decref(o);
