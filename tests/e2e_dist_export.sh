@@ -8,8 +8,8 @@
 #   - a TP 2 run trained for 10 steps exports a model that loads as the initial weights of a
 #     one-process run, and whose loss on held-out lines (`qtitan eval`) is that of the export of
 #     the same training on one process, to 1e-5 relative; loaded as the initial weights of
-#     FSDP 2 x TP 2 (each rank reads its part of every tensor from the file) and saved after a
-#     zero-lr step, it is written back byte for byte.
+#     FSDP 2 x TP 2 (each rank reads its part of every tensor from the file; rank 0's load
+#     progress counts up to its part) and saved after a zero-lr step, it is written back byte for byte.
 set -uo pipefail
 # shellcheck source=tests/dist_lib.sh
 . "$(dirname "$0")/dist_lib.sh"
@@ -72,9 +72,10 @@ fi
 LD=(--model.tie_embeddings=false --training.steps=1 --optimizer.lr=0 --checkpoint.enable=true
   --checkpoint.last_save_in_hf=true --checkpoint.initial_load_in_hf=true
   --checkpoint.initial_load_path="$TMP/tr-tp2/checkpoint/step-10/hf")
-if run 4 ld-tp2f2 "${LD[@]}" --parallelism.tensor_parallel_degree=2 --parallelism.data_parallel_shard_degree=2 &&
-  cmp "$(hf_file tr-tp2 10)" "$(hf_file ld-tp2f2 1)"; then
-  echo "ok: the trained export loaded by FSDP 2 x TP 2 is written back byte for byte after a zero-lr step"
+if (export QT_PROGRESS_SECONDS=0
+  run 4 ld-tp2f2 "${LD[@]}" --parallelism.tensor_parallel_degree=2 --parallelism.data_parallel_shard_degree=2) &&
+  cmp "$(hf_file tr-tp2 10)" "$(hf_file ld-tp2f2 1)" && grep -q '^loading .*: 100% ' "$TMP/ld-tp2f2.log"; then
+  echo "ok: the trained export loaded by FSDP 2 x TP 2 (progress to 100% of rank 0's part) is written back byte for byte after a zero-lr step"
 else
   echo "FAIL: the trained export through an FSDP 2 x TP 2 load"; cat "$TMP/ld-tp2f2.log"; fail=1
 fi

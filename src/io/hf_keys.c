@@ -264,6 +264,15 @@ static int load_range(void *dst, DType to, const HfKeyTable *t, int p, const StS
     return found ? 0 : err_set(err, "parameter %s has no HF tensors", qp->name);
 }
 
+size_t hf_keys_file_elem_size(const HfKeyTable *t, int p, const StSet *set) {
+    for (int i = 0; i < t->nhf; i++)
+        if (t->hf[i].param == p) {
+            const StTensor *st = st_set_find(set, t->hf[i].name);
+            return st ? dtype_size(st->dtype) : 0;
+        }
+    return 0;
+}
+
 int hf_keys_load_param(float *dst, const HfKeyTable *t, int p, const StSet *set, Err *err) {
     return load_range(dst, DT_F32, t, p, set, 0, t->params[p].numel, err);
 }

@@ -852,6 +852,10 @@ void st_set_progress(const StSet *s, size_t bytes) {
     if (s->progress) progress_add(s->progress, (double)bytes);
 }
 
+void st_set_progress_total(const StSet *s, double bytes) {
+    if (s->progress) s->progress->total = bytes;
+}
+
 void st_set_close(StSet *s) {
     if (s->progress) progress_finish(s->progress);
     free(s->progress);

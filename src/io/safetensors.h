@@ -131,6 +131,9 @@ int st_set_open(StSet *s, const char *path, Err *err);
 void st_set_close(StSet *s);
 /* Counts bytes of s's tensors as converted (the loaders call it per tensor). */
 void st_set_progress(const StSet *s, size_t bytes);
+/* The bytes the progress counts up to (st_set_open: all of the files'), for a reader that
+ * reads a part of them (a sharded rank). */
+void st_set_progress_total(const StSet *s, double bytes);
 const StTensor *st_set_find(const StSet *s, const char *name);
 
 #endif

@@ -1004,6 +1004,16 @@ int train_qwen3_load_hf(TrainQwen3 *f, const char *path, Err *err) {
     HfKeyTable keys;
     hf_keys_build(&keys, &whole(f)->spec);
     int rc = qwen3_hf_check(&whole(f)->spec, &set, path, err);
+    if (f->sharded) { /* the progress counts up to the bytes of this rank's part */
+        double bytes = 0;
+        for (int i = 0; i < f->m.nparams; i++) {
+            int k = hf_keys_find_param(&keys, whole(f)->table[i].name);
+            if (k >= 0)
+                bytes += (double)(f->held[i].hi - f->held[i].lo) *
+                         (double)hf_keys_file_elem_size(&keys, k, &set);
+        }
+        st_set_progress_total(&set, bytes);
+    }
     for (int i = 0; i < f->m.nparams && rc == 0; i++) {
         const Qwen3Param *p = &whole(f)->table[i];
         const Held *h = &f->held[i];
