@@ -7,7 +7,9 @@
 #     `qtitan export` (no MPI) of their folders and of one rank's step directory;
 #   - a TP 2 run trained for 10 steps exports a model that loads as the initial weights of a
 #     one-process run, and whose loss on held-out lines (`qtitan eval`) is that of the export of
-#     the same training on one process, to 1e-5 relative.
+#     the same training on one process, to 1e-5 relative; loaded as the initial weights of
+#     FSDP 2 x TP 2 (each rank reads its part of every tensor from the file; rank 0's load
+#     progress counts up to its part) and saved after a zero-lr step, it is written back byte for byte.
 set -uo pipefail
 # shellcheck source=tests/dist_lib.sh
 . "$(dirname "$0")/dist_lib.sh"
@@ -66,6 +68,16 @@ if run 0 tr-one "${TR[@]}" && run 2 tr-tp2 "${TR[@]}" --parallelism.tensor_paral
   echo "ok: the HF export of a trained TP 2 run loads as initial weights on one process"
 else
   echo "FAIL: trained TP 2 export"; cat "$TMP/tr-tp2.log" "$TMP/tr-load.log"; fail=1
+fi
+LD=(--model.tie_embeddings=false --training.steps=1 --optimizer.lr=0 --checkpoint.enable=true
+  --checkpoint.last_save_in_hf=true --checkpoint.initial_load_in_hf=true
+  --checkpoint.initial_load_path="$TMP/tr-tp2/checkpoint/step-10/hf")
+if (export QT_PROGRESS_SECONDS=0
+  run 4 ld-tp2f2 "${LD[@]}" --parallelism.tensor_parallel_degree=2 --parallelism.data_parallel_shard_degree=2) &&
+  cmp "$(hf_file tr-tp2 10)" "$(hf_file ld-tp2f2 1)" && grep -q '^loading .*: 100% ' "$TMP/ld-tp2f2.log"; then
+  echo "ok: the trained export loaded by FSDP 2 x TP 2 (progress to 100% of rank 0's part) is written back byte for byte after a zero-lr step"
+else
+  echo "FAIL: the trained export through an FSDP 2 x TP 2 load"; cat "$TMP/ld-tp2f2.log"; fail=1
 fi
 a=$(loss_of "$TMP/tr-one/checkpoint/step-10/hf") b=$(loss_of "$TMP/tr-tp2/checkpoint/step-10/hf")
 if [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * a) }'; then

@@ -220,6 +220,9 @@ void hf_check_free(HfCheck *c) {
     memset(c, 0, sizeof *c);
 }
 
+/* Elements converted between drops of the file's pages (st_release_range): 4 MiB of fp32. */
+#define LOAD_PIECE ((int64_t)1 << 20)
+
 /* Elements [lo, lo + n) of parameter p into dst as dtype to (F32 or BF16). */
 static int load_range(void *dst, DType to, const HfKeyTable *t, int p, const StSet *set, int64_t lo,
                       int64_t n, Err *err) {
@@ -247,21 +250,35 @@ static int load_range(void *dst, DType to, const HfKeyTable *t, int p, const StS
          * another in the parameter). */
         int64_t off = h->expert < 0 ? 0 : (int64_t)h->expert * h->numel;
         int64_t a0 = lo > off ? lo : off, a1 = lo + n < off + h->numel ? lo + n : off + h->numel;
-        if (a0 >= a1) continue;
-        int64_t bad = st_convert_range(st, to, (char *)dst + (size_t)(a0 - lo) * dtype_size(to),
-                                       a0 - off, a1 - a0);
-        st_set_progress(set, (size_t)(a1 - a0) * dtype_size(st->dtype));
-        /* A NaN or an infinity would make every loss and gradient NaN from the first step, and
-         * the run would then blame the learning rate; name the tensor instead. */
-        if (bad >= 0) {
-            float v;
-            st_convert_range(st, DT_F32, &v, a0 - off + bad, 1);
-            return err_set(
-                err, "HF tensor \"%s\" holds %s at element %" PRId64 "; weights must be finite",
-                h->name, isnan(v) ? "a NaN" : "an infinity", a0 - off + bad);
+        /* A piece at a time, each piece's pages of the file dropped once converted, so the
+         * mapping adds at most a piece to the resident memory. */
+        for (int64_t c0 = a0, c1; c0 < a1; c0 = c1) {
+            c1 = a1 - c0 < LOAD_PIECE ? a1 : c0 + LOAD_PIECE;
+            int64_t bad = st_convert_range(st, to, (char *)dst + (size_t)(c0 - lo) * dtype_size(to),
+                                           c0 - off, c1 - c0);
+            st_set_progress(set, (size_t)(c1 - c0) * dtype_size(st->dtype));
+            /* A NaN or an infinity would make every loss and gradient NaN from the first step,
+             * and the run would then blame the learning rate; name the tensor instead. */
+            if (bad >= 0) {
+                float v;
+                st_convert_range(st, DT_F32, &v, c0 - off + bad, 1);
+                return err_set(
+                    err, "HF tensor \"%s\" holds %s at element %" PRId64 "; weights must be finite",
+                    h->name, isnan(v) ? "a NaN" : "an infinity", c0 - off + bad);
+            }
+            st_release_range(st, c0 - off, c1 - c0);
         }
     }
     return found ? 0 : err_set(err, "parameter %s has no HF tensors", qp->name);
+}
+
+size_t hf_keys_file_elem_size(const HfKeyTable *t, int p, const StSet *set) {
+    for (int i = 0; i < t->nhf; i++)
+        if (t->hf[i].param == p) {
+            const StTensor *st = st_set_find(set, t->hf[i].name);
+            return st ? dtype_size(st->dtype) : 0;
+        }
+    return 0;
 }
 
 int hf_keys_load_param(float *dst, const HfKeyTable *t, int p, const StSet *set, Err *err) {

@@ -71,6 +71,9 @@ int hf_keys_load_param(float *dst, const HfKeyTable *t, int p, const StSet *set,
  * a large weight loaded a piece at a time. */
 int hf_keys_load_param_range(float *dst, const HfKeyTable *t, int p, const StSet *set, int64_t lo,
                              int64_t n, Err *err);
+/* Bytes an element of parameter p takes in the files: its first HF tensor's dtype (0 when the
+ * set lacks it). */
+size_t hf_keys_file_elem_size(const HfKeyTable *t, int p, const StSet *set);
 /* hf_keys_load_param into bf16, for a weight held in bf16 only: BF16 tensors are copied as
  * they are, F32 and F16 ones rounded as f32_to_bf16 rounds (the bits an fp32 load then a cast
  * give), with the same errors. */

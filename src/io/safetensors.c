@@ -252,6 +252,14 @@ const StTensor *st_find(const StFile *f, const char *name) {
     return f->n ? bsearch(&key, f->tensors, (size_t)f->n, sizeof key, cmp_tensor_name) : NULL;
 }
 
+void st_release_range(const StTensor *t, int64_t lo, int64_t n) {
+    size_t es = dtype_size(t->dtype), page = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)t->data + (size_t)lo * es, b = a + (size_t)n * es;
+    a = (a + page - 1) / page * page;
+    b = b / page * page;
+    if (a < b) madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 int64_t st_to_f32(const StTensor *t, float *dst) {
     return st_convert_range(t, DT_F32, dst, 0, t->numel);
 }
@@ -850,6 +858,10 @@ int st_set_open(StSet *s, const char *path, Err *err) {
 
 void st_set_progress(const StSet *s, size_t bytes) {
     if (s->progress) progress_add(s->progress, (double)bytes);
+}
+
+void st_set_progress_total(const StSet *s, double bytes) {
+    if (s->progress) s->progress->total = bytes;
 }
 
 void st_set_close(StSet *s) {

@@ -47,6 +47,10 @@ void st_shape_str(char *out, size_t cap, const int64_t *shape, int ndim);
  * dtype_convert converts, integer types by value. Returns the index (from lo) of the first NaN
  * or infinity among them, or -1 when all are finite. */
 int64_t st_convert_range(const StTensor *t, DType to, void *dst, int64_t lo, int64_t n);
+/* Drops the mapped pages that lie wholly inside elements [lo, lo + n) of t from the process's
+ * memory (they are read from the file again if touched): a loader that has converted a range
+ * keeps no second copy of it in its resident memory. */
+void st_release_range(const StTensor *t, int64_t lo, int64_t n);
 /* The whole tensor into fp32 (st_convert_range). */
 int64_t st_to_f32(const StTensor *t, float *dst);
 
@@ -131,6 +135,9 @@ int st_set_open(StSet *s, const char *path, Err *err);
 void st_set_close(StSet *s);
 /* Counts bytes of s's tensors as converted (the loaders call it per tensor). */
 void st_set_progress(const StSet *s, size_t bytes);
+/* The bytes the progress counts up to (st_set_open: all of the files'), for a reader that
+ * reads a part of them (a sharded rank). */
+void st_set_progress_total(const StSet *s, double bytes);
 const StTensor *st_set_find(const StSet *s, const char *name);
 
 #endif

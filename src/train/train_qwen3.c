@@ -912,54 +912,6 @@ int train_qwen3_enable_bf16(TrainQwen3 *f, Err *err) {
 
 /* ---- initial values ---- */
 
-/* Where parameter i's initial values are made: in place when this rank holds all of it in
- * fp32 (a world of one), so no staging copy of the largest tensor adds to the peak memory;
- * else in tmp, for keep_slice to cut. */
-static float *stage(const TrainQwen3 *f, int i, float *tmp) {
-    return !f->sharded && !f->has_full && f->held[i].p ? f->held[i].p : tmp;
-}
-
-/* 1 when this rank holds all of parameter i in bf16 only (a bf16 base on a world of one): its
- * values are made or loaded a QWEN3_CHUNK piece at a time and rounded, never whole in fp32. */
-static int in_pieces(const TrainQwen3 *f, int i) {
-    return !f->sharded && !f->has_full && f->held[i].pb;
-}
-
-/* 1 when parameter i's initial values are made a QWEN3_CHUNK piece at a time straight into
- * what this rank holds of it: the weights of in_pieces, and when sharded every parameter whose
- * held part is a run of the whole tensor (neither a tensor-parallel block nor a run of
- * experts), so an FSDP rank never stages the largest tensor whole. */
-static int made_in_pieces(const TrainQwen3 *f, int i) {
-    if (!f->sharded) return in_pieces(f, i);
-    return !f->is_expert[i] && f->tp_split[i] == TP_REPLICATED;
-}
-
-/* Keeps this rank's part of parameter i, given whole: first its tensor-parallel block (rows
- * or columns, cut into tmp), then the elements it holds of that. */
-static void keep_slice(TrainQwen3 *f, int i, const float *full, float *tmp) {
-    if (full == f->held[i].p) return; /* made in place (stage) */
-    if (f->is_expert[i])              /* expert parallel: the rank's run of experts */
-        full += (size_t)f->q * (size_t)f->m.table[i].numel;
-    else if (f->tp_split[i] != TP_REPLICATED) {
-        const Qwen3Param *p = &f->m.table[i]; /* the local shape */
-        long rows = (long)p->shape[0], cols = p->ndim == 2 ? (long)p->shape[1] : 1;
-        if (f->tp_split[i] == TP_ROWS) {
-            memcpy(tmp, full + (size_t)f->t * rows * cols, (size_t)(rows * cols) * sizeof *tmp);
-        } else {
-            long full_cols = cols * f->tp;
-            for (long r = 0; r < rows; r++)
-                memcpy(tmp + r * cols, full + r * full_cols + (long)f->t * cols,
-                       (size_t)cols * sizeof *tmp);
-        }
-        full = tmp;
-    }
-    const Held *h = &f->held[i];
-    if (h->pb) /* a bf16 base's weight: rounded as one process rounds it */
-        simd_f32_to_bf16(h->pb, full + h->lo, (long)(h->hi - h->lo));
-    else if (h->hi > h->lo)
-        memcpy(h->p, full + h->lo, (h->hi - h->lo) * sizeof *full);
-}
-
 /* The whole model's table (the rank's own when tp = 1). */
 static const Qwen3 *whole(const TrainQwen3 *f) {
     return f->has_full ? &f->full : &f->m;
@@ -972,39 +924,75 @@ static size_t max_numel(const TrainQwen3 *f) {
     return mx;
 }
 
-/* Floats of the staging buffers: the largest parameter made (init 1) or loaded neither in
- * place nor in pieces. */
-static size_t staged_numel(const TrainQwen3 *f, int init) {
-    size_t mx = QWEN3_CHUNK;
-    for (int i = 0; i < f->m.nparams; i++)
-        if (!(init ? made_in_pieces(f, i) : in_pieces(f, i)) && !stage(f, i, NULL) &&
-            (size_t)whole(f)->table[i].numel > mx)
-            mx = (size_t)whole(f)->table[i].numel;
-    return mx;
+/* 1 when parameter i's initial values are made or loaded a QWEN3_CHUNK piece at a time
+ * straight into what this rank holds of it (fill_held): when sharded every parameter, so no
+ * rank stages a tensor whole, and on a world of one a weight held in bf16 only (never whole in
+ * fp32). Else (a world of one, fp32) they are made or loaded whole, in place. */
+static int in_pieces(const TrainQwen3 *f, int i) {
+    return f->sharded || f->held[i].pb;
+}
+
+/* Where element e of this rank's part of parameter i (its local, flattened shape) lies in the
+ * whole tensor: *at, and how many elements from e on follow it there contiguously: to the end
+ * of a row of a column-split weight (tp rank t's columns of each row), else to the end of the
+ * part (a tp rank's block of rows, an ep rank's run of experts, or all of it). */
+static size_t held_run(const TrainQwen3 *f, int i, size_t e, size_t *at) {
+    const Qwen3Param *p = &f->m.table[i]; /* the local shape */
+    size_t numel = (size_t)p->numel;
+    if (f->is_expert[i]) { /* expert parallel: the rank's run of experts */
+        *at = (size_t)f->q * numel + e;
+        return numel - e;
+    }
+    if (f->tp_split[i] == TP_ROWS) {
+        *at = (size_t)f->t * numel + e;
+        return numel - e;
+    }
+    if (f->tp_split[i] == TP_COLS) {
+        size_t cols = p->ndim == 2 ? (size_t)p->shape[1] : 1, r = e / cols, c = e % cols;
+        *at = r * cols * (size_t)f->tp + (size_t)f->t * cols + c;
+        return cols - c;
+    }
+    *at = e;
+    return numel - e;
+}
+
+/* Fills what this rank holds of parameter i a run of held_run at a time, at most QWEN3_CHUNK
+ * elements through tmp (QWEN3_CHUNK floats): drawn from seed (keys NULL), or read from the
+ * mapped files (HF index k; k < 0: zeros, training state not in HF files) and converted to
+ * fp32; fp32 straight into the shard, a bf16 weight rounded from tmp. The values are those of
+ * the whole tensor made or loaded at once, element for element. */
+static int fill_held(TrainQwen3 *f, int i, const HfKeyTable *keys, int k, const StSet *set,
+                     uint64_t seed, float *tmp, Err *err) {
+    const Held *h = &f->held[i];
+    for (size_t e = h->lo, at, n; e < h->hi; e += n) {
+        n = held_run(f, i, e, &at);
+        /* The generator draws from an even element (rng_fill_normal_counter_at). */
+        size_t odd = !keys && (at & 1);
+        if (n > h->hi - e) n = h->hi - e;
+        if (n > (size_t)QWEN3_CHUNK - odd) n = QWEN3_CHUNK - odd;
+        float *dst = h->pb || odd ? tmp : h->p + (e - h->lo);
+        if (!keys)
+            qwen3_init_param_range(whole(f), i, seed, dst, (long)(at - odd), (long)(n + odd));
+        else if (k < 0)
+            memset(dst, 0, n * sizeof *dst);
+        else
+            TRY(hf_keys_load_param_range(dst, keys, k, set, (int64_t)at, (int64_t)n, err));
+        if (h->pb)
+            simd_f32_to_bf16(h->pb + (e - h->lo), dst + odd, (long)n);
+        else if (odd)
+            memcpy(h->p + (e - h->lo), dst + odd, n * sizeof *dst);
+    }
+    return 0;
 }
 
 void train_qwen3_init(TrainQwen3 *f, uint64_t seed) {
-    size_t cap = staged_numel(f, 1);
-    float *tmp = xmalloc(cap * sizeof *tmp), *part = xmalloc(cap * sizeof *tmp);
-    for (int i = 0; i < f->m.nparams; i++) {
-        if (made_in_pieces(f, i)) { /* [lo, hi) is a multiple of 16 from lo: even pieces */
-            const Held *h = &f->held[i];
-            for (size_t lo = h->lo; lo < h->hi; lo += QWEN3_CHUNK) {
-                long n = h->hi - lo < QWEN3_CHUNK ? (long)(h->hi - lo) : QWEN3_CHUNK;
-                qwen3_init_param_range(whole(f), i, seed, tmp, (long)lo, n);
-                if (h->pb)
-                    simd_f32_to_bf16(h->pb + (lo - h->lo), tmp, n);
-                else
-                    memcpy(h->p + (lo - h->lo), tmp, (size_t)n * sizeof *tmp);
-            }
-            continue;
-        }
-        float *dst = stage(f, i, tmp);
-        qwen3_init_param(whole(f), i, seed, dst);
-        keep_slice(f, i, dst, part);
-    }
+    float *tmp = xmalloc(QWEN3_CHUNK * sizeof *tmp);
+    for (int i = 0; i < f->m.nparams; i++)
+        if (in_pieces(f, i))
+            fill_held(f, i, NULL, -1, NULL, seed, tmp, NULL);
+        else
+            qwen3_init_param(whole(f), i, seed, f->held[i].p);
     free(tmp);
-    free(part);
     for (int s = 0; s < NSLOTS; s++)
         f->slot[s].holds = -1;
 }
@@ -1012,35 +1000,35 @@ void train_qwen3_init(TrainQwen3 *f, uint64_t seed) {
 int train_qwen3_load_hf(TrainQwen3 *f, const char *path, Err *err) {
     StSet set;
     TRY(st_set_open(&set, path, err));
-    size_t cap = staged_numel(f, 0);
-    float *tmp = xmalloc(cap * sizeof *tmp), *part = xmalloc(cap * sizeof *tmp);
-    int rc = 0;
+    float *tmp = xmalloc(QWEN3_CHUNK * sizeof *tmp);
     HfKeyTable keys;
     hf_keys_build(&keys, &whole(f)->spec);
-    rc = qwen3_hf_check(&whole(f)->spec, &set, path, err);
+    int rc = qwen3_hf_check(&whole(f)->spec, &set, path, err);
+    if (f->sharded) { /* the progress counts up to the bytes of this rank's part */
+        double bytes = 0;
+        for (int i = 0; i < f->m.nparams; i++) {
+            int k = hf_keys_find_param(&keys, whole(f)->table[i].name);
+            if (k >= 0)
+                bytes += (double)(f->held[i].hi - f->held[i].lo) *
+                         (double)hf_keys_file_elem_size(&keys, k, &set);
+        }
+        st_set_progress_total(&set, bytes);
+    }
     for (int i = 0; i < f->m.nparams && rc == 0; i++) {
         const Qwen3Param *p = &whole(f)->table[i];
+        const Held *h = &f->held[i];
         int k = p->kind->hf ? hf_keys_find_param(&keys, p->name) : -1;
-        float *dst = stage(f, i, tmp);
-        if (in_pieces(f, i) && k >= 0) { /* straight into the bf16 copy, no fp32 pass */
-            if (hf_keys_load_param_bf16(f->held[i].pb, &keys, k, &set, err) != 0) {
-                rc = err_wrap(err, "%s", path);
-                break;
-            }
-            continue;
-        }
-        if (!p->kind->hf) /* training state (expert_bias), not in HF files */
-            memset(dst, 0, (size_t)p->numel * sizeof *dst);
-        else if (k < 0)
+        if (p->kind->hf && k < 0)
             rc = err_set(err, "model parameter %s is not in the Hugging Face name table", p->name);
-        else if (hf_keys_load_param(dst, &keys, k, &set, err) != 0)
+        else if (!p->kind->hf && !f->sharded) /* training state (expert_bias) */
+            memset(h->p, 0, (size_t)p->numel * sizeof *h->p);
+        else if (f->sharded ? fill_held(f, i, &keys, k, &set, 0, tmp, err)
+                 : h->pb    ? hf_keys_load_param_bf16(h->pb, &keys, k, &set, err)
+                            : hf_keys_load_param(h->p, &keys, k, &set, err))
             rc = err_wrap(err, "%s", path);
-        if (rc != 0) break;
-        keep_slice(f, i, dst, part);
     }
     hf_keys_free(&keys);
     free(tmp);
-    free(part);
     st_set_close(&set);
     for (int s = 0; s < NSLOTS; s++)
         f->slot[s].holds = -1;

@@ -111,13 +111,13 @@ int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T,
  * from each unit's gathered fp32 weights into a bf16 twin of its workspace, so a rank holds
  * bf16 copies of three workspaces, never of the model. */
 int train_qwen3_enable_bf16(TrainQwen3 *q, Err *err);
-/* The model's random init (qwen3_init_params), bitwise the same values on every mesh: each
- * tensor is drawn whole (one at a time) and only this rank's part is kept. */
+/* The model's random init (qwen3_init_params), bitwise the same values on every mesh: a
+ * sharded rank draws its part alone, 2^20 values at a time, never a tensor whole. */
 void train_qwen3_init(TrainQwen3 *q, uint64_t seed);
-/* Loads HF-named weights (a .safetensors file or an HF directory), any of F32/BF16/F16, one
- * tensor at a time, keeping this rank's part. The files must hold exactly the model's tensors
- * with their shapes (lm_head.weight may be absent when tied); the error lists every missing,
- * unexpected and misshaped key. */
+/* Loads HF-named weights (a .safetensors file or an HF directory), any of F32/BF16/F16; a
+ * sharded rank reads its part alone from the mapped files, 2^20 values at a time. The files must
+ * hold exactly the model's tensors with their shapes (lm_head.weight may be absent when tied); the
+ * error lists every missing, unexpected and misshaped key. */
 int train_qwen3_load_hf(TrainQwen3 *q, const char *path, Err *err);
 /* MoE: each micro-batch's router auxiliary loss counts 1 / (micro_batches x dp ranks), so a
  * step adds router_aux_loss_coef times the mean over the global batch's micro-batches (the
