@@ -33,3 +33,15 @@ same() {
   fi
 }
 EP=--parallelism.expert_parallel_degree
+# HF export at lr = 0 (every mesh holds the initial values): same_hf REF OTHER checks OTHER's
+# export byte for byte against REF's.
+HF=(--checkpoint.enable=true --checkpoint.interval=2 --checkpoint.last_save_in_hf=true --optimizer.lr=0
+  --training.steps=2)
+hf_file() { echo "$TMP/$1/checkpoint/step-2/hf/model.safetensors"; }
+same_hf() {
+  if [ -s "$(hf_file "$1")" ] && cmp -s "$(hf_file "$1")" "$(hf_file "$2")"; then
+    echo "ok: $2's HF export is byte-identical to $1's"
+  else
+    echo "FAIL: $2's HF export differs from $1's"; fail=1
+  fi
+}
