@@ -196,14 +196,33 @@ static void test_values_out_of_range(void **state) {
     if (hf_export(out, &c.spec, ts, c.t.nparams, &o, &err) != 0) fail_msg("%s", err.msg);
     c.data[w1][5] = -65520.0f;
     assert_int_equal(hf_export(out, &c.spec, ts, c.t.nparams, &o, &err), -1);
-    assert_non_null(strstr(err.msg, "tensor layers.1.feed_forward.w1.weight holds -65520 at "
+    assert_non_null(strstr(err.msg, "tensor layers.1.feed_forward.w1.weight "
+                                    "(model.layers.1.mlp.gate_proj.weight) holds -65520 at "
                                     "element 5, beyond float16's range (65504); export as "
                                     "bfloat16 or float32"));
     o.dtype = DT_BF16;
     if (hf_export(out, &c.spec, ts, c.t.nparams, &o, &err) != 0) fail_msg("%s", err.msg);
     c.data[w1][5] = NAN;
     assert_int_equal(hf_export(out, &c.spec, ts, c.t.nparams, &o, &err), -1);
-    assert_non_null(strstr(err.msg, "w1.weight holds a NaN at element 5; weights must be finite"));
+    assert_non_null(strstr(err.msg, "w1.weight (model.layers.1.mlp.gate_proj.weight) holds a NaN "
+                                    "at element 5; weights must be finite"));
+    free(out);
+    free(ts);
+    free_ckpt(&c);
+    /* A stacked expert parameter names the expert the value is in, as the files do. */
+    make_ckpt(&c, "moe", 1e-3, "range_moe");
+    ts = calloc((size_t)c.t.nparams, sizeof *ts);
+    for (int i = 0; i < c.t.nparams; i++)
+        ts[i] = (HfExportTensor){
+            .name = c.t.params[i].name, .numel = c.t.params[i].numel, .data = c.data[i]};
+    int x = hf_keys_find_param(&c.t, "layers.0.moe.experts.w2");
+    assert_true(x >= 0);
+    int64_t per = c.t.params[x].numel / c.spec.num_experts;
+    c.data[x][2 * per + 1] = INFINITY;
+    out = fs_join(g_dir, "range_moe_out");
+    assert_int_equal(hf_export(out, &c.spec, ts, c.t.nparams, &o, &err), -1);
+    assert_non_null(strstr(err.msg, "(model.layers.0.mlp.experts.2.down_proj.weight) holds an "
+                                    "infinity"));
     free(out);
     free(ts);
     free_ckpt(&c);

@@ -22,33 +22,48 @@ static const char *torch_dtype_name(DType d) {
     return d == DT_F32 ? "float32" : d == DT_BF16 ? "bfloat16" : d == DT_F16 ? "float16" : NULL;
 }
 
+/* The HF name of element `elem` of parameter k (a stacked expert parameter: its expert's). */
+static const char *hf_name_of(const HfKeyTable *tab, int k, int64_t elem) {
+    const char *name = NULL;
+    for (int j = 0; j < tab->nhf; j++) {
+        const HfTensor *h = &tab->hf[j];
+        if (h->param != k) continue;
+        if (h->expert < 0 || elem / h->numel == h->expert) return h->name;
+        if (!name) name = h->name;
+    }
+    return name ? name : tab->params[k].name;
+}
+
 /* An export must load into a working model: a NaN or an infinity, or a value that float16
  * rounds to an infinity (|x| >= 65520, as torch's .half() does), is an error naming the tensor
- * rather than a directory whose logits come out NaN in transformers. */
-static int check_values(const HfExportTensor *t, DType dtype, Err *err) {
+ * (qtitan's name and, as the files call it, the HF one) rather than a directory whose logits
+ * come out NaN in transformers. */
+static int check_values(const HfExportTensor *t, DType dtype, const HfKeyTable *tab, int k,
+                        Err *err) {
     enum { STAGE = 4096 };
     float stage[STAGE];
     const Device *dev = t->device ? t->device : &device_cpu;
     const float *view = NULL;
-    for (int64_t k = 0; k < t->numel; k++) {
-        if (k % STAGE == 0) {
-            int64_t m = t->numel - k < STAGE ? t->numel - k : STAGE;
+    for (int64_t e = 0; e < t->numel; e++) {
+        if (e % STAGE == 0) {
+            int64_t m = t->numel - e < STAGE ? t->numel - e : STAGE;
             if (!t->data) {
-                TRY(t->source.pull(t->source.ctx, stage, (size_t)k, (size_t)m, err));
+                TRY(t->source.pull(t->source.ctx, stage, (size_t)e, (size_t)m, err));
                 view = stage;
             } else {
-                view = device_host_view(dev, stage, t->data + k, (size_t)m * sizeof *stage);
+                view = device_host_view(dev, stage, t->data + e, (size_t)m * sizeof *stage);
             }
         }
-        float x = view[k % STAGE];
+        float x = view[e % STAGE];
         if (!isfinite(x))
-            return err_set(err, "tensor %s holds %s at element %lld; weights must be finite",
-                           t->name, isnan(x) ? "a NaN" : "an infinity", (long long)k);
+            return err_set(err, "tensor %s (%s) holds %s at element %lld; weights must be finite",
+                           t->name, hf_name_of(tab, k, e), isnan(x) ? "a NaN" : "an infinity",
+                           (long long)e);
         if (dtype == DT_F16 && fabsf(x) >= 65520.0f)
             return err_set(err,
-                           "tensor %s holds %g at element %lld, beyond float16's range (65504); "
-                           "export as bfloat16 or float32",
-                           t->name, (double)x, (long long)k);
+                           "tensor %s (%s) holds %g at element %lld, beyond float16's range "
+                           "(65504); export as bfloat16 or float32",
+                           t->name, hf_name_of(tab, k, e), (double)x, (long long)e);
     }
     return 0;
 }
@@ -190,7 +205,7 @@ int hf_export(const char *out_dir, const ModelSpec *spec, const HfExportTensor *
         else if (!tensors[i].data && !tensors[i].source.pull)
             rc = err_set(err, "tensor %s has neither values nor a source", tensors[i].name);
         else
-            rc = check_values(&tensors[i], o->dtype, err);
+            rc = check_values(&tensors[i], o->dtype, &t, k, err);
         if (rc == 0) {
             params[k] = tensors[i].data, devices[k] = tensors[i].device;
             if (!tensors[i].data) sources[k] = tensors[i].source;
