@@ -350,8 +350,12 @@ static void test_type_and_range_errors(void **state) {
                       "\"14B\", \"32B\", \"30B-A3B\", \"235B-A22B\")");
     expect_file_error("[model]\nname = \"llama3\"\n", 0, NULL,
                       "2: model.name = \"llama3\" is not allowed; expected one of \"qwen3\"");
-    expect_error_contains("[model]\nflavor = \"hf\"\n", 0, NULL,
-                          "model.flavor = \"hf\" needs model.hf_assets_path");
+    expect_file_error("[model]\nflavor = \"hf\"\n", 0, NULL,
+                      "2: model.flavor = \"hf\" needs model.hf_assets_path (the HF model "
+                      "directory with config.json)");
+    /* A check across keys names where the value came from: the command line here. */
+    char *hf[] = {"--model.flavor=hf"};
+    expect_error_contains("", 1, hf, "command line: model.flavor = \"hf\" needs");
     /* An empty dump folder is an error where it is set. */
     expect_file_error("[job]\ndump_folder = \"\"\n", 0, NULL,
                       "2: job.dump_folder = \"\" is empty; expected a directory path");

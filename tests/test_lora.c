@@ -52,7 +52,9 @@ static void setup_model_as(Qwen3 *m, Lora *lo, int load_adapters, const Qwen3Mod
     assert_null(m->g.layers[1].w2);
     st_set_close(&set);
     free(w);
-    if (lora_create(lo, &spec, RANK, 8.0, ALL, 2, B * T, "test", 1, &err)) fail_msg("%s", err.msg);
+    if (lora_create(lo, &spec, RANK, 8.0, ALL, 2, B * T, &(LoraWhere){"test", "test", "test"}, 1,
+                    &err))
+        fail_msg("%s", err.msg);
     assert_int_equal(lo->n, 2 * 7);
     if (load_adapters && lora_load_peft(lo, &spec, fix_dir, &err)) fail_msg("%s", err.msg);
     m->lora = lo;
@@ -275,7 +277,8 @@ static void test_finite_differences(void **state) {
     Lora lo;
     Err err;
     char *const q[] = {"layers.0.attention.wq"};
-    assert_int_equal(lora_create(&lo, &tiny, R, 5.0, q, 1, N, "test", 1, &err), 0);
+    assert_int_equal(
+        lora_create(&lo, &tiny, R, 5.0, q, 1, N, &(LoraWhere){"test", "test", "test"}, 1, &err), 0);
     LoraAdapter ad = lo.ad[0]; /* same buffers, a smaller shape */
     ad.in = ad.in_l = I;
     ad.out = ad.out_l = O;
@@ -323,7 +326,9 @@ static void test_peft_files_and_merge(void **state) {
     }
     st_close(&ours);
     st_close(&theirs);
-    assert_int_equal(lora_create(&back, &spec, RANK, 8.0, ALL, 2, B * T, "test", 1, &err), 0);
+    assert_int_equal(lora_create(&back, &spec, RANK, 8.0, ALL, 2, B * T,
+                                 &(LoraWhere){"test", "test", "test"}, 1, &err),
+                     0);
     if (lora_load_peft(&back, &spec, tmpl, &err)) fail_msg("%s", err.msg);
     for (int i = 0; i < lo.n; i++) {
         assert_memory_equal(back.ad[i].a, lo.ad[i].a, (size_t)RANK * lo.ad[i].in * 4);
@@ -418,7 +423,8 @@ static void test_bf16_base_merged_export(void **state) {
     if (!q) fail_msg("%s", err.msg);
     if (train_qwen3_load_hf(q, base_dir, &err)) fail_msg("%s", err.msg);
     Lora lo;
-    if (lora_create(&lo, &spec, RANK, 8.0, ALL, 2, B * T, "test", 1, &err) ||
+    if (lora_create(&lo, &spec, RANK, 8.0, ALL, 2, B * T, &(LoraWhere){"test", "test", "test"}, 1,
+                    &err) ||
         lora_load_peft(&lo, &spec, fix_dir, &err))
         fail_msg("%s", err.msg);
     TrainModel tm;
@@ -511,7 +517,8 @@ static void expect_create_error(int rank, double alpha, char *const *targets, in
                                 const char *what) {
     Lora lo;
     Err err;
-    assert_int_not_equal(lora_create(&lo, &spec, rank, alpha, targets, nt, 8, "job.toml", 1, &err),
+    assert_int_not_equal(lora_create(&lo, &spec, rank, alpha, targets, nt, 8,
+                                     &(LoraWhere){"job.toml", "job.toml", "job.toml"}, 1, &err),
                          0);
     fprintf(stderr, "expected error: %s\n", err.msg);
     assert_non_null(strstr(err.msg, "job.toml: "));
@@ -534,12 +541,16 @@ static void test_bad_input(void **state) {
     /* The peft folder of another rank, and one with an adapter [lora] does not target. */
     Lora lo;
     Err err;
-    assert_int_equal(lora_create(&lo, &spec, 2, 8.0, ALL, 2, 8, "job.toml", 1, &err), 0);
+    assert_int_equal(lora_create(&lo, &spec, 2, 8.0, ALL, 2, 8,
+                                 &(LoraWhere){"job.toml", "job.toml", "job.toml"}, 1, &err),
+                     0);
     assert_int_not_equal(lora_load_peft(&lo, &spec, fix_dir, &err), 0);
     fprintf(stderr, "expected error: %s\n", err.msg);
     assert_non_null(strstr(err.msg, "r = 4 and lora_alpha = 8, but [lora] has rank = 2"));
     lora_free(&lo);
-    assert_int_equal(lora_create(&lo, &spec, RANK, 8.0, q, 1, 8, "job.toml", 1, &err), 0);
+    assert_int_equal(lora_create(&lo, &spec, RANK, 8.0, q, 1, 8,
+                                 &(LoraWhere){"job.toml", "job.toml", "job.toml"}, 1, &err),
+                     0);
     assert_int_not_equal(lora_load_peft(&lo, &spec, fix_dir, &err), 0);
     fprintf(stderr, "expected error: %s\n", err.msg);
     assert_non_null(strstr(err.msg, "holds 28 tensors where [lora] targets 2 linears"));
@@ -548,7 +559,9 @@ static void test_bad_input(void **state) {
     /* A model of another shape: the keys are there but misshaped. */
     ModelSpec wide = spec;
     wide.dim = 48;
-    assert_int_equal(lora_create(&lo, &wide, RANK, 8.0, ALL, 2, 8, "job.toml", 1, &err), 0);
+    assert_int_equal(lora_create(&lo, &wide, RANK, 8.0, ALL, 2, 8,
+                                 &(LoraWhere){"job.toml", "job.toml", "job.toml"}, 1, &err),
+                     0);
     assert_int_not_equal(lora_load_peft(&lo, &wide, fix_dir, &err), 0);
     fprintf(stderr, "expected error: %s\n", err.msg);
     assert_non_null(strstr(err.msg, "does not fit the model's [lora] adapters"));
@@ -567,7 +580,9 @@ static void test_dropout(void **state) {
     Lora lo;
     Err err;
     char *const q[] = {"layers.0.attention.wq"};
-    assert_int_equal(lora_create(&lo, &spec, R, 5.0, q, 1, 4096, "test", 1, &err), 0);
+    assert_int_equal(
+        lora_create(&lo, &spec, R, 5.0, q, 1, 4096, &(LoraWhere){"test", "test", "test"}, 1, &err),
+        0);
     LoraAdapter *ad = &lo.ad[0]; /* its buffers hold this smaller shape */
     ad->in = ad->in_l = I;
     ad->out = ad->out_l = O;
@@ -624,7 +639,9 @@ static void test_tp_blocks(void **state) {
     Lora lo;
     Err err;
     char *const q[] = {"layers.0.attention.wq", "layers.0.attention.wo"};
-    assert_int_equal(lora_create(&lo, &spec, RANK, 8.0, q, 2, N, "test", 1, &err), 0);
+    assert_int_equal(
+        lora_create(&lo, &spec, RANK, 8.0, q, 2, N, &(LoraWhere){"test", "test", "test"}, 1, &err),
+        0);
     lora_set_dropout(&lo, 0.2, 5);
     rng_fill_normal(&rng, lo.param, lora_numel(&lo), 0.5f);
     long ng = lora_numel(&lo);

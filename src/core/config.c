@@ -322,8 +322,8 @@ static int unknown_key(const char *where, const char *section, const char *key, 
 
 /* ---- setting values ---- */
 
-static int set_key(JobConfig *cfg, const KeyDesc *d, const TomlValue *v, const char *where,
-                   Err *err) {
+static int set_key_value(JobConfig *cfg, const KeyDesc *d, const TomlValue *v, const char *where,
+                         Err *err) {
     char *field = (char *)cfg + d->off;
     char shown[256];
     fmt_value(shown, sizeof shown, v);
@@ -413,6 +413,25 @@ static int set_key(JobConfig *cfg, const KeyDesc *d, const TomlValue *v, const c
     }
     return err_set(err, "%s: %s.%s = %s has the wrong type (%s); expected %s", where, d->section,
                    d->key, shown, toml_type_name(v->type), d->expect);
+}
+
+/* Sets a key and remembers where (FILE:LINE or "command line"), for sentences about it that
+ * only later checks can make (config_origin). */
+static int set_key(JobConfig *cfg, const KeyDesc *d, const TomlValue *v, const char *where,
+                   Err *err) {
+    TRY(set_key_value(cfg, d, v, where, err));
+    if (!cfg->origins) cfg->origins = xcalloc(NKEYS, sizeof *cfg->origins);
+    set_str(&cfg->origins[d - KEYS], where);
+    return 0;
+}
+
+const char *config_origin(const JobConfig *cfg, const char *dotted_key) {
+    const char *dot = strrchr(dotted_key, '.');
+    char section[128];
+    snprintf(section, sizeof section, "%.*s", dot ? (int)(dot - dotted_key) : 0, dotted_key);
+    const KeyDesc *d = dot ? find_key(section, dot + 1) : NULL;
+    if (d && cfg->origins && cfg->origins[d - KEYS]) return cfg->origins[d - KEYS];
+    return cfg->path && cfg->path[0] ? cfg->path : "the job config";
 }
 
 /* A model field replacement: typed like the field (checked on a scratch spec), kept as text. */
@@ -790,6 +809,9 @@ void config_free(JobConfig *c) {
     for (int i = 0; i < c->n_compat; i++)
         free(c->compat[i].line);
     free(c->compat);
+    for (int i = 0; c->origins && i < NKEYS; i++)
+        free(c->origins[i]);
+    free(c->origins);
     memset(c, 0, sizeof *c);
 }
 
@@ -821,15 +843,14 @@ int config_exclude_bits(const char *list, int *bits, Err *err) {
 }
 
 static int check_local(const JobConfig *c, Err *err) {
-    const char *where = c->path[0] ? c->path : "config";
     int bits;
     if (config_exclude_bits(c->checkpoint.exclude_from_loading, &bits, err) != 0)
-        return err_wrap(err, "%s", where);
+        return err_wrap(err, "%s", config_origin(c, "checkpoint.exclude_from_loading"));
     if (strcmp(c->model.flavor, "hf") == 0 && !c->model.hf_assets_path[0])
         return err_set(err,
                        "%s: model.flavor = \"hf\" needs model.hf_assets_path (the HF model "
                        "directory with config.json)",
-                       where);
+                       config_origin(c, "model.flavor"));
     return 0;
 }
 

@@ -194,8 +194,14 @@ typedef struct JobConfig {
      * config_load turns them into notices or a refusal once every source is read. */
     CompatSet *compat;
     int n_compat;
+    /* Per key of config.c's table, where it was last set (FILE:LINE or "command line"); NULL
+     * until a key is set. Read through config_origin. */
+    char **origins;
 } JobConfig;
 
+/* Where "section.key" was last set, for a sentence about its value: "FILE:LINE", "command
+ * line", or (a default) the config file's name. */
+const char *config_origin(const JobConfig *cfg, const char *dotted_key);
 /* Fills cfg with the defaults; pair with config_free. */
 void config_init(JobConfig *cfg);
 void config_free(JobConfig *cfg);

@@ -70,10 +70,11 @@ static int site_adapted(const ModelSpec *spec, char *const *targets, int nt, int
 }
 
 int lora_create(Lora *lo, const ModelSpec *spec, int rank, double alpha, char *const *targets,
-                int nt, long max_tokens, const char *where, int warn, Err *err) {
+                int nt, long max_tokens, const LoraWhere *set_at, int warn, Err *err) {
     memset(lo, 0, sizeof *lo);
-    if (rank < 1) return err_set(err, "%s: lora.rank = %d must be >= 1", where, rank);
-    if (!(alpha > 0)) return err_set(err, "%s: lora.alpha = %g must be > 0", where, alpha);
+    const char *where = set_at->targets;
+    if (rank < 1) return err_set(err, "%s: lora.rank = %d must be >= 1", set_at->rank, rank);
+    if (!(alpha > 0)) return err_set(err, "%s: lora.alpha = %g must be > 0", set_at->alpha, alpha);
     if (nt < 1)
         return err_set(err,
                        "%s: lora.targets is empty; name the linears to adapt, e.g. "
@@ -110,8 +111,8 @@ int lora_create(Lora *lo, const ModelSpec *spec, int rank, double alpha, char *c
             if (rank > smaller) {
                 char name[64];
                 lora_module_name(name, sizeof name, l, (LoraSite)s);
-                err_set(err, "%s: lora.rank = %d is larger than %s (%d x %d) allows (%d)", where,
-                        rank, name, ad->out, ad->in, smaller);
+                err_set(err, "%s: lora.rank = %d is larger than %s (%d x %d) allows (%d)",
+                        set_at->rank, rank, name, ad->out, ad->in, smaller);
                 free(hits);
                 lo->n = k;
                 lora_free(lo);

@@ -69,14 +69,19 @@ typedef struct Lora {
     float *xd;         /* (max_tokens, largest I) dropout(x), or its gradient; p > 0 only */
 } Lora;
 
+/* Where each of lora.rank, lora.alpha and lora.targets was set ("FILE:LINE", "command line",
+ * an adapter_config.json), for the sentences about them. */
+typedef struct LoraWhere {
+    const char *rank, *alpha, *targets;
+} LoraWhere;
+
 /* Adapters of rank r on every site of spec whose module name matches one of targets[0..nt)
- * (globs as in [[override]]; `where` names the config in messages). A target that matches no
- * module is a warning, like an override's (warn 1; 0 for a repeat of a creation that warns);
- * none matched at all, rank < 1 or larger than a
- * targeted layer's smaller side, or alpha <= 0 is an error sentence. max_tokens: the most
- * tokens of one forward (B * T). */
+ * (globs as in [[override]]; `set_at` names where each key was set, in messages). A target that
+ * matches no module is a warning, like an override's (warn 1; 0 for a repeat of a creation that
+ * warns); none matched at all, rank < 1 or larger than a targeted layer's smaller side, or alpha <=
+ * 0 is an error sentence. max_tokens: the most tokens of one forward (B * T). */
 int lora_create(Lora *lo, const ModelSpec *spec, int rank, double alpha, char *const *targets,
-                int nt, long max_tokens, const char *where, int warn, Err *err);
+                int nt, long max_tokens, const LoraWhere *set_at, int warn, Err *err);
 void lora_free(Lora *lo);
 /* Dropout p in [0, 1) on the adapters' input during training, masks seeded by seed; p > 0
  * allocates xd, max_tokens x lora_max_in floats. */

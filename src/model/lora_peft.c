@@ -147,7 +147,8 @@ int lora_open_peft(Lora *lo, const ModelSpec *spec, const char *dir, long max_to
     if (rc == 0 && r > INT32_MAX)
         rc = err_set(err, "%s: r = %lld is too large", cfg_path, (long long)r);
     if (rc == 0)
-        rc = lora_create(lo, spec, (int)r, alpha, targets, nt, max_tokens, cfg_path, 1, err);
+        rc = lora_create(lo, spec, (int)r, alpha, targets, nt, max_tokens,
+                         &(LoraWhere){cfg_path, cfg_path, cfg_path}, 1, err);
     if (rc == 0 && lora_load_peft(lo, spec, dir, err) != 0) {
         lora_free(lo);
         rc = -1;

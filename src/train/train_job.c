@@ -44,8 +44,10 @@ int train_job_lora(const JobConfig *cfg, const ModelSpec *spec, Lora *lo, long m
     int nt = 0;
     for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save))
         targets[nt++] = t;
-    int rc = lora_create(lo, spec, cfg->lora.rank, cfg->lora.alpha, targets, nt, max_tokens,
-                         cfg->path[0] ? cfg->path : "the job config", warn, err);
+    LoraWhere at = {config_origin(cfg, "lora.rank"), config_origin(cfg, "lora.alpha"),
+                    config_origin(cfg, "lora.targets")};
+    int rc = lora_create(lo, spec, cfg->lora.rank, cfg->lora.alpha, targets, nt, max_tokens, &at,
+                         warn, err);
     free(targets);
     free(list);
     return rc;
