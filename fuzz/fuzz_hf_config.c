@@ -37,6 +37,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         a.top_k = a.moe_hidden_dim = a.norm_topk_prob = a.decoder_sparse_step = 0;
         a.router_aux_loss_coef = 0;
         memset(a.mlp_only_layers, 0, sizeof a.mlp_only_layers);
+        xa.has_router_aux_loss_coef = 0;
+        xa.router_aux_loss_coef = 0;
     }
     /* output_router_logits without a coefficient (no auxiliary loss either way, and none on a
      * dense model) is written false. */
