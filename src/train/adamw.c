@@ -80,36 +80,35 @@ typedef struct Coefs {
     int use_lerp_low;
 } Coefs;
 
+/* One element's second moment and update, from its scaled gradient gj and new first moment mj
+ * (the part both lerp forms share). */
+static inline void finish_elem(const Coefs *k, float dm, float *restrict x, float *restrict m,
+                               float *restrict v, long j, float gj, float mj) {
+    float vj = v[j] * k->b2;
+    vj = vj + k->one_minus_b2 * gj * gj;
+    float denom = sqrtf(vj) / k->bc2_sqrt + k->eps;
+    x[j] = x[j] * dm + k->neg_step_size * mj / denom;
+    m[j] = mj;
+    v[j] = vj;
+}
+
 /* Elements [lo, hi) of one tensor; dm is its decay multiplier. Elementwise and branch-free, so
  * the vector code gives bitwise the scalar results (no FMA contraction in ISO C mode); torch's
  * lerp picks the form that is exact at its nearer end, one loop per form. */
 static void update_run(const Coefs *k, float dm, float *restrict x, const float *restrict g,
                        float *restrict m, float *restrict v, long lo, long hi) {
-    const float w1 = k->w1, b2 = k->b2, one_minus_b2 = k->one_minus_b2, bc2_sqrt = k->bc2_sqrt;
-    const float eps = k->eps, neg_step_size = k->neg_step_size, grad_scale = k->grad_scale;
+    const float w1 = k->w1, grad_scale = k->grad_scale;
     if (k->use_lerp_low) {
 #pragma omp simd
         for (long j = lo; j < hi; j++) {
             float gj = g[j] * grad_scale; /* exact when 1 */
-            float mj = m[j] + w1 * (gj - m[j]);
-            float vj = v[j] * b2;
-            vj = vj + one_minus_b2 * gj * gj;
-            float denom = sqrtf(vj) / bc2_sqrt + eps;
-            x[j] = x[j] * dm + neg_step_size * mj / denom;
-            m[j] = mj;
-            v[j] = vj;
+            finish_elem(k, dm, x, m, v, j, gj, m[j] + w1 * (gj - m[j]));
         }
     } else {
 #pragma omp simd
         for (long j = lo; j < hi; j++) {
             float gj = g[j] * grad_scale; /* exact when 1 */
-            float mj = gj - (gj - m[j]) * (1.0f - w1);
-            float vj = v[j] * b2;
-            vj = vj + one_minus_b2 * gj * gj;
-            float denom = sqrtf(vj) / bc2_sqrt + eps;
-            x[j] = x[j] * dm + neg_step_size * mj / denom;
-            m[j] = mj;
-            v[j] = vj;
+            finish_elem(k, dm, x, m, v, j, gj, gj - (gj - m[j]) * (1.0f - w1));
         }
     }
 }
