@@ -112,6 +112,14 @@ if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "rank 1: the model this rank bu
   echo "FAIL: ranks building different models from one relative hf_assets_path (rc=$rc)"; cat "$TMP/model.log"; exit 1
 fi
 echo "ok: ranks compare the model they built, not only the config text"
+# Flips the sign bit of a safetensors file's last value (its last byte, little endian): the
+# value stays finite and the file valid.
+flip_last_sign() {
+  local at byte
+  at=$(($(stat -c %s "$1") - 1))
+  byte=$(od -An -tu1 -j "$at" -N1 "$1" | tr -d ' ')
+  printf '%b' "\\0$(printf %o $((byte ^ 128)))" | dd of="$1" bs=1 seek="$at" conv=notrunc status=none
+}
 # The same config text naming different initial weights: one relative
 # checkpoint.initial_load_path whose safetensors differ in one value (the sign of the last
 # element of the file, which stays finite) stops at start-up; the same bytes under two paths
@@ -122,9 +130,7 @@ timeout 120 "$BIN" train "${ARGS[@]}" --training.steps=1 --checkpoint.enable=tru
 cp -r "$TMP/hfsrc/checkpoint/step-1/hf" "$TMP/a/hfw"
 cp -r "$TMP/hfsrc/checkpoint/step-1/hf" "$TMP/b/hfw"
 st="$TMP/b/hfw/model.safetensors"
-at=$(($(stat -c %s "$st") - 1))
-byte=$(od -An -tu1 -j "$at" -N1 "$st" | tr -d ' ')
-printf '%b' "\\0$(printf %o $((byte ^ 128)))" | dd of="$st" bs=1 seek="$at" conv=notrunc status=none
+flip_last_sign "$st"
 cmp -s "$TMP/a/hfw/model.safetensors" "$st" && { echo "FAIL: the weights were not changed"; exit 1; }
 weights=(--job.dump_folder="$TMP/run_w" --training.dataset_path="$TMP/data.jsonl"
   --checkpoint.initial_load_in_hf=true --checkpoint.initial_load_path=hfw)
@@ -145,9 +151,7 @@ timeout 120 "$BIN" train "${ARGS[@]}" "${lora[@]}" --training.steps=1 --job.dump
 cp -r "$TMP/lorasrc/adapter" "$TMP/a/ad"
 cp -r "$TMP/lorasrc/adapter" "$TMP/b/ad"
 st="$TMP/b/ad/adapter_model.safetensors"
-at=$(($(stat -c %s "$st") - 1))
-byte=$(od -An -tu1 -j "$at" -N1 "$st" | tr -d ' ')
-printf '%b' "\\0$(printf %o $((byte ^ 128)))" | dd of="$st" bs=1 seek="$at" conv=notrunc status=none
+flip_last_sign "$st"
 two_dirs lora.log --job.dump_folder="$TMP/run_lora" --training.dataset_path="$TMP/data.jsonl" \
   "${lora[@]}" --lora.adapter_path=ad
 rc=$?
