@@ -1282,13 +1282,15 @@ int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
     /* the kernel scratch counts as activation memory for the plan */
     out->act_bytes = (acnt.used + 63) / 64 * 64 + (kcnt.used + 63) / 64 * 64;
     out->nparams = m->nparams;
-    Arena bc;
     size_t wbytes;
-    arena_init_counting(&bc, "bf16 weight");
-    m->bf16_widened = gemm_bf16_widens(); /* as qwen3_enable_bf16 lays it out */
-    layout_bf16(m, &bc, 1, &wbytes);
+    for (int widened = 0; widened < 2; widened++) { /* as qwen3_enable_bf16 lays it out */
+        Arena bc;
+        arena_init_counting(&bc, "bf16 weight");
+        m->bf16_widened = widened;
+        layout_bf16(m, &bc, 1, &wbytes);
+        out->bf16_bytes[widened] = (bc.used + 63) / 64 * 64;
+    }
     m->bf16_widened = 0;
-    out->bf16_bytes = (bc.used + 63) / 64 * 64;
     /* The same two arenas of a bf16 base. */
     m->base_bf16 = 1;
     Arena pb16, gb16, bb16;

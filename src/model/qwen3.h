@@ -347,7 +347,10 @@ void qwen3_free(Qwen3 *m);
  * without allocating them. */
 typedef struct Qwen3Sizes {
     size_t param_bytes, grad_bytes, act_bytes;
-    size_t bf16_bytes; /* the bf16 weight arena qwen3_enable_bf16 would add on this host */
+    /* The bf16 weight arena qwen3_enable_bf16 would add: [0] with bf16 copies, [1] with widened
+     * ones; gemm_bf16_widens() picks (asked only by a bf16 job: the question times the GEMM
+     * paths). */
+    size_t bf16_bytes[2];
     /* The parameter and bf16 arenas of qwen3_create_frozen_with with base_bf16 1 instead. */
     size_t base_bf16_param_bytes, base_bf16_bytes;
     /* The bf16 arena of qwen3_enable_bf16_by_hook: the matmul scratch alone (a sharded model's

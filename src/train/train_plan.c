@@ -159,8 +159,9 @@ static double slot_elements(const PlanUnits *u, int what) {
 
 double train_plan_fsdp_workspace(const PlanUnits *u, int bf16, int frozen, int base16) {
     /* The bf16 copies hold the parameters only, widened to 4 bytes more where the bf16
-     * products widen (ops/gemm.h). */
-    double widened = gemm_bf16_widens() ? 4.0 : 0.0;
+     * products widen (ops/gemm.h; asked only of a job with bf16, as the question times the
+     * two paths). */
+    double widened = (bf16 || base16) && gemm_bf16_widens() ? 4.0 : 0.0;
     if (base16) /* frozen: no gradient */
         return slot_elements(u, BASE_F32) * 4.0 + slot_elements(u, BASE_B16) * (2.0 + widened);
     /* fp32 parameters and gradient per slot (no gradient for a frozen base), and the twin */
@@ -262,7 +263,8 @@ static int plan_sample(TrainPlan *p, const JobConfig *cfg, const Tokenizer *tok,
      * precision. */
     Qwen3Sizes z;
     TRY(qwen3_sizes(&z, s, 1, 1, AC_NONE, 1, mod, err));
-    double whole = (double)z.param_bytes + (double)z.act_bytes + (bf16 ? (double)z.bf16_bytes : 0);
+    double whole = (double)z.param_bytes + (double)z.act_bytes +
+                   (bf16 ? (double)z.bf16_bytes[gemm_bf16_widens()] : 0);
     /* One unit at a time: the edge and layer buffers (whole shapes) with their bf16 twins, the
      * skeleton's activations, and the staging of tensor- and expert-parallel gathers. */
     PlanUnits u;
@@ -427,7 +429,7 @@ int train_plan_compute_tok(TrainPlan *p, const JobConfig *cfg, const Tokenizer *
         if (p->dp_shard > 1 || p->tp > 1)
             note(p, "bfloat16 on many processes: the matmul scratch is not counted");
         else
-            p->workspace += (double)z.bf16_bytes;
+            p->workspace += (double)z.bf16_bytes[gemm_bf16_widens()];
     }
     /* Training in bf16 on many processes whose products all read bf16 copies gathers them in
      * bf16 from a bf16 copy of each rank's shard (train_qwen3.c): 2 bytes per element of it. */
