@@ -54,16 +54,28 @@ QT_PROFILE=1 dist_run 0 one "${ARGS[@]}" || { cat "$TMP/one.log"; echo "FAIL: tr
 check one 1 || fail=1
 grep -q '^op profile (QT_PROFILE=1)' "$TMP/one.log" || { cat "$TMP/one.log"; echo "FAIL: the QT_PROFILE table is gone"; fail=1; }
 # Flash attention records its tiles on the thread that computes them: two OpenMP threads, two
-# tracks of tiles, each named after its OpenMP thread.
-OMP_NUM_THREADS=2 dist_run 0 flash "${ARGS[@]/%debug.toml/debug_kernels.toml}" --training.seq_len=128 || { cat "$TMP/flash.log"; echo "FAIL: train with flash"; exit 1; }
-check flash 1 || fail=1
-f=$TMP/flash/profile_traces/iteration_2/rank0_trace.json
-# Tiles are handed out dynamically: over both traced steps each thread gets some.
-jq -s -e '[.[].traceEvents[] | select(.ph == "X" and (.name | startswith("sdpa_flash"))) | .tid] | unique | length == 2' \
-  "$f" "${f/iteration_2/iteration_4}" >/dev/null ||
-  { echo "FAIL: flash tiles are not on two threads' tracks"; jq -c "[.traceEvents[] | select(.ph == \"X\") | [.tid, .name]] | group_by(.) | map([.[0], length])" "$f"; fail=1; }
-jq -e '[.traceEvents[] | select(.ph == "M" and .name == "thread_name") | .args.name] | any(. == "OpenMP thread 1") and any(startswith("step driver"))' "$f" >/dev/null ||
-  { echo "FAIL: thread names"; jq -c '[.traceEvents[] | select(.ph == "M")]' "$f"; fail=1; }
+# tracks of tiles, each named after its OpenMP thread. Tiles are handed out dynamically, so on a
+# loaded machine one thread can drain every tile before the other wakes: the run is repeated (up
+# to 5 times) until both threads got tiles in the traced steps; every run's trace is checked.
+flash_ok=0
+for attempt in 1 2 3 4 5; do
+  rm -rf "$TMP/flash"
+  OMP_NUM_THREADS=2 dist_run 0 flash "${ARGS[@]/%debug.toml/debug_kernels.toml}" --training.seq_len=256 ||
+    { cat "$TMP/flash.log"; echo "FAIL: train with flash"; exit 1; }
+  check flash 1 || { fail=1; break; }
+  f=$TMP/flash/profile_traces/iteration_2/rank0_trace.json
+  # Over both traced steps each thread gets some tiles, and both tracks carry their names.
+  if jq -s -e '[.[].traceEvents[] | select(.ph == "X" and (.name | startswith("sdpa_flash"))) | .tid] | unique | length == 2' \
+    "$f" "${f/iteration_2/iteration_4}" >/dev/null &&
+    jq -s -e '[.[].traceEvents[] | select(.ph == "M" and .name == "thread_name") | .args.name] | any(. == "OpenMP thread 1") and any(startswith("step driver"))' \
+      "$f" "${f/iteration_2/iteration_4}" >/dev/null; then
+    flash_ok=1
+    break
+  fi
+  echo "e2e_trace: flash run $attempt put every tile on one thread (machine busy?); again"
+done
+[ $fail = 1 ] || [ $flash_ok = 1 ] ||
+  { echo "FAIL: flash tiles are not on two named threads' tracks in 5 runs"; jq -c "[.traceEvents[] | select(.ph == \"X\") | [.tid, .name]] | group_by(.) | map([.[0], length])" "$f"; jq -c '[.traceEvents[] | select(.ph == "M")]' "$f"; fail=1; }
 dist_run 2 two "${ARGS[@]}" || { cat "$TMP/two.log"; echo "FAIL: train on 2 ranks"; exit 1; }
 check two 2 || fail=1
 [ $fail = 0 ] && echo "e2e_trace: ok"
