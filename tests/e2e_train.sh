@@ -67,4 +67,34 @@ fi
 grep -q 'holds the model only' "$tmp/c3.log" || { cat "$tmp/c3.log"; echo "FAIL: no sentence"; exit 1; }
 "$QT_BINARY" export --checkpoint "$tmp/c/checkpoint" --out "$tmp/c_hf" >/dev/null 2>&1 \
   || { echo "FAIL: qtitan export of a model-only checkpoint"; exit 1; }
+
+# Run g: bf16 mixed precision. The checkpoint records how its bf16 products were multiplied
+# (oneDNN's bf16 matmul or fp32 GEMMs on widened operands, ops/gemm.h), and a resume multiplies
+# alike even where this host's own choice is the other path: a run pinned to the path the host
+# would not choose, stopped after step 2 and resumed unpinned, ends bitwise as the pinned run
+# that never stopped. A resume pinned to the other path warns.
+bf16=(--training.mixed_precision_param=bfloat16)
+train "$tmp/g_auto" "${bf16[@]}" >"$tmp/g_auto.log" || { cat "$tmp/g_auto.log"; echo "FAIL: bf16 run"; exit 1; }
+auto=$(jq -r .gemm_bf16 "$tmp/g_auto/checkpoint/step-4/train_state.json")
+case $auto in widen) other=onednn ;; onednn) other=widen ;;
+  *) echo "FAIL: train_state.json of a bf16 run should record gemm_bf16, got '$auto'"; exit 1 ;; esac
+jq -e 'has("gemm_bf16") | not' "$tmp/a/checkpoint/step-4/train_state.json" >/dev/null \
+  || { echo "FAIL: an fp32 run's train_state.json should not record gemm_bf16"; exit 1; }
+QT_GEMM_BF16=$other train "$tmp/g_ref" "${bf16[@]}" >"$tmp/g_ref.log" || { cat "$tmp/g_ref.log"; echo "FAIL: pinned bf16 run"; exit 1; }
+QT_GEMM_BF16=$other train "$tmp/g" "${bf16[@]}" >/dev/null
+cp -r "$tmp/g/checkpoint/step-2" "$tmp/g_step2"
+rm -rf "$tmp/g/checkpoint/step-4"
+train "$tmp/g" "${bf16[@]}" >"$tmp/g2.log" || { cat "$tmp/g2.log"; echo "FAIL: bf16 resume"; exit 1; }
+grep -q "$other.*the path checkpoint step 2 was trained with" "$tmp/g2.log" \
+  || { grep gemm "$tmp/g2.log"; echo "FAIL: the resume should multiply as step 2 did ($other)"; exit 1; }
+[ "$(jq -r .gemm_bf16 "$tmp/g/checkpoint/step-4/train_state.json")" = "$other" ] \
+  || { echo "FAIL: the resumed run's step 4 should record $other"; exit 1; }
+for f in model.safetensors optim.safetensors; do
+  cmp "$tmp/g_ref/checkpoint/step-4/$f" "$tmp/g/checkpoint/step-4/$f" \
+    || { echo "FAIL: bf16 $f after a resume differs from the uninterrupted run"; exit 1; }
+done
+rm -rf "$tmp/g/checkpoint/step-4" && rm -rf "$tmp/g/checkpoint/step-2" && cp -r "$tmp/g_step2" "$tmp/g/checkpoint/step-2"
+QT_GEMM_BF16=$auto train "$tmp/g" "${bf16[@]}" >"$tmp/g3.log" || { cat "$tmp/g3.log"; echo "FAIL: pinned bf16 resume"; exit 1; }
+grep -q 'step 2 multiplied its bf16 products .*QT_GEMM_BF16.*last bits' "$tmp/g3.log" \
+  || { cat "$tmp/g3.log"; echo "FAIL: a resume pinned to the other bf16 path should warn"; exit 1; }
 echo "e2e_train: ok"

@@ -301,6 +301,52 @@ static void test_state_tampered(void **state) {
     remove_root(root);
 }
 
+/* A bf16 job's GEMM path is saved and read back; an fp32 job's (NONE) is not written; a value
+ * that is neither path, sealed with a correct checksum, is a sentence naming the file. */
+static void test_state_gemm_bf16(void **state) {
+    (void)state;
+    char *root = make_root();
+    Bufs *x = calloc(1, sizeof *x);
+    bufs_init(x);
+    Err err;
+    for (int path = CKPT_GEMM_BF16_NONE; path <= CKPT_GEMM_BF16_WIDEN; path++) {
+        CkptState st = state_for(path + 1, NULL);
+        st.gemm_bf16 = path;
+        assert_int_equal(ckpt_save(root, &st, x->model, NPAR, x->optim, 2 * NPAR, 0, &err), 0);
+        char *dir = file_in(root, path + 1, "");
+        CkptState got;
+        assert_int_equal(ckpt_read_state(dir, &got, &err), 0);
+        assert_int_equal(got.gemm_bf16, path);
+        ckpt_state_release(&got);
+        free(dir);
+    }
+    char *f = file_in(root, 1, "train_state.json");
+    char *data;
+    size_t len;
+    assert_int_equal(fs_read_all(f, &data, &len, &err), 0);
+    assert_null(strstr(data, "gemm_bf16"));
+    free(data);
+    free(f);
+    /* "widen" made "wider" and the file sealed again: the checksum holds, the value does not. */
+    f = file_in(root, 3, "train_state.json");
+    edit_file(f, "\"widen\"", "\"wider\"");
+    assert_int_equal(fs_read_all(f, &data, &len, &err), 0);
+    char *sum = strstr(data, "\"" CKPT_SUM_KEY "\": \"");
+    assert_non_null(sum);
+    memset(sum + strlen("\"" CKPT_SUM_KEY "\": \""), '0', 16);
+    ckpt_sum_seal(data, len);
+    assert_int_equal(fs_write_atomic(f, data, len, &err), 0);
+    free(data);
+    char *dir = file_in(root, 3, "");
+    CkptState got;
+    assert_int_equal(ckpt_read_state(dir, &got, &err), -1);
+    assert_non_null(strstr(err.msg, "train_state.json: gemm_bf16 \"wider\" is not"));
+    free(dir);
+    free(f);
+    free(x);
+    remove_root(root);
+}
+
 static void test_write_failures(void **state) {
     (void)state;
     char *root = make_root();
@@ -470,6 +516,7 @@ int main(void) {
         cmocka_unit_test(test_broken_newest_falls_back),
         cmocka_unit_test(test_stale_tmp),
         cmocka_unit_test(test_state_tampered),
+        cmocka_unit_test(test_state_gemm_bf16),
         cmocka_unit_test(test_write_failures),
         cmocka_unit_test(test_load_mismatch),
         cmocka_unit_test(test_checksum),

@@ -60,7 +60,9 @@ static Bf16Path g_bf16 = BF16_AUTO; /* never BF16_AUTO after bf16_path() */
 static dnnl_engine_t g_engine;
 static char g_desc[256];
 static char g_bf16_why[128];
-static Bf16Path g_bf16_adopted = BF16_AUTO; /* gemm_bf16_adopt: another process's choice */
+static Bf16Path g_bf16_adopted = BF16_AUTO;   /* gemm_bf16_adopt: another process's choice */
+static Bf16Path g_bf16_preferred = BF16_AUTO; /* gemm_bf16_prefer: a resumed run's */
+static char g_bf16_preferred_why[96];
 
 /* ---- oneDNN matmul primitive cache ------------------------------------------------------ */
 
@@ -282,6 +284,11 @@ static void choose_bf16_path(void) {
         snprintf(g_bf16_why, sizeof g_bf16_why, "QT_GEMM_BF16=%s", bf16_path_names[g_bf16]);
         return;
     }
+    if (g_bf16_preferred != BF16_AUTO) {
+        g_bf16 = g_bf16_preferred;
+        snprintf(g_bf16_why, sizeof g_bf16_why, "%s", g_bf16_preferred_why);
+        return;
+    }
     const char *impl = probe_impl(1);
     if (!impl) {
         g_bf16 = BF16_WIDEN;
@@ -421,6 +428,15 @@ int gemm_bf16_adopt(int widen) {
     g_bf16_adopted = want;
     pthread_once(&g_bf16_once, choose_bf16_once); /* chosen now, or already before */
     return g_bf16 == want ? 0 : -1;
+}
+
+int gemm_bf16_prefer(int widen, const char *why) {
+    pthread_once(&g_once, init_once);
+    if (g_backend != BK_AUTO) return 1; /* a forced backend decides the same every time */
+    g_bf16_preferred = widen ? BF16_WIDEN : BF16_ONEDNN;
+    snprintf(g_bf16_preferred_why, sizeof g_bf16_preferred_why, "%s", why);
+    pthread_once(&g_bf16_once, choose_bf16_once);
+    return g_bf16 == g_bf16_preferred;
 }
 
 /* ---- widened weight copies -------------------------------------------------------------- */

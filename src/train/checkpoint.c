@@ -265,6 +265,9 @@ int ckpt_sum_check(char *text, size_t len, const char *path, Err *err) {
     return 0;
 }
 
+/* The names train_state.json gives CkptState.gemm_bf16 (QT_GEMM_BF16's names). */
+static const char *const gemm_bf16_names[] = {"", "onednn", "widen"};
+
 static int write_state(const char *dir, const CkptState *st, Err *err) {
     json_t *o = json_object();
     json_object_set_new(o, "format", json_string(CKPT_FORMAT_NAME));
@@ -277,6 +280,8 @@ static int write_state(const char *dir, const CkptState *st, Err *err) {
     json_object_set_new(o, "lr_schedule", sched);
     json_object_set_new(o, "optim_step", json_integer(st->optim_step));
     if (st->model_only) json_object_set_new(o, "model_only", json_true());
+    if (st->gemm_bf16 != CKPT_GEMM_BF16_NONE)
+        json_object_set_new(o, "gemm_bf16", json_string(gemm_bf16_names[st->gemm_bf16]));
     json_object_set(o, "data_position", st->data_position ? st->data_position : json_null());
     json_t *rng = json_array();
     for (int i = 0; i < 4; i++)
@@ -757,6 +762,14 @@ static int read_state(const char *dir, CkptState *st, Err *err) {
         goto out;
     }
     st->model_only = json_is_true(mo);
+    const char *path16 = NULL;
+    if (json_opt_str(o, "gemm_bf16", &path16, spath, err) != 0) goto out;
+    for (int i = CKPT_GEMM_BF16_ONEDNN; path16 && i <= CKPT_GEMM_BF16_WIDEN; i++)
+        if (strcmp(path16, gemm_bf16_names[i]) == 0) st->gemm_bf16 = i;
+    if (path16 && st->gemm_bf16 == CKPT_GEMM_BF16_NONE) {
+        err_set(err, "%s: gemm_bf16 \"%s\" is not \"onednn\" or \"widen\"", spath, path16);
+        goto out;
+    }
     json_t *cfg = json_object_get(o, "config"), *v;
     const char *key;
     if (cfg && !json_is_object(cfg)) {

@@ -474,25 +474,49 @@ static json_t *load_layout(const char *step_dir, int *rc, Err *err) {
     return *rc == 0 ? t : NULL;
 }
 
-int ckpt_dist_check_shapes(const char *root, int64_t load_step, const ParamInfo *params, int n,
-                           Err *err) {
-    int64_t steps[CKPT_DIST_MAX_KEPT + 1], ranks, mesh[4], sharded = -1;
+/* The step ckpt_dist_locate would choose under root, without collectives or reading weights:
+ * 1 for one process's root/step-*one, 2 for the sharded step *sharded of a marker recording
+ * `ranks` ranks on `mesh`, 0 for none (or a broken marker: ckpt_dist_locate's to report). */
+static int candidate(const char *root, int64_t load_step, int64_t *one, int64_t *sharded,
+                     int64_t *ranks, int64_t mesh[4]) {
+    int64_t steps[CKPT_DIST_MAX_KEPT + 1];
     int nsteps;
     Err ignore;
-    /* A broken latest.json is ckpt_dist_locate's to report. */
-    if (read_marker(root, steps, &nsteps, &ranks, mesh, 0, &ignore) != 0) nsteps = 0;
+    if (read_marker(root, steps, &nsteps, ranks, mesh, 0, &ignore) != 0) nsteps = 0;
+    *sharded = -1;
     for (int i = 0; i < nsteps; i++)
-        if (load_step < 0 || steps[i] == load_step) sharded = steps[i];
-    int64_t one = ckpt_resume_candidate(root, load_step);
+        if (load_step < 0 || steps[i] == load_step) *sharded = steps[i];
+    *one = ckpt_resume_candidate(root, load_step);
+    if (*one > *sharded) return 1; /* the sharded one on a tie */
+    return *sharded >= 0 && *ranks >= 1 && *ranks <= 1 << 20 ? 2 : 0;
+}
+
+char *ckpt_dist_candidate_dir(const char *root, int64_t load_step) {
+    int64_t one, sharded, ranks, mesh[4];
+    int kind = candidate(root, load_step, &one, &sharded, &ranks, mesh);
+    if (kind == 0) return NULL;
     char name[48];
-    if (one > sharded) { /* the choice ckpt_dist_locate makes: the sharded one on a tie */
+    snprintf(name, sizeof name, "step-%" PRId64, kind == 1 ? one : sharded);
+    char *rdir = kind == 1 ? NULL : ckpt_dist_rank_dir(root, 0);
+    char *dir = fs_join(rdir ? rdir : root, name);
+    free(rdir);
+    return dir;
+}
+
+int ckpt_dist_check_shapes(const char *root, int64_t load_step, const ParamInfo *params, int n,
+                           Err *err) {
+    int64_t ranks, mesh[4], sharded, one;
+    Err ignore;
+    int kind = candidate(root, load_step, &one, &sharded, &ranks, mesh);
+    char name[48];
+    if (kind == 1) {
         snprintf(name, sizeof name, "step-%" PRId64, one);
         char *dir = fs_join(root, name);
         int rc = ckpt_check_step_shapes(dir, params, n, err);
         free(dir);
         return rc;
     }
-    if (sharded < 0 || ranks < 1 || ranks > 1 << 20) return 0;
+    if (kind == 0) return 0;
     /* Replica 0's layouts record every parameter's whole shape (each file holds a slice). */
     int nfiles = (int)(mesh[1] * mesh[2]), rc = 0;
     json_t **lay = xcalloc((size_t)nfiles, sizeof *lay);

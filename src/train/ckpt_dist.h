@@ -63,6 +63,10 @@ int ckpt_dist_locate(Comm *world, const char *root, int64_t load_step, CkptDistF
  * those). */
 int ckpt_dist_check_shapes(const char *root, int64_t load_step, const ParamInfo *params, int n,
                            Err *err);
+/* The step directory rank 0 would read of the step ckpt_dist_locate would choose under root
+ * (load_step when >= 0), found without collectives or reading weights (malloc'd), or NULL for
+ * none: for what its train_state.json says before the model exists. */
+char *ckpt_dist_candidate_dir(const char *root, int64_t load_step);
 /* The step directory of found that rank `rank` of the same mesh reads (malloc'd): root/step-N
  * for one process's, root/rank-K/step-N for a sharded one. */
 char *ckpt_dist_found_dir(const char *root, const CkptDistFound *found, int rank);

@@ -293,13 +293,49 @@ static int check_same_weights(Comm *world, const char *what, const char *key, co
     return comm_agree(world, rc, err);
 }
 
+/* 1 when the job multiplies in bf16 (mixed precision or a LoRA bf16 base). */
+static int bf16_job(const JobConfig *cfg) {
+    return cfg->training.mixed_precision_param == DT_BF16 ||
+           (cfg->lora.rank > 0 && cfg->lora.base_dtype == DT_BF16);
+}
+
+/* A resume multiplies its bf16 products as the checkpoint's steps did (train_state.json's
+ * gemm_bf16), so the resumed steps are bitwise those of the uninterrupted run even where a
+ * new timing would choose the other path; QT_GEMM_BF16 still wins, and the resume warns. */
+static void prefer_checkpoint_bf16_path(const JobConfig *cfg) {
+    if (!cfg->checkpoint.enable) return;
+    char *root = fs_resolve(cfg->job.dump_folder, cfg->checkpoint.folder);
+    char *dir = ckpt_dist_candidate_dir(
+        root, cfg->checkpoint.load_step > 0 ? cfg->checkpoint.load_step : -1);
+    CkptState st;
+    Err ignore; /* an unreadable state is the resume's to report */
+    if (dir && ckpt_read_state(dir, &st, &ignore) == 0) {
+        if (st.gemm_bf16 != CKPT_GEMM_BF16_NONE) {
+            char why[96];
+            snprintf(why, sizeof why, "the path checkpoint step %" PRId64 " was trained with",
+                     st.step);
+            gemm_bf16_prefer(st.gemm_bf16 == CKPT_GEMM_BF16_WIDEN, why);
+        }
+        ckpt_state_release(&st);
+    }
+    free(dir);
+    free(root);
+}
+
+/* CkptState.gemm_bf16 of this job. */
+static int job_gemm_bf16(const JobConfig *cfg) {
+    if (!bf16_job(cfg)) return CKPT_GEMM_BF16_NONE;
+    return gemm_bf16_widens() ? CKPT_GEMM_BF16_WIDEN : CKPT_GEMM_BF16_ONEDNN;
+}
+
 /* The bf16 path of the GEMMs (ops/gemm.h) is chosen per process by timing the two; on a
  * loaded machine ranks could choose differently and multiply in different orders, so a mesh
- * runs rank 0's choice everywhere (a run pinned with QT_GEMM_BF16 chooses the same anyway). */
+ * runs rank 0's choice everywhere (a run pinned with QT_GEMM_BF16 chooses the same anyway), and
+ * a resume the checkpoint's (prefer_checkpoint_bf16_path). */
 static int agree_bf16_path(Comm *world, const JobConfig *cfg, Err *err) {
-    int bf16 = cfg->training.mixed_precision_param == DT_BF16 ||
-               (cfg->lora.rank > 0 && cfg->lora.base_dtype == DT_BF16);
-    if (world->size == 1 || !bf16) return 0;
+    if (!bf16_job(cfg)) return 0;
+    if (world->rank == 0) prefer_checkpoint_bf16_path(cfg);
+    if (world->size == 1) return 0;
     int widen = world->rank == 0 ? gemm_bf16_widens() : 0;
     TRY(comm_broadcast(world, &widen, sizeof widen, 0, err));
     int rc = 0;
@@ -733,6 +769,7 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
         .flops_per_token = metrics_flops_per_token(&spec, T),
         .seed = (uint64_t)cfg->training.seed,
         .config_hash = config_hash(cfg),
+        .gemm_bf16 = job_gemm_bf16(cfg),
         .config = config_keys,
         .par = &par,
         .ckpt_files = hf.files,

@@ -85,7 +85,8 @@ static int save(Trainer *t, Err *err) {
                     .config = t->o->config,
                     .files = t->o->ckpt_files,
                     .nfiles = t->o->n_ckpt_files,
-                    .model_only = model_only};
+                    .model_only = model_only,
+                    .gemm_bf16 = t->o->gemm_bf16};
     memcpy(st.rng, t->rng.s, sizeof st.rng);
     double t0 = now_seconds();
     int rc = par ? ckpt_dist_save(par->world, par->mesh, t->ckpt_root, &st, t->model->params,
@@ -148,6 +149,11 @@ static void report_config(const char *path, const CkptState *st, const TrainerOp
     free(other);
 }
 
+/* How CkptState.gemm_bf16 multiplied, in words. */
+static const char *bf16_way(int gemm_bf16) {
+    return gemm_bf16 == CKPT_GEMM_BF16_WIDEN ? "on widened operands" : "with oneDNN's bf16 matmul";
+}
+
 static int resume(Trainer *t, Err *err) {
     const TrainParallel *par = many_ranks(t->o);
     Comm *world = par ? par->world : NULL;
@@ -200,6 +206,12 @@ static int resume(Trainer *t, Err *err) {
     }
     if (par) rc = comm_agree(par->world, rc, err); /* every rank resumes, or none */
     if (rc == 0 && rank == 0) report_config(path, &st, t->o);
+    if (rc == 0 && rank == 0 && st.gemm_bf16 != CKPT_GEMM_BF16_NONE &&
+        t->o->gemm_bf16 != CKPT_GEMM_BF16_NONE && st.gemm_bf16 != t->o->gemm_bf16)
+        log_warn("[checkpoint] step %" PRId64 " multiplied its bf16 products %s, this run %s "
+                 "(QT_GEMM_BF16): the resumed steps may differ from an uninterrupted run's in "
+                 "their last bits",
+                 st.step, bf16_way(st.gemm_bf16), bf16_way(t->o->gemm_bf16));
     if (rc == 0 && (t->o->exclude & CKPT_EXCLUDE_DATALOADER)) {
         if (t->data->restart) t->data->restart(t->data->ctx);
     } else if (rc == 0 && t->data->restore && st.data_position) {

@@ -115,6 +115,7 @@ typedef struct TrainerOptions {
     double flops_per_token; /* metrics_flops_per_token of the model */
     uint64_t seed;
     uint64_t config_hash;
+    int gemm_bf16; /* CkptState.gemm_bf16 of this run, saved into every checkpoint */
     /* The job config key by key (ckpt_config_keys), saved into every checkpoint so that a
      * resume names the keys that changed; NULL = the hash alone. */
     json_t *config;
