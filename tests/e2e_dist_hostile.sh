@@ -19,7 +19,8 @@
 #     a link to nothing) beside step directories; one written before the checksum is read as it
 #     is, with a notice;
 #   - a rank-N folder copied from another rank's stops the resume (layout.json records the
-#     rank that wrote it);
+#     rank that wrote it); a step listed in latest.json but broken on one rank since is skipped
+#     with a warning, and the step before it resumed;
 #   - a sharded checkpoint resumed into another model stops before allocating, naming the
 #     layout.json and the tensor;
 #   - MPI_Init under comm.init_timeout_seconds: a second "rank" that never joins ends rank 0
@@ -234,6 +235,19 @@ if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -q "rank-1/step-3/layout.json reco
   echo "FAIL: a rank folder copied from another should stop the resume (rc=$rc)"; cat "$TMP/mk_copied.log"; exit 1
 fi
 echo "ok: a rank folder copied from another is refused"
+# The marker lists a step once every rank had written it; one rank's folder of the newest step
+# broken since (its train_state.json removed) makes the resume skip that step with a warning
+# naming the file and take the one before, as one process skips a broken step; its step 4
+# equals that of the legacy case above, which resumed from step 2 too.
+marker rank_broken 'rm rank-1/step-3/train_state.json'
+rc=$?
+loss4() { grep -o '"step":4,"loss":[^,]*' "$TMP/mk_$1/metrics.jsonl"; }
+if [ $rc -ne 0 ] || ! grep -q "warning: \[checkpoint\] skipping sharded step 3: rank 1: cannot open $TMP/mk_rank_broken/checkpoint/rank-1/step-3/train_state.json" "$TMP/mk_rank_broken.log" ||
+   ! grep -q "resumed from .*rank-0/step-2 (step 2)" "$TMP/mk_rank_broken.log" ||
+   [ -z "$(loss4 legacy)" ] || [ "$(loss4 legacy)" != "$(loss4 rank_broken)" ]; then
+  echo "FAIL: a step broken on rank 1 should be skipped for step 2 (rc=$rc)"; cat "$TMP/mk_rank_broken.log"; exit 1
+fi
+echo "ok: a step broken on one rank is skipped"
 # Resuming that sharded checkpoint into another model stops before the model is allocated, on
 # two ranks and on one (resharding), with the layout file and the tensor that differs.
 layout="$TMP/run_same/checkpoint/rank-0/step-2/layout.json"

@@ -341,11 +341,17 @@ int ckpt_dist_save(Comm *world, const int mesh[4], const char *root, const CkptS
 }
 
 /* Rank 0's part of ckpt_dist_locate: found = {have one, step, ranks, mesh[4]}. */
-static int locate_here(const char *root, int64_t load_step, double found[7], Err *err) {
+/* Rank 0's choice for ckpt_dist_locate: found[0] 1 when there is one, [1] its step, [2] the
+ * ranks that wrote it (0: one process's), [3..6] their mesh. The newest sharded step below
+ * `below` is considered (the ones at or above it were found broken on some rank). */
+static int locate_here(const char *root, int64_t load_step, int64_t below, double found[7],
+                       Err *err) {
     int64_t steps[CKPT_DIST_MAX_KEPT + 1], ranks, mesh[4], one = -1;
     int n;
-    TRY(ckpt_clean_stale(root, err));
-    TRY(read_marker(root, steps, &n, &ranks, mesh, 1, err));
+    if (below == INT64_MAX) TRY(ckpt_clean_stale(root, err));
+    TRY(read_marker(root, steps, &n, &ranks, mesh, below == INT64_MAX, err));
+    while (n > 0 && steps[n - 1] >= below)
+        n--;
     int64_t sharded = n > 0 ? steps[n - 1] : -1;
     if (load_step >= 0) {
         sharded = -1;
@@ -399,19 +405,36 @@ int ckpt_dist_locate(Comm *world, const char *root, int64_t load_step, CkptDistF
     if (world && rank > 0 && fs_exists(dir)) rc = ckpt_clean_stale(dir, err);
     free(dir);
     double f[7] = {0};
-    if (rc == 0 && rank == 0) rc = locate_here(root, load_step, f, err);
-    /* A one-process step and a sharded one of the same number: the job's own kind wins. */
-    if (world) {
-        rc = comm_agree(world, rc, err);
-        if (rc == 0) rc = comm_broadcast(world, f, sizeof f, 0, err);
+    for (int64_t below = INT64_MAX;;) {
+        if (rc == 0 && rank == 0) rc = locate_here(root, load_step, below, f, err);
+        /* A one-process step and a sharded one of the same number: the job's own kind wins. */
+        if (world) {
+            rc = comm_agree(world, rc, err);
+            if (rc == 0) rc = comm_broadcast(world, f, sizeof f, 0, err);
+        }
+        if (rc != 0) return -1;
+        if (f[0] == 0) return 0;
+        found->step = (int64_t)f[1];
+        found->ranks = (int)f[2];
+        for (int k = 0; k < 4; k++)
+            found->mesh[k] = (int)f[3 + k];
+        /* The marker lists a step once every rank had written it; a rank's folder of it broken
+         * or removed since then makes the newest step the one before it, as a broken step of
+         * one process is skipped (checkpoint.load_step names one and gets the sentence). Every
+         * folder is checked by one rank: rank r those of ranks r, r + size, ... */
+        if (found->ranks == 0 || load_step >= 0) return 1;
+        Err why;
+        int size = world ? world->size : 1, bad = 0;
+        for (int k = rank; k < found->ranks && !bad; k += size) {
+            char *sdir = ckpt_dist_found_dir(root, found, k);
+            bad = ckpt_verify(sdir, 0, &why) != 0;
+            free(sdir);
+        }
+        if ((world ? comm_agree(world, -bad, &why) : -bad) == 0) return 1;
+        if (rank == 0)
+            log_warn("[checkpoint] skipping sharded step %" PRId64 ": %s", found->step, why.msg);
+        below = found->step;
     }
-    if (rc != 0) return -1;
-    if (f[0] == 0) return 0;
-    found->step = (int64_t)f[1];
-    found->ranks = (int)f[2];
-    for (int k = 0; k < 4; k++)
-        found->mesh[k] = (int)f[3 + k];
-    return 1;
 }
 
 int ckpt_dist_check_rank(const char *step_dir, int rank, Err *err) {
