@@ -29,7 +29,7 @@
 #     of a 2-rank run is stopped (SIGSTOP) mid-training; rank 0, waiting for it in a
 #     collective, must stop the whole job within the timeout (5 s here) plus the 2 s liveness
 #     round, with one sentence naming rank 1 as the rank that stopped answering, instead of
-#     spinning forever.
+#     spinning forever; both ranks suspended together for longer than the timeout train on.
 set -uo pipefail
 # shellcheck source=tests/dist_lib.sh
 . "$(dirname "$0")/dist_lib.sh"
@@ -316,13 +316,26 @@ for _ in $(seq 600); do
   sleep 0.1
 done
 sleep 1
+ranks=()
 for p in $(pgrep -P "$launcher"); do
   if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then stopped=$p; fi
+  tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK=' && ranks+=("$p")
 done
-if [ -z "$stopped" ]; then
+if [ -z "$stopped" ] || [ "${#ranks[@]}" != 2 ]; then
   echo "FAIL: no rank 1 process under mpirun (pid $launcher) once training ran"; cat "$TMP/run.log"
   kill "$launcher" 2>/dev/null; exit 1
 fi
+# Both ranks suspended together for longer than the timeout (a paused VM, a host that slept):
+# time a rank did not run is not waiting, so after SIGCONT the job trains on instead of both
+# ranks timing out at once.
+kill -STOP "${ranks[@]}"
+sleep 7
+kill -CONT "${ranks[@]}"
+sleep 3
+if ! kill -0 "$launcher" 2>/dev/null || grep -q 'error' "$TMP/run.log"; then
+  echo "FAIL: a job whose ranks were all suspended for 7 s (timeout 5 s) should train on"; tail -20 "$TMP/run.log"; exit 1
+fi
+echo "ok: a suspension of every rank is not taken for a stalled collective"
 kill -STOP "$stopped"
 t0=$SECONDS
 for _ in $(seq 600); do

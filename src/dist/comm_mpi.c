@@ -114,6 +114,12 @@ static void silent_ranks(char *out, size_t cap, double grace) {
     free(heard), free(got), free(recv);
 }
 
+/* A gap longer than this between two checks of a request means this process did not run
+ * (SIGSTOP, a suspended VM, a starved core): that time is not counted as waiting, since the
+ * request could not be seen completing; a rank continued after a stop waits afresh instead of
+ * timing out at once with a sentence about the others. */
+#define NOT_RUNNING_GAP_S 1.0
+
 /* Completes req, or fails once it has waited longer than the collective timeout. */
 static int wait_req(Comm *c, MPI_Request *req, const char *what, Err *err) {
     const char *key;
@@ -122,12 +128,16 @@ static int wait_req(Comm *c, MPI_Request *req, const char *what, Err *err) {
         MPI_TRY(c, MPI_Wait(req, MPI_STATUS_IGNORE), what, err);
         return 0;
     }
-    double start = MPI_Wtime();
+    double start = MPI_Wtime(), last = start, away = 0;
     for (unsigned k = 1;; k++) {
         int flag = 0;
         MPI_TRY(c, MPI_Test(req, &flag, MPI_STATUS_IGNORE), what, err);
         if (flag) return 0;
-        if (k % 64 == 0 && MPI_Wtime() - start > limit) break;
+        if (k % 64 != 0) continue;
+        double now = MPI_Wtime();
+        if (now - last > NOT_RUNNING_GAP_S) away += now - last;
+        last = now;
+        if (now - start - away > limit) break;
     }
     g_timed_out = 1;
     char silent[256];
