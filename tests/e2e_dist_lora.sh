@@ -4,7 +4,8 @@
 # column- and row-split bases alike):
 #   - FSDP 2, TP 2, HSDP 2, and FSDP 2 x TP 2 with sequence parallelism and full activation
 #     checkpointing train 10 steps with every step's loss and grad norm within 1e-5 relative of
-#     one process's (dropout masks included: they are drawn from the whole input's indices);
+#     one process's (dropout masks included: they are drawn from the whole input's indices),
+#     and rank 0 keeps its share of the adapters: its tensor-parallel blocks, 1/dp_shard of them;
 #   - the TP 2 run resumed from its step-5 checkpoint repeats steps 6-10 and its checkpoint
 #     files bitwise, and writes byte-identical adapter and merged files;
 #   - its exports are those of its adapters: one process resuming its last checkpoint (a
@@ -53,6 +54,13 @@ close() {
   fi
 }
 
+# The adapters' elements, r (I + O) each (wq 32 -> 32, wv 32 -> 16, wo 32 -> 32, w1 32 -> 64,
+# w2 64 -> 32), whole and as one tensor-parallel rank's blocks under TP 2 (a column-split base:
+# all of A, half of B's rows; a row-split one: half of A's columns, all of B); rank 0 keeps
+# 1/dp_shard of its blocks (these layers' units need no padding, so exactly that).
+whole=$((2 * 4 * ((32 + 32) + (32 + 16) + (32 + 32) + (32 + 64) + (64 + 32))))
+blocks=$((2 * 4 * ((32 + 16) + (32 + 8) + (16 + 32) + (32 + 32) + (32 + 32))))
+declare -A held=([fsdp2]=$((whole / 2)) [tp2]=$blocks [hsdp2]=$whole [ft4]=$((blocks / 2)))
 dist_run 0 one "${ARGS[@]}" "${SAVE[@]}" || { echo "FAIL: one process"; cat "$TMP/one.log"; exit 1; }
 grep -q 'lora: 10 adapter(s) of rank 4' "$TMP/one.log" || { echo "FAIL: adapter line"; cat "$TMP/one.log"; exit 1; }
 for c in "fsdp2 2" "tp2 2 $TP" "hsdp2 2 --parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1" \
@@ -62,6 +70,10 @@ for c in "fsdp2 2" "tp2 2 $TP" "hsdp2 2 --parallelism.data_parallel_replicate_de
   shift 2
   if dist_run "$np" "$name" "${ARGS[@]}" "${SAVE[@]}" "$@"; then
     close "$name" one "$name"
+    grep -q "lora: rank 0 holds ${held[$name]} of the $whole adapter parameters" "$TMP/$name.log" &&
+      echo "ok: $name: rank 0 holds ${held[$name]} of the $whole adapter parameters" ||
+      { echo "FAIL: $name: rank 0 should hold ${held[$name]} of the $whole adapter parameters"
+        grep 'lora: rank 0 holds' "$TMP/$name.log"; fail=1; }
   else
     echo "FAIL: $name"; cat "$TMP/$name.log"; fail=1
   fi
