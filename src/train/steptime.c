@@ -194,12 +194,11 @@ int steptime_estimate(StepTime *out, const JobConfig *cfg, const StepMesh *m, co
      * forward and again for its backward, except the two layers and the edge unit still in
      * their workspaces when backward starts (with tied embeddings the embedding unit stays
      * gathered throughout; a frozen one has no backward); every unit's gradient is
-     * reduce-scattered once (a LoRA run's frozen base has none: its adapters have, below). Under
-     * expert
-     * parallelism a layer's experts are a unit of their own (train/train_qwen3.c): the rank's
-     * X / ep of them are gathered and reduce-scattered alongside the layer, over the
-     * dp_shard x tp / ep ranks of its replica that hold the same experts (ranks ep apart);
-     * without it they are part of the layer. */
+     * reduce-scattered once (a LoRA run's frozen base has none; its adapters are counted below).
+     * Under expert parallelism a layer's experts are a unit of their own
+     * (train/train_qwen3.c): the rank's X / ep of them are gathered and reduce-scattered
+     * alongside the layer, over the dp_shard x tp / ep ranks of its replica that hold the same
+     * experts (ranks ep apart); without it they are part of the layer. */
     double fsdp = 0, first = 0;
     int ep_rep = m->shard * m->tp / m->ep;
     for (int part = 0; part < (m->ep > 1 ? 2 : 1); part++) {
