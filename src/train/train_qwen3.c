@@ -1316,7 +1316,7 @@ static int shard_lora(TrainQwen3 *f, Lora *lo, Err *err) {
     f->lrepl = xcalloc((size_t)n, 1);
     float *blocks = xmalloc((total + 1) * sizeof *blocks),
           **full = xcalloc((size_t)n, sizeof *full);
-    for (int k = 0, at = 0; k < n; at += (int)numel[k++])
+    for (size_t k = 0, at = 0; k < (size_t)n; at += numel[k++])
         full[k] = blocks + at;
     for (int i = 0; i < lo->n; i++) {
         LoraAdapter *ad = &lo->ad[i];
@@ -1353,12 +1353,9 @@ int train_qwen3_model_lora(TrainQwen3 *q, Lora *lo, TrainModel *out, Err *err) {
         lora_module_name(mod, sizeof mod, ad->layer, ad->site);
         snprintf(q->lnames[k], sizeof q->lnames[0], "%s.lora_%c", mod, b ? 'B' : 'A');
         CkptTensor *t = &q->lparams[q->nl];
+        int64_t rows = b ? ad->out : lo->rank, cols = b ? lo->rank : ad->in;
         if (!q->sharded) { /* the adapters are host memory of their own (model/lora.c) */
-            *t = (CkptTensor){q->lnames[k],
-                              2,
-                              {b ? ad->out : lo->rank, b ? lo->rank : ad->in},
-                              b ? ad->b : ad->a,
-                              NULL};
+            *t = (CkptTensor){q->lnames[k], 2, {rows, cols}, b ? ad->b : ad->a, NULL};
             q->lgrads[q->nl++] = b ? ad->db : ad->da;
             continue;
         }
