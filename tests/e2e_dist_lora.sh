@@ -71,10 +71,12 @@ for c in "fsdp2 2" "tp2 2 $TP" "hsdp2 2 --parallelism.data_parallel_replicate_de
   shift 2
   if dist_run "$np" "$name" "${ARGS[@]}" "${SAVE[@]}" "$@"; then
     close "$name" one "$name"
-    grep -q "lora: rank 0 holds ${held[$name]} of the $whole adapter parameters" "$TMP/$name.log" &&
-      echo "ok: $name: rank 0 holds ${held[$name]} of the $whole adapter parameters" ||
-      { echo "FAIL: $name: rank 0 should hold ${held[$name]} of the $whole adapter parameters"
-        grep 'lora: rank 0 holds' "$TMP/$name.log"; fail=1; }
+    if grep -q "lora: rank 0 holds ${held[$name]} of the $whole adapter parameters" "$TMP/$name.log"; then
+      echo "ok: $name: rank 0 holds ${held[$name]} of the $whole adapter parameters"
+    else
+      echo "FAIL: $name: rank 0 should hold ${held[$name]} of the $whole adapter parameters"
+      grep 'lora: rank 0 holds' "$TMP/$name.log"; fail=1
+    fi
   else
     echo "FAIL: $name"; cat "$TMP/$name.log"; fail=1
   fi
