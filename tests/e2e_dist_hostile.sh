@@ -145,7 +145,7 @@ two_dirs weights_same.log "${weights[@]}" --job.dump_folder="$TMP/run_w_same" ||
   { echo "FAIL: the same initial weights under two paths should train"; cat "$TMP/weights_same.log"; exit 1; }
 echo "ok: ranks compare the initial weights they opened, not only the path"
 # The same for LoRA adapters (lora.adapter_path, peft's format, written by a one-step run):
-# every rank holds them whole, so they are compared whole.
+# every rank loads them whole before it takes its share, so they are compared whole.
 lora=(--lora.rank=4 --lora.alpha=8)
 timeout 120 "$BIN" train "${ARGS[@]}" "${lora[@]}" --training.steps=1 --job.dump_folder="$TMP/lorasrc" \
   >"$TMP/lorasrc.log" 2>&1 || { echo "FAIL: the run making the adapters"; cat "$TMP/lorasrc.log"; exit 1; }

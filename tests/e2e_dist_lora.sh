@@ -4,7 +4,8 @@
 # column- and row-split bases alike):
 #   - FSDP 2, TP 2, HSDP 2, and FSDP 2 x TP 2 with sequence parallelism and full activation
 #     checkpointing train 10 steps with every step's loss and grad norm within 1e-5 relative of
-#     one process's (dropout masks included: they are drawn from the whole input's indices);
+#     one process's (dropout masks included: they are drawn from the whole input's indices),
+#     and rank 0 keeps its share of the adapters: its tensor-parallel blocks, 1/dp_shard of them;
 #   - the TP 2 run resumed from its step-5 checkpoint repeats steps 6-10 and its checkpoint
 #     files bitwise, and writes byte-identical adapter and merged files;
 #   - its exports are those of its adapters: one process resuming its last checkpoint (a
@@ -20,6 +21,7 @@
 #     routing figures, merged exports), a resume repeats its steps exactly, and one process on
 #     EP 2's last checkpoint writes a byte-identical merged model.safetensors (the experts,
 #     gathered one unit at a time from both ranks, written one per HF tensor);
+#   - samples through the shards on TP 2, one unit at a time, are the whole merged copy's;
 #   - an error in the middle of the merged export (a merged weight beyond float16's range,
 #     found on rank 0 after it has asked the ranks for the first units) ends both ranks with
 #     that sentence, not a hang.
@@ -53,6 +55,13 @@ close() {
   fi
 }
 
+# The adapters' elements, r (I + O) each (wq 32 -> 32, wv 32 -> 16, wo 32 -> 32, w1 32 -> 64,
+# w2 64 -> 32), whole and as one tensor-parallel rank's blocks under TP 2 (a column-split base:
+# all of A, half of B's rows; a row-split one: half of A's columns, all of B); rank 0 keeps
+# 1/dp_shard of its blocks (these layers' units need no padding, so exactly that).
+whole=$((2 * 4 * ((32 + 32) + (32 + 16) + (32 + 32) + (32 + 64) + (64 + 32))))
+blocks=$((2 * 4 * ((32 + 16) + (32 + 8) + (16 + 32) + (32 + 32) + (32 + 32))))
+declare -A held=([fsdp2]=$((whole / 2)) [tp2]=$blocks [hsdp2]=$whole [ft4]=$((blocks / 2)))
 dist_run 0 one "${ARGS[@]}" "${SAVE[@]}" || { echo "FAIL: one process"; cat "$TMP/one.log"; exit 1; }
 grep -q 'lora: 10 adapter(s) of rank 4' "$TMP/one.log" || { echo "FAIL: adapter line"; cat "$TMP/one.log"; exit 1; }
 for c in "fsdp2 2" "tp2 2 $TP" "hsdp2 2 --parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1" \
@@ -62,6 +71,12 @@ for c in "fsdp2 2" "tp2 2 $TP" "hsdp2 2 --parallelism.data_parallel_replicate_de
   shift 2
   if dist_run "$np" "$name" "${ARGS[@]}" "${SAVE[@]}" "$@"; then
     close "$name" one "$name"
+    if grep -q "lora: rank 0 holds ${held[$name]} of the $whole adapter parameters" "$TMP/$name.log"; then
+      echo "ok: $name: rank 0 holds ${held[$name]} of the $whole adapter parameters"
+    else
+      echo "FAIL: $name: rank 0 should hold ${held[$name]} of the $whole adapter parameters"
+      grep 'lora: rank 0 holds' "$TMP/$name.log"; fail=1
+    fi
   else
     echo "FAIL: $name"; cat "$TMP/$name.log"; fail=1
   fi
@@ -109,10 +124,25 @@ for name in fsdp2 tp2 ft4; do
   same_merged one "$name" 1e-5
 done
 
+# Samples through the shards (TP 2) merge each unit's adapters as it is gathered: one unit at a
+# time and the whole copy write the same text, which differs from the base's (a learning rate of
+# 0.3 makes the adapters change the samples; lr 0 leaves them at B = 0, the base).
+SMP=(--training.steps=3 --sample.freq=3 "--sample.prompts=the quick brown" --sample.max_new_tokens=12
+  --sample.temperature=0 "$TP")
+if dist_run 2 s-units "${ARGS[@]}" "${SMP[@]}" --optimizer.lr=0.3 --sample.gather=units &&
+  dist_run 2 s-whole "${ARGS[@]}" "${SMP[@]}" --optimizer.lr=0.3 --sample.gather=whole &&
+  dist_run 2 s-base "${ARGS[@]}" "${SMP[@]}" --optimizer.lr=0 --sample.gather=whole &&
+  cmp -s "$TMP/s-units/samples.jsonl" "$TMP/s-whole/samples.jsonl" &&
+  ! cmp -s "$TMP/s-whole/samples.jsonl" "$TMP/s-base/samples.jsonl"; then
+  echo "ok: samples one unit at a time are the whole merged copy's, not the base's"
+else
+  echo "FAIL: samples through the shards"; cat "$TMP"/s-*/samples.jsonl; fail=1
+fi
+
 # A bf16 base: TP 2 against one process. Steps 1 and 2 within 1e-5; after them the adapters
 # differ in their last bits (gradients summed in another order) and the products' bf16
-# rounding of the activations magnifies that (measured: 5e-6 in loss, 1.2e-4 in grad norm;
-# FSDP 2 alike), so later steps get the bounds of bf16 arithmetic.
+# rounding of the activations magnifies that (measured: 3e-6 in loss, 3.2e-4 in grad norm;
+# FSDP 2 2.4e-6 and 1.6e-4), so later steps get the bounds of bf16 arithmetic.
 # Both also sample from the merged whole model at step 10 (the one-process copy widens the
 # bf16-only weights).
 # All export the merged model in bfloat16 (bf16(W) + s B A in fp32, the mesh runs from the

@@ -312,7 +312,7 @@ static void test_peft_files_and_merge(void **state) {
     char tmpl[] = "/tmp/qt_lora_XXXXXX";
     assert_non_null(mkdtemp(tmpl));
     Err err;
-    if (lora_save_peft(&lo, &spec, tmpl, "base", &err)) fail_msg("%s", err.msg);
+    if (lora_save_peft(&lo, &spec, tmpl, "base", lo.param, &err)) fail_msg("%s", err.msg);
     StFile ours, theirs;
     char *a = fs_join(tmpl, "adapter_model.safetensors"),
          *b = fs_join(fix_dir, "adapter_model.safetensors");
@@ -353,7 +353,7 @@ static void test_peft_files_and_merge(void **state) {
         Qwen3LayerParams *p = &m.p.layers[lo.ad[i].layer];
         float *ws[7] = {p->wq, p->wk, p->wv, p->wo, p->w1, p->w3, p->w2};
         memcpy(sites, ws, sizeof ws);
-        lora_merge(&lo, &lo.ad[i], sites[lo.ad[i].site], 0, lo.ad[i].out);
+        lora_merge(&lo, &lo.ad[i], lo.ad[i].a, lo.ad[i].b, sites[lo.ad[i].site], 0, lo.ad[i].out);
     }
     m.lora = NULL;
     qwen3_forward(&m, tok, NULL, NULL, NULL, B, T);
@@ -428,7 +428,7 @@ static void test_bf16_base_merged_export(void **state) {
         lora_load_peft(&lo, &spec, fix_dir, &err))
         fail_msg("%s", err.msg);
     TrainModel tm;
-    train_qwen3_model_lora(q, &lo, &tm);
+    if (train_qwen3_model_lora(q, &lo, &tm, &err)) fail_msg("%s", err.msg);
     Qwen3 *m = train_qwen3_qwen3(q);
     assert_null(m->p.layers[0].wq); /* held in bf16 only */
     char tmpl[] = "/tmp/qt_lora_merge_XXXXXX";
@@ -629,9 +629,10 @@ static void test_dropout(void **state) {
     lora_free(&lo);
 }
 
-/* Tensor parallelism (lora_set_tp): two ranks, each running its block of a column-split (wq)
- * and a row-split (wo) linear with dropout, summed as the driver's all-reduce sums them, give
- * one process's output, input gradient and adapter gradients. */
+/* Tensor parallelism (lora_set_tp, lora_block): two ranks, each running its block of a
+ * column-split (wq) and a row-split (wo) linear with dropout on its blocks of the factors, give
+ * one process's output, input gradient and adapter gradients: the split factor's gradient
+ * blocks joined, the whole factor's partial sums (lora_tp_whole) summed, as the driver does. */
 static void test_tp_blocks(void **state) {
     (void)state;
     enum { N = 6 };
@@ -663,9 +664,15 @@ static void test_tp_blocks(void **state) {
         lora_backward(&lo, ad, dx, dy, x, N);
         memcpy(want_g, lo.grad, (size_t)ng * sizeof(float));
         lora_zero_grads(&lo);
+        float *a = ad->a, *b = ad->b, *da = ad->da, *db = ad->db;
         for (int t = 0; t < 2; t++) {
             lora_set_tp(&lo, 2, t);
             int il = ad->in_l, ol = ad->out_l;
+            /* this rank's factors and their gradients, of the local shapes */
+            float *al = zeros((long)RANK * il), *bl = zeros((long)ol * RANK);
+            float *dal = zeros((long)RANK * il), *dbl = zeros((long)ol * RANK);
+            lora_block(&lo, ad, a, b, al, bl);
+            ad->a = al, ad->b = bl, ad->da = dal, ad->db = dbl;
             for (int n = 0; n < N; n++) {
                 memcpy(xl + n * il, x + n * I + ad->in_off, (size_t)il * sizeof(float));
                 memcpy(dyl + n * ol, dy + n * O + ad->out_off, (size_t)ol * sizeof(float));
@@ -680,6 +687,16 @@ static void test_tp_blocks(void **state) {
                 for (int j = 0; j < il; j++)
                     dxs[n * I + ad->in_off + j] += dxl[n * il + j];
             }
+            /* the gradient blocks back at their places of the whole factors, added */
+            for (int j = 0; j < RANK; j++)
+                for (int c = 0; c < il; c++)
+                    da[j * I + ad->in_off + c] += dal[j * il + c];
+            for (long e = 0; e < (long)ol * RANK; e++)
+                db[(long)ad->out_off * RANK + e] += dbl[e];
+            assert_int_equal(lora_tp_whole(ad, 'A'), il == I);
+            assert_int_equal(lora_tp_whole(ad, 'B'), ol == O);
+            ad->a = a, ad->b = b, ad->da = da, ad->db = db;
+            free(al), free(bl), free(dal), free(dbl);
         }
         /* Column-split: its blocks of y, partial dx; row-split the other way round. */
         assert_true(ad->site == LORA_WQ ? ad->out_l == O / 2 && ad->in_l == I

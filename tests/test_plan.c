@@ -242,20 +242,34 @@ static void test_lora(void **state) {
     assert_true(p.lora_numel == adapters);
     assert_true(p.optim == 2.0 * 4.0 * adapters);
     assert_true(p.grads == 4.0 * adapters);
-    /* FSDP 2: half the frozen base per rank, the adapters with their gradients and AdamW
-     * state whole (every rank holds them), and gather workspaces without a gradient half. */
+    /* FSDP 2: half the frozen base per rank, half the adapters with their gradients and AdamW
+     * state, gather workspaces without a gradient half for the base, and two layers' adapters
+     * gathered with their gradients (and the reduce-scatter's scratch of one rank's half). */
     char *sharded[8];
     memcpy(sharded, argv, sizeof argv);
     sharded[7] = "--parallelism.data_parallel_shard_degree=2";
     TrainPlan p2;
     assert_int_equal(plan(&p2, 8, sharded, &err), 0);
     assert_true(p2.lora_numel == adapters);
-    assert_true(p2.optim == p.optim && p2.grads == p.grads);
-    assert_true(fabs((p.params - 4.0 * adapters) - 2.0 * (p2.params - 4.0 * adapters)) < 64.0);
+    assert_true(p2.optim == p.optim / 2 && p2.grads == p.grads / 2);
+    assert_true(fabs((p.params - 4.0 * adapters) - 2.0 * (p2.params - 2.0 * adapters)) < 64.0);
+    assert_true(p.lora_workspace == 0);
+    assert_true(p2.lora_workspace == 4.0 * (2 * 2 * per_layer + 2 * per_layer / 2));
     PlanUnits u;
     train_plan_units(&u, s, 1, 1);
     assert_true(p2.fsdp_workspace == train_plan_fsdp_workspace(&u, 0, 1, 0));
     assert_true(2.0 * p2.fsdp_workspace == train_plan_fsdp_workspace(&u, 0, 0, 0));
+    /* TP 2: a rank keeps its blocks, B's half rows of the column-split wq with all of A, A's
+     * half columns of the row-split w2 with all of B. */
+    char *tp2[8];
+    memcpy(tp2, argv, sizeof argv);
+    tp2[7] = "--parallelism.tensor_parallel_degree=2";
+    TrainPlan pt;
+    assert_int_equal(plan(&pt, 8, tp2, &err), 0);
+    double tp_layer =
+        4.0 * (s->dim + s->n_heads * s->head_dim / 2) + 4.0 * (s->hidden_dim / 2 + s->dim);
+    assert_true(pt.optim == 2.0 * 4.0 * tp_layer * s->n_layers);
+    assert_true(pt.lora_workspace == 4.0 * (2 * 2 * tp_layer + 2 * tp_layer));
     /* A bf16 base on FSDP 2: the matmul weights and the embedding (tied) take 2 bytes per
      * parameter of a rank's half, the norms 4; the gather workspaces hold the former in bf16
      * (plus a widened fp32 copy where the bf16 products widen), the norms in fp32. */
@@ -270,7 +284,7 @@ static void test_lora(void **state) {
         s->vocab_size * D + s->n_layers * (2 * D * HE + 2 * D * KE + 3 * D * s->hidden_dim);
     double norms = s->n_layers * (2 * D + 2 * s->head_dim) + D;
     assert_true(s->tie_embeddings);
-    assert_true(fabs((p2b.params - 4.0 * adapters) - (2.0 * in_bf16 + 4.0 * norms) / 2) <
+    assert_true(fabs((p2b.params - 2.0 * adapters) - (2.0 * in_bf16 + 4.0 * norms) / 2) <
                 64.0 * 64);
     assert_true(fabs((p2.params - p2b.params) - in_bf16) < 64.0 * 64);
     double wide = gemm_bf16_widens() ? 4.0 : 0.0;

@@ -333,9 +333,12 @@ static void test_expert_tensor_parallel(void **state) {
 }
 
 /* LoRA on FSDP 2 x TP 2: the frozen base is gathered as before (the tied edge once, two layers)
- * but has no gradients to reduce-scatter or norms to sum; the adapters' gradients (wq and wv
- * by default: rank 2 x (32 + 32) and 2 x (32 + 16) per layer) are all-reduced over the four
- * ranks once per step; the compute has no weight-gradient products for the base. */
+ * but has no gradients to reduce-scatter or norms to sum; the adapters (wq and wv by default:
+ * rank 2 x (32 + 32) and 2 x (32 + 16) per layer) are sharded like their base: a rank's
+ * tensor-parallel blocks of them (wq column-split: all of A and half of B's rows, 2 x 32 +
+ * 16 x 2; wv: 2 x 32 + 8 x 2) are gathered for each layer's forward and backward and their
+ * gradients reduce-scattered over the two FSDP ranks once per micro-batch; the compute has no
+ * weight-gradient products for the base. */
 static void test_lora(void **state) {
     (void)state;
     char *argv[] = {TINY, "--lora.rank=2", "--parallelism.tensor_parallel_degree=2"};
@@ -350,12 +353,17 @@ static void test_lora(void **state) {
     assert_int_equal(steptime_estimate(&s, &cfg, &m, &c, &err), 0);
     double adapters = L * (2 * (32 + 32) + 2 * (32 + 16)); /* 448 */
     near(s.plan.lora_numel, adapters);
-    const StepCollective *a = find(&s, "LoRA all-reduce");
-    assert_non_null(a);
-    assert_int_equal(a->ranks, 4);
-    near(a->count, 1);
-    near(a->bytes, adapters * 4);
-    near(a->seconds, 2 * (3 * 10e-6 + 0.75 * adapters * 4 / 1e9));
+    double blocks = L * ((2 * 32 + 16 * 2) + (2 * 32 + 8 * 2)); /* 352 */
+    near(s.plan.lora_blocks, blocks);
+    const StepCollective *r = find(&s, "LoRA reduce-scatter"), *ag = find(&s, "LoRA all-gather");
+    assert_non_null(r);
+    assert_non_null(ag);
+    assert_int_equal(r->ranks, 2);
+    near(r->count, s.plan.micro * L);
+    near(r->bytes, blocks * 4 / L);
+    near(ag->count, 2 * s.plan.micro * L);
+    near(ag->bytes, blocks * 4 / L);
+    assert_null(find(&s, "LoRA all-reduce"));
     assert_null(find(&s, "FSDP reduce-scatter"));
     assert_null(find(&s, "TP norm all-reduce"));
     assert_null(find(&s, "HSDP all-reduce"));

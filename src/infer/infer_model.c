@@ -47,10 +47,11 @@ static int merge_adapter(Qwen3 *m, const char *dir, Err *err) {
     Lora lo;
     /* One token of adapter activations: the adapters are merged, never run. */
     TRY(lora_open_peft(&lo, &m->spec, dir, 1, err));
-    for (int i = 0; i < lo.n; i++)
-        lora_merge(&lo, &lo.ad[i],
-                   *qwen3_param_field(&m->p, lora_site_kind(lo.ad[i].site), lo.ad[i].layer), 0,
-                   lo.ad[i].out);
+    for (int i = 0; i < lo.n; i++) {
+        const LoraAdapter *ad = &lo.ad[i];
+        lora_merge(&lo, ad, ad->a, ad->b,
+                   *qwen3_param_field(&m->p, lora_site_kind(ad->site), ad->layer), 0, ad->out);
+    }
     lora_free(&lo);
     return 0;
 }

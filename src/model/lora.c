@@ -128,6 +128,7 @@ int lora_create(Lora *lo, const ModelSpec *spec, int rank, double alpha, char *c
     for (int i = 0; i < n; i++) {
         LoraAdapter *ad = &lo->ad[i];
         long na = (long)rank * ad->in, nb = (long)ad->out * rank;
+        ad->at = at;
         ad->a = lo->param + at, ad->da = lo->grad + at;
         ad->b = lo->param + at + na, ad->db = lo->grad + at + na;
         at += na + nb;
@@ -166,15 +167,33 @@ void lora_zero_grads(Lora *lo) {
     memset(lo->grad, 0, (size_t)lora_numel(lo) * sizeof(float));
 }
 
+/* 1 when ad's base splits its output features (its weight's rows) under tensor parallelism. */
+static int splits_outputs(const LoraAdapter *ad) {
+    return PARAM_KINDS[lora_site_kind(ad->site)].tp == TP_ROWS;
+}
+
 void lora_set_tp(Lora *lo, int tp, int t) {
     for (int i = 0; i < lo->n; i++) {
         LoraAdapter *ad = &lo->ad[i];
-        int rows = PARAM_KINDS[lora_site_kind(ad->site)].tp == TP_ROWS;
+        int rows = splits_outputs(ad);
         ad->in_l = rows ? ad->in : ad->in / tp;
         ad->out_l = rows ? ad->out / tp : ad->out;
         ad->in_off = rows ? 0 : t * ad->in_l;
         ad->out_off = rows ? t * ad->out_l : 0;
     }
+}
+
+int lora_tp_whole(const LoraAdapter *ad, char which) {
+    int rows = splits_outputs(ad);
+    return which == 'A' ? rows : !rows;
+}
+
+void lora_block(const Lora *lo, const LoraAdapter *ad, const float *a, const float *b, float *al,
+                float *bl) {
+    for (int j = 0; j < lo->rank; j++)
+        memcpy(al + (long)j * ad->in_l, a + (long)j * ad->in + ad->in_off,
+               (size_t)ad->in_l * sizeof *al);
+    memcpy(bl, b + (long)ad->out_off * lo->rank, (size_t)ad->out_l * lo->rank * sizeof *bl);
 }
 
 long lora_numel(const Lora *lo) {
@@ -228,24 +247,14 @@ static void drop(const Lora *lo, const LoraAdapter *ad, float *out, const float 
     }
 }
 
-/* This rank's block of A (columns [in_off, in_off + in_l), leading dimension I) and of B (rows
- * [out_off, out_off + out_l)), and the same of their gradients. */
-static float *a_block(const LoraAdapter *ad, float *a) {
-    return a + ad->in_off;
-}
-
-static float *b_block(const Lora *lo, const LoraAdapter *ad, float *b) {
-    return b + (long)ad->out_off * lo->rank;
-}
-
 void lora_forward(const Lora *lo, LoraAdapter *ad, float *y, const float *x, long N) {
     int r = lo->rank, I = ad->in_l, O = ad->out_l;
     if (lo->dropping) {
         drop(lo, ad, lo->xd, x, N, 0);
         x = lo->xd;
     }
-    gemm_f32(0, 1, (int)N, r, I, 1.0f, x, I, a_block(ad, ad->a), ad->in, 0.0f, ad->xa, r);
-    gemm_f32(0, 1, (int)N, O, r, lo->scale, ad->xa, r, b_block(lo, ad, ad->b), r, 1.0f, y, O);
+    gemm_f32(0, 1, (int)N, r, I, 1.0f, x, I, ad->a, I, 0.0f, ad->xa, r);
+    gemm_f32(0, 1, (int)N, O, r, lo->scale, ad->xa, r, ad->b, r, 1.0f, y, O);
 }
 
 void lora_backward(const Lora *lo, LoraAdapter *ad, float *dx, const float *dy, const float *x,
@@ -253,26 +262,26 @@ void lora_backward(const Lora *lo, LoraAdapter *ad, float *dx, const float *dy, 
     int r = lo->rank, I = ad->in_l, O = ad->out_l;
     float *dxa = lo->scratch; /* (N, r) s * dy B */
     const float *xin = x;
-    const float *a = a_block(ad, ad->a), *b = b_block(lo, ad, ad->b);
     if (lo->dropping) { /* the forward's dropout(x), drawn again */
         drop(lo, ad, lo->xd, x, N, 0);
         xin = lo->xd;
     }
-    gemm_f32(1, 0, O, r, (int)N, lo->scale, dy, O, ad->xa, r, 1.0f, b_block(lo, ad, ad->db), r);
-    gemm_f32(0, 0, (int)N, r, O, lo->scale, dy, O, b, r, 0.0f, dxa, r);
-    gemm_f32(1, 0, r, I, (int)N, 1.0f, dxa, r, xin, I, 1.0f, a_block(ad, ad->da), ad->in);
+    gemm_f32(1, 0, O, r, (int)N, lo->scale, dy, O, ad->xa, r, 1.0f, ad->db, r);
+    gemm_f32(0, 0, (int)N, r, O, lo->scale, dy, O, ad->b, r, 0.0f, dxa, r);
+    gemm_f32(1, 0, r, I, (int)N, 1.0f, dxa, r, xin, I, 1.0f, ad->da, I);
     if (!lo->dropping) {
-        gemm_f32(0, 0, (int)N, I, r, 1.0f, dxa, r, a, ad->in, 1.0f, dx, I);
+        gemm_f32(0, 0, (int)N, I, r, 1.0f, dxa, r, ad->a, I, 1.0f, dx, I);
         return;
     }
     /* d dropout(x) = dxa A, then through the mask into dx */
-    gemm_f32(0, 0, (int)N, I, r, 1.0f, dxa, r, a, ad->in, 0.0f, lo->xd, I);
+    gemm_f32(0, 0, (int)N, I, r, 1.0f, dxa, r, ad->a, I, 0.0f, lo->xd, I);
     drop(lo, ad, dx, lo->xd, N, 1);
 }
 
-void lora_merge(const Lora *lo, const LoraAdapter *ad, float *w, int row0, int rows) {
-    gemm_f32(0, 0, rows, ad->in, lo->rank, lo->scale, ad->b + (long)row0 * lo->rank, lo->rank,
-             ad->a, ad->in, 1.0f, w, ad->in);
+void lora_merge(const Lora *lo, const LoraAdapter *ad, const float *a, const float *b, float *w,
+                int row0, int rows) {
+    gemm_f32(0, 0, rows, ad->in, lo->rank, lo->scale, b + (long)row0 * lo->rank, lo->rank, a,
+             ad->in, 1.0f, w, ad->in);
 }
 
 ParamKindId lora_site_kind(LoraSite s) {

@@ -36,13 +36,17 @@ void lora_module_name(char *out, size_t cap, int layer, LoraSite s);
 typedef struct LoraAdapter {
     int layer;
     LoraSite site;
-    int in, out;    /* I, O of the base linear */
-    float *a, *b;   /* A (r, I), B (O, r), whole on every rank */
+    int in, out; /* I, O of the base linear */
+    /* This rank's factors, A (r, in_l) and B (out_l, r): all of A and B without tensor
+     * parallelism, else the blocks its base layer has (lora_set_tp); where they live is the
+     * owner's (lora_create's param, or a sharded driver's gathered workspace). */
+    float *a, *b;
     float *da, *db; /* their gradients, accumulated */
     float *xa;      /* (N, r) x A^T of the last forward, for backward */
     /* What this rank's linear is of the whole one (lora_set_tp): inputs [in_off, in_off +
      * in_l) and outputs [out_off, out_off + out_l); all of it without tensor parallelism. */
     int in_l, out_l, in_off, out_off;
+    long at; /* where the whole A starts in Lora.param's layout (the whole B at at + r I) */
 } LoraAdapter;
 
 typedef struct Lora {
@@ -51,8 +55,9 @@ typedef struct Lora {
     float scale; /* alpha / rank */
     LoraAdapter *ad;
     int n;
-    /* Every adapter's A and B end to end (lora_numel floats), and their gradients in the same
-     * layout: one buffer for the optimizer's view and one collective for the gradients. */
+    /* Every adapter's whole A and B end to end (lora_numel floats), and their gradients in the
+     * same layout: one buffer for the optimizer's view on one process. A sharded driver takes
+     * its shares from param and frees both (NULL then). */
     float *param, *grad;
     LoraAdapter *at[QT_MAX_LAYERS][LORA_NSITES]; /* NULL where no adapter */
     long max_tokens;
@@ -94,12 +99,20 @@ void lora_dropout_rows(Lora *lo, int64_t first_row, int T);
 
 /* Tensor parallelism (docs/distributed.md): rank t of tp runs its part of every base linear,
  * and its adapters act on that part. A column-split base (wq, wk, wv, w1, w3: output features
- * split) uses its block of B's rows and all of A; a row-split base (wo, w2: input features
- * split) its block of A's columns and all of B. A and B stay whole on every rank; a rank's
- * backward adds to its blocks only (or partial sums, for the whole factor), so the sum of the
- * gradients over the tensor-parallel group is one process's gradient. Dropout masks use the
- * whole input's feature index, so they are the same as one process's. */
+ * split) has its block of B's rows and all of A; a row-split base (wo, w2: input features
+ * split) its block of A's columns and all of B. This sets each adapter's part (in_l, out_l
+ * and offsets); the caller points a, b, da, db at factors of those shapes (lora_block). A
+ * rank's backward adds its block's gradient, or a partial sum for the whole factor, whose sum
+ * over the tensor-parallel group is one process's gradient. Dropout masks use the whole
+ * input's feature index, so they are the same as one process's. */
 void lora_set_tp(Lora *lo, int tp, int t);
+/* 1 when this rank's factor of ad is whole but its gradient a partial sum over the
+ * tensor-parallel group: A of a column-split base ('A'), B of a row-split one ('B'). */
+int lora_tp_whole(const LoraAdapter *ad, char which);
+/* This rank's blocks (lora_set_tp) of the whole A (r, I) and B (O, r) of ad: al (r, in_l)
+ * and bl (out_l, r). */
+void lora_block(const Lora *lo, const LoraAdapter *ad, const float *a, const float *b, float *al,
+                float *bl);
 
 /* A from (seed, adapter index), B zeros. */
 void lora_init(Lora *lo, uint64_t seed);
@@ -108,8 +121,8 @@ void lora_zero_grads(Lora *lo);
 long lora_numel(const Lora *lo);
 
 /* y (N, O) += s * (x' A^T) B^T, x' = x or, while dropping, dropout(x); keeps x' A^T for
- * backward. Under tensor parallelism x is (N, in_l), y (N, out_l), and a row-split base's
- * x' A^T a partial sum (the model sums y over the group). */
+ * backward. Under tensor parallelism x is (N, in_l), y (N, out_l), the factors the rank's
+ * blocks, and a row-split base's x' A^T a partial sum (the model sums y over the group). */
 void lora_forward(const Lora *lo, LoraAdapter *ad, float *y, const float *x, long N);
 /* With dy = dL/dy (N, O) and the x of the forward: dB += s * dy^T (x' A^T),
  * dA += (s * dy B)^T x', dx (N, I) += s * dy B A (times the mask's scale while dropping: the
@@ -120,17 +133,19 @@ void lora_backward(const Lora *lo, LoraAdapter *ad, float *dx, const float *dy, 
 /* The parameter kind (core/param_table.h) of site s's base weight. */
 ParamKindId lora_site_kind(LoraSite s);
 
-/* W (O, I) += s * B A: adapter ad merged into its base weight (export of a merged model),
- * for the rows [row0, row0 + rows) of W held at w (rows x I; all of W: 0, O). */
-void lora_merge(const Lora *lo, const LoraAdapter *ad, float *w, int row0, int rows);
+/* W (O, I) += s * B A: adapter ad, of whole factors a (r, I) and b (O, r), merged into its base
+ * weight (export of a merged model), for the rows [row0, row0 + rows) of W held at w (rows x
+ * I; all of W: 0, O). */
+void lora_merge(const Lora *lo, const LoraAdapter *ad, const float *a, const float *b, float *w,
+                int row0, int rows);
 
 /* peft's files (lora_peft.c). The key of adapter ad's A (which 'A') or B ('B') as peft saves
  * it: "base_model.model." + the HF module name + ".lora_A.weight". */
 void lora_peft_key(char *out, size_t cap, const ModelSpec *spec, const LoraAdapter *ad, char which);
-/* Reads A and B of every adapter from a peft adapter folder (adapter_config.json,
- * adapter_model.safetensors). Its r and lora_alpha must be lo's, lora_dropout 0 is not
- * checked (training only), and the file must hold exactly lo's keys with their shapes: every
- * missing, unexpected or misshaped key is named. */
+/* Reads A and B of every adapter (whole: lo as lora_create made it) from a peft adapter folder
+ * (adapter_config.json, adapter_model.safetensors). Its r and lora_alpha must be lo's,
+ * lora_dropout 0 is not checked (training only), and the file must hold exactly lo's keys with
+ * their shapes: every missing, unexpected or misshaped key is named. */
 int lora_load_peft(Lora *lo, const ModelSpec *spec, const char *dir, Err *err);
 /* Creates lo from a peft adapter folder alone (generate / eval with a base model): r and
  * lora_alpha from adapter_config.json, an adapter on every linear the file has keys for, then
@@ -138,8 +153,9 @@ int lora_load_peft(Lora *lo, const ModelSpec *spec, const char *dir, Err *err);
 int lora_open_peft(Lora *lo, const ModelSpec *spec, const char *dir, long max_tokens, Err *err);
 /* Writes dir/adapter_config.json and dir/adapter_model.safetensors (F32) as peft's
  * save_pretrained does, so peft.PeftModel.from_pretrained(base, dir) loads them;
- * base_model names the base model in the config (may be ""). */
+ * base_model names the base model in the config (may be ""). param: every adapter's whole A
+ * and B in Lora.param's layout (lo->param itself on one process). */
 int lora_save_peft(const Lora *lo, const ModelSpec *spec, const char *dir, const char *base_model,
-                   Err *err);
+                   const float *param, Err *err);
 
 #endif

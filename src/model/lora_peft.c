@@ -161,7 +161,7 @@ int lora_open_peft(Lora *lo, const ModelSpec *spec, const char *dir, long max_to
 }
 
 int lora_save_peft(const Lora *lo, const ModelSpec *spec, const char *dir, const char *base_model,
-                   Err *err) {
+                   const float *param, Err *err) {
     TRY(fs_mkdirs(dir, err));
     HfKeyTable t;
     hf_keys_build(&t, spec);
@@ -177,9 +177,9 @@ int lora_save_peft(const Lora *lo, const ModelSpec *spec, const char *dir, const
         char key[HF_KEY_MAX + 48];
         int64_t sa[2] = {lo->rank, ad->in}, sb[2] = {ad->out, lo->rank};
         key_with(key, sizeof key, &t, ad, 'A');
-        st_writer_add_f32(&w, key, DT_F32, 2, sa, ad->a);
+        st_writer_add_f32(&w, key, DT_F32, 2, sa, param + ad->at);
         key_with(key, sizeof key, &t, ad, 'B');
-        st_writer_add_f32(&w, key, DT_F32, 2, sb, ad->b);
+        st_writer_add_f32(&w, key, DT_F32, 2, sb, param + ad->at + sa[0] * sa[1]);
         sites[ad->layer] |= 1u << ad->site;
     }
     int uniform = 1;

@@ -194,12 +194,11 @@ int steptime_estimate(StepTime *out, const JobConfig *cfg, const StepMesh *m, co
      * forward and again for its backward, except the two layers and the edge unit still in
      * their workspaces when backward starts (with tied embeddings the embedding unit stays
      * gathered throughout; a frozen one has no backward); every unit's gradient is
-     * reduce-scattered once (a LoRA run's frozen base has none: finish_grads sums the
-     * adapters' gradients instead, below). Under expert
-     * parallelism a layer's experts are a unit of their own (train/train_qwen3.c): the rank's
-     * X / ep of them are gathered and reduce-scattered alongside the layer, over the
-     * dp_shard x tp / ep ranks of its replica that hold the same experts (ranks ep apart);
-     * without it they are part of the layer. */
+     * reduce-scattered once (a LoRA run's frozen base has none; its adapters are counted below).
+     * Under expert parallelism a layer's experts are a unit of their own
+     * (train/train_qwen3.c): the rank's X / ep of them are gathered and reduce-scattered
+     * alongside the layer, over the dp_shard x tp / ep ranks of its replica that hold the same
+     * experts (ranks ep apart); without it they are part of the layer. */
     double fsdp = 0, first = 0;
     int ep_rep = m->shard * m->tp / m->ep;
     for (int part = 0; part < (m->ep > 1 ? 2 : 1); part++) {
@@ -228,6 +227,17 @@ int steptime_estimate(StepTime *out, const JobConfig *cfg, const StepMesh *m, co
                                           gather_bytes(c, cfg, &u, 0, u.dense[0], 0, m->ep), 1);
         }
     }
+    /* LoRA: each layer's adapters (a rank's tensor-parallel blocks of them) are gathered with
+     * their unit, counted here for a forward and a backward each, and their gradients
+     * reduce-scattered once, in collectives of their own (train_qwen3.c). */
+    if (frozen && p->lora_layers > 0) {
+        double n = M * p->lora_layers, b = 4.0 * p->lora_blocks / p->lora_layers;
+        double tg = ring_seconds(c, m->tp, m->shard, 2 * n, 2 * n * b, 1);
+        double tr = ring_seconds(c, m->tp, m->shard, n, n * b, 1);
+        add(out, "LoRA all-gather", "dp_shard", c, m->tp, m->shard, 2 * n, b, tg, 1);
+        add(out, "LoRA reduce-scatter", "dp_shard", c, m->tp, m->shard, n, b, tr, 1);
+        fsdp += tg + tr;
+    }
     /* Prefetch hides a transfer under the unit before it, as far as the transport progresses
      * it (overlap); the first gather of each micro-batch has nothing to hide under. */
     double hidden = fsdp - first;
@@ -236,20 +246,12 @@ int steptime_estimate(StepTime *out, const JobConfig *cfg, const StepMesh *m, co
     out->overlap_s = hidden;
     double exposed = fsdp - hidden;
 
-    /* HSDP: once per step, the gradient slices (the experts' included) are all-reduced over the
-     * replicas. */
+    /* HSDP: once per step, the gradient slices (the experts' included; a LoRA run's: the
+     * adapters') are all-reduced over the replicas. */
     int rstride = m->tp * m->shard;
-    if (!frozen) {
-        double th = ring_seconds(c, rstride, m->rep, 1, p->grads, 2);
-        add(out, "HSDP all-reduce", "dp_replicate", c, rstride, m->rep, 1, p->grads, th, 0);
-        exposed += m->rep > 1 ? th : 0;
-    } else {
-        /* LoRA: once per step the adapters' gradients are all-reduced over every rank
-         * (train_qwen3.c finish_grads: each rank's rows' share and tp blocks' parts). */
-        double b = p->lora_numel * 4.0, t = ring_seconds(c, 1, (int)world, 1, b, 2);
-        add(out, "LoRA all-reduce", "world", c, 1, (int)world, 1, b, t, 0);
-        exposed += t;
-    }
+    double th = ring_seconds(c, rstride, m->rep, 1, p->grads, 2);
+    add(out, "HSDP all-reduce", "dp_replicate", c, rstride, m->rep, 1, p->grads, th, 0);
+    exposed += m->rep > 1 ? th : 0;
 
     /* Tensor parallelism (tp group, consecutive ranks), on (N, D) fp32 activations per
      * micro-batch and layer: without sequence parallelism two all-reduces forward and two

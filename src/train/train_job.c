@@ -84,15 +84,17 @@ static char *lora_merged_dir(const JobConfig *cfg) {
 }
 
 /* After a LoRA run: the adapters in peft's format in DUMP/adapter, and with
- * checkpoint.last_save_in_hf the merged model as an HF directory in DUMP/merged. Every rank
- * holds the same whole adapters, so rank 0 writes them; the merge gathers the base
- * (collective). */
+ * checkpoint.last_save_in_hf the merged model as an HF directory in DUMP/merged. Rank 0 writes
+ * the adapters gathered whole; the merge gathers the base with them (both collective). */
 static int lora_finish(const JobConfig *cfg, TrainQwen3 *q, const Lora *lo, const ModelSpec *spec,
                        const TrainHf *hf, Comm *world, Err *err) {
     char *dir = fs_join(cfg->job.dump_folder, "adapter");
     const char *base = cfg->checkpoint.initial_load_path[0] ? cfg->checkpoint.initial_load_path
                                                             : cfg->model.hf_assets_path;
-    int rc = world->rank == 0 ? lora_save_peft(lo, spec, dir, base, err) : 0;
+    float *whole = world->rank == 0 ? xmalloc((size_t)lora_numel(lo) * sizeof *whole) : NULL;
+    int rc = train_qwen3_lora_params(q, whole, err);
+    if (rc == 0 && whole) rc = lora_save_peft(lo, spec, dir, base, whole, err);
+    free(whole);
     rc = comm_agree(world, rc, err);
     if (rc == 0) log_info("lora: adapters written to %s (peft format)", dir);
     free(dir);
@@ -719,7 +721,8 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
         goto out;
     }
     if (use_lora) {
-        /* Every rank holds the whole adapters, so they are compared whole (they are small). */
+        /* Every rank makes the whole adapters before taking its share, so they are compared
+         * whole. */
         rc = comm_agree(world, lora_setup(cfg, &spec, &lora, (long)B * T, err), err);
         if (rc == 0 && cfg->lora.adapter_path[0])
             rc = check_same_weights(
@@ -730,10 +733,14 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
     TrainModel model;
     TrainParallel par;
     train_qwen3_set_micro_batches(q, micro);
-    if (use_lora)
-        train_qwen3_model_lora(q, &lora, &model);
-    else
+    if (use_lora) {
+        if (comm_agree(world, train_qwen3_model_lora(q, &lora, &model, err), err) != 0) {
+            rc = -1;
+            goto out;
+        }
+    } else {
         train_qwen3_model(q, &model, cfg->optimizer.exempt_norms_and_embeddings);
+    }
     train_qwen3_parallel(q, &par);
     TrainData data;
     data_feed_bind(&feed, &data);

@@ -78,7 +78,10 @@ static void note(TrainPlan *p, const char *text) {
 }
 
 /* LoRA: the adapters as training creates them; AdamW state for them alone, their values and
- * gradients, and per adapter the (N, r) input projection kept for backward. With
+ * gradients, and per adapter the (N, r) input projection kept for backward. On many processes
+ * a rank keeps 1/dp_shard of its tensor-parallel blocks of them (train_qwen3_model_lora) and
+ * gathers them a layer at a time into two layers' slots, with their gradients and the
+ * reduce-scatter's scratch. With
  * checkpoint.last_save_in_hf the merged export's buffers on rank 0 after training
  * (train_qwen3_export_merged): the writer's, a bf16 base's merged rows of a chunk on one
  * process, on many the staging of one unit's parameters and of the tp / ep gathers. */
@@ -87,11 +90,24 @@ static int plan_lora(TrainPlan *p, const JobConfig *cfg, const ModelSpec *spec, 
     Lora lo;
     /* Quiet as the job's memory check runs it (log_set_info(0)): the job warns itself. */
     TRY(train_job_lora(cfg, spec, &lo, 1, log_info_on(), err));
-    double numel = (double)lora_numel(&lo), N = (double)p->B * p->T;
+    double numel = (double)lora_numel(&lo), N = (double)p->B * p->T, held = numel;
     p->lora_numel = numel;
-    p->optim = 2.0 * 4.0 * numel;
-    p->params += 4.0 * numel;
-    p->grads += 4.0 * numel;
+    lora_set_tp(&lo, world > 1 ? p->tp : 1, 0);
+    double layer[QT_MAX_LAYERS] = {0}, most = 0;
+    for (int i = 0; i < lo.n; i++) {
+        double e = (double)lo.rank * (lo.ad[i].in_l + lo.ad[i].out_l);
+        p->lora_layers += layer[lo.ad[i].layer] == 0;
+        layer[lo.ad[i].layer] += e;
+        p->lora_blocks += e;
+        if (layer[lo.ad[i].layer] > most) most = layer[lo.ad[i].layer];
+    }
+    if (world > 1) {
+        held = p->lora_blocks / p->dp_shard;
+        p->lora_workspace = 2.0 * 4.0 * (2.0 * most + most / p->dp_shard);
+    }
+    p->optim = 2.0 * 4.0 * held;
+    p->params += 4.0 * held;
+    p->grads += 4.0 * held;
     p->acts += 4.0 * N * lo.rank * (lo.n + 1);
     if (cfg->lora.dropout > 0) p->acts += 4.0 * N * lora_max_in(&lo); /* lora_set_dropout */
     if (cfg->checkpoint.last_save_in_hf) {
@@ -403,7 +419,7 @@ int train_plan_compute_tok(TrainPlan *p, const JobConfig *cfg, const Tokenizer *
                 ((double)z.base_bf16_param_bytes - experts + b16) / p->dp_shard + experts / ep_rep;
         if (world > 1)
             note(p, "LoRA on many processes: the frozen base sharded without gradients, the "
-                    "adapters with their gradients and AdamW state whole on every rank");
+                    "adapters sharded with their layers, with their gradients and AdamW state");
         TRY(plan_lora(p, cfg, &p->spec, world, dims.ep, err));
     }
 
@@ -446,7 +462,7 @@ int train_plan_compute_tok(TrainPlan *p, const JobConfig *cfg, const Tokenizer *
         int mp = cfg->training.mixed_precision_param == DT_BF16;
         p->fsdp_workspace = train_plan_fsdp_workspace(&units, mp ? 1 + gathers16 : 0,
                                                       cfg->lora.rank > 0, base_bf16);
-        p->workspace += p->fsdp_workspace;
+        p->workspace += p->fsdp_workspace + p->lora_workspace;
     }
 
     const char *tok_path = NULL;

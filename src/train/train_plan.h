@@ -23,10 +23,15 @@ typedef struct TrainPlan {
     const char *ac;    /* activation checkpointing as training applies it */
     double numel;      /* parameter elements (a tied embedding counted once) */
     double lora_numel; /* LoRA adapter elements (lora.rank > 0), else 0 */
+    /* LoRA: a rank's tensor-parallel blocks of the adapters (elements, lora_numel when tp = 1;
+     * it keeps 1/dp_shard of them) and the number of layers with adapters. */
+    double lora_blocks;
+    int lora_layers;
     /* Bytes per rank. */
     double params, grads, optim, acts;
     double workspace;      /* batch buffers, bf16 copies, GEMM scratch, FSDP gather workspaces */
     double fsdp_workspace; /* the part of workspace train_plan_fsdp_workspace gives */
+    double lora_workspace; /* of workspace, LoRA's gathered adapters on many processes */
     double tokenizer, dataset, baseline;
     /* [sample] on rank 0: the whole copy or the unit buffers, the decoder's KV cache and work
      * rows and generation's logits, sized for every prompt at its length in tokens (in bytes,

@@ -60,6 +60,11 @@ typedef struct Slot {
     float *xp, *xg, *xscratch;
     FsdpReq xgather, xrs;
     int xgather_pending, xrs_pending;
+    /* LoRA: the unit's adapters (TrainQwen3.lplan), gathered over dp_shard into lp and their
+     * gradient reduce-scattered from lg, alongside the frozen base. */
+    float *lp, *lg, *lscratch;
+    FsdpReq lgather, lrs;
+    int lgather_pending, lrs_pending;
 } Slot;
 
 /* What this rank holds of a parameter (of its tensor-parallel part, flattened): elements
@@ -82,8 +87,7 @@ struct TrainQwen3 {
     /* 0 on a world of one: the model owns its parameters and no unit is gathered. */
     int sharded;
     /* 1: the model's weights do not train (the base of LoRA): no gradients for them, no
-     * reduce-scatter; when sharded, the adapters' gradients are summed over the whole mesh
-     * (finish_grads) and every rank applies the same update to its whole copy. */
+     * reduce-scatter; only the adapters train (lplan). */
     int frozen;
     /* A frozen bf16 base when sharded (lora.base_dtype): the matmul weights and the embedding
      * (in_bf16) are sharded by bplan into bshard, held, gathered (COMM_BF16) and multiplied in
@@ -144,11 +148,21 @@ struct TrainQwen3 {
     float *bias_full;   /* (L, X) full-size copies of the biases for the balancing update */
     double comm_s;      /* seconds in collectives since the last comm_seconds call */
     int prefetch;       /* 0: gather each unit only when it is needed (bench/dist) */
-    /* With LoRA (train_qwen3_model_lora): the trainer's view of the adapters, A and B each. */
+    /* LoRA when sharded (shard_lora): the adapters' own FSDP plan, A and B of adapter i its
+     * parameters 2i and 2i + 1 (this rank's tensor-parallel blocks, lora_set_tp) in their
+     * layer's unit, over dp_shard as the base; this rank's share in lshard, its gradient
+     * slices in lgrad; lrepl (2n) marks the factors whole over the tp group (their squares
+     * count once in the norm, as a norm's). Gathered and reduce-scattered with their unit. */
+    FsdpPlan lplan;
+    float *lshard, *lgrad;
+    unsigned char *lrepl;
+    /* With LoRA (train_qwen3_model_lora): the trainer's view of the adapters, nl pieces: A and
+     * B of each whole on one process, else the parts of lshard this rank holds (lslices). */
+    int nl;
     CkptTensor *lparams;
     float **lgrads;
     char (*lnames)[80];
-    ShardSlice *lslices; /* whole tensors: every rank holds every adapter */
+    ShardSlice *lslices;
     /* Samples through the shards (train_qwen3_unitwise_create): rank 0's buffers for the edge
      * unit being run and for one layer, their bf16 twins, and each unit's element count; on
      * every rank the staging of tensor- and expert-parallel gathers. */
@@ -190,7 +204,8 @@ static void fail(const char *what, const Err *err) {
 }
 
 static void wait_gather(TrainQwen3 *f, Slot *s) {
-    if (!s->gather_pending && !s->xgather_pending && !s->bgather_pending) return;
+    if (!s->gather_pending && !s->xgather_pending && !s->bgather_pending && !s->lgather_pending)
+        return;
     Err err;
     double t0 = now_seconds();
     if (s->gather_pending && fsdp_wait(f->mesh->dp_shard, &s->gather, &err)) fail("gather", &err);
@@ -200,25 +215,35 @@ static void wait_gather(TrainQwen3 *f, Slot *s) {
         fail("gather of the fp32 parameters", &err);
     if (s->xgather_pending && fsdp_wait(f->mesh->ep_shard, &s->xgather, &err))
         fail("experts' gather", &err);
+    if (s->lgather_pending && fsdp_wait(f->mesh->dp_shard, &s->lgather, &err))
+        fail("adapters' gather", &err);
     f->comm_s += now_seconds() - t0;
     s->gather_pending = s->xgather_pending = s->bgather_pending = s->sgather_pending = 0;
+    s->lgather_pending = 0;
 }
 
 static void wait_rs(TrainQwen3 *f, Slot *s) {
-    if (!s->rs_pending && !s->xrs_pending) return;
+    if (!s->rs_pending && !s->xrs_pending && !s->lrs_pending) return;
     Err err;
     double t0 = now_seconds();
     if (s->rs_pending && fsdp_wait(f->mesh->dp_shard, &s->rs, &err)) fail("reduce-scatter", &err);
     if (s->xrs_pending && fsdp_wait(f->mesh->ep_shard, &s->xrs, &err))
         fail("experts' reduce-scatter", &err);
+    if (s->lrs_pending && fsdp_wait(f->mesh->dp_shard, &s->lrs, &err))
+        fail("adapters' reduce-scatter", &err);
     f->comm_s += now_seconds() - t0;
-    s->rs_pending = s->xrs_pending = 0;
+    s->rs_pending = s->xrs_pending = s->lrs_pending = 0;
 }
 
 /* 1 when `unit` has experts of this rank's (their gather and reduce-scatter run over
  * ep_shard next to the unit's own). */
 static int has_experts(const TrainQwen3 *f, int unit) {
     return f->ep > 1 && f->xplan.units[unit].full_numel > 0;
+}
+
+/* 1 when `unit` has LoRA adapters of a sharded run (gathered and reduce-scattered with it). */
+static int has_adapters(const TrainQwen3 *f, int unit) {
+    return f->lplan.units && f->lplan.units[unit].full_numel > 0;
 }
 
 /* Moves the runs of unit u's fp32-read parameters (reads_f32) that shard rank k holds, in
@@ -279,6 +304,12 @@ static void start_gather(TrainQwen3 *f, int unit) {
             fail("experts' gather", &err);
         s->xgather_pending = 1;
     }
+    if (has_adapters(f, unit)) {
+        if (fsdp_gather_unit_start(&f->lplan, f->mesh->dp_shard, s->lp, f->lshard, unit, COMM_F32,
+                                   &s->lgather, &err))
+            fail("adapters' gather", &err);
+        s->lgather_pending = 1;
+    }
     f->comm_s += now_seconds() - t0;
     s->holds = unit;
 }
@@ -310,11 +341,14 @@ static void prefetch(TrainQwen3 *f, int unit) {
     start_gather(f, unit);
 }
 
+/* The unit's full gradients zeroed: the base's unless frozen, and its adapters'. */
 static void grad_begin(TrainQwen3 *f, int unit) {
     Slot *s = &f->slot[slot_of(f, unit)];
     wait_rs(f, s); /* the previous unit's gradient is still being sent from s->g */
-    memset(s->g, 0, f->plan.units[unit].full_numel * sizeof *s->g);
-    if (has_experts(f, unit)) memset(s->xg, 0, f->xplan.units[unit].full_numel * sizeof *s->xg);
+    if (!f->frozen) memset(s->g, 0, f->plan.units[unit].full_numel * sizeof *s->g);
+    if (!f->frozen && has_experts(f, unit))
+        memset(s->xg, 0, f->xplan.units[unit].full_numel * sizeof *s->xg);
+    if (has_adapters(f, unit)) memset(s->lg, 0, f->lplan.units[unit].full_numel * sizeof *s->lg);
 }
 
 static void grad_end(TrainQwen3 *f, int unit) {
@@ -341,6 +375,30 @@ static void on_tp_sum(void *ctx, float *buf, long n) {
     double t0 = now_seconds();
     if (comm_all_reduce_sum(f->mesh->tp, buf, (size_t)n, COMM_F32, &err))
         fail("tensor-parallel all-reduce", &err);
+    f->comm_s += now_seconds() - t0;
+}
+
+/* LoRA: the unit's adapter gradients, once its backward is done. A factor whole over the
+ * tensor-parallel group has a partial sum on each rank (lora_tp_whole): summed over the group
+ * first, as q_norm's are, so every tp rank holds the same; then the unit's are
+ * reduce-scattered over dp_shard into lgrad, as the base's are in full training. */
+static void adapters_grad_end(TrainQwen3 *f, int unit) {
+    Slot *s = &f->slot[slot_of(f, unit)];
+    const Lora *lo = f->m.lora;
+    for (int i = 0; f->tp > 1 && i < lo->n; i++) {
+        const LoraAdapter *ad = &lo->ad[i];
+        if (ad->layer != unit - 1) continue;
+        if (lora_tp_whole(ad, 'A'))
+            on_tp_sum(f, ad->da, (long)lo->rank * ad->in);
+        else
+            on_tp_sum(f, ad->db, (long)ad->out * lo->rank);
+    }
+    Err err;
+    double t0 = now_seconds();
+    if (fsdp_reduce_scatter_unit_start(&f->lplan, f->mesh->dp_shard, f->lgrad, s->lg, unit,
+                                       s->lscratch, &s->lrs, &err))
+        fail("adapters' reduce-scatter", &err);
+    s->lrs_pending = 1;
     f->comm_s += now_seconds() - t0;
 }
 
@@ -402,10 +460,12 @@ static void on_unit(void *ctx, Qwen3 *m, int unit, Qwen3HookPhase phase) {
             prefetch(f, unit - 1);
         else if (unit == 1 && !f->tied && !f->frozen)
             prefetch(f, 0); /* the head is done with slot 2 */
-        if (!f->frozen) grad_begin(f, unit);
+        if (!f->frozen || has_adapters(f, unit)) grad_begin(f, unit);
         break;
     case QWEN3_POST_BACKWARD:
-        if ((head && f->tied) || f->frozen) break;
+        if (head && f->tied) break;
+        if (has_adapters(f, unit)) adapters_grad_end(f, unit);
+        if (f->frozen) break;
         if (f->tp > 1 && unit >= 1 && unit <= L) {
             /* q_norm and k_norm are shared by all heads, and each rank saw only its own:
              * their gradients are sums over the tensor-parallel group. */
@@ -611,26 +671,34 @@ static int shard(TrainQwen3 *f, const int *unit, Err *err) {
     return 0;
 }
 
+/* What a piece is of its whole tensor: the rank's part (local, ndim dimensions) is block `at`
+ * of `parts` along dimension dim (-1: all of the tensor), and the piece elements [lo, hi) of
+ * that part, flattened. */
+static void slice_of(ShardSlice *s, int ndim, const int64_t *local, int dim, int parts, int at,
+                     size_t lo, size_t hi) {
+    int64_t shape[3] = {0, 0, 0};
+    memcpy(shape, local, (size_t)ndim * sizeof *shape);
+    if (dim >= 0) shape[dim] *= parts;
+    shard_slice_whole(s, ndim, shape);
+    if (dim >= 0) {
+        s->box_len[dim] = local[dim];
+        s->box_off[dim] = (int64_t)at * local[dim];
+    }
+    s->start = (int64_t)lo;
+    s->numel = (int64_t)(hi - lo);
+}
+
 /* What a sharded rank's piece of p is of the whole tensor: tp rank t's block of rows (the
  * first dimension) or of columns (the last), or all of it, and elements [lo, hi) of that. */
 static void piece_slice(const TrainQwen3 *f, const Qwen3Param *p, const Held *h, ShardSlice *s) {
-    int64_t shape[3] = {p->shape[0], p->shape[1], p->shape[2]};
     int split = f->tp_split[p - f->m.table], dim = split == TP_ROWS   ? 0
                                                    : split == TP_COLS ? p->ndim - 1
                                                                       : -1;
     /* Expert parallelism: the rank's run of experts (dimension 0), and elements [lo, hi) of
      * that run. */
-    int expert = f->is_expert[p - f->m.table], parts = expert ? f->ep : f->tp;
-    int at = expert ? f->q : f->t;
+    int expert = f->is_expert[p - f->m.table];
     if (expert) dim = 0;
-    if (dim >= 0) shape[dim] *= parts;
-    shard_slice_whole(s, p->ndim, shape);
-    if (dim >= 0) {
-        s->box_len[dim] = p->shape[dim];
-        s->box_off[dim] = (int64_t)at * p->shape[dim];
-    }
-    s->start = (int64_t)h->lo;
-    s->numel = (int64_t)(h->hi - h->lo);
+    slice_of(s, p->ndim, p->shape, dim, expert ? f->ep : f->tp, expert ? f->q : f->t, h->lo, h->hi);
 }
 
 TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, const Mesh *mesh,
@@ -739,7 +807,8 @@ TrainQwen3 *train_qwen3_create(const ModelSpec *spec, int B, int T, AcMode ac, c
         mesh_describe(mesh_line, sizeof mesh_line, &f->mesh->dims);
         if (f->frozen)
             log_info("%s; FSDP: each rank keeps 1/%d of the frozen base (no gradients%s); the "
-                     "LoRA adapters, their gradients and optimizer state are whole on every rank",
+                     "LoRA adapters are sharded with their layers, with their gradients and "
+                     "optimizer state",
                      mesh_line, f->mesh->dims.dp_shard,
                      f->base16 ? "; matmul weights and embedding in bf16, gathered in bf16" : "");
         else
@@ -786,8 +855,15 @@ void train_qwen3_free(TrainQwen3 *f) {
         free(f->slot[s].xp);
         free(f->slot[s].xg);
         free(f->slot[s].xscratch);
+        free(f->slot[s].lp);
+        free(f->slot[s].lg);
+        free(f->slot[s].lscratch);
     }
     fsdp_plan_free(&f->plan);
+    fsdp_plan_free(&f->lplan);
+    free(f->lshard);
+    free(f->lgrad);
+    free(f->lrepl);
     fsdp_plan_free(&f->xplan);
     fsdp_plan_free(&f->bplan);
     free(f->bshard);
@@ -1144,13 +1220,9 @@ static int finish_grads(void *ctx, double *loss_sum, Err *err) {
     int rc = 0;
     if (f->mesh->dims.dp_replicate > 1 && f->grad)
         rc = fsdp_all_reduce_replicas(&f->plan, f->mesh->dp_replicate, f->grad, err);
-    /* LoRA: each data-parallel rank's adapter gradients are its rows' share, and each
-     * tensor-parallel rank's its blocks' or partial sums (lora_set_tp): the sum over every
-     * rank is the whole gradient, the same on all of them (the all-reduce sums in rank order
-     * and shares the result), so every rank's AdamW makes the same update. */
-    if (rc == 0 && f->m.lora && f->mesh->world->size > 1)
-        rc = comm_all_reduce_sum(f->mesh->world, f->m.lora->grad, (size_t)lora_numel(f->m.lora),
-                                 COMM_F32, err);
+    /* LoRA: the adapters' gradient slices, reduce-scattered with their units, as the base's. */
+    if (rc == 0 && f->mesh->dims.dp_replicate > 1 && f->lgrad)
+        rc = fsdp_all_reduce_replicas(&f->lplan, f->mesh->dp_replicate, f->lgrad, err);
     /* The replicas' ranks of the same (s, t) hold the same expert slices. */
     if (rc == 0 && f->ep > 1 && f->mesh->dims.dp_replicate > 1 && f->xgrad)
         rc = fsdp_all_reduce_replicas(&f->xplan, f->mesh->dp_replicate, f->xgrad, err);
@@ -1164,24 +1236,24 @@ static int finish_grads(void *ctx, double *loss_sum, Err *err) {
 
 static int grad_norm(void *ctx, double local_sq, double *norm, Err *err) {
     TrainQwen3 *f = ctx;
-    if (f->m.lora) { /* every rank holds the whole adapter gradient (finish_grads) */
-        *norm = sqrt(local_sq);
-        return 0;
-    }
     double sharded = local_sq, replicated = 0;
-    /* With tensor parallelism the replicated parameters' squares count once, not per rank;
-     * with expert parallelism the experts' slices are of their own plan and sum over the ranks
-     * of the replica holding the same experts, then over the EP group (each of its ranks holds
-     * other ones). */
-    if (f->tp > 1 || f->ep > 1)
+    /* With tensor parallelism the replicated parameters' squares count once, not per rank
+     * (LoRA: the adapters' factors whole over the group); with expert parallelism the experts'
+     * slices are of their own plan and sum over the ranks of the replica holding the same
+     * experts, then over the EP group (each of its ranks holds other ones). A frozen base's
+     * experts have no gradient. */
+    int experts_ep = f->ep > 1 && !f->frozen;
+    if (f->frozen && f->tp > 1)
+        fsdp_shard_sq_sums(&f->lplan, f->lgrad, f->lrepl, &sharded, &replicated);
+    else if (!f->frozen && (f->tp > 1 || f->ep > 1))
         fsdp_shard_sq_sums(&f->plan, f->grad, f->tp_repl, &sharded, &replicated);
     double experts = 0, ignored;
-    if (f->ep > 1) fsdp_shard_sq_sums(&f->xplan, f->xgrad, NULL, &experts, &ignored);
+    if (experts_ep) fsdp_shard_sq_sums(&f->xplan, f->xgrad, NULL, &experts, &ignored);
     double t0 = now_seconds();
     int rc = mesh_global_norm(norm, f->mesh, sharded, replicated, err);
-    if (rc == 0 && f->ep > 1)
+    if (rc == 0 && experts_ep)
         rc = comm_all_reduce_sum(f->mesh->ep_shard, &experts, 1, COMM_F64, err);
-    if (rc == 0 && f->ep > 1) {
+    if (rc == 0 && experts_ep) {
         rc = comm_all_reduce_sum(f->mesh->ep, &experts, 1, COMM_F64, err);
         *norm = sqrt(*norm * *norm + experts);
     }
@@ -1206,40 +1278,112 @@ void train_qwen3_parallel(TrainQwen3 *f, TrainParallel *out) {
                         .comm_seconds = comm_seconds};
 }
 
-void train_qwen3_model_lora(TrainQwen3 *q, Lora *lo, TrainModel *out) {
+/* LoRA on a mesh: the adapters' plan (lplan) over this rank's tensor-parallel blocks of them,
+ * their gathered workspaces in their layers' slots (the adapters' pointers set into them once,
+ * as the base's are), and this rank's share of every block cut from lo's whole factors, which
+ * are then freed: a rank keeps 1/dp_shard of its blocks, with their gradient slices. */
+static int shard_lora(TrainQwen3 *f, Lora *lo, Err *err) {
+    int n = 2 * lo->n, nunits = f->L + 2;
+    size_t *numel = xcalloc((size_t)n, sizeof *numel), total = 0;
+    int *unit = xcalloc((size_t)n, sizeof *unit);
+    for (int k = 0; k < n; k++) {
+        const LoraAdapter *ad = &lo->ad[k / 2];
+        numel[k] = (size_t)lo->rank * (size_t)(k % 2 ? ad->out_l : ad->in_l);
+        unit[k] = 1 + ad->layer;
+        total += numel[k];
+    }
+    int rc = fsdp_plan(&f->lplan, numel, unit, n, nunits, f->mesh->dims.dp_shard,
+                       f->mesh->dp_shard->rank, err);
+    free(unit);
+    if (rc != 0) {
+        free(numel);
+        return -1;
+    }
+    size_t cap = 16;
+    for (int u = 1; u <= f->L; u++)
+        if (f->lplan.units[u].full_numel > cap) cap = f->lplan.units[u].full_numel;
+    for (int s = 0; s < NSLOTS; s++) {
+        Slot *sl = &f->slot[s];
+        wait_gather(f, sl);
+        sl->holds = -1;          /* gathered again, adapters and all */
+        if (s == EDGE) continue; /* the layers' slots only */
+        sl->lp = xcalloc(cap, sizeof(float));
+        sl->lg = xcalloc(cap, sizeof(float));
+        sl->lscratch = xcalloc(f->lplan.max_unit_shard + 16, sizeof(float));
+    }
+    f->lshard = xcalloc(f->lplan.shard_numel + 16, sizeof(float));
+    f->lgrad = xcalloc(f->lplan.shard_numel + 16, sizeof(float));
+    f->lrepl = xcalloc((size_t)n, 1);
+    float *blocks = xmalloc((total + 1) * sizeof *blocks),
+          **full = xcalloc((size_t)n, sizeof *full);
+    for (size_t k = 0, at = 0; k < (size_t)n; at += numel[k++])
+        full[k] = blocks + at;
+    for (int i = 0; i < lo->n; i++) {
+        LoraAdapter *ad = &lo->ad[i];
+        lora_block(lo, ad, ad->a, ad->b, full[2 * i], full[2 * i + 1]);
+        f->lrepl[2 * i] = f->tp > 1 && lora_tp_whole(ad, 'A');
+        f->lrepl[2 * i + 1] = f->tp > 1 && lora_tp_whole(ad, 'B');
+        const Slot *sl = &f->slot[slot_of(f, 1 + ad->layer)];
+        size_t oa = f->lplan.params[2 * i].full_offset, ob = f->lplan.params[2 * i + 1].full_offset;
+        ad->a = sl->lp + oa, ad->da = sl->lg + oa;
+        ad->b = sl->lp + ob, ad->db = sl->lg + ob;
+    }
+    fsdp_shard_from_full(&f->lplan, f->lshard, (const float *const *)full);
+    free(blocks), free(full), free(numel);
+    free(lo->param), free(lo->grad);
+    lo->param = lo->grad = NULL;
+    return 0;
+}
+
+int train_qwen3_model_lora(TrainQwen3 *q, Lora *lo, TrainModel *out, Err *err) {
     q->m.lora = lo;
     q->keeps = !q->sharded;
     lora_set_tp(lo, q->tp, q->t);
+    if (q->sharded) TRY(shard_lora(q, lo, err));
     int n = 2 * lo->n;
     q->lparams = xcalloc((size_t)n, sizeof *q->lparams);
     q->lgrads = xcalloc((size_t)n, sizeof *q->lgrads);
     q->lnames = xcalloc((size_t)n, sizeof *q->lnames);
     q->lslices = xcalloc((size_t)n, sizeof *q->lslices);
-    for (int i = 0; i < lo->n; i++) {
-        LoraAdapter *ad = &lo->ad[i];
+    long held = 0;
+    for (int k = 0; k < n; k++) {
+        const LoraAdapter *ad = &lo->ad[k / 2];
+        int b = k % 2;
         char mod[64];
         lora_module_name(mod, sizeof mod, ad->layer, ad->site);
-        snprintf(q->lnames[2 * i], sizeof q->lnames[0], "%s.lora_A", mod);
-        snprintf(q->lnames[2 * i + 1], sizeof q->lnames[0], "%s.lora_B", mod);
-        /* The adapters are host memory of their own (model/lora.c). */
-        q->lparams[2 * i] = (CkptTensor){q->lnames[2 * i], 2, {lo->rank, ad->in}, ad->a, NULL};
-        q->lparams[2 * i + 1] =
-            (CkptTensor){q->lnames[2 * i + 1], 2, {ad->out, lo->rank}, ad->b, NULL};
-        q->lgrads[2 * i] = ad->da;
-        q->lgrads[2 * i + 1] = ad->db;
+        snprintf(q->lnames[k], sizeof q->lnames[0], "%s.lora_%c", mod, b ? 'B' : 'A');
+        CkptTensor *t = &q->lparams[q->nl];
+        int64_t rows = b ? ad->out : lo->rank, cols = b ? lo->rank : ad->in;
+        if (!q->sharded) { /* the adapters are host memory of their own (model/lora.c) */
+            *t = (CkptTensor){q->lnames[k], 2, {rows, cols}, b ? ad->b : ad->a, NULL};
+            q->lgrads[q->nl++] = b ? ad->db : ad->da;
+            continue;
+        }
+        size_t l0, l1, at;
+        fsdp_param_shard(&q->lplan, k, &l0, &l1, &at);
+        if (l1 <= l0) continue;
+        *t = (CkptTensor){q->lnames[k], 1, {(int64_t)(l1 - l0)}, q->lshard + at, NULL};
+        q->lgrads[q->nl] = q->lgrad + at;
+        /* A checkpoint records the piece as its part of the whole tensor, so a resume on
+         * another mesh (or one process) reads it from whichever ranks' files hold it. */
+        int64_t local[2] = {b ? ad->out_l : lo->rank, b ? lo->rank : ad->in_l};
+        int dim = q->lrepl[k] || q->tp == 1 ? -1 : b ? 0 : 1;
+        slice_of(&q->lslices[q->nl++], 2, local, dim, q->tp, q->t, l0, l1);
+        held += (long)(l1 - l0);
     }
-    /* A sharded checkpoint records every rank's adapters as the whole tensors, so a resume
-     * on another mesh (or one process) reads them from any rank's files. */
-    for (int k = 0; k < n; k++)
-        shard_slice_whole(&q->lslices[k], 2, q->lparams[k].shape);
+    if (q->sharded)
+        log_info("lora: rank 0 holds %ld of the %ld adapter parameters (1/%d of its "
+                 "tensor-parallel blocks), with their gradients and AdamW state",
+                 held, lora_numel(lo), q->mesh->dims.dp_shard);
     *out = (TrainModel){.ctx = q,
-                        .nparams = n,
+                        .nparams = q->nl,
                         .params = q->lparams,
                         .grads = q->lgrads,
                         .slices = q->sharded ? q->lslices : NULL,
                         .keep_copies = keep_copies,
                         .forward_backward = forward_backward,
                         .before_optimizer_step = q->m.n_moe_layers ? before_optimizer_step : NULL};
+    return 0;
 }
 
 /* A weight of a bf16 base (lora.base_dtype), held in bf16 only, as the merged export writes
@@ -1263,7 +1407,7 @@ static int pull_merged_bf16(void *ctx, float *dst, size_t first, size_t n, Err *
     size_t r0 = first / s->cols, r1 = (first + n + s->cols - 1) / s->cols;
     float *rows = xmalloc((r1 - r0) * s->cols * sizeof *rows);
     simd_bf16_to_f32(rows, s->w + r0 * s->cols, (long)((r1 - r0) * s->cols));
-    lora_merge(s->lo, s->ad, rows, (int)r0, (int)(r1 - r0));
+    lora_merge(s->lo, s->ad, s->ad->a, s->ad->b, rows, (int)r0, (int)(r1 - r0));
     memcpy(dst, rows + (first - r0 * s->cols), n * sizeof *dst);
     free(rows);
     return 0;
@@ -1302,7 +1446,7 @@ int train_qwen3_export_merged(TrainQwen3 *q, const char *dir, const HfExportOpti
         ParamKindId kind = lora_site_kind(ad->site);
         float *w = *qwen3_param_field(&q->m.p, kind, ad->layer);
         if (w) { /* fp32: merged in place */
-            lora_merge(lo, ad, w, 0, ad->out);
+            lora_merge(lo, ad, ad->a, ad->b, w, 0, ad->out);
             continue;
         }
         for (int k = 0; k < q->m.nparams; k++)
@@ -1329,6 +1473,15 @@ int train_qwen3_whole_create(TrainQwen3 *f, Qwen3 *out, Err *err) {
     return 0;
 }
 
+/* The whole (rows, cols * tp) tensor from its tensor-parallel blocks of columns (rows x cols
+ * each, t-ordered in parts). */
+static void join_cols(float *whole_t, const float *parts, long rows, long cols, int tp) {
+    for (int t = 0; t < tp; t++)
+        for (long r = 0; r < rows; r++)
+            memcpy(whole_t + r * cols * tp + (long)t * cols, parts + (t * rows + r) * cols,
+                   (size_t)cols * sizeof *whole_t);
+}
+
 /* Parameter i's tensor-parallel parts (numel each, t-ordered in parts) as the whole tensor. */
 static void join_tp(const TrainQwen3 *f, int i, float *whole_t, const float *parts) {
     const Qwen3Param *p = &f->m.table[i]; /* the local shape */
@@ -1337,11 +1490,68 @@ static void join_tp(const TrainQwen3 *f, int i, float *whole_t, const float *par
         memcpy(whole_t, parts, (size_t)(numel * f->tp) * sizeof *whole_t);
         return;
     }
-    long rows = (long)p->shape[0], cols = p->ndim == 2 ? (long)p->shape[1] : 1;
-    for (int t = 0; t < f->tp; t++)
-        for (long r = 0; r < rows; r++)
-            memcpy(whole_t + r * cols * f->tp + (long)t * cols, parts + t * numel + r * cols,
-                   (size_t)cols * sizeof *whole_t);
+    join_cols(whole_t, parts, (long)p->shape[0], p->ndim == 2 ? (long)p->shape[1] : 1, f->tp);
+}
+
+/* LoRA on a mesh: adapter ad's whole A (r, I) at whole and B (O, r) at whole + r I (whole
+ * NULL: this rank only takes part), from its unit's gathered blocks: the split factor's blocks
+ * gathered over the tensor-parallel group and joined. parts: r x max(I, O) floats when tp > 1.
+ * Collective over the tp group; the unit must be gathered (ensure). */
+static int adapter_whole(TrainQwen3 *f, const LoraAdapter *ad, float *whole, float *parts,
+                         Err *err) {
+    int r = f->m.lora->rank;
+    size_t na = (size_t)r * (size_t)ad->in_l, nb = (size_t)ad->out_l * (size_t)r;
+    float *a = whole, *b = whole ? whole + (long)r * ad->in : NULL;
+    if (f->tp == 1 || lora_tp_whole(ad, 'A')) {
+        if (a) memcpy(a, ad->a, na * sizeof *a);
+    } else {
+        TRY(comm_all_gather(f->mesh->tp, parts, ad->a, na, COMM_F32, err));
+        if (a) join_cols(a, parts, r, ad->in_l, f->tp);
+    }
+    if (f->tp == 1 || lora_tp_whole(ad, 'B')) {
+        if (b) memcpy(b, ad->b, nb * sizeof *b);
+        return 0;
+    }
+    return comm_all_gather(f->mesh->tp, b ? b : parts, ad->b, nb, COMM_F32, err); /* row blocks */
+}
+
+/* The base parameter (table index) adapter ad sits on. */
+static int adapted_param(const TrainQwen3 *f, const LoraAdapter *ad) {
+    ParamKindId kind = lora_site_kind(ad->site);
+    for (int i = 0; i < f->m.nparams; i++)
+        if (f->m.table[i].kind->id == kind && f->m.table[i].layer == ad->layer) return i;
+    return -1;
+}
+
+int train_qwen3_lora_params(TrainQwen3 *f, float *out, Err *err) {
+    const Lora *lo = f->m.lora;
+    if (!f->sharded) {
+        if (out) memcpy(out, lo->param, (size_t)lora_numel(lo) * sizeof *out);
+        return 0;
+    }
+    int rc = 0;
+    float *parts = NULL;
+    if (f->tp > 1) {
+        size_t most = 1;
+        for (int i = 0; i < lo->n; i++) {
+            size_t side = (size_t)(lo->ad[i].in > lo->ad[i].out ? lo->ad[i].in : lo->ad[i].out);
+            if (side * (size_t)lo->rank > most) most = side * (size_t)lo->rank;
+        }
+        parts = xmalloc(most * sizeof *parts);
+    }
+    for (int u = 1; u <= f->L && rc == 0; u++) {
+        if (!has_adapters(f, u)) continue;
+        /* the unit's adapters alone, into its slot, which then holds no unit */
+        Slot *s = &f->slot[slot_of(f, u)];
+        wait_gather(f, s);
+        s->holds = -1;
+        rc = fsdp_gather_unit(&f->lplan, f->mesh->dp_shard, s->lp, f->lshard, u, COMM_F32, err);
+        for (int i = 0; i < lo->n && rc == 0; i++)
+            if (lo->ad[i].layer == u - 1)
+                rc = adapter_whole(f, &lo->ad[i], out ? out + lo->ad[i].at : NULL, parts, err);
+    }
+    free(parts);
+    return rc;
 }
 
 /* Unit u of the sharded model: gathered as for a forward and, under tensor parallelism, each
@@ -1382,6 +1592,18 @@ static int gather_unit_to(TrainQwen3 *f, int u, float *const *dest, float *parts
         }
         free(widened);
     }
+    /* LoRA: each adapter of the unit whole, merged into its weight's whole values (as the
+     * one-process merge: W + s B A over all rows). */
+    const Lora *lo = f->m.lora;
+    for (int k = 0; has_adapters(f, u) && k < lo->n && rc == 0; k++) {
+        const LoraAdapter *ad = &lo->ad[k];
+        if (1 + ad->layer != u) continue;
+        float *to = dest ? dest[adapted_param(f, ad)] : NULL;
+        float *w = to ? xmalloc((size_t)lo->rank * (size_t)(ad->in + ad->out) * sizeof *w) : NULL;
+        rc = adapter_whole(f, ad, w, parts, err);
+        if (rc == 0 && to) lora_merge(lo, ad, w, w + (long)lo->rank * ad->in, to, 0, ad->out);
+        free(w);
+    }
     return rc;
 }
 
@@ -1411,12 +1633,14 @@ int train_qwen3_gather_whole(TrainQwen3 *f, Qwen3 *dst, Err *err) {
     for (int u = 0; f->sharded && u < f->L + 2 && rc == 0; u++)
         rc = gather_unit_into(f, u, dst, parts, err);
     free(parts);
-    /* LoRA: the adapters (whole on every rank) merged as the merged export merges them. */
+    /* LoRA on one process: the adapters merged as the merged export merges them (sharded, each
+     * unit's were as it was gathered). */
     const Lora *lo = f->m.lora;
-    for (int i = 0; rc == 0 && dst && lo && i < lo->n; i++)
-        lora_merge(lo, &lo->ad[i],
-                   *qwen3_param_field(&dst->p, lora_site_kind(lo->ad[i].site), lo->ad[i].layer), 0,
-                   lo->ad[i].out);
+    for (int i = 0; !f->sharded && dst && lo && i < lo->n; i++) {
+        const LoraAdapter *ad = &lo->ad[i];
+        lora_merge(lo, ad, ad->a, ad->b,
+                   *qwen3_param_field(&dst->p, lora_site_kind(ad->site), ad->layer), 0, ad->out);
+    }
     if (rc == 0 && dst && dst->bf16) qwen3_refresh_bf16(dst);
     return rc;
 }
@@ -1539,7 +1763,6 @@ typedef struct MergeStream {
     float *parts; /* the tensor- and expert-parallel gathers' staging, NULL when tp = ep = 1 */
     float *stage; /* rank 0: the staged parameters of one unit */
     float **to;   /* rank 0: (nparams) parameter i's whole values in stage, NULL: in its slot */
-    const LoraAdapter **ad; /* rank 0: (nparams) the adapter on parameter i, or NULL */
 } MergeStream;
 
 /* One source per parameter (HfKeySource's context). */
@@ -1558,11 +1781,9 @@ static void merge_stream_open(MergeStream *s, TrainQwen3 *f) {
     int n = f->m.nparams;
     s->stage = xmalloc((stage + 1) * sizeof *s->stage);
     s->to = xcalloc((size_t)n, sizeof *s->to);
-    s->ad = xcalloc((size_t)n, sizeof *s->ad);
     size_t *at = xcalloc((size_t)f->L + 2, sizeof *at);
     for (int i = 0; i < n; i++) {
         const Qwen3Param *p = &f->m.table[i];
-        s->ad[i] = adapter_on(lo, p->kind->id, p->layer);
         if (!export_stages(p->kind, p->layer, f->tp, f->ep, lo, f->base16)) continue;
         int u = param_unit(f, p);
         s->to[i] = s->stage + at[u];
@@ -1575,17 +1796,13 @@ static void merge_stream_close(MergeStream *s) {
     free(s->parts);
     free(s->stage);
     free(s->to);
-    free(s->ad);
 }
 
-/* Every rank: unit u gathered, on rank 0 into its staging with the adapters merged (as the
- * one-process export merges them: W + s B A over all rows), then the ranks' agreement. */
+/* Every rank: unit u gathered, on rank 0 into its staging with the adapters merged
+ * (gather_unit_to), then the ranks' agreement. */
 static int stream_unit(MergeStream *s, int u, Err *err) {
     TrainQwen3 *f = s->f;
     int rc = gather_unit_to(f, u, s->to, s->parts, err);
-    for (int i = 0; rc == 0 && s->ad && i < f->m.nparams; i++)
-        if (s->ad[i] && param_unit(f, &f->m.table[i]) == u)
-            lora_merge(f->m.lora, s->ad[i], s->to[i], 0, s->ad[i]->out);
     return comm_agree(f->mesh->world, rc, err);
 }
 

@@ -133,13 +133,18 @@ void train_qwen3_model(TrainQwen3 *q, TrainModel *out, int exempt);
 /* The trainer's mesh hooks (gradient completion, global norm, comm time). */
 void train_qwen3_parallel(TrainQwen3 *q, TrainParallel *out);
 
-/* LoRA (model/lora.h): lo's adapters act in q's forward and backward, and out becomes the
- * TrainModel of the adapters alone (A and B of each, named "layers.N.attention.wq.lora_A", all
- * weight-decayed): the optimizer, clipping and checkpoints see only them, the base weights stay
- * as loaded. On a mesh every rank holds the adapters whole (replicated; each tensor-parallel
- * rank computes with its blocks, lora_set_tp) and finish_grads sums their gradients over every
- * rank, so all ranks apply the same update. lo must outlive q's use. */
-void train_qwen3_model_lora(TrainQwen3 *q, struct Lora *lo, TrainModel *out);
+/* LoRA (model/lora.h): lo's adapters (made whole: created, and initialised or loaded) act in
+ * q's forward and backward, and out becomes the TrainModel of the adapters alone (A and B of
+ * each, named "layers.N.attention.wq.lora_A", all weight-decayed): the optimizer, clipping and
+ * checkpoints see only them, the base weights stay as loaded. On a mesh the adapters are
+ * sharded like their base layer: each tensor-parallel rank keeps its blocks (lora_set_tp), and
+ * of those 1/dp_shard, gathered and reduce-scattered with the layer's FSDP unit (lo's whole
+ * factors are freed); out's pieces are then those shares, with their slices. lo must outlive
+ * q's use. */
+int train_qwen3_model_lora(TrainQwen3 *q, struct Lora *lo, TrainModel *out, Err *err);
+/* Every adapter's whole A and B into out, in Lora.param's layout (lora_numel floats); out NULL:
+ * this rank only takes part. Collective when sharded (each layer's adapters gathered). */
+int train_qwen3_lora_params(TrainQwen3 *q, float *out, Err *err);
 /* Merges the adapters into the base weights (W + s B A; the adapters stop acting) and writes
  * them as an HF model directory in o->dtype: in place on one process, where a bf16 base's
  * weights (lora.base_dtype) are widened exactly and merged in fp32 a chunk at a time while
