@@ -92,7 +92,7 @@ static void scale_mul_scalar(float *out, const float *x, float r, const float *w
 
 /* ---- AVX-512 ---------------------------------------------------------------------------- */
 
-#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+#define AVX512 SIMD_AVX512
 
 /* Mask of the first n (< 16) lanes, for loop tails. */
 AVX512 static inline __mmask16 tail(long n) {

@@ -15,6 +15,11 @@
 
 #include <stdint.h>
 
+/* The instruction sets simd_avx512_active checks for: the target attribute of a function that
+ * uses AVX-512 intrinsics in a file built without -march=native; call it only when
+ * simd_avx512_active() says so. */
+#define SIMD_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+
 /* 1 when the AVX-512 paths are in use (CPU has AVX-512 F, BW and VL, and QT_SIMD is not
  * "scalar"). */
 int simd_avx512_active(void);
