@@ -202,22 +202,6 @@ static void block_starts(int *start, const int32_t *db, int t0, int nq) {
     }
 }
 
-static float row_max(const float *x, int lo, int hi, float init) {
-    float m = init;
-#pragma omp simd reduction(max : m)
-    for (int j = lo; j < hi; j++)
-        m = x[j] > m ? x[j] : m;
-    return m;
-}
-
-static float row_sum(const float *x, int lo, int hi) {
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int j = lo; j < hi; j++)
-        s += x[j];
-    return s;
-}
-
 /* Keys [lo, hi) of row i within the chunk of nk keys from s0, with 0 <= lo <= hi <= nk (empty
  * when the row's document starts after the chunk or the row ends before it). */
 static void row_range(const int *start, int t0, int s0, int nk, int i, int *lo, int *hi) {
@@ -301,32 +285,33 @@ static void cpu_sdpa_forward(float *out, float *lse, const float *q, const float
                     float *sr = S + (long)i * SDPA_BK;
                     int lo, hi;
                     row_range(start, t0, s0, nk, i, &lo, &hi);
-                    float mx = row_max(sr, lo, hi, mrow[i]);
+                    float mx = simd_max(sr + lo, hi - lo, mrow[i]);
                     if (mx == -INFINITY) { /* no key of this chunk, none before */
                         memset(sr, 0, (size_t)nk * sizeof *sr);
                         continue;
                     }
-#pragma omp simd
-                    for (int j = lo; j < hi; j++)
-                        sr[j] -= mx;
-                    simd_exp(sr + lo, sr + lo, hi - lo);
+                    float sum = simd_exp_sum(sr + lo, sr + lo, hi - lo, mx);
                     memset(sr, 0, (size_t)lo * sizeof *sr);
                     memset(sr + hi, 0, (size_t)(nk - hi) * sizeof *sr);
-                    float corr = expf(mrow[i] - mx), sum = row_sum(sr, lo, hi);
+                    float corr = expf(mrow[i] - mx);
                     lrow[i] = lrow[i] * corr + sum;
                     mrow[i] = mx;
-                    if (!first && corr != 1.0f)
+                    if (!first && corr != 1.0f) {
+                        float *orow = ot + i * qs;
+#pragma omp simd
                         for (int e = 0; e < E; e++)
-                            ot[i * qs + e] *= corr;
+                            orow[e] *= corr;
+                    }
                 }
                 /* O (+)= P V over the chunk's keys */
                 rows_times_keys(avx, S, vb + (long)s0 * ks, ks, ot, qs, !first, start, t0, s0, nk,
                                 nq, E);
             }
             for (int i = 0; i < nq; i++) {
-                float inv = 1.0f / lrow[i];
+                float inv = 1.0f / lrow[i], *orow = ot + i * qs;
+#pragma omp simd
                 for (int e = 0; e < E; e++)
-                    ot[i * qs + e] *= inv;
+                    orow[e] *= inv;
                 lse[((long)b * H + h) * T + t0 + i] = mrow[i] + logf(lrow[i]);
             }
         }
@@ -390,10 +375,7 @@ static void cpu_sdpa_backward(float *dq, float *dk, float *dv, const float *dout
                                 float *pr = P + (long)i * SDPA_BK, *dsr = dS + (long)i * SDPA_BK;
                                 int lo, hi;
                                 row_range(start, t0, s0, nk, i, &lo, &hi);
-#pragma omp simd
-                                for (int j = lo; j < hi; j++)
-                                    pr[j] -= z[i];
-                                simd_exp(pr + lo, pr + lo, hi - lo);
+                                simd_exp_sum(pr + lo, pr + lo, hi - lo, z[i]);
                                 float di = Dt[i];
 #pragma omp simd
                                 for (int j = lo; j < hi; j++)

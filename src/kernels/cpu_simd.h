@@ -28,6 +28,10 @@ void simd_force(int avx512);
 
 /* y[i] = exp(x[i]); y may alias x. */
 void simd_exp(float *y, const float *x, long n);
+/* y[i] = exp(x[i] - shift); returns sum y[i]. y may alias x. (An online softmax's step.) */
+float simd_exp_sum(float *y, const float *x, long n, float shift);
+/* Returns max(init, x[0], ..., x[n-1]). */
+float simd_max(const float *x, long n, float init);
 /* Returns sum a[i] * b[i]. */
 float simd_dot(const float *a, const float *b, long n);
 /* y[i] += a * x[i]. */
