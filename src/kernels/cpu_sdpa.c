@@ -1,37 +1,24 @@
 /* sdpa "cpu": the default CPU attention. Same math as the reference (ops/sdpa.c), computed on
- * blocks of SDPA_BQ query rows of one head against chunks of up to SDPA_BK keys, so that the
- * four kinds of products (scores Q K^T, output P V, and in backward dP = dO V^T, dQ = dS K,
- * dK = dS^T Q, dV = P^T dO) are GEMMs (ops/gemm.h) reading the token-major tensors in place
- * through their row strides; only the softmax and the masks are vector loops. Chunks past the
- * causal diagonal or before the block's earliest document start are skipped, and the forward
- * keeps a running max and sum per row across chunks (online softmax), so no T x T matrix is
- * stored whatever the sequence length.
+ * blocks of SDPA_BQ query rows of one head against chunks of up to SDPA_BK keys. With AVX-512
+ * the six products (scores Q K^T, output P V, and in backward dP = dO V^T, dQ = dS K,
+ * dK = dS^T Q, dV = P^T dO) run on one register-blocked micro-kernel (mm_tile_avx512: up to
+ * SDPA_MR rows by SDPA_NP columns) that reads the token-major tensors in place through their row
+ * strides; for Q K^T and dO V^T a panel of SDPA_NP keys of K or V is first copied transposed. A
+ * library GEMM per block loses half its time to per-call packing at these sizes (bench/README.md,
+ * "sdpa cpu micro-kernel"); without AVX-512 the products are still such GEMMs (ops/gemm.h,
+ * whose oneDNN picks the CPU's vector width). The kernel skips work per micro-tile: scores whose
+ * keys no row of the tile sees (past the causal diagonal, before the rows' document start), and
+ * in the other products the keys or queries the tile would multiply by zero. The forward keeps
+ * a running max and sum per row across chunks (online softmax), so no T x T matrix is stored
+ * whatever the sequence length.
  *
  * Threads: forward is parallel over (batch, head, query block); backward over (batch, kv head),
  * so each thread owns its dK / dV rows and walks the kv head's query heads and blocks in order.
- * Each unit is computed by one thread, whose GEMMs run single-threaded inside the parallel
- * region, so the result does not depend on the thread count (tests/test_cpu_ops.c checks it
- * bitwise). Each thread keeps its score scratch (SDPA_BQ x SDPA_BK floats forward, twice that
- * backward: 64 / 128 KiB) on its stack, so a call allocates nothing. */
-/* sdpa "cpu": the default CPU attention. Same math as the reference (ops/sdpa.c), computed on
- * blocks of SDPA_BQ query rows of one head against chunks of up to SDPA_BK keys. The six kinds of
- * products (scores Q K^T, output P V, and in backward dP = dO V^T, dQ = dS K, dK = dS^T Q,
- * dV = P^T dO) run on one register-blocked micro-kernel (mm_tile: up to SDPA_MR rows by
- * SDPA_NP columns, AVX-512 with a portable twin) that reads the token-major tensors in place
- * through their row strides; for Q K^T and dO V^T a panel of SDPA_NP keys of K or V is first
- * copied transposed. Library GEMMs lose most of their time to per-call packing at these sizes
- * (bench/README.md, "sdpa cpu micro-kernel"). Work is skipped per micro-tile: score tiles whose
- * keys no row of the tile sees (past the causal diagonal, before the rows' document start),
- * and in the other products the keys or queries such a tile would multiply by zero. The forward
- * keeps a running max and sum per row across chunks (online softmax), so no T x T matrix is
- * stored whatever the sequence length.
- *
- * Threads: forward is parallel over (batch, head, query block); backward over (batch, kv head),
- * so each thread owns its dK / dV rows and walks the kv head's query heads and blocks in order.
- * Each unit is computed by one thread in a fixed order, so the result does not depend on the
- * thread count (tests/test_cpu_ops.c checks it bitwise). Each thread keeps its scratch on its
- * stack (scores SDPA_BQ x SDPA_BK floats forward, twice that backward, and one or two key
- * panels of SDPA_NP x E: at most 128 / 256 KiB), so a call allocates nothing. */
+ * Each unit is computed by one thread in a fixed order (GEMMs run single-threaded inside the
+ * parallel region), so the result does not depend on the thread count (tests/test_cpu_ops.c
+ * checks it bitwise). Each thread keeps its scratch on its stack (scores SDPA_BQ x SDPA_BK
+ * floats forward, twice that backward, and one or two key panels of SDPA_NP x head_dim: at most
+ * 128 / 256 KiB), so a call allocates nothing. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,38 +28,13 @@
 #include "core/err.h"
 #include "kernels/cpu_ops.h"
 #include "kernels/cpu_simd.h"
+#include "ops/gemm.h"
 
 #define SDPA_BQ 64
 #define SDPA_BK 256
 #define SDPA_MR 6  /* rows of a micro-tile */
 #define SDPA_NV 4  /* 16-float vectors across a micro-tile */
 #define SDPA_NP 64 /* its columns: SDPA_NV * 16, also the keys of a transposed panel */
-
-/* mm_tile: C[i][0:n] = alpha * sum_{p < kn} A[i*sai + p*sak] * B[p*ldb + 0:n] (+ C[i][0:n]
- * when acc) for rows i < m <= SDPA_MR; A is read with any strides (row-major, or transposed for
- * dK, dV), B and C are row-major. Without acc, C is never read. */
-
-/* The portable twin: one row at a time, the row in a local vector the compiler can keep in
- * registers. */
-static void mm_tile_scalar(int m, int n, int kn, float alpha, const float *A, long sai, long sak,
-                           const float *B, long ldb, int acc, float *C, long ldc) {
-    for (int c0 = 0; c0 < n; c0 += SDPA_NP) {
-        int w = n - c0 < SDPA_NP ? n - c0 : SDPA_NP;
-        for (int i = 0; i < m; i++) {
-            float r[SDPA_NP] = {0};
-            for (int p = 0; p < kn; p++) {
-                float a = A[i * sai + p * sak];
-                const float *b = B + p * ldb + c0;
-#pragma omp simd
-                for (int j = 0; j < w; j++)
-                    r[j] += a * b[j];
-            }
-            float *c = C + i * ldc + c0;
-            for (int j = 0; j < w; j++)
-                c[j] = acc ? alpha * r[j] + c[j] : alpha * r[j];
-        }
-    }
-}
 
 /* M rows by V vectors of accumulators (M * V <= 24 of the 32 registers, V more for a row of B);
  * the last vector is masked to n. Inlined with constant M and V, so the loops unroll onto
@@ -117,6 +79,9 @@ mm_tile_avx512_mv(const int M, const int V, int n, int kn, float alpha, const fl
         }
 }
 
+/* C[i][0:n] = alpha * sum_{p < kn} A[i*sai + p*sak] * B[p*ldb + 0:n] (+ C[i][0:n] when acc)
+ * for rows i < m <= SDPA_MR; A is read with any strides (row-major, or transposed for dK, dV),
+ * B and C are row-major. Without acc, C is never read. */
 SIMD_AVX512 static void mm_tile_avx512(int m, int n, int kn, float alpha, const float *A, long sai,
                                        long sak, const float *B, long ldb, int acc, float *C,
                                        long ldc) {
@@ -166,18 +131,10 @@ SIMD_AVX512 static void transpose16_avx512(float *dst, long ldd, const float *sr
     }
 }
 
-static void mm_tile(int avx, int m, int n, int kn, float alpha, const float *A, long sai, long sak,
-                    const float *B, long ldb, int acc, float *C, long ldc) {
-    if (avx)
-        mm_tile_avx512(m, n, kn, alpha, A, sai, sak, B, ldb, acc, C, ldc);
-    else
-        mm_tile_scalar(m, n, kn, alpha, A, sai, sak, B, ldb, acc, C, ldc);
-}
-
 /* panel[e][j] = x[j*ld + e] for the w <= SDPA_NP rows of x from one head (E values each): a
  * panel of keys turned into the row-major right operand of Q K^T. */
-static void pack_panel(int avx, float *panel, const float *x, long ld, int w, int E) {
-    int w16 = avx ? w / 16 * 16 : 0, e16 = avx ? E / 16 * 16 : 0;
+SIMD_AVX512 static void pack_panel(float *panel, const float *x, long ld, int w, int E) {
+    int w16 = w / 16 * 16, e16 = E / 16 * 16;
     for (int j = 0; j < w16; j += 16)
         for (int e = 0; e < e16; e += 16)
             transpose16_avx512(panel + e * SDPA_NP + j, SDPA_NP, x + j * ld + e, ld);
@@ -218,32 +175,71 @@ static void group_range(const int *start, int t0, int s0, int nk, int i0, int m,
     row_range(start, t0, s0, nk, i0 + m - 1, &unused, hi);
 }
 
-/* S[i][j] = alpha * x_i . key j for the nq rows x_i of a block (row stride xs) and the w keys of
- * the panel at chunk column jp, micro-tile by micro-tile: only the columns each row group sees.
- * Columns left out are those the softmax masks. */
-static void score_panel(int avx, float *S, const float *x, long xs, const float *panel, int jp,
-                        int w, const int *start, int t0, int s0, int nk, int nq, int E,
-                        float alpha) {
-    for (int i0 = 0; i0 < nq; i0 += SDPA_MR) {
-        int m = nq - i0 < SDPA_MR ? nq - i0 : SDPA_MR, lo, hi;
-        group_range(start, t0, s0, nk, i0, m, &lo, &hi);
-        lo = lo > jp ? lo : jp;
-        hi = hi < jp + w ? hi : jp + w;
-        if (lo < hi)
-            mm_tile(avx, m, hi - lo, E, alpha, x + i0 * xs, xs, 1, panel + (lo - jp), SDPA_NP, 0,
-                    S + (long)i0 * SDPA_BK + lo, SDPA_BK);
+/* One block of query rows against one chunk of keys: rows t0 .. t0+nq-1 (start: their document
+ * starts), keys s0 .. s0+nk-1; avx: whether the micro-kernel runs, else the library GEMM takes
+ * the whole block (ops/gemm.h, single-threaded inside the parallel region). */
+typedef struct Block {
+    const int *start;
+    int t0, nq, s0, nk, E, avx;
+} Block;
+
+/* S[i][j] = alpha * x_i . key j (S row stride SDPA_BK) for the block's rows x_i (row stride xs)
+ * and the chunk's keys (row stride ks), at least where each row sees the key: micro-tile by
+ * micro-tile through a transposed panel of SDPA_NP keys. */
+static void scores(const Block *bk, float *S, const float *x, long xs, const float *keys, long ks,
+                   float *panel, float alpha) {
+    int blo, bhi;
+    group_range(bk->start, bk->t0, bk->s0, bk->nk, 0, bk->nq, &blo, &bhi);
+    if (!bk->avx) {
+        gemm_f32(0, 1, bk->nq, bhi - blo, bk->E, alpha, x, (int)xs, keys + (long)blo * ks, (int)ks,
+                 0.0f, S + blo, SDPA_BK);
+        return;
+    }
+    for (int jp = blo / SDPA_NP * SDPA_NP; jp < bhi; jp += SDPA_NP) {
+        int w = bk->nk - jp < SDPA_NP ? bk->nk - jp : SDPA_NP;
+        pack_panel(panel, keys + (long)jp * ks, ks, w, bk->E);
+        for (int i0 = 0; i0 < bk->nq; i0 += SDPA_MR) {
+            int m = bk->nq - i0 < SDPA_MR ? bk->nq - i0 : SDPA_MR, lo, hi;
+            group_range(bk->start, bk->t0, bk->s0, bk->nk, i0, m, &lo, &hi);
+            lo = lo > jp ? lo : jp;
+            hi = hi < jp + w ? hi : jp + w;
+            if (lo < hi)
+                mm_tile_avx512(m, hi - lo, bk->E, alpha, x + i0 * xs, xs, 1, panel + (lo - jp),
+                               SDPA_NP, 0, S + (long)i0 * SDPA_BK + lo, SDPA_BK);
+        }
     }
 }
 
-/* C (+)= A V over the key groups: rows i0.. of A (row stride SDPA_BK, zero outside each row's
- * keys) times the chunk's rows of V (or K for dQ), only over the keys the row group sees. */
-static void rows_times_keys(int avx, const float *A, const float *vc, long ks, float *C, long cs,
-                            int acc, const int *start, int t0, int s0, int nk, int nq, int E) {
-    for (int i0 = 0; i0 < nq; i0 += SDPA_MR) {
-        int m = nq - i0 < SDPA_MR ? nq - i0 : SDPA_MR, lo, hi;
-        group_range(start, t0, s0, nk, i0, m, &lo, &hi);
-        mm_tile(avx, m, E, hi - lo, 1.0f, A + (long)i0 * SDPA_BK + lo, SDPA_BK, 1,
-                vc + (long)lo * ks, ks, acc, C + i0 * cs, cs);
+/* C (+)= A X: the block's rows of A (row stride SDPA_BK, zero outside each row's keys) times the
+ * chunk's rows of X (V for O, K for dQ; row stride ks), over the keys each row group sees. */
+static void rows_times_keys(const Block *bk, const float *A, const float *X, long ks, float *C,
+                            long cs, int acc) {
+    if (!bk->avx) {
+        gemm_f32(0, 0, bk->nq, bk->E, bk->nk, 1.0f, A, SDPA_BK, X, (int)ks, acc ? 1.0f : 0.0f, C,
+                 (int)cs);
+        return;
+    }
+    for (int i0 = 0; i0 < bk->nq; i0 += SDPA_MR) {
+        int m = bk->nq - i0 < SDPA_MR ? bk->nq - i0 : SDPA_MR, lo, hi;
+        group_range(bk->start, bk->t0, bk->s0, bk->nk, i0, m, &lo, &hi);
+        mm_tile_avx512(m, bk->E, hi - lo, 1.0f, A + (long)i0 * SDPA_BK + lo, SDPA_BK, 1,
+                       X + (long)lo * ks, ks, acc, C + i0 * cs, cs);
+    }
+}
+
+/* C += A^T X: for each key of the chunk (rows of C, stride ks), the block's rows of A (P or dS)
+ * times the rows of X (dO or Q; row stride xs), from the first row that sees the key group. */
+static void keys_times_rows(const Block *bk, const float *A, const float *X, long xs, float *C,
+                            long ks) {
+    if (!bk->avx) {
+        gemm_f32(1, 0, bk->nk, bk->E, bk->nq, 1.0f, A, SDPA_BK, X, (int)xs, 1.0f, C, (int)ks);
+        return;
+    }
+    for (int s = 0; s < bk->nk && bk->s0 + s - bk->t0 < bk->nq; s += SDPA_MR) {
+        int m = bk->nk - s < SDPA_MR ? bk->nk - s : SDPA_MR;
+        int p0 = bk->s0 + s - bk->t0 > 0 ? bk->s0 + s - bk->t0 : 0;
+        mm_tile_avx512(m, bk->E, bk->nq - p0, 1.0f, A + (long)p0 * SDPA_BK + s, 1, SDPA_BK,
+                       X + p0 * xs, xs, 1, C + (long)s * ks, ks);
     }
 }
 
@@ -273,14 +269,9 @@ static void cpu_sdpa_forward(float *out, float *lse, const float *q, const float
                 mrow[i] = -INFINITY, lrow[i] = 0.0f;
             int kend = t0 + nq, first = 1;
             for (int s0 = start[0]; s0 < kend; s0 += SDPA_BK, first = 0) {
-                int nk = kend - s0 < SDPA_BK ? kend - s0 : SDPA_BK, blo, bhi;
-                group_range(start, t0, s0, nk, 0, nq, &blo, &bhi);
-                for (int jp = 0; jp < nk; jp += SDPA_NP) {
-                    int w = nk - jp < SDPA_NP ? nk - jp : SDPA_NP;
-                    if (jp >= bhi || jp + w <= blo) continue;
-                    pack_panel(avx, KP, kb + (long)(s0 + jp) * ks, ks, w, E);
-                    score_panel(avx, S, qt, qs, KP, jp, w, start, t0, s0, nk, nq, E, scale);
-                }
+                int nk = kend - s0 < SDPA_BK ? kend - s0 : SDPA_BK;
+                Block bk = {start, t0, nq, s0, nk, E, avx};
+                scores(&bk, S, qt, qs, kb + (long)s0 * ks, ks, KP, scale);
                 for (int i = 0; i < nq; i++) {
                     float *sr = S + (long)i * SDPA_BK;
                     int lo, hi;
@@ -304,8 +295,7 @@ static void cpu_sdpa_forward(float *out, float *lse, const float *q, const float
                     }
                 }
                 /* O (+)= P V over the chunk's keys */
-                rows_times_keys(avx, S, vb + (long)s0 * ks, ks, ot, qs, !first, start, t0, s0, nk,
-                                nq, E);
+                rows_times_keys(&bk, S, vb + (long)s0 * ks, ks, ot, qs, !first);
             }
             for (int i = 0; i < nq; i++) {
                 float inv = 1.0f / lrow[i], *orow = ot + i * qs;
@@ -358,19 +348,11 @@ static void cpu_sdpa_backward(float *dq, float *dk, float *dv, const float *dout
                         }
                         int kend = t0 + nq, first = 1;
                         for (int s0 = start[0]; s0 < kend; s0 += SDPA_BK, first = 0) {
-                            int nk = kend - s0 < SDPA_BK ? kend - s0 : SDPA_BK, blo, bhi;
+                            int nk = kend - s0 < SDPA_BK ? kend - s0 : SDPA_BK;
                             const float *kc = kb + (long)s0 * ks, *vc = vb + (long)s0 * ks;
-                            group_range(start, t0, s0, nk, 0, nq, &blo, &bhi);
-                            for (int jp = 0; jp < nk; jp += SDPA_NP) {
-                                int w = nk - jp < SDPA_NP ? nk - jp : SDPA_NP;
-                                if (jp >= bhi || jp + w <= blo) continue;
-                                pack_panel(avx, KP, kc + (long)jp * ks, ks, w, E);
-                                pack_panel(avx, VP, vc + (long)jp * ks, ks, w, E);
-                                score_panel(avx, P, qt, qs, KP, jp, w, start, t0, s0, nk, nq, E,
-                                            scale);
-                                score_panel(avx, dS, dot, qs, VP, jp, w, start, t0, s0, nk, nq, E,
-                                            1.0f);
-                            }
+                            Block bk = {start, t0, nq, s0, nk, E, avx};
+                            scores(&bk, P, qt, qs, kc, ks, KP, scale);
+                            scores(&bk, dS, dot, qs, vc, ks, VP, 1.0f);
                             for (int i = 0; i < nq; i++) {
                                 float *pr = P + (long)i * SDPA_BK, *dsr = dS + (long)i * SDPA_BK;
                                 int lo, hi;
@@ -386,21 +368,10 @@ static void cpu_sdpa_backward(float *dq, float *dk, float *dv, const float *dout
                                 memset(dsr, 0, (size_t)lo * sizeof *dsr);
                                 memset(dsr + hi, 0, (size_t)(nk - hi) * sizeof *dsr);
                             }
-                            /* dv += P^T dout and dk += dS^T q over key groups, each from the
-                             * first query row that sees its first key */
-                            for (int s = 0; s < nk && s0 + s - t0 < nq; s += SDPA_MR) {
-                                int m = nk - s < SDPA_MR ? nk - s : SDPA_MR;
-                                int p0 = s0 + s - t0 > 0 ? s0 + s - t0 : 0;
-                                mm_tile(avx, m, E, nq - p0, 1.0f, P + (long)p0 * SDPA_BK + s, 1,
-                                        SDPA_BK, dot + p0 * qs, qs, 1, dvb + (long)(s0 + s) * ks,
-                                        ks);
-                                mm_tile(avx, m, E, nq - p0, 1.0f, dS + (long)p0 * SDPA_BK + s, 1,
-                                        SDPA_BK, qt + p0 * qs, qs, 1, dkb + (long)(s0 + s) * ks,
-                                        ks);
-                            }
-                            /* dq (+)= dS K over the chunk */
-                            rows_times_keys(avx, dS, kc, ks, dqt, qs, !first, start, t0, s0, nk, nq,
-                                            E);
+                            /* dv += P^T dout, dk += dS^T q, dq (+)= dS K over the chunk */
+                            keys_times_rows(&bk, P, dot, qs, dvb + (long)s0 * ks, ks);
+                            keys_times_rows(&bk, dS, qt, qs, dkb + (long)s0 * ks, ks);
+                            rows_times_keys(&bk, dS, kc, ks, dqt, qs, !first);
                         }
                     }
             }
