@@ -3,14 +3,15 @@
  * the six products (scores Q K^T, output P V, and in backward dP = dO V^T, dQ = dS K,
  * dK = dS^T Q, dV = P^T dO) run on one register-blocked micro-kernel (mm_tile_avx512: up to
  * SDPA_MR rows by SDPA_NP columns) that reads the token-major tensors in place through their row
- * strides; for Q K^T and dO V^T a panel of SDPA_NP keys of K or V is first copied transposed. A
- * library GEMM per block loses half its time to per-call packing at these sizes (bench/README.md,
- * "sdpa cpu micro-kernel"); without AVX-512 the products are still such GEMMs (ops/gemm.h,
- * whose oneDNN picks the CPU's vector width). The kernel skips work per micro-tile: scores whose
- * keys no row of the tile sees (past the causal diagonal, before the rows' document start), and
- * in the other products the keys or queries the tile would multiply by zero. The forward keeps
- * a running max and sum per row across chunks (online softmax), so no T x T matrix is stored
- * whatever the sequence length.
+ * strides; for Q K^T and dO V^T a panel of SDPA_NP keys of K or V is first copied transposed. At
+ * these sizes (64 x 128 x 128 at head_dim 128) oneDNN's sgemm per block ran at about 65% of the
+ * fp32 peak, the micro-kernel at about 88% (bench/README.md, "sdpa cpu: a micro-kernel for the
+ * products"); without AVX-512 the products are still such GEMMs (ops/gemm.h, whose oneDNN picks
+ * the CPU's vector width). The kernel skips work per micro-tile:
+ * scores whose keys no row of the tile sees (past the causal diagonal, before the rows' document
+ * start), and in the other products the keys or queries the tile would multiply by zero. The
+ * forward keeps a running max and sum per row across chunks (online softmax), so no T x T matrix is
+ * stored whatever the sequence length.
  *
  * Threads: forward is parallel over (batch, head, query block); backward over (batch, kv head),
  * so each thread owns its dK / dV rows and walks the kv head's query heads and blocks in order.
