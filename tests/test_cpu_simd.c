@@ -95,6 +95,39 @@ static void test_dot_axpy(void **state) {
     free(a), free(b), free(y), free(y0);
 }
 
+/* The online softmax's step: exp(x - shift) elementwise (the float difference, then exp within
+ * 2 ulp) and its sum; the running max. Odd lengths reach the
+ * masked tails; -inf entries (masked keys) give 0 and do not win the max. */
+static void test_exp_sum_max(void **state) {
+    (void)state;
+    Rng r;
+    rng_seed(&r, 5, 0);
+    const long ns[] = {0, 1, 15, 16, 17, 63, 64, 65, 1000};
+    float *x = malloc(1000 * 4), *y = malloc(1000 * 4);
+    for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+        long n = ns[k];
+        fill(x, 1000, -20, 20, &r);
+        if (n > 3) x[n / 2] = -INFINITY;
+        double mx = -3.0, sum = 0;
+        for (long i = 0; i < n; i++)
+            mx = x[i] > mx ? x[i] : mx;
+        for (long i = 0; i < n; i++)
+            sum += exp((double)(x[i] - (float)mx));
+        FOR_EACH_PATH({
+            assert_true(simd_max(x, n, -3.0f) == (float)mx);
+            float got = simd_exp_sum(y, x, n, (float)mx);
+            for (long i = 0; i < n; i++) {
+                float want = (float)exp((double)(x[i] - (float)mx));
+                if (ulp_dist(y[i], want) > 2)
+                    fail_msg("path %d: exp(%.9g - %.9g) = %.9g, want %.9g", path, x[i], mx, y[i],
+                             want);
+            }
+            assert_true(fabs(got - sum) <= (n + 8) * 0x1p-23 * sum + 1e-30);
+        });
+    }
+    free(x), free(y);
+}
+
 static void test_softmax(void **state) {
     (void)state;
     Rng r;
@@ -252,7 +285,7 @@ int main(void) {
         cmocka_unit_test(test_exp),          cmocka_unit_test(test_dot_axpy),
         cmocka_unit_test(test_softmax),      cmocka_unit_test(test_silu_swiglu),
         cmocka_unit_test(test_rmsnorm),      cmocka_unit_test(test_reduction_alignment),
-        cmocka_unit_test(test_bf16_convert),
+        cmocka_unit_test(test_bf16_convert), cmocka_unit_test(test_exp_sum_max),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,7 +4,7 @@
  * median and the best per implementation. This is what docs/kernels.md's table of defaults is
  * settled by.
  *   build/bench_defaults [--flavor debugmodel_moe] [--B 4] [--T 128] [--rounds 6]
- *                        [--experts X --top-k k] [--vocab V] [--only KIND]
+ *                        [--experts X --top-k k] [--vocab V] [--head-dim E] [--only KIND]
  * Shapes: the flavor's dims at B x T tokens; rmsnorm the (N, D) norm, rope and sdpa the
  * attention's heads, swiglu the dense FFN (F = hidden_dim), linear the qkv projection,
  * cross_entropy and lm_head_loss the vocabulary, moe.experts the flavor's (or --experts /
@@ -153,7 +153,7 @@ static int cmp_double(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     const char *flavor = "debugmodel_moe", *only = NULL;
-    int B = 4, T = 128, rounds = 6, X = 0, topk = 0, vocab = 0;
+    int B = 4, T = 128, rounds = 6, X = 0, topk = 0, vocab = 0, head_dim = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--flavor") == 0) flavor = argv[i + 1];
         if (strcmp(argv[i], "--B") == 0) B = atoi(argv[i + 1]);
@@ -163,6 +163,7 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--top-k") == 0) topk = atoi(argv[i + 1]);
         if (strcmp(argv[i], "--only") == 0) only = argv[i + 1];
         if (strcmp(argv[i], "--vocab") == 0) vocab = atoi(argv[i + 1]);
+        if (strcmp(argv[i], "--head-dim") == 0) head_dim = atoi(argv[i + 1]);
     }
     static Ctx c;
     Err err;
@@ -172,7 +173,8 @@ int main(int argc, char **argv) {
     }
     if (X) c.s.num_experts = X;
     if (topk) c.s.top_k = topk;
-    if (vocab) c.s.vocab_size = vocab; /* keeps the (N, V) buffers small when V is not timed */
+    if (vocab) c.s.vocab_size = vocab;     /* keeps the (N, V) buffers small when V is not timed */
+    if (head_dim) c.s.head_dim = head_dim; /* sdpa and rope at other head sizes */
     if (c.s.moe_hidden_dim == 0) c.s.moe_hidden_dim = 1;
     c.B = B, c.T = T, c.N = (long)B * T;
     setup(&c);

@@ -44,6 +44,19 @@ static void exp_scalar(float *y, const float *x, long n) {
         y[i] = expf(x[i]);
 }
 
+static float exp_sum_scalar(float *y, const float *x, long n, float shift) {
+    float s = 0;
+    for (long i = 0; i < n; i++)
+        s += y[i] = expf(x[i] - shift);
+    return s;
+}
+
+static float max_scalar(const float *x, long n, float init) {
+    for (long i = 0; i < n; i++)
+        init = fmaxf(init, x[i]);
+    return init;
+}
+
 static float dot_scalar(const float *a, const float *b, long n) {
     float s = 0;
     for (long i = 0; i < n; i++)
@@ -92,7 +105,7 @@ static void scale_mul_scalar(float *out, const float *x, float r, const float *w
 
 /* ---- AVX-512 ---------------------------------------------------------------------------- */
 
-#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+#define AVX512 SIMD_AVX512
 
 /* Mask of the first n (< 16) lanes, for loop tails. */
 AVX512 static inline __mmask16 tail(long n) {
@@ -130,6 +143,32 @@ AVX512 static void exp_avx512(float *y, const float *x, long n) {
         __mmask16 m = tail(n - i);
         _mm512_mask_storeu_ps(y + i, m, exp16(_mm512_maskz_loadu_ps(m, x + i)));
     }
+}
+
+AVX512 static float exp_sum_avx512(float *y, const float *x, long n, float shift) {
+    __m512 sh = _mm512_set1_ps(shift), sum = _mm512_setzero_ps();
+    long i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), sh));
+        _mm512_storeu_ps(y + i, e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    if (i < n) {
+        __mmask16 t = tail(n - i);
+        __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(t, x + i), sh));
+        _mm512_mask_storeu_ps(y + i, t, e);
+        sum = _mm512_mask_add_ps(sum, t, sum, e);
+    }
+    return _mm512_reduce_add_ps(sum);
+}
+
+AVX512 static float max_avx512(const float *x, long n, float init) {
+    __m512 m = _mm512_set1_ps(init);
+    long i = 0;
+    for (; i + 16 <= n; i += 16)
+        m = _mm512_max_ps(m, _mm512_loadu_ps(x + i));
+    if (i < n) m = _mm512_mask_max_ps(m, tail(n - i), m, _mm512_maskz_loadu_ps(tail(n - i), x + i));
+    return _mm512_reduce_max_ps(m);
 }
 
 /* Four 16-lane accumulators, combined in a fixed order: the sum depends only on n. */
@@ -294,6 +333,14 @@ void simd_exp(float *y, const float *x, long n) {
         exp_avx512(y, x, n);
     else
         exp_scalar(y, x, n);
+}
+
+float simd_exp_sum(float *y, const float *x, long n, float shift) {
+    return simd_avx512_active() ? exp_sum_avx512(y, x, n, shift) : exp_sum_scalar(y, x, n, shift);
+}
+
+float simd_max(const float *x, long n, float init) {
+    return simd_avx512_active() ? max_avx512(x, n, init) : max_scalar(x, n, init);
 }
 
 float simd_dot(const float *a, const float *b, long n) {

@@ -15,6 +15,11 @@
 
 #include <stdint.h>
 
+/* The instruction sets simd_avx512_active checks for: the target attribute of a function that
+ * uses AVX-512 intrinsics in a file built without -march=native; call it only when
+ * simd_avx512_active() says so. */
+#define SIMD_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+
 /* 1 when the AVX-512 paths are in use (CPU has AVX-512 F, BW and VL, and QT_SIMD is not
  * "scalar"). */
 int simd_avx512_active(void);
@@ -23,6 +28,10 @@ void simd_force(int avx512);
 
 /* y[i] = exp(x[i]); y may alias x. */
 void simd_exp(float *y, const float *x, long n);
+/* y[i] = exp(x[i] - shift); returns sum y[i]. y may alias x. (An online softmax's step.) */
+float simd_exp_sum(float *y, const float *x, long n, float shift);
+/* Returns max(init, x[0], ..., x[n-1]). */
+float simd_max(const float *x, long n, float init);
 /* Returns sum a[i] * b[i]. */
 float simd_dot(const float *a, const float *b, long n);
 /* y[i] += a * x[i]. */
