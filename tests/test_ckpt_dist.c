@@ -97,12 +97,26 @@ static void test_save_find_prune(void **state) {
     write_marker(root, 1, "2", 2);
     assert_int_equal(ckpt_dist_locate(c, root, -1, &f, &err), 1);
     assert_int_equal(f.step, 2);
-    /* Shards of another world size are found, to be resharded. */
+    /* Shards of another world size are found, to be resharded (ranks 1-3 here: links to rank
+     * 0's step, enough for the check that every rank's folder of the step is complete). */
     write_marker(root, 4, "2", 2);
+    char *links[4] = {NULL};
+    for (int k = 1; k < 4; k++) {
+        char *rdir = ckpt_dist_rank_dir(root, k);
+        assert_int_equal(fs_mkdirs(rdir, &err), 0);
+        links[k] = fs_join(rdir, "step-2");
+        assert_int_equal(symlink(s2, links[k]), 0);
+        free(rdir);
+    }
     assert_int_equal(ckpt_dist_locate(c, root, -1, &f, &err), 1);
     assert_int_equal(f.ranks, 4);
     assert_int_equal(f.mesh[1], 4);
     assert_int_equal(f.mesh[3], 1); /* no mesh: no expert parallelism */
+    /* Rank 3's folder of the only listed step gone: skipped (a warning), nothing to resume. */
+    assert_int_equal(unlink(links[3]), 0);
+    assert_int_equal(ckpt_dist_locate(c, root, -1, &f, &err), 0);
+    for (int k = 1; k < 4; k++)
+        free(links[k]);
     /* One process's newer step wins over the sharded one. */
     CkptState one = {.step = 5, .optim_step = 5};
     assert_int_equal(ckpt_save(root, &one, &model, 1, optim, 2, 0, &err), 0);

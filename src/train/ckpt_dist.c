@@ -404,8 +404,9 @@ int ckpt_dist_locate(Comm *world, const char *root, int64_t load_step, CkptDistF
     char *dir = ckpt_dist_rank_dir(root, rank);
     if (world && rank > 0 && fs_exists(dir)) rc = ckpt_clean_stale(dir, err);
     free(dir);
-    double f[7] = {0};
+    double f[7];
     for (int64_t below = INT64_MAX;;) {
+        memset(f, 0, sizeof f);
         if (rc == 0 && rank == 0) rc = locate_here(root, load_step, below, f, err);
         /* A one-process step and a sharded one of the same number: the job's own kind wins. */
         if (world) {
