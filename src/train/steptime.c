@@ -194,12 +194,14 @@ int steptime_estimate(StepTime *out, const JobConfig *cfg, const StepMesh *m, co
      * forward and again for its backward, except the two layers and the edge unit still in
      * their workspaces when backward starts (with tied embeddings the embedding unit stays
      * gathered throughout; a frozen one has no backward); every unit's gradient is
-     * reduce-scattered once (a LoRA run's frozen base has none; its adapters are counted below).
+     * reduce-scattered once (a LoRA run's frozen base has none). A layer's LoRA adapters (a
+     * rank's tensor-parallel blocks of them) are gathered with their unit, as often, and their
+     * gradients reduce-scattered once, in collectives of their own (train_qwen3.c).
      * Under expert parallelism a layer's experts are a unit of their own
      * (train/train_qwen3.c): the rank's X / ep of them are gathered and reduce-scattered
      * alongside the layer, over the dp_shard x tp / ep ranks of its replica that hold the same
      * experts (ranks ep apart); without it they are part of the layer. */
-    double fsdp = 0, first = 0;
+    double fsdp = 0, first = 0, lgb = 0, lgn = 0, lrb = 0, lrn = 0;
     int ep_rep = m->shard * m->tp / m->ep;
     for (int part = 0; part < (m->ep > 1 ? 2 : 1); part++) {
         int ranks = part ? ep_rep : m->shard, stride = part ? m->ep : m->tp;
@@ -210,6 +212,11 @@ int steptime_estimate(StepTime *out, const JobConfig *cfg, const StepMesh *m, co
             int again = (i >= 1 && i <= L - 2) || (i == 0 && !sp->tie_embeddings && !frozen);
             gb += gather_bytes(c, cfg, &u, i, n, part, m->ep) * (again ? 2 : 1);
             gn += again ? 2 : 1;
+            double lora = part || i < 1 || i > L ? 0 : 4.0 * p->lora_layer[i - 1];
+            lgb += lora * (again ? 2 : 1);
+            lgn += lora > 0 ? (again ? 2 : 1) : 0;
+            lrb += lora;
+            lrn += lora > 0;
             rb += frozen ? 0 : n * 4.0;
             rn += frozen ? 0 : 1;
         }
@@ -227,15 +234,11 @@ int steptime_estimate(StepTime *out, const JobConfig *cfg, const StepMesh *m, co
                                           gather_bytes(c, cfg, &u, 0, u.dense[0], 0, m->ep), 1);
         }
     }
-    /* LoRA: each layer's adapters (a rank's tensor-parallel blocks of them) are gathered with
-     * their unit, counted here for a forward and a backward each, and their gradients
-     * reduce-scattered once, in collectives of their own (train_qwen3.c). */
-    if (frozen && p->lora_layers > 0) {
-        double n = M * p->lora_layers, b = 4.0 * p->lora_blocks / p->lora_layers;
-        double tg = ring_seconds(c, m->tp, m->shard, 2 * n, 2 * n * b, 1);
-        double tr = ring_seconds(c, m->tp, m->shard, n, n * b, 1);
-        add(out, "LoRA all-gather", "dp_shard", c, m->tp, m->shard, 2 * n, b, tg, 1);
-        add(out, "LoRA reduce-scatter", "dp_shard", c, m->tp, m->shard, n, b, tr, 1);
+    if (lgn > 0) {
+        double tg = M * ring_seconds(c, m->tp, m->shard, lgn, lgb, 1);
+        double tr = M * ring_seconds(c, m->tp, m->shard, lrn, lrb, 1);
+        add(out, "LoRA all-gather", "dp_shard", c, m->tp, m->shard, M * lgn, lgb / lgn, tg, 1);
+        add(out, "LoRA reduce-scatter", "dp_shard", c, m->tp, m->shard, M * lrn, lrb / lrn, tr, 1);
         fsdp += tg + tr;
     }
     /* Prefetch hides a transfer under the unit before it, as far as the transport progresses

@@ -93,13 +93,13 @@ static int plan_lora(TrainPlan *p, const JobConfig *cfg, const ModelSpec *spec, 
     double numel = (double)lora_numel(&lo), N = (double)p->B * p->T, held = numel;
     p->lora_numel = numel;
     lora_set_tp(&lo, world > 1 ? p->tp : 1, 0);
-    double layer[QT_MAX_LAYERS] = {0}, most = 0;
+    double most = 0;
     for (int i = 0; i < lo.n; i++) {
         double e = (double)lo.rank * (lo.ad[i].in_l + lo.ad[i].out_l);
-        p->lora_layers += layer[lo.ad[i].layer] == 0;
-        layer[lo.ad[i].layer] += e;
+        double *layer = &p->lora_layer[lo.ad[i].layer];
+        *layer += e;
         p->lora_blocks += e;
-        if (layer[lo.ad[i].layer] > most) most = layer[lo.ad[i].layer];
+        if (*layer > most) most = *layer;
     }
     if (world > 1) {
         held = p->lora_blocks / p->dp_shard;

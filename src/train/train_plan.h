@@ -24,9 +24,8 @@ typedef struct TrainPlan {
     double numel;      /* parameter elements (a tied embedding counted once) */
     double lora_numel; /* LoRA adapter elements (lora.rank > 0), else 0 */
     /* LoRA: a rank's tensor-parallel blocks of the adapters (elements, lora_numel when tp = 1;
-     * it keeps 1/dp_shard of them) and the number of layers with adapters. */
-    double lora_blocks;
-    int lora_layers;
+     * it keeps 1/dp_shard of them), in all and of each layer's adapters (0: none). */
+    double lora_blocks, lora_layer[QT_MAX_LAYERS];
     /* Bytes per rank. */
     double params, grads, optim, acts;
     double workspace;      /* batch buffers, bf16 copies, GEMM scratch, FSDP gather workspaces */
