@@ -41,8 +41,8 @@ void gemv_bf16_force(int p) {
 /* One block: WR weight rows (w, stride I) against R activation rows (x, stride I), out[r * ldo
  * + j]. WR and R are constants at every call, so the accumulators stay in registers. */
 #define INLINE static inline __attribute__((always_inline))
-#define AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512bf16")))
-#define AVX512 __attribute__((target("avx512f,avx512bw")))
+#define AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#define AVX512 SIMD_AVX512
 
 INLINE AVX512BF16 void block_dpbf16(float *out, long ldo, const uint16_t *w, const uint16_t *x,
                                     int I, int WR, int R) {
