@@ -82,6 +82,13 @@ for c in "fsdp2 2" "tp2 2 $TP" "hsdp2 2 --parallelism.data_parallel_replicate_de
   fi
 done
 
+# `qtitan export` of a sharded LoRA checkpoint is refused with a sentence (it holds adapters,
+# not the model), not a complaint about missing base tensors.
+if "$BIN" export --checkpoint "$TMP/fsdp2/checkpoint" --out "$TMP/fsdp2_export" >"$TMP/export.log" 2>&1 ||
+   ! grep -q "rank-0/step-10 was written by a LoRA run (lora.rank = 4) and holds its adapters, not a model" "$TMP/export.log"; then
+  echo "FAIL: qtitan export of FSDP 2's LoRA checkpoint should be refused with a sentence"; cat "$TMP/export.log"; fail=1
+fi
+
 # Resume TP 2 from step 5: the same steps, the same files. (One 4-rank run is all the test
 # affords: oversubscribed on 2 shared cores it takes half a minute.)
 rm -rf "$TMP/re"; mkdir -p "$TMP/re"; cp -r "$TMP/tp2/checkpoint" "$TMP/re/"

@@ -50,6 +50,12 @@ grep -q '"r": 4' "$tmp/a/adapter/adapter_config.json" || { echo "FAIL: adapter_c
 "$QT_BINARY" inspect "$tmp/a/checkpoint/step-4/model.safetensors" >"$tmp/inspect.log" 2>&1
 grep -q 'layers.1.feed_forward.w2.lora_B' "$tmp/inspect.log" && ! grep -q 'tok_embeddings' "$tmp/inspect.log" \
   || { cat "$tmp/inspect.log"; echo "FAIL: checkpoint should hold only adapters"; exit 1; }
+# `qtitan export` of the LoRA checkpoint is refused with what writes the adapters and the merged
+# model instead (the checkpoint has no base weights to export).
+if "$QT_BINARY" export --checkpoint "$tmp/a/checkpoint" --out "$tmp/a_export" >"$tmp/export.log" 2>&1 ||
+   ! grep -qF "$tmp/a/checkpoint/step-4 was written by a LoRA run (lora.rank = 4) and holds its adapters, not a model" "$tmp/export.log"; then
+  cat "$tmp/export.log"; echo "FAIL: qtitan export of a LoRA checkpoint should be refused with a sentence"; exit 1
+fi
 # The merged model loads and evaluates.
 echo "151644 872 198 16 151645 198 151644 77091 198 17 151645" >"$tmp/tokens.txt"
 "$QT_BINARY" eval --model "$tmp/a/merged" --tokens "$tmp/tokens.txt" >"$tmp/eval.log" 2>&1 \

@@ -711,6 +711,25 @@ static int read_tensors(const char *path, const CkptTensor *t, int n, int64_t *s
 
 static int read_state(const char *dir, CkptState *st, Err *err);
 
+int ckpt_refuse_lora(const char *step_dir, Err *err) {
+    CkptState st;
+    Err ignore;
+    if (read_state(step_dir, &st, &ignore) != 0) return 0;
+    const char *rank = json_string_value(json_object_get(st.config, "lora.rank"));
+    int rc = 0;
+    if (rank && atoi(rank) > 0)
+        rc = err_set(err,
+                     "%s was written by a LoRA run (lora.rank = %s) and holds its adapters, not a "
+                     "model: the run writes them in peft's format to job.dump_folder/adapter "
+                     "and, with checkpoint.last_save_in_hf = true, the merged model to "
+                     "job.dump_folder/merged; for this step run the job again with "
+                     "training.steps = %" PRId64 ", checkpoint.load_step = %" PRId64
+                     " and checkpoint.last_save_in_hf = true (it trains nothing and writes both)",
+                     step_dir, rank, st.step, st.step);
+    ckpt_state_release(&st);
+    return rc;
+}
+
 void ckpt_state_release(CkptState *st) {
     json_decref(st->data_position);
     json_decref(st->config);

@@ -133,6 +133,12 @@ void ckpt_state_release(CkptState *st);
  * touching the tensor files or verifying them (for inspection; ckpt_load verifies). */
 int ckpt_read_state(const char *step_dir, CkptState *st, Err *err);
 
+/* -1 with a sentence when step_dir was written by a LoRA run (its train_state.json's config has
+ * lora.rank > 0): it holds the adapters, not the model, so an HF export of it is refused with
+ * what gives the adapters and the merged model instead; 0 otherwise (or when its state cannot
+ * be read: the export reports that). */
+int ckpt_refuse_lora(const char *step_dir, Err *err);
+
 /* Loads a verified checkpoint into the caller's buffers: every tensor named in model / optim
  * must exist with exactly that shape (fp32), and the files must hold no other tensors. Fills
  * *st (data_position and config as new references). */

@@ -1078,7 +1078,11 @@ int ckpt_dist_export_path(const char *path, const char *out_dir, DType dtype,
     if (rc == 0) rc = ckpt_dist_reader_open_step(&r, root, want, err);
     if (rc == 0) {
         *step = r.step;
-        rc = export_to(out_dir, &r, &spec, &extra, dtype, max_shard_bytes, err);
+        CkptDistFound found = {.step = r.step, .ranks = 1};
+        char *dir0 = ckpt_dist_found_dir(root, &found, 0);
+        rc = ckpt_refuse_lora(dir0, err);
+        free(dir0);
+        if (rc == 0) rc = export_to(out_dir, &r, &spec, &extra, dtype, max_shard_bytes, err);
         ckpt_dist_reader_close(&r);
     }
     free(cfg);

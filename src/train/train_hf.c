@@ -113,6 +113,7 @@ int train_hf_on_last_save(void *ctx, const char *step_dir, Err *err) {
 int train_hf_export_checkpoint(const char *step_dir, const char *out_dir, const HfExportOptions *o,
                                Err *err) {
     TRY(ckpt_verify(step_dir, 1, err));
+    TRY(ckpt_refuse_lora(step_dir, err));
     ModelSpec spec;
     HfConfigExtra extra;
     char *cfg = fs_join(step_dir, "config.json");
