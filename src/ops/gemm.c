@@ -430,13 +430,11 @@ int gemm_bf16_adopt(int widen) {
     return g_bf16 == want ? 0 : -1;
 }
 
-int gemm_bf16_prefer(int widen, const char *why) {
+void gemm_bf16_prefer(int widen, const char *why) {
     pthread_once(&g_once, init_once);
-    if (g_backend != BK_AUTO) return 1; /* a forced backend decides the same every time */
+    if (g_backend != BK_AUTO) return; /* a forced backend decides the same every time */
     g_bf16_preferred = widen ? BF16_WIDEN : BF16_ONEDNN;
     snprintf(g_bf16_preferred_why, sizeof g_bf16_preferred_why, "%s", why);
-    pthread_once(&g_bf16_once, choose_bf16_once);
-    return g_bf16 == g_bf16_preferred;
 }
 
 /* ---- widened weight copies -------------------------------------------------------------- */

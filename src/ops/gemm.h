@@ -56,10 +56,9 @@ int gemm_bf16_widens(void);
 int gemm_bf16_adopt(int widen);
 /* Prefers the path a resumed run's checkpoint was trained with (widen as gemm_bf16_widens
  * answered then; why: the reason the backend line gives), so the resumed steps multiply as the
- * uninterrupted run would have; QT_GEMM_BF16 still wins. Call before the first bf16 product or
- * question; returns 1 when the path is the preferred one, 0 when QT_GEMM_BF16 (or an earlier
- * choice) made it the other. */
-int gemm_bf16_prefer(int widen, const char *why);
+ * uninterrupted run would have; QT_GEMM_BF16 still wins (the resume compares the two and
+ * warns). Call before the first bf16 product or question. */
+void gemm_bf16_prefer(int widen, const char *why);
 #define GEMM_BF16_SCRATCH_BYTES ((size_t)32 << 20)
 
 /* Registers n fp32 values at base as widened copies and returns the handle of base[0], or NULL

@@ -340,7 +340,6 @@ int ckpt_dist_save(Comm *world, const int mesh[4], const char *root, const CkptS
     return rc;
 }
 
-/* Rank 0's part of ckpt_dist_locate: found = {have one, step, ranks, mesh[4]}. */
 /* Rank 0's choice for ckpt_dist_locate: found[0] 1 when there is one, [1] its step, [2] the
  * ranks that wrote it (0: one process's), [3..6] their mesh. The newest sharded step below
  * `below` is considered (the ones at or above it were found broken on some rank). */
