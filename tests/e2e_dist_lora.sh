@@ -44,10 +44,10 @@ FT=("$TP" --parallelism.enable_sequence_parallel=true --activation_checkpoint.mo
 # close NAME A B [LOSS NORM]: every step's loss and grad norm of runs A and B within 1e-5
 # relative, or from step 3 on within LOSS and NORM relative.
 close() {
-  local lt=${4:-1e-5} nt=${5:-1e-5}
+  local lt=${4:-1e-5} nt=${5:-1e-5} tight=${6:-2}
   if [ "$(dist_table "$TMP/$2" | wc -l)" = 10 ] && paste -d' ' <(dist_table "$TMP/$2") <(dist_table "$TMP/$3") |
-    awk -v lt="$lt" -v nt="$nt" '{ for (k = 2; k <= 3; k++) { d = $k - $(k + 3); if (d < 0) d = -d;
-      tol = $1 <= 2 ? 1e-5 : k == 2 ? lt : nt; if (d > tol * ($k < 0 ? -$k : $k)) bad = 1 } }
+    awk -v lt="$lt" -v nt="$nt" -v tight="$tight" '{ for (k = 2; k <= 3; k++) { d = $k - $(k + 3); if (d < 0) d = -d;
+      tol = $1 <= tight ? 1e-5 : k == 2 ? lt : nt; if (d > tol * ($k < 0 ? -$k : $k)) bad = 1 } }
       END { exit bad || NR != 10 }'; then
     echo "ok: $1: 10 steps' loss and grad norm within ${lt} / ${nt} of one process's"
   else
@@ -146,10 +146,11 @@ else
   echo "FAIL: samples through the shards"; cat "$TMP"/s-*/samples.jsonl; fail=1
 fi
 
-# A bf16 base: TP 2 against one process. Steps 1 and 2 within 1e-5; after them the adapters
-# differ in their last bits (gradients summed in another order) and the products' bf16
-# rounding of the activations magnifies that (measured: 3e-6 in loss, 3.2e-4 in grad norm;
-# FSDP 2 2.4e-6 and 1.6e-4), so later steps get the bounds of bf16 arithmetic.
+# A bf16 base: TP 2 against one process. Step 1 within 1e-5; after it the adapters differ in
+# their last bits (gradients summed in another order) and the products' bf16 rounding of the
+# activations magnifies that (measured: 3e-6 in loss, 3.2e-4 in grad norm; FSDP 2 2.4e-6 and
+# 1.6e-4; where attention's products run in bf16 too, 1.1e-5 in step 2's grad norm), so later
+# steps get the bounds of bf16 arithmetic.
 # Both also sample from the merged whole model at step 10 (the one-process copy widens the
 # bf16-only weights).
 # All export the merged model in bfloat16 (bf16(W) + s B A in fp32, the mesh runs from the
@@ -159,8 +160,8 @@ B16=(--lora.base_dtype=bfloat16 --checkpoint.enable=true --checkpoint.interval=5
   "--sample.prompts=the quick" --sample.max_new_tokens=2)
 if dist_run 0 one-b16 "${ARGS[@]}" "${B16[@]}" && dist_run 2 tp2-b16 "${ARGS[@]}" "${B16[@]}" "$TP" &&
   dist_run 2 fsdp2-b16 "${ARGS[@]}" "${B16[@]}"; then
-  close "TP 2 with a bf16 base" one-b16 tp2-b16 1e-4 1e-3
-  close "FSDP 2 with a bf16 base" one-b16 fsdp2-b16 1e-4 1e-3
+  close "TP 2 with a bf16 base" one-b16 tp2-b16 1e-4 1e-3 1
+  close "FSDP 2 with a bf16 base" one-b16 fsdp2-b16 1e-4 1e-3 1
   grep -q 'matmul weights and embedding in bf16, gathered in bf16' "$TMP/fsdp2-b16.log" ||
     { echo "FAIL: FSDP 2 does not hold its bf16 base in bf16"; fail=1; }
   for r in one-b16 tp2-b16 fsdp2-b16; do

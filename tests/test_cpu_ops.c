@@ -23,6 +23,7 @@
 
 #include "core/rng.h"
 #include "kernels/cpu_ops.h"
+#include "kernels/cpu_peak.h"
 #include "kernels/cpu_simd.h"
 
 static float *rnd(long n, uint64_t stream, float scale) {
@@ -68,6 +69,19 @@ static void sdpa_run(const SdpaOp *op, const SdpaCase *c, const float *q, const 
     op->backward(dq, dk, dv, dout, q, k, v, out, lse, doc, c->B, c->T, c->H, c->K, c->E);
 }
 
+/* The bf16 entries, with a scratch of exactly the size ops/sdpa.h asks for (ASan sees a
+ * write past it). */
+static void sdpa_run_bf16(const SdpaOp *op, const SdpaCase *c, const float *q, const float *k,
+                          const float *v, const float *dout, const int32_t *doc, float *out,
+                          float *lse, float *dq, float *dk, float *dv) {
+    long n = SDPA_BF16_SCRATCH(c->B, c->T, c->K, c->E);
+    uint16_t *scratch = malloc((size_t)n * sizeof *scratch);
+    op->forward_bf16(out, lse, q, k, v, doc, c->B, c->T, c->H, c->K, c->E, scratch);
+    op->backward_bf16(dq, dk, dv, dout, q, k, v, out, lse, doc, c->B, c->T, c->H, c->K, c->E,
+                      scratch);
+    free(scratch);
+}
+
 static void test_sdpa(void **state) {
     (void)state;
     static const SdpaCase cases[] = {
@@ -84,6 +98,11 @@ static void test_sdpa(void **state) {
         {1, 700, 2, 1, 16, 2},
         {1, 600, 2, 1, 16, 1},
         {1, 520, 2, 2, 8, 0},
+        /* bf16 products: an odd sequence with documents past a chunk (odd key counts and
+         * query rows), and head dims the bf16 path hands to fp32 (odd, above 128). */
+        {1, 601, 4, 2, 128, 2},
+        {1, 45, 2, 1, 9, 1},
+        {1, 70, 2, 1, 160, 0},
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const SdpaCase *c = &cases[ci];
@@ -132,8 +151,37 @@ static void test_sdpa(void **state) {
         assert_memory_equal(dq1, dq2, (size_t)nq * sizeof(float));
         assert_memory_equal(dk1, dk2, (size_t)nk * sizeof(float));
         assert_memory_equal(dv1, dv2, (size_t)nk * sizeof(float));
-        float *bufs[] = {q,  k,   v,   dout, o0, l0, dq0, dk0, dv0, o1,
-                         l1, dq1, dk1, dv1,  o2, l2, dq2, dk2, dv2};
+        /* The bf16 entries (mixed precision): within bf16 rounding of the reference, bitwise
+         * the same on 1 and 2 threads, and, where the bf16 path applies (AVX512_BF16, even
+         * head_dim up to 128), not the fp32 result (so the check above saw bf16 products). */
+        /* Outputs start nonzero: the calls write them (=), never add to them. */
+        float *o3 = rnd(nq, 5, 1.0f), *l3 = rnd(nl, 6, 1.0f), *dq3 = rnd(nq, 7, 1.0f),
+              *dk3 = rnd(nk, 8, 1.0f), *dv3 = rnd(nk, 9, 1.0f);
+        sdpa_run_bf16(&sdpa_cpu, c, q, k, v, dout, doc, o3, l3, dq3, dk3, dv3);
+        expect_close("sdpa bf16 out", o3, o0, nq, 2e-2);
+        expect_close("sdpa bf16 lse", l3, l0, nl, 2e-2);
+        expect_close("sdpa bf16 dq", dq3, dq0, nq, 2e-2);
+        expect_close("sdpa bf16 dk", dk3, dk0, nk, 2e-2);
+        expect_close("sdpa bf16 dv", dv3, dv0, nk, 2e-2);
+        int bf16_runs =
+            simd_avx512_active() && cpu_has_avx512_bf16() && c->E % 2 == 0 && c->E <= 128;
+        if (bf16_runs) {
+            assert_true(memcmp(o3, o1, (size_t)nq * sizeof(float)) != 0);
+            assert_true(memcmp(dk3, dk1, (size_t)nk * sizeof(float)) != 0);
+        } else {
+            assert_memory_equal(o3, o1, (size_t)nq * sizeof(float));
+            assert_memory_equal(dv3, dv1, (size_t)nk * sizeof(float));
+        }
+        omp_set_num_threads(1);
+        sdpa_run_bf16(&sdpa_cpu, c, q, k, v, dout, doc, o2, l2, dq2, dk2, dv2);
+        omp_set_num_threads(nt);
+        assert_memory_equal(o3, o2, (size_t)nq * sizeof(float));
+        assert_memory_equal(l3, l2, (size_t)nl * sizeof(float));
+        assert_memory_equal(dq3, dq2, (size_t)nq * sizeof(float));
+        assert_memory_equal(dk3, dk2, (size_t)nk * sizeof(float));
+        assert_memory_equal(dv3, dv2, (size_t)nk * sizeof(float));
+        float *bufs[] = {q,   k,   v,  dout, o0,  l0,  dq0, dk0, dv0, o1,  l1,  dq1,
+                         dk1, dv1, o2, l2,   dq2, dk2, dv2, o3,  l3,  dq3, dk3, dv3};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             free(bufs[i]);
         free(doc);

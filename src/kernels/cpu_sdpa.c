@@ -28,6 +28,7 @@
 
 #include "core/err.h"
 #include "kernels/cpu_ops.h"
+#include "kernels/cpu_peak.h"
 #include "kernels/cpu_simd.h"
 #include "ops/gemm.h"
 
@@ -379,6 +380,399 @@ static void cpu_sdpa_backward(float *dq, float *dk, float *dv, const float *dout
     }
 }
 
+/* ---- bf16 products (mixed precision: SdpaOp.forward_bf16 / backward_bf16) ----
+ *
+ * The same blocks, softmax and thread split as above, with every product on vdpbf16ps: a 32-bit
+ * lane holds a pair of bf16 values adjacent along the reduction, and one instruction adds both
+ * products to an fp32 accumulator (twice the FMA's work per instruction, at the same rate on
+ * CPUs that run it at full rate). The operands are cast to bf16 (round to nearest even) in pair
+ * layouts:
+ *   rows:        a row's values in order, so a pair is two neighbours along the row (Q, dO, P
+ *                and dS as left operands reduced along their rows);
+ *   row pairs:   rows 2r and 2r+1 interleaved value by value (V and K as right operands
+ *                reduced over keys; Q and dO reduced over query rows), a missing odd row zero;
+ *   key panels:  SDPA_NP keys' pairs transposed (K and V as right operands of the scores,
+ *                reduced along head_dim): the pair rows of "rows" turned into columns.
+ * K and V are cast once per call into the caller's scratch (key panels at key multiples of
+ * SDPA_NP, row pairs at even keys), in parallel over (batch, kv head, panel); so the key chunks
+ * start at a multiple of SDPA_NP at or before the block's first visible key. Q, dO, P and dS
+ * are cast per block on the thread's stack; P and dS after the fp32 softmax, zero outside each
+ * row's keys, so the pairs that round a key or query range out to even bounds add nothing.
+ * head_dim must be even and at most SDPA_BF16_MAX_HEAD_DIM (the stack tiles); otherwise, and
+ * without AVX512_BF16 or AVX-512 in use, the calls compute in fp32 (the functions above). */
+#define SDPA_BF16_MAX_HEAD_DIM 128
+#define SDPA2_BQ 128 /* query rows of a block */
+#define SDPA2_BK 128 /* keys of a chunk */
+#define SIMD_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+static int bf16_applies(int E) {
+    return simd_avx512_active() && cpu_has_avx512_bf16() && E % 2 == 0 &&
+           E <= SDPA_BF16_MAX_HEAD_DIM;
+}
+
+/* The 32-bit pair at p (two bf16 values), read without an aliasing cast. */
+static inline uint32_t pair_at(const uint16_t *p) {
+    uint32_t w;
+    memcpy(&w, p, sizeof w);
+    return w;
+}
+
+/* As mm_tile_avx512_mv with pairs: C[i][0:n] (+)= alpha * sum_{p < kp} A(i, p) . B[p][0:n],
+ * where A(i, p) is the pair at A + i*sai + p*sak and row p of B holds n pairs (2n values) from
+ * B + p*ldb (strides in bf16 values). */
+SIMD_AVX512_BF16 static inline __attribute__((always_inline)) void
+mm2_tile_mv(const int M, const int V, int n, int kp, float alpha, const uint16_t *A, long sai,
+            long sak, const uint16_t *B, long ldb, int acc, float *C, long ldc) {
+    __m512 c[SDPA_MR][SDPA_NV];
+    __mmask16 last =
+        (__mmask16)(n - 16 * (V - 1) >= 16 ? 0xffffu : (1u << (n - 16 * (V - 1))) - 1u);
+#pragma GCC unroll 8
+    for (int i = 0; i < M; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++)
+            c[i][v] = _mm512_setzero_ps();
+    for (int p = 0; p < kp; p++) {
+        __m512i b[SDPA_NV];
+        const uint16_t *bp = B + p * ldb;
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++)
+            b[v] = v < V - 1 ? _mm512_loadu_si512(bp + 32 * v)
+                             : _mm512_maskz_loadu_epi32(last, bp + 32 * v);
+        const uint16_t *ap = A + p * sak;
+#pragma GCC unroll 8
+        for (int i = 0; i < M; i++) {
+            __m512i a = _mm512_set1_epi32((int)pair_at(ap + i * sai));
+#pragma GCC unroll 4
+            for (int v = 0; v < V; v++)
+                c[i][v] = _mm512_dpbf16_ps(c[i][v], (__m512bh)a, (__m512bh)b[v]);
+        }
+    }
+    __m512 al = _mm512_set1_ps(alpha);
+#pragma GCC unroll 8
+    for (int i = 0; i < M; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++) {
+            float *cp = C + i * ldc + 16 * v;
+            __mmask16 k = v < V - 1 ? (__mmask16)0xffffu : last;
+            __m512 r = acc ? _mm512_fmadd_ps(c[i][v], al, _mm512_maskz_loadu_ps(k, cp))
+                           : _mm512_mul_ps(c[i][v], al);
+            _mm512_mask_storeu_ps(cp, k, r);
+        }
+}
+
+/* mm_tile_avx512 with pairs: m <= SDPA_MR rows, n columns in micro-tiles of SDPA_NP. */
+SIMD_AVX512_BF16 static void mm2_tile(int m, int n, int kp, float alpha, const uint16_t *A,
+                                      long sai, long sak, const uint16_t *B, long ldb, int acc,
+                                      float *C, long ldc) {
+    for (int c0 = 0; c0 < n; c0 += SDPA_NP) {
+        int w = n - c0 < SDPA_NP ? n - c0 : SDPA_NP, V = (w + 15) / 16;
+        const uint16_t *Bc = B + 2 * c0;
+        float *Cc = C + c0;
+        switch ((m - 1) * SDPA_NV + V - 1) {
+#define MM2_CASE(M, V_)                                                                            \
+    case (M - 1) * SDPA_NV + V_ - 1:                                                               \
+        mm2_tile_mv(M, V_, w, kp, alpha, A, sai, sak, Bc, ldb, acc, Cc, ldc);                      \
+        break;
+#define MM2_ROW(M) MM2_CASE(M, 1) MM2_CASE(M, 2) MM2_CASE(M, 3) MM2_CASE(M, 4)
+            MM2_ROW(1) MM2_ROW(2) MM2_ROW(3) MM2_ROW(4) MM2_ROW(5) MM2_ROW(6)
+#undef MM2_ROW
+#undef MM2_CASE
+        }
+    }
+}
+
+/* "rows": dst[r][0:n] = bf16(src[r][0:n]) for r < rows (row strides ldd, lds), and a zero after
+ * an odd n so the last pair is whole. */
+SIMD_AVX512_BF16 static void cast_rows(uint16_t *dst, long ldd, const float *src, long lds,
+                                       int rows, int n) {
+    for (int r = 0; r < rows; r++) {
+        const float *s = src + r * lds;
+        uint16_t *d = dst + r * ldd;
+        for (int c = 0; c < n; c += 16) {
+            __mmask16 k = (__mmask16)(n - c >= 16 ? 0xffffu : (1u << (n - c)) - 1u);
+            __m256bh y = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, s + c));
+            _mm256_mask_storeu_epi16(d + c, k, (__m256i)y);
+        }
+        if (n % 2) d[n] = 0;
+    }
+}
+
+/* "row pairs": pair row r2 of dst (stride ldd) holds, for each of the n columns, the pair
+ * (bf16 src[2 r2][c], bf16 src[2 r2 + 1][c]); the second is zero past the last of rows. */
+SIMD_AVX512_BF16 static void cast_row_pairs(uint16_t *dst, long ldd, const float *src, long lds,
+                                            int rows, int n) {
+    for (int r = 0; r < rows; r += 2) {
+        const float *s0 = src + r * lds, *s1 = s0 + lds;
+        uint16_t *d = dst + (r / 2) * ldd;
+        for (int c = 0; c < n; c += 16) {
+            __mmask16 k = (__mmask16)(n - c >= 16 ? 0xffffu : (1u << (n - c)) - 1u);
+            __m256bh lo = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, s0 + c));
+            __m256bh hi = _mm512_cvtneps_pbh(r + 1 < rows ? _mm512_maskz_loadu_ps(k, s1 + c)
+                                                          : _mm512_setzero_ps());
+            __m512i w = _mm512_or_si512(_mm512_cvtepu16_epi32((__m256i)lo),
+                                        _mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)hi), 16));
+            _mm512_mask_storeu_epi32(d + 2 * c, k, w);
+        }
+    }
+}
+
+/* "key panel": panel pair row e2 (stride 2 * SDPA_NP values) holds, for keys j < w of x (row
+ * stride ld), the pair (x[j][2 e2], x[j][2 e2 + 1]) in bf16; tmp holds the w keys cast as rows
+ * first (SDPA_NP x E values). */
+SIMD_AVX512_BF16 static void cast_key_panel(uint16_t *panel, uint16_t *tmp, const float *x, long ld,
+                                            int w, int E) {
+    int E2 = E / 2, w16 = w / 16 * 16, e16 = E2 / 16 * 16;
+    cast_rows(tmp, E, x, ld, w, E);
+    /* Pairs are 32-bit, so a 16 x 16 block of them transposes as floats do (bits moved, never
+     * computed on). */
+    for (int j = 0; j < w16; j += 16)
+        for (int e = 0; e < e16; e += 16)
+            transpose16_avx512((float *)(void *)(panel + 2 * (e * SDPA_NP + j)), SDPA_NP,
+                               (const float *)(const void *)(tmp + 2 * ((long)j * E2 + e)), E2);
+    for (int j = 0; j < w; j++)
+        for (int e = j < w16 ? e16 : 0; e < E2; e++)
+            memcpy(panel + 2 * (e * SDPA_NP + j), tmp + 2 * ((long)j * E2 + e), 2 * sizeof *tmp);
+}
+
+/* The bf16 scores: S[i][j] = alpha * x_i . key j as scores() does, x_i cast as rows (xw, row
+ * stride E), the chunk's keys as key panels (panels: the chunk's first). */
+static void scores_bf16(const Block *bk, float *S, const uint16_t *xw, const uint16_t *panels,
+                        float alpha) {
+    int blo, bhi, E = bk->E;
+    group_range(bk->start, bk->t0, bk->s0, bk->nk, 0, bk->nq, &blo, &bhi);
+    for (int jp = blo / SDPA_NP * SDPA_NP; jp < bhi; jp += SDPA_NP) {
+        int w = bk->nk - jp < SDPA_NP ? bk->nk - jp : SDPA_NP;
+        const uint16_t *panel = panels + (long)(jp / SDPA_NP) * E * SDPA_NP;
+        for (int i0 = 0; i0 < bk->nq; i0 += SDPA_MR) {
+            int m = bk->nq - i0 < SDPA_MR ? bk->nq - i0 : SDPA_MR, lo, hi;
+            group_range(bk->start, bk->t0, bk->s0, bk->nk, i0, m, &lo, &hi);
+            lo = lo > jp ? lo : jp;
+            hi = hi < jp + w ? hi : jp + w;
+            if (lo < hi)
+                mm2_tile(m, hi - lo, E / 2, alpha, xw + (long)i0 * E, E, 2, panel + 2 * (lo - jp),
+                         2 * SDPA_NP, 0, S + (long)i0 * SDPA2_BK + lo, SDPA2_BK);
+        }
+    }
+}
+
+/* Casts x (B, T, K, E; the keys or the values) into the scratch layouts wanted (either may be
+ * NULL): panels, for each (b, kv head) ceil(T / SDPA_NP) key panels of E * SDPA_NP values;
+ * pairs, for each (b, kv head) its T keys as row pairs (pair row stride 2E), (b, kv head) apart
+ * by ceil(T / SDPA_NP) * SDPA_NP * E values. */
+static void cast_keys(uint16_t *panels, uint16_t *pairs, const float *x, int B, int T, int K,
+                      int E) {
+    const int np = (T + SDPA_NP - 1) / SDPA_NP;
+    const long ks = (long)K * E, per = (long)np * SDPA_NP * E;
+    const long units = (long)B * K * np;
+#pragma omp parallel
+    {
+        _Alignas(64) uint16_t tmp[SDPA_NP * SDPA_BF16_MAX_HEAD_DIM];
+#pragma omp for schedule(static)
+        for (long u = 0; u < units; u++) {
+            int b = (int)(u / ((long)K * np)), kh = (int)(u / np % K), p = (int)(u % np);
+            int j0 = p * SDPA_NP, w = T - j0 < SDPA_NP ? T - j0 : SDPA_NP;
+            const float *xs = x + ((long)b * T + j0) * ks + (long)kh * E;
+            long bh = ((long)b * K + kh) * per;
+            if (panels) cast_key_panel(panels + bh + (long)p * E * SDPA_NP, tmp, xs, ks, w, E);
+            if (pairs) cast_row_pairs(pairs + bh + (long)j0 * E, 2L * E, xs, ks, w, E);
+        }
+    }
+}
+
+/* C (+)= A X as rows_times_keys: A's rows cast as rows (aw, row stride SDPA2_BK), X's keys as
+ * row pairs (xp: the chunk's first, pair row stride 2E); each row group's keys rounded out to
+ * whole pairs. */
+static void rows_times_keys_bf16(const Block *bk, const uint16_t *aw, const uint16_t *xp, float *C,
+                                 long cs, int acc) {
+    for (int i0 = 0; i0 < bk->nq; i0 += SDPA_MR) {
+        int m = bk->nq - i0 < SDPA_MR ? bk->nq - i0 : SDPA_MR, lo, hi;
+        group_range(bk->start, bk->t0, bk->s0, bk->nk, i0, m, &lo, &hi);
+        lo -= lo % 2;
+        if (lo < hi)
+            mm2_tile(m, bk->E, (hi - lo + 1) / 2, 1.0f, aw + (long)i0 * SDPA2_BK + lo, SDPA2_BK, 2,
+                     xp + (long)lo * bk->E, 2L * bk->E, acc, C + i0 * cs, cs);
+        else if (!acc)
+            for (int i = 0; i < m; i++)
+                memset(C + (i0 + i) * cs, 0, (size_t)bk->E * sizeof *C);
+    }
+}
+
+/* C += A^T X as keys_times_rows: A (P or dS) as row pairs (ap, pair row stride 2 SDPA2_BK), X (dO
+ * or Q) as row pairs (xp, pair row stride 2E), from the pair that holds the first row that sees
+ * the key group. */
+static void keys_times_rows_bf16(const Block *bk, const uint16_t *ap, const uint16_t *xp, float *C,
+                                 long ks) {
+    int nq2 = (bk->nq + 1) / 2;
+    for (int s = 0; s < bk->nk && bk->s0 + s - bk->t0 < bk->nq; s += SDPA_MR) {
+        int m = bk->nk - s < SDPA_MR ? bk->nk - s : SDPA_MR;
+        int p0 = bk->s0 + s - bk->t0 > 0 ? (bk->s0 + s - bk->t0) / 2 : 0;
+        mm2_tile(m, bk->E, nq2 - p0, 1.0f, ap + (long)p0 * 2 * SDPA2_BK + 2 * s, 2, 2L * SDPA2_BK,
+                 xp + (long)p0 * 2 * bk->E, 2L * bk->E, 1, C + (long)s * ks, ks);
+    }
+}
+
+static void cpu_sdpa_forward_bf16(float *out, float *lse, const float *q, const float *k,
+                                  const float *v, const int32_t *doc, int B, int T, int H, int K,
+                                  int E, uint16_t *scratch) {
+    if (!bf16_applies(E)) {
+        cpu_sdpa_forward(out, lse, q, k, v, doc, B, T, H, K, E);
+        return;
+    }
+    const float scale = (float)(1.0 / sqrt((double)E));
+    const int rep = H / K, nblk = (T + SDPA2_BQ - 1) / SDPA2_BQ;
+    const long qs = (long)H * E, per = (T + SDPA_NP - 1L) / SDPA_NP * SDPA_NP * E;
+    const long units = (long)B * H * nblk;
+    uint16_t *kpan = scratch, *vpair = scratch + (long)B * K * per;
+    cast_keys(kpan, NULL, k, B, T, K, E);
+    cast_keys(NULL, vpair, v, B, T, K, E);
+#pragma omp parallel
+    {
+        _Alignas(64) float S[SDPA2_BQ * SDPA2_BK];
+        _Alignas(64) uint16_t Qw[SDPA2_BQ * SDPA_BF16_MAX_HEAD_DIM], Pw[SDPA2_BQ * SDPA2_BK];
+#pragma omp for schedule(dynamic, 1)
+        for (long u = 0; u < units; u++) {
+            int b = (int)(u / ((long)H * nblk)), h = (int)(u / nblk % H);
+            int t0 = (int)(u % nblk) * SDPA2_BQ, nq = T - t0 < SDPA2_BQ ? T - t0 : SDPA2_BQ;
+            const int32_t *db = doc ? doc + (long)b * T : NULL;
+            long bh = ((long)b * K + h / rep) * per;
+            const float *qt = q + ((long)b * T + t0) * qs + (long)h * E;
+            float *ot = out + ((long)b * T + t0) * qs + (long)h * E;
+            int start[SDPA2_BQ];
+            float mrow[SDPA2_BQ], lrow[SDPA2_BQ];
+            block_starts(start, db, t0, nq);
+            cast_rows(Qw, E, qt, qs, nq, E);
+            for (int i = 0; i < nq; i++)
+                mrow[i] = -INFINITY, lrow[i] = 0.0f;
+            int kend = t0 + nq, first = 1;
+            for (int s0 = start[0] / SDPA_NP * SDPA_NP; s0 < kend; s0 += SDPA2_BK, first = 0) {
+                int nk = kend - s0 < SDPA2_BK ? kend - s0 : SDPA2_BK;
+                Block bk = {start, t0, nq, s0, nk, E, 1};
+                scores_bf16(&bk, S, Qw, kpan + bh + (long)s0 * E, scale);
+                for (int i = 0; i < nq; i++) {
+                    float *sr = S + (long)i * SDPA2_BK;
+                    int lo, hi;
+                    row_range(start, t0, s0, nk, i, &lo, &hi);
+                    float mx = simd_max(sr + lo, hi - lo, mrow[i]);
+                    if (mx == -INFINITY) {
+                        memset(sr, 0, (size_t)nk * sizeof *sr);
+                        continue;
+                    }
+                    float sum = simd_exp_sum(sr + lo, sr + lo, hi - lo, mx);
+                    memset(sr, 0, (size_t)lo * sizeof *sr);
+                    memset(sr + hi, 0, (size_t)(nk - hi) * sizeof *sr);
+                    float corr = expf(mrow[i] - mx);
+                    lrow[i] = lrow[i] * corr + sum;
+                    mrow[i] = mx;
+                    if (!first && corr != 1.0f) {
+                        float *orow = ot + i * qs;
+#pragma omp simd
+                        for (int e = 0; e < E; e++)
+                            orow[e] *= corr;
+                    }
+                }
+                cast_rows(Pw, SDPA2_BK, S, SDPA2_BK, nq, nk);
+                rows_times_keys_bf16(&bk, Pw, vpair + bh + (long)s0 * E, ot, qs, !first);
+            }
+            for (int i = 0; i < nq; i++) {
+                float inv = 1.0f / lrow[i], *orow = ot + i * qs;
+#pragma omp simd
+                for (int e = 0; e < E; e++)
+                    orow[e] *= inv;
+                lse[((long)b * H + h) * T + t0 + i] = mrow[i] + logf(lrow[i]);
+            }
+        }
+    }
+}
+
+static void cpu_sdpa_backward_bf16(float *dq, float *dk, float *dv, const float *dout,
+                                   const float *q, const float *k, const float *v, const float *out,
+                                   const float *lse, const int32_t *doc, int B, int T, int H, int K,
+                                   int E, uint16_t *scratch) {
+    if (!bf16_applies(E)) {
+        cpu_sdpa_backward(dq, dk, dv, dout, q, k, v, out, lse, doc, B, T, H, K, E);
+        return;
+    }
+    const float scale = (float)(1.0 / sqrt((double)E));
+    const int rep = H / K;
+    const long qs = (long)H * E, ks = (long)K * E;
+    const long per = (T + SDPA_NP - 1L) / SDPA_NP * SDPA_NP * E;
+    uint16_t *kpan = scratch, *vpan = scratch + (long)B * K * per,
+             *kpair = vpan + (long)B * K * per;
+    cast_keys(kpan, kpair, k, B, T, K, E);
+    cast_keys(vpan, NULL, v, B, T, K, E);
+#pragma omp parallel
+    {
+        enum { QE = SDPA2_BQ * SDPA_BF16_MAX_HEAD_DIM, PK = SDPA2_BQ * SDPA2_BK };
+        /* Page-aligned: with 64-byte alignment the tiles' place within a page followed the
+         * stack's random start, and one process in two ran this loop 1.2-1.4x slower (the
+         * same inputs; bench/README.md, "sdpa cpu in bf16"), as the tiles' addresses fell
+         * against the 4 KiB-strided dK / dV rows and the cast keys. */
+        _Alignas(4096) float P[2 * SDPA2_BQ * SDPA2_BK];
+        float *dS = P + SDPA2_BQ * SDPA2_BK;
+        /* rows: Q, dO, dS; row pairs: Q, dO, P, dS */
+        _Alignas(4096) uint16_t Qw[QE], dOw[QE], dSw[PK], Qp[QE], dOp[QE], Pp[PK], dSp[PK];
+#pragma omp for collapse(2) schedule(dynamic, 1)
+        for (int b = 0; b < B; b++)
+            for (int kh = 0; kh < K; kh++) {
+                const int32_t *db = doc ? doc + (long)b * T : NULL;
+                long bh = ((long)b * K + kh) * per;
+                float *dkb = dk + (long)b * T * ks + (long)kh * E;
+                float *dvb = dv + (long)b * T * ks + (long)kh * E;
+                int start[SDPA2_BQ];
+                float Dt[SDPA2_BQ], z[SDPA2_BQ];
+                for (int t = 0; t < T; t++) {
+                    memset(dkb + (long)t * ks, 0, (size_t)E * sizeof(float));
+                    memset(dvb + (long)t * ks, 0, (size_t)E * sizeof(float));
+                }
+                for (int h = kh * rep; h < (kh + 1) * rep; h++)
+                    for (int t0 = 0; t0 < T; t0 += SDPA2_BQ) {
+                        int nq = T - t0 < SDPA2_BQ ? T - t0 : SDPA2_BQ;
+                        long qoff = ((long)b * T + t0) * qs + (long)h * E;
+                        const float *qt = q + qoff, *dot = dout + qoff, *ot = out + qoff;
+                        float *dqt = dq + qoff;
+                        block_starts(start, db, t0, nq);
+                        for (int i = 0; i < nq; i++) {
+                            Dt[i] = simd_dot(dot + i * qs, ot + i * qs, E);
+                            z[i] = lse[((long)b * H + h) * T + t0 + i];
+                        }
+                        cast_rows(Qw, E, qt, qs, nq, E);
+                        cast_rows(dOw, E, dot, qs, nq, E);
+                        cast_row_pairs(Qp, 2L * E, qt, qs, nq, E);
+                        cast_row_pairs(dOp, 2L * E, dot, qs, nq, E);
+                        int kend = t0 + nq, first = 1;
+                        for (int s0 = start[0] / SDPA_NP * SDPA_NP; s0 < kend;
+                             s0 += SDPA2_BK, first = 0) {
+                            int nk = kend - s0 < SDPA2_BK ? kend - s0 : SDPA2_BK;
+                            Block bk = {start, t0, nq, s0, nk, E, 1};
+                            scores_bf16(&bk, P, Qw, kpan + bh + (long)s0 * E, scale);
+                            scores_bf16(&bk, dS, dOw, vpan + bh + (long)s0 * E, 1.0f);
+                            for (int i = 0; i < nq; i++) {
+                                float *pr = P + (long)i * SDPA2_BK, *dsr = dS + (long)i * SDPA2_BK;
+                                int lo, hi;
+                                row_range(start, t0, s0, nk, i, &lo, &hi);
+                                simd_exp_sum(pr + lo, pr + lo, hi - lo, z[i]);
+                                float di = Dt[i];
+#pragma omp simd
+                                for (int j = lo; j < hi; j++)
+                                    dsr[j] = pr[j] * (dsr[j] - di) * scale;
+                                memset(pr, 0, (size_t)lo * sizeof *pr);
+                                memset(pr + hi, 0, (size_t)(nk - hi) * sizeof *pr);
+                                memset(dsr, 0, (size_t)lo * sizeof *dsr);
+                                memset(dsr + hi, 0, (size_t)(nk - hi) * sizeof *dsr);
+                            }
+                            cast_row_pairs(Pp, 2L * SDPA2_BK, P, SDPA2_BK, nq, nk);
+                            cast_row_pairs(dSp, 2L * SDPA2_BK, dS, SDPA2_BK, nq, nk);
+                            cast_rows(dSw, SDPA2_BK, dS, SDPA2_BK, nq, nk);
+                            keys_times_rows_bf16(&bk, Pp, dOp, dvb + (long)s0 * ks, ks);
+                            keys_times_rows_bf16(&bk, dSp, Qp, dkb + (long)s0 * ks, ks);
+                            rows_times_keys_bf16(&bk, dSw, kpair + bh + (long)s0 * E, dqt, qs,
+                                                 !first);
+                        }
+                    }
+            }
+    }
+}
+
 const char *cpu_head_dim_supports(const OpRun *run) {
     return run->spec->head_dim <= SDPA_MAX_HEAD_DIM
                ? NULL
@@ -388,4 +782,6 @@ const char *cpu_head_dim_supports(const OpRun *run) {
 const SdpaOp sdpa_cpu = {
     .h = {.name = "cpu", .kind = OP_SDPA, .device = "cpu", .supports = cpu_head_dim_supports},
     .forward = cpu_sdpa_forward,
-    .backward = cpu_sdpa_backward};
+    .backward = cpu_sdpa_backward,
+    .forward_bf16 = cpu_sdpa_forward_bf16,
+    .backward_bf16 = cpu_sdpa_backward_bf16};

@@ -219,5 +219,6 @@ static const char *flash_supports(const OpRun *run) {
     return NULL;
 }
 
-const SdpaOp sdpa_flash = {
-    {"flash", OP_SDPA, "cpu", flash_supports}, flash_forward, flash_backward};
+const SdpaOp sdpa_flash = {.h = {"flash", OP_SDPA, "cpu", flash_supports},
+                           .forward = flash_forward,
+                           .backward = flash_backward};

@@ -656,11 +656,15 @@ static void layout_bf16(Qwen3 *m, Arena *ar, int weights, size_t *weight_bytes) 
         m->pb.tok_embeddings =
             s->tie_embeddings ? m->pb.output : arena_alloc(ar, (size_t)(V * D) * sizeof(uint16_t));
     *weight_bytes = ar->used;
-    /* The largest product's inputs: the FFN backward (linear.h, swiglu.h) or lm_head. */
+    /* The largest product's inputs: the FFN backward (linear.h, swiglu.h) or lm_head; or
+     * attention's cast keys and values (ops/sdpa.h). */
     long need = 2 * D + 2 * F;
     if (D + V > need) need = D + V;
     if (D + HE > need) need = D + HE;
-    m->pb.scratch = arena_alloc(ar, (size_t)(N * need) * sizeof(uint16_t));
+    need *= N;
+    long att = SDPA_BF16_SCRATCH(m->max_B, m->max_T, s->n_kv_heads, s->head_dim);
+    if (att > need) need = att;
+    m->pb.scratch = arena_alloc(ar, (size_t)need * sizeof(uint16_t));
 }
 
 /* gemv 1: the copies stay bf16 (qwen3_enable_bf16_for_gemv). */
@@ -762,6 +766,14 @@ static void linear_bwd(const Qwen3 *m, const LinearOp *op, float *dx, float *dw,
         PROF_OP(&op->h, 1, op->backward_bf16(dx, dw, dout, x, wb, m->pb.scratch, N, I, O, dx_beta));
     else
         PROF_OP(&op->h, 1, op->backward(dx, dw, dout, x, w, N, I, O, dx_beta));
+}
+
+/* Attention's products in bf16 (ops/sdpa.h) when mixed precision trains on native bf16
+ * products; where this process's bf16 products are widened to fp32 (gemm_bf16_widens: bf16 is
+ * no faster there) attention stays fp32 too. Inference holding bf16 weights only computes
+ * attention in fp32. */
+static int sdpa_bf16(const Qwen3 *m, const SdpaOp *op) {
+    return m->bf16 && !m->bf16_only && op->forward_bf16 && op->backward_bf16 && !gemm_bf16_widens();
 }
 
 /* ---- LoRA (model/lora.h): adapters add to their linears' outputs ---- */
@@ -991,7 +1003,10 @@ static void layer_forward(Qwen3 *m, int i, float *out, int count) {
     PROF_OP(&md->rope->h, 0,
             md->rope->forward(a->kr, a->kn, m->a.positions, N, K, E, s->rope_theta));
     PROF_OP(&md->sdpa->h, 0,
-            md->sdpa->forward(a->att, a->lse, a->qr, a->kr, a->v, doc, B, T, H, K, E));
+            sdpa_bf16(m, md->sdpa)
+                ? md->sdpa->forward_bf16(a->att, a->lse, a->qr, a->kr, a->v, doc, B, T, H, K, E,
+                                         m->pb.scratch)
+                : md->sdpa->forward(a->att, a->lse, a->qr, a->kr, a->v, doc, B, T, H, K, E));
     linear_fwd(m, md->wo, tp_partial(m, a->xmid), a->att, p->wo, pb->wo, N, H * E, D);
     lora_fwd(m, i, LORA_WO, tp_partial(m, a->xmid), a->att, N);
     tp_combine(m, a->xmid, n * D);
@@ -1086,8 +1101,11 @@ static void layer_backward(Qwen3 *m, int i) {
     linear_bwd(m, md->wo, A->datt, g->wo, dout, a->att, p->wo, pb->wo, N, H * E, D, 0.0f);
     lora_bwd(m, i, LORA_WO, A->datt, dout, a->att, N);
     PROF_OP(&md->sdpa->h, 1,
-            md->sdpa->backward(A->dqr, A->dkr, A->dv, A->datt, a->qr, a->kr, a->v, a->att, a->lse,
-                               doc, B, T, H, K, E));
+            sdpa_bf16(m, md->sdpa)
+                ? md->sdpa->backward_bf16(A->dqr, A->dkr, A->dv, A->datt, a->qr, a->kr, a->v,
+                                          a->att, a->lse, doc, B, T, H, K, E, m->pb.scratch)
+                : md->sdpa->backward(A->dqr, A->dkr, A->dv, A->datt, a->qr, a->kr, a->v, a->att,
+                                     a->lse, doc, B, T, H, K, E));
     PROF_OP(&md->rope->h, 1,
             md->rope->backward(A->dqn, A->dqr, A->positions, N, H, E, s->rope_theta));
     PROF_OP(&md->rope->h, 1,

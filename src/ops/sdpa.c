@@ -109,4 +109,5 @@ void sdpa_backward(float *dq, float *dk, float *dv, const float *dout, const flo
         }
 }
 
-const SdpaOp sdpa_reference = {{"reference", OP_SDPA, "cpu", 0}, sdpa_forward, sdpa_backward};
+const SdpaOp sdpa_reference = {
+    .h = {"reference", OP_SDPA, "cpu", 0}, .forward = sdpa_forward, .backward = sdpa_backward};

@@ -30,10 +30,28 @@ typedef void (*SdpaBackwardFn)(float *dq,          /* (B, T, H, E) */
                                const int32_t *doc, /* (B, T) or NULL */
                                int B, int T, int H, int K, int E);
 
+/* The bf16 entries (optional; SdpaOp.forward_bf16 / backward_bf16): the same calls, for mixed
+ * precision. The products (Q K^T, P V and the backward's four) take bf16 operands with fp32
+ * accumulation, as torch's autocast runs attention; the softmax, the log-sum-exp and every
+ * output stay fp32. scratch: SDPA_BF16_SCRATCH(B, T, K, E) bf16 values the call may overwrite
+ * (the keys and values cast once per call). The model calls them when it trains in bf16 on
+ * native bf16 products (docs/training.md, Mixed precision); an implementation may compute in
+ * fp32 where its bf16 products do not apply. */
+#define SDPA_BF16_SCRATCH(B, T, K, E) (3L * (B) * (K) * (E) * (((long)(T) + 63) / 64 * 64))
+typedef void (*SdpaForwardBf16Fn)(float *out, float *lse, const float *q, const float *k,
+                                  const float *v, const int32_t *doc, int B, int T, int H, int K,
+                                  int E, uint16_t *scratch);
+typedef void (*SdpaBackwardBf16Fn)(float *dq, float *dk, float *dv, const float *dout,
+                                   const float *q, const float *k, const float *v, const float *out,
+                                   const float *lse, const int32_t *doc, int B, int T, int H, int K,
+                                   int E, uint16_t *scratch);
+
 typedef struct SdpaOp {
     OpHeader h;
     SdpaForwardFn forward;
     SdpaBackwardFn backward;
+    SdpaForwardBf16Fn forward_bf16;
+    SdpaBackwardBf16Fn backward_bf16;
 } SdpaOp;
 
 void sdpa_forward(float *out, float *lse, const float *q, const float *k, const float *v,
