@@ -60,6 +60,29 @@ grep -o '"ids":\[[0-9,]*\]' "$TMP/pad/samples.jsonl" | tr -c '0-9' '\n' | awk '$
   fail "no id past the tokenizer was sampled: $(cat "$TMP/pad/samples.jsonl")"
 echo "padded vocabulary: ids past the tokenizer sampled and decoded to no text"
 
+# bf16 training whose validation rows are shaped otherwise within the same tokens (32 rows of 1
+# token against training's 2 x 16): attention's bf16 entries cast the keys into the model's
+# scratch, sized for the training rows; rows that need more there compute attention in fp32.
+# QT_GEMM_BF16=onednn takes the bf16 attention where the CPU has AVX512_BF16 (with widened
+# products attention stays fp32). With lr 0 the validation loss must then equal, bit for bit,
+# that of the same run with the reference sdpa (fp32 only), while the training losses show that
+# the bf16 attention ran there. Without that check the run cast past the scratch.
+cp "$SRC/configs/demo.toml" "$TMP/ref_sdpa.toml"
+printf '\n[[override]]\ntarget = "layers.*.attention.sdpa"\nkernel = "reference"\n' >>"$TMP/ref_sdpa.toml"
+for v in cpu ref; do
+  cfg=$SRC/configs/demo.toml
+  [ "$v" = ref ] && cfg=$TMP/ref_sdpa.toml
+  QT_GEMM_BF16=onednn "$QT" train --config "$cfg" "${common[@]:2}" --training.mixed_precision_param=bfloat16 \
+    --training.steps=2 --optimizer.lr=0 --checkpoint.enable=false --checkpoint.last_save_in_hf=false \
+    --job.dump_folder="$TMP/v1-$v" --validation.enable=true --validation.dataset_path="$FIX/docs.jsonl" \
+    --validation.freq=2 --validation.local_batch_size=32 --validation.seq_len=1 >"$TMP/v1-$v.log" 2>&1 ||
+    fail "bf16, validation rows of 1 ($v): $(tail -3 "$TMP/v1-$v.log")"
+done
+vl() { grep -o '"validation_loss":[^,}]*' "$1/metrics.jsonl"; }
+[ -n "$(vl "$TMP/v1-cpu")" ] && [ "$(vl "$TMP/v1-cpu")" = "$(vl "$TMP/v1-ref")" ] ||
+  fail "bf16, validation rows of 1: $(vl "$TMP/v1-cpu") vs the reference sdpa's $(vl "$TMP/v1-ref")"
+echo "bf16 training, validation rows of 1 token: attention in fp32 within its scratch"
+
 bad_setting() { # pattern, args...
     expect_error_in_log train "$1" "${common[@]}" --job.dump_folder="$TMP/c" "${@:2}"
 }

@@ -8,7 +8,8 @@
  * Shapes: the flavor's dims at B x T tokens; rmsnorm the (N, D) norm, rope and sdpa the
  * attention's heads, swiglu the dense FFN (F = hidden_dim), linear the qkv projection,
  * cross_entropy and lm_head_loss the vocabulary, moe.experts the flavor's (or --experts /
- * --top-k) experts with moe_hidden_dim. */
+ * --top-k) experts with moe_hidden_dim. An sdpa with bf16 entries (the mixed-precision path,
+ * ops/sdpa.h) is timed twice, fp32 and "[bf16]". */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,8 @@ typedef struct Ctx {
     float *gw, *dgw, *sv, *sc;
     int32_t *ints;
     MoeExpertsBufs eb;
+    uint16_t *scratch16; /* the bf16 entries' scratch */
+    int bf16;            /* run the op's bf16 entries */
 } Ctx;
 
 static void run(const OpHeader *op, Ctx *c) {
@@ -63,6 +66,13 @@ static void run(const OpHeader *op, Ctx *c) {
     }
     case OP_SDPA: {
         const SdpaOp *p = (const SdpaOp *)op;
+        if (c->bf16) {
+            p->forward_bf16(c->o, c->lse, c->q, c->k, c->v, NULL, c->B, c->T, H, K, E,
+                            c->scratch16);
+            p->backward_bf16(c->dq, c->dk, c->dv, c->dout, c->q, c->k, c->v, c->o, c->lse, NULL,
+                             c->B, c->T, H, K, E, c->scratch16);
+            break;
+        }
         p->forward(c->o, c->lse, c->q, c->k, c->v, NULL, c->B, c->T, H, K, E);
         p->backward(c->dq, c->dk, c->dv, c->dout, c->q, c->k, c->v, c->o, c->lse, NULL, c->B, c->T,
                     H, K, E);
@@ -131,6 +141,8 @@ static void setup(Ctx *c) {
     c->big = randn(nb, 1, 7), c->big2 = randn(nb, 1, 8);
     c->q = randn(N * HE, 1, 9), c->k = randn(N * HE, 1, 10), c->v = randn(N * HE, 1, 11);
     c->dq = zeros(N * HE), c->dk = zeros(N * HE), c->dv = zeros(N * HE);
+    c->scratch16 = xmalloc((size_t)SDPA_BF16_SCRATCH(c->B, c->T, s->n_kv_heads, s->head_dim) *
+                           sizeof(uint16_t));
     c->pos = xmalloc((size_t)N * sizeof *c->pos), c->tg = xmalloc((size_t)N * sizeof *c->tg);
     c->idx = xmalloc((size_t)(N * kk) * sizeof *c->idx);
     for (long i = 0; i < N; i++) {
@@ -190,27 +202,33 @@ int main(int argc, char **argv) {
         if (kind == OP_EMBEDDING) continue; /* one implementation */
         if (kind == OP_MOE_EXPERTS && c.s.num_experts == 0) continue;
         if (only && strcmp(only, op_kind_name((OpKind)kind)) != 0) continue;
-        const KernelInfo *impl[8];
-        int ni = 0;
-        for (int i = 0; i < n && ni < 8; i++)
+        const KernelInfo *impl[16];
+        int bf[16], ni = 0;
+        for (int i = 0; i < n && ni < 15; i++)
             if ((int)reg[i].op->kind == kind && strcmp(reg[i].op->device, "cpu") == 0 &&
-                (!reg[i].op->supports || !reg[i].op->supports(&orun)))
-                impl[ni++] = &reg[i];
-        double t[8][64];
+                (!reg[i].op->supports || !reg[i].op->supports(&orun))) {
+                bf[ni] = 0, impl[ni++] = &reg[i];
+                if (kind == OP_SDPA && ((const SdpaOp *)reg[i].op)->forward_bf16)
+                    bf[ni] = 1, impl[ni++] = &reg[i];
+            }
+        double t[16][64];
         for (int j = 0; j < ni; j++)
-            run(impl[j]->op, &c); /* warm-up: oneDNN primitives, page faults */
+            c.bf16 = bf[j], run(impl[j]->op, &c); /* warm-up: oneDNN primitives, page faults */
         for (int r = 0; r < rounds && r < 64; r++)
             for (int jj = 0; jj < ni; jj++) {
                 int j = r % 2 ? ni - 1 - jj : jj;
+                c.bf16 = bf[j];
                 double t0 = now_seconds();
                 run(impl[j]->op, &c);
                 t[j][r] = now_seconds() - t0;
             }
         const KernelInfo *def = kernel_default((OpKind)kind, "cpu");
         for (int j = 0; j < ni; j++) {
+            char name[40];
+            snprintf(name, sizeof name, "%s%s", impl[j]->op->name, bf[j] ? " [bf16]" : "");
             qsort(t[j], (size_t)rounds, sizeof(double), cmp_double);
-            printf("%-14s %-16s %-8s %10.5f %10.5f\n", op_kind_name((OpKind)kind),
-                   impl[j]->op->name, def == impl[j] ? "yes" : "", t[j][rounds / 2], t[j][0]);
+            printf("%-14s %-16s %-8s %10.5f %10.5f\n", op_kind_name((OpKind)kind), name,
+                   def == impl[j] ? "yes" : "", t[j][rounds / 2], t[j][0]);
         }
         fflush(stdout);
     }

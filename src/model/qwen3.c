@@ -665,6 +665,7 @@ static void layout_bf16(Qwen3 *m, Arena *ar, int weights, size_t *weight_bytes) 
     long att = SDPA_BF16_SCRATCH(m->max_B, m->max_T, s->n_kv_heads, s->head_dim);
     if (att > need) need = att;
     m->pb.scratch = arena_alloc(ar, (size_t)need * sizeof(uint16_t));
+    m->pb.scratch_len = need;
 }
 
 /* gemv 1: the copies stay bf16 (qwen3_enable_bf16_for_gemv). */
@@ -771,9 +772,14 @@ static void linear_bwd(const Qwen3 *m, const LinearOp *op, float *dx, float *dw,
 /* Attention's products in bf16 (ops/sdpa.h) when mixed precision trains on native bf16
  * products; where this process's bf16 products are widened to fp32 (gemm_bf16_widens: bf16 is
  * no faster there) attention stays fp32 too. Inference holding bf16 weights only computes
- * attention in fp32. */
+ * attention in fp32. The scratch is sized for max_B x max_T; a call of other rows within the
+ * same tokens (validation's own batch and length) whose cast keys would not fit computes in
+ * fp32, forward and backward alike. */
 static int sdpa_bf16(const Qwen3 *m, const SdpaOp *op) {
-    return m->bf16 && !m->bf16_only && op->forward_bf16 && op->backward_bf16 && !gemm_bf16_widens();
+    return m->bf16 && !m->bf16_only && op->forward_bf16 && op->backward_bf16 &&
+           SDPA_BF16_SCRATCH(m->B, m->T, m->spec.n_kv_heads, m->spec.head_dim) <=
+               m->pb.scratch_len &&
+           !gemm_bf16_widens();
 }
 
 /* ---- LoRA (model/lora.h): adapters add to their linears' outputs ---- */

@@ -186,6 +186,7 @@ typedef struct Qwen3Bf16 {
     Qwen3Bf16Layer layers[QT_MAX_LAYERS];
     uint16_t *output;  /* (V, D) */
     uint16_t *scratch; /* bf16 casts of matmul inputs, sized for the largest product */
+    long scratch_len;  /* its bf16 values */
     /* (V, D) a bf16 base's embedding table (Qwen3.base_bf16; output itself when tied), else
      * NULL: the fp32 table is the one read. */
     uint16_t *tok_embeddings;
