@@ -245,6 +245,77 @@ static void keys_times_rows(const Block *bk, const float *A, const float *X, lon
     }
 }
 
+/* The online softmax over one chunk of keys: each of the block's rows of S (row stride ld)
+ * becomes exp(s - the running max), zero outside the row's keys; the row's max and sum (mrow,
+ * lrow) move on and its output so far (ot, row stride qs) is rescaled to the new max. */
+static void softmax_chunk(const Block *bk, float *S, long ld, float *mrow, float *lrow, float *ot,
+                          long qs, int first) {
+    for (int i = 0; i < bk->nq; i++) {
+        float *sr = S + (long)i * ld;
+        int lo, hi, nk = bk->nk;
+        row_range(bk->start, bk->t0, bk->s0, nk, i, &lo, &hi);
+        float mx = simd_max(sr + lo, hi - lo, mrow[i]);
+        if (mx == -INFINITY) { /* no key of this chunk, none before */
+            memset(sr, 0, (size_t)nk * sizeof *sr);
+            continue;
+        }
+        float sum = simd_exp_sum(sr + lo, sr + lo, hi - lo, mx);
+        memset(sr, 0, (size_t)lo * sizeof *sr);
+        memset(sr + hi, 0, (size_t)(nk - hi) * sizeof *sr);
+        float corr = expf(mrow[i] - mx);
+        lrow[i] = lrow[i] * corr + sum;
+        mrow[i] = mx;
+        if (!first && corr != 1.0f) {
+            float *orow = ot + i * qs;
+#pragma omp simd
+            for (int e = 0; e < bk->E; e++)
+                orow[e] *= corr;
+        }
+    }
+}
+
+/* The end of a block: each output row divided by its sum, its log-sum-exp to lse (stride 1). */
+static void finish_block(float *ot, long qs, int nq, int E, const float *mrow, const float *lrow,
+                         float *lse) {
+    for (int i = 0; i < nq; i++) {
+        float inv = 1.0f / lrow[i], *orow = ot + i * qs;
+#pragma omp simd
+        for (int e = 0; e < E; e++)
+            orow[e] *= inv;
+        lse[i] = mrow[i] + logf(lrow[i]);
+    }
+}
+
+/* Backward, per block: D_t = dO_t . O_t (= sum_s p_s dP_s) and z_t, the row's log-sum-exp. */
+static void block_rows(float *Dt, float *z, const float *dot, const float *ot, long qs, int nq,
+                       int E, const float *lse) {
+    for (int i = 0; i < nq; i++) {
+        Dt[i] = simd_dot(dot + i * qs, ot + i * qs, E);
+        z[i] = lse[i];
+    }
+}
+
+/* Backward, per chunk: the block's rows of P (scores in, stride ld) become exp(s - z) and of dS
+ * (dP in) P (dP - D) scale, both zero outside each row's keys (masked keys have P = 0, hence
+ * dS = 0). */
+static void grad_chunk(const Block *bk, float *P, float *dS, long ld, const float *z,
+                       const float *Dt, float scale) {
+    for (int i = 0; i < bk->nq; i++) {
+        float *pr = P + (long)i * ld, *dsr = dS + (long)i * ld;
+        int lo, hi, nk = bk->nk;
+        row_range(bk->start, bk->t0, bk->s0, nk, i, &lo, &hi);
+        simd_exp_sum(pr + lo, pr + lo, hi - lo, z[i]);
+        float di = Dt[i];
+#pragma omp simd
+        for (int j = lo; j < hi; j++)
+            dsr[j] = pr[j] * (dsr[j] - di) * scale;
+        memset(pr, 0, (size_t)lo * sizeof *pr);
+        memset(pr + hi, 0, (size_t)(nk - hi) * sizeof *pr);
+        memset(dsr, 0, (size_t)lo * sizeof *dsr);
+        memset(dsr + hi, 0, (size_t)(nk - hi) * sizeof *dsr);
+    }
+}
+
 static void cpu_sdpa_forward(float *out, float *lse, const float *q, const float *k, const float *v,
                              const int32_t *doc, int B, int T, int H, int K, int E) {
     const float scale = (float)(1.0 / sqrt((double)E));
@@ -274,38 +345,11 @@ static void cpu_sdpa_forward(float *out, float *lse, const float *q, const float
                 int nk = kend - s0 < SDPA_BK ? kend - s0 : SDPA_BK;
                 Block bk = {start, t0, nq, s0, nk, E, avx};
                 scores(&bk, S, qt, qs, kb + (long)s0 * ks, ks, KP, scale);
-                for (int i = 0; i < nq; i++) {
-                    float *sr = S + (long)i * SDPA_BK;
-                    int lo, hi;
-                    row_range(start, t0, s0, nk, i, &lo, &hi);
-                    float mx = simd_max(sr + lo, hi - lo, mrow[i]);
-                    if (mx == -INFINITY) { /* no key of this chunk, none before */
-                        memset(sr, 0, (size_t)nk * sizeof *sr);
-                        continue;
-                    }
-                    float sum = simd_exp_sum(sr + lo, sr + lo, hi - lo, mx);
-                    memset(sr, 0, (size_t)lo * sizeof *sr);
-                    memset(sr + hi, 0, (size_t)(nk - hi) * sizeof *sr);
-                    float corr = expf(mrow[i] - mx);
-                    lrow[i] = lrow[i] * corr + sum;
-                    mrow[i] = mx;
-                    if (!first && corr != 1.0f) {
-                        float *orow = ot + i * qs;
-#pragma omp simd
-                        for (int e = 0; e < E; e++)
-                            orow[e] *= corr;
-                    }
-                }
+                softmax_chunk(&bk, S, SDPA_BK, mrow, lrow, ot, qs, first);
                 /* O (+)= P V over the chunk's keys */
                 rows_times_keys(&bk, S, vb + (long)s0 * ks, ks, ot, qs, !first);
             }
-            for (int i = 0; i < nq; i++) {
-                float inv = 1.0f / lrow[i], *orow = ot + i * qs;
-#pragma omp simd
-                for (int e = 0; e < E; e++)
-                    orow[e] *= inv;
-                lse[((long)b * H + h) * T + t0 + i] = mrow[i] + logf(lrow[i]);
-            }
+            finish_block(ot, qs, nq, E, mrow, lrow, lse + ((long)b * H + h) * T + t0);
         }
     }
 }
@@ -343,11 +387,7 @@ static void cpu_sdpa_backward(float *dq, float *dk, float *dv, const float *dout
                         const float *qt = q + qoff, *dot = dout + qoff, *ot = out + qoff;
                         float *dqt = dq + qoff;
                         block_starts(start, db, t0, nq);
-                        for (int i = 0; i < nq; i++) {
-                            /* D_t = sum_s p_s dP_s = dout_t . out_t */
-                            Dt[i] = simd_dot(dot + i * qs, ot + i * qs, E);
-                            z[i] = lse[((long)b * H + h) * T + t0 + i];
-                        }
+                        block_rows(Dt, z, dot, ot, qs, nq, E, lse + ((long)b * H + h) * T + t0);
                         int kend = t0 + nq, first = 1;
                         for (int s0 = start[0]; s0 < kend; s0 += SDPA_BK, first = 0) {
                             int nk = kend - s0 < SDPA_BK ? kend - s0 : SDPA_BK;
@@ -355,21 +395,7 @@ static void cpu_sdpa_backward(float *dq, float *dk, float *dv, const float *dout
                             Block bk = {start, t0, nq, s0, nk, E, avx};
                             scores(&bk, P, qt, qs, kc, ks, KP, scale);
                             scores(&bk, dS, dot, qs, vc, ks, VP, 1.0f);
-                            for (int i = 0; i < nq; i++) {
-                                float *pr = P + (long)i * SDPA_BK, *dsr = dS + (long)i * SDPA_BK;
-                                int lo, hi;
-                                row_range(start, t0, s0, nk, i, &lo, &hi);
-                                simd_exp_sum(pr + lo, pr + lo, hi - lo, z[i]);
-                                float di = Dt[i];
-#pragma omp simd
-                                for (int j = lo; j < hi; j++)
-                                    dsr[j] = pr[j] * (dsr[j] - di) * scale;
-                                /* Masked keys have P = 0, hence dS = 0. */
-                                memset(pr, 0, (size_t)lo * sizeof *pr);
-                                memset(pr + hi, 0, (size_t)(nk - hi) * sizeof *pr);
-                                memset(dsr, 0, (size_t)lo * sizeof *dsr);
-                                memset(dsr + hi, 0, (size_t)(nk - hi) * sizeof *dsr);
-                            }
+                            grad_chunk(&bk, P, dS, SDPA_BK, z, Dt, scale);
                             /* dv += P^T dout, dk += dS^T q, dq (+)= dS K over the chunk */
                             keys_times_rows(&bk, P, dot, qs, dvb + (long)s0 * ks, ks);
                             keys_times_rows(&bk, dS, qt, qs, dkb + (long)s0 * ks, ks);
@@ -648,38 +674,11 @@ static void cpu_sdpa_forward_bf16(float *out, float *lse, const float *q, const 
                 int nk = kend - s0 < SDPA2_BK ? kend - s0 : SDPA2_BK;
                 Block bk = {start, t0, nq, s0, nk, E, 1};
                 scores_bf16(&bk, S, Qw, kpan + bh + (long)s0 * E, scale);
-                for (int i = 0; i < nq; i++) {
-                    float *sr = S + (long)i * SDPA2_BK;
-                    int lo, hi;
-                    row_range(start, t0, s0, nk, i, &lo, &hi);
-                    float mx = simd_max(sr + lo, hi - lo, mrow[i]);
-                    if (mx == -INFINITY) {
-                        memset(sr, 0, (size_t)nk * sizeof *sr);
-                        continue;
-                    }
-                    float sum = simd_exp_sum(sr + lo, sr + lo, hi - lo, mx);
-                    memset(sr, 0, (size_t)lo * sizeof *sr);
-                    memset(sr + hi, 0, (size_t)(nk - hi) * sizeof *sr);
-                    float corr = expf(mrow[i] - mx);
-                    lrow[i] = lrow[i] * corr + sum;
-                    mrow[i] = mx;
-                    if (!first && corr != 1.0f) {
-                        float *orow = ot + i * qs;
-#pragma omp simd
-                        for (int e = 0; e < E; e++)
-                            orow[e] *= corr;
-                    }
-                }
+                softmax_chunk(&bk, S, SDPA2_BK, mrow, lrow, ot, qs, first);
                 cast_rows(Pw, SDPA2_BK, S, SDPA2_BK, nq, nk);
                 rows_times_keys_bf16(&bk, Pw, vpair + bh + (long)s0 * E, ot, qs, !first);
             }
-            for (int i = 0; i < nq; i++) {
-                float inv = 1.0f / lrow[i], *orow = ot + i * qs;
-#pragma omp simd
-                for (int e = 0; e < E; e++)
-                    orow[e] *= inv;
-                lse[((long)b * H + h) * T + t0 + i] = mrow[i] + logf(lrow[i]);
-            }
+            finish_block(ot, qs, nq, E, mrow, lrow, lse + ((long)b * H + h) * T + t0);
         }
     }
 }
@@ -731,10 +730,7 @@ static void cpu_sdpa_backward_bf16(float *dq, float *dk, float *dv, const float 
                         const float *qt = q + qoff, *dot = dout + qoff, *ot = out + qoff;
                         float *dqt = dq + qoff;
                         block_starts(start, db, t0, nq);
-                        for (int i = 0; i < nq; i++) {
-                            Dt[i] = simd_dot(dot + i * qs, ot + i * qs, E);
-                            z[i] = lse[((long)b * H + h) * T + t0 + i];
-                        }
+                        block_rows(Dt, z, dot, ot, qs, nq, E, lse + ((long)b * H + h) * T + t0);
                         cast_rows(Qw, E, qt, qs, nq, E);
                         cast_rows(dOw, E, dot, qs, nq, E);
                         cast_row_pairs(Qp, 2L * E, qt, qs, nq, E);
@@ -746,20 +742,7 @@ static void cpu_sdpa_backward_bf16(float *dq, float *dk, float *dv, const float 
                             Block bk = {start, t0, nq, s0, nk, E, 1};
                             scores_bf16(&bk, P, Qw, kpan + bh + (long)s0 * E, scale);
                             scores_bf16(&bk, dS, dOw, vpan + bh + (long)s0 * E, 1.0f);
-                            for (int i = 0; i < nq; i++) {
-                                float *pr = P + (long)i * SDPA2_BK, *dsr = dS + (long)i * SDPA2_BK;
-                                int lo, hi;
-                                row_range(start, t0, s0, nk, i, &lo, &hi);
-                                simd_exp_sum(pr + lo, pr + lo, hi - lo, z[i]);
-                                float di = Dt[i];
-#pragma omp simd
-                                for (int j = lo; j < hi; j++)
-                                    dsr[j] = pr[j] * (dsr[j] - di) * scale;
-                                memset(pr, 0, (size_t)lo * sizeof *pr);
-                                memset(pr + hi, 0, (size_t)(nk - hi) * sizeof *pr);
-                                memset(dsr, 0, (size_t)lo * sizeof *dsr);
-                                memset(dsr + hi, 0, (size_t)(nk - hi) * sizeof *dsr);
-                            }
+                            grad_chunk(&bk, P, dS, SDPA2_BK, z, Dt, scale);
                             cast_row_pairs(Pp, 2L * SDPA2_BK, P, SDPA2_BK, nq, nk);
                             cast_row_pairs(dSp, 2L * SDPA2_BK, dS, SDPA2_BK, nq, nk);
                             cast_rows(dSw, SDPA2_BK, dS, SDPA2_BK, nq, nk);
