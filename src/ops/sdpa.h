@@ -34,9 +34,10 @@ typedef void (*SdpaBackwardFn)(float *dq,          /* (B, T, H, E) */
  * precision. The products (Q K^T, P V and the backward's four) take bf16 operands with fp32
  * accumulation, as torch's autocast runs attention; the softmax, the log-sum-exp and every
  * output stay fp32. scratch: SDPA_BF16_SCRATCH(B, T, K, E) bf16 values the call may overwrite
- * (the keys and values cast once per call). The model calls them when it trains in bf16 on
- * native bf16 products (docs/training.md, Mixed precision); an implementation may compute in
- * fp32 where its bf16 products do not apply. */
+ * (three casts of the keys or values, each in whole panels of 64 keys: kernels/cpu_sdpa.c's
+ * layouts, the one implementation with these entries). The model calls them when it trains in
+ * bf16 on native bf16 products (docs/training.md, Mixed precision); an implementation may compute
+ * in fp32 where its bf16 products do not apply. */
 #define SDPA_BF16_SCRATCH(B, T, K, E) (3L * (B) * (K) * (E) * (((long)(T) + 63) / 64 * 64))
 typedef void (*SdpaForwardBf16Fn)(float *out, float *lse, const float *q, const float *k,
                                   const float *v, const int32_t *doc, int B, int T, int H, int K,
