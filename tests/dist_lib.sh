@@ -20,7 +20,11 @@
 #   dist_close A B LABEL STEPS...
 #                           each step's loss and grad norm of run B within 1e-6 relative of
 #                           run A's (sets fail=1 and says which step otherwise);
-#   dist_fork SRC DST       run DST starts from a copy of run SRC's checkpoint folder.
+#   dist_fork SRC DST       run DST starts from a copy of run SRC's checkpoint folder;
+#   dist_bf16_path NAME     "widen" or "onednn": how run NAME multiplied its bf16 products (its
+#                           gemm line). Each fresh job picks that by timing (ops/gemm.h) and
+#                           attention's precision follows it (docs/training.md), so a bf16 run
+#                           compared with NAME's pins it: QT_GEMM_BF16=$(dist_bf16_path NAME).
 command -v mpirun >/dev/null || { echo "skip: mpirun not found"; exit 77; }
 BIN="${QT_BINARY:-build/qtitan}"
 SRC="${QT_SOURCE_DIR:-.}"
@@ -121,3 +125,9 @@ dist_close() {
 }
 
 dist_fork() { mkdir -p "$TMP/$2" && cp -r "$TMP/$1/checkpoint" "$TMP/$2/"; }
+
+dist_bf16_path() {
+  if grep -q 'gemm: .*bf16 as dnnl_sgemm on widened' "$TMP/$1.log"; then echo widen
+  elif grep -q 'gemm: .*bf16 via ' "$TMP/$1.log"; then echo onednn
+  else echo auto; fi
+}

@@ -13,7 +13,8 @@ set -uo pipefail
 AC=--activation_checkpoint.mode=full
 run 0 one-ac $AC && run 4 ep2-tp2-ac $EP=2 --parallelism.tensor_parallel_degree=2 $AC && same one-ac ep2-tp2-ac
 BF=--training.mixed_precision_param=bfloat16
-run 0 one-bf16 $BF && run 2 ep2-bf16 $EP=2 $BF && same one-bf16 ep2-bf16 1e-5 5e-4
+run 0 one-bf16 $BF && QT_GEMM_BF16=$(dist_bf16_path one-bf16) run 2 ep2-bf16 $EP=2 $BF &&
+  same one-bf16 ep2-bf16 1e-5 5e-4
 cp "$SRC/configs/debug_moe.toml" "$TMP/kernels.toml"
 for o in "layers.*.*norm rmsnorm_fused" "loss loss_chunked" "layers.*.moe.experts reference"; do
   set -- $o

@@ -158,8 +158,9 @@ fi
 B16=(--lora.base_dtype=bfloat16 --checkpoint.enable=true --checkpoint.interval=5
   --checkpoint.last_save_in_hf=true --checkpoint.export_dtype=bfloat16 --sample.freq=10
   "--sample.prompts=the quick" --sample.max_new_tokens=2)
-if dist_run 0 one-b16 "${ARGS[@]}" "${B16[@]}" && dist_run 2 tp2-b16 "${ARGS[@]}" "${B16[@]}" "$TP" &&
-  dist_run 2 fsdp2-b16 "${ARGS[@]}" "${B16[@]}"; then
+if dist_run 0 one-b16 "${ARGS[@]}" "${B16[@]}" && path=$(dist_bf16_path one-b16) &&
+  QT_GEMM_BF16=$path dist_run 2 tp2-b16 "${ARGS[@]}" "${B16[@]}" "$TP" &&
+  QT_GEMM_BF16=$path dist_run 2 fsdp2-b16 "${ARGS[@]}" "${B16[@]}"; then
   close "TP 2 with a bf16 base" one-b16 tp2-b16 1e-4 1e-3 1
   close "FSDP 2 with a bf16 base" one-b16 fsdp2-b16 1e-4 1e-3 1
   grep -q 'matmul weights and embedding in bf16, gathered in bf16' "$TMP/fsdp2-b16.log" ||

@@ -63,7 +63,8 @@ run 2 moe_fsdp_plain "${MOE[@]}" "${FSDP[@]}"
 run 2 moe_ep "${EXTRA[@]}" "${EP[@]}" "${UNITS[@]}"
 run 2 moe_ep_plain "${EP[@]}"
 run 0 bf16_one "${EXTRA[@]}" "${BF16[@]}" "${GREEDY[@]}"
-run 2 bf16_fsdp "${EXTRA[@]}" "${BF16[@]}" "${FSDP[@]}" "${UNITS[@]}" "${GREEDY[@]}"
+QT_GEMM_BF16=$(dist_bf16_path bf16_one) run 2 bf16_fsdp "${EXTRA[@]}" "${BF16[@]}" "${FSDP[@]}" \
+  "${UNITS[@]}" "${GREEDY[@]}"
 
 [ "$(vals one | wc -l)" -eq 2 ] || { echo "FAIL: one process: expected validation at steps 2 and 3: $(vals one)"; fail=1; }
 grep -q '^validate step: 2  loss: .*  perplexity: .*  tokens: [0-9]*  time: ' "$TMP/one.log" ||
