@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Time to the first step of a qtitan train job: seconds from launch to the model's log line
-# ("model: ...", arenas placed and parameters filled) and to the first step's first GEMM (the
-# "gemm: ..." line the GEMM layer prints once), then the job is stopped.
+# ("model: ...", arenas placed and parameters filled) and to the start of step 1 (its log line's
+# time less the step's own step_time_s from metrics.jsonl), then the job is stopped. (Until
+# 2026-12-05 it stopped at the first "gemm:" line, the first step's first GEMM; the GEMM layer
+# now prints that line when the bf16 path is picked, while the model is built.)
 #   bash bench/startup/run.sh [--binary PATH] [--rounds R] [--command train|eval|generate] -- ARGS...
 # e.g. the 0.6B recipe at 1 x 512 (bench/README.md, Start-up):
 #   bash bench/startup/run.sh --rounds 3 -- --config configs/qwen3_0.6b.toml \
 #     --training.seq_len=512 --training.local_batch_size=1 \
 #     --model.tokenizer_path=../shared/tokenizers/qwen3 \
 #     --training.dataset_path=../shared/data/c4_sample/c4_sample.jsonl
-# Prints one line per round: model_s, first_gemm_s (wall clock), cpu_s (user + system time of
-# the job up to its first GEMM, which a loaded machine disturbs less) and the load average.
+# Prints one line per round: model_s, first_step_start_s, step1_s (wall clock),
+# cpu_s_to_step1_end (user + system time of the job to the end of step 1, which a loaded machine
+# disturbs less) and the load average.
 # --command eval / generate times a whole `qtitan eval` / `qtitan generate` run instead (give
 # it a short input: eval one short line, generate --max-new-tokens 1, so the run is its
 # start-up and first forward or token): wall seconds, CPU seconds and peak RSS of the process.
@@ -43,15 +46,16 @@ for r in $(seq 1 "$rounds"); do
   load=$(cut -d' ' -f1 /proc/loadavg)
   start=$(date +%s.%N)
   mkfifo "$work/out"
-  "$bin" train "$@" --job.dump_folder="$work/dump" >"$work/out" 2>&1 &
+  rm -rf "$work/dump"
+  "$bin" train "$@" --metrics.log_freq=1 --job.dump_folder="$work/dump" >"$work/out" 2>&1 &
   pid=$!
-  model=- gemm=- cpu=-
+  model=- step=- cpu=-
   while IFS= read -r line; do
     now=$(date +%s.%N)
     case $line in
       model:*) model=$(echo "$now - $start" | bc) ;;
-      gemm:*)
-        gemm=$(echo "$now - $start" | bc)
+      step:*)
+        step=$(echo "$now - $start" | bc)
         ticks=$(awk '{print $14 + $15}' "/proc/$pid/stat")
         cpu=$(echo "scale=2; $ticks / $(getconf CLK_TCK)" | bc)
         kill "$pid"
@@ -62,6 +66,11 @@ for r in $(seq 1 "$rounds"); do
   done <"$work/out"
   wait "$pid" 2>/dev/null || true
   rm -f "$work/out"
-  printf 'round %d: model_s %s first_gemm_s %s cpu_s %s load %s\n' "$r" "$model" "$gemm" "$cpu" \
-    "$load"
+  # Step 1 began its own step_time_s before its line: the time to the first step.
+  st=$(grep -m1 -o '"step_time_s":[0-9.e+-]*' "$work/dump/metrics.jsonl" 2>/dev/null | cut -d: -f2)
+  first=-
+  [ -n "$st" ] && [ "$step" != - ] && first=$(echo "$step - $st" | bc)
+  num() { [ "$1" = - ] && echo - || printf '%.2f' "$1"; }
+  printf 'round %d: model_s %s first_step_start_s %s step1_s %s cpu_s_to_step1_end %s load %s\n' \
+    "$r" "$(num "$model")" "$(num "$first")" "$(num "${st:--}")" "$cpu" "$load"
 done
