@@ -69,6 +69,43 @@ static void sdpa_run(const SdpaOp *op, const SdpaCase *c, const float *q, const 
     op->backward(dq, dk, dv, dout, q, k, v, out, lse, doc, c->B, c->T, c->H, c->K, c->E);
 }
 
+/* Each of an sdpa call's outputs (out, lse, dq, dk, dv) within tol of the reference's. */
+static void expect_sdpa_close(const char *what, const SdpaCase *c, const float *const got[5],
+                              const float *const ref[5], double tol) {
+    long nq = (long)c->B * c->T * c->H * c->E, nk = (long)c->B * c->T * c->K * c->E;
+    long n[5] = {nq, (long)c->B * c->H * c->T, nq, nk, nk};
+    static const char *names[5] = {"out", "lse", "dq", "dk", "dv"};
+    for (int i = 0; i < 5; i++) {
+        char label[64];
+        snprintf(label, sizeof label, "%s %s", what, names[i]);
+        expect_close(label, got[i], ref[i], n[i], tol);
+    }
+}
+
+/* Runs run on one thread and requires its outputs bitwise those of the same call on the
+ * default threads (o, l, dq, dk, dv). */
+typedef void (*SdpaRun)(const SdpaOp *, const SdpaCase *, const float *, const float *,
+                        const float *, const float *, const int32_t *, float *, float *, float *,
+                        float *, float *);
+static void expect_same_on_one_thread(SdpaRun run, const SdpaCase *c, const float *q,
+                                      const float *k, const float *v, const float *dout,
+                                      const int32_t *doc, const float *o, const float *l,
+                                      const float *dq, const float *dk, const float *dv) {
+    long nq = (long)c->B * c->T * c->H * c->E, nk = (long)c->B * c->T * c->K * c->E;
+    long nl = (long)c->B * c->H * c->T;
+    float *o1 = zeros(nq), *l1 = zeros(nl), *dq1 = zeros(nq), *dk1 = zeros(nk), *dv1 = zeros(nk);
+    int nt = omp_get_max_threads();
+    omp_set_num_threads(1);
+    run(&sdpa_cpu, c, q, k, v, dout, doc, o1, l1, dq1, dk1, dv1);
+    omp_set_num_threads(nt);
+    assert_memory_equal(o1, o, (size_t)nq * sizeof(float));
+    assert_memory_equal(l1, l, (size_t)nl * sizeof(float));
+    assert_memory_equal(dq1, dq, (size_t)nq * sizeof(float));
+    assert_memory_equal(dk1, dk, (size_t)nk * sizeof(float));
+    assert_memory_equal(dv1, dv, (size_t)nk * sizeof(float));
+    free(o1), free(l1), free(dq1), free(dk1), free(dv1);
+}
+
 /* The bf16 entries, with a scratch of exactly the size ops/sdpa.h asks for (ASan sees a
  * write past it). */
 static void sdpa_run_bf16(const SdpaOp *op, const SdpaCase *c, const float *q, const float *k,
@@ -134,23 +171,11 @@ static void test_sdpa(void **state) {
         for (int avx = 0; avx <= 1; avx++) {
             simd_force(avx);
             sdpa_run(&sdpa_cpu, c, q, k, v, dout, doc, o1, l1, dq1, dk1, dv1);
-            expect_close("sdpa out", o1, o0, nq, 2e-5);
-            expect_close("sdpa lse", l1, l0, nl, 2e-5);
-            expect_close("sdpa dq", dq1, dq0, nq, 2e-5);
-            expect_close("sdpa dk", dk1, dk0, nk, 2e-5);
-            expect_close("sdpa dv", dv1, dv0, nk, 2e-5);
+            const float *got[] = {o1, l1, dq1, dk1, dv1}, *ref[] = {o0, l0, dq0, dk0, dv0};
+            expect_sdpa_close("sdpa", c, got, ref, 2e-5);
         }
         /* One thread gives bitwise the same. */
-        int nt = omp_get_max_threads();
-        omp_set_num_threads(1);
-        float *o2 = zeros(nq), *l2 = zeros(nl), *dq2 = zeros(nq), *dk2 = zeros(nk),
-              *dv2 = zeros(nk);
-        sdpa_run(&sdpa_cpu, c, q, k, v, dout, doc, o2, l2, dq2, dk2, dv2);
-        omp_set_num_threads(nt);
-        assert_memory_equal(o1, o2, (size_t)nq * sizeof(float));
-        assert_memory_equal(dq1, dq2, (size_t)nq * sizeof(float));
-        assert_memory_equal(dk1, dk2, (size_t)nk * sizeof(float));
-        assert_memory_equal(dv1, dv2, (size_t)nk * sizeof(float));
+        expect_same_on_one_thread(sdpa_run, c, q, k, v, dout, doc, o1, l1, dq1, dk1, dv1);
         /* The bf16 entries (mixed precision): within bf16 rounding of the reference, bitwise
          * the same on 1 and 2 threads, and, where the bf16 path applies (AVX512_BF16, even
          * head_dim up to 128), not the fp32 result (so the check above saw bf16 products). */
@@ -158,13 +183,10 @@ static void test_sdpa(void **state) {
         float *o3 = rnd(nq, 5, 1.0f), *l3 = rnd(nl, 6, 1.0f), *dq3 = rnd(nq, 7, 1.0f),
               *dk3 = rnd(nk, 8, 1.0f), *dv3 = rnd(nk, 9, 1.0f);
         sdpa_run_bf16(&sdpa_cpu, c, q, k, v, dout, doc, o3, l3, dq3, dk3, dv3);
-        expect_close("sdpa bf16 out", o3, o0, nq, 2e-2);
-        expect_close("sdpa bf16 lse", l3, l0, nl, 2e-2);
-        expect_close("sdpa bf16 dq", dq3, dq0, nq, 2e-2);
-        expect_close("sdpa bf16 dk", dk3, dk0, nk, 2e-2);
-        expect_close("sdpa bf16 dv", dv3, dv0, nk, 2e-2);
-        int bf16_runs =
-            simd_avx512_active() && cpu_has_avx512_bf16() && c->E % 2 == 0 && c->E <= 128;
+        const float *got3[] = {o3, l3, dq3, dk3, dv3}, *ref[] = {o0, l0, dq0, dk0, dv0};
+        expect_sdpa_close("sdpa bf16", c, got3, ref, 2e-2);
+        int bf16_runs = simd_avx512_active() && cpu_has_avx512_bf16() && c->E % 2 == 0 &&
+                        c->E <= SDPA_BF16_MAX_HEAD_DIM;
         if (bf16_runs) {
             assert_true(memcmp(o3, o1, (size_t)nq * sizeof(float)) != 0);
             assert_true(memcmp(dk3, dk1, (size_t)nk * sizeof(float)) != 0);
@@ -172,16 +194,9 @@ static void test_sdpa(void **state) {
             assert_memory_equal(o3, o1, (size_t)nq * sizeof(float));
             assert_memory_equal(dv3, dv1, (size_t)nk * sizeof(float));
         }
-        omp_set_num_threads(1);
-        sdpa_run_bf16(&sdpa_cpu, c, q, k, v, dout, doc, o2, l2, dq2, dk2, dv2);
-        omp_set_num_threads(nt);
-        assert_memory_equal(o3, o2, (size_t)nq * sizeof(float));
-        assert_memory_equal(l3, l2, (size_t)nl * sizeof(float));
-        assert_memory_equal(dq3, dq2, (size_t)nq * sizeof(float));
-        assert_memory_equal(dk3, dk2, (size_t)nk * sizeof(float));
-        assert_memory_equal(dv3, dv2, (size_t)nk * sizeof(float));
-        float *bufs[] = {q,   k,   v,  dout, o0,  l0,  dq0, dk0, dv0, o1,  l1,  dq1,
-                         dk1, dv1, o2, l2,   dq2, dk2, dv2, o3,  l3,  dq3, dk3, dv3};
+        expect_same_on_one_thread(sdpa_run_bf16, c, q, k, v, dout, doc, o3, l3, dq3, dk3, dv3);
+        float *bufs[] = {q,  k,   v,   dout, o0, l0, dq0, dk0, dv0, o1,
+                         l1, dq1, dk1, dv1,  o3, l3, dq3, dk3, dv3};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             free(bufs[i]);
         free(doc);

@@ -18,6 +18,9 @@
 
 /* Largest head_dim sdpa_cpu and rope_cpu take (their tiles live on the stack). */
 #define SDPA_MAX_HEAD_DIM 256
+/* Largest head_dim sdpa_cpu's bf16 entries compute in bf16 (an even one; others, and CPUs
+ * without AVX512_BF16, compute in fp32). */
+#define SDPA_BF16_MAX_HEAD_DIM 128
 
 extern const SdpaOp sdpa_cpu;                  /* tiled, online softmax, causal / document skips */
 extern const CrossEntropyOp cross_entropy_cpu; /* rows over threads, simd_exp in chunks */

@@ -38,6 +38,49 @@
 #define SDPA_NV 4  /* 16-float vectors across a micro-tile */
 #define SDPA_NP 64 /* its columns: SDPA_NV * 16, also the keys of a transposed panel */
 
+/* The micro-kernels' shared parts (mm_tile_avx512_mv, fp32, and mm2_tile_mv, bf16 pairs): the
+ * mask of the last of V vectors for n columns, zeroed accumulators, and the tile's end C[i][16v
+ * ...] = alpha * c[i][v] (+ C when acc; without acc C is never read). Inlined with constant M
+ * and V, so c stays in registers. */
+SIMD_AVX512 static inline __attribute__((always_inline)) __mmask16 tile_last(int n, const int V) {
+    return (__mmask16)(n - 16 * (V - 1) >= 16 ? 0xffffu : (1u << (n - 16 * (V - 1))) - 1u);
+}
+
+SIMD_AVX512 static inline __attribute__((always_inline)) void
+tile_zero(const int M, const int V, __m512 c[SDPA_MR][SDPA_NV]) {
+#pragma GCC unroll 8
+    for (int i = 0; i < M; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++)
+            c[i][v] = _mm512_setzero_ps();
+}
+
+SIMD_AVX512 static inline __attribute__((always_inline)) void
+tile_end(const int M, const int V, __mmask16 last, __m512 c[SDPA_MR][SDPA_NV], float alpha, int acc,
+         float *C, long ldc) {
+    __m512 al = _mm512_set1_ps(alpha);
+#pragma GCC unroll 8
+    for (int i = 0; i < M; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++) {
+            float *cp = C + i * ldc + 16 * v;
+            __mmask16 k = v < V - 1 ? (__mmask16)0xffffu : last;
+            __m512 r = acc ? _mm512_fmadd_ps(c[i][v], al, _mm512_maskz_loadu_ps(k, cp))
+                           : _mm512_mul_ps(c[i][v], al);
+            _mm512_mask_storeu_ps(cp, k, r);
+        }
+}
+
+/* The dispatch to a micro-kernel with constant rows M <= SDPA_MR and vectors V <= SDPA_NV:
+ * switch (MM_TILE_CASE(m, V)) { MM_TILE_CASES } with TILE(M, V) defined at the call. */
+#define MM_TILE_CASE(m, V) (((m)-1) * SDPA_NV + (V)-1)
+#define MM_CASE(M, V_)                                                                             \
+    case MM_TILE_CASE(M, V_):                                                                      \
+        TILE(M, V_);                                                                               \
+        break;
+#define MM_ROW(M) MM_CASE(M, 1) MM_CASE(M, 2) MM_CASE(M, 3) MM_CASE(M, 4)
+#define MM_TILE_CASES MM_ROW(1) MM_ROW(2) MM_ROW(3) MM_ROW(4) MM_ROW(5) MM_ROW(6)
+
 /* M rows by V vectors of accumulators (M * V <= 24 of the 32 registers, V more for a row of B);
  * the last vector is masked to n. Inlined with constant M and V, so the loops unroll onto
  * registers. */
@@ -45,13 +88,8 @@ SIMD_AVX512 static inline __attribute__((always_inline)) void
 mm_tile_avx512_mv(const int M, const int V, int n, int kn, float alpha, const float *A, long sai,
                   long sak, const float *B, long ldb, int acc, float *C, long ldc) {
     __m512 c[SDPA_MR][SDPA_NV];
-    __mmask16 last =
-        (__mmask16)(n - 16 * (V - 1) >= 16 ? 0xffffu : (1u << (n - 16 * (V - 1))) - 1u);
-#pragma GCC unroll 8
-    for (int i = 0; i < M; i++)
-#pragma GCC unroll 4
-        for (int v = 0; v < V; v++)
-            c[i][v] = _mm512_setzero_ps();
+    __mmask16 last = tile_last(n, V);
+    tile_zero(M, V, c);
     for (int p = 0; p < kn; p++) {
         __m512 b[SDPA_NV];
         const float *bp = B + p * ldb;
@@ -68,17 +106,7 @@ mm_tile_avx512_mv(const int M, const int V, int n, int kn, float alpha, const fl
                 c[i][v] = _mm512_fmadd_ps(a, b[v], c[i][v]);
         }
     }
-    __m512 al = _mm512_set1_ps(alpha);
-#pragma GCC unroll 8
-    for (int i = 0; i < M; i++)
-#pragma GCC unroll 4
-        for (int v = 0; v < V; v++) {
-            float *cp = C + i * ldc + 16 * v;
-            __mmask16 k = v < V - 1 ? (__mmask16)0xffffu : last;
-            __m512 r = acc ? _mm512_fmadd_ps(c[i][v], al, _mm512_maskz_loadu_ps(k, cp))
-                           : _mm512_mul_ps(c[i][v], al);
-            _mm512_mask_storeu_ps(cp, k, r);
-        }
+    tile_end(M, V, last, c, alpha, acc, C, ldc);
 }
 
 /* C[i][0:n] = alpha * sum_{p < kn} A[i*sai + p*sak] * B[p*ldb + 0:n] (+ C[i][0:n] when acc)
@@ -91,16 +119,9 @@ SIMD_AVX512 static void mm_tile_avx512(int m, int n, int kn, float alpha, const 
         int w = n - c0 < SDPA_NP ? n - c0 : SDPA_NP, V = (w + 15) / 16;
         const float *Bc = B + c0;
         float *Cc = C + c0;
-        switch ((m - 1) * SDPA_NV + V - 1) {
-#define MM_CASE(M, V_)                                                                             \
-    case (M - 1) * SDPA_NV + V_ - 1:                                                               \
-        mm_tile_avx512_mv(M, V_, w, kn, alpha, A, sai, sak, Bc, ldb, acc, Cc, ldc);                \
-        break;
-#define MM_ROW(M) MM_CASE(M, 1) MM_CASE(M, 2) MM_CASE(M, 3) MM_CASE(M, 4)
-            MM_ROW(1) MM_ROW(2) MM_ROW(3) MM_ROW(4) MM_ROW(5) MM_ROW(6)
-#undef MM_ROW
-#undef MM_CASE
-        }
+#define TILE(M, V_) mm_tile_avx512_mv(M, V_, w, kn, alpha, A, sai, sak, Bc, ldb, acc, Cc, ldc)
+        switch (MM_TILE_CASE(m, V)) { MM_TILE_CASES }
+#undef TILE
     }
 }
 
@@ -295,6 +316,15 @@ static void block_rows(float *Dt, float *z, const float *dot, const float *ot, l
     }
 }
 
+/* Backward, per (batch, kv head): its T rows of dK and dV (row stride ks, E values) set to 0
+ * before the query heads and blocks add into them. */
+static void clear_head_rows(float *dkb, float *dvb, int T, long ks, int E) {
+    for (int t = 0; t < T; t++) {
+        memset(dkb + (long)t * ks, 0, (size_t)E * sizeof(float));
+        memset(dvb + (long)t * ks, 0, (size_t)E * sizeof(float));
+    }
+}
+
 /* Backward, per chunk: the block's rows of P (scores in, stride ld) become exp(s - z) and of dS
  * (dP in) P (dP - D) scale, both zero outside each row's keys (masked keys have P = 0, hence
  * dS = 0). */
@@ -376,10 +406,7 @@ static void cpu_sdpa_backward(float *dq, float *dk, float *dv, const float *dout
                 float *dvb = dv + (long)b * T * ks + (long)kh * E;
                 int start[SDPA_BQ];
                 float Dt[SDPA_BQ], z[SDPA_BQ];
-                for (int t = 0; t < T; t++) {
-                    memset(dkb + (long)t * ks, 0, (size_t)E * sizeof(float));
-                    memset(dvb + (long)t * ks, 0, (size_t)E * sizeof(float));
-                }
+                clear_head_rows(dkb, dvb, T, ks, E);
                 for (int h = kh * rep; h < (kh + 1) * rep; h++)
                     for (int t0 = 0; t0 < T; t0 += SDPA_BQ) {
                         int nq = T - t0 < SDPA_BQ ? T - t0 : SDPA_BQ;
@@ -408,11 +435,11 @@ static void cpu_sdpa_backward(float *dq, float *dk, float *dv, const float *dout
 
 /* ---- bf16 products (mixed precision: SdpaOp.forward_bf16 / backward_bf16) ----
  *
- * The same blocks, softmax and thread split as above, with every product on vdpbf16ps: a 32-bit
- * lane holds a pair of bf16 values adjacent along the reduction, and one instruction adds both
- * products to an fp32 accumulator (twice the FMA's work per instruction, at the same rate on
- * CPUs that run it at full rate). The operands are cast to bf16 (round to nearest even) in pair
- * layouts:
+ * The same softmax, skips and thread split as above (on blocks of SDPA2_BQ rows against chunks
+ * of SDPA2_BK keys), with every product on vdpbf16ps: a 32-bit lane holds a pair of bf16 values
+ * adjacent along the reduction, and one instruction adds both products to an fp32 accumulator
+ * (twice the FMA's work per instruction, at the same rate on CPUs that run it at full rate).
+ * The operands are cast to bf16 (round to nearest even) in pair layouts:
  *   rows:        a row's values in order, so a pair is two neighbours along the row (Q, dO, P
  *                and dS as left operands reduced along their rows);
  *   row pairs:   rows 2r and 2r+1 interleaved value by value (V and K as right operands
@@ -426,7 +453,6 @@ static void cpu_sdpa_backward(float *dq, float *dk, float *dv, const float *dout
  * row's keys, so the pairs that round a key or query range out to even bounds add nothing.
  * head_dim must be even and at most SDPA_BF16_MAX_HEAD_DIM (the stack tiles); otherwise, and
  * without AVX512_BF16 or AVX-512 in use, the calls compute in fp32 (the functions above). */
-#define SDPA_BF16_MAX_HEAD_DIM 128
 #define SDPA2_BQ 128 /* query rows of a block */
 #define SDPA2_BK 128 /* keys of a chunk */
 #define SIMD_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
@@ -450,13 +476,8 @@ SIMD_AVX512_BF16 static inline __attribute__((always_inline)) void
 mm2_tile_mv(const int M, const int V, int n, int kp, float alpha, const uint16_t *A, long sai,
             long sak, const uint16_t *B, long ldb, int acc, float *C, long ldc) {
     __m512 c[SDPA_MR][SDPA_NV];
-    __mmask16 last =
-        (__mmask16)(n - 16 * (V - 1) >= 16 ? 0xffffu : (1u << (n - 16 * (V - 1))) - 1u);
-#pragma GCC unroll 8
-    for (int i = 0; i < M; i++)
-#pragma GCC unroll 4
-        for (int v = 0; v < V; v++)
-            c[i][v] = _mm512_setzero_ps();
+    __mmask16 last = tile_last(n, V);
+    tile_zero(M, V, c);
     for (int p = 0; p < kp; p++) {
         __m512i b[SDPA_NV];
         const uint16_t *bp = B + p * ldb;
@@ -473,17 +494,7 @@ mm2_tile_mv(const int M, const int V, int n, int kp, float alpha, const uint16_t
                 c[i][v] = _mm512_dpbf16_ps(c[i][v], (__m512bh)a, (__m512bh)b[v]);
         }
     }
-    __m512 al = _mm512_set1_ps(alpha);
-#pragma GCC unroll 8
-    for (int i = 0; i < M; i++)
-#pragma GCC unroll 4
-        for (int v = 0; v < V; v++) {
-            float *cp = C + i * ldc + 16 * v;
-            __mmask16 k = v < V - 1 ? (__mmask16)0xffffu : last;
-            __m512 r = acc ? _mm512_fmadd_ps(c[i][v], al, _mm512_maskz_loadu_ps(k, cp))
-                           : _mm512_mul_ps(c[i][v], al);
-            _mm512_mask_storeu_ps(cp, k, r);
-        }
+    tile_end(M, V, last, c, alpha, acc, C, ldc);
 }
 
 /* mm_tile_avx512 with pairs: m <= SDPA_MR rows, n columns in micro-tiles of SDPA_NP. */
@@ -494,16 +505,9 @@ SIMD_AVX512_BF16 static void mm2_tile(int m, int n, int kp, float alpha, const u
         int w = n - c0 < SDPA_NP ? n - c0 : SDPA_NP, V = (w + 15) / 16;
         const uint16_t *Bc = B + 2 * c0;
         float *Cc = C + c0;
-        switch ((m - 1) * SDPA_NV + V - 1) {
-#define MM2_CASE(M, V_)                                                                            \
-    case (M - 1) * SDPA_NV + V_ - 1:                                                               \
-        mm2_tile_mv(M, V_, w, kp, alpha, A, sai, sak, Bc, ldb, acc, Cc, ldc);                      \
-        break;
-#define MM2_ROW(M) MM2_CASE(M, 1) MM2_CASE(M, 2) MM2_CASE(M, 3) MM2_CASE(M, 4)
-            MM2_ROW(1) MM2_ROW(2) MM2_ROW(3) MM2_ROW(4) MM2_ROW(5) MM2_ROW(6)
-#undef MM2_ROW
-#undef MM2_CASE
-        }
+#define TILE(M, V_) mm2_tile_mv(M, V_, w, kp, alpha, A, sai, sak, Bc, ldb, acc, Cc, ldc)
+        switch (MM_TILE_CASE(m, V)) { MM_TILE_CASES }
+#undef TILE
     }
 }
 
@@ -719,10 +723,7 @@ static void cpu_sdpa_backward_bf16(float *dq, float *dk, float *dv, const float 
                 float *dvb = dv + (long)b * T * ks + (long)kh * E;
                 int start[SDPA2_BQ];
                 float Dt[SDPA2_BQ], z[SDPA2_BQ];
-                for (int t = 0; t < T; t++) {
-                    memset(dkb + (long)t * ks, 0, (size_t)E * sizeof(float));
-                    memset(dvb + (long)t * ks, 0, (size_t)E * sizeof(float));
-                }
+                clear_head_rows(dkb, dvb, T, ks, E);
                 for (int h = kh * rep; h < (kh + 1) * rep; h++)
                     for (int t0 = 0; t0 < T; t0 += SDPA2_BQ) {
                         int nq = T - t0 < SDPA2_BQ ? T - t0 : SDPA2_BQ;
