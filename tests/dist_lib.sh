@@ -21,7 +21,7 @@
 #                           each step's loss and grad norm of run B within 1e-6 relative of
 #                           run A's (sets fail=1 and says which step otherwise);
 #   dist_fork SRC DST       run DST starts from a copy of run SRC's checkpoint folder;
-#   dist_bf16_path NAME     "widen" or "onednn": how run NAME multiplied its bf16 products (its
+#   dist_bf16_path NAME     "widen", "onednn" or "amx": how run NAME multiplied its bf16 products (its
 #                           gemm line). Each fresh job picks that by timing (ops/gemm.h) and
 #                           attention's precision follows it (docs/training.md), so a bf16 run
 #                           compared with NAME's pins it: QT_GEMM_BF16=$(dist_bf16_path NAME).
@@ -128,6 +128,7 @@ dist_fork() { mkdir -p "$TMP/$2" && cp -r "$TMP/$1/checkpoint" "$TMP/$2/"; }
 
 dist_bf16_path() {
   if grep -q 'gemm: .*bf16 as dnnl_sgemm on widened' "$TMP/$1.log"; then echo widen
+  elif grep -q "gemm: .*bf16 via qtitan's AMX tiles" "$TMP/$1.log"; then echo amx
   elif grep -q 'gemm: .*bf16 via ' "$TMP/$1.log"; then echo onednn
   else echo auto; fi
 }

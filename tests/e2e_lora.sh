@@ -117,6 +117,7 @@ for v in mp:--training.mixed_precision_param=bfloat16 b16:--lora.base_dtype=bflo
   path=
   if [ "${v%%:*}" = b16_ac ]; then
     grep -q 'gemm: .*bf16 via ' "$tmp/b16.log" && path=onednn
+    grep -q "gemm: .*bf16 via qtitan's AMX tiles" "$tmp/b16.log" && path=amx
     grep -q 'gemm: .*bf16 as dnnl_sgemm on widened' "$tmp/b16.log" && path=widen
   fi
   QT_GEMM_BF16=${path:-${QT_GEMM_BF16:-auto}} "$QT_BINARY" train "${common[@]}" "${lora[@]}" "${two[@]}" "${extra[@]}" \

@@ -69,14 +69,14 @@ grep -q 'holds the model only' "$tmp/c3.log" || { cat "$tmp/c3.log"; echo "FAIL:
   || { echo "FAIL: qtitan export of a model-only checkpoint"; exit 1; }
 
 # Run g: bf16 mixed precision. The checkpoint records how its bf16 products were multiplied
-# (oneDNN's bf16 matmul or fp32 GEMMs on widened operands, ops/gemm.h), and a resume multiplies
+# (oneDNN's bf16 matmul, qtitan's AMX tiles or fp32 GEMMs on widened operands, ops/gemm.h), and a resume multiplies
 # alike even where this host's own choice is the other path: a run pinned to the path the host
 # would not choose, stopped after step 2 and resumed unpinned, ends bitwise as the pinned run
 # that never stopped. A resume pinned to the other path warns.
 bf16=(--training.mixed_precision_param=bfloat16)
 train "$tmp/g_auto" "${bf16[@]}" >"$tmp/g_auto.log" || { cat "$tmp/g_auto.log"; echo "FAIL: bf16 run"; exit 1; }
 auto=$(jq -r .gemm_bf16 "$tmp/g_auto/checkpoint/step-4/train_state.json")
-case $auto in widen) other=onednn ;; onednn) other=widen ;;
+case $auto in widen) other=onednn ;; onednn | amx) other=widen ;;
   *) echo "FAIL: train_state.json of a bf16 run should record gemm_bf16, got '$auto'"; exit 1 ;; esac
 jq -e 'has("gemm_bf16") | not' "$tmp/a/checkpoint/step-4/train_state.json" >/dev/null \
   || { echo "FAIL: an fp32 run's train_state.json should not record gemm_bf16"; exit 1; }

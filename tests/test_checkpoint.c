@@ -19,6 +19,7 @@
 
 #include "core/fs.h"
 #include "core/rng.h"
+#include "ops/gemm.h"
 #include "train/checkpoint.h"
 
 enum { NA = 24 * 16, NB = 16, NPAR = 2 };
@@ -309,7 +310,7 @@ static void test_state_gemm_bf16(void **state) {
     Bufs *x = calloc(1, sizeof *x);
     bufs_init(x);
     Err err;
-    for (int path = CKPT_GEMM_BF16_NONE; path <= CKPT_GEMM_BF16_WIDEN; path++) {
+    for (int path = CKPT_GEMM_BF16_NONE; path <= GEMM_BF16_AMX; path++) {
         CkptState st = state_for(path + 1, NULL);
         st.gemm_bf16 = path;
         assert_int_equal(ckpt_save(root, &st, x->model, NPAR, x->optim, 2 * NPAR, 0, &err), 0);
@@ -328,7 +329,7 @@ static void test_state_gemm_bf16(void **state) {
     free(data);
     free(f);
     /* "widen" made "wider" and the file sealed again: the checksum holds, the value does not. */
-    f = file_in(root, 3, "train_state.json");
+    f = file_in(root, GEMM_BF16_WIDEN + 1, "train_state.json");
     edit_file(f, "\"widen\"", "\"wider\"");
     assert_int_equal(fs_read_all(f, &data, &len, &err), 0);
     char *sum = strstr(data, "\"" CKPT_SUM_KEY "\": \"");
@@ -337,7 +338,7 @@ static void test_state_gemm_bf16(void **state) {
     ckpt_sum_seal(data, len);
     assert_int_equal(fs_write_atomic(f, data, len, &err), 0);
     free(data);
-    char *dir = file_in(root, 3, "");
+    char *dir = file_in(root, GEMM_BF16_WIDEN + 1, "");
     CkptState got;
     assert_int_equal(ckpt_read_state(dir, &got, &err), -1);
     assert_non_null(strstr(err.msg, "train_state.json: gemm_bf16 \"wider\" is not"));

@@ -2,7 +2,9 @@
  * a double-accumulating oracle written here, over all transposition flags, alpha, beta, odd and
  * degenerate shapes and padded strides; bf16 against the same oracle on bf16-rounded inputs,
  * also with widened weight copies and operands cut into widened blocks;
- * beta = 0 never reading C; and bitwise-identical results on repeated calls. */
+ * beta = 0 never reading C; and bitwise-identical results on repeated calls. The AMX tile kernel
+ * (ops/gemm_amx.h, auto's bf16 path where the CPU has AMX) also across its blocks and thread
+ * counts. */
 /* cmocka.h needs these four first. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +14,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <omp.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +22,7 @@
 #include "core/dtype.h"
 #include "core/rng.h"
 #include "ops/gemm.h"
+#include "ops/gemm_amx.h"
 
 /* Fills n floats uniformly in [-1, 1); bf16 callers round them afterwards. */
 static void fill(float *x, size_t n, Rng *r) {
@@ -174,6 +178,50 @@ static void test_bf16_long_k(void **state) {
                                 : 0.5f,
                        t, &r);
     }
+}
+
+/* The AMX tile kernel past its blocks (512 rows of op(A), 1024 values of K), with partial
+ * tiles at every edge, both orientations (M > N runs transposed), every transposition, alpha,
+ * beta and padded strides: through auto, which takes it for K <= 16384 where the CPU has AMX.
+ * Then the same product on 1 and on 2 threads, bit for bit (each element of C is summed by one
+ * thread in a fixed order). Skipped without AMX. */
+static void test_amx_blocks(void **state) {
+    (void)state;
+    if (!gemm_amx_ready()) skip();
+    assert_int_equal(gemm_set_backend("auto"), 0);
+    assert_false(gemm_bf16_widens());
+    assert_non_null(strstr(gemm_backend_name(), "AMX tiles"));
+    Rng r;
+    rng_seed(&r, 17, 0);
+    for (int t = 0; t < 4; t++) {
+        check_case(1, t >> 1, t & 1, 530, 77, 2085, t == 3 ? -0.5f : 1.0f,
+                   t == 0   ? 0.0f
+                   : t == 1 ? 1.0f
+                            : 0.5f,
+                   t, &r);
+        check_case(1, t >> 1, t & 1, 45, 610, 1100, 1.0f, t & 1 ? 1.0f : 0.0f, t + 1, &r);
+    }
+    const int M = 600, N = 96, K = 1056;
+    uint16_t *A = malloc((size_t)M * K * 2), *B = malloc((size_t)K * N * 2);
+    float *C1 = malloc((size_t)M * N * 4), *C2 = malloc((size_t)M * N * 4);
+    for (long i = 0; i < (long)M * K; i++)
+        A[i] = f32_to_bf16(rng_uniform(&r) - 0.5f);
+    for (long i = 0; i < (long)K * N; i++)
+        B[i] = f32_to_bf16(rng_uniform(&r) - 0.5f);
+    void *scratch = malloc(GEMM_AMX_SCRATCH_BYTES);
+    int was = omp_get_max_threads();
+    for (int t = 0; t < 4; t++) {
+        int ta = t >> 1, tb = t & 1, lda = ta ? M : K, ldb = tb ? K : N;
+        omp_set_num_threads(1);
+        assert_int_equal(gemm_amx_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C1, N, scratch),
+                         0);
+        omp_set_num_threads(2);
+        assert_int_equal(gemm_amx_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C2, N, scratch),
+                         0);
+        assert_memory_equal(C1, C2, (size_t)M * N * 4);
+    }
+    omp_set_num_threads(was);
+    free(A), free(B), free(C1), free(C2), free(scratch);
 }
 
 /* Weights passed as widened copies, read in place also when bf16 products would otherwise go to
@@ -364,14 +412,15 @@ static void test_inside_omp_region(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_dnnl_f32),           cmocka_unit_test(test_dnnl_bf16),
-        cmocka_unit_test(test_sgemm_f32),          cmocka_unit_test(test_sgemm_bf16),
-        cmocka_unit_test(test_auto_f32),           cmocka_unit_test(test_auto_bf16),
-        cmocka_unit_test(test_bf16_long_k),        cmocka_unit_test(test_ref_f32),
-        cmocka_unit_test(test_ref_bf16),           cmocka_unit_test(test_degenerate),
-        cmocka_unit_test(test_nan_propagates),     cmocka_unit_test(test_deterministic),
-        cmocka_unit_test(test_concurrent_callers), cmocka_unit_test(test_inside_omp_region),
-        cmocka_unit_test(test_widened_copies),     cmocka_unit_test(test_widened_blocks),
+        cmocka_unit_test(test_dnnl_f32),          cmocka_unit_test(test_dnnl_bf16),
+        cmocka_unit_test(test_sgemm_f32),         cmocka_unit_test(test_sgemm_bf16),
+        cmocka_unit_test(test_auto_f32),          cmocka_unit_test(test_auto_bf16),
+        cmocka_unit_test(test_bf16_long_k),       cmocka_unit_test(test_amx_blocks),
+        cmocka_unit_test(test_ref_f32),           cmocka_unit_test(test_ref_bf16),
+        cmocka_unit_test(test_degenerate),        cmocka_unit_test(test_nan_propagates),
+        cmocka_unit_test(test_deterministic),     cmocka_unit_test(test_concurrent_callers),
+        cmocka_unit_test(test_inside_omp_region), cmocka_unit_test(test_widened_copies),
+        cmocka_unit_test(test_widened_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

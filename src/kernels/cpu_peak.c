@@ -8,9 +8,9 @@
 #include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <sys/syscall.h>
 #include <time.h>
-#include <unistd.h>
+
+#include "ops/gemm_amx.h"
 
 /* CPUID leaf 7 feature bit (GCC and clang disagree on __builtin_cpu_supports names here). */
 static int cpuid7(unsigned sub, int reg, int bit) {
@@ -20,17 +20,6 @@ static int cpuid7(unsigned sub, int reg, int bit) {
 }
 int cpu_has_avx512_bf16(void) {
     return __builtin_cpu_supports("avx512f") && cpuid7(1, 0, 5);
-}
-
-/* AMX-BF16 and AMX-TILE (EDX bits 22, 24), and Linux's permission to use the tile state. */
-static int amx_ready(void) {
-    static int state = -1;
-    if (state < 0) {
-        const long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
-        state = cpuid7(0, 3, 22) && cpuid7(0, 3, 24) &&
-                syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
-    }
-    return state;
 }
 
 #define CHAINS(init)                                                                               \
@@ -172,7 +161,7 @@ __attribute__((target("amx-tile,amx-bf16"))) static double amx(long iters) {
 }
 
 double cpu_peak_amx_loop(long iters) {
-    return amx_ready() ? amx(iters) : -1;
+    return gemm_amx_ready() ? amx(iters) : -1;
 }
 
 static double now(void) {
@@ -207,7 +196,7 @@ void cpu_peak_measure(CpuPeak *out) {
                           : "scalar fma");
     out->bf16_gflops = out->fp32_gflops;
     snprintf(out->bf16_unit, sizeof out->bf16_unit, "fp32 (no bf16 unit)");
-    if (amx_ready()) {
+    if (gemm_amx_ready()) {
         out->bf16_gflops = best_rate(2, 200000, 4.0 * 16 * 16 * 32 * 2);
         snprintf(out->bf16_unit, sizeof out->bf16_unit, "amx tdpbf16ps");
     } else if (cpu_has_avx512_bf16()) {

@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "core/trace.h"
+#include "ops/gemm_amx.h"
 #include "ops/op_profile.h"
 
 void gemm_f32_ref(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
@@ -48,11 +49,31 @@ typedef enum Backend { BK_REF, BK_DNNL, BK_SGEMM, BK_AUTO } Backend;
 static const char *const backend_names[] = {"ref", "dnnl", "sgemm", "auto"};
 #define N_BACKENDS 4
 
-/* How bf16 products run under auto (QT_GEMM_BF16=auto|widen|onednn): oneDNN's bf16 matmul, or
- * dnnl_sgemm on operands widened to fp32. The products of bf16 values are exact in fp32, so
- * both compute the same sums in a different order. */
-typedef enum Bf16Path { BF16_AUTO, BF16_WIDEN, BF16_ONEDNN } Bf16Path;
-static const char *const bf16_path_names[] = {"auto", "widen", "onednn"};
+/* How bf16 products run under auto (QT_GEMM_BF16=auto|widen|onednn|amx): oneDNN's bf16 matmul,
+ * dnnl_sgemm on operands widened to fp32, or qtitan's AMX tile kernel (kernels/gemm_amx.h) for
+ * every product with K <= BF16_K_SPLIT and oneDNN's matmul beyond (the LM head's dX, where
+ * oneDNN's K chunks measured faster: bench/README.md "AMX tiles"). The products of bf16 values
+ * are exact in fp32, so all compute the same sums in a different order. widen is one choice;
+ * onednn and amx are the native ones, which checkpoints and ranks agree on as "not widened":
+ * the native path of a host with AMX is amx. */
+typedef enum Bf16Path {
+    BF16_AUTO,
+    BF16_WIDEN = GEMM_BF16_WIDEN,
+    BF16_ONEDNN = GEMM_BF16_ONEDNN,
+    BF16_AMX = GEMM_BF16_AMX
+} Bf16Path;
+static const char *const bf16_path_names[] = GEMM_BF16_PATH_NAMES;
+#define N_BF16_PATHS 4
+_Static_assert(GEMM_AMX_SCRATCH_BYTES <= GEMM_BF16_SCRATCH_BYTES,
+               "the AMX path packs into the bf16 scratch");
+
+/* oneDNN 2.6's bf16 matmul slows down on very long reductions: the LM head's dX = dlogits E
+ * (K = 151936) ran at 245 GFLOP/s on 2 threads against 450-700 when cut into K chunks of about
+ * 8192 summed into C (bench/README.md "GEMM"). The widened path cuts K the same way, so its
+ * blocks of widened operands stay bounded. The cut depends on K alone, so results stay
+ * reproducible. */
+#define BF16_K_SPLIT 16384
+#define BF16_K_CHUNK 8192
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT, g_bf16_once = PTHREAD_ONCE_INIT;
 static Backend g_backend = BK_AUTO;
@@ -265,6 +286,10 @@ static double probe_once(int bf16, const float *A, const uint16_t *Ah, float *C)
  * the next would change a resumed run's last bits. The two are timed in turn, best of
  * PROBE_REPS each, so a busy stretch hits both. */
 #define PROBE_MARGIN 1.25
+static Bf16Path native_path(void) {
+    return gemm_amx_ready() ? BF16_AMX : BF16_ONEDNN;
+}
+
 static void choose_bf16_path(void) {
     if (g_bf16_adopted != BF16_AUTO) {
         g_bf16 = g_bf16_adopted;
@@ -275,10 +300,15 @@ static void choose_bf16_path(void) {
     const char *env = getenv("QT_GEMM_BF16");
     g_bf16 = BF16_AUTO;
     if (env && *env) {
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < N_BF16_PATHS; i++)
             if (strcmp(env, bf16_path_names[i]) == 0) g_bf16 = (Bf16Path)i;
         if (g_bf16 == BF16_AUTO && strcmp(env, "auto") != 0)
-            log_warn("gemm: QT_GEMM_BF16=%s is not one of auto, widen, onednn; using auto", env);
+            log_warn("gemm: QT_GEMM_BF16=%s is not one of auto, widen, onednn, amx; using auto",
+                     env);
+        if (g_bf16 == BF16_AMX && !gemm_amx_ready()) {
+            log_warn("gemm: QT_GEMM_BF16=amx but this CPU (or kernel) offers no AMX; using auto");
+            g_bf16 = BF16_AUTO;
+        }
     }
     if (g_bf16 != BF16_AUTO) {
         snprintf(g_bf16_why, sizeof g_bf16_why, "QT_GEMM_BF16=%s", bf16_path_names[g_bf16]);
@@ -311,7 +341,7 @@ static void choose_bf16_path(void) {
     free(A), free(Ah), free(C);
     double flop = 2.0 * n * n * n, f32 = flop / best[0] * 1e-9, b16 = flop / best[1] * 1e-9;
     int amx = strstr(impl, "amx") != NULL;
-    g_bf16 = amx ? (f32 > PROBE_MARGIN * b16 ? BF16_WIDEN : BF16_ONEDNN)
+    g_bf16 = amx ? (f32 > PROBE_MARGIN * b16 ? BF16_WIDEN : native_path())
                  : (b16 > PROBE_MARGIN * f32 ? BF16_ONEDNN : BF16_WIDEN);
     snprintf(g_bf16_why, sizeof g_bf16_why,
              "%s; measured once on %d^3: sgemm %.0f GFLOP/s, bf16 matmul %.0f",
@@ -362,6 +392,9 @@ static void describe(void) {
         else if (g_bf16 == BF16_WIDEN)
             snprintf(bdesc, sizeof bdesc, "bf16 as dnnl_sgemm on widened operands (%s)",
                      g_bf16_why);
+        else if (g_bf16 == BF16_AMX)
+            snprintf(bdesc, sizeof bdesc, "bf16 via qtitan's AMX tiles, oneDNN %s beyond K %d (%s)",
+                     probe_impl(1), BF16_K_SPLIT, g_bf16_why);
         else
             snprintf(bdesc, sizeof bdesc, "bf16 via %s (%s)", probe_impl(1), g_bf16_why);
         snprintf(g_desc, sizeof g_desc, "oneDNN %d.%d.%d (fp32 via dnnl_sgemm, %s), %d threads",
@@ -421,19 +454,30 @@ int gemm_bf16_widens(void) {
     return widens();
 }
 
-int gemm_bf16_adopt(int widen) {
-    Bf16Path want = widen ? BF16_WIDEN : BF16_ONEDNN;
+int gemm_bf16_path(void) {
     pthread_once(&g_once, init_once);
-    if (g_backend != BK_AUTO) return 0; /* a forced backend decides the same on every rank */
-    g_bf16_adopted = want;
-    pthread_once(&g_bf16_once, choose_bf16_once); /* chosen now, or already before */
-    return g_bf16 == want ? 0 : -1;
+    if (g_backend != BK_AUTO) return widens() ? GEMM_BF16_WIDEN : GEMM_BF16_ONEDNN;
+    return (int)bf16_path();
 }
 
-void gemm_bf16_prefer(int widen, const char *why) {
+/* A path this process can run: amx needs AMX. */
+static int runnable(int path) {
+    return path == BF16_WIDEN || path == BF16_ONEDNN || (path == BF16_AMX && gemm_amx_ready());
+}
+
+int gemm_bf16_adopt(int path) {
     pthread_once(&g_once, init_once);
-    if (g_backend != BK_AUTO) return; /* a forced backend decides the same every time */
-    g_bf16_preferred = widen ? BF16_WIDEN : BF16_ONEDNN;
+    if (g_backend != BK_AUTO) return 0; /* a forced backend decides the same on every rank */
+    if (!runnable(path)) return -1;
+    g_bf16_adopted = (Bf16Path)path;
+    pthread_once(&g_bf16_once, choose_bf16_once); /* chosen now, or already before */
+    return (int)g_bf16 == path ? 0 : -1;
+}
+
+void gemm_bf16_prefer(int path, const char *why) {
+    pthread_once(&g_once, init_once);
+    if (g_backend != BK_AUTO || !runnable(path)) return; /* a forced backend decides alike */
+    g_bf16_preferred = (Bf16Path)path;
     snprintf(g_bf16_preferred_why, sizeof g_bf16_preferred_why, "%s", why);
 }
 
@@ -508,14 +552,6 @@ static void gemm_f32_run(int ta, int tb, int M, int N, int K, float alpha, const
 }
 
 /* ---- bf16 products on widened operands -------------------------------------------------- */
-
-/* oneDNN 2.6's bf16 matmul slows down on very long reductions: the LM head's dX = dlogits E
- * (K = 151936) ran at 245 GFLOP/s on 2 threads against 450-700 when cut into K chunks of about
- * 8192 summed into C (bench/README.md "GEMM"). The widened path cuts K the same way, so its
- * blocks of widened operands stay bounded. The cut depends on K alone, so results stay
- * reproducible. */
-#define BF16_K_SPLIT 16384
-#define BF16_K_CHUNK 8192
 
 /* Values per widened block of one operand; a block of the other operand shares the scratch
  * (GEMM_BF16_SCRATCH_BYTES in all). With K cut at BF16_K_SPLIT a block keeps >= 256 rows. */
@@ -624,10 +660,17 @@ static void gemm_bf16_run(int ta, int tb, int M, int N, int K, float alpha, cons
                           int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc) {
     pthread_once(&g_once, init_once);
     if (trivial(M, N, K, beta, C, ldc)) return;
-    int onednn = g_backend == BK_DNNL || (g_backend == BK_AUTO && bf16_path() == BF16_ONEDNN);
+    int onednn = g_backend == BK_DNNL || (g_backend == BK_AUTO && bf16_path() != BF16_WIDEN);
     if (!onednn || gemm_widened_values(A) || gemm_widened_values(B)) {
         bf16_widened(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
+    }
+    if (g_backend == BK_AUTO && g_bf16 == BF16_AMX && K <= BF16_K_SPLIT) {
+        int slot;
+        float *buf = scratch_take(&slot);
+        int rc = gemm_amx_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, buf);
+        scratch_give(buf, slot);
+        if (rc == 0) return;
     }
     int kc = k_chunk(K);
     for (int k0 = 0; k0 < K; k0 += kc) {

@@ -50,15 +50,26 @@ const char *gemm_backend_name(void);
  * Activations and gradients, and weights held in bf16 only, are widened per product in blocks
  * into GEMM_BF16_SCRATCH_BYTES of scratch, allocated on the first product and kept. */
 int gemm_bf16_widens(void);
-/* Makes this process's bf16 path the one another process chose (widen: its gemm_bf16_widens),
- * so the ranks of a job multiply alike whatever each would have measured. Call before the
- * first bf16 product or question; returns -1 when this process had already chosen otherwise. */
-int gemm_bf16_adopt(int widen);
-/* Prefers the path a resumed run's checkpoint was trained with (widen as gemm_bf16_widens
- * answered then; why: the reason the backend line gives), so the resumed steps multiply as the
+/* The bf16 paths under auto, each a different summation order: fp32 GEMMs on widened operands,
+ * oneDNN's bf16 matmul, or qtitan's AMX tile kernel (ops/gemm_amx.h; oneDNN's matmul past
+ * K 16384). Checkpoints record them by these names (GEMM_BF16_PATH_NAMES, index = value). */
+enum { GEMM_BF16_WIDEN = 1, GEMM_BF16_ONEDNN, GEMM_BF16_AMX };
+#define GEMM_BF16_PATH_NAMES                                                                       \
+    { "auto", "widen", "onednn", "amx" }
+/* This process's bf16 path (chosen now if not yet); under a forced backend, GEMM_BF16_WIDEN
+ * when it widens and GEMM_BF16_ONEDNN otherwise. */
+int gemm_bf16_path(void);
+/* Makes this process's bf16 path the one another process chose (its gemm_bf16_path), so the
+ * ranks of a job multiply alike whatever each would have measured. Call before the first bf16
+ * product or question; returns -1 when this process had already chosen otherwise, or cannot
+ * run that path (amx without AMX). */
+int gemm_bf16_adopt(int path);
+/* Prefers the path a resumed run's checkpoint was trained with (as gemm_bf16_path answered
+ * then; why: the reason the backend line gives), so the resumed steps multiply as the
  * uninterrupted run would have; QT_GEMM_BF16 still wins (the resume compares the two and
- * warns). Call before the first bf16 product or question. */
-void gemm_bf16_prefer(int widen, const char *why);
+ * warns), and so does a path this CPU cannot run. Call before the first bf16 product or
+ * question. */
+void gemm_bf16_prefer(int path, const char *why);
 #define GEMM_BF16_SCRATCH_BYTES ((size_t)32 << 20)
 
 /* Registers n fp32 values at base as widened copies and returns the handle of base[0], or NULL

@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "core/progress.h"
 #include "io/safetensors.h"
+#include "ops/gemm.h"
 
 #define CKPT_FORMAT_NAME "qtitan-checkpoint"
 /* The optimizer's step count travels in optim.safetensors under this name too. */
@@ -265,8 +266,9 @@ int ckpt_sum_check(char *text, size_t len, const char *path, Err *err) {
     return 0;
 }
 
-/* The names train_state.json gives CkptState.gemm_bf16 (QT_GEMM_BF16's names). */
-static const char *const gemm_bf16_names[] = {"", "onednn", "widen"};
+/* The names train_state.json gives CkptState.gemm_bf16 (QT_GEMM_BF16's names); index 0, auto,
+ * is never written. */
+static const char *const gemm_bf16_names[] = GEMM_BF16_PATH_NAMES;
 
 static int write_state(const char *dir, const CkptState *st, Err *err) {
     json_t *o = json_object();
@@ -783,10 +785,10 @@ static int read_state(const char *dir, CkptState *st, Err *err) {
     st->model_only = json_is_true(mo);
     const char *path16 = NULL;
     if (json_opt_str(o, "gemm_bf16", &path16, spath, err) != 0) goto out;
-    for (int i = CKPT_GEMM_BF16_ONEDNN; path16 && i <= CKPT_GEMM_BF16_WIDEN; i++)
+    for (int i = GEMM_BF16_WIDEN; path16 && i <= GEMM_BF16_AMX; i++)
         if (strcmp(path16, gemm_bf16_names[i]) == 0) st->gemm_bf16 = i;
     if (path16 && st->gemm_bf16 == CKPT_GEMM_BF16_NONE) {
-        err_set(err, "%s: gemm_bf16 \"%s\" is not \"onednn\" or \"widen\"", spath, path16);
+        err_set(err, "%s: gemm_bf16 \"%s\" is not \"widen\", \"onednn\" or \"amx\"", spath, path16);
         goto out;
     }
     json_t *cfg = json_object_get(o, "config"), *v;

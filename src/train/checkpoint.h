@@ -66,12 +66,12 @@ typedef struct CkptState {
      * resume training from, and loading it with optimizer tensors fails with a sentence. */
     int model_only;
     /* How the run's bf16 products were multiplied (ops/gemm.h), so a resume multiplies alike:
-     * CKPT_GEMM_BF16_NONE (an fp32 job, or a checkpoint from before it was recorded), _ONEDNN
-     * (oneDNN's bf16 matmul) or _WIDEN (fp32 GEMMs on widened operands). */
+     * CKPT_GEMM_BF16_NONE (an fp32 job, or a checkpoint from before it was recorded), or the
+     * path's GEMM_BF16_* value (ops/gemm.h), written by its name there. */
     int gemm_bf16;
 } CkptState;
 
-enum { CKPT_GEMM_BF16_NONE, CKPT_GEMM_BF16_ONEDNN, CKPT_GEMM_BF16_WIDEN };
+enum { CKPT_GEMM_BF16_NONE };
 
 /* 64-bit checksum of a byte range (a streaming-free, word-at-a-time mix; not cryptographic). */
 uint64_t ckpt_checksum(const void *data, size_t n);

@@ -316,7 +316,7 @@ static void prefer_checkpoint_bf16_path(const JobConfig *cfg) {
             char why[96];
             snprintf(why, sizeof why, "the path checkpoint step %" PRId64 " was trained with",
                      st.step);
-            gemm_bf16_prefer(st.gemm_bf16 == CKPT_GEMM_BF16_WIDEN, why);
+            gemm_bf16_prefer(st.gemm_bf16, why);
         }
         ckpt_state_release(&st);
     }
@@ -327,7 +327,7 @@ static void prefer_checkpoint_bf16_path(const JobConfig *cfg) {
 /* CkptState.gemm_bf16 of this job. */
 static int job_gemm_bf16(const JobConfig *cfg) {
     if (!bf16_job(cfg)) return CKPT_GEMM_BF16_NONE;
-    return gemm_bf16_widens() ? CKPT_GEMM_BF16_WIDEN : CKPT_GEMM_BF16_ONEDNN;
+    return gemm_bf16_path();
 }
 
 /* The bf16 path of the GEMMs (ops/gemm.h) is chosen per process by timing the two; on a
@@ -338,12 +338,13 @@ static int agree_bf16_path(Comm *world, const JobConfig *cfg, Err *err) {
     if (!bf16_job(cfg)) return 0;
     if (world->rank == 0) prefer_checkpoint_bf16_path(cfg);
     if (world->size == 1) return 0;
-    int widen = world->rank == 0 ? gemm_bf16_widens() : 0;
-    TRY(comm_broadcast(world, &widen, sizeof widen, 0, err));
+    int path = world->rank == 0 ? gemm_bf16_path() : 0;
+    TRY(comm_broadcast(world, &path, sizeof path, 0, err));
     int rc = 0;
-    if (world->rank != 0 && gemm_bf16_adopt(widen) != 0)
-        rc = err_set(err, "this rank chose its bf16 GEMM path before rank 0's choice arrived; "
-                          "set QT_GEMM_BF16=widen or onednn for every rank");
+    if (world->rank != 0 && gemm_bf16_adopt(path) != 0)
+        rc = err_set(err, "this rank cannot multiply its bf16 products as rank 0 does (it chose "
+                          "its path first, or lacks AMX); set QT_GEMM_BF16=widen or onednn "
+                          "for every rank");
     return comm_agree(world, rc, err);
 }
 

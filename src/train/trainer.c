@@ -16,6 +16,7 @@
 #include "core/timer.h"
 #include "core/trace.h"
 #include "dist/comm.h"
+#include "ops/gemm.h"
 #include "ops/op_profile.h"
 #include "train/ckpt_config.h"
 #include "train/ckpt_dist.h"
@@ -151,7 +152,9 @@ static void report_config(const char *path, const CkptState *st, const TrainerOp
 
 /* How CkptState.gemm_bf16 multiplied, in words. */
 static const char *bf16_way(int gemm_bf16) {
-    return gemm_bf16 == CKPT_GEMM_BF16_WIDEN ? "on widened operands" : "with oneDNN's bf16 matmul";
+    return gemm_bf16 == GEMM_BF16_WIDEN ? "on widened operands"
+           : gemm_bf16 == GEMM_BF16_AMX ? "with qtitan's AMX tiles"
+                                        : "with oneDNN's bf16 matmul";
 }
 
 static int resume(Trainer *t, Err *err) {

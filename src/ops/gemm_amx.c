@@ -1,0 +1,250 @@
+/* bf16 products on AMX tiles (ops/gemm_amx.h). Per K block of GA_KC values: op(A)'s block is
+ * packed once into 16-row tiles (every thread packs a share), then each thread takes 32-column
+ * panels of op(B), packs one panel into VNNI pairs in its own buffer and runs it against every
+ * 32-row pair of A tiles: 2 x 2 tiles of C accumulate in the tile registers over the block, and
+ * leave through a 32 x 32 fp32 buffer that applies alpha, beta and the store's transposition.
+ * Rows, columns and reduction steps beyond the problem are packed as zeros. */
+#include "ops/gemm_amx.h"
+
+#include <cpuid.h>
+#include <immintrin.h>
+#include <omp.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define GA_KC 1024        /* reduction values per block: a 32-column B panel is 64 KiB */
+#define GA_STEP 32        /* bf16 values per tile row: one tdpbf16ps step of K */
+#define GA_TILE (16 * 32) /* bf16 values per packed A or B tile */
+#define GA_MC 512         /* rows of op(A) per packed block: 1 MiB at GA_KC */
+_Static_assert((size_t)GA_MC *GA_KC * 2 <= GEMM_AMX_SCRATCH_BYTES, "a packed A block");
+
+/* CPUID leaf 7 sub-leaf 0, EDX: AMX-BF16 is bit 22, AMX-TILE bit 24. */
+static int cpuid7_edx(int bit) {
+    unsigned r[4];
+    if (!__get_cpuid_count(7, 0, &r[0], &r[1], &r[2], &r[3])) return 0;
+    return (r[3] >> bit) & 1;
+}
+
+int gemm_amx_ready(void) {
+    static int state = -1;
+    if (state < 0) {
+        const long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
+        state = cpuid7_edx(22) && cpuid7_edx(24) &&
+                syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    }
+    return state;
+}
+
+typedef struct TileCfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} TileCfg;
+
+/* One operand as stored: element (r, c) of op(X) is x[r * ld + c], or x[c * ld + r] when t. */
+typedef struct Op {
+    const uint16_t *x;
+    int t, ld;
+} Op;
+
+static inline uint16_t at(const Op *o, long r, long c) {
+    return o->t ? o->x[c * o->ld + r] : o->x[r * o->ld + c];
+}
+
+/* Rows [r0, r0 + 16) x K values [k0, k0 + steps * 32) of op(A) as `steps` consecutive tiles of
+ * 16 rows x 32 values; outside rows < M, k < K zeros. */
+static void pack_a_tiles(const Op *a, int r0, int M, int k0, int K, int steps, uint16_t *dst) {
+    for (int s = 0; s < steps; s++)
+        for (int i = 0; i < 16; i++) {
+            uint16_t *row = dst + ((long)s * 16 + i) * GA_STEP;
+            int r = r0 + i, kb = k0 + s * GA_STEP;
+            int n = r < M ? (K - kb < GA_STEP ? K - kb : GA_STEP) : 0;
+            if (n < 0) n = 0;
+            if (!a->t && n > 0) {
+                memcpy(row, a->x + (long)r * a->ld + kb, (size_t)n * 2);
+            } else {
+                for (int c = 0; c < n; c++)
+                    row[c] = at(a, r, kb + c);
+            }
+            for (int c = n; c < GA_STEP; c++)
+                row[c] = 0;
+        }
+}
+
+/* One whole VNNI tile from 32 rows of 16 values (row stride ld): row pair p, column j becomes
+ * the 32-bit word p * 16 + j holding (x[2p][j], x[2p + 1][j]). */
+__attribute__((target("avx512f"))) static void pack_b_pairs(const uint16_t *x, long ld,
+                                                            uint16_t *tile) {
+    for (int p = 0; p < 16; p++) {
+        __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const void *)(x + 2 * p * ld)));
+        __m512i hi =
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const void *)(x + (2 * p + 1) * ld)));
+        _mm512_store_si512((void *)(tile + p * 32), _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    }
+}
+
+/* One whole VNNI tile from 16 columns of op(B) stored as rows of x (row stride ld, 32 values
+ * each): word p of column j, the pair (x[j][2p], x[j][2p + 1]), goes to p * 16 + j. */
+__attribute__((target("avx512f"))) static void pack_b_columns(const uint16_t *x, long ld,
+                                                              uint16_t *tile) {
+    __m512i idx =
+        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                           _mm512_set1_epi32((int)ld));
+    for (int p = 0; p < 16; p++) /* scale 2: idx counts bf16 values */
+        _mm512_store_si512((void *)(tile + p * 32),
+                           _mm512_i32gather_epi32(idx, (const void *)(x + 2 * p), 2));
+}
+
+/* Columns [c0, c0 + 16) x K values [k0, k0 + steps * 32) of op(B) as `steps` tiles in VNNI
+ * order: tile row p holds, for each column j, the pair (k = 2p, 2p + 1). Whole tiles go through
+ * the vector packers above; edges element by element. */
+static void pack_b_tiles(const Op *b, int c0, int N, int k0, int K, int steps, uint16_t *dst) {
+    for (int s = 0; s < steps; s++) {
+        uint16_t *tile = dst + (long)s * GA_TILE;
+        int kb = k0 + s * GA_STEP;
+        if (c0 + 16 <= N && K - kb >= GA_STEP) {
+            if (b->t) /* op(B)(k, j) = x[j * ld + k]: a column of op(B) is contiguous */
+                pack_b_columns(b->x + (long)c0 * b->ld + kb, b->ld, tile);
+            else
+                pack_b_pairs(b->x + (long)kb * b->ld + c0, b->ld, tile);
+            continue;
+        }
+        for (int k = 0; k < GA_STEP; k++)
+            for (int j = 0; j < 16; j++)
+                tile[(k >> 1) * 32 + j * 2 + (k & 1)] =
+                    kb + k < K && c0 + j < N ? at(b, kb + k, c0 + j) : 0;
+    }
+}
+
+/* acc (32 x 32, row stride 32) into C rows [m0, m0 + 32) x columns [n0, n0 + 32) of the M x N
+ * result, or of its transpose when tc (then C[n][m]; acc is transposed in place first). */
+__attribute__((target("avx512f"))) static void store_block(float *acc, int m0, int n0, int M, int N,
+                                                           float alpha, float beta, int first,
+                                                           int tc, float *C, int ldc) {
+    int mr = M - m0 < 32 ? M - m0 : 32, nr = N - n0 < 32 ? N - n0 : 32;
+    if (tc) {
+        for (int i = 0; i < 32; i++)
+            for (int j = i + 1; j < 32; j++) {
+                float x = acc[i * 32 + j];
+                acc[i * 32 + j] = acc[j * 32 + i];
+                acc[j * 32 + i] = x;
+            }
+        int t = mr;
+        mr = nr, nr = t, t = m0, m0 = n0, n0 = t;
+    }
+    __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j += 16) {
+            __mmask16 k = nr - j >= 16 ? 0xffff : (__mmask16)((1u << (nr - j)) - 1);
+            float *c = C + (long)(m0 + i) * ldc + n0 + j;
+            __m512 v = _mm512_mul_ps(va, _mm512_loadu_ps(acc + i * 32 + j));
+            if (!first)
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, c));
+            else if (beta != 0.0f)
+                v = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(k, c), v);
+            _mm512_mask_storeu_ps(c, k, v);
+        }
+}
+
+/* The 2 x 2 tile kernel over `steps` reduction steps: a0 / a1 are consecutive 16-row tile
+ * strips of A, b0 / b1 of B (each `steps` tiles). The accumulators start from c (row stride
+ * ldc floats), or zero when c is NULL, and are stored to out (row stride ldo). */
+__attribute__((target("amx-tile,amx-bf16"))) static void
+kernel_2x2(const uint16_t *a0, const uint16_t *a1, const uint16_t *b0, const uint16_t *b1,
+           int steps, const float *c, long ldc, float *out, long ldo) {
+    if (c) {
+        _tile_loadd(0, c, ldc * 4);
+        _tile_loadd(1, c + 16, ldc * 4);
+        _tile_loadd(2, c + 16 * ldc, ldc * 4);
+        _tile_loadd(3, c + 16 * ldc + 16, ldc * 4);
+    } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    }
+    for (int s = 0; s < steps; s++) {
+        long o = (long)s * GA_TILE;
+        _tile_loadd(4, a0 + o, 64);
+        _tile_loadd(6, b0 + o, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_loadd(7, b1 + o, 64);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_loadd(5, a1 + o, 64);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, out, ldo * 4);
+    _tile_stored(1, out + 16, ldo * 4);
+    _tile_stored(2, out + 16 * ldo, ldo * 4);
+    _tile_stored(3, out + 16 * ldo + 16, ldo * 4);
+}
+
+__attribute__((target("amx-tile,amx-bf16"))) static void tiles_configure(void) {
+    TileCfg cfg = {.palette = 1};
+    for (int t = 0; t < 8; t++)
+        cfg.colsb[t] = 64, cfg.rows[t] = 16;
+    _tile_loadconfig(&cfg);
+}
+
+__attribute__((target("amx-tile"))) static void tiles_release(void) {
+    _tile_release();
+}
+
+/* The product with op(A) M x K and op(B) K x N, result (or its transpose, tc) in C. */
+static void run(const Op *a, const Op *b, int M, int N, int K, float alpha, float beta, int tc,
+                float *C, int ldc, uint16_t *apack) {
+    int direct = alpha == 1.0f && !tc && (beta == 0.0f || beta == 1.0f);
+    for (int k0 = 0; k0 < K; k0 += GA_KC) {
+        int kc = K - k0 < GA_KC ? K - k0 : GA_KC, steps = (kc + GA_STEP - 1) / GA_STEP;
+        for (int m0 = 0; m0 < M; m0 += GA_MC) {
+            int mc = M - m0 < GA_MC ? M - m0 : GA_MC, strips = (mc + 31) / 32 * 2;
+            long strip = (long)steps * GA_TILE;
+#pragma omp parallel
+            {
+#pragma omp for schedule(static)
+                for (int s = 0; s < strips; s++)
+                    pack_a_tiles(a, m0 + s * 16, M, k0, K, steps, apack + s * strip);
+                _Alignas(64) uint16_t bpack[2 * (GA_KC / GA_STEP) * GA_TILE];
+                _Alignas(64) float acc[32 * 32];
+                tiles_configure();
+                int panels = (N + 31) / 32;
+#pragma omp for schedule(static)
+                for (int p = 0; p < panels; p++) {
+                    pack_b_tiles(b, p * 32, N, k0, K, steps, bpack);
+                    pack_b_tiles(b, p * 32 + 16, N, k0, K, steps, bpack + strip);
+                    for (int s = 0; s < strips; s += 2) {
+                        int r0 = m0 + s * 16, c0 = p * 32;
+                        const uint16_t *a0 = apack + s * strip, *a1 = a0 + strip;
+                        /* Whole blocks with alpha 1 accumulate in C itself. */
+                        if (direct && r0 + 32 <= M && c0 + 32 <= N) {
+                            float *c = C + (long)r0 * ldc + c0;
+                            kernel_2x2(a0, a1, bpack, bpack + strip, steps,
+                                       k0 == 0 && beta == 0.0f ? NULL : c, ldc, c, ldc);
+                        } else {
+                            kernel_2x2(a0, a1, bpack, bpack + strip, steps, NULL, 0, acc, 32);
+                            store_block(acc, r0, c0, M, N, alpha, beta, k0 == 0, tc, C, ldc);
+                        }
+                    }
+                }
+                tiles_release();
+            }
+        }
+    }
+}
+
+int gemm_amx_bf16(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
+                  const uint16_t *B, int ldb, float beta, float *C, int ldc, void *scratch) {
+    if (!gemm_amx_ready() || M <= 0 || N <= 0 || K <= 0) return -1;
+    Op a = {A, ta, lda}, b = {B, tb, ldb};
+    int tc = 0;
+    if (M > N) { /* stream the longer side as B panels: C^T = op(B)^T op(A)^T */
+        a = (Op){B, !tb, ldb};
+        b = (Op){A, !ta, lda};
+        int x = M;
+        M = N, N = x, tc = 1;
+    }
+    run(&a, &b, M, N, K, alpha, beta, tc, C, ldc, scratch);
+    return 0;
+}
