@@ -123,13 +123,6 @@ double cpu_peak_dpbf16_loop(long iters) {
     return cpu_has_avx512_bf16() ? dpbf16(iters) : -1;
 }
 
-/* AMX palette-1 tile configuration (64 bytes, layout fixed by the ISA). */
-typedef struct TileCfg {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} TileCfg;
-
 /* Tiles 0-3: 16x16 fp32 accumulators; 4-5: A (16 rows x 32 bf16); 6-7: B (16 row-pairs x 16
  * columns, VNNI layout). Each tdpbf16ps is 16*16*32 multiply-adds. */
 __attribute__((target("amx-tile,amx-bf16"))) static double amx(long iters) {
@@ -137,10 +130,7 @@ __attribute__((target("amx-tile,amx-bf16"))) static double amx(long iters) {
     _Alignas(64) float out[16 * 16];
     for (int i = 0; i < 16 * 32; i++)
         ones[i] = 0x3f80; /* bf16 1.0 */
-    TileCfg cfg = {.palette = 1};
-    for (int t = 0; t < 8; t++)
-        cfg.colsb[t] = 64, cfg.rows[t] = 16;
-    _tile_loadconfig(&cfg);
+    gemm_amx_configure();
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);

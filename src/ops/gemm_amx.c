@@ -52,6 +52,57 @@ static inline uint16_t at(const Op *o, long r, long c) {
     return o->t ? o->x[c * o->ld + r] : o->x[r * o->ld + c];
 }
 
+/* r[i] (16 rows of 16 32-bit values) becomes its transpose: in 4 rounds, pairs of 32-bit
+ * values, then of 64-bit, within 128-bit lanes (4 x 4 blocks), then 128-bit lanes across rows. */
+__attribute__((target("avx512f"))) static void transpose16(__m512i r[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    /* r[4g + q], lane j: column 4j + q of rows 4g .. 4g + 3 */
+    for (int g = 0; g < 4; g++) {
+        r[4 * g] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+        r[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+        r[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+        r[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+    }
+    for (int q = 0; q < 4; q++) { /* lanes j of the four row groups side by side */
+        __m512i a02 = _mm512_shuffle_i32x4(r[q], r[4 + q], 0x88);
+        __m512i a13 = _mm512_shuffle_i32x4(r[q], r[4 + q], 0xdd);
+        __m512i c02 = _mm512_shuffle_i32x4(r[8 + q], r[12 + q], 0x88);
+        __m512i c13 = _mm512_shuffle_i32x4(r[8 + q], r[12 + q], 0xdd);
+        t[q] = _mm512_shuffle_i32x4(a02, c02, 0x88);
+        t[4 + q] = _mm512_shuffle_i32x4(a13, c13, 0x88);
+        t[8 + q] = _mm512_shuffle_i32x4(a02, c02, 0xdd);
+        t[12 + q] = _mm512_shuffle_i32x4(a13, c13, 0xdd);
+    }
+    for (int i = 0; i < 16; i++)
+        r[i] = t[i];
+}
+
+/* Row pairs (2p, 2p + 1) of 16 values of x (row stride ld) as 32-bit words: word j of r[p]
+ * holds (x[2p][j], x[2p + 1][j]). */
+__attribute__((target("avx512f"))) static void load_pairs(const uint16_t *x, long ld,
+                                                          __m512i r[16]) {
+    for (int p = 0; p < 16; p++) {
+        __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const void *)(x + 2 * p * ld)));
+        __m512i hi =
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const void *)(x + (2 * p + 1) * ld)));
+        r[p] = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+    }
+}
+
+/* One whole A tile of op(A) = x^T: 16 rows (columns of x) of 32 values (rows of x). */
+__attribute__((target("avx512f"))) static void pack_a_columns(const uint16_t *x, long ld,
+                                                              uint16_t *tile) {
+    __m512i r[16];
+    load_pairs(x, ld, r);
+    transpose16(r);
+    for (int i = 0; i < 16; i++)
+        _mm512_storeu_si512((void *)(tile + i * 32), r[i]);
+}
+
 /* Rows [r0, r0 + 16) x K values [k0, k0 + steps * 32) of op(A) as `steps` consecutive tiles of
  * 16 rows x 32 values; outside rows < M, k < K zeros. */
 static void pack_a_tiles(const Op *a, int r0, int M, int k0, int K, int steps, uint16_t *dst) {
@@ -61,6 +112,10 @@ static void pack_a_tiles(const Op *a, int r0, int M, int k0, int K, int steps, u
             int r = r0 + i, kb = k0 + s * GA_STEP;
             int n = r < M ? (K - kb < GA_STEP ? K - kb : GA_STEP) : 0;
             if (n < 0) n = 0;
+            if (a->t && n == GA_STEP && i == 0 && r0 + 16 <= M) {
+                pack_a_columns(a->x + (long)kb * a->ld + r0, a->ld, row);
+                break; /* the whole tile */
+            }
             if (!a->t && n > 0) {
                 memcpy(row, a->x + (long)r * a->ld + kb, (size_t)n * 2);
             } else {
@@ -76,24 +131,22 @@ static void pack_a_tiles(const Op *a, int r0, int M, int k0, int K, int steps, u
  * the 32-bit word p * 16 + j holding (x[2p][j], x[2p + 1][j]). */
 __attribute__((target("avx512f"))) static void pack_b_pairs(const uint16_t *x, long ld,
                                                             uint16_t *tile) {
-    for (int p = 0; p < 16; p++) {
-        __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const void *)(x + 2 * p * ld)));
-        __m512i hi =
-            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const void *)(x + (2 * p + 1) * ld)));
-        _mm512_store_si512((void *)(tile + p * 32), _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
-    }
+    __m512i r[16];
+    load_pairs(x, ld, r);
+    for (int p = 0; p < 16; p++)
+        _mm512_store_si512((void *)(tile + p * 32), r[p]);
 }
 
 /* One whole VNNI tile from 16 columns of op(B) stored as rows of x (row stride ld, 32 values
  * each): word p of column j, the pair (x[j][2p], x[j][2p + 1]), goes to p * 16 + j. */
 __attribute__((target("avx512f"))) static void pack_b_columns(const uint16_t *x, long ld,
                                                               uint16_t *tile) {
-    __m512i idx =
-        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                           _mm512_set1_epi32((int)ld));
-    for (int p = 0; p < 16; p++) /* scale 2: idx counts bf16 values */
-        _mm512_store_si512((void *)(tile + p * 32),
-                           _mm512_i32gather_epi32(idx, (const void *)(x + 2 * p), 2));
+    __m512i r[16];
+    for (int j = 0; j < 16; j++)
+        r[j] = _mm512_loadu_si512((const void *)(x + j * ld));
+    transpose16(r);
+    for (int p = 0; p < 16; p++)
+        _mm512_store_si512((void *)(tile + p * 32), r[p]);
 }
 
 /* Columns [c0, c0 + 16) x K values [k0, k0 + steps * 32) of op(B) as `steps` tiles in VNNI
@@ -123,13 +176,18 @@ __attribute__((target("avx512f"))) static void store_block(float *acc, int m0, i
                                                            float alpha, float beta, int first,
                                                            int tc, float *C, int ldc) {
     int mr = M - m0 < 32 ? M - m0 : 32, nr = N - n0 < 32 ? N - n0 : 32;
-    if (tc) {
-        for (int i = 0; i < 32; i++)
-            for (int j = i + 1; j < 32; j++) {
-                float x = acc[i * 32 + j];
-                acc[i * 32 + j] = acc[j * 32 + i];
-                acc[j * 32 + i] = x;
-            }
+    if (tc) { /* four 16 x 16 quarters, each transposed, the off-diagonal two swapped */
+        __m512i q[4][16];
+        for (int b = 0; b < 4; b++) {
+            for (int i = 0; i < 16; i++)
+                q[b][i] = _mm512_loadu_si512(
+                    (const void *)(acc + (b >> 1) * 512 + i * 32 + (b & 1) * 16));
+            transpose16(q[b]);
+        }
+        for (int b = 0; b < 4; b++)
+            for (int i = 0; i < 16; i++) /* quarter (r, c) goes to (c, r) */
+                _mm512_storeu_si512((void *)(acc + (b & 1) * 512 + i * 32 + (b >> 1) * 16),
+                                    q[b][i]);
         int t = mr;
         mr = nr, nr = t, t = m0, m0 = n0, n0 = t;
     }
@@ -181,11 +239,16 @@ kernel_2x2(const uint16_t *a0, const uint16_t *a1, const uint16_t *b0, const uin
     _tile_stored(3, out + 16 * ldo + 16, ldo * 4);
 }
 
-__attribute__((target("amx-tile,amx-bf16"))) static void tiles_configure(void) {
-    TileCfg cfg = {.palette = 1};
-    for (int t = 0; t < 8; t++)
-        cfg.colsb[t] = 64, cfg.rows[t] = 16;
-    _tile_loadconfig(&cfg);
+/* In static storage: GCC 12 dropped the stores filling a local configuration before
+ * ldtilecfg in an inlined copy (all tiles then 0 x 0, and the first tile load faulted). */
+static const TileCfg g_tiles = {
+    .palette = 1,
+    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+};
+
+__attribute__((target("amx-tile"))) void gemm_amx_configure(void) {
+    _tile_loadconfig(&g_tiles);
 }
 
 __attribute__((target("amx-tile"))) static void tiles_release(void) {
@@ -208,7 +271,7 @@ static void run(const Op *a, const Op *b, int M, int N, int K, float alpha, floa
                     pack_a_tiles(a, m0 + s * 16, M, k0, K, steps, apack + s * strip);
                 _Alignas(64) uint16_t bpack[2 * (GA_KC / GA_STEP) * GA_TILE];
                 _Alignas(64) float acc[32 * 32];
-                tiles_configure();
+                gemm_amx_configure();
                 int panels = (N + 31) / 32;
 #pragma omp for schedule(static)
                 for (int p = 0; p < panels; p++) {

@@ -17,6 +17,11 @@
  * (asked once; the answer is kept). */
 int gemm_amx_ready(void);
 
+/* Loads the tile configuration the kernel uses on the calling thread: palette 1, tiles 0-7
+ * each 16 rows x 64 bytes (a 16 x 16 fp32 accumulator, or 16 rows of 32 bf16 values). Needs
+ * gemm_amx_ready(); release with _tile_release(). */
+void gemm_amx_configure(void);
+
 int gemm_amx_bf16(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
                   const uint16_t *B, int ldb, float beta, float *C, int ldc, void *scratch);
 
