@@ -280,12 +280,42 @@ static void test_bf16_convert(void **state) {
     free(bits), free(h), free(hw), free(f);
 }
 
+/* simd_zero_stream clears exactly [x, x + n): short and streamed lengths, every start offset
+ * within a cache line (the unaligned head), odd tails; the values around it untouched. */
+static void test_zero_stream(void **state) {
+    (void)state;
+    const long lens[] = {
+        0, 1, 17, SIMD_ZERO_STREAM_MIN - 1, SIMD_ZERO_STREAM_MIN, SIMD_ZERO_STREAM_MIN + 21};
+    long cap = SIMD_ZERO_STREAM_MIN + 64;
+    float *buf = aligned_alloc(64, (size_t)cap * sizeof *buf);
+    FOR_EACH_PATH({
+        for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++)
+            for (int off = 0; off < 16; off += 3) {
+                for (long i = 0; i < cap; i++)
+                    buf[i] = 1.5f;
+                simd_zero_stream(buf + 1 + off, lens[l]);
+                for (long i = 0; i < cap; i++) {
+                    int in = i >= 1 + off && i < 1 + off + lens[l];
+                    if (buf[i] != (in ? 0.0f : 1.5f))
+                        fail_msg("path %d n %ld offset %d: element %ld is %g", path, lens[l], off,
+                                 i, buf[i]);
+                }
+            }
+    });
+    free(buf);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_exp),          cmocka_unit_test(test_dot_axpy),
-        cmocka_unit_test(test_softmax),      cmocka_unit_test(test_silu_swiglu),
-        cmocka_unit_test(test_rmsnorm),      cmocka_unit_test(test_reduction_alignment),
-        cmocka_unit_test(test_bf16_convert), cmocka_unit_test(test_exp_sum_max),
+        cmocka_unit_test(test_zero_stream),
+        cmocka_unit_test(test_exp),
+        cmocka_unit_test(test_dot_axpy),
+        cmocka_unit_test(test_softmax),
+        cmocka_unit_test(test_silu_swiglu),
+        cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_reduction_alignment),
+        cmocka_unit_test(test_bf16_convert),
+        cmocka_unit_test(test_exp_sum_max),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

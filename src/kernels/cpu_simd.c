@@ -403,6 +403,25 @@ void simd_f32_to_bf16(uint16_t *dst, const float *src, long n) {
     }
 }
 
+AVX512 static void zero_stream_avx512(float *x, long n) {
+    long i = 0;
+    for (; i < n && ((uintptr_t)(x + i) & 63); i++)
+        x[i] = 0.0f;
+    __m512 z = _mm512_setzero_ps();
+    for (; i + 16 <= n; i += 16)
+        _mm512_stream_ps(x + i, z);
+    _mm_sfence();
+    for (; i < n; i++)
+        x[i] = 0.0f;
+}
+
+void simd_zero_stream(float *x, long n) {
+    if (n >= SIMD_ZERO_STREAM_MIN && simd_avx512_active())
+        zero_stream_avx512(x, n);
+    else
+        memset(x, 0, (size_t)n * sizeof *x);
+}
+
 void simd_bf16_to_f32(float *dst, const uint16_t *src, long n) {
     int v = simd_avx512_active();
 #pragma omp parallel for schedule(static) if (n > 4 * CONVERT_CHUNK)

@@ -67,5 +67,11 @@ void simd_bf16_weight_copy(uint16_t *copy, const float *src, long n);
  * that split the work themselves, such as AdamW writing each run of weights it has just
  * updated. */
 void simd_bf16_weight_copy_serial(uint16_t *bf16, float *wide, const float *src, long n);
+/* x[0..n) = 0 on the calling thread; from SIMD_ZERO_STREAM_MIN values on with non-temporal
+ * stores where AVX-512 is active: the lines go to memory without being read first (a plain
+ * memset of a gradient larger than the caches reads every line it writes), while smaller
+ * ranges stay in the caches for the writer that follows. */
+#define SIMD_ZERO_STREAM_MIN (1L << 18)
+void simd_zero_stream(float *x, long n);
 
 #endif

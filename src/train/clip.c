@@ -1,6 +1,7 @@
 /* Global-norm gradient clipping with a thread-count-independent reduction. */
 #include "train/clip.h"
 
+#include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -15,11 +16,31 @@
 /* Elements copied out at a time from a device that is not host-visible: a multiple of
  * CLIP_LANES dividing CLIP_CHUNK, so each chunk's lanes see the same values in the same order. */
 #define CLIP_STAGE 4096
+_Static_assert(CLIP_LANES == 16, "lanes_add_avx512 keeps 16 lanes in two registers");
+
+/* lanes_add's whole groups of CLIP_LANES with the 16 running sums in two AVX-512 registers:
+ * the same products and sums in the same order as the loop below, without its store and
+ * reload of every lane per group (the loop ran at 15 GB/s, a third of the bandwidth). Returns
+ * the elements it took. */
+__attribute__((target("avx512f"))) static size_t lanes_add_avx512(double *lane, const float *g,
+                                                                  size_t n) {
+    __m512d lo = _mm512_loadu_pd(lane), hi = _mm512_loadu_pd(lane + 8);
+    size_t i = 0;
+    for (; i + CLIP_LANES <= n; i += CLIP_LANES) {
+        __m512d a = _mm512_cvtps_pd(_mm256_loadu_ps(g + i));
+        __m512d b = _mm512_cvtps_pd(_mm256_loadu_ps(g + i + 8));
+        lo = _mm512_add_pd(lo, _mm512_mul_pd(a, a));
+        hi = _mm512_add_pd(hi, _mm512_mul_pd(b, b));
+    }
+    _mm512_storeu_pd(lane, lo);
+    _mm512_storeu_pd(lane + 8, hi);
+    return i;
+}
 
 /* Adds the squares of g[0..n) (n a multiple of CLIP_LANES but for the last piece of a chunk)
  * into the chunk's lanes. */
 static void lanes_add(double *lane, const float *g, size_t n) {
-    size_t i = 0;
+    size_t i = __builtin_cpu_supports("avx512f") ? lanes_add_avx512(lane, g, n) : 0;
     for (; i + CLIP_LANES <= n; i += CLIP_LANES)
         for (int l = 0; l < CLIP_LANES; l++)
             lane[l] += (double)g[i + l] * (double)g[i + l];
