@@ -31,6 +31,7 @@
 #include "kernels/cpu_peak.h"
 #include "kernels/cpu_simd.h"
 #include "ops/gemm.h"
+#include "ops/gemm_amx.h"
 
 #define SDPA_BQ 64
 #define SDPA_BK 256
@@ -603,8 +604,16 @@ static void cast_keys(uint16_t *panels, uint16_t *pairs, const float *x, int B, 
             int j0 = p * SDPA_NP, w = T - j0 < SDPA_NP ? T - j0 : SDPA_NP;
             const float *xs = x + ((long)b * T + j0) * ks + (long)kh * E;
             long bh = ((long)b * K + kh) * per;
-            if (panels) cast_key_panel(panels + bh + (long)p * E * SDPA_NP, tmp, xs, ks, w, E);
-            if (pairs) cast_row_pairs(pairs + bh + (long)j0 * E, 2L * E, xs, ks, w, E);
+            uint16_t *pan = panels ? panels + bh + (long)p * E * SDPA_NP : NULL;
+            uint16_t *pr = pairs ? pairs + bh + (long)j0 * E : NULL;
+            if (pan) cast_key_panel(pan, tmp, xs, ks, w, E);
+            if (pr) cast_row_pairs(pr, 2L * E, xs, ks, w, E);
+            if (w < SDPA_NP) { /* the last panel's keys past T: zeros for the AMX tiles */
+                int w2 = w + w % 2;
+                for (int e2 = 0; pan && e2 < E / 2; e2++)
+                    memset(pan + 2 * (e2 * SDPA_NP + w), 0, 2 * (size_t)(SDPA_NP - w) * 2);
+                if (pr) memset(pr + (long)w2 * E, 0, (size_t)(SDPA_NP - w2) * E * 2);
+            }
         }
     }
 }
@@ -641,6 +650,142 @@ static void keys_times_rows_bf16(const Block *bk, const uint16_t *ap, const uint
     }
 }
 
+/* ---- the bf16 route's products on AMX tiles (where gemm_amx_ready and E % 32 == 0) ----
+ *
+ * The layouts above are the tiles' own: "rows" are A tiles (16 rows of 32 values along the
+ * reduction, at the layout's row stride), "row pairs" and "key panels" B tiles in VNNI order
+ * (16 pair rows of 16 columns at the pair-row stride), so tiles load straight from them. The
+ * only new layout is P and dS transposed (keys as rows, query rows along them) for dK and dV,
+ * made from their row pairs by 16 x 16 transposes of the 32-bit pairs. Reductions run in steps
+ * of 32 over ranges rounded out to whole steps: the values past a range are zero on one side
+ * (P and dS outside each row's keys, and the pads zeroed below) and finite on the other. Tiles
+ * of C cover 16 x 16 outputs; a partial group of rows goes through a buffer, so nothing past
+ * the block's rows is written. Tile registers: 0-3 C, 4-5 A, 6-7 B (gemm_amx_configure). */
+#define AMX_TILES __attribute__((target("amx-tile,amx-bf16")))
+
+static int amx_applies(int E) {
+    return E % 32 == 0 && gemm_amx_ready();
+}
+
+/* C (mr x nr tiles of 16 x 16, mr, nr <= 2; row stride ldc floats) (+)= A B over `steps`
+ * steps of 32: A tile r of step s at A + r 16 lda + 32 s (lda values), B tile c of step s at
+ * B + 16 s ldb + 32 c (ldb values per pair row, 2 per column). */
+static void amx_group(int mr, int nr, int steps, const uint16_t *A, long lda, const uint16_t *B,
+                      long ldb, float *C, long ldc, int acc) {
+    gemm_amx_group(mr, nr, steps, (GemmAmxTiles){A, lda, 32, 16 * lda},
+                   (GemmAmxTiles){B, ldb, 16 * ldb, 32}, C, ldc, acc);
+}
+
+/* One 16-row group of C (rows valid: 1..16; row stride ldc) (+)= A B as amx_group over all of
+ * C's ncol columns (a multiple of 16): in place when the group is whole, else through buf
+ * (16 x ncol floats). */
+static void amx_rows(int rows, int ncol, int steps, const uint16_t *A, long lda, const uint16_t *B,
+                     long ldb, float *C, long ldc, int acc, float *buf) {
+    float *dst = C;
+    long ld = ldc;
+    if (rows < 16) {
+        dst = buf, ld = ncol;
+        for (int i = 0; i < rows; i++)
+            memcpy(buf + (long)i * ncol, C + i * ldc, (size_t)ncol * sizeof *C);
+    }
+    for (int c = 0; c < ncol; c += 32)
+        amx_group(1, ncol - c >= 32 ? 2 : 1, steps, A, lda, B + 2 * c, ldb, dst + c, ld, acc);
+    if (rows < 16)
+        for (int i = 0; i < rows; i++)
+            memcpy(C + i * ldc, buf + (long)i * ncol, (size_t)ncol * sizeof *C);
+}
+
+/* S[i][c0:c1] *= alpha for rows i < rows (row stride SDPA2_BK; c0, c1 multiples of 16). */
+SIMD_AVX512 static void scale_cols(float *S, int rows, int c0, int c1, float alpha) {
+    __m512 a = _mm512_set1_ps(alpha);
+    for (int i = 0; i < rows; i++)
+        for (int c = c0; c < c1; c += 16) {
+            float *x = S + (long)i * SDPA2_BK + c;
+            _mm512_storeu_ps(x, _mm512_mul_ps(a, _mm512_loadu_ps(x)));
+        }
+}
+
+/* x[i][c0:c1] = 0 for rows i < rows (row stride ld): the pads of a bf16 operand reduced over
+ * its columns in steps of 32. */
+static void zero_cols(uint16_t *x, long ld, int rows, int c0, int c1) {
+    if (c0 < c1)
+        for (int i = 0; i < rows; i++)
+            memset(x + i * ld + c0, 0, (size_t)(c1 - c0) * sizeof *x);
+}
+
+AMX_TILES static void amx_release(void) {
+    _tile_release();
+}
+
+/* scores_bf16 on tiles: per 32 rows, the key tiles (16 keys, within one panel) that any of
+ * them sees, up to the chunk's keys rounded to 16; S's rows past nq and keys past each row's
+ * range get values nobody reads. */
+static void scores_amx(const Block *bk, float *S, const uint16_t *xw, const uint16_t *panels,
+                       float alpha) {
+    int E = bk->E, nk16 = (bk->nk + 15) / 16 * 16;
+    for (int i0 = 0; i0 < bk->nq; i0 += 32) {
+        int m = bk->nq - i0 < 32 ? bk->nq - i0 : 32, lo, hi;
+        group_range(bk->start, bk->t0, bk->s0, bk->nk, i0, m, &lo, &hi);
+        if (lo >= hi) continue;
+        int j1 = (hi + 15) / 16 * 16;
+        j1 = j1 < nk16 ? j1 : nk16;
+        for (int j = lo / 16 * 16; j < j1; j += 32) {
+            int nr = j + 16 < j1 && (j + 16) % SDPA_NP ? 2 : 1;
+            const uint16_t *panel = panels + (long)(j / SDPA_NP) * E * SDPA_NP;
+            amx_group(m > 16 ? 2 : 1, nr, E / 32, xw + (long)i0 * E, E, panel + 2 * (j % SDPA_NP),
+                      2 * SDPA_NP, S + (long)i0 * SDPA2_BK + j, SDPA2_BK, 0);
+            if (nr == 1 && j + 16 < j1) j -= 16; /* the next panel starts a new pair */
+        }
+        if (alpha != 1.0f) scale_cols(S + (long)i0 * SDPA2_BK, m, lo / 16 * 16, j1, alpha);
+    }
+}
+
+/* rows_times_keys_bf16 on tiles (aw: rows of P or dS with their columns from nk to the next
+ * 32 zeroed; xp: the chunk's keys as row pairs, finite past the chunk). */
+static void rows_times_keys_amx(const Block *bk, const uint16_t *aw, const uint16_t *xp, float *C,
+                                long cs, int acc, float *buf) {
+    for (int i0 = 0; i0 < bk->nq; i0 += 16) {
+        int m = bk->nq - i0 < 16 ? bk->nq - i0 : 16, lo, hi;
+        group_range(bk->start, bk->t0, bk->s0, bk->nk, i0, m, &lo, &hi);
+        lo = lo / 32 * 32;
+        if (lo < hi)
+            amx_rows(m, bk->E, (hi - lo + 31) / 32, aw + (long)i0 * SDPA2_BK + lo, SDPA2_BK,
+                     xp + (long)lo * bk->E, 2L * bk->E, C + i0 * cs, cs, acc, buf);
+        else if (!acc)
+            for (int i = 0; i < m; i++)
+                memset(C + (i0 + i) * cs, 0, (size_t)bk->E * sizeof *C);
+    }
+}
+
+/* at: the chunk's keys as rows of the block's P or dS (row stride SDPA2_BQ, query rows along
+ * them), from their row pairs ap (pair row stride 2 SDPA2_BK): the 32-bit pairs transposed, and
+ * the query rows from nq to the next 32 zeroed. */
+SIMD_AVX512 static void transpose_pairs(uint16_t *at, const uint16_t *ap, int nq, int nk) {
+    int nq2 = (nq + 1) / 2, nq32 = (nq + 31) / 32 * 32;
+    for (int k0 = 0; k0 < nk; k0 += 16)
+        for (int p0 = 0; p0 < nq2; p0 += 16)
+            transpose16_avx512((float *)(void *)(at + (long)k0 * SDPA2_BQ + 2 * p0), SDPA2_BQ / 2,
+                               (const float *)(const void *)(ap + 2L * p0 * SDPA2_BK + 2 * k0),
+                               SDPA2_BK);
+    for (int k = 0; k < (nk + 15) / 16 * 16; k++)
+        for (int i = 2 * nq2 > nq ? nq : 2 * nq2; i < nq32; i++)
+            at[(long)k * SDPA2_BQ + i] = 0;
+}
+
+/* keys_times_rows_bf16 on tiles: C (the chunk's keys' rows, stride ks) += A^T X with A^T as
+ * at (keys as rows) and X (dO or Q) as row pairs xp (zero past nq to the next 32), per 16 keys
+ * from the 32-row step that holds the first row that sees them. */
+static void keys_times_rows_amx(const Block *bk, const uint16_t *at, const uint16_t *xp, float *C,
+                                long ks, float *buf) {
+    int nq32 = (bk->nq + 31) / 32 * 32;
+    for (int s = 0; s < bk->nk && bk->s0 + s - bk->t0 < bk->nq; s += 16) {
+        int m = bk->nk - s < 16 ? bk->nk - s : 16;
+        int i0 = bk->s0 + s - bk->t0 > 0 ? (bk->s0 + s - bk->t0) / 32 * 32 : 0;
+        amx_rows(m, bk->E, (nq32 - i0) / 32, at + (long)s * SDPA2_BQ + i0, SDPA2_BQ,
+                 xp + (long)i0 * bk->E, 2L * bk->E, C + (long)s * ks, ks, 1, buf);
+    }
+}
+
 static void cpu_sdpa_forward_bf16(float *out, float *lse, const float *q, const float *k,
                                   const float *v, const int32_t *doc, int B, int T, int H, int K,
                                   int E, uint16_t *scratch) {
@@ -655,10 +800,12 @@ static void cpu_sdpa_forward_bf16(float *out, float *lse, const float *q, const 
     uint16_t *kpan = scratch, *vpair = scratch + (long)B * K * per;
     cast_keys(kpan, NULL, k, B, T, K, E);
     cast_keys(NULL, vpair, v, B, T, K, E);
+    const int amx = amx_applies(E);
 #pragma omp parallel
     {
-        _Alignas(64) float S[SDPA2_BQ * SDPA2_BK];
+        _Alignas(64) float S[SDPA2_BQ * SDPA2_BK], buf[16 * SDPA_BF16_MAX_HEAD_DIM];
         _Alignas(64) uint16_t Qw[SDPA2_BQ * SDPA_BF16_MAX_HEAD_DIM], Pw[SDPA2_BQ * SDPA2_BK];
+        if (amx) gemm_amx_configure();
 #pragma omp for schedule(dynamic, 1)
         for (long u = 0; u < units; u++) {
             int b = (int)(u / ((long)H * nblk)), h = (int)(u / nblk % H);
@@ -677,13 +824,23 @@ static void cpu_sdpa_forward_bf16(float *out, float *lse, const float *q, const 
             for (int s0 = start[0] / SDPA_NP * SDPA_NP; s0 < kend; s0 += SDPA2_BK, first = 0) {
                 int nk = kend - s0 < SDPA2_BK ? kend - s0 : SDPA2_BK;
                 Block bk = {start, t0, nq, s0, nk, E, 1};
-                scores_bf16(&bk, S, Qw, kpan + bh + (long)s0 * E, scale);
+                const uint16_t *kp = kpan + bh + (long)s0 * E, *vp = vpair + bh + (long)s0 * E;
+                if (amx)
+                    scores_amx(&bk, S, Qw, kp, scale);
+                else
+                    scores_bf16(&bk, S, Qw, kp, scale);
                 softmax_chunk(&bk, S, SDPA2_BK, mrow, lrow, ot, qs, first);
                 cast_rows(Pw, SDPA2_BK, S, SDPA2_BK, nq, nk);
-                rows_times_keys_bf16(&bk, Pw, vpair + bh + (long)s0 * E, ot, qs, !first);
+                if (amx) {
+                    zero_cols(Pw, SDPA2_BK, nq, nk + nk % 2, (nk + 31) / 32 * 32);
+                    rows_times_keys_amx(&bk, Pw, vp, ot, qs, !first, buf);
+                } else {
+                    rows_times_keys_bf16(&bk, Pw, vp, ot, qs, !first);
+                }
             }
             finish_block(ot, qs, nq, E, mrow, lrow, lse + ((long)b * H + h) * T + t0);
         }
+        if (amx) amx_release();
     }
 }
 
@@ -703,6 +860,7 @@ static void cpu_sdpa_backward_bf16(float *dq, float *dk, float *dv, const float 
              *kpair = vpan + (long)B * K * per;
     cast_keys(kpan, kpair, k, B, T, K, E);
     cast_keys(vpan, NULL, v, B, T, K, E);
+    const int amx = amx_applies(E);
 #pragma omp parallel
     {
         enum { QE = SDPA2_BQ * SDPA_BF16_MAX_HEAD_DIM, PK = SDPA2_BQ * SDPA2_BK };
@@ -714,6 +872,10 @@ static void cpu_sdpa_backward_bf16(float *dq, float *dk, float *dv, const float 
         float *dS = P + SDPA2_BQ * SDPA2_BK;
         /* rows: Q, dO, dS; row pairs: Q, dO, P, dS */
         _Alignas(4096) uint16_t Qw[QE], dOw[QE], dSw[PK], Qp[QE], dOp[QE], Pp[PK], dSp[PK];
+        /* with AMX: P and dS transposed (keys as rows), and a buffer for partial row groups */
+        _Alignas(4096) uint16_t Pt[PK], dSt[PK];
+        _Alignas(64) float buf[16 * SDPA_BF16_MAX_HEAD_DIM];
+        if (amx) gemm_amx_configure();
 #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int b = 0; b < B; b++)
             for (int kh = 0; kh < K; kh++) {
@@ -736,24 +898,46 @@ static void cpu_sdpa_backward_bf16(float *dq, float *dk, float *dv, const float 
                         cast_rows(dOw, E, dot, qs, nq, E);
                         cast_row_pairs(Qp, 2L * E, qt, qs, nq, E);
                         cast_row_pairs(dOp, 2L * E, dot, qs, nq, E);
+                        if (amx) { /* the pair rows past nq to the next 32: zeros */
+                            int p1 = (nq + 1) / 2, p2 = (nq + 31) / 32 * 16;
+                            memset(Qp + 2L * p1 * E, 0, (size_t)(p2 - p1) * 2 * E * 2);
+                            memset(dOp + 2L * p1 * E, 0, (size_t)(p2 - p1) * 2 * E * 2);
+                        }
                         int kend = t0 + nq, first = 1;
                         for (int s0 = start[0] / SDPA_NP * SDPA_NP; s0 < kend;
                              s0 += SDPA2_BK, first = 0) {
                             int nk = kend - s0 < SDPA2_BK ? kend - s0 : SDPA2_BK;
                             Block bk = {start, t0, nq, s0, nk, E, 1};
-                            scores_bf16(&bk, P, Qw, kpan + bh + (long)s0 * E, scale);
-                            scores_bf16(&bk, dS, dOw, vpan + bh + (long)s0 * E, 1.0f);
+                            const uint16_t *kp = kpan + bh + (long)s0 * E,
+                                           *vp = vpan + bh + (long)s0 * E,
+                                           *kr = kpair + bh + (long)s0 * E;
+                            if (amx) {
+                                scores_amx(&bk, P, Qw, kp, scale);
+                                scores_amx(&bk, dS, dOw, vp, 1.0f);
+                            } else {
+                                scores_bf16(&bk, P, Qw, kp, scale);
+                                scores_bf16(&bk, dS, dOw, vp, 1.0f);
+                            }
                             grad_chunk(&bk, P, dS, SDPA2_BK, z, Dt, scale);
                             cast_row_pairs(Pp, 2L * SDPA2_BK, P, SDPA2_BK, nq, nk);
                             cast_row_pairs(dSp, 2L * SDPA2_BK, dS, SDPA2_BK, nq, nk);
                             cast_rows(dSw, SDPA2_BK, dS, SDPA2_BK, nq, nk);
-                            keys_times_rows_bf16(&bk, Pp, dOp, dvb + (long)s0 * ks, ks);
-                            keys_times_rows_bf16(&bk, dSp, Qp, dkb + (long)s0 * ks, ks);
-                            rows_times_keys_bf16(&bk, dSw, kpair + bh + (long)s0 * E, dqt, qs,
-                                                 !first);
+                            if (amx) {
+                                transpose_pairs(Pt, Pp, nq, nk);
+                                transpose_pairs(dSt, dSp, nq, nk);
+                                zero_cols(dSw, SDPA2_BK, nq, nk + nk % 2, (nk + 31) / 32 * 32);
+                                keys_times_rows_amx(&bk, Pt, dOp, dvb + (long)s0 * ks, ks, buf);
+                                keys_times_rows_amx(&bk, dSt, Qp, dkb + (long)s0 * ks, ks, buf);
+                                rows_times_keys_amx(&bk, dSw, kr, dqt, qs, !first, buf);
+                            } else {
+                                keys_times_rows_bf16(&bk, Pp, dOp, dvb + (long)s0 * ks, ks);
+                                keys_times_rows_bf16(&bk, dSp, Qp, dkb + (long)s0 * ks, ks);
+                                rows_times_keys_bf16(&bk, dSw, kr, dqt, qs, !first);
+                            }
                         }
                     }
             }
+        if (amx) amx_release();
     }
 }
 

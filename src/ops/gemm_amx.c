@@ -205,40 +205,6 @@ __attribute__((target("avx512f"))) static void store_block(float *acc, int m0, i
         }
 }
 
-/* The 2 x 2 tile kernel over `steps` reduction steps: a0 / a1 are consecutive 16-row tile
- * strips of A, b0 / b1 of B (each `steps` tiles). The accumulators start from c (row stride
- * ldc floats), or zero when c is NULL, and are stored to out (row stride ldo). */
-__attribute__((target("amx-tile,amx-bf16"))) static void
-kernel_2x2(const uint16_t *a0, const uint16_t *a1, const uint16_t *b0, const uint16_t *b1,
-           int steps, const float *c, long ldc, float *out, long ldo) {
-    if (c) {
-        _tile_loadd(0, c, ldc * 4);
-        _tile_loadd(1, c + 16, ldc * 4);
-        _tile_loadd(2, c + 16 * ldc, ldc * 4);
-        _tile_loadd(3, c + 16 * ldc + 16, ldc * 4);
-    } else {
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-    }
-    for (int s = 0; s < steps; s++) {
-        long o = (long)s * GA_TILE;
-        _tile_loadd(4, a0 + o, 64);
-        _tile_loadd(6, b0 + o, 64);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_loadd(7, b1 + o, 64);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_loadd(5, a1 + o, 64);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-    }
-    _tile_stored(0, out, ldo * 4);
-    _tile_stored(1, out + 16, ldo * 4);
-    _tile_stored(2, out + 16 * ldo, ldo * 4);
-    _tile_stored(3, out + 16 * ldo + 16, ldo * 4);
-}
-
 /* In static storage: GCC 12 dropped the stores filling a local configuration before
  * ldtilecfg in an inlined copy (all tiles then 0 x 0, and the first tile load faulted). */
 static const TileCfg g_tiles = {
@@ -277,16 +243,17 @@ static void run(const Op *a, const Op *b, int M, int N, int K, float alpha, floa
                 for (int p = 0; p < panels; p++) {
                     pack_b_tiles(b, p * 32, N, k0, K, steps, bpack);
                     pack_b_tiles(b, p * 32 + 16, N, k0, K, steps, bpack + strip);
+                    GemmAmxTiles bt = {bpack, GA_STEP, GA_TILE, strip};
                     for (int s = 0; s < strips; s += 2) {
                         int r0 = m0 + s * 16, c0 = p * 32;
-                        const uint16_t *a0 = apack + s * strip, *a1 = a0 + strip;
+                        const uint16_t *a0 = apack + s * strip;
                         /* Whole blocks with alpha 1 accumulate in C itself. */
+                        GemmAmxTiles at = {a0, GA_STEP, GA_TILE, strip};
                         if (direct && r0 + 32 <= M && c0 + 32 <= N) {
-                            float *c = C + (long)r0 * ldc + c0;
-                            kernel_2x2(a0, a1, bpack, bpack + strip, steps,
-                                       k0 == 0 && beta == 0.0f ? NULL : c, ldc, c, ldc);
+                            gemm_amx_group(2, 2, steps, at, bt, C + (long)r0 * ldc + c0, ldc,
+                                           k0 > 0 || beta != 0.0f);
                         } else {
-                            kernel_2x2(a0, a1, bpack, bpack + strip, steps, NULL, 0, acc, 32);
+                            gemm_amx_group(2, 2, steps, at, bt, acc, 32, 0);
                             store_block(acc, r0, c0, M, N, alpha, beta, k0 == 0, tc, C, ldc);
                         }
                     }

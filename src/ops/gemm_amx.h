@@ -8,6 +8,7 @@
 #ifndef QT_GEMM_AMX_H
 #define QT_GEMM_AMX_H
 
+#include <immintrin.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -21,6 +22,55 @@ int gemm_amx_ready(void);
  * each 16 rows x 64 bytes (a 16 x 16 fp32 accumulator, or 16 rows of 32 bf16 values). Needs
  * gemm_amx_ready(); release with _tile_release(). */
 void gemm_amx_configure(void);
+
+/* Where one operand's tiles lie: tile i (0 or 1) of reduction step s (32 values) starts at
+ * x + i * next + s * step, its 16 rows ld values apart. An A tile's row holds 32 values of one
+ * row of A; a B tile's row p holds, for each of 16 columns j, the pair (k = 2p, 2p + 1) of
+ * column j at 2j (VNNI order). */
+typedef struct GemmAmxTiles {
+    const uint16_t *x;
+    long ld, step, next;
+} GemmAmxTiles;
+
+/* The tile kernel, under gemm_amx_configure's configuration: C (mr x nr tiles of 16 x 16,
+ * mr, nr <= 2, row stride ldc floats) = (acc ? C : 0) + the sum over `steps` steps of A tile
+ * r times B tile c. Tile registers: 0-3 C, 4-5 A, 6-7 B. */
+__attribute__((target("amx-tile,amx-bf16"))) static inline void
+gemm_amx_group(int mr, int nr, int steps, GemmAmxTiles a, GemmAmxTiles b, float *C, long ldc,
+               int acc) {
+    long cs = 4 * ldc, as = 2 * a.ld, bs = 2 * b.ld;
+    float *c1 = C + 16, *c2 = C + 16 * ldc, *c3 = c2 + 16;
+    if (acc) {
+        _tile_loadd(0, C, cs);
+        if (nr > 1) _tile_loadd(1, c1, cs);
+        if (mr > 1) _tile_loadd(2, c2, cs);
+        if (mr > 1 && nr > 1) _tile_loadd(3, c3, cs);
+    } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    }
+    for (int s = 0; s < steps; s++) {
+        const uint16_t *a0 = a.x + s * a.step, *b0 = b.x + s * b.step;
+        _tile_loadd(4, a0, as);
+        _tile_loadd(6, b0, bs);
+        _tile_dpbf16ps(0, 4, 6);
+        if (nr > 1) {
+            _tile_loadd(7, b0 + b.next, bs);
+            _tile_dpbf16ps(1, 4, 7);
+        }
+        if (mr > 1) {
+            _tile_loadd(5, a0 + a.next, as);
+            _tile_dpbf16ps(2, 5, 6);
+            if (nr > 1) _tile_dpbf16ps(3, 5, 7);
+        }
+    }
+    _tile_stored(0, C, cs);
+    if (nr > 1) _tile_stored(1, c1, cs);
+    if (mr > 1) _tile_stored(2, c2, cs);
+    if (mr > 1 && nr > 1) _tile_stored(3, c3, cs);
+}
 
 int gemm_amx_bf16(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
                   const uint16_t *B, int ldb, float beta, float *C, int ldc, void *scratch);
