@@ -296,14 +296,16 @@ static void softmax_chunk(const Block *bk, float *S, long ld, float *mrow, float
     }
 }
 
-/* The end of a block: each output row divided by its sum, its log-sum-exp to lse (stride 1). */
-static void finish_block(float *ot, long qs, int nq, int E, const float *mrow, const float *lrow,
-                         float *lse) {
+/* The end of a block: each output row (acc, row stride as) divided by its sum into ot (row
+ * stride qs; may be acc), its log-sum-exp to lse (stride 1). */
+static void finish_block(float *ot, long qs, const float *acc, long as, int nq, int E,
+                         const float *mrow, const float *lrow, float *lse) {
     for (int i = 0; i < nq; i++) {
         float inv = 1.0f / lrow[i], *orow = ot + i * qs;
+        const float *arow = acc + i * as;
 #pragma omp simd
         for (int e = 0; e < E; e++)
-            orow[e] *= inv;
+            orow[e] = arow[e] * inv;
         lse[i] = mrow[i] + logf(lrow[i]);
     }
 }
@@ -380,7 +382,7 @@ static void cpu_sdpa_forward(float *out, float *lse, const float *q, const float
                 /* O (+)= P V over the chunk's keys */
                 rows_times_keys(&bk, S, vb + (long)s0 * ks, ks, ot, qs, !first);
             }
-            finish_block(ot, qs, nq, E, mrow, lrow, lse + ((long)b * H + h) * T + t0);
+            finish_block(ot, qs, ot, qs, nq, E, mrow, lrow, lse + ((long)b * H + h) * T + t0);
         }
     }
 }
@@ -456,6 +458,9 @@ static void cpu_sdpa_backward(float *dq, float *dk, float *dv, const float *dout
  * without AVX512_BF16 or AVX-512 in use, the calls compute in fp32 (the functions above). */
 #define SDPA2_BQ 128 /* query rows of a block */
 #define SDPA2_BK 128 /* keys of a chunk */
+/* Row stride of a block's own accumulators (O forward, dQ backward): not a multiple of 4 KiB,
+ * unlike the heads' rows in q / out (H E floats), whose tiles' 16 rows fell in one L1 set. */
+#define SDPA2_ACC_LD (SDPA_BF16_MAX_HEAD_DIM + 16)
 #define SIMD_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 static int bf16_applies(int E) {
@@ -676,21 +681,22 @@ static void amx_group(int mr, int nr, int steps, const uint16_t *A, long lda, co
                    (GemmAmxTiles){B, ldb, 16 * ldb, 32}, C, ldc, acc);
 }
 
-/* One 16-row group of C (rows valid: 1..16; row stride ldc) (+)= A B as amx_group over all of
- * C's ncol columns (a multiple of 16): in place when the group is whole, else through buf
- * (16 x ncol floats). */
+/* One group of up to 32 rows of C (row stride ldc) (+)= A B as amx_group over all of C's ncol
+ * columns (a multiple of 16): in place when the group is 16 or 32 whole rows, else through buf
+ * (32 x ncol floats; A's rows past `rows` are read, their products dropped). */
 static void amx_rows(int rows, int ncol, int steps, const uint16_t *A, long lda, const uint16_t *B,
                      long ldb, float *C, long ldc, int acc, float *buf) {
     float *dst = C;
     long ld = ldc;
-    if (rows < 16) {
+    int whole = rows == 16 || rows == 32, mr = rows > 16 ? 2 : 1;
+    if (!whole) {
         dst = buf, ld = ncol;
         for (int i = 0; i < rows; i++)
             memcpy(buf + (long)i * ncol, C + i * ldc, (size_t)ncol * sizeof *C);
     }
     for (int c = 0; c < ncol; c += 32)
-        amx_group(1, ncol - c >= 32 ? 2 : 1, steps, A, lda, B + 2 * c, ldb, dst + c, ld, acc);
-    if (rows < 16)
+        amx_group(mr, ncol - c >= 32 ? 2 : 1, steps, A, lda, B + 2 * c, ldb, dst + c, ld, acc);
+    if (!whole)
         for (int i = 0; i < rows; i++)
             memcpy(C + i * ldc, buf + (long)i * ncol, (size_t)ncol * sizeof *C);
 }
@@ -744,8 +750,8 @@ static void scores_amx(const Block *bk, float *S, const uint16_t *xw, const uint
  * 32 zeroed; xp: the chunk's keys as row pairs, finite past the chunk). */
 static void rows_times_keys_amx(const Block *bk, const uint16_t *aw, const uint16_t *xp, float *C,
                                 long cs, int acc, float *buf) {
-    for (int i0 = 0; i0 < bk->nq; i0 += 16) {
-        int m = bk->nq - i0 < 16 ? bk->nq - i0 : 16, lo, hi;
+    for (int i0 = 0; i0 < bk->nq; i0 += 32) {
+        int m = bk->nq - i0 < 32 ? bk->nq - i0 : 32, lo, hi;
         group_range(bk->start, bk->t0, bk->s0, bk->nk, i0, m, &lo, &hi);
         lo = lo / 32 * 32;
         if (lo < hi)
@@ -773,13 +779,13 @@ SIMD_AVX512 static void transpose_pairs(uint16_t *at, const uint16_t *ap, int nq
 }
 
 /* keys_times_rows_bf16 on tiles: C (the chunk's keys' rows, stride ks) += A^T X with A^T as
- * at (keys as rows) and X (dO or Q) as row pairs xp (zero past nq to the next 32), per 16 keys
+ * at (keys as rows) and X (dO or Q) as row pairs xp (zero past nq to the next 32), per 32 keys
  * from the 32-row step that holds the first row that sees them. */
 static void keys_times_rows_amx(const Block *bk, const uint16_t *at, const uint16_t *xp, float *C,
                                 long ks, float *buf) {
     int nq32 = (bk->nq + 31) / 32 * 32;
-    for (int s = 0; s < bk->nk && bk->s0 + s - bk->t0 < bk->nq; s += 16) {
-        int m = bk->nk - s < 16 ? bk->nk - s : 16;
+    for (int s = 0; s < bk->nk && bk->s0 + s - bk->t0 < bk->nq; s += 32) {
+        int m = bk->nk - s < 32 ? bk->nk - s : 32;
         int i0 = bk->s0 + s - bk->t0 > 0 ? (bk->s0 + s - bk->t0) / 32 * 32 : 0;
         amx_rows(m, bk->E, (nq32 - i0) / 32, at + (long)s * SDPA2_BQ + i0, SDPA2_BQ,
                  xp + (long)i0 * bk->E, 2L * bk->E, C + (long)s * ks, ks, 1, buf);
@@ -803,8 +809,9 @@ static void cpu_sdpa_forward_bf16(float *out, float *lse, const float *q, const 
     const int amx = amx_applies(E);
 #pragma omp parallel
     {
-        _Alignas(64) float S[SDPA2_BQ * SDPA2_BK], buf[16 * SDPA_BF16_MAX_HEAD_DIM];
+        _Alignas(64) float S[SDPA2_BQ * SDPA2_BK], buf[32 * SDPA_BF16_MAX_HEAD_DIM];
         _Alignas(64) uint16_t Qw[SDPA2_BQ * SDPA_BF16_MAX_HEAD_DIM], Pw[SDPA2_BQ * SDPA2_BK];
+        _Alignas(64) float O[SDPA2_BQ * SDPA2_ACC_LD];
         if (amx) gemm_amx_configure();
 #pragma omp for schedule(dynamic, 1)
         for (long u = 0; u < units; u++) {
@@ -829,16 +836,17 @@ static void cpu_sdpa_forward_bf16(float *out, float *lse, const float *q, const 
                     scores_amx(&bk, S, Qw, kp, scale);
                 else
                     scores_bf16(&bk, S, Qw, kp, scale);
-                softmax_chunk(&bk, S, SDPA2_BK, mrow, lrow, ot, qs, first);
+                softmax_chunk(&bk, S, SDPA2_BK, mrow, lrow, O, SDPA2_ACC_LD, first);
                 cast_rows(Pw, SDPA2_BK, S, SDPA2_BK, nq, nk);
                 if (amx) {
                     zero_cols(Pw, SDPA2_BK, nq, nk + nk % 2, (nk + 31) / 32 * 32);
-                    rows_times_keys_amx(&bk, Pw, vp, ot, qs, !first, buf);
+                    rows_times_keys_amx(&bk, Pw, vp, O, SDPA2_ACC_LD, !first, buf);
                 } else {
-                    rows_times_keys_bf16(&bk, Pw, vp, ot, qs, !first);
+                    rows_times_keys_bf16(&bk, Pw, vp, O, SDPA2_ACC_LD, !first);
                 }
             }
-            finish_block(ot, qs, nq, E, mrow, lrow, lse + ((long)b * H + h) * T + t0);
+            finish_block(ot, qs, O, SDPA2_ACC_LD, nq, E, mrow, lrow,
+                         lse + ((long)b * H + h) * T + t0);
         }
         if (amx) amx_release();
     }
@@ -874,7 +882,7 @@ static void cpu_sdpa_backward_bf16(float *dq, float *dk, float *dv, const float 
         _Alignas(4096) uint16_t Qw[QE], dOw[QE], dSw[PK], Qp[QE], dOp[QE], Pp[PK], dSp[PK];
         /* with AMX: P and dS transposed (keys as rows), and a buffer for partial row groups */
         _Alignas(4096) uint16_t Pt[PK], dSt[PK];
-        _Alignas(64) float buf[16 * SDPA_BF16_MAX_HEAD_DIM];
+        _Alignas(64) float buf[32 * SDPA_BF16_MAX_HEAD_DIM], dQ[SDPA2_BQ * SDPA2_ACC_LD];
         if (amx) gemm_amx_configure();
 #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int b = 0; b < B; b++)
@@ -928,13 +936,15 @@ static void cpu_sdpa_backward_bf16(float *dq, float *dk, float *dv, const float 
                                 zero_cols(dSw, SDPA2_BK, nq, nk + nk % 2, (nk + 31) / 32 * 32);
                                 keys_times_rows_amx(&bk, Pt, dOp, dvb + (long)s0 * ks, ks, buf);
                                 keys_times_rows_amx(&bk, dSt, Qp, dkb + (long)s0 * ks, ks, buf);
-                                rows_times_keys_amx(&bk, dSw, kr, dqt, qs, !first, buf);
+                                rows_times_keys_amx(&bk, dSw, kr, dQ, SDPA2_ACC_LD, !first, buf);
                             } else {
                                 keys_times_rows_bf16(&bk, Pp, dOp, dvb + (long)s0 * ks, ks);
                                 keys_times_rows_bf16(&bk, dSp, Qp, dkb + (long)s0 * ks, ks);
-                                rows_times_keys_bf16(&bk, dSw, kr, dqt, qs, !first);
+                                rows_times_keys_bf16(&bk, dSw, kr, dQ, SDPA2_ACC_LD, !first);
                             }
                         }
+                        for (int i = 0; i < nq; i++)
+                            memcpy(dqt + i * qs, dQ + i * SDPA2_ACC_LD, (size_t)E * sizeof *dQ);
                     }
             }
         if (amx) amx_release();
