@@ -311,7 +311,7 @@ static void lm_head_loss_case(const LmHeadLossOp *op) {
     LmCtx c = {op,
                zeros(N),
                zeros(N),
-               zeros(op->workspace_floats(N, V)),
+               zeros(op->workspace_floats(N, D, V)),
                randn(N * D, 1.0f),
                randn((long)V * D, 0.5f),
                tgt,

@@ -126,7 +126,7 @@ static void run_loss(const OpHeader *op, void *c) {
     LossCtx *s = c;
     const LmHeadLossOp *p = (const LmHeadLossOp *)op;
     const LinearOp *proj = (const LinearOp *)op_reference(OP_LINEAR);
-    if (!s->ws) s->ws = xmalloc((size_t)p->workspace_floats(s->N, s->V) * 4);
+    if (!s->ws) s->ws = xmalloc((size_t)p->workspace_floats(s->N, s->D, s->V) * 4);
     p->forward(s->ls, s->lse, s->ws, s->x, s->w, NULL, NULL, s->tg, proj, s->N, s->D, s->V);
     p->backward(s->dx, s->dw, s->ws, s->x, s->w, NULL, NULL, s->tg, s->lse, proj, s->N, s->D, s->V,
                 1e-3f);

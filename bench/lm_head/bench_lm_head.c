@@ -8,12 +8,14 @@
  * in thread CPU time, so beside the wall-clock rate the bench prints the rate per CPU second
  * of the process times the thread count ("cpu GF/s"), which a shared machine's preemption
  * does not lower (spin-waiting threads still count against it).
- * Usage: bench_lm_head [N tokens, default 512] [reps, default 2]; best of reps after a
- * warm-up call. Memory: about 4.6 N V bytes + 10 V D bytes (2.1 GiB at N = 512). */
+ * Usage: bench_lm_head [N tokens, default 512] [reps, default 2] [bf16|fp32, default both];
+ * best of reps after a warm-up call. Memory: about 4.6 N V bytes + 10 V D bytes (2.1 GiB at N =
+ * 512). */
 #include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "core/timer.h"
@@ -77,8 +79,10 @@ static double run_fused(Ctx *c, int bf16) {
 int main(int argc, char **argv) {
     Ctx c = {.N = argc > 1 ? atol(argv[1]) : 512, .D = 1024, .V = 151936};
     int reps = argc > 2 ? atoi(argv[2]) : 2;
-    if (c.N <= 0 || reps <= 0) {
-        fprintf(stderr, "usage: bench_lm_head [N > 0] [reps > 0]\n");
+    const char *prec = argc > 3 ? argv[3] : "both";
+    int lo = strcmp(prec, "bf16") == 0, hi = strcmp(prec, "fp32") != 0;
+    if (c.N <= 0 || reps <= 0 || (strcmp(prec, "both") && strcmp(prec, "bf16") && lo == hi)) {
+        fprintf(stderr, "usage: bench_lm_head [N > 0] [reps > 0] [bf16|fp32|both]\n");
         return 2;
     }
     long N = c.N, VD = (long)c.V * c.D;
@@ -90,7 +94,8 @@ int main(int argc, char **argv) {
     c.x = randn(N * c.D, 1.0f, 1), c.w = randn(VD, 0.02f, 2);
     c.dx = calloc((size_t)N * c.D, 4), c.dw = calloc((size_t)VD, 4);
     c.ls = calloc((size_t)N, 4), c.lse = calloc((size_t)N, 4);
-    c.ws = calloc((size_t)N * c.V, 4); /* the reference's full logits; fused uses a chunk */
+    long wsf = loss_chunked.workspace_floats(N, c.D, c.V);     /* fused: a chunk, or its panels */
+    c.ws = calloc((size_t)(N * c.V > wsf ? N * c.V : wsf), 4); /* the reference's full logits */
     c.wb = malloc((size_t)VD * 2), c.scratch = malloc((size_t)N * (c.D + c.V) * 2);
     c.tg = malloc((size_t)N * 4);
     for (long i = 0; i < N; i++)
@@ -101,7 +106,7 @@ int main(int argc, char **argv) {
            flop * 1e-9);
     printf("%-10s %-5s %9s %9s %8s %9s %8s %10s\n", "schedule", "prec", "seconds", "GFLOP/s",
            "%peak", "cpu GF/s", "%peak", "loss");
-    for (int bf16 = 1; bf16 >= 0; bf16--) {
+    for (int bf16 = hi; bf16 >= lo; bf16--) {
         for (int fused = 0; fused <= 1; fused++) {
             double best = 1e30, best_cpu = 1e30;
             for (int r = 0; r <= reps; r++) {

@@ -112,36 +112,13 @@ AVX512 static inline __mmask16 tail(long n) {
     return (__mmask16)((1u << n) - 1u);
 }
 
-/* exp(x) = 2^k * exp(r), k = round(x / ln2), r = x - k ln2 (two-part ln2 keeps r exact to
- * ~1 ulp), exp(r) on |r| <= ln2/2 by its degree-7 Taylor polynomial (truncation < 1e-8
- * relative), 2^k applied by scalef, which also produces subnormals, 0 and inf. Clamping x to
- * [-104, 89] keeps k finite (results there are already 0 or inf); max/min take x as their
- * second operand so a NaN passes through. */
-AVX512 static inline __m512 exp16(__m512 x) {
-    x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);
-    x = _mm512_min_ps(_mm512_set1_ps(89.0f), x);
-    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693145751953125f), x);
-    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(1.428606765330187045e-06f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 5040);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, k);
-}
-
 AVX512 static void exp_avx512(float *y, const float *x, long n) {
     long i = 0;
     for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(y + i, exp16(_mm512_loadu_ps(x + i)));
+        _mm512_storeu_ps(y + i, simd_exp16(_mm512_loadu_ps(x + i)));
     if (i < n) {
         __mmask16 m = tail(n - i);
-        _mm512_mask_storeu_ps(y + i, m, exp16(_mm512_maskz_loadu_ps(m, x + i)));
+        _mm512_mask_storeu_ps(y + i, m, simd_exp16(_mm512_maskz_loadu_ps(m, x + i)));
     }
 }
 
@@ -149,13 +126,13 @@ AVX512 static float exp_sum_avx512(float *y, const float *x, long n, float shift
     __m512 sh = _mm512_set1_ps(shift), sum = _mm512_setzero_ps();
     long i = 0;
     for (; i + 16 <= n; i += 16) {
-        __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), sh));
+        __m512 e = simd_exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), sh));
         _mm512_storeu_ps(y + i, e);
         sum = _mm512_add_ps(sum, e);
     }
     if (i < n) {
         __mmask16 t = tail(n - i);
-        __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(t, x + i), sh));
+        __m512 e = simd_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(t, x + i), sh));
         _mm512_mask_storeu_ps(y + i, t, e);
         sum = _mm512_mask_add_ps(sum, t, sum, e);
     }
@@ -214,13 +191,13 @@ AVX512 static void softmax_avx512(float *y, const float *x, int n, float scale) 
                                 _mm512_mul_ps(_mm512_maskz_loadu_ps(tail(n - i), x + i), vs));
     __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(vm)), sum = _mm512_setzero_ps();
     for (i = 0; i + 16 <= n; i += 16) {
-        __m512 e = exp16(_mm512_fmsub_ps(_mm512_loadu_ps(x + i), vs, m));
+        __m512 e = simd_exp16(_mm512_fmsub_ps(_mm512_loadu_ps(x + i), vs, m));
         _mm512_storeu_ps(y + i, e);
         sum = _mm512_add_ps(sum, e);
     }
     if (i < n) {
         __mmask16 t = tail(n - i);
-        __m512 e = exp16(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(t, x + i), vs, m));
+        __m512 e = simd_exp16(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(t, x + i), vs, m));
         _mm512_mask_storeu_ps(y + i, t, e);
         sum = _mm512_mask_add_ps(sum, t, sum, e);
     }
@@ -237,7 +214,7 @@ AVX512 static void softmax_avx512(float *y, const float *x, int n, float scale) 
  * couple of ulp of the scalar formula. */
 AVX512 static inline __m512 silu16(__m512 g) {
     __m512 one = _mm512_set1_ps(1.0f);
-    return _mm512_div_ps(g, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+    return _mm512_div_ps(g, _mm512_add_ps(one, simd_exp16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
 }
 
 AVX512 static void silu_avx512(float *y, const float *x, long n) {

@@ -13,12 +13,37 @@
 #ifndef QT_CPU_SIMD_H
 #define QT_CPU_SIMD_H
 
+#include <immintrin.h>
 #include <stdint.h>
 
 /* The instruction sets simd_avx512_active checks for: the target attribute of a function that
  * uses AVX-512 intrinsics in a file built without -march=native; call it only when
  * simd_avx512_active() says so. */
 #define SIMD_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+/* simd_exp's 16 lanes, for AVX-512 code that keeps its values in registers.
+ * exp(x) = 2^k * exp(r), k = round(x / ln2), r = x - k ln2 (two-part ln2 keeps r exact to
+ * ~1 ulp), exp(r) on |r| <= ln2/2 by its degree-7 Taylor polynomial (truncation < 1e-8
+ * relative), 2^k applied by scalef, which also produces subnormals, 0 and inf. Clamping x to
+ * [-104, 89] keeps k finite (results there are already 0 or inf); max/min take x as their
+ * second operand so a NaN passes through. */
+SIMD_AVX512 static inline __m512 simd_exp16(__m512 x) {
+    x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);
+    x = _mm512_min_ps(_mm512_set1_ps(89.0f), x);
+    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693145751953125f), x);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(1.428606765330187045e-06f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, k);
+}
 
 /* 1 when the AVX-512 paths are in use (CPU has AVX-512 F, BW and VL, and QT_SIMD is not
  * "scalar"). */

@@ -15,6 +15,7 @@
 #include "kernels/cpu_ops.h"
 #include "kernels/cpu_simd.h"
 #include "kernels/kernels.h"
+#include "kernels/loss_amx.h"
 #include "ops/cross_entropy.h"
 #include "ops/gemm.h"
 
@@ -105,6 +106,8 @@ static void chunk_loss_grad(float *logits, const int32_t *targets, long n, int V
 static double fused_bf16(float *losses, float *lse, float *dx, float *dw, float *logits,
                          const float *x, const uint16_t *wb, uint16_t *scratch,
                          const int32_t *targets, long N, int D, int V, float scale) {
+    if (loss_amx_usable(wb, N, D, V))
+        return loss_amx_fused(losses, lse, dx, dw, logits, x, wb, scratch, targets, N, D, V, scale);
     uint16_t *xb = scratch, *db = scratch + N * D;
     for (long n0 = 0; n0 < N; n0 += LOSS_CHUNK) {
         long n = N - n0 < LOSS_CHUNK ? N - n0 : LOSS_CHUNK;
@@ -134,8 +137,9 @@ static double chunked_forward_backward(float *losses, float *lse, float *dx, flo
     return valid_sum(losses, targets, N);
 }
 
-static long chunked_workspace(long N, int V) {
-    return chunk_rows(N) * V;
+static long chunked_workspace(long N, int D, int V) {
+    long amx = loss_amx_workspace_floats(N, D, V), chunk = chunk_rows(N) * V;
+    return amx > chunk ? amx : chunk;
 }
 
 const LmHeadLossOp loss_chunked = {{"loss_chunked", OP_LM_HEAD_LOSS, "cpu", 0},

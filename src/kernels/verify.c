@@ -205,7 +205,7 @@ static void verify_lm_head_loss(Cmp *c, const OpHeader *kh, const VerifyShape *s
     for (int i = 0; i < 2; i++) {
         ls[i] = unwritten(N), lse[i] = unwritten(N), dx[i] = unwritten(N * D);
         dw[i] = copy(dw0, V * D);
-        ws[i] = zeros(ops[i]->workspace_floats(N, (int)V));
+        ws[i] = zeros(ops[i]->workspace_floats(N, (int)D, (int)V));
         sum[i] =
             ops[i]->forward(ls[i], lse[i], ws[i], x, w, NULL, NULL, tg, proj, N, (int)D, (int)V);
         ops[i]->backward(dx[i], dw[i], ws[i], x, w, NULL, NULL, tg, lse[i], proj, N, (int)D, (int)V,

@@ -9,7 +9,9 @@
 #include <string.h>
 
 #include "core/rng.h"
+#include "kernels/cpu_ops.h"
 #include "kernels/cpu_simd.h"
+#include "kernels/loss_amx.h"
 #include "model/lora.h"
 #include "model/moe.h"
 #include "model/moe_ep.h"
@@ -248,7 +250,8 @@ static void layout_acts(Qwen3 *m, Arena *ar, Arena *ks) {
     a->h = arena_floats(ar, n * D);
     a->hn = arena_floats(ar, n * D);
     a->rstdf = arena_floats(ar, n);
-    a->logits = arena_floats(ar, (size_t)m->mod.loss->workspace_floats(n, (int)V));
+    a->logits_floats = m->mod.loss->workspace_floats(n, (int)D, (int)V);
+    a->logits = arena_floats(ar, (size_t)a->logits_floats);
     a->ce_lse = arena_floats(ar, n);
     a->losses = arena_floats(ar, n);
     a->dres = arena_floats(ar, n * D);
@@ -752,6 +755,21 @@ uint16_t *qwen3_bf16_copy(Qwen3 *m, int i) {
 
 /* The linear and feed_forward calls: the bf16 path when mixed precision is on and the
  * implementation has one, else fp32. */
+/* The reference output op in a bf16 training step whose loss scale is known before the forward
+ * (qwen3_forward_backward), on a CPU whose bf16 products run on AMX tiles: projection and
+ * cross-entropy at once in vocabulary panels (kernels/loss_amx.h), the logits never whole,
+ * where the parts the reference schedule would run are the CPU defaults (an override of
+ * lm_head or the cross-entropy keeps its kernel) and the gradient is a plain buffer (no FSDP
+ * hooks). n tokens; the workspace is the reference's logits. */
+static int amx_head(const Qwen3 *m, const int32_t *targets, const uint16_t *wb, long n) {
+    const ModelSpec *s = &m->spec;
+    if (!targets || !wb || m->fuse_divisor <= 0 || m->dist.unit || !m->g.output || m->bf16_only)
+        return 0;
+    if (m->mod.lm_head != &linear_cpu || m->mod.ce != &cross_entropy_cpu) return 0;
+    return loss_amx_usable(wb, n, s->dim, s->vocab_size) &&
+           loss_amx_workspace_floats(n, s->dim, s->vocab_size) <= m->a.logits_floats;
+}
+
 static void linear_fwd(const Qwen3 *m, const LinearOp *op, float *out, const float *x,
                        const float *w, const uint16_t *wb, long N, int I, int O) {
     if (m->bf16 && op->forward_bf16)
@@ -1188,7 +1206,13 @@ float qwen3_forward(Qwen3 *m, const int32_t *tokens, const int32_t *targets,
     const int32_t *tg = a->targets + t0;
     const uint16_t *wb = m->bf16 ? m->pb.output : NULL;
     m->loss_done = 0;
-    if (md->loss == &lm_head_loss_reference) {
+    if (md->loss == &lm_head_loss_reference && amx_head(m, targets ? tg : NULL, wb, n)) {
+        PROF_OP(&md->loss->h, 0,
+                m->loss_sum = loss_amx_fused(a->losses, a->ce_lse, a->dxn, m->g.output, a->logits,
+                                             a->hn, wb, m->pb.scratch, tg, n, (int)D, (int)V,
+                                             (float)(1.0 / m->fuse_divisor)));
+        m->loss_done = 1;
+    } else if (md->loss == &lm_head_loss_reference) {
         /* The reference output op, scheduled here so lm_head can take the bf16 path and the
          * cross-entropy the module set's implementation (md->ce). */
         linear_fwd(m, md->lm_head, a->logits, a->hn, m->p.output, m->pb.output, n, D, V);
@@ -1243,14 +1267,16 @@ void qwen3_backward(Qwen3 *m, double divisor) {
                       s->router_aux_loss_coef * m->aux_weight);
     hook(m, s->n_layers + 1, QWEN3_PRE_BACKWARD);
     const Qwen3Modules *md = &m->mod;
-    if (md->loss == &lm_head_loss_reference) {
+    if (m->loss_done) {
+        /* the fused step wrote dxn and the output's gradient in the forward */
+    } else if (md->loss == &lm_head_loss_reference) {
         /* dlogits overwrite the logits in place. */
         PROF_OP(&md->ce->h, 1,
                 md->ce->backward(a->logits, a->logits, a->ce_lse, a->targets + t0, n, V,
                                  (float)(1.0 / divisor)));
         linear_bwd(m, md->lm_head, a->dxn, m->g.output, a->logits, a->hn, m->p.output, m->pb.output,
                    n, D, V, 0.0f);
-    } else if (!m->loss_done) {
+    } else {
         PROF_OP(&md->loss->h, 1,
                 md->loss->backward(a->dxn, m->g.output, a->logits, a->hn, m->p.output,
                                    m->bf16 ? m->pb.output : NULL, m->pb.scratch, a->targets + t0,

@@ -141,13 +141,14 @@ typedef struct Qwen3Acts {
     int32_t *doc;       /* (N) */
     int has_doc;
     Qwen3LayerActs layers[QT_MAX_LAYERS];
-    float *h;      /* (n, D) output of the last layer */
-    float *hn;     /* (n, D) after the final norm */
-    float *rstdf;  /* (n) */
-    float *logits; /* loss workspace: (n, V) logits with the reference, becomes dlogits during
-                    * backward; a chunked loss sizes it smaller (workspace_floats) */
-    float *ce_lse; /* (n) */
-    float *losses; /* (n) */
+    float *h;           /* (n, D) output of the last layer */
+    float *hn;          /* (n, D) after the final norm */
+    float *rstdf;       /* (n) */
+    float *logits;      /* loss workspace: (n, V) logits with the reference, becomes dlogits during
+                         * backward; a chunked loss sizes it smaller (workspace_floats) */
+    long logits_floats; /* its size */
+    float *ce_lse;      /* (n) */
+    float *losses;      /* (n) */
     /* Activation gradients: one set, reused by every layer in turn. */
     float *dres;   /* (n, D) gradient of the residual stream */
     float *dxn;    /* (N, D) */

@@ -170,6 +170,18 @@ static void pack_b_tiles(const Op *b, int c0, int N, int k0, int K, int steps, u
     }
 }
 
+void gemm_amx_pack_a(const uint16_t *A, int ta, int lda, int r0, int M, int k0, int K, int steps,
+                     uint16_t *dst) {
+    Op a = {A, ta, lda};
+    pack_a_tiles(&a, r0, M, k0, K, steps, dst);
+}
+
+void gemm_amx_pack_b(const uint16_t *B, int tb, int ldb, int c0, int N, int k0, int K, int steps,
+                     uint16_t *dst) {
+    Op b = {B, tb, ldb};
+    pack_b_tiles(&b, c0, N, k0, K, steps, dst);
+}
+
 /* acc (32 x 32, row stride 32) into C rows [m0, m0 + 32) x columns [n0, n0 + 32) of the M x N
  * result, or of its transpose when tc (then C[n][m]; acc is transposed in place first). */
 __attribute__((target("avx512f"))) static void store_block(float *acc, int m0, int n0, int M, int N,

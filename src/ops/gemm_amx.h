@@ -72,6 +72,19 @@ gemm_amx_group(int mr, int nr, int steps, GemmAmxTiles a, GemmAmxTiles b, float 
     if (mr > 1 && nr > 1) _tile_stored(3, c3, cs);
 }
 
+/* Columns [c0, c0 + 16) x reduction values [k0, k0 + 32 steps) of op(B) (B row-major with row
+ * stride ldb, op(B) = B or B^T by tb; K x N in all) as `steps` consecutive tiles of 16 x 32
+ * values in the B order of GemmAmxTiles; values beyond K or N are zeros. dst is 64-byte
+ * aligned. */
+void gemm_amx_pack_b(const uint16_t *B, int tb, int ldb, int c0, int N, int k0, int K, int steps,
+                     uint16_t *dst);
+
+/* Rows [r0, r0 + 16) x reduction values [k0, k0 + 32 steps) of op(A) (A row-major with row
+ * stride lda, op(A) = A or A^T by ta; M x K in all) as `steps` consecutive A tiles of 16 rows
+ * of 32 values; values beyond M or K are zeros. */
+void gemm_amx_pack_a(const uint16_t *A, int ta, int lda, int r0, int M, int k0, int K, int steps,
+                     uint16_t *dst);
+
 int gemm_amx_bf16(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
                   const uint16_t *B, int ldb, float beta, float *C, int ldc, void *scratch);
 

@@ -37,7 +37,8 @@ static void lm_head_loss_backward(float *dx, float *dw, float *logits, const flo
     lm_head_proj_backward(dx, dw, logits, x, w, wb, scratch, proj, N, D, V);
 }
 
-static long lm_head_loss_workspace(long N, int V) {
+static long lm_head_loss_workspace(long N, int D, int V) {
+    (void)D;
     return N * V;
 }
 

@@ -50,7 +50,7 @@ typedef double (*LmHeadLossFusedFn)(float *losses, float *lse, float *dx, float 
                                     uint16_t *scratch, const int32_t *targets, const LinearOp *proj,
                                     long N, int D, int V, float scale);
 /* Floats of workspace the op needs for N tokens (the model sizes its logits buffer by it). */
-typedef long (*LmHeadLossWorkspaceFn)(long N, int V);
+typedef long (*LmHeadLossWorkspaceFn)(long N, int D, int V);
 
 typedef struct LmHeadLossOp {
     OpHeader h;
