@@ -41,10 +41,7 @@ static double cpu_ce_forward(float *losses, float *lse, const float *logits, con
         lse[n] = (float)z;
         losses[n] = targets[n] == CE_IGNORE ? 0.0f : (float)(z - l[targets[n]]);
     }
-    double sum = 0.0;
-    for (long n = 0; n < N; n++)
-        if (targets[n] != CE_IGNORE) sum += losses[n];
-    return sum;
+    return cross_entropy_valid_sum(losses, targets, N);
 }
 
 static void cpu_ce_backward(float *dlogits, const float *logits, const float *lse,

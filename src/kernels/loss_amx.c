@@ -22,8 +22,8 @@
 #include <math.h>
 #include <omp.h>
 #include <stddef.h>
-#include <string.h>
 
+#include "core/dtype.h"
 #include "kernels/cpu_simd.h"
 #include "ops/cross_entropy.h"
 #include "ops/gemm.h"
@@ -106,7 +106,8 @@ static int rows_from(const Layout *l, long v0, int n) {
     return (int)(l->vp - v0 < n ? l->vp - v0 : n);
 }
 
-/* bf16 -> fp32 of 16 values, and 32 fp32 values -> bf16 (round to nearest even). */
+/* bf16 -> fp32 of 16 values, and 32 fp32 values -> bf16 (round to nearest even, as
+ * f32_to_bf16). */
 AMX_AVX512 static inline __m512 widen16(const uint16_t *p) {
     return _mm512_castsi512_ps(
         _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const void *)p)), 16));
@@ -114,14 +115,6 @@ AMX_AVX512 static inline __m512 widen16(const uint16_t *p) {
 
 AMX_AVX512 static inline __m512i narrow32(__m512 lo, __m512 hi) {
     return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-}
-
-static inline uint16_t bf16_round(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
 }
 
 /* The 32 tokens [n0, n0 + 32) against one panel's rows [v0, v0 + rows), of which the first
@@ -248,7 +241,7 @@ AMX_AVX512 static void panel_dlogits(uint16_t *pk, uint16_t *tmp, const uint16_t
     for (long n = 0; n < N; n++) {
         int32_t t = targets[n];
         if (t == CE_IGNORE || t < v0 || t >= v0 + valid) continue;
-        uint16_t g = bf16_round(gt[n]);
+        uint16_t g = f32_to_bf16(gt[n]);
         long r = t - v0;
         tmp[r * N + n] = g;
         pk[((r / 16) * l->Ns + n / 32) * TILE + (r % 16) * 32 + n % 32] = g;
@@ -351,8 +344,5 @@ double loss_amx_fused(float *losses, float *lse, float *dx, float *dw, float *ws
     combine(&l, ws, losses, lse, targets, N, scale);
     pass_grad(&l, ws, E, dw, targets, N, D, V);
     pass_dx(&l, ws, E, wb, dx, N, D, V);
-    double sum = 0.0; /* in token order, as the reference adds them */
-    for (long n = 0; n < N; n++)
-        if (targets[n] != CE_IGNORE) sum += losses[n];
-    return sum;
+    return cross_entropy_valid_sum(losses, targets, N);
 }

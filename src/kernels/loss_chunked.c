@@ -27,14 +27,6 @@ static long chunk_rows(long N) {
     return N < LOSS_CHUNK ? N : LOSS_CHUNK;
 }
 
-/* The sum over all tokens in token order, as the reference adds them. */
-static double valid_sum(const float *losses, const int32_t *targets, long N) {
-    double sum = 0.0;
-    for (long n = 0; n < N; n++)
-        if (targets[n] != CE_IGNORE) sum += losses[n];
-    return sum;
-}
-
 static double chunked_forward(float *losses, float *lse, float *logits, const float *x,
                               const float *w, const uint16_t *wb, uint16_t *scratch,
                               const int32_t *targets, const LinearOp *proj, long N, int D, int V) {
@@ -44,7 +36,7 @@ static double chunked_forward(float *losses, float *lse, float *logits, const fl
         lm_head_proj_forward(logits, x + n0 * D, w, wb, scratch, proj, n, D, V);
         cross_entropy_cpu.forward(losses + n0, lse + n0, logits, targets + n0, n, V);
     }
-    return valid_sum(losses, targets, N);
+    return cross_entropy_valid_sum(losses, targets, N);
 }
 
 static void chunked_backward(float *dx, float *dw, float *logits, const float *x, const float *w,
@@ -118,7 +110,7 @@ static double fused_bf16(float *losses, float *lse, float *dx, float *dw, float 
         gemm_bf16(0, 0, (int)n, D, V, 1.0f, db + n0 * V, V, wb, D, 0.0f, dx + n0 * D, D);
     }
     gemm_bf16(1, 0, V, D, (int)N, 1.0f, db, V, xb, D, 1.0f, dw, D);
-    return valid_sum(losses, targets, N);
+    return cross_entropy_valid_sum(losses, targets, N);
 }
 
 static double chunked_forward_backward(float *losses, float *lse, float *dx, float *dw,
@@ -134,7 +126,7 @@ static double chunked_forward_backward(float *losses, float *lse, float *dx, flo
         chunk_loss_grad(logits, targets + n0, n, V, scale, losses + n0, lse + n0);
         proj->backward(dx + n0 * D, dw, logits, x + n0 * D, w, n, D, V, 0.0f);
     }
-    return valid_sum(losses, targets, N);
+    return cross_entropy_valid_sum(losses, targets, N);
 }
 
 static long chunked_workspace(long N, int D, int V) {

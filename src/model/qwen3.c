@@ -753,8 +753,6 @@ uint16_t *qwen3_bf16_copy(Qwen3 *m, int i) {
     return f ? *f : NULL;
 }
 
-/* The linear and feed_forward calls: the bf16 path when mixed precision is on and the
- * implementation has one, else fp32. */
 /* The reference output op in a bf16 training step whose loss scale is known before the forward
  * (qwen3_forward_backward), on a CPU whose bf16 products run on AMX tiles: projection and
  * cross-entropy at once in vocabulary panels (kernels/loss_amx.h), the logits never whole,
@@ -770,6 +768,8 @@ static int amx_head(const Qwen3 *m, const int32_t *targets, const uint16_t *wb, 
            loss_amx_workspace_floats(n, s->dim, s->vocab_size) <= m->a.logits_floats;
 }
 
+/* The linear and feed_forward calls: the bf16 path when mixed precision is on and the
+ * implementation has one, else fp32. */
 static void linear_fwd(const Qwen3 *m, const LinearOp *op, float *out, const float *x,
                        const float *w, const uint16_t *wb, long N, int I, int O) {
     if (m->bf16 && op->forward_bf16)

@@ -18,6 +18,10 @@ double cross_entropy_forward(float *losses, float *lse, const float *logits, con
         lse[n] = (float)z;
         losses[n] = targets[n] == CE_IGNORE ? 0.0f : (float)(z - l[targets[n]]);
     }
+    return cross_entropy_valid_sum(losses, targets, N);
+}
+
+double cross_entropy_valid_sum(const float *losses, const int32_t *targets, long N) {
     double sum = 0.0;
     for (long n = 0; n < N; n++)
         if (targets[n] != CE_IGNORE) sum += losses[n];

@@ -32,6 +32,9 @@ typedef struct CrossEntropyOp {
     CrossEntropyBackwardFn backward;
 } CrossEntropyOp;
 
+/* The sum of the losses of valid targets over N tokens, added in token order (what every
+ * forward returns, so implementations that compute losses their own way agree with it). */
+double cross_entropy_valid_sum(const float *losses, const int32_t *targets, long N);
 double cross_entropy_forward(float *losses, float *lse, const float *logits, const int32_t *targets,
                              long N, int V);
 void cross_entropy_backward(float *dlogits, const float *logits, const float *lse,
