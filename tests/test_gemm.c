@@ -52,7 +52,7 @@ static void oracle(int ta, int tb, int M, int N, int K, float alpha, const float
 
 /* bf16 modes of check_case beyond 0 (fp32) and 1 (bf16 values): A, or B, passed as the handle
  * of a registered widened copy (ops/gemm.h), as the model passes its weights. */
-enum { WIDE_A = 2, WIDE_B = 3 };
+enum { WIDE_A = 2, WIDE_B = 3, PACKED_B = 4 };
 
 /* The handle of a widened copy of the n bf16 values at h (registered; *wide to free). */
 static const uint16_t *widened(const uint16_t *h, size_t n, float **wide) {
@@ -71,7 +71,8 @@ static const uint16_t *widened(const uint16_t *h, size_t n, float **wide) {
 static void check_case(int bf16, int ta, int tb, int M, int N, int K, float alpha, float beta,
                        int pad, Rng *r) {
     int arows = ta ? K : M, acols = ta ? M : K, brows = tb ? N : K, bcols = tb ? K : N;
-    int lda = acols + pad, ldb = bcols + pad, ldc = N + pad;
+    /* a prepacked weight is registered whole: no padding */
+    int lda = acols + pad, ldb = bcols + (bf16 == PACKED_B ? 0 : pad), ldc = N + pad;
     float *A = calloc((size_t)arows * lda + 1, 4), *B = calloc((size_t)brows * ldb + 1, 4);
     float *C = calloc((size_t)M * ldc + 1, 4), *C0 = calloc((size_t)M * ldc + 1, 4);
     uint16_t *Ah = calloc((size_t)arows * lda + 1, 2), *Bh = calloc((size_t)brows * ldb + 1, 2);
@@ -94,6 +95,15 @@ static void check_case(int bf16, int ta, int tb, int M, int N, int K, float alph
     float *wide = NULL;
     const uint16_t *a = bf16 == WIDE_A ? widened(Ah, (size_t)arows * lda, &wide) : Ah;
     const uint16_t *b = bf16 == WIDE_B ? widened(Bh, (size_t)brows * ldb, &wide) : Bh;
+    uint16_t *packs = NULL;
+    if (bf16 == PACKED_B) { /* packed from the values, then the values spoilt: only the packs
+                             * can give the right product */
+        packs = aligned_alloc(64, (gemm_bf16_packed_values(brows, bcols) * 2 + 63) / 64 * 64);
+        assert_int_equal(gemm_bf16_pack_register(Bh, brows, bcols, packs), 0);
+        gemm_bf16_weight_written(Bh);
+        for (size_t i = 0; i < (size_t)brows * ldb; i++)
+            Bh[i] = f32_to_bf16(NAN);
+    }
     if (bf16)
         gemm_bf16(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
     else
@@ -112,7 +122,8 @@ static void check_case(int bf16, int ta, int tb, int M, int N, int K, float alph
             assert_true(C[(long)i * ldc + j] == C0[(long)i * ldc + j]);
     }
     if (wide) gemm_widened_unregister(wide);
-    free(wide);
+    if (packs) gemm_bf16_pack_unregister(Bh, (size_t)brows * ldb * 2);
+    free(wide), free(packs);
     free(A), free(B), free(C), free(C0), free(Ah), free(Bh), free(want), free(bound);
 }
 
@@ -222,6 +233,59 @@ static void test_amx_blocks(void **state) {
     }
     omp_set_num_threads(was);
     free(A), free(B), free(C1), free(C2), free(scratch);
+}
+
+/* Weights prepacked for the AMX path (ops/gemm.h): every shape of the sweep and long
+ * reductions, op(B) = W^T and W, each read from its packed form (the weight's values are
+ * spoilt after packing); the same product as the unpacked kernel bit for bit where that one
+ * does not swap its operands; a weight written again reads its new values once
+ * gemm_bf16_weight_written says so; unregistered, the weight is read as it is. Skipped where
+ * the bf16 path is not AMX (tests run it once more with the tiles emulated). */
+static void test_amx_prepacked(void **state) {
+    (void)state;
+    assert_int_equal(gemm_set_backend("auto"), 0);
+    if (!gemm_bf16_prepacks()) skip();
+    sweep(PACKED_B);
+    Rng r;
+    rng_seed(&r, 23, 0);
+    for (int tb = 0; tb < 2; tb++) {
+        check_case(PACKED_B, 0, tb, 5, 40, 17000, 1.0f, 1.0f, 1, &r);
+        check_case(PACKED_B, 1, tb, 70, 33, 2100, 0.5f, 0.0f, 3, &r);
+        check_case(PACKED_B, 0, tb, 600, 50, 300, 1.0f, 0.0f, 0, &r); /* M > N */
+    }
+    const int M = 64, N = 96, K = 1056; /* W (N, K) for tb 1, (K, N) for tb 0 */
+    uint16_t *A = malloc((size_t)M * K * 2), *W = malloc((size_t)K * N * 2);
+    uint16_t *packs = aligned_alloc(64, (gemm_bf16_packed_values(N, K) * 2 + 63) / 64 * 64);
+    float *C1 = malloc((size_t)M * N * 4), *C2 = malloc((size_t)M * N * 4);
+    void *scratch = malloc(GEMM_AMX_SCRATCH_BYTES);
+    for (long i = 0; i < (long)M * K; i++)
+        A[i] = f32_to_bf16(rng_uniform(&r) - 0.5f);
+    for (int tb = 0; tb < 2; tb++) {
+        int rows = tb ? N : K, cols = tb ? K : N;
+        for (long i = 0; i < (long)K * N; i++)
+            W[i] = f32_to_bf16(rng_uniform(&r) - 0.5f);
+        assert_int_equal(gemm_bf16_pack_register(W, rows, cols, packs), 0);
+        gemm_bf16_weight_written(W);
+        gemm_bf16(0, tb, M, N, K, 1.0f, A, K, W, cols, 0.0f, C1, N);
+        assert_int_equal(gemm_amx_bf16(0, tb, M, N, K, 1.0f, A, K, W, cols, 0.0f, C2, N, scratch),
+                         0);
+        assert_memory_equal(C1, C2, (size_t)M * N * 4);
+        for (long i = 0; i < (long)K * N; i++) /* written again */
+            W[i] = f32_to_bf16(rng_uniform(&r) - 0.5f);
+        gemm_bf16(0, tb, M, N, K, 1.0f, A, K, W, cols, 0.0f, C1, N);
+        assert_memory_equal(C1, C2, (size_t)M * N * 4); /* the packs still hold the old W */
+        gemm_bf16_weight_written(W);
+        gemm_bf16(0, tb, M, N, K, 1.0f, A, K, W, cols, 0.0f, C1, N);
+        gemm_amx_bf16(0, tb, M, N, K, 1.0f, A, K, W, cols, 0.0f, C2, N, scratch);
+        assert_memory_equal(C1, C2, (size_t)M * N * 4);
+        gemm_bf16_pack_unregister(W, (size_t)K * N * 2);
+        for (long i = 0; i < (long)K * N; i++)
+            W[i] ^= 0x8000; /* negated; unregistered, read as it is */
+        gemm_bf16(0, tb, M, N, K, 1.0f, A, K, W, cols, 0.0f, C1, N);
+        for (long i = 0; i < (long)M * N; i++)
+            assert_true(C1[i] == -C2[i]);
+    }
+    free(A), free(W), free(packs), free(C1), free(C2), free(scratch);
 }
 
 /* Weights passed as widened copies, read in place also when bf16 products would otherwise go to
@@ -420,7 +484,7 @@ int main(void) {
         cmocka_unit_test(test_degenerate),        cmocka_unit_test(test_nan_propagates),
         cmocka_unit_test(test_deterministic),     cmocka_unit_test(test_concurrent_callers),
         cmocka_unit_test(test_inside_omp_region), cmocka_unit_test(test_widened_copies),
-        cmocka_unit_test(test_widened_blocks),
+        cmocka_unit_test(test_widened_blocks),    cmocka_unit_test(test_amx_prepacked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

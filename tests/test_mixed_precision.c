@@ -7,7 +7,9 @@
  *     keeps 8 significant bits of every matmul input);
  *   - 20 AdamW steps in bf16 track the fp32 run: every step's loss within 2% of fp32's, and
  *     both fall well below the start;
- *   - the bf16 run is deterministic: run again, it gives bitwise the same losses.
+ *   - the bf16 run is deterministic: run again, it gives bitwise the same losses;
+ *   - with the copies kept by the optimizer and prepacked for the AMX path, the losses are
+ *     bitwise those of products that pack every weight themselves.
  * Each comparison also runs with loss_chunked as the trainer runs a step (qwen3_forward_backward:
  * its fused output layer, bf16 dW over all tokens), within the same bounds. */
 #include <setjmp.h>
@@ -27,6 +29,7 @@
 #include "kernels/registry.h"
 #include "model/overrides.h"
 #include "model/qwen3.h"
+#include "ops/gemm.h"
 #include "spec_util.h"
 #include "train/adamw.h"
 
@@ -145,7 +148,9 @@ static void test_bf16_matches_fp32(void **state) {
 #define STEPS 20
 #define REPEAT_STEPS 6 /* the determinism rerun */
 
-static void train(int mode, float *losses, int steps) {
+/* kept: the optimizer keeps the bf16 copies, as the trainer has it (qwen3_keep_bf16), and the
+ * model reports whether the products read them prepacked in *packed. */
+static void train_with(int mode, float *losses, int steps, int kept, int *packed) {
     Qwen3 m;
     build(&m, mode, 1);
     AdamWParam *ap = calloc((size_t)m.nparams, sizeof *ap);
@@ -156,6 +161,15 @@ static void train(int mode, float *losses, int steps) {
     AdamWConfig cfg = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
     Err err;
     assert_int_equal(adamw_init(&opt, &cfg, ap, m.nparams, &err), 0);
+    if (kept) {
+        uint16_t **copies = calloc((size_t)m.nparams, sizeof *copies);
+        for (int i = 0; i < m.nparams; i++)
+            copies[i] = qwen3_bf16_copy(&m, i);
+        adamw_set_copies(&opt, copies);
+        free(copies);
+        qwen3_keep_bf16(&m, 1);
+    }
+    if (packed) *packed = m.bf16_packed;
     for (int s = 0; s < steps; s++) {
         qwen3_zero_grads(&m);
         /* As the trainer runs a step. */
@@ -165,6 +179,10 @@ static void train(int mode, float *losses, int steps) {
     adamw_free(&opt);
     free(ap);
     qwen3_free(&m);
+}
+
+static void train(int mode, float *losses, int steps) {
+    train_with(mode, losses, steps, 0, NULL);
 }
 
 static void test_bf16_training_tracks_fp32(void **state) {
@@ -184,12 +202,34 @@ static void test_bf16_training_tracks_fp32(void **state) {
     assert_memory_equal(b16, again, sizeof again);
 }
 
+/* Where the bf16 products run on AMX tiles the layers' copies are prepacked (ops/gemm.h) and
+ * repacked by the optimizer that keeps them: the run's losses are bitwise those of a run that
+ * packs every weight inside every product (QT_GEMM_PREPACK=0; at these shapes the unpacked
+ * kernel never reorders a reduction). Skipped elsewhere; tests run it once more with the tiles
+ * emulated. */
+static void test_bf16_prepacked_training(void **state) {
+    (void)state;
+    if (!gemm_bf16_prepacks()) skip();
+    float packs[REPEAT_STEPS], plain[REPEAT_STEPS];
+    int packed = 0;
+    train_with(CPU_BF16, packs, REPEAT_STEPS, 1, &packed);
+    assert_true(packed);
+    setenv("QT_GEMM_PREPACK", "0", 1);
+    train_with(CPU_BF16, plain, REPEAT_STEPS, 1, &packed);
+    unsetenv("QT_GEMM_PREPACK");
+    assert_false(packed);
+    for (int s = 0; s < REPEAT_STEPS; s++)
+        printf("step %d: prepacked %.7f, packed per product %.7f\n", s + 1, packs[s], plain[s]);
+    assert_memory_equal(packs, plain, sizeof packs);
+}
+
 int main(void) {
     make_batch();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cpu_kernels_match_reference),
         cmocka_unit_test(test_bf16_matches_fp32),
         cmocka_unit_test(test_bf16_training_tracks_fp32),
+        cmocka_unit_test(test_bf16_prepacked_training),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

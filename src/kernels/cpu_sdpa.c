@@ -719,10 +719,6 @@ static void zero_cols(uint16_t *x, long ld, int rows, int c0, int c1) {
             memset(x + i * ld + c0, 0, (size_t)(c1 - c0) * sizeof *x);
 }
 
-AMX_TILES static void amx_release(void) {
-    _tile_release();
-}
-
 /* scores_bf16 on tiles: per 32 rows, the key tiles (16 keys, within one panel) that any of
  * them sees, up to the chunk's keys rounded to 16; S's rows past nq and keys past each row's
  * range get values nobody reads. */
@@ -848,7 +844,7 @@ static void cpu_sdpa_forward_bf16(float *out, float *lse, const float *q, const 
             finish_block(ot, qs, O, SDPA2_ACC_LD, nq, E, mrow, lrow,
                          lse + ((long)b * H + h) * T + t0);
         }
-        if (amx) amx_release();
+        if (amx) gemm_amx_release();
     }
 }
 
@@ -947,7 +943,7 @@ static void cpu_sdpa_backward_bf16(float *dq, float *dk, float *dv, const float 
                             memcpy(dqt + i * qs, dQ + i * SDPA2_ACC_LD, (size_t)E * sizeof *dQ);
                     }
             }
-        if (amx) amx_release();
+        if (amx) gemm_amx_release();
     }
 }
 

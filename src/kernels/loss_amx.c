@@ -189,7 +189,7 @@ AMX_AVX512 static void pass_stats(const Layout *l, float *ws, uint16_t *E, const
             }
         }
         _mm_sfence();
-        _tile_release();
+        gemm_amx_release();
     }
 }
 
@@ -288,7 +288,7 @@ AMX_AVX512 static void pass_grad(const Layout *l, float *ws, uint16_t *E, float 
                     gemm_amx_pack_a(tmp, 1, (int)N, (int)(16 * t), (int)N, 32 * vs, rows, 1,
                                     E + ((v0 / 32 + vs) * (N / 16) + t) * TILE);
         }
-        _tile_release();
+        gemm_amx_release();
     }
 }
 
@@ -322,7 +322,7 @@ AMX_AVX512 static void pass_dx(const Layout *l, float *ws, const uint16_t *E, co
                 }
             }
         }
-        _tile_release();
+        gemm_amx_release();
     }
 }
 

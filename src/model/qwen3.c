@@ -539,6 +539,7 @@ void qwen3_free(Qwen3 *m) {
     arena_free(&m->act_arena);
     arena_free(&m->scratch_arena);
     if (m->bf16_widened) gemm_widened_unregister((const float *)(void *)m->bf16_arena.base);
+    if (m->bf16_packed) gemm_bf16_pack_unregister(m->bf16_arena.base, m->bf16_arena.capacity);
     arena_free(&m->bf16_arena);
     free(m->table);
     free(m->slots);
@@ -636,29 +637,42 @@ static uint16_t *weight_copy(const Qwen3 *m, Arena *ar, long n) {
     return w ? (uint16_t *)(void *)base + (w - base) : NULL;
 }
 
-/* Runs once counting, once placing (as the other layouts); the weight copies only when
- * weights is 1. The copies come first, so widened ones form one region at the arena's base,
- * of *weight_bytes. */
-static void layout_bf16(Qwen3 *m, Arena *ar, int weights, size_t *weight_bytes) {
+/* The matmul weight copies of layer i in layout order, with their rows and columns; their
+ * number (4 in an MoE layer, whose experts stay fp32; 7 in a dense one). */
+static int layer_copies(Qwen3 *m, int i, uint16_t **copies[7], long rows[7], long cols[7]) {
     const ModelSpec *s = &m->spec;
     long D = s->dim, HE = (long)s->n_heads * s->head_dim, KE = (long)s->n_kv_heads * s->head_dim;
+    long F = s->hidden_dim;
+    Qwen3Bf16Layer *l = &m->pb.layers[i];
+    uint16_t **c[7] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w1, &l->w3, &l->w2};
+    long r[7] = {HE, KE, KE, D, F, F, D}, k[7] = {D, D, D, HE, D, D, F};
+    int n = model_spec_layer_is_moe(s, i) ? 4 : 7;
+    for (int j = 0; j < n; j++)
+        copies[j] = c[j], rows[j] = r[j], cols[j] = k[j];
+    return n;
+}
+
+/* Runs once counting, once placing (as the other layouts); the weight copies only when
+ * weights is 1. The copies come first, so widened ones form one region at the arena's base,
+ * of *weight_bytes; packed forms (m->bf16_packed) follow the output's copy. */
+static void layout_bf16(Qwen3 *m, Arena *ar, int weights, size_t *weight_bytes) {
+    const ModelSpec *s = &m->spec;
+    long D = s->dim, HE = (long)s->n_heads * s->head_dim;
     long F = s->hidden_dim, V = s->vocab_size, N = (long)m->max_B * m->max_T;
-    for (int i = 0; i < s->n_layers && weights; i++) {
-        Qwen3Bf16Layer *l = &m->pb.layers[i];
-        l->wq = weight_copy(m, ar, HE * D);
-        l->wk = weight_copy(m, ar, KE * D);
-        l->wv = weight_copy(m, ar, KE * D);
-        l->wo = weight_copy(m, ar, D * HE);
-        if (model_spec_layer_is_moe(s, i)) continue; /* its experts stay fp32 */
-        l->w1 = weight_copy(m, ar, F * D);
-        l->w3 = weight_copy(m, ar, F * D);
-        l->w2 = weight_copy(m, ar, D * F);
-    }
+    uint16_t **copies[7];
+    long rows[7], cols[7];
+    for (int i = 0; i < s->n_layers && weights; i++)
+        for (int j = 0, n = layer_copies(m, i, copies, rows, cols); j < n; j++)
+            *copies[j] = weight_copy(m, ar, rows[j] * cols[j]);
     if (weights) m->pb.output = weight_copy(m, ar, V * D);
     if (weights && m->base_bf16)
         m->pb.tok_embeddings =
             s->tie_embeddings ? m->pb.output : arena_alloc(ar, (size_t)(V * D) * sizeof(uint16_t));
     *weight_bytes = ar->used;
+    for (int i = 0; i < s->n_layers && weights && m->bf16_packed; i++)
+        for (int j = 0, n = layer_copies(m, i, copies, rows, cols); j < n; j++)
+            m->pb.layers[i].packs[j] = arena_alloc(
+                ar, gemm_bf16_packed_values((int)rows[j], (int)cols[j]) * sizeof(uint16_t));
     /* The largest product's inputs: the FFN backward (linear.h, swiglu.h) or lm_head; or
      * attention's cast keys and values (ops/sdpa.h). */
     long need = 2 * D + 2 * F;
@@ -671,10 +685,26 @@ static void layout_bf16(Qwen3 *m, Arena *ar, int weights, size_t *weight_bytes) 
     m->pb.scratch_len = need;
 }
 
+/* Registers every layer copy with its packed forms (ops/gemm.h); on failure none. */
+static int register_packs(Qwen3 *m, Err *err) {
+    uint16_t **copies[7];
+    long rows[7], cols[7];
+    for (int i = 0; i < m->spec.n_layers; i++)
+        for (int j = 0, n = layer_copies(m, i, copies, rows, cols); j < n; j++)
+            if (gemm_bf16_pack_register(*copies[j], (int)rows[j], (int)cols[j],
+                                        m->pb.layers[i].packs[j]) != 0) {
+                gemm_bf16_pack_unregister(m->bf16_arena.base, m->bf16_arena.capacity);
+                return err_set(err, "too many prepacked bf16 weights at once (ops/gemm.h)");
+            }
+    return 0;
+}
+
 /* gemv 1: the copies stay bf16 (qwen3_enable_bf16_for_gemv). */
 static int enable_bf16(Qwen3 *m, int weights, int gemv, Err *err) {
     if (m->bf16) return 0;
-    m->bf16_widened = weights && !gemv && !m->bf16_only && !m->base_bf16 && gemm_bf16_widens();
+    int casts = weights && !gemv && !m->bf16_only && !m->base_bf16;
+    m->bf16_widened = casts && gemm_bf16_widens();
+    m->bf16_packed = casts && !m->bf16_widened && gemm_bf16_prepacks();
     Arena count;
     size_t wbytes;
     arena_init_counting(&count, "bf16 weight");
@@ -686,6 +716,11 @@ static int enable_bf16(Qwen3 *m, int weights, int gemv, Err *err) {
         m->bf16_widened = 0;
         arena_free(&m->bf16_arena);
         return err_set(err, "too many widened weight regions at once (ops/gemm.h)");
+    }
+    if (m->bf16_packed && register_packs(m, err) != 0) {
+        m->bf16_packed = 0;
+        arena_free(&m->bf16_arena);
+        return -1;
     }
     m->bf16 = 1;
     m->bf16_by_hook = !weights;
@@ -712,21 +747,16 @@ int qwen3_enable_bf16_base_by_hook(Qwen3 *m, Err *err) {
 
 static void cast_weights_bf16(Qwen3 *m) {
     const ModelSpec *s = &m->spec;
-    long D = s->dim, HE = (long)s->n_heads * s->head_dim, KE = (long)s->n_kv_heads * s->head_dim;
-    long F = s->hidden_dim;
-    for (int i = 0; i < s->n_layers; i++) {
-        const Qwen3LayerParams *p = &m->p.layers[i];
-        Qwen3Bf16Layer *l = &m->pb.layers[i];
-        simd_bf16_weight_copy(l->wq, p->wq, HE * D);
-        simd_bf16_weight_copy(l->wk, p->wk, KE * D);
-        simd_bf16_weight_copy(l->wv, p->wv, KE * D);
-        simd_bf16_weight_copy(l->wo, p->wo, D * HE);
-        if (!p->w1) continue;
-        simd_bf16_weight_copy(l->w1, p->w1, F * D);
-        simd_bf16_weight_copy(l->w3, p->w3, F * D);
-        simd_bf16_weight_copy(l->w2, p->w2, D * F);
-    }
-    simd_bf16_weight_copy(m->pb.output, m->p.output, (long)s->vocab_size * D);
+    uint16_t **copies[7];
+    long rows[7], cols[7];
+    static const ParamKindId kinds[7] = {PK_WQ, PK_WK, PK_WV, PK_WO, PK_W1, PK_W3, PK_W2};
+    for (int i = 0; i < s->n_layers; i++)
+        for (int j = 0, n = layer_copies(m, i, copies, rows, cols); j < n; j++) {
+            simd_bf16_weight_copy(*copies[j], *qwen3_param_field(&m->p, kinds[j], i),
+                                  rows[j] * cols[j]);
+            if (m->bf16_packed) gemm_bf16_weight_written(*copies[j]);
+        }
+    simd_bf16_weight_copy(m->pb.output, m->p.output, (long)s->vocab_size * s->dim);
 }
 
 /* 1 when the model makes its bf16 copies from the fp32 masters itself (else there are no
@@ -1341,6 +1371,12 @@ int qwen3_sizes(Qwen3Sizes *out, const ModelSpec *spec, int B, int T, AcMode ac,
         out->bf16_bytes[widened] = (bc.used + 63) / 64 * 64;
     }
     m->bf16_widened = 0;
+    Arena pk;
+    arena_init_counting(&pk, "bf16 weight");
+    m->bf16_packed = 1;
+    layout_bf16(m, &pk, 1, &wbytes);
+    m->bf16_packed = 0;
+    out->bf16_pack_bytes = (pk.used + 63) / 64 * 64 - out->bf16_bytes[0];
     /* The same two arenas of a bf16 base. */
     m->base_bf16 = 1;
     Arena pb16, gb16, bb16;

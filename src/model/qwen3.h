@@ -181,6 +181,9 @@ typedef struct Qwen3Acts {
 typedef struct Qwen3Bf16Layer {
     uint16_t *wq, *wk, *wv, *wo; /* shaped as the fp32 weights */
     uint16_t *w1, *w3, *w2;
+    /* Where this host prepacks (Qwen3.bf16_packed): the packed forms of each copy above, in
+     * that order (ops/gemm.h gemm_bf16_pack_register); else NULL. */
+    uint16_t *packs[7];
 } Qwen3Bf16Layer;
 
 typedef struct Qwen3Bf16 {
@@ -245,6 +248,10 @@ struct Qwen3 {
      * the start of bf16_arena, passed as handles), because this host's bf16 products run as
      * fp32 GEMMs; 0: bf16. */
     int bf16_widened;
+    /* 1 when the layers' bf16 copies are registered with packed forms that every product
+     * reads (ops/gemm.h gemm_bf16_prepacks: the AMX path), repacked whenever a copy is written:
+     * by the model's cast, or by the optimizer that keeps them. */
+    int bf16_packed;
     /* 1 after qwen3_keep_bf16(m, 1): forward does not cast, the caller keeps the copies. */
     int bf16_kept;
     Arena bf16_arena;
@@ -353,6 +360,8 @@ typedef struct Qwen3Sizes {
      * ones; gemm_bf16_widens() picks (asked only by a bf16 job: the question times the GEMM
      * paths). */
     size_t bf16_bytes[2];
+    /* What [0] grows by where the copies are prepacked (ops/gemm.h gemm_bf16_prepacks). */
+    size_t bf16_pack_bytes;
     /* The parameter and bf16 arenas of qwen3_create_frozen_with with base_bf16 1 instead. */
     size_t base_bf16_param_bytes, base_bf16_bytes;
     /* The bf16 arena of qwen3_enable_bf16_by_hook: the matmul scratch alone (a sharded model's

@@ -524,6 +524,89 @@ float *gemm_widened_values(const uint16_t *p) {
     return out;
 }
 
+/* ---- weights prepacked for the AMX path ------------------------------------------------- */
+
+/* Registered weights: W (rows x cols), its forward form op(B) = W^T at fwd and its backward
+ * form op(B) = W at bwd (gemm_amx_prepack layouts). A model registers one per matmul weight
+ * (a few hundred); a scan under a lock, after a range check that turns away every other
+ * operand, costs well under a microsecond per product. */
+#define MAX_PACKED 2048
+typedef struct Packed {
+    const uint16_t *w;
+    int rows, cols;
+    uint16_t *fwd, *bwd;
+} Packed;
+static Packed g_packed[MAX_PACKED];
+static int g_npacked;
+static uintptr_t g_packed_lo = UINTPTR_MAX, g_packed_hi; /* every registered W lies within */
+static pthread_mutex_t g_packed_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int gemm_bf16_prepacks(void) {
+    const char *e = getenv("QT_GEMM_PREPACK");
+    if (e && strcmp(e, "0") == 0) return 0;
+    pthread_once(&g_once, init_once);
+    return g_backend == BK_AUTO && bf16_path() == BF16_AMX;
+}
+
+size_t gemm_bf16_packed_values(int rows, int cols) {
+    return gemm_amx_packed_values(cols, rows) + gemm_amx_packed_values(rows, cols);
+}
+
+int gemm_bf16_pack_register(const uint16_t *w, int rows, int cols, uint16_t *dst) {
+    pthread_mutex_lock(&g_packed_lock);
+    int rc = -1;
+    if (g_npacked < MAX_PACKED) {
+        g_packed[g_npacked++] =
+            (Packed){w, rows, cols, dst, dst + gemm_amx_packed_values(cols, rows)};
+        if ((uintptr_t)w < g_packed_lo) g_packed_lo = (uintptr_t)w;
+        if ((uintptr_t)w > g_packed_hi) g_packed_hi = (uintptr_t)w;
+        rc = 0;
+    }
+    pthread_mutex_unlock(&g_packed_lock);
+    return rc;
+}
+
+void gemm_bf16_pack_unregister(const void *base, size_t bytes) {
+    uintptr_t lo = (uintptr_t)base, hi = lo + bytes;
+    pthread_mutex_lock(&g_packed_lock);
+    int n = 0;
+    for (int i = 0; i < g_npacked; i++)
+        if ((uintptr_t)g_packed[i].w < lo || (uintptr_t)g_packed[i].w >= hi)
+            g_packed[n++] = g_packed[i];
+    g_npacked = n;
+    pthread_mutex_unlock(&g_packed_lock);
+}
+
+/* The entry of W, copied out; 0 when W is not registered. */
+static int packed_entry(const uint16_t *w, Packed *out) {
+    uintptr_t a = (uintptr_t)w;
+    int found = 0;
+    pthread_mutex_lock(&g_packed_lock);
+    if (a >= g_packed_lo && a <= g_packed_hi)
+        for (int i = 0; i < g_npacked && !found; i++)
+            if (g_packed[i].w == w) *out = g_packed[i], found = 1;
+    pthread_mutex_unlock(&g_packed_lock);
+    return found;
+}
+
+void gemm_bf16_weight_written(const uint16_t *w) {
+    Packed p;
+    if (!packed_entry(w, &p)) return;
+    int tok = prof_begin("bf16 weight prepack", "", 0);
+    gemm_amx_prepack(w, 1, p.cols, p.cols, p.rows, p.fwd);
+    gemm_amx_prepack(w, 0, p.cols, p.rows, p.cols, p.bwd);
+    prof_end(tok);
+}
+
+/* The packed form of op(B) when B is a registered weight, whole, in one of its two roles. */
+static const uint16_t *packed_form(const uint16_t *B, int tb, int ldb, int K, int N) {
+    Packed p;
+    if (!packed_entry(B, &p) || ldb != p.cols) return NULL;
+    if (tb && K == p.cols && N == p.rows) return p.fwd;
+    if (!tb && K == p.rows && N == p.cols) return p.bwd;
+    return NULL;
+}
+
 /* ---- entry points ----------------------------------------------------------------------- */
 
 /* Problems every backend agrees on without calling it: empty C, or K = 0 (C = beta*C). */
@@ -665,12 +748,16 @@ static void gemm_bf16_run(int ta, int tb, int M, int N, int K, float alpha, cons
         bf16_widened(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
-    if (g_backend == BK_AUTO && g_bf16 == BF16_AMX && K <= BF16_K_SPLIT) {
-        int slot;
-        float *buf = scratch_take(&slot);
-        int rc = gemm_amx_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, buf);
-        scratch_give(buf, slot);
-        if (rc == 0) return;
+    if (g_backend == BK_AUTO && g_bf16 == BF16_AMX) {
+        const uint16_t *bp = packed_form(B, tb, ldb, K, N);
+        if (bp || K <= BF16_K_SPLIT) {
+            int slot;
+            float *buf = scratch_take(&slot);
+            int rc = bp ? gemm_amx_bf16_packed(ta, M, N, K, alpha, A, lda, bp, beta, C, ldc, buf)
+                        : gemm_amx_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, buf);
+            scratch_give(buf, slot);
+            if (rc == 0) return;
+        }
     }
     int kc = k_chunk(K);
     for (int k0 = 0; k0 < K; k0 += kc) {
@@ -705,6 +792,10 @@ void gemm_f32(int ta, int tb, int M, int N, int K, float alpha, const float *A, 
 void gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
                const uint16_t *B, int ldb, float beta, float *C, int ldc) {
     double t0 = prof_timing() ? now_seconds() : 0, widen0 = g_widen_seconds;
+    gemm_amx_pack_timing(t0 > 0 && !omp_in_parallel());
+    double pack0 = gemm_amx_pack_seconds();
     gemm_bf16_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    if (t0 > 0) gemm_timed("gemm_bf16", M, N, K, t0, g_widen_seconds - widen0);
+    double packing = gemm_amx_pack_seconds() - pack0;
+    if (packing > 0) prof_gemm_part("bf16 operand packing (inside GEMMs)", packing);
+    if (t0 > 0) gemm_timed("gemm_bf16", M, N, K, t0, g_widen_seconds - widen0 + packing);
 }

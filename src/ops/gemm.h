@@ -72,6 +72,27 @@ int gemm_bf16_adopt(int path);
 void gemm_bf16_prefer(int path, const char *why);
 #define GEMM_BF16_SCRATCH_BYTES ((size_t)32 << 20)
 
+/* ---- bf16 weights prepacked for the AMX path ----
+ * On the AMX path (under auto; QT_GEMM_PREPACK=0 turns it off) a bf16 weight W (rows x cols,
+ * row-major, row stride cols) that many products read can be registered with room for its two
+ * packed forms (ops/gemm_amx.h): op(B) = W^T, the forward's x W^T, and op(B) = W, the backward's
+ * dout W. A product whose B is the registered W itself, whole, in one of these two roles, then
+ * reads the packed form: no product packs the weight, and op(A) is never swapped in to stream
+ * the longer side (its tiles are packed instead: rows of an untransposed A are copied as
+ * they are). Whoever writes W calls gemm_bf16_weight_written(W) after (the optimizer, once per
+ * step), which repacks both forms.
+ * 1 when this process prepacks (asks, so may choose, the bf16 path). */
+int gemm_bf16_prepacks(void);
+/* The bf16 values both packed forms of a rows x cols weight take. */
+size_t gemm_bf16_packed_values(int rows, int cols);
+/* Registers W with dst (gemm_bf16_packed_values(rows, cols) values, 64-byte aligned) for its
+ * forms, to be filled by gemm_bf16_weight_written; -1 when too many weights are registered. */
+int gemm_bf16_pack_register(const uint16_t *w, int rows, int cols, uint16_t *dst);
+/* Unregisters every W in [base, base + bytes) (before that memory is freed). */
+void gemm_bf16_pack_unregister(const void *base, size_t bytes);
+/* W was written: repacks its forms when it is registered (else nothing). */
+void gemm_bf16_weight_written(const uint16_t *w);
+
 /* Registers n fp32 values at base as widened copies and returns the handle of base[0], or NULL
  * when too many regions are registered. The copy of base[i] is passed wherever a bf16 weight
  * goes (up to gemm_bf16) as handle + i: a uint16_t pointer that only gemm_bf16 reads, through

@@ -9,15 +9,23 @@
 #include <cpuid.h>
 #include <immintrin.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include "core/dtype.h"
 
 #define GA_KC 1024        /* reduction values per block: a 32-column B panel is 64 KiB */
 #define GA_STEP 32        /* bf16 values per tile row: one tdpbf16ps step of K */
 #define GA_TILE (16 * 32) /* bf16 values per packed A or B tile */
 #define GA_MC 512         /* rows of op(A) per packed block: 1 MiB at GA_KC */
 _Static_assert((size_t)GA_MC *GA_KC * 2 <= GEMM_AMX_SCRATCH_BYTES, "a packed A block");
+
+/* gemm_amx_pack_timing / gemm_amx_pack_seconds: per calling thread, read and added to outside
+ * the products' parallel regions. */
+static _Thread_local int g_pack_timed;
+static _Thread_local double g_pack_seconds;
 
 /* CPUID leaf 7 sub-leaf 0, EDX: AMX-BF16 is bit 22, AMX-TILE bit 24. */
 static int cpuid7_edx(int bit) {
@@ -26,14 +34,51 @@ static int cpuid7_edx(int bit) {
     return (r[3] >> bit) & 1;
 }
 
+int gemm_amx_emulated;
+
 int gemm_amx_ready(void) {
     static int state = -1;
     if (state < 0) {
         const long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
         state = cpuid7_edx(22) && cpuid7_edx(24) &&
                 syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+        const char *e = getenv("QT_AMX_EMULATE");
+        if (e && strcmp(e, "1") == 0 && __builtin_cpu_supports("avx512f"))
+            state = gemm_amx_emulated = 1;
     }
     return state;
+}
+
+/* One tile product in software, as TDPBF16PS is documented: for each row m of A, pair p and
+ * column n, the two products of the pair (exact in fp32) summed in fp32, then added to C. */
+static void emulated_dp(float c[16][16], const uint16_t *a, long as, const uint16_t *b, long bs) {
+    for (int m = 0; m < 16; m++)
+        for (int p = 0; p < 16; p++) {
+            float a0 = bf16_to_f32(a[m * as + 2 * p]), a1 = bf16_to_f32(a[m * as + 2 * p + 1]);
+            for (int n = 0; n < 16; n++) {
+                float t = a0 * bf16_to_f32(b[p * bs + 2 * n]);
+                t += a1 * bf16_to_f32(b[p * bs + 2 * n + 1]);
+                c[m][n] += t;
+            }
+        }
+}
+
+void gemm_amx_group_emulated(int mr, int nr, int steps, GemmAmxTiles a, GemmAmxTiles b, float *C,
+                             long ldc, int acc) {
+    for (int r = 0; r < mr; r++)
+        for (int q = 0; q < nr; q++) {
+            float c[16][16];
+            float *ct = C + (long)r * 16 * ldc + q * 16;
+            for (int i = 0; i < 16; i++)
+                for (int j = 0; j < 16; j++)
+                    c[i][j] = acc ? ct[i * ldc + j] : 0.0f;
+            for (int s = 0; s < steps; s++)
+                emulated_dp(c, a.x + s * a.step + r * a.next, a.ld, b.x + s * b.step + q * b.next,
+                            b.ld);
+            for (int i = 0; i < 16; i++)
+                for (int j = 0; j < 16; j++)
+                    ct[i * ldc + j] = c[i][j];
+        }
 }
 
 typedef struct TileCfg {
@@ -226,36 +271,49 @@ static const TileCfg g_tiles = {
 };
 
 __attribute__((target("amx-tile"))) void gemm_amx_configure(void) {
-    _tile_loadconfig(&g_tiles);
+    if (!gemm_amx_emulated) _tile_loadconfig(&g_tiles);
 }
 
-__attribute__((target("amx-tile"))) static void tiles_release(void) {
-    _tile_release();
+__attribute__((target("amx-tile"))) void gemm_amx_release(void) {
+    if (!gemm_amx_emulated) _tile_release();
 }
 
-/* The product with op(A) M x K and op(B) K x N, result (or its transpose, tc) in C. */
-static void run(const Op *a, const Op *b, int M, int N, int K, float alpha, float beta, int tc,
-                float *C, int ldc, uint16_t *apack) {
+/* The product with op(A) M x K and op(B) K x N, result (or its transpose, tc) in C. op(B) is
+ * packed here panel by panel, or, when bp is set, was packed whole by gemm_amx_prepack. */
+static void run(const Op *a, const Op *b, const uint16_t *bp, int M, int N, int K, float alpha,
+                float beta, int tc, float *C, int ldc, uint16_t *apack) {
     int direct = alpha == 1.0f && !tc && (beta == 0.0f || beta == 1.0f);
+    long bsteps = (K + GA_STEP - 1) / GA_STEP; /* of a prepacked column half */
+    int timed = g_pack_timed;
     for (int k0 = 0; k0 < K; k0 += GA_KC) {
         int kc = K - k0 < GA_KC ? K - k0 : GA_KC, steps = (kc + GA_STEP - 1) / GA_STEP;
         for (int m0 = 0; m0 < M; m0 += GA_MC) {
             int mc = M - m0 < GA_MC ? M - m0 : GA_MC, strips = (mc + 31) / 32 * 2;
             long strip = (long)steps * GA_TILE;
-#pragma omp parallel
+            double packing = 0; /* seconds the threads spent packing, summed */
+#pragma omp parallel reduction(+ : packing)
             {
+                double t0 = timed ? omp_get_wtime() : 0;
 #pragma omp for schedule(static)
                 for (int s = 0; s < strips; s++)
                     pack_a_tiles(a, m0 + s * 16, M, k0, K, steps, apack + s * strip);
+                if (timed) packing += omp_get_wtime() - t0;
                 _Alignas(64) uint16_t bpack[2 * (GA_KC / GA_STEP) * GA_TILE];
                 _Alignas(64) float acc[32 * 32];
                 gemm_amx_configure();
                 int panels = (N + 31) / 32;
 #pragma omp for schedule(static)
                 for (int p = 0; p < panels; p++) {
-                    pack_b_tiles(b, p * 32, N, k0, K, steps, bpack);
-                    pack_b_tiles(b, p * 32 + 16, N, k0, K, steps, bpack + strip);
                     GemmAmxTiles bt = {bpack, GA_STEP, GA_TILE, strip};
+                    if (bp) {
+                        bt = (GemmAmxTiles){bp + (2 * p * bsteps + k0 / GA_STEP) * GA_TILE, GA_STEP,
+                                            GA_TILE, bsteps * GA_TILE};
+                    } else {
+                        double t1 = timed ? omp_get_wtime() : 0;
+                        pack_b_tiles(b, p * 32, N, k0, K, steps, bpack);
+                        pack_b_tiles(b, p * 32 + 16, N, k0, K, steps, bpack + strip);
+                        if (timed) packing += omp_get_wtime() - t1;
+                    }
                     for (int s = 0; s < strips; s += 2) {
                         int r0 = m0 + s * 16, c0 = p * 32;
                         const uint16_t *a0 = apack + s * strip;
@@ -270,8 +328,9 @@ static void run(const Op *a, const Op *b, int M, int N, int K, float alpha, floa
                         }
                     }
                 }
-                tiles_release();
+                gemm_amx_release();
             }
+            if (timed) g_pack_seconds += packing / omp_get_max_threads();
         }
     }
 }
@@ -287,6 +346,34 @@ int gemm_amx_bf16(int ta, int tb, int M, int N, int K, float alpha, const uint16
         int x = M;
         M = N, N = x, tc = 1;
     }
-    run(&a, &b, M, N, K, alpha, beta, tc, C, ldc, scratch);
+    run(&a, &b, NULL, M, N, K, alpha, beta, tc, C, ldc, scratch);
     return 0;
+}
+
+size_t gemm_amx_packed_values(int K, int N) {
+    return (size_t)((N + 31) / 32 * 2) * (size_t)((K + GA_STEP - 1) / GA_STEP) * GA_TILE;
+}
+
+void gemm_amx_prepack(const uint16_t *B, int tb, int ldb, int K, int N, uint16_t *dst) {
+    Op b = {B, tb, ldb};
+    int halves = (N + 31) / 32 * 2, steps = (K + GA_STEP - 1) / GA_STEP;
+#pragma omp parallel for schedule(static)
+    for (int h = 0; h < halves; h++)
+        pack_b_tiles(&b, h * 16, N, 0, K, steps, dst + (long)h * steps * GA_TILE);
+}
+
+int gemm_amx_bf16_packed(int ta, int M, int N, int K, float alpha, const uint16_t *A, int lda,
+                         const uint16_t *Bp, float beta, float *C, int ldc, void *scratch) {
+    if (!gemm_amx_ready() || M <= 0 || N <= 0 || K <= 0) return -1;
+    Op a = {A, ta, lda};
+    run(&a, NULL, Bp, M, N, K, alpha, beta, 0, C, ldc, scratch);
+    return 0;
+}
+
+void gemm_amx_pack_timing(int on) {
+    g_pack_timed = on;
+}
+
+double gemm_amx_pack_seconds(void) {
+    return g_pack_seconds;
 }

@@ -15,13 +15,19 @@
 #define GEMM_AMX_SCRATCH_BYTES ((size_t)1 << 20) /* within gemm.h's GEMM_BF16_SCRATCH_BYTES */
 
 /* 1 when the CPU has AMX-BF16 and AMX-TILE and Linux lets this process use the tile state
- * (asked once; the answer is kept). */
+ * (asked once; the answer is kept); or when QT_AMX_EMULATE=1 and the CPU has AVX-512: then
+ * every tile product below runs in software (gemm_amx_emulated), so that the AMX routes (the
+ * GEMM, attention, the output layer) and their tests run on hosts without AMX. The emulation
+ * sums each pair of products as the instruction is documented to, not necessarily in the
+ * hardware's exact bits; it is for tests, far slower than the tiles. */
 int gemm_amx_ready(void);
+extern int gemm_amx_emulated; /* set by gemm_amx_ready */
 
 /* Loads the tile configuration the kernel uses on the calling thread: palette 1, tiles 0-7
  * each 16 rows x 64 bytes (a 16 x 16 fp32 accumulator, or 16 rows of 32 bf16 values). Needs
- * gemm_amx_ready(); release with _tile_release(). */
+ * gemm_amx_ready(); release with gemm_amx_release(). */
 void gemm_amx_configure(void);
+void gemm_amx_release(void);
 
 /* Where one operand's tiles lie: tile i (0 or 1) of reduction step s (32 values) starts at
  * x + i * next + s * step, its 16 rows ld values apart. An A tile's row holds 32 values of one
@@ -32,12 +38,20 @@ typedef struct GemmAmxTiles {
     long ld, step, next;
 } GemmAmxTiles;
 
+/* gemm_amx_group in software (QT_AMX_EMULATE=1). */
+void gemm_amx_group_emulated(int mr, int nr, int steps, GemmAmxTiles a, GemmAmxTiles b, float *C,
+                             long ldc, int acc);
+
 /* The tile kernel, under gemm_amx_configure's configuration: C (mr x nr tiles of 16 x 16,
  * mr, nr <= 2, row stride ldc floats) = (acc ? C : 0) + the sum over `steps` steps of A tile
  * r times B tile c. Tile registers: 0-3 C, 4-5 A, 6-7 B. */
 __attribute__((target("amx-tile,amx-bf16"))) static inline void
 gemm_amx_group(int mr, int nr, int steps, GemmAmxTiles a, GemmAmxTiles b, float *C, long ldc,
                int acc) {
+    if (__builtin_expect(gemm_amx_emulated, 0)) {
+        gemm_amx_group_emulated(mr, nr, steps, a, b, C, ldc, acc);
+        return;
+    }
     long cs = 4 * ldc, as = 2 * a.ld, bs = 2 * b.ld;
     float *c1 = C + 16, *c2 = C + 16 * ldc, *c3 = c2 + 16;
     if (acc) {
@@ -87,5 +101,24 @@ void gemm_amx_pack_a(const uint16_t *A, int ta, int lda, int r0, int M, int k0, 
 
 int gemm_amx_bf16(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
                   const uint16_t *B, int ldb, float beta, float *C, int ldc, void *scratch);
+
+/* ---- op(B) packed once, for a weight used by many products ----
+ * The layout gemm_amx_prepack writes: op(B) (K x N) as column halves of 16 (N rounded up to
+ * 32), each its K steps of 32 values as consecutive VNNI tiles (GemmAmxTiles' B order), zeros
+ * beyond K and N: gemm_amx_packed_values(K, N) bf16 values. */
+size_t gemm_amx_packed_values(int K, int N);
+/* Packs op(B) (B row-major with row stride ldb, op(B) = B or B^T by tb) into dst, 64-byte
+ * aligned; parallel over column halves. */
+void gemm_amx_prepack(const uint16_t *B, int tb, int ldb, int K, int N, uint16_t *dst);
+/* gemm_amx_bf16 with op(B) given packed (Bp from gemm_amx_prepack with this K and N): never
+ * transposed to stream the longer side, so only op(A)'s tiles are packed; any K. */
+int gemm_amx_bf16_packed(int ta, int M, int N, int K, float alpha, const uint16_t *A, int lda,
+                         const uint16_t *Bp, float beta, float *C, int ldc, void *scratch);
+
+/* Timing of the packing inside products for the op profile, per calling thread: on, every
+ * product the thread calls adds the seconds its threads spent packing operands (summed over
+ * threads, divided by their number) to a total that gemm_amx_pack_seconds returns. */
+void gemm_amx_pack_timing(int on);
+double gemm_amx_pack_seconds(void);
 
 #endif

@@ -83,6 +83,16 @@ void prof_gemm_add(double seconds) {
     }
 }
 
+void prof_gemm_part(const char *what, double seconds) {
+    if (!prof_timing() || omp_in_parallel()) return;
+    int r = row_index(what, "", 0);
+    if (r < 0) return;
+    g_rows[r].seconds += seconds;
+    g_rows[r].gemm_seconds += seconds;
+    g_rows[r].calls++;
+    if (g_depth > 0) g_rows[g_stack[g_depth - 1]].seconds -= seconds;
+}
+
 static int by_time(const void *a, const void *b) {
     const ProfRow *x = a, *y = b;
     return (x->seconds < y->seconds) - (x->seconds > y->seconds);

@@ -25,6 +25,9 @@ int prof_begin(const char *what, const char *impl, int bwd);
 void prof_end(int token);
 /* Time spent in one GEMM, added to the innermost open row (or to "gemm (other)"). */
 void prof_gemm_add(double seconds);
+/* A part of the GEMMs (`what`, e.g. the packing of operands) shown as its own row: its seconds
+ * count as GEMM time there and are taken out of the innermost open row, like a nested row's. */
+void prof_gemm_part(const char *what, double seconds);
 /* Prints the table: seconds per step for each row, its GEMM part and share of the total of
  * all rows, for `steps` steps. Nothing when off. */
 void prof_report(FILE *f, long steps);

@@ -145,4 +145,7 @@ void adamw_step_scaled(AdamW *opt, double lr, float grad_scale) {
                                              p->param + lo, hi - lo);
         }
     }
+    /* Copies the products read in a packed form are repacked once here (ops/gemm.h). */
+    for (int i = 0; i < opt->nparams; i++)
+        if (opt->copy[i] && !opt->wide[i]) gemm_bf16_weight_written(opt->copy[i]);
 }

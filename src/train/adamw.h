@@ -44,7 +44,8 @@ int adamw_init(AdamW *opt, const AdamWConfig *cfg, const AdamWParam *params, int
 void adamw_free(AdamW *opt);
 /* copies (nparams, NULL entries allowed): the low-precision copy of each parameter that a
  * model's bf16 products read (ops/gemm.h: bf16, or a widened copy's handle), written from the
- * updated values by every update from now on. */
+ * updated values by every update from now on (and repacked where the products read a packed
+ * form: gemm_bf16_weight_written). */
 void adamw_set_copies(AdamW *opt, uint16_t *const *copies);
 /* One update of every parameter with learning rate lr (increments opt->step first, as torch
  * does), and of each parameter's copy where it has one, a run of elements at a time while they

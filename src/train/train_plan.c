@@ -445,7 +445,8 @@ int train_plan_compute_tok(TrainPlan *p, const JobConfig *cfg, const Tokenizer *
         if (p->dp_shard > 1 || p->tp > 1)
             note(p, "bfloat16 on many processes: the matmul scratch is not counted");
         else
-            p->workspace += (double)z.bf16_bytes[gemm_bf16_widens()];
+            p->workspace += (double)z.bf16_bytes[gemm_bf16_widens()] +
+                            (gemm_bf16_prepacks() ? (double)z.bf16_pack_bytes : 0);
     }
     /* Training in bf16 on many processes whose products all read bf16 copies gathers them in
      * bf16 from a bf16 copy of each rank's shard (train_qwen3.c): 2 bytes per element of it. */

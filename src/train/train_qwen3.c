@@ -519,6 +519,7 @@ int train_qwen3_sizes(TrainQwen3Sizes *out, const ModelSpec *spec, int B, int T,
     out->grad_bytes = z.grad_bytes;
     out->act_bytes = z.act_bytes;
     memcpy(out->bf16_bytes, z.bf16_bytes, sizeof out->bf16_bytes);
+    out->bf16_pack_bytes = z.bf16_pack_bytes;
     out->base_bf16_param_bytes = z.base_bf16_param_bytes;
     out->base_bf16_bytes = z.base_bf16_bytes;
     out->bf16_scratch_bytes = z.bf16_scratch_bytes;

@@ -96,7 +96,8 @@ struct Qwen3Modules *train_qwen3_modules(const ModelSpec *spec, const OverridePl
  * activations of a sequence-parallel rank. */
 typedef struct TrainQwen3Sizes {
     size_t param_bytes, grad_bytes, act_bytes;
-    size_t bf16_bytes[2]; /* added by train_qwen3_enable_bf16 on a world of one (Qwen3Sizes) */
+    size_t bf16_bytes[2];   /* added by train_qwen3_enable_bf16 on a world of one (Qwen3Sizes) */
+    size_t bf16_pack_bytes; /* and where the copies are prepacked (Qwen3Sizes) */
     /* A frozen bf16 base (train_qwen3_create base_bf16): its fp32 and bf16 arenas instead. */
     size_t base_bf16_param_bytes, base_bf16_bytes;
     size_t bf16_scratch_bytes; /* sharded, under bf16: the model's matmul scratch alone */
