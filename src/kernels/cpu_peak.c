@@ -186,7 +186,7 @@ void cpu_peak_measure(CpuPeak *out) {
                           : "scalar fma");
     out->bf16_gflops = out->fp32_gflops;
     snprintf(out->bf16_unit, sizeof out->bf16_unit, "fp32 (no bf16 unit)");
-    if (gemm_amx_ready()) {
+    if (cpu_peak_amx_loop(1) >= 0) {
         out->bf16_gflops = best_rate(2, 200000, 4.0 * 16 * 16 * 32 * 2);
         snprintf(out->bf16_unit, sizeof out->bf16_unit, "amx tdpbf16ps");
     } else if (cpu_has_avx512_bf16()) {
