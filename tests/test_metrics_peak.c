@@ -1,7 +1,7 @@
 /* The measured CPU peak (metrics_measure_peak_tflops, the MFU denominator) is an upper bound
  * of what real kernels reach: it must be at least the best fp32 GEMM rate at 1024^3 on the same
- * machine and threads. A peak loop that under-reads (as one did: 0.097 TFLOP/s against GEMMs at
- * ~0.3) makes MFU read 3-4x too high and fails here. */
+ * machine and threads, within the timings' noise (PEAK_NOISE). A peak loop that under-reads (as one
+ * did: 0.097 TFLOP/s against GEMMs at ~0.3) makes MFU read 3-4x too high and fails here. */
 /* cmocka.h needs these four first. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -62,6 +62,11 @@ static double best_gemm_tflops(int bf16) {
     return best;
 }
 
+/* A GEMM can run at the unit's peak (oneDNN's bf16 matmul on an AMD EPYC with avx512_bf16
+ * reads 0.466 TFLOP/s against a peak loop of 0.463, 2026-12-06), so the two timings may cross
+ * by their noise; a peak read on the wrong unit is off by a factor of 2 or more. */
+#define PEAK_NOISE 0.95
+
 static void test_peak_above_gemm(void **state) {
     (void)state;
 #ifndef __OPTIMIZE__
@@ -73,7 +78,7 @@ static void test_peak_above_gemm(void **state) {
     double peak = metrics_measure_peak_tflops(0.2);
     printf("measured peak %.3f TFLOP/s, best gemm_f32 1024^3 %.3f TFLOP/s (%s)\n", peak, best,
            gemm_backend_name());
-    assert_true(peak >= best);
+    assert_true(peak >= PEAK_NOISE * best);
 }
 
 /* The bf16 peak (mixed-precision MFU) is above the best bf16 GEMM in the same way, and above
@@ -93,7 +98,7 @@ static void test_bf16_peak_above_gemm(void **state) {
     printf("measured bf16 peak %.3f TFLOP/s (%s), fp32 peak %.3f, best gemm_bf16 1024^3 %.3f\n",
            peak, unit, fp32, best);
     assert_non_null(unit);
-    assert_true(peak >= best);
+    assert_true(peak >= PEAK_NOISE * best);
     if (strcmp(unit, "amx bf16") == 0) assert_true(peak > 1.5 * fp32);
 }
 

@@ -24,10 +24,12 @@
 #include <stddef.h>
 
 #include "core/dtype.h"
+#include "core/timer.h"
 #include "kernels/cpu_simd.h"
 #include "ops/cross_entropy.h"
 #include "ops/gemm.h"
 #include "ops/gemm_amx.h"
+#include "ops/op_profile.h"
 
 #define TILE 512         /* bf16 values per tile: 16 rows of 32 */
 #define BUF (256 * 1024) /* bf16 values of a panel's rows of W: 512 KiB, within L2 */
@@ -164,11 +166,12 @@ AMX_AVX512 static void panel_stats(const float *cb, long v0, int rows, int valid
 
 /* Step 1: every panel's statistics and exponentials; the panel's rows of W packed once as A
  * tiles (row block q, step s at (q * S + s) tiles). */
-AMX_AVX512 static void pass_stats(const Layout *l, float *ws, uint16_t *E, const uint16_t *wb,
-                                  const int32_t *targets, long N, int D, int V) {
+AMX_AVX512 static double pass_stats(const Layout *l, float *ws, uint16_t *E, const uint16_t *wb,
+                                    const int32_t *targets, long N, int D, int V, int timed) {
     const uint16_t *tb = (const uint16_t *)(ws + l->tb);
     int S = l->S;
-#pragma omp parallel num_threads(threads(l))
+    double tiles = 0;
+#pragma omp parallel num_threads(threads(l)) reduction(+ : tiles)
     {
         _Alignas(64) float cb[LOSS_AMX_PANEL * 32];
         uint16_t *pk = buffer(l, ws, 0);
@@ -177,6 +180,7 @@ AMX_AVX512 static void pass_stats(const Layout *l, float *ws, uint16_t *E, const
         for (int p = 0; p < l->panels; p++) {
             long v0 = (long)p * l->P;
             int rows = rows_from(l, v0, l->P), valid = (int)(V - v0 < rows ? V - v0 : rows);
+            double t0 = timed ? omp_get_wtime() : 0;
             for (int r = 0; r < rows; r += 16)
                 gemm_amx_pack_a(wb, 0, D, (int)(v0 + r), V, 0, D, S, pk + (long)r * D);
             for (long g = 0; g < l->Ns; g++) {
@@ -185,12 +189,15 @@ AMX_AVX512 static void pass_stats(const Layout *l, float *ws, uint16_t *E, const
                     GemmAmxTiles at = {pk + (long)r * D, 32, TILE, (long)S * TILE};
                     gemm_amx_group(2, 2, S, at, bt, cb + r * 32, 32, 0);
                 }
+                if (timed) tiles += omp_get_wtime() - t0;
                 panel_stats(cb, v0, rows, valid, g * 32, p, l, ws, E, targets, N);
+                if (timed) t0 = omp_get_wtime();
             }
         }
         _mm_sfence();
         gemm_amx_release();
     }
+    return tiles / threads(l);
 }
 
 /* Step 2: per token, the log-sum-exp over the panels, the loss, the panels' factors. */
@@ -250,12 +257,13 @@ AMX_AVX512 static void panel_dlogits(uint16_t *pk, uint16_t *tmp, const uint16_t
 
 /* Step 3: per grad panel (G rows), the dlogits, dW's rows of the panel (+=), and the panel's
  * part of E rewritten as step 4's A tiles. */
-AMX_AVX512 static void pass_grad(const Layout *l, float *ws, uint16_t *E, float *dw,
-                                 const int32_t *targets, long N, int D, int V) {
+AMX_AVX512 static double pass_grad(const Layout *l, float *ws, uint16_t *E, float *dw,
+                                   const int32_t *targets, long N, int D, int V, int timed) {
     const uint16_t *tv = (const uint16_t *)(ws + l->tv);
     const float *gt = ws + l->gt;
     long grads = (l->vp + l->G - 1) / l->G;
-#pragma omp parallel num_threads(threads(l))
+    double tiles = 0;
+#pragma omp parallel num_threads(threads(l)) reduction(+ : tiles)
     {
         _Alignas(64) float acc[32 * 32];
         uint16_t *pk = buffer(l, ws, 0), *tmp = buffer(l, ws, 1);
@@ -266,6 +274,7 @@ AMX_AVX512 static void pass_grad(const Layout *l, float *ws, uint16_t *E, float 
             int rows = rows_from(l, v0, l->G), valid = (int)(V - v0 < rows ? V - v0 : rows);
             const float *cp = ws + l->c + v0 / l->P * N;
             panel_dlogits(pk, tmp, E, cp, gt, targets, v0, rows, valid, l, N);
+            double t0 = timed ? omp_get_wtime() : 0;
             for (int dp = 0; dp < D / 32; dp++) {
                 GemmAmxTiles bt = {tv + 2L * dp * l->Ns * TILE, 32, TILE, (long)l->Ns * TILE};
                 for (int r = 0; r < rows; r += 32) {
@@ -287,9 +296,11 @@ AMX_AVX512 static void pass_grad(const Layout *l, float *ws, uint16_t *E, float 
                 for (long t = 0; t < N / 16; t++)
                     gemm_amx_pack_a(tmp, 1, (int)N, (int)(16 * t), (int)N, 32 * vs, rows, 1,
                                     E + ((v0 / 32 + vs) * (N / 16) + t) * TILE);
+            if (timed) tiles += omp_get_wtime() - t0;
         }
         gemm_amx_release();
     }
+    return tiles / threads(l);
 }
 
 /* Step 4: dX = dlogits W. Columns of D in chunks of DX_DC over threads (static, so a chunk
@@ -334,15 +345,22 @@ double loss_amx_fused(float *losses, float *lse, float *dx, float *dw, float *ws
     uint16_t *xb = (uint16_t *)(ws + l.xb), *tb = (uint16_t *)(ws + l.tb);
     uint16_t *tv = (uint16_t *)(ws + l.tv), *E = scratch;
     simd_f32_to_bf16(xb, x, N * D);
+    /* The op profile's GEMM column gets the tile products and their packing: all of step 4 and
+     * the packs of x, the tile parts of steps 1 and 3 (averaged over the threads). */
+    int timed = prof_timing();
+    double t0 = timed ? now_seconds() : 0, tiles = 0;
 #pragma omp parallel for schedule(static) num_threads(threads(&l))
     for (long g = 0; g < N / 16; g++)
         gemm_amx_pack_b(xb, 1, D, (int)(16 * g), (int)N, 0, D, l.S, tb + g * l.S * TILE);
 #pragma omp parallel for schedule(static) num_threads(threads(&l))
     for (int g = 0; g < D / 16; g++)
         gemm_amx_pack_b(xb, 0, D, 16 * g, D, 0, (int)N, l.Ns, tv + (long)g * l.Ns * TILE);
-    pass_stats(&l, ws, E, wb, targets, N, D, V);
+    double t1 = timed ? now_seconds() : 0;
+    tiles += pass_stats(&l, ws, E, wb, targets, N, D, V, timed);
     combine(&l, ws, losses, lse, targets, N, scale);
-    pass_grad(&l, ws, E, dw, targets, N, D, V);
+    tiles += pass_grad(&l, ws, E, dw, targets, N, D, V, timed);
+    double t2 = timed ? now_seconds() : 0;
     pass_dx(&l, ws, E, wb, dx, N, D, V);
+    if (timed) prof_gemm_add(t1 - t0 + tiles + now_seconds() - t2);
     return cross_entropy_valid_sum(losses, targets, N);
 }

@@ -14,7 +14,8 @@
  *  4. dX = dlogits E_w: one AMX product over the whole vocabulary (ops/gemm_amx.h).
  *
  * Every value is summed by one thread in an order fixed by the shape, so the results do not
- * depend on the thread count. */
+ * depend on the thread count. While the op profile times (ops/op_profile.h), the tile products
+ * and their operand packing count as GEMM time of the op that runs this. */
 #ifndef QT_KERNELS_LOSS_AMX_H
 #define QT_KERNELS_LOSS_AMX_H
 

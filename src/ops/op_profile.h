@@ -1,7 +1,8 @@
 /* Per-op wall-clock profile, on when the environment has QT_PROFILE=1: the model wraps every
  * op call (forward and backward separately), the trainer its own steps (zeroing gradients,
- * clipping, AdamW), and gemm_f32 / gemm_bf16 add their time to the row that is open, so the
- * table shows how much of each op is GEMM. The trainer prints the table at the end of a run.
+ * clipping, AdamW), and gemm_f32 / gemm_bf16 add their time to the row that is open (as does
+ * the output layer's AMX kernel for its tile products, kernels/loss_amx.h), so the table shows
+ * how much of each op is GEMM. The trainer prints the table at the end of a run.
  *
  * Rows are keyed by (op kind, implementation, direction). Calls come from the thread that
  * drives the step (never from inside an OpenMP region), so the counters need no locks; a GEMM
