@@ -83,8 +83,9 @@ done
 # from its bf16 run in grad norm (measured 1.7e-3).
 BF=(--training.mixed_precision_param=bfloat16 --model.tie_embeddings=false)
 # The bf16 GEMM path is chosen by timing (ops/gemm.h); the bitwise comparisons below are between
-# separate jobs, so every job here runs the same one.
-export QT_GEMM_BF16=widen
+# separate jobs, so every job here runs the same one: widen, or QT_E2E_BF16_PATH (CTest's
+# e2e_dist_kernels_amx_emulated runs amx with the tiles emulated).
+export QT_GEMM_BF16=${QT_E2E_BF16_PATH:-widen}
 run 0 bf-one debug.toml "${BF[@]}" && ok_run bf-one && grep -q 'mixed precision: bf16' "$TMP/bf-one.log" &&
   run 0 fp-one debug.toml --model.tie_embeddings=false && ok_run fp-one || { echo "FAIL: one process in bf16 or fp32"; fail=1; }
 read -r n l g <<<"$(maxrel bf-one fp-one)"
@@ -115,12 +116,15 @@ for name in bf-fsdp2 bf-fsdptp4; do
     echo "FAIL: $name with bf16 gathers differs from fp32 gathers"; paste <(table "$name") <(table "$name-f32"); fail=1
   fi
 done
-# A mesh runs rank 0's bf16 path on every rank: rank 1 told to use oneDNN's bf16 matmul still
-# multiplies as rank 0 (widened operands), so the run is bitwise bf-fsdp2.
+# A mesh runs rank 0's bf16 path on every rank: rank 1 told to use another (oneDNN's bf16
+# matmul, or widened operands when rank 0 runs oneDNN's) still multiplies as rank 0, so the run
+# is bitwise bf-fsdp2.
+other=onednn
+[ "$QT_GEMM_BF16" = onednn ] && other=widen
 timeout 300 mpirun --hostfile "$TMP/hostfile" --oversubscribe \
-  -np 1 -x QT_GEMM_BF16=widen "$BIN" train --config "$SRC/configs/debug.toml" "${BASE[@]}" "${BF[@]}" \
+  -np 1 -x QT_GEMM_BF16="$QT_GEMM_BF16" "$BIN" train --config "$SRC/configs/debug.toml" "${BASE[@]}" "${BF[@]}" \
   --job.dump_folder="$TMP/bf-mixed" : \
-  -np 1 -x QT_GEMM_BF16=onednn "$BIN" train --config "$SRC/configs/debug.toml" "${BASE[@]}" "${BF[@]}" \
+  -np 1 -x QT_GEMM_BF16=$other "$BIN" train --config "$SRC/configs/debug.toml" "${BASE[@]}" "${BF[@]}" \
   --job.dump_folder="$TMP/bf-mixed" >"$TMP/bf-mixed.log" 2>&1
 if ok_run bf-mixed && cmp -s <(table bf-mixed) <(table bf-fsdp2); then
   echo "ok: rank 1 runs rank 0's bf16 GEMM path, bitwise FSDP 2's steps"
@@ -136,9 +140,13 @@ if run 2 bf-ck debug.toml "${BF[@]}" --checkpoint.enable=true --checkpoint.inter
 else
   echo "FAIL: FSDP 2 in bf16 resumed from step 5"; paste <(table bf-ck) <(table bf-re); fail=1
 fi
-[ "$(table bf-one | head -1 | cut -d' ' -f1,2)" = "$(table bf-fsdp2 | head -1 | cut -d' ' -f1,2)" ] &&
-  echo "ok: the first bf16 step of FSDP 2 has bitwise one process's loss" ||
-  { echo "FAIL: the first bf16 step of FSDP 2 differs from one process's"; fail=1; }
+# On the AMX path one process runs the output layer in vocabulary panels (kernels/loss_amx.h),
+# which FSDP's hooks do not: there the first steps agree within the bf16 bounds above only.
+if [ "$QT_GEMM_BF16" != amx ]; then
+  [ "$(table bf-one | head -1 | cut -d' ' -f1,2)" = "$(table bf-fsdp2 | head -1 | cut -d' ' -f1,2)" ] &&
+    echo "ok: the first bf16 step of FSDP 2 has bitwise one process's loss" ||
+    { echo "FAIL: the first bf16 step of FSDP 2 differs from one process's"; fail=1; }
+fi
 
 [ $fail = 0 ] && echo "e2e_dist_kernels: ok"
 exit $fail
