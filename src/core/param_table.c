@@ -113,6 +113,13 @@ static void place(ParamInfo *p, const ModelSpec *s, const ParamKind *k, int laye
     }
 }
 
+int param_place(const ModelSpec *s, ParamKindId id, int layer, ParamInfo *out) {
+    const ParamKind *k = &PARAM_KINDS[id];
+    if (!present(s, k, is_layer_scope(k->scope) ? layer : -1)) return 0;
+    place(out, s, k, is_layer_scope(k->scope) ? layer : -1);
+    return 1;
+}
+
 int param_list(const ModelSpec *s, ParamInfo *out) {
     int n = 0, layers_done = 0;
     for (int r = 0; r < PK_COUNT; r++) {

@@ -119,6 +119,9 @@ typedef struct ParamInfo {
  * output) into out (NULL: count only); returns their number. The spec must have passed
  * model_spec_validate. */
 int param_list(const ModelSpec *spec, ParamInfo *out);
+/* Parameter `id` of layer `layer` (ignored for model-scope kinds) as param_list places it
+ * into *out; 0 (out untouched) when the model has no such parameter. */
+int param_place(const ModelSpec *spec, ParamKindId id, int layer, ParamInfo *out);
 /* The kind of the parameter with this qtitan name (layer set when not NULL, -1 outside the
  * layers), or NULL when no row has that name. For files that carry names only (checkpoints). */
 const ParamKind *param_kind_of_name(const char *name, int *layer);

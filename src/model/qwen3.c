@@ -637,18 +637,18 @@ static uint16_t *weight_copy(const Qwen3 *m, Arena *ar, long n) {
     return w ? (uint16_t *)(void *)base + (w - base) : NULL;
 }
 
-/* The matmul weight copies of layer i in layout order, with their rows and columns; their
- * number (4 in an MoE layer, whose experts stay fp32; 7 in a dense one). */
-static int layer_copies(Qwen3 *m, int i, uint16_t **copies[7], long rows[7], long cols[7]) {
-    const ModelSpec *s = &m->spec;
-    long D = s->dim, HE = (long)s->n_heads * s->head_dim, KE = (long)s->n_kv_heads * s->head_dim;
-    long F = s->hidden_dim;
-    Qwen3Bf16Layer *l = &m->pb.layers[i];
-    uint16_t **c[7] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w1, &l->w3, &l->w2};
-    long r[7] = {HE, KE, KE, D, F, F, D}, k[7] = {D, D, D, HE, D, D, F};
-    int n = model_spec_layer_is_moe(s, i) ? 4 : 7;
-    for (int j = 0; j < n; j++)
-        copies[j] = c[j], rows[j] = r[j], cols[j] = k[j];
+/* The kinds of a layer's matmul weights that have bf16 copies, in layout order. */
+static const ParamKindId COPY_KINDS[] = {PK_WQ, PK_WK, PK_WV, PK_WO, PK_W1, PK_W3, PK_W2};
+#define NCOPY ((int)(sizeof COPY_KINDS / sizeof COPY_KINDS[0]))
+
+/* The bf16 weight copies of layer i (those its layer has: an MoE layer's experts stay fp32) in
+ * layout order: their fields and their parameters as the parameter table places them; their
+ * number. */
+static int layer_copies(Qwen3 *m, int i, uint16_t **copies[NCOPY], ParamInfo info[NCOPY]) {
+    int n = 0;
+    for (int j = 0; j < NCOPY; j++)
+        if (param_place(&m->spec, COPY_KINDS[j], i, &info[n]))
+            copies[n++] = qwen3_bf16_field(m, COPY_KINDS[j], i);
     return n;
 }
 
@@ -659,20 +659,21 @@ static void layout_bf16(Qwen3 *m, Arena *ar, int weights, size_t *weight_bytes) 
     const ModelSpec *s = &m->spec;
     long D = s->dim, HE = (long)s->n_heads * s->head_dim;
     long F = s->hidden_dim, V = s->vocab_size, N = (long)m->max_B * m->max_T;
-    uint16_t **copies[7];
-    long rows[7], cols[7];
+    uint16_t **copies[NCOPY];
+    ParamInfo info[NCOPY];
     for (int i = 0; i < s->n_layers && weights; i++)
-        for (int j = 0, n = layer_copies(m, i, copies, rows, cols); j < n; j++)
-            *copies[j] = weight_copy(m, ar, rows[j] * cols[j]);
+        for (int j = 0, n = layer_copies(m, i, copies, info); j < n; j++)
+            *copies[j] = weight_copy(m, ar, info[j].numel);
     if (weights) m->pb.output = weight_copy(m, ar, V * D);
     if (weights && m->base_bf16)
         m->pb.tok_embeddings =
             s->tie_embeddings ? m->pb.output : arena_alloc(ar, (size_t)(V * D) * sizeof(uint16_t));
     *weight_bytes = ar->used;
     for (int i = 0; i < s->n_layers && weights && m->bf16_packed; i++)
-        for (int j = 0, n = layer_copies(m, i, copies, rows, cols); j < n; j++)
+        for (int j = 0, n = layer_copies(m, i, copies, info); j < n; j++)
             m->pb.layers[i].packs[j] = arena_alloc(
-                ar, gemm_bf16_packed_values((int)rows[j], (int)cols[j]) * sizeof(uint16_t));
+                ar, gemm_bf16_packed_values((int)info[j].shape[0], (int)info[j].shape[1]) *
+                        sizeof(uint16_t));
     /* The largest product's inputs: the FFN backward (linear.h, swiglu.h) or lm_head; or
      * attention's cast keys and values (ops/sdpa.h). */
     long need = 2 * D + 2 * F;
@@ -687,11 +688,11 @@ static void layout_bf16(Qwen3 *m, Arena *ar, int weights, size_t *weight_bytes) 
 
 /* Registers every layer copy with its packed forms (ops/gemm.h); on failure none. */
 static int register_packs(Qwen3 *m, Err *err) {
-    uint16_t **copies[7];
-    long rows[7], cols[7];
+    uint16_t **copies[NCOPY];
+    ParamInfo info[NCOPY];
     for (int i = 0; i < m->spec.n_layers; i++)
-        for (int j = 0, n = layer_copies(m, i, copies, rows, cols); j < n; j++)
-            if (gemm_bf16_pack_register(*copies[j], (int)rows[j], (int)cols[j],
+        for (int j = 0, n = layer_copies(m, i, copies, info); j < n; j++)
+            if (gemm_bf16_pack_register(*copies[j], (int)info[j].shape[0], (int)info[j].shape[1],
                                         m->pb.layers[i].packs[j]) != 0) {
                 gemm_bf16_pack_unregister(m->bf16_arena.base, m->bf16_arena.capacity);
                 return err_set(err, "too many prepacked bf16 weights at once (ops/gemm.h)");
@@ -747,13 +748,12 @@ int qwen3_enable_bf16_base_by_hook(Qwen3 *m, Err *err) {
 
 static void cast_weights_bf16(Qwen3 *m) {
     const ModelSpec *s = &m->spec;
-    uint16_t **copies[7];
-    long rows[7], cols[7];
-    static const ParamKindId kinds[7] = {PK_WQ, PK_WK, PK_WV, PK_WO, PK_W1, PK_W3, PK_W2};
+    uint16_t **copies[NCOPY];
+    ParamInfo info[NCOPY];
     for (int i = 0; i < s->n_layers; i++)
-        for (int j = 0, n = layer_copies(m, i, copies, rows, cols); j < n; j++) {
-            simd_bf16_weight_copy(*copies[j], *qwen3_param_field(&m->p, kinds[j], i),
-                                  rows[j] * cols[j]);
+        for (int j = 0, n = layer_copies(m, i, copies, info); j < n; j++) {
+            simd_bf16_weight_copy(*copies[j], *qwen3_param_field(&m->p, info[j].kind->id, i),
+                                  info[j].numel);
             if (m->bf16_packed) gemm_bf16_weight_written(*copies[j]);
         }
     simd_bf16_weight_copy(m->pb.output, m->p.output, (long)s->vocab_size * s->dim);
