@@ -29,6 +29,10 @@ grep -Eq '^  bf16 weight prepack +fwd +14\.0 ' "$tmp/a.log" \
 # the output layer in vocabulary panels: one fused op, no cross-entropy op of its own
 grep -Eq '^  lm_head_loss \[reference\] +fwd' "$tmp/a.log" && ! grep -q '^  cross_entropy' "$tmp/a.log" \
   || { grep -A30 'op profile' "$tmp/a.log"; echo "FAIL: the output layer should run in vocabulary panels"; exit 1; }
+# attention on tiles: its tile products are in the profile's GEMM column, its softmax is not
+awk '$1 == "sdpa" && $3 == "fwd" { found = 1; if (!($6 > 0 && $6 < $5)) bad = 1 }
+     END { exit !(found && !bad) }' "$tmp/a.log" \
+  || { grep -A30 'op profile' "$tmp/a.log"; echo "FAIL: sdpa's tile products should be GEMM time, and only they"; exit 1; }
 [ "$(jq -r .gemm_bf16 "$tmp/a/checkpoint/step-4/train_state.json")" = amx ] \
   || { echo "FAIL: the checkpoint should record the path amx"; exit 1; }
 train "$tmp/b" >/dev/null || { echo "FAIL: second run"; exit 1; }

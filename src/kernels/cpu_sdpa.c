@@ -21,6 +21,7 @@
  * floats forward, twice that backward, and one or two key panels of SDPA_NP x head_dim: at most
  * 128 / 256 KiB), so a call allocates nothing. */
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +33,7 @@
 #include "kernels/cpu_simd.h"
 #include "ops/gemm.h"
 #include "ops/gemm_amx.h"
+#include "ops/op_profile.h"
 
 #define SDPA_BQ 64
 #define SDPA_BK 256
@@ -672,6 +674,17 @@ static int amx_applies(int E) {
     return E % 32 == 0 && gemm_amx_ready();
 }
 
+/* The op profile's GEMM column (ops/op_profile.h) for the tile products: while op calls are
+ * timed, each thread adds the seconds it spends in the calls of scores_amx, rows_times_keys_amx
+ * and keys_times_rows_amx (the products with their alpha and C rows, as gemm_amx's are
+ * counted); the casts, transposes, softmax and gradient rows stay outside it. */
+#define TILE_TIMED(timed, tiles, call)                                                             \
+    do {                                                                                           \
+        double t_ = (timed) ? omp_get_wtime() : 0;                                                 \
+        call;                                                                                      \
+        if (timed) (tiles) += omp_get_wtime() - t_;                                                \
+    } while (0)
+
 /* C (mr x nr tiles of 16 x 16, mr, nr <= 2; row stride ldc floats) (+)= A B over `steps`
  * steps of 32: A tile r of step s at A + r 16 lda + 32 s (lda values), B tile c of step s at
  * B + 16 s ldb + 32 c (ldb values per pair row, 2 per column). */
@@ -802,8 +815,9 @@ static void cpu_sdpa_forward_bf16(float *out, float *lse, const float *q, const 
     uint16_t *kpan = scratch, *vpair = scratch + (long)B * K * per;
     cast_keys(kpan, NULL, k, B, T, K, E);
     cast_keys(NULL, vpair, v, B, T, K, E);
-    const int amx = amx_applies(E);
-#pragma omp parallel
+    const int amx = amx_applies(E), timed = amx && prof_timing();
+    double tiles = 0;
+#pragma omp parallel reduction(+ : tiles)
     {
         _Alignas(64) float S[SDPA2_BQ * SDPA2_BK], buf[32 * SDPA_BF16_MAX_HEAD_DIM];
         _Alignas(64) uint16_t Qw[SDPA2_BQ * SDPA_BF16_MAX_HEAD_DIM], Pw[SDPA2_BQ * SDPA2_BK];
@@ -829,14 +843,15 @@ static void cpu_sdpa_forward_bf16(float *out, float *lse, const float *q, const 
                 Block bk = {start, t0, nq, s0, nk, E, 1};
                 const uint16_t *kp = kpan + bh + (long)s0 * E, *vp = vpair + bh + (long)s0 * E;
                 if (amx)
-                    scores_amx(&bk, S, Qw, kp, scale);
+                    TILE_TIMED(timed, tiles, scores_amx(&bk, S, Qw, kp, scale));
                 else
                     scores_bf16(&bk, S, Qw, kp, scale);
                 softmax_chunk(&bk, S, SDPA2_BK, mrow, lrow, O, SDPA2_ACC_LD, first);
                 cast_rows(Pw, SDPA2_BK, S, SDPA2_BK, nq, nk);
                 if (amx) {
                     zero_cols(Pw, SDPA2_BK, nq, nk + nk % 2, (nk + 31) / 32 * 32);
-                    rows_times_keys_amx(&bk, Pw, vp, O, SDPA2_ACC_LD, !first, buf);
+                    TILE_TIMED(timed, tiles,
+                               rows_times_keys_amx(&bk, Pw, vp, O, SDPA2_ACC_LD, !first, buf));
                 } else {
                     rows_times_keys_bf16(&bk, Pw, vp, O, SDPA2_ACC_LD, !first);
                 }
@@ -846,6 +861,7 @@ static void cpu_sdpa_forward_bf16(float *out, float *lse, const float *q, const 
         }
         if (amx) gemm_amx_release();
     }
+    if (timed) prof_gemm_add(tiles / omp_get_max_threads());
 }
 
 static void cpu_sdpa_backward_bf16(float *dq, float *dk, float *dv, const float *dout,
@@ -864,8 +880,9 @@ static void cpu_sdpa_backward_bf16(float *dq, float *dk, float *dv, const float 
              *kpair = vpan + (long)B * K * per;
     cast_keys(kpan, kpair, k, B, T, K, E);
     cast_keys(vpan, NULL, v, B, T, K, E);
-    const int amx = amx_applies(E);
-#pragma omp parallel
+    const int amx = amx_applies(E), timed = amx && prof_timing();
+    double tiles = 0;
+#pragma omp parallel reduction(+ : tiles)
     {
         enum { QE = SDPA2_BQ * SDPA_BF16_MAX_HEAD_DIM, PK = SDPA2_BQ * SDPA2_BK };
         /* Page-aligned: with 64-byte alignment the tiles' place within a page followed the
@@ -916,8 +933,10 @@ static void cpu_sdpa_backward_bf16(float *dq, float *dk, float *dv, const float 
                                            *vp = vpan + bh + (long)s0 * E,
                                            *kr = kpair + bh + (long)s0 * E;
                             if (amx) {
-                                scores_amx(&bk, P, Qw, kp, scale);
-                                scores_amx(&bk, dS, dOw, vp, 1.0f);
+                                TILE_TIMED(timed, tiles, {
+                                    scores_amx(&bk, P, Qw, kp, scale);
+                                    scores_amx(&bk, dS, dOw, vp, 1.0f);
+                                });
                             } else {
                                 scores_bf16(&bk, P, Qw, kp, scale);
                                 scores_bf16(&bk, dS, dOw, vp, 1.0f);
@@ -930,9 +949,12 @@ static void cpu_sdpa_backward_bf16(float *dq, float *dk, float *dv, const float 
                                 transpose_pairs(Pt, Pp, nq, nk);
                                 transpose_pairs(dSt, dSp, nq, nk);
                                 zero_cols(dSw, SDPA2_BK, nq, nk + nk % 2, (nk + 31) / 32 * 32);
-                                keys_times_rows_amx(&bk, Pt, dOp, dvb + (long)s0 * ks, ks, buf);
-                                keys_times_rows_amx(&bk, dSt, Qp, dkb + (long)s0 * ks, ks, buf);
-                                rows_times_keys_amx(&bk, dSw, kr, dQ, SDPA2_ACC_LD, !first, buf);
+                                TILE_TIMED(timed, tiles, {
+                                    keys_times_rows_amx(&bk, Pt, dOp, dvb + (long)s0 * ks, ks, buf);
+                                    keys_times_rows_amx(&bk, dSt, Qp, dkb + (long)s0 * ks, ks, buf);
+                                    rows_times_keys_amx(&bk, dSw, kr, dQ, SDPA2_ACC_LD, !first,
+                                                        buf);
+                                });
                             } else {
                                 keys_times_rows_bf16(&bk, Pp, dOp, dvb + (long)s0 * ks, ks);
                                 keys_times_rows_bf16(&bk, dSp, Qp, dkb + (long)s0 * ks, ks);
@@ -945,6 +967,7 @@ static void cpu_sdpa_backward_bf16(float *dq, float *dk, float *dv, const float 
             }
         if (amx) gemm_amx_release();
     }
+    if (timed) prof_gemm_add(tiles / omp_get_max_threads());
 }
 
 const char *cpu_head_dim_supports(const OpRun *run) {
