@@ -364,6 +364,24 @@ int fs_path_under(const char *path, const char *dir) {
     return under;
 }
 
+char *fs_cache_dir(const char *what) {
+    const char *e = getenv("QT_CACHE_DIR");
+    if (e && *e) return xstrdup(e);
+    char *sub = fs_join("qtitan", what);
+    e = getenv("XDG_CACHE_HOME");
+    char *dir;
+    if (e && *e) {
+        dir = fs_join(e, sub);
+    } else {
+        e = getenv("HOME");
+        char *base = fs_join(e && *e ? e : ".", ".cache");
+        dir = fs_join(base, sub);
+        free(base);
+    }
+    free(sub);
+    return dir;
+}
+
 char *fs_join(const char *a, const char *b) {
     size_t na = strlen(a), nb = strlen(b);
     char *s = xmalloc(na + nb + 2);

@@ -63,6 +63,10 @@ int fs_is_dir(const char *path);
 int fs_remove_tree(const char *path, Err *err);
 /* fsyncs a directory so a rename inside it is durable. */
 int fs_sync_dir(const char *path, Err *err);
+/* The folder qtitan's cache of `what` ("datasets", "peaks") lives in, malloc'd: $QT_CACHE_DIR
+ * itself when set (then every cache shares it, its files told apart by their names), else
+ * $XDG_CACHE_HOME/qtitan/<what>, else $HOME/.cache/qtitan/<what>. */
+char *fs_cache_dir(const char *what);
 /* Joins a and b with one '/' into a malloc'd string. */
 char *fs_join(const char *a, const char *b);
 /* path itself when it is absolute, else dir/path (malloc'd): how a folder key relative to

@@ -211,15 +211,6 @@ static int cache_key(const SourceList *s, const DatasetOptions *o, const Dataset
     return 0;
 }
 
-static char *default_cache_dir(void) {
-    const char *e = getenv("QT_CACHE_DIR");
-    if (e && *e) return xstrdup(e);
-    e = getenv("XDG_CACHE_HOME");
-    if (e && *e) return fs_join(e, "qtitan/datasets");
-    e = getenv("HOME");
-    return fs_join(e && *e ? e : ".", ".cache/qtitan/datasets");
-}
-
 /* ---- cache validation --------------------------------------------------------------------- */
 
 /* A hash of n 64-bit words in four independent lanes, so that it runs at memory speed. Each
@@ -710,7 +701,7 @@ static int dataset_open_in(Dataset *ds, const DatasetOptions *opt, const Dataset
     ds->opt = *opt;
     ds->opt.path = xstrdup(opt->path);
     ds->opt.cache_dir =
-        opt->cache_dir && *opt->cache_dir ? xstrdup(opt->cache_dir) : default_cache_dir();
+        opt->cache_dir && *opt->cache_dir ? xstrdup(opt->cache_dir) : fs_cache_dir("datasets");
     ds->eos_id = enc->eos_id;
     ds->vocab_size = enc->vocab_size;
     SourceList src = {0};

@@ -23,6 +23,7 @@
 #include "train/ckpt_dist.h"
 #include "train/clip.h"
 #include "train/lr_schedule.h"
+#include "train/peak_record.h"
 
 typedef struct Trainer {
     const TrainerOptions *o;
@@ -428,15 +429,21 @@ int trainer_run(const TrainerOptions *opts, TrainModel *model, TrainData *data, 
     t.data = data;
     rng_seed(&t.rng, opts->seed, 0);
     TrainerOptions local = *opts;
-    if (local.peak_tflops <= 0 && opts->bf16_matmuls) {
-        const char *unit;
-        local.peak_tflops = metrics_measure_peak_tflops_bf16(0.3, &unit);
-        log_info("measured peak: %.2f TFLOP/s bf16 (%s; set metrics.peak_tflops to override)",
-                 local.peak_tflops, unit);
-    } else if (local.peak_tflops <= 0) {
-        local.peak_tflops = metrics_measure_peak_tflops(0.3);
-        log_info("measured peak: %.2f TFLOP/s fp32 (set metrics.peak_tflops to override)",
-                 local.peak_tflops);
+    if (local.peak_tflops <= 0) { /* the MFU denominator: the machine's best (peak_record.h) */
+        const char *unit = "fp32 fma";
+        double measured = opts->bf16_matmuls ? metrics_measure_peak_tflops_bf16(0.3, &unit)
+                                             : metrics_measure_peak_tflops(0.3);
+        PeakRecord self;
+        peak_record_this_machine(&self, unit, omp_get_max_threads());
+        char *dir = fs_cache_dir("peaks"), *path = peak_record_path(dir, &self);
+        long runs = 1;
+        local.peak_tflops = peak_record_update(path, &self, measured, &runs);
+        log_info("measured peak: %.2f TFLOP/s %s (%s; the best of %ld run(s) on this machine, this "
+                 "run %.2f, kept in %s; set metrics.peak_tflops to override)",
+                 local.peak_tflops, opts->bf16_matmuls ? "bf16" : "fp32", unit, runs, measured,
+                 path);
+        free(path);
+        free(dir);
     }
     t.o = &local;
     t.ckpt_root =

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The MFU denominator is the machine's best measured peak (train/peak_record.h): a run without
+# metrics.peak_tflops measures, keeps the larger of its measurement and the record in the
+# cache folder, and says which it used; a better record is used as is, a malformed one is
+# named in a warning and replaced, and metrics.peak_tflops leaves the record alone.
+# shellcheck source=tests/c4_lib.sh
+. "$(dirname "$0")/c4_lib.sh"
+train() {
+  "$QT_BINARY" train --config "$QT_SOURCE_DIR/configs/debug.toml" \
+    --model.tokenizer_path="$tok" --training.dataset_path="$data" \
+    --model.vocab_size=151936 --model.dim=64 --model.n_layers=1 --model.n_heads=2 \
+    --model.n_kv_heads=1 --model.head_dim=32 --model.hidden_dim=96 \
+    --training.seq_len=32 --training.local_batch_size=2 --training.steps=2 \
+    --checkpoint.enable=false --job.dump_folder="$tmp/run" "$@" 2>&1
+}
+fail() { echo "FAIL: $1"; cat "$tmp/log"; exit 1; }
+train >"$tmp/log" || fail "first run"
+line=$(grep '^measured peak: ' "$tmp/log") || fail "no measured peak line"
+record=$(ls "$QT_CACHE_DIR"/peak-*.txt) || fail "no record in $QT_CACHE_DIR"
+[ "$(wc -l <<<"$record")" = 1 ] || fail "one record expected: $record"
+echo "$line" | grep -q "the best of 1 run(s) on this machine, this run .* kept in $record" ||
+  fail "the line should name the record"
+grep -qx 'runs 1' "$record" || fail "the record should count one run"
+# A better record than any measurement: used, and the MFU follows it.
+sed -i 's/^tflops .*/tflops 999/' "$record"
+train >"$tmp/log" || fail "second run"
+grep -q '^measured peak: 999.00 TFLOP/s fp32 (fp32 fma; the best of 2 run(s)' "$tmp/log" ||
+  fail "the record's 999 TFLOP/s should be the peak"
+grep -qx 'runs 2' "$record" && grep -qx 'tflops 999' "$record" || fail "record after the second run"
+mfu=$(jq -s '.[-1].mfu' "$tmp/run/metrics.jsonl")
+awk -v m="$mfu" 'BEGIN { exit !(m > 0 && m < 0.01) }' || fail "MFU against 999 TFLOP/s should be tiny, got $mfu"
+# metrics.peak_tflops: the record is neither read nor written.
+train --metrics.peak_tflops=1 >"$tmp/log" || fail "run with metrics.peak_tflops"
+grep -q '^measured peak' "$tmp/log" && fail "no measurement expected with metrics.peak_tflops"
+grep -qx 'runs 2' "$record" || fail "metrics.peak_tflops should leave the record alone"
+# A malformed record: one warning naming the file and line, the run goes on, the record is new.
+printf 'qtitan peak record 1\ntflops lots\n' >"$record"
+train >"$tmp/log" || fail "run over a malformed record"
+grep -q "warning: $record: line 2: tflops: expected a finite TFLOP/s above 0; replacing it" "$tmp/log" ||
+  fail "the malformed record should be named"
+grep -q 'the best of 1 run(s)' "$tmp/log" && grep -qx 'runs 1' "$record" || fail "the record should restart"
+echo "PASS"
