@@ -42,7 +42,9 @@ static void test_sizes_match_create(void **state) {
                 assert_int_equal(z.act_bytes, m.act_arena.capacity);
                 assert_int_equal(z.nparams, m.nparams);
                 assert_int_equal(qwen3_enable_bf16(&m, &err), 0);
-                assert_int_equal(z.bf16_bytes[gemm_bf16_widens()], m.bf16_arena.capacity);
+                assert_int_equal(z.bf16_bytes[gemm_bf16_widens()] +
+                                     (m.bf16_packed ? z.bf16_pack_bytes : 0),
+                                 m.bf16_arena.capacity);
                 qwen3_free(&m);
             }
     /* MoE: two of three layers sparse (decoder_sparse_step 1, layer 1 dense). */
@@ -62,7 +64,8 @@ static void test_sizes_match_create(void **state) {
         assert_int_equal(z.grad_bytes, m.grad_arena.capacity);
         assert_int_equal(z.act_bytes, m.act_arena.capacity);
         assert_int_equal(qwen3_enable_bf16(&m, &err), 0);
-        assert_int_equal(z.bf16_bytes[gemm_bf16_widens()], m.bf16_arena.capacity);
+        assert_int_equal(z.bf16_bytes[gemm_bf16_widens()] + (m.bf16_packed ? z.bf16_pack_bytes : 0),
+                         m.bf16_arena.capacity);
         qwen3_free(&m);
     }
     /* Full checkpointing keeps less than none for more than one layer. */
