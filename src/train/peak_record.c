@@ -174,9 +174,10 @@ double peak_record_update(const char *path, const PeakRecord *self, double measu
     char *text = NULL;
     size_t len = 0;
     Err err;
-    if (fs_exists(path) && fs_read_all(path, &text, &len, &err) == 0) {
+    if (fs_exists(path)) {
         PeakRecord old;
-        if (peak_record_parse(text, len, path, &old, &err) != 0) {
+        if (fs_read_all(path, &text, &len, &err) != 0 ||
+            peak_record_parse(text, len, path, &old, &err) != 0) {
             log_warn("%s; replacing it with this run's measurement", err.msg);
         } else if (!same_machine(&old, self)) {
             log_warn("%s: the record names another machine (%s, %d processors, %s, %d threads); "
@@ -186,8 +187,6 @@ double peak_record_update(const char *path, const PeakRecord *self, double measu
             r.tflops = old.tflops > measured ? old.tflops : measured;
             r.runs = old.runs + 1;
         }
-    } else if (fs_exists(path)) {
-        log_warn("%s; replacing it with this run's measurement", err.msg);
     }
     free(text);
     *runs = r.runs;
