@@ -9,6 +9,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "core/arena.h"
@@ -126,6 +127,34 @@ static void test_arena_counting_matches(void **state) {
 
 /* An arena knows its device; on the CPU the host view is the memory itself (no copy), and a
  * build without a GPU backend finds no "cuda" device. */
+/* arena_init maps (and so clears) every page before it returns, on all threads, so the first
+ * step takes no page fault there (core/device.c); the memory reads as zeros. mincore() reports
+ * an anonymous page resident only once it is mapped. */
+static void test_arena_pages_mapped(void **state) {
+    (void)state;
+    long page = sysconf(_SC_PAGESIZE);
+    int before = omp_get_max_threads();
+    for (int threads = 1; threads <= 3; threads++) {
+        omp_set_num_threads(threads);
+        size_t bytes = (size_t)page * 2053 + 100; /* pages not a multiple of the threads */
+        Arena a;
+        Err err;
+        assert_int_equal(arena_init(&a, "test", bytes, &err), 0);
+        size_t npages = (a.capacity + (size_t)page - 1) / (size_t)page;
+        unsigned char *vec = malloc(npages);
+        assert_int_equal(mincore(a.base, a.capacity, vec), 0);
+        size_t resident = 0;
+        for (size_t i = 0; i < npages; i++)
+            resident += vec[i] & 1;
+        assert_int_equal(resident, npages);
+        for (size_t i = 0; i < a.capacity; i += 4093)
+            assert_int_equal(a.base[i], 0);
+        free(vec);
+        arena_free(&a);
+    }
+    omp_set_num_threads(before);
+}
+
 static void test_arena_device(void **state) {
     (void)state;
     Arena a, count;
@@ -222,6 +251,7 @@ int main(void) {
         cmocka_unit_test(test_rng_counter_fill),
         cmocka_unit_test(test_arena_counting_matches),
         cmocka_unit_test(test_arena_device),
+        cmocka_unit_test(test_arena_pages_mapped),
         cmocka_unit_test(test_strings),
         cmocka_unit_test(test_fs_atomic_and_json_errors),
     };
