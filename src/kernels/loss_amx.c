@@ -33,8 +33,14 @@
 
 #define TILE 512         /* bf16 values per tile: 16 rows of 32 */
 #define BUF (256 * 1024) /* bf16 values of a panel's rows of W: 512 KiB, within L2 */
-#define DX_KC 1024       /* step 4: vocabulary rows per block */
-#define DX_DC 256        /* step 4: columns of D per chunk */
+/* Step 1: reduction steps per block: the 32 tokens' B tiles of a block (16 KiB) stay in L1
+ * while the panel's A tiles stream from L2 (prefetched a step ahead), where a whole D of B
+ * tiles (64 KiB at D 1024) did not fit. 8 against a whole D: the pass 161-172 -> 137-145 ms
+ * (bench/README.md, "LM head"); 4 and 16 no better; the same blocks in steps 3 and 4, whose C
+ * rows are D apart in memory, were slower. */
+#define STATS_KS 8
+#define DX_KC 1024 /* step 4: vocabulary rows per block */
+#define DX_DC 256  /* step 4: columns of D per chunk */
 #define AMX_AVX512 __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
 
 typedef struct Layout {
@@ -184,10 +190,14 @@ AMX_AVX512 static double pass_stats(const Layout *l, float *ws, uint16_t *E, con
             for (int r = 0; r < rows; r += 16)
                 gemm_amx_pack_a(wb, 0, D, (int)(v0 + r), V, 0, D, S, pk + (long)r * D);
             for (long g = 0; g < l->Ns; g++) {
-                GemmAmxTiles bt = {tb + 2 * g * S * TILE, 32, TILE, (long)S * TILE};
-                for (int r = 0; r < rows; r += 32) {
-                    GemmAmxTiles at = {pk + (long)r * D, 32, TILE, (long)S * TILE};
-                    gemm_amx_group(2, 2, S, at, bt, cb + r * 32, 32, 0);
+                for (int k0 = 0; k0 < S; k0 += STATS_KS) {
+                    int ks = S - k0 < STATS_KS ? S - k0 : STATS_KS;
+                    GemmAmxTiles bt = {tb + (2 * g * S + k0) * TILE, 32, TILE, (long)S * TILE};
+                    for (int r = 0; r < rows; r += 32) {
+                        GemmAmxTiles at = {pk + (long)r * D + (long)k0 * TILE, 32, TILE,
+                                           (long)S * TILE};
+                        gemm_amx_group_with(2, 2, ks, at, bt, cb + r * 32, 32, k0 > 0, 1);
+                    }
                 }
                 if (timed) tiles += omp_get_wtime() - t0;
                 panel_stats(cb, v0, rows, valid, g * 32, p, l, ws, E, targets, N);

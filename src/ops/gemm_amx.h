@@ -44,10 +44,13 @@ void gemm_amx_group_emulated(int mr, int nr, int steps, GemmAmxTiles a, GemmAmxT
 
 /* The tile kernel, under gemm_amx_configure's configuration: C (mr x nr tiles of 16 x 16,
  * mr, nr <= 2, row stride ldc floats) = (acc ? C : 0) + the sum over `steps` steps of A tile
- * r times B tile c. Tile registers: 0-3 C, 4-5 A, 6-7 B. */
+ * r times B tile c. Tile registers: 0-3 C, 4-5 A, 6-7 B. prefetch_a (a constant where this is
+ * inlined; gemm_amx_group passes 0): A's tiles are whole 1 KiB blocks (ld 32) that come from
+ * L2, and those of the next step are prefetched into L1 while a step runs (the output layer's
+ * statistics pass, kernels/loss_amx.c). */
 __attribute__((target("amx-tile,amx-bf16"))) static inline void
-gemm_amx_group(int mr, int nr, int steps, GemmAmxTiles a, GemmAmxTiles b, float *C, long ldc,
-               int acc) {
+gemm_amx_group_with(int mr, int nr, int steps, GemmAmxTiles a, GemmAmxTiles b, float *C, long ldc,
+                    int acc, const int prefetch_a) {
     if (__builtin_expect(gemm_amx_emulated, 0)) {
         gemm_amx_group_emulated(mr, nr, steps, a, b, C, ldc, acc);
         return;
@@ -67,6 +70,11 @@ gemm_amx_group(int mr, int nr, int steps, GemmAmxTiles a, GemmAmxTiles b, float 
     }
     for (int s = 0; s < steps; s++) {
         const uint16_t *a0 = a.x + s * a.step, *b0 = b.x + s * b.step;
+        if (prefetch_a && s + 1 < steps)
+            for (int i = 0; i < 512; i += 32) { /* 64-byte lines of the next step's tiles */
+                _mm_prefetch((const char *)(a0 + a.step + i), _MM_HINT_T0);
+                if (mr > 1) _mm_prefetch((const char *)(a0 + a.step + a.next + i), _MM_HINT_T0);
+            }
         _tile_loadd(4, a0, as);
         _tile_loadd(6, b0, bs);
         _tile_dpbf16ps(0, 4, 6);
@@ -84,6 +92,13 @@ gemm_amx_group(int mr, int nr, int steps, GemmAmxTiles a, GemmAmxTiles b, float 
     if (nr > 1) _tile_stored(1, c1, cs);
     if (mr > 1) _tile_stored(2, c2, cs);
     if (mr > 1 && nr > 1) _tile_stored(3, c3, cs);
+}
+
+/* gemm_amx_group_with, no prefetch. */
+__attribute__((target("amx-tile,amx-bf16"))) static inline void
+gemm_amx_group(int mr, int nr, int steps, GemmAmxTiles a, GemmAmxTiles b, float *C, long ldc,
+               int acc) {
+    gemm_amx_group_with(mr, nr, steps, a, b, C, ldc, acc, 0);
 }
 
 /* Columns [c0, c0 + 16) x reduction values [k0, k0 + 32 steps) of op(B) (B row-major with row
