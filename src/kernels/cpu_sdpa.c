@@ -535,6 +535,62 @@ SIMD_AVX512_BF16 static void cast_rows(uint16_t *dst, long ldd, const float *src
     }
 }
 
+/* softmax_chunk followed by cast_rows into Pw (row stride SDPA2_BK), in one pass over each
+ * row, bitwise the same: S holds the scores not yet scaled (scores_* with alpha 1), scaled here
+ * as scale_cols does; the row's max and sum of exponentials are taken in simd_max's and
+ * simd_exp_sum's order (their AVX-512 paths, which the caller checks are active), and the
+ * exponentials go to Pw as bf16 without being stored in fp32. S is read twice instead of being
+ * scaled, read, rewritten, zeroed and read again (0.6B: the forward's softmax work, outside
+ * the tile products, was more than half of its time; bench/README.md). */
+SIMD_AVX512_BF16 static void softmax_cast_chunk(const Block *bk, const float *S, float scale,
+                                                float *mrow, float *lrow, float *ot, long qs,
+                                                int first, uint16_t *Pw) {
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int i = 0; i < bk->nq; i++) {
+        const float *sr = S + (long)i * SDPA2_BK;
+        uint16_t *d = Pw + (long)i * SDPA2_BK;
+        int lo, hi, nk = bk->nk, j;
+        row_range(bk->start, bk->t0, bk->s0, nk, i, &lo, &hi);
+        __m512 vm = _mm512_set1_ps(mrow[i]);
+        for (j = lo; j + 16 <= hi; j += 16)
+            vm = _mm512_max_ps(vm, _mm512_mul_ps(vs, _mm512_loadu_ps(sr + j)));
+        if (j < hi) {
+            __mmask16 t = (__mmask16)((1u << (hi - j)) - 1u);
+            vm = _mm512_mask_max_ps(vm, t, vm, _mm512_mul_ps(vs, _mm512_maskz_loadu_ps(t, sr + j)));
+        }
+        float mx = _mm512_reduce_max_ps(vm);
+        if (nk % 2) d[nk] = 0;
+        if (mx == -INFINITY) { /* no key of this chunk, none before */
+            memset(d, 0, (size_t)nk * sizeof *d);
+            continue;
+        }
+        memset(d, 0, (size_t)lo * sizeof *d);
+        memset(d + hi, 0, (size_t)(nk - hi) * sizeof *d);
+        __m512 sh = _mm512_set1_ps(mx), sum = _mm512_setzero_ps();
+        for (j = lo; j + 16 <= hi; j += 16) {
+            __m512 e = simd_exp16(_mm512_sub_ps(_mm512_mul_ps(vs, _mm512_loadu_ps(sr + j)), sh));
+            sum = _mm512_add_ps(sum, e);
+            _mm256_storeu_si256((void *)(d + j), (__m256i)_mm512_cvtneps_pbh(e));
+        }
+        if (j < hi) {
+            __mmask16 t = (__mmask16)((1u << (hi - j)) - 1u);
+            __m512 e =
+                simd_exp16(_mm512_sub_ps(_mm512_mul_ps(vs, _mm512_maskz_loadu_ps(t, sr + j)), sh));
+            sum = _mm512_mask_add_ps(sum, t, sum, e);
+            _mm256_mask_storeu_epi16(d + j, t, (__m256i)_mm512_cvtneps_pbh(e));
+        }
+        float corr = expf(mrow[i] - mx);
+        lrow[i] = lrow[i] * corr + _mm512_reduce_add_ps(sum);
+        mrow[i] = mx;
+        if (!first && corr != 1.0f) {
+            float *orow = ot + i * qs;
+#pragma omp simd
+            for (int e = 0; e < bk->E; e++)
+                orow[e] *= corr;
+        }
+    }
+}
+
 /* "row pairs": pair row r2 of dst (stride ldd) holds, for each of the n columns, the pair
  * (bf16 src[2 r2][c], bf16 src[2 r2 + 1][c]); the second is zero past the last of rows. */
 SIMD_AVX512_BF16 static void cast_row_pairs(uint16_t *dst, long ldd, const float *src, long lds,
@@ -816,6 +872,7 @@ static void cpu_sdpa_forward_bf16(float *out, float *lse, const float *q, const 
     cast_keys(kpan, NULL, k, B, T, K, E);
     cast_keys(NULL, vpair, v, B, T, K, E);
     const int amx = amx_applies(E), timed = amx && prof_timing();
+    const int fused = simd_avx512_active(); /* softmax_cast_chunk keeps its vector order */
     double tiles = 0;
 #pragma omp parallel reduction(+ : tiles)
     {
@@ -842,12 +899,17 @@ static void cpu_sdpa_forward_bf16(float *out, float *lse, const float *q, const 
                 int nk = kend - s0 < SDPA2_BK ? kend - s0 : SDPA2_BK;
                 Block bk = {start, t0, nq, s0, nk, E, 1};
                 const uint16_t *kp = kpan + bh + (long)s0 * E, *vp = vpair + bh + (long)s0 * E;
+                float alpha = fused ? 1.0f : scale;
                 if (amx)
-                    TILE_TIMED(timed, tiles, scores_amx(&bk, S, Qw, kp, scale));
+                    TILE_TIMED(timed, tiles, scores_amx(&bk, S, Qw, kp, alpha));
                 else
-                    scores_bf16(&bk, S, Qw, kp, scale);
-                softmax_chunk(&bk, S, SDPA2_BK, mrow, lrow, O, SDPA2_ACC_LD, first);
-                cast_rows(Pw, SDPA2_BK, S, SDPA2_BK, nq, nk);
+                    scores_bf16(&bk, S, Qw, kp, alpha);
+                if (fused) {
+                    softmax_cast_chunk(&bk, S, scale, mrow, lrow, O, SDPA2_ACC_LD, first, Pw);
+                } else {
+                    softmax_chunk(&bk, S, SDPA2_BK, mrow, lrow, O, SDPA2_ACC_LD, first);
+                    cast_rows(Pw, SDPA2_BK, S, SDPA2_BK, nq, nk);
+                }
                 if (amx) {
                     zero_cols(Pw, SDPA2_BK, nq, nk + nk % 2, (nk + 31) / 32 * 32);
                     TILE_TIMED(timed, tiles,
