@@ -125,8 +125,6 @@ static void test_arena_counting_matches(void **state) {
     arena_free(&real);
 }
 
-/* An arena knows its device; on the CPU the host view is the memory itself (no copy), and a
- * build without a GPU backend finds no "cuda" device. */
 /* arena_init maps (and so clears) every page before it returns, on all threads, so the first
  * step takes no page fault there (core/device.c); the memory reads as zeros. mincore() reports
  * an anonymous page resident only once it is mapped. */
@@ -155,6 +153,8 @@ static void test_arena_pages_mapped(void **state) {
     omp_set_num_threads(before);
 }
 
+/* An arena knows its device; on the CPU the host view is the memory itself (no copy), and a
+ * build without a GPU backend finds no "cuda" device. */
 static void test_arena_device(void **state) {
     (void)state;
     Arena a, count;

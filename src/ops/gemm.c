@@ -278,13 +278,16 @@ static double probe_once(int bf16, const float *A, const uint16_t *Ah, float *C)
     return rc ? -1.0 : now_seconds() - t0;
 }
 
-/* The bf16 path under auto: QT_GEMM_BF16 when set, else the faster of the two on this host,
- * timed once. Without AMX the bf16 unit (vdpbf16ps) runs at half the fp32 FMA rate, so the
- * widened operands win; with AMX oneDNN's matmul does. The ISA's expectation stands unless the
- * other path measures PROBE_MARGIN times faster: on a loaded machine (seven engineers' tests
- * on two cores) single timings swing by a third, and a choice that flipped from one process to
- * the next would change a resumed run's last bits. The two are timed in turn, best of
- * PROBE_REPS each, so a busy stretch hits both. */
+/* The bf16 path under auto: QT_GEMM_BF16 when set; with AMX the tiles, untimed (a tile
+ * multiplies at 16x the FMA unit's rate per cycle, and the one timing that ever picked the
+ * widened route on an AMX host was a loaded one: sgemm 53 GFLOP/s against the bf16 matmul's
+ * 39, both a tenth of their rates, while the test suite ran on both cores); else the faster of
+ * the two on this host, timed once. Without AMX the bf16 unit (vdpbf16ps) runs at half the
+ * fp32 FMA rate on some CPUs and at twice it on others. The ISA's expectation (widened) stands
+ * unless oneDNN's bf16 matmul measures PROBE_MARGIN times faster: on a loaded machine (seven
+ * engineers' tests on two cores) single timings swing by a third, and a choice that flipped
+ * from one process to the next would change a resumed run's last bits. The two are timed in
+ * turn, best of PROBE_REPS each, so a busy stretch hits both. */
 #define PROBE_MARGIN 1.25
 static Bf16Path native_path(void) {
     return gemm_amx_ready() ? BF16_AMX : BF16_ONEDNN;
@@ -325,6 +328,11 @@ static void choose_bf16_path(void) {
         snprintf(g_bf16_why, sizeof g_bf16_why, "no oneDNN bf16 on this CPU");
         return;
     }
+    if (strstr(impl, "amx")) {
+        g_bf16 = native_path();
+        snprintf(g_bf16_why, sizeof g_bf16_why, "AMX, taken without timing");
+        return;
+    }
     const int n = PROBE_N;
     float *A = xmalloc((size_t)n * n * sizeof *A), *C = xmalloc((size_t)n * n * sizeof *C);
     uint16_t *Ah = xmalloc((size_t)n * n * sizeof *Ah);
@@ -340,12 +348,9 @@ static void choose_bf16_path(void) {
         }
     free(A), free(Ah), free(C);
     double flop = 2.0 * n * n * n, f32 = flop / best[0] * 1e-9, b16 = flop / best[1] * 1e-9;
-    int amx = strstr(impl, "amx") != NULL;
-    g_bf16 = amx ? (f32 > PROBE_MARGIN * b16 ? BF16_WIDEN : native_path())
-                 : (b16 > PROBE_MARGIN * f32 ? BF16_ONEDNN : BF16_WIDEN);
+    g_bf16 = b16 > PROBE_MARGIN * f32 ? BF16_ONEDNN : BF16_WIDEN;
     snprintf(g_bf16_why, sizeof g_bf16_why,
-             "%s; measured once on %d^3: sgemm %.0f GFLOP/s, bf16 matmul %.0f",
-             amx ? "AMX" : "no AMX", n, f32, b16);
+             "no AMX; measured once on %d^3: sgemm %.0f GFLOP/s, bf16 matmul %.0f", n, f32, b16);
 }
 
 static void describe(void);
