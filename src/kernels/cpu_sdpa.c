@@ -269,6 +269,22 @@ static void keys_times_rows(const Block *bk, const float *A, const float *X, lon
     }
 }
 
+/* The online softmax's step for row i once a chunk's max mx (over the row's running max) and sum
+ * of exp(s - mx) are known: the running sum rescaled and grown, the max moved, and the output so
+ * far (ot, row stride qs, E values) rescaled to the new max. */
+static inline void move_row(int i, float mx, float sum, int E, float *mrow, float *lrow, float *ot,
+                            long qs, int first) {
+    float corr = expf(mrow[i] - mx);
+    lrow[i] = lrow[i] * corr + sum;
+    mrow[i] = mx;
+    if (!first && corr != 1.0f) {
+        float *orow = ot + i * qs;
+#pragma omp simd
+        for (int e = 0; e < E; e++)
+            orow[e] *= corr;
+    }
+}
+
 /* The online softmax over one chunk of keys: each of the block's rows of S (row stride ld)
  * becomes exp(s - the running max), zero outside the row's keys; the row's max and sum (mrow,
  * lrow) move on and its output so far (ot, row stride qs) is rescaled to the new max. */
@@ -286,15 +302,7 @@ static void softmax_chunk(const Block *bk, float *S, long ld, float *mrow, float
         float sum = simd_exp_sum(sr + lo, sr + lo, hi - lo, mx);
         memset(sr, 0, (size_t)lo * sizeof *sr);
         memset(sr + hi, 0, (size_t)(nk - hi) * sizeof *sr);
-        float corr = expf(mrow[i] - mx);
-        lrow[i] = lrow[i] * corr + sum;
-        mrow[i] = mx;
-        if (!first && corr != 1.0f) {
-            float *orow = ot + i * qs;
-#pragma omp simd
-            for (int e = 0; e < bk->E; e++)
-                orow[e] *= corr;
-        }
+        move_row(i, mx, sum, bk->E, mrow, lrow, ot, qs, first);
     }
 }
 
@@ -579,15 +587,7 @@ SIMD_AVX512_BF16 static void softmax_cast_chunk(const Block *bk, const float *S,
             sum = _mm512_mask_add_ps(sum, t, sum, e);
             _mm256_mask_storeu_epi16(d + j, t, (__m256i)_mm512_cvtneps_pbh(e));
         }
-        float corr = expf(mrow[i] - mx);
-        lrow[i] = lrow[i] * corr + _mm512_reduce_add_ps(sum);
-        mrow[i] = mx;
-        if (!first && corr != 1.0f) {
-            float *orow = ot + i * qs;
-#pragma omp simd
-            for (int e = 0; e < bk->E; e++)
-                orow[e] *= corr;
-        }
+        move_row(i, mx, _mm512_reduce_add_ps(sum), bk->E, mrow, lrow, ot, qs, first);
     }
 }
 
