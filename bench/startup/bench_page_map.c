@@ -1,7 +1,7 @@
 /* Ways of mapping fresh anonymous memory before its first use, timed on all OpenMP threads:
- * one touched byte per page (a fault per page), MAP_POPULATE (the kernel, one thread),
- * MADV_POPULATE_WRITE on each thread's share (what core/device.c's cpu_alloc does), and
- * device_cpu.alloc itself. Rounds alternate the ways; prints seconds per GiB of each round.
+ * one touched byte per page (a fault per page; cpu_alloc's fallback), MAP_POPULATE (the kernel,
+ * one thread), and device_cpu.alloc itself (core/device.c: MADV_POPULATE_WRITE on each thread's
+ * share). Rounds alternate the ways; prints seconds per GiB of each round.
  * Usage: bench_page_map [GiB (4)] [rounds (3)] */
 #include <omp.h>
 #include <stdio.h>
@@ -11,13 +11,9 @@
 
 #include "core/device.h"
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-
-enum { TOUCH, MAP_POP, MADV_POP, DEVICE, NWAYS };
+enum { TOUCH, MAP_POP, DEVICE, NWAYS };
 static const char *const NAMES[NWAYS] = {"touch one byte a page", "MAP_POPULATE",
-                                         "MADV_POPULATE_WRITE per thread", "device_cpu.alloc"};
+                                         "device_cpu.alloc"};
 
 /* Maps bytes by way w; returns the block or NULL. */
 static char *map(int w, size_t bytes) {
@@ -26,24 +22,10 @@ static char *map(int w, size_t bytes) {
     char *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, flags, -1, 0);
     if (p == MAP_FAILED) return NULL;
     size_t page = (size_t)sysconf(_SC_PAGESIZE), npages = bytes / page;
-    int failed = 0;
     if (w == TOUCH) {
 #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < npages; i++)
             p[i * page] = 0;
-    } else if (w == MADV_POP) {
-#pragma omp parallel reduction(| : failed)
-        {
-            size_t nt = (size_t)omp_get_num_threads(), me = (size_t)omp_get_thread_num();
-            size_t per = (npages + nt - 1) / nt, lo = me * per < npages ? me * per : npages;
-            size_t hi = lo + per < npages ? lo + per : npages;
-            if (lo < hi) failed = madvise(p + lo * page, (hi - lo) * page, MADV_POPULATE_WRITE);
-        }
-    }
-    if (failed) {
-        fprintf(stderr, "bench_page_map: MADV_POPULATE_WRITE failed (kernel before 5.14?)\n");
-        munmap(p, bytes);
-        return NULL;
     }
     return p;
 }
