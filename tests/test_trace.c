@@ -17,6 +17,9 @@
 
 #include "core/fs.h"
 #include "core/trace.h"
+#include "kernels/cpu_ops.h"
+#include "kernels/cpu_peak.h"
+#include "kernels/cpu_simd.h"
 #include "ops/gemm.h"
 #include "ops/op_profile.h"
 
@@ -129,11 +132,65 @@ static void test_trace_threads(void **state) {
     fs_remove_tree(dir, &err);
 }
 
+/* Attention's own product kernels (not gemm_f32 / gemm_bf16 calls) count in the GEMM column of
+ * the sdpa rows on every AVX-512 route, fp32 and bf16 pairs alike (AMX tiles where present),
+ * and the softmax work between them does not: 0 < GEMM seconds < row seconds. */
+static void test_sdpa_products_timed(void **state) {
+    (void)state;
+    if (!simd_avx512_active()) skip();
+    prof_reset();
+    trace_start(); /* op calls are timed while a trace records */
+    enum { B = 1, T = 200, H = 4, K = 2, E = 64 };
+    long nq = (long)B * T * H * E, nk = (long)B * T * K * E;
+    float *q = malloc(nq * sizeof *q), *k = malloc(nk * sizeof *k), *v = malloc(nk * sizeof *v);
+    float *o = malloc(nq * sizeof *o), *dout = malloc(nq * sizeof *dout);
+    float *dq = malloc(nq * sizeof *dq), *dk = malloc(nk * sizeof *dk),
+          *dv = malloc(nk * sizeof *dv);
+    float *lse = malloc((size_t)B * H * T * sizeof *lse);
+    uint16_t *scratch = malloc(SDPA_BF16_SCRATCH(B, T, K, E) * sizeof *scratch);
+    for (long i = 0; i < nq; i++)
+        q[i] = (float)((i * 37) % 101) / 101 - 0.5f, dout[i] = (float)((i * 53) % 97) / 97 - 0.5f;
+    for (long i = 0; i < nk; i++)
+        k[i] = (float)((i * 29) % 89) / 89 - 0.5f, v[i] = (float)((i * 31) % 83) / 83 - 0.5f;
+    const SdpaOp *op = &sdpa_cpu;
+    int bf16 = cpu_has_avx512_bf16();
+    for (int prec = 0; prec <= bf16; prec++) {
+        const char *impl = prec ? "bf16" : "fp32"; /* two rows, one per route */
+        int tok = prof_begin("sdpa", impl, 0);
+        if (prec)
+            op->forward_bf16(o, lse, q, k, v, NULL, B, T, H, K, E, scratch);
+        else
+            op->forward(o, lse, q, k, v, NULL, B, T, H, K, E);
+        prof_end(tok);
+        tok = prof_begin("sdpa", impl, 1);
+        if (prec)
+            op->backward_bf16(dq, dk, dv, dout, q, k, v, o, lse, NULL, B, T, H, K, E, scratch);
+        else
+            op->backward(dq, dk, dv, dout, q, k, v, o, lse, NULL, B, T, H, K, E);
+        prof_end(tok);
+        for (int bwd = 0; bwd < 2; bwd++) {
+            double sec, gemm;
+            assert_int_equal(prof_row("sdpa", impl, bwd, &sec, &gemm), 0);
+            if (!(gemm > 0 && gemm < sec))
+                fail_msg("sdpa %s %s: GEMM %.6f s of %.6f s", impl, bwd ? "bwd" : "fwd", gemm, sec);
+        }
+    }
+    char dir[] = "/tmp/qt_trace_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    Err err;
+    assert_int_equal(trace_write(dir, 1, 0, &err), 0); /* ends the recording */
+    fs_remove_tree(dir, &err);
+    prof_reset();
+    free(q), free(k), free(v), free(o), free(dout), free(dq), free(dk), free(dv), free(lse);
+    free(scratch);
+}
+
 int main(void) {
     unsetenv("QT_PROFILE");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_trace_file),
         cmocka_unit_test(test_trace_threads),
+        cmocka_unit_test(test_sdpa_products_timed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

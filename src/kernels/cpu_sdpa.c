@@ -41,6 +41,20 @@
 #define SDPA_NV 4  /* 16-float vectors across a micro-tile */
 #define SDPA_NP 64 /* its columns: SDPA_NV * 16, also the keys of a transposed panel */
 
+/* The op profile's GEMM column (ops/op_profile.h) for attention's products: while op calls are
+ * timed, each thread adds the seconds it spends in the product calls (scores with their key
+ * panel, rows_times_keys, keys_times_rows, in fp32, bf16 pairs or AMX tiles, with their alpha and
+ * C rows, as gemm_f32's and gemm_amx's are counted); the entry adds the threads' mean once the
+ * parallel region ends. The casts, transposes, softmax and gradient rows stay outside it.
+ * Without AVX-512 the fp32 products are gemm_f32 calls, which count themselves outside a
+ * parallel region and are not timed here (no second count on one thread). */
+#define TILE_TIMED(timed, tiles, call)                                                             \
+    do {                                                                                           \
+        double t_ = (timed) ? omp_get_wtime() : 0;                                                 \
+        call;                                                                                      \
+        if (timed) (tiles) += omp_get_wtime() - t_;                                                \
+    } while (0)
+
 /* The micro-kernels' shared parts (mm_tile_avx512_mv, fp32, and mm2_tile_mv, bf16 pairs): the
  * mask of the last of V vectors for n columns, zeroed accumulators, and the tile's end C[i][16v
  * ...] = alpha * c[i][v] (+ C when acc; without acc C is never read). Inlined with constant M
@@ -365,8 +379,9 @@ static void cpu_sdpa_forward(float *out, float *lse, const float *q, const float
     const int rep = H / K, nblk = (T + SDPA_BQ - 1) / SDPA_BQ;
     const long qs = (long)H * E, ks = (long)K * E; /* token strides */
     const long units = (long)B * H * nblk;
-    const int avx = simd_avx512_active();
-#pragma omp parallel
+    const int avx = simd_avx512_active(), timed = avx && prof_timing();
+    double tiles = 0;
+#pragma omp parallel reduction(+ : tiles)
     {
         _Alignas(64) float S[SDPA_BQ * SDPA_BK], KP[SDPA_MAX_HEAD_DIM * SDPA_NP];
 #pragma omp for schedule(dynamic, 1)
@@ -387,14 +402,16 @@ static void cpu_sdpa_forward(float *out, float *lse, const float *q, const float
             for (int s0 = start[0]; s0 < kend; s0 += SDPA_BK, first = 0) {
                 int nk = kend - s0 < SDPA_BK ? kend - s0 : SDPA_BK;
                 Block bk = {start, t0, nq, s0, nk, E, avx};
-                scores(&bk, S, qt, qs, kb + (long)s0 * ks, ks, KP, scale);
+                TILE_TIMED(timed, tiles, scores(&bk, S, qt, qs, kb + (long)s0 * ks, ks, KP, scale));
                 softmax_chunk(&bk, S, SDPA_BK, mrow, lrow, ot, qs, first);
                 /* O (+)= P V over the chunk's keys */
-                rows_times_keys(&bk, S, vb + (long)s0 * ks, ks, ot, qs, !first);
+                TILE_TIMED(timed, tiles,
+                           rows_times_keys(&bk, S, vb + (long)s0 * ks, ks, ot, qs, !first));
             }
             finish_block(ot, qs, ot, qs, nq, E, mrow, lrow, lse + ((long)b * H + h) * T + t0);
         }
     }
+    if (timed) prof_gemm_add(tiles / omp_get_max_threads());
 }
 
 static void cpu_sdpa_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
@@ -403,8 +420,9 @@ static void cpu_sdpa_backward(float *dq, float *dk, float *dv, const float *dout
     const float scale = (float)(1.0 / sqrt((double)E));
     const int rep = H / K;
     const long qs = (long)H * E, ks = (long)K * E;
-    const int avx = simd_avx512_active();
-#pragma omp parallel
+    const int avx = simd_avx512_active(), timed = avx && prof_timing();
+    double tiles = 0;
+#pragma omp parallel reduction(+ : tiles)
     {
         _Alignas(64) float P[2 * SDPA_BQ * SDPA_BK], KP[2 * SDPA_MAX_HEAD_DIM * SDPA_NP];
         float *dS = P + SDPA_BQ * SDPA_BK; /* dP, then dS in place */
@@ -433,17 +451,22 @@ static void cpu_sdpa_backward(float *dq, float *dk, float *dv, const float *dout
                             int nk = kend - s0 < SDPA_BK ? kend - s0 : SDPA_BK;
                             const float *kc = kb + (long)s0 * ks, *vc = vb + (long)s0 * ks;
                             Block bk = {start, t0, nq, s0, nk, E, avx};
-                            scores(&bk, P, qt, qs, kc, ks, KP, scale);
-                            scores(&bk, dS, dot, qs, vc, ks, VP, 1.0f);
+                            TILE_TIMED(timed, tiles, {
+                                scores(&bk, P, qt, qs, kc, ks, KP, scale);
+                                scores(&bk, dS, dot, qs, vc, ks, VP, 1.0f);
+                            });
                             grad_chunk(&bk, P, dS, SDPA_BK, z, Dt, scale);
                             /* dv += P^T dout, dk += dS^T q, dq (+)= dS K over the chunk */
-                            keys_times_rows(&bk, P, dot, qs, dvb + (long)s0 * ks, ks);
-                            keys_times_rows(&bk, dS, qt, qs, dkb + (long)s0 * ks, ks);
-                            rows_times_keys(&bk, dS, kc, ks, dqt, qs, !first);
+                            TILE_TIMED(timed, tiles, {
+                                keys_times_rows(&bk, P, dot, qs, dvb + (long)s0 * ks, ks);
+                                keys_times_rows(&bk, dS, qt, qs, dkb + (long)s0 * ks, ks);
+                                rows_times_keys(&bk, dS, kc, ks, dqt, qs, !first);
+                            });
                         }
                     }
             }
     }
+    if (timed) prof_gemm_add(tiles / omp_get_max_threads());
 }
 
 /* ---- bf16 products (mixed precision: SdpaOp.forward_bf16 / backward_bf16) ----
@@ -730,17 +753,6 @@ static int amx_applies(int E) {
     return E % 32 == 0 && gemm_amx_ready();
 }
 
-/* The op profile's GEMM column (ops/op_profile.h) for the tile products: while op calls are
- * timed, each thread adds the seconds it spends in the calls of scores_amx, rows_times_keys_amx
- * and keys_times_rows_amx (the products with their alpha and C rows, as gemm_amx's are
- * counted); the casts, transposes, softmax and gradient rows stay outside it. */
-#define TILE_TIMED(timed, tiles, call)                                                             \
-    do {                                                                                           \
-        double t_ = (timed) ? omp_get_wtime() : 0;                                                 \
-        call;                                                                                      \
-        if (timed) (tiles) += omp_get_wtime() - t_;                                                \
-    } while (0)
-
 /* C (mr x nr tiles of 16 x 16, mr, nr <= 2; row stride ldc floats) (+)= A B over `steps`
  * steps of 32: A tile r of step s at A + r 16 lda + 32 s (lda values), B tile c of step s at
  * B + 16 s ldb + 32 c (ldb values per pair row, 2 per column). */
@@ -871,7 +883,7 @@ static void cpu_sdpa_forward_bf16(float *out, float *lse, const float *q, const 
     uint16_t *kpan = scratch, *vpair = scratch + (long)B * K * per;
     cast_keys(kpan, NULL, k, B, T, K, E);
     cast_keys(NULL, vpair, v, B, T, K, E);
-    const int amx = amx_applies(E), timed = amx && prof_timing();
+    const int amx = amx_applies(E), timed = prof_timing();
     const int fused = simd_avx512_active(); /* softmax_cast_chunk keeps its vector order */
     double tiles = 0;
 #pragma omp parallel reduction(+ : tiles)
@@ -903,7 +915,7 @@ static void cpu_sdpa_forward_bf16(float *out, float *lse, const float *q, const 
                 if (amx)
                     TILE_TIMED(timed, tiles, scores_amx(&bk, S, Qw, kp, alpha));
                 else
-                    scores_bf16(&bk, S, Qw, kp, alpha);
+                    TILE_TIMED(timed, tiles, scores_bf16(&bk, S, Qw, kp, alpha));
                 if (fused) {
                     softmax_cast_chunk(&bk, S, scale, mrow, lrow, O, SDPA2_ACC_LD, first, Pw);
                 } else {
@@ -915,7 +927,8 @@ static void cpu_sdpa_forward_bf16(float *out, float *lse, const float *q, const 
                     TILE_TIMED(timed, tiles,
                                rows_times_keys_amx(&bk, Pw, vp, O, SDPA2_ACC_LD, !first, buf));
                 } else {
-                    rows_times_keys_bf16(&bk, Pw, vp, O, SDPA2_ACC_LD, !first);
+                    TILE_TIMED(timed, tiles,
+                               rows_times_keys_bf16(&bk, Pw, vp, O, SDPA2_ACC_LD, !first));
                 }
             }
             finish_block(ot, qs, O, SDPA2_ACC_LD, nq, E, mrow, lrow,
@@ -942,7 +955,7 @@ static void cpu_sdpa_backward_bf16(float *dq, float *dk, float *dv, const float 
              *kpair = vpan + (long)B * K * per;
     cast_keys(kpan, kpair, k, B, T, K, E);
     cast_keys(vpan, NULL, v, B, T, K, E);
-    const int amx = amx_applies(E), timed = amx && prof_timing();
+    const int amx = amx_applies(E), timed = prof_timing();
     double tiles = 0;
 #pragma omp parallel reduction(+ : tiles)
     {
@@ -1000,8 +1013,10 @@ static void cpu_sdpa_backward_bf16(float *dq, float *dk, float *dv, const float 
                                     scores_amx(&bk, dS, dOw, vp, 1.0f);
                                 });
                             } else {
-                                scores_bf16(&bk, P, Qw, kp, scale);
-                                scores_bf16(&bk, dS, dOw, vp, 1.0f);
+                                TILE_TIMED(timed, tiles, {
+                                    scores_bf16(&bk, P, Qw, kp, scale);
+                                    scores_bf16(&bk, dS, dOw, vp, 1.0f);
+                                });
                             }
                             grad_chunk(&bk, P, dS, SDPA2_BK, z, Dt, scale);
                             cast_row_pairs(Pp, 2L * SDPA2_BK, P, SDPA2_BK, nq, nk);
@@ -1018,9 +1033,11 @@ static void cpu_sdpa_backward_bf16(float *dq, float *dk, float *dv, const float 
                                                         buf);
                                 });
                             } else {
-                                keys_times_rows_bf16(&bk, Pp, dOp, dvb + (long)s0 * ks, ks);
-                                keys_times_rows_bf16(&bk, dSp, Qp, dkb + (long)s0 * ks, ks);
-                                rows_times_keys_bf16(&bk, dSw, kr, dQ, SDPA2_ACC_LD, !first);
+                                TILE_TIMED(timed, tiles, {
+                                    keys_times_rows_bf16(&bk, Pp, dOp, dvb + (long)s0 * ks, ks);
+                                    keys_times_rows_bf16(&bk, dSp, Qp, dkb + (long)s0 * ks, ks);
+                                    rows_times_keys_bf16(&bk, dSw, kr, dQ, SDPA2_ACC_LD, !first);
+                                });
                             }
                         }
                         for (int i = 0; i < nq; i++)

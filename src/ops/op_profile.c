@@ -34,11 +34,17 @@ int prof_enabled(void) {
     return g_state;
 }
 
-static int row_index(const char *what, const char *impl, int bwd) {
+static int find_row(const char *what, const char *impl, int bwd) {
     for (int i = 0; i < g_nrows; i++)
         if (g_rows[i].bwd == bwd && strcmp(g_rows[i].what, what) == 0 &&
             strcmp(g_rows[i].impl, impl) == 0)
             return i;
+    return -1;
+}
+
+static int row_index(const char *what, const char *impl, int bwd) {
+    int i = find_row(what, impl, bwd);
+    if (i >= 0) return i;
     if (g_nrows == PROF_MAX_ROWS) return -1;
     g_rows[g_nrows] = (ProfRow){.what = what, .impl = impl, .bwd = bwd};
     return g_nrows++;
@@ -132,4 +138,12 @@ void prof_report(FILE *f, long steps) {
 void prof_reset(void) {
     g_nrows = 0;
     g_depth = 0;
+}
+
+int prof_row(const char *what, const char *impl, int bwd, double *seconds, double *gemm_seconds) {
+    int i = find_row(what, impl, bwd);
+    if (i < 0) return -1;
+    *seconds = g_rows[i].seconds;
+    *gemm_seconds = g_rows[i].gemm_seconds;
+    return 0;
 }

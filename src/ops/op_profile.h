@@ -34,6 +34,8 @@ void prof_gemm_part(const char *what, double seconds);
 void prof_report(FILE *f, long steps);
 /* Clears every row (tests). */
 void prof_reset(void);
+/* A row's seconds so far and their GEMM part; 0 when the row exists, -1 when not (tests). */
+int prof_row(const char *what, const char *impl, int bwd, double *seconds, double *gemm_seconds);
 
 /* Wraps one op call: PROF_OP(&op->h, 0, op->forward(...)). */
 #define PROF_OP(hdr, bwd, call)                                                                    \
