@@ -367,17 +367,18 @@ void simd_swiglu(float *out, const float *gate, const float *up, long n) {
  * threads never changes a result (each element is converted independently anyway). */
 #define CONVERT_CHUNK 65536L
 
+void simd_f32_to_bf16_here(uint16_t *dst, const float *src, long n) {
+    if (simd_avx512_active())
+        to_bf16_avx512(dst, src, n);
+    else
+        for (long i = 0; i < n; i++)
+            dst[i] = f32_to_bf16(src[i]);
+}
+
 void simd_f32_to_bf16(uint16_t *dst, const float *src, long n) {
-    int v = simd_avx512_active();
 #pragma omp parallel for schedule(static) if (n > 4 * CONVERT_CHUNK)
-    for (long c = 0; c < n; c += CONVERT_CHUNK) {
-        long len = n - c < CONVERT_CHUNK ? n - c : CONVERT_CHUNK;
-        if (v)
-            to_bf16_avx512(dst + c, src + c, len);
-        else
-            for (long i = c; i < c + len; i++)
-                dst[i] = f32_to_bf16(src[i]);
-    }
+    for (long c = 0; c < n; c += CONVERT_CHUNK)
+        simd_f32_to_bf16_here(dst + c, src + c, n - c < CONVERT_CHUNK ? n - c : CONVERT_CHUNK);
 }
 
 AVX512 static void zero_stream_avx512(float *x, long n) {

@@ -83,6 +83,9 @@ void simd_rmsnorm_rows(float *out, float *rstd, const float *x, const float *w, 
  * and the exact widening back. Large n is split over threads. For the per-step bf16 copies
  * of weights and activations in mixed precision. */
 void simd_f32_to_bf16(uint16_t *dst, const float *src, long n);
+/* The same on the calling thread only: for a chunk a caller's own parallel loop just wrote and
+ * still has in cache. */
+void simd_f32_to_bf16_here(uint16_t *dst, const float *src, long n);
 void simd_bf16_to_f32(float *dst, const uint16_t *src, long n);
 /* Writes src as a matmul weight's bf16 copy in the layout of the bf16 path: bf16 at copy, or,
  * when copy is the handle of a widened copy (ops/gemm.h), the bf16-rounded values as fp32. */
