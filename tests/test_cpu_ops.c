@@ -252,6 +252,28 @@ static void test_rmsnorm(void **state) {
         rmsnorm_cpu.backward(dx1, dw1, dout, x, w, r0, R, C);
         expect_close("rmsnorm dx", dx1, dx0, R * C, 2e-5);
         expect_close("rmsnorm dw", dw1, dw0, C, 2e-6);
+        /* The fusions are bitwise the separate add: forward_add on xsum = x + dout (into a copy
+         * of x, as the model aliases it) against forward on that sum; backward_acc onto dres
+         * against backward, then the add. */
+        float *sum = malloc((size_t)(R * C) * sizeof(float)), *o2 = zeros(R * C), *r2 = zeros(R);
+        for (long i = 0; i < R * C; i++)
+            sum[i] = x[i] + dout[i];
+        rmsnorm_cpu.forward(o1, r1, sum, w, R, C, 1e-6f);
+        memcpy(sum, x, (size_t)(R * C) * sizeof(float));
+        rmsnorm_cpu.forward_add(sum, o2, r2, sum, dout, w, R, C, 1e-6f);
+        for (long i = 0; i < R * C; i++)
+            assert_true(sum[i] == x[i] + dout[i]);
+        assert_memory_equal(o2, o1, (size_t)(R * C) * sizeof(float));
+        assert_memory_equal(r2, r1, (size_t)R * sizeof(float));
+        float *dres = rnd(R * C, 24, 1.0f), *want = malloc((size_t)(R * C) * sizeof(float));
+        memcpy(dw0, dw1, (size_t)C * sizeof(float));
+        rmsnorm_cpu.backward(dx1, dw1, dout, x, w, r0, R, C);
+        for (long i = 0; i < R * C; i++)
+            want[i] = dres[i] + dx1[i];
+        rmsnorm_cpu.backward_acc(dres, dw0, dout, x, w, r0, R, C);
+        assert_memory_equal(dres, want, (size_t)(R * C) * sizeof(float));
+        assert_memory_equal(dw0, dw1, (size_t)C * sizeof(float));
+        free(sum), free(o2), free(r2), free(dres), free(want);
         free(x), free(w), free(dout), free(o0), free(r0), free(o1), free(r1);
         free(dx0), free(dw0), free(dx1), free(dw1);
     }
