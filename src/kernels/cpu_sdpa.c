@@ -912,24 +912,25 @@ static void cpu_sdpa_forward_bf16(float *out, float *lse, const float *q, const 
                 Block bk = {start, t0, nq, s0, nk, E, 1};
                 const uint16_t *kp = kpan + bh + (long)s0 * E, *vp = vpair + bh + (long)s0 * E;
                 float alpha = fused ? 1.0f : scale;
-                if (amx)
-                    TILE_TIMED(timed, tiles, scores_amx(&bk, S, Qw, kp, alpha));
-                else
-                    TILE_TIMED(timed, tiles, scores_bf16(&bk, S, Qw, kp, alpha));
+                TILE_TIMED(timed, tiles, {
+                    if (amx)
+                        scores_amx(&bk, S, Qw, kp, alpha);
+                    else
+                        scores_bf16(&bk, S, Qw, kp, alpha);
+                });
                 if (fused) {
                     softmax_cast_chunk(&bk, S, scale, mrow, lrow, O, SDPA2_ACC_LD, first, Pw);
                 } else {
                     softmax_chunk(&bk, S, SDPA2_BK, mrow, lrow, O, SDPA2_ACC_LD, first);
                     cast_rows(Pw, SDPA2_BK, S, SDPA2_BK, nq, nk);
                 }
-                if (amx) {
-                    zero_cols(Pw, SDPA2_BK, nq, nk + nk % 2, (nk + 31) / 32 * 32);
-                    TILE_TIMED(timed, tiles,
-                               rows_times_keys_amx(&bk, Pw, vp, O, SDPA2_ACC_LD, !first, buf));
-                } else {
-                    TILE_TIMED(timed, tiles,
-                               rows_times_keys_bf16(&bk, Pw, vp, O, SDPA2_ACC_LD, !first));
-                }
+                if (amx) zero_cols(Pw, SDPA2_BK, nq, nk + nk % 2, (nk + 31) / 32 * 32);
+                TILE_TIMED(timed, tiles, {
+                    if (amx)
+                        rows_times_keys_amx(&bk, Pw, vp, O, SDPA2_ACC_LD, !first, buf);
+                    else
+                        rows_times_keys_bf16(&bk, Pw, vp, O, SDPA2_ACC_LD, !first);
+                });
             }
             finish_block(ot, qs, O, SDPA2_ACC_LD, nq, E, mrow, lrow,
                          lse + ((long)b * H + h) * T + t0);
@@ -1007,17 +1008,15 @@ static void cpu_sdpa_backward_bf16(float *dq, float *dk, float *dv, const float 
                             const uint16_t *kp = kpan + bh + (long)s0 * E,
                                            *vp = vpan + bh + (long)s0 * E,
                                            *kr = kpair + bh + (long)s0 * E;
-                            if (amx) {
-                                TILE_TIMED(timed, tiles, {
+                            TILE_TIMED(timed, tiles, {
+                                if (amx) {
                                     scores_amx(&bk, P, Qw, kp, scale);
                                     scores_amx(&bk, dS, dOw, vp, 1.0f);
-                                });
-                            } else {
-                                TILE_TIMED(timed, tiles, {
+                                } else {
                                     scores_bf16(&bk, P, Qw, kp, scale);
                                     scores_bf16(&bk, dS, dOw, vp, 1.0f);
-                                });
-                            }
+                                }
+                            });
                             grad_chunk(&bk, P, dS, SDPA2_BK, z, Dt, scale);
                             cast_row_pairs(Pp, 2L * SDPA2_BK, P, SDPA2_BK, nq, nk);
                             cast_row_pairs(dSp, 2L * SDPA2_BK, dS, SDPA2_BK, nq, nk);
@@ -1026,19 +1025,19 @@ static void cpu_sdpa_backward_bf16(float *dq, float *dk, float *dv, const float 
                                 transpose_pairs(Pt, Pp, nq, nk);
                                 transpose_pairs(dSt, dSp, nq, nk);
                                 zero_cols(dSw, SDPA2_BK, nq, nk + nk % 2, (nk + 31) / 32 * 32);
-                                TILE_TIMED(timed, tiles, {
+                            }
+                            TILE_TIMED(timed, tiles, {
+                                if (amx) {
                                     keys_times_rows_amx(&bk, Pt, dOp, dvb + (long)s0 * ks, ks, buf);
                                     keys_times_rows_amx(&bk, dSt, Qp, dkb + (long)s0 * ks, ks, buf);
                                     rows_times_keys_amx(&bk, dSw, kr, dQ, SDPA2_ACC_LD, !first,
                                                         buf);
-                                });
-                            } else {
-                                TILE_TIMED(timed, tiles, {
+                                } else {
                                     keys_times_rows_bf16(&bk, Pp, dOp, dvb + (long)s0 * ks, ks);
                                     keys_times_rows_bf16(&bk, dSp, Qp, dkb + (long)s0 * ks, ks);
                                     rows_times_keys_bf16(&bk, dSw, kr, dQ, SDPA2_ACC_LD, !first);
-                                });
-                            }
+                                }
+                            });
                         }
                         for (int i = 0; i < nq; i++)
                             memcpy(dqt + i * qs, dQ + i * SDPA2_ACC_LD, (size_t)E * sizeof *dQ);
