@@ -1,4 +1,4 @@
-/* Fuzzes the machine's peak record parser (train/peak_record.h): arbitrary bytes must parse
+/* Fuzzes the machine's peak record parser (core/peak_record.h): arbitrary bytes must parse
  * into a record that formats back to text parsing to the same record, or fail with a sentence
  * naming the file. */
 #include <stddef.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/peak_record.h"
+#include "core/peak_record.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     PeakRecord r, back;

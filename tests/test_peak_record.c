@@ -1,4 +1,4 @@
-/* Unit tests for the machine's peak record (train/peak_record.h): the text round-trips; the
+/* Unit tests for the machine's peak record (core/peak_record.h): the text round-trips; the
  * update keeps the larger of the record and the measurement and counts the runs; a record of
  * another machine, a malformed one or an unreadable one is replaced; the file name follows the
  * identity; malformed texts fail with one sentence naming the file, the line and what was
@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "core/fs.h"
-#include "train/peak_record.h"
+#include "core/peak_record.h"
 
 static PeakRecord machine(void) {
     PeakRecord r;

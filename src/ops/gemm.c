@@ -14,7 +14,9 @@
 
 #include "core/dtype.h"
 #include "core/err.h"
+#include "core/fs.h"
 #include "core/log.h"
+#include "core/peak_record.h"
 #include "core/timer.h"
 #include "core/trace.h"
 #include "ops/gemm_amx.h"
@@ -79,8 +81,8 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT, g_bf16_once = PTHREAD_ONCE_INI
 static Backend g_backend = BK_AUTO;
 static Bf16Path g_bf16 = BF16_AUTO; /* never BF16_AUTO after bf16_path() */
 static dnnl_engine_t g_engine;
-static char g_desc[256];
-static char g_bf16_why[128];
+static char g_desc[384];
+static char g_bf16_why[192];
 static Bf16Path g_bf16_adopted = BF16_AUTO;   /* gemm_bf16_adopt: another process's choice */
 static Bf16Path g_bf16_preferred = BF16_AUTO; /* gemm_bf16_prefer: a resumed run's */
 static char g_bf16_preferred_why[96];
@@ -282,13 +284,29 @@ static double probe_once(int bf16, const float *A, const uint16_t *Ah, float *C)
  * multiplies at 16x the FMA unit's rate per cycle, and the one timing that ever picked the
  * widened route on an AMX host was a loaded one: sgemm 53 GFLOP/s against the bf16 matmul's
  * 39, both a tenth of their rates, while the test suite ran on both cores); else the faster of
- * the two on this host, timed once. Without AMX the bf16 unit (vdpbf16ps) runs at half the
- * fp32 FMA rate on some CPUs and at twice it on others. The ISA's expectation (widened) stands
- * unless oneDNN's bf16 matmul measures PROBE_MARGIN times faster: on a loaded machine (seven
- * engineers' tests on two cores) single timings swing by a third, and a choice that flipped
- * from one process to the next would change a resumed run's last bits. The two are timed in
- * turn, best of PROBE_REPS each, so a busy stretch hits both. */
+ * the two on this host. Without AMX the bf16 unit (vdpbf16ps) runs at half the fp32 FMA rate
+ * on some CPUs and at twice it on others. The ISA's expectation (widened) stands unless
+ * oneDNN's bf16 matmul is PROBE_MARGIN times faster. The two are timed in turn, best of
+ * PROBE_REPS each, so a busy stretch hits both, and each rate is kept as the best this machine
+ * has shown (core/peak_record.h, units PROBE_UNIT_F32 and PROBE_UNIT_BF16): the choice follows
+ * the best rates, not this run's. On a loaded machine single timings swing by a factor (the
+ * test suite on two cores: sgemm 21-86 GFLOP/s against 24-67 for a bf16 matmul that runs at
+ * 430 when quiet), and a choice made afresh in each process made two runs of one config
+ * differ in their last bits; with the records it changes only while a record is still rising. */
 #define PROBE_MARGIN 1.25
+#define PROBE_UNIT_F32 "gemm probe sgemm"
+#define PROBE_UNIT_BF16 "gemm probe bf16 matmul"
+
+/* This run's GFLOP/s of a probe unit taken into the machine's record; returns the best. */
+static double probe_best(const char *unit, double gflops, long *runs) {
+    PeakRecord self;
+    peak_record_this_machine(&self, unit, omp_get_max_threads());
+    char *dir = fs_cache_dir("peaks"), *path = peak_record_path(dir, &self);
+    double best = 1e3 * peak_record_update(path, &self, gflops * 1e-3, runs);
+    free(path);
+    free(dir);
+    return best;
+}
 static Bf16Path native_path(void) {
     return gemm_amx_ready() ? BF16_AMX : BF16_ONEDNN;
 }
@@ -348,9 +366,14 @@ static void choose_bf16_path(void) {
         }
     free(A), free(Ah), free(C);
     double flop = 2.0 * n * n * n, f32 = flop / best[0] * 1e-9, b16 = flop / best[1] * 1e-9;
-    g_bf16 = b16 > PROBE_MARGIN * f32 ? BF16_ONEDNN : BF16_WIDEN;
+    long runs = 1;
+    double f32_best = probe_best(PROBE_UNIT_F32, f32, &runs);
+    double b16_best = probe_best(PROBE_UNIT_BF16, b16, &runs);
+    g_bf16 = b16_best > PROBE_MARGIN * f32_best ? BF16_ONEDNN : BF16_WIDEN;
     snprintf(g_bf16_why, sizeof g_bf16_why,
-             "no AMX; measured once on %d^3: sgemm %.0f GFLOP/s, bf16 matmul %.0f", n, f32, b16);
+             "no AMX; on %d^3 sgemm %.0f GFLOP/s, bf16 matmul %.0f: the best of %ld run(s) on this "
+             "machine, this run %.0f and %.0f",
+             n, f32_best, b16_best, runs, f32, b16);
 }
 
 static void describe(void);
@@ -391,7 +414,7 @@ static void describe(void) {
     if (g_backend == BK_REF) {
         snprintf(g_desc, sizeof g_desc, "reference loops (fp32; bf16 widened), %d threads", nt);
     } else if (g_backend == BK_AUTO) {
-        char bdesc[160];
+        char bdesc[256];
         if (g_bf16 == BF16_AUTO)
             snprintf(bdesc, sizeof bdesc, "bf16 path picked at the first bf16 product");
         else if (g_bf16 == BF16_WIDEN)

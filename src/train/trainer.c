@@ -12,6 +12,7 @@
 
 #include "core/fs.h"
 #include "core/log.h"
+#include "core/peak_record.h"
 #include "core/progress.h"
 #include "core/timer.h"
 #include "core/trace.h"
@@ -23,7 +24,6 @@
 #include "train/ckpt_dist.h"
 #include "train/clip.h"
 #include "train/lr_schedule.h"
-#include "train/peak_record.h"
 
 typedef struct Trainer {
     const TrainerOptions *o;

@@ -1,5 +1,5 @@
-/* The machine's best measured peak, kept between runs (train/peak_record.h). */
-#include "train/peak_record.h"
+/* The machine's best measured peak, kept between runs (core/peak_record.h). */
+#include "core/peak_record.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -3,8 +3,9 @@
  * (docs/training.md, "MFU"). On a shared machine (a VM whose cores' vector or tile units
  * another tenant also uses) one 0.3 s measurement can land in a busy moment and come out at
  * half the rate, which made the same run's MFU read 13% or 38%; the best over runs
- * converges on what the unit can do. One file per unit, thread count and CPU model, under the
- * cache folder (fs_cache_dir), e.g.
+ * converges on what the unit can do. The GEMM backend keeps its bf16 probe's two rates the
+ * same way (ops/gemm.c), so that a busy moment does not flip the path it picks. One file per
+ * unit, thread count and CPU model, under the cache folder (fs_cache_dir), e.g.
  *
  *   qtitan peak record 1
  *   cpu Intel(R) Xeon(R) Processor
