@@ -359,11 +359,11 @@ static void det_call(int bf16, int t, int M, int N, int K, const void *A, const 
 }
 
 /* Same inputs, same outputs, bit for bit: the trainer's exact resume depends on it. Shapes big
- * enough that oneDNN splits the work across threads and blocks K. The third call reads copies
+ * enough that oneDNN splits the work across threads and blocks K; M 300 (dnnl_sgemm under auto)
+ * and M 200 (under auto a matmul primitive for x W^T, ops/gemm.c). The third call reads copies
  * at another alignment (3 elements off), as a resumed run's buffers may be. */
-static void test_deterministic(void **state) {
-    (void)state;
-    const int M = 300, N = 520, K = 1100;
+static void deterministic(int M) {
+    const int N = 520, K = 1100;
     const size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
     Rng r;
     rng_seed(&r, 11, 0);
@@ -396,6 +396,45 @@ static void test_deterministic(void **state) {
             }
     }
     free(A), free(B), free(Ah), free(Bh), free(C0), free(C);
+}
+
+static void test_deterministic(void **state) {
+    (void)state;
+    deterministic(300);
+    deterministic(200);
+}
+
+/* Under auto, x W^T of GEMM_F32_MATMUL_M_MIN-_MAX rows runs as the matmul primitive (the dnnl
+ * backend's result, bit for bit) and outside that window, or through gemm_f32_varying, as
+ * dnnl_sgemm (the sgemm backend's); other transpositions stay on sgemm. */
+static void test_small_m_routes(void **state) {
+    (void)state;
+    const int N = 300, K = 520;
+    const int Ms[] = {GEMM_F32_MATMUL_M_MIN - 1, GEMM_F32_MATMUL_M_MIN, 64, GEMM_F32_MATMUL_M_MAX,
+                      GEMM_F32_MATMUL_M_MAX + 1};
+    Rng r;
+    rng_seed(&r, 13, 0);
+    float *A = malloc((size_t)(GEMM_F32_MATMUL_M_MAX + 1) * K * 4), *B = malloc((size_t)N * K * 4);
+    float *want = malloc((size_t)(GEMM_F32_MATMUL_M_MAX + 1) * N * 4);
+    float *got = malloc((size_t)(GEMM_F32_MATMUL_M_MAX + 1) * N * 4);
+    fill(A, (size_t)(GEMM_F32_MATMUL_M_MAX + 1) * K, &r);
+    fill(B, (size_t)N * K, &r);
+    for (size_t i = 0; i < sizeof Ms / sizeof Ms[0]; i++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int varying = 0; varying < 2; varying++) {
+                int M = Ms[i], ldb = tb ? K : N,
+                    matmul =
+                        tb && !varying && M >= GEMM_F32_MATMUL_M_MIN && M <= GEMM_F32_MATMUL_M_MAX;
+                assert_int_equal(gemm_set_backend(matmul ? "dnnl" : "sgemm"), 0);
+                gemm_f32(0, tb, M, N, K, 1.0f, A, K, B, ldb, 0.0f, want, N);
+                assert_int_equal(gemm_set_backend("auto"), 0);
+                (varying ? gemm_f32_varying : gemm_f32)(0, tb, M, N, K, 1.0f, A, K, B, ldb, 0.0f,
+                                                        got, N);
+                if (memcmp(want, got, (size_t)M * N * 4) != 0)
+                    fail_msg("M %d tb %d%s: not the %s result", M, tb,
+                             varying ? " (gemm_f32_varying)" : "", matmul ? "matmul" : "sgemm");
+            }
+    free(A), free(B), free(want), free(got);
 }
 
 /* Threads that share the primitive cache, some on one shape and some on their own. */
@@ -476,15 +515,25 @@ static void test_inside_omp_region(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_dnnl_f32),          cmocka_unit_test(test_dnnl_bf16),
-        cmocka_unit_test(test_sgemm_f32),         cmocka_unit_test(test_sgemm_bf16),
-        cmocka_unit_test(test_auto_f32),          cmocka_unit_test(test_auto_bf16),
-        cmocka_unit_test(test_bf16_long_k),       cmocka_unit_test(test_amx_blocks),
-        cmocka_unit_test(test_ref_f32),           cmocka_unit_test(test_ref_bf16),
-        cmocka_unit_test(test_degenerate),        cmocka_unit_test(test_nan_propagates),
-        cmocka_unit_test(test_deterministic),     cmocka_unit_test(test_concurrent_callers),
-        cmocka_unit_test(test_inside_omp_region), cmocka_unit_test(test_widened_copies),
-        cmocka_unit_test(test_widened_blocks),    cmocka_unit_test(test_amx_prepacked),
+        cmocka_unit_test(test_dnnl_f32),
+        cmocka_unit_test(test_dnnl_bf16),
+        cmocka_unit_test(test_sgemm_f32),
+        cmocka_unit_test(test_sgemm_bf16),
+        cmocka_unit_test(test_auto_f32),
+        cmocka_unit_test(test_auto_bf16),
+        cmocka_unit_test(test_bf16_long_k),
+        cmocka_unit_test(test_amx_blocks),
+        cmocka_unit_test(test_ref_f32),
+        cmocka_unit_test(test_ref_bf16),
+        cmocka_unit_test(test_degenerate),
+        cmocka_unit_test(test_nan_propagates),
+        cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_small_m_routes),
+        cmocka_unit_test(test_concurrent_callers),
+        cmocka_unit_test(test_inside_omp_region),
+        cmocka_unit_test(test_widened_copies),
+        cmocka_unit_test(test_widened_blocks),
+        cmocka_unit_test(test_amx_prepacked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

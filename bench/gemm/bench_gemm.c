@@ -4,7 +4,10 @@
  * peak.
  * Usage: bench_gemm [--quick] [--lmhead] [--only SUBSTRING]   (--quick: 64 and 512 only; --lmhead
  * adds the 151936-wide LM head product, ~160 GFLOP per call). Each figure is the best of several
- * timed calls, since the machine may be shared. */
+ * timed calls, since the machine may be shared.
+ *        bench_gemm --rows [ROUNDS]   fp32 x W^T at 0.6B and debugmodel weight shapes for M = 1 to
+ * 1024 rows on dnnl_sgemm, the matmul primitive and auto (which picks between them by M,
+ * ops/gemm.h), the three alternating within each round; the best GFLOP/s over the rounds. */
 #include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -39,7 +42,55 @@ static double time_gemm(const Shape *s, int bf16, float *A, float *B, uint16_t *
     return flop / best * 1e-9;
 }
 
+/* --rows: where dnnl_sgemm and the matmul primitive part ways on fp32 products x W^T. */
+static int rows_sweep(int rounds) {
+    static const int Ms[] = {1, 4, 8, 12, 16, 24, 32, 64, 128, 256, 384, 512, 1024};
+    static const struct {
+        const char *name;
+        int N, K;
+    } W[] = {{"0.6B w1 3072x1024", 3072, 1024},
+             {"0.6B w2 1024x3072", 1024, 3072},
+             {"debugmodel wq 2048x256", 2048, 256}};
+    const char *backends[] = {"sgemm", "dnnl", "auto"};
+    enum { NM = sizeof Ms / sizeof Ms[0], NW = sizeof W / sizeof W[0] };
+    size_t maxa = 1024 * 3072, maxb = 3072 * 1024, maxc = 1024 * 3072;
+    float *A = malloc(maxa * 4), *B = malloc(maxb * 4), *C = malloc(maxc * 4);
+    if (!A || !B || !C) return 1;
+    for (size_t i = 0; i < maxa; i++)
+        A[i] = (float)((i * 7919 % 1000) / 1000.0 - 0.5);
+    for (size_t i = 0; i < maxb; i++)
+        B[i] = (float)((i * 104729 % 1000) / 1000.0 - 0.5);
+    static double best[NW][NM][3];
+    for (int r = 0; r < rounds; r++)
+        for (int w = 0; w < NW; w++)
+            for (int m = 0; m < NM; m++)
+                for (int b = 0; b < 3; b++) {
+                    int bi = (b + r + m) % 3; /* a different backend first each time */
+                    gemm_set_backend(backends[bi]);
+                    Shape s = {"", 0, 1, Ms[m], W[w].N, W[w].K};
+                    double g = time_gemm(&s, 0, A, B, NULL, NULL, C);
+                    if (g > best[w][m][bi]) best[w][m][bi] = g;
+                }
+    printf("threads %d; fp32 x W^T, GFLOP/s, best of %d round(s)\n", omp_get_max_threads(), rounds);
+    for (int w = 0; w < NW; w++) {
+        printf("\n%-24s %8s %8s %8s\n", W[w].name, "sgemm", "matmul", "auto");
+        for (int m = 0; m < NM; m++)
+            printf("  M %4d %24.0f %8.0f %8.0f\n", Ms[m], best[w][m][0], best[w][m][1],
+                   best[w][m][2]);
+    }
+    free(A), free(B), free(C);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc >= 2 && !strcmp(argv[1], "--rows")) {
+        int rounds = argc > 2 ? atoi(argv[2]) : 2;
+        if (rounds < 1 || argc > 3) {
+            fprintf(stderr, "bench_gemm --rows [ROUNDS]: ROUNDS must be a whole number >= 1\n");
+            return 2;
+        }
+        return rows_sweep(rounds);
+    }
     int quick = 0, lmhead = 0;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
@@ -50,7 +101,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--lmhead"))
             lmhead = 1;
         else {
-            fprintf(stderr, "usage: bench_gemm [--quick] [--lmhead] [--only SUBSTRING]\n");
+            fprintf(stderr, "usage: bench_gemm [--quick] [--lmhead] [--only SUBSTRING] | --rows "
+                            "[ROUNDS]\n");
             return 2;
         }
     }

@@ -79,6 +79,7 @@ _Static_assert(GEMM_AMX_SCRATCH_BYTES <= GEMM_BF16_SCRATCH_BYTES,
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT, g_bf16_once = PTHREAD_ONCE_INIT;
 static Backend g_backend = BK_AUTO;
+
 static Bf16Path g_bf16 = BF16_AUTO; /* never BF16_AUTO after bf16_path() */
 static dnnl_engine_t g_engine;
 static char g_desc[384];
@@ -86,6 +87,20 @@ static char g_bf16_why[192];
 static Bf16Path g_bf16_adopted = BF16_AUTO;   /* gemm_bf16_adopt: another process's choice */
 static Bf16Path g_bf16_preferred = BF16_AUTO; /* gemm_bf16_prefer: a resumed run's */
 static char g_bf16_preferred_why[96];
+
+/* fp32 under auto: dnnl_sgemm, except products x W^T (op(B) = B^T, a linear's forward) of
+ * GEMM_F32_MATMUL_M_MIN to GEMM_F32_MATMUL_M_MAX rows (ops/gemm.h), which take the matmul
+ * primitive. sgemm packs all of B^T on every call, work that grows with N x K whatever M is; from
+ * 16 rows on (below, a kernel for few rows takes them) it ran 20-30 GFLOP/s at 16-24 rows and 60-70
+ * at 64 on 0.6B weights, where the matmul primitive ran 130-175, and the primitive still led
+ * by 1.5x at 256 rows (AMD EPYC, 2 threads; bench/README.md, "Products of few rows"). Such products
+ * are a prompt or an eval line of a few dozen tokens, a MoE expert's share of a batch, a small
+ * micro-batch. From 512 rows on the two are even on that host, and sgemm led by 10-18% on an Intel
+ * Xeon, so larger products stay on sgemm. */
+static int small_m_matmul(int tb, int M, int shape_kept) {
+    return g_backend == BK_AUTO && shape_kept && tb && M >= GEMM_F32_MATMUL_M_MIN &&
+           M <= GEMM_F32_MATMUL_M_MAX;
+}
 
 /* ---- oneDNN matmul primitive cache ------------------------------------------------------ */
 
@@ -220,7 +235,10 @@ static int matmul_cached(const Key *k, const void *A, const void *B, float *C) {
                 log_warn("gemm: oneDNN has no %s matmul for ta=%d tb=%d M=%d N=%d K=%d lda=%d "
                          "ldb=%d ldc=%d; using the %s fallback",
                          k->bf16 ? "bf16" : "fp32", k->ta, k->tb, k->M, k->N, k->K, k->lda, k->ldb,
-                         k->ldc, k->bf16 ? "fp32-conversion" : "reference");
+                         k->ldc,
+                         k->bf16                ? "fp32-conversion"
+                         : g_backend == BK_AUTO ? "dnnl_sgemm"
+                                                : "reference");
             e->next = g_buckets[h];
             g_buckets[h] = e;
             g_count++;
@@ -425,8 +443,11 @@ static void describe(void) {
                      probe_impl(1), BF16_K_SPLIT, g_bf16_why);
         else
             snprintf(bdesc, sizeof bdesc, "bf16 via %s (%s)", probe_impl(1), g_bf16_why);
-        snprintf(g_desc, sizeof g_desc, "oneDNN %d.%d.%d (fp32 via dnnl_sgemm, %s), %d threads",
-                 v->major, v->minor, v->patch, bdesc, nt);
+        snprintf(g_desc, sizeof g_desc,
+                 "oneDNN %d.%d.%d (fp32 via dnnl_sgemm, x W^T of %d-%d rows via matmul; %s), %d "
+                 "threads",
+                 v->major, v->minor, v->patch, GEMM_F32_MATMUL_M_MIN, GEMM_F32_MATMUL_M_MAX, bdesc,
+                 nt);
     } else if (g_backend == BK_SGEMM) {
         snprintf(g_desc, sizeof g_desc,
                  "oneDNN %d.%d.%d dnnl_sgemm (fp32; bf16 widened to fp32), %d threads", v->major,
@@ -647,14 +668,17 @@ static int trivial(int M, int N, int K, float beta, float *C, int ldc) {
     return 1;
 }
 
+/* shape_kept: the caller repeats this shape (gemm_f32), so a primitive built for it is reused;
+ * 0 for gemm_f32_varying. */
 static void gemm_f32_run(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-                         const float *B, int ldb, float beta, float *C, int ldc) {
+                         const float *B, int ldb, float beta, float *C, int ldc, int shape_kept) {
     pthread_once(&g_once, init_once);
     if (trivial(M, N, K, beta, C, ldc)) return;
-    if (g_backend == BK_DNNL) {
+    if (g_backend == BK_DNNL || small_m_matmul(tb, M, shape_kept)) {
         Key k = {0, !!ta, !!tb, M, N, K, lda, ldb, ldc, alpha, beta};
         if (matmul_cached(&k, A, B, C) == 0) return;
-    } else if (g_backend == BK_SGEMM || g_backend == BK_AUTO) {
+    }
+    if (g_backend == BK_SGEMM || g_backend == BK_AUTO) {
         if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C,
                        ldc) == dnnl_success)
             return;
@@ -760,7 +784,7 @@ static void bf16_widened(int ta, int tb, int M, int N, int K, float alpha, const
                 int m = M - m0 < mc ? M - m0 : mc;
                 if (!aw || mc < M) aw = block(&a, m0, k0, m, k, buf, &ldaw);
                 gemm_f32_run(ta, tb, m, n, k, alpha, aw, ldaw, bw, ldbw, bt,
-                             C + (long)m0 * ldc + n0, ldc);
+                             C + (long)m0 * ldc + n0, ldc, 1);
             }
         }
     }
@@ -813,7 +837,14 @@ static void gemm_timed(const char *name, int M, int N, int K, double t0, double 
 void gemm_f32(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc) {
     double t0 = prof_timing() ? now_seconds() : 0;
-    gemm_f32_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    gemm_f32_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 1);
+    if (t0 > 0) gemm_timed("gemm_f32", M, N, K, t0, 0);
+}
+
+void gemm_f32_varying(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc) {
+    double t0 = prof_timing() ? now_seconds() : 0;
+    gemm_f32_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 0);
     if (t0 > 0) gemm_timed("gemm_f32", M, N, K, t0, 0);
 }
 

@@ -28,6 +28,20 @@
 void gemm_f32(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc);
 
+/* Under auto, fp32 products x W^T (tb = 1) of GEMM_F32_MATMUL_M_MIN to GEMM_F32_MATMUL_M_MAX
+ * rows run as a cached oneDNN matmul primitive, every other fp32 product as dnnl_sgemm (why:
+ * ops/gemm.c). */
+#define GEMM_F32_MATMUL_M_MIN 16
+#define GEMM_F32_MATMUL_M_MAX 256
+
+/* gemm_f32 for a product whose row count M changes from call to call within a training step (a
+ * MoE expert's share of the tokens). gemm_f32 may build and keep a oneDNN primitive for each new
+ * shape (products x W^T of few rows, ops/gemm.c), which allocates; this one runs such products
+ * as dnnl_sgemm under auto, which keeps nothing per shape, so a step of ever-new M allocates
+ * nothing here. Same flags, beta rules and reproducibility. */
+void gemm_f32_varying(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc);
+
 /* A and B hold bf16 bit patterns, or are handles of widened copies (below); accumulation and
  * C are fp32. Same flags and beta rules. */
 void gemm_bf16(int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A, int lda,

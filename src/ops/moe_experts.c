@@ -186,10 +186,10 @@ static void grouped_forward(float *out, MoeExpertsBufs *b, const float *x, const
         long o = b->offsets[e];
         int c = b->offsets[e + 1] - b->offsets[e];
         if (c == 0) continue;
-        gemm_f32(0, 1, c, F, D, 1.0f, b->xs + o * D, D, w1 + (long)e * F * D, D, 0.0f,
-                 b->h1 + o * F, F);
-        gemm_f32(0, 1, c, F, D, 1.0f, b->xs + o * D, D, w3 + (long)e * F * D, D, 0.0f,
-                 b->h3 + o * F, F);
+        gemm_f32_varying(0, 1, c, F, D, 1.0f, b->xs + o * D, D, w1 + (long)e * F * D, D, 0.0f,
+                         b->h1 + o * F, F);
+        gemm_f32_varying(0, 1, c, F, D, 1.0f, b->xs + o * D, D, w3 + (long)e * F * D, D, 0.0f,
+                         b->h3 + o * F, F);
     }
 #pragma omp parallel for schedule(static)
     for (long i = 0; i < A * F; i++)
@@ -198,8 +198,8 @@ static void grouped_forward(float *out, MoeExpertsBufs *b, const float *x, const
         long o = b->offsets[e];
         int c = b->offsets[e + 1] - b->offsets[e];
         if (c == 0) continue;
-        gemm_f32(0, 1, c, D, F, 1.0f, b->g + o * F, F, w2 + (long)e * D * F, F, 0.0f, b->y + o * D,
-                 D);
+        gemm_f32_varying(0, 1, c, D, F, 1.0f, b->g + o * F, F, w2 + (long)e * D * F, F, 0.0f,
+                         b->y + o * D, D);
     }
 #pragma omp parallel for schedule(static)
     for (long n = 0; n < N; n++) {
@@ -244,16 +244,17 @@ static void grouped_backward(float *dx, float *dgw, float *dw1, float *dw3, floa
         const float *xs = b->xs + o * D, *W1 = w1 + (long)e * F * D, *W3 = w3 + (long)e * F * D;
         const float *W2 = w2 + (long)e * D * F;
         if (dw2)
-            gemm_f32(1, 0, D, F, c, 1.0f, dys, D, b->g + o * F, F, 1.0f, dw2 + (long)e * D * F, F);
-        gemm_f32(0, 0, c, F, D, 1.0f, dys, D, W2, F, 0.0f, dh1, F);
+            gemm_f32_varying(1, 0, D, F, c, 1.0f, dys, D, b->g + o * F, F, 1.0f,
+                             dw2 + (long)e * D * F, F);
+        gemm_f32_varying(0, 0, c, F, D, 1.0f, dys, D, W2, F, 0.0f, dh1, F);
         swiglu_grad(dh1, dh3, b->h1 + o * F, b->h3 + o * F, (long)c * F);
         if (dw1) {
-            gemm_f32(1, 0, F, D, c, 1.0f, dh1, F, xs, D, 1.0f, dw1 + (long)e * F * D, D);
-            gemm_f32(1, 0, F, D, c, 1.0f, dh3, F, xs, D, 1.0f, dw3 + (long)e * F * D, D);
+            gemm_f32_varying(1, 0, F, D, c, 1.0f, dh1, F, xs, D, 1.0f, dw1 + (long)e * F * D, D);
+            gemm_f32_varying(1, 0, F, D, c, 1.0f, dh3, F, xs, D, 1.0f, dw3 + (long)e * F * D, D);
         }
         /* dy is used up; the rows' input gradients replace it. */
-        gemm_f32(0, 0, c, D, F, 1.0f, dh1, F, W1, D, 0.0f, dys, D);
-        gemm_f32(0, 0, c, D, F, 1.0f, dh3, F, W3, D, 1.0f, dys, D);
+        gemm_f32_varying(0, 0, c, D, F, 1.0f, dh1, F, W1, D, 0.0f, dys, D);
+        gemm_f32_varying(0, 0, c, D, F, 1.0f, dh3, F, W3, D, 1.0f, dys, D);
     }
 #pragma omp parallel for schedule(static)
     for (long n = 0; n < N; n++) {
