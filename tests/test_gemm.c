@@ -434,6 +434,19 @@ static void test_small_m_routes(void **state) {
                     fail_msg("M %d tb %d%s: not the %s result", M, tb,
                              varying ? " (gemm_f32_varying)" : "", matmul ? "matmul" : "sgemm");
             }
+    /* Inside a parallel region every thread's x W^T stays on sgemm (no scratchpad per call). */
+    assert_int_equal(gemm_set_backend("sgemm"), 0);
+    gemm_f32(0, 1, 64, N, K, 1.0f, A, K, B, K, 0.0f, want, N);
+    assert_int_equal(gemm_set_backend("auto"), 0);
+    int differs = 0;
+#pragma omp parallel num_threads(2) reduction(+ : differs)
+    {
+        float *mine = malloc((size_t)64 * N * 4);
+        gemm_f32(0, 1, 64, N, K, 1.0f, A, K, B, K, 0.0f, mine, N);
+        differs += memcmp(want, mine, (size_t)64 * N * 4) != 0;
+        free(mine);
+    }
+    assert_int_equal(differs, 0);
     free(A), free(B), free(want), free(got);
 }
 

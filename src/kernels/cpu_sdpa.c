@@ -231,8 +231,8 @@ static void scores(const Block *bk, float *S, const float *x, long xs, const flo
     int blo, bhi;
     group_range(bk->start, bk->t0, bk->s0, bk->nk, 0, bk->nq, &blo, &bhi);
     if (!bk->avx) {
-        gemm_f32(0, 1, bk->nq, bhi - blo, bk->E, alpha, x, (int)xs, keys + (long)blo * ks, (int)ks,
-                 0.0f, S + blo, SDPA_BK);
+        gemm_f32_varying(0, 1, bk->nq, bhi - blo, bk->E, alpha, x, (int)xs, keys + (long)blo * ks,
+                         (int)ks, 0.0f, S + blo, SDPA_BK);
         return;
     }
     for (int jp = blo / SDPA_NP * SDPA_NP; jp < bhi; jp += SDPA_NP) {

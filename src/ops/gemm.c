@@ -98,8 +98,10 @@ static char g_bf16_preferred_why[96];
  * micro-batch. From 512 rows on the two are even on that host, and sgemm led by 10-18% on an Intel
  * Xeon, so larger products stay on sgemm. */
 static int small_m_matmul(int tb, int M, int shape_kept) {
+    /* Not inside a parallel region: threads there run the same shape at once, and all but one
+     * would take a scratchpad of their own per call (matmul_cached). */
     return g_backend == BK_AUTO && shape_kept && tb && M >= GEMM_F32_MATMUL_M_MIN &&
-           M <= GEMM_F32_MATMUL_M_MAX;
+           M <= GEMM_F32_MATMUL_M_MAX && !omp_in_parallel();
 }
 
 /* ---- oneDNN matmul primitive cache ------------------------------------------------------ */

@@ -34,11 +34,12 @@ void gemm_f32(int ta, int tb, int M, int N, int K, float alpha, const float *A, 
 #define GEMM_F32_MATMUL_M_MIN 16
 #define GEMM_F32_MATMUL_M_MAX 256
 
-/* gemm_f32 for a product whose row count M changes from call to call within a training step (a
- * MoE expert's share of the tokens). gemm_f32 may build and keep a oneDNN primitive for each new
- * shape (products x W^T of few rows, ops/gemm.c), which allocates; this one runs such products
- * as dnnl_sgemm under auto, which keeps nothing per shape, so a step of ever-new M allocates
- * nothing here. Same flags, beta rules and reproducibility. */
+/* gemm_f32 for a product whose shape changes from call to call within a training step (a MoE
+ * expert's share of the tokens; attention's blocks where the CPU lacks AVX-512). gemm_f32 may
+ * build and keep a oneDNN primitive for each new shape (products x W^T of few rows, outside
+ * parallel regions; ops/gemm.c), which allocates; this one runs such products as dnnl_sgemm
+ * under auto, which keeps nothing per shape, so a step of ever-new shapes allocates nothing
+ * here. Same flags, beta rules and reproducibility. */
 void gemm_f32_varying(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                       const float *B, int ldb, float beta, float *C, int ldc);
 
