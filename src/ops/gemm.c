@@ -79,7 +79,6 @@ _Static_assert(GEMM_AMX_SCRATCH_BYTES <= GEMM_BF16_SCRATCH_BYTES,
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT, g_bf16_once = PTHREAD_ONCE_INIT;
 static Backend g_backend = BK_AUTO;
-
 static Bf16Path g_bf16 = BF16_AUTO; /* never BF16_AUTO after bf16_path() */
 static dnnl_engine_t g_engine;
 static char g_desc[384];
@@ -94,9 +93,9 @@ static char g_bf16_preferred_why[96];
  * 16 rows on (below, a kernel for few rows takes them) it ran 20-30 GFLOP/s at 16-24 rows and 60-70
  * at 64 on 0.6B weights, where the matmul primitive ran 130-175, and the primitive still led
  * by 1.5x at 256 rows (AMD EPYC, 2 threads; bench/README.md, "Products of few rows"). Such products
- * are a prompt or an eval line of a few dozen tokens, a MoE expert's share of a batch, a small
- * micro-batch. From 512 rows on the two are even on that host, and sgemm led by 10-18% on an Intel
- * Xeon, so larger products stay on sgemm. */
+ * are a prompt or an eval line of a few dozen tokens, or a small micro-batch (a MoE expert's rows
+ * change from call to call: gemm_f32_varying). From 512 rows on the two are even on that host, and
+ * sgemm led by 10-18% on an Intel Xeon, so larger products stay on sgemm. */
 static int small_m_matmul(int tb, int M, int shape_kept) {
     /* Not inside a parallel region: threads there run the same shape at once, and all but one
      * would take a scratchpad of their own per call (matmul_cached). */
