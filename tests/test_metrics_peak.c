@@ -67,6 +67,20 @@ static double best_gemm_tflops(int bf16) {
  * by their noise; a peak read on the wrong unit is off by a factor of 2 or more. */
 #define PEAK_NOISE 0.95
 
+/* The best of PEAK_TRIES peak measurements, as the trainer keeps the best over runs
+ * (core/peak_record.h): with the suite running beside it one 0.2 s loop on that EPYC read 0.213
+ * TFLOP/s against sgemm's 0.230, both at the FMA unit's rate when quiet. */
+#define PEAK_TRIES 3
+static double best_peak(int bf16, const char **unit) {
+    double best = 0;
+    for (int i = 0; i < PEAK_TRIES; i++) {
+        double p =
+            bf16 ? metrics_measure_peak_tflops_bf16(0.2, unit) : metrics_measure_peak_tflops(0.2);
+        best = p > best ? p : best;
+    }
+    return best;
+}
+
 static void test_peak_above_gemm(void **state) {
     (void)state;
 #ifndef __OPTIMIZE__
@@ -75,7 +89,7 @@ static void test_peak_above_gemm(void **state) {
     skip();
 #endif
     double best = best_gemm_tflops(0);
-    double peak = metrics_measure_peak_tflops(0.2);
+    double peak = best_peak(0, NULL);
     printf("measured peak %.3f TFLOP/s, best gemm_f32 1024^3 %.3f TFLOP/s (%s)\n", peak, best,
            gemm_backend_name());
     assert_true(peak >= PEAK_NOISE * best);
@@ -93,8 +107,8 @@ static void test_bf16_peak_above_gemm(void **state) {
 #endif
     double best = best_gemm_tflops(1);
     const char *unit = NULL;
-    double peak = metrics_measure_peak_tflops_bf16(0.2, &unit);
-    double fp32 = metrics_measure_peak_tflops(0.2);
+    double peak = best_peak(1, &unit);
+    double fp32 = best_peak(0, NULL);
     printf("measured bf16 peak %.3f TFLOP/s (%s), fp32 peak %.3f, best gemm_bf16 1024^3 %.3f\n",
            peak, unit, fp32, best);
     assert_non_null(unit);
