@@ -317,9 +317,11 @@ for _ in $(seq 600); do
 done
 sleep 1
 ranks=()
+# grep -z reads the NUL-separated environment itself: `tr | grep -q` under pipefail failed when
+# grep quit on its match before tr's last write (SIGPIPE), a race a loaded machine lost.
 for p in $(pgrep -P "$launcher"); do
-  if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then stopped=$p; fi
-  tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK=' && ranks+=("$p")
+  if grep -qzx 'OMPI_COMM_WORLD_RANK=1' "/proc/$p/environ" 2>/dev/null; then stopped=$p; fi
+  grep -qz '^OMPI_COMM_WORLD_RANK=' "/proc/$p/environ" 2>/dev/null && ranks+=("$p")
 done
 if [ -z "$stopped" ] || [ "${#ranks[@]}" != 2 ]; then
   echo "FAIL: no rank 1 process under mpirun (pid $launcher) once training ran"; cat "$TMP/run.log"
