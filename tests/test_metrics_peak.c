@@ -1,5 +1,5 @@
 /* The measured CPU peak (metrics_measure_peak_tflops, the MFU denominator) is an upper bound
- * of what real kernels reach: it must be at least the best fp32 GEMM rate at 1024^3 on the same
+ * of what real kernels reach: it must be at least the typical fp32 GEMM rate at 1024^3 on the same
  * machine and threads, within the timings' noise (PEAK_NOISE). A peak loop that under-reads (as one
  * did: 0.097 TFLOP/s against GEMMs at ~0.3) makes MFU read 3-4x too high and fails here. */
 /* cmocka.h needs these four first. */
@@ -25,13 +25,21 @@ static double process_cpu_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* The best rate of a 1024^3 gemm_f32 (bf16 = 0) or gemm_bf16 (bf16 = 1), in TFLOP/s. Best of 6
- * after a warm-up call (which builds the primitive), each timed in process CPU time over the
- * threads that ran it: on a shared machine a wall-clock rate drops with the load and would let
- * a wrong peak pass; CPU time only drops with the load by what the threads spend spinning at
- * barriers, so the rate stays near what the cores really did. The inputs are small multiples
- * of 1/32, so the product is exact in both types and one entry is checked too. */
-static double best_gemm_tflops(int bf16) {
+/* The typical rate of a 1024^3 gemm_f32 (bf16 = 0) or gemm_bf16 (bf16 = 1), in TFLOP/s: the
+ * lower median of 6 calls after a warm-up call (which builds the primitive), each timed in
+ * process CPU time over the threads that ran it. On a shared machine a wall-clock rate drops with
+ * the load and would let a wrong peak pass; CPU time only drops with the load by what the threads
+ * spend spinning at barriers, so the rate stays near what the cores really did. Not the best
+ * call: with the suite running beside it, one call on a 2-core VM (AMD EPYC, 2026-12-07) was
+ * charged so little CPU time that it read 0.589 TFLOP/s against the bf16 unit's 0.469, which no
+ * GEMM can do. The inputs are small multiples of 1/32, so the product is exact in both types and
+ * one entry is checked too. */
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double typical_gemm_tflops(int bf16) {
     const int n = 1024;
     float *a = malloc((size_t)n * n * sizeof *a), *b = malloc((size_t)n * n * sizeof *b);
     float *c = malloc((size_t)n * n * sizeof *c);
@@ -43,7 +51,7 @@ static double best_gemm_tflops(int bf16) {
         ah[i] = f32_to_bf16(a[i]);
         bh[i] = f32_to_bf16(b[i]);
     }
-    double best = 0;
+    double rates[6];
     for (int rep = 0; rep < 7; rep++) {
         double t0 = process_cpu_seconds();
         if (bf16)
@@ -52,14 +60,15 @@ static double best_gemm_tflops(int bf16) {
             gemm_f32(0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
         double dt = (process_cpu_seconds() - t0) / omp_get_max_threads();
         double r = 2.0 * n * n * (double)n / dt / 1e12;
-        if (rep > 0 && r > best) best = r;
+        if (rep > 0) rates[rep - 1] = r;
     }
     double ref = 0;
     for (int k = 0; k < n; k++)
         ref += (double)a[k] * b[(long)k * n];
     assert_true(c[0] == (float)ref);
     free(a), free(b), free(c), free(ah), free(bh);
-    return best;
+    qsort(rates, 6, sizeof rates[0], cmp_double);
+    return rates[2];
 }
 
 /* A GEMM can run at the unit's peak (oneDNN's bf16 matmul on an AMD EPYC with avx512_bf16
@@ -88,14 +97,14 @@ static void test_peak_above_gemm(void **state) {
      * measured peak is meaningless there while oneDNN's GEMM stays optimised. */
     skip();
 #endif
-    double best = best_gemm_tflops(0);
+    double best = typical_gemm_tflops(0);
     double peak = best_peak(0, NULL);
-    printf("measured peak %.3f TFLOP/s, best gemm_f32 1024^3 %.3f TFLOP/s (%s)\n", peak, best,
+    printf("measured peak %.3f TFLOP/s, typical gemm_f32 1024^3 %.3f TFLOP/s (%s)\n", peak, best,
            gemm_backend_name());
     assert_true(peak >= PEAK_NOISE * best);
 }
 
-/* The bf16 peak (mixed-precision MFU) is above the best bf16 GEMM in the same way, and above
+/* The bf16 peak (mixed-precision MFU) is above the typical bf16 GEMM in the same way, and above
  * the fp32 peak on AMX: a run timed on the fp32 loop would read the AMX bf16 GEMMs (4-5x
  * faster than fp32 on Sapphire Rapids) at over 100% MFU. Without AMX no such ratio holds: on
  * a 2-core Xeon with avx512_bf16 but no AMX (2026-12-03) vdpbf16ps measured 0.16 TFLOP/s
@@ -105,11 +114,11 @@ static void test_bf16_peak_above_gemm(void **state) {
 #ifndef __OPTIMIZE__
     skip();
 #endif
-    double best = best_gemm_tflops(1);
+    double best = typical_gemm_tflops(1);
     const char *unit = NULL;
     double peak = best_peak(1, &unit);
     double fp32 = best_peak(0, NULL);
-    printf("measured bf16 peak %.3f TFLOP/s (%s), fp32 peak %.3f, best gemm_bf16 1024^3 %.3f\n",
+    printf("measured bf16 peak %.3f TFLOP/s (%s), fp32 peak %.3f, typical gemm_bf16 1024^3 %.3f\n",
            peak, unit, fp32, best);
     assert_non_null(unit);
     assert_true(peak >= PEAK_NOISE * best);
