@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # qtitan generate --adapter (and eval --dataset --adapter): a tiny base model is trained two
-# steps and exported as an HF directory, then LoRA-fine-tuned three steps from it, which writes
-# the peft adapter folder and the merged model. Greedy generation of a batch of prompts from
+# steps and exported as an HF directory, then LoRA-fine-tuned three steps from it (rsLoRA:
+# lora.use_rslora, scale alpha / sqrt(r)), which writes the peft adapter folder and the merged
+# model. Greedy generation of a batch of prompts from
 # the base with the adapter folder is token-for-token (and log-prob for log-prob) the merged
 # export's, in fp32 and bf16, and differs from the base's alone; eval --dataset gives the
 # merged model's loss; the LoRA run's own greedy samples of its last step are generate
@@ -19,13 +20,17 @@ common=(--config "$SRC/configs/debug.toml" --model.tokenizer_path="$FIX"
 base=$TMP/base/checkpoint/step-2/hf
 "$QT" train "${common[@]}" --model.flavor=hf --model.hf_assets_path="$base" \
   --checkpoint.initial_load_path="$base" --checkpoint.initial_load_in_hf=true --lora.rank=4 \
-  --lora.alpha=8 --optimizer.lr=5e-2 --training.steps=3 --job.dump_folder="$TMP/lora" \
+  --lora.alpha=8 --lora.use_rslora=true --optimizer.lr=5e-2 --training.steps=3 --job.dump_folder="$TMP/lora" \
   --sample.freq=3 --sample.temperature=0 --sample.max_new_tokens=24 "--sample.prompts=The quick
 A cafe and the
 hello" \
   >"$TMP/lora.log" 2>&1 || fail "LoRA run: $(tail -3 "$TMP/lora.log")"
 [ -f "$TMP/lora/adapter/adapter_model.safetensors" ] && [ -f "$TMP/lora/merged/model.safetensors" ] ||
   fail "the LoRA run wrote no adapter or merged model: $(ls -R "$TMP/lora")"
+grep -q 'scale 4 = alpha / sqrt(rank): rsLoRA' "$TMP/lora.log" ||
+  fail "the LoRA run's log does not give rsLoRA's scale 8 / sqrt(4): $(grep 'lora:' "$TMP/lora.log")"
+grep -q '"use_rslora": true' "$TMP/lora/adapter/adapter_config.json" ||
+  fail "adapter_config.json does not say use_rslora: $(cat "$TMP/lora/adapter/adapter_config.json")"
 
 printf 'The quick\nA cafe and the\nhello\n' >"$TMP/prompts.txt"
 gen() { # out, dtype, model args...

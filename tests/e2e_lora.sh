@@ -176,5 +176,5 @@ bad() {
 bad 'command line: lora.targets match no linear layer' '--lora.targets=layers.*.attention.qkv'
 bad 'command line: lora.rank = 40 is larger than layers.0.attention.wq (32 x 32) allows (32)' --lora.rank=40
 bad 'lora.alpha = 0 is out of range' --lora.alpha=0
-bad 'r = 4 and lora_alpha = 8, but \[lora\] has rank = 2' --lora.rank=2 --lora.adapter_path="$tmp/a/adapter"
+bad 'r = 4, lora_alpha = 8 and use_rslora = false, but \[lora\] has rank = 2' --lora.rank=2 --lora.adapter_path="$tmp/a/adapter"
 echo "e2e_lora: ok"

@@ -38,9 +38,8 @@ static char *const ALL[] = {"layers.*.attention.*", "layers.*.feed_forward.*"};
 
 /* The tiny base model, frozen as LoRA training creates it (no gradient arena, so the
  * comparisons below also show that skipping the base's weight gradients leaves the adapters'
- * gradients as peft has them), with adapters on every linear read from the peft fixture. */
-static void setup_model_as(Qwen3 *m, Lora *lo, int load_adapters, const Qwen3Modules *impl,
-                           int base_bf16) {
+ * gradients as peft has them). */
+static void setup_base(Qwen3 *m, const Qwen3Modules *impl, int base_bf16) {
     Err err;
     char *w = fs_join(base_dir, "model.safetensors");
     StSet set;
@@ -52,7 +51,14 @@ static void setup_model_as(Qwen3 *m, Lora *lo, int load_adapters, const Qwen3Mod
     assert_null(m->g.layers[1].w2);
     st_set_close(&set);
     free(w);
-    if (lora_create(lo, &spec, RANK, 8.0, ALL, 2, B * T, &(LoraWhere){"test", "test", "test"}, 1,
+}
+
+/* The base with adapters on every linear read from the peft fixture. */
+static void setup_model_as(Qwen3 *m, Lora *lo, int load_adapters, const Qwen3Modules *impl,
+                           int base_bf16) {
+    Err err;
+    setup_base(m, impl, base_bf16);
+    if (lora_create(lo, &spec, RANK, 8.0, 0, ALL, 2, B * T, &(LoraWhere){"test", "test", "test"}, 1,
                     &err))
         fail_msg("%s", err.msg);
     assert_int_equal(lo->n, 2 * 7);
@@ -64,8 +70,8 @@ static void setup_model(Qwen3 *m, Lora *lo, int load_adapters) {
     setup_model_as(m, lo, load_adapters, NULL, 0);
 }
 
-static void batch(int step, int32_t *tok, int32_t *tgt) {
-    const json_t *b = json_array_get(json_object_get(expected, "batches"), (size_t)step);
+/* B rows of T tokens and targets from a JSON object {"tokens": [[...]], "targets": [[...]]}. */
+static void read_batch(const json_t *b, int32_t *tok, int32_t *tgt) {
     for (int r = 0; r < B; r++)
         for (int t = 0; t < T; t++) {
             tok[r * T + t] = (int32_t)json_integer_value(
@@ -73,6 +79,10 @@ static void batch(int step, int32_t *tok, int32_t *tgt) {
             tgt[r * T + t] = (int32_t)json_integer_value(
                 json_array_get(json_array_get(json_object_get(b, "targets"), r), t));
         }
+}
+
+static void batch(int step, int32_t *tok, int32_t *tgt) {
+    read_batch(json_array_get(json_object_get(expected, "batches"), (size_t)step), tok, tgt);
 }
 
 /* Largest |ours - want| over largest |want| of a tensor. */
@@ -87,6 +97,29 @@ static double rel_diff(const float *ours, const StTensor *t) {
     }
     free(want);
     return d / w;
+}
+
+/* Every adapter gradient of lo equals peft's "grad.<key>" in dir/expected.safetensors. */
+static void assert_grads_match(const Lora *lo, const char *dir) {
+    char *p = fs_join(dir, "expected.safetensors");
+    StFile f;
+    Err err;
+    if (st_open(&f, p, &err)) fail_msg("%s", err.msg);
+    double worst = 0;
+    for (int i = 0; i < lo->n; i++)
+        for (int w = 0; w < 2; w++) {
+            char key[200], full[210];
+            lora_peft_key(key, sizeof key, &spec, &lo->ad[i], w ? 'B' : 'A');
+            snprintf(full, sizeof full, "grad.%s", key);
+            const StTensor *t = st_find(&f, full);
+            if (!t) fail_msg("no %s", full);
+            double d = rel_diff(w ? lo->ad[i].db : lo->ad[i].da, t);
+            if (isnan(d) || d > worst) worst = d;
+        }
+    printf("adapter gradients: largest difference / largest value %.3g\n", worst);
+    assert_true(worst < 1e-4);
+    st_close(&f);
+    free(p);
 }
 
 static void test_loss_and_grads_match_peft(void **state) {
@@ -104,25 +137,7 @@ static void test_loss_and_grads_match_peft(void **state) {
         json_object_get(json_array_get(json_object_get(expected, "steps"), 0), "loss"));
     printf("loss %.7f, peft %.7f\n", loss, want);
     assert_true(fabs(loss - want) <= 1e-5 * want);
-    char *p = fs_join(fix_dir, "expected.safetensors");
-    StFile f;
-    Err err;
-    if (st_open(&f, p, &err)) fail_msg("%s", err.msg);
-    double worst = 0;
-    for (int i = 0; i < lo.n; i++)
-        for (int w = 0; w < 2; w++) {
-            char key[200], full[210];
-            lora_peft_key(key, sizeof key, &spec, &lo.ad[i], w ? 'B' : 'A');
-            snprintf(full, sizeof full, "grad.%s", key);
-            const StTensor *t = st_find(&f, full);
-            if (!t) fail_msg("no %s", full);
-            double d = rel_diff(w ? lo.ad[i].db : lo.ad[i].da, t);
-            if (isnan(d) || d > worst) worst = d;
-        }
-    printf("adapter gradients: largest difference / largest value %.3g\n", worst);
-    assert_true(worst < 1e-4);
-    st_close(&f);
-    free(p);
+    assert_grads_match(&lo, fix_dir);
     lora_free(&lo);
     qwen3_free(&m);
 }
@@ -278,7 +293,8 @@ static void test_finite_differences(void **state) {
     Err err;
     char *const q[] = {"layers.0.attention.wq"};
     assert_int_equal(
-        lora_create(&lo, &tiny, R, 5.0, q, 1, N, &(LoraWhere){"test", "test", "test"}, 1, &err), 0);
+        lora_create(&lo, &tiny, R, 5.0, 0, q, 1, N, &(LoraWhere){"test", "test", "test"}, 1, &err),
+        0);
     LoraAdapter ad = lo.ad[0]; /* same buffers, a smaller shape */
     ad.in = ad.in_l = I;
     ad.out = ad.out_l = O;
@@ -326,7 +342,7 @@ static void test_peft_files_and_merge(void **state) {
     }
     st_close(&ours);
     st_close(&theirs);
-    assert_int_equal(lora_create(&back, &spec, RANK, 8.0, ALL, 2, B * T,
+    assert_int_equal(lora_create(&back, &spec, RANK, 8.0, 0, ALL, 2, B * T,
                                  &(LoraWhere){"test", "test", "test"}, 1, &err),
                      0);
     if (lora_load_peft(&back, &spec, tmpl, &err)) fail_msg("%s", err.msg);
@@ -423,8 +439,8 @@ static void test_bf16_base_merged_export(void **state) {
     if (!q) fail_msg("%s", err.msg);
     if (train_qwen3_load_hf(q, base_dir, &err)) fail_msg("%s", err.msg);
     Lora lo;
-    if (lora_create(&lo, &spec, RANK, 8.0, ALL, 2, B * T, &(LoraWhere){"test", "test", "test"}, 1,
-                    &err) ||
+    if (lora_create(&lo, &spec, RANK, 8.0, 0, ALL, 2, B * T, &(LoraWhere){"test", "test", "test"},
+                    1, &err) ||
         lora_load_peft(&lo, &spec, fix_dir, &err))
         fail_msg("%s", err.msg);
     TrainModel tm;
@@ -513,11 +529,139 @@ static void test_bf16_base_merged_export(void **state) {
     train_qwen3_free(q);
 }
 
+/* rsLoRA (peft's use_rslora, tools/make_lora_fixture.py's rslora/): the adapter folder read
+ * alone, as generate and eval read one, scales by alpha / sqrt(r) = 4 (plain LoRA's alpha / r
+ * would be 2), and the loss and every adapter gradient of one masked batch equal peft's; the
+ * folder written back says use_rslora and reads back the same; [lora] without use_rslora
+ * refuses it. */
+static void test_rslora_matches_peft(void **state) {
+    (void)state;
+    Err err;
+    char *dir = fs_join(fix_dir, "rslora"), *ex_path = fs_join(dir, "expected.json");
+    json_t *ex = json_load_path(ex_path, &err);
+    assert_non_null(ex);
+    Lora lo;
+    if (lora_open_peft(&lo, &spec, dir, B * T, &err)) fail_msg("%s", err.msg);
+    assert_true(lo.rslora);
+    assert_true(lo.scale == 4.0f);
+    assert_int_equal(lo.n, 2 * 3);
+    Qwen3 m;
+    setup_base(&m, NULL, 0);
+    m.lora = &lo;
+    int32_t tok[B * T], tgt[B * T];
+    read_batch(ex, tok, tgt);
+    qwen3_zero_grads(&m);
+    lora_zero_grads(&lo);
+    float loss = qwen3_forward(&m, tok, tgt, NULL, NULL, B, T);
+    qwen3_backward(&m, 0);
+    double want = json_number_value(json_object_get(ex, "loss"));
+    printf("rsLoRA loss %.7f, peft %.7f\n", loss, want);
+    assert_true(fabs(loss - want) <= 1e-5 * want);
+    assert_grads_match(&lo, dir);
+
+    char tmpl[] = "/tmp/qt_rslora_XXXXXX";
+    assert_non_null(mkdtemp(tmpl));
+    if (lora_save_peft(&lo, &spec, tmpl, "base", lo.param, &err)) fail_msg("%s", err.msg);
+    char *cfg_path = fs_join(tmpl, "adapter_config.json");
+    json_t *cfg = json_load_path(cfg_path, &err);
+    assert_non_null(cfg);
+    assert_true(json_is_true(json_object_get(cfg, "use_rslora")));
+    json_decref(cfg);
+    Lora back, plain;
+    if (lora_open_peft(&back, &spec, tmpl, B * T, &err)) fail_msg("%s", err.msg);
+    assert_true(back.rslora && back.scale == lo.scale && back.n == lo.n);
+    for (int i = 0; i < lo.n; i++) {
+        assert_memory_equal(back.ad[i].a, lo.ad[i].a, (size_t)RANK * lo.ad[i].in * 4);
+        assert_memory_equal(back.ad[i].b, lo.ad[i].b, (size_t)lo.ad[i].out * RANK * 4);
+    }
+    char *const three[] = {"layers.*.attention.wq", "layers.*.attention.wv",
+                           "layers.*.feed_forward.w2"};
+    assert_int_equal(lora_create(&plain, &spec, RANK, 8.0, 0, three, 3, 8,
+                                 &(LoraWhere){"job.toml", "job.toml", "job.toml"}, 1, &err),
+                     0);
+    assert_int_not_equal(lora_load_peft(&plain, &spec, dir, &err), 0);
+    fprintf(stderr, "expected error: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "use_rslora = true, but [lora] has rank = 4, alpha = 8 and "
+                                    "use_rslora = false"));
+    lora_free(&plain);
+    fs_remove_tree(tmpl, &err);
+    free(cfg_path);
+    lora_free(&back);
+    lora_free(&lo);
+    qwen3_free(&m);
+    json_decref(ex);
+    free(ex_path);
+    free(dir);
+}
+
+/* adapter_config.json: r, lora_alpha and use_rslora read; each peft setting of a LoRA variant
+ * qtitan does not compute is refused by name, never ignored; settings of how the adapters were
+ * chosen or initialised, and keys unknown here, are not read. */
+static void expect_config(const char *json, int ok, const char *what) {
+    LoraPeftConfig c;
+    Err err;
+    int rc = lora_peft_config_parse(json, strlen(json), "adapter_config.json", &c, &err);
+    if (ok) {
+        if (rc) fail_msg("%s: %s", json, err.msg);
+        return;
+    }
+    if (rc == 0) fail_msg("accepted: %s", json);
+    fprintf(stderr, "expected error: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "adapter_config.json"));
+    assert_non_null(strstr(err.msg, what));
+}
+
+static void test_peft_config(void **state) {
+    (void)state;
+    LoraPeftConfig c;
+    Err err;
+    const char *full = "{\"r\": 16, \"lora_alpha\": 32, \"use_rslora\": true, \"peft_type\": "
+                       "\"LORA\", \"rank_pattern\": {}, \"alpha_pattern\": {}, \"use_dora\": "
+                       "false, \"modules_to_save\": null, \"loftq_config\": {}, "
+                       "\"init_lora_weights\": \"pissa\", \"target_modules\": \"q_proj\", "
+                       "\"layers_to_transform\": [0, 1], \"some_future_key\": 3}";
+    assert_int_equal(lora_peft_config_parse(full, strlen(full), "a.json", &c, &err), 0);
+    assert_int_equal(c.r, 16);
+    assert_true(c.alpha == 32 && c.rslora == 1);
+    const char *plain = "{\"r\": 8, \"lora_alpha\": 8.5}";
+    assert_int_equal(lora_peft_config_parse(plain, strlen(plain), "a.json", &c, &err), 0);
+    assert_true(c.r == 8 && c.alpha == 8.5 && c.rslora == 0);
+
+    const char *variants[][2] = {
+        {"\"use_dora\": true", "\"use_dora\" is set (DoRA"},
+        {"\"rank_pattern\": {\"q_proj\": 8}", "\"rank_pattern\" is set"},
+        {"\"alpha_pattern\": {\"q_proj\": 8}", "\"alpha_pattern\" is set"},
+        {"\"modules_to_save\": [\"lm_head\"]", "\"modules_to_save\" is set"},
+        {"\"trainable_token_indices\": [5, 6]", "\"trainable_token_indices\" is set"},
+        {"\"lora_bias\": true", "\"lora_bias\" is set"},
+        {"\"layer_replication\": [[0, 2]]", "\"layer_replication\" is set"},
+        {"\"target_parameters\": [\"experts.gate_up_proj\"]", "\"target_parameters\" is set"},
+        {"\"alora_invocation_tokens\": [1, 2]", "\"alora_invocation_tokens\" is set"},
+        {"\"use_qalora\": true", "\"use_qalora\" is set"},
+        {"\"use_rslora\": 1", "use_rslora"},
+        {"\"peft_type\": \"IA3\"", "peft_type is IA3 where qtitan reads LoRA adapters only"},
+        {"\"peft_type\": 3", "peft_type is not a string"},
+    };
+    for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
+        char json[256];
+        snprintf(json, sizeof json, "{\"r\": 8, \"lora_alpha\": 16, %s}", variants[i][0]);
+        expect_config(json, 0, variants[i][1]);
+    }
+    expect_config("{\"lora_alpha\": 16}", 0, "r");
+    expect_config("{\"r\": 8}", 0, "lora_alpha");
+    expect_config("{\"r\": 0, \"lora_alpha\": 16}", 0, "r = 0 must be an integer from 1");
+    expect_config("{\"r\": 4294967296, \"lora_alpha\": 16}", 0, "r = 4294967296 must be");
+    expect_config("{\"r\": 8, \"lora_alpha\": -2}", 0, "lora_alpha = -2 must be");
+    expect_config("{\"r\": 8, \"lora_alpha\": \"16\"}", 0, "lora_alpha");
+    expect_config("[8, 16]", 0, "expected a JSON object");
+    expect_config("{\"r\": 8, ", 0, "adapter_config.json:1:");
+}
+
 static void expect_create_error(int rank, double alpha, char *const *targets, int nt,
                                 const char *what) {
     Lora lo;
     Err err;
-    assert_int_not_equal(lora_create(&lo, &spec, rank, alpha, targets, nt, 8,
+    assert_int_not_equal(lora_create(&lo, &spec, rank, alpha, 0, targets, nt, 8,
                                      &(LoraWhere){"job.toml", "job.toml", "job.toml"}, 1, &err),
                          0);
     fprintf(stderr, "expected error: %s\n", err.msg);
@@ -541,14 +685,15 @@ static void test_bad_input(void **state) {
     /* The peft folder of another rank, and one with an adapter [lora] does not target. */
     Lora lo;
     Err err;
-    assert_int_equal(lora_create(&lo, &spec, 2, 8.0, ALL, 2, 8,
+    assert_int_equal(lora_create(&lo, &spec, 2, 8.0, 0, ALL, 2, 8,
                                  &(LoraWhere){"job.toml", "job.toml", "job.toml"}, 1, &err),
                      0);
     assert_int_not_equal(lora_load_peft(&lo, &spec, fix_dir, &err), 0);
     fprintf(stderr, "expected error: %s\n", err.msg);
-    assert_non_null(strstr(err.msg, "r = 4 and lora_alpha = 8, but [lora] has rank = 2"));
+    assert_non_null(
+        strstr(err.msg, "r = 4, lora_alpha = 8 and use_rslora = false, but [lora] has rank = 2"));
     lora_free(&lo);
-    assert_int_equal(lora_create(&lo, &spec, RANK, 8.0, q, 1, 8,
+    assert_int_equal(lora_create(&lo, &spec, RANK, 8.0, 0, q, 1, 8,
                                  &(LoraWhere){"job.toml", "job.toml", "job.toml"}, 1, &err),
                      0);
     assert_int_not_equal(lora_load_peft(&lo, &spec, fix_dir, &err), 0);
@@ -559,7 +704,7 @@ static void test_bad_input(void **state) {
     /* A model of another shape: the keys are there but misshaped. */
     ModelSpec wide = spec;
     wide.dim = 48;
-    assert_int_equal(lora_create(&lo, &wide, RANK, 8.0, ALL, 2, 8,
+    assert_int_equal(lora_create(&lo, &wide, RANK, 8.0, 0, ALL, 2, 8,
                                  &(LoraWhere){"job.toml", "job.toml", "job.toml"}, 1, &err),
                      0);
     assert_int_not_equal(lora_load_peft(&lo, &wide, fix_dir, &err), 0);
@@ -580,9 +725,9 @@ static void test_dropout(void **state) {
     Lora lo;
     Err err;
     char *const q[] = {"layers.0.attention.wq"};
-    assert_int_equal(
-        lora_create(&lo, &spec, R, 5.0, q, 1, 4096, &(LoraWhere){"test", "test", "test"}, 1, &err),
-        0);
+    assert_int_equal(lora_create(&lo, &spec, R, 5.0, 0, q, 1, 4096,
+                                 &(LoraWhere){"test", "test", "test"}, 1, &err),
+                     0);
     LoraAdapter *ad = &lo.ad[0]; /* its buffers hold this smaller shape */
     ad->in = ad->in_l = I;
     ad->out = ad->out_l = O;
@@ -640,9 +785,9 @@ static void test_tp_blocks(void **state) {
     Lora lo;
     Err err;
     char *const q[] = {"layers.0.attention.wq", "layers.0.attention.wo"};
-    assert_int_equal(
-        lora_create(&lo, &spec, RANK, 8.0, q, 2, N, &(LoraWhere){"test", "test", "test"}, 1, &err),
-        0);
+    assert_int_equal(lora_create(&lo, &spec, RANK, 8.0, 0, q, 2, N,
+                                 &(LoraWhere){"test", "test", "test"}, 1, &err),
+                     0);
     lora_set_dropout(&lo, 0.2, 5);
     rng_fill_normal(&rng, lo.param, lora_numel(&lo), 0.5f);
     long ng = lora_numel(&lo);
@@ -734,6 +879,8 @@ int main(void) {
         cmocka_unit_test(test_peft_files_and_merge),
         cmocka_unit_test(test_bf16_base_merged_export),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_rslora_matches_peft),
+        cmocka_unit_test(test_peft_config),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     json_decref(expected);

@@ -13,6 +13,11 @@ Writes tests/fixtures/lora/:
                    step loss / grad_norm / lr, and the hyper-parameters
 The base model is frozen; AdamW (weight decay 0.1 on every adapter) with torchtitan's
 warmup-stable-decay LR and clipping active on every step, as tools/make_train_parity_fixture.py.
+
+And tests/fixtures/lora/rslora/: peft's use_rslora (scale alpha / sqrt(r)) on q_proj, v_proj and
+down_proj, r 4, alpha 8 (scale 4 where plain LoRA's is 2), A and B random: the adapter folder,
+and the loss of one masked batch with the gradient of every adapter tensor
+(expected.safetensors "grad.<peft key>", expected.json: the batch and the loss).
 Run from the repo root: python3 tools/make_lora_fixture.py
 """
 import json
@@ -22,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from fixture_util import adamw_steps
 from peft import LoraConfig, get_peft_model
+from peft.tuners.lora import LoraLayer
 from safetensors.torch import save_file
 from transformers import Qwen3ForCausalLM
 
@@ -32,6 +38,73 @@ STEPS, WARMUP, B, T = 5, 2, 2, 12
 LR, WD, BETAS, EPS, MAX_NORM = 1e-2, 0.1, (0.9, 0.95), 1e-8, 0.05
 RANK, ALPHA = 4, 8
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+RS_TARGETS = ["down_proj", "q_proj", "v_proj"]
+
+
+def random_adapters(model):
+    """A and B both random, so every gradient is non-zero (peft starts B at zero)."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(0.1 * torch.randn_like(p))
+            elif "lora_A" in name:
+                p.copy_(0.2 * torch.randn_like(p))
+
+
+def save_adapter(model, out, base_path):
+    """save_pretrained without README.md, with a base path that does not name this machine's
+    checkout and a stable key order."""
+    os.makedirs(out, exist_ok=True)
+    model.save_pretrained(out)
+    readme = os.path.join(out, "README.md")
+    if os.path.exists(readme):
+        os.remove(readme)
+    cfg_path = os.path.join(out, "adapter_config.json")
+    with open(cfg_path) as f:
+        ac = json.load(f)
+    ac["base_model_name_or_path"] = base_path
+    ac["target_modules"] = sorted(ac["target_modules"])
+    with open(cfg_path, "w") as f:
+        json.dump(ac, f, indent=2, sort_keys=True)
+
+
+def masked_batch(g):
+    ids = torch.randint(0, 64, (B, T + 1), generator=g)
+    tgt = ids[:, 1:].clone()
+    tgt[torch.rand(B, T, generator=g) < 0.4] = -100  # masked (non-assistant) positions
+    return ids[:, :T], tgt
+
+
+def masked_loss(model, batch):
+    inp, tgt = batch
+    logits = model(input_ids=inp).logits
+    return F.cross_entropy(logits.reshape(-1, 64).float(), tgt.reshape(-1), ignore_index=-100)
+
+
+def rslora():
+    torch.manual_seed(1)
+    base = Qwen3ForCausalLM.from_pretrained(BASE, torch_dtype=torch.float32,
+                                            attn_implementation="eager")
+    cfg = LoraConfig(r=RANK, lora_alpha=ALPHA, use_rslora=True, lora_dropout=0.0,
+                     target_modules=RS_TARGETS, bias="none", task_type="CAUSAL_LM")
+    model = get_peft_model(base, cfg)
+    scales = {m.scaling["default"] for m in model.modules() if isinstance(m, LoraLayer)}
+    assert scales == {ALPHA / RANK ** 0.5}, scales
+    random_adapters(model)
+    model.train()
+    out = os.path.join(OUT, "rslora")
+    save_adapter(model, out, "../../train_parity")
+    batch = masked_batch(torch.Generator().manual_seed(5))
+    loss = masked_loss(model, batch)
+    loss.backward()
+    grads = {"grad." + n.replace(".default", ""): p.grad.detach().clone().contiguous()
+             for n, p in model.named_parameters() if p.requires_grad}
+    save_file(grads, os.path.join(out, "expected.safetensors"))
+    with open(os.path.join(out, "expected.json"), "w") as f:
+        json.dump({"tokens": batch[0].tolist(), "targets": batch[1].tolist(),
+                   "loss": loss.item()}, f)
 
 
 def adapter_state(model):
@@ -50,42 +123,17 @@ def main():
     cfg = LoraConfig(r=RANK, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=TARGETS,
                      bias="none", task_type="CAUSAL_LM")
     model = get_peft_model(base, cfg)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(0.1 * torch.randn_like(p))
-            elif "lora_A" in name:
-                p.copy_(0.2 * torch.randn_like(p))
+    random_adapters(model)
     model.train()
-    os.makedirs(OUT, exist_ok=True)
-    model.save_pretrained(OUT)
-    # save_pretrained writes README.md too; the fixture keeps what the test reads.
-    readme = os.path.join(OUT, "README.md")
-    if os.path.exists(readme):
-        os.remove(readme)
-    # A path that does not name this machine's checkout, and a stable key order.
-    cfg_path = os.path.join(OUT, "adapter_config.json")
-    with open(cfg_path) as f:
-        ac = json.load(f)
-    ac["base_model_name_or_path"] = "../train_parity"
-    ac["target_modules"] = sorted(ac["target_modules"])
-    with open(cfg_path, "w") as f:
-        json.dump(ac, f, indent=2, sort_keys=True)
+    save_adapter(model, OUT, "../train_parity")
 
     g = torch.Generator().manual_seed(3)
-    batches = []
-    for _ in range(STEPS):
-        ids = torch.randint(0, 64, (B, T + 1), generator=g)
-        tgt = ids[:, 1:].clone()
-        tgt[torch.rand(B, T, generator=g) < 0.4] = -100  # masked (non-assistant) positions
-        batches.append((ids[:, :T], tgt))
+    batches = [masked_batch(g) for _ in range(STEPS)]
 
     tensors = {}
 
     def loss_of(batch):
-        inp, tgt = batch
-        logits = model(input_ids=inp).logits
-        return F.cross_entropy(logits.reshape(-1, 64).float(), tgt.reshape(-1), ignore_index=-100)
+        return masked_loss(model, batch)
 
     def first_grads(s):
         if s == 0:
@@ -114,3 +162,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    rslora()

@@ -182,6 +182,7 @@ static const KeyDesc KEYS[] = {
     ENUM(sample, gather, SAMPLE_GATHERS),
     INT(lora, rank, 0, 0, "an integer >= 0 (0 = no LoRA)"),
     FLT(lora, alpha, 0, INFINITY, 1, 1, "a number > 0"),
+    BOOL(lora, use_rslora),
     FLT(lora, dropout, 0, 1, 0, 1, "a number in [0, 1)"),
     LIST(lora, targets),
     STR(lora, adapter_path),

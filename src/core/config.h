@@ -154,6 +154,7 @@ typedef struct JobConfig {
     struct {
         int rank;           /* 0 = no LoRA: every weight trains */
         double alpha;       /* adapters scale by alpha / rank */
+        int use_rslora;     /* ... by alpha / sqrt(rank) instead (peft's use_rslora) */
         double dropout;     /* on the adapters' input, in training (model/lora.h) */
         char *targets;      /* comma-joined globs over module names (layers.*.attention.wq) */
         char *adapter_path; /* a peft adapter folder to start from, "" = fresh adapters */

@@ -69,8 +69,9 @@ static int site_adapted(const ModelSpec *spec, char *const *targets, int nt, int
     return hit;
 }
 
-int lora_create(Lora *lo, const ModelSpec *spec, int rank, double alpha, char *const *targets,
-                int nt, long max_tokens, const LoraWhere *set_at, int warn, Err *err) {
+int lora_create(Lora *lo, const ModelSpec *spec, int rank, double alpha, int rslora,
+                char *const *targets, int nt, long max_tokens, const LoraWhere *set_at, int warn,
+                Err *err) {
     memset(lo, 0, sizeof *lo);
     const char *where = set_at->targets;
     if (rank < 1) return err_set(err, "%s: lora.rank = %d must be >= 1", set_at->rank, rank);
@@ -96,7 +97,8 @@ int lora_create(Lora *lo, const ModelSpec *spec, int rank, double alpha, char *c
     }
     lo->rank = rank;
     lo->alpha = alpha;
-    lo->scale = (float)(alpha / rank);
+    lo->rslora = rslora != 0;
+    lo->scale = (float)(rslora ? alpha / sqrt(rank) : alpha / rank);
     lo->ad = xcalloc((size_t)n, sizeof *lo->ad);
     lo->max_tokens = max_tokens;
     int k = 0;

@@ -1,5 +1,6 @@
 /* LoRA adapters on the linear layers of a Qwen3 model: for a target linear W (O, I),
  *   y = x W^T + s * (x A^T) B^T,   s = alpha / r,   A (r, I), B (O, r),
+ * (s = alpha / sqrt(r) with peft's use_rslora, rank-stabilised LoRA)
  * as HF peft's LoraLayer computes it; with dropout p (lora_set_dropout) training replaces the
  * adapter's input x by dropout(x) (zeroed with probability p, else scaled by 1 / (1 - p)),
  * peft's lora_dropout, and the base linear keeps x. A starts as peft's default
@@ -52,7 +53,8 @@ typedef struct LoraAdapter {
 typedef struct Lora {
     int rank;
     double alpha;
-    float scale; /* alpha / rank */
+    int rslora;  /* peft's use_rslora: the scale is alpha / sqrt(rank) */
+    float scale; /* alpha / rank, or alpha / sqrt(rank) with rslora */
     LoraAdapter *ad;
     int n;
     /* Every adapter's whole A and B end to end (lora_numel floats), and their gradients in the
@@ -80,13 +82,15 @@ typedef struct LoraWhere {
     const char *rank, *alpha, *targets;
 } LoraWhere;
 
-/* Adapters of rank r on every site of spec whose module name matches one of targets[0..nt)
- * (globs as in [[override]]; `set_at` names where each key was set, in messages). A target that
- * matches no module is a warning, like an override's (warn 1; 0 for a repeat of a creation that
- * warns); none matched at all, rank < 1 or larger than a targeted layer's smaller side, or alpha <=
- * 0 is an error sentence. max_tokens: the most tokens of one forward (B * T). */
-int lora_create(Lora *lo, const ModelSpec *spec, int rank, double alpha, char *const *targets,
-                int nt, long max_tokens, const LoraWhere *set_at, int warn, Err *err);
+/* Adapters of rank r and scale alpha / r (alpha / sqrt(r) with rslora) on every site of spec whose
+ * module name matches one of targets[0..nt) (globs as in [[override]]; `set_at` names where each
+ * key was set, in messages). A target that matches no module is a warning, like an override's (warn
+ * 1; 0 for a repeat of a creation that warns); none matched at all, rank < 1 or larger than a
+ * targeted layer's smaller side, or alpha <= 0 is an error sentence. max_tokens: the most tokens of
+ * one forward (B * T). */
+int lora_create(Lora *lo, const ModelSpec *spec, int rank, double alpha, int rslora,
+                char *const *targets, int nt, long max_tokens, const LoraWhere *set_at, int warn,
+                Err *err);
 void lora_free(Lora *lo);
 /* Dropout p in [0, 1) on the adapters' input during training, masks seeded by seed; p > 0
  * allocates xd, max_tokens x lora_max_in floats. */
@@ -142,14 +146,29 @@ void lora_merge(const Lora *lo, const LoraAdapter *ad, const float *a, const flo
 /* peft's files (lora_peft.c). The key of adapter ad's A (which 'A') or B ('B') as peft saves
  * it: "base_model.model." + the HF module name + ".lora_A.weight". */
 void lora_peft_key(char *out, size_t cap, const ModelSpec *spec, const LoraAdapter *ad, char which);
+/* What an adapter_config.json says about the adapters' function: r, lora_alpha and
+ * use_rslora. */
+typedef struct LoraPeftConfig {
+    int64_t r;
+    double alpha;
+    int rslora;
+} LoraPeftConfig;
+/* Reads len bytes of an adapter_config.json (`path` names it in sentences). r (an integer >= 1)
+ * and lora_alpha (a number > 0) are required; a setting of a peft variant whose adapters
+ * compute something else than y += s B A x (peft_type other than LORA, use_dora, rank_pattern,
+ * alpha_pattern, modules_to_save, lora_bias, ...) is an error sentence naming the key, never
+ * ignored. Settings of how adapters were chosen or initialised (target_modules,
+ * init_lora_weights, ...) and unknown keys are not read. */
+int lora_peft_config_parse(const char *text, size_t len, const char *path, LoraPeftConfig *out,
+                           Err *err);
 /* Reads A and B of every adapter (whole: lo as lora_create made it) from a peft adapter folder
- * (adapter_config.json, adapter_model.safetensors). Its r and lora_alpha must be lo's,
+ * (adapter_config.json, adapter_model.safetensors). Its r, lora_alpha and use_rslora must be lo's,
  * lora_dropout 0 is not checked (training only), and the file must hold exactly lo's keys with
  * their shapes: every missing, unexpected or misshaped key is named. */
 int lora_load_peft(Lora *lo, const ModelSpec *spec, const char *dir, Err *err);
-/* Creates lo from a peft adapter folder alone (generate / eval with a base model): r and
- * lora_alpha from adapter_config.json, an adapter on every linear the file has keys for, then
- * lora_load_peft. A folder with no adapter for this model is an error sentence. */
+/* Creates lo from a peft adapter folder alone (generate / eval with a base model): r,
+ * lora_alpha and use_rslora from adapter_config.json, an adapter on every linear the file has keys
+ * for, then lora_load_peft. A folder with no adapter for this model is an error sentence. */
 int lora_open_peft(Lora *lo, const ModelSpec *spec, const char *dir, long max_tokens, Err *err);
 /* Writes dir/adapter_config.json and dir/adapter_model.safetensors (F32) as peft's
  * save_pretrained does, so peft.PeftModel.from_pretrained(base, dir) loads them;

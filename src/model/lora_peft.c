@@ -1,6 +1,7 @@
 /* LoRA adapters in HF peft's folder format: adapter_config.json and adapter_model.safetensors
  * with peft's key names, which derive from the HF module names of io/hf_keys.h. */
 #include <jansson.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,20 +53,86 @@ static const char *leaf(const char *mod) {
     return dot ? dot + 1 : mod;
 }
 
+/* peft settings whose adapters compute something other than y += s B A x, or that carry more
+ * than A and B: set to anything but their default, they are refused, never ignored. */
+static const struct {
+    const char *key, *what;
+} VARIANTS[] = {
+    {"use_dora", "DoRA, a magnitude vector per weight"},
+    {"rank_pattern", "a rank per module"},
+    {"alpha_pattern", "a lora_alpha per module"},
+    {"modules_to_save", "whole modules saved beside the adapters"},
+    {"trainable_token_indices", "embedding rows trained beside the adapters"},
+    {"lora_bias", "a bias on lora_B"},
+    {"layer_replication", "layers replicated in the base model"},
+    {"target_parameters", "adapters on parameters such as MoE experts"},
+    {"alora_invocation_tokens", "activated LoRA, adapters on only after invocation tokens"},
+    {"use_qalora", "QA-LoRA, pooled adapter inputs"},
+    {"use_bdlora", "block-diagonal LoRA"},
+    {"arrow_config", "Arrow routing among adapters"},
+    {"monteclora_config", "MonteCLoRA"},
+    {"kasa_config", "KaSA"},
+};
+
+/* peft's default for the settings above: absent, null, false, {} or []. */
+static int is_default(const json_t *v) {
+    return !v || json_is_null(v) || json_is_false(v) ||
+           (json_is_object(v) && !json_object_size(v)) || (json_is_array(v) && !json_array_size(v));
+}
+
+static int parse_config(const json_t *cfg, const char *path, LoraPeftConfig *out, Err *err) {
+    if (!json_is_object(cfg))
+        return err_set(err, "%s: expected a JSON object (peft's adapter_config.json)", path);
+    const json_t *type = json_object_get(cfg, "peft_type");
+    if (type && !(json_is_string(type) && !strcmp(json_string_value(type), "LORA")))
+        return err_set(err,
+                       "%s: peft_type is %s where qtitan reads LoRA adapters only (peft_type "
+                       "\"LORA\")",
+                       path, json_is_string(type) ? json_string_value(type) : "not a string");
+    for (size_t i = 0; i < sizeof VARIANTS / sizeof VARIANTS[0]; i++)
+        if (!is_default(json_object_get(cfg, VARIANTS[i].key)))
+            return err_set(err,
+                           "%s: \"%s\" is set (%s), a LoRA variant qtitan does not implement; it "
+                           "reads plain LoRA and rsLoRA adapters (y += s B A x)",
+                           path, VARIANTS[i].key, VARIANTS[i].what);
+    *out = (LoraPeftConfig){0};
+    TRY(json_req_int(cfg, "r", &out->r, path, err));
+    TRY(json_req_num(cfg, "lora_alpha", &out->alpha, path, err));
+    TRY(json_opt_bool(cfg, "use_rslora", &out->rslora, path, err));
+    if (out->r < 1 || out->r > INT32_MAX)
+        return err_set(err, "%s: r = %lld must be an integer from 1 to %d", path, (long long)out->r,
+                       INT32_MAX);
+    if (!(out->alpha > 0) || !isfinite(out->alpha))
+        return err_set(err, "%s: lora_alpha = %g must be a finite number > 0", path, out->alpha);
+    return 0;
+}
+
+int lora_peft_config_parse(const char *text, size_t len, const char *path, LoraPeftConfig *out,
+                           Err *err) {
+    json_t *cfg = json_load_mem(text, len, path, err);
+    int rc = cfg ? parse_config(cfg, path, out, err) : -1;
+    json_decref(cfg);
+    return rc;
+}
+
+static int read_config(const char *path, LoraPeftConfig *out, Err *err) {
+    json_t *cfg = json_load_path(path, err);
+    int rc = cfg ? parse_config(cfg, path, out, err) : -1;
+    json_decref(cfg);
+    return rc;
+}
+
 int lora_load_peft(Lora *lo, const ModelSpec *spec, const char *dir, Err *err) {
     char *cfg_path = fs_join(dir, "adapter_config.json");
     char *st_path = fs_join(dir, "adapter_model.safetensors");
-    json_t *cfg = json_load_path(cfg_path, err);
-    int rc = cfg ? 0 : -1;
-    int64_t r = 0;
-    double alpha = 0;
-    if (rc == 0) rc = json_req_int(cfg, "r", &r, cfg_path, err);
-    if (rc == 0) rc = json_req_num(cfg, "lora_alpha", &alpha, cfg_path, err);
-    if (rc == 0 && (r != lo->rank || alpha != lo->alpha))
+    LoraPeftConfig pc;
+    int rc = read_config(cfg_path, &pc, err);
+    if (rc == 0 && (pc.r != lo->rank || pc.alpha != lo->alpha || pc.rslora != lo->rslora))
         rc = err_set(err,
-                     "%s: r = %lld and lora_alpha = %g, but [lora] has rank = %d and alpha = %g",
-                     cfg_path, (long long)r, alpha, lo->rank, lo->alpha);
-    json_decref(cfg);
+                     "%s: r = %lld, lora_alpha = %g and use_rslora = %s, but [lora] has rank = "
+                     "%d, alpha = %g and use_rslora = %s",
+                     cfg_path, (long long)pc.r, pc.alpha, pc.rslora ? "true" : "false", lo->rank,
+                     lo->alpha, lo->rslora ? "true" : "false");
     StFile f;
     int opened = rc == 0 && st_open(&f, st_path, err) == 0;
     if (rc == 0 && !opened) rc = -1;
@@ -112,13 +179,8 @@ int lora_open_peft(Lora *lo, const ModelSpec *spec, const char *dir, long max_to
     memset(lo, 0, sizeof *lo);
     char *cfg_path = fs_join(dir, "adapter_config.json");
     char *st_path = fs_join(dir, "adapter_model.safetensors");
-    json_t *cfg = json_load_path(cfg_path, err);
-    int64_t r = 0;
-    double alpha = 0;
-    int rc = cfg ? 0 : -1;
-    if (rc == 0) rc = json_req_int(cfg, "r", &r, cfg_path, err);
-    if (rc == 0) rc = json_req_num(cfg, "lora_alpha", &alpha, cfg_path, err);
-    json_decref(cfg);
+    LoraPeftConfig pc;
+    int rc = read_config(cfg_path, &pc, err);
     StFile f;
     int opened = rc == 0 && st_open(&f, st_path, err) == 0;
     if (rc == 0 && !opened) rc = -1;
@@ -144,10 +206,8 @@ int lora_open_peft(Lora *lo, const ModelSpec *spec, const char *dir, long max_to
                      "%s: holds no LoRA adapter of this model's linears (keys like "
                      "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight)",
                      st_path);
-    if (rc == 0 && r > INT32_MAX)
-        rc = err_set(err, "%s: r = %lld is too large", cfg_path, (long long)r);
     if (rc == 0)
-        rc = lora_create(lo, spec, (int)r, alpha, targets, nt, max_tokens,
+        rc = lora_create(lo, spec, (int)pc.r, pc.alpha, pc.rslora, targets, nt, max_tokens,
                          &(LoraWhere){cfg_path, cfg_path, cfg_path}, 1, err);
     if (rc == 0 && lora_load_peft(lo, spec, dir, err) != 0) {
         lora_free(lo);
@@ -210,10 +270,11 @@ int lora_save_peft(const Lora *lo, const ModelSpec *spec, const char *dir, const
         targets = json_string(re);
         free(re);
     }
-    json_t *cfg = json_pack("{sssssisfsfsssosssbsb}", "peft_type", "LORA", "task_type", "CAUSAL_LM",
-                            "r", lo->rank, "lora_alpha", lo->alpha, "lora_dropout", lo->dropout,
-                            "bias", "none", "target_modules", targets, "base_model_name_or_path",
-                            base_model, "fan_in_fan_out", 0, "inference_mode", 1);
+    json_t *cfg =
+        json_pack("{sssssisfsfsbsssosssbsb}", "peft_type", "LORA", "task_type", "CAUSAL_LM", "r",
+                  lo->rank, "lora_alpha", lo->alpha, "lora_dropout", lo->dropout, "use_rslora",
+                  lo->rslora, "bias", "none", "target_modules", targets, "base_model_name_or_path",
+                  base_model, "fan_in_fan_out", 0, "inference_mode", 1);
     char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(cfg);
     char *cfg_path = fs_join(dir, "adapter_config.json");

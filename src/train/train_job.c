@@ -46,8 +46,8 @@ int train_job_lora(const JobConfig *cfg, const ModelSpec *spec, Lora *lo, long m
         targets[nt++] = t;
     LoraWhere at = {config_origin(cfg, "lora.rank"), config_origin(cfg, "lora.alpha"),
                     config_origin(cfg, "lora.targets")};
-    int rc = lora_create(lo, spec, cfg->lora.rank, cfg->lora.alpha, targets, nt, max_tokens, &at,
-                         warn, err);
+    int rc = lora_create(lo, spec, cfg->lora.rank, cfg->lora.alpha, cfg->lora.use_rslora, targets,
+                         nt, max_tokens, &at, warn, err);
     free(targets);
     free(list);
     return rc;
@@ -68,10 +68,12 @@ static int lora_setup(const JobConfig *cfg, const ModelSpec *spec, Lora *lo, lon
     double base = 0;
     for (int i = 0; i < lo->n; i++)
         base += (double)lo->ad[i].in * lo->ad[i].out;
-    log_info("lora: %d adapter(s) of rank %d (alpha %g, scale %g) on %s; %ld trainable "
+    log_info("lora: %d adapter(s) of rank %d (alpha %g, scale %g%s) on %s; %ld trainable "
              "parameters, the %.4g frozen weights of those linears and all others stay as "
              "loaded%s",
-             lo->n, lo->rank, lo->alpha, lo->scale, cfg->lora.targets, lora_numel(lo), base,
+             lo->n, lo->rank, lo->alpha, lo->scale,
+             lo->rslora ? " = alpha / sqrt(rank): rsLoRA" : "", cfg->lora.targets, lora_numel(lo),
+             base,
              cfg->lora.base_dtype == DT_BF16
                  ? " (the matmul weights and embedding in bf16: lora.base_dtype)"
                  : "");
