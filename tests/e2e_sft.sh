@@ -54,6 +54,18 @@ if train "$tmp/b" --training.dataset_path="$tmp/fewer.jsonl" --training.data_for
 fi
 grep -q 'the chat data changed since the checkpoint' "$tmp/d.log" || { cat "$tmp/d.log"; echo "FAIL: changed data sentence"; exit 1; }
 
+# Tool use: conversations that offer a tool, call it and read its result train like any other
+# (the system turn with the definitions, the call, the result; ids as transformers renders
+# them: test_chat_template).
+for i in $(seq 1 8); do
+  printf '{"tools": [{"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}}], "messages": [{"role": "user", "content": "Add %d and %d."}, {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "add", "arguments": {"a": %d, "b": %d}}}]}, {"role": "tool", "content": "%d"}, {"role": "assistant", "content": "It is %d."}]}\n' \
+    "$i" $((i * 3)) "$i" $((i * 3)) $((i * 4)) $((i * 4))
+done >"$tmp/tools.jsonl"
+train "$tmp/t" --training.dataset_path="$tmp/tools.jsonl" --training.data_format=messages \
+  --training.seq_len=256 >"$tmp/t.log" || { cat "$tmp/t.log"; echo "FAIL: tool conversations"; exit 1; }
+grep -q 'chat data: 8 conversation(s) from 1 file(s) in the qwen3 format, .* 0 truncated, 0 dropped' "$tmp/t.log" &&
+  [ "$(grep -c '^step: ' "$tmp/t.log")" = 4 ] || { cat "$tmp/t.log"; echo "FAIL: tool conversations"; exit 1; }
+
 # Bad input: a tokenizer folder without tokenizer_config.json, a bad role on line 3.
 mkdir "$tmp/notemplate"; cp "$tok/tokenizer.json" "$tmp/notemplate/"
 if "$QT_BINARY" train --config "$QT_SOURCE_DIR/configs/debug.toml" --model.tokenizer_path="$tmp/notemplate" \

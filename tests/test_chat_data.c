@@ -253,8 +253,37 @@ static void expect_bad(DataFormat f, const char *line2, const char *what) {
 
 static void test_bad_lines(void **state) {
     (void)state;
-    expect_bad(DATA_MESSAGES, "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}",
-               "messages[0].role \"tool\" is not");
+    expect_bad(DATA_MESSAGES, "{\"messages\": [{\"role\": \"function\", \"content\": \"x\"}]}",
+               "messages[0].role \"function\" is not \"system\", \"user\", \"assistant\" or "
+               "\"tool\"");
+    /* Tool calls and definitions: what the template cannot write is named. */
+#define QA "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", "
+    expect_bad(DATA_MESSAGES,
+               "{\"messages\": [{\"role\": \"user\", \"content\": \"q\", \"tool_calls\": []}]}",
+               "messages[0] is a user message with tool_calls, which only an assistant message "
+               "makes");
+    expect_bad(DATA_MESSAGES, QA "\"content\": \"\", \"tool_calls\": {}}]}",
+               "messages[1]: tool_calls must be an array of calls, found an object");
+    expect_bad(DATA_MESSAGES, QA "\"content\": \"\", \"tool_calls\": [7]}]}",
+               "messages[1]: tool_calls[0] must be an object, found a number");
+    expect_bad(DATA_MESSAGES,
+               QA "\"content\": \"\", \"tool_calls\": [{\"function\": {\"arguments\": {}}}]}]}",
+               "messages[1]: tool_calls[0].function.name must be a string, found nothing");
+    expect_bad(DATA_MESSAGES,
+               QA "\"content\": \"\", \"tool_calls\": [{\"name\": \"f\", \"arguments\": {}}, "
+                  "{\"name\": 3, \"arguments\": {}}]}]}",
+               "messages[1]: tool_calls[1].name must be a string, found a number");
+    expect_bad(DATA_MESSAGES, QA "\"content\": \"\", \"tool_calls\": [{\"name\": \"f\"}]}]}",
+               "messages[1]: tool_calls[0] has no \"arguments\"");
+    expect_bad(DATA_MESSAGES, QA "\"content\": \"\", \"tool_calls\": [{\"function\": \"f(1)\"}]}]}",
+               "messages[1]: tool_calls[0].function must be an object, found a string");
+    expect_bad(DATA_MESSAGES, QA "\"content\": \"a\"}], \"tools\": {\"name\": \"f\"}}",
+               "tools must be an array of tool definitions, found an object");
+    expect_bad(DATA_MESSAGES, QA "\"content\": \"a\"}], \"tools\": [\"f\"]}",
+               "tools[0] must be an object (a JSON schema), found a string");
+    expect_bad(DATA_MESSAGES, QA "\"content\": \"a\", \"thinking\": 5}]}",
+               "messages[1].thinking must be a string, found a number");
+#undef QA
     expect_bad(DATA_MESSAGES, "{\"messages\": [{\"role\": \"user\"}]}",
                "messages[0] has no \"content\"");
     expect_bad(DATA_MESSAGES,

@@ -1,6 +1,7 @@
 /* Chat rendering parity with transformers' apply_chat_template on the real Qwen3 tokenizer
  * (needs ../shared; exits 77 without it): ids and assistant flags of every conversation in
- * tests/fixtures/chat/qwen3_chat.jsonl (made by tools/make_chat_fixtures.py), and the error
+ * tests/fixtures/chat/qwen3_chat.jsonl (made by tools/make_chat_fixtures.py; tool definitions,
+ * tool calls and tool results included), each line read as training data reads it, and the error
  * sentences for folders without a chat template qtitan knows. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,29 +17,12 @@
 
 #include "core/fs.h"
 #include "core/json.h"
+#include "text/chat_data.h"
 #include "text/chat_template.h"
 #include "text/jsonl.h"
 
 static Tokenizer *qwen;
 static char *shared_dir;
-
-/* Fills msgs from a fixture's "messages" array; strings point into j. */
-static size_t read_messages(const json_t *arr, ChatMessage *msgs, size_t cap) {
-    size_t n = json_array_size(arr);
-    assert_true(n <= cap);
-    for (size_t i = 0; i < n; i++) {
-        const json_t *m = json_array_get(arr, i);
-        const char *role = json_string_value(json_object_get(m, "role"));
-        assert_int_equal(chat_role_parse(role, strlen(role), &msgs[i].role), 0);
-        const json_t *c = json_object_get(m, "content"),
-                     *r = json_object_get(m, "reasoning_content");
-        msgs[i].content = json_string_value(c);
-        msgs[i].content_len = json_string_length(c);
-        msgs[i].reasoning = r ? json_string_value(r) : NULL;
-        msgs[i].reasoning_len = r ? json_string_length(r) : 0;
-    }
-    return n;
-}
 
 static void test_fixtures(void **state) {
     (void)state;
@@ -52,16 +36,23 @@ static void test_fixtures(void **state) {
     size_t len, pos = 0, line_len;
     const char *line;
     assert_int_equal(fs_read_all(path, &buf, &len, &err), 0);
-    int cases = 0, flagged = 0;
+    int cases = 0, flagged = 0, tool_cases = 0;
     ChatTokens out = {0};
     while (jsonl_next_line(buf, len, &pos, &line, &line_len) == 0) {
         json_t *j = json_load_mem(line, line_len, path, &err);
         assert_non_null(j);
-        ChatMessage msgs[16];
-        size_t n = read_messages(json_object_get(j, "messages"), msgs, 16);
+        /* The line's messages and tools as training data reads them. */
+        json_t *root;
+        ChatMessage *msgs;
+        size_t n;
+        const json_t *tools;
+        if (chat_data_parse_line(line, line_len, DATA_MESSAGES, path, cases + 1, &root, &msgs, &n,
+                                 &tools, &err))
+            fail_msg("%s", err.msg);
         ChatOptions opt = {.add_generation_prompt =
                                json_is_true(json_object_get(j, "add_generation_prompt")),
-                           .enable_thinking = json_is_true(json_object_get(j, "enable_thinking"))};
+                           .enable_thinking = json_is_true(json_object_get(j, "enable_thinking")),
+                           .tools = tools};
         assert_int_equal(chat_render(cf, msgs, n, opt, &out, &err), 0);
         const json_t *ids = json_object_get(j, "ids");
         const char *mask = json_string_value(json_object_get(j, "assistant"));
@@ -77,10 +68,13 @@ static void test_fixtures(void **state) {
             flagged += out.assistant[i];
         }
         cases++;
+        tool_cases += tools && json_array_size(tools) > 0;
+        free(msgs);
+        json_decref(root);
         json_decref(j);
     }
     /* A fixture that lost its cases or its flags would pass the loop above vacuously. */
-    assert_true(cases >= 20);
+    assert_true(cases >= 30 && tool_cases >= 6);
     assert_true(flagged > 100);
     assert_int_not_equal(chat_render(cf, NULL, 0, (ChatOptions){0}, &out, &err), 0);
     assert_non_null(strstr(err.msg, "at least one message"));

@@ -2,7 +2,8 @@
 """Chat rendering fixtures: transformers' apply_chat_template on the real Qwen3 tokenizer.
 
 Writes tests/fixtures/chat/qwen3_chat.jsonl, one conversation a line:
-  {"name", "messages", "add_generation_prompt", "enable_thinking",
+  {"name", "messages", "tools" (when the case offers tools), "add_generation_prompt",
+   "enable_thinking",
    "ids": [...] (apply_chat_template's input_ids),
    "assistant": "0011..." (one flag a token: transformers' assistant_masks)}
 
@@ -57,6 +58,40 @@ def s(text):
     return {"role": "system", "content": text}
 
 
+def t(text):
+    return {"role": "tool", "content": text}
+
+
+def call(name, arguments, wrapped=True):
+    """A tool call in OpenAI's shape ({"type", "function": {...}}) or bare."""
+    f = {"name": name, "arguments": arguments}
+    return {"type": "function", "function": f} if wrapped else f
+
+
+def a_calls(text, calls, **kw):
+    m = a(text, kw.pop("reasoning", None))
+    if m.get("reasoning_content") is None:
+        m.pop("reasoning_content", None)
+    m.update(kw)
+    m["tool_calls"] = calls
+    return m
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city \u2014 \"quoted\"",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "description": "e.g. Z\u00fcrich"},
+        "unit": {"type": "string", "enum": ["c", "f"]}}, "required": ["city"]}}}
+SEARCH = {"type": "function", "function": {"name": "search", "parameters": {
+    "type": "object", "properties": {"q": {"type": "string"}, "k": {"type": "integer",
+                                                                    "default": 5}}}}}
+# Arguments whose JSON text tests tojson: floats in both notations, a negative zero, a large
+# integer, escapes, non-ASCII, nesting, null and booleans.
+ODD_ARGS = {"city": "S\u00e3o Paulo \U0001F327", "t": 1e-05, "big": 1e16, "x": 100.0, "z": -0.0,
+            "n": 12345678901234567, "r": 0.1, "esc": "tab\there \"q\" \\ \u0001 \u2028",
+            "nested": {"l": [1, 2.5, [], {}], "none": None, "ok": True, "no": False}}
+
+
 CASES = [
     ("single_turn", [u("Hello"), a("Hi there!")]),
     ("system_multi_turn",
@@ -85,13 +120,38 @@ CASES = [
     ("assistant_first", [a("I speak first"), u("ok")]),
     ("ends_with_user", [s("sys"), u("one"), a("two"), u("three")]),
     ("long_turns", [u("word " * 60), a("answer " * 80 + "\n\n```python\nprint(1)\n```")]),
+    ("tool_call_roundtrip",
+     [u("Weather in Paris?"), a_calls("", [call("get_weather", {"city": "Paris"})]),
+      t('{"temp": 21, "sky": "clear"}'), a("It is 21 degrees and clear.")], [WEATHER]),
+    ("tools_with_system_parallel_calls",
+     [s("You are a travel agent."), u("Compare Oslo and Rome."),
+      a_calls("I'll look both up.", [call("get_weather", {"city": "Oslo", "unit": "c"}),
+                                     call("get_weather", '{"city": "Rome"}', wrapped=False)]),
+      t("Oslo: 3C"), t("Rome: 18C"), a("Rome is warmer.", reasoning="compare 3 and 18")],
+     [WEATHER, SEARCH]),
+    ("tool_call_after_think",
+     [u("Find papers on LoRA"),
+      a_calls("<think>\nsearch first\n</think>\n\nSearching.", [call("search", {"q": "LoRA"})]),
+      t("3 results"), a("<think>summarise</think>Found 3.")], [SEARCH]),
+    ("tool_call_odd_arguments",
+     [u("x"), a_calls("", [call("get_weather", ODD_ARGS)]), t("ok"), a("done")], [WEATHER]),
+    ("tool_call_function_falsy",
+     [u("x"), a_calls("", [{"function": {}, "name": "search", "arguments": {"q": "a"}}]),
+      t("r"), a("y")], [SEARCH]),
+    ("tool_message_first", [t("stale result"), a("Noted.")]),
+    ("ends_with_tool", [u("q"), a_calls("", [call("search", {"q": "q"})]), t("r1")], [SEARCH]),
+    ("tools_empty_list", [u("hi"), a("hello")], []),
+    ("reasoning_aliases",
+     [u("Q1"), {"role": "assistant", "content": "A1", "thinking": "t1"}, u("Q2"),
+      {"role": "assistant", "content": "A2", "reasoning_content": None, "reasoning": "r2"}]),
 ]
 
 # (add_generation_prompt, enable_thinking) per case: a conversation ending with a user turn is
 # rendered for generation both ways; others as training data.
 PROMPTS = {"generation_prompt_thinking": [(True, True), (True, False)],
            "ends_with_user": [(True, False), (False, True)],
-           "system_only": [(True, True)]}
+           "system_only": [(True, True)],
+           "ends_with_tool": [(True, True)]}
 
 
 def main():
@@ -101,9 +161,10 @@ def main():
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
     n = 0
     with open(OUT, "w", encoding="utf-8") as f:
-        for name, messages in CASES:
+        for name, messages, *tools in CASES:
+            tools = tools[0] if tools else None
             for gen, think in PROMPTS.get(name, [(False, True)]):
-                kw = dict(add_generation_prompt=gen, enable_thinking=think)
+                kw = dict(add_generation_prompt=gen, enable_thinking=think, tools=tools)
                 text = tok.apply_chat_template(messages, tokenize=False, **kw)
                 assert tok.apply_chat_template(messages, tokenize=False, chat_template=masked,
                                                **kw) == text, name
@@ -114,9 +175,12 @@ def main():
                 assert ids == tok(text, add_special_tokens=False)["input_ids"], name
                 mask = "".join(str(int(b)) for b in enc["assistant_masks"])
                 assert len(mask) == len(ids)
-                f.write(json.dumps({"name": name, "messages": messages,
-                                    "add_generation_prompt": gen, "enable_thinking": think,
-                                    "ids": ids, "assistant": mask}, ensure_ascii=False) + "\n")
+                line = {"name": name, "messages": messages}
+                if tools is not None:
+                    line["tools"] = tools
+                line.update(add_generation_prompt=gen, enable_thinking=think, ids=ids,
+                            assistant=mask)
+                f.write(json.dumps(line, ensure_ascii=False) + "\n")
                 n += 1
     print(f"wrote {n} conversations to {OUT}")
 

@@ -2,7 +2,10 @@
 #include "core/json.h"
 
 #include "core/fs.h"
+#include "core/strbuf.h"
 
+#include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,4 +137,116 @@ int json_req_str(const json_t *obj, const char *key, const char **out, const cha
 }
 int json_opt_str(const json_t *obj, const char *key, const char **out, const char *what, Err *err) {
     return get_str(obj, key, out, 0, what, err);
+}
+
+/* ---- json_dumps_py ------------------------------------------------------------------------ */
+
+/* Python's repr of a double: the fewest significant digits that read back as x (the correctly
+ * rounded ones), in fixed notation when the decimal exponent is in [-4, 16), else as
+ * D.DDDe+XX with at least two exponent digits. */
+static void py_real(StrBuf *o, double x) {
+    if (isnan(x) || isinf(x) || x == 0) {
+        strbuf_lit(o, isnan(x)   ? "NaN"
+                      : isinf(x) ? (x > 0 ? "Infinity" : "-Infinity")
+                                 : (signbit(x) ? "-0.0" : "0.0"));
+        return;
+    }
+    char sci[40];
+    for (int p = 0; p < 17; p++) {
+        snprintf(sci, sizeof sci, "%.*e", p, x);
+        if (strtod(sci, NULL) == x) break;
+    }
+    const char *c = sci;
+    char out[64], digits[24];
+    int k = 0, nd = 0;
+    if (*c == '-') out[k++] = *c++;
+    for (; *c && *c != 'e'; c++)
+        if (*c != '.') digits[nd++] = *c;
+    while (nd > 1 && digits[nd - 1] == '0')
+        nd--;
+    int decpt = atoi(c + 1) + 1; /* x = 0.DIGITS * 10^decpt */
+    if (decpt > -4 && decpt <= 16) {
+        if (decpt <= 0) {
+            out[k++] = '0';
+            out[k++] = '.';
+            for (int i = 0; i < -decpt; i++)
+                out[k++] = '0';
+            for (int i = 0; i < nd; i++)
+                out[k++] = digits[i];
+        } else {
+            for (int i = 0; i < decpt || i < nd; i++) {
+                if (i == decpt) out[k++] = '.';
+                out[k++] = i < nd ? digits[i] : '0';
+            }
+            if (decpt >= nd) {
+                out[k++] = '.';
+                out[k++] = '0';
+            }
+        }
+        out[k] = 0;
+    } else {
+        out[k++] = digits[0];
+        if (nd > 1) out[k++] = '.';
+        for (int i = 1; i < nd; i++)
+            out[k++] = digits[i];
+        snprintf(out + k, sizeof out - (size_t)k, "e%c%02d", decpt - 1 < 0 ? '-' : '+',
+                 abs(decpt - 1));
+    }
+    strbuf_lit(o, out);
+}
+
+static void py_value(StrBuf *o, const json_t *v) {
+    char num[32];
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        const char *key;
+        const json_t *item;
+        int first = 1;
+        strbuf_lit(o, "{");
+        json_object_foreach((json_t *)v, key, item) {
+            if (!first) strbuf_lit(o, ", ");
+            first = 0;
+            strbuf_json_string(o, key, strlen(key));
+            strbuf_lit(o, ": ");
+            py_value(o, item);
+        }
+        strbuf_lit(o, "}");
+        break;
+    }
+    case JSON_ARRAY:
+        strbuf_lit(o, "[");
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            if (i) strbuf_lit(o, ", ");
+            py_value(o, json_array_get(v, i));
+        }
+        strbuf_lit(o, "]");
+        break;
+    case JSON_STRING:
+        strbuf_json_string(o, json_string_value(v), json_string_length(v));
+        break;
+    case JSON_INTEGER:
+        snprintf(num, sizeof num, "%" PRId64, (int64_t)json_integer_value(v));
+        strbuf_lit(o, num);
+        break;
+    case JSON_REAL:
+        py_real(o, json_real_value(v));
+        break;
+    case JSON_TRUE:
+        strbuf_lit(o, "true");
+        break;
+    case JSON_FALSE:
+        strbuf_lit(o, "false");
+        break;
+    case JSON_NULL:
+        strbuf_lit(o, "null");
+        break;
+    }
+}
+
+char *json_dumps_py(const json_t *v, size_t *len) {
+    StrBuf o = {0};
+    strbuf_add(&o, "", 0);
+    py_value(&o, v);
+    *len = o.n;
+    return o.p;
 }

@@ -31,4 +31,12 @@ int json_opt_bool(const json_t *obj, const char *key, int *out, const char *what
 int json_req_str(const json_t *obj, const char *key, const char **out, const char *what, Err *err);
 int json_opt_str(const json_t *obj, const char *key, const char **out, const char *what, Err *err);
 
+/* v as Python's json.dumps(v, ensure_ascii=False) writes it (what transformers' chat templates
+ * print with `| tojson`): ", " and ": " separators, keys in the object's order, non-ASCII text
+ * as is, control characters escaped, reals as Python's repr (the shortest digits that read back
+ * the same; 1e-05, 100.0, 1e+16). Returns a NUL-terminated malloc'd string of *len bytes (a
+ * string value may hold NUL, escaped as \u0000). Non-finite reals, which jansson never parses,
+ * are written as Python writes them (NaN, Infinity, -Infinity). */
+char *json_dumps_py(const json_t *v, size_t *len);
+
 #endif

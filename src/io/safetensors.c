@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +16,7 @@
 #include "core/fs.h"
 #include "core/json.h"
 #include "core/progress.h"
+#include "core/strbuf.h"
 #include "core/strutil.h"
 
 /* ---- reader ---- */
@@ -373,68 +373,6 @@ void st_writer_free(StWriter *w) {
     memset(w, 0, sizeof *w);
 }
 
-typedef struct Buf {
-    char *p;
-    size_t n, cap;
-} Buf;
-
-static void buf_put(Buf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        while (b->n + n + 1 > b->cap)
-            b->cap = b->cap ? 2 * b->cap : 4096;
-        b->p = xrealloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-static void buf_printf(Buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void buf_printf(Buf *b, const char *fmt, ...) {
-    char tmp[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    buf_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
-/* A JSON string the way serde_json (inside the Python package) escapes it. */
-static void buf_json_str(Buf *b, const char *s) {
-    buf_put(b, "\"", 1);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        switch (*p) {
-        case '"':
-            buf_put(b, "\\\"", 2);
-            break;
-        case '\\':
-            buf_put(b, "\\\\", 2);
-            break;
-        case '\b':
-            buf_put(b, "\\b", 2);
-            break;
-        case '\f':
-            buf_put(b, "\\f", 2);
-            break;
-        case '\n':
-            buf_put(b, "\\n", 2);
-            break;
-        case '\r':
-            buf_put(b, "\\r", 2);
-            break;
-        case '\t':
-            buf_put(b, "\\t", 2);
-            break;
-        default:
-            if (*p < 0x20)
-                buf_printf(b, "\\u%04x", *p);
-            else
-                buf_put(b, (const char *)p, 1);
-        }
-    }
-    buf_put(b, "\"", 1);
-}
-
 /* The Python package orders tensors by dtype, widest alignment first, then by name. */
 static int dtype_rank(DType t) {
     switch (t) {
@@ -528,43 +466,43 @@ static int out_item(Out *o, const StWriteItem *it, Err *err) {
     return rc;
 }
 
-static void build_header(Buf *h, StWriteItem **order, int n, char **meta, int nmeta) {
-    buf_put(h, "{", 1);
+static void build_header(StrBuf *h, StWriteItem **order, int n, char **meta, int nmeta) {
+    strbuf_add(h, "{", 1);
     int first = 1;
     if (nmeta > 0) {
         char **keys = xmalloc((size_t)nmeta * sizeof *keys);
         for (int i = 0; i < nmeta; i++)
             keys[i] = meta[2 * i];
         qsort(keys, (size_t)nmeta, sizeof *keys, cmp_str_ptr);
-        buf_put(h, "\"__metadata__\":{", 16);
+        strbuf_add(h, "\"__metadata__\":{", 16);
         for (int i = 0; i < nmeta; i++) {
             int j = 0;
             while (meta[2 * j] != keys[i])
                 j++;
-            if (i) buf_put(h, ",", 1);
-            buf_json_str(h, keys[i]);
-            buf_put(h, ":", 1);
-            buf_json_str(h, meta[2 * j + 1]);
+            if (i) strbuf_add(h, ",", 1);
+            strbuf_json_string(h, keys[i], strlen(keys[i]));
+            strbuf_add(h, ":", 1);
+            strbuf_json_string(h, meta[2 * j + 1], strlen(meta[2 * j + 1]));
         }
-        buf_put(h, "}", 1);
+        strbuf_add(h, "}", 1);
         free(keys);
         first = 0;
     }
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
         const StWriteItem *it = order[i];
-        if (!first) buf_put(h, ",", 1);
+        if (!first) strbuf_add(h, ",", 1);
         first = 0;
-        buf_json_str(h, it->name);
-        buf_printf(h, ":{\"dtype\":\"%s\",\"shape\":[", dtype_name(it->dtype));
+        strbuf_json_string(h, it->name, strlen(it->name));
+        strbuf_printf(h, ":{\"dtype\":\"%s\",\"shape\":[", dtype_name(it->dtype));
         for (int d = 0; d < it->ndim; d++)
-            buf_printf(h, "%s%" PRId64, d ? "," : "", it->shape[d]);
-        buf_printf(h, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", off, off + it->nbytes);
+            strbuf_printf(h, "%s%" PRId64, d ? "," : "", it->shape[d]);
+        strbuf_printf(h, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", off, off + it->nbytes);
         off += it->nbytes;
     }
-    buf_put(h, "}", 1);
+    strbuf_add(h, "}", 1);
     while (h->n % 8)
-        buf_put(h, " ", 1);
+        strbuf_add(h, " ", 1);
 }
 
 static int check_items(StWriteItem **order, int n, const char *path, Err *err) {
@@ -607,7 +545,7 @@ static int write_items(StWriteItem *items, int n, char **meta, int nmeta, const 
         return -1;
     }
     qsort(order, (size_t)n, sizeof *order, cmp_item_ptr);
-    Buf h = {0};
+    StrBuf h = {0};
     build_header(&h, order, n, meta, nmeta);
 
     char *tmp = fs_tmp_name(path);

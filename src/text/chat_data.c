@@ -28,8 +28,13 @@ static const char *FORMAT_KEYS[] = {"a \"text\" string", "a \"messages\" array",
 
 /* ---- one line to messages ------------------------------------------------------------------ */
 
-/* Appends the messages of a JSON array (objects with role, content, optional
- * reasoning_content); `what` is the array's key for error sentences. */
+/* The names an assistant's reasoning may come under, in the order transformers takes the first
+ * that is not null (its _alias_reasoning_fields) and hands to the template as
+ * reasoning_content. */
+static const char *const REASONING_KEYS[] = {"reasoning_content", "thinking", "reasoning"};
+
+/* Appends the messages of a JSON array (objects with role, content, optional reasoning and, on
+ * assistant messages, tool_calls); `what` is the array's key for error sentences. */
 static int read_message_array(const json_t *arr, const char *what, const char *where,
                               ChatMessage **msgs, size_t *n, size_t *cap, Err *err) {
     size_t i;
@@ -41,17 +46,17 @@ static int read_message_array(const json_t *arr, const char *what, const char *w
                            "found %s",
                            where, what, i, json_kind(m));
         const json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content"),
-                     *reasoning = json_object_get(m, "reasoning_content");
+                     *calls = json_object_get(m, "tool_calls");
         if (!json_is_string(role))
             return err_set(err,
-                           "%s: %s[%zu].role must be a string (\"system\", \"user\" or "
-                           "\"assistant\"), found %s",
+                           "%s: %s[%zu].role must be a string (\"system\", \"user\", "
+                           "\"assistant\" or \"tool\"), found %s",
                            where, what, i, role ? json_kind(role) : "nothing");
         ChatMessage cm = {0};
         if (chat_role_parse(json_string_value(role), json_string_length(role), &cm.role))
             return err_set(err,
-                           "%s: %s[%zu].role \"%s\" is not \"system\", \"user\" or "
-                           "\"assistant\"",
+                           "%s: %s[%zu].role \"%s\" is not \"system\", \"user\", "
+                           "\"assistant\" or \"tool\"",
                            where, what, i, json_string_value(role));
         if (!content) return err_set(err, "%s: %s[%zu] has no \"content\"", where, what, i);
         if (!json_is_string(content))
@@ -59,12 +64,28 @@ static int read_message_array(const json_t *arr, const char *what, const char *w
                            json_kind(content));
         cm.content = json_string_value(content);
         cm.content_len = json_string_length(content);
-        if (reasoning && !json_is_null(reasoning)) {
-            if (!json_is_string(reasoning))
-                return err_set(err, "%s: %s[%zu].reasoning_content must be a string, found %s",
-                               where, what, i, json_kind(reasoning));
-            cm.reasoning = json_string_value(reasoning);
-            cm.reasoning_len = json_string_length(reasoning);
+        for (size_t k = 0; k < sizeof REASONING_KEYS / sizeof *REASONING_KEYS && !cm.reasoning;
+             k++) {
+            const json_t *r = json_object_get(m, REASONING_KEYS[k]);
+            if (!r || json_is_null(r)) continue;
+            if (!json_is_string(r))
+                return err_set(err, "%s: %s[%zu].%s must be a string, found %s", where, what, i,
+                               REASONING_KEYS[k], json_kind(r));
+            cm.reasoning = json_string_value(r);
+            cm.reasoning_len = json_string_length(r);
+        }
+        if (calls && !json_is_null(calls)) {
+            /* The template writes tool calls of assistant turns only. */
+            if (cm.role != CHAT_ASSISTANT)
+                return err_set(err,
+                               "%s: %s[%zu] is a %s message with tool_calls, which only an "
+                               "assistant message makes",
+                               where, what, i, chat_role_name(cm.role));
+            if (chat_tool_calls_check(calls, err)) {
+                err_wrap(err, "%s: %s[%zu]", where, what, i);
+                return -1;
+            }
+            cm.tool_calls = calls;
         }
         if (*n == *cap) {
             *cap = *cap ? 2 * *cap : 8;
@@ -88,7 +109,8 @@ static int read_turns(const json_t *obj, const char *key, ChatRole role, int req
         *cap = *cap ? 2 * *cap : 8;
         *msgs = xrealloc(*msgs, *cap * sizeof **msgs);
     }
-    (*msgs)[(*n)++] = (ChatMessage){role, json_string_value(v), json_string_length(v), NULL, 0};
+    (*msgs)[(*n)++] =
+        (ChatMessage){role, json_string_value(v), json_string_length(v), NULL, 0, NULL};
     return 0;
 }
 
@@ -124,18 +146,20 @@ static int read_instruction(json_t *holder, const json_t *obj, const char *where
     json_array_append_new(holder, s);
     *cap = 2;
     *msgs = xmalloc(2 * sizeof **msgs);
-    (*msgs)[0] = (ChatMessage){CHAT_USER, json_string_value(s), lu, NULL, 0};
-    (*msgs)[1] =
-        (ChatMessage){CHAT_ASSISTANT, json_string_value(out), json_string_length(out), NULL, 0};
+    (*msgs)[0] = (ChatMessage){CHAT_USER, json_string_value(s), lu, NULL, 0, NULL};
+    (*msgs)[1] = (ChatMessage){
+        CHAT_ASSISTANT, json_string_value(out), json_string_length(out), NULL, 0, NULL};
     *n = 2;
     return 0;
 }
 
 int chat_data_parse_line(const char *line, size_t len, DataFormat format, const char *file,
-                         int64_t lineno, json_t **root, ChatMessage **msgs, size_t *n, Err *err) {
+                         int64_t lineno, json_t **root, ChatMessage **msgs, size_t *n,
+                         const json_t **tools, Err *err) {
     *root = NULL;
     *msgs = NULL;
     *n = 0;
+    *tools = NULL;
     char where[1100];
     snprintf(where, sizeof where, "%s:%lld", file, (long long)lineno);
     json_error_t je;
@@ -171,6 +195,16 @@ int chat_data_parse_line(const char *line, size_t len, DataFormat format, const 
         rc = err_set(err, "%s: training.data_format \"text\" is not a conversation format", where);
     }
     if (rc == 0 && *n == 0) rc = err_set(err, "%s: the conversation has no messages", where);
+    /* The tool definitions offered in the conversation (TRL's "tools" column). */
+    const json_t *t = rc == 0 && format != DATA_INSTRUCTION ? json_object_get(j, "tools") : NULL;
+    if (t && !json_is_null(t)) {
+        if (chat_tools_check(t, err)) {
+            err_wrap(err, "%s", where);
+            rc = -1;
+        } else {
+            *tools = t;
+        }
+    }
     if (rc != 0) {
         free(*msgs);
         *msgs = NULL;
@@ -251,12 +285,13 @@ static int read_file(ChatData *cd, Grow *g, const char *file, const ChatFormat *
         json_t *root;
         ChatMessage *msgs;
         size_t n;
+        const json_t *tools;
         rc = chat_data_parse_line(line, line_len, cd->opt.format, file, lineno, &root, &msgs, &n,
-                                  err);
+                                  &tools, err);
         if (rc != 0) break;
         char where[1100];
         snprintf(where, sizeof where, "%s:%lld", file, (long long)lineno);
-        rc = chat_render(cf, msgs, n, (ChatOptions){0, 1}, &tok, err);
+        rc = chat_render(cf, msgs, n, (ChatOptions){0, 1, tools}, &tok, err);
         if (rc != 0)
             err_wrap(err, "%s", where);
         else

@@ -66,8 +66,10 @@ int chat_data_rows(ChatData *cd, int64_t row, int nrows, Batch *out, int64_t *la
 int64_t chat_data_labels(ChatData *cd, int64_t row, int nrows);
 
 /* Parses one JSONL line of the given format into a conversation: msgs (malloc'd, strings
- * pointing into *root, which the caller json_decref's). Exposed for the fuzz target. */
+ * pointing into *root, which the caller json_decref's) and *tools, the line's tool definitions
+ * ("tools", NULL when absent; inside *root). Exposed for the fuzz target. */
 int chat_data_parse_line(const char *line, size_t len, DataFormat format, const char *file,
-                         int64_t lineno, json_t **root, ChatMessage **msgs, size_t *n, Err *err);
+                         int64_t lineno, json_t **root, ChatMessage **msgs, size_t *n,
+                         const json_t **tools, Err *err);
 
 #endif

@@ -18,6 +18,8 @@
 
 #include "core/fs.h"
 #include "core/json.h"
+#include "core/strbuf.h"
+#include "text/jsonl.h"
 
 struct ChatFormat {
     const Tokenizer *tok;
@@ -43,10 +45,10 @@ static const struct {
     {"qwen3", 0x2bfdb7aa9754484eull},
 };
 
-static const char *ROLE_NAMES[] = {"system", "user", "assistant"};
+static const char *ROLE_NAMES[CHAT_NROLES] = {"system", "user", "assistant", "tool"};
 
 int chat_role_parse(const char *name, size_t len, ChatRole *out) {
-    for (int r = 0; r < 3; r++)
+    for (int r = 0; r < CHAT_NROLES; r++)
         if (strlen(ROLE_NAMES[r]) == len && memcmp(ROLE_NAMES[r], name, len) == 0) {
             *out = (ChatRole)r;
             return 0;
@@ -204,27 +206,9 @@ static long find_last(Span s, const char *lit) {
     return -1;
 }
 
-/* A growable byte string for one gap's text. */
-typedef struct Buf {
-    char *p;
-    size_t n, cap;
-} Buf;
-static void buf_add(Buf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        b->cap = 2 * (b->n + n + 1);
-        b->p = xrealloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-static void buf_lit(Buf *b, const char *s) {
-    buf_add(b, s, strlen(s));
-}
-
 /* Encodes b's text and appends its ids; ids from the (header_len)th on get the flag
  * `assistant`, the ones before it 0. */
-static int encode_gap(const ChatFormat *cf, const Buf *b, size_t header_len, uint8_t assistant,
+static int encode_gap(const ChatFormat *cf, const StrBuf *b, size_t header_len, uint8_t assistant,
                       IdVec *scratch, ChatTokens *out, Err *err) {
     scratch->n = 0;
     TRY(tokenizer_encode(cf->tok, b->p ? b->p : "", b->n, scratch, err));
@@ -234,25 +218,107 @@ static int encode_gap(const ChatFormat *cf, const Buf *b, size_t header_len, uin
 }
 
 /* "<|im_start|>role\ncontent<|im_end|>\n" of a system or user turn. */
-static int plain_turn(const ChatFormat *cf, const ChatMessage *m, Buf *b, IdVec *scratch,
+static int plain_turn(const ChatFormat *cf, const ChatMessage *m, StrBuf *b, IdVec *scratch,
                       ChatTokens *out, Err *err) {
     push(out, cf->im_start, 0);
     b->n = 0;
-    buf_lit(b, chat_role_name(m->role));
-    buf_lit(b, "\n");
-    buf_add(b, m->content, m->content_len);
+    strbuf_lit(b, chat_role_name(m->role));
+    strbuf_lit(b, "\n");
+    strbuf_add(b, m->content, m->content_len);
     TRY(encode_gap(cf, b, 0, 0, scratch, out, err));
     push(out, cf->im_end, 0);
     b->n = 0;
-    buf_lit(b, "\n");
+    strbuf_lit(b, "\n");
     return encode_gap(cf, b, 0, 0, scratch, out, err);
+}
+
+/* The object a tool call names its function in: the call itself, or its "function" when that
+ * is truthy as Jinja tests it (the template's `if tool_call.function`). */
+static const json_t *tool_call_function(const json_t *call) {
+    const json_t *f = json_object_get(call, "function");
+    int truthy = f && !json_is_null(f) && !json_is_false(f) &&
+                 !(json_is_object(f) && json_object_size(f) == 0) &&
+                 !(json_is_array(f) && json_array_size(f) == 0) &&
+                 !(json_is_string(f) && json_string_length(f) == 0) &&
+                 !(json_is_integer(f) && json_integer_value(f) == 0) &&
+                 !(json_is_real(f) && json_real_value(f) == 0);
+    return truthy ? f : call;
+}
+
+int chat_tool_calls_check(const json_t *calls, Err *err) {
+    if (!json_is_array(calls))
+        return err_set(err, "tool_calls must be an array of calls, found %s", json_kind(calls));
+    size_t i;
+    const json_t *call;
+    json_array_foreach(calls, i, call) {
+        if (!json_is_object(call))
+            return err_set(err, "tool_calls[%zu] must be an object, found %s", i, json_kind(call));
+        const json_t *f = tool_call_function(call);
+        const char *in = f == call ? "" : ".function";
+        if (!json_is_object(f))
+            return err_set(err, "tool_calls[%zu].function must be an object, found %s", i,
+                           json_kind(f));
+        const json_t *name = json_object_get(f, "name");
+        if (!json_is_string(name))
+            return err_set(err, "tool_calls[%zu]%s.name must be a string, found %s", i, in,
+                           name ? json_kind(name) : "nothing");
+        if (!json_object_get(f, "arguments"))
+            return err_set(err, "tool_calls[%zu]%s has no \"arguments\" (a JSON string or object)",
+                           i, in);
+    }
+    return 0;
+}
+
+int chat_tools_check(const json_t *tools, Err *err) {
+    if (!json_is_array(tools))
+        return err_set(err, "tools must be an array of tool definitions, found %s",
+                       json_kind(tools));
+    size_t i;
+    const json_t *t;
+    json_array_foreach(tools, i, t) {
+        if (!json_is_object(t))
+            return err_set(err, "tools[%zu] must be an object (a JSON schema), found %s", i,
+                           json_kind(t));
+    }
+    return 0;
+}
+
+/* Appends v as the template's `| tojson` writes it. */
+static void buf_json(StrBuf *b, const json_t *v) {
+    size_t n;
+    char *text = json_dumps_py(v, &n);
+    strbuf_add(b, text, n);
+    free(text);
+}
+
+/* An assistant's tool calls after its content: each
+ * <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>, a newline before every call
+ * but a first one that follows empty content; string arguments are written as they are,
+ * others as JSON. */
+static void tool_calls_text(StrBuf *b, const json_t *calls, Span content) {
+    size_t i;
+    const json_t *call;
+    json_array_foreach(calls, i, call) {
+        if (i > 0 || content.n > 0) strbuf_lit(b, "\n");
+        const json_t *f = tool_call_function(call);
+        const json_t *name = json_object_get(f, "name"), *args = json_object_get(f, "arguments");
+        strbuf_lit(b, "<tool_call>\n{\"name\": \"");
+        if (json_is_string(name)) strbuf_add(b, json_string_value(name), json_string_length(name));
+        strbuf_lit(b, "\", \"arguments\": ");
+        if (json_is_string(args))
+            strbuf_add(b, json_string_value(args), json_string_length(args));
+        else if (args)
+            buf_json(b, args);
+        strbuf_lit(b, "}\n</tool_call>");
+    }
 }
 
 /* An assistant turn. Reasoning comes from reasoning_content, else from content's think tags
  * (content keeps what follows the last </think>); it is shown only in turns after the last user
- * query, and the final turn always gets a think block, empty or not. */
+ * query, and the final turn always gets a think block, empty or not. Tool calls follow the
+ * content inside the turn, so they are assistant output. */
 static int assistant_turn(const ChatFormat *cf, const ChatMessage *m, int after_query, int last,
-                          Buf *b, IdVec *scratch, ChatTokens *out, Err *err) {
+                          StrBuf *b, IdVec *scratch, ChatTokens *out, Err *err) {
     Span content = {m->content, m->content_len}, reasoning = {"", 0};
     if (m->reasoning) {
         reasoning = (Span){m->reasoning, m->reasoning_len};
@@ -267,16 +333,17 @@ static int assistant_turn(const ChatFormat *cf, const ChatMessage *m, int after_
     }
     push(out, cf->im_start, 0);
     b->n = 0;
-    buf_lit(b, "assistant\n");
+    strbuf_lit(b, "assistant\n");
     if (after_query && (last || reasoning.n > 0)) {
         Span r = rstrip_nl(lstrip_nl(reasoning)), c = lstrip_nl(content);
-        buf_lit(b, "<think>\n");
-        buf_add(b, r.p, r.n);
-        buf_lit(b, "\n</think>\n\n");
-        buf_add(b, c.p, c.n);
+        strbuf_lit(b, "<think>\n");
+        strbuf_add(b, r.p, r.n);
+        strbuf_lit(b, "\n</think>\n\n");
+        strbuf_add(b, c.p, c.n);
     } else {
-        buf_add(b, content.p, content.n);
+        strbuf_add(b, content.p, content.n);
     }
+    if (json_array_size(m->tool_calls)) tool_calls_text(b, m->tool_calls, content);
     TRY(tokenizer_encode(cf->tok, b->p, b->n, (scratch->n = 0, scratch), err));
     size_t h = 0;
     while (h < cf->header.n && h < scratch->n && scratch->ids[h] == cf->header.ids[h])
@@ -285,12 +352,61 @@ static int assistant_turn(const ChatFormat *cf, const ChatMessage *m, int after_
         push(out, scratch->ids[i], i >= h);
     push(out, cf->im_end, 1);
     b->n = 0;
-    buf_lit(b, "\n");
+    strbuf_lit(b, "\n");
+    return encode_gap(cf, b, 0, 0, scratch, out, err);
+}
+
+/* The system turn that offers tools: the first message's content when it is a system one, then
+ * each definition as JSON on its own line inside <tools></tools>, and how to call them. */
+static int tools_turn(const ChatFormat *cf, const ChatMessage *first, const json_t *tools,
+                      StrBuf *b, IdVec *scratch, ChatTokens *out, Err *err) {
+    push(out, cf->im_start, 0);
+    b->n = 0;
+    strbuf_lit(b, "system\n");
+    if (first->role == CHAT_SYSTEM) {
+        strbuf_add(b, first->content, first->content_len);
+        strbuf_lit(b, "\n\n");
+    }
+    strbuf_lit(b, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                  "You are provided with function signatures within <tools></tools> XML tags:\n"
+                  "<tools>");
+    for (size_t i = 0; i < json_array_size(tools); i++) {
+        strbuf_lit(b, "\n");
+        buf_json(b, json_array_get(tools, i));
+    }
+    strbuf_lit(b, "\n</tools>\n\nFor each function call, return a json object with function name "
+                  "and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+                  "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>");
+    TRY(encode_gap(cf, b, 0, 0, scratch, out, err));
+    push(out, cf->im_end, 0);
+    b->n = 0;
+    strbuf_lit(b, "\n");
+    return encode_gap(cf, b, 0, 0, scratch, out, err);
+}
+
+/* Tool results msgs[i..j) (a run of tool messages) as one user turn, each wrapped in
+ * <tool_response></tool_response> on its own lines. */
+static int tool_turn(const ChatFormat *cf, const ChatMessage *msgs, size_t i, size_t j, StrBuf *b,
+                     IdVec *scratch, ChatTokens *out, Err *err) {
+    push(out, cf->im_start, 0);
+    b->n = 0;
+    strbuf_lit(b, "user");
+    for (; i < j; i++) {
+        strbuf_lit(b, "\n<tool_response>\n");
+        strbuf_add(b, msgs[i].content, msgs[i].content_len);
+        strbuf_lit(b, "\n</tool_response>");
+    }
+    TRY(encode_gap(cf, b, 0, 0, scratch, out, err));
+    push(out, cf->im_end, 0);
+    b->n = 0;
+    strbuf_lit(b, "\n");
     return encode_gap(cf, b, 0, 0, scratch, out, err);
 }
 
 static int render_qwen3(const ChatFormat *cf, const ChatMessage *msgs, size_t n, ChatOptions opt,
-                        Buf *b, IdVec *scratch, ChatTokens *out, Err *err) {
+                        StrBuf *b, IdVec *scratch, ChatTokens *out, Err *err) {
+    int tools = json_array_size(opt.tools) > 0;
+    if (tools) TRY(tools_turn(cf, &msgs[0], opt.tools, b, scratch, out, err));
     /* The last user message that is not a tool response: reasoning shows only after it. */
     size_t last_query = n - 1;
     for (size_t k = n; k-- > 0;) {
@@ -302,16 +418,23 @@ static int render_qwen3(const ChatFormat *cf, const ChatMessage *msgs, size_t n,
         }
     }
     for (size_t i = 0; i < n; i++) {
-        if (msgs[i].role == CHAT_ASSISTANT)
+        if (msgs[i].role == CHAT_ASSISTANT) {
             TRY(assistant_turn(cf, &msgs[i], i > last_query, i + 1 == n, b, scratch, out, err));
-        else
+        } else if (msgs[i].role == CHAT_TOOL) {
+            size_t j = i + 1;
+            while (j < n && msgs[j].role == CHAT_TOOL)
+                j++;
+            TRY(tool_turn(cf, msgs, i, j, b, scratch, out, err));
+            i = j - 1;
+        } else if (!(tools && i == 0 && msgs[i].role == CHAT_SYSTEM)) {
             TRY(plain_turn(cf, &msgs[i], b, scratch, out, err));
+        }
     }
     if (opt.add_generation_prompt) {
         push(out, cf->im_start, 0);
         b->n = 0;
-        buf_lit(b, "assistant\n");
-        if (!opt.enable_thinking) buf_lit(b, "<think>\n\n</think>\n\n");
+        strbuf_lit(b, "assistant\n");
+        if (!opt.enable_thinking) strbuf_lit(b, "<think>\n\n</think>\n\n");
         TRY(encode_gap(cf, b, 0, 0, scratch, out, err));
     }
     return 0;
@@ -321,7 +444,7 @@ int chat_render(const ChatFormat *cf, const ChatMessage *msgs, size_t n, ChatOpt
                 ChatTokens *out, Err *err) {
     out->n = 0;
     if (n == 0) return err_set(err, "a conversation needs at least one message");
-    Buf b = {0};
+    StrBuf b = {0};
     IdVec scratch = {0};
     int rc = render_qwen3(cf, msgs, n, opt, &b, &scratch, out, err);
     free(b.p);

@@ -1,4 +1,5 @@
-/* Chat formats: a conversation (system / user / assistant messages) rendered to token ids
+/* Chat formats: a conversation (system / user / assistant / tool messages, and the tool
+ * definitions the model may call) rendered to token ids
  * exactly as transformers' apply_chat_template renders it with the model's own template, with
  * a flag per token that marks assistant output (what supervised fine-tuning learns).
  *
@@ -12,12 +13,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "core/err.h"
 #include "text/tokenizer.h"
 
-typedef enum ChatRole { CHAT_SYSTEM, CHAT_USER, CHAT_ASSISTANT } ChatRole;
+typedef enum ChatRole { CHAT_SYSTEM, CHAT_USER, CHAT_ASSISTANT, CHAT_TOOL, CHAT_NROLES } ChatRole;
 
-/* "system", "user", "assistant" to a role; -1 (no err written) for anything else. */
+/* "system", "user", "assistant", "tool" to a role; -1 (no err written) for anything else. */
 int chat_role_parse(const char *name, size_t len, ChatRole *out);
 const char *chat_role_name(ChatRole role);
 
@@ -30,11 +33,18 @@ typedef struct ChatMessage {
      * between <think> and </think>, as the template reads it. */
     const char *reasoning;
     size_t reasoning_len;
+    /* An assistant's tool calls: a JSON array of objects, each {"name": STRING, "arguments":
+     * ANY} or {"function": {"name", "arguments"}} (OpenAI's shape), checked by the data reader
+     * (chat_tool_calls_check); NULL when none. */
+    const json_t *tool_calls;
 } ChatMessage;
 
 typedef struct ChatOptions {
     int add_generation_prompt; /* end with an open assistant turn, for generation */
     int enable_thinking;       /* 0: that open turn starts with an empty think block */
+    /* The tool definitions offered to the model: a JSON array of objects (JSON schemas, as
+     * apply_chat_template's tools=), written into the system turn; NULL or [] for none. */
+    const json_t *tools;
 } ChatOptions;
 
 /* Token ids and, for each, 1 when it is assistant output. */
@@ -54,6 +64,14 @@ ChatFormat *chat_format_load(const Tokenizer *tok, Err *err);
 void chat_format_free(ChatFormat *cf);
 /* Short name of the recognised format ("qwen3"), for logs. */
 const char *chat_format_name(const ChatFormat *cf);
+
+/* Checks an assistant message's "tool_calls" value: an array of objects that each name a
+ * function (a "name" string) and carry its "arguments" (a JSON string, written as it is, or any
+ * other JSON value, written as JSON), directly or inside a "function" object. The sentence names
+ * the call by index. */
+int chat_tool_calls_check(const json_t *calls, Err *err);
+/* Checks a conversation's "tools" value: an array of objects. */
+int chat_tools_check(const json_t *tools, Err *err);
 
 /* Renders msgs[0..n) into out (its previous contents are replaced). Fails with a sentence for
  * an empty conversation. Thread-safe for concurrent calls on one format. */

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/err.h"
+#include "core/strbuf.h"
 #include "text/unicode_classes.h"
 
 struct PretokRegex {
@@ -19,33 +20,14 @@ struct PretokRegex {
 };
 
 /* Appends text to a growing buffer. */
-typedef struct Buf {
-    char *s;
-    size_t n, cap;
-} Buf;
-
-static void put(Buf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        b->cap = (b->n + n + 1) * 2;
-        b->s = xrealloc(b->s, b->cap);
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-
-static void put_str(Buf *b, const char *s) {
-    put(b, s, strlen(s));
-}
-
 /* The members of class k (UC_LETTER, UC_NUMBER, UC_SPACE) as class-body ranges. */
-static void put_members(Buf *b, int k) {
+static void put_members(StrBuf *b, int k) {
     if (k == UC_LETTER)
-        put_str(b, "A-Za-z");
+        strbuf_lit(b, "A-Za-z");
     else if (k == UC_NUMBER)
-        put_str(b, "0-9");
+        strbuf_lit(b, "0-9");
     else
-        put_str(b, "\\t-\\r ");
+        strbuf_lit(b, "\\t-\\r ");
     for (size_t i = 0; i < UNICODE_CLASS_N_RANGES; i++) {
         const UnicodeRange *r = &UNICODE_CLASS_RANGES[i];
         if (r->cls != k) continue;
@@ -53,15 +35,15 @@ static void put_members(Buf *b, int k) {
         int n = r->first == r->last
                     ? snprintf(tmp, sizeof tmp, "\\x{%x}", r->first)
                     : snprintf(tmp, sizeof tmp, "\\x{%x}-\\x{%x}", r->first, r->last);
-        put(b, tmp, (size_t)n);
+        strbuf_add(b, tmp, (size_t)n);
     }
 }
 
 /* Rewrites \s, \p{L}, \p{N} (anywhere) and \S, \P{L}, \P{N} (outside classes). */
 static char *rewrite_classes(const char *p) {
     size_t n = strlen(p);
-    Buf b = {0};
-    put(&b, "", 0);
+    StrBuf b = {0};
+    strbuf_add(&b, "", 0);
     int in_class = 0;
     for (size_t i = 0; i < n; i++) {
         if (p[i] == '\\' && i + 1 < n) {
@@ -75,27 +57,27 @@ static char *rewrite_classes(const char *p) {
             else if ((e == 'p' || e == 'P') && strncmp(p + i + 2, "{N}", 3) == 0)
                 k = UC_NUMBER, neg = e == 'P', len = 5;
             if (k >= 0 && !(neg && in_class)) {
-                if (!in_class) put_str(&b, neg ? "[^" : "[");
+                if (!in_class) strbuf_lit(&b, neg ? "[^" : "[");
                 put_members(&b, k);
-                if (!in_class) put_str(&b, "]");
+                if (!in_class) strbuf_lit(&b, "]");
             } else {
-                put(&b, p + i, len);
+                strbuf_add(&b, p + i, len);
             }
             i += len - 1;
             continue;
         }
         if (p[i] == '[' && !in_class) {
             in_class = 1;
-            put(&b, p + i, 1);
+            strbuf_add(&b, p + i, 1);
             /* A ']' right after '[' or '[^' is a literal. */
-            if (i + 1 < n && p[i + 1] == '^') put(&b, p + ++i, 1);
-            if (i + 1 < n && p[i + 1] == ']') put(&b, p + ++i, 1);
+            if (i + 1 < n && p[i + 1] == '^') strbuf_add(&b, p + ++i, 1);
+            if (i + 1 < n && p[i + 1] == ']') strbuf_add(&b, p + ++i, 1);
             continue;
         }
         if (p[i] == ']' && in_class) in_class = 0;
-        put(&b, p + i, 1);
+        strbuf_add(&b, p + i, 1);
     }
-    return b.s;
+    return b.p;
 }
 
 PretokRegex *pretok_regex_compile(const char *pattern, const char *what, Err *err) {
