@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# qtitan generate --chat: the prompt ids it renders (with --system and --no-thinking) equal
+# qtitan generate --chat: the prompt ids it renders (with --system, --no-thinking and --tools) equal
 # transformers' apply_chat_template(..., add_generation_prompt=True) for the same messages
 # (tests/fixtures/generate/chat_ids.json, tools/make_generate_fixtures.py), through a training
 # checkpoint of a tiny model over the real Qwen3 tokenizer (../shared; skipped without it).
@@ -15,18 +15,39 @@ TOK=${QT_SHARED_DIR:-$SRC/../shared}/tokenizers/qwen3
   --training.local_batch_size=1 --training.steps=1 --checkpoint.last_save_in_hf=false \
   --metrics.peak_tflops=1 >"$TMP/train.log" 2>&1 || fail "train: $(tail -3 "$TMP/train.log")"
 
-# The cases of chat_ids.json, in its order: system ("" = none), prompt, thinking.
-systems=("You are terse." "You are terse." "" "")
-prompts=("What is 2+2?" "Name a colour." "Hello there" $'caf\u00e9 \u2615?')
-thinking=(1 0 1 0)
-for i in 0 1 2 3; do
+# The cases of chat_ids.json, in its order: system ("" = none), prompt, thinking, tools
+# (chat_tools.json).
+systems=("You are terse." "You are terse." "" "" "You are terse." "")
+prompts=("What is 2+2?" "Name a colour." "Hello there" $'caf\u00e9 \u2615?' "Weather in Oslo?"
+  $'Weather in Z\u00fcrich?')
+thinking=(1 0 1 0 1 0)
+tools=(0 0 0 0 1 1)
+for i in 0 1 2 3 4 5; do
     args=(--checkpoint "$TMP/run/checkpoint" --chat --prompt "${prompts[$i]}" --max-new-tokens 1 --json)
     [ -z "${systems[$i]}" ] || args+=(--system "${systems[$i]}")
     [ "${thinking[$i]}" = 1 ] || args+=(--no-thinking)
+    [ "${tools[$i]}" = 0 ] || args+=(--tools "$FIX/../chat_tools.json")
     got=$("$QT" generate "${args[@]}" 2>"$TMP/err") || fail "case $i: $(cat "$TMP/err")"
     got=$(echo "$got" | sed -n 's/.*"prompt_ids":\[\([0-9,]*\)\].*/\1/p')
     want=$(sed -n "$((i + 1))p" "$FIX/../chat_ids.json" | tr -d ' ' | sed -n 's/.*"ids":\[\([0-9,]*\)\].*/\1/p')
     [ -n "$want" ] && [ "$got" = "$want" ] || fail "case $i: ids $got, transformers $want"
     echo "case $i: $(echo "$got" | tr ',' ' ' | wc -w) ids equal apply_chat_template's"
 done
+
+# --tools: a file that is not an array of tool definitions, and --tools without --chat.
+printf '{"name": "f"}\n' >"$TMP/tools_obj.json"
+printf '[{"name": "f"},\n "g"]\n' >"$TMP/tools_str.json"
+printf '[{"name": "f"}' >"$TMP/tools_cut.json"
+for bad in "tools_obj.json:tools must be an array of tool definitions, found an object" \
+  "tools_str.json:tools\[1\] must be an object (a JSON schema), found a string" \
+  "tools_cut.json:invalid JSON"; do
+  f=${bad%%:*} want=${bad#*:}
+  if "$QT" generate --checkpoint "$TMP/run/checkpoint" --chat --tools "$TMP/$f" --prompt hi \
+    --max-new-tokens 1 >/dev/null 2>"$TMP/err"; then fail "--tools $f was accepted"; fi
+  grep -q "error: $TMP/$f.*$want" "$TMP/err" || fail "--tools $f: $(cat "$TMP/err")"
+done
+if "$QT" generate --checkpoint "$TMP/run/checkpoint" --tools "$FIX/../chat_tools.json" --prompt hi \
+  >/dev/null 2>"$TMP/err"; then fail "--tools without --chat was accepted"; fi
+grep -q "need --chat" "$TMP/err" || fail "--tools without --chat: $(cat "$TMP/err")"
+echo "--tools: bad files and --tools without --chat fail with a sentence"
 echo "e2e_generate_chat: ok"

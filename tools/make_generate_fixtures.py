@@ -34,7 +34,8 @@ text), for the whole file and for the first EVAL_MAX targets.
 
 chat_ids.json: the ids transformers' apply_chat_template(..., add_generation_prompt=True)
 gives for the conversations `qtitan generate --chat` builds (an optional system turn, then the
-prompt as a user turn; enable_thinking true and false), with the Qwen3 tokenizer of
+prompt as a user turn; enable_thinking true and false; two offering the tools of
+chat_tools.json, as generate --tools does), with the Qwen3 tokenizer of
 ../shared/tokenizers/qwen3 (skipped when absent), for tests/e2e_generate_chat.sh.
 
 Usage: python tools/make_generate_fixtures.py [OUT_DIR]
@@ -225,6 +226,18 @@ CHAT_CASES = [
     dict(system="You are terse.", prompt="Name a colour.", thinking=False),
     dict(system=None, prompt="Hello there", thinking=True),
     dict(system=None, prompt="caf\u00e9 \u2615?", thinking=False),
+    dict(system="You are terse.", prompt="Weather in Oslo?", thinking=True, tools=True),
+    dict(system=None, prompt="Weather in Z\u00fcrich?", thinking=False, tools=True),
+]
+# The tools file of the cases with tools=True (generate --tools), written as chat_tools.json.
+CHAT_TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Current weather \u2014 in \"C\"",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string"}, "days": {"type": "integer", "default": 1},
+            "scale": {"type": "number", "minimum": 0.5, "maximum": 1e16}},
+            "required": ["city"]}}},
+    {"type": "function", "function": {"name": "noop", "parameters": {}}},
 ]
 
 
@@ -240,13 +253,17 @@ def build_chat(root, out_root):
         msgs = ([dict(role="system", content=c["system"])] if c["system"] else []) + \
                [dict(role="user", content=c["prompt"])]
         ids = tok.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True,
-                                      enable_thinking=c["thinking"])
+                                      enable_thinking=c["thinking"],
+                                      tools=CHAT_TOOLS if c.get("tools") else None)
         if isinstance(ids, dict) or hasattr(ids, "keys"):
             ids = ids["input_ids"]
         cases.append(dict(c, ids=[int(x) for x in ids]))
     with open(os.path.join(out_root, "chat_ids.json"), "w") as f:
         for c in cases:
             f.write(json.dumps(c) + "\n")
+    with open(os.path.join(out_root, "chat_tools.json"), "w") as f:
+        json.dump(CHAT_TOOLS, f, indent=1, ensure_ascii=False)
+        f.write("\n")
     print(f"chat_ids: {len(cases)} conversations")
 
 

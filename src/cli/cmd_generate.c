@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "core/fs.h"
+#include "core/json.h"
 #include "core/log.h"
 #include "infer/generate.h"
 #include "infer/infer_model.h"
@@ -40,6 +41,9 @@ static const char *USAGE =
     "                         apply_chat_template(add_generation_prompt=True) renders it\n"
     "  --system TEXT          with --chat: a system turn first\n"
     "  --no-thinking          with --chat: enable_thinking=False (an empty think block)\n"
+    "  --tools FILE           with --chat: offer the tools of FILE, a JSON array of tool\n"
+    "                         definitions (JSON schemas, as apply_chat_template's tools=),\n"
+    "                         in the system turn\n"
     "  --max-new-tokens N     default 128\n"
     "  --temperature T        0 = greedy; default 0.8\n"
     "  --top-k K              keep the K most likely tokens (0 = off, the default)\n"
@@ -55,7 +59,8 @@ static const char *USAGE =
     "                         finish_reason (eos, stop, length)\n";
 
 typedef struct GenArgs {
-    const char *model, *checkpoint, *adapter, *prompt, *prompt_file, *system, *dtype;
+    const char *model, *checkpoint, *adapter, *prompt, *prompt_file, *system, *dtype, *tools_file;
+    json_t *tools; /* --tools FILE's array, read by generate_run */
     int chat, thinking, json;
     long max_new;
     SampleParams sp;
@@ -117,6 +122,8 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
             a->prompt_file = v;
         else if (strcmp(o, "--system") == 0)
             a->system = v;
+        else if (strcmp(o, "--tools") == 0)
+            a->tools_file = v;
         else if (strcmp(o, "--dtype") == 0)
             a->dtype = v;
         else if (strcmp(o, "--max-new-tokens") == 0) {
@@ -156,8 +163,8 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
                        "give one of --prompt TEXT or --prompt-file F (see qtitan generate --help)");
     if (strcmp(a->dtype, "float32") != 0 && strcmp(a->dtype, "bfloat16") != 0)
         return err_set(err, "--dtype %s: expected float32 or bfloat16", a->dtype);
-    if ((a->system || !a->thinking) && !a->chat)
-        return err_set(err, "--system and --no-thinking need --chat");
+    if ((a->system || !a->thinking || a->tools_file) && !a->chat)
+        return err_set(err, "--system, --tools and --no-thinking need --chat");
     return 0;
 }
 
@@ -183,7 +190,8 @@ static int encode_prompt(const GenArgs *a, const Tokenizer *tok, const ChatForma
             .role = CHAT_SYSTEM, .content = a->system, .content_len = strlen(a->system)};
     msgs[n++] = (ChatMessage){.role = CHAT_USER, .content = text, .content_len = strlen(text)};
     ChatTokens ct = {0};
-    ChatOptions opt = {.add_generation_prompt = 1, .enable_thinking = a->thinking};
+    ChatOptions opt = {
+        .add_generation_prompt = 1, .enable_thinking = a->thinking, .tools = a->tools};
     int rc = chat_render(cf, msgs, n, opt, &ct, err);
     for (size_t i = 0; rc == 0 && i < ct.n; i++)
         idvec_push(out, ct.ids[i]);
@@ -215,6 +223,20 @@ static void print_json(const char *prompt, const IdVec *pid, const GenOutput *g)
     puts(s);
     free(s);
     json_decref(o);
+}
+
+/* --tools FILE: a JSON array of tool definitions. */
+static int read_tools(GenArgs *a, Err *err) {
+    if (!a->tools_file) return 0;
+    a->tools = json_load_path(a->tools_file, err);
+    if (!a->tools) return -1;
+    if (chat_tools_check(a->tools, err)) {
+        err_wrap(err, "%s", a->tools_file);
+        json_decref(a->tools);
+        a->tools = NULL;
+        return -1;
+    }
+    return 0;
 }
 
 static int generate_run(const GenArgs *a, Err *err) {
@@ -313,9 +335,8 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", err.msg);
         return 2;
     }
-    if (generate_run(&a, &err)) {
-        fprintf(stderr, "error: %s\n", err.msg);
-        return 1;
-    }
-    return 0;
+    int rc = read_tools(&a, &err) || generate_run(&a, &err);
+    if (rc) fprintf(stderr, "error: %s\n", err.msg);
+    json_decref(a.tools);
+    return rc ? 1 : 0;
 }
