@@ -669,6 +669,45 @@ static void expect_create_error(int rank, double alpha, char *const *targets, in
     assert_non_null(strstr(err.msg, what));
 }
 
+/* lora.targets as peft users write them: module leaves (q_proj), a leaf with its parent
+ * (mlp.down_proj), a full HF module name, a glob over HF names, all-linear; a part of a leaf
+ * ("proj") names nothing, as in peft. */
+static int created_sites(char *const *targets, int nt, unsigned *sites) {
+    Lora lo;
+    Err err;
+    if (lora_create(&lo, &spec, 2, 8.0, 0, targets, nt, 8,
+                    &(LoraWhere){"job.toml", "job.toml", "job.toml"}, 0, &err))
+        return -1;
+    memset(sites, 0, 2 * sizeof *sites);
+    for (int i = 0; i < lo.n; i++)
+        sites[lo.ad[i].layer] |= 1u << lo.ad[i].site;
+    int n = lo.n;
+    lora_free(&lo);
+    return n;
+}
+
+static void test_peft_target_names(void **state) {
+    (void)state;
+    unsigned sites[2];
+    const unsigned q = 1u << LORA_WQ, k = 1u << LORA_WK, v = 1u << LORA_WV, o = 1u << LORA_WO,
+                   w1 = 1u << LORA_W1, w3 = 1u << LORA_W3, w2 = 1u << LORA_W2;
+    char *const leaves[] = {"q_proj", "mlp.down_proj"};
+    assert_int_equal(created_sites(leaves, 2, sites), 4);
+    assert_true(sites[0] == (q | w2) && sites[1] == (q | w2));
+    char *const all[] = {"all-linear"};
+    assert_int_equal(created_sites(all, 1, sites), 14);
+    assert_true(sites[0] == (q | k | v | o | w1 | w3 | w2) && sites[1] == sites[0]);
+    char *const full[] = {"model.layers.1.self_attn.v_proj", "model.layers.*.mlp.gate_proj"};
+    assert_int_equal(created_sites(full, 2, sites), 3);
+    assert_true(sites[0] == w1 && sites[1] == (v | w1));
+    char *const mixed[] = {"layers.0.attention.wo", "up_proj", "self_attn.k_proj"};
+    assert_int_equal(created_sites(mixed, 3, sites), 5);
+    assert_true(sites[0] == (o | w3 | k) && sites[1] == (w3 | k));
+    char *const part[] = {"proj"}, *const parent[] = {"self_attn"};
+    assert_int_equal(created_sites(part, 1, sites), -1);
+    assert_int_equal(created_sites(parent, 1, sites), -1);
+}
+
 static void test_bad_input(void **state) {
     (void)state;
     char *const q[] = {"layers.*.attention.wq"}, *const none[] = {"layers.*.attention.qkv"},
@@ -881,6 +920,7 @@ int main(void) {
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_rslora_matches_peft),
         cmocka_unit_test(test_peft_config),
+        cmocka_unit_test(test_peft_target_names),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     json_decref(expected);

@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "core/strutil.h"
+#include "io/hf_keys.h"
 #include "ops/gemm.h"
 
 /* Init streams of the adapters' A, apart from the model's parameter streams; and the dropout
@@ -51,18 +52,27 @@ static void site_shape(const ModelSpec *sp, LoraSite s, int *in, int *out) {
     }
 }
 
+int lora_target_match(const char *target, const char *name, const char *hf_name) {
+    if (!strcmp(target, "all-linear") || str_glob_match(target, name)) return 1;
+    if (!hf_name[0]) return 0;
+    size_t lt = strlen(target), lh = strlen(hf_name);
+    return str_glob_match(target, hf_name) ||
+           (lh > lt && hf_name[lh - lt - 1] == '.' && !strcmp(hf_name + lh - lt, target));
+}
+
 /* Whether site s of layer l gets an adapter: the layer has that linear (MoE layers have no
- * dense FFN linears) and its module name matches a target glob. hits (NULL: not counted)
+ * dense FFN linears) and a target names it (lora_target_match). hits (NULL: not counted)
  * counts, per target, the linears it matched, for the warning about targets that match none
  * (a glob naming only MoE layers' FFN linears matches none). */
-static int site_adapted(const ModelSpec *spec, char *const *targets, int nt, int l, int s,
-                        int *hits) {
+static int site_adapted(const ModelSpec *spec, const HfKeyTable *hf, char *const *targets, int nt,
+                        int l, int s, int *hits) {
     if (s >= LORA_W1 && spec->num_experts > 0 && model_spec_layer_is_moe(spec, l)) return 0;
-    char name[64];
+    char name[64], hf_name[HF_KEY_MAX];
     lora_module_name(name, sizeof name, l, (LoraSite)s);
+    lora_hf_module(hf_name, sizeof hf_name, hf, l, (LoraSite)s);
     int hit = 0;
     for (int t = 0; t < nt; t++)
-        if (str_glob_match(targets[t], name)) {
+        if (lora_target_match(targets[t], name, hf_name)) {
             hit = 1;
             if (hits) hits[t]++;
         }
@@ -82,17 +92,26 @@ int lora_create(Lora *lo, const ModelSpec *spec, int rank, double alpha, int rsl
                        "[\"layers.*.attention.wq\", \"layers.*.attention.wv\"]",
                        where);
     int *hits = xcalloc((size_t)nt, sizeof *hits);
+    HfKeyTable hf;
+    hf_keys_build(&hf, spec);
     int n = 0;
     for (int l = 0; l < spec->n_layers; l++)
         for (int s = 0; s < LORA_NSITES; s++)
-            n += site_adapted(spec, targets, nt, l, s, hits);
-    for (int t = 0; t < nt; t++)
+            n += site_adapted(spec, &hf, targets, nt, l, s, hits);
+    for (int t = 0; t < nt; t++) {
         if (warn && !hits[t])
             log_warn("%s: lora target \"%s\" matches no linear layer (names look like "
-                     "layers.0.attention.wq, layers.0.feed_forward.w2)",
+                     "layers.0.attention.wq, layers.0.feed_forward.w2, or as peft names them "
+                     "q_proj, mlp.down_proj, all-linear)",
                      where, targets[t]);
+        if (warn && !strcmp(targets[t], "all-linear") && spec->num_experts > 0)
+            log_info("%s: lora target \"all-linear\" adapts the attention linears and dense "
+                     "FFN linears; the MoE layers' router and experts get no adapters",
+                     where);
+    }
     if (n == 0) {
         free(hits);
+        hf_keys_free(&hf);
         return err_set(err, "%s: lora.targets match no linear layer of the model", where);
     }
     lo->rank = rank;
@@ -104,7 +123,7 @@ int lora_create(Lora *lo, const ModelSpec *spec, int rank, double alpha, int rsl
     int k = 0;
     for (int l = 0; l < spec->n_layers; l++)
         for (int s = 0; s < LORA_NSITES; s++) {
-            if (!site_adapted(spec, targets, nt, l, s, NULL)) continue;
+            if (!site_adapted(spec, &hf, targets, nt, l, s, NULL)) continue;
             LoraAdapter *ad = &lo->ad[k++];
             ad->layer = l;
             ad->site = (LoraSite)s;
@@ -116,6 +135,7 @@ int lora_create(Lora *lo, const ModelSpec *spec, int rank, double alpha, int rsl
                 err_set(err, "%s: lora.rank = %d is larger than %s (%d x %d) allows (%d)",
                         set_at->rank, rank, name, ad->out, ad->in, smaller);
                 free(hits);
+                hf_keys_free(&hf);
                 lo->n = k;
                 lora_free(lo);
                 return -1;
@@ -124,6 +144,7 @@ int lora_create(Lora *lo, const ModelSpec *spec, int rank, double alpha, int rsl
         }
     lo->n = n;
     free(hits);
+    hf_keys_free(&hf);
     long total = lora_numel(lo), at = 0;
     lo->param = xcalloc((size_t)total, sizeof(float));
     lo->grad = xcalloc((size_t)total, sizeof(float));

@@ -33,6 +33,14 @@ typedef enum LoraSite {
 
 /* The module name of site s in layer l ("layers.3.attention.wq"), the name targets match. */
 void lora_module_name(char *out, size_t cap, int layer, LoraSite s);
+/* Its HF module name ("model.layers.3.self_attn.q_proj"), which peft's target_modules name;
+ * "" when the model has no such linear (a MoE layer's FFN). t: hf_keys_build of the spec. */
+struct HfKeyTable;
+void lora_hf_module(char *out, size_t cap, const struct HfKeyTable *t, int layer, LoraSite site);
+/* Whether a lora.targets entry names a linear, given its module name and HF module name: a glob
+ * over either name, or peft's target_modules rule for a list entry (the HF name equals it or
+ * ends with "." + it, so "q_proj" and "mlp.down_proj" work), or "all-linear". */
+int lora_target_match(const char *target, const char *name, const char *hf_name);
 
 typedef struct LoraAdapter {
     int layer;

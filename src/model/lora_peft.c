@@ -13,15 +13,10 @@
 #include "io/safetensors.h"
 #include "model/lora.h"
 
-static const char *const SITE_PARAMS[LORA_NSITES] = {
-    "attention.wq",    "attention.wk",    "attention.wv",    "attention.wo",
-    "feed_forward.w1", "feed_forward.w3", "feed_forward.w2",
-};
-
-/* The HF module name of adapter ad's base linear ("model.layers.0.self_attn.q_proj"). */
-static void hf_module(char *out, size_t cap, const HfKeyTable *t, const LoraAdapter *ad) {
-    char name[HF_KEY_MAX];
-    snprintf(name, sizeof name, "layers.%d.%s.weight", ad->layer, SITE_PARAMS[ad->site]);
+void lora_hf_module(char *out, size_t cap, const HfKeyTable *t, int layer, LoraSite site) {
+    char mod[64], name[HF_KEY_MAX];
+    lora_module_name(mod, sizeof mod, layer, site);
+    snprintf(name, sizeof name, "%s.weight", mod);
     int p = hf_keys_find_param(t, name);
     out[0] = 0;
     for (int i = 0; i < t->nhf; i++)
@@ -30,6 +25,11 @@ static void hf_module(char *out, size_t cap, const HfKeyTable *t, const LoraAdap
                      t->hf[i].name);
             return;
         }
+}
+
+/* The HF module name of adapter ad's base linear. */
+static void hf_module(char *out, size_t cap, const HfKeyTable *t, const LoraAdapter *ad) {
+    lora_hf_module(out, cap, t, ad->layer, ad->site);
 }
 
 static void key_with(char *out, size_t cap, const HfKeyTable *t, const LoraAdapter *ad,
