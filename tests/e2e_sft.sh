@@ -54,6 +54,26 @@ if train "$tmp/b" --training.dataset_path="$tmp/fewer.jsonl" --training.data_for
 fi
 grep -q 'the chat data changed since the checkpoint' "$tmp/d.log" || { cat "$tmp/d.log"; echo "FAIL: changed data sentence"; exit 1; }
 
+# Validation on chat data: held-out conversations are rendered, packed and masked as training's
+# are. With lr 0 and every conversation in the one step, the validation loss is the step's
+# training loss, and its tokens are the targets the chat data line counts; packed or not, and
+# whatever validation's batch.
+for packing in false true; do
+  train "$tmp/v$packing" --training.dataset_path="$tmp/chat.jsonl" --training.data_format=messages \
+    --training.local_batch_size=24 --training.packing=$packing --training.steps=1 --optimizer.lr=0 \
+    --validation.enable=true --validation.dataset_path="$tmp/chat.jsonl" \
+    --validation.local_batch_size=5 >"$tmp/v.log" || { cat "$tmp/v.log"; echo "FAIL: chat validation"; exit 1; }
+  step=$(sed -n 's/^step: *1\/1 *loss: *\([0-9.]*\).*/\1/p' "$tmp/v.log")
+  val=$(sed -n 's/.*validate step: 1  loss: \([0-9.]*\) .*/\1/p' "$tmp/v.log")
+  vtok=$(sed -n 's/.*validate step: 1 .* tokens: \([0-9]*\) .*/\1/p' "$tmp/v.log")
+  targets=$(sed -n 's/^chat data: .* tokens, \([0-9]*\) targets.*/\1/p' "$tmp/v.log")
+  grep -q '^validation chat data: 24 conversation(s)' "$tmp/v.log" &&
+    awk -v a="$step" -v b="$val" 'BEGIN { exit !(a != "" && b != "" && (a - b < 2e-5 && b - a < 2e-5)) }' &&
+    [ -n "$vtok" ] && [ "$vtok" = "$targets" ] ||
+    { cat "$tmp/v.log"; echo "FAIL: packing $packing: validation loss $val tokens $vtok, step loss $step targets $targets"; exit 1; }
+  echo "packing $packing: validation loss $val = step loss $step over $vtok targets"
+done
+
 # Tool use: conversations that offer a tool, call it and read its result train like any other
 # (the system turn with the definitions, the call, the result; ids as transformers renders
 # them: test_chat_template).

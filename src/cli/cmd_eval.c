@@ -256,7 +256,8 @@ static int eval_dataset(const EvalArgs *a, Err *err) {
     int64_t n = 0, bytes = 0;
     if (plan.n_targets < 1)
         rc = err_set(err, "%s: the dataset has no token to predict", a->dataset);
-    if (rc == 0) rc = eval_rows(&im.m, &ds, &plan, 0, 1, 1, &loss_sum, &n, err);
+    EvalSource src = eval_source_dataset(&ds);
+    if (rc == 0) rc = eval_rows(&im.m, &src, &plan, 0, 1, 1, &loss_sum, &n, err);
     if (rc == 0) rc = eval_plan_bytes(&ds, &plan, im.tok, &bytes, err);
     if (rc == 0) {
         double loss = loss_sum / (double)n;

@@ -14,14 +14,38 @@ EvalPlan eval_plan(const Dataset *ds, int64_t max_targets) {
     return p;
 }
 
+EvalPlan eval_plan_chat(ChatData *cd, int64_t max_rows) {
+    EvalPlan p;
+    p.n_rows = chat_data_epoch_rows(cd, 0);
+    if (max_rows > 0 && max_rows < p.n_rows) p.n_rows = max_rows;
+    p.n_targets = INT64_MAX / 2;
+    return p;
+}
+
+static int dataset_row(void *ctx, int64_t r, Batch *one, Err *err) {
+    return dataset_rows(ctx, r, 1, one, err);
+}
+
+static int chat_row(void *ctx, int64_t r, Batch *one, Err *err) {
+    return chat_data_rows(ctx, r, 1, one, NULL, err);
+}
+
+EvalSource eval_source_dataset(Dataset *ds) {
+    return (EvalSource){ds->opt.seq_len, dataset_row, ds};
+}
+
+EvalSource eval_source_chat(ChatData *cd) {
+    return (EvalSource){cd->opt.seq_len, chat_row, cd};
+}
+
 /* Rows first, first + stride, ... below n_rows. */
 static int64_t rows_from(int64_t first, int64_t stride, int64_t n_rows) {
     return first < n_rows ? (n_rows - first + stride - 1) / stride : 0;
 }
 
-int eval_rows(Qwen3 *m, Dataset *ds, const EvalPlan *plan, int64_t first, int64_t stride, int B,
-              double *loss_sum, int64_t *n_valid, Err *err) {
-    int T = ds->opt.seq_len;
+int eval_rows(Qwen3 *m, const EvalSource *src, const EvalPlan *plan, int64_t first, int64_t stride,
+              int B, double *loss_sum, int64_t *n_valid, Err *err) {
+    int T = src->T;
     int64_t forwards = (rows_from(0, stride, plan->n_rows) + B - 1) / B;
     Batch one, many;
     batch_alloc(&one, 1, T);
@@ -31,7 +55,7 @@ int eval_rows(Qwen3 *m, Dataset *ds, const EvalPlan *plan, int64_t first, int64_
     for (int64_t f = 0; f < forwards && rc == 0; f++) {
         int b = 0;
         for (; b < B && row < plan->n_rows; b++, row += stride) {
-            rc = dataset_rows(ds, row, 1, &one, err);
+            rc = src->row(src->ctx, row, &one, err);
             if (rc) break;
             long o = (long)b * T;
             memcpy(many.tokens + o, one.tokens, (size_t)T * sizeof *one.tokens);

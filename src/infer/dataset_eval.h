@@ -1,7 +1,8 @@
 /* Loss of a model on a dataset's first epoch, in source order: the packed rows of
  * text/dataset.h (documents each followed by EOS, document mask and positions as training
- * packs them), every stream token after the first a target once. Shared by `qtitan eval
- * --dataset` and validation during training. */
+ * packs them), every stream token after the first a target once; or the rows of chat data
+ * (text/chat_data.h), their assistant targets. Shared by `qtitan eval --dataset` and
+ * validation during training. */
 #ifndef QT_DATASET_EVAL_H
 #define QT_DATASET_EVAL_H
 
@@ -9,6 +10,7 @@
 
 #include "core/err.h"
 #include "model/qwen3.h"
+#include "text/chat_data.h"
 #include "text/dataset.h"
 
 /* Targets of one pass: rows [0, n_rows) of the stream; targets past `n_targets` (the end of
@@ -21,16 +23,30 @@ typedef struct EvalPlan {
 /* The whole first epoch (L - 1 targets), or its first max_targets (> 0) targets. */
 EvalPlan eval_plan(const Dataset *ds, int64_t max_targets);
 
+/* The first epoch of chat data (text/chat_data.h, opened with shuffle off: its conversations
+ * in source order, packed and masked as training packs them), or its first max_rows (> 0)
+ * rows; every target the rows hold counts (n_targets has no cap). */
+EvalPlan eval_plan_chat(ChatData *cd, int64_t max_rows);
+
+/* Where eval_rows reads row r (of T tokens) into a batch of one row. */
+typedef struct EvalSource {
+    int T;
+    int (*row)(void *ctx, int64_t r, Batch *one, Err *err);
+    void *ctx;
+} EvalSource;
+EvalSource eval_source_dataset(Dataset *ds);
+EvalSource eval_source_chat(ChatData *cd);
+
 /* Adds to *loss_sum / *n_valid the summed cross-entropy and the count of the targets of rows
- * first, first + stride, ... (< plan rows), run B rows at a time through m (qwen3_forward; m
- * sized for B x T). The dataset must be opened with shuffle off (its first epoch is then the
- * documents in source order). stride > 1 lets data-parallel ranks share the rows: the sums are
- * doubles, so adding the ranks' sums gives the one-process sum up to rounding. Every caller
- * with the same plan, stride and B runs the same number of forwards (those of first = 0): a
- * rank whose rows ran out runs one row without targets instead, so the collectives of a
- * sharded model's forward stay matched across the ranks. */
-int eval_rows(Qwen3 *m, Dataset *ds, const EvalPlan *plan, int64_t first, int64_t stride, int B,
-              double *loss_sum, int64_t *n_valid, Err *err);
+ * first, first + stride, ... (< plan rows) of src, run B rows at a time through m
+ * (qwen3_forward; m sized for B x T). A dataset must be opened with shuffle off (its first
+ * epoch is then the documents in source order). stride > 1 lets data-parallel ranks share the
+ * rows: the sums are doubles, so adding the ranks' sums gives the one-process sum up to
+ * rounding. Every caller with the same plan, stride and B runs the same number of forwards
+ * (those of first = 0): a rank whose rows ran out runs one row without targets instead, so the
+ * collectives of a sharded model's forward stay matched across the ranks. */
+int eval_rows(Qwen3 *m, const EvalSource *src, const EvalPlan *plan, int64_t first, int64_t stride,
+              int B, double *loss_sum, int64_t *n_valid, Err *err);
 
 /* UTF-8 bytes of the text the targets of plan stand for (EOS ids excluded), by decoding each
  * document's targeted ids with tok. */

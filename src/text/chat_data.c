@@ -340,10 +340,10 @@ static int chat_data_open_in(ChatData *cd, const ChatDataOptions *opt, const Cha
     }
     cd->epoch_start = xcalloc(1, sizeof *cd->epoch_start);
     cd->n_epoch_start = 1;
-    log_info("chat data: %lld conversation(s) from %lld file(s) in the %s format, %lld tokens, "
+    log_info("%s: %lld conversation(s) from %lld file(s) in the %s format, %lld tokens, "
              "%lld targets (%s); longer than seq_len %d: %lld truncated, %lld dropped",
-             (long long)cd->n_conv, (long long)files, chat_format_name(cf), (long long)cd->n_tokens,
-             (long long)cd->n_labels,
+             opt->what ? opt->what : "chat data", (long long)cd->n_conv, (long long)files,
+             chat_format_name(cf), (long long)cd->n_tokens, (long long)cd->n_labels,
              opt->train_on_all_tokens ? "every token" : "assistant output only", opt->seq_len,
              (long long)cd->n_truncated, (long long)cd->n_dropped);
     return 0;
@@ -442,6 +442,10 @@ static ChatEpoch *locate(ChatData *cd, int64_t g, int64_t *r) {
         e--;
     *r = g - cd->epoch_start[e];
     return get_epoch(cd, e);
+}
+
+int64_t chat_data_epoch_rows(ChatData *cd, int64_t epoch) {
+    return get_epoch(cd, epoch)->n_rows;
 }
 
 int64_t chat_data_labels(ChatData *cd, int64_t row, int nrows) {

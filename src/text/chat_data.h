@@ -32,6 +32,7 @@ typedef struct ChatDataOptions {
     int packing;             /* 1: several conversations a row; 0: one a row */
     int train_on_all_tokens; /* 1: every next token is a target, prompts and headers too */
     TooLong too_long;        /* a conversation longer than T: truncated or dropped */
+    const char *what;        /* the log line's first words; NULL: "chat data" */
 } ChatDataOptions;
 
 typedef struct ChatEpoch ChatEpoch;
@@ -62,6 +63,8 @@ void chat_data_close(ChatData *cd);
 /* Global rows [row, row + nrows) into out (out->B >= nrows, out->T == seq_len); *labels (when
  * not NULL) gets the number of targets that count in them. */
 int chat_data_rows(ChatData *cd, int64_t row, int nrows, Batch *out, int64_t *labels, Err *err);
+/* Rows of epoch e (its conversations packed in that epoch's order). */
+int64_t chat_data_epoch_rows(ChatData *cd, int64_t epoch);
 /* Targets that count in global rows [row, row + nrows), without building them. */
 int64_t chat_data_labels(ChatData *cd, int64_t row, int nrows);
 

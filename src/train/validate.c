@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "infer/dataset_eval.h"
+#include "text/chat_template.h"
 
 int validator_open(Validator *v, const JobConfig *cfg, Qwen3 *m, const Mesh *mesh,
                    const Tokenizer *tok, Err *err) {
@@ -29,31 +30,52 @@ int validator_open(Validator *v, const JobConfig *cfg, Qwen3 *m, const Mesh *mes
     v->freq = cfg->validation.freq;
     v->rows_per_forward = cfg->validation.local_batch_size;
     if (v->rows_per_forward > capacity / T) v->rows_per_forward = (int)(capacity / T);
+    v->is_chat = cfg->training.data_format != DATA_TEXT;
     if (cfg->validation.steps > 0)
-        v->max_targets = (int64_t)cfg->validation.steps * cfg->validation.local_batch_size * T;
+        v->max_targets = (int64_t)cfg->validation.steps * cfg->validation.local_batch_size *
+                         (v->is_chat ? 1 : T);
     char *path;
     TRY(config_validation_dataset_path(cfg, &path, err));
     DatasetEncoder enc;
-    DatasetOptions opt;
-    dataset_options_default(&opt);
-    opt.path = path;
-    opt.seq_len = T;
-    opt.shuffle = 0;
-    opt.document_mask = cfg->training.document_mask;
     int rc = dataset_encoder_for_tokenizer(&enc, tok, err);
-    if (rc == 0) rc = dataset_open(&v->ds, &opt, &enc, err);
+    if (rc == 0 && v->is_chat) {
+        /* The held-out conversations as training renders, packs and masks its own, in source
+         * order. */
+        ChatFormat *cf = chat_format_load(tok, err);
+        ChatDataOptions copt = {.path = path,
+                                .format = cfg->training.data_format,
+                                .seq_len = T,
+                                .shuffle = 0,
+                                .packing = cfg->training.packing,
+                                .train_on_all_tokens = cfg->training.train_on_all_tokens,
+                                .too_long = cfg->training.long_conversations,
+                                .what = "validation chat data"};
+        rc = cf ? chat_data_open(&v->chat, &copt, cf, enc.eos_id, err) : -1;
+        chat_format_free(cf);
+        if (rc) err_wrap(err, "validation.dataset_path (conversations, as training.data_format)");
+    } else if (rc == 0) {
+        DatasetOptions opt;
+        dataset_options_default(&opt);
+        opt.path = path;
+        opt.seq_len = T;
+        opt.shuffle = 0;
+        opt.document_mask = cfg->training.document_mask;
+        rc = dataset_open(&v->ds, &opt, &enc, err);
+    }
     free(path);
     TRY(rc);
     if (m->n_moe_layers)
         v->counts = xcalloc((size_t)m->spec.n_layers * m->spec.num_experts, sizeof *v->counts);
-    log_info("validation: every %d steps on %lld documents, %d x %d tokens per forward", v->freq,
-             (long long)v->ds.n_docs, v->rows_per_forward, T);
+    log_info("validation: every %d steps on %lld %s, %d x %d tokens per forward", v->freq,
+             (long long)(v->is_chat ? v->chat.n_conv : v->ds.n_docs),
+             v->is_chat ? "conversations" : "documents", v->rows_per_forward, T);
     return 0;
 }
 
 void validator_close(Validator *v) {
     if (!v->m) return;
     dataset_close(&v->ds);
+    chat_data_close(&v->chat);
     free(v->counts);
     memset(v, 0, sizeof *v);
 }
@@ -65,10 +87,12 @@ int validator_after_step(Validator *v, int64_t step, int last, MetricsWriter *mw
     if (nc) memcpy(v->counts, m->moe_counts, nc * sizeof *v->counts);
     double t0 = now_seconds(), loss_sum = 0;
     int64_t n = 0;
-    EvalPlan plan = eval_plan(&v->ds, v->max_targets);
+    EvalPlan plan =
+        v->is_chat ? eval_plan_chat(&v->chat, v->max_targets) : eval_plan(&v->ds, v->max_targets);
+    EvalSource src = v->is_chat ? eval_source_chat(&v->chat) : eval_source_dataset(&v->ds);
     const MeshDims *md = &v->mesh->dims;
     int rc =
-        eval_rows(m, &v->ds, &plan, md->dp_rank, md->dp, v->rows_per_forward, &loss_sum, &n, err);
+        eval_rows(m, &src, &plan, md->dp_rank, md->dp, v->rows_per_forward, &loss_sum, &n, err);
     if (nc) memcpy(m->moe_counts, v->counts, nc * sizeof *v->counts);
     TRY(rc);
     /* Token counts stay exact as doubles (below 2^53). */

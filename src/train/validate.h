@@ -1,6 +1,8 @@
 /* Validation during training (the [validation] section): every validation.freq steps and at
  * the last step, the loss of the model on a held-out dataset's first epoch (in source order,
- * packed and masked as training packs; infer/dataset_eval.h), printed as
+ * packed and masked as training packs; infer/dataset_eval.h): text documents, or, when
+ * training.data_format names a conversation shape, conversations of that shape rendered and
+ * masked as training's are (the loss of their assistant targets), printed as
  *   validate step: N  loss: X  perplexity: Y  tokens: Z  time: Ts
  * and written to metrics.jsonl. It runs forward only, on the training model's activations
  * (validation rows x seq_len must fit the training micro-batch's tokens), and puts back the
@@ -19,6 +21,7 @@
 #include "core/err.h"
 #include "dist/mesh.h"
 #include "model/qwen3.h"
+#include "text/chat_data.h"
 #include "text/dataset.h"
 #include "train/metrics.h"
 
@@ -26,8 +29,10 @@ typedef struct Validator {
     Qwen3 *m;         /* the training model (this rank's, when sharded); not owned */
     const Mesh *mesh; /* the job's mesh; not owned */
     Dataset ds;
+    ChatData chat; /* instead of ds for chat data */
+    int is_chat;
     int freq, rows_per_forward;
-    int64_t max_targets; /* 0 = the whole first epoch */
+    int64_t max_targets; /* 0 = the whole first epoch; text: targets, chat data: rows */
     double *counts;      /* (L, X) saved MoE routing counts */
 } Validator;
 
