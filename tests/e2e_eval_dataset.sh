@@ -30,6 +30,13 @@ expect_error eval "max-tokens 0: expected an integer >= 1" --model "$FIX" --data
   --max-tokens 0
 expect_error eval "give one of --model HFDIR or --checkpoint" --dataset "$FIX/docs.jsonl"
 expect_error eval "go with --dataset" --model "$FIX" --tokens x --seq-len 4
+expect_error eval "data-format chats: expected text, messages, prompt_completion or instruction" \
+  --model "$FIX" --dataset "$FIX/docs.jsonl" --data-format chats
+expect_error eval "with --data-format messages every assistant target of the file counts" \
+  --model "$FIX" --dataset "$FIX/docs.jsonl" --data-format messages --max-tokens 40
+expect_error eval "has no chat template" --model "$FIX" --dataset "$FIX/docs.jsonl" \
+  --data-format messages
+expect_error eval "go with --dataset" --model "$FIX" --tokens x --data-format messages
 mkdir -p "$TMP/ckpt/step-2"
 echo '{}' >"$TMP/ckpt/step-2/train_state.json"
 expect_error eval "step-2 has no config.json" --checkpoint "$TMP/ckpt/step-2" --dataset "$FIX/docs.jsonl"

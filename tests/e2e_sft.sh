@@ -62,7 +62,8 @@ for packing in false true; do
   train "$tmp/v$packing" --training.dataset_path="$tmp/chat.jsonl" --training.data_format=messages \
     --training.local_batch_size=24 --training.packing=$packing --training.steps=1 --optimizer.lr=0 \
     --validation.enable=true --validation.dataset_path="$tmp/chat.jsonl" \
-    --validation.local_batch_size=5 >"$tmp/v.log" || { cat "$tmp/v.log"; echo "FAIL: chat validation"; exit 1; }
+    --validation.local_batch_size=5 --checkpoint.enable=true \
+    >"$tmp/v.log" || { cat "$tmp/v.log"; echo "FAIL: chat validation"; exit 1; }
   step=$(sed -n 's/^step: *1\/1 *loss: *\([0-9.]*\).*/\1/p' "$tmp/v.log")
   val=$(sed -n 's/.*validate step: 1  loss: \([0-9.]*\) .*/\1/p' "$tmp/v.log")
   vtok=$(sed -n 's/.*validate step: 1 .* tokens: \([0-9]*\) .*/\1/p' "$tmp/v.log")
@@ -73,6 +74,15 @@ for packing in false true; do
     { cat "$tmp/v.log"; echo "FAIL: packing $packing: validation loss $val tokens $vtok, step loss $step targets $targets"; exit 1; }
   echo "packing $packing: validation loss $val = step loss $step over $vtok targets"
 done
+# qtitan eval --data-format messages of that checkpoint: the same loss over the same targets.
+"$QT_BINARY" eval --checkpoint "$tmp/vtrue/checkpoint" --dataset "$tmp/chat.jsonl" \
+  --data-format messages --seq-len 64 >"$tmp/ev.out" 2>"$tmp/ev.err" ||
+  { cat "$tmp/ev.err"; echo "FAIL: eval --data-format messages"; exit 1; }
+eloss=$(sed -n 's/^loss: //p' "$tmp/ev.out")
+awk -v a="$eloss" -v b="$val" 'BEGIN { exit !(a != "" && (a - b < 2e-5 && b - a < 2e-5)) }' &&
+  grep -q "^tokens: $vtok  rows: .* conversations: 24$" "$tmp/ev.out" ||
+  { cat "$tmp/ev.out" "$tmp/ev.err"; echo "FAIL: eval --data-format messages: $eloss vs validation $val"; exit 1; }
+echo "eval --data-format messages: loss $eloss over $vtok targets, as validation"
 
 # Tool use: conversations that offer a tool, call it and read its result train like any other
 # (the system turn with the definitions, the call, the result; ids as transformers renders

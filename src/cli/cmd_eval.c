@@ -19,6 +19,8 @@
 #include "model/lora.h"
 #include "model/qwen3.h"
 #include "model/qwen3_hf.h"
+#include "text/chat_data.h"
+#include "text/chat_template.h"
 
 /* Rows are at least this long, so short lines share a forward pass. */
 #define EVAL_MIN_ROW 2048
@@ -27,7 +29,7 @@ static const char *USAGE =
     "usage: qtitan eval --model HFDIR --tokens FILE [--adapter DIR] [--dump-logits "
     "OUT.safetensors]\n"
     "       qtitan eval (--model HFDIR | --checkpoint STEP_DIR) --dataset PATH [--adapter DIR]\n"
-    "                   [--seq-len N] [--max-tokens N]\n"
+    "                   [--seq-len N] [--max-tokens N] [--data-format FORMAT]\n"
     "\n"
     "Prints `loss: X`, the mean next-token cross-entropy over all predicted positions of all\n"
     "lines of FILE (one sequence of whitespace-separated token ids per line), for the\n"
@@ -44,10 +46,16 @@ static const char *USAGE =
     "documents each followed by EOS and masked from each other as in training, and prints the\n"
     "mean loss over every token after the first (or the first --max-tokens of them), its\n"
     "perplexity exp(loss) and bits per byte (summed loss / ln 2 / the UTF-8 bytes of the\n"
-    "predicted text, EOS excluded). STEP_DIR is a training checkpoint step or folder.\n";
+    "predicted text, EOS excluded). STEP_DIR is a training checkpoint step or folder.\n"
+    "--data-format messages | prompt_completion | instruction reads PATH as training reads\n"
+    "conversations of that shape (training.data_format): rendered with the tokenizer folder's\n"
+    "chat format, packed into rows of --seq-len tokens in source order, conversations longer\n"
+    "than a row truncated; the loss is the mean over the assistant targets (as SFT training\n"
+    "and its validation compute it), with their count; --max-tokens does not apply.\n";
 
 typedef struct EvalArgs {
-    const char *model, *checkpoint, *tokens, *dump, *adapter, *dataset, *seq_len, *max_tokens;
+    const char *model, *checkpoint, *tokens, *dump, *adapter, *dataset, *seq_len, *max_tokens,
+        *data_format;
 } EvalArgs;
 
 static int parse_args(EvalArgs *a, int argc, char **argv, Err *err) {
@@ -61,6 +69,7 @@ static int parse_args(EvalArgs *a, int argc, char **argv, Err *err) {
                             : strcmp(argv[i], "--dataset") == 0     ? &a->dataset
                             : strcmp(argv[i], "--seq-len") == 0     ? &a->seq_len
                             : strcmp(argv[i], "--max-tokens") == 0  ? &a->max_tokens
+                            : strcmp(argv[i], "--data-format") == 0 ? &a->data_format
                                                                     : NULL;
         if (!slot) return err_set(err, "unknown option %s (see qtitan eval --help)", argv[i]);
         if (i + 1 >= argc) return err_set(err, "option %s needs a value", argv[i]);
@@ -74,8 +83,9 @@ static int parse_args(EvalArgs *a, int argc, char **argv, Err *err) {
             return err_set(err, "--tokens and --dump-logits do not go with --dataset");
         return 0;
     }
-    if (a->checkpoint || a->seq_len || a->max_tokens)
-        return err_set(err, "--checkpoint, --seq-len and --max-tokens go with --dataset");
+    if (a->checkpoint || a->seq_len || a->max_tokens || a->data_format)
+        return err_set(err,
+                       "--checkpoint, --seq-len, --max-tokens and --data-format go with --dataset");
     if (!a->model) return err_set(err, "--model HFDIR is required (see qtitan eval --help)");
     if (!a->tokens)
         return err_set(err, "--tokens FILE or --dataset PATH is required (see qtitan eval --help)");
@@ -208,10 +218,53 @@ static int parse_count(const char *opt, const char *s, long *out, Err *err) {
     return 0;
 }
 
+/* --data-format with a conversation shape: the loss over the assistant targets of the
+ * conversations of a->dataset in source order, packed into rows of seq_len tokens. */
+static int eval_chat(const EvalArgs *a, InferModel *im, DataFormat format, long seq_len, Err *err) {
+    ChatFormat *cf = chat_format_load(im->tok, err);
+    if (!cf) return -1;
+    DatasetEncoder enc;
+    ChatData cd;
+    int rc = dataset_encoder_for_tokenizer(&enc, im->tok, err);
+    ChatDataOptions opt = {.path = a->dataset,
+                           .format = format,
+                           .seq_len = (int)seq_len,
+                           .shuffle = 0,
+                           .packing = 1,
+                           .too_long = TOO_LONG_TRUNCATE};
+    if (rc == 0) rc = chat_data_open(&cd, &opt, cf, enc.eos_id, err);
+    chat_format_free(cf);
+    if (rc) return -1;
+    EvalPlan plan = eval_plan_chat(&cd, 0);
+    EvalSource src = eval_source_chat(&cd);
+    double loss_sum = 0;
+    int64_t n = 0;
+    rc = eval_rows(&im->m, &src, &plan, 0, 1, 1, &loss_sum, &n, err);
+    if (rc == 0) {
+        double loss = loss_sum / (double)n;
+        printf("loss: %.8f\nperplexity: %.6f\n", loss, exp(loss));
+        printf("tokens: %lld  rows: %lld x %ld  conversations: %lld\n", (long long)n,
+               (long long)plan.n_rows, seq_len, (long long)cd.n_conv);
+    }
+    chat_data_close(&cd);
+    return rc;
+}
+
 static int eval_dataset(const EvalArgs *a, Err *err) {
     long seq_len = 0, max_tokens = 0;
+    DataFormat format = DATA_TEXT;
     if (a->seq_len) TRY(parse_count("--seq-len", a->seq_len, &seq_len, err));
     if (a->max_tokens) TRY(parse_count("--max-tokens", a->max_tokens, &max_tokens, err));
+    if (a->data_format && config_data_format(a->data_format, &format))
+        return err_set(err,
+                       "--data-format %s: expected text, messages, prompt_completion or "
+                       "instruction",
+                       a->data_format);
+    if (format != DATA_TEXT && max_tokens)
+        return err_set(err,
+                       "--max-tokens counts the positions of text data; with --data-format "
+                       "%s every assistant target of the file counts",
+                       a->data_format);
     char *step = NULL;
     if (a->checkpoint) TRY(cli_checkpoint_step(a->checkpoint, &step, err));
     /* The rows are sized from config.json's context before the model is built, so the weights
@@ -238,6 +291,11 @@ static int eval_dataset(const EvalArgs *a, Err *err) {
                               seq_len ? (int)seq_len : 1, 0, err);
     free(step);
     if (rc) return -1;
+    if (format != DATA_TEXT) {
+        rc = eval_chat(a, &im, format, seq_len, err);
+        infer_model_close(&im);
+        return rc;
+    }
     DatasetEncoder enc;
     DatasetOptions opt;
     dataset_options_default(&opt);

@@ -987,6 +987,15 @@ int config_dataset_path(const JobConfig *cfg, char **out, Err *err) {
     return resolve_dataset("training", cfg->training.dataset, cfg->training.dataset_path, out, err);
 }
 
+int config_data_format(const char *name, DataFormat *out) {
+    for (const Choice *c = DATA_FORMATS; c->name; c++)
+        if (!strcmp(c->name, name)) {
+            *out = (DataFormat)c->value;
+            return 0;
+        }
+    return -1;
+}
+
 int config_validation_dataset_path(const JobConfig *cfg, char **out, Err *err) {
     return resolve_dataset("validation", cfg->validation.dataset, cfg->validation.dataset_path, out,
                            err);

@@ -233,6 +233,9 @@ int config_dataset_path(const JobConfig *cfg, char **out, Err *err);
  * config_dataset_path. */
 int config_validation_dataset_path(const JobConfig *cfg, char **out, Err *err);
 int config_tokenizer_path(const JobConfig *cfg, const char **out, Err *err);
+/* A training.data_format name ("text", "messages", "prompt_completion", "instruction") to its
+ * format, for commands that read data as training does; -1 for any other name. */
+int config_data_format(const char *name, DataFormat *out);
 /* Applies cfg's [model] field replacements to spec in order with model_spec_set_field; an
  * error names where the field was set (file:line or the command line). The caller validates
  * the result (config_validate_model). */
