@@ -13,7 +13,9 @@ TOK=${QT_SHARED_DIR:-$SRC/../shared}/tokenizers/qwen3
   --model.n_kv_heads=1 --model.head_dim=8 --model.hidden_dim=32 --model.tokenizer_path="$TOK" \
   --training.dataset_path="$FIX/docs.jsonl" --training.seq_len=16 \
   --training.local_batch_size=1 --training.steps=1 --checkpoint.last_save_in_hf=false \
-  --metrics.peak_tflops=1 >"$TMP/train.log" 2>&1 || fail "train: $(tail -3 "$TMP/train.log")"
+  --metrics.peak_tflops=1 --sample.freq=1 --sample.chat=true --sample.system="You are terse." \
+  --sample.enable_thinking=false --sample.temperature=0 --sample.max_new_tokens=6 \
+  "--sample.prompts=What is 2+2?" >"$TMP/train.log" 2>&1 || fail "train: $(tail -3 "$TMP/train.log")"
 
 # The cases of chat_ids.json, in its order: system ("" = none), prompt, thinking, tools
 # (chat_tools.json).
@@ -33,6 +35,26 @@ for i in 0 1 2 3 4 5; do
     [ -n "$want" ] && [ "$got" = "$want" ] || fail "case $i: ids $got, transformers $want"
     echo "case $i: $(echo "$got" | tr ',' ' ' | wc -w) ids equal apply_chat_template's"
 done
+
+# The run's chat samples (sample.chat, a system turn, thinking off, greedy) are generate --chat's
+# for the same prompt and checkpoint.
+want=$("$QT" generate --checkpoint "$TMP/run/checkpoint" --chat --system "You are terse." \
+  --no-thinking --prompt "What is 2+2?" --temperature 0 --max-new-tokens 6 --json 2>"$TMP/err") ||
+  fail "generate: $(cat "$TMP/err")"
+want=$(echo "$want" | grep -o '"prompt_ids":\[[0-9,]*\],"ids":\[[0-9,]*\]')
+got=$(grep '^{"step":1,' "$TMP/run/samples.jsonl" | grep -o '"prompt_ids":\[[0-9,]*\].*"ids":\[[0-9,]*\]' |
+  sed 's/\],"text":.*,"ids"/],"ids"/')
+[ -n "$want" ] && [ "$got" = "$want" ] || fail "chat samples $got, generate --chat $want"
+echo "sample.chat: the step-1 samples' prompt ids and ids are generate --chat's"
+if "$QT" train --config "$SRC/configs/demo.toml" --job.dump_folder="$TMP/nochat" \
+  --model.vocab_size=151936 --model.dim=16 --model.n_layers=1 --model.n_heads=2 \
+  --model.n_kv_heads=1 --model.head_dim=8 --model.hidden_dim=32 --model.tokenizer_path="$TOK" \
+  --training.dataset_path="$FIX/docs.jsonl" --training.seq_len=16 --sample.freq=1 \
+  --sample.prompts=hi --sample.system=terse >"$TMP/nochat.log" 2>&1; then
+  fail "sample.system without sample.chat was accepted"
+fi
+grep -q "sample.system and sample.enable_thinking = false need sample.chat = true" "$TMP/nochat.log" ||
+  fail "sample.system without sample.chat: $(tail -3 "$TMP/nochat.log")"
 
 # --tools: a file that is not an array of tool definitions, and --tools without --chat.
 printf '{"name": "f"}\n' >"$TMP/tools_obj.json"

@@ -47,7 +47,7 @@ awk -v a="$val" -v b="$ev" 'BEGIN { d = (a - b) / b; if (d < 0) d = -d; exit !(d
 echo "validation loss $val = eval on step-4 checkpoint $ev"
 
 [ "$(wc -l <"$TMP/b/samples.jsonl")" -eq 8 ] || fail "samples.jsonl: $(cat "$TMP/b/samples.jsonl")"
-grep -q '^{"step":4,"prompt":"A cafe","text":' "$TMP/b/samples.jsonl" || fail "no sample record"
+grep -q '^{"step":4,"prompt":"A cafe","prompt_ids":\[[0-9,]*\],"text":' "$TMP/b/samples.jsonl" || fail "no sample record"
 grep -q '^sample step 4 \[2\]: A cafe|' "$TMP/b.log" || fail "no sample line in the log"
 echo "samples: $(wc -l <"$TMP/b/samples.jsonl") records"
 

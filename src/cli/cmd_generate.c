@@ -183,20 +183,7 @@ static int read_prompts(PromptLines *p, const GenArgs *a, Err *err) {
 static int encode_prompt(const GenArgs *a, const Tokenizer *tok, const ChatFormat *cf,
                          const char *text, IdVec *out, Err *err) {
     if (!cf) return tokenizer_encode(tok, text, strlen(text), out, err);
-    ChatMessage msgs[2];
-    size_t n = 0;
-    if (a->system)
-        msgs[n++] = (ChatMessage){
-            .role = CHAT_SYSTEM, .content = a->system, .content_len = strlen(a->system)};
-    msgs[n++] = (ChatMessage){.role = CHAT_USER, .content = text, .content_len = strlen(text)};
-    ChatTokens ct = {0};
-    ChatOptions opt = {
-        .add_generation_prompt = 1, .enable_thinking = a->thinking, .tools = a->tools};
-    int rc = chat_render(cf, msgs, n, opt, &ct, err);
-    for (size_t i = 0; rc == 0 && i < ct.n; i++)
-        idvec_push(out, ct.ids[i]);
-    chat_tokens_free(&ct);
-    return rc;
+    return chat_render_prompt(cf, a->system, text, a->thinking, a->tools, out, err);
 }
 
 static void stream_stdout(void *ctx, int i, const char *text, size_t len) {

@@ -180,6 +180,9 @@ static const KeyDesc KEYS[] = {
     FLT(sample, temperature, 0, INFINITY, 0, 1, "a number >= 0 (0 = greedy)"),
     {"sample", "seed", K_I64, OFF(sample.seed), 0, 9.2e18, 0, 0, 0, NULL, "an integer >= 0", NULL},
     ENUM(sample, gather, SAMPLE_GATHERS),
+    BOOL(sample, chat),
+    STR(sample, system),
+    BOOL(sample, enable_thinking),
     INT(lora, rank, 0, 0, "an integer >= 0 (0 = no LoRA)"),
     FLT(lora, alpha, 0, INFINITY, 1, 1, "a number > 0"),
     BOOL(lora, use_rslora),
@@ -779,6 +782,8 @@ void config_init(JobConfig *c) {
     c->validation.seq_len = -1;
     c->sample.prompts = xstrdup("");
     c->sample.prompt_file = xstrdup("");
+    c->sample.system = xstrdup("");
+    c->sample.enable_thinking = 1;
     c->sample.max_new_tokens = 32;
     c->sample.temperature = 0.8;
     c->lora.alpha = 16;

@@ -184,6 +184,9 @@ typedef struct JobConfig {
         double temperature; /* 0 = greedy */
         int64_t seed;
         SampleGather gather;
+        int chat;            /* prompts as user turns in the tokenizer's chat format */
+        char *system;        /* with chat: a system turn first ("" = none) */
+        int enable_thinking; /* with chat: 0 opens the answer with an empty think block */
     } sample;
     KernelOverride *overrides; /* n_overrides entries in file order */
     int n_overrides;

@@ -451,3 +451,21 @@ int chat_render(const ChatFormat *cf, const ChatMessage *msgs, size_t n, ChatOpt
     idvec_free(&scratch);
     return rc;
 }
+
+int chat_render_prompt(const ChatFormat *cf, const char *system, const char *prompt,
+                       int enable_thinking, const json_t *tools, IdVec *out, Err *err) {
+    ChatMessage msgs[2];
+    size_t n = 0;
+    if (system && system[0])
+        msgs[n++] =
+            (ChatMessage){.role = CHAT_SYSTEM, .content = system, .content_len = strlen(system)};
+    msgs[n++] = (ChatMessage){.role = CHAT_USER, .content = prompt, .content_len = strlen(prompt)};
+    ChatTokens ct = {0};
+    ChatOptions opt = {
+        .add_generation_prompt = 1, .enable_thinking = enable_thinking, .tools = tools};
+    int rc = chat_render(cf, msgs, n, opt, &ct, err);
+    for (size_t i = 0; rc == 0 && i < ct.n; i++)
+        idvec_push(out, ct.ids[i]);
+    chat_tokens_free(&ct);
+    return rc;
+}

@@ -78,4 +78,11 @@ int chat_tools_check(const json_t *tools, Err *err);
 int chat_render(const ChatFormat *cf, const ChatMessage *msgs, size_t n, ChatOptions opt,
                 ChatTokens *out, Err *err);
 
+/* Appends to out the ids of a prompt as one user turn (after a system turn when system is not
+ * NULL or ""), ending with the open assistant turn (add_generation_prompt; enable_thinking as
+ * given), with the tools offered when tools is a non-empty array: what generate --chat and
+ * chat samples during training feed the model. */
+int chat_render_prompt(const ChatFormat *cf, const char *system, const char *prompt,
+                       int enable_thinking, const json_t *tools, IdVec *out, Err *err);
+
 #endif

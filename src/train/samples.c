@@ -8,6 +8,7 @@
 
 #include "core/fs.h"
 #include "core/log.h"
+#include "text/chat_template.h"
 
 static int read_prompts(Samples *s, const JobConfig *cfg, Err *err) {
     const char *where = cfg->sample.prompt_file[0] ? cfg->sample.prompt_file : "sample.prompts";
@@ -98,13 +99,22 @@ int samples_open(Samples *s, const JobConfig *cfg, TrainQwen3 *q, const Tokenize
     Qwen3 *local = train_qwen3_qwen3(q);
     int n = s->pr.n, longest = 0, rc = 0;
     s->ids = xcalloc((size_t)n, sizeof *s->ids);
+    ChatFormat *cf = NULL;
+    if (!cfg->sample.chat && (cfg->sample.system[0] || !cfg->sample.enable_thinking))
+        rc = err_set(err, "sample.system and sample.enable_thinking = false need sample.chat = "
+                          "true (prompts as user turns in the chat format)");
+    if (rc == 0 && cfg->sample.chat && !(cf = chat_format_load(tok, err)))
+        rc = err_wrap(err, "sample.chat = true");
     for (int i = 0; i < n && rc == 0; i++) {
-        rc = tokenizer_encode(tok, s->pr.text[i], strlen(s->pr.text[i]), &s->ids[i], err);
+        rc = cf ? chat_render_prompt(cf, cfg->sample.system, s->pr.text[i],
+                                     cfg->sample.enable_thinking, NULL, &s->ids[i], err)
+                : tokenizer_encode(tok, s->pr.text[i], strlen(s->pr.text[i]), &s->ids[i], err);
         if (rc == 0 && (int)s->ids[i].n > longest) longest = (int)s->ids[i].n;
         if (rc == 0)
             rc = qwen3_check_tokens(local, (const int32_t *)s->ids[i].ids, (long)s->ids[i].n, 0,
                                     where, err);
     }
+    chat_format_free(cf);
     if (rc == 0 && longest + cfg->sample.max_new_tokens > local->spec.max_seq_len)
         rc = err_set(err,
                      "%s: a prompt of %d tokens with sample.max_new_tokens = %d exceeds the "
@@ -171,11 +181,14 @@ static int write_samples(Samples *s, int64_t step, Err *err) {
     for (int i = 0; i < n && rc == 0; i++) {
         log_info("sample step %lld [%d]: %s|%.*s", (long long)step, i + 1, s->pr.text[i],
                  (int)out[i].text_len, out[i].text);
-        json_t *o = json_object(), *ids = json_array();
+        json_t *o = json_object(), *ids = json_array(), *pids = json_array();
         for (int t = 0; t < out[i].n; t++)
             json_array_append_new(ids, json_integer(out[i].ids[t]));
+        for (size_t t = 0; t < s->ids[i].n; t++)
+            json_array_append_new(pids, json_integer(s->ids[i].ids[t]));
         json_object_set_new(o, "step", json_integer(step));
         json_object_set_new(o, "prompt", json_string(s->pr.text[i]));
+        json_object_set_new(o, "prompt_ids", pids);
         json_object_set_new(o, "text", json_stringn(out[i].text, out[i].text_len));
         json_object_set_new(o, "ids", ids);
         char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
