@@ -14,6 +14,7 @@
 #include "core/strutil.h"
 #include "core/timer.h"
 #include "core/zread.h"
+#include "io/parquet.h"
 #include "text/bpe_train.h"
 #include "text/jsonl.h"
 
@@ -21,8 +22,9 @@ static void usage(FILE *f) {
     fprintf(f, "usage: qtitan tokenizer-train --input FILES --vocab-size N --output DIR\n"
                "                              [--min-frequency K] [--special TOKEN ...]\n\n"
                "  --input FILES      comma-separated (or repeated) files: *.jsonl files give one\n"
-               "                     document per line from their \"text\" field; any other file\n"
-               "                     is one document of plain UTF-8 text\n"
+               "                     document per line from their \"text\" field, *.parquet files\n"
+               "                     one per value of their \"text\" column; any other file is\n"
+               "                     one document of plain UTF-8 text\n"
                "  --vocab-size N     total ids: 256 byte tokens + merges + special tokens\n"
                "  --output DIR       gets tokenizer.json and tokenizer_config.json\n"
                "  --min-frequency K  never merge a pair seen fewer than K times (default 2)\n"
@@ -30,9 +32,29 @@ static void usage(FILE *f) {
                "                     <|im_start|>, <|im_end|>; the first is eos and pad)\n");
 }
 
+/* The "text" values of a Parquet file. */
+static int add_parquet(BpeTrainer *tr, const char *path, Err *err) {
+    char *data;
+    size_t len;
+    TRY(fs_read_all(path, &data, &len, err));
+    Parquet *pq;
+    int rc = parquet_open(&pq, data, len, path, "text", err);
+    for (int g = 0; rc == 0 && g < parquet_row_groups(pq); g++) {
+        const ParquetStr *v;
+        int64_t n;
+        rc = parquet_read_group(pq, g, &v, &n, err);
+        for (int64_t i = 0; rc == 0 && i < n; i++)
+            bpe_trainer_add(tr, v[i].p, v[i].n);
+    }
+    if (pq) parquet_close(pq);
+    free(data);
+    return rc;
+}
+
 static int add_file(BpeTrainer *tr, const char *path, Err *err) {
     char *data;
     size_t len;
+    if (parquet_is_name(path)) return add_parquet(tr, path, err);
     /* .jsonl.gz / .jsonl.zst are decompressed whole: the trainer counts words in memory. */
     int compressed = zread_is_compressed(path);
     TRY(compressed ? zread_all(path, &data, &len, err) : fs_read_all(path, &data, &len, err));

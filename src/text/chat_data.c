@@ -9,6 +9,7 @@
 #include "core/ignore_target.h"
 #include "core/log.h"
 #include "core/rng.h"
+#include "io/parquet.h"
 #include "text/jsonl.h"
 
 /* The shuffle's rng stream, apart from the pretraining dataset's and other users of the seed. */
@@ -273,6 +274,11 @@ static int read_file(ChatData *cd, Grow *g, const char *file, const ChatFormat *
                      Err *err) {
     char *buf;
     size_t len;
+    if (parquet_is_name(file))
+        return err_set(err,
+                       "%s: conversations are read from JSON Lines, not Parquet; write them "
+                       "as JSON Lines (datasets' Dataset.to_json does)",
+                       file);
     TRY(fs_read_all(file, &buf, &len, err));
     size_t pos = jsonl_bom_len(buf, len), line_len;
     const char *line;

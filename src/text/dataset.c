@@ -22,6 +22,7 @@
 #include "core/rng.h"
 #include "core/strutil.h"
 #include "core/zread.h"
+#include "io/parquet.h"
 #include "text/jsonl.h"
 
 /* Cache file layout (little-endian): this header, ids u32[n_tokens] at ids_offset, zero
@@ -114,7 +115,8 @@ static int is_jsonl(const char *path) {
 static int is_data_file(const char *path) {
     char *plain = xmalloc(strlen(path) + 1);
     zread_plain_name(path, plain);
-    int yes = is_jsonl(plain) || str_ends_with(plain, ".txt");
+    int yes = is_jsonl(plain) || str_ends_with(plain, ".txt") ||
+              (parquet_is_name(path) && !strcmp(plain, path));
     free(plain);
     return yes;
 }
@@ -136,7 +138,7 @@ static int add_directory(SourceList *s, const char *dir, Err *err) {
     if (s->n == before)
         return err_set(err,
                        "dataset directory %s holds no .jsonl, .json or .txt files (plain, .gz "
-                       "or .zst)",
+                       "or .zst) and no .parquet files",
                        dir);
     return 0;
 }
@@ -500,7 +502,45 @@ static int tokenize_lines(Build *b, const char *buf, size_t len, size_t *pos, in
  * moves to the front; memory is a block plus the longest line, whatever the file's size. */
 #define STREAM_BLOCK (4u << 20)
 
+/* The "text" column of a Parquet file (io/parquet.h), row group by row group, each non-null
+ * value a document; documents are tokenized CHUNK_DOCS at a time, as lines are. */
+static int tokenize_parquet(Build *b, const char *path, Slot *slots, Err *err) {
+    struct stat st;
+    int fd = fs_open_read(path, &st, err);
+    if (fd < 0) return -1;
+    size_t size = (size_t)st.st_size;
+    void *map = size ? mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+    close(fd);
+    SYS_CHECK(!size || map != MAP_FAILED, err, "cannot map dataset file %s", path);
+    Parquet *pq;
+    int rc = parquet_open(&pq, size ? map : "", size, path, "text", err);
+    for (int g = 0; rc == 0 && g < parquet_row_groups(pq); g++) {
+        const ParquetStr *v;
+        int64_t n;
+        rc = parquet_read_group(pq, g, &v, &n, err);
+        for (int64_t i = 0; rc == 0 && i < n; i += CHUNK_DOCS) {
+            int64_t k = n - i < CHUNK_DOCS ? n - i : CHUNK_DOCS;
+            for (int64_t j = 0; j < k; j++)
+                slots[j] = (Slot){.line = v[i + j].p, .len = v[i + j].n, .lineno = i + j + 1};
+            rc = flush_slots(b, slots, k, path, 0, err);
+        }
+        if (rc == 0) progress_update(&b->prog, b->bytes_before + (double)parquet_group_end(pq, g));
+    }
+    if (pq) parquet_close(pq);
+    if (size) munmap(map, size);
+    return rc;
+}
+
 static int tokenize_compressed(Build *b, const char *path, Slot *slots, Err *err) {
+    char *plain = xmalloc(strlen(path) + 1);
+    zread_plain_name(path, plain);
+    int parquet = parquet_is_name(plain);
+    free(plain);
+    if (parquet)
+        return err_set(err,
+                       "%s: a compressed Parquet file; Parquet compresses its own pages, so "
+                       "decompress the file first",
+                       path);
     if (!is_jsonl(path)) {
         char *text;
         size_t len;
@@ -555,6 +595,7 @@ static int tokenize_compressed(Build *b, const char *path, Slot *slots, Err *err
 
 static int tokenize_file(Build *b, const char *path, Slot *slots, Err *err) {
     if (zread_is_compressed(path)) return tokenize_compressed(b, path, slots, err);
+    if (parquet_is_name(path)) return tokenize_parquet(b, path, slots, err);
     struct stat st;
     int fd = fs_open_read(path, &st, err);
     if (fd < 0) return -1;

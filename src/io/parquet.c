@@ -1,0 +1,987 @@
+/* Parquet string columns (see parquet.h). The format: "PAR1", the column chunks, the footer
+ * (FileMetaData, Thrift compact protocol), its length (4 bytes, little-endian), "PAR1". */
+#include "io/parquet.h"
+
+#include <snappy-c.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#include "core/strutil.h"
+
+/* Limits that keep a hostile file from asking for unbounded memory: a page's declared
+ * uncompressed size, and the values of one page and of one row group's chunk. */
+#define PQ_MAX_PAGE ((int64_t)1 << 30)
+#define PQ_MAX_PAGE_VALUES ((int64_t)1 << 24)
+#define PQ_MAX_GROUP_VALUES ((int64_t)1 << 26)
+#define PQ_MAX_DEPTH 32
+
+enum {
+    T_STOP,
+    T_TRUE,
+    T_FALSE,
+    T_BYTE,
+    T_I16,
+    T_I32,
+    T_I64,
+    T_DOUBLE,
+    T_BINARY,
+    T_LIST,
+    T_SET,
+    T_MAP,
+    T_STRUCT
+};
+enum { TYPE_BYTE_ARRAY = 6 };
+enum { REP_REQUIRED, REP_OPTIONAL, REP_REPEATED };
+enum { PAGE_DATA, PAGE_INDEX, PAGE_DICTIONARY, PAGE_DATA_V2 };
+enum { ENC_PLAIN = 0, ENC_PLAIN_DICTIONARY = 2, ENC_RLE = 3, ENC_RLE_DICTIONARY = 8 };
+enum {
+    CODEC_NONE,
+    CODEC_SNAPPY,
+    CODEC_GZIP,
+    CODEC_LZO,
+    CODEC_BROTLI,
+    CODEC_LZ4,
+    CODEC_ZSTD,
+    CODEC_LZ4_RAW
+};
+
+static const char *const CODEC_NAMES[] = {"UNCOMPRESSED", "SNAPPY", "GZIP", "LZO",
+                                          "BROTLI",       "LZ4",    "ZSTD", "LZ4_RAW"};
+static const char *const ENCODING_NAMES[] = {
+    "PLAIN",          "GROUP_VAR_INT",       "PLAIN_DICTIONARY",        "RLE",
+    "BIT_PACKED",     "DELTA_BINARY_PACKED", "DELTA_LENGTH_BYTE_ARRAY", "DELTA_BYTE_ARRAY",
+    "RLE_DICTIONARY", "BYTE_STREAM_SPLIT"};
+
+static const char *const TYPE_NAMES[] = {"BOOLEAN", "INT32",  "INT64",      "INT96",
+                                         "FLOAT",   "DOUBLE", "BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY"};
+
+static const char *codec_name(int64_t c) {
+    return c >= 0 && c < 8 ? CODEC_NAMES[c] : "an unknown codec";
+}
+static const char *encoding_name(int64_t e) {
+    return e >= 0 && e < 10 ? ENCODING_NAMES[e] : "an unknown encoding";
+}
+
+/* ---- Thrift compact protocol ------------------------------------------------------------- */
+
+typedef struct Rd {
+    const uint8_t *base, *p, *end; /* base: the file's first byte, for offsets in sentences */
+    const char *name;
+    Err *err;
+    int depth;
+} Rd;
+
+static int bad(Rd *r, const char *what) {
+    return err_set(r->err, "%s: malformed Parquet metadata at byte %lld: %s", r->name,
+                   (long long)(r->p - r->base), what);
+}
+
+static int rd_varint(Rd *r, uint64_t *out) {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (r->p >= r->end) return bad(r, "a number runs past the end");
+        uint8_t b = *r->p++;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *out = v;
+            return 0;
+        }
+    }
+    return bad(r, "a number of more than 10 bytes");
+}
+
+static int rd_zigzag(Rd *r, int64_t *out) {
+    uint64_t u;
+    if (rd_varint(r, &u)) return -1;
+    *out = (int64_t)(u >> 1) ^ -(int64_t)(u & 1);
+    return 0;
+}
+
+static int rd_binary(Rd *r, const uint8_t **p, size_t *n) {
+    uint64_t len;
+    *p = NULL;
+    *n = 0;
+    if (rd_varint(r, &len)) return -1;
+    if (len > (uint64_t)(r->end - r->p)) return bad(r, "a string runs past the end");
+    *p = r->p;
+    *n = (size_t)len;
+    r->p += len;
+    return 0;
+}
+
+static int rd_list_header(Rd *r, int64_t *n, int *etype) {
+    if (r->p >= r->end) return bad(r, "a list header runs past the end");
+    uint8_t h = *r->p++;
+    *etype = h & 0x0f;
+    uint64_t size = h >> 4;
+    if (size == 15 && rd_varint(r, &size)) return -1;
+    /* Every element takes at least one byte (a boolean list packs one a byte too). */
+    if (size > (uint64_t)(r->end - r->p)) return bad(r, "a list longer than its bytes");
+    *n = (int64_t)size;
+    return 0;
+}
+
+static int rd_skip(Rd *r, int type);
+
+static int rd_skip_struct(Rd *r) {
+    if (++r->depth > PQ_MAX_DEPTH) return bad(r, "structures nested too deep");
+    for (;;) {
+        if (r->p >= r->end) return bad(r, "a structure runs past the end");
+        uint8_t h = *r->p++;
+        int type = h & 0x0f;
+        if (type == T_STOP) break;
+        if (!(h >> 4)) {
+            int64_t id;
+            if (rd_zigzag(r, &id)) return -1;
+        }
+        if (rd_skip(r, type)) return -1;
+    }
+    r->depth--;
+    return 0;
+}
+
+static int rd_skip(Rd *r, int type) {
+    uint64_t u;
+    const uint8_t *p;
+    size_t n;
+    switch (type) {
+    case T_TRUE:
+    case T_FALSE:
+        return 0;
+    case T_BYTE:
+        if (r->p >= r->end) return bad(r, "a byte runs past the end");
+        r->p++;
+        return 0;
+    case T_I16:
+    case T_I32:
+    case T_I64:
+        return rd_varint(r, &u);
+    case T_DOUBLE:
+        if (r->end - r->p < 8) return bad(r, "a double runs past the end");
+        r->p += 8;
+        return 0;
+    case T_BINARY:
+        return rd_binary(r, &p, &n);
+    case T_LIST:
+    case T_SET: {
+        int64_t count;
+        int et;
+        if (rd_list_header(r, &count, &et)) return -1;
+        /* A list's booleans take a byte each. */
+        int bools = et == T_TRUE || et == T_FALSE;
+        if (bools && count > r->end - r->p) return bad(r, "a list runs past the end");
+        if (bools) {
+            r->p += count;
+            return 0;
+        }
+        for (int64_t i = 0; i < count; i++)
+            if (rd_skip(r, et)) return -1;
+        return 0;
+    }
+    case T_MAP: {
+        uint64_t count;
+        if (rd_varint(r, &count)) return -1;
+        if (count == 0) return 0;
+        if (count > (uint64_t)(r->end - r->p)) return bad(r, "a map longer than its bytes");
+        if (r->p >= r->end) return bad(r, "a map header runs past the end");
+        uint8_t kv = *r->p++;
+        for (uint64_t i = 0; i < count; i++)
+            if (rd_skip(r, kv >> 4) || rd_skip(r, kv & 0x0f)) return -1;
+        return 0;
+    }
+    case T_STRUCT:
+        return rd_skip_struct(r);
+    default:
+        return bad(r, "an unknown field type");
+    }
+}
+
+/* The next field of a structure: *id and *type, or *type = T_STOP at its end. */
+static int rd_field(Rd *r, int16_t *last, int *id, int *type) {
+    *id = 0;
+    *type = T_STOP;
+    if (r->p >= r->end) return bad(r, "a structure runs past the end");
+    uint8_t h = *r->p++;
+    *type = h & 0x0f;
+    if (*type == T_STOP) return 0;
+    if (h >> 4) {
+        *id = *last + (h >> 4);
+    } else {
+        int64_t v;
+        if (rd_zigzag(r, &v)) return -1;
+        *id = (int)v;
+    }
+    *last = (int16_t)*id;
+    return 0;
+}
+
+/* An integer field of any integer type. */
+static int rd_int(Rd *r, int type, int64_t *out) {
+    if (type == T_I16 || type == T_I32 || type == T_I64) return rd_zigzag(r, out);
+    if (type == T_BYTE) {
+        if (r->p >= r->end) return bad(r, "a byte runs past the end");
+        *out = (int8_t)*r->p++;
+        return 0;
+    }
+    return bad(r, "an integer field of another type");
+}
+
+/* ---- the footer ---------------------------------------------------------------------------- */
+
+typedef struct Chunk {
+    int64_t codec, type, num_values, data_off, dict_off, size;
+    int has_dict, external, found;
+} Chunk;
+
+struct Parquet {
+    const uint8_t *data;
+    size_t size;
+    char *name, *column;
+    int optional;
+    int64_t rows;
+    Chunk *chunks; /* one a row group: the column's */
+    int n_groups;
+    /* The current group's values and the buffers they point into. */
+    ParquetStr *vals;
+    int64_t n_vals, cap_vals;
+    uint8_t **bufs;
+    int n_bufs, cap_bufs;
+};
+
+typedef struct SchemaEl {
+    const uint8_t *name;
+    size_t name_len;
+    int64_t type, repetition, num_children;
+} SchemaEl;
+
+static int read_schema_el(Rd *r, SchemaEl *e) {
+    memset(e, 0, sizeof *e);
+    e->type = -1;
+    int16_t last = 0;
+    for (;;) {
+        int id, type;
+        if (rd_field(r, &last, &id, &type)) return -1;
+        if (type == T_STOP) return 0;
+        if (id == 1 && type != T_BINARY) {
+            if (rd_int(r, type, &e->type)) return -1;
+        } else if (id == 3 && type != T_BINARY) {
+            if (rd_int(r, type, &e->repetition)) return -1;
+        } else if (id == 4 && type == T_BINARY) {
+            if (rd_binary(r, &e->name, &e->name_len)) return -1;
+        } else if (id == 5 && type != T_BINARY) {
+            if (rd_int(r, type, &e->num_children)) return -1;
+        } else if (rd_skip(r, type)) {
+            return -1;
+        }
+    }
+}
+
+/* ColumnMetaData: the column's path must be [column]. */
+static int read_column_meta(Rd *r, const char *column, Chunk *c) {
+    int16_t last = 0;
+    int path_ok = 0;
+    for (;;) {
+        int id, type;
+        if (rd_field(r, &last, &id, &type)) return -1;
+        if (type == T_STOP) break;
+        if (id == 3 && type == T_LIST) {
+            int64_t n;
+            int et;
+            if (rd_list_header(r, &n, &et)) return -1;
+            path_ok = n == 1 && et == T_BINARY;
+            for (int64_t i = 0; i < n; i++) {
+                const uint8_t *s;
+                size_t len;
+                if (et != T_BINARY) {
+                    if (rd_skip(r, et)) return -1;
+                    continue;
+                }
+                if (rd_binary(r, &s, &len)) return -1;
+                if (n == 1) path_ok = len == strlen(column) && !memcmp(s, column, len);
+            }
+            continue;
+        }
+        int64_t v = 0;
+        int want = id == 1 || id == 4 || id == 5 || id == 7 || id == 9 || id == 11;
+        if (!want || type == T_BINARY || type == T_LIST || type == T_STRUCT || type == T_MAP) {
+            if (rd_skip(r, type)) return -1;
+            continue;
+        }
+        if (rd_int(r, type, &v)) return -1;
+        switch (id) {
+        case 1:
+            c->type = v;
+            break;
+        case 4:
+            c->codec = v;
+            break;
+        case 5:
+            c->num_values = v;
+            break;
+        case 7:
+            c->size = v;
+            break;
+        case 9:
+            c->data_off = v;
+            break;
+        case 11:
+            c->dict_off = v;
+            c->has_dict = 1;
+            break;
+        }
+    }
+    return path_ok ? 1 : 0;
+}
+
+static int read_column_chunk(Rd *r, const char *column, Chunk *out) {
+    int16_t last = 0;
+    Chunk c = {0};
+    int external = 0, mine = 0;
+    for (;;) {
+        int id, type;
+        if (rd_field(r, &last, &id, &type)) return -1;
+        if (type == T_STOP) break;
+        if (id == 1 && type == T_BINARY) {
+            const uint8_t *s;
+            size_t n;
+            if (rd_binary(r, &s, &n)) return -1;
+            external = n > 0;
+        } else if (id == 3 && type == T_STRUCT) {
+            if (++r->depth > PQ_MAX_DEPTH) return bad(r, "structures nested too deep");
+            mine = read_column_meta(r, column, &c);
+            r->depth--;
+            if (mine < 0) return -1;
+        } else if (rd_skip(r, type)) {
+            return -1;
+        }
+    }
+    if (mine) {
+        if (out->found) return bad(r, "a row group holds the column twice");
+        *out = c;
+        out->external = external;
+        out->found = 1;
+    }
+    return 0;
+}
+
+static int read_row_group(Rd *r, const char *column, Chunk *out) {
+    int16_t last = 0;
+    memset(out, 0, sizeof *out);
+    for (;;) {
+        int id, type;
+        if (rd_field(r, &last, &id, &type)) return -1;
+        if (type == T_STOP) return 0;
+        if (id == 1 && type == T_LIST) {
+            int64_t n;
+            int et;
+            if (rd_list_header(r, &n, &et)) return -1;
+            for (int64_t i = 0; i < n; i++) {
+                if (et != T_STRUCT) {
+                    if (rd_skip(r, et)) return -1;
+                    continue;
+                }
+                if (++r->depth > PQ_MAX_DEPTH) return bad(r, "structures nested too deep");
+                if (read_column_chunk(r, column, out)) return -1;
+                r->depth--;
+            }
+        } else if (rd_skip(r, type)) {
+            return -1;
+        }
+    }
+}
+
+/* The top-level columns of the schema, as "a, b, c" for sentences. */
+static void list_columns(const SchemaEl *els, int64_t n, char *out, size_t cap) {
+    size_t len = 0;
+    out[0] = 0;
+    int64_t i = 1;
+    for (int64_t k = 0; k < (n ? els[0].num_children : 0) && i < n; k++) {
+        int written =
+            snprintf(out + len, cap - len, "%s%.*s", k ? ", " : "",
+                     (int)(els[i].name_len > 60 ? 60 : els[i].name_len), (const char *)els[i].name);
+        if (written < 0 || (size_t)written >= cap - len) break;
+        len += (size_t)written;
+        /* Skip the element's subtree. */
+        int64_t pending = 1;
+        while (pending > 0 && i < n) {
+            pending += (els[i].num_children > 0 ? els[i].num_children : 0) - 1;
+            i++;
+        }
+    }
+}
+
+static int check_schema(Parquet *pq, const SchemaEl *els, int64_t n, Err *err) {
+    if (n < 1 || els[0].num_children < 1)
+        return err_set(err, "%s: the Parquet schema has no columns", pq->name);
+    int64_t i = 1;
+    for (int64_t k = 0; k < els[0].num_children && i < n; k++) {
+        const SchemaEl *e = &els[i];
+        if (e->name_len == strlen(pq->column) && !memcmp(e->name, pq->column, e->name_len)) {
+            if (e->num_children > 0 || e->repetition == REP_REPEATED)
+                return err_set(err,
+                               "%s: column \"%s\" is %s, where qtitan reads a column of one "
+                               "string a row",
+                               pq->name, pq->column,
+                               e->num_children > 0 ? "a list or a group of fields"
+                                                   : "a repeated field");
+            if (e->type != TYPE_BYTE_ARRAY)
+                return err_set(err, "%s: column \"%s\" holds %s values, not strings (BYTE_ARRAY)",
+                               pq->name, pq->column,
+                               e->type >= 0 && e->type < 8 ? TYPE_NAMES[e->type]
+                                                           : "values of an unknown type");
+            pq->optional = e->repetition == REP_OPTIONAL;
+            return 0;
+        }
+        int64_t pending = 1;
+        while (pending > 0 && i < n) {
+            pending += (els[i].num_children > 0 ? els[i].num_children : 0) - 1;
+            i++;
+        }
+    }
+    char cols[400];
+    list_columns(els, n, cols, sizeof cols);
+    return err_set(err, "%s: no column \"%s\" in the Parquet file (its columns: %s)", pq->name,
+                   pq->column, cols);
+}
+
+static int read_footer(Parquet *pq, const uint8_t *meta, size_t len, Err *err) {
+    Rd r = {pq->data, meta, meta + len, pq->name, err, 0};
+    int16_t last = 0;
+    SchemaEl *els = NULL;
+    int64_t n_els = 0;
+    int rc = 0, have_schema = 0;
+    while (rc == 0) {
+        int id, type;
+        if ((rc = rd_field(&r, &last, &id, &type))) break;
+        if (type == T_STOP) break;
+        if (id == 2 && type == T_LIST && !have_schema) {
+            int et;
+            if ((rc = rd_list_header(&r, &n_els, &et))) break;
+            if (et != T_STRUCT) {
+                rc = bad(&r, "the schema is not a list of structures");
+                break;
+            }
+            have_schema = 1;
+            els = xcalloc((size_t)(n_els ? n_els : 1), sizeof *els);
+            for (int64_t i = 0; i < n_els && rc == 0; i++)
+                rc = read_schema_el(&r, &els[i]);
+        } else if (id == 3 && (type == T_I64 || type == T_I32)) {
+            rc = rd_zigzag(&r, &pq->rows);
+        } else if (id == 4 && type == T_LIST && !pq->chunks) {
+            int64_t n;
+            int et;
+            if ((rc = rd_list_header(&r, &n, &et))) break;
+            if (et != T_STRUCT) {
+                rc = bad(&r, "the row groups are not a list of structures");
+                break;
+            }
+            if (n > INT32_MAX) {
+                rc = bad(&r, "too many row groups");
+                break;
+            }
+            pq->chunks = xcalloc((size_t)(n ? n : 1), sizeof *pq->chunks);
+            pq->n_groups = (int)n;
+            for (int64_t g = 0; g < n && rc == 0; g++)
+                rc = read_row_group(&r, pq->column, &pq->chunks[g]);
+        } else {
+            rc = rd_skip(&r, type);
+        }
+    }
+    if (rc == 0 && !have_schema)
+        rc = err_set(err, "%s: the Parquet footer has no schema", pq->name);
+    if (rc == 0) rc = check_schema(pq, els, n_els, err);
+    free(els);
+    return rc;
+}
+
+int parquet_is_name(const char *path) {
+    return str_ends_with(path, ".parquet");
+}
+
+int parquet_open(Parquet **out, const void *data, size_t size, const char *name, const char *column,
+                 Err *err) {
+    *out = NULL;
+    const uint8_t *d = data;
+    if (size < 12 || memcmp(d, "PAR1", 4) || memcmp(d + size - 4, "PAR1", 4))
+        return err_set(err,
+                       "%s: not a Parquet file (it must start and end with the bytes PAR1; %zu "
+                       "bytes)",
+                       name, size);
+    uint32_t meta_len = (uint32_t)d[size - 8] | (uint32_t)d[size - 7] << 8 |
+                        (uint32_t)d[size - 6] << 16 | (uint32_t)d[size - 5] << 24;
+    if (meta_len > size - 12)
+        return err_set(err, "%s: the Parquet footer length %u exceeds the file (%zu bytes)", name,
+                       meta_len, size);
+    if (meta_len == 0) return err_set(err, "%s: the Parquet footer is empty", name);
+    Parquet *pq = xcalloc(1, sizeof *pq);
+    pq->data = d;
+    pq->size = size;
+    pq->name = xstrdup(name);
+    pq->column = xstrdup(column);
+    int rc = read_footer(pq, d + size - 8 - meta_len, meta_len, err);
+    int64_t meta_start = (int64_t)(size - 8 - meta_len);
+    for (int g = 0; rc == 0 && g < pq->n_groups; g++) {
+        Chunk *c = &pq->chunks[g];
+        if (!c->found)
+            rc = err_set(err, "%s: row group %d has no chunk of column \"%s\"", name, g, column);
+        else if (c->external)
+            rc = err_set(err,
+                         "%s: row group %d keeps column \"%s\" in another file, which qtitan "
+                         "does not read",
+                         name, g, column);
+        else if (c->type != TYPE_BYTE_ARRAY)
+            rc = err_set(err, "%s: row group %d's chunk of \"%s\" is not of strings", name, g,
+                         column);
+        else if (c->codec != CODEC_NONE && c->codec != CODEC_SNAPPY && c->codec != CODEC_GZIP &&
+                 c->codec != CODEC_ZSTD)
+            rc = err_set(err,
+                         "%s: column \"%s\" is compressed with %s; qtitan reads uncompressed, "
+                         "SNAPPY, GZIP and ZSTD Parquet",
+                         name, column, codec_name(c->codec));
+        if (rc) break;
+        int64_t start =
+            c->has_dict && c->dict_off > 0 && c->dict_off < c->data_off ? c->dict_off : c->data_off;
+        if (start < 4 || c->size < 0 || start > meta_start || c->size > meta_start - start ||
+            c->num_values < 0)
+            rc = err_set(err,
+                         "%s: row group %d's chunk of \"%s\" (bytes %lld + %lld) lies outside "
+                         "the column data (bytes 4 to %lld)",
+                         name, g, column, (long long)start, (long long)c->size,
+                         (long long)meta_start);
+        else if (c->num_values > PQ_MAX_GROUP_VALUES)
+            rc = err_set(err,
+                         "%s: row group %d holds %lld values of \"%s\"; qtitan reads row groups "
+                         "of at most %lld",
+                         name, g, (long long)c->num_values, column, (long long)PQ_MAX_GROUP_VALUES);
+        c->data_off = start; /* from here on: where the chunk's pages start */
+    }
+    if (rc) {
+        parquet_close(pq);
+        return -1;
+    }
+    *out = pq;
+    return 0;
+}
+
+static void release_group(Parquet *pq) {
+    for (int i = 0; i < pq->n_bufs; i++)
+        free(pq->bufs[i]);
+    pq->n_bufs = 0;
+    pq->n_vals = 0;
+}
+
+void parquet_close(Parquet *pq) {
+    if (!pq) return;
+    release_group(pq);
+    free(pq->bufs);
+    free(pq->vals);
+    free(pq->chunks);
+    free(pq->name);
+    free(pq->column);
+    free(pq);
+}
+
+int parquet_row_groups(const Parquet *pq) {
+    return pq->n_groups;
+}
+
+int64_t parquet_rows(const Parquet *pq) {
+    return pq->rows;
+}
+
+int64_t parquet_group_end(const Parquet *pq, int g) {
+    return pq->chunks[g].data_off + pq->chunks[g].size;
+}
+
+/* ---- pages --------------------------------------------------------------------------------- */
+
+typedef struct PageHeader {
+    int64_t type, uncompressed, compressed;
+    int64_t num_values, encoding;        /* data (v1, v2) and dictionary pages */
+    int64_t num_nulls, def_len, rep_len; /* v2 */
+    int v2_compressed;
+} PageHeader;
+
+static int read_page_sub(Rd *r, PageHeader *h, int kind) {
+    if (++r->depth > PQ_MAX_DEPTH) return bad(r, "structures nested too deep");
+    int16_t last = 0;
+    for (;;) {
+        int id, type;
+        if (rd_field(r, &last, &id, &type)) return -1;
+        if (type == T_STOP) break;
+        int64_t v;
+        int is_int = type == T_I16 || type == T_I32 || type == T_I64 || type == T_BYTE;
+        if (kind == 8 && id == 7 && (type == T_TRUE || type == T_FALSE)) {
+            h->v2_compressed = type == T_TRUE;
+            continue;
+        }
+        if (!is_int) {
+            if (rd_skip(r, type)) return -1;
+            continue;
+        }
+        if (rd_int(r, type, &v)) return -1;
+        if (id == 1) h->num_values = v;
+        if (kind == 5 && id == 2) h->encoding = v;
+        if (kind == 7 && id == 2) h->encoding = v;
+        if (kind == 8) {
+            if (id == 2) h->num_nulls = v;
+            if (id == 4) h->encoding = v;
+            if (id == 5) h->def_len = v;
+            if (id == 6) h->rep_len = v;
+        }
+    }
+    r->depth--;
+    return 0;
+}
+
+static int read_page_header(Rd *r, PageHeader *h) {
+    memset(h, 0, sizeof *h);
+    h->type = -1;
+    h->v2_compressed = 1;
+    int16_t last = 0;
+    for (;;) {
+        int id, type;
+        if (rd_field(r, &last, &id, &type)) return -1;
+        if (type == T_STOP) return 0;
+        if ((id == 5 || id == 7 || id == 8) && type == T_STRUCT) {
+            if (read_page_sub(r, h, id)) return -1;
+        } else if (id >= 1 && id <= 3 && type != T_STRUCT && type != T_BINARY && type != T_LIST) {
+            int64_t v;
+            if (rd_int(r, type, &v)) return -1;
+            if (id == 1) h->type = v;
+            if (id == 2) h->uncompressed = v;
+            if (id == 3) h->compressed = v;
+        } else if (rd_skip(r, type)) {
+            return -1;
+        }
+    }
+}
+
+/* Decompresses n bytes at src with codec into a buffer of exactly want bytes, kept with the
+ * group; *out points at the bytes (src itself when uncompressed). */
+static int decompress(Parquet *pq, int64_t codec, const uint8_t *src, size_t n, size_t want,
+                      const uint8_t **out, int64_t at, Err *err) {
+    if (codec == CODEC_NONE) {
+        if (n != want)
+            return err_set(err,
+                           "%s: the uncompressed page at byte %lld holds %zu bytes where its "
+                           "header says %zu",
+                           pq->name, (long long)at, n, want);
+        *out = src;
+        return 0;
+    }
+    if (codec == CODEC_SNAPPY) {
+        size_t len;
+        if (snappy_uncompressed_length((const char *)src, n, &len) != SNAPPY_OK || len != want)
+            return err_set(err,
+                           "%s: the Snappy page at byte %lld does not hold the %zu bytes its "
+                           "header says",
+                           pq->name, (long long)at, want);
+    }
+    uint8_t *buf = xmalloc(want ? want : 1);
+    int ok = 0;
+    if (codec == CODEC_SNAPPY) {
+        size_t len = want;
+        ok = snappy_uncompress((const char *)src, n, (char *)buf, &len) == SNAPPY_OK && len == want;
+    } else if (codec == CODEC_ZSTD) {
+        size_t got = ZSTD_decompress(buf, want, src, n);
+        ok = !ZSTD_isError(got) && got == want;
+    } else if (codec == CODEC_GZIP) {
+        z_stream z;
+        memset(&z, 0, sizeof z);
+        if (inflateInit2(&z, 15 + 32) == Z_OK) {
+            z.next_in = (Bytef *)src;
+            z.avail_in = (uInt)n;
+            z.next_out = buf;
+            z.avail_out = (uInt)want;
+            int zr = inflate(&z, Z_FINISH);
+            ok = zr == Z_STREAM_END && z.total_out == want;
+            inflateEnd(&z);
+        }
+    }
+    if (!ok) {
+        free(buf);
+        return err_set(err, "%s: the %s page at byte %lld does not decompress to %zu bytes",
+                       pq->name, codec_name(codec), (long long)at, want);
+    }
+    if (pq->n_bufs == pq->cap_bufs) {
+        pq->cap_bufs = pq->cap_bufs ? 2 * pq->cap_bufs : 16;
+        pq->bufs = xrealloc(pq->bufs, (size_t)pq->cap_bufs * sizeof *pq->bufs);
+    }
+    pq->bufs[pq->n_bufs++] = buf;
+    *out = buf;
+    return 0;
+}
+
+/* PLAIN byte arrays: n values, each a 4-byte little-endian length and its bytes. */
+static int plain_values(Parquet *pq, const uint8_t *p, const uint8_t *end, int64_t n,
+                        ParquetStr *out, int64_t at, Err *err) {
+    for (int64_t i = 0; i < n; i++) {
+        if (end - p < 4)
+            return err_set(err, "%s: the page at byte %lld ends inside value %lld of %lld",
+                           pq->name, (long long)at, (long long)i, (long long)n);
+        uint32_t len =
+            (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+        p += 4;
+        if (len > (uint64_t)(end - p))
+            return err_set(err,
+                           "%s: value %lld of the page at byte %lld is %u bytes long, past the "
+                           "page's end",
+                           pq->name, (long long)i, (long long)at, len);
+        out[i] = (ParquetStr){(const char *)p, len};
+        p += len;
+    }
+    return 0;
+}
+
+/* The RLE / bit-packed hybrid of Parquet: runs of one repeated value, or groups of 8 values of
+ * `width` bits packed from the least significant bit. */
+typedef struct Hybrid {
+    const uint8_t *p, *end;
+    int width;
+    uint64_t run;   /* values left in the current run */
+    int packed;     /* the current run is bit-packed */
+    uint32_t value; /* an RLE run's value */
+    uint64_t bit;   /* a packed run's next bit, from p */
+} Hybrid;
+
+static int hybrid_next(Hybrid *h, uint32_t *v) {
+    while (h->run == 0) {
+        if (h->p >= h->end) return -1;
+        uint64_t head = 0;
+        int shift = 0;
+        for (;;) {
+            if (h->p >= h->end || shift > 56) return -1;
+            uint8_t b = *h->p++;
+            head |= (uint64_t)(b & 0x7f) << shift;
+            shift += 7;
+            if (!(b & 0x80)) break;
+        }
+        if (head & 1) {
+            uint64_t groups = head >> 1;
+            if (groups == 0 || groups > (uint64_t)(h->end - h->p) * 8 + 8) return -1;
+            if (groups * (uint64_t)h->width > (uint64_t)(h->end - h->p)) return -1;
+            h->packed = 1;
+            h->run = groups * 8;
+            h->bit = 0;
+        } else {
+            h->packed = 0;
+            h->run = head >> 1;
+            if (h->run == 0) return -1;
+            int bytes = (h->width + 7) / 8;
+            if (h->end - h->p < bytes) return -1;
+            h->value = 0;
+            for (int i = 0; i < bytes; i++)
+                h->value |= (uint32_t)h->p[i] << (8 * i);
+            h->p += bytes;
+        }
+    }
+    if (h->packed) {
+        uint32_t x = 0;
+        for (int i = 0; i < h->width; i++, h->bit++)
+            x |= (uint32_t)((h->p[h->bit / 8] >> (h->bit % 8)) & 1) << i;
+        *v = x;
+        if (--h->run == 0) h->p += (h->bit + 7) / 8;
+    } else {
+        *v = h->value;
+        h->run--;
+    }
+    return 0;
+}
+
+static void push_value(Parquet *pq, ParquetStr s) {
+    if (pq->n_vals == pq->cap_vals) {
+        pq->cap_vals = pq->cap_vals ? 2 * pq->cap_vals : 1024;
+        pq->vals = xrealloc(pq->vals, (size_t)pq->cap_vals * sizeof *pq->vals);
+    }
+    pq->vals[pq->n_vals++] = s;
+}
+
+/* One data page's values (v1 or v2): definition levels (OPTIONAL columns) say which of its
+ * num_values rows hold a value; the values are PLAIN or dictionary indices. */
+static int data_page(Parquet *pq, const PageHeader *h, const uint8_t *levels, size_t levels_len,
+                     const uint8_t *vals, size_t vals_len, const ParquetStr *dict, int64_t n_dict,
+                     int64_t at, Err *err) {
+    int64_t n = h->num_values;
+    if (n < 0 || n > PQ_MAX_PAGE_VALUES)
+        return err_set(err, "%s: the page at byte %lld declares %lld values (at most %lld)",
+                       pq->name, (long long)at, (long long)n, (long long)PQ_MAX_PAGE_VALUES);
+    if (pq->n_vals + n > PQ_MAX_GROUP_VALUES)
+        return err_set(err, "%s: a row group of more than %lld values", pq->name,
+                       (long long)PQ_MAX_GROUP_VALUES);
+    /* How many rows hold a value. */
+    int64_t present = n;
+    Hybrid def = {levels, levels + levels_len, 1, 0, 0, 0, 0};
+    if (pq->optional) {
+        present = 0;
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t lv;
+            if (hybrid_next(&def, &lv) || lv > 1)
+                return err_set(err,
+                               "%s: the definition levels of the page at byte %lld are damaged "
+                               "(row %lld of %lld)",
+                               pq->name, (long long)at, (long long)i, (long long)n);
+            present += lv;
+        }
+    }
+    ParquetStr *v = xmalloc((size_t)(present ? present : 1) * sizeof *v);
+    int rc = 0;
+    if (h->encoding == ENC_PLAIN) {
+        rc = plain_values(pq, vals, vals + vals_len, present, v, at, err);
+    } else if (h->encoding == ENC_PLAIN_DICTIONARY || h->encoding == ENC_RLE_DICTIONARY) {
+        if (!dict)
+            rc = err_set(err, "%s: the page at byte %lld uses a dictionary the chunk lacks",
+                         pq->name, (long long)at);
+        else if (vals_len < 1 || vals[0] > 32)
+            rc = err_set(err, "%s: the page at byte %lld has no valid index bit width", pq->name,
+                         (long long)at);
+        Hybrid idx = {vals + 1, vals + vals_len, rc == 0 ? vals[0] : 0, 0, 0, 0, 0};
+        for (int64_t i = 0; rc == 0 && i < present; i++) {
+            uint32_t k;
+            if (hybrid_next(&idx, &k) || (int64_t)k >= n_dict)
+                rc = err_set(err,
+                             "%s: dictionary index %lld of the page at byte %lld is damaged or "
+                             "past the dictionary's %lld values",
+                             pq->name, (long long)i, (long long)at, (long long)n_dict);
+            else
+                v[i] = dict[k];
+        }
+    } else {
+        rc = err_set(err,
+                     "%s: the page at byte %lld is encoded with %s; qtitan reads PLAIN and "
+                     "dictionary-encoded strings",
+                     pq->name, (long long)at, encoding_name(h->encoding));
+    }
+    for (int64_t i = 0; rc == 0 && i < present; i++)
+        push_value(pq, v[i]);
+    free(v);
+    return rc;
+}
+
+int parquet_read_group(Parquet *pq, int g, const ParquetStr **vals, int64_t *n, Err *err) {
+    release_group(pq);
+    *vals = NULL;
+    *n = 0;
+    if (g < 0 || g >= pq->n_groups)
+        return err_set(err, "%s: no row group %d (it has %d)", pq->name, g, pq->n_groups);
+    const Chunk *c = &pq->chunks[g];
+    const uint8_t *p = pq->data + c->data_off, *end = p + c->size;
+    ParquetStr *dict = NULL;
+    int64_t n_dict = 0, rows = 0;
+    int rc = 0;
+    while (rc == 0 && rows < c->num_values) {
+        int64_t at = p - pq->data;
+        if (p >= end) {
+            rc = err_set(err,
+                         "%s: row group %d's chunk of \"%s\" ends after %lld of its %lld values",
+                         pq->name, g, pq->column, (long long)rows, (long long)c->num_values);
+            break;
+        }
+        Rd r = {pq->data, p, end, pq->name, err, 0};
+        PageHeader h;
+        if ((rc = read_page_header(&r, &h))) break;
+        p = r.p;
+        if (h.compressed < 0 || h.compressed > end - p || h.uncompressed < 0 ||
+            h.uncompressed > PQ_MAX_PAGE) {
+            rc = err_set(err,
+                         "%s: the page at byte %lld declares %lld bytes (%lld uncompressed), "
+                         "past its chunk or over %lld",
+                         pq->name, (long long)at, (long long)h.compressed,
+                         (long long)h.uncompressed, (long long)PQ_MAX_PAGE);
+            break;
+        }
+        const uint8_t *body = p;
+        p += h.compressed;
+        if (h.type == PAGE_DICTIONARY) {
+            const uint8_t *u;
+            if (h.encoding != ENC_PLAIN && h.encoding != ENC_PLAIN_DICTIONARY) {
+                rc = err_set(err, "%s: the dictionary page at byte %lld is encoded with %s",
+                             pq->name, (long long)at, encoding_name(h.encoding));
+                break;
+            }
+            if (dict || h.num_values < 0 || h.num_values > h.uncompressed / 4) {
+                rc = err_set(err,
+                             "%s: the dictionary page at byte %lld is a second one or declares "
+                             "%lld values in %lld bytes",
+                             pq->name, (long long)at, (long long)h.num_values,
+                             (long long)h.uncompressed);
+                break;
+            }
+            if ((rc = decompress(pq, c->codec, body, (size_t)h.compressed, (size_t)h.uncompressed,
+                                 &u, at, err)))
+                break;
+            n_dict = h.num_values;
+            dict = xmalloc((size_t)(n_dict ? n_dict : 1) * sizeof *dict);
+            rc = plain_values(pq, u, u + h.uncompressed, n_dict, dict, at, err);
+        } else if (h.type == PAGE_DATA) {
+            const uint8_t *u;
+            if ((rc = decompress(pq, c->codec, body, (size_t)h.compressed, (size_t)h.uncompressed,
+                                 &u, at, err)))
+                break;
+            const uint8_t *q = u, *qe = u + h.uncompressed;
+            size_t levels_len = 0;
+            const uint8_t *levels = q;
+            if (pq->optional) {
+                if (qe - q < 4) {
+                    rc = err_set(err, "%s: the page at byte %lld has no definition levels",
+                                 pq->name, (long long)at);
+                    break;
+                }
+                uint32_t L = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 |
+                             (uint32_t)q[3] << 24;
+                if (L > (uint64_t)(qe - q - 4)) {
+                    rc = err_set(err,
+                                 "%s: the definition levels of the page at byte %lld run "
+                                 "past it",
+                                 pq->name, (long long)at);
+                    break;
+                }
+                levels = q + 4;
+                levels_len = L;
+                q += 4 + L;
+            }
+            rc = data_page(pq, &h, levels, levels_len, q, (size_t)(qe - q), dict, n_dict, at, err);
+            rows += h.num_values;
+        } else if (h.type == PAGE_DATA_V2) {
+            if (h.def_len < 0 || h.rep_len < 0 || h.def_len + h.rep_len > h.compressed ||
+                h.def_len + h.rep_len > h.uncompressed) {
+                rc = err_set(err, "%s: the level lengths of the page at byte %lld run past it",
+                             pq->name, (long long)at);
+                break;
+            }
+            if (h.rep_len) {
+                rc = err_set(err,
+                             "%s: the page at byte %lld has repetition levels, which a "
+                             "top-level column does not",
+                             pq->name, (long long)at);
+                break;
+            }
+            const uint8_t *levels = body + h.rep_len, *u;
+            size_t skip = (size_t)(h.def_len + h.rep_len);
+            int64_t codec = h.v2_compressed ? c->codec : CODEC_NONE;
+            if ((rc = decompress(pq, codec, body + skip, (size_t)h.compressed - skip,
+                                 (size_t)h.uncompressed - skip, &u, at, err)))
+                break;
+            rc = data_page(pq, &h, levels, (size_t)h.def_len, u, (size_t)h.uncompressed - skip,
+                           dict, n_dict, at, err);
+            rows += h.num_values;
+        } else if (h.type != PAGE_INDEX) {
+            rc = err_set(err, "%s: the page at byte %lld is of unknown type %lld", pq->name,
+                         (long long)at, (long long)h.type);
+        }
+    }
+    free(dict);
+    if (rc == 0 && rows != c->num_values)
+        rc = err_set(err, "%s: row group %d's pages hold %lld values where its metadata says %lld",
+                     pq->name, g, (long long)rows, (long long)c->num_values);
+    if (rc) {
+        release_group(pq);
+        return -1;
+    }
+    *vals = pq->vals;
+    *n = pq->n_vals;
+    return 0;
+}

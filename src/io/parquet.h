@@ -1,0 +1,48 @@
+/* Apache Parquet files read for their text: the values of one top-level string column
+ * (BYTE_ARRAY, REQUIRED or OPTIONAL; nulls skipped), row group by row group, in row order, as
+ * the datasets on the Hugging Face Hub ship them (a "text" column, Snappy or Zstandard
+ * pages, dictionary-encoded).
+ *
+ * Read: the footer (FileMetaData in Thrift's compact protocol), data pages v1 and v2 and
+ * dictionary pages; the encodings PLAIN, PLAIN_DICTIONARY / RLE_DICTIONARY (with RLE /
+ * bit-packed definition levels); the codecs UNCOMPRESSED, SNAPPY, GZIP and ZSTD. Anything else
+ * (another codec or encoding, a column in another file, a nested or repeated column) is an error
+ * sentence naming the file and what it found, never a silent skip. Every length and count in
+ * the file is checked against the bytes that hold it before it is used, so a damaged or hostile
+ * file gives a sentence (with the byte offset where one applies), never a crash; fuzz_parquet
+ * feeds it arbitrary bytes. */
+#ifndef QT_PARQUET_H
+#define QT_PARQUET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+
+typedef struct ParquetStr {
+    const char *p;
+    size_t n;
+} ParquetStr;
+
+typedef struct Parquet Parquet;
+
+/* Opens the size bytes at data (kept, not copied: a mapped file), `name` naming them in
+ * sentences, for the string column `column`: checks the magic bytes, the footer, the schema
+ * (the column exists at the top level and holds strings) and that every row group's chunk of
+ * it lies inside the file. A missing column is a sentence listing the columns there are. */
+int parquet_open(Parquet **pq, const void *data, size_t size, const char *name, const char *column,
+                 Err *err);
+void parquet_close(Parquet *pq);
+int parquet_row_groups(const Parquet *pq);
+int64_t parquet_rows(const Parquet *pq);
+/* The file offset where row group g's chunk of the column ends (for progress). */
+int64_t parquet_group_end(const Parquet *pq, int g);
+
+/* The non-null values of row group g, in row order: (*vals)[0 .. *n). They point into the file
+ * or into pages decompressed here, valid until the next call or parquet_close. */
+int parquet_read_group(Parquet *pq, int g, const ParquetStr **vals, int64_t *n, Err *err);
+
+/* Whether a file name ends in .parquet. */
+int parquet_is_name(const char *path);
+
+#endif

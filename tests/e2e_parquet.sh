@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Parquet datasets (src/io/parquet.c; fixtures by tools/make_parquet_fixtures.py with pyarrow):
+# training on each fixture's "text" column (Snappy + dictionary pages, Zstandard data pages v2
+# with nulls, gzip with a dictionary that falls back to PLAIN, uncompressed non-nullable) runs
+# the same steps, bitwise, as training on JSON Lines of the same texts; a directory of them is
+# read; tokenizer-train learns the same tokenizer from the Parquet file as from the JSON Lines;
+# and what qtitan cannot read (the LZ4 codec, DELTA strings, a column of integers, no "text"
+# column, a list column, a compressed .parquet.gz, conversations in Parquet) stops with one
+# sentence naming the file.
+set -euo pipefail
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fx=$QT_SOURCE_DIR/tests/fixtures/parquet
+tok=$QT_SOURCE_DIR/tests/fixtures/tokenizer/tiny_gpt2
+export QT_CACHE_DIR=$tmp/cache
+fail() { echo "FAIL: $*"; exit 1; }
+command -v jq >/dev/null || fail "jq is missing (scripts/setup.sh installs it)"
+train() { # dump, dataset, extra args...
+  local dump=$1 data=$2
+  shift 2
+  "$QT_BINARY" train --config "$QT_SOURCE_DIR/configs/debug.toml" --model.tokenizer_path="$tok" \
+    --model.vocab_size=640 --model.dim=32 --model.n_layers=1 --model.n_heads=2 \
+    --model.n_kv_heads=1 --model.head_dim=16 --model.hidden_dim=64 --training.seq_len=32 \
+    --training.local_batch_size=2 --training.steps=4 --metrics.peak_tflops=1 \
+    --training.dataset_path="$data" --job.dump_folder="$tmp/$dump" "$@" 2>&1
+}
+losses() { grep '^step:' "$1" | awk '{print $4}'; }
+
+for f in snappy_dict zstd_v2 gzip_fallback plain_required; do
+  jq -c --arg f "$f.parquet" '.[$f][] | {text: .}' "$fx/expected.json" >"$tmp/$f.jsonl"
+  train "p-$f" "$fx/$f.parquet" >"$tmp/p-$f.log" || { cat "$tmp/p-$f.log"; fail "train on $f.parquet"; }
+  train "j-$f" "$tmp/$f.jsonl" >"$tmp/j-$f.log" || { cat "$tmp/j-$f.log"; fail "train on $f.jsonl"; }
+  [ "$(losses "$tmp/p-$f.log" | wc -l)" = 4 ] && [ "$(losses "$tmp/p-$f.log")" = "$(losses "$tmp/j-$f.log")" ] ||
+    fail "$f: Parquet losses $(losses "$tmp/p-$f.log" | tr '\n' ' ') vs JSON Lines $(losses "$tmp/j-$f.log" | tr '\n' ' ')"
+  echo "$f.parquet: the 4 losses of its JSON Lines"
+done
+
+# A directory of Parquet files, read in name order as JSON Lines files are.
+mkdir "$tmp/dir"
+cp "$fx/snappy_dict.parquet" "$tmp/dir/a.parquet"
+cp "$fx/zstd_v2.parquet" "$tmp/dir/b.parquet"
+cat "$tmp/snappy_dict.jsonl" "$tmp/zstd_v2.jsonl" >"$tmp/ab.jsonl"
+train dir "$tmp/dir" >"$tmp/dir.log" || { cat "$tmp/dir.log"; fail "train on a directory of Parquet files"; }
+train ab "$tmp/ab.jsonl" >"$tmp/ab.log" || fail "train on ab.jsonl"
+[ "$(losses "$tmp/dir.log")" = "$(losses "$tmp/ab.log")" ] || fail "a directory of Parquet files"
+echo "a directory of two Parquet files: the losses of their JSON Lines"
+
+"$QT_BINARY" tokenizer-train --input "$fx/gzip_fallback.parquet" --vocab-size 300 --output "$tmp/tp" \
+  >/dev/null 2>&1 || fail "tokenizer-train on Parquet"
+"$QT_BINARY" tokenizer-train --input "$tmp/gzip_fallback.jsonl" --vocab-size 300 --output "$tmp/tj" \
+  >/dev/null 2>&1 || fail "tokenizer-train on JSON Lines"
+cmp -s "$tmp/tp/tokenizer.json" "$tmp/tj/tokenizer.json" || fail "tokenizer-train learns another tokenizer from Parquet"
+echo "tokenizer-train: the same tokenizer from Parquet as from JSON Lines"
+
+refuse() { # file, expected text
+  if train "bad" "$1" >"$tmp/bad.log"; then fail "$1 was accepted"; fi
+  grep -q "error: $1: .*$2" "$tmp/bad.log" || { cat "$tmp/bad.log"; fail "$1: expected '$2'"; }
+  echo "refused: $(grep '^error:' "$tmp/bad.log" | sed "s|$fx/||")"
+}
+refuse "$fx/lz4.parquet" 'is compressed with LZ4_RAW; qtitan reads uncompressed, SNAPPY, GZIP and ZSTD'
+refuse "$fx/delta.parquet" 'encoded with DELTA_BYTE_ARRAY; qtitan reads PLAIN and dictionary-encoded'
+refuse "$fx/int_text.parquet" 'column "text" holds INT64 values, not strings'
+refuse "$fx/no_text.parquet" 'no column "text" in the Parquet file (its columns: content, id)'
+refuse "$fx/nested_text.parquet" 'column "text" is a list or a group of fields'
+gzip -c "$fx/zstd_v2.parquet" >"$tmp/z.parquet.gz"
+refuse "$tmp/z.parquet.gz" 'a compressed Parquet file'
+head -c 3000 "$fx/zstd_v2.parquet" >"$tmp/cut.parquet"
+refuse "$tmp/cut.parquet" 'not a Parquet file'
+if train chat "$fx/snappy_dict.parquet" --training.data_format=messages \
+  --model.tokenizer_path="${QT_SHARED_DIR:-/nonexistent}/tokenizers/qwen3" --model.vocab_size=151669 \
+  >"$tmp/chat.log"; then fail "conversations from Parquet were accepted"; fi
+grep -q 'error: .*snappy_dict.parquet: conversations are read from JSON Lines, not Parquet\|error: .*tokenizer' "$tmp/chat.log" ||
+  { cat "$tmp/chat.log"; fail "conversations from Parquet: no sentence"; }
+echo "e2e_parquet: ok"

@@ -1,0 +1,112 @@
+/* The Parquet reader (io/parquet.h) against pyarrow (tests/fixtures/parquet, made by
+ * tools/make_parquet_fixtures.py): every non-null "text" value of each readable fixture, in
+ * row order, byte for byte; and damaged files: every single-byte change of tiny_gzip.parquet
+ * (each byte xor 0x01, 0x80 and 0xff) either reads or fails with a sentence naming the file,
+ * never anything else (the sanitizer build checks the memory accesses). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fs.h"
+#include "core/json.h"
+#include "io/parquet.h"
+
+static char *fix_dir;
+
+static char *read_file(const char *dir, const char *name, size_t *len) {
+    char *p = fs_join(dir, name), *data;
+    Err err;
+    if (fs_read_all(p, &data, len, &err)) fail_msg("%s", err.msg);
+    free(p);
+    return data;
+}
+
+static void test_fixtures_match_pyarrow(void **state) {
+    (void)state;
+    Err err;
+    char *ep = fs_join(fix_dir, "expected.json");
+    json_t *expected = json_load_path(ep, &err);
+    assert_non_null(expected);
+    const char *names[] = {"snappy_dict.parquet",    "zstd_v2.parquet",   "gzip_fallback.parquet",
+                           "plain_required.parquet", "tiny_gzip.parquet", "tiny_none_v2.parquet"};
+    for (size_t f = 0; f < sizeof names / sizeof *names; f++) {
+        const json_t *want = json_object_get(expected, names[f]);
+        assert_non_null(want);
+        size_t len;
+        char *data = read_file(fix_dir, names[f], &len);
+        Parquet *pq;
+        if (parquet_open(&pq, data, len, names[f], "text", &err)) fail_msg("%s", err.msg);
+        size_t k = 0;
+        int groups = parquet_row_groups(pq);
+        for (int g = 0; g < groups; g++) {
+            const ParquetStr *v;
+            int64_t n;
+            if (parquet_read_group(pq, g, &v, &n, &err)) fail_msg("%s", err.msg);
+            for (int64_t i = 0; i < n; i++, k++) {
+                const json_t *w = json_array_get(want, k);
+                assert_non_null(w);
+                assert_int_equal(v[i].n, json_string_length(w));
+                assert_memory_equal(v[i].p, json_string_value(w), v[i].n);
+            }
+        }
+        printf("%s: %zu values in %d row group(s), as pyarrow wrote them\n", names[f], k, groups);
+        assert_int_equal(k, json_array_size(want));
+        parquet_close(pq);
+        free(data);
+    }
+    json_decref(expected);
+    free(ep);
+}
+
+static void test_damaged_bytes(void **state) {
+    (void)state;
+    size_t len;
+    char *orig = read_file(fix_dir, "tiny_gzip.parquet", &len);
+    char *data = malloc(len);
+    const unsigned char flips[] = {0x01, 0x80, 0xff};
+    int ok = 0, refused = 0;
+    for (size_t i = 0; i < len; i++)
+        for (size_t f = 0; f < sizeof flips; f++) {
+            memcpy(data, orig, len);
+            data[i] ^= (char)flips[f];
+            Parquet *pq;
+            Err err;
+            int rc = parquet_open(&pq, data, len, "damaged.parquet", "text", &err);
+            for (int g = 0; rc == 0 && g < parquet_row_groups(pq); g++) {
+                const ParquetStr *v;
+                int64_t n;
+                rc = parquet_read_group(pq, g, &v, &n, &err);
+            }
+            if (pq) parquet_close(pq);
+            if (rc) {
+                if (strncmp(err.msg, "damaged.parquet: ", 17) != 0) fail_msg("%s", err.msg);
+                refused++;
+            } else {
+                ok++;
+            }
+        }
+    printf("%zu single-byte changes: %d read, %d refused with a sentence\n", 3 * len, ok, refused);
+    assert_true(refused > 0);
+    free(data);
+    free(orig);
+}
+
+int main(void) {
+    const char *src = getenv("QT_SOURCE_DIR");
+    if (!src) return 77;
+    fix_dir = fs_join(src, "tests/fixtures/parquet");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fixtures_match_pyarrow),
+        cmocka_unit_test(test_damaged_bytes),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    free(fix_dir);
+    return rc;
+}

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Parquet files written by pyarrow, the library behind Hugging Face datasets' Parquet files,
+as references for tests/test_parquet.c (src/io/parquet.c) and tests/e2e_parquet.sh.
+
+Writes tests/fixtures/parquet/:
+  snappy_dict.parquet   pyarrow's defaults (Snappy, dictionary-encoded, data pages v1), a
+                        nullable "text" column beside an integer and a struct column, two row
+                        groups
+  zstd_v2.parquet       Zstandard, data pages v2, PLAIN strings, nulls, many small pages
+  gzip_fallback.parquet gzip; the dictionary outgrows its limit, so the chunk holds a
+                        dictionary page, dictionary-encoded pages, then PLAIN pages
+  plain_required.parquet uncompressed, a non-nullable large_string "text": empty, long and
+                        non-ASCII values
+  tiny_gzip.parquet, tiny_none_v2.parquet
+                        four short values with a null (gzip, v1 pages; uncompressed, v2 pages):
+                        test_parquet changes each byte of the first; both seed fuzz_parquet
+  expected.json         per file, its non-null "text" values in row order
+and files qtitan must refuse with a sentence:
+  lz4.parquet           the LZ4_RAW codec
+  delta.parquet         DELTA_BYTE_ARRAY strings
+  int_text.parquet      "text" holds integers
+  no_text.parquet       no "text" column (its columns: "content", "id")
+  nested_text.parquet   "text" is a list of strings
+
+Usage: python3 tools/make_parquet_fixtures.py [OUT_DIR]
+"""
+import json
+import os
+import random
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from fixture_util import out_root
+
+OUT = out_root("parquet")
+
+
+def texts(seed, n, null_every=0):
+    r = random.Random(seed)
+    words = ["the", "small", "caf\u00e9", "\u4f60\u597d", "model", "\U0001F600", "data", "\n",
+             "tab\there", "quote\"s", "back\\slash", "\u0000nul"]
+    out = []
+    for i in range(n):
+        if null_every and i % null_every == 3:
+            out.append(None)
+        else:
+            out.append(" ".join(r.choice(words) for _ in range(r.randint(0, 12))))
+    return out
+
+
+def write(name, table, **kw):
+    pq.write_table(table, os.path.join(OUT, name), **kw)
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    expected = {}
+
+    t = texts(1, 300, null_every=17)
+    t[5] = t[6] = t[7] = "repeated line"
+    tab = pa.table({"id": pa.array(range(300), pa.int64()), "text": pa.array(t, pa.string()),
+                    "meta": pa.array([{"url": f"u{i}", "score": i / 7} for i in range(300)])})
+    write("snappy_dict.parquet", tab, row_group_size=128)
+    expected["snappy_dict.parquet"] = [x for x in t if x is not None]
+
+    t = texts(2, 500, null_every=5)
+    write("zstd_v2.parquet", pa.table({"text": pa.array(t, pa.string())}), compression="zstd",
+          use_dictionary=False, data_page_version="2.0", data_page_size=512)
+    expected["zstd_v2.parquet"] = [x for x in t if x is not None]
+
+    t = [f"line {i} " + "x" * (i % 50) for i in range(1000)] + texts(3, 200, null_every=9)
+    write("gzip_fallback.parquet", pa.table({"text": pa.array(t, pa.string())}),
+          compression="gzip", dictionary_pagesize_limit=2048, data_page_size=1024)
+    expected["gzip_fallback.parquet"] = [x for x in t if x is not None]
+
+    t = ["", "caf\u00e9 \u2615", "x" * 20000, "\u0645\u0631\u062d\u0628\u0627"] + texts(4, 50)
+    schema = pa.schema([pa.field("text", pa.large_string(), nullable=False)])
+    write("plain_required.parquet", pa.table({"text": pa.array(t, pa.large_string())},
+                                             schema=schema),
+          compression="none", use_dictionary=False)
+    expected["plain_required.parquet"] = t
+
+    tiny = pa.table({"text": pa.array(["ab", "cd", None, "ab"], pa.string())})
+    write("tiny_gzip.parquet", tiny, compression="gzip")
+    write("tiny_none_v2.parquet", tiny, compression="none", data_page_version="2.0")
+    expected["tiny_gzip.parquet"] = expected["tiny_none_v2.parquet"] = ["ab", "cd", "ab"]
+
+    small = pa.table({"text": pa.array(["a", "b"], pa.string())})
+    write("lz4.parquet", small, compression="lz4")
+    write("delta.parquet", small, use_dictionary=False, compression="none",
+          column_encoding={"text": "DELTA_BYTE_ARRAY"})
+    write("int_text.parquet", pa.table({"text": pa.array([1, 2], pa.int64())}))
+    write("no_text.parquet", pa.table({"content": pa.array(["a"]), "id": pa.array([1])}))
+    write("nested_text.parquet", pa.table({"text": pa.array([["a", "b"], ["c"]])}))
+
+    with open(os.path.join(OUT, "expected.json"), "w", encoding="utf-8") as f:
+        json.dump(expected, f, ensure_ascii=False)
+        f.write("\n")
+    for n in sorted(os.listdir(OUT)):
+        print(n, os.path.getsize(os.path.join(OUT, n)))
+
+
+if __name__ == "__main__":
+    main()
