@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/parquet.h"
+#include "text/parquet.h"
 
 static volatile size_t sink;
 

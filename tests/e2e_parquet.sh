@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Parquet datasets (src/io/parquet.c; fixtures by tools/make_parquet_fixtures.py with pyarrow):
+# Parquet datasets (src/text/parquet.c; fixtures by tools/make_parquet_fixtures.py with pyarrow):
 # training on each fixture's "text" column (Snappy + dictionary pages, Zstandard data pages v2
 # with nulls, gzip with a dictionary that falls back to PLAIN, uncompressed non-nullable) runs
 # the same steps, bitwise, as training on JSON Lines of the same texts; a directory of them is

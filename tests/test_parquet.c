@@ -1,4 +1,4 @@
-/* The Parquet reader (io/parquet.h) against pyarrow (tests/fixtures/parquet, made by
+/* The Parquet reader (text/parquet.h) against pyarrow (tests/fixtures/parquet, made by
  * tools/make_parquet_fixtures.py): every non-null "text" value of each readable fixture, in
  * row order, byte for byte; and damaged files: every single-byte change of tiny_gzip.parquet
  * (each byte xor 0x01, 0x80 and 0xff) either reads or fails with a sentence naming the file,
@@ -16,7 +16,7 @@
 
 #include "core/fs.h"
 #include "core/json.h"
-#include "io/parquet.h"
+#include "text/parquet.h"
 
 static char *fix_dir;
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Parquet files written by pyarrow, the library behind Hugging Face datasets' Parquet files,
-as references for tests/test_parquet.c (src/io/parquet.c) and tests/e2e_parquet.sh.
+as references for tests/test_parquet.c (src/text/parquet.c) and tests/e2e_parquet.sh.
 
 Writes tests/fixtures/parquet/:
   snappy_dict.parquet   pyarrow's defaults (Snappy, dictionary-encoded, data pages v1), a

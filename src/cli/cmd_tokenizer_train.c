@@ -14,7 +14,7 @@
 #include "core/strutil.h"
 #include "core/timer.h"
 #include "core/zread.h"
-#include "io/parquet.h"
+#include "text/parquet.h"
 #include "text/bpe_train.h"
 #include "text/jsonl.h"
 

@@ -9,7 +9,7 @@
 #include "core/ignore_target.h"
 #include "core/log.h"
 #include "core/rng.h"
-#include "io/parquet.h"
+#include "text/parquet.h"
 #include "text/jsonl.h"
 
 /* The shuffle's rng stream, apart from the pretraining dataset's and other users of the seed. */

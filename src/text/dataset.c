@@ -22,7 +22,7 @@
 #include "core/rng.h"
 #include "core/strutil.h"
 #include "core/zread.h"
-#include "io/parquet.h"
+#include "text/parquet.h"
 #include "text/jsonl.h"
 
 /* Cache file layout (little-endian): this header, ids u32[n_tokens] at ids_offset, zero
@@ -502,7 +502,7 @@ static int tokenize_lines(Build *b, const char *buf, size_t len, size_t *pos, in
  * moves to the front; memory is a block plus the longest line, whatever the file's size. */
 #define STREAM_BLOCK (4u << 20)
 
-/* The "text" column of a Parquet file (io/parquet.h), row group by row group, each non-null
+/* The "text" column of a Parquet file (text/parquet.h), row group by row group, each non-null
  * value a document; documents are tokenized CHUNK_DOCS at a time, as lines are. */
 static int tokenize_parquet(Build *b, const char *path, Slot *slots, Err *err) {
     struct stat st;

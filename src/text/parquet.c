@@ -1,6 +1,6 @@
 /* Parquet string columns (see parquet.h). The format: "PAR1", the column chunks, the footer
  * (FileMetaData, Thrift compact protocol), its length (4 bytes, little-endian), "PAR1". */
-#include "io/parquet.h"
+#include "text/parquet.h"
 
 #include <snappy-c.h>
 #include <stdio.h>
@@ -835,10 +835,10 @@ static int data_page(Parquet *pq, const PageHeader *h, const uint8_t *levels, si
         if (!dict)
             rc = err_set(err, "%s: the page at byte %lld uses a dictionary the chunk lacks",
                          pq->name, (long long)at);
-        else if (vals_len < 1 || vals[0] > 32)
+        else if (present > 0 && (vals_len < 1 || vals[0] > 32))
             rc = err_set(err, "%s: the page at byte %lld has no valid index bit width", pq->name,
                          (long long)at);
-        Hybrid idx = {vals + 1, vals + vals_len, rc == 0 ? vals[0] : 0, 0, 0, 0, 0};
+        Hybrid idx = {vals + 1, vals + vals_len, rc == 0 && present > 0 ? vals[0] : 0, 0, 0, 0, 0};
         for (int64_t i = 0; rc == 0 && i < present; i++) {
             uint32_t k;
             if (hybrid_next(&idx, &k) || (int64_t)k >= n_dict)
