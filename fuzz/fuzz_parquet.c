@@ -1,6 +1,7 @@
-/* libFuzzer target: arbitrary bytes as a Parquet file, read for its "text" column. Every input
- * must open and read, or fail with a sentence naming the file; every value read must lie
- * inside the input or inside a buffer the reader owns (ASan checks the reads). */
+/* libFuzzer target: arbitrary bytes as a Parquet file, read for its "text" column and for the
+ * conversations of its "messages" column. Every input must read, or fail with a sentence
+ * naming the file; every value read must lie inside the input or inside a buffer the reader
+ * owns (ASan checks the reads). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,14 +10,35 @@
 
 static volatile size_t sink;
 
+static size_t touch(const ParquetStr *v) {
+    size_t sum = 0;
+    for (size_t k = 0; v->p && k < v->n; k++)
+        sum += (unsigned char)v->p[k];
+    return sum;
+}
+
+static int conversation(void *ctx, int64_t row, const ParquetStr *roles, const ParquetStr *contents,
+                        int64_t n, Err *err) {
+    (void)row, (void)err;
+    size_t *sum = ctx;
+    for (int64_t i = 0; i < n; i++)
+        *sum += touch(&roles[i]) + touch(&contents[i]);
+    return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     Parquet *pq;
     Err err;
+    size_t sum = 0;
+    if (parquet_read_conversations(data, size, "fuzz.parquet", "messages", conversation, &sum,
+                                   &err) != 0 &&
+        strncmp(err.msg, "fuzz.parquet: ", 14) != 0)
+        abort();
     if (parquet_open(&pq, data, size, "fuzz.parquet", "text", &err) != 0) {
         if (strncmp(err.msg, "fuzz.parquet: ", 14) != 0) abort();
+        sink = sum;
         return 0;
     }
-    size_t sum = 0;
     for (int g = 0; g < parquet_row_groups(pq); g++) {
         const ParquetStr *v;
         int64_t n;
@@ -25,8 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             break;
         }
         for (int64_t i = 0; i < n; i++)
-            for (size_t k = 0; k < v[i].n; k++)
-                sum += (unsigned char)v[i].p[k];
+            sum += touch(&v[i]);
     }
     parquet_close(pq);
     sink = sum; /* every byte was read; the sink keeps the loop */

@@ -5,8 +5,8 @@
 # the same steps, bitwise, as training on JSON Lines of the same texts; a directory of them is
 # read; tokenizer-train learns the same tokenizer from the Parquet file as from the JSON Lines;
 # and what qtitan cannot read (the LZ4 codec, DELTA strings, a column of integers, no "text"
-# column, a list column, a compressed .parquet.gz, conversations in Parquet) stops with one
-# sentence naming the file.
+# column, a list column, a compressed .parquet.gz) stops with one sentence naming the file.
+# Conversations in a "messages" column train as the same conversations in JSON Lines do.
 set -euo pipefail
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 fx=$QT_SOURCE_DIR/tests/fixtures/parquet
@@ -65,9 +65,37 @@ gzip -c "$fx/zstd_v2.parquet" >"$tmp/z.parquet.gz"
 refuse "$tmp/z.parquet.gz" 'a compressed Parquet file'
 head -c 3000 "$fx/zstd_v2.parquet" >"$tmp/cut.parquet"
 refuse "$tmp/cut.parquet" 'not a Parquet file'
-if train chat "$fx/snappy_dict.parquet" --training.data_format=messages \
-  --model.tokenizer_path="${QT_SHARED_DIR:-/nonexistent}/tokenizers/qwen3" --model.vocab_size=151669 \
-  >"$tmp/chat.log"; then fail "conversations from Parquet were accepted"; fi
-grep -q 'error: .*snappy_dict.parquet: conversations are read from JSON Lines, not Parquet\|error: .*tokenizer' "$tmp/chat.log" ||
-  { cat "$tmp/chat.log"; fail "conversations from Parquet: no sentence"; }
+
+# Conversations (training.data_format = messages) from a "messages" column of role / content
+# lists: the same steps as from JSON Lines of the same conversations, with pyarrow's current
+# (list/element) and older (list/item) names. Needs the Qwen3 tokenizer (../shared).
+qwen=${QT_SHARED_DIR:-$QT_SOURCE_DIR/../shared}/tokenizers/qwen3
+if [ -f "$qwen/tokenizer_config.json" ]; then
+  chat() { # dump, data, extra args (last, so they win)
+    train "$1" "$2" --training.data_format=messages --model.tokenizer_path="$qwen" \
+      --model.vocab_size=151669 --training.seq_len=64 "${@:3}"
+  }
+  chat cj "$fx/chat.jsonl" >"$tmp/cj.log" || { cat "$tmp/cj.log"; fail "chat from JSON Lines"; }
+  for f in chat chat_item; do
+    chat "c-$f" "$fx/$f.parquet" >"$tmp/c-$f.log" || { cat "$tmp/c-$f.log"; fail "chat from $f.parquet"; }
+    grep -q '^chat data: 40 conversation(s) from 1 file(s)' "$tmp/c-$f.log" &&
+      [ "$(losses "$tmp/c-$f.log" | wc -l)" = 4 ] && [ "$(losses "$tmp/c-$f.log")" = "$(losses "$tmp/cj.log")" ] ||
+      { cat "$tmp/c-$f.log"; fail "$f.parquet: conversations differ from chat.jsonl's"; }
+    echo "$f.parquet: 40 conversations, the 4 losses of chat.jsonl"
+  done
+  if chat bad "$fx/chat_extra.parquet" >"$tmp/bad.log"; then fail "chat_extra.parquet was accepted"; fi
+  grep -q 'chat_extra.parquet: the messages have a field "tool_calls", which qtitan reads from JSON Lines only' "$tmp/bad.log" ||
+    { cat "$tmp/bad.log"; fail "chat_extra.parquet: no sentence"; }
+  if chat bad "$fx/snappy_dict.parquet" >"$tmp/bad.log"; then fail "a text file as conversations"; fi
+  grep -q 'snappy_dict.parquet: no column "messages" in the Parquet file (its columns: id, text, meta)' "$tmp/bad.log" ||
+    { cat "$tmp/bad.log"; fail "snappy_dict.parquet as conversations: no sentence"; }
+  if chat bad "$fx/chat.parquet" --training.data_format=instruction >"$tmp/bad.log"; then
+    fail "Parquet instructions were accepted"
+  fi
+  grep -q 'conversations in Parquet are read in the "messages" format' "$tmp/bad.log" ||
+    { cat "$tmp/bad.log"; fail "Parquet instructions: no sentence"; }
+  echo "conversations: bad Parquet shapes refused with a sentence"
+else
+  echo "conversations: skipped (no Qwen3 tokenizer at $qwen)"
+fi
 echo "e2e_parquet: ok"

@@ -1,6 +1,7 @@
 /* The Parquet reader (text/parquet.h) against pyarrow (tests/fixtures/parquet, made by
  * tools/make_parquet_fixtures.py): every non-null "text" value of each readable fixture, in
- * row order, byte for byte; and damaged files: every single-byte change of tiny_gzip.parquet
+ * row order, byte for byte; the conversations of the chat fixtures, message by message, against
+ * chat.jsonl; and damaged files: every single-byte change of tiny_gzip.parquet
  * (each byte xor 0x01, 0x80 and 0xff) either reads or fails with a sentence naming the file,
  * never anything else (the sanitizer build checks the memory accesses). */
 #include <setjmp.h>
@@ -65,6 +66,54 @@ static void test_fixtures_match_pyarrow(void **state) {
     free(ep);
 }
 
+/* Conversations: chat.parquet (list/element names, two row groups) and chat_item.parquet
+ * (list/item, v2 pages) hold chat.jsonl's conversations, message by message. */
+typedef struct Want {
+    json_t *lines; /* one parsed chat.jsonl line a row */
+    int64_t rows;
+} Want;
+
+static int check_row(void *ctx, int64_t row, const ParquetStr *roles, const ParquetStr *contents,
+                     int64_t n, Err *err) {
+    (void)err;
+    Want *w = ctx;
+    const json_t *msgs = json_object_get(json_array_get(w->lines, (size_t)row), "messages");
+    assert_int_equal(row, w->rows);
+    assert_int_equal(n, json_array_size(msgs));
+    for (int64_t i = 0; i < n; i++) {
+        const json_t *m = json_array_get(msgs, (size_t)i);
+        const json_t *r = json_object_get(m, "role"), *c = json_object_get(m, "content");
+        assert_int_equal(roles[i].n, json_string_length(r));
+        assert_memory_equal(roles[i].p, json_string_value(r), roles[i].n);
+        assert_int_equal(contents[i].n, json_string_length(c));
+        assert_memory_equal(contents[i].p, json_string_value(c), contents[i].n);
+    }
+    w->rows++;
+    return 0;
+}
+
+static void test_conversations_match_pyarrow(void **state) {
+    (void)state;
+    Err err;
+    size_t len;
+    char *jl = read_file(fix_dir, "chat.jsonl", &len);
+    Want w = {json_array(), 0};
+    for (char *line = strtok(jl, "\n"); line; line = strtok(NULL, "\n"))
+        json_array_append_new(w.lines, json_loads(line, 0, NULL));
+    const char *names[] = {"chat.parquet", "chat_item.parquet"};
+    for (size_t f = 0; f < 2; f++) {
+        char *data = read_file(fix_dir, names[f], &len);
+        w.rows = 0;
+        if (parquet_read_conversations(data, len, names[f], "messages", check_row, &w, &err))
+            fail_msg("%s", err.msg);
+        printf("%s: %lld conversations, as chat.jsonl holds them\n", names[f], (long long)w.rows);
+        assert_int_equal(w.rows, json_array_size(w.lines));
+        free(data);
+    }
+    json_decref(w.lines);
+    free(jl);
+}
+
 static void test_damaged_bytes(void **state) {
     (void)state;
     size_t len;
@@ -104,6 +153,7 @@ int main(void) {
     fix_dir = fs_join(src, "tests/fixtures/parquet");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fixtures_match_pyarrow),
+        cmocka_unit_test(test_conversations_match_pyarrow),
         cmocka_unit_test(test_damaged_bytes),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

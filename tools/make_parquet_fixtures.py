@@ -15,12 +15,19 @@ Writes tests/fixtures/parquet/:
                         four short values with a null (gzip, v1 pages; uncompressed, v2 pages):
                         test_parquet changes each byte of the first; both seed fuzz_parquet
   expected.json         per file, its non-null "text" values in row order
+  chat.parquet          conversations: a "messages" list of {role, content} beside a
+                        "prompt_id" column (list/element names, Snappy, two row groups)
+  chat_item.parquet     the same, written with pyarrow's older list/item names, Zstandard, v2
+                        data pages
+  chat.jsonl            the same conversations as JSON Lines
 and files qtitan must refuse with a sentence:
   lz4.parquet           the LZ4_RAW codec
   delta.parquet         DELTA_BYTE_ARRAY strings
   int_text.parquet      "text" holds integers
   no_text.parquet       no "text" column (its columns: "content", "id")
   nested_text.parquet   "text" is a list of strings
+  chat_extra.parquet    messages with a "tool_calls" field, which Parquet conversations do not
+                        carry here
 
 Usage: python3 tools/make_parquet_fixtures.py [OUT_DIR]
 """
@@ -79,6 +86,26 @@ def main():
                                              schema=schema),
           compression="none", use_dictionary=False)
     expected["plain_required.parquet"] = t
+
+    r = random.Random(5)
+    convs = []
+    for i in range(40):
+        msgs = [{"role": "system", "content": "You add numbers."}] if i % 3 == 0 else []
+        for _ in range(1 + i % 3):
+            a, b = r.randint(0, 99), r.randint(0, 99)
+            msgs += [{"role": "user", "content": f"What is {a} plus {b}?"},
+                     {"role": "assistant", "content": f"{a} plus {b} is {a + b}. caf\u00e9"}]
+        convs.append(msgs)
+    chat = pa.table({"prompt_id": [f"p{i}" for i in range(len(convs))],
+                     "messages": pa.array(convs)})
+    write("chat.parquet", chat, row_group_size=16)
+    write("chat_item.parquet", chat, compression="zstd", data_page_version="2.0",
+          use_compliant_nested_type=False)
+    with open(os.path.join(OUT, "chat.jsonl"), "w", encoding="utf-8") as f:
+        for c in convs:
+            f.write(json.dumps({"messages": c}, ensure_ascii=False) + "\n")
+    extra = [[{"role": "user", "content": "hi", "tool_calls": "[]"}]]
+    write("chat_extra.parquet", pa.table({"messages": pa.array(extra)}))
 
     tiny = pa.table({"text": pa.array(["ab", "cd", None, "ab"], pa.string())})
     write("tiny_gzip.parquet", tiny, compression="gzip")

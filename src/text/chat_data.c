@@ -9,8 +9,8 @@
 #include "core/ignore_target.h"
 #include "core/log.h"
 #include "core/rng.h"
-#include "text/parquet.h"
 #include "text/jsonl.h"
+#include "text/parquet.h"
 
 /* The shuffle's rng stream, apart from the pretraining dataset's and other users of the seed. */
 #define CHAT_SHUFFLE_STREAM 0x4348415400000000ull
@@ -270,15 +270,74 @@ static int keep(ChatData *cd, Grow *g, const ChatTokens *tok, const char *where,
     return 0;
 }
 
+/* One row of a Parquet file's "messages" column, rendered and kept as a JSON Lines line is. */
+typedef struct ParquetRows {
+    ChatData *cd;
+    Grow *g;
+    const ChatFormat *cf;
+    const char *file;
+    int64_t *lines;
+    ChatMessage *msgs;
+    int64_t cap;
+    ChatTokens tok;
+} ParquetRows;
+
+static int parquet_row(void *ctx, int64_t row, const ParquetStr *roles, const ParquetStr *contents,
+                       int64_t n, Err *err) {
+    ParquetRows *pr = ctx;
+    char where[1100];
+    snprintf(where, sizeof where, "%s: row %lld", pr->file, (long long)row + 1);
+    (*pr->lines)++;
+    if (n == 0) return err_set(err, "%s: the conversation has no messages", where);
+    if (n > pr->cap) {
+        pr->cap = n;
+        pr->msgs = xrealloc(pr->msgs, (size_t)n * sizeof *pr->msgs);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        ChatMessage *m = &pr->msgs[i];
+        *m = (ChatMessage){0};
+        if (!roles[i].p)
+            return err_set(err, "%s: messages[%lld] has no \"role\"", where, (long long)i);
+        if (chat_role_parse(roles[i].p, roles[i].n, &m->role))
+            return err_set(err,
+                           "%s: messages[%lld].role \"%.*s\" is not \"system\", \"user\", "
+                           "\"assistant\" or \"tool\"",
+                           where, (long long)i, (int)(roles[i].n > 60 ? 60 : roles[i].n),
+                           roles[i].p);
+        if (!contents[i].p)
+            return err_set(err, "%s: messages[%lld] has no \"content\"", where, (long long)i);
+        m->content = contents[i].p;
+        m->content_len = contents[i].n;
+    }
+    if (chat_render(pr->cf, pr->msgs, (size_t)n, (ChatOptions){0, 1, NULL}, &pr->tok, err))
+        return err_wrap(err, "%s", where);
+    return keep(pr->cd, pr->g, &pr->tok, where, err);
+}
+
+/* A Parquet file of conversations: its "messages" column (text/parquet.h). */
+static int read_parquet(ChatData *cd, Grow *g, const char *file, const ChatFormat *cf,
+                        int64_t *lines, Err *err) {
+    if (cd->opt.format != DATA_MESSAGES)
+        return err_set(err,
+                       "%s: conversations in Parquet are read in the \"messages\" format (a "
+                       "column of role / content lists); write other shapes as JSON Lines",
+                       file);
+    char *buf;
+    size_t len;
+    TRY(fs_read_all(file, &buf, &len, err));
+    ParquetRows pr = {cd, g, cf, file, lines, NULL, 0, {0}};
+    int rc = parquet_read_conversations(buf, len, file, "messages", parquet_row, &pr, err);
+    free(pr.msgs);
+    chat_tokens_free(&pr.tok);
+    free(buf);
+    return rc;
+}
+
 static int read_file(ChatData *cd, Grow *g, const char *file, const ChatFormat *cf, int64_t *lines,
                      Err *err) {
     char *buf;
     size_t len;
-    if (parquet_is_name(file))
-        return err_set(err,
-                       "%s: conversations are read from JSON Lines, not Parquet; write them "
-                       "as JSON Lines (datasets' Dataset.to_json does)",
-                       file);
+    if (parquet_is_name(file)) return read_parquet(cd, g, file, cf, lines, err);
     TRY(fs_read_all(file, &buf, &len, err));
     size_t pos = jsonl_bom_len(buf, len), line_len;
     const char *line;

@@ -236,26 +236,34 @@ typedef struct Chunk {
     int has_dict, external, found;
 } Chunk;
 
-struct Parquet {
-    const uint8_t *data;
-    size_t size;
-    char *name, *column;
-    int optional;
-    int64_t rows;
-    Chunk *chunks; /* one a row group: the column's */
-    int n_groups;
-    /* The current group's values and the buffers they point into. */
-    ParquetStr *vals;
-    int64_t n_vals, cap_vals;
-    uint8_t **bufs;
-    int n_bufs, cap_bufs;
-};
-
 typedef struct SchemaEl {
     const uint8_t *name;
     size_t name_len;
     int64_t type, repetition, num_children;
 } SchemaEl;
+
+struct Parquet {
+    const uint8_t *data;
+    size_t size;
+    char *name;
+    char *column; /* the path joined with dots, for sentences */
+    char **path;  /* the leaf's names from the top level down */
+    int depth;
+    int max_rep, max_def; /* of the leaf: its REPEATED ancestors, its non-REQUIRED ones */
+    int keep_levels;      /* store every level (parquet_read_group_levels) */
+    int64_t rows;
+    SchemaEl *els; /* the schema in preorder (names point into data) */
+    int64_t n_els;
+    Chunk *chunks; /* one a row group: the column's */
+    int n_groups;
+    /* The current group's values, levels and the buffers they point into. */
+    ParquetStr *vals;
+    int64_t n_vals, cap_vals;
+    uint8_t *rep, *def;
+    int64_t n_levels, cap_levels;
+    uint8_t **bufs;
+    int n_bufs, cap_bufs;
+};
 
 static int read_schema_el(Rd *r, SchemaEl *e) {
     memset(e, 0, sizeof *e);
@@ -279,8 +287,12 @@ static int read_schema_el(Rd *r, SchemaEl *e) {
     }
 }
 
-/* ColumnMetaData: the column's path must be [column]. */
-static int read_column_meta(Rd *r, const char *column, Chunk *c) {
+static int name_is(const uint8_t *s, size_t len, const char *want) {
+    return len == strlen(want) && !memcmp(s, want, len);
+}
+
+/* ColumnMetaData: the column's path must be path[0 .. depth). */
+static int read_column_meta(Rd *r, char *const *path, int depth, Chunk *c) {
     int16_t last = 0;
     int path_ok = 0;
     for (;;) {
@@ -291,7 +303,7 @@ static int read_column_meta(Rd *r, const char *column, Chunk *c) {
             int64_t n;
             int et;
             if (rd_list_header(r, &n, &et)) return -1;
-            path_ok = n == 1 && et == T_BINARY;
+            path_ok = n == depth && et == T_BINARY;
             for (int64_t i = 0; i < n; i++) {
                 const uint8_t *s;
                 size_t len;
@@ -300,7 +312,7 @@ static int read_column_meta(Rd *r, const char *column, Chunk *c) {
                     continue;
                 }
                 if (rd_binary(r, &s, &len)) return -1;
-                if (n == 1) path_ok = len == strlen(column) && !memcmp(s, column, len);
+                if (i < depth && !name_is(s, len, path[i])) path_ok = 0;
             }
             continue;
         }
@@ -336,7 +348,7 @@ static int read_column_meta(Rd *r, const char *column, Chunk *c) {
     return path_ok ? 1 : 0;
 }
 
-static int read_column_chunk(Rd *r, const char *column, Chunk *out) {
+static int read_column_chunk(Rd *r, char *const *path, int depth, Chunk *out) {
     int16_t last = 0;
     Chunk c = {0};
     int external = 0, mine = 0;
@@ -351,7 +363,7 @@ static int read_column_chunk(Rd *r, const char *column, Chunk *out) {
             external = n > 0;
         } else if (id == 3 && type == T_STRUCT) {
             if (++r->depth > PQ_MAX_DEPTH) return bad(r, "structures nested too deep");
-            mine = read_column_meta(r, column, &c);
+            mine = read_column_meta(r, path, depth, &c);
             r->depth--;
             if (mine < 0) return -1;
         } else if (rd_skip(r, type)) {
@@ -367,7 +379,7 @@ static int read_column_chunk(Rd *r, const char *column, Chunk *out) {
     return 0;
 }
 
-static int read_row_group(Rd *r, const char *column, Chunk *out) {
+static int read_row_group(Rd *r, char *const *path, int depth, Chunk *out) {
     int16_t last = 0;
     memset(out, 0, sizeof *out);
     for (;;) {
@@ -384,7 +396,7 @@ static int read_row_group(Rd *r, const char *column, Chunk *out) {
                     continue;
                 }
                 if (++r->depth > PQ_MAX_DEPTH) return bad(r, "structures nested too deep");
-                if (read_column_chunk(r, column, out)) return -1;
+                if (read_column_chunk(r, path, depth, out)) return -1;
                 r->depth--;
             }
         } else if (rd_skip(r, type)) {
@@ -393,58 +405,82 @@ static int read_row_group(Rd *r, const char *column, Chunk *out) {
     }
 }
 
-/* The top-level columns of the schema, as "a, b, c" for sentences. */
-static void list_columns(const SchemaEl *els, int64_t n, char *out, size_t cap) {
+/* The index after element i's subtree (preorder). */
+static int64_t subtree_end(const SchemaEl *els, int64_t n, int64_t i) {
+    int64_t pending = 1;
+    while (pending > 0 && i < n) {
+        pending += (els[i].num_children > 0 ? els[i].num_children : 0) - 1;
+        i++;
+    }
+    return i;
+}
+
+/* The child of element `parent` named name[0 .. len), or -1. */
+static int64_t child_named(const SchemaEl *els, int64_t n, int64_t parent, const char *name) {
+    int64_t i = parent + 1;
+    for (int64_t k = 0; k < els[parent].num_children && i < n; k++) {
+        if (name_is(els[i].name, els[i].name_len, name)) return i;
+        i = subtree_end(els, n, i);
+    }
+    return -1;
+}
+
+/* The children of element `parent`, as "a, b, c" for sentences. */
+static void list_children(const SchemaEl *els, int64_t n, int64_t parent, char *out, size_t cap) {
     size_t len = 0;
     out[0] = 0;
-    int64_t i = 1;
-    for (int64_t k = 0; k < (n ? els[0].num_children : 0) && i < n; k++) {
+    int64_t i = parent + 1;
+    for (int64_t k = 0; k < els[parent].num_children && i < n; k++) {
         int written =
             snprintf(out + len, cap - len, "%s%.*s", k ? ", " : "",
                      (int)(els[i].name_len > 60 ? 60 : els[i].name_len), (const char *)els[i].name);
         if (written < 0 || (size_t)written >= cap - len) break;
         len += (size_t)written;
-        /* Skip the element's subtree. */
-        int64_t pending = 1;
-        while (pending > 0 && i < n) {
-            pending += (els[i].num_children > 0 ? els[i].num_children : 0) - 1;
-            i++;
-        }
+        i = subtree_end(els, n, i);
     }
 }
 
-static int check_schema(Parquet *pq, const SchemaEl *els, int64_t n, Err *err) {
+/* Finds the leaf pq->path in the schema and its maximum repetition and definition levels; the
+ * leaf must hold strings. text_column: the path is one top-level column that must hold one
+ * string a row (no list, no repeated field). */
+static int resolve_path(Parquet *pq, int text_column, Err *err) {
+    const SchemaEl *els = pq->els;
+    int64_t n = pq->n_els;
     if (n < 1 || els[0].num_children < 1)
         return err_set(err, "%s: the Parquet schema has no columns", pq->name);
-    int64_t i = 1;
-    for (int64_t k = 0; k < els[0].num_children && i < n; k++) {
-        const SchemaEl *e = &els[i];
-        if (e->name_len == strlen(pq->column) && !memcmp(e->name, pq->column, e->name_len)) {
-            if (e->num_children > 0 || e->repetition == REP_REPEATED)
-                return err_set(err,
-                               "%s: column \"%s\" is %s, where qtitan reads a column of one "
-                               "string a row",
-                               pq->name, pq->column,
-                               e->num_children > 0 ? "a list or a group of fields"
-                                                   : "a repeated field");
-            if (e->type != TYPE_BYTE_ARRAY)
-                return err_set(err, "%s: column \"%s\" holds %s values, not strings (BYTE_ARRAY)",
-                               pq->name, pq->column,
-                               e->type >= 0 && e->type < 8 ? TYPE_NAMES[e->type]
-                                                           : "values of an unknown type");
-            pq->optional = e->repetition == REP_OPTIONAL;
-            return 0;
+    int64_t at = 0;
+    for (int d = 0; d < pq->depth; d++) {
+        int64_t next = child_named(els, n, at, pq->path[d]);
+        if (next < 0) {
+            char cols[400];
+            list_children(els, n, at, cols, sizeof cols);
+            if (d == 0)
+                return err_set(err, "%s: no column \"%s\" in the Parquet file (its columns: %s)",
+                               pq->name, pq->path[0], cols);
+            return err_set(err, "%s: no field \"%s\" under \"%.*s\" (its fields: %s)", pq->name,
+                           pq->path[d], (int)(els[at].name_len > 60 ? 60 : els[at].name_len),
+                           (const char *)els[at].name, cols);
         }
-        int64_t pending = 1;
-        while (pending > 0 && i < n) {
-            pending += (els[i].num_children > 0 ? els[i].num_children : 0) - 1;
-            i++;
-        }
+        at = next;
+        if (els[at].repetition == REP_REPEATED) pq->max_rep++;
+        if (els[at].repetition != REP_REQUIRED) pq->max_def++;
     }
-    char cols[400];
-    list_columns(els, n, cols, sizeof cols);
-    return err_set(err, "%s: no column \"%s\" in the Parquet file (its columns: %s)", pq->name,
-                   pq->column, cols);
+    const SchemaEl *e = &els[at];
+    if (text_column && (e->num_children > 0 || e->repetition == REP_REPEATED))
+        return err_set(err,
+                       "%s: column \"%s\" is %s, where qtitan reads a column of one string a row",
+                       pq->name, pq->column,
+                       e->num_children > 0 ? "a list or a group of fields" : "a repeated field");
+    if (e->num_children > 0)
+        return err_set(err, "%s: \"%s\" is a group of fields, not strings", pq->name, pq->column);
+    if (e->type != TYPE_BYTE_ARRAY)
+        return err_set(err, "%s: column \"%s\" holds %s values, not strings (BYTE_ARRAY)", pq->name,
+                       pq->column,
+                       e->type >= 0 && e->type < 8 ? TYPE_NAMES[e->type]
+                                                   : "values of an unknown type");
+    if (pq->max_def > 8 || pq->max_rep > 8)
+        return err_set(err, "%s: \"%s\" is nested more than 8 levels deep", pq->name, pq->column);
+    return 0;
 }
 
 static int read_footer(Parquet *pq, const uint8_t *meta, size_t len, Err *err) {
@@ -485,15 +521,15 @@ static int read_footer(Parquet *pq, const uint8_t *meta, size_t len, Err *err) {
             pq->chunks = xcalloc((size_t)(n ? n : 1), sizeof *pq->chunks);
             pq->n_groups = (int)n;
             for (int64_t g = 0; g < n && rc == 0; g++)
-                rc = read_row_group(&r, pq->column, &pq->chunks[g]);
+                rc = read_row_group(&r, pq->path, pq->depth, &pq->chunks[g]);
         } else {
             rc = rd_skip(&r, type);
         }
     }
     if (rc == 0 && !have_schema)
         rc = err_set(err, "%s: the Parquet footer has no schema", pq->name);
-    if (rc == 0) rc = check_schema(pq, els, n_els, err);
-    free(els);
+    pq->els = els;
+    pq->n_els = n_els;
     return rc;
 }
 
@@ -501,8 +537,9 @@ int parquet_is_name(const char *path) {
     return str_ends_with(path, ".parquet");
 }
 
-int parquet_open(Parquet **out, const void *data, size_t size, const char *name, const char *column,
-                 Err *err) {
+/* Opens data for the leaf path[0 .. depth) (see parquet_open). */
+static int open_path(Parquet **out, const void *data, size_t size, const char *name,
+                     char *const *path, int depth, int text_column, Err *err) {
     *out = NULL;
     const uint8_t *d = data;
     if (size < 12 || memcmp(d, "PAR1", 4) || memcmp(d + size - 4, "PAR1", 4))
@@ -520,10 +557,23 @@ int parquet_open(Parquet **out, const void *data, size_t size, const char *name,
     pq->data = d;
     pq->size = size;
     pq->name = xstrdup(name);
-    pq->column = xstrdup(column);
+    pq->depth = depth;
+    pq->path = xcalloc((size_t)depth, sizeof *pq->path);
+    size_t joined = 1;
+    for (int i = 0; i < depth; i++) {
+        pq->path[i] = xstrdup(path[i]);
+        joined += strlen(path[i]) + 1;
+    }
+    pq->column = xcalloc(joined, 1);
+    for (int i = 0; i < depth; i++) {
+        if (i) strcat(pq->column, ".");
+        strcat(pq->column, path[i]);
+    }
+    const char *column = pq->column;
     int rc = read_footer(pq, d + size - 8 - meta_len, meta_len, err);
+    if (rc == 0 && depth > 0) rc = resolve_path(pq, text_column, err);
     int64_t meta_start = (int64_t)(size - 8 - meta_len);
-    for (int g = 0; rc == 0 && g < pq->n_groups; g++) {
+    for (int g = 0; rc == 0 && depth > 0 && g < pq->n_groups; g++) {
         Chunk *c = &pq->chunks[g];
         if (!c->found)
             rc = err_set(err, "%s: row group %d has no chunk of column \"%s\"", name, g, column);
@@ -566,11 +616,18 @@ int parquet_open(Parquet **out, const void *data, size_t size, const char *name,
     return 0;
 }
 
+int parquet_open(Parquet **out, const void *data, size_t size, const char *name, const char *column,
+                 Err *err) {
+    char *path[1] = {(char *)column};
+    return open_path(out, data, size, name, path, 1, 1, err);
+}
+
 static void release_group(Parquet *pq) {
     for (int i = 0; i < pq->n_bufs; i++)
         free(pq->bufs[i]);
     pq->n_bufs = 0;
     pq->n_vals = 0;
+    pq->n_levels = 0;
 }
 
 void parquet_close(Parquet *pq) {
@@ -579,6 +636,12 @@ void parquet_close(Parquet *pq) {
     free(pq->bufs);
     free(pq->vals);
     free(pq->chunks);
+    free(pq->els);
+    free(pq->rep);
+    free(pq->def);
+    for (int i = 0; i < pq->depth; i++)
+        free(pq->path[i]);
+    free(pq->path);
     free(pq->name);
     free(pq->column);
     free(pq);
@@ -800,32 +863,55 @@ static void push_value(Parquet *pq, ParquetStr s) {
     pq->vals[pq->n_vals++] = s;
 }
 
-/* One data page's values (v1 or v2): definition levels (OPTIONAL columns) say which of its
- * num_values rows hold a value; the values are PLAIN or dictionary indices. */
-static int data_page(Parquet *pq, const PageHeader *h, const uint8_t *levels, size_t levels_len,
-                     const uint8_t *vals, size_t vals_len, const ParquetStr *dict, int64_t n_dict,
-                     int64_t at, Err *err) {
+static int bit_width(int max) {
+    int w = 0;
+    while (max >> w)
+        w++;
+    return w;
+}
+
+static void push_levels(Parquet *pq, uint32_t r, uint32_t d) {
+    if (pq->n_levels == pq->cap_levels) {
+        pq->cap_levels = pq->cap_levels ? 2 * pq->cap_levels : 1024;
+        pq->rep = xrealloc(pq->rep, (size_t)pq->cap_levels);
+        pq->def = xrealloc(pq->def, (size_t)pq->cap_levels);
+    }
+    pq->rep[pq->n_levels] = (uint8_t)r;
+    pq->def[pq->n_levels++] = (uint8_t)d;
+}
+
+/* One data page's values (v1 or v2): its num_values entries each have a repetition level (a
+ * column under a list: 0 starts a row) and a definition level (a column with optional or
+ * repeated ancestors: max_def when the entry holds a value); the values are PLAIN or dictionary
+ * indices. */
+static int data_page(Parquet *pq, const PageHeader *h, const uint8_t *reps, size_t reps_len,
+                     const uint8_t *defs, size_t defs_len, const uint8_t *vals, size_t vals_len,
+                     const ParquetStr *dict, int64_t n_dict, int64_t at, Err *err) {
     int64_t n = h->num_values;
     if (n < 0 || n > PQ_MAX_PAGE_VALUES)
         return err_set(err, "%s: the page at byte %lld declares %lld values (at most %lld)",
                        pq->name, (long long)at, (long long)n, (long long)PQ_MAX_PAGE_VALUES);
-    if (pq->n_vals + n > PQ_MAX_GROUP_VALUES)
+    if (pq->n_levels + n > PQ_MAX_GROUP_VALUES)
         return err_set(err, "%s: a row group of more than %lld values", pq->name,
                        (long long)PQ_MAX_GROUP_VALUES);
-    /* How many rows hold a value. */
     int64_t present = n;
-    Hybrid def = {levels, levels + levels_len, 1, 0, 0, 0, 0};
-    if (pq->optional) {
+    Hybrid rh = {reps, reps + reps_len, bit_width(pq->max_rep), 0, 0, 0, 0};
+    Hybrid dh = {defs, defs + defs_len, bit_width(pq->max_def), 0, 0, 0, 0};
+    if (pq->max_def > 0 || pq->keep_levels) {
         present = 0;
         for (int64_t i = 0; i < n; i++) {
-            uint32_t lv;
-            if (hybrid_next(&def, &lv) || lv > 1)
+            uint32_t r = 0, d = (uint32_t)pq->max_def;
+            if ((pq->max_rep > 0 && (hybrid_next(&rh, &r) || r > (uint32_t)pq->max_rep)) ||
+                (pq->max_def > 0 && (hybrid_next(&dh, &d) || d > (uint32_t)pq->max_def)))
                 return err_set(err,
-                               "%s: the definition levels of the page at byte %lld are damaged "
-                               "(row %lld of %lld)",
+                               "%s: the levels of the page at byte %lld are damaged (entry %lld "
+                               "of %lld)",
                                pq->name, (long long)at, (long long)i, (long long)n);
-            present += lv;
+            present += d == (uint32_t)pq->max_def;
+            if (pq->keep_levels) push_levels(pq, r, d);
         }
+    } else {
+        pq->n_levels += n;
     }
     ParquetStr *v = xmalloc((size_t)(present ? present : 1) * sizeof *v);
     int rc = 0;
@@ -922,28 +1008,30 @@ int parquet_read_group(Parquet *pq, int g, const ParquetStr **vals, int64_t *n, 
                                  &u, at, err)))
                 break;
             const uint8_t *q = u, *qe = u + h.uncompressed;
-            size_t levels_len = 0;
-            const uint8_t *levels = q;
-            if (pq->optional) {
+            /* v1: repetition then definition levels, each after its 4-byte length. */
+            const uint8_t *lv[2] = {q, q};
+            size_t lv_len[2] = {0, 0};
+            for (int k = 0; k < 2 && rc == 0; k++) {
+                if (!(k == 0 ? pq->max_rep : pq->max_def)) continue;
                 if (qe - q < 4) {
-                    rc = err_set(err, "%s: the page at byte %lld has no definition levels",
-                                 pq->name, (long long)at);
+                    rc = err_set(err, "%s: the page at byte %lld has no %s levels", pq->name,
+                                 (long long)at, k ? "definition" : "repetition");
                     break;
                 }
                 uint32_t L = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 |
                              (uint32_t)q[3] << 24;
                 if (L > (uint64_t)(qe - q - 4)) {
-                    rc = err_set(err,
-                                 "%s: the definition levels of the page at byte %lld run "
-                                 "past it",
-                                 pq->name, (long long)at);
+                    rc = err_set(err, "%s: the %s levels of the page at byte %lld run past it",
+                                 pq->name, k ? "definition" : "repetition", (long long)at);
                     break;
                 }
-                levels = q + 4;
-                levels_len = L;
+                lv[k] = q + 4;
+                lv_len[k] = L;
                 q += 4 + L;
             }
-            rc = data_page(pq, &h, levels, levels_len, q, (size_t)(qe - q), dict, n_dict, at, err);
+            if (rc) break;
+            rc = data_page(pq, &h, lv[0], lv_len[0], lv[1], lv_len[1], q, (size_t)(qe - q), dict,
+                           n_dict, at, err);
             rows += h.num_values;
         } else if (h.type == PAGE_DATA_V2) {
             if (h.def_len < 0 || h.rep_len < 0 || h.def_len + h.rep_len > h.compressed ||
@@ -952,21 +1040,14 @@ int parquet_read_group(Parquet *pq, int g, const ParquetStr **vals, int64_t *n, 
                              pq->name, (long long)at);
                 break;
             }
-            if (h.rep_len) {
-                rc = err_set(err,
-                             "%s: the page at byte %lld has repetition levels, which a "
-                             "top-level column does not",
-                             pq->name, (long long)at);
-                break;
-            }
-            const uint8_t *levels = body + h.rep_len, *u;
+            const uint8_t *u;
             size_t skip = (size_t)(h.def_len + h.rep_len);
             int64_t codec = h.v2_compressed ? c->codec : CODEC_NONE;
             if ((rc = decompress(pq, codec, body + skip, (size_t)h.compressed - skip,
                                  (size_t)h.uncompressed - skip, &u, at, err)))
                 break;
-            rc = data_page(pq, &h, levels, (size_t)h.def_len, u, (size_t)h.uncompressed - skip,
-                           dict, n_dict, at, err);
+            rc = data_page(pq, &h, body, (size_t)h.rep_len, body + h.rep_len, (size_t)h.def_len, u,
+                           (size_t)h.uncompressed - skip, dict, n_dict, at, err);
             rows += h.num_values;
         } else if (h.type != PAGE_INDEX) {
             rc = err_set(err, "%s: the page at byte %lld is of unknown type %lld", pq->name,
@@ -984,4 +1065,142 @@ int parquet_read_group(Parquet *pq, int g, const ParquetStr **vals, int64_t *n, 
     *vals = pq->vals;
     *n = pq->n_vals;
     return 0;
+}
+
+/* ---- conversations ------------------------------------------------------------------------- */
+
+/* A row's messages as they are collected. */
+typedef struct ConvRow {
+    ParquetStr *roles, *contents;
+    int64_t n, cap;
+} ConvRow;
+
+static void conv_push(ConvRow *c, ParquetStr role, ParquetStr content) {
+    if (c->n == c->cap) {
+        c->cap = c->cap ? 2 * c->cap : 16;
+        c->roles = xrealloc(c->roles, (size_t)c->cap * sizeof *c->roles);
+        c->contents = xrealloc(c->contents, (size_t)c->cap * sizeof *c->contents);
+    }
+    c->roles[c->n] = role;
+    c->contents[c->n++] = content;
+}
+
+/* The element fields of list column `top`: *holder is the node whose children they are
+ * (the element of a 3-level list, else the repeated group itself). */
+static int list_fields(const Parquet *sc, int64_t top, int64_t *rep, int64_t *holder, Err *err) {
+    const SchemaEl *els = sc->els;
+    int64_t n = sc->n_els;
+    *rep = top + 1;
+    if (els[top].num_children != 1 || *rep >= n || els[*rep].repetition != REP_REPEATED ||
+        els[*rep].num_children < 1)
+        return err_set(err,
+                       "%s: column \"%.*s\" is not a list of messages (a list of structures "
+                       "with \"role\" and \"content\")",
+                       sc->name, (int)(els[top].name_len > 60 ? 60 : els[top].name_len),
+                       (const char *)els[top].name);
+    *holder = *rep;
+    if (els[*rep].num_children == 1 && *rep + 1 < n && els[*rep + 1].num_children > 0)
+        *holder = *rep + 1;
+    int64_t i = *holder + 1;
+    for (int64_t k = 0; k < els[*holder].num_children && i < n; k++) {
+        if (!name_is(els[i].name, els[i].name_len, "role") &&
+            !name_is(els[i].name, els[i].name_len, "content"))
+            return err_set(err,
+                           "%s: the messages have a field \"%.*s\", which qtitan reads from "
+                           "JSON Lines only (it reads role and content from Parquet); write the "
+                           "conversations as JSON Lines (datasets' Dataset.to_json does)",
+                           sc->name, (int)(els[i].name_len > 60 ? 60 : els[i].name_len),
+                           (const char *)els[i].name);
+        i = subtree_end(els, n, i);
+    }
+    return 0;
+}
+
+static int read_conversations(Parquet *sc, const char *column, ParquetConvFn fn, void *ctx,
+                              Err *err) {
+    const SchemaEl *els = sc->els;
+    int64_t n_els = sc->n_els;
+    int64_t top = n_els > 0 ? child_named(els, n_els, 0, column) : -1;
+    if (top < 0) {
+        char cols[400] = "";
+        if (n_els > 0) list_children(els, n_els, 0, cols, sizeof cols);
+        return err_set(err, "%s: no column \"%s\" in the Parquet file (its columns: %s)", sc->name,
+                       column, cols);
+    }
+    int64_t rep = 0, holder = 0;
+    TRY(list_fields(sc, top, &rep, &holder, err));
+    /* The definition level an entry of the list reaches, and the one of a present element. */
+    int d_list = (els[top].repetition != REP_REQUIRED) + 1;
+    int d_elem = d_list + (holder != rep && els[holder].repetition != REP_REQUIRED);
+    char rep_name[128], holder_name[128];
+    snprintf(rep_name, sizeof rep_name, "%.*s", (int)els[rep].name_len,
+             (const char *)els[rep].name);
+    snprintf(holder_name, sizeof holder_name, "%.*s", (int)els[holder].name_len,
+             (const char *)els[holder].name);
+    Parquet *leaf[2] = {NULL, NULL};
+    const char *field[2] = {"role", "content"};
+    int rc = 0;
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        char *path[4] = {(char *)column, rep_name, holder_name, (char *)field[k]};
+        if (holder == rep) path[2] = (char *)field[k];
+        rc = open_path(&leaf[k], sc->data, sc->size, sc->name, path, holder == rep ? 3 : 4, 0, err);
+        if (rc == 0) leaf[k]->keep_levels = 1;
+    }
+    if (rc == 0 && leaf[0]->n_groups != leaf[1]->n_groups)
+        rc = err_set(err, "%s: role and content have different row groups", sc->name);
+    ConvRow row = {0};
+    int64_t row_no = -1;
+    int pending = 0; /* row_no's messages are collected but not yet handed to fn */
+    for (int g = 0; rc == 0 && g < leaf[0]->n_groups; g++) {
+        const ParquetStr *v[2];
+        int64_t nv[2], at[2] = {0, 0};
+        for (int k = 0; k < 2 && rc == 0; k++)
+            rc = parquet_read_group(leaf[k], g, &v[k], &nv[k], err);
+        if (rc) break;
+        Parquet *r = leaf[0], *c = leaf[1];
+        if (r->n_levels != c->n_levels || (r->n_levels > 0 && r->rep[0] != 0)) {
+            rc = err_set(err, "%s: row group %d: role and content disagree on the messages",
+                         sc->name, g);
+            break;
+        }
+        for (int64_t i = 0; rc == 0 && i < r->n_levels; i++) {
+            int dr = r->def[i], dc = c->def[i];
+            if (r->rep[i] != c->rep[i] ||
+                (dr < d_elem ? dr : d_elem) != (dc < d_elem ? dc : d_elem)) {
+                rc = err_set(err, "%s: row group %d: role and content disagree on entry %lld",
+                             sc->name, g, (long long)i);
+                break;
+            }
+            if (r->rep[i] == 0) {
+                if (pending) rc = fn(ctx, row_no, row.roles, row.contents, row.n, err);
+                row_no++;
+                row.n = 0;
+                pending = 1;
+                if (rc) break;
+            }
+            if (dr < d_list) continue; /* a null or empty list */
+            ParquetStr none = {NULL, 0}, role = none, content = none;
+            if (dr == r->max_def) role = v[0][at[0]++];
+            if (dc == c->max_def) content = v[1][at[1]++];
+            conv_push(&row, role, content);
+        }
+        /* A row lies inside one row group: its values point into this group's pages, which
+         * the next group's read releases. */
+        if (rc == 0 && pending) rc = fn(ctx, row_no, row.roles, row.contents, row.n, err);
+        pending = 0;
+    }
+    free(row.roles);
+    free(row.contents);
+    parquet_close(leaf[0]);
+    parquet_close(leaf[1]);
+    return rc;
+}
+
+int parquet_read_conversations(const void *data, size_t size, const char *name, const char *column,
+                               ParquetConvFn fn, void *ctx, Err *err) {
+    Parquet *sc;
+    TRY(open_path(&sc, data, size, name, NULL, 0, 0, err));
+    int rc = read_conversations(sc, column, fn, ctx, err);
+    parquet_close(sc);
+    return rc;
 }
