@@ -1,7 +1,7 @@
 /* libFuzzer target: arbitrary bytes as a Parquet file, read for its "text" column and for the
- * conversations of its "messages" column. Every input must read, or fail with a sentence
- * naming the file; every value read must lie inside the input or inside a buffer the reader
- * owns (ASan checks the reads). */
+ * conversations of its "messages" column and the rows of instruction / input / output columns.
+ * Every input must read, or fail with a sentence naming the file; every value read must lie inside
+ * the input or inside a buffer the reader owns (ASan checks the reads). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,12 +26,25 @@ static int conversation(void *ctx, int64_t row, const ParquetStr *roles, const P
     return 0;
 }
 
+static int row(void *ctx, int64_t r, const ParquetStr *vals, Err *err) {
+    (void)r, (void)err;
+    size_t *sum = ctx;
+    for (int k = 0; k < 3; k++)
+        *sum += touch(&vals[k]);
+    return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     Parquet *pq;
     Err err;
     size_t sum = 0;
     if (parquet_read_conversations(data, size, "fuzz.parquet", "messages", conversation, &sum,
                                    &err) != 0 &&
+        strncmp(err.msg, "fuzz.parquet: ", 14) != 0)
+        abort();
+    const char *cols[3] = {"instruction", "input", "output"};
+    const int required[3] = {1, 0, 1};
+    if (parquet_read_rows(data, size, "fuzz.parquet", cols, required, 3, row, &sum, &err) != 0 &&
         strncmp(err.msg, "fuzz.parquet: ", 14) != 0)
         abort();
     if (parquet_open(&pq, data, size, "fuzz.parquet", "text", &err) != 0) {

@@ -83,6 +83,17 @@ if [ -f "$qwen/tokenizer_config.json" ]; then
       { cat "$tmp/c-$f.log"; fail "$f.parquet: conversations differ from chat.jsonl's"; }
     echo "$f.parquet: 40 conversations, the 4 losses of chat.jsonl"
   done
+  # The instruction and prompt_completion shapes from string columns.
+  for f in alpaca:instruction prompts:prompt_completion; do
+    name=${f%%:*} shape=${f#*:}
+    chat "sj-$name" "$fx/$name.jsonl" --training.data_format="$shape" >"$tmp/sj.log" ||
+      { cat "$tmp/sj.log"; fail "$name.jsonl"; }
+    chat "sp-$name" "$fx/$name.parquet" --training.data_format="$shape" >"$tmp/sp.log" ||
+      { cat "$tmp/sp.log"; fail "$name.parquet"; }
+    grep -q '^chat data: 30 conversation(s)' "$tmp/sp.log" && [ "$(losses "$tmp/sp.log" | wc -l)" = 4 ] &&
+      [ "$(losses "$tmp/sp.log")" = "$(losses "$tmp/sj.log")" ] || { cat "$tmp/sp.log"; fail "$name.parquet differs from $name.jsonl"; }
+    echo "$name.parquet ($shape): 30 conversations, the 4 losses of $name.jsonl"
+  done
   if chat bad "$fx/chat_extra.parquet" >"$tmp/bad.log"; then fail "chat_extra.parquet was accepted"; fi
   grep -q 'chat_extra.parquet: the messages have a field "tool_calls", which qtitan reads from JSON Lines only' "$tmp/bad.log" ||
     { cat "$tmp/bad.log"; fail "chat_extra.parquet: no sentence"; }
@@ -90,10 +101,10 @@ if [ -f "$qwen/tokenizer_config.json" ]; then
   grep -q 'snappy_dict.parquet: no column "messages" in the Parquet file (its columns: id, text, meta)' "$tmp/bad.log" ||
     { cat "$tmp/bad.log"; fail "snappy_dict.parquet as conversations: no sentence"; }
   if chat bad "$fx/chat.parquet" --training.data_format=instruction >"$tmp/bad.log"; then
-    fail "Parquet instructions were accepted"
+    fail "chat.parquet as instructions was accepted"
   fi
-  grep -q 'conversations in Parquet are read in the "messages" format' "$tmp/bad.log" ||
-    { cat "$tmp/bad.log"; fail "Parquet instructions: no sentence"; }
+  grep -q 'chat.parquet: no column "instruction" in the Parquet file (its columns: prompt_id, messages)' "$tmp/bad.log" ||
+    { cat "$tmp/bad.log"; fail "chat.parquet as instructions: no sentence"; }
   echo "conversations: bad Parquet shapes refused with a sentence"
 else
   echo "conversations: skipped (no Qwen3 tokenizer at $qwen)"

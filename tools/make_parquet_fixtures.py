@@ -20,6 +20,11 @@ Writes tests/fixtures/parquet/:
   chat_item.parquet     the same, written with pyarrow's older list/item names, Zstandard, v2
                         data pages
   chat.jsonl            the same conversations as JSON Lines
+  alpaca.parquet, alpaca.jsonl
+                        instruction / input (empty for some rows) / output string columns, and
+                        the same rows as JSON Lines (training.data_format = instruction)
+  prompts.parquet, prompts.jsonl
+                        prompt / completion string columns, and as JSON Lines
 and files qtitan must refuse with a sentence:
   lz4.parquet           the LZ4_RAW codec
   delta.parquet         DELTA_BYTE_ARRAY strings
@@ -104,6 +109,17 @@ def main():
     with open(os.path.join(OUT, "chat.jsonl"), "w", encoding="utf-8") as f:
         for c in convs:
             f.write(json.dumps({"messages": c}, ensure_ascii=False) + "\n")
+    alpaca = [{"instruction": f"Add {a} and {b}.", "input": "" if a % 2 else f"Show {a}+{b}",
+               "output": str(a + b)} for a, b in ((r.randint(0, 99), r.randint(0, 99))
+                                                  for _ in range(30))]
+    write("alpaca.parquet", pa.Table.from_pylist(alpaca), row_group_size=10)
+    prompts = [{"prompt": f"Name a number near {i}.", "completion": f"{i + 1}, caf\u00e9"}
+               for i in range(30)]
+    write("prompts.parquet", pa.Table.from_pylist(prompts), compression="zstd")
+    for name, rows in (("alpaca.jsonl", alpaca), ("prompts.jsonl", prompts)):
+        with open(os.path.join(OUT, name), "w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
     extra = [[{"role": "user", "content": "hi", "tool_calls": "[]"}]]
     write("chat_extra.parquet", pa.table({"messages": pa.array(extra)}))
 

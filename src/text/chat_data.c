@@ -314,19 +314,52 @@ static int parquet_row(void *ctx, int64_t row, const ParquetStr *roles, const Pa
     return keep(pr->cd, pr->g, &pr->tok, where, err);
 }
 
-/* A Parquet file of conversations: its "messages" column (text/parquet.h). */
+/* A row of string columns: prompt and completion, or instruction, input and output (as the
+ * JSON Lines shapes of the same names read them). */
+static int parquet_flat_row(void *ctx, int64_t row, const ParquetStr *v, Err *err) {
+    ParquetRows *pr = ctx;
+    char where[1100];
+    snprintf(where, sizeof where, "%s: row %lld", pr->file, (long long)row + 1);
+    int instr = pr->cd->opt.format == DATA_INSTRUCTION;
+    const char *const names[2][3] = {{"prompt", "completion", ""},
+                                     {"instruction", "input", "output"}};
+    for (int k = 0; k < 2 + instr; k++)
+        if (!v[k].p && !(instr && k == 1))
+            return err_set(err, "%s: \"%s\" is null", where, names[instr][k]);
+    ParquetStr user = v[0], answer = v[instr ? 2 : 1];
+    char *joined = NULL;
+    if (instr && v[1].p && v[1].n) { /* the instruction, a blank line, the input */
+        joined = xmalloc(user.n + 2 + v[1].n + 1);
+        memcpy(joined, user.p, user.n);
+        memcpy(joined + user.n, "\n\n", 2);
+        memcpy(joined + user.n + 2, v[1].p, v[1].n);
+        user = (ParquetStr){joined, user.n + 2 + v[1].n};
+    }
+    ParquetStr roles[2] = {{"user", 4}, {"assistant", 9}}, contents[2] = {user, answer};
+    int rc = parquet_row(ctx, row, roles, contents, 2, err);
+    free(joined);
+    return rc;
+}
+
+/* A Parquet file of conversations (text/parquet.h): its "messages" column, or the string
+ * columns of the prompt_completion and instruction shapes. */
 static int read_parquet(ChatData *cd, Grow *g, const char *file, const ChatFormat *cf,
                         int64_t *lines, Err *err) {
-    if (cd->opt.format != DATA_MESSAGES)
-        return err_set(err,
-                       "%s: conversations in Parquet are read in the \"messages\" format (a "
-                       "column of role / content lists); write other shapes as JSON Lines",
-                       file);
     char *buf;
     size_t len;
     TRY(fs_read_all(file, &buf, &len, err));
     ParquetRows pr = {cd, g, cf, file, lines, NULL, 0, {0}};
-    int rc = parquet_read_conversations(buf, len, file, "messages", parquet_row, &pr, err);
+    int rc;
+    if (cd->opt.format == DATA_MESSAGES) {
+        rc = parquet_read_conversations(buf, len, file, "messages", parquet_row, &pr, err);
+    } else {
+        int instr = cd->opt.format == DATA_INSTRUCTION;
+        const char *cols[3] = {instr ? "instruction" : "prompt", instr ? "input" : "completion",
+                               "output"};
+        const int required[3] = {1, !instr, 1};
+        rc = parquet_read_rows(buf, len, file, cols, required, 2 + instr, parquet_flat_row, &pr,
+                               err);
+    }
     free(pr.msgs);
     chat_tokens_free(&pr.tok);
     free(buf);

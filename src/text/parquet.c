@@ -1204,3 +1204,61 @@ int parquet_read_conversations(const void *data, size_t size, const char *name, 
     parquet_close(sc);
     return rc;
 }
+
+/* ---- rows of string columns ---------------------------------------------------------------- */
+
+#define PQ_MAX_COLS 8
+
+static int read_rows(Parquet *sc, const char *const *cols, const int *required, int ncols,
+                     ParquetRowFn fn, void *ctx, Err *err) {
+    Parquet *leaf[PQ_MAX_COLS] = {NULL};
+    int rc = ncols > PQ_MAX_COLS
+                 ? err_set(err, "%s: more than %d columns asked for", sc->name, PQ_MAX_COLS)
+                 : 0;
+    int groups = -1;
+    for (int k = 0; k < ncols && rc == 0; k++) {
+        int present = sc->n_els > 0 && child_named(sc->els, sc->n_els, 0, cols[k]) >= 0;
+        if (!present && !required[k]) continue;
+        char *path[1] = {(char *)cols[k]};
+        rc = open_path(&leaf[k], sc->data, sc->size, sc->name, path, 1, 1, err);
+        if (rc) break;
+        leaf[k]->keep_levels = 1;
+        if (groups >= 0 && leaf[k]->n_groups != groups)
+            rc = err_set(err, "%s: columns with different row groups", sc->name);
+        groups = leaf[k]->n_groups;
+    }
+    int64_t row0 = 0;
+    ParquetStr vals[PQ_MAX_COLS];
+    for (int g = 0; rc == 0 && g < groups; g++) {
+        const ParquetStr *v[PQ_MAX_COLS] = {NULL};
+        int64_t nv, at[PQ_MAX_COLS] = {0}, rows = -1;
+        for (int k = 0; k < ncols && rc == 0; k++) {
+            if (!leaf[k]) continue;
+            rc = parquet_read_group(leaf[k], g, &v[k], &nv, err);
+            if (rc == 0 && rows >= 0 && leaf[k]->n_levels != rows)
+                rc = err_set(err, "%s: row group %d: the columns hold different numbers of rows",
+                             sc->name, g);
+            rows = leaf[k]->n_levels;
+        }
+        for (int64_t i = 0; rc == 0 && i < rows; i++) {
+            for (int k = 0; k < ncols; k++) {
+                vals[k] = (ParquetStr){NULL, 0};
+                if (leaf[k] && leaf[k]->def[i] == leaf[k]->max_def) vals[k] = v[k][at[k]++];
+            }
+            rc = fn(ctx, row0 + i, vals, err);
+        }
+        row0 += rows > 0 ? rows : 0;
+    }
+    for (int k = 0; k < ncols && k < PQ_MAX_COLS; k++)
+        parquet_close(leaf[k]);
+    return rc;
+}
+
+int parquet_read_rows(const void *data, size_t size, const char *name, const char *const *cols,
+                      const int *required, int ncols, ParquetRowFn fn, void *ctx, Err *err) {
+    Parquet *sc;
+    TRY(open_path(&sc, data, size, name, NULL, 0, 0, err));
+    int rc = read_rows(sc, cols, required, ncols, fn, ctx, err);
+    parquet_close(sc);
+    return rc;
+}

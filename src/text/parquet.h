@@ -55,6 +55,14 @@ typedef int (*ParquetConvFn)(void *ctx, int64_t row, const ParquetStr *roles,
 int parquet_read_conversations(const void *data, size_t size, const char *name, const char *column,
                                ParquetConvFn fn, void *ctx, Err *err);
 
+/* Rows of top-level string columns cols[0 .. ncols) read side by side: fn gets each row's
+ * values, vals[k] of column k (p = NULL where the value is null, or where column k is absent
+ * and not required[k]). A required column that is absent is a sentence listing the columns
+ * there are; a column that is not one string a row is a sentence too. */
+typedef int (*ParquetRowFn)(void *ctx, int64_t row, const ParquetStr *vals, Err *err);
+int parquet_read_rows(const void *data, size_t size, const char *name, const char *const *cols,
+                      const int *required, int ncols, ParquetRowFn fn, void *ctx, Err *err);
+
 /* Whether a file name ends in .parquet. */
 int parquet_is_name(const char *path);
 
