@@ -51,6 +51,12 @@ echo "a directory of two Parquet files: the losses of their JSON Lines"
 cmp -s "$tmp/tp/tokenizer.json" "$tmp/tj/tokenizer.json" || fail "tokenizer-train learns another tokenizer from Parquet"
 echo "tokenizer-train: the same tokenizer from Parquet as from JSON Lines"
 
+if "$QT_BINARY" tokenize --tokenizer "$tok" --input "$fx/zstd_v2.parquet" >/dev/null 2>"$tmp/tk.err"; then
+  fail "tokenize took a Parquet file"
+fi
+grep -q "zstd_v2.parquet: tokenize reads JSON Lines; Parquet is read by train" "$tmp/tk.err" ||
+  fail "tokenize of Parquet: $(cat "$tmp/tk.err")"
+
 refuse() { # file, expected text
   if train "bad" "$1" >"$tmp/bad.log"; then fail "$1 was accepted"; fi
   grep -q "error: $1: .*$2" "$tmp/bad.log" || { cat "$tmp/bad.log"; fail "$1: expected '$2'"; }

@@ -18,6 +18,7 @@
 #include "core/timer.h"
 #include "core/zread.h"
 #include "text/jsonl.h"
+#include "text/parquet.h"
 #include "text/tokenizer.h"
 
 #define BATCH_LINES 4096
@@ -231,6 +232,14 @@ int cmd_tokenize(int argc, char **argv) {
      * of a corrupt or truncated stream for the read-error report below. */
     Err zerr = {{0}};
     FILE *in = stdin;
+    if (in_path && !decode && parquet_is_name(in_path)) {
+        fprintf(stderr,
+                "error: %s: tokenize reads JSON Lines; Parquet is read by train, eval --dataset "
+                "and tokenizer-train\n",
+                in_path);
+        tokenizer_free(tok);
+        return 1;
+    }
     if (in_path && zread_is_compressed(in_path)) {
         in = zread_fopen(in_path, &zerr);
         if (!in) {
