@@ -90,12 +90,12 @@ typedef struct LoraWhere {
     const char *rank, *alpha, *targets;
 } LoraWhere;
 
-/* Adapters of rank r and scale alpha / r (alpha / sqrt(r) with rslora) on every site of spec whose
- * module name matches one of targets[0..nt) (globs as in [[override]]; `set_at` names where each
- * key was set, in messages). A target that matches no module is a warning, like an override's (warn
- * 1; 0 for a repeat of a creation that warns); none matched at all, rank < 1 or larger than a
- * targeted layer's smaller side, or alpha <= 0 is an error sentence. max_tokens: the most tokens of
- * one forward (B * T). */
+/* Adapters of rank r and scale alpha / r (alpha / sqrt(r) with rslora) on every site of spec
+ * that one of targets[0..nt) names (lora_target_match: globs as in [[override]], or peft's
+ * target_modules names; `set_at` names where each key was set, in messages). A target that
+ * matches no module is a warning, like an override's (warn 1; 0 for a repeat of a creation that
+ * warns); none matched at all, rank < 1 or larger than a targeted layer's smaller side, or
+ * alpha <= 0 is an error sentence. max_tokens: the most tokens of one forward (B * T). */
 int lora_create(Lora *lo, const ModelSpec *spec, int rank, double alpha, int rslora,
                 char *const *targets, int nt, long max_tokens, const LoraWhere *set_at, int warn,
                 Err *err);
