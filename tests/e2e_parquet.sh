@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Parquet datasets (src/text/parquet.c; fixtures by tools/make_parquet_fixtures.py with pyarrow):
 # training on each fixture's "text" column (Snappy + dictionary pages, Zstandard data pages v2
-# with nulls, gzip with a dictionary that falls back to PLAIN, uncompressed non-nullable) runs
+# with nulls, gzip with a dictionary that falls back to PLAIN, uncompressed non-nullable, DELTA
+# strings) runs
 # the same steps, bitwise, as training on JSON Lines of the same texts; a directory of them is
 # read; tokenizer-train learns the same tokenizer from the Parquet file as from the JSON Lines;
-# and what qtitan cannot read (the LZ4 codec, DELTA strings, a column of integers, no "text"
+# and what qtitan cannot read (the LZ4 codec, a column of integers, no "text"
 # column, a list column, a compressed .parquet.gz) stops with one sentence naming the file.
 # Conversations in a "messages" column train as the same conversations in JSON Lines do.
 set -euo pipefail
@@ -25,7 +26,7 @@ train() { # dump, dataset, extra args...
 }
 losses() { grep '^step:' "$1" | awk '{print $4}'; }
 
-for f in snappy_dict zstd_v2 gzip_fallback plain_required; do
+for f in snappy_dict zstd_v2 gzip_fallback plain_required delta_prefix delta_length; do
   jq -c --arg f "$f.parquet" '.[$f][] | {text: .}' "$fx/expected.json" >"$tmp/$f.jsonl"
   train "p-$f" "$fx/$f.parquet" >"$tmp/p-$f.log" || { cat "$tmp/p-$f.log"; fail "train on $f.parquet"; }
   train "j-$f" "$tmp/$f.jsonl" >"$tmp/j-$f.log" || { cat "$tmp/j-$f.log"; fail "train on $f.jsonl"; }
@@ -63,7 +64,6 @@ refuse() { # file, expected text
   echo "refused: $(grep '^error:' "$tmp/bad.log" | sed "s|$fx/||")"
 }
 refuse "$fx/lz4.parquet" 'is compressed with LZ4_RAW; qtitan reads uncompressed, SNAPPY, GZIP and ZSTD'
-refuse "$fx/delta.parquet" 'encoded with DELTA_BYTE_ARRAY; qtitan reads PLAIN and dictionary-encoded'
 refuse "$fx/int_text.parquet" 'column "text" holds INT64 values, not strings'
 refuse "$fx/no_text.parquet" 'no column "text" in the Parquet file (its columns: content, id)'
 refuse "$fx/nested_text.parquet" 'column "text" is a list or a group of fields'

@@ -11,6 +11,8 @@ Writes tests/fixtures/parquet/:
                         dictionary page, dictionary-encoded pages, then PLAIN pages
   plain_required.parquet uncompressed, a non-nullable large_string "text": empty, long and
                         non-ASCII values
+  delta_prefix.parquet  DELTA_BYTE_ARRAY strings (shared prefixes), Snappy, nulls, small pages
+  delta_length.parquet  DELTA_LENGTH_BYTE_ARRAY strings, Zstandard, data pages v2, nulls
   tiny_gzip.parquet, tiny_none_v2.parquet
                         four short values with a null (gzip, v1 pages; uncompressed, v2 pages):
                         test_parquet changes each byte of the first; both seed fuzz_parquet
@@ -27,7 +29,6 @@ Writes tests/fixtures/parquet/:
                         prompt / completion string columns, and as JSON Lines
 and files qtitan must refuse with a sentence:
   lz4.parquet           the LZ4_RAW codec
-  delta.parquet         DELTA_BYTE_ARRAY strings
   int_text.parquet      "text" holds integers
   no_text.parquet       no "text" column (its columns: "content", "id")
   nested_text.parquet   "text" is a list of strings
@@ -123,6 +124,17 @@ def main():
     extra = [[{"role": "user", "content": "hi", "tool_calls": "[]"}]]
     write("chat_extra.parquet", pa.table({"messages": pa.array(extra)}))
 
+    t = [None if i % 13 == 5 else f"https://example.com/page/{i // 7}/{i}" + " caf\u00e9" * (i % 3)
+         for i in range(400)]
+    write("delta_prefix.parquet", pa.table({"text": pa.array(t, pa.string())}),
+          use_dictionary=False, column_encoding={"text": "DELTA_BYTE_ARRAY"}, data_page_size=1024)
+    expected["delta_prefix.parquet"] = [x for x in t if x is not None]
+    t = texts(6, 300, null_every=7)
+    write("delta_length.parquet", pa.table({"text": pa.array(t, pa.string())}),
+          use_dictionary=False, column_encoding={"text": "DELTA_LENGTH_BYTE_ARRAY"},
+          compression="zstd", data_page_version="2.0", data_page_size=2048)
+    expected["delta_length.parquet"] = [x for x in t if x is not None]
+
     tiny = pa.table({"text": pa.array(["ab", "cd", None, "ab"], pa.string())})
     write("tiny_gzip.parquet", tiny, compression="gzip")
     write("tiny_none_v2.parquet", tiny, compression="none", data_page_version="2.0")
@@ -130,8 +142,6 @@ def main():
 
     small = pa.table({"text": pa.array(["a", "b"], pa.string())})
     write("lz4.parquet", small, compression="lz4")
-    write("delta.parquet", small, use_dictionary=False, compression="none",
-          column_encoding={"text": "DELTA_BYTE_ARRAY"})
     write("int_text.parquet", pa.table({"text": pa.array([1, 2], pa.int64())}))
     write("no_text.parquet", pa.table({"content": pa.array(["a"]), "id": pa.array([1])}))
     write("nested_text.parquet", pa.table({"text": pa.array([["a", "b"], ["c"]])}))

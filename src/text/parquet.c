@@ -36,7 +36,14 @@ enum {
 enum { TYPE_BYTE_ARRAY = 6 };
 enum { REP_REQUIRED, REP_OPTIONAL, REP_REPEATED };
 enum { PAGE_DATA, PAGE_INDEX, PAGE_DICTIONARY, PAGE_DATA_V2 };
-enum { ENC_PLAIN = 0, ENC_PLAIN_DICTIONARY = 2, ENC_RLE = 3, ENC_RLE_DICTIONARY = 8 };
+enum {
+    ENC_PLAIN = 0,
+    ENC_PLAIN_DICTIONARY = 2,
+    ENC_RLE = 3,
+    ENC_DELTA_LENGTH_BYTE_ARRAY = 6,
+    ENC_DELTA_BYTE_ARRAY = 7,
+    ENC_RLE_DICTIONARY = 8
+};
 enum {
     CODEC_NONE,
     CODEC_SNAPPY,
@@ -800,6 +807,119 @@ static int plain_values(Parquet *pq, const uint8_t *p, const uint8_t *end, int64
     return 0;
 }
 
+/* DELTA_BINARY_PACKED integers: a header (values per block, miniblocks per block, the count,
+ * the first value), then blocks of a minimum delta, one bit width per miniblock and the
+ * miniblocks' deltas bit-packed from the least significant bit. Decodes n values into out
+ * (wrapping 64-bit sums, as the format defines) and sets *p past the last miniblock it read. */
+static int delta_ints(const uint8_t **p, const uint8_t *end, int64_t n, int64_t *out) {
+    Rd r = {*p, *p, end, "", NULL, 0};
+    Err ignore;
+    r.err = &ignore;
+    uint64_t block, minis, count;
+    int64_t first;
+    if (rd_varint(&r, &block) || rd_varint(&r, &minis) || rd_varint(&r, &count) ||
+        rd_zigzag(&r, &first))
+        return -1;
+    if (block == 0 || block % 128 || minis == 0 || block % minis || (block / minis) % 32 ||
+        block > (1u << 20) || (int64_t)count != n)
+        return -1;
+    uint64_t per_mini = block / minis;
+    if (n > 0) out[0] = first;
+    int64_t got = n > 0;
+    uint64_t prev = (uint64_t)first;
+    while (got < n) {
+        int64_t min_delta;
+        if (rd_zigzag(&r, &min_delta)) return -1;
+        if ((uint64_t)(r.end - r.p) < minis) return -1;
+        const uint8_t *widths = r.p;
+        r.p += minis;
+        for (uint64_t m = 0; m < minis && got < n; m++) {
+            int w = widths[m];
+            if (w > 64) return -1;
+            uint64_t bytes = per_mini * (uint64_t)w / 8;
+            if ((uint64_t)(r.end - r.p) < bytes) return -1;
+            uint64_t bit = 0;
+            for (uint64_t k = 0; k < per_mini && got < n; k++) {
+                uint64_t x = 0;
+                for (int b = 0; b < w; b++, bit++)
+                    x |= (uint64_t)((r.p[bit / 8] >> (bit % 8)) & 1) << b;
+                prev += (uint64_t)min_delta + x;
+                out[got++] = (int64_t)prev;
+            }
+            r.p += bytes;
+        }
+    }
+    *p = r.p;
+    return 0;
+}
+
+/* DELTA_LENGTH_BYTE_ARRAY (lengths, then the bytes end to end) and DELTA_BYTE_ARRAY (prefix
+ * lengths shared with the previous value, then the suffixes as DELTA_LENGTH_BYTE_ARRAY): n values
+ * into out; DELTA_BYTE_ARRAY's values are assembled in a buffer kept with the group, at most
+ * PQ_MAX_PAGE bytes. */
+static int delta_values(Parquet *pq, int enc, const uint8_t *p, const uint8_t *end, int64_t n,
+                        ParquetStr *out, int64_t at, Err *err) {
+    int64_t *pre = NULL, *len = xmalloc((size_t)(n ? n : 1) * sizeof *len);
+    int rc = 0;
+    if (enc == ENC_DELTA_BYTE_ARRAY) {
+        pre = xmalloc((size_t)(n ? n : 1) * sizeof *pre);
+        rc = delta_ints(&p, end, n, pre);
+    }
+    if (rc == 0) rc = delta_ints(&p, end, n, len);
+    uint64_t total = 0;
+    for (int64_t i = 0; rc == 0 && i < n; i++) {
+        if (len[i] < 0 || (uint64_t)len[i] > (uint64_t)(end - p) - total)
+            rc = -1;
+        else
+            total += (uint64_t)len[i];
+    }
+    if (rc) {
+        free(pre);
+        free(len);
+        return err_set(err, "%s: the DELTA-encoded strings of the page at byte %lld are damaged",
+                       pq->name, (long long)at);
+    }
+    if (enc == ENC_DELTA_LENGTH_BYTE_ARRAY) {
+        for (int64_t i = 0; i < n; i++) {
+            out[i] = (ParquetStr){(const char *)p, (size_t)len[i]};
+            p += len[i];
+        }
+        free(len);
+        return 0;
+    }
+    uint64_t size = 0;
+    for (int64_t i = 0; i < n && rc == 0; i++) {
+        uint64_t prev = i ? out[i - 1].n : 0;
+        if (pre[i] < 0 || (uint64_t)pre[i] > prev || size > (uint64_t)PQ_MAX_PAGE) rc = -1;
+        out[i].n = rc ? 0 : (size_t)pre[i] + (size_t)len[i];
+        size += out[i].n;
+    }
+    if (rc || size > (uint64_t)PQ_MAX_PAGE) {
+        free(pre);
+        free(len);
+        return err_set(err,
+                       "%s: the DELTA_BYTE_ARRAY strings of the page at byte %lld are damaged or "
+                       "longer than %lld bytes in all",
+                       pq->name, (long long)at, (long long)PQ_MAX_PAGE);
+    }
+    char *buf = xmalloc(size ? size : 1), *w = buf;
+    for (int64_t i = 0; i < n; i++) {
+        if (pre[i]) memcpy(w, out[i - 1].p, (size_t)pre[i]);
+        memcpy(w + pre[i], p, (size_t)len[i]);
+        p += len[i];
+        out[i].p = w;
+        w += out[i].n;
+    }
+    if (pq->n_bufs == pq->cap_bufs) {
+        pq->cap_bufs = pq->cap_bufs ? 2 * pq->cap_bufs : 16;
+        pq->bufs = xrealloc(pq->bufs, (size_t)pq->cap_bufs * sizeof *pq->bufs);
+    }
+    pq->bufs[pq->n_bufs++] = (uint8_t *)buf;
+    free(pre);
+    free(len);
+    return 0;
+}
+
 /* The RLE / bit-packed hybrid of Parquet: runs of one repeated value, or groups of 8 values of
  * `width` bits packed from the least significant bit. */
 typedef struct Hybrid {
@@ -917,6 +1037,8 @@ static int data_page(Parquet *pq, const PageHeader *h, const uint8_t *reps, size
     int rc = 0;
     if (h->encoding == ENC_PLAIN) {
         rc = plain_values(pq, vals, vals + vals_len, present, v, at, err);
+    } else if (h->encoding == ENC_DELTA_LENGTH_BYTE_ARRAY || h->encoding == ENC_DELTA_BYTE_ARRAY) {
+        rc = delta_values(pq, (int)h->encoding, vals, vals + vals_len, present, v, at, err);
     } else if (h->encoding == ENC_PLAIN_DICTIONARY || h->encoding == ENC_RLE_DICTIONARY) {
         if (!dict)
             rc = err_set(err, "%s: the page at byte %lld uses a dictionary the chunk lacks",
@@ -937,8 +1059,8 @@ static int data_page(Parquet *pq, const PageHeader *h, const uint8_t *reps, size
         }
     } else {
         rc = err_set(err,
-                     "%s: the page at byte %lld is encoded with %s; qtitan reads PLAIN and "
-                     "dictionary-encoded strings",
+                     "%s: the page at byte %lld is encoded with %s; qtitan reads PLAIN, "
+                     "dictionary and DELTA strings",
                      pq->name, (long long)at, encoding_name(h->encoding));
     }
     for (int64_t i = 0; rc == 0 && i < present; i++)
