@@ -20,7 +20,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         size_t tl = 0;
         Err err;
         err.msg[0] = 0;
-        if (jsonl_parse_text(line, len, "fuzz.jsonl", lineno, &text, &tl, &err) == 0) {
+        if (jsonl_parse_text(line, len, NULL, "fuzz.jsonl", lineno, &text, &tl, &err) == 0) {
             if (!text || text[tl] != 0) abort();
             free(text);
         } else if (strncmp(err.msg, "fuzz.jsonl:", 11) != 0) {

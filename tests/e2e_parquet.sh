@@ -35,6 +35,18 @@ for f in snappy_dict zstd_v2 gzip_fallback plain_required delta_prefix delta_len
   echo "$f.parquet: the 4 losses of its JSON Lines"
 done
 
+# training.dataset_text_field: the text from another column / field.
+jq -c '{text: "other", content: .text}' "$tmp/zstd_v2.jsonl" >"$tmp/content.jsonl"
+for f in "$fx/content.parquet" "$tmp/content.jsonl"; do
+  train field "$f" --training.dataset_text_field=content >"$tmp/field.log" || { cat "$tmp/field.log"; fail "dataset_text_field on $f"; }
+  [ "$(losses "$tmp/field.log")" = "$(losses "$tmp/j-zstd_v2.log")" ] || fail "$f: dataset_text_field = content reads another text"
+  echo "$(basename "$f") with dataset_text_field = content: the losses of zstd_v2's texts"
+done
+if train field "$tmp/zstd_v2.jsonl" --training.dataset_text_field=body >"$tmp/field.log"; then
+  fail "a missing text field was accepted"
+fi
+grep -q 'zstd_v2.jsonl:1: the object has no "body" field' "$tmp/field.log" || { cat "$tmp/field.log"; fail "missing field: no sentence"; }
+
 # A directory of Parquet files, read in name order as JSON Lines files are.
 mkdir "$tmp/dir"
 cp "$fx/snappy_dict.parquet" "$tmp/dir/a.parquet"

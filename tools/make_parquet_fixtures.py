@@ -13,6 +13,8 @@ Writes tests/fixtures/parquet/:
                         non-ASCII values
   delta_prefix.parquet  DELTA_BYTE_ARRAY strings (shared prefixes), Snappy, nulls, small pages
   delta_length.parquet  DELTA_LENGTH_BYTE_ARRAY strings, Zstandard, data pages v2, nulls
+  content.parquet       zstd_v2.parquet's texts in a "content" column, beside a "text" column
+                        of other texts (training.dataset_text_field = "content")
   tiny_gzip.parquet, tiny_none_v2.parquet
                         four short values with a null (gzip, v1 pages; uncompressed, v2 pages):
                         test_parquet changes each byte of the first; both seed fuzz_parquet
@@ -129,6 +131,9 @@ def main():
     write("delta_prefix.parquet", pa.table({"text": pa.array(t, pa.string())}),
           use_dictionary=False, column_encoding={"text": "DELTA_BYTE_ARRAY"}, data_page_size=1024)
     expected["delta_prefix.parquet"] = [x for x in t if x is not None]
+    z = pq.read_table(os.path.join(OUT, "zstd_v2.parquet")).column("text")
+    write("content.parquet", pa.table({"text": pa.array(["other"] * len(z)), "content": z}))
+
     t = texts(6, 300, null_every=7)
     write("delta_length.parquet", pa.table({"text": pa.array(t, pa.string())}),
           use_dictionary=False, column_encoding={"text": "DELTA_LENGTH_BYTE_ARRAY"},

@@ -29,7 +29,7 @@ static const char *USAGE =
     "usage: qtitan eval --model HFDIR --tokens FILE [--adapter DIR] [--dump-logits "
     "OUT.safetensors]\n"
     "       qtitan eval (--model HFDIR | --checkpoint STEP_DIR) --dataset PATH [--adapter DIR]\n"
-    "                   [--seq-len N] [--max-tokens N] [--data-format FORMAT]\n"
+    "                   [--seq-len N] [--max-tokens N] [--data-format FORMAT] [--text-field F]\n"
     "\n"
     "Prints `loss: X`, the mean next-token cross-entropy over all predicted positions of all\n"
     "lines of FILE (one sequence of whitespace-separated token ids per line), for the\n"
@@ -47,6 +47,8 @@ static const char *USAGE =
     "mean loss over every token after the first (or the first --max-tokens of them), its\n"
     "perplexity exp(loss) and bits per byte (summed loss / ln 2 / the UTF-8 bytes of the\n"
     "predicted text, EOS excluded). STEP_DIR is a training checkpoint step or folder.\n"
+    "--text-field F reads a document's text from field (JSON Lines) or column (Parquet) F\n"
+    "instead of \"text\" (training.dataset_text_field).\n"
     "--data-format messages | prompt_completion | instruction reads PATH as training reads\n"
     "conversations of that shape (training.data_format): rendered with the tokenizer folder's\n"
     "chat format, packed into rows of --seq-len tokens in source order, conversations longer\n"
@@ -55,7 +57,7 @@ static const char *USAGE =
 
 typedef struct EvalArgs {
     const char *model, *checkpoint, *tokens, *dump, *adapter, *dataset, *seq_len, *max_tokens,
-        *data_format;
+        *data_format, *text_field;
 } EvalArgs;
 
 static int parse_args(EvalArgs *a, int argc, char **argv, Err *err) {
@@ -70,6 +72,7 @@ static int parse_args(EvalArgs *a, int argc, char **argv, Err *err) {
                             : strcmp(argv[i], "--seq-len") == 0     ? &a->seq_len
                             : strcmp(argv[i], "--max-tokens") == 0  ? &a->max_tokens
                             : strcmp(argv[i], "--data-format") == 0 ? &a->data_format
+                            : strcmp(argv[i], "--text-field") == 0  ? &a->text_field
                                                                     : NULL;
         if (!slot) return err_set(err, "unknown option %s (see qtitan eval --help)", argv[i]);
         if (i + 1 >= argc) return err_set(err, "option %s needs a value", argv[i]);
@@ -83,9 +86,9 @@ static int parse_args(EvalArgs *a, int argc, char **argv, Err *err) {
             return err_set(err, "--tokens and --dump-logits do not go with --dataset");
         return 0;
     }
-    if (a->checkpoint || a->seq_len || a->max_tokens || a->data_format)
-        return err_set(err,
-                       "--checkpoint, --seq-len, --max-tokens and --data-format go with --dataset");
+    if (a->checkpoint || a->seq_len || a->max_tokens || a->data_format || a->text_field)
+        return err_set(err, "--checkpoint, --seq-len, --max-tokens, --data-format and --text-field "
+                            "go with --dataset");
     if (!a->model) return err_set(err, "--model HFDIR is required (see qtitan eval --help)");
     if (!a->tokens)
         return err_set(err, "--tokens FILE or --dataset PATH is required (see qtitan eval --help)");
@@ -302,6 +305,7 @@ static int eval_dataset(const EvalArgs *a, Err *err) {
     opt.path = a->dataset;
     opt.seq_len = (int)seq_len;
     opt.shuffle = 0;
+    opt.text_field = a->text_field;
     Dataset ds;
     rc = dataset_encoder_for_tokenizer(&enc, im.tok, err);
     if (rc == 0) rc = dataset_open(&ds, &opt, &enc, err);

@@ -120,6 +120,7 @@ static const KeyDesc KEYS[] = {
     FLT(training, max_norm, 0, INFINITY, 1, 0, "a number > 0, or inf for no clipping"),
     STR(training, dataset),
     STR(training, dataset_path),
+    STR(training, dataset_text_field),
     {"training", "seed", K_I64, OFF(training.seed), 0, 9.2e18, 0, 0, 0, NULL, "an integer >= 0",
      NULL},
     BOOL(training, deterministic),
@@ -751,6 +752,7 @@ void config_init(JobConfig *c) {
     c->training.max_norm = 1.0;
     c->training.dataset = xstrdup("c4_test");
     c->training.dataset_path = xstrdup("");
+    c->training.dataset_text_field = xstrdup("text");
     c->training.seed = 0;
     c->training.mixed_precision_param = DT_F32;
     c->training.device = DEVICE_CPU;

@@ -102,6 +102,9 @@ typedef struct JobConfig {
         double max_norm; /* gradient clipping by total norm */
         char *dataset;   /* "c4_test" or any name when dataset_path is set */
         char *dataset_path;
+        /* The JSON Lines field / Parquet column of a document's text, for training and
+         * validation data (TRL's dataset_text_field); "text" by default. */
+        char *dataset_text_field;
         int64_t seed;
         int deterministic;
         DType mixed_precision_param; /* DT_F32 or DT_BF16 */

@@ -22,8 +22,8 @@
 #include "core/rng.h"
 #include "core/strutil.h"
 #include "core/zread.h"
-#include "text/parquet.h"
 #include "text/jsonl.h"
+#include "text/parquet.h"
 
 /* Cache file layout (little-endian): this header, ids u32[n_tokens] at ids_offset, zero
  * padding to 8 bytes, offsets u64[n_docs + 1] at offsets_offset, nothing after. */
@@ -199,6 +199,9 @@ static int cache_key(const SourceList *s, const DatasetOptions *o, const Dataset
     h = fnv1a(h, &enc->vocab_size, sizeof enc->vocab_size);
     int64_t skip = o->skip_bad_lines != 0;
     h = fnv1a(h, &skip, sizeof skip);
+    /* Another field is another dataset; the default keeps the keys of caches made before the
+     * field could be chosen. */
+    if (strcmp(o->text_field, "text")) h = fnv1a(h, o->text_field, strlen(o->text_field) + 1);
     for (int64_t i = 0; i < s->n; i++) {
         struct stat st;
         SYS_CHECK(stat(s->paths[i], &st) == 0, err, "cannot stat dataset file %s", s->paths[i]);
@@ -396,12 +399,13 @@ typedef struct Build {
     double bytes_before; /* of the files already tokenized */
 } Build;
 
-static void tokenize_slot(Slot *s, const char *file, int jsonl, const DatasetEncoder *enc) {
+static void tokenize_slot(Slot *s, const char *file, int jsonl, const char *field,
+                          const DatasetEncoder *enc) {
     Err e;
     char *text = NULL;
     size_t tl;
     if (jsonl) {
-        if (jsonl_parse_text(s->line, s->len, file, s->lineno, &text, &tl, &e) != 0) {
+        if (jsonl_parse_text(s->line, s->len, field, file, s->lineno, &text, &tl, &e) != 0) {
             s->status = 1;
             s->msg = xstrdup(e.msg);
             return;
@@ -449,7 +453,7 @@ static int flush_slots(Build *b, Slot *slots, int64_t n, const char *file, int j
     const DatasetEncoder *enc = b->enc;
 #pragma omp parallel for schedule(dynamic, 4) num_threads(nt)
     for (int64_t i = 0; i < n; i++)
-        tokenize_slot(&slots[i], file, jsonl, enc);
+        tokenize_slot(&slots[i], file, jsonl, b->opt->text_field, enc);
     int rc = 0;
     for (int64_t i = 0; i < n; i++) {
         Slot *s = &slots[i];
@@ -513,7 +517,7 @@ static int tokenize_parquet(Build *b, const char *path, Slot *slots, Err *err) {
     close(fd);
     SYS_CHECK(!size || map != MAP_FAILED, err, "cannot map dataset file %s", path);
     Parquet *pq;
-    int rc = parquet_open(&pq, size ? map : "", size, path, "text", err);
+    int rc = parquet_open(&pq, size ? map : "", size, path, b->opt->text_field, err);
     for (int g = 0; rc == 0 && g < parquet_row_groups(pq); g++) {
         const ParquetStr *v;
         int64_t n;
@@ -743,11 +747,12 @@ static int dataset_open_in(Dataset *ds, const DatasetOptions *opt, const Dataset
     ds->opt.path = xstrdup(opt->path);
     ds->opt.cache_dir =
         opt->cache_dir && *opt->cache_dir ? xstrdup(opt->cache_dir) : fs_cache_dir("datasets");
+    ds->opt.text_field = xstrdup(opt->text_field && *opt->text_field ? opt->text_field : "text");
     ds->eos_id = enc->eos_id;
     ds->vocab_size = enc->vocab_size;
     SourceList src = {0};
     int rc = expand_sources(&src, opt->path, err);
-    if (rc == 0) rc = cache_key(&src, opt, enc, &ds->key, err);
+    if (rc == 0) rc = cache_key(&src, &ds->opt, enc, &ds->key, err);
     if (rc == 0 && fs_mkdirs(ds->opt.cache_dir, err) != 0)
         rc = err_wrap(err, "dataset cache directory");
     if (rc == 0) {
@@ -801,6 +806,7 @@ void dataset_close(Dataset *ds) {
     if (ds->map) munmap(ds->map, ds->map_len);
     free((char *)ds->opt.path);
     free((char *)ds->opt.cache_dir);
+    free((char *)ds->opt.text_field);
     free(ds->cache_path);
     order_free(ds->orders[0]);
     order_free(ds->orders[1]);

@@ -50,6 +50,9 @@ typedef struct DatasetOptions {
     int document_mask;  /* 1: positions and doc ids restart after each EOS; 0: 0..T-1, one id */
     int skip_bad_lines; /* 1: a bad JSONL line is counted and skipped instead of an error */
     int threads;        /* tokenization threads; <= 0: OpenMP's default */
+    /* The JSON Lines field and Parquet column that hold a document's text; NULL or "": "text"
+     * (training.dataset_text_field, TRL's dataset_text_field). */
+    const char *text_field;
 } DatasetOptions;
 
 /* Defaults: shuffle on, document_mask on, skip_bad_lines off, threads 0. The caller still sets
@@ -59,7 +62,7 @@ void dataset_options_default(DatasetOptions *o);
 typedef struct EpochOrder EpochOrder;
 
 typedef struct Dataset {
-    DatasetOptions opt;    /* path and cache_dir point at copies owned by the dataset */
+    DatasetOptions opt;    /* path, cache_dir and text_field point at copies owned here */
     char *cache_path;      /* the .qtds file in use */
     int cache_reused;      /* 1: opened an existing cache; 0: tokenized the sources this time */
     uint64_t key;          /* hash of sources, tokenizer and format: the cache file's name */

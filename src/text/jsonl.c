@@ -48,26 +48,28 @@ const char *json_kind(const json_t *v) {
     }
 }
 
-int jsonl_parse_text(const char *line, size_t len, const char *file, int64_t lineno, char **text,
-                     size_t *text_len, Err *err) {
+int jsonl_parse_text(const char *line, size_t len, const char *field, const char *file,
+                     int64_t lineno, char **text, size_t *text_len, Err *err) {
     json_error_t je;
+    if (!field) field = "text";
     /* NUL is allowed inside strings because the tokenizer takes (text, len), not C strings. */
     json_t *j = json_parse(line, len, JSON_ALLOW_NUL, &je);
     if (!j)
         return err_set(err,
                        "%s:%lld: not valid JSON at column %d (%s); expected one object "
-                       "with a \"text\" string per line",
-                       file, (long long)lineno, je.column, je.text);
+                       "with a \"%s\" string per line",
+                       file, (long long)lineno, je.column, je.text, field);
     int rc = 0;
-    json_t *t = json_is_object(j) ? json_object_get(j, "text") : NULL;
+    json_t *t = json_is_object(j) ? json_object_get(j, field) : NULL;
     if (!json_is_object(j))
-        rc = err_set(err, "%s:%lld: expected a JSON object with a \"text\" string, found %s", file,
-                     (long long)lineno, json_kind(j));
+        rc = err_set(err, "%s:%lld: expected a JSON object with a \"%s\" string, found %s", file,
+                     (long long)lineno, field, json_kind(j));
     else if (!t)
-        rc = err_set(err, "%s:%lld: the object has no \"text\" field", file, (long long)lineno);
+        rc =
+            err_set(err, "%s:%lld: the object has no \"%s\" field", file, (long long)lineno, field);
     else if (!json_is_string(t))
-        rc = err_set(err, "%s:%lld: \"text\" must be a string, found %s", file, (long long)lineno,
-                     json_kind(t));
+        rc = err_set(err, "%s:%lld: \"%s\" must be a string, found %s", file, (long long)lineno,
+                     field, json_kind(t));
     else {
         size_t n = json_string_length(t);
         char *s = xmalloc(n + 1);

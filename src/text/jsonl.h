@@ -21,11 +21,11 @@ size_t jsonl_bom_len(const char *buf, size_t len);
 /* 1 when line[0..len) is empty or only JSON whitespace: such lines hold no document. */
 int jsonl_is_blank(const char *line, size_t len);
 
-/* Parses one JSONL line that must be an object with a string field "text". On success *text is
- * a malloc'd copy of the decoded string (it may contain NUL bytes) and *text_len its length.
- * On failure fills err with "FILE:LINE: ..." and returns -1. */
-int jsonl_parse_text(const char *line, size_t len, const char *file, int64_t lineno, char **text,
-                     size_t *text_len, Err *err);
+/* Parses one JSONL line that must be an object with a string field `field` (NULL: "text"). On
+ * success *text is a malloc'd copy of the decoded string (it may contain NUL bytes) and
+ * *text_len its length. On failure fills err with "FILE:LINE: ..." and returns -1. */
+int jsonl_parse_text(const char *line, size_t len, const char *field, const char *file,
+                     int64_t lineno, char **text, size_t *text_len, Err *err);
 
 /* "an object", "a string", "a number", ...: a JSON value's kind for error sentences. */
 const char *json_kind(const json_t *v);

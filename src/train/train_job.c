@@ -659,6 +659,7 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
         dopt.seq_len = T;
         dopt.seed = (uint64_t)cfg->training.seed;
         dopt.document_mask = cfg->training.document_mask;
+        dopt.text_field = cfg->training.dataset_text_field;
         rc = dataset_open(&ds, &dopt, &enc, err);
     }
     free(dpath);

@@ -60,6 +60,7 @@ int validator_open(Validator *v, const JobConfig *cfg, Qwen3 *m, const Mesh *mes
         opt.seq_len = T;
         opt.shuffle = 0;
         opt.document_mask = cfg->training.document_mask;
+        opt.text_field = cfg->training.dataset_text_field;
         rc = dataset_open(&v->ds, &opt, &enc, err);
     }
     free(path);
