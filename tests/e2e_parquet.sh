@@ -63,6 +63,15 @@ echo "a directory of two Parquet files: the losses of their JSON Lines"
   >/dev/null 2>&1 || fail "tokenizer-train on JSON Lines"
 cmp -s "$tmp/tp/tokenizer.json" "$tmp/tj/tokenizer.json" || fail "tokenizer-train learns another tokenizer from Parquet"
 echo "tokenizer-train: the same tokenizer from Parquet as from JSON Lines"
+"$QT_BINARY" tokenizer-train --input "$fx/zstd_v2.parquet" --vocab-size 300 --output "$tmp/tz" \
+  >/dev/null 2>&1 || fail "tokenizer-train on zstd_v2.parquet"
+for f in "$fx/content.parquet" "$tmp/content.jsonl"; do
+  rm -rf "$tmp/tc"
+  "$QT_BINARY" tokenizer-train --input "$f" --text-field content --vocab-size 300 --output "$tmp/tc" \
+    >/dev/null 2>&1 || fail "tokenizer-train --text-field content on $f"
+  cmp -s "$tmp/tc/tokenizer.json" "$tmp/tz/tokenizer.json" || fail "tokenizer-train --text-field content on $f"
+done
+echo "tokenizer-train --text-field content: the tokenizer of zstd_v2's texts"
 
 if "$QT_BINARY" tokenize --tokenizer "$tok" --input "$fx/zstd_v2.parquet" >/dev/null 2>"$tmp/tk.err"; then
   fail "tokenize took a Parquet file"

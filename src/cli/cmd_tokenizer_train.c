@@ -14,13 +14,14 @@
 #include "core/strutil.h"
 #include "core/timer.h"
 #include "core/zread.h"
-#include "text/parquet.h"
 #include "text/bpe_train.h"
 #include "text/jsonl.h"
+#include "text/parquet.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: qtitan tokenizer-train --input FILES --vocab-size N --output DIR\n"
-               "                              [--min-frequency K] [--special TOKEN ...]\n\n"
+               "                              [--min-frequency K] [--special TOKEN ...] "
+               "[--text-field F]\n\n"
                "  --input FILES      comma-separated (or repeated) files: *.jsonl files give one\n"
                "                     document per line from their \"text\" field, *.parquet files\n"
                "                     one per value of their \"text\" column; any other file is\n"
@@ -28,17 +29,19 @@ static void usage(FILE *f) {
                "  --vocab-size N     total ids: 256 byte tokens + merges + special tokens\n"
                "  --output DIR       gets tokenizer.json and tokenizer_config.json\n"
                "  --min-frequency K  never merge a pair seen fewer than K times (default 2)\n"
+               "  --text-field F     the JSON Lines field / Parquet column of the text (default\n"
+               "                     text; training.dataset_text_field)\n"
                "  --special TOKEN    special token (repeatable; default <|endoftext|>,\n"
                "                     <|im_start|>, <|im_end|>; the first is eos and pad)\n");
 }
 
-/* The "text" values of a Parquet file. */
-static int add_parquet(BpeTrainer *tr, const char *path, Err *err) {
+/* The values of a Parquet file's column `field`. */
+static int add_parquet(BpeTrainer *tr, const char *path, const char *field, Err *err) {
     char *data;
     size_t len;
     TRY(fs_read_all(path, &data, &len, err));
     Parquet *pq;
-    int rc = parquet_open(&pq, data, len, path, "text", err);
+    int rc = parquet_open(&pq, data, len, path, field, err);
     for (int g = 0; rc == 0 && g < parquet_row_groups(pq); g++) {
         const ParquetStr *v;
         int64_t n;
@@ -51,10 +54,10 @@ static int add_parquet(BpeTrainer *tr, const char *path, Err *err) {
     return rc;
 }
 
-static int add_file(BpeTrainer *tr, const char *path, Err *err) {
+static int add_file(BpeTrainer *tr, const char *path, const char *field, Err *err) {
     char *data;
     size_t len;
-    if (parquet_is_name(path)) return add_parquet(tr, path, err);
+    if (parquet_is_name(path)) return add_parquet(tr, path, field, err);
     /* .jsonl.gz / .jsonl.zst are decompressed whole: the trainer counts words in memory. */
     int compressed = zread_is_compressed(path);
     TRY(compressed ? zread_all(path, &data, &len, err) : fs_read_all(path, &data, &len, err));
@@ -77,16 +80,11 @@ static int add_file(BpeTrainer *tr, const char *path, Err *err) {
         while (k < n && (p[k] == ' ' || p[k] == '\t' || p[k] == '\r'))
             k++;
         if (k < n) {
-            json_error_t je;
-            json_t *doc = json_parse(p, n, JSON_ALLOW_NUL, &je);
-            json_t *text = json_object_get(doc, "text");
-            if (!doc)
-                rc = err_set(err, "%s:%zu: not JSON: %s", path, lineno, je.text);
-            else if (!json_is_string(text))
-                rc = err_set(err, "%s:%zu: missing string \"text\"", path, lineno);
-            else
-                bpe_trainer_add(tr, json_string_value(text), json_string_length(text));
-            json_decref(doc);
+            char *text;
+            size_t tl;
+            rc = jsonl_parse_text(p, n, field, path, (int64_t)lineno, &text, &tl, err);
+            if (rc == 0) bpe_trainer_add(tr, text, tl);
+            if (rc == 0) free(text);
         }
         p += n + 1;
     }
@@ -133,6 +131,7 @@ int cmd_tokenizer_train(int argc, char **argv) {
     const char *inputs[256], *special[64], *out = NULL;
     size_t n_in = 0, n_special = 0;
     long vocab = 0, minf = 2;
+    const char *field = "text";
     char *lists[256];
     size_t n_lists = 0;
     int status = 0;
@@ -151,6 +150,8 @@ int cmd_tokenizer_train(int argc, char **argv) {
             special[n_special++] = argv[++i];
         } else if (strcmp(a, "--output") == 0 && has) {
             out = argv[++i];
+        } else if (strcmp(a, "--text-field") == 0 && has) {
+            field = argv[++i];
         } else {
             fprintf(stderr,
                     "error: unknown option or missing value: \"%s\" (see qtitan "
@@ -192,7 +193,7 @@ int cmd_tokenizer_train(int argc, char **argv) {
         double t0 = now_seconds();
         size_t merges = 0;
         for (size_t k = 0; k < n_in && status == 0; k++)
-            if (add_file(tr, inputs[k], &err) != 0) status = 1;
+            if (add_file(tr, inputs[k], field, &err) != 0) status = 1;
         double t1 = now_seconds();
         if (status == 0 && bpe_trainer_finish(tr, out, &merges, &err) != 0) status = 1;
         if (status != 0)
