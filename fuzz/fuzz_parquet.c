@@ -26,6 +26,14 @@ static int conversation(void *ctx, int64_t row, const ParquetStr *roles, const P
     return 0;
 }
 
+static int batch(void *ctx, const ParquetStr *v, int64_t n, Err *err) {
+    (void)err;
+    size_t *sum = ctx;
+    for (int64_t i = 0; i < n; i++)
+        *sum += touch(&v[i]);
+    return 0;
+}
+
 static int row(void *ctx, int64_t r, const ParquetStr *vals, Err *err) {
     (void)r, (void)err;
     size_t *sum = ctx;
@@ -52,6 +60,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         sink = sum;
         return 0;
     }
+    for (int g = 0; g < parquet_row_groups(pq); g++)
+        if (parquet_stream_group(pq, g, batch, &sum, &err) != 0 &&
+            strncmp(err.msg, "fuzz.parquet: ", 14) != 0)
+            abort();
     for (int g = 0; g < parquet_row_groups(pq); g++) {
         const ParquetStr *v;
         int64_t n;

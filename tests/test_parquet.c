@@ -115,6 +115,43 @@ static void test_conversations_match_pyarrow(void **state) {
     free(jl);
 }
 
+/* Streamed groups (parquet_stream_group) hand over the values of parquet_read_group in order,
+ * in batches: many.parquet's 6,000 values ("row 0" .. "row 5999", as the tool writes them) come
+ * in more than one. */
+typedef struct Streamed {
+    int64_t n, batches;
+} Streamed;
+
+static int streamed_batch(void *ctx, const ParquetStr *v, int64_t n, Err *err) {
+    (void)err;
+    Streamed *s = ctx;
+    for (int64_t i = 0; i < n; i++, s->n++) {
+        char want[32];
+        int len = snprintf(want, sizeof want, "row %lld", (long long)s->n);
+        assert_int_equal(v[i].n, len);
+        assert_memory_equal(v[i].p, want, (size_t)len);
+    }
+    s->batches++;
+    return 0;
+}
+
+static void test_streamed_batches(void **state) {
+    (void)state;
+    size_t len;
+    char *data = read_file(fix_dir, "many.parquet", &len);
+    Parquet *pq;
+    Err err;
+    if (parquet_open(&pq, data, len, "many.parquet", "text", &err)) fail_msg("%s", err.msg);
+    Streamed s = {0, 0};
+    for (int g = 0; g < parquet_row_groups(pq); g++)
+        if (parquet_stream_group(pq, g, streamed_batch, &s, &err)) fail_msg("%s", err.msg);
+    printf("many.parquet: %lld values in %lld batches\n", (long long)s.n, (long long)s.batches);
+    assert_int_equal(s.n, 6000);
+    assert_true(s.batches > 1);
+    parquet_close(pq);
+    free(data);
+}
+
 static void test_damaged_bytes(void **state) {
     (void)state;
     size_t len;
@@ -155,6 +192,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fixtures_match_pyarrow),
         cmocka_unit_test(test_conversations_match_pyarrow),
+        cmocka_unit_test(test_streamed_batches),
         cmocka_unit_test(test_damaged_bytes),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -13,6 +13,8 @@ Writes tests/fixtures/parquet/:
                         non-ASCII values
   delta_prefix.parquet  DELTA_BYTE_ARRAY strings (shared prefixes), Snappy, nulls, small pages
   delta_length.parquet  DELTA_LENGTH_BYTE_ARRAY strings, Zstandard, data pages v2, nulls
+  many.parquet          "row 0" .. "row 5999" in one row group of small dictionary pages, for
+                        test_parquet's streamed batches
   content.parquet       zstd_v2.parquet's texts in a "content" column, beside a "text" column
                         of other texts (training.dataset_text_field = "content")
   tiny_gzip.parquet, tiny_none_v2.parquet
@@ -131,6 +133,9 @@ def main():
     write("delta_prefix.parquet", pa.table({"text": pa.array(t, pa.string())}),
           use_dictionary=False, column_encoding={"text": "DELTA_BYTE_ARRAY"}, data_page_size=1024)
     expected["delta_prefix.parquet"] = [x for x in t if x is not None]
+    write("many.parquet", pa.table({"text": [f"row {i}" for i in range(6000)]}),
+          data_page_size=1024, row_group_size=6000)
+
     z = pq.read_table(os.path.join(OUT, "zstd_v2.parquet")).column("text")
     write("content.parquet", pa.table({"text": pa.array(["other"] * len(z)), "content": z}))
 

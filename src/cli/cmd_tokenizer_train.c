@@ -35,6 +35,13 @@ static void usage(FILE *f) {
                "                     <|im_start|>, <|im_end|>; the first is eos and pad)\n");
 }
 
+static int add_values(void *ctx, const ParquetStr *v, int64_t n, Err *err) {
+    (void)err;
+    for (int64_t i = 0; i < n; i++)
+        bpe_trainer_add(ctx, v[i].p, v[i].n);
+    return 0;
+}
+
 /* The values of a Parquet file's column `field`. */
 static int add_parquet(BpeTrainer *tr, const char *path, const char *field, Err *err) {
     char *data;
@@ -42,13 +49,8 @@ static int add_parquet(BpeTrainer *tr, const char *path, const char *field, Err 
     TRY(fs_read_all(path, &data, &len, err));
     Parquet *pq;
     int rc = parquet_open(&pq, data, len, path, field, err);
-    for (int g = 0; rc == 0 && g < parquet_row_groups(pq); g++) {
-        const ParquetStr *v;
-        int64_t n;
-        rc = parquet_read_group(pq, g, &v, &n, err);
-        for (int64_t i = 0; rc == 0 && i < n; i++)
-            bpe_trainer_add(tr, v[i].p, v[i].n);
-    }
+    for (int g = 0; rc == 0 && g < parquet_row_groups(pq); g++)
+        rc = parquet_stream_group(pq, g, add_values, tr, err);
     if (pq) parquet_close(pq);
     free(data);
     return rc;

@@ -506,8 +506,29 @@ static int tokenize_lines(Build *b, const char *buf, size_t len, size_t *pos, in
  * moves to the front; memory is a block plus the longest line, whatever the file's size. */
 #define STREAM_BLOCK (4u << 20)
 
-/* The "text" column of a Parquet file (text/parquet.h), row group by row group, each non-null
- * value a document; documents are tokenized CHUNK_DOCS at a time, as lines are. */
+/* A batch of a Parquet column's values (parquet_stream_group): documents, tokenized
+ * CHUNK_DOCS at a time as lines are. */
+typedef struct ParquetDocs {
+    Build *b;
+    const char *path;
+    Slot *slots;
+    int64_t row;
+} ParquetDocs;
+
+static int parquet_docs(void *ctx, const ParquetStr *v, int64_t n, Err *err) {
+    ParquetDocs *d = ctx;
+    int rc = 0;
+    for (int64_t i = 0; rc == 0 && i < n; i += CHUNK_DOCS) {
+        int64_t k = n - i < CHUNK_DOCS ? n - i : CHUNK_DOCS;
+        for (int64_t j = 0; j < k; j++)
+            d->slots[j] = (Slot){.line = v[i + j].p, .len = v[i + j].n, .lineno = ++d->row};
+        rc = flush_slots(d->b, d->slots, k, d->path, 0, err);
+    }
+    return rc;
+}
+
+/* The text column of a Parquet file (text/parquet.h), row group by row group, each non-null
+ * value a document, streamed a batch of pages at a time. */
 static int tokenize_parquet(Build *b, const char *path, Slot *slots, Err *err) {
     struct stat st;
     int fd = fs_open_read(path, &st, err);
@@ -518,16 +539,9 @@ static int tokenize_parquet(Build *b, const char *path, Slot *slots, Err *err) {
     SYS_CHECK(!size || map != MAP_FAILED, err, "cannot map dataset file %s", path);
     Parquet *pq;
     int rc = parquet_open(&pq, size ? map : "", size, path, b->opt->text_field, err);
+    ParquetDocs docs = {b, path, slots, 0};
     for (int g = 0; rc == 0 && g < parquet_row_groups(pq); g++) {
-        const ParquetStr *v;
-        int64_t n;
-        rc = parquet_read_group(pq, g, &v, &n, err);
-        for (int64_t i = 0; rc == 0 && i < n; i += CHUNK_DOCS) {
-            int64_t k = n - i < CHUNK_DOCS ? n - i : CHUNK_DOCS;
-            for (int64_t j = 0; j < k; j++)
-                slots[j] = (Slot){.line = v[i + j].p, .len = v[i + j].n, .lineno = i + j + 1};
-            rc = flush_slots(b, slots, k, path, 0, err);
-        }
+        rc = parquet_stream_group(pq, g, parquet_docs, &docs, err);
         if (rc == 0) progress_update(&b->prog, b->bytes_before + (double)parquet_group_end(pq, g));
     }
     if (pq) parquet_close(pq);

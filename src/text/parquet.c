@@ -270,6 +270,7 @@ struct Parquet {
     int64_t n_levels, cap_levels;
     uint8_t **bufs;
     int n_bufs, cap_bufs;
+    int n_keep; /* bufs[0 .. n_keep) hold the dictionary: kept until the group ends */
 };
 
 static int read_schema_el(Rd *r, SchemaEl *e) {
@@ -633,8 +634,20 @@ static void release_group(Parquet *pq) {
     for (int i = 0; i < pq->n_bufs; i++)
         free(pq->bufs[i]);
     pq->n_bufs = 0;
+    pq->n_keep = 0;
     pq->n_vals = 0;
     pq->n_levels = 0;
+}
+
+/* Streaming (parquet_stream_group): hands the values so far to fn and releases the pages they
+ * point into, all but the dictionary's. */
+static int flush_batch(Parquet *pq, ParquetBatchFn fn, void *ctx, Err *err) {
+    int rc = pq->n_vals ? fn(ctx, pq->vals, pq->n_vals, err) : 0;
+    for (int i = pq->n_keep; i < pq->n_bufs; i++)
+        free(pq->bufs[i]);
+    pq->n_bufs = pq->n_keep;
+    pq->n_vals = 0;
+    return rc;
 }
 
 void parquet_close(Parquet *pq) {
@@ -1069,18 +1082,25 @@ static int data_page(Parquet *pq, const PageHeader *h, const uint8_t *reps, size
     return rc;
 }
 
-int parquet_read_group(Parquet *pq, int g, const ParquetStr **vals, int64_t *n, Err *err) {
+/* A batch of a streamed group: this many values, or this many bytes of pages. */
+#define PQ_BATCH_VALUES 4096
+#define PQ_BATCH_BYTES ((int64_t)64 << 20)
+
+/* Reads row group g's pages; with fn, hands their values over in batches (flush_batch). */
+static int read_group(Parquet *pq, int g, ParquetBatchFn fn, void *ctx, Err *err) {
     release_group(pq);
-    *vals = NULL;
-    *n = 0;
     if (g < 0 || g >= pq->n_groups)
         return err_set(err, "%s: no row group %d (it has %d)", pq->name, g, pq->n_groups);
     const Chunk *c = &pq->chunks[g];
     const uint8_t *p = pq->data + c->data_off, *end = p + c->size;
     ParquetStr *dict = NULL;
-    int64_t n_dict = 0, rows = 0;
+    int64_t n_dict = 0, rows = 0, batch_bytes = 0;
     int rc = 0;
     while (rc == 0 && rows < c->num_values) {
+        if (fn && (pq->n_vals >= PQ_BATCH_VALUES || batch_bytes >= PQ_BATCH_BYTES)) {
+            if ((rc = flush_batch(pq, fn, ctx, err))) break;
+            batch_bytes = 0;
+        }
         int64_t at = p - pq->data;
         if (p >= end) {
             rc = err_set(err,
@@ -1122,6 +1142,7 @@ int parquet_read_group(Parquet *pq, int g, const ParquetStr **vals, int64_t *n, 
                                  &u, at, err)))
                 break;
             n_dict = h.num_values;
+            pq->n_keep = pq->n_bufs;
             dict = xmalloc((size_t)(n_dict ? n_dict : 1) * sizeof *dict);
             rc = plain_values(pq, u, u + h.uncompressed, n_dict, dict, at, err);
         } else if (h.type == PAGE_DATA) {
@@ -1155,6 +1176,7 @@ int parquet_read_group(Parquet *pq, int g, const ParquetStr **vals, int64_t *n, 
             rc = data_page(pq, &h, lv[0], lv_len[0], lv[1], lv_len[1], q, (size_t)(qe - q), dict,
                            n_dict, at, err);
             rows += h.num_values;
+            batch_bytes += h.uncompressed;
         } else if (h.type == PAGE_DATA_V2) {
             if (h.def_len < 0 || h.rep_len < 0 || h.def_len + h.rep_len > h.compressed ||
                 h.def_len + h.rep_len > h.uncompressed) {
@@ -1171,6 +1193,7 @@ int parquet_read_group(Parquet *pq, int g, const ParquetStr **vals, int64_t *n, 
             rc = data_page(pq, &h, body, (size_t)h.rep_len, body + h.rep_len, (size_t)h.def_len, u,
                            (size_t)h.uncompressed - skip, dict, n_dict, at, err);
             rows += h.num_values;
+            batch_bytes += h.uncompressed;
         } else if (h.type != PAGE_INDEX) {
             rc = err_set(err, "%s: the page at byte %lld is of unknown type %lld", pq->name,
                          (long long)at, (long long)h.type);
@@ -1180,13 +1203,27 @@ int parquet_read_group(Parquet *pq, int g, const ParquetStr **vals, int64_t *n, 
     if (rc == 0 && rows != c->num_values)
         rc = err_set(err, "%s: row group %d's pages hold %lld values where its metadata says %lld",
                      pq->name, g, (long long)rows, (long long)c->num_values);
+    if (rc == 0 && fn) rc = flush_batch(pq, fn, ctx, err);
     if (rc) {
         release_group(pq);
         return -1;
     }
+    return 0;
+}
+
+int parquet_read_group(Parquet *pq, int g, const ParquetStr **vals, int64_t *n, Err *err) {
+    *vals = NULL;
+    *n = 0;
+    TRY(read_group(pq, g, NULL, NULL, err));
     *vals = pq->vals;
     *n = pq->n_vals;
     return 0;
+}
+
+int parquet_stream_group(Parquet *pq, int g, ParquetBatchFn fn, void *ctx, Err *err) {
+    int rc = read_group(pq, g, fn, ctx, err);
+    release_group(pq);
+    return rc;
 }
 
 /* ---- conversations ------------------------------------------------------------------------- */

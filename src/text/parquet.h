@@ -63,6 +63,13 @@ typedef int (*ParquetRowFn)(void *ctx, int64_t row, const ParquetStr *vals, Err 
 int parquet_read_rows(const void *data, size_t size, const char *name, const char *const *cols,
                       const int *required, int ncols, ParquetRowFn fn, void *ctx, Err *err);
 
+/* Like parquet_read_group, but hands the values to fn in batches as the pages are read (a few
+ * thousand values, or 64 MiB of pages, at a time), releasing each batch's pages once fn
+ * returns: a group costs a batch's memory, not the whole group's (pyarrow's default row group
+ * of a million documents is gigabytes of text). */
+typedef int (*ParquetBatchFn)(void *ctx, const ParquetStr *vals, int64_t n, Err *err);
+int parquet_stream_group(Parquet *pq, int g, ParquetBatchFn fn, void *ctx, Err *err);
+
 /* Whether a file name ends in .parquet. */
 int parquet_is_name(const char *path);
 
