@@ -18,11 +18,11 @@ static size_t touch(const ParquetStr *v) {
 }
 
 static int conversation(void *ctx, int64_t row, const ParquetStr *roles, const ParquetStr *contents,
-                        int64_t n, Err *err) {
+                        const ParquetStr *reasonings, int64_t n, Err *err) {
     (void)row, (void)err;
     size_t *sum = ctx;
     for (int64_t i = 0; i < n; i++)
-        *sum += touch(&roles[i]) + touch(&contents[i]);
+        *sum += touch(&roles[i]) + touch(&contents[i]) + touch(&reasonings[i]);
     return 0;
 }
 

@@ -110,6 +110,13 @@ if [ -f "$qwen/tokenizer_config.json" ]; then
       { cat "$tmp/c-$f.log"; fail "$f.parquet: conversations differ from chat.jsonl's"; }
     echo "$f.parquet: 40 conversations, the 4 losses of chat.jsonl"
   done
+  # Reasoning fields (reasoning_content, thinking) of the messages.
+  chat rj "$fx/chat_reasoning.jsonl" >"$tmp/rj.log" || { cat "$tmp/rj.log"; fail "chat_reasoning.jsonl"; }
+  chat rp "$fx/chat_reasoning.parquet" >"$tmp/rp.log" || { cat "$tmp/rp.log"; fail "chat_reasoning.parquet"; }
+  [ "$(losses "$tmp/rp.log" | wc -l)" = 4 ] && [ "$(losses "$tmp/rp.log")" = "$(losses "$tmp/rj.log")" ] &&
+    [ "$(grep '^chat data' "$tmp/rp.log" | sed 's/from .* file/F/')" = "$(grep '^chat data' "$tmp/rj.log" | sed 's/from .* file/F/')" ] ||
+    { cat "$tmp/rp.log"; fail "chat_reasoning.parquet differs from its JSON Lines"; }
+  echo "chat_reasoning.parquet: the targets and 4 losses of its JSON Lines"
   # The instruction and prompt_completion shapes from string columns.
   for f in alpaca:instruction prompts:prompt_completion; do
     name=${f%%:*} shape=${f#*:}

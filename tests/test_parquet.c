@@ -75,7 +75,7 @@ typedef struct Want {
 } Want;
 
 static int check_row(void *ctx, int64_t row, const ParquetStr *roles, const ParquetStr *contents,
-                     int64_t n, Err *err) {
+                     const ParquetStr *reasonings, int64_t n, Err *err) {
     (void)err;
     Want *w = ctx;
     const json_t *msgs = json_object_get(json_array_get(w->lines, (size_t)row), "messages");
@@ -88,6 +88,20 @@ static int check_row(void *ctx, int64_t row, const ParquetStr *roles, const Parq
         assert_memory_equal(roles[i].p, json_string_value(r), roles[i].n);
         assert_int_equal(contents[i].n, json_string_length(c));
         assert_memory_equal(contents[i].p, json_string_value(c), contents[i].n);
+        /* The first of the reasoning fields that is not null, as transformers takes them. */
+        const json_t *want = NULL;
+        const char *names[] = {"reasoning_content", "thinking", "reasoning"};
+        for (int k = 0; k < 3 && !want; k++) {
+            const json_t *x = json_object_get(m, names[k]);
+            if (x && !json_is_null(x)) want = x;
+        }
+        if (!want) {
+            assert_null(reasonings[i].p);
+        } else {
+            assert_non_null(reasonings[i].p);
+            assert_int_equal(reasonings[i].n, json_string_length(want));
+            assert_memory_equal(reasonings[i].p, json_string_value(want), reasonings[i].n);
+        }
     }
     w->rows++;
     return 0;
@@ -101,13 +115,21 @@ static void test_conversations_match_pyarrow(void **state) {
     Want w = {json_array(), 0};
     for (char *line = strtok(jl, "\n"); line; line = strtok(NULL, "\n"))
         json_array_append_new(w.lines, json_loads(line, 0, NULL));
-    const char *names[] = {"chat.parquet", "chat_item.parquet"};
-    for (size_t f = 0; f < 2; f++) {
+    const char *names[] = {"chat.parquet", "chat_item.parquet", "chat_reasoning.parquet"};
+    for (size_t f = 0; f < 3; f++) {
+        if (f == 2) { /* its own JSON Lines */
+            json_decref(w.lines);
+            free(jl);
+            jl = read_file(fix_dir, "chat_reasoning.jsonl", &len);
+            w.lines = json_array();
+            for (char *line = strtok(jl, "\n"); line; line = strtok(NULL, "\n"))
+                json_array_append_new(w.lines, json_loads(line, 0, NULL));
+        }
         char *data = read_file(fix_dir, names[f], &len);
         w.rows = 0;
         if (parquet_read_conversations(data, len, names[f], "messages", check_row, &w, &err))
             fail_msg("%s", err.msg);
-        printf("%s: %lld conversations, as chat.jsonl holds them\n", names[f], (long long)w.rows);
+        printf("%s: %lld conversations, as its JSON Lines holds them\n", names[f], (long long)w.rows);
         assert_int_equal(w.rows, json_array_size(w.lines));
         free(data);
     }

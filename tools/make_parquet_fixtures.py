@@ -26,6 +26,9 @@ Writes tests/fixtures/parquet/:
   chat_item.parquet     the same, written with pyarrow's older list/item names, Zstandard, v2
                         data pages
   chat.jsonl            the same conversations as JSON Lines
+  chat_reasoning.parquet, chat_reasoning.jsonl
+                        assistant messages with reasoning_content or thinking (or neither), in
+                        Parquet and as JSON Lines
   alpaca.parquet, alpaca.jsonl
                         instruction / input (empty for some rows) / output string columns, and
                         the same rows as JSON Lines (training.data_format = instruction)
@@ -125,6 +128,21 @@ def main():
         with open(os.path.join(OUT, name), "w", encoding="utf-8") as f:
             for row in rows:
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    reasoning = []
+    for i in range(24):
+        a, b = r.randint(0, 99), r.randint(0, 99)
+        msg = {"role": "assistant", "content": f"{a + b}", "reasoning_content": None,
+               "thinking": None}
+        if i % 3 == 0:
+            msg["reasoning_content"] = f"{a} and {b} make {a + b}"
+        elif i % 3 == 1:
+            msg["thinking"] = f"add {a} to {b}"
+        reasoning.append([{"role": "user", "content": f"{a}+{b}?", "reasoning_content": None,
+                           "thinking": None}, msg])
+    write("chat_reasoning.parquet", pa.table({"messages": pa.array(reasoning)}))
+    with open(os.path.join(OUT, "chat_reasoning.jsonl"), "w", encoding="utf-8") as f:
+        for c in reasoning:
+            f.write(json.dumps({"messages": c}, ensure_ascii=False) + "\n")
     extra = [[{"role": "user", "content": "hi", "tool_calls": "[]"}]]
     write("chat_extra.parquet", pa.table({"messages": pa.array(extra)}))
 

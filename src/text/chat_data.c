@@ -283,7 +283,7 @@ typedef struct ParquetRows {
 } ParquetRows;
 
 static int parquet_row(void *ctx, int64_t row, const ParquetStr *roles, const ParquetStr *contents,
-                       int64_t n, Err *err) {
+                       const ParquetStr *reasonings, int64_t n, Err *err) {
     ParquetRows *pr = ctx;
     char where[1100];
     snprintf(where, sizeof where, "%s: row %lld", pr->file, (long long)row + 1);
@@ -308,6 +308,8 @@ static int parquet_row(void *ctx, int64_t row, const ParquetStr *roles, const Pa
             return err_set(err, "%s: messages[%lld] has no \"content\"", where, (long long)i);
         m->content = contents[i].p;
         m->content_len = contents[i].n;
+        m->reasoning = reasonings[i].p;
+        m->reasoning_len = reasonings[i].n;
     }
     if (chat_render(pr->cf, pr->msgs, (size_t)n, (ChatOptions){0, 1, NULL}, &pr->tok, err))
         return err_wrap(err, "%s", where);
@@ -335,8 +337,9 @@ static int parquet_flat_row(void *ctx, int64_t row, const ParquetStr *v, Err *er
         memcpy(joined + user.n + 2, v[1].p, v[1].n);
         user = (ParquetStr){joined, user.n + 2 + v[1].n};
     }
-    ParquetStr roles[2] = {{"user", 4}, {"assistant", 9}}, contents[2] = {user, answer};
-    int rc = parquet_row(ctx, row, roles, contents, 2, err);
+    ParquetStr roles[2] = {{"user", 4}, {"assistant", 9}}, contents[2] = {user, answer},
+               none[2] = {{NULL, 0}, {NULL, 0}};
+    int rc = parquet_row(ctx, row, roles, contents, none, 2, err);
     free(joined);
     return rc;
 }

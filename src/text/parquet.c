@@ -1228,25 +1228,34 @@ int parquet_stream_group(Parquet *pq, int g, ParquetBatchFn fn, void *ctx, Err *
 
 /* ---- conversations ------------------------------------------------------------------------- */
 
+/* The message fields read from Parquet: role and content, then the names an assistant's
+ * reasoning may come under, in the order transformers takes the first that is not null. */
+static const char *const MSG_FIELDS[] = {"role", "content", "reasoning_content", "thinking",
+                                         "reasoning"};
+enum { N_MSG_FIELDS = 5 };
+
 /* A row's messages as they are collected. */
 typedef struct ConvRow {
-    ParquetStr *roles, *contents;
+    ParquetStr *f[3]; /* roles, contents, reasonings */
     int64_t n, cap;
 } ConvRow;
 
-static void conv_push(ConvRow *c, ParquetStr role, ParquetStr content) {
+static void conv_push(ConvRow *c, const ParquetStr *m) {
     if (c->n == c->cap) {
         c->cap = c->cap ? 2 * c->cap : 16;
-        c->roles = xrealloc(c->roles, (size_t)c->cap * sizeof *c->roles);
-        c->contents = xrealloc(c->contents, (size_t)c->cap * sizeof *c->contents);
+        for (int k = 0; k < 3; k++)
+            c->f[k] = xrealloc(c->f[k], (size_t)c->cap * sizeof *c->f[k]);
     }
-    c->roles[c->n] = role;
-    c->contents[c->n++] = content;
+    for (int k = 0; k < 3; k++)
+        c->f[k][c->n] = m[k];
+    c->n++;
 }
 
 /* The element fields of list column `top`: *holder is the node whose children they are
- * (the element of a 3-level list, else the repeated group itself). */
-static int list_fields(const Parquet *sc, int64_t top, int64_t *rep, int64_t *holder, Err *err) {
+ * (the element of a 3-level list, else the repeated group itself); has[k] says whether
+ * MSG_FIELDS[k] is one of them. */
+static int list_fields(const Parquet *sc, int64_t top, int64_t *rep, int64_t *holder, int *has,
+                       Err *err) {
     const SchemaEl *els = sc->els;
     int64_t n = sc->n_els;
     *rep = top + 1;
@@ -1262,16 +1271,22 @@ static int list_fields(const Parquet *sc, int64_t top, int64_t *rep, int64_t *ho
         *holder = *rep + 1;
     int64_t i = *holder + 1;
     for (int64_t k = 0; k < els[*holder].num_children && i < n; k++) {
-        if (!name_is(els[i].name, els[i].name_len, "role") &&
-            !name_is(els[i].name, els[i].name_len, "content"))
+        int known = 0;
+        for (int f = 0; f < N_MSG_FIELDS; f++)
+            if (name_is(els[i].name, els[i].name_len, MSG_FIELDS[f])) has[f] = known = 1;
+        if (!known)
             return err_set(err,
                            "%s: the messages have a field \"%.*s\", which qtitan reads from "
-                           "JSON Lines only (it reads role and content from Parquet); write the "
-                           "conversations as JSON Lines (datasets' Dataset.to_json does)",
+                           "JSON Lines only (from Parquet it reads role, content and the "
+                           "reasoning fields); write the conversations as JSON Lines (datasets' "
+                           "Dataset.to_json does)",
                            sc->name, (int)(els[i].name_len > 60 ? 60 : els[i].name_len),
                            (const char *)els[i].name);
         i = subtree_end(els, n, i);
     }
+    if (!has[0] || !has[1])
+        return err_set(err, "%s: the messages have no \"%s\" field", sc->name,
+                       has[0] ? "content" : "role");
     return 0;
 }
 
@@ -1287,7 +1302,8 @@ static int read_conversations(Parquet *sc, const char *column, ParquetConvFn fn,
                        column, cols);
     }
     int64_t rep = 0, holder = 0;
-    TRY(list_fields(sc, top, &rep, &holder, err));
+    int has[N_MSG_FIELDS] = {0};
+    TRY(list_fields(sc, top, &rep, &holder, has, err));
     /* The definition level an entry of the list reaches, and the one of a present element. */
     int d_list = (els[top].repetition != REP_REQUIRED) + 1;
     int d_elem = d_list + (holder != rep && els[holder].repetition != REP_REQUIRED);
@@ -1296,62 +1312,70 @@ static int read_conversations(Parquet *sc, const char *column, ParquetConvFn fn,
              (const char *)els[rep].name);
     snprintf(holder_name, sizeof holder_name, "%.*s", (int)els[holder].name_len,
              (const char *)els[holder].name);
-    Parquet *leaf[2] = {NULL, NULL};
-    const char *field[2] = {"role", "content"};
+    Parquet *leaf[N_MSG_FIELDS] = {NULL};
     int rc = 0;
-    for (int k = 0; k < 2 && rc == 0; k++) {
-        char *path[4] = {(char *)column, rep_name, holder_name, (char *)field[k]};
-        if (holder == rep) path[2] = (char *)field[k];
+    for (int k = 0; k < N_MSG_FIELDS && rc == 0; k++) {
+        if (!has[k]) continue;
+        char *path[4] = {(char *)column, rep_name, holder_name, (char *)MSG_FIELDS[k]};
+        if (holder == rep) path[2] = (char *)MSG_FIELDS[k];
         rc = open_path(&leaf[k], sc->data, sc->size, sc->name, path, holder == rep ? 3 : 4, 0, err);
         if (rc == 0) leaf[k]->keep_levels = 1;
+        if (rc == 0 && leaf[k]->n_groups != leaf[0]->n_groups)
+            rc = err_set(err, "%s: the message fields have different row groups", sc->name);
     }
-    if (rc == 0 && leaf[0]->n_groups != leaf[1]->n_groups)
-        rc = err_set(err, "%s: role and content have different row groups", sc->name);
-    ConvRow row = {0};
+    ConvRow row = {{NULL}, 0, 0};
     int64_t row_no = -1;
     int pending = 0; /* row_no's messages are collected but not yet handed to fn */
     for (int g = 0; rc == 0 && g < leaf[0]->n_groups; g++) {
-        const ParquetStr *v[2];
-        int64_t nv[2], at[2] = {0, 0};
-        for (int k = 0; k < 2 && rc == 0; k++)
-            rc = parquet_read_group(leaf[k], g, &v[k], &nv[k], err);
+        const ParquetStr *v[N_MSG_FIELDS] = {NULL};
+        int64_t nv, at[N_MSG_FIELDS] = {0};
+        for (int k = 0; k < N_MSG_FIELDS && rc == 0; k++)
+            if (leaf[k]) rc = parquet_read_group(leaf[k], g, &v[k], &nv, err);
         if (rc) break;
-        Parquet *r = leaf[0], *c = leaf[1];
-        if (r->n_levels != c->n_levels || (r->n_levels > 0 && r->rep[0] != 0)) {
-            rc = err_set(err, "%s: row group %d: role and content disagree on the messages",
-                         sc->name, g);
-            break;
-        }
+        const Parquet *r = leaf[0];
+        for (int k = 1; k < N_MSG_FIELDS && rc == 0; k++)
+            if (leaf[k] && leaf[k]->n_levels != r->n_levels)
+                rc = err_set(err, "%s: row group %d: the message fields disagree on the messages",
+                             sc->name, g);
+        if (rc == 0 && r->n_levels > 0 && r->rep[0] != 0)
+            rc = err_set(err, "%s: row group %d starts inside a row", sc->name, g);
         for (int64_t i = 0; rc == 0 && i < r->n_levels; i++) {
-            int dr = r->def[i], dc = c->def[i];
-            if (r->rep[i] != c->rep[i] ||
-                (dr < d_elem ? dr : d_elem) != (dc < d_elem ? dc : d_elem)) {
-                rc = err_set(err, "%s: row group %d: role and content disagree on entry %lld",
-                             sc->name, g, (long long)i);
-                break;
+            int dr = r->def[i];
+            for (int k = 1; k < N_MSG_FIELDS; k++) {
+                if (!leaf[k]) continue;
+                int dk = leaf[k]->def[i];
+                if (leaf[k]->rep[i] != r->rep[i] ||
+                    (dk < d_elem ? dk : d_elem) != (dr < d_elem ? dr : d_elem))
+                    rc = err_set(err, "%s: row group %d: the message fields disagree on entry %lld",
+                                 sc->name, g, (long long)i);
             }
+            if (rc) break;
             if (r->rep[i] == 0) {
-                if (pending) rc = fn(ctx, row_no, row.roles, row.contents, row.n, err);
+                if (pending) rc = fn(ctx, row_no, row.f[0], row.f[1], row.f[2], row.n, err);
                 row_no++;
                 row.n = 0;
                 pending = 1;
                 if (rc) break;
             }
             if (dr < d_list) continue; /* a null or empty list */
-            ParquetStr none = {NULL, 0}, role = none, content = none;
-            if (dr == r->max_def) role = v[0][at[0]++];
-            if (dc == c->max_def) content = v[1][at[1]++];
-            conv_push(&row, role, content);
+            ParquetStr m[3] = {{NULL, 0}, {NULL, 0}, {NULL, 0}};
+            for (int k = 0; k < N_MSG_FIELDS; k++) {
+                if (!leaf[k] || leaf[k]->def[i] != leaf[k]->max_def) continue;
+                ParquetStr val = v[k][at[k]++];
+                int slot = k < 2 ? k : 2;
+                if (!m[slot].p) m[slot] = val; /* reasoning: the first field that is not null */
+            }
+            conv_push(&row, m);
         }
         /* A row lies inside one row group: its values point into this group's pages, which
          * the next group's read releases. */
-        if (rc == 0 && pending) rc = fn(ctx, row_no, row.roles, row.contents, row.n, err);
+        if (rc == 0 && pending) rc = fn(ctx, row_no, row.f[0], row.f[1], row.f[2], row.n, err);
         pending = 0;
     }
-    free(row.roles);
-    free(row.contents);
-    parquet_close(leaf[0]);
-    parquet_close(leaf[1]);
+    for (int k = 0; k < 3; k++)
+        free(row.f[k]);
+    for (int k = 0; k < N_MSG_FIELDS; k++)
+        parquet_close(leaf[k]);
     return rc;
 }
 

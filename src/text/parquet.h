@@ -44,14 +44,16 @@ int parquet_read_group(Parquet *pq, int g, const ParquetStr **vals, int64_t *n, 
 
 /* Conversations in a Parquet file, the shape of the chat datasets on the Hub: a top-level list
  * column (`column`, e.g. "messages") whose elements are structures with string fields "role"
- * and "content" (a 3-level LIST as pyarrow writes it, with the list/element or the older
+ * and "content", and optionally the reasoning fields "reasoning_content", "thinking",
+ * "reasoning" (a 3-level LIST as pyarrow writes it, with the list/element or the older
  * list/item names, or a 2-level repeated group). fn gets each row's messages in order, a null
- * role or content as p = NULL; a row whose list is null or empty gets n = 0. Rows count from 0
- * over the whole file. An element field other than role and content is an error sentence (it
- * would be lost), as are a column of another shape and role and content columns whose levels
- * disagree. */
+ * role or content as p = NULL, and per message the first reasoning field that is not null (as
+ * transformers takes them) or p = NULL; a row whose list is null or empty gets n = 0. Rows
+ * count from 0 over the whole file. Any other element field is an error sentence (it would be
+ * lost), as are a column of another shape and fields whose levels disagree. */
 typedef int (*ParquetConvFn)(void *ctx, int64_t row, const ParquetStr *roles,
-                             const ParquetStr *contents, int64_t n, Err *err);
+                             const ParquetStr *contents, const ParquetStr *reasonings, int64_t n,
+                             Err *err);
 int parquet_read_conversations(const void *data, size_t size, const char *name, const char *column,
                                ParquetConvFn fn, void *ctx, Err *err);
 
