@@ -129,7 +129,8 @@ static void test_conversations_match_pyarrow(void **state) {
         w.rows = 0;
         if (parquet_read_conversations(data, len, names[f], "messages", check_row, &w, &err))
             fail_msg("%s", err.msg);
-        printf("%s: %lld conversations, as its JSON Lines holds them\n", names[f], (long long)w.rows);
+        printf("%s: %lld conversations, as its JSON Lines holds them\n", names[f],
+               (long long)w.rows);
         assert_int_equal(w.rows, json_array_size(w.lines));
         free(data);
     }
