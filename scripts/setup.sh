@@ -6,7 +6,7 @@ set -euo pipefail
 
 PACKAGES=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libutf8proc-dev
           libdnnl-dev libopenmpi-dev openmpi-bin libcmocka-dev clang clang-format libclang-rt-14-dev
-          libomp-14-dev zlib1g-dev libzstd-dev libsnappy-dev libprotobuf-c-dev protobuf-c-compiler
+          libomp-14-dev zlib1g-dev libzstd-dev libsnappy-dev liblz4-dev libbrotli-dev libprotobuf-c-dev protobuf-c-compiler
           librsvg2-bin librsvg2-dev libcairo2-dev netpbm libxml2-utils jq)
 
 missing=()

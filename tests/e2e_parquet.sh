@@ -26,7 +26,7 @@ train() { # dump, dataset, extra args...
 }
 losses() { grep '^step:' "$1" | awk '{print $4}'; }
 
-for f in snappy_dict zstd_v2 gzip_fallback plain_required delta_prefix delta_length; do
+for f in snappy_dict zstd_v2 gzip_fallback plain_required delta_prefix delta_length lz4 brotli; do
   jq -c --arg f "$f.parquet" '.[$f][] | {text: .}' "$fx/expected.json" >"$tmp/$f.jsonl"
   train "p-$f" "$fx/$f.parquet" >"$tmp/p-$f.log" || { cat "$tmp/p-$f.log"; fail "train on $f.parquet"; }
   train "j-$f" "$tmp/$f.jsonl" >"$tmp/j-$f.log" || { cat "$tmp/j-$f.log"; fail "train on $f.jsonl"; }
@@ -84,7 +84,7 @@ refuse() { # file, expected text
   grep -q "error: $1: .*$2" "$tmp/bad.log" || { cat "$tmp/bad.log"; fail "$1: expected '$2'"; }
   echo "refused: $(grep '^error:' "$tmp/bad.log" | sed "s|$fx/||")"
 }
-refuse "$fx/lz4.parquet" 'is compressed with LZ4_RAW; qtitan reads uncompressed, SNAPPY, GZIP and ZSTD'
+refuse "$fx/lzo.parquet" 'is compressed with LZO; qtitan reads uncompressed, SNAPPY, GZIP, ZSTD, LZ4_RAW and BROTLI'
 refuse "$fx/int_text.parquet" 'column "text" holds INT64 values, not strings'
 refuse "$fx/no_text.parquet" 'no column "text" in the Parquet file (its columns: content, id)'
 refuse "$fx/nested_text.parquet" 'column "text" is a list or a group of fields'

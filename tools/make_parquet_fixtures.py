@@ -35,7 +35,9 @@ Writes tests/fixtures/parquet/:
   prompts.parquet, prompts.jsonl
                         prompt / completion string columns, and as JSON Lines
 and files qtitan must refuse with a sentence:
-  lz4.parquet           the LZ4_RAW codec
+  lzo.parquet           lz4.parquet with its codec changed to LZO in the footer
+  lz4.parquet, brotli.parquet
+                        zstd_v2.parquet's texts with the LZ4_RAW and BROTLI codecs
   int_text.parquet      "text" holds integers
   no_text.parquet       no "text" column (its columns: "content", "id")
   nested_text.parquet   "text" is a list of strings
@@ -169,7 +171,19 @@ def main():
     expected["tiny_gzip.parquet"] = expected["tiny_none_v2.parquet"] = ["ab", "cd", "ab"]
 
     small = pa.table({"text": pa.array(["a", "b"], pa.string())})
-    write("lz4.parquet", small, compression="lz4")
+    z = pq.read_table(os.path.join(OUT, "zstd_v2.parquet"))
+    write("lz4.parquet", z, compression="lz4")
+    write("brotli.parquet", z, compression="brotli")
+    expected["lz4.parquet"] = expected["brotli.parquet"] = expected["zstd_v2.parquet"]
+    # LZO, which pyarrow does not write: the footer's codec field (ColumnMetaData field 4, after
+    # field 3: header byte 0x15, then zigzag 7 = 0x0e for LZ4_RAW) set to zigzag 3 = 0x06.
+    data = bytearray(open(os.path.join(OUT, "lz4.parquet"), "rb").read())
+    meta_len = int.from_bytes(data[-8:-4], "little")
+    start = len(data) - 8 - meta_len
+    at = bytes(data[start:-8]).find(b"\x15\x0e")
+    assert at >= 0 and bytes(data[start:-8]).count(b"\x15\x0e") == 1
+    data[start + at + 1] = 0x06
+    open(os.path.join(OUT, "lzo.parquet"), "wb").write(data)
     write("int_text.parquet", pa.table({"text": pa.array([1, 2], pa.int64())}))
     write("no_text.parquet", pa.table({"content": pa.array(["a"]), "id": pa.array([1])}))
     write("nested_text.parquet", pa.table({"text": pa.array([["a", "b"], ["c"]])}))

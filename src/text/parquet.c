@@ -2,6 +2,8 @@
  * (FileMetaData, Thrift compact protocol), its length (4 bytes, little-endian), "PAR1". */
 #include "text/parquet.h"
 
+#include <brotli/decode.h>
+#include <lz4.h>
 #include <snappy-c.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -594,10 +596,10 @@ static int open_path(Parquet **out, const void *data, size_t size, const char *n
             rc = err_set(err, "%s: row group %d's chunk of \"%s\" is not of strings", name, g,
                          column);
         else if (c->codec != CODEC_NONE && c->codec != CODEC_SNAPPY && c->codec != CODEC_GZIP &&
-                 c->codec != CODEC_ZSTD)
+                 c->codec != CODEC_ZSTD && c->codec != CODEC_LZ4_RAW && c->codec != CODEC_BROTLI)
             rc = err_set(err,
                          "%s: column \"%s\" is compressed with %s; qtitan reads uncompressed, "
-                         "SNAPPY, GZIP and ZSTD Parquet",
+                         "SNAPPY, GZIP, ZSTD, LZ4_RAW and BROTLI Parquet",
                          name, column, codec_name(c->codec));
         if (rc) break;
         int64_t start =
@@ -772,6 +774,13 @@ static int decompress(Parquet *pq, int64_t codec, const uint8_t *src, size_t n, 
     } else if (codec == CODEC_ZSTD) {
         size_t got = ZSTD_decompress(buf, want, src, n);
         ok = !ZSTD_isError(got) && got == want;
+    } else if (codec == CODEC_LZ4_RAW) {
+        ok = n <= INT32_MAX && want <= INT32_MAX &&
+             LZ4_decompress_safe((const char *)src, (char *)buf, (int)n, (int)want) == (int)want;
+    } else if (codec == CODEC_BROTLI) {
+        size_t got = want;
+        ok = BrotliDecoderDecompress(n, src, &got, buf) == BROTLI_DECODER_RESULT_SUCCESS &&
+             got == want;
     } else if (codec == CODEC_GZIP) {
         z_stream z;
         memset(&z, 0, sizeof z);
