@@ -8,9 +8,10 @@
  * DELTA_LENGTH_BYTE_ARRAY and DELTA_BYTE_ARRAY (with RLE / bit-packed levels); the codecs
  * UNCOMPRESSED, SNAPPY, GZIP, ZSTD, LZ4_RAW and BROTLI. Anything else (another codec or
  * encoding, a column in another file, a nested or repeated column) is an error sentence naming
- * the file and what it found, never a silent skip. Every length and count in the file is checked against the
- * bytes that hold it before it is used, so a damaged or hostile file gives a sentence (with the
- * byte offset where one applies), never a crash; fuzz_parquet feeds it arbitrary bytes. */
+ * the file and what it found, never a silent skip. Every length and count in the file is checked
+ * against the bytes that hold it before it is used, so a damaged or hostile file gives a sentence
+ * (with the byte offset where one applies), never a crash; fuzz_parquet feeds it arbitrary bytes.
+ */
 #ifndef QT_PARQUET_H
 #define QT_PARQUET_H
 
