@@ -29,10 +29,15 @@ static const char *FORMAT_KEYS[] = {"a \"text\" string", "a \"messages\" array",
 
 /* ---- one line to messages ------------------------------------------------------------------ */
 
-/* The names an assistant's reasoning may come under, in the order transformers takes the first
- * that is not null (its _alias_reasoning_fields) and hands to the template as
- * reasoning_content. */
-static const char *const REASONING_KEYS[] = {"reasoning_content", "thinking", "reasoning"};
+/* A message's role from its name, or the sentence that says what is there instead. */
+static int read_role(const char *name, size_t len, const char *where, const char *what, long long i,
+                     ChatRole *out, Err *err) {
+    if (chat_role_parse(name, len, out) == 0) return 0;
+    return err_set(err,
+                   "%s: %s[%lld].role \"%.*s\" is not \"system\", \"user\", \"assistant\" or "
+                   "\"tool\"",
+                   where, what, i, (int)(len > 60 ? 60 : len), name);
+}
 
 /* Appends the messages of a JSON array (objects with role, content, optional reasoning and, on
  * assistant messages, tool_calls); `what` is the array's key for error sentences. */
@@ -54,24 +59,20 @@ static int read_message_array(const json_t *arr, const char *what, const char *w
                            "\"assistant\" or \"tool\"), found %s",
                            where, what, i, role ? json_kind(role) : "nothing");
         ChatMessage cm = {0};
-        if (chat_role_parse(json_string_value(role), json_string_length(role), &cm.role))
-            return err_set(err,
-                           "%s: %s[%zu].role \"%s\" is not \"system\", \"user\", "
-                           "\"assistant\" or \"tool\"",
-                           where, what, i, json_string_value(role));
+        TRY(read_role(json_string_value(role), json_string_length(role), where, what, (long long)i,
+                      &cm.role, err));
         if (!content) return err_set(err, "%s: %s[%zu] has no \"content\"", where, what, i);
         if (!json_is_string(content))
             return err_set(err, "%s: %s[%zu].content must be a string, found %s", where, what, i,
                            json_kind(content));
         cm.content = json_string_value(content);
         cm.content_len = json_string_length(content);
-        for (size_t k = 0; k < sizeof REASONING_KEYS / sizeof *REASONING_KEYS && !cm.reasoning;
-             k++) {
-            const json_t *r = json_object_get(m, REASONING_KEYS[k]);
+        for (size_t k = 0; k < CHAT_N_REASONING_KEYS && !cm.reasoning; k++) {
+            const json_t *r = json_object_get(m, chat_reasoning_keys[k]);
             if (!r || json_is_null(r)) continue;
             if (!json_is_string(r))
                 return err_set(err, "%s: %s[%zu].%s must be a string, found %s", where, what, i,
-                               REASONING_KEYS[k], json_kind(r));
+                               chat_reasoning_keys[k], json_kind(r));
             cm.reasoning = json_string_value(r);
             cm.reasoning_len = json_string_length(r);
         }
@@ -298,12 +299,7 @@ static int parquet_row(void *ctx, int64_t row, const ParquetStr *roles, const Pa
         *m = (ChatMessage){0};
         if (!roles[i].p)
             return err_set(err, "%s: messages[%lld] has no \"role\"", where, (long long)i);
-        if (chat_role_parse(roles[i].p, roles[i].n, &m->role))
-            return err_set(err,
-                           "%s: messages[%lld].role \"%.*s\" is not \"system\", \"user\", "
-                           "\"assistant\" or \"tool\"",
-                           where, (long long)i, (int)(roles[i].n > 60 ? 60 : roles[i].n),
-                           roles[i].p);
+        TRY(read_role(roles[i].p, roles[i].n, where, "messages", (long long)i, &m->role, err));
         if (!contents[i].p)
             return err_set(err, "%s: messages[%lld] has no \"content\"", where, (long long)i);
         m->content = contents[i].p;

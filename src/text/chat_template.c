@@ -45,6 +45,9 @@ static const struct {
     {"qwen3", 0x2bfdb7aa9754484eull},
 };
 
+const char *const chat_reasoning_keys[CHAT_N_REASONING_KEYS] = {"reasoning_content", "thinking",
+                                                                "reasoning"};
+
 static const char *ROLE_NAMES[CHAT_NROLES] = {"system", "user", "assistant", "tool"};
 
 int chat_role_parse(const char *name, size_t len, ChatRole *out) {

@@ -24,6 +24,12 @@ typedef enum ChatRole { CHAT_SYSTEM, CHAT_USER, CHAT_ASSISTANT, CHAT_TOOL, CHAT_
 int chat_role_parse(const char *name, size_t len, ChatRole *out);
 const char *chat_role_name(ChatRole role);
 
+/* The names an assistant's reasoning may come under, in the order transformers takes the first
+ * that is not null and hands to the template as reasoning_content (its
+ * _alias_reasoning_fields): what the JSON Lines and Parquet readers of chat data read. */
+#define CHAT_N_REASONING_KEYS 3
+extern const char *const chat_reasoning_keys[CHAT_N_REASONING_KEYS];
+
 /* One message. Strings are UTF-8 with explicit lengths (JSON strings may hold NUL bytes). */
 typedef struct ChatMessage {
     ChatRole role;

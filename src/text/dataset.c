@@ -529,14 +529,8 @@ static int parquet_docs(void *ctx, const ParquetStr *v, int64_t n, Err *err) {
 
 /* The text column of a Parquet file (text/parquet.h), row group by row group, each non-null
  * value a document, streamed a batch of pages at a time. */
-static int tokenize_parquet(Build *b, const char *path, Slot *slots, Err *err) {
-    struct stat st;
-    int fd = fs_open_read(path, &st, err);
-    if (fd < 0) return -1;
-    size_t size = (size_t)st.st_size;
-    void *map = size ? mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
-    close(fd);
-    SYS_CHECK(!size || map != MAP_FAILED, err, "cannot map dataset file %s", path);
+static int tokenize_parquet(Build *b, const char *path, const char *map, size_t size, Slot *slots,
+                            Err *err) {
     Parquet *pq;
     int rc = parquet_open(&pq, size ? map : "", size, path, b->opt->text_field, err);
     ParquetDocs docs = {b, path, slots, 0};
@@ -545,7 +539,6 @@ static int tokenize_parquet(Build *b, const char *path, Slot *slots, Err *err) {
         if (rc == 0) progress_update(&b->prog, b->bytes_before + (double)parquet_group_end(pq, g));
     }
     if (pq) parquet_close(pq);
-    if (size) munmap(map, size);
     return rc;
 }
 
@@ -613,20 +606,22 @@ static int tokenize_compressed(Build *b, const char *path, Slot *slots, Err *err
 
 static int tokenize_file(Build *b, const char *path, Slot *slots, Err *err) {
     if (zread_is_compressed(path)) return tokenize_compressed(b, path, slots, err);
-    if (parquet_is_name(path)) return tokenize_parquet(b, path, slots, err);
     struct stat st;
     int fd = fs_open_read(path, &st, err);
     if (fd < 0) return -1;
     size_t size = (size_t)st.st_size;
-    if (size == 0) {
+    /* An empty Parquet file is still read, to be refused; an empty text file holds nothing. */
+    if (size == 0 && !parquet_is_name(path)) {
         close(fd);
         return 0;
     }
-    char *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    char *map = size ? mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
     close(fd);
-    SYS_CHECK(map != MAP_FAILED, err, "cannot map dataset file %s", path);
+    SYS_CHECK(!size || map != MAP_FAILED, err, "cannot map dataset file %s", path);
     int rc = 0;
-    if (!is_jsonl(path)) {
+    if (parquet_is_name(path)) {
+        rc = tokenize_parquet(b, path, map, size, slots, err);
+    } else if (!is_jsonl(path)) {
         slots[0].line = map;
         slots[0].len = size;
         rc = flush_slots(b, slots, 1, path, 0, err);
@@ -635,7 +630,7 @@ static int tokenize_file(Build *b, const char *path, Slot *slots, Err *err) {
         int64_t lineno = 0;
         rc = tokenize_lines(b, map, size, &pos, &lineno, path, slots, err);
     }
-    munmap(map, size);
+    if (size) munmap(map, size);
     return rc;
 }
 

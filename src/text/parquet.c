@@ -12,6 +12,7 @@
 #include <zstd.h>
 
 #include "core/strutil.h"
+#include "text/chat_template.h"
 
 /* Limits that keep a hostile file from asking for unbounded memory: a page's declared
  * uncompressed size, and the values of one page and of one row group's chunk. */
@@ -66,6 +67,11 @@ static const char *const ENCODING_NAMES[] = {
 
 static const char *const TYPE_NAMES[] = {"BOOLEAN", "INT32",  "INT64",      "INT96",
                                          "FLOAT",   "DOUBLE", "BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY"};
+
+/* A 4-byte little-endian length (the footer's, a PLAIN string's, v1 levels'). */
+static uint32_t le32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
 
 static const char *codec_name(int64_t c) {
     return c >= 0 && c < 8 ? CODEC_NAMES[c] : "an unknown codec";
@@ -260,8 +266,7 @@ struct Parquet {
     int depth;
     int max_rep, max_def; /* of the leaf: its REPEATED ancestors, its non-REQUIRED ones */
     int keep_levels;      /* store every level (parquet_read_group_levels) */
-    int64_t rows;
-    SchemaEl *els; /* the schema in preorder (names point into data) */
+    SchemaEl *els;        /* the schema in preorder (names point into data) */
     int64_t n_els;
     Chunk *chunks; /* one a row group: the column's */
     int n_groups;
@@ -514,8 +519,6 @@ static int read_footer(Parquet *pq, const uint8_t *meta, size_t len, Err *err) {
             els = xcalloc((size_t)(n_els ? n_els : 1), sizeof *els);
             for (int64_t i = 0; i < n_els && rc == 0; i++)
                 rc = read_schema_el(&r, &els[i]);
-        } else if (id == 3 && (type == T_I64 || type == T_I32)) {
-            rc = rd_zigzag(&r, &pq->rows);
         } else if (id == 4 && type == T_LIST && !pq->chunks) {
             int64_t n;
             int et;
@@ -557,8 +560,7 @@ static int open_path(Parquet **out, const void *data, size_t size, const char *n
                        "%s: not a Parquet file (it must start and end with the bytes PAR1; %zu "
                        "bytes)",
                        name, size);
-    uint32_t meta_len = (uint32_t)d[size - 8] | (uint32_t)d[size - 7] << 8 |
-                        (uint32_t)d[size - 6] << 16 | (uint32_t)d[size - 5] << 24;
+    uint32_t meta_len = le32(d + size - 8);
     if (meta_len > size - 12)
         return err_set(err, "%s: the Parquet footer length %u exceeds the file (%zu bytes)", name,
                        meta_len, size);
@@ -673,10 +675,6 @@ int parquet_row_groups(const Parquet *pq) {
     return pq->n_groups;
 }
 
-int64_t parquet_rows(const Parquet *pq) {
-    return pq->rows;
-}
-
 int64_t parquet_group_end(const Parquet *pq, int g) {
     return pq->chunks[g].data_off + pq->chunks[g].size;
 }
@@ -745,6 +743,16 @@ static int read_page_header(Rd *r, PageHeader *h) {
     }
 }
 
+/* Keeps buf (malloc'd, pages' bytes) with the current group: freed when the group is released
+ * (or, streaming, with its batch). */
+static void keep_buf(Parquet *pq, uint8_t *buf) {
+    if (pq->n_bufs == pq->cap_bufs) {
+        pq->cap_bufs = pq->cap_bufs ? 2 * pq->cap_bufs : 16;
+        pq->bufs = xrealloc(pq->bufs, (size_t)pq->cap_bufs * sizeof *pq->bufs);
+    }
+    pq->bufs[pq->n_bufs++] = buf;
+}
+
 /* Decompresses n bytes at src with codec into a buffer of exactly want bytes, kept with the
  * group; *out points at the bytes (src itself when uncompressed). */
 static int decompress(Parquet *pq, int64_t codec, const uint8_t *src, size_t n, size_t want,
@@ -799,11 +807,7 @@ static int decompress(Parquet *pq, int64_t codec, const uint8_t *src, size_t n, 
         return err_set(err, "%s: the %s page at byte %lld does not decompress to %zu bytes",
                        pq->name, codec_name(codec), (long long)at, want);
     }
-    if (pq->n_bufs == pq->cap_bufs) {
-        pq->cap_bufs = pq->cap_bufs ? 2 * pq->cap_bufs : 16;
-        pq->bufs = xrealloc(pq->bufs, (size_t)pq->cap_bufs * sizeof *pq->bufs);
-    }
-    pq->bufs[pq->n_bufs++] = buf;
+    keep_buf(pq, buf);
     *out = buf;
     return 0;
 }
@@ -815,8 +819,7 @@ static int plain_values(Parquet *pq, const uint8_t *p, const uint8_t *end, int64
         if (end - p < 4)
             return err_set(err, "%s: the page at byte %lld ends inside value %lld of %lld",
                            pq->name, (long long)at, (long long)i, (long long)n);
-        uint32_t len =
-            (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+        uint32_t len = le32(p);
         p += 4;
         if (len > (uint64_t)(end - p))
             return err_set(err,
@@ -932,11 +935,7 @@ static int delta_values(Parquet *pq, int enc, const uint8_t *p, const uint8_t *e
         out[i].p = w;
         w += out[i].n;
     }
-    if (pq->n_bufs == pq->cap_bufs) {
-        pq->cap_bufs = pq->cap_bufs ? 2 * pq->cap_bufs : 16;
-        pq->bufs = xrealloc(pq->bufs, (size_t)pq->cap_bufs * sizeof *pq->bufs);
-    }
-    pq->bufs[pq->n_bufs++] = (uint8_t *)buf;
+    keep_buf(pq, (uint8_t *)buf);
     free(pre);
     free(len);
     return 0;
@@ -1170,8 +1169,7 @@ static int read_group(Parquet *pq, int g, ParquetBatchFn fn, void *ctx, Err *err
                                  (long long)at, k ? "definition" : "repetition");
                     break;
                 }
-                uint32_t L = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 |
-                             (uint32_t)q[3] << 24;
+                uint32_t L = le32(q);
                 if (L > (uint64_t)(qe - q - 4)) {
                     rc = err_set(err, "%s: the %s levels of the page at byte %lld run past it",
                                  pq->name, k ? "definition" : "repetition", (long long)at);
@@ -1238,10 +1236,12 @@ int parquet_stream_group(Parquet *pq, int g, ParquetBatchFn fn, void *ctx, Err *
 /* ---- conversations ------------------------------------------------------------------------- */
 
 /* The message fields read from Parquet: role and content, then the names an assistant's
- * reasoning may come under, in the order transformers takes the first that is not null. */
-static const char *const MSG_FIELDS[] = {"role", "content", "reasoning_content", "thinking",
-                                         "reasoning"};
-enum { N_MSG_FIELDS = 5 };
+ * reasoning may come under (chat_template.h), in their order. */
+enum { N_MSG_FIELDS = 2 + CHAT_N_REASONING_KEYS };
+
+static const char *msg_field(int k) {
+    return k == 0 ? "role" : k == 1 ? "content" : chat_reasoning_keys[k - 2];
+}
 
 /* A row's messages as they are collected. */
 typedef struct ConvRow {
@@ -1262,7 +1262,7 @@ static void conv_push(ConvRow *c, const ParquetStr *m) {
 
 /* The element fields of list column `top`: *holder is the node whose children they are
  * (the element of a 3-level list, else the repeated group itself); has[k] says whether
- * MSG_FIELDS[k] is one of them. */
+ * msg_field(k) is one of them. */
 static int list_fields(const Parquet *sc, int64_t top, int64_t *rep, int64_t *holder, int *has,
                        Err *err) {
     const SchemaEl *els = sc->els;
@@ -1282,7 +1282,7 @@ static int list_fields(const Parquet *sc, int64_t top, int64_t *rep, int64_t *ho
     for (int64_t k = 0; k < els[*holder].num_children && i < n; k++) {
         int known = 0;
         for (int f = 0; f < N_MSG_FIELDS; f++)
-            if (name_is(els[i].name, els[i].name_len, MSG_FIELDS[f])) has[f] = known = 1;
+            if (name_is(els[i].name, els[i].name_len, msg_field(f))) has[f] = known = 1;
         if (!known)
             return err_set(err,
                            "%s: the messages have a field \"%.*s\", which qtitan reads from "
@@ -1325,8 +1325,8 @@ static int read_conversations(Parquet *sc, const char *column, ParquetConvFn fn,
     int rc = 0;
     for (int k = 0; k < N_MSG_FIELDS && rc == 0; k++) {
         if (!has[k]) continue;
-        char *path[4] = {(char *)column, rep_name, holder_name, (char *)MSG_FIELDS[k]};
-        if (holder == rep) path[2] = (char *)MSG_FIELDS[k];
+        char *path[4] = {(char *)column, rep_name, holder_name, (char *)msg_field(k)};
+        if (holder == rep) path[2] = (char *)msg_field(k);
         rc = open_path(&leaf[k], sc->data, sc->size, sc->name, path, holder == rep ? 3 : 4, 0, err);
         if (rc == 0) leaf[k]->keep_levels = 1;
         if (rc == 0 && leaf[k]->n_groups != leaf[0]->n_groups)

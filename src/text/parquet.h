@@ -35,7 +35,6 @@ int parquet_open(Parquet **pq, const void *data, size_t size, const char *name, 
                  Err *err);
 void parquet_close(Parquet *pq);
 int parquet_row_groups(const Parquet *pq);
-int64_t parquet_rows(const Parquet *pq);
 /* The file offset where row group g's chunk of the column ends (for progress). */
 int64_t parquet_group_end(const Parquet *pq, int g);
 
