@@ -44,6 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (!root || n == 0) abort();
             for (size_t i = 0; i < n; i++) {
                 if (msgs[i].role >= CHAT_NROLES || !msgs[i].content) abort();
+                if (msgs[i].content_null && msgs[i].content_len) abort();
                 if (msgs[i].tool_calls) round_trip(msgs[i].tool_calls);
                 if (msgs[i].content_len && msgs[i].content[msgs[i].content_len - 1] == 0 &&
                     msgs[i].content[msgs[i].content_len] != 0)

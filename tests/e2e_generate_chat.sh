@@ -56,6 +56,43 @@ fi
 grep -q "sample.system and sample.enable_thinking = false need sample.chat = true" "$TMP/nochat.log" ||
   fail "sample.system without sample.chat: $(tail -3 "$TMP/nochat.log")"
 
+# The 2507 templates, held in chat_template.jinja as transformers 5 saves a tokenizer: a run's
+# checkpoint keeps the file (it wins over tokenizer_config.json's template), and generate --chat
+# from it gives transformers' ids (cases 7 and 8 of chat_ids.json); they have no thinking switch,
+# so --no-thinking and sample.enable_thinking = false are refused.
+for c in "6:qwen3_2507_instruct" "7:qwen3_2507_thinking"; do
+  i=${c%%:*} t=${c#*:}
+  mkdir -p "$TMP/tok_$t"
+  cp "$TOK/tokenizer.json" "$TOK/tokenizer_config.json" "$TMP/tok_$t/"
+  cp "$SRC/tests/fixtures/chat/templates/$t.jinja" "$TMP/tok_$t/chat_template.jinja"
+  run=("$QT" train --config "$SRC/configs/demo.toml" --job.dump_folder="$TMP/run_$t"
+    --model.vocab_size=151936 --model.dim=16 --model.n_layers=1 --model.n_heads=2
+    --model.n_kv_heads=1 --model.head_dim=8 --model.hidden_dim=32
+    --model.tokenizer_path="$TMP/tok_$t" --training.dataset_path="$FIX/docs.jsonl"
+    --training.seq_len=16 --training.local_batch_size=1 --training.steps=1
+    --checkpoint.last_save_in_hf=false --metrics.peak_tflops=1 --sample.freq=1 --sample.chat=true
+    --sample.temperature=0 --sample.max_new_tokens=2 "--sample.prompts=Hi")
+  if "${run[@]}" --sample.enable_thinking=false >"$TMP/t.log" 2>&1; then
+    fail "$t: sample.enable_thinking = false was accepted"
+  fi
+  grep -q "chat_template.jinja) has no thinking switch" "$TMP/t.log" || fail "$t: $(tail -3 "$TMP/t.log")"
+  "${run[@]}" >"$TMP/t.log" 2>&1 || fail "train $t: $(tail -3 "$TMP/t.log")"
+  cmp "$TMP/tok_$t/chat_template.jinja" "$TMP/run_$t/checkpoint/step-1/chat_template.jinja" ||
+    fail "$t: the checkpoint lost chat_template.jinja"
+  args=(--checkpoint "$TMP/run_$t/checkpoint" --chat --prompt "${prompts[$((i == 6 ? 0 : 4))]}"
+    --max-new-tokens 1 --json)
+  [ "$i" = 7 ] && args+=(--tools "$FIX/../chat_tools.json") || args+=(--system "You are terse.")
+  got=$("$QT" generate "${args[@]}" 2>"$TMP/err") || fail "$t: $(cat "$TMP/err")"
+  got=$(echo "$got" | sed -n 's/.*"prompt_ids":\[\([0-9,]*\)\].*/\1/p')
+  want=$(sed -n "$((i + 1))p" "$FIX/../chat_ids.json" | tr -d ' ' | sed -n 's/.*"ids":\[\([0-9,]*\)\].*/\1/p')
+  [ -n "$want" ] && [ "$got" = "$want" ] || fail "$t: ids $got, transformers $want"
+  if "$QT" generate "${args[@]}" --no-thinking >/dev/null 2>"$TMP/err"; then
+    fail "$t: --no-thinking was accepted"
+  fi
+  grep -q "has no thinking switch" "$TMP/err" || fail "$t --no-thinking: $(cat "$TMP/err")"
+  echo "$t: the checkpoint keeps chat_template.jinja; generate --chat ids equal apply_chat_template's"
+done
+
 # --tools: a file that is not an array of tool definitions, and --tools without --chat.
 printf '{"name": "f"}\n' >"$TMP/tools_obj.json"
 printf '[{"name": "f"},\n "g"]\n' >"$TMP/tools_str.json"

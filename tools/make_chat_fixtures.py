@@ -6,6 +6,9 @@ Writes tests/fixtures/chat/qwen3_chat.jsonl, one conversation a line:
    "enable_thinking",
    "ids": [...] (apply_chat_template's input_ids),
    "assistant": "0011..." (one flag a token: transformers' assistant_masks)}
+and tests/fixtures/chat/qwen3_variants_chat.jsonl, the same for the later Qwen3 templates
+(tools/qwen3_templates.py: "template" names the one), with conversations whose messages have
+null or no content, which those templates render as empty and the original cannot render.
 
 Qwen3's template has no {% generation %} block, so transformers cannot mark assistant tokens
 with it. The mask comes from the same template with one generation block put around each
@@ -21,19 +24,22 @@ import sys
 
 from transformers import AutoTokenizer
 
+import qwen3_templates
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "..", "shared")
 OUT = os.path.join(ROOT, "tests", "fixtures", "chat", "qwen3_chat.jsonl")
+OUT_VARIANTS = os.path.join(ROOT, "tests", "fixtures", "chat", "qwen3_variants_chat.jsonl")
 
 
 def tagged(template):
     """The template with a generation block around each assistant body and its <|im_end|>."""
     head = "{{- '<|im_start|>' + message.role + '\\n' }}{%- generation %}"
+    branch = '{%- elif message.role == "assistant" %}'
     edits = [
-        ("{%- set content = message.content %}",
-         "{%- set content = message.content %}" + head, 1),
+        (branch, branch + head, 1),
         ("'<|im_start|>' + message.role + '\\n<think>\\n'", "'<think>\\n'", 1),
-        ("'<|im_start|>' + message.role + '\\n' + content", "content", 2),
+        ("'<|im_start|>' + message.role + '\\n' + content }}", "content }}", 2),
         ("{%- endif %}\n        {{- '<|im_end|>\\n' }}",
          "{%- endif %}\n        {{- '<|im_end|>' }}{%- endgeneration %}{{- '\\n' }}", 1),
     ]
@@ -147,42 +153,87 @@ CASES = [
 ]
 
 # (add_generation_prompt, enable_thinking) per case: a conversation ending with a user turn is
-# rendered for generation both ways; others as training data.
+# rendered for generation both ways (once for the templates without enable_thinking: they do not
+# read it, and qtitan refuses enable_thinking = false for them); others as training data.
 PROMPTS = {"generation_prompt_thinking": [(True, True), (True, False)],
            "ends_with_user": [(True, False), (False, True)],
            "system_only": [(True, True)],
            "ends_with_tool": [(True, True)]}
 
 
+# Messages whose content is null or missing (OpenAI's tool-call turns carry "content": null):
+# the later templates render them as empty; the original cannot (transformers raises).
+NULL_CASES = [
+    ("null_content_tool_call",
+     [u("Weather in Oslo?"), a_calls(None, [call("get_weather", {"city": "Oslo"})]),
+      t('{"temp": 3}'), a("3 degrees.")], [WEATHER]),
+    ("missing_content_tool_call",
+     [u("Find LoRA"), {"role": "assistant", "tool_calls": [call("search", {"q": "LoRA"})]},
+      t(None), a("Nothing found.")], [SEARCH]),
+    ("null_user_is_not_a_query", [u("first"), a("one"), u(None), a("two", reasoning="r")]),
+    ("null_system_later", [u("hi"), a("x"), s(None), u("y"), a(None)]),
+]
+
+# Cases rendered with the 2507 templates beside those that end with a generation prompt.
+BOTH_2507 = {"single_turn", "tool_call_roundtrip", "null_content_tool_call"}
+
+
+def renderings(name, switch):
+    return [p for p in PROMPTS.get(name, [(False, True)]) if switch or p[1]]
+
+
+def render(tok, template, name, messages, tools, gen, think):
+    """One fixture line: the ids apply_chat_template gives and its assistant mask."""
+    masked = tagged(template)
+    kw = dict(add_generation_prompt=gen, enable_thinking=think, tools=tools,
+              chat_template=template)
+    text = tok.apply_chat_template(messages, tokenize=False, **kw)
+    kw["chat_template"] = masked
+    assert tok.apply_chat_template(messages, tokenize=False, **kw) == text, name
+    enc = tok.apply_chat_template(messages, tokenize=True, return_dict=True,
+                                  return_assistant_tokens_mask=True, **kw)
+    ids = list(enc["input_ids"])
+    assert ids == tok(text, add_special_tokens=False)["input_ids"], name
+    mask = "".join(str(int(b)) for b in enc["assistant_masks"])
+    assert len(mask) == len(ids)
+    line = {"name": name, "messages": messages}
+    if tools is not None:
+        line["tools"] = tools
+    line.update(add_generation_prompt=gen, enable_thinking=think, ids=ids, assistant=mask)
+    return line
+
+
 def main():
     tok = AutoTokenizer.from_pretrained(os.path.join(SHARED, "tokenizers", "qwen3"))
-    original = tok.chat_template
-    masked = tagged(original)
+    templates = qwen3_templates.variants(SHARED)
+    assert templates["qwen3"] == tok.chat_template
+    for name, messages, *tools in NULL_CASES:
+        try:
+            tok.apply_chat_template(messages, tokenize=False, tools=tools[0] if tools else None)
+        except Exception:
+            continue
+        raise SystemExit(f"{name}: the original template rendered null content")
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
-    n = 0
-    with open(OUT, "w", encoding="utf-8") as f:
-        for name, messages, *tools in CASES:
-            tools = tools[0] if tools else None
-            for gen, think in PROMPTS.get(name, [(False, True)]):
-                kw = dict(add_generation_prompt=gen, enable_thinking=think, tools=tools)
-                text = tok.apply_chat_template(messages, tokenize=False, **kw)
-                assert tok.apply_chat_template(messages, tokenize=False, chat_template=masked,
-                                               **kw) == text, name
-                enc = tok.apply_chat_template(messages, tokenize=True, return_dict=True,
-                                              return_assistant_tokens_mask=True,
-                                              chat_template=masked, **kw)
-                ids = list(enc["input_ids"])
-                assert ids == tok(text, add_special_tokens=False)["input_ids"], name
-                mask = "".join(str(int(b)) for b in enc["assistant_masks"])
-                assert len(mask) == len(ids)
-                line = {"name": name, "messages": messages}
-                if tools is not None:
-                    line["tools"] = tools
-                line.update(add_generation_prompt=gen, enable_thinking=think, ids=ids,
-                            assistant=mask)
-                f.write(json.dumps(line, ensure_ascii=False) + "\n")
-                n += 1
-    print(f"wrote {n} conversations to {OUT}")
+    for out, names, cases in ((OUT, ["qwen3"], CASES),
+                              (OUT_VARIANTS, [n for n in templates if n != "qwen3"],
+                               CASES + NULL_CASES)):
+        n = 0
+        with open(out, "w", encoding="utf-8") as f:
+            for tname in names:
+                switch = "enable_thinking" in templates[tname]
+                for name, messages, *tools in cases:
+                    # The 2507 templates differ from the string-content one in the generation
+                    # prompt only: their fixtures are the cases that end with one, and BOTH_2507.
+                    if "2507" in tname and name not in PROMPTS and name not in BOTH_2507:
+                        continue
+                    tools = tools[0] if tools else None
+                    for gen, think in renderings(name, switch):
+                        line = render(tok, templates[tname], name, messages, tools, gen, think)
+                        if out == OUT_VARIANTS:
+                            line = {"template": tname, **line}
+                        f.write(json.dumps(line, ensure_ascii=False) + "\n")
+                        n += 1
+        print(f"wrote {n} conversations to {out}")
 
 
 if __name__ == "__main__":

@@ -228,6 +228,12 @@ CHAT_CASES = [
     dict(system=None, prompt="caf\u00e9 \u2615?", thinking=False),
     dict(system="You are terse.", prompt="Weather in Oslo?", thinking=True, tools=True),
     dict(system=None, prompt="Weather in Z\u00fcrich?", thinking=False, tools=True),
+    # The 2507 templates (tests/fixtures/chat/templates, tools/qwen3_templates.py) in a folder
+    # where chat_template.jinja holds them, as transformers 5 saves a tokenizer.
+    dict(system="You are terse.", prompt="What is 2+2?", thinking=True,
+         template="qwen3_2507_instruct"),
+    dict(system=None, prompt="Weather in Oslo?", thinking=True, tools=True,
+         template="qwen3_2507_thinking"),
 ]
 # The tools file of the cases with tools=True (generate --tools), written as chat_tools.json.
 CHAT_TOOLS = [
@@ -252,8 +258,13 @@ def build_chat(root, out_root):
     for c in CHAT_CASES:
         msgs = ([dict(role="system", content=c["system"])] if c["system"] else []) + \
                [dict(role="user", content=c["prompt"])]
+        template = None
+        if c.get("template"):
+            with open(os.path.join(root, "tests", "fixtures", "chat", "templates",
+                                   c["template"] + ".jinja"), encoding="utf-8") as f:
+                template = f.read()
         ids = tok.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True,
-                                      enable_thinking=c["thinking"],
+                                      enable_thinking=c["thinking"], chat_template=template,
                                       tools=CHAT_TOOLS if c.get("tools") else None)
         if isinstance(ids, dict) or hasattr(ids, "keys"):
             ids = ids["input_ids"]

@@ -13,9 +13,12 @@
 #include "io/hf_keys.h"
 #include "io/safetensors.h"
 
-const char *const HF_TOKENIZER_FILES[] = {
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
-    "merges.txt",     "added_tokens.json",     "generation_config.json"};
+/* chat_template.jinja: where transformers 5 saves a tokenizer's chat template (and reads it
+ * first). */
+const char *const HF_TOKENIZER_FILES[] = {"tokenizer.json",      "tokenizer_config.json",
+                                          "chat_template.jinja", "special_tokens_map.json",
+                                          "vocab.json",          "merges.txt",
+                                          "added_tokens.json",   "generation_config.json"};
 const int HF_NTOKENIZER_FILES = sizeof HF_TOKENIZER_FILES / sizeof HF_TOKENIZER_FILES[0];
 
 static const char *torch_dtype_name(DType d) {

@@ -61,12 +61,17 @@ static int read_message_array(const json_t *arr, const char *what, const char *w
         ChatMessage cm = {0};
         TRY(read_role(json_string_value(role), json_string_length(role), where, what, (long long)i,
                       &cm.role, err));
-        if (!content) return err_set(err, "%s: %s[%zu] has no \"content\"", where, what, i);
-        if (!json_is_string(content))
-            return err_set(err, "%s: %s[%zu].content must be a string, found %s", where, what, i,
-                           json_kind(content));
-        cm.content = json_string_value(content);
-        cm.content_len = json_string_length(content);
+        /* Null content is the chat format's to render or refuse; a missing one is read as null
+         * only beside tool calls (OpenAI's shape of a turn that only calls tools). */
+        int with_calls = calls && !json_is_null(calls);
+        if (!content && !with_calls)
+            return err_set(err, "%s: %s[%zu] has no \"content\"", where, what, i);
+        if (content && !json_is_null(content) && !json_is_string(content))
+            return err_set(err, "%s: %s[%zu].content must be a string or null, found %s", where,
+                           what, i, json_kind(content));
+        cm.content_null = !json_is_string(content);
+        cm.content = cm.content_null ? "" : json_string_value(content);
+        cm.content_len = cm.content_null ? 0 : json_string_length(content);
         for (size_t k = 0; k < CHAT_N_REASONING_KEYS && !cm.reasoning; k++) {
             const json_t *r = json_object_get(m, chat_reasoning_keys[k]);
             if (!r || json_is_null(r)) continue;
@@ -111,8 +116,8 @@ static int read_turns(const json_t *obj, const char *key, ChatRole role, int req
         *cap = *cap ? 2 * *cap : 8;
         *msgs = xrealloc(*msgs, *cap * sizeof **msgs);
     }
-    (*msgs)[(*n)++] =
-        (ChatMessage){role, json_string_value(v), json_string_length(v), NULL, 0, NULL};
+    (*msgs)[(*n)++] = (ChatMessage){
+        .role = role, .content = json_string_value(v), .content_len = json_string_length(v)};
     return 0;
 }
 
@@ -148,9 +153,11 @@ static int read_instruction(json_t *holder, const json_t *obj, const char *where
     json_array_append_new(holder, s);
     *cap = 2;
     *msgs = xmalloc(2 * sizeof **msgs);
-    (*msgs)[0] = (ChatMessage){CHAT_USER, json_string_value(s), lu, NULL, 0, NULL};
-    (*msgs)[1] = (ChatMessage){
-        CHAT_ASSISTANT, json_string_value(out), json_string_length(out), NULL, 0, NULL};
+    (*msgs)[0] =
+        (ChatMessage){.role = CHAT_USER, .content = json_string_value(s), .content_len = lu};
+    (*msgs)[1] = (ChatMessage){.role = CHAT_ASSISTANT,
+                               .content = json_string_value(out),
+                               .content_len = json_string_length(out)};
     *n = 2;
     return 0;
 }
@@ -300,10 +307,9 @@ static int parquet_row(void *ctx, int64_t row, const ParquetStr *roles, const Pa
         if (!roles[i].p)
             return err_set(err, "%s: messages[%lld] has no \"role\"", where, (long long)i);
         TRY(read_role(roles[i].p, roles[i].n, where, "messages", (long long)i, &m->role, err));
-        if (!contents[i].p)
-            return err_set(err, "%s: messages[%lld] has no \"content\"", where, (long long)i);
-        m->content = contents[i].p;
-        m->content_len = contents[i].n;
+        m->content_null = !contents[i].p;
+        m->content = m->content_null ? "" : contents[i].p;
+        m->content_len = m->content_null ? 0 : contents[i].n;
         m->reasoning = reasonings[i].p;
         m->reasoning_len = reasonings[i].n;
     }

@@ -21,9 +21,25 @@
 #include "core/strbuf.h"
 #include "text/jsonl.h"
 
+/* How a template opens the assistant turn of a generation prompt. */
+typedef enum GenPrompt {
+    GEN_HYBRID, /* "assistant\n", then an empty think block when enable_thinking is false */
+    GEN_PLAIN,  /* "assistant\n" whatever enable_thinking says */
+    GEN_THINK,  /* "assistant\n<think>\n" whatever enable_thinking says */
+} GenPrompt;
+
+/* A template qtitan renders: its name, the hash of its exact text, and what sets it apart. */
+typedef struct Known {
+    const char *name, *what;
+    uint64_t hash;
+    GenPrompt gen;
+    int null_content; /* renders null content as empty (the first Qwen3 template fails on it) */
+} Known;
+
 struct ChatFormat {
     const Tokenizer *tok;
-    const char *name;
+    const Known *known;
+    char *file;
     uint32_t im_start, im_end;
     IdVec header; /* ids of "assistant\n" */
 };
@@ -37,12 +53,18 @@ static uint64_t fnv64(const char *s, size_t n) {
     return h;
 }
 
-static const struct {
-    const char *name;
-    uint64_t hash;
-} KNOWN[] = {
-    /* Qwen3 (0.6B to 235B-A22B): hybrid thinking, the template of tokenizer_config.json. */
-    {"qwen3", 0x2bfdb7aa9754484eull},
+/* tools/qwen3_templates.py derives the later texts from the first and prints their hashes. */
+static const Known KNOWN[] = {
+    /* Qwen3 0.6B to 235B-A22B, hybrid thinking, as released (April 2025). */
+    {"qwen3", "Qwen3's hybrid-thinking template as first released", 0x2bfdb7aa9754484eull,
+     GEN_HYBRID, 0},
+    /* The same models' template as revised: content read only when it is a string. */
+    {"qwen3", "Qwen3's hybrid-thinking template (string-content revision)", 0x959a4551391a6549ull,
+     GEN_HYBRID, 1},
+    {"qwen3-2507-instruct", "the Qwen3 Instruct-2507 template", 0x69358583e08559dbull, GEN_PLAIN,
+     1},
+    {"qwen3-2507-thinking", "the Qwen3 Thinking-2507 template", 0xcd0d41a64dfce181ull, GEN_THINK,
+     1},
 };
 
 const char *const chat_reasoning_keys[CHAT_N_REASONING_KEYS] = {"reasoning_content", "thinking",
@@ -126,6 +148,33 @@ static int special_id(const Tokenizer *tok, const char *s, uint32_t *out, const 
     return 0;
 }
 
+ChatFormat *chat_format_from_text(const Tokenizer *tok, const char *text, size_t len,
+                                  const char *file, Err *err) {
+    uint64_t h = fnv64(text, len);
+    const Known *known = NULL;
+    for (size_t i = 0; i < sizeof KNOWN / sizeof KNOWN[0]; i++)
+        if (KNOWN[i].hash == h) known = &KNOWN[i];
+    if (!known) {
+        err_set(err,
+                "%s: the chat template (%zu bytes, hash %016llx) is not one qtitan renders "
+                "(known: Qwen3's, first and string-content revisions, and Qwen3 Instruct-2507's "
+                "and Thinking-2507's)",
+                file, len, (unsigned long long)h);
+        return NULL;
+    }
+    ChatFormat *cf = xcalloc(1, sizeof *cf);
+    cf->tok = tok;
+    cf->known = known;
+    cf->file = xstrdup(file);
+    if (special_id(tok, "<|im_start|>", &cf->im_start, file, err) ||
+        special_id(tok, "<|im_end|>", &cf->im_end, file, err) ||
+        tokenizer_encode(tok, "assistant\n", 10, &cf->header, err)) {
+        chat_format_free(cf);
+        return NULL;
+    }
+    return cf;
+}
+
 ChatFormat *chat_format_load(const Tokenizer *tok, Err *err) {
     const char *path = tokenizer_path(tok);
     const char *slash = strrchr(path, '/');
@@ -133,28 +182,8 @@ ChatFormat *chat_format_load(const Tokenizer *tok, Err *err) {
     char *text = NULL, *file = NULL;
     size_t len = 0;
     ChatFormat *cf = NULL;
-    if (read_template(dir, &text, &len, &file, err)) goto done;
-    uint64_t h = fnv64(text, len);
-    const char *name = NULL;
-    for (size_t i = 0; i < sizeof KNOWN / sizeof KNOWN[0]; i++)
-        if (KNOWN[i].hash == h) name = KNOWN[i].name;
-    if (!name) {
-        err_set(err,
-                "%s: the chat template (%zu bytes, hash %016llx) is not one qtitan renders "
-                "(known: Qwen3's)",
-                file, len, (unsigned long long)h);
-        goto done;
-    }
-    cf = xcalloc(1, sizeof *cf);
-    cf->tok = tok;
-    cf->name = name;
-    if (special_id(tok, "<|im_start|>", &cf->im_start, file, err) ||
-        special_id(tok, "<|im_end|>", &cf->im_end, file, err) ||
-        tokenizer_encode(tok, "assistant\n", 10, &cf->header, err)) {
-        chat_format_free(cf);
-        cf = NULL;
-    }
-done:
+    if (read_template(dir, &text, &len, &file, err) == 0)
+        cf = chat_format_from_text(tok, text, len, file, err);
     free(dir);
     free(text);
     free(file);
@@ -164,11 +193,16 @@ done:
 void chat_format_free(ChatFormat *cf) {
     if (!cf) return;
     idvec_free(&cf->header);
+    free(cf->file);
     free(cf);
 }
 
 const char *chat_format_name(const ChatFormat *cf) {
-    return cf->name;
+    return cf->known->name;
+}
+
+int chat_format_thinking_switch(const ChatFormat *cf) {
+    return cf->known->gen == GEN_HYBRID;
 }
 
 /* A byte range of a message, and the Python string methods the template applies to it. */
@@ -410,11 +444,12 @@ static int render_qwen3(const ChatFormat *cf, const ChatMessage *msgs, size_t n,
                         StrBuf *b, IdVec *scratch, ChatTokens *out, Err *err) {
     int tools = json_array_size(opt.tools) > 0;
     if (tools) TRY(tools_turn(cf, &msgs[0], opt.tools, b, scratch, out, err));
-    /* The last user message that is not a tool response: reasoning shows only after it. */
+    /* The last user message with content that is not a tool response: reasoning shows only
+     * after it. */
     size_t last_query = n - 1;
     for (size_t k = n; k-- > 0;) {
         Span c = {msgs[k].content, msgs[k].content_len};
-        if (msgs[k].role == CHAT_USER &&
+        if (msgs[k].role == CHAT_USER && !msgs[k].content_null &&
             !(starts_with(c, "<tool_response>") && ends_with(c, "</tool_response>"))) {
             last_query = k;
             break;
@@ -437,16 +472,45 @@ static int render_qwen3(const ChatFormat *cf, const ChatMessage *msgs, size_t n,
         push(out, cf->im_start, 0);
         b->n = 0;
         strbuf_lit(b, "assistant\n");
-        if (!opt.enable_thinking) strbuf_lit(b, "<think>\n\n</think>\n\n");
+        if (cf->known->gen == GEN_THINK) strbuf_lit(b, "<think>\n");
+        if (cf->known->gen == GEN_HYBRID && !opt.enable_thinking)
+            strbuf_lit(b, "<think>\n\n</think>\n\n");
         TRY(encode_gap(cf, b, 0, 0, scratch, out, err));
     }
+    return 0;
+}
+
+/* What the template cannot render, in one sentence: null content where it fails on it (the
+ * first system message's always: it is read directly), enable_thinking off where it ignores
+ * it. */
+static int check_renderable(const ChatFormat *cf, const ChatMessage *msgs, size_t n,
+                            ChatOptions opt, Err *err) {
+    if (n == 0) return err_set(err, "a conversation needs at least one message");
+    for (size_t i = 0; i < n; i++) {
+        if (!msgs[i].content_null) continue;
+        if (i == 0 && msgs[i].role == CHAT_SYSTEM)
+            return err_set(err,
+                           "messages[0] is a system message with null content, which %s (%s) "
+                           "cannot render: give it a string",
+                           cf->known->what, cf->file);
+        if (!cf->known->null_content)
+            return err_set(err,
+                           "messages[%zu].content is null, which %s (%s) cannot render: give "
+                           "a string (\"\" for none)",
+                           i, cf->known->what, cf->file);
+    }
+    if (opt.add_generation_prompt && !opt.enable_thinking && !chat_format_thinking_switch(cf))
+        return err_set(err,
+                       "%s (%s) has no thinking switch: it ignores enable_thinking, so turning "
+                       "thinking off asks for what it does not render",
+                       cf->known->what, cf->file);
     return 0;
 }
 
 int chat_render(const ChatFormat *cf, const ChatMessage *msgs, size_t n, ChatOptions opt,
                 ChatTokens *out, Err *err) {
     out->n = 0;
-    if (n == 0) return err_set(err, "a conversation needs at least one message");
+    TRY(check_renderable(cf, msgs, n, opt, err));
     StrBuf b = {0};
     IdVec scratch = {0};
     int rc = render_qwen3(cf, msgs, n, opt, &b, &scratch, out, err);

@@ -5,7 +5,8 @@
  *
  * qtitan does not run Jinja: it recognises the chat_template of a tokenizer folder (the
  * tokenizer_config.json beside the loaded tokenizer.json, or chat_template.jinja) by its hash
- * and renders the format it names in C. Known: Qwen3's (thinking tags, enable_thinking).
+ * and renders the format it names in C. Known: Qwen3's (thinking tags, enable_thinking), in its
+ * first and its string-content revision, and the Qwen3 2507 Instruct and Thinking templates.
  * docs/finetune.md gives the rules and which tokens count as assistant output. */
 #ifndef QT_CHAT_TEMPLATE_H
 #define QT_CHAT_TEMPLATE_H
@@ -35,6 +36,9 @@ typedef struct ChatMessage {
     ChatRole role;
     const char *content;
     size_t content_len;
+    /* 1 when the message's content is null (content is then ""): what the later Qwen3
+     * templates render as empty and the first one cannot render. */
+    int content_null;
     /* An assistant's reasoning_content, or NULL: then the reasoning is what content holds
      * between <think> and </think>, as the template reads it. */
     const char *reasoning;
@@ -47,7 +51,9 @@ typedef struct ChatMessage {
 
 typedef struct ChatOptions {
     int add_generation_prompt; /* end with an open assistant turn, for generation */
-    int enable_thinking;       /* 0: that open turn starts with an empty think block */
+    /* 0: that open turn starts with an empty think block; only for a template that reads
+     * enable_thinking (chat_format_thinking_switch), others refuse 0 with a sentence. */
+    int enable_thinking;
     /* The tool definitions offered to the model: a JSON array of objects (JSON schemas, as
      * apply_chat_template's tools=), written into the system turn; NULL or [] for none. */
     const json_t *tools;
@@ -67,9 +73,15 @@ typedef struct ChatFormat ChatFormat;
  * chat template, or one qtitan does not know, or the tokenizer lacks the format's tokens. tok
  * must outlive the format. */
 ChatFormat *chat_format_load(const Tokenizer *tok, Err *err);
+/* The format of a template's text (text[0..len)) read from `file` (named in sentences). */
+ChatFormat *chat_format_from_text(const Tokenizer *tok, const char *text, size_t len,
+                                  const char *file, Err *err);
 void chat_format_free(ChatFormat *cf);
-/* Short name of the recognised format ("qwen3"), for logs. */
+/* Short name of the recognised format ("qwen3", "qwen3-2507-instruct", ...), for logs. */
 const char *chat_format_name(const ChatFormat *cf);
+/* 1 when the template reads enable_thinking (Qwen3's hybrid models), 0 when it ignores it (the
+ * 2507 Instruct and Thinking templates). */
+int chat_format_thinking_switch(const ChatFormat *cf);
 
 /* Checks an assistant message's "tool_calls" value: an array of objects that each name a
  * function (a "name" string) and carry its "arguments" (a JSON string, written as it is, or any
