@@ -4,7 +4,8 @@
 # with nulls, gzip with a dictionary that falls back to PLAIN, uncompressed non-nullable, DELTA
 # strings) runs
 # the same steps, bitwise, as training on JSON Lines of the same texts; a directory of them is
-# read; tokenizer-train learns the same tokenizer from the Parquet file as from the JSON Lines;
+# read; tokenizer-train learns the same tokenizer from the Parquet file as from the JSON Lines and
+# tokenize gives the same ids;
 # and what qtitan cannot read (the LZ4 codec, a column of integers, no "text"
 # column, a list column, a compressed .parquet.gz) stops with one sentence naming the file.
 # Conversations in a "messages" column train as the same conversations in JSON Lines do.
@@ -73,11 +74,39 @@ for f in "$fx/content.parquet" "$tmp/content.jsonl"; do
 done
 echo "tokenizer-train --text-field content: the tokenizer of zstd_v2's texts"
 
-if "$QT_BINARY" tokenize --tokenizer "$tok" --input "$fx/zstd_v2.parquet" >/dev/null 2>"$tmp/tk.err"; then
-  fail "tokenize took a Parquet file"
+# qtitan tokenize: a Parquet file's ids are those of its JSON Lines (any thread count); its
+# --text-field reads another column; --decode does not take Parquet.
+for f in snappy_dict zstd_v2 gzip_fallback plain_required delta_prefix delta_length lz4 brotli; do
+  "$QT_BINARY" tokenize --tokenizer "$tok" --input "$fx/$f.parquet" --threads 2 >"$tmp/tk-p.txt" \
+    2>"$tmp/tk.err" || fail "tokenize $f.parquet: $(cat "$tmp/tk.err")"
+  "$QT_BINARY" tokenize --tokenizer "$tok" --input "$tmp/$f.jsonl" >"$tmp/tk-j.txt"
+  [ -s "$tmp/tk-p.txt" ] && cmp -s "$tmp/tk-p.txt" "$tmp/tk-j.txt" || fail "tokenize $f.parquet: not the ids of its JSON Lines"
+done
+# many.parquet: 6,000 values ("row 0" .. "row 5999"), more than one batch of documents.
+seq 0 5999 | jq -Rc '{text: ("row " + .)}' >"$tmp/many.jsonl"
+"$QT_BINARY" tokenize --tokenizer "$tok" --input "$fx/many.parquet" --threads 2 >"$tmp/tk-p.txt"
+"$QT_BINARY" tokenize --tokenizer "$tok" --input "$tmp/many.jsonl" >"$tmp/tk-j.txt"
+[ "$(wc -l <"$tmp/tk-p.txt")" = 6000 ] && cmp -s "$tmp/tk-p.txt" "$tmp/tk-j.txt" || fail "tokenize many.parquet"
+for f in "$fx/content.parquet" "$tmp/content.jsonl"; do
+  "$QT_BINARY" tokenize --tokenizer "$tok" --input "$f" --text-field content >"$tmp/tk-c.txt" ||
+    fail "tokenize --text-field content $f"
+  "$QT_BINARY" tokenize --tokenizer "$tok" --input "$tmp/zstd_v2.jsonl" >"$tmp/tk-z.txt"
+  cmp -s "$tmp/tk-c.txt" "$tmp/tk-z.txt" || fail "tokenize --text-field content $f: not zstd_v2's ids"
+done
+"$QT_BINARY" tokenize --tokenizer "$tok" --decode --text-field content --input "$tmp/tk-c.txt" |
+  jq -c '{text: .content}' >"$tmp/tk-back.jsonl"
+"$QT_BINARY" tokenize --tokenizer "$tok" --decode --input "$tmp/tk-c.txt" | jq -c . >"$tmp/tk-back0.jsonl"
+[ "$(wc -l <"$tmp/tk-back.jsonl")" -gt 2 ] && cmp -s "$tmp/tk-back.jsonl" "$tmp/tk-back0.jsonl" ||
+  fail "tokenize --decode --text-field content: not the texts under \"content\""
+if "$QT_BINARY" tokenize --tokenizer "$tok" --input "$fx/zstd_v2.parquet" --text-field body \
+  >/dev/null 2>"$tmp/tk.err"; then fail "tokenize took a missing column"; fi
+grep -q "zstd_v2.parquet.*body" "$tmp/tk.err" || fail "tokenize, missing column: $(cat "$tmp/tk.err")"
+if "$QT_BINARY" tokenize --tokenizer "$tok" --decode --input "$fx/zstd_v2.parquet" >/dev/null 2>"$tmp/tk.err"; then
+  fail "tokenize --decode took a Parquet file"
 fi
-grep -q "zstd_v2.parquet: tokenize reads JSON Lines; Parquet is read by train" "$tmp/tk.err" ||
-  fail "tokenize of Parquet: $(cat "$tmp/tk.err")"
+grep -q "zstd_v2.parquet: --decode reads lines of token ids, not a Parquet file" "$tmp/tk.err" ||
+  fail "tokenize --decode of Parquet: $(cat "$tmp/tk.err")"
+echo "tokenize: each Parquet file gives the ids of its JSON Lines; --text-field; --decode refuses Parquet"
 
 refuse() { # file, expected text
   if train "bad" "$1" >"$tmp/bad.log"; then fail "$1 was accepted"; fi

@@ -48,7 +48,7 @@ if "$bin" tokenize --tokenizer "$tok" --input "$tmp/bad1.jsonl" >/dev/null 2>"$t
 grep -q "bad1.jsonl:2" "$tmp/err" || fail "no file:line in: $(cat "$tmp/err")"
 printf '{"text": "ok"}\n{"txt": "x"}\n' >"$tmp/bad2.jsonl"
 if "$bin" tokenize --tokenizer "$tok" --input "$tmp/bad2.jsonl" >/dev/null 2>"$tmp/err"; then fail "missing text accepted"; fi
-grep -q 'bad2.jsonl:2: missing "text"' "$tmp/err" || fail "missing text: $(cat "$tmp/err")"
+grep -q 'bad2.jsonl:2: the object has no "text" field' "$tmp/err" || fail "missing text: $(cat "$tmp/err")"
 printf '1 2 x\n' >"$tmp/bad3.txt"
 if "$bin" tokenize --tokenizer "$tok" --decode --input "$tmp/bad3.txt" >/dev/null 2>"$tmp/err"; then fail "bad ids accepted"; fi
 grep -q "bad3.txt:1" "$tmp/err" || fail "bad ids: $(cat "$tmp/err")"

@@ -1,6 +1,7 @@
-/* qtitan tokenize: JSONL documents ({"text": ...} per line) to lines of token ids, or back
- * with --decode. Documents are processed in batches, in parallel over documents with
- * --threads, and written in input order, so the output does not depend on the thread count. */
+/* qtitan tokenize: JSONL documents ({"text": ...} per line) or a Parquet file's text column to
+ * lines of token ids, or back with --decode. Documents are processed in batches, in parallel
+ * over documents with --threads, and written in input order, so the output does not depend on
+ * the thread count. */
 #include "cli/commands.h"
 
 #include <errno.h>
@@ -32,13 +33,17 @@ static double thread_cpu_seconds(void) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: qtitan tokenize --tokenizer PATH [--input F] [--output F] [--decode]\n"
-               "                       [--threads N] [--max-line-bytes N]\n\n"
+               "                       [--text-field NAME] [--threads N] [--max-line-bytes N]\n\n"
                "  --tokenizer PATH  tokenizer.json, or a directory holding one\n"
                "  --input F         JSONL with a \"text\" field per line (default stdin),\n"
-               "                    plain or compressed (.gz, .zst);\n"
+               "                    plain or compressed (.gz, .zst), or a .parquet file (its\n"
+               "                    \"text\" column, null values skipped);\n"
                "                    with --decode: lines of space-separated ids\n"
                "  --output F        one line of space-separated ids per document (default\n"
                "                    stdout); with --decode: JSONL {\"text\": ...}\n"
+               "  --text-field NAME the JSON Lines field / Parquet column of the text, and the\n"
+               "                    field --decode writes (default \"text\";\n"
+               "                    training.dataset_text_field)\n"
                "  --decode          ids to text instead of text to ids\n"
                "  --threads N       documents in parallel (same output for any N; default 1)\n"
                "  --stats           print documents, bytes, tokens and encode speed to stderr\n"
@@ -48,10 +53,13 @@ static void usage(FILE *f) {
 }
 
 typedef struct Job {
-    char *line; // input line without its newline
-    size_t len; // bytes in line
-    size_t lineno;
-    char *result; // malloc'd output line with its newline, or NULL on error
+    /* A JSON Lines line without its newline (malloc'd), or, with raw, a document's text itself
+     * (a Parquet value, not owned). */
+    const char *line;
+    size_t len;    // bytes in line
+    int raw;       // line is the text (Parquet), not a JSON object holding it
+    size_t lineno; // its line, or with raw its document number
+    char *result;  // malloc'd output line with its newline, or NULL on error
     size_t result_len;
     size_t text_bytes, n_ids; // for --stats
     double encode_s;          // CPU seconds of this thread spent in tokenizer_encode
@@ -68,32 +76,30 @@ static void append(char **buf, size_t *len, size_t *cap, const char *s, size_t n
     (*buf)[*len] = 0;
 }
 
-static int encode_job(const Tokenizer *tok, Job *j, const char *in_name) {
-    json_error_t je;
-    json_t *doc = json_parse(j->line, j->len, JSON_ALLOW_NUL, &je);
-    if (!doc) return err_set(&j->err, "%s:%zu: not a JSON object: %s", in_name, j->lineno, je.text);
-    json_t *text = json_object_get(doc, "text");
-    if (!json_is_string(text)) {
-        err_set(&j->err, "%s:%zu: %s", in_name, j->lineno,
-                json_is_object(doc) ? (text ? "\"text\" must be a string" : "missing \"text\"")
-                                    : "expected a JSON object");
-        json_decref(doc);
-        return -1;
+static int encode_job(const Tokenizer *tok, Job *j, const char *in_name, const char *field) {
+    char *owned = NULL;
+    const char *text = j->line;
+    size_t text_len = j->len;
+    if (!j->raw) {
+        if (jsonl_parse_text(j->line, j->len, field, in_name, (int64_t)j->lineno, &owned, &text_len,
+                             &j->err))
+            return -1;
+        text = owned;
     }
     IdVec ids = {0};
-    size_t scope = err_oom_push("tokenizing %s:%zu (%zu bytes of text)", in_name, j->lineno,
-                                json_string_length(text));
+    size_t scope = err_oom_push("tokenizing %s %s %zu (%zu bytes of text)", in_name,
+                                j->raw ? "document" : "line", j->lineno, text_len);
     double t0 = thread_cpu_seconds();
-    int rc =
-        tokenizer_encode(tok, json_string_value(text), json_string_length(text), &ids, &j->err);
+    int rc = tokenizer_encode(tok, text, text_len, &ids, &j->err);
     j->encode_s = thread_cpu_seconds() - t0;
-    j->text_bytes = json_string_length(text);
+    j->text_bytes = text_len;
     j->n_ids = ids.n;
-    json_decref(doc);
+    free(owned);
     if (rc != 0) {
         idvec_free(&ids);
         err_oom_pop(scope);
-        return err_wrap(&j->err, "%s:%zu", in_name, j->lineno);
+        return j->raw ? err_wrap(&j->err, "%s: document %zu", in_name, j->lineno)
+                      : err_wrap(&j->err, "%s:%zu", in_name, j->lineno);
     }
     size_t cap = ids.n * 7 + 2, len = 0;
     char *out = xmalloc(cap);
@@ -110,7 +116,7 @@ static int encode_job(const Tokenizer *tok, Job *j, const char *in_name) {
     return 0;
 }
 
-static int decode_job(const Tokenizer *tok, Job *j, const char *in_name) {
+static int decode_job(const Tokenizer *tok, Job *j, const char *in_name, const char *field) {
     IdVec ids = {0};
     const char *p = j->line, *end = j->line + j->len;
     while (p < end) {
@@ -135,7 +141,7 @@ static int decode_job(const Tokenizer *tok, Job *j, const char *in_name) {
     idvec_free(&ids);
     if (rc != 0) return err_wrap(&j->err, "%s:%zu", in_name, j->lineno);
     json_t *obj = json_object();
-    json_object_set_new(obj, "text", json_stringn(text, len));
+    json_object_set_new(obj, field, json_stringn(text, len));
     free(text);
     char *s = json_dumps(obj, JSON_COMPACT);
     json_decref(obj);
@@ -149,12 +155,83 @@ static int decode_job(const Tokenizer *tok, Job *j, const char *in_name) {
     return 0;
 }
 
+/* One run's output and counts: batches of jobs are encoded (or decoded) in parallel and
+ * written in order by flush. */
+typedef struct Run {
+    const Tokenizer *tok;
+    const char *in_name, *out_name, *field;
+    FILE *out;
+    int decode, threads, status;
+    Job *jobs;
+    size_t n, docs, bytes, tokens;
+    double busy;
+} Run;
+
+static void flush(Run *r) {
+#pragma omp parallel for schedule(dynamic, 8) num_threads(r->threads)
+    for (size_t i = 0; i < r->n; i++) {
+        if (r->decode)
+            decode_job(r->tok, &r->jobs[i], r->in_name, r->field);
+        else
+            encode_job(r->tok, &r->jobs[i], r->in_name, r->field);
+    }
+    for (size_t i = 0; i < r->n; i++) {
+        Job *j = &r->jobs[i];
+        if (r->status == 0 && !j->result) {
+            fprintf(stderr, "error: %s\n", j->err.msg);
+            r->status = 1;
+        }
+        if (r->status == 0 && fwrite(j->result, 1, j->result_len, r->out) != j->result_len) {
+            fprintf(stderr, "error: cannot write %s: %s\n", r->out_name, strerror(errno));
+            r->status = 1;
+        }
+        r->docs++;
+        r->bytes += j->text_bytes;
+        r->tokens += j->n_ids;
+        r->busy += j->encode_s;
+        if (!j->raw) free((char *)j->line);
+        free(j->result);
+    }
+    r->n = 0;
+}
+
+/* A batch of a Parquet column's values (parquet_stream_group): each a document, numbered
+ * from 1 over the file. */
+static int parquet_docs(void *ctx, const ParquetStr *v, int64_t n, Err *err) {
+    (void)err;
+    Run *r = ctx;
+    for (int64_t i = 0; i < n && r->status == 0; i++) {
+        Job *j = &r->jobs[r->n++];
+        *j = (Job){.line = v[i].p, .len = v[i].n, .raw = 1, .lineno = r->docs + r->n};
+        if (r->n == BATCH_LINES) flush(r);
+    }
+    if (r->n) flush(r);
+    return r->status ? -1 : 0;
+}
+
+/* The text column (--text-field) of a Parquet file, row group by row group; 0 or 1 (reported). */
+static int tokenize_parquet(Run *r, const char *path) {
+    Err err;
+    const char *data = NULL;
+    size_t len = 0;
+    Parquet *pq = NULL;
+    int rc = fs_map_read(path, &data, &len, &err);
+    if (rc == 0) rc = parquet_open(&pq, len ? data : "", len, path, r->field, &err);
+    for (int g = 0; rc == 0 && g < parquet_row_groups(pq); g++)
+        rc = parquet_stream_group(pq, g, parquet_docs, r, &err);
+    /* A failed batch has said why; a reader's failure has not. */
+    if (rc != 0 && r->status == 0) fprintf(stderr, "error: %s\n", err.msg);
+    if (pq) parquet_close(pq);
+    fs_unmap(data, len);
+    return rc != 0;
+}
+
 int cmd_tokenize(int argc, char **argv) {
     if (cmd_wants_help(argc, argv)) {
         usage(stdout);
         return 0;
     }
-    const char *tok_path = NULL, *in_path = NULL, *out_path = NULL;
+    const char *tok_path = NULL, *in_path = NULL, *out_path = NULL, *field = "text";
     int decode = 0, threads = 1, stats = 0;
     size_t max_line = FS_LINE_MAX_DEFAULT;
     for (int i = 1; i < argc; i++) {
@@ -166,6 +243,8 @@ int cmd_tokenize(int argc, char **argv) {
             in_path = argv[++i];
         else if (strcmp(a, "--output") == 0 && has_val)
             out_path = argv[++i];
+        else if (strcmp(a, "--text-field") == 0 && has_val)
+            field = argv[++i];
         else if (strcmp(a, "--decode") == 0)
             decode = 1;
         else if (strcmp(a, "--stats") == 0)
@@ -232,15 +311,16 @@ int cmd_tokenize(int argc, char **argv) {
      * of a corrupt or truncated stream for the read-error report below. */
     Err zerr = {{0}};
     FILE *in = stdin;
-    if (in_path && !decode && parquet_is_name(in_path)) {
-        fprintf(stderr,
-                "error: %s: tokenize reads JSON Lines; Parquet is read by train, eval --dataset "
-                "and tokenizer-train\n",
+    int parquet = in_path && parquet_is_name(in_path);
+    if (parquet && decode) {
+        fprintf(stderr, "error: %s: --decode reads lines of token ids, not a Parquet file\n",
                 in_path);
         tokenizer_free(tok);
-        return 1;
+        return 2;
     }
-    if (in_path && zread_is_compressed(in_path)) {
+    if (parquet) {
+        /* Mapped by tokenize_parquet. */
+    } else if (in_path && zread_is_compressed(in_path)) {
         in = zread_fopen(in_path, &zerr);
         if (!in) {
             fprintf(stderr, "error: %s\n", zerr.msg);
@@ -268,24 +348,30 @@ int cmd_tokenize(int argc, char **argv) {
         tokenizer_free(tok);
         return 1;
     }
-    const char *in_name = in_path ? in_path : "<stdin>";
     json_object_seed(0); /* before any thread parses JSON */
-    Job *jobs = xcalloc(BATCH_LINES, sizeof *jobs);
-    size_t lineno = 0, docs = 0, bytes = 0, tokens = 0;
-    double busy = 0, wall0 = now_seconds();
-    int status = 0, eof = 0;
+    Run r = {.tok = tok,
+             .in_name = in_path ? in_path : "<stdin>",
+             .out_name = out_path ? out_path : "<stdout>",
+             .field = field,
+             .out = out,
+             .decode = decode,
+             .threads = threads,
+             .jobs = xcalloc(BATCH_LINES, sizeof(Job))};
+    double wall0 = now_seconds();
+    size_t lineno = 0;
     char *line = NULL;
     size_t line_cap = 0;
-    while (!eof && status == 0) {
-        size_t n = 0;
-        while (n < BATCH_LINES) {
+    if (parquet) r.status = tokenize_parquet(&r, in_path);
+    for (int eof = parquet; !eof && r.status == 0;) {
+        while (r.n < BATCH_LINES) {
             size_t len;
-            int r = fs_read_line(in, &line, &line_cap, &len, max_line, in_name, lineno + 1, &err);
-            if (r < 0) {
+            int rd =
+                fs_read_line(in, &line, &line_cap, &len, max_line, r.in_name, lineno + 1, &err);
+            if (rd < 0) {
                 fprintf(stderr, "error: %s\n", zerr.msg[0] ? zerr.msg : err.msg);
-                status = 1;
+                r.status = 1;
             }
-            if (r <= 0) {
+            if (rd <= 0) {
                 eof = 1;
                 break;
             }
@@ -297,50 +383,28 @@ int cmd_tokenize(int argc, char **argv) {
             while (k < len && (line[k] == ' ' || line[k] == '\t'))
                 k++;
             if (k == len && !decode) continue;
-            Job *j = &jobs[n++];
+            Job *j = &r.jobs[r.n++];
             memset(j, 0, sizeof *j);
             j->len = len - bom;
-            size_t scope = err_oom_push("reading %s:%zu (%zu bytes)", in_name, lineno, j->len);
-            j->line = xmalloc(j->len + 1);
+            size_t scope = err_oom_push("reading %s:%zu (%zu bytes)", r.in_name, lineno, j->len);
+            char *copy = xmalloc(j->len + 1);
             err_oom_pop(scope);
-            memcpy(j->line, line + bom, j->len);
-            j->line[j->len] = 0;
+            memcpy(copy, line + bom, j->len);
+            copy[j->len] = 0;
+            j->line = copy;
             j->lineno = lineno;
         }
-#pragma omp parallel for schedule(dynamic, 8) num_threads(threads)
-        for (size_t i = 0; i < n; i++) {
-            if (decode)
-                decode_job(tok, &jobs[i], in_name);
-            else
-                encode_job(tok, &jobs[i], in_name);
-        }
-        for (size_t i = 0; i < n; i++) {
-            if (status == 0 && !jobs[i].result) {
-                fprintf(stderr, "error: %s\n", jobs[i].err.msg);
-                status = 1;
-            }
-            if (status == 0 &&
-                fwrite(jobs[i].result, 1, jobs[i].result_len, out) != jobs[i].result_len) {
-                fprintf(stderr, "error: cannot write %s: %s\n", out_path ? out_path : "<stdout>",
-                        strerror(errno));
-                status = 1;
-            }
-            docs++;
-            bytes += jobs[i].text_bytes;
-            tokens += jobs[i].n_ids;
-            busy += jobs[i].encode_s;
-            free(jobs[i].line);
-            free(jobs[i].result);
-        }
+        flush(&r);
     }
+    int status = r.status;
     if (stats && status == 0 && !decode)
         fprintf(stderr,
                 "tokenize: %zu documents, %zu bytes, %zu tokens; encode %.3f s CPU over %d "
                 "thread(s) = %.1f MB/s per thread; wall %.3f s\n",
-                docs, bytes, tokens, busy, threads, busy > 0 ? bytes / busy / 1e6 : 0.0,
-                now_seconds() - wall0);
+                r.docs, r.bytes, r.tokens, r.busy, threads,
+                r.busy > 0 ? r.bytes / r.busy / 1e6 : 0.0, now_seconds() - wall0);
     free(line);
-    free(jobs);
+    free(r.jobs);
     if (in != stdin) fclose(in);
     /* stdout is checked by main, as for every command. */
     if (out != stdout && fclose(out) != 0 && status == 0) {

@@ -44,15 +44,15 @@ static int add_values(void *ctx, const ParquetStr *v, int64_t n, Err *err) {
 
 /* The values of a Parquet file's column `field`. */
 static int add_parquet(BpeTrainer *tr, const char *path, const char *field, Err *err) {
-    char *data;
+    const char *data;
     size_t len;
-    TRY(fs_read_all(path, &data, &len, err));
+    TRY(fs_map_read(path, &data, &len, err));
     Parquet *pq;
-    int rc = parquet_open(&pq, data, len, path, field, err);
+    int rc = parquet_open(&pq, len ? data : "", len, path, field, err);
     for (int g = 0; rc == 0 && g < parquet_row_groups(pq); g++)
         rc = parquet_stream_group(pq, g, add_values, tr, err);
     if (pq) parquet_close(pq);
-    free(data);
+    fs_unmap(data, len);
     return rc;
 }
 

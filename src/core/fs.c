@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -44,6 +45,22 @@ int fs_open_read(const char *path, struct stat *st, Err *err) {
         return -1;
     }
     return fd;
+}
+
+int fs_map_read(const char *path, const char **map, size_t *size, Err *err) {
+    struct stat st;
+    int fd = fs_open_read(path, &st, err);
+    if (fd < 0) return -1;
+    *size = (size_t)st.st_size;
+    void *m = *size ? mmap(NULL, *size, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+    close(fd);
+    if (m == MAP_FAILED) return err_sys(err, "cannot map %s", path);
+    *map = m;
+    return 0;
+}
+
+void fs_unmap(const char *map, size_t size) {
+    if (map && size) munmap((void *)map, size);
 }
 
 int fs_read_all(const char *path, char **data, size_t *len, Err *err) {

@@ -21,6 +21,10 @@ int fs_open_read(const char *path, struct stat *st, Err *err);
 /* Reads a whole regular file (fs_open_read) into a NUL-terminated malloc'd buffer; *len
  * excludes the NUL. A file over FS_READ_ALL_MAX bytes is an error naming it. */
 int fs_read_all(const char *path, char **data, size_t *len, Err *err);
+/* Maps a whole regular file (fs_open_read) read-only: *map is NULL for an empty file. Release
+ * with fs_unmap. The way a large input (a dataset file) is read without copying it. */
+int fs_map_read(const char *path, const char **map, size_t *size, Err *err);
+void fs_unmap(const char *map, size_t size);
 /* Line-length cap of fs_read_line when the user gives none: a longer line is far more
  * likely a binary file or a missing newline than a document. */
 #define FS_LINE_MAX_DEFAULT ((size_t)64 << 20)

@@ -606,18 +606,11 @@ static int tokenize_compressed(Build *b, const char *path, Slot *slots, Err *err
 
 static int tokenize_file(Build *b, const char *path, Slot *slots, Err *err) {
     if (zread_is_compressed(path)) return tokenize_compressed(b, path, slots, err);
-    struct stat st;
-    int fd = fs_open_read(path, &st, err);
-    if (fd < 0) return -1;
-    size_t size = (size_t)st.st_size;
+    const char *map;
+    size_t size;
+    TRY(fs_map_read(path, &map, &size, err));
     /* An empty Parquet file is still read, to be refused; an empty text file holds nothing. */
-    if (size == 0 && !parquet_is_name(path)) {
-        close(fd);
-        return 0;
-    }
-    char *map = size ? mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
-    close(fd);
-    SYS_CHECK(!size || map != MAP_FAILED, err, "cannot map dataset file %s", path);
+    if (size == 0 && !parquet_is_name(path)) return 0;
     int rc = 0;
     if (parquet_is_name(path)) {
         rc = tokenize_parquet(b, path, map, size, slots, err);
@@ -630,7 +623,7 @@ static int tokenize_file(Build *b, const char *path, Slot *slots, Err *err) {
         int64_t lineno = 0;
         rc = tokenize_lines(b, map, size, &pos, &lineno, path, slots, err);
     }
-    if (size) munmap(map, size);
+    fs_unmap(map, size);
     return rc;
 }
 
