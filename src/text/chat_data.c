@@ -350,9 +350,10 @@ static int parquet_flat_row(void *ctx, int64_t row, const ParquetStr *v, Err *er
  * columns of the prompt_completion and instruction shapes. */
 static int read_parquet(ChatData *cd, Grow *g, const char *file, const ChatFormat *cf,
                         int64_t *lines, Err *err) {
-    char *buf;
+    const char *map;
     size_t len;
-    TRY(fs_read_all(file, &buf, &len, err));
+    TRY(fs_map_read(file, &map, &len, err));
+    const char *buf = len ? map : "";
     ParquetRows pr = {cd, g, cf, file, lines, NULL, 0, {0}};
     int rc;
     if (cd->opt.format == DATA_MESSAGES) {
@@ -367,7 +368,7 @@ static int read_parquet(ChatData *cd, Grow *g, const char *file, const ChatForma
     }
     free(pr.msgs);
     chat_tokens_free(&pr.tok);
-    free(buf);
+    fs_unmap(map, len);
     return rc;
 }
 
