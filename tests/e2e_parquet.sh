@@ -160,6 +160,9 @@ if [ -f "$qwen/tokenizer_config.json" ]; then
   if chat bad "$fx/chat_extra.parquet" >"$tmp/bad.log"; then fail "chat_extra.parquet was accepted"; fi
   grep -q 'chat_extra.parquet: the messages have a field "tool_calls", which qtitan reads from JSON Lines only' "$tmp/bad.log" ||
     { cat "$tmp/bad.log"; fail "chat_extra.parquet: no sentence"; }
+  if chat bad "$fx/chat_tools.parquet" >"$tmp/bad.log"; then fail "chat_tools.parquet was accepted"; fi
+  grep -q 'chat_tools.parquet: the conversations have a "tools" column (tool definitions), which qtitan reads from JSON Lines only' "$tmp/bad.log" ||
+    { cat "$tmp/bad.log"; fail "chat_tools.parquet: no sentence"; }
   if chat bad "$fx/snappy_dict.parquet" >"$tmp/bad.log"; then fail "a text file as conversations"; fi
   grep -q 'snappy_dict.parquet: no column "messages" in the Parquet file (its columns: id, text, meta)' "$tmp/bad.log" ||
     { cat "$tmp/bad.log"; fail "snappy_dict.parquet as conversations: no sentence"; }

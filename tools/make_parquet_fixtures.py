@@ -43,6 +43,7 @@ and files qtitan must refuse with a sentence:
   nested_text.parquet   "text" is a list of strings
   chat_extra.parquet    messages with a "tool_calls" field, which Parquet conversations do not
                         carry here
+  chat_tools.parquet    conversations beside a "tools" column (tool definitions), refused too
 
 Usage: python3 tools/make_parquet_fixtures.py [OUT_DIR]
 """
@@ -147,6 +148,11 @@ def main():
             f.write(json.dumps({"messages": c}, ensure_ascii=False) + "\n")
     extra = [[{"role": "user", "content": "hi", "tool_calls": "[]"}]]
     write("chat_extra.parquet", pa.table({"messages": pa.array(extra)}))
+    tools = [{"type": "function", "function": {"name": "f", "description": "d"}}]
+    write("chat_tools.parquet", pa.table({
+        "messages": pa.array([[{"role": "user", "content": "hi"},
+                               {"role": "assistant", "content": "ho"}]]),
+        "tools": pa.array([tools])}))
 
     t = [None if i % 13 == 5 else f"https://example.com/page/{i // 7}/{i}" + " caf\u00e9" * (i % 3)
          for i in range(400)]

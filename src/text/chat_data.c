@@ -355,7 +355,19 @@ static int read_parquet(ChatData *cd, Grow *g, const char *file, const ChatForma
     TRY(fs_map_read(file, &map, &len, err));
     const char *buf = len ? map : "";
     ParquetRows pr = {cd, g, cf, file, lines, NULL, 0, {0}};
-    int rc;
+    /* Tool definitions change every rendered conversation; not read from Parquet, they must
+     * not be dropped in silence. */
+    int tools = 0, rc = parquet_has_column(buf, len, file, "tools", &tools, err);
+    if (rc == 0 && tools)
+        rc = err_set(err,
+                     "%s: the conversations have a \"tools\" column (tool definitions), which "
+                     "qtitan reads from JSON Lines only; write the rows as JSON Lines (datasets' "
+                     "Dataset.to_json does)",
+                     file);
+    if (rc != 0) {
+        fs_unmap(map, len);
+        return -1;
+    }
     if (cd->opt.format == DATA_MESSAGES) {
         rc = parquet_read_conversations(buf, len, file, "messages", parquet_row, &pr, err);
     } else {

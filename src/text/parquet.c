@@ -1397,6 +1397,15 @@ int parquet_read_conversations(const void *data, size_t size, const char *name, 
     return rc;
 }
 
+int parquet_has_column(const void *data, size_t size, const char *name, const char *column,
+                       int *has, Err *err) {
+    Parquet *sc;
+    TRY(open_path(&sc, data, size, name, NULL, 0, 0, err));
+    *has = sc->n_els > 0 && child_named(sc->els, sc->n_els, 0, column) >= 0;
+    parquet_close(sc);
+    return 0;
+}
+
 /* ---- rows of string columns ---------------------------------------------------------------- */
 
 #define PQ_MAX_COLS 8

@@ -72,6 +72,10 @@ int parquet_read_rows(const void *data, size_t size, const char *name, const cha
 typedef int (*ParquetBatchFn)(void *ctx, const ParquetStr *vals, int64_t n, Err *err);
 int parquet_stream_group(Parquet *pq, int g, ParquetBatchFn fn, void *ctx, Err *err);
 
+/* *has = 1 when the file has a top-level column named `column` (0 when not). */
+int parquet_has_column(const void *data, size_t size, const char *name, const char *column,
+                       int *has, Err *err);
+
 /* Whether a file name ends in .parquet. */
 int parquet_is_name(const char *path);
 
