@@ -18,11 +18,20 @@ static size_t touch(const ParquetStr *v) {
 }
 
 static int conversation(void *ctx, int64_t row, const ParquetStr *roles, const ParquetStr *contents,
-                        const ParquetStr *reasonings, int64_t n, Err *err) {
+                        const ParquetStr *reasonings, const json_t *const *tool_calls, int64_t n,
+                        Err *err) {
     (void)row, (void)err;
     size_t *sum = ctx;
-    for (int64_t i = 0; i < n; i++)
+    for (int64_t i = 0; i < n; i++) {
         *sum += touch(&roles[i]) + touch(&contents[i]) + touch(&reasonings[i]);
+        /* Tool calls are an array of calls (objects or nulls), each string read whole. */
+        if (!tool_calls[i]) continue;
+        if (!json_is_array(tool_calls[i])) abort();
+        char *text = json_dumps(tool_calls[i], JSON_ENCODE_ANY);
+        if (!text) abort();
+        *sum += strlen(text);
+        free(text);
+    }
     return 0;
 }
 

@@ -8,7 +8,8 @@
 # tokenize gives the same ids;
 # and what qtitan cannot read (the LZ4 codec, a column of integers, no "text"
 # column, a list column, a compressed .parquet.gz) stops with one sentence naming the file.
-# Conversations in a "messages" column train as the same conversations in JSON Lines do.
+# Conversations in a "messages" column (with reasoning fields and tool calls) train as the same
+# conversations in JSON Lines do.
 set -euo pipefail
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 fx=$QT_SOURCE_DIR/tests/fixtures/parquet
@@ -146,6 +147,15 @@ if [ -f "$qwen/tokenizer_config.json" ]; then
     [ "$(grep '^chat data' "$tmp/rp.log" | sed 's/from .* file/F/')" = "$(grep '^chat data' "$tmp/rj.log" | sed 's/from .* file/F/')" ] ||
     { cat "$tmp/rp.log"; fail "chat_reasoning.parquet differs from its JSON Lines"; }
   echo "chat_reasoning.parquet: the targets and 4 losses of its JSON Lines"
+  # Tool calls of the messages, in OpenAI's shape (with id and type) and bare.
+  for f in chat_tool_calls chat_tool_calls_bare; do
+    chat "tj-$f" "$fx/$f.jsonl" >"$tmp/tj.log" || { cat "$tmp/tj.log"; fail "$f.jsonl"; }
+    chat "tp-$f" "$fx/$f.parquet" >"$tmp/tp.log" || { cat "$tmp/tp.log"; fail "$f.parquet"; }
+    [ "$(losses "$tmp/tp.log" | wc -l)" = 4 ] && [ "$(losses "$tmp/tp.log")" = "$(losses "$tmp/tj.log")" ] &&
+      [ "$(grep '^chat data' "$tmp/tp.log" | sed 's/from .* file/F/')" = "$(grep '^chat data' "$tmp/tj.log" | sed 's/from .* file/F/')" ] ||
+      { cat "$tmp/tp.log"; fail "$f.parquet differs from its JSON Lines"; }
+    echo "$f.parquet: the targets and 4 losses of its JSON Lines"
+  done
   # The instruction and prompt_completion shapes from string columns.
   for f in alpaca:instruction prompts:prompt_completion; do
     name=${f%%:*} shape=${f#*:}
@@ -158,7 +168,7 @@ if [ -f "$qwen/tokenizer_config.json" ]; then
     echo "$name.parquet ($shape): 30 conversations, the 4 losses of $name.jsonl"
   done
   if chat bad "$fx/chat_extra.parquet" >"$tmp/bad.log"; then fail "chat_extra.parquet was accepted"; fi
-  grep -q 'chat_extra.parquet: the messages have a field "tool_calls", which qtitan reads from JSON Lines only' "$tmp/bad.log" ||
+  grep -q "chat_extra.parquet: the messages' \"tool_calls\" is not a list of calls" "$tmp/bad.log" ||
     { cat "$tmp/bad.log"; fail "chat_extra.parquet: no sentence"; }
   if chat bad "$fx/chat_tools.parquet" >"$tmp/bad.log"; then fail "chat_tools.parquet was accepted"; fi
   grep -q 'chat_tools.parquet: the conversations have a "tools" column (tool definitions), which qtitan reads from JSON Lines only' "$tmp/bad.log" ||

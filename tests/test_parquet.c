@@ -73,11 +73,18 @@ static void test_fixtures_match_pyarrow(void **state) {
  * (list/item, v2 pages) hold chat.jsonl's conversations, message by message. */
 typedef struct Want {
     json_t *lines; /* one parsed chat.jsonl line a row */
-    int64_t rows;
+    int64_t rows, calls;
 } Want;
 
+/* A tool call's function object as the template reads it: its "function" when there is one. */
+static const json_t *call_fn(const json_t *call) {
+    const json_t *f = json_object_get(call, "function");
+    return f ? f : call;
+}
+
 static int check_row(void *ctx, int64_t row, const ParquetStr *roles, const ParquetStr *contents,
-                     const ParquetStr *reasonings, int64_t n, Err *err) {
+                     const ParquetStr *reasonings, const json_t *const *tool_calls, int64_t n,
+                     Err *err) {
     (void)err;
     Want *w = ctx;
     const json_t *msgs = json_object_get(json_array_get(w->lines, (size_t)row), "messages");
@@ -104,6 +111,25 @@ static int check_row(void *ctx, int64_t row, const ParquetStr *roles, const Parq
             assert_int_equal(reasonings[i].n, json_string_length(want));
             assert_memory_equal(reasonings[i].p, json_string_value(want), reasonings[i].n);
         }
+        /* Tool calls: none where the line's are null or absent, else each call's name and
+         * arguments, in or out of a "function" as the line has them. */
+        const json_t *calls = json_object_get(m, "tool_calls");
+        if (!calls || json_is_null(calls)) {
+            assert_null(tool_calls[i]);
+            continue;
+        }
+        assert_non_null(tool_calls[i]);
+        assert_int_equal(json_array_size(tool_calls[i]), json_array_size(calls));
+        for (size_t c = 0; c < json_array_size(calls); c++) {
+            const json_t *wc = json_array_get(calls, c), *gc = json_array_get(tool_calls[i], c);
+            assert_int_equal(json_object_get(wc, "function") != NULL,
+                             json_object_get(gc, "function") != NULL);
+            assert_true(json_equal(json_object_get(call_fn(wc), "name"),
+                                   json_object_get(call_fn(gc), "name")));
+            assert_true(json_equal(json_object_get(call_fn(wc), "arguments"),
+                                   json_object_get(call_fn(gc), "arguments")));
+            w->calls++;
+        }
     }
     w->rows++;
     return 0;
@@ -114,15 +140,18 @@ static void test_conversations_match_pyarrow(void **state) {
     Err err;
     size_t len;
     char *jl = read_file(fix_dir, "chat.jsonl", &len);
-    Want w = {json_array(), 0};
+    Want w = {json_array(), 0, 0};
     for (char *line = strtok(jl, "\n"); line; line = strtok(NULL, "\n"))
         json_array_append_new(w.lines, json_loads(line, 0, NULL));
-    const char *names[] = {"chat.parquet", "chat_item.parquet", "chat_reasoning.parquet"};
-    for (size_t f = 0; f < 3; f++) {
-        if (f == 2) { /* its own JSON Lines */
+    const char *names[] = {"chat.parquet", "chat_item.parquet", "chat_reasoning.parquet",
+                           "chat_tool_calls.parquet", "chat_tool_calls_bare.parquet"};
+    for (size_t f = 0; f < 5; f++) {
+        if (f >= 2) { /* its own JSON Lines */
+            char jname[64];
+            snprintf(jname, sizeof jname, "%.*s.jsonl", (int)(strlen(names[f]) - 8), names[f]);
             json_decref(w.lines);
             free(jl);
-            jl = read_file(fix_dir, "chat_reasoning.jsonl", &len);
+            jl = read_file(fix_dir, jname, &len);
             w.lines = json_array();
             for (char *line = strtok(jl, "\n"); line; line = strtok(NULL, "\n"))
                 json_array_append_new(w.lines, json_loads(line, 0, NULL));
@@ -136,6 +165,8 @@ static void test_conversations_match_pyarrow(void **state) {
         assert_int_equal(w.rows, json_array_size(w.lines));
         free(data);
     }
+    /* 20 conversations a tool-call file, one call each and a second in every third. */
+    assert_int_equal(w.calls, 2 * (20 + 7));
     json_decref(w.lines);
     free(jl);
 }

@@ -41,8 +41,10 @@ and files qtitan must refuse with a sentence:
   int_text.parquet      "text" holds integers
   no_text.parquet       no "text" column (its columns: "content", "id")
   nested_text.parquet   "text" is a list of strings
-  chat_extra.parquet    messages with a "tool_calls" field, which Parquet conversations do not
-                        carry here
+  chat_extra.parquet    messages whose "tool_calls" field is a string, not a list of calls
+  chat_tool_calls.parquet / chat_tool_calls_bare.parquet (+ .jsonl)
+                        conversations with tool calls in OpenAI's shape and bare, the same rows
+                        as JSON Lines
   chat_tools.parquet    conversations beside a "tools" column (tool definitions), refused too
 
 Usage: python3 tools/make_parquet_fixtures.py [OUT_DIR]
@@ -148,6 +150,30 @@ def main():
             f.write(json.dumps({"messages": c}, ensure_ascii=False) + "\n")
     extra = [[{"role": "user", "content": "hi", "tool_calls": "[]"}]]
     write("chat_extra.parquet", pa.table({"messages": pa.array(extra)}))
+    # Tool calls in OpenAI's shape (type, id, function: {name, arguments as JSON text}) and
+    # bare ({name, arguments}); messages without calls have tool_calls null (or an empty list).
+    for name, bare in (("chat_tool_calls", False), ("chat_tool_calls_bare", True)):
+        convs = []
+        for i in range(20):
+            city = ["Oslo", "Z\u00fcrich", "Rome", "S\u00e3o Paulo"][i % 4]
+            calls = [{"name": "get_weather", "arguments": json.dumps({"city": city, "days": i})}]
+            if i % 3 == 0:
+                calls.append({"name": "search", "arguments": json.dumps({"q": f"{city} news"})})
+            if not bare:
+                calls = [{"id": f"call_{i}_{k}", "type": "function", "function": c}
+                         for k, c in enumerate(calls)]
+            convs.append([
+                {"role": "user", "content": f"Weather in {city}?", "tool_calls": None},
+                {"role": "assistant", "content": "" if i % 2 else "Checking.",
+                 "tool_calls": calls},
+                {"role": "tool", "content": f"{i} degrees", "tool_calls": None},
+                {"role": "assistant", "content": f"It is {i} degrees in {city}.",
+                 "tool_calls": [] if i % 5 == 0 else None}])
+        write(name + ".parquet", pa.table({"messages": pa.array(convs)}), row_group_size=8,
+              data_page_version="2.0" if bare else "1.0")
+        with open(os.path.join(OUT, name + ".jsonl"), "w", encoding="utf-8") as f:
+            for c in convs:
+                f.write(json.dumps({"messages": c}, ensure_ascii=False) + "\n")
     tools = [{"type": "function", "function": {"name": "f", "description": "d"}}]
     write("chat_tools.parquet", pa.table({
         "messages": pa.array([[{"role": "user", "content": "hi"},

@@ -39,6 +39,24 @@ static int read_role(const char *name, size_t len, const char *where, const char
                    where, what, i, (int)(len > 60 ? 60 : len), name);
 }
 
+/* A message's tool_calls (JSON null or absent: none), checked: only an assistant message makes
+ * them (the template writes no others), each names its function and carries arguments. */
+static int set_tool_calls(ChatMessage *cm, const json_t *calls, const char *where, const char *what,
+                          long long i, Err *err) {
+    if (!calls || json_is_null(calls)) return 0;
+    if (cm->role != CHAT_ASSISTANT)
+        return err_set(err,
+                       "%s: %s[%lld] is a %s message with tool_calls, which only an assistant "
+                       "message makes",
+                       where, what, i, chat_role_name(cm->role));
+    if (chat_tool_calls_check(calls, err)) {
+        err_wrap(err, "%s: %s[%lld]", where, what, i);
+        return -1;
+    }
+    cm->tool_calls = calls;
+    return 0;
+}
+
 /* Appends the messages of a JSON array (objects with role, content, optional reasoning and, on
  * assistant messages, tool_calls); `what` is the array's key for error sentences. */
 static int read_message_array(const json_t *arr, const char *what, const char *where,
@@ -81,19 +99,7 @@ static int read_message_array(const json_t *arr, const char *what, const char *w
             cm.reasoning = json_string_value(r);
             cm.reasoning_len = json_string_length(r);
         }
-        if (calls && !json_is_null(calls)) {
-            /* The template writes tool calls of assistant turns only. */
-            if (cm.role != CHAT_ASSISTANT)
-                return err_set(err,
-                               "%s: %s[%zu] is a %s message with tool_calls, which only an "
-                               "assistant message makes",
-                               where, what, i, chat_role_name(cm.role));
-            if (chat_tool_calls_check(calls, err)) {
-                err_wrap(err, "%s: %s[%zu]", where, what, i);
-                return -1;
-            }
-            cm.tool_calls = calls;
-        }
+        TRY(set_tool_calls(&cm, calls, where, what, (long long)i, err));
         if (*n == *cap) {
             *cap = *cap ? 2 * *cap : 8;
             *msgs = xrealloc(*msgs, *cap * sizeof **msgs);
@@ -291,7 +297,8 @@ typedef struct ParquetRows {
 } ParquetRows;
 
 static int parquet_row(void *ctx, int64_t row, const ParquetStr *roles, const ParquetStr *contents,
-                       const ParquetStr *reasonings, int64_t n, Err *err) {
+                       const ParquetStr *reasonings, const json_t *const *tool_calls, int64_t n,
+                       Err *err) {
     ParquetRows *pr = ctx;
     char where[1100];
     snprintf(where, sizeof where, "%s: row %lld", pr->file, (long long)row + 1);
@@ -312,6 +319,8 @@ static int parquet_row(void *ctx, int64_t row, const ParquetStr *roles, const Pa
         m->content_len = m->content_null ? 0 : contents[i].n;
         m->reasoning = reasonings[i].p;
         m->reasoning_len = reasonings[i].n;
+        TRY(set_tool_calls(m, tool_calls ? tool_calls[i] : NULL, where, "messages", (long long)i,
+                           err));
     }
     if (chat_render(pr->cf, pr->msgs, (size_t)n, (ChatOptions){0, 1, NULL}, &pr->tok, err))
         return err_wrap(err, "%s", where);
@@ -341,7 +350,7 @@ static int parquet_flat_row(void *ctx, int64_t row, const ParquetStr *v, Err *er
     }
     ParquetStr roles[2] = {{"user", 4}, {"assistant", 9}}, contents[2] = {user, answer},
                none[2] = {{NULL, 0}, {NULL, 0}};
-    int rc = parquet_row(ctx, row, roles, contents, none, 2, err);
+    int rc = parquet_row(ctx, row, roles, contents, none, NULL, 2, err);
     free(joined);
     return rc;
 }

@@ -3,6 +3,7 @@
 #include "text/parquet.h"
 
 #include <brotli/decode.h>
+#include <jansson.h>
 #include <lz4.h>
 #include <snappy-c.h>
 #include <stdio.h>
@@ -1246,25 +1247,148 @@ static const char *msg_field(int k) {
 /* A row's messages as they are collected. */
 typedef struct ConvRow {
     ParquetStr *f[3]; /* roles, contents, reasonings */
+    json_t **calls;   /* tool calls (owned), NULL where the message has none */
     int64_t n, cap;
 } ConvRow;
 
-static void conv_push(ConvRow *c, const ParquetStr *m) {
+static void conv_push(ConvRow *c, const ParquetStr *m, json_t *calls) {
     if (c->n == c->cap) {
         c->cap = c->cap ? 2 * c->cap : 16;
         for (int k = 0; k < 3; k++)
             c->f[k] = xrealloc(c->f[k], (size_t)c->cap * sizeof *c->f[k]);
+        c->calls = xrealloc(c->calls, (size_t)c->cap * sizeof *c->calls);
     }
     for (int k = 0; k < 3; k++)
         c->f[k][c->n] = m[k];
+    c->calls[c->n] = calls;
     c->n++;
+}
+
+/* Hands a row to fn and releases its tool calls. */
+static int conv_flush(ConvRow *c, int64_t row, ParquetConvFn fn, void *ctx, Err *err) {
+    int rc = fn(ctx, row, c->f[0], c->f[1], c->f[2], (const json_t *const *)c->calls, c->n, err);
+    for (int64_t i = 0; i < c->n; i++)
+        json_decref(c->calls[i]);
+    c->n = 0;
+    return rc;
+}
+
+/* A message's tool calls (the "tool_calls" field of the messages): a list of structures with
+ * "name" and "arguments" strings, directly or inside a "function" structure (OpenAI's shape).
+ * Other fields of a call ("id", "type", ...) are not read, as the JSON Lines reader does not:
+ * the template writes only the name and the arguments. */
+typedef struct ToolCalls {
+    Parquet *leaf[2]; /* name, arguments (NULL when the calls have no arguments field) */
+    int wrapped;      /* name and arguments are inside "function" */
+    /* The definition levels an entry reaches when tool_calls is not null, when it holds a call,
+     * when that call is not null, and when its function is not null (wrapped). */
+    int d_field, d_list, d_call, d_fn;
+    const ParquetStr *v[2];
+    int64_t at[2], t; /* the next value of each leaf; the next level entry */
+} ToolCalls;
+
+/* The definition level of the node reached by path[0 .. depth). */
+static int def_of(const SchemaEl *els, int64_t n, char *const *path, int depth) {
+    int64_t at = 0;
+    int d = 0;
+    for (int k = 0; k < depth && at >= 0; k++) {
+        at = child_named(els, n, at, path[k]);
+        if (at >= 0 && els[at].repetition != REP_REQUIRED) d++;
+    }
+    return d;
+}
+
+/* Opens the leaves of the tool calls at schema node tc, whose path is path[0 .. depth). */
+static int tool_calls_open(const Parquet *sc, int64_t tc, char **path, int depth, ToolCalls *t,
+                           Err *err) {
+    const SchemaEl *els = sc->els;
+    int64_t n = sc->n_els, rep = tc + 1;
+    memset(t, 0, sizeof *t);
+    if (els[tc].num_children != 1 || rep >= n || els[rep].repetition != REP_REPEATED ||
+        els[rep].num_children < 1)
+        return err_set(err,
+                       "%s: the messages' \"tool_calls\" is not a list of calls (structures with "
+                       "\"name\" and \"arguments\", or a \"function\" holding them)",
+                       sc->name);
+    int64_t holder = rep;
+    if (els[rep].num_children == 1 && rep + 1 < n && els[rep + 1].num_children > 0)
+        holder = rep + 1;
+    char names[3][128];
+    snprintf(names[0], sizeof names[0], "%.*s", (int)els[rep].name_len,
+             (const char *)els[rep].name);
+    snprintf(names[1], sizeof names[1], "%.*s", (int)els[holder].name_len,
+             (const char *)els[holder].name);
+    path[depth++] = names[0];
+    if (holder != rep) path[depth++] = names[1];
+    int64_t fn = child_named(els, n, holder, "function");
+    t->wrapped = fn >= 0 && els[fn].num_children > 0;
+    if (t->wrapped) path[depth++] = "function";
+    int64_t parent = t->wrapped ? fn : holder;
+    t->d_field = def_of(els, n, path, depth - 1 - (holder != rep) - t->wrapped);
+    t->d_list = t->d_field + 1;
+    t->d_call = def_of(els, n, path, depth - t->wrapped);
+    t->d_fn = def_of(els, n, path, depth);
+    static const char *const leaf_names[2] = {"name", "arguments"};
+    for (int k = 0; k < 2; k++) {
+        int64_t e = child_named(els, n, parent, leaf_names[k]);
+        if (e < 0 && k == 1) continue; /* each call is then refused for it, as in JSON Lines */
+        if (e < 0 || els[e].num_children > 0 || els[e].type != TYPE_BYTE_ARRAY)
+            return err_set(err,
+                           "%s: the tool calls' \"%s\" is %s, where qtitan reads a string (%s)",
+                           sc->name, leaf_names[k], e < 0 ? "missing" : "not a string",
+                           k ? "the arguments as JSON text" : "the function's name");
+        path[depth] = (char *)leaf_names[k];
+        TRY(open_path(&t->leaf[k], sc->data, sc->size, sc->name, path, depth + 1, 0, err));
+        t->leaf[k]->keep_levels = 1;
+    }
+    return 0;
+}
+
+/* The calls of the message whose first level entry is the next one: JSON as the JSON Lines
+ * reader would have it ({"function": {"name", "arguments"}} or {"name", "arguments"}; a null
+ * value as JSON null), or NULL when its tool_calls is null. */
+static json_t *tool_calls_next(ToolCalls *t) {
+    const Parquet *nl = t->leaf[0], *al = t->leaf[1];
+    json_t *calls = NULL;
+    do {
+        int64_t i = t->t++;
+        int d = nl->def[i];
+        if (d < t->d_field) break;
+        if (!calls) calls = json_array();
+        if (d < t->d_list) break;
+        json_t *call = json_null();
+        if (d >= t->d_call) {
+            json_t *f = json_object();
+            if (d == nl->max_def)
+                json_object_set_new(f, "name",
+                                    json_stringn_nocheck(t->v[0][t->at[0]].p, t->v[0][t->at[0]].n)),
+                    t->at[0]++;
+            if (al) {
+                json_t *a = json_null();
+                if (al->def[i] == al->max_def) {
+                    a = json_stringn_nocheck(t->v[1][t->at[1]].p, t->v[1][t->at[1]].n);
+                    t->at[1]++;
+                }
+                json_object_set_new(f, "arguments", a);
+            }
+            if (t->wrapped) {
+                call = json_object();
+                json_object_set_new(call, "function",
+                                    d >= t->d_fn ? f : (json_decref(f), json_null()));
+            } else {
+                call = f;
+            }
+        }
+        json_array_append_new(calls, call);
+    } while (t->t < nl->n_levels && nl->rep[t->t] == 2);
+    return calls;
 }
 
 /* The element fields of list column `top`: *holder is the node whose children they are
  * (the element of a 3-level list, else the repeated group itself); has[k] says whether
  * msg_field(k) is one of them. */
 static int list_fields(const Parquet *sc, int64_t top, int64_t *rep, int64_t *holder, int *has,
-                       Err *err) {
+                       int64_t *tool_calls, Err *err) {
     const SchemaEl *els = sc->els;
     int64_t n = sc->n_els;
     *rep = top + 1;
@@ -1279,16 +1403,18 @@ static int list_fields(const Parquet *sc, int64_t top, int64_t *rep, int64_t *ho
     if (els[*rep].num_children == 1 && *rep + 1 < n && els[*rep + 1].num_children > 0)
         *holder = *rep + 1;
     int64_t i = *holder + 1;
+    *tool_calls = -1;
     for (int64_t k = 0; k < els[*holder].num_children && i < n; k++) {
         int known = 0;
         for (int f = 0; f < N_MSG_FIELDS; f++)
             if (name_is(els[i].name, els[i].name_len, msg_field(f))) has[f] = known = 1;
+        if (name_is(els[i].name, els[i].name_len, "tool_calls")) *tool_calls = i, known = 1;
         if (!known)
             return err_set(err,
                            "%s: the messages have a field \"%.*s\", which qtitan reads from "
-                           "JSON Lines only (from Parquet it reads role, content and the "
-                           "reasoning fields); write the conversations as JSON Lines (datasets' "
-                           "Dataset.to_json does)",
+                           "JSON Lines only (from Parquet it reads role, content, tool_calls and "
+                           "the reasoning fields); write the conversations as JSON Lines "
+                           "(datasets' Dataset.to_json does)",
                            sc->name, (int)(els[i].name_len > 60 ? 60 : els[i].name_len),
                            (const char *)els[i].name);
         i = subtree_end(els, n, i);
@@ -1310,9 +1436,9 @@ static int read_conversations(Parquet *sc, const char *column, ParquetConvFn fn,
         return err_set(err, "%s: no column \"%s\" in the Parquet file (its columns: %s)", sc->name,
                        column, cols);
     }
-    int64_t rep = 0, holder = 0;
+    int64_t rep = 0, holder = 0, tc = -1;
     int has[N_MSG_FIELDS] = {0};
-    TRY(list_fields(sc, top, &rep, &holder, has, err));
+    TRY(list_fields(sc, top, &rep, &holder, has, &tc, err));
     /* The definition level an entry of the list reaches, and the one of a present element. */
     int d_list = (els[top].repetition != REP_REQUIRED) + 1;
     int d_elem = d_list + (holder != rep && els[holder].repetition != REP_REQUIRED);
@@ -1332,7 +1458,18 @@ static int read_conversations(Parquet *sc, const char *column, ParquetConvFn fn,
         if (rc == 0 && leaf[k]->n_groups != leaf[0]->n_groups)
             rc = err_set(err, "%s: the message fields have different row groups", sc->name);
     }
-    ConvRow row = {{NULL}, 0, 0};
+    ToolCalls calls;
+    memset(&calls, 0, sizeof calls);
+    if (rc == 0 && tc >= 0) {
+        char *path[8] = {(char *)column, rep_name, holder_name};
+        int depth = holder == rep ? 2 : 3;
+        path[depth++] = "tool_calls";
+        rc = tool_calls_open(sc, tc, path, depth, &calls, err);
+        for (int k = 0; k < 2 && rc == 0; k++)
+            if (calls.leaf[k] && calls.leaf[k]->n_groups != leaf[0]->n_groups)
+                rc = err_set(err, "%s: the message fields have different row groups", sc->name);
+    }
+    ConvRow row = {{NULL}, NULL, 0, 0};
     int64_t row_no = -1;
     int pending = 0; /* row_no's messages are collected but not yet handed to fn */
     for (int g = 0; rc == 0 && g < leaf[0]->n_groups; g++) {
@@ -1340,6 +1477,23 @@ static int read_conversations(Parquet *sc, const char *column, ParquetConvFn fn,
         int64_t nv, at[N_MSG_FIELDS] = {0};
         for (int k = 0; k < N_MSG_FIELDS && rc == 0; k++)
             if (leaf[k]) rc = parquet_read_group(leaf[k], g, &v[k], &nv, err);
+        for (int k = 0; k < 2 && rc == 0; k++)
+            if (calls.leaf[k]) rc = parquet_read_group(calls.leaf[k], g, &calls.v[k], &nv, err);
+        if (rc) break;
+        calls.at[0] = calls.at[1] = calls.t = 0;
+        /* The calls' leaves agree with each other entry by entry up to the call, and hold at
+         * least an entry per message. */
+        const Parquet *cn = calls.leaf[0], *ca = calls.leaf[1];
+        if (cn && (cn->n_levels < leaf[0]->n_levels || (ca && ca->n_levels != cn->n_levels)))
+            rc = err_set(err, "%s: row group %d: the tool calls disagree with the messages",
+                         sc->name, g);
+        for (int64_t i = 0; rc == 0 && ca && i < cn->n_levels; i++) {
+            int dn = cn->def[i] < calls.d_fn ? cn->def[i] : calls.d_fn;
+            int da = ca->def[i] < calls.d_fn ? ca->def[i] : calls.d_fn;
+            if (cn->rep[i] != ca->rep[i] || dn != da)
+                rc = err_set(err, "%s: row group %d: the tool calls' fields disagree on entry %lld",
+                             sc->name, g, (long long)i);
+        }
         if (rc) break;
         const Parquet *r = leaf[0];
         for (int k = 1; k < N_MSG_FIELDS && rc == 0; k++)
@@ -1359,14 +1513,31 @@ static int read_conversations(Parquet *sc, const char *column, ParquetConvFn fn,
                                  sc->name, g, (long long)i);
             }
             if (rc) break;
-            if (r->rep[i] == 0) {
-                if (pending) rc = fn(ctx, row_no, row.f[0], row.f[1], row.f[2], row.n, err);
-                row_no++;
-                row.n = 0;
-                pending = 1;
-                if (rc) break;
+            /* The message's first entry in the calls' leaves begins where its own does. */
+            json_t *mc = NULL;
+            if (cn) {
+                if (calls.t >= cn->n_levels || cn->rep[calls.t] != r->rep[i] ||
+                    (cn->def[calls.t] < d_elem ? cn->def[calls.t] : d_elem) !=
+                        (dr < d_elem ? dr : d_elem))
+                    rc = err_set(err, "%s: row group %d: the tool calls disagree with message %lld",
+                                 sc->name, g, (long long)i);
+                else
+                    mc = tool_calls_next(&calls);
             }
-            if (dr < d_list) continue; /* a null or empty list */
+            if (rc) break;
+            if (r->rep[i] == 0) {
+                if (pending) rc = conv_flush(&row, row_no, fn, ctx, err);
+                row_no++;
+                pending = 1;
+                if (rc) {
+                    json_decref(mc);
+                    break;
+                }
+            }
+            if (dr < d_list) { /* a null or empty list */
+                json_decref(mc);
+                continue;
+            }
             ParquetStr m[3] = {{NULL, 0}, {NULL, 0}, {NULL, 0}};
             for (int k = 0; k < N_MSG_FIELDS; k++) {
                 if (!leaf[k] || leaf[k]->def[i] != leaf[k]->max_def) continue;
@@ -1374,17 +1545,25 @@ static int read_conversations(Parquet *sc, const char *column, ParquetConvFn fn,
                 int slot = k < 2 ? k : 2;
                 if (!m[slot].p) m[slot] = val; /* reasoning: the first field that is not null */
             }
-            conv_push(&row, m);
+            conv_push(&row, m, mc);
         }
+        if (rc == 0 && cn && calls.t != cn->n_levels)
+            rc = err_set(err, "%s: row group %d: the tool calls disagree with the messages",
+                         sc->name, g);
         /* A row lies inside one row group: its values point into this group's pages, which
          * the next group's read releases. */
-        if (rc == 0 && pending) rc = fn(ctx, row_no, row.f[0], row.f[1], row.f[2], row.n, err);
+        if (rc == 0 && pending) rc = conv_flush(&row, row_no, fn, ctx, err);
         pending = 0;
     }
+    for (int64_t i = 0; i < row.n; i++)
+        json_decref(row.calls[i]);
     for (int k = 0; k < 3; k++)
         free(row.f[k]);
+    free(row.calls);
     for (int k = 0; k < N_MSG_FIELDS; k++)
         parquet_close(leaf[k]);
+    for (int k = 0; k < 2; k++)
+        parquet_close(calls.leaf[k]);
     return rc;
 }
 

@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "core/err.h"
 
 typedef struct ParquetStr {
@@ -45,15 +47,20 @@ int parquet_read_group(Parquet *pq, int g, const ParquetStr **vals, int64_t *n, 
 /* Conversations in a Parquet file, the shape of the chat datasets on the Hub: a top-level list
  * column (`column`, e.g. "messages") whose elements are structures with string fields "role"
  * and "content", and optionally the reasoning fields "reasoning_content", "thinking",
- * "reasoning" (a 3-level LIST as pyarrow writes it, with the list/element or the older
- * list/item names, or a 2-level repeated group). fn gets each row's messages in order, a null
- * role or content as p = NULL, and per message the first reasoning field that is not null (as
- * transformers takes them) or p = NULL; a row whose list is null or empty gets n = 0. Rows
- * count from 0 over the whole file. Any other element field is an error sentence (it would be
- * lost), as are a column of another shape and fields whose levels disagree. */
+ * "reasoning", and "tool_calls", a list of calls whose "name" and "arguments" strings lie in
+ * the call or in its "function" structure (each list a 3-level LIST as pyarrow writes it, with
+ * the list/element or the older list/item names, or a 2-level repeated group). fn gets each
+ * row's messages in order, a null role or content as p = NULL, per message the first reasoning
+ * field that is not null (as transformers takes them) or p = NULL, and per message its tool
+ * calls as the JSON the JSON Lines reader would parse (an array of {"function": {"name",
+ * "arguments"}} or {"name", "arguments"}, nulls as JSON null; other fields of a call are not
+ * read), or NULL where tool_calls is null; valid while fn runs. A row whose list is null or
+ * empty gets n = 0. Rows count from 0 over the whole file. Any other element field is an error
+ * sentence (it would be lost), as are a column of another shape and fields whose levels
+ * disagree. */
 typedef int (*ParquetConvFn)(void *ctx, int64_t row, const ParquetStr *roles,
-                             const ParquetStr *contents, const ParquetStr *reasonings, int64_t n,
-                             Err *err);
+                             const ParquetStr *contents, const ParquetStr *reasonings,
+                             const json_t *const *tool_calls, int64_t n, Err *err);
 int parquet_read_conversations(const void *data, size_t size, const char *name, const char *column,
                                ParquetConvFn fn, void *ctx, Err *err);
 
