@@ -55,6 +55,31 @@ s3=$("$QT" generate --model "$FIX" --prompt-file "$TMP/prompts.txt" --temperatur
 [ "$s1" != "$s3" ] || fail "seeds 5 and 6 gave the same results"
 echo "seeded sampling reproduces"
 
+# generation_config.json gives the defaults transformers' generate() takes from it: with
+# do_sample true its temperature / top_k / top_p / min_p / max_new_tokens are those of the
+# explicit flags; flags win; do_sample false is greedy; what qtitan does not apply is noted.
+cp -r "$FIX" "$TMP/gc"
+printf '{"do_sample": true, "temperature": 1.2, "top_k": 40, "top_p": 0.95, "min_p": 0.01, "max_new_tokens": 9, "repetition_penalty": 1.05}\n' \
+  >"$TMP/gc/generation_config.json"
+g1=$("$QT" generate --model "$TMP/gc" --prompt-file "$TMP/prompts.txt" --seed 5 --json 2>"$TMP/gc.err") ||
+  fail "generate with generation_config.json: $(cat "$TMP/gc.err")"
+g2=$("$QT" generate --model "$FIX" --prompt-file "$TMP/prompts.txt" --temperature 1.2 --top-k 40 \
+  --top-p 0.95 --min-p 0.01 --max-new-tokens 9 --seed 5 --json 2>/dev/null)
+[ "$g1" = "$g2" ] || fail "generation_config.json's sampling is not that of the same flags"
+grep -q "sampling: temperature 1.2, top-k 40, top-p 0.95, min-p 0.01, max-new-tokens 9 ($TMP/gc/generation_config.json, do_sample true" "$TMP/gc.err" ||
+  fail "no sampling line: $(cat "$TMP/gc.err")"
+grep -q "sets repetition_penalty = 1.05, which qtitan does not apply" "$TMP/gc.err" ||
+  fail "repetition_penalty not noted: $(cat "$TMP/gc.err")"
+g3=$("$QT" generate --model "$TMP/gc" --prompt-file "$TMP/prompts.txt" --temperature 0 --max-new-tokens 24 --json 2>/dev/null)
+g4=$("$QT" generate --model "$FIX" --prompt-file "$TMP/prompts.txt" --temperature 0 --max-new-tokens 24 --json 2>/dev/null)
+[ "$g3" = "$g4" ] || fail "flags do not win over generation_config.json"
+printf '{"do_sample": false, "temperature": 0.7}\n' >"$TMP/gc/generation_config.json"
+g5=$("$QT" generate --model "$TMP/gc" --prompt-file "$TMP/prompts.txt" --max-new-tokens 24 --json 2>/dev/null)
+[ "$g5" = "$g4" ] || fail "do_sample false is not greedy"
+printf '{"do_sample": "yes"}\n' >"$TMP/gc/generation_config.json"
+expect_error generate "generation_config.json: \"do_sample\" must be true, false or null" --model "$TMP/gc" --prompt hi
+echo "generation_config.json: its sampling defaults, flags over them, do_sample false greedy, bad values refused"
+
 # Bad input: exit status non-zero and exactly one line on stderr, naming the problem.
 long=$(for i in $(seq 300); do printf 'word '; done)
 expect_error generate "exceeds the model's context of 256 positions" --model "$FIX" --prompt "$long"

@@ -11,13 +11,16 @@
 
 #include <cmocka.h> /* after the headers it relies on */
 
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/fs.h"
 #include "infer/decode.h"
+#include "infer/gen_config.h"
 #include "infer/generate.h"
 #include "infer/infer_model.h"
 #include "infer/sample.h"
@@ -341,6 +344,98 @@ static void test_draws(void **state) {
     sampler_free(&s);
 }
 
+/* Writes text to dir/generation_config.json (a fresh temporary dir). */
+static void write_gen_config(char *dir, const char *text) {
+    Err err;
+    strcpy(dir, "/tmp/qt_gencfg_XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    char *p = fs_join(dir, "generation_config.json");
+    assert_int_equal(fs_write_atomic(p, text, strlen(text), &err), 0);
+    free(p);
+}
+
+/* generation_config.json resolved as transformers' generate() resolves it
+ * (tests/fixtures/generate/gen_configs.json, made with transformers); settings qtitan does not
+ * apply are listed; bad values are sentences naming the file and the key. */
+static void test_gen_config(void **state) {
+    (void)state;
+    Err err;
+    char *path = fixture("", "gen_configs.json");
+    json_t *cases = json_load_file(path, 0, NULL);
+    assert_non_null(cases);
+    assert_true(json_array_size(cases) >= 8);
+    size_t i;
+    json_t *c;
+    int sampled = 0, greedy = 0;
+    json_array_foreach(cases, i, c) {
+        char dir[64], *text = json_dumps(json_object_get(c, "file"), JSON_COMPACT);
+        write_gen_config(dir, text);
+        free(text);
+        GenConfig gc;
+        if (gen_config_read(dir, &gc, &err)) fail_msg("case %zu: %s", i, err.msg);
+        assert_int_equal(gc.found, 1);
+        int ds = json_is_true(json_object_get(c, "do_sample"));
+        assert_int_equal(gc.do_sample, ds);
+        if (ds) {
+            assert_float_equal(gc.sp.temperature,
+                               json_number_value(json_object_get(c, "temperature")), 1e-6);
+            assert_int_equal(gc.sp.top_k, json_integer_value(json_object_get(c, "top_k")));
+            assert_float_equal(gc.sp.top_p, json_number_value(json_object_get(c, "top_p")), 1e-6);
+            assert_float_equal(gc.sp.min_p, json_number_value(json_object_get(c, "min_p")), 1e-6);
+            sampled++;
+        } else {
+            assert_true(gc.sp.temperature == 0.0f); /* greedy */
+            greedy++;
+        }
+        assert_int_equal(gc.max_new_tokens,
+                         json_integer_value(json_object_get(c, "max_new_tokens")));
+        const json_t *eos = json_object_get(c, "eos");
+        assert_int_equal(gc.n_eos, (int)json_array_size(eos));
+        for (int e = 0; e < gc.n_eos; e++)
+            assert_int_equal(gc.eos[e], json_integer_value(json_array_get(eos, (size_t)e)));
+        /* repetition_penalty 1.05 changes transformers' output; 1.0 does not. */
+        const json_t *rp = json_object_get(json_object_get(c, "file"), "repetition_penalty");
+        int listed = strstr(gc.ignored, "repetition_penalty = 1.05") != NULL;
+        assert_int_equal(listed, rp && json_number_value(rp) != 1.0);
+        char *f = fs_join(dir, "generation_config.json");
+        unlink(f);
+        free(f);
+        rmdir(dir);
+    }
+    assert_true(sampled >= 3 && greedy >= 3);
+    json_decref(cases);
+    free(path);
+
+    /* No file: nothing found, no error. */
+    GenConfig gc;
+    assert_int_equal(gen_config_read("/nonexistent_qt_dir", &gc, &err), 0);
+    assert_int_equal(gc.found, 0);
+    static const char *const bad[][2] = {
+        {"[1]", "expected a JSON object, found an array"},
+        {"{\"do_sample\": 1}", "\"do_sample\" must be true, false or null, found a number"},
+        {"{\"temperature\": \"hot\"}", "\"temperature\" must be a number or null, found a string"},
+        {"{\"do_sample\": true, \"temperature\": 0}", "\"temperature\" must be > 0"},
+        {"{\"top_k\": 2.5}", "\"top_k\" must be a whole number >= 0"},
+        {"{\"top_p\": 0}", "\"top_p\" must be in (0, 1]"},
+        {"{\"min_p\": 2}", "\"min_p\" must be in [0, 1]"},
+        {"{\"max_new_tokens\": 0}", "\"max_new_tokens\" must be a whole number >= 1"},
+        {"{\"eos_token_id\": [\"x\"]}", "\"eos_token_id\" must be a token id"},
+        {"{\"do_sample\": true", "generation_config.json"},
+    };
+    for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+        char dir[64];
+        write_gen_config(dir, bad[b][0]);
+        assert_int_not_equal(gen_config_read(dir, &gc, &err), 0);
+        fprintf(stderr, "expected error: %s\n", err.msg);
+        assert_non_null(strstr(err.msg, dir));
+        assert_non_null(strstr(err.msg, bad[b][1]));
+        char *f = fs_join(dir, "generation_config.json");
+        unlink(f);
+        free(f);
+        rmdir(dir);
+    }
+}
+
 /* The same seed gives the same completions; another seed others. */
 static void test_seeded(void **state) {
     (void)state;
@@ -533,6 +628,7 @@ int main(void) {
         cmocka_unit_test(test_filters),
         cmocka_unit_test(test_draws),
         cmocka_unit_test(test_seeded),
+        cmocka_unit_test(test_gen_config),
         cmocka_unit_test(test_text_incremental),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -38,6 +38,10 @@ prompt as a user turn; enable_thinking true and false; two offering the tools of
 chat_tools.json, as generate --tools does), with the Qwen3 tokenizer of
 ../shared/tokenizers/qwen3 (skipped when absent), for tests/e2e_generate_chat.sh.
 
+gen_configs.json: generation_config.json contents and the sampling transformers' generate()
+resolves from each for a model (do_sample, temperature, top_k, top_p, min_p, max_new_tokens,
+eos_token_id), for test_generate.
+
 Usage: python tools/make_generate_fixtures.py [OUT_DIR]
 """
 import json
@@ -278,6 +282,41 @@ def build_chat(root, out_root):
     print(f"chat_ids: {len(cases)} conversations")
 
 
+# generation_config.json contents, resolved as transformers' generate() resolves them for a
+# model (GenerationMixin._prepare_generation_config): gen_configs.json, for test_generate.
+GEN_CONFIGS = [
+    {"bos_token_id": 151643, "do_sample": True, "eos_token_id": [151645, 151643],
+     "pad_token_id": 151643, "temperature": 0.6, "top_k": 20, "top_p": 0.95},
+    {"do_sample": True},
+    {"temperature": 0.7},
+    {},
+    {"do_sample": True, "top_k": None, "min_p": 0.05, "max_new_tokens": 77},
+    {"do_sample": False, "top_p": 0.8},
+    {"do_sample": True, "repetition_penalty": 1.05, "top_p": 0.8, "top_k": 0, "eos_token_id": 7},
+    {"do_sample": None, "temperature": 1.3, "num_beams": 1, "repetition_penalty": 1.0},
+]
+
+
+def build_gen_configs(out_root):
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+    model = Qwen3ForCausalLM(Qwen3Config(vocab_size=64, hidden_size=16, intermediate_size=32,
+                                         num_hidden_layers=1, num_attention_heads=2,
+                                         num_key_value_heads=1, head_dim=8))
+    cases = []
+    for d in GEN_CONFIGS:
+        model.generation_config = GenerationConfig.from_dict(dict(d))
+        g, _ = model._prepare_generation_config(None)
+        eos = g.eos_token_id
+        cases.append({"file": d, "do_sample": bool(g.do_sample), "temperature": g.temperature,
+                      "top_k": g.top_k, "top_p": g.top_p, "min_p": g.min_p or 0.0,
+                      "max_new_tokens": g.max_new_tokens or 0,
+                      "eos": eos if isinstance(eos, list) else ([] if eos is None else [eos])})
+    with open(os.path.join(out_root, "gen_configs.json"), "w") as f:
+        json.dump(cases, f, indent=1)
+        f.write("\n")
+    print(f"gen_configs: {len(cases)} files")
+
+
 def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = out_root("generate")
@@ -286,6 +325,7 @@ def main():
         build(case, out)
     build_cli(root, out)
     build_chat(root, out)
+    build_gen_configs(out)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@
 #include "core/fs.h"
 #include "core/json.h"
 #include "core/log.h"
+#include "infer/gen_config.h"
 #include "infer/generate.h"
 #include "infer/infer_model.h"
 #include "text/chat_template.h"
@@ -26,8 +27,8 @@ static const char *USAGE =
     "stdout as it comes; a prompt file (one prompt a line; blank lines skipped) runs its\n"
     "prompts as one batch and prints each completion under a `--- prompt N` line. Prompt and\n"
     "generation speed (tokens/s) go to stderr at the end. Generation stops at an EOS id\n"
-    "(config.json's eos_token_id, <|im_end|>, <|endoftext|>), at a --stop string, or after\n"
-    "--max-new-tokens.\n"
+    "(config.json's and generation_config.json's eos_token_id, <|im_end|>, <|endoftext|>),\n"
+    "at a --stop string, or after --max-new-tokens.\n"
     "\n"
     "  --model HFDIR          an HF model directory (config.json, safetensors, tokenizer.json)\n"
     "  --checkpoint STEP_DIR  a training checkpoint step (DUMP/checkpoint/step-N) or folder\n"
@@ -46,6 +47,10 @@ static const char *USAGE =
     "                         in the system turn\n"
     "  --max-new-tokens N     default 128\n"
     "  --temperature T        0 = greedy; default 0.8\n"
+    "                         (a model folder's generation_config.json gives the defaults of\n"
+    "                         these five sampling options instead, as transformers' generate()\n"
+    "                         takes them: greedy unless do_sample is true, then its\n"
+    "                         temperature, top_k, top_p, min_p, or 1.0, 50, 1.0, none)\n"
     "  --top-k K              keep the K most likely tokens (0 = off, the default)\n"
     "  --top-p P              keep the most likely tokens whose probabilities sum to P, in\n"
     "                         (0, 1]; default 1 (off)\n"
@@ -64,6 +69,9 @@ typedef struct GenArgs {
     int chat, thinking, json;
     long max_new;
     SampleParams sp;
+    /* Which of --max-new-tokens, --temperature, --top-k, --top-p, --min-p were given: the
+     * others come from generation_config.json when the model has one. */
+    int set_max_new, set_temperature, set_top_k, set_top_p, set_min_p;
     unsigned long long seed;
     const char *stop[MAX_STOP];
     int n_stop;
@@ -128,9 +136,11 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
             a->dtype = v;
         else if (strcmp(o, "--max-new-tokens") == 0) {
             TRY(parse_long(o, v, 1, &a->max_new, err));
+            a->set_max_new = 1;
         } else if (strcmp(o, "--top-k") == 0) {
             TRY(parse_long(o, v, 0, &n, err));
             a->sp.top_k = n > 1000000000 ? 1000000000 : (int)n;
+            a->set_top_k = 1;
         } else if (strcmp(o, "--seed") == 0) {
             TRY(parse_long(o, v, 0, &n, err));
             a->seed = (unsigned long long)n;
@@ -138,14 +148,17 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
             TRY(parse_float(o, v, &a->sp.temperature, err));
             if (a->sp.temperature < 0)
                 return err_set(err, "--temperature %s: must be >= 0 (0 is greedy)", v);
+            a->set_temperature = 1;
         } else if (strcmp(o, "--top-p") == 0) {
             TRY(parse_float(o, v, &a->sp.top_p, err));
             if (!(a->sp.top_p > 0 && a->sp.top_p <= 1))
                 return err_set(err, "--top-p %s: must be in (0, 1]", v);
+            a->set_top_p = 1;
         } else if (strcmp(o, "--min-p") == 0) {
             TRY(parse_float(o, v, &a->sp.min_p, err));
             if (!(a->sp.min_p >= 0 && a->sp.min_p <= 1))
                 return err_set(err, "--min-p %s: must be in [0, 1]", v);
+            a->set_min_p = 1;
         } else if (strcmp(o, "--stop") == 0) {
             if (!*v) return err_set(err, "--stop: the stop string is empty");
             if (a->n_stop == MAX_STOP)
@@ -226,7 +239,37 @@ static int read_tools(GenArgs *a, Err *err) {
     return 0;
 }
 
-static int generate_run(const GenArgs *a, Err *err) {
+/* The model folder's generation_config.json (infer/gen_config.h): its EOS ids join the stop
+ * set, and its sampling and max_new_tokens fill what the flags leave unset, as transformers'
+ * generate() takes them; stderr says what came from it and what it sets that is not applied. */
+static int apply_gen_config(GenArgs *a, InferModel *im, Err *err) {
+    GenConfig gc;
+    TRY(gen_config_read(im->dir, &gc, err));
+    if (!gc.found) return 0;
+    for (int i = 0; i < gc.n_eos; i++)
+        infer_model_add_eos(im, gc.eos[i]);
+    if (!a->set_temperature) a->sp.temperature = gc.sp.temperature;
+    if (!a->set_top_k) a->sp.top_k = gc.sp.top_k;
+    if (!a->set_top_p) a->sp.top_p = gc.sp.top_p;
+    if (!a->set_min_p) a->sp.min_p = gc.sp.min_p;
+    if (!a->set_max_new && gc.max_new_tokens > 0) a->max_new = gc.max_new_tokens;
+    char how[64] = "greedy";
+    if (a->sp.temperature > 0)
+        snprintf(how, sizeof how, "temperature %g, top-k %d, top-p %g, min-p %g",
+                 (double)a->sp.temperature, a->sp.top_k, (double)a->sp.top_p, (double)a->sp.min_p);
+    fprintf(stderr,
+            "sampling: %s, max-new-tokens %ld (%s/generation_config.json, do_sample %s, where no "
+            "flag says otherwise)\n",
+            how, a->max_new, im->dir, gc.do_sample ? "true" : "false");
+    if (gc.ignored[0])
+        fprintf(stderr,
+                "note: %s/generation_config.json sets %s, which qtitan does not apply (it samples "
+                "with temperature, top-k, top-p and min-p)\n",
+                im->dir, gc.ignored);
+    return 0;
+}
+
+static int generate_run(GenArgs *a, Err *err) {
     PromptLines pr;
     TRY(read_prompts(&pr, a, err));
     InferModel im;
@@ -239,7 +282,7 @@ static int generate_run(const GenArgs *a, Err *err) {
         return -1;
     }
     free(step);
-    int rc = 0;
+    int rc = apply_gen_config(a, &im, err);
     ChatFormat *cf = NULL;
     if (!im.tok)
         rc = err_set(err, "%s has no tokenizer.json; generate needs one to encode the prompt",

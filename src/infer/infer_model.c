@@ -36,7 +36,7 @@ static int load_checkpoint_weights(Qwen3 *m, const char *step_dir, Err *err) {
     return rc;
 }
 
-static void add_eos(InferModel *im, int64_t id) {
+void infer_model_add_eos(InferModel *im, int64_t id) {
     if (id < 0 || id >= im->m.spec.vocab_size) return;
     for (int i = 0; i < im->n_eos; i++)
         if (im->eos[i] == id) return;
@@ -120,10 +120,10 @@ int infer_model_open(InferModel *im, const char *hf_dir, const char *step_dir, c
         return -1;
     }
     for (int i = 0; i < im->extra.n_eos; i++)
-        add_eos(im, im->extra.eos_token_id[i]);
+        infer_model_add_eos(im, im->extra.eos_token_id[i]);
     if (im->tok) {
-        add_eos(im, tokenizer_token_id(im->tok, "<|im_end|>"));
-        add_eos(im, tokenizer_token_id(im->tok, "<|endoftext|>"));
+        infer_model_add_eos(im, tokenizer_token_id(im->tok, "<|im_end|>"));
+        infer_model_add_eos(im, tokenizer_token_id(im->tok, "<|endoftext|>"));
     }
     return 0;
 }

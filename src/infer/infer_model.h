@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "core/err.h"
+#include "infer/gen_config.h"
 #include "io/hf_config.h"
 #include "model/qwen3.h"
 #include "text/tokenizer.h"
@@ -17,8 +18,10 @@ typedef struct InferModel {
     HfConfigExtra extra;
     Tokenizer *tok; /* NULL when the directory has no tokenizer.json */
     char *dir;      /* the HF directory or checkpoint step the model came from */
-    int32_t eos[HF_MAX_TOKEN_IDS + 2];
-    int n_eos; /* config.json's eos_token_id(s), then <|im_end|> and <|endoftext|> if known */
+    int32_t eos[HF_MAX_TOKEN_IDS + GEN_CONFIG_MAX_EOS + 2];
+    /* config.json's eos_token_id(s), then <|im_end|> and <|endoftext|> if known, then what
+     * infer_model_add_eos adds (generate: generation_config.json's) */
+    int n_eos;
 } InferModel;
 
 /* hf_dir: an HF model directory (config.json + safetensors). step_dir: a checkpoint step
@@ -33,5 +36,7 @@ typedef struct InferModel {
 int infer_model_open(InferModel *im, const char *hf_dir, const char *step_dir, const char *adapter,
                      int B, int T, int bf16, Err *err);
 void infer_model_close(InferModel *im);
+/* Adds id to the EOS ids (once; ids beyond the capacity are dropped). */
+void infer_model_add_eos(InferModel *im, int64_t id);
 
 #endif

@@ -1,0 +1,33 @@
+/* libFuzzer target: arbitrary bytes as a model's generation_config.json. An accepted file gives
+ * sampling that generate can run (temperature >= 0 and finite, 0 exactly when do_sample is off;
+ * top_k >= 0; top_p in (0, 1]; min_p in [0, 1]; max_new_tokens >= 0; EOS ids >= 0), a note that
+ * is a terminated string, and the same result when read twice; a refused one a sentence naming
+ * the file. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "infer/gen_config.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    GenConfig a, b;
+    Err err;
+    if (gen_config_parse((const char *)data, size, "fuzz.json", &a, &err) != 0) {
+        if (strncmp(err.msg, "fuzz.json", 9) != 0) abort();
+        return 0;
+    }
+    SampleParams p = a.sp;
+    if (!isfinite(p.temperature) || p.temperature < 0 || (p.temperature == 0) != !a.do_sample ||
+        p.top_k < 0 || !(p.top_p > 0 && p.top_p <= 1) || !(p.min_p >= 0 && p.min_p <= 1) ||
+        a.max_new_tokens < 0 || a.n_eos < 0 || a.n_eos > GEN_CONFIG_MAX_EOS ||
+        memchr(a.ignored, 0, sizeof a.ignored) == NULL)
+        abort();
+    for (int i = 0; i < a.n_eos; i++)
+        if (a.eos[i] < 0) abort();
+    if (gen_config_parse((const char *)data, size, "fuzz.json", &b, &err) != 0 ||
+        memcmp(&a.sp, &b.sp, sizeof a.sp) != 0 || a.n_eos != b.n_eos ||
+        strcmp(a.ignored, b.ignored) != 0)
+        abort();
+    return 0;
+}

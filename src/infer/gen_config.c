@@ -1,0 +1,134 @@
+/* generation_config.json read as transformers resolves it (see gen_config.h). */
+#include "infer/gen_config.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/fs.h"
+#include "core/json.h"
+#include "text/jsonl.h"
+
+/* A number, null (absent) or the wrong kind: 1 with *out set, 0 for absent or null, -1 with a
+ * sentence. */
+static int number(const json_t *root, const char *key, const char *file, double *out, Err *err) {
+    const json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_number(v))
+        return err_set(err, "%s: \"%s\" must be a number or null, found %s", file, key,
+                       json_kind(v));
+    *out = json_number_value(v);
+    return 1;
+}
+
+/* Appends "key = value" to gc->ignored when the file sets key to something other than `off`
+ * (the value at which transformers leaves the output unchanged). */
+static void note_unapplied(GenConfig *gc, const json_t *root, const char *key, double off) {
+    const json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) return;
+    if (json_is_number(v) && json_number_value(v) == off) return;
+    if (json_is_array(v) && json_array_size(v) == 0) return;
+    char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    size_t used = strlen(gc->ignored);
+    snprintf(gc->ignored + used, sizeof gc->ignored - used, "%s%s = %.60s", used ? ", " : "", key,
+             text ? text : "?");
+    free(text);
+}
+
+int gen_config_read(const char *dir, GenConfig *gc, Err *err) {
+    memset(gc, 0, sizeof *gc);
+    char *file = fs_join(dir, "generation_config.json"), *text = NULL;
+    size_t len = 0;
+    int rc = 0;
+    if (fs_exists(file)) {
+        rc = fs_read_all(file, &text, &len, err);
+        if (rc == 0) rc = gen_config_parse(text, len, file, gc, err);
+    }
+    free(text);
+    free(file);
+    return rc;
+}
+
+int gen_config_parse(const char *text, size_t len, const char *file, GenConfig *gc, Err *err) {
+    memset(gc, 0, sizeof *gc);
+    json_t *root = json_load_mem(text, len, file, err);
+    int rc = root ? 0 : -1;
+    if (rc == 0 && !json_is_object(root))
+        rc = err_set(err, "%s: expected a JSON object, found %s", file, json_kind(root));
+    const json_t *ds = rc == 0 ? json_object_get(root, "do_sample") : NULL;
+    if (rc == 0 && ds && !json_is_null(ds) && !json_is_boolean(ds))
+        rc = err_set(err, "%s: \"do_sample\" must be true, false or null, found %s", file,
+                     json_kind(ds));
+    /* transformers' defaults for what the file leaves out. */
+    double t = 1.0, k = 50, p = 1.0, mp = 0, mnt = 0;
+    int r = 0;
+    /* A temperature of 0 is refused only where it would be used (transformers raises). */
+    if (rc == 0 && (r = number(root, "temperature", file, &t, err)) >= 0 && r == 1 &&
+        !((json_is_true(ds) ? t > 0 : t >= 0) && isfinite(t)))
+        rc = err_set(err, "%s: \"temperature\" must be > 0%s, found %g", file,
+                     json_is_true(ds) ? " when do_sample is true" : "", t);
+    if (r < 0) rc = -1;
+    if (rc == 0 && (r = number(root, "top_k", file, &k, err)) >= 0 && r == 1 &&
+        !(k >= 0 && k == floor(k) && k <= 1e9))
+        rc = err_set(err, "%s: \"top_k\" must be a whole number >= 0, found %g", file, k);
+    if (r < 0) rc = -1;
+    if (rc == 0 && (r = number(root, "top_p", file, &p, err)) >= 0 && r == 1 && !(p > 0 && p <= 1))
+        rc = err_set(err, "%s: \"top_p\" must be in (0, 1], found %g", file, p);
+    if (r < 0) rc = -1;
+    if (rc == 0 && (r = number(root, "min_p", file, &mp, err)) >= 0 && r == 1 &&
+        !(mp >= 0 && mp <= 1))
+        rc = err_set(err, "%s: \"min_p\" must be in [0, 1], found %g", file, mp);
+    if (r < 0) rc = -1;
+    if (rc == 0 && (r = number(root, "max_new_tokens", file, &mnt, err)) >= 0 && r == 1 &&
+        !(mnt >= 1 && mnt == floor(mnt) && mnt <= 1e9))
+        rc =
+            err_set(err, "%s: \"max_new_tokens\" must be a whole number >= 1, found %g", file, mnt);
+    if (r < 0) rc = -1;
+    const json_t *eos = rc == 0 ? json_object_get(root, "eos_token_id") : NULL;
+    if (rc == 0 && eos && !json_is_null(eos)) {
+        size_t n = json_is_array(eos) ? json_array_size(eos) : 1;
+        for (size_t i = 0; i < n && rc == 0; i++) {
+            const json_t *e = json_is_array(eos) ? json_array_get(eos, i) : eos;
+            if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+                json_integer_value(e) > INT32_MAX)
+                rc =
+                    err_set(err, "%s: \"eos_token_id\" must be a token id or a list of them", file);
+            else if (gc->n_eos < GEN_CONFIG_MAX_EOS)
+                gc->eos[gc->n_eos++] = (int32_t)json_integer_value(e);
+        }
+    }
+    if (rc == 0) {
+        gc->found = 1;
+        gc->do_sample = json_is_true(ds);
+        gc->sp = (SampleParams){.temperature = gc->do_sample ? (float)t : 0.0f,
+                                .top_k = (int)k,
+                                .top_p = (float)p,
+                                .min_p = (float)mp};
+        gc->max_new_tokens = (long)mnt;
+        /* What changes transformers' output and qtitan does not compute. */
+        static const struct {
+            const char *key;
+            double off;
+        } UNAPPLIED[] = {{"repetition_penalty", 1},
+                         {"num_beams", 1},
+                         {"typical_p", 1},
+                         {"no_repeat_ngram_size", 0},
+                         {"epsilon_cutoff", 0},
+                         {"eta_cutoff", 0},
+                         {"encoder_repetition_penalty", 1},
+                         {"penalty_alpha", 0},
+                         {"bad_words_ids", 0},
+                         {"suppress_tokens", 0},
+                         {"begin_suppress_tokens", 0},
+                         {"forced_bos_token_id", -1},
+                         {"forced_eos_token_id", -1},
+                         {"sequence_bias", 0},
+                         {"min_new_tokens", 0},
+                         {"min_length", 0}};
+        for (size_t i = 0; i < sizeof UNAPPLIED / sizeof UNAPPLIED[0]; i++)
+            note_unapplied(gc, root, UNAPPLIED[i].key, UNAPPLIED[i].off);
+    }
+    json_decref(root);
+    return rc;
+}

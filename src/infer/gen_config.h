@@ -1,0 +1,35 @@
+/* A model folder's generation_config.json: the sampling transformers' generate() uses for the
+ * model when the caller names none (GenerationMixin._prepare_generation_config: the file's
+ * values, then transformers' defaults for what the file leaves out or sets to null: do_sample
+ * false, temperature 1.0, top_k 50, top_p 1.0, min_p none), for `qtitan generate` to take as
+ * its defaults; and its eos_token_id(s). Settings that change what transformers generates and
+ * that qtitan does not compute (repetition_penalty other than 1, num_beams above 1, ...) are
+ * listed for a note, not dropped in silence. */
+#ifndef QT_GEN_CONFIG_H
+#define QT_GEN_CONFIG_H
+
+#include <stdint.h>
+
+#include "core/err.h"
+#include "infer/sample.h"
+
+#define GEN_CONFIG_MAX_EOS 8
+
+typedef struct GenConfig {
+    int found;           /* the folder has generation_config.json */
+    int do_sample;       /* 0: greedy, and sp.temperature is 0 */
+    SampleParams sp;     /* what generate() samples with */
+    long max_new_tokens; /* 0 when the file gives none */
+    int32_t eos[GEN_CONFIG_MAX_EOS];
+    int n_eos;
+    char ignored[512]; /* "repetition_penalty = 1.05, num_beams = 4" or "" */
+} GenConfig;
+
+/* Reads dir/generation_config.json into gc (gc->found = 0 and 0 returned when there is none).
+ * A file that is not a JSON object, or a known key with a value of the wrong type or range, is
+ * a sentence naming the file and the key. */
+int gen_config_read(const char *dir, GenConfig *gc, Err *err);
+/* The same from the file's text[0..len), `file` naming it in sentences (for the fuzz target). */
+int gen_config_parse(const char *text, size_t len, const char *file, GenConfig *gc, Err *err);
+
+#endif
