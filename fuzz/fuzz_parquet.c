@@ -55,10 +55,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     Parquet *pq;
     Err err;
     size_t sum = 0;
-    if (parquet_read_conversations(data, size, "fuzz.parquet", "messages", conversation, &sum,
-                                   &err) != 0 &&
-        strncmp(err.msg, "fuzz.parquet: ", 14) != 0)
-        abort();
+    /* Conversations under both list names (ShareGPT's "conversations" of {from, value}). */
+    static const char *const lists[] = {"messages", "conversations"};
+    for (int l = 0; l < 2; l++)
+        if (parquet_read_conversations(data, size, "fuzz.parquet", lists[l], conversation, &sum,
+                                       &err) != 0 &&
+            strncmp(err.msg, "fuzz.parquet: ", 14) != 0)
+            abort();
     const char *cols[3] = {"instruction", "input", "output"};
     const int required[3] = {1, 0, 1};
     if (parquet_read_rows(data, size, "fuzz.parquet", cols, required, 3, row, &sum, &err) != 0 &&

@@ -140,6 +140,17 @@ if [ -f "$qwen/tokenizer_config.json" ]; then
       { cat "$tmp/c-$f.log"; fail "$f.parquet: conversations differ from chat.jsonl's"; }
     echo "$f.parquet: 40 conversations, the 4 losses of chat.jsonl"
   done
+  # ShareGPT's shape: "conversations" of {from, value} with the roles human and gpt, from
+  # Parquet and from JSON Lines, train as chat.jsonl.
+  jq -c '{conversations: [.messages[] | {from: ({user: "human", assistant: "gpt"}[.role] // .role), value: .content}]}' \
+    "$fx/chat.jsonl" >"$tmp/sharegpt.jsonl"
+  for f in "$fx/chat_sharegpt.parquet" "$tmp/sharegpt.jsonl"; do
+    chat sg "$f" >"$tmp/sg.log" || { cat "$tmp/sg.log"; fail "chat from $f"; }
+    grep -q '^chat data: 40 conversation(s) from 1 file(s)' "$tmp/sg.log" &&
+      [ "$(losses "$tmp/sg.log")" = "$(losses "$tmp/cj.log")" ] ||
+      { cat "$tmp/sg.log"; fail "$(basename "$f"): conversations differ from chat.jsonl's"; }
+    echo "$(basename "$f") (ShareGPT's conversations / from / value): the 4 losses of chat.jsonl"
+  done
   # Reasoning fields (reasoning_content, thinking) of the messages.
   chat rj "$fx/chat_reasoning.jsonl" >"$tmp/rj.log" || { cat "$tmp/rj.log"; fail "chat_reasoning.jsonl"; }
   chat rp "$fx/chat_reasoning.parquet" >"$tmp/rp.log" || { cat "$tmp/rp.log"; fail "chat_reasoning.parquet"; }

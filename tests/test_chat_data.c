@@ -82,6 +82,18 @@ static void test_shapes(void **state) {
     expect_single("\n{\"prompt\": [{\"role\": \"user\", \"content\": \"Hello\"}], \"completion\": "
                   "[{\"role\": \"assistant\", \"content\": \"Hi there!\"}]}\n",
                   DATA_PROMPT_COMPLETION);
+    /* ShareGPT's names, which TRL's maybe_convert_to_chatml renames: "conversations" for
+     * "messages", "from" and "value" for "role" and "content"; "human" and "gpt" are read as
+     * user and assistant. */
+    expect_single("{\"conversations\": [{\"from\": \"user\", \"value\": \"Hello\"}, {\"from\": "
+                  "\"assistant\", \"value\": \"Hi there!\"}]}\n",
+                  DATA_MESSAGES);
+    expect_single("{\"conversations\": [{\"from\": \"human\", \"value\": \"Hello\"}, {\"from\": "
+                  "\"gpt\", \"value\": \"Hi there!\"}], \"id\": 7}\n",
+                  DATA_MESSAGES);
+    expect_single("{\"prompt\": [{\"from\": \"human\", \"value\": \"Hello\"}], \"completion\": "
+                  "[{\"from\": \"gpt\", \"value\": \"Hi there!\"}]}\n",
+                  DATA_PROMPT_COMPLETION);
     expect_single("{\"instruction\": \"Hello\", \"output\": \"Hi there!\"}", DATA_INSTRUCTION);
     expect_single("{\"instruction\": \"Hello\", \"input\": \"\", \"output\": \"Hi there!\"}",
                   DATA_INSTRUCTION);
@@ -304,7 +316,16 @@ static void test_bad_lines(void **state) {
     expect_bad(DATA_MESSAGES, "{\"messages\": [\"hi\"]}", "messages[0] must be an object");
     expect_bad(DATA_MESSAGES, "{\"messages\": []}", "the conversation has no messages");
     expect_bad(DATA_MESSAGES, "{\"messages\": {}}", "\"messages\" must be an array");
-    expect_bad(DATA_MESSAGES, "{\"text\": \"plain\"}", "has no \"messages\" field");
+    expect_bad(DATA_MESSAGES, "{\"text\": \"plain\"}",
+               "has no \"messages\" (or \"conversations\") field");
+    /* ShareGPT's names: a role under "from" that is none of the known ones, a non-string value. */
+    expect_bad(DATA_MESSAGES,
+               "{\"conversations\": [{\"from\": \"observation\", \"value\": \"x\"}]}",
+               "conversations[0].from \"observation\" is not \"system\", \"user\", \"assistant\", "
+               "\"human\", \"gpt\" or \"tool\"");
+    expect_bad(DATA_MESSAGES, "{\"conversations\": [{\"from\": \"human\", \"value\": 3}]}",
+               "conversations[0].value must be a string or null, found a number");
+    expect_bad(DATA_MESSAGES, "{\"conversations\": {}}", "\"conversations\" must be an array");
     expect_bad(DATA_MESSAGES, "[1, 2]", "expected a JSON object");
     expect_bad(DATA_MESSAGES, "{\"messages\": [", "not valid JSON at column");
     expect_bad(DATA_MESSAGES,

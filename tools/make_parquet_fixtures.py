@@ -46,6 +46,8 @@ and files qtitan must refuse with a sentence:
                         conversations with tool calls in OpenAI's shape and bare, the same rows
                         as JSON Lines
   chat_tools.parquet    conversations beside a "tools" column (tool definitions), refused too
+  chat_sharegpt.parquet chat.jsonl's conversations as ShareGPT writes them ("conversations" of
+                        {from, value}, roles human / gpt / system)
 
 Usage: python3 tools/make_parquet_fixtures.py [OUT_DIR]
 """
@@ -119,6 +121,13 @@ def main():
     write("chat.parquet", chat, row_group_size=16)
     write("chat_item.parquet", chat, compression="zstd", data_page_version="2.0",
           use_compliant_nested_type=False)
+    # The same conversations as ShareGPT writes them: "conversations" of {from, value}, the
+    # roles "human" and "gpt".
+    names = {"user": "human", "assistant": "gpt", "system": "system"}
+    sharegpt = [[{"from": names[m["role"]], "value": m["content"]} for m in c] for c in convs]
+    write("chat_sharegpt.parquet", pa.table({"id": list(range(len(convs))),
+                                             "conversations": pa.array(sharegpt)}),
+          row_group_size=16)
     with open(os.path.join(OUT, "chat.jsonl"), "w", encoding="utf-8") as f:
         for c in convs:
             f.write(json.dumps({"messages": c}, ensure_ascii=False) + "\n")

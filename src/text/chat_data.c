@@ -29,14 +29,17 @@ static const char *FORMAT_KEYS[] = {"a \"text\" string", "a \"messages\" array",
 
 /* ---- one line to messages ------------------------------------------------------------------ */
 
-/* A message's role from its name, or the sentence that says what is there instead. */
+/* A message's role from its name, or the sentence that says what is there instead. A ShareGPT
+ * message (the role under "from") may also say "human" (user) or "gpt" (assistant). */
 static int read_role(const char *name, size_t len, const char *where, const char *what, long long i,
-                     ChatRole *out, Err *err) {
+                     int sharegpt, ChatRole *out, Err *err) {
     if (chat_role_parse(name, len, out) == 0) return 0;
-    return err_set(err,
-                   "%s: %s[%lld].role \"%.*s\" is not \"system\", \"user\", \"assistant\" or "
-                   "\"tool\"",
-                   where, what, i, (int)(len > 60 ? 60 : len), name);
+    if (sharegpt && len == 5 && memcmp(name, "human", 5) == 0) return *out = CHAT_USER, 0;
+    if (sharegpt && len == 3 && memcmp(name, "gpt", 3) == 0) return *out = CHAT_ASSISTANT, 0;
+    return err_set(
+        err, "%s: %s[%lld].%s \"%.*s\" is not \"system\", \"user\", \"assistant\"%s or \"tool\"",
+        where, what, i, sharegpt ? "from" : "role", (int)(len > 60 ? 60 : len), name,
+        sharegpt ? ", \"human\", \"gpt\"" : "");
 }
 
 /* A message's tool_calls (JSON null or absent: none), checked: only an assistant message makes
@@ -58,7 +61,9 @@ static int set_tool_calls(ChatMessage *cm, const json_t *calls, const char *wher
 }
 
 /* Appends the messages of a JSON array (objects with role, content, optional reasoning and, on
- * assistant messages, tool_calls); `what` is the array's key for error sentences. */
+ * assistant messages, tool_calls); `what` is the array's key for error sentences. A message
+ * may give its role under "from" and its content under "value" instead (ShareGPT's names, which
+ * TRL renames to role and content: "from" and "value" win where both are there). */
 static int read_message_array(const json_t *arr, const char *what, const char *where,
                               ChatMessage **msgs, size_t *n, size_t *cap, Err *err) {
     size_t i;
@@ -69,24 +74,27 @@ static int read_message_array(const json_t *arr, const char *what, const char *w
                            "%s: %s[%zu] must be an object with \"role\" and \"content\", "
                            "found %s",
                            where, what, i, json_kind(m));
-        const json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content"),
+        const json_t *from = json_object_get(m, "from"), *value = json_object_get(m, "value");
+        const json_t *role = from ? from : json_object_get(m, "role"),
+                     *content = value ? value : json_object_get(m, "content"),
                      *calls = json_object_get(m, "tool_calls");
+        const char *role_key = from ? "from" : "role";
         if (!json_is_string(role))
             return err_set(err,
-                           "%s: %s[%zu].role must be a string (\"system\", \"user\", "
+                           "%s: %s[%zu].%s must be a string (\"system\", \"user\", "
                            "\"assistant\" or \"tool\"), found %s",
-                           where, what, i, role ? json_kind(role) : "nothing");
+                           where, what, i, role_key, role ? json_kind(role) : "nothing");
         ChatMessage cm = {0};
         TRY(read_role(json_string_value(role), json_string_length(role), where, what, (long long)i,
-                      &cm.role, err));
+                      from != NULL, &cm.role, err));
         /* Null content is the chat format's to render or refuse; a missing one is read as null
          * only beside tool calls (OpenAI's shape of a turn that only calls tools). */
         int with_calls = calls && !json_is_null(calls);
         if (!content && !with_calls)
             return err_set(err, "%s: %s[%zu] has no \"content\"", where, what, i);
         if (content && !json_is_null(content) && !json_is_string(content))
-            return err_set(err, "%s: %s[%zu].content must be a string or null, found %s", where,
-                           what, i, json_kind(content));
+            return err_set(err, "%s: %s[%zu].%s must be a string or null, found %s", where, what, i,
+                           value ? "value" : "content", json_kind(content));
         cm.content_null = !json_is_string(content);
         cm.content = cm.content_null ? "" : json_string_value(content);
         cm.content_len = cm.content_null ? 0 : json_string_length(content);
@@ -194,13 +202,16 @@ int chat_data_parse_line(const char *line, size_t len, DataFormat format, const 
         rc = err_set(err, "%s: expected a JSON object with %s, found %s", where,
                      FORMAT_KEYS[format], json_kind(j));
     else if (format == DATA_MESSAGES) {
-        const json_t *m = json_object_get(j, "messages");
+        /* "conversations" is ShareGPT's name for the list, which TRL renames to "messages". */
+        const char *key = json_object_get(j, "messages") ? "messages" : "conversations";
+        const json_t *m = json_object_get(j, key);
         if (!m)
-            rc = err_set(err, "%s: the object has no \"messages\" field", where);
+            rc = err_set(err, "%s: the object has no \"messages\" (or \"conversations\") field",
+                         where);
         else if (!json_is_array(m))
-            rc = err_set(err, "%s: \"messages\" must be an array, found %s", where, json_kind(m));
+            rc = err_set(err, "%s: \"%s\" must be an array, found %s", where, key, json_kind(m));
         else
-            rc = read_message_array(m, "messages", where, msgs, n, &cap, err);
+            rc = read_message_array(m, key, where, msgs, n, &cap, err);
     } else if (format == DATA_PROMPT_COMPLETION) {
         rc = read_turns(j, "prompt", CHAT_USER, 1, where, msgs, n, &cap, err);
         if (rc == 0) rc = read_turns(j, "completion", CHAT_ASSISTANT, 1, where, msgs, n, &cap, err);
@@ -284,7 +295,8 @@ static int keep(ChatData *cd, Grow *g, const ChatTokens *tok, const char *where,
     return 0;
 }
 
-/* One row of a Parquet file's "messages" column, rendered and kept as a JSON Lines line is. */
+/* One row of a Parquet file's "messages" (or "conversations") column, rendered and kept as a
+ * JSON Lines line is. */
 typedef struct ParquetRows {
     ChatData *cd;
     Grow *g;
@@ -294,6 +306,7 @@ typedef struct ParquetRows {
     ChatMessage *msgs;
     int64_t cap;
     ChatTokens tok;
+    const char *column; /* "messages", or ShareGPT's "conversations" (roles "human", "gpt") */
 } ParquetRows;
 
 static int parquet_row(void *ctx, int64_t row, const ParquetStr *roles, const ParquetStr *contents,
@@ -313,13 +326,15 @@ static int parquet_row(void *ctx, int64_t row, const ParquetStr *roles, const Pa
         *m = (ChatMessage){0};
         if (!roles[i].p)
             return err_set(err, "%s: messages[%lld] has no \"role\"", where, (long long)i);
-        TRY(read_role(roles[i].p, roles[i].n, where, "messages", (long long)i, &m->role, err));
+        int sharegpt = strcmp(pr->column, "conversations") == 0;
+        TRY(read_role(roles[i].p, roles[i].n, where, pr->column, (long long)i, sharegpt, &m->role,
+                      err));
         m->content_null = !contents[i].p;
         m->content = m->content_null ? "" : contents[i].p;
         m->content_len = m->content_null ? 0 : contents[i].n;
         m->reasoning = reasonings[i].p;
         m->reasoning_len = reasonings[i].n;
-        TRY(set_tool_calls(m, tool_calls ? tool_calls[i] : NULL, where, "messages", (long long)i,
+        TRY(set_tool_calls(m, tool_calls ? tool_calls[i] : NULL, where, pr->column, (long long)i,
                            err));
     }
     if (chat_render(pr->cf, pr->msgs, (size_t)n, (ChatOptions){0, 1, NULL}, &pr->tok, err))
@@ -363,7 +378,7 @@ static int read_parquet(ChatData *cd, Grow *g, const char *file, const ChatForma
     size_t len;
     TRY(fs_map_read(file, &map, &len, err));
     const char *buf = len ? map : "";
-    ParquetRows pr = {cd, g, cf, file, lines, NULL, 0, {0}};
+    ParquetRows pr = {cd, g, cf, file, lines, NULL, 0, {0}, "messages"};
     /* Tool definitions change every rendered conversation; not read from Parquet, they must
      * not be dropped in silence. */
     int tools = 0, rc = parquet_has_column(buf, len, file, "tools", &tools, err);
@@ -378,7 +393,15 @@ static int read_parquet(ChatData *cd, Grow *g, const char *file, const ChatForma
         return -1;
     }
     if (cd->opt.format == DATA_MESSAGES) {
-        rc = parquet_read_conversations(buf, len, file, "messages", parquet_row, &pr, err);
+        /* ShareGPT's "conversations" when there is no "messages" column. */
+        int has_messages = 0;
+        rc = parquet_has_column(buf, len, file, "messages", &has_messages, err);
+        if (rc == 0 && !has_messages &&
+            parquet_has_column(buf, len, file, "conversations", &has_messages, err) == 0 &&
+            has_messages)
+            pr.column = "conversations";
+        if (rc == 0)
+            rc = parquet_read_conversations(buf, len, file, pr.column, parquet_row, &pr, err);
     } else {
         int instr = cd->opt.format == DATA_INSTRUCTION;
         const char *cols[3] = {instr ? "instruction" : "prompt", instr ? "input" : "completion",

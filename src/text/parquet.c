@@ -1244,6 +1244,16 @@ static const char *msg_field(int k) {
     return k == 0 ? "role" : k == 1 ? "content" : chat_reasoning_keys[k - 2];
 }
 
+/* ShareGPT's names of role and content, which TRL renames to them. */
+static const char *msg_alias(int k) {
+    return k == 0 ? "from" : k == 1 ? "value" : NULL;
+}
+
+/* The name field k goes by in the file: has[k] is 1 for its own name, 2 for its alias. */
+static const char *msg_name(int k, const int *has) {
+    return has[k] == 2 ? msg_alias(k) : msg_field(k);
+}
+
 /* A row's messages as they are collected. */
 typedef struct ConvRow {
     ParquetStr *f[3]; /* roles, contents, reasonings */
@@ -1406,8 +1416,15 @@ static int list_fields(const Parquet *sc, int64_t top, int64_t *rep, int64_t *ho
     *tool_calls = -1;
     for (int64_t k = 0; k < els[*holder].num_children && i < n; k++) {
         int known = 0;
-        for (int f = 0; f < N_MSG_FIELDS; f++)
-            if (name_is(els[i].name, els[i].name_len, msg_field(f))) has[f] = known = 1;
+        for (int f = 0; f < N_MSG_FIELDS; f++) {
+            int alias = msg_alias(f) && name_is(els[i].name, els[i].name_len, msg_alias(f));
+            if (!alias && !name_is(els[i].name, els[i].name_len, msg_field(f))) continue;
+            if (has[f])
+                return err_set(err, "%s: the messages have both \"%s\" and \"%s\"", sc->name,
+                               msg_field(f), msg_alias(f));
+            has[f] = 1 + alias;
+            known = 1;
+        }
         if (name_is(els[i].name, els[i].name_len, "tool_calls")) *tool_calls = i, known = 1;
         if (!known)
             return err_set(err,
@@ -1451,8 +1468,8 @@ static int read_conversations(Parquet *sc, const char *column, ParquetConvFn fn,
     int rc = 0;
     for (int k = 0; k < N_MSG_FIELDS && rc == 0; k++) {
         if (!has[k]) continue;
-        char *path[4] = {(char *)column, rep_name, holder_name, (char *)msg_field(k)};
-        if (holder == rep) path[2] = (char *)msg_field(k);
+        char *path[4] = {(char *)column, rep_name, holder_name, (char *)msg_name(k, has)};
+        if (holder == rep) path[2] = (char *)msg_name(k, has);
         rc = open_path(&leaf[k], sc->data, sc->size, sc->name, path, holder == rep ? 3 : 4, 0, err);
         if (rc == 0) leaf[k]->keep_levels = 1;
         if (rc == 0 && leaf[k]->n_groups != leaf[0]->n_groups)
