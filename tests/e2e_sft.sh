@@ -80,9 +80,17 @@ done
   { cat "$tmp/ev.err"; echo "FAIL: eval --data-format messages"; exit 1; }
 eloss=$(sed -n 's/^loss: //p' "$tmp/ev.out")
 awk -v a="$eloss" -v b="$val" 'BEGIN { exit !(a != "" && (a - b < 2e-5 && b - a < 2e-5)) }' &&
-  grep -q "^tokens: $vtok  rows: .* conversations: 24$" "$tmp/ev.out" ||
+  grep -q "^tokens: $vtok  bytes: [0-9]*  rows: .* conversations: 24$" "$tmp/ev.out" ||
   { cat "$tmp/ev.out" "$tmp/ev.err"; echo "FAIL: eval --data-format messages: $eloss vs validation $val"; exit 1; }
-echo "eval --data-format messages: loss $eloss over $vtok targets, as validation"
+# Bits per byte: the targets stand for each conversation's final assistant turn as rendered, an
+# empty think block and the answer (<|im_end|> stands for no text); the long last line is dropped.
+want=$(head -24 "$tmp/chat.jsonl" | jq -s '[.[] | .messages[-1].content | "<think>\n\n</think>\n\n" + . | utf8bytelength] | add')
+bytes=$(sed -n 's/^tokens: .*  bytes: \([0-9]*\)  .*/\1/p' "$tmp/ev.out")
+bpb=$(sed -n 's/^bits_per_byte: //p' "$tmp/ev.out")
+[ "$bytes" = "$want" ] && awk -v l="$eloss" -v n="$vtok" -v b="$bytes" -v p="$bpb" \
+  'BEGIN { q = l * n / log(2) / b; exit !(p != "" && (q - p) < 2e-6 * q && (p - q) < 2e-6 * q) }' ||
+  { cat "$tmp/ev.out"; echo "FAIL: eval --data-format messages: bytes $bytes (want $want), bits per byte $bpb"; exit 1; }
+echo "eval --data-format messages: loss $eloss over $vtok targets, as validation; $bytes bytes, $bpb bits per byte"
 
 # Tool use: conversations that offer a tool, call it and read its result train like any other
 # (the system turn with the definitions, the call, the result; ids as transformers renders

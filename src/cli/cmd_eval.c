@@ -241,13 +241,21 @@ static int eval_chat(const EvalArgs *a, InferModel *im, DataFormat format, long 
     EvalPlan plan = eval_plan_chat(&cd, 0);
     EvalSource src = eval_source_chat(&cd);
     double loss_sum = 0;
-    int64_t n = 0;
+    int64_t n = 0, bytes = 0;
     rc = eval_rows(&im->m, &src, &plan, 0, 1, 1, &loss_sum, &n, err);
+    /* The bytes of the assistant text the targets stand for; the turns' end tokens (and EOS)
+     * stand for no text, as EOS does in text data. */
+    uint32_t skip[2] = {(uint32_t)enc.eos_id, 0};
+    int nskip = 1;
+    int64_t im_end = tokenizer_token_id(im->tok, "<|im_end|>");
+    if (im_end >= 0) skip[nskip++] = (uint32_t)im_end;
+    if (rc == 0) rc = eval_chat_bytes(&cd, im->tok, skip, nskip, &bytes, err);
     if (rc == 0) {
         double loss = loss_sum / (double)n;
-        printf("loss: %.8f\nperplexity: %.6f\n", loss, exp(loss));
-        printf("tokens: %lld  rows: %lld x %ld  conversations: %lld\n", (long long)n,
-               (long long)plan.n_rows, seq_len, (long long)cd.n_conv);
+        printf("loss: %.8f\nperplexity: %.6f\nbits_per_byte: %.6f\n", loss, exp(loss),
+               bytes > 0 ? loss_sum / log(2.0) / (double)bytes : 0.0);
+        printf("tokens: %lld  bytes: %lld  rows: %lld x %ld  conversations: %lld\n", (long long)n,
+               (long long)bytes, (long long)plan.n_rows, seq_len, (long long)cd.n_conv);
     }
     chat_data_close(&cd);
     return rc;

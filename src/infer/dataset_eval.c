@@ -103,3 +103,30 @@ int eval_plan_bytes(const Dataset *ds, const EvalPlan *plan, const Tokenizer *to
     }
     return 0;
 }
+
+int eval_chat_bytes(const ChatData *cd, const Tokenizer *tok, const uint32_t *skip, int nskip,
+                    int64_t *bytes, Err *err) {
+    *bytes = 0;
+    uint32_t *run = xmalloc(((size_t)cd->n_tokens + 1) * sizeof *run);
+    int rc = 0;
+    for (int64_t c = 0; c < cd->n_conv && rc == 0; c++) {
+        size_t n = 0;
+        for (int64_t i = cd->off[c]; i <= cd->off[c + 1] && rc == 0; i++) {
+            int take = i < cd->off[c + 1] && cd->targets[i] != CE_IGNORE;
+            for (int k = 0; take && k < nskip; k++)
+                take = (uint32_t)cd->targets[i] != skip[k];
+            if (take) {
+                run[n++] = (uint32_t)cd->targets[i];
+                continue;
+            }
+            if (n == 0) continue;
+            char *text;
+            size_t len;
+            rc = tokenizer_decode(tok, run, n, &text, &len, err);
+            if (rc == 0) free(text), *bytes += (int64_t)len;
+            n = 0;
+        }
+    }
+    free(run);
+    return rc;
+}

@@ -52,5 +52,10 @@ int eval_rows(Qwen3 *m, const EvalSource *src, const EvalPlan *plan, int64_t fir
  * document's targeted ids with tok. */
 int eval_plan_bytes(const Dataset *ds, const EvalPlan *plan, const Tokenizer *tok, int64_t *bytes,
                     Err *err);
+/* UTF-8 bytes of the text the counted targets of chat data stand for: each run of consecutive
+ * targets of a conversation decoded with tok, the ids of skip[0 .. nskip) (the turn's end
+ * token, EOS) left out as EOS is for text. */
+int eval_chat_bytes(const ChatData *cd, const Tokenizer *tok, const uint32_t *skip, int nskip,
+                    int64_t *bytes, Err *err);
 
 #endif
