@@ -93,6 +93,35 @@ for c in "6:qwen3_2507_instruct" "7:qwen3_2507_thinking"; do
   echo "$t: the checkpoint keeps chat_template.jinja; generate --chat ids equal apply_chat_template's"
 done
 
+# --messages: conversations continued as they are (a system turn, an earlier answer with its
+# reasoning, a tool call with null content and its result, a line's own tools), batched; the
+# prompt ids equal apply_chat_template(..., add_generation_prompt=True) (chat_messages.jsonl,
+# rendered with the string-content template, whose generation prompt and body the 2507 Instruct
+# checkpoint above shares). The first Qwen3 template refuses the null content with the line.
+msgs=$FIX/../chat_messages.jsonl
+got=$("$QT" generate --checkpoint "$TMP/run_qwen3_2507_instruct/checkpoint" --messages "$msgs" \
+  --max-new-tokens 1 --json 2>"$TMP/err") || fail "--messages: $(cat "$TMP/err")"
+[ "$(echo "$got" | wc -l)" = "$(wc -l <"$msgs")" ] || fail "--messages: $(echo "$got" | wc -l) results"
+for i in 1 2 3; do
+  g=$(echo "$got" | sed -n "${i}p" | sed -n 's/.*"prompt_ids":\[\([0-9,]*\)\].*/\1/p')
+  w=$(sed -n "${i}p" "$msgs" | jq -c '.ids' | tr -d '[]')
+  [ -n "$w" ] && [ "$g" = "$w" ] || fail "--messages line $i: ids $g, transformers $w"
+done
+if "$QT" generate --checkpoint "$TMP/run/checkpoint" --messages "$msgs" --max-new-tokens 1 \
+  >/dev/null 2>"$TMP/err"; then fail "null content accepted by the first Qwen3 template"; fi
+grep -q "chat_messages.jsonl:2: messages\[1\].content is null, which Qwen3's hybrid-thinking template as first released" "$TMP/err" ||
+  fail "--messages, null content: $(cat "$TMP/err")"
+if "$QT" generate --checkpoint "$TMP/run/checkpoint" --messages "$msgs" --system hi >/dev/null 2>"$TMP/err"; then
+  fail "--messages with --system was accepted"
+fi
+grep -q "a conversation gives its own system turn" "$TMP/err" || fail "--messages --system: $(cat "$TMP/err")"
+printf '\n  \n' >"$TMP/empty.jsonl"
+if "$QT" generate --checkpoint "$TMP/run/checkpoint" --messages "$TMP/empty.jsonl" >/dev/null 2>"$TMP/err"; then
+  fail "an empty --messages file was accepted"
+fi
+grep -q "empty.jsonl holds no conversation" "$TMP/err" || fail "--messages empty: $(cat "$TMP/err")"
+echo "--messages: 3 conversations' prompt ids equal apply_chat_template's; bad input refused"
+
 # --tools: a file that is not an array of tool definitions, and --tools without --chat.
 printf '{"name": "f"}\n' >"$TMP/tools_obj.json"
 printf '[{"name": "f"},\n "g"]\n' >"$TMP/tools_str.json"

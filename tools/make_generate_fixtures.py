@@ -38,6 +38,10 @@ prompt as a user turn; enable_thinking true and false; two offering the tools of
 chat_tools.json, as generate --tools does), with the Qwen3 tokenizer of
 ../shared/tokenizers/qwen3 (skipped when absent), for tests/e2e_generate_chat.sh.
 
+chat_messages.jsonl: conversations for `generate --messages` (one a line, as chat data holds
+them) with the ids apply_chat_template(..., add_generation_prompt=True) gives for each under
+Qwen3's string-content template (tests/fixtures/chat/templates).
+
 gen_configs.json: generation_config.json contents and the sampling transformers' generate()
 resolves from each for a model (do_sample, temperature, top_k, top_p, min_p, max_new_tokens,
 eos_token_id), for test_generate.
@@ -251,6 +255,24 @@ CHAT_TOOLS = [
 ]
 
 
+# Conversations `generate --messages` continues (chat_messages.jsonl: each line a conversation
+# as chat data holds it, with "ids", the ids apply_chat_template(..., add_generation_prompt=True)
+# gives; the reader ignores that key, so the file is the command's input too).
+CHAT_MESSAGES = [
+    {"messages": [{"role": "system", "content": "You are terse."},
+                  {"role": "user", "content": "What is 2+2?"},
+                  {"role": "assistant", "content": "4.", "reasoning_content": "2 and 2 make 4"},
+                  {"role": "user", "content": "And 3+3?"}]},
+    {"messages": [{"role": "user", "content": "Weather in Oslo?"},
+                  {"role": "assistant", "content": None, "tool_calls": [
+                      {"type": "function", "function": {"name": "get_weather",
+                                                        "arguments": {"city": "Oslo"}}}]},
+                  {"role": "tool", "content": "{\"temp\": 3}"}],
+     "tools": CHAT_TOOLS},
+    {"messages": [{"role": "user", "content": "caf\u00e9?"}]},
+]
+
+
 def build_chat(root, out_root):
     tok_dir = os.path.join(os.path.dirname(root), "shared", "tokenizers", "qwen3")
     if not os.path.exists(os.path.join(tok_dir, "tokenizer_config.json")):
@@ -276,6 +298,17 @@ def build_chat(root, out_root):
     with open(os.path.join(out_root, "chat_ids.json"), "w") as f:
         for c in cases:
             f.write(json.dumps(c) + "\n")
+    # The string-content template renders the null content of the tool-calling turn.
+    with open(os.path.join(root, "tests", "fixtures", "chat", "templates",
+                           "qwen3_string_content.jinja"), encoding="utf-8") as f:
+        revised = f.read()
+    with open(os.path.join(out_root, "chat_messages.jsonl"), "w") as f:
+        for c in CHAT_MESSAGES:
+            ids = tok.apply_chat_template(c["messages"], tokenize=True, add_generation_prompt=True,
+                                          tools=c.get("tools"), chat_template=revised)
+            if isinstance(ids, dict) or hasattr(ids, "keys"):
+                ids = ids["input_ids"]
+            f.write(json.dumps(dict(c, ids=[int(x) for x in ids]), ensure_ascii=False) + "\n")
     with open(os.path.join(out_root, "chat_tools.json"), "w") as f:
         json.dump(CHAT_TOOLS, f, indent=1, ensure_ascii=False)
         f.write("\n")

@@ -14,14 +14,16 @@
 #include "infer/gen_config.h"
 #include "infer/generate.h"
 #include "infer/infer_model.h"
+#include "text/chat_data.h"
 #include "text/chat_template.h"
+#include "text/jsonl.h"
 #include "text/prompt_lines.h"
 
 #define MAX_STOP 16
 
 static const char *USAGE =
     "usage: qtitan generate (--model HFDIR | --checkpoint STEP_DIR)\n"
-    "                       (--prompt TEXT | --prompt-file F) [options]\n"
+    "                       (--prompt TEXT | --prompt-file F | --messages F) [options]\n"
     "\n"
     "Continues each prompt with the model and prints the new text: one prompt streams it to\n"
     "stdout as it comes; a prompt file (one prompt a line; blank lines skipped) runs its\n"
@@ -40,6 +42,11 @@ static const char *USAGE =
     "  --chat                 wrap each prompt as a user turn in the tokenizer's chat format\n"
     "                         (Qwen3: <|im_start|>role ... <|im_end|>), as transformers'\n"
     "                         apply_chat_template(add_generation_prompt=True) renders it\n"
+    "  --messages F           continue conversations: F holds one a line, as chat data does\n"
+    "                         ({\"messages\": [{\"role\", \"content\"}, ...], \"tools\": [...]},\n"
+    "                         or ShareGPT's conversations / from / value), each rendered in\n"
+    "                         the chat format with the open assistant turn (implies --chat;\n"
+    "                         a line's own tools win over --tools); run as one batch\n"
     "  --system TEXT          with --chat: a system turn first\n"
     "  --no-thinking          with --chat: enable_thinking=False (an empty think block)\n"
     "  --tools FILE           with --chat: offer the tools of FILE, a JSON array of tool\n"
@@ -65,7 +72,9 @@ static const char *USAGE =
 
 typedef struct GenArgs {
     const char *model, *checkpoint, *adapter, *prompt, *prompt_file, *system, *dtype, *tools_file;
-    json_t *tools; /* --tools FILE's array, read by generate_run */
+    const char *messages_file; /* --messages: conversations to continue, one a line */
+    int64_t *linenos;          /* with --messages: each conversation's line in the file */
+    json_t *tools;             /* --tools FILE's array, read by generate_run */
     int chat, thinking, json;
     long max_new;
     SampleParams sp;
@@ -128,6 +137,8 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
             a->prompt = v;
         else if (strcmp(o, "--prompt-file") == 0)
             a->prompt_file = v;
+        else if (strcmp(o, "--messages") == 0)
+            a->messages_file = v;
         else if (strcmp(o, "--system") == 0)
             a->system = v;
         else if (strcmp(o, "--tools") == 0)
@@ -171,9 +182,13 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
     if (!a->model == !a->checkpoint)
         return err_set(
             err, "give one of --model HFDIR or --checkpoint STEP_DIR (see qtitan generate --help)");
-    if (!a->prompt == !a->prompt_file)
-        return err_set(err,
-                       "give one of --prompt TEXT or --prompt-file F (see qtitan generate --help)");
+    if (!!a->prompt + !!a->prompt_file + !!a->messages_file != 1)
+        return err_set(err, "give one of --prompt TEXT, --prompt-file F or --messages F (see "
+                            "qtitan generate --help)");
+    if (a->messages_file && a->system)
+        return err_set(err, "--system does not apply to --messages: a conversation gives its own "
+                            "system turn");
+    if (a->messages_file) a->chat = 1;
     if (strcmp(a->dtype, "float32") != 0 && strcmp(a->dtype, "bfloat16") != 0)
         return err_set(err, "--dtype %s: expected float32 or bfloat16", a->dtype);
     if ((a->system || !a->thinking || a->tools_file) && !a->chat)
@@ -181,8 +196,40 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
     return 0;
 }
 
-/* The prompts' texts: --prompt, or the prompts of --prompt-file. */
-static int read_prompts(PromptLines *p, const GenArgs *a, Err *err) {
+/* --messages F: its conversations, one JSON object a line (blank lines skipped), as p's texts,
+ * and their line numbers. */
+static int read_conversation_lines(PromptLines *p, GenArgs *a, Err *err) {
+    char *data;
+    size_t len, pos, line_len;
+    TRY(fs_read_all(a->messages_file, &data, &len, err));
+    *p = (PromptLines){.data = data};
+    int cap = 0;
+    const char *line;
+    int64_t ln = 0;
+    pos = jsonl_bom_len(data, len);
+    while (jsonl_next_line(data, len, &pos, &line, &line_len) == 0) {
+        ln++;
+        if (jsonl_is_blank(line, line_len)) continue;
+        if (p->n == cap) {
+            cap = cap ? 2 * cap : 16;
+            p->text = xrealloc(p->text, (size_t)cap * sizeof *p->text);
+            a->linenos = xrealloc(a->linenos, (size_t)cap * sizeof *a->linenos);
+        }
+        ((char *)line)[line_len] = 0; /* its line end, or the buffer's final NUL */
+        p->text[p->n] = (char *)line;
+        a->linenos[p->n++] = ln;
+    }
+    if (p->n == 0) {
+        prompt_lines_free(p);
+        return err_set(err, "%s holds no conversation (one JSON object a line)", a->messages_file);
+    }
+    return 0;
+}
+
+/* The prompts' texts: --prompt, the prompts of --prompt-file, or the conversations of
+ * --messages. */
+static int read_prompts(PromptLines *p, GenArgs *a, Err *err) {
+    if (a->messages_file) return read_conversation_lines(p, a, err);
     if (a->prompt) return prompt_lines_one(p, a->prompt, err);
     char *data;
     size_t len;
@@ -192,9 +239,36 @@ static int read_prompts(PromptLines *p, const GenArgs *a, Err *err) {
     return rc;
 }
 
-/* Prompt i's ids: the text, or with --chat the rendered conversation. */
+/* Conversation i of --messages rendered for generation: the line read as chat data's messages
+ * (text/chat_data.h: role / content, or ShareGPT's names; its "tools", else --tools), then
+ * the open assistant turn. */
+static int encode_conversation(const GenArgs *a, const ChatFormat *cf, const char *line, int i,
+                               IdVec *out, Err *err) {
+    json_t *root;
+    ChatMessage *msgs;
+    size_t n;
+    const json_t *tools;
+    TRY(chat_data_parse_line(line, strlen(line), DATA_MESSAGES, a->messages_file, a->linenos[i],
+                             &root, &msgs, &n, &tools, err));
+    ChatTokens ct = {0};
+    ChatOptions opt = {.add_generation_prompt = 1,
+                       .enable_thinking = a->thinking,
+                       .tools = tools ? tools : a->tools};
+    int rc = chat_render(cf, msgs, n, opt, &ct, err);
+    if (rc) err_wrap(err, "%s:%lld", a->messages_file, (long long)a->linenos[i]);
+    for (size_t k = 0; rc == 0 && k < ct.n; k++)
+        idvec_push(out, ct.ids[k]);
+    chat_tokens_free(&ct);
+    free(msgs);
+    json_decref(root);
+    return rc;
+}
+
+/* Prompt i's ids: the text, with --chat the rendered user turn, with --messages the rendered
+ * conversation. */
 static int encode_prompt(const GenArgs *a, const Tokenizer *tok, const ChatFormat *cf,
-                         const char *text, IdVec *out, Err *err) {
+                         const char *text, int i, IdVec *out, Err *err) {
+    if (a->messages_file) return encode_conversation(a, cf, text, i, out, err);
     if (!cf) return tokenizer_encode(tok, text, strlen(text), out, err);
     return chat_render_prompt(cf, a->system, text, a->thinking, a->tools, out, err);
 }
@@ -293,7 +367,7 @@ static int generate_run(GenArgs *a, Err *err) {
     int *lens = xcalloc((size_t)pr.n, sizeof *lens);
     int longest = 0, ctx = im.m.spec.max_seq_len;
     for (int i = 0; i < pr.n && rc == 0; i++) {
-        rc = encode_prompt(a, im.tok, cf, pr.text[i], &ids[i], err);
+        rc = encode_prompt(a, im.tok, cf, pr.text[i], i, &ids[i], err);
         if (rc) break;
         if (ids[i].n == 0) {
             rc = err_set(err, "prompt %d is empty: it encodes to no token", i + 1);
@@ -368,5 +442,6 @@ int cmd_generate(int argc, char **argv) {
     int rc = read_tools(&a, &err) || generate_run(&a, &err);
     if (rc) fprintf(stderr, "error: %s\n", err.msg);
     json_decref(a.tools);
+    free(a.linenos);
     return rc ? 1 : 0;
 }
