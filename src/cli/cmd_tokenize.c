@@ -87,8 +87,10 @@ static int encode_job(const Tokenizer *tok, Job *j, const char *in_name, const c
         text = owned;
     }
     IdVec ids = {0};
-    size_t scope = err_oom_push("tokenizing %s %s %zu (%zu bytes of text)", in_name,
-                                j->raw ? "document" : "line", j->lineno, text_len);
+    size_t scope = j->raw ? err_oom_push("tokenizing %s: document %zu (%zu bytes of text)", in_name,
+                                         j->lineno, text_len)
+                          : err_oom_push("tokenizing %s:%zu (%zu bytes of text)", in_name,
+                                         j->lineno, text_len);
     double t0 = thread_cpu_seconds();
     int rc = tokenizer_encode(tok, text, text_len, &ids, &j->err);
     j->encode_s = thread_cpu_seconds() - t0;
