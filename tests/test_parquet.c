@@ -35,11 +35,11 @@ static void test_fixtures_match_pyarrow(void **state) {
     char *ep = fs_join(fix_dir, "expected.json");
     json_t *expected = json_load_path(ep, &err);
     assert_non_null(expected);
-    const char *names[] = {"snappy_dict.parquet",   "zstd_v2.parquet",
-                           "gzip_fallback.parquet", "plain_required.parquet",
-                           "tiny_gzip.parquet",     "tiny_none_v2.parquet",
-                           "delta_prefix.parquet",  "delta_length.parquet",
-                           "lz4.parquet",           "brotli.parquet"};
+    const char *names[] = {
+        "snappy_dict.parquet",    "zstd_v2.parquet",      "gzip_fallback.parquet",
+        "plain_required.parquet", "tiny_gzip.parquet",    "tiny_none_v2.parquet",
+        "delta_prefix.parquet",   "delta_length.parquet", "lz4.parquet",
+        "brotli.parquet",         "empty.parquet"};
     for (size_t f = 0; f < sizeof names / sizeof *names; f++) {
         const json_t *want = json_object_get(expected, names[f]);
         assert_non_null(want);

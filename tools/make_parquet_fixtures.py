@@ -20,6 +20,7 @@ Writes tests/fixtures/parquet/:
   tiny_gzip.parquet, tiny_none_v2.parquet
                         four short values with a null (gzip, v1 pages; uncompressed, v2 pages):
                         test_parquet changes each byte of the first; both seed fuzz_parquet
+  empty.parquet         a text column and no rows (one empty row group)
   expected.json         per file, its non-null "text" values in row order
   chat.parquet          conversations: a "messages" list of {role, content} beside a
                         "prompt_id" column (list/element names, Snappy, two row groups)
@@ -210,6 +211,9 @@ def main():
     write("tiny_gzip.parquet", tiny, compression="gzip")
     write("tiny_none_v2.parquet", tiny, compression="none", data_page_version="2.0")
     expected["tiny_gzip.parquet"] = expected["tiny_none_v2.parquet"] = ["ab", "cd", "ab"]
+    # No rows: pyarrow writes one empty row group whose chunk offsets are 0.
+    write("empty.parquet", pa.table({"text": pa.array([], pa.string())}))
+    expected["empty.parquet"] = []
 
     small = pa.table({"text": pa.array(["a", "b"], pa.string())})
     z = pq.read_table(os.path.join(OUT, "zstd_v2.parquet"))

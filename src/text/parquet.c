@@ -605,6 +605,12 @@ static int open_path(Parquet **out, const void *data, size_t size, const char *n
                          "SNAPPY, GZIP, ZSTD, LZ4_RAW and BROTLI Parquet",
                          name, column, codec_name(c->codec));
         if (rc) break;
+        if (c->num_values == 0) { /* an empty row group's chunk: no page is read (pyarrow writes
+                                     offset 0 for it) */
+            c->data_off = 4;
+            c->size = 0;
+            continue;
+        }
         int64_t start =
             c->has_dict && c->dict_off > 0 && c->dict_off < c->data_off ? c->dict_off : c->data_off;
         if (start < 4 || c->size < 0 || start > meta_start || c->size > meta_start - start ||
