@@ -62,6 +62,26 @@ run moe_sparse 0 "$fix/moe_parity/sparse_step2_nonorm"
 expect moe_sparse out "dense FFN layers (2): 0 2"
 expect moe_sparse out "ok: all"
 
+expect dense out "tokenizer: none (no tokenizer.json"
+# What generate and chat data will find beside the weights: the tokenizer, the chat format
+# (here the Qwen3 Instruct-2507 template in chat_template.jinja) and generation_config.json.
+qwen=${QT_SHARED_DIR:-$src/../shared}/tokenizers/qwen3
+if [ -f "$qwen/tokenizer.json" ]; then
+    cp -r "$fix/hf_tiny/dense_tied" "$tmp/chat"
+    cp "$qwen/tokenizer.json" "$qwen/tokenizer_config.json" "$tmp/chat/"
+    cp "$fix/chat/templates/qwen3_2507_instruct.jinja" "$tmp/chat/chat_template.jinja"
+    printf '{"do_sample": true, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05}\n' \
+        >"$tmp/chat/generation_config.json"
+    run chat 0 "$tmp/chat"
+    expect chat out "tokenizer: 151669 tokens"
+    expect chat out "chat format: qwen3-2507-instruct (no thinking switch)"
+    expect chat out "generation_config.json: sampling with temperature 0.7, top-k 20, top-p 0.8, min-p 0; not applied: repetition_penalty = 1.05"
+    echo '{{ messages }}' >"$tmp/chat/chat_template.jinja"
+    run chat_unknown 0 "$tmp/chat"
+    expect chat_unknown out "chat format: none: $tmp/chat/chat_template.jinja: the chat template (15 bytes, hash"
+    echo "inspect: tokenizer, chat format and generation_config.json reported"
+fi
+
 variant missing dense_tied 's/"num_hidden_layers": 2/"num_hidden_layers": 3/'
 run missing 1 "$tmp/missing"
 expect missing out "missing (11):"

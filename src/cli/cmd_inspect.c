@@ -8,9 +8,12 @@
 #include <string.h>
 
 #include "core/fs.h"
+#include "infer/gen_config.h"
 #include "io/hf_config.h"
 #include "io/hf_keys.h"
 #include "io/safetensors.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -81,6 +84,43 @@ static void print_list(const char *what, char **list, int n) {
         printf("  %s\n", list[i]);
 }
 
+/* What generation and chat data will find in an HF directory: the tokenizer, the chat format
+ * its template names (or why there is none) and generation_config.json's sampling. Reported,
+ * not judged: inspect's verdict is about the weights. */
+static void print_tokenizer(const char *dir) {
+    Err err;
+    if (!fs_exists_in(dir, "tokenizer.json")) {
+        printf("tokenizer: none (no tokenizer.json; generate and chat data need one)\n");
+        return;
+    }
+    Tokenizer *tok = tokenizer_load(dir, &err);
+    if (!tok) {
+        printf("tokenizer: cannot be read: %s\n", err.msg);
+        return;
+    }
+    printf("tokenizer: %u tokens\n", tokenizer_vocab_size(tok));
+    ChatFormat *cf = chat_format_load(tok, &err);
+    if (cf)
+        printf("chat format: %s (%s)\n", chat_format_name(cf),
+               chat_format_thinking_switch(cf) ? "enable_thinking switches the think block"
+                                               : "no thinking switch");
+    else
+        printf("chat format: none: %s\n", err.msg);
+    chat_format_free(cf);
+    tokenizer_free(tok);
+    GenConfig gc;
+    if (gen_config_read(dir, &gc, &err))
+        printf("generation_config.json: %s\n", err.msg);
+    else if (gc.found && gc.do_sample)
+        printf("generation_config.json: sampling with temperature %g, top-k %d, top-p %g, min-p "
+               "%g%s%s\n",
+               (double)gc.sp.temperature, gc.sp.top_k, (double)gc.sp.top_p, (double)gc.sp.min_p,
+               gc.ignored[0] ? "; not applied: " : "", gc.ignored);
+    else if (gc.found)
+        printf("generation_config.json: greedy (do_sample is not true)%s%s\n",
+               gc.ignored[0] ? "; not applied: " : "", gc.ignored);
+}
+
 static int inspect_dir(const char *dir) {
     Err err;
     char *cfg = fs_join(dir, "config.json");
@@ -125,6 +165,7 @@ static int inspect_dir(const char *dir) {
         }
     }
     print_tensors(&set, set.nfiles > 1);
+    print_tokenizer(dir);
     HfKeyTable t;
     hf_keys_build(&t, &spec);
     HfCheck c;
