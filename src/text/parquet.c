@@ -1375,24 +1375,27 @@ static json_t *tool_calls_next(ToolCalls *t) {
         json_t *call = json_null();
         if (d >= t->d_call) {
             json_t *f = json_object();
-            if (d == nl->max_def)
-                json_object_set_new(f, "name",
-                                    json_stringn_nocheck(t->v[0][t->at[0]].p, t->v[0][t->at[0]].n)),
-                    t->at[0]++;
+            if (d == nl->max_def) {
+                const ParquetStr *name = &t->v[0][t->at[0]++];
+                json_object_set_new(f, "name", json_stringn_nocheck(name->p, name->n));
+            }
             if (al) {
                 json_t *a = json_null();
                 if (al->def[i] == al->max_def) {
-                    a = json_stringn_nocheck(t->v[1][t->at[1]].p, t->v[1][t->at[1]].n);
-                    t->at[1]++;
+                    const ParquetStr *args = &t->v[1][t->at[1]++];
+                    a = json_stringn_nocheck(args->p, args->n);
                 }
                 json_object_set_new(f, "arguments", a);
             }
-            if (t->wrapped) {
-                call = json_object();
-                json_object_set_new(call, "function",
-                                    d >= t->d_fn ? f : (json_decref(f), json_null()));
-            } else {
+            if (!t->wrapped) {
                 call = f;
+            } else {
+                call = json_object();
+                if (d < t->d_fn) { /* a null function */
+                    json_decref(f);
+                    f = json_null();
+                }
+                json_object_set_new(call, "function", f);
             }
         }
         json_array_append_new(calls, call);
