@@ -6,13 +6,17 @@ twice since:
   * "string content": every message's content is read through `content`, set to the message's
     content when that is a string and to '' otherwise (null content, as OpenAI's tool-call
     messages carry, renders as nothing instead of failing); reasoning_content is taken when it
-    is a string. The hybrid-thinking models' repositories carry this revision now.
+    is a string. Later revisions of the hybrid-thinking models' tokenizer_config.json carry
+    it (as projects quoting Qwen3-8B's file show).
   * the 2507 releases keep that body and change only the generation prompt: Instruct-2507
     opens a plain assistant turn and Thinking-2507 one that starts with "<think>\\n"; neither
     reads enable_thinking.
 This module rebuilds those texts byte for byte from the original (each edit must match exactly
 once) so the fixtures can be made without network access; qtitan recognises a template by the
-FNV-1a hash of its exact text (src/text/chat_template.c), printed by `main`.
+FNV-1a hash of its exact text (src/text/chat_template.c), printed by `main`. The texts were
+checked by eye against copies of the published files (the 2507 ones as tokenizer_config.json
+and GGUF metadata quote them); should a published file differ by a byte, qtitan names its hash
+in a sentence instead of rendering it wrongly.
 
 Usage: python3 tools/qwen3_templates.py [SHARED_DIR]
   writes tests/fixtures/chat/templates/<name>.jinja and prints each template's hash.
