@@ -10,16 +10,21 @@
 #include "core/json.h"
 #include "text/jsonl.h"
 
-/* A number, null (absent) or the wrong kind: 1 with *out set, 0 for absent or null, -1 with a
- * sentence. */
-static int number(const json_t *root, const char *key, const char *file, double *out, Err *err) {
+/* The number under key, when it is there and not null, into *out (else *out is kept): it must
+ * lie in [lo, hi] (above lo when lo_open) and be whole when `whole`; `range` says so in the
+ * sentence otherwise. */
+static int number(const json_t *root, const char *key, const char *file, double lo, int lo_open,
+                  double hi, int whole, const char *range, double *out, Err *err) {
     const json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v)) return 0;
     if (!json_is_number(v))
         return err_set(err, "%s: \"%s\" must be a number or null, found %s", file, key,
                        json_kind(v));
-    *out = json_number_value(v);
-    return 1;
+    double x = json_number_value(v);
+    if (!(lo_open ? x > lo : x >= lo) || !(x <= hi) || (whole && x != floor(x)))
+        return err_set(err, "%s: \"%s\" must be %s, found %g", file, key, range, x);
+    *out = x;
+    return 0;
 }
 
 /* Appends "key = value" to gc->ignored when the file sets key to something other than `off`
@@ -60,31 +65,18 @@ int gen_config_parse(const char *text, size_t len, const char *file, GenConfig *
     if (rc == 0 && ds && !json_is_null(ds) && !json_is_boolean(ds))
         rc = err_set(err, "%s: \"do_sample\" must be true, false or null, found %s", file,
                      json_kind(ds));
-    /* transformers' defaults for what the file leaves out. */
+    /* transformers' defaults for what the file leaves out. A temperature of 0 is refused only
+     * where it would be used (transformers raises). */
     double t = 1.0, k = 50, p = 1.0, mp = 0, mnt = 0;
-    int r = 0;
-    /* A temperature of 0 is refused only where it would be used (transformers raises). */
-    if (rc == 0 && (r = number(root, "temperature", file, &t, err)) >= 0 && r == 1 &&
-        !((json_is_true(ds) ? t > 0 : t >= 0) && isfinite(t)))
-        rc = err_set(err, "%s: \"temperature\" must be > 0%s, found %g", file,
-                     json_is_true(ds) ? " when do_sample is true" : "", t);
-    if (r < 0) rc = -1;
-    if (rc == 0 && (r = number(root, "top_k", file, &k, err)) >= 0 && r == 1 &&
-        !(k >= 0 && k == floor(k) && k <= 1e9))
-        rc = err_set(err, "%s: \"top_k\" must be a whole number >= 0, found %g", file, k);
-    if (r < 0) rc = -1;
-    if (rc == 0 && (r = number(root, "top_p", file, &p, err)) >= 0 && r == 1 && !(p > 0 && p <= 1))
-        rc = err_set(err, "%s: \"top_p\" must be in (0, 1], found %g", file, p);
-    if (r < 0) rc = -1;
-    if (rc == 0 && (r = number(root, "min_p", file, &mp, err)) >= 0 && r == 1 &&
-        !(mp >= 0 && mp <= 1))
-        rc = err_set(err, "%s: \"min_p\" must be in [0, 1], found %g", file, mp);
-    if (r < 0) rc = -1;
-    if (rc == 0 && (r = number(root, "max_new_tokens", file, &mnt, err)) >= 0 && r == 1 &&
-        !(mnt >= 1 && mnt == floor(mnt) && mnt <= 1e9))
-        rc =
-            err_set(err, "%s: \"max_new_tokens\" must be a whole number >= 1, found %g", file, mnt);
-    if (r < 0) rc = -1;
+    int sample = rc == 0 && json_is_true(ds);
+    if (rc == 0)
+        rc = number(root, "temperature", file, 0, sample, 1e30, 0,
+                    sample ? "> 0 when do_sample is true" : ">= 0", &t, err);
+    if (rc == 0) rc = number(root, "top_k", file, 0, 0, 1e9, 1, "a whole number >= 0", &k, err);
+    if (rc == 0) rc = number(root, "top_p", file, 0, 1, 1, 0, "in (0, 1]", &p, err);
+    if (rc == 0) rc = number(root, "min_p", file, 0, 0, 1, 0, "in [0, 1]", &mp, err);
+    if (rc == 0)
+        rc = number(root, "max_new_tokens", file, 1, 0, 1e9, 1, "a whole number >= 1", &mnt, err);
     const json_t *eos = rc == 0 ? json_object_get(root, "eos_token_id") : NULL;
     if (rc == 0 && eos && !json_is_null(eos)) {
         size_t n = json_is_array(eos) ? json_array_size(eos) : 1;
