@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -432,6 +433,54 @@ static void test_feed(void **state) {
     free(p);
 }
 
+/* Lines are rendered in parallel batches (RENDER_BATCH lines): the data does not depend on the
+ * thread count, and of two bad lines in one batch the first is the one reported. */
+static void test_threads(void **state) {
+    (void)state;
+    size_t flen = strlen(FIVE), n = 3000 / 5;
+    char *text = xmalloc(flen * n + 1), *bad = xmalloc(flen * n + 200);
+    for (size_t i = 0; i < n; i++)
+        memcpy(text + i * flen, FIVE, flen);
+    text[flen * n] = 0;
+    char *p = write_file("many.jsonl", text);
+    ChatData one, two;
+    Err err;
+    ChatDataOptions o = opts(p, DATA_MESSAGES, 64);
+    omp_set_num_threads(1);
+    if (chat_data_open(&one, &o, fmt, 151643, &err)) fail_msg("%s", err.msg);
+    omp_set_num_threads(2);
+    if (chat_data_open(&two, &o, fmt, 151643, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(one.n_conv, 3000);
+    assert_int_equal(one.n_tokens, two.n_tokens);
+    assert_memory_equal(one.ids, two.ids, (size_t)one.n_tokens * sizeof *one.ids);
+    assert_memory_equal(one.targets, two.targets, (size_t)one.n_tokens * sizeof *one.targets);
+    chat_data_close(&one);
+    chat_data_close(&two);
+    free(p);
+    /* Lines 1500 and 1600 bad (the same batch): line 1500 is named. */
+    size_t at = 0, line = 0;
+    for (const char *q = text; *q; q++) {
+        if (q == text || q[-1] == '\n') {
+            line++;
+            if (line == 1500 || line == 1600) {
+                const char *b = line == 1500 ? "{\"messages\": 1}\n" : "not json\n";
+                memcpy(bad + at, b, strlen(b));
+                at += strlen(b);
+            }
+        }
+        bad[at++] = *q;
+    }
+    bad[at] = 0;
+    p = write_file("bad_many.jsonl", bad);
+    o = opts(p, DATA_MESSAGES, 64);
+    assert_int_not_equal(chat_data_open(&one, &o, fmt, 151643, &err), 0);
+    assert_non_null(strstr(err.msg, "bad_many.jsonl:1500: \"messages\" must be an array"));
+    omp_set_num_threads(1);
+    free(p);
+    free(text);
+    free(bad);
+}
+
 int main(void) {
     const char *sd = getenv("QT_SHARED_DIR");
     /* Skipped only without ../shared (a user's clone); CI has it, so a missing file fails. */
@@ -451,7 +500,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shapes),   cmocka_unit_test(test_packing_and_padding),
         cmocka_unit_test(test_too_long), cmocka_unit_test(test_bad_lines),
-        cmocka_unit_test(test_feed),
+        cmocka_unit_test(test_feed),     cmocka_unit_test(test_threads),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     fs_remove_tree(tmpdir, &err);

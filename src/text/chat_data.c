@@ -416,6 +416,34 @@ static int read_parquet(ChatData *cd, Grow *g, const char *file, const ChatForma
     return rc;
 }
 
+/* Lines of a JSON Lines file rendered a batch at a time, in parallel over the lines (each one
+ * parsed and rendered on its own: chat_render and the tokenizer are thread-safe), then kept in
+ * file order, so the data and the first error reported do not depend on the thread count. */
+enum { RENDER_BATCH = 1024 };
+
+typedef struct RenderSlot {
+    const char *line;
+    size_t len;
+    int64_t lineno;
+    ChatTokens tok;
+    int rc;
+    Err err;
+} RenderSlot;
+
+static void render_slot(const ChatData *cd, const ChatFormat *cf, const char *file, RenderSlot *s) {
+    json_t *root;
+    ChatMessage *msgs;
+    size_t n;
+    const json_t *tools;
+    s->rc = chat_data_parse_line(s->line, s->len, cd->opt.format, file, s->lineno, &root, &msgs, &n,
+                                 &tools, &s->err);
+    if (s->rc != 0) return;
+    s->rc = chat_render(cf, msgs, n, (ChatOptions){0, 1, tools}, &s->tok, &s->err);
+    if (s->rc != 0) err_wrap(&s->err, "%s:%lld", file, (long long)s->lineno);
+    free(msgs);
+    json_decref(root);
+}
+
 static int read_file(ChatData *cd, Grow *g, const char *file, const ChatFormat *cf, int64_t *lines,
                      Err *err) {
     char *buf;
@@ -425,30 +453,37 @@ static int read_file(ChatData *cd, Grow *g, const char *file, const ChatFormat *
     size_t pos = jsonl_bom_len(buf, len), line_len;
     const char *line;
     int64_t lineno = 0;
-    int rc = 0;
-    ChatTokens tok = {0};
-    while (rc == 0 && jsonl_next_line(buf, len, &pos, &line, &line_len) == 0) {
-        lineno++;
-        if (jsonl_is_blank(line, line_len)) continue;
-        json_t *root;
-        ChatMessage *msgs;
-        size_t n;
-        const json_t *tools;
-        rc = chat_data_parse_line(line, line_len, cd->opt.format, file, lineno, &root, &msgs, &n,
-                                  &tools, err);
-        if (rc != 0) break;
-        char where[1100];
-        snprintf(where, sizeof where, "%s:%lld", file, (long long)lineno);
-        rc = chat_render(cf, msgs, n, (ChatOptions){0, 1, tools}, &tok, err);
-        if (rc != 0)
-            err_wrap(err, "%s", where);
-        else
-            rc = keep(cd, g, &tok, where, err);
-        free(msgs);
-        json_decref(root);
-        (*lines)++;
+    int rc = 0, more = 1;
+    RenderSlot *slots = xcalloc(RENDER_BATCH, sizeof *slots);
+    json_object_seed(0); /* before any thread parses JSON */
+    while (rc == 0 && more) {
+        int n = 0;
+        while (n < RENDER_BATCH &&
+               (more = jsonl_next_line(buf, len, &pos, &line, &line_len) == 0)) {
+            lineno++;
+            if (jsonl_is_blank(line, line_len)) continue;
+            slots[n].line = line;
+            slots[n].len = line_len;
+            slots[n++].lineno = lineno;
+        }
+#pragma omp parallel for schedule(dynamic, 16)
+        for (int i = 0; i < n; i++)
+            render_slot(cd, cf, file, &slots[i]);
+        for (int i = 0; i < n && rc == 0; i++) {
+            (*lines)++;
+            if (slots[i].rc != 0) {
+                *err = slots[i].err;
+                rc = -1;
+                break;
+            }
+            char where[1100];
+            snprintf(where, sizeof where, "%s:%lld", file, (long long)slots[i].lineno);
+            rc = keep(cd, g, &slots[i].tok, where, err);
+        }
     }
-    chat_tokens_free(&tok);
+    for (int i = 0; i < RENDER_BATCH; i++)
+        chat_tokens_free(&slots[i].tok);
+    free(slots);
     free(buf);
     return rc;
 }
