@@ -433,7 +433,23 @@ static void test_feed(void **state) {
     free(p);
 }
 
-/* Lines are rendered in parallel batches (RENDER_BATCH lines): the data does not depend on the
+/* The data of o, opened on 1 thread and on 2: n conversations, the same ids and targets. */
+static void same_on_1_and_2_threads(const ChatDataOptions *o, int64_t n) {
+    ChatData one, two;
+    Err err;
+    omp_set_num_threads(1);
+    if (chat_data_open(&one, o, fmt, 151643, &err)) fail_msg("%s", err.msg);
+    omp_set_num_threads(2);
+    if (chat_data_open(&two, o, fmt, 151643, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(one.n_conv, n);
+    assert_int_equal(one.n_tokens, two.n_tokens);
+    assert_memory_equal(one.ids, two.ids, (size_t)one.n_tokens * sizeof *one.ids);
+    assert_memory_equal(one.targets, two.targets, (size_t)one.n_tokens * sizeof *one.targets);
+    chat_data_close(&one);
+    chat_data_close(&two);
+}
+
+/* Lines and Parquet rows are rendered in parallel batches: the data does not depend on the
  * thread count, and of two bad lines in one batch the first is the one reported. */
 static void test_threads(void **state) {
     (void)state;
@@ -443,19 +459,10 @@ static void test_threads(void **state) {
         memcpy(text + i * flen, FIVE, flen);
     text[flen * n] = 0;
     char *p = write_file("many.jsonl", text);
-    ChatData one, two;
+    ChatData one;
     Err err;
     ChatDataOptions o = opts(p, DATA_MESSAGES, 64);
-    omp_set_num_threads(1);
-    if (chat_data_open(&one, &o, fmt, 151643, &err)) fail_msg("%s", err.msg);
-    omp_set_num_threads(2);
-    if (chat_data_open(&two, &o, fmt, 151643, &err)) fail_msg("%s", err.msg);
-    assert_int_equal(one.n_conv, 3000);
-    assert_int_equal(one.n_tokens, two.n_tokens);
-    assert_memory_equal(one.ids, two.ids, (size_t)one.n_tokens * sizeof *one.ids);
-    assert_memory_equal(one.targets, two.targets, (size_t)one.n_tokens * sizeof *one.targets);
-    chat_data_close(&one);
-    chat_data_close(&two);
+    same_on_1_and_2_threads(&o, 3000);
     free(p);
     /* Lines 1500 and 1600 bad (the same batch): line 1500 is named. */
     size_t at = 0, line = 0;
@@ -475,10 +482,25 @@ static void test_threads(void **state) {
     o = opts(p, DATA_MESSAGES, 64);
     assert_int_not_equal(chat_data_open(&one, &o, fmt, 151643, &err), 0);
     assert_non_null(strstr(err.msg, "bad_many.jsonl:1500: \"messages\" must be an array"));
-    omp_set_num_threads(1);
     free(p);
     free(text);
     free(bad);
+
+    /* The same for Parquet rows (chat_many.parquet: 3,000 rows in groups of 700); in
+     * chat_many_bad.parquet row 1500 fails to render (a null content, which this folder's
+     * template cannot render) and row 1600 as it is read (a null role): 1500 is named. */
+    char *pq = fs_join(getenv("QT_SOURCE_DIR"), "tests/fixtures/parquet/chat_many.parquet");
+    o = opts(pq, DATA_MESSAGES, 64);
+    same_on_1_and_2_threads(&o, 3000);
+    free(pq);
+    pq = fs_join(getenv("QT_SOURCE_DIR"), "tests/fixtures/parquet/chat_many_bad.parquet");
+    o = opts(pq, DATA_MESSAGES, 64);
+    assert_int_not_equal(chat_data_open(&one, &o, fmt, 151643, &err), 0);
+    fprintf(stderr, "expected error: %s\n", err.msg);
+    assert_non_null(
+        strstr(err.msg, "chat_many_bad.parquet: row 1500: messages[0].content is null"));
+    omp_set_num_threads(1);
+    free(pq);
 }
 
 int main(void) {

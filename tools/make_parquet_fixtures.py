@@ -49,6 +49,9 @@ and files qtitan must refuse with a sentence:
   chat_tools.parquet    conversations beside a "tools" column (tool definitions), refused too
   chat_sharegpt.parquet chat.jsonl's conversations as ShareGPT writes them ("conversations" of
                         {from, value}, roles human / gpt / system)
+  chat_many.parquet, chat_many_bad.parquet
+                        3,000 short conversations (more than a render batch), and the same with
+                        rows 1500 and 1600 bad, for test_chat_data
 
 Usage: python3 tools/make_parquet_fixtures.py [OUT_DIR]
 """
@@ -184,6 +187,15 @@ def main():
         with open(os.path.join(OUT, name + ".jsonl"), "w", encoding="utf-8") as f:
             for c in convs:
                 f.write(json.dumps({"messages": c}, ensure_ascii=False) + "\n")
+    # More rows than a render batch (1,024): chat data renders them in parallel, kept in order.
+    many = [[{"role": "user", "content": f"Say {i}."}, {"role": "assistant", "content": str(i)}]
+            for i in range(3000)]
+    write("chat_many.parquet", pa.table({"messages": pa.array(many)}), row_group_size=700)
+    # Rows 1500 and 1600 bad: a null user content (which the first Qwen3 template cannot
+    # render) and a null role (refused as the row is read); row 1500 is the one reported.
+    many[1499][0]["content"] = None
+    many[1599][0]["role"] = None
+    write("chat_many_bad.parquet", pa.table({"messages": pa.array(many)}), row_group_size=700)
     tools = [{"type": "function", "function": {"name": "f", "description": "d"}}]
     write("chat_tools.parquet", pa.table({
         "messages": pa.array([[{"role": "user", "content": "hi"},

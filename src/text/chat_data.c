@@ -295,51 +295,141 @@ static int keep(ChatData *cd, Grow *g, const ChatTokens *tok, const char *where,
     return 0;
 }
 
-/* One row of a Parquet file's "messages" (or "conversations") column, rendered and kept as a
- * JSON Lines line is. */
+/* Rows of a Parquet file's "messages" (or "conversations") column, checked as they come and
+ * rendered a batch at a time in parallel, then kept in row order as JSON Lines lines are (the
+ * rows' strings are copied: the pages they lie in are released as the reader moves on). */
+enum { PQ_BATCH = 1024 };
+
+typedef struct PqSlot {
+    int64_t row;
+    ChatMessage *msgs;
+    int64_t n, cap;
+    char *text; /* the row's contents and reasonings, which msgs point into */
+    ChatTokens tok;
+    int rc;
+    Err err;
+} PqSlot;
+
 typedef struct ParquetRows {
     ChatData *cd;
     Grow *g;
     const ChatFormat *cf;
     const char *file;
     int64_t *lines;
-    ChatMessage *msgs;
-    int64_t cap;
-    ChatTokens tok;
     const char *column; /* "messages", or ShareGPT's "conversations" (roles "human", "gpt") */
+    PqSlot *slots;      /* PQ_BATCH rows waiting to be rendered */
+    int n;
 } ParquetRows;
+
+static void pq_where(const ParquetRows *pr, int64_t row, char *where, size_t cap) {
+    snprintf(where, cap, "%s: row %lld", pr->file, (long long)row + 1);
+}
+
+/* Renders the waiting rows in parallel and keeps them in order; the first failure (in row
+ * order) is the one reported. */
+static int pq_flush(ParquetRows *pr, Err *err) {
+#pragma omp parallel for schedule(dynamic, 16)
+    for (int i = 0; i < pr->n; i++) {
+        PqSlot *s = &pr->slots[i];
+        s->rc =
+            chat_render(pr->cf, s->msgs, (size_t)s->n, (ChatOptions){0, 1, NULL}, &s->tok, &s->err);
+    }
+    int rc = 0;
+    for (int i = 0; i < pr->n; i++) {
+        PqSlot *s = &pr->slots[i];
+        char where[1100];
+        pq_where(pr, s->row, where, sizeof where);
+        if (rc == 0 && s->rc != 0) {
+            *err = s->err;
+            rc = err_wrap(err, "%s", where);
+        }
+        if (rc == 0) rc = keep(pr->cd, pr->g, &s->tok, where, err);
+        for (int64_t k = 0; k < s->n; k++)
+            json_decref((json_t *)s->msgs[k].tool_calls);
+        free(s->text);
+        s->text = NULL;
+        s->n = 0;
+    }
+    pr->n = 0;
+    return rc;
+}
+
+/* A row's messages, checked (roles, tool calls) and copied into the next slot. */
+static int pq_take(ParquetRows *pr, int64_t row, const ParquetStr *roles,
+                   const ParquetStr *contents, const ParquetStr *reasonings,
+                   const json_t *const *tool_calls, int64_t n, Err *err) {
+    char where[1100];
+    pq_where(pr, row, where, sizeof where);
+    if (n == 0) return err_set(err, "%s: the conversation has no messages", where);
+    PqSlot *s = &pr->slots[pr->n];
+    if (n > s->cap) {
+        s->cap = n;
+        s->msgs = xrealloc(s->msgs, (size_t)n * sizeof *s->msgs);
+    }
+    size_t bytes = 1;
+    for (int64_t i = 0; i < n; i++)
+        bytes += (contents[i].p ? contents[i].n : 0) + (reasonings[i].p ? reasonings[i].n : 0);
+    s->text = xmalloc(bytes);
+    s->row = row;
+    s->n = 0;
+    size_t at = 0;
+    int sharegpt = strcmp(pr->column, "conversations") == 0;
+    for (int64_t i = 0; i < n; i++) {
+        ChatMessage *m = &s->msgs[s->n];
+        *m = (ChatMessage){0};
+        int rc = roles[i].p
+                     ? 0
+                     : err_set(err, "%s: messages[%lld] has no \"role\"", where, (long long)i);
+        if (rc == 0)
+            rc = read_role(roles[i].p, roles[i].n, where, pr->column, (long long)i, sharegpt,
+                           &m->role, err);
+        if (rc == 0)
+            rc = set_tool_calls(m, tool_calls ? tool_calls[i] : NULL, where, pr->column,
+                                (long long)i, err);
+        if (rc != 0) {
+            for (int64_t k = 0; k < s->n; k++)
+                json_decref((json_t *)s->msgs[k].tool_calls);
+            free(s->text);
+            s->text = NULL;
+            s->n = 0;
+            return -1;
+        }
+        json_incref((json_t *)m->tool_calls);
+        m->content_null = !contents[i].p;
+        m->content = s->text + at;
+        if (contents[i].p) {
+            memcpy(s->text + at, contents[i].p, contents[i].n);
+            m->content_len = contents[i].n;
+            at += contents[i].n;
+        }
+        if (reasonings[i].p) {
+            m->reasoning = s->text + at;
+            m->reasoning_len = reasonings[i].n;
+            memcpy(s->text + at, reasonings[i].p, reasonings[i].n);
+            at += reasonings[i].n;
+        }
+        s->n++;
+    }
+    pr->n++;
+    return 0;
+}
+
+/* A row's failure, reported after the waiting rows are rendered: an earlier row that fails is
+ * the one to report. */
+static int pq_fail(ParquetRows *pr, Err *err) {
+    Err mine = *err;
+    if (pq_flush(pr, err) == 0) *err = mine;
+    return -1;
+}
 
 static int parquet_row(void *ctx, int64_t row, const ParquetStr *roles, const ParquetStr *contents,
                        const ParquetStr *reasonings, const json_t *const *tool_calls, int64_t n,
                        Err *err) {
     ParquetRows *pr = ctx;
-    char where[1100];
-    snprintf(where, sizeof where, "%s: row %lld", pr->file, (long long)row + 1);
     (*pr->lines)++;
-    if (n == 0) return err_set(err, "%s: the conversation has no messages", where);
-    if (n > pr->cap) {
-        pr->cap = n;
-        pr->msgs = xrealloc(pr->msgs, (size_t)n * sizeof *pr->msgs);
-    }
-    for (int64_t i = 0; i < n; i++) {
-        ChatMessage *m = &pr->msgs[i];
-        *m = (ChatMessage){0};
-        if (!roles[i].p)
-            return err_set(err, "%s: messages[%lld] has no \"role\"", where, (long long)i);
-        int sharegpt = strcmp(pr->column, "conversations") == 0;
-        TRY(read_role(roles[i].p, roles[i].n, where, pr->column, (long long)i, sharegpt, &m->role,
-                      err));
-        m->content_null = !contents[i].p;
-        m->content = m->content_null ? "" : contents[i].p;
-        m->content_len = m->content_null ? 0 : contents[i].n;
-        m->reasoning = reasonings[i].p;
-        m->reasoning_len = reasonings[i].n;
-        TRY(set_tool_calls(m, tool_calls ? tool_calls[i] : NULL, where, pr->column, (long long)i,
-                           err));
-    }
-    if (chat_render(pr->cf, pr->msgs, (size_t)n, (ChatOptions){0, 1, NULL}, &pr->tok, err))
-        return err_wrap(err, "%s", where);
-    return keep(pr->cd, pr->g, &pr->tok, where, err);
+    if (pq_take(pr, row, roles, contents, reasonings, tool_calls, n, err) != 0)
+        return pq_fail(pr, err);
+    return pr->n == PQ_BATCH ? pq_flush(pr, err) : 0;
 }
 
 /* A row of string columns: prompt and completion, or instruction, input and output (as the
@@ -347,13 +437,15 @@ static int parquet_row(void *ctx, int64_t row, const ParquetStr *roles, const Pa
 static int parquet_flat_row(void *ctx, int64_t row, const ParquetStr *v, Err *err) {
     ParquetRows *pr = ctx;
     char where[1100];
-    snprintf(where, sizeof where, "%s: row %lld", pr->file, (long long)row + 1);
+    pq_where(pr, row, where, sizeof where);
     int instr = pr->cd->opt.format == DATA_INSTRUCTION;
     const char *const names[2][3] = {{"prompt", "completion", ""},
                                      {"instruction", "input", "output"}};
     for (int k = 0; k < 2 + instr; k++)
-        if (!v[k].p && !(instr && k == 1))
-            return err_set(err, "%s: \"%s\" is null", where, names[instr][k]);
+        if (!v[k].p && !(instr && k == 1)) {
+            err_set(err, "%s: \"%s\" is null", where, names[instr][k]);
+            return pq_fail(pr, err);
+        }
     ParquetStr user = v[0], answer = v[instr ? 2 : 1];
     char *joined = NULL;
     if (instr && v[1].p && v[1].n) { /* the instruction, a blank line, the input */
@@ -378,7 +470,7 @@ static int read_parquet(ChatData *cd, Grow *g, const char *file, const ChatForma
     size_t len;
     TRY(fs_map_read(file, &map, &len, err));
     const char *buf = len ? map : "";
-    ParquetRows pr = {cd, g, cf, file, lines, NULL, 0, {0}, "messages"};
+    ParquetRows pr = {cd, g, cf, file, lines, "messages", xcalloc(PQ_BATCH, sizeof(PqSlot)), 0};
     /* Tool definitions change every rendered conversation; not read from Parquet, they must
      * not be dropped in silence. */
     int tools = 0, rc = parquet_has_column(buf, len, file, "tools", &tools, err);
@@ -389,6 +481,7 @@ static int read_parquet(ChatData *cd, Grow *g, const char *file, const ChatForma
                      "Dataset.to_json does)",
                      file);
     if (rc != 0) {
+        free(pr.slots);
         fs_unmap(map, len);
         return -1;
     }
@@ -410,8 +503,13 @@ static int read_parquet(ChatData *cd, Grow *g, const char *file, const ChatForma
         rc = parquet_read_rows(buf, len, file, cols, required, 2 + instr, parquet_flat_row, &pr,
                                err);
     }
-    free(pr.msgs);
-    chat_tokens_free(&pr.tok);
+    if (rc == 0) rc = pq_flush(&pr, err);
+    for (int i = 0; i < PQ_BATCH; i++) {
+        free(pr.slots[i].msgs);
+        free(pr.slots[i].text);
+        chat_tokens_free(&pr.slots[i].tok);
+    }
+    free(pr.slots);
     fs_unmap(map, len);
     return rc;
 }
