@@ -503,7 +503,9 @@ static int read_parquet(ChatData *cd, Grow *g, const char *file, const ChatForma
         rc = parquet_read_rows(buf, len, file, cols, required, 2 + instr, parquet_flat_row, &pr,
                                err);
     }
-    if (rc == 0) rc = pq_flush(&pr, err);
+    /* The rows still waiting: rendered and kept, or, after a reader's failure, rendered so an
+     * earlier row's failure is the one reported (and their tool calls released either way). */
+    rc = rc == 0 ? pq_flush(&pr, err) : pq_fail(&pr, err);
     for (int i = 0; i < PQ_BATCH; i++) {
         free(pr.slots[i].msgs);
         free(pr.slots[i].text);
