@@ -216,14 +216,10 @@ static int tokenize_parquet(Run *r, const char *path) {
     Err err;
     const char *data = NULL;
     size_t len = 0;
-    Parquet *pq = NULL;
     int rc = fs_map_read(path, &data, &len, &err);
-    if (rc == 0) rc = parquet_open(&pq, len ? data : "", len, path, r->field, &err);
-    for (int g = 0; rc == 0 && g < parquet_row_groups(pq); g++)
-        rc = parquet_stream_group(pq, g, parquet_docs, r, &err);
+    if (rc == 0) rc = parquet_stream_column(data, len, path, r->field, parquet_docs, NULL, r, &err);
     /* A failed batch has said why; a reader's failure has not. */
     if (rc != 0 && r->status == 0) fprintf(stderr, "error: %s\n", err.msg);
-    if (pq) parquet_close(pq);
     fs_unmap(data, len);
     return rc != 0;
 }

@@ -47,11 +47,7 @@ static int add_parquet(BpeTrainer *tr, const char *path, const char *field, Err 
     const char *data;
     size_t len;
     TRY(fs_map_read(path, &data, &len, err));
-    Parquet *pq;
-    int rc = parquet_open(&pq, len ? data : "", len, path, field, err);
-    for (int g = 0; rc == 0 && g < parquet_row_groups(pq); g++)
-        rc = parquet_stream_group(pq, g, add_values, tr, err);
-    if (pq) parquet_close(pq);
+    int rc = parquet_stream_column(data, len, path, field, add_values, NULL, tr, err);
     fs_unmap(data, len);
     return rc;
 }

@@ -527,19 +527,18 @@ static int parquet_docs(void *ctx, const ParquetStr *v, int64_t n, Err *err) {
     return rc;
 }
 
+static void parquet_progress(void *ctx, int64_t end) {
+    Build *b = ((ParquetDocs *)ctx)->b;
+    progress_update(&b->prog, b->bytes_before + (double)end);
+}
+
 /* The text column of a Parquet file (text/parquet.h), row group by row group, each non-null
  * value a document, streamed a batch of pages at a time. */
 static int tokenize_parquet(Build *b, const char *path, const char *map, size_t size, Slot *slots,
                             Err *err) {
-    Parquet *pq;
-    int rc = parquet_open(&pq, size ? map : "", size, path, b->opt->text_field, err);
     ParquetDocs docs = {b, path, slots, 0};
-    for (int g = 0; rc == 0 && g < parquet_row_groups(pq); g++) {
-        rc = parquet_stream_group(pq, g, parquet_docs, &docs, err);
-        if (rc == 0) progress_update(&b->prog, b->bytes_before + (double)parquet_group_end(pq, g));
-    }
-    if (pq) parquet_close(pq);
-    return rc;
+    return parquet_stream_column(map, size, path, b->opt->text_field, parquet_docs,
+                                 parquet_progress, &docs, err);
 }
 
 static int tokenize_compressed(Build *b, const char *path, Slot *slots, Err *err) {

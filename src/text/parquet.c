@@ -1240,6 +1240,19 @@ int parquet_stream_group(Parquet *pq, int g, ParquetBatchFn fn, void *ctx, Err *
     return rc;
 }
 
+int parquet_stream_column(const void *data, size_t size, const char *name, const char *column,
+                          ParquetBatchFn fn, void (*group_done)(void *ctx, int64_t end), void *ctx,
+                          Err *err) {
+    Parquet *pq = NULL;
+    int rc = parquet_open(&pq, size ? data : "", size, name, column, err);
+    for (int g = 0; rc == 0 && g < pq->n_groups; g++) {
+        rc = parquet_stream_group(pq, g, fn, ctx, err);
+        if (rc == 0 && group_done) group_done(ctx, parquet_group_end(pq, g));
+    }
+    if (pq) parquet_close(pq);
+    return rc;
+}
+
 /* ---- conversations ------------------------------------------------------------------------- */
 
 /* The message fields read from Parquet: role and content, then the names an assistant's

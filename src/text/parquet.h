@@ -83,6 +83,13 @@ int parquet_stream_group(Parquet *pq, int g, ParquetBatchFn fn, void *ctx, Err *
 int parquet_has_column(const void *data, size_t size, const char *name, const char *column,
                        int *has, Err *err);
 
+/* The string column `column` of the Parquet bytes data[0..size) (`name` in sentences), every
+ * row group streamed to fn in turn (parquet_stream_group); group_done (NULL: none) hears after
+ * each group the file offset where it ends (for progress). */
+int parquet_stream_column(const void *data, size_t size, const char *name, const char *column,
+                          ParquetBatchFn fn, void (*group_done)(void *ctx, int64_t end), void *ctx,
+                          Err *err);
+
 /* Whether a file name ends in .parquet. */
 int parquet_is_name(const char *path);
 
