@@ -1,6 +1,9 @@
 /* libFuzzer target: arbitrary bytes as a safetensors file (through a memfd, so st_open maps
  * it like a real file). Every accepted tensor is read in full, which checks that validated
- * offsets really stay inside the mapping. */
+ * offsets really stay inside the mapping. The file is then opened again as a set, its
+ * F8_E4M3 weights are paired with their block scales (block rows and columns from the last
+ * byte, which a valid file may carry after its data), and every tensor is read again, the
+ * paired weights dequantized: the scales' checked shape must cover every block looked up. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +36,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             free(buf);
         }
         st_close(&f);
+        StSet set;
+        if (st_set_open(&set, path, &err) == 0) {
+            uint8_t last = size ? data[size - 1] : 0;
+            int64_t block[2] = {1 + (last & 7), 1 + (last >> 3)};
+            if (st_set_pair_fp8(&set, block, &err) >= 0)
+                for (int i = 0; i < set.files[0].n; i++) {
+                    const StTensor *t = &set.files[0].tensors[i];
+                    float *buf = malloc((size_t)t->numel * sizeof(float) + 1);
+                    st_to_f32(t, buf);
+                    free(buf);
+                }
+            st_set_close(&set);
+        }
     }
     close(fd);
     return 0;

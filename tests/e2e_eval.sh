@@ -41,4 +41,24 @@ expect_error eval "required" --model "$good"
 expect_error eval "unknown option" --model "$good" --tokens "$good/tokens.txt" --bogus 1
 mkdir "$TMP/noconfig"
 expect_error eval "config.json" --model "$TMP/noconfig" --tokens "$good/tokens.txt"
+# fp8 block-quantized weights (fixture fp8_blocks_untied) whose config.json does not say how
+# to read them, or says what qtitan does not read: one sentence each, naming the key or tensor.
+f8=$FIX/fp8_blocks_untied
+bad8() { # name, sed expression on config.json: prints the edited copy's path
+    cp -r "$f8" "$TMP/f8_$1"
+    sed -i "$2" "$TMP/f8_$1/config.json"
+    echo "$TMP/f8_$1"
+}
+expect_error eval 'has no quantization_config with quant_method "fp8"' \
+  --model "$(bad8 none '/"quantization_config"/,/^  },/d')" --tokens "$f8/tokens.txt"
+expect_error eval 'quantization_config.quant_method "gptq" is not read' \
+  --model "$(bad8 gptq 's/"fp8"/"gptq"/')" --tokens "$f8/tokens.txt"
+expect_error eval 'quantization_config.activation_scheme "static" is not read' \
+  --model "$(bad8 static 's/"dynamic"/"static"/')" --tokens "$f8/tokens.txt"
+expect_error eval 'quantization_config.fmt "e5m2" is not read' \
+  --model "$(bad8 e5m2 's/"e4m3"/"e5m2"/')" --tokens "$f8/tokens.txt"
+expect_error eval 'weight_block_size must be a list of two positive integers' \
+  --model "$(bad8 zero 's/^      16,/      0,/')" --tokens "$f8/tokens.txt"
+expect_error eval '"model.layers.0.mlp.down_proj.weight_scale_inv" has shape \[4, 3\], expected \[8, 3\]' \
+  --model "$(bad8 block 's/^      16,/      8,/')" --tokens "$f8/tokens.txt"
 echo "e2e_eval: all checks passed"

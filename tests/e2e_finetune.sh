@@ -52,6 +52,34 @@ done
 cmp -s "$hf/model.safetensors" "$tmp/ft2/checkpoint/step-3/hf/model.safetensors" \
   && { echo "FAIL: training with lr 1e-3 left the weights unchanged"; exit 1; }
 
+# A published fp8 checkpoint fine-tuned (tests/fixtures/generate/cli_tiny_fp8, stored as Qwen's
+# -FP8 releases are: F8_E4M3 projections with weight_scale_inv, quantization_config): the weights
+# load dequantized (torchtitan's initial_load_in_hf_quantized is accepted with a notice), a
+# zero-lr step exports exactly them as an ordinary unquantized HF directory (eval gives the fp8
+# directory's loss to the digit), and a real lr trains.
+f8=$QT_SOURCE_DIR/tests/fixtures/generate/cli_tiny_fp8
+"$q" train --config "$tmp/ft.toml" "${common[@]}" --model.hf_assets_path="$f8" \
+  --checkpoint.initial_load_path="$f8" --checkpoint.initial_load_in_hf_quantized=true \
+  --job.dump_folder="$tmp/f8" >"$tmp/f8.log" 2>&1 || { cat "$tmp/f8.log"; echo "FAIL: fp8 fine-tune"; exit 1; }
+grep -q "loaded initial weights from $f8" "$tmp/f8.log" || { cat "$tmp/f8.log"; echo "FAIL: fp8 not loaded"; exit 1; }
+grep -q "initial_load_in_hf_quantized.*read dequantized" "$tmp/f8.log" || { cat "$tmp/f8.log"; echo "FAIL: no notice"; exit 1; }
+f8hf=$tmp/f8/checkpoint/step-1/hf
+grep -q quantization_config "$f8hf/config.json" && { echo "FAIL: the export keeps quantization_config"; exit 1; }
+"$q" inspect "$f8hf" >"$tmp/f8.inspect" || { cat "$tmp/f8.inspect"; echo "FAIL: export does not check"; exit 1; }
+grep -q "F8_E4M3\|quantization" "$tmp/f8.inspect" && { cat "$tmp/f8.inspect"; echo "FAIL: export still fp8"; exit 1; }
+"$q" inspect "$f8" | grep -q "quantization: fp8 (F8_E4M3 weights, one scale per 8 x 8 block), read dequantized" ||
+  { echo "FAIL: inspect does not name the fp8 quantization"; exit 1; }
+printf '481 547 590 274 311 87 78 275 79 88 484 440\n' >"$tmp/f8.tokens"
+a=$("$q" eval --model "$f8" --tokens "$tmp/f8.tokens" 2>/dev/null | grep '^loss')
+b=$("$q" eval --model "$f8hf" --tokens "$tmp/f8.tokens" 2>/dev/null | grep '^loss')
+[ -n "$a" ] && [ "$a" = "$b" ] || { echo "FAIL: fp8 directory $a, its zero-lr export $b"; exit 1; }
+"$q" train --config "$tmp/ft.toml" "${common[@]}" --model.hf_assets_path="$f8" \
+  --checkpoint.initial_load_path="$f8" --optimizer.lr=1e-3 --training.steps=3 \
+  --job.dump_folder="$tmp/f8b" >"$tmp/f8b.log" 2>&1 || { cat "$tmp/f8b.log"; echo "FAIL: fp8 training"; exit 1; }
+cmp -s "$f8hf/model.safetensors" "$tmp/f8b/checkpoint/step-3/hf/model.safetensors" \
+  && { echo "FAIL: training from fp8 weights with lr 1e-3 left them unchanged"; exit 1; }
+echo "fp8 checkpoint: loaded dequantized ($a), exported unquantized, trained"
+
 # Weights that do not fit: config.json edited under them.
 bad() { # name, sed expression, then the texts the error must contain
   local d=$tmp/$1; cp -r "$hf" "$d"; sed -i "$2" "$d/config.json"; shift 2

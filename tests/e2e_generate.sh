@@ -23,6 +23,21 @@ grep -q 'generate: prompt 22 tokens.*tokens/s.*generation 24 tokens.*tokens/s' "
   fail "no speed line on stderr: $(cat "$TMP/err")"
 echo "greedy ids equal transformers' ($(arr "$got" ids | tr ',' ' ' | wc -w) tokens)"
 
+# An fp8 block-quantized copy of the model (cli_tiny_fp8, stored as Qwen's -FP8 releases are):
+# read dequantized, its greedy ids equal transformers' and their log-probs agree within 1e-4
+# (those of the unquantized model differ by ~1e-2); bf16 weights decode from it too.
+F8=$SRC/tests/fixtures/generate/cli_tiny_fp8
+lp() { echo "$1" | tr -d ' ' | sed -n 's/.*"logprobs":\[\([-0-9.e,]*\)\].*/\1/p' | tr ',' '\n'; }
+got=$("$QT" generate --model "$F8" --prompt "$prompt" --temperature 0 --max-new-tokens 24 --json 2>/dev/null)
+want=$(cat "$F8/expected.json")
+[ "$(arr "$got" ids)" = "$(arr "$want" ids)" ] || fail "fp8: greedy ids $(arr "$got" ids), transformers $(arr "$want" ids)"
+paste <(lp "$got") <(lp "$want") | awk 'NF != 2 { bad = 1 } { d = $1 - $2; if (d < 0) d = -d; if (d > 1e-4) bad = 1; n++ }
+  END { exit bad || n != 24 }' || fail "fp8: log-probs $(lp "$got" | tr '\n' ' ') vs transformers' $(lp "$want" | tr '\n' ' ')"
+"$QT" generate --model "$F8" --prompt "$prompt" --temperature 0 --max-new-tokens 24 --dtype bfloat16 \
+  --json >"$TMP/f8bf16" 2>"$TMP/err" || fail "fp8 with --dtype bfloat16: $(cat "$TMP/err")"
+[ "$(arr "$(cat "$TMP/f8bf16")" ids | tr ',' ' ' | wc -w)" -eq 24 ] || fail "fp8 bf16: $(cat "$TMP/f8bf16")"
+echo "fp8 block-quantized weights: greedy ids and log-probs equal transformers'"
+
 # Streaming text of one prompt; the same prompt inside a batch gives the same completion.
 text=$("$QT" generate --model "$FIX" --prompt "$prompt" --temperature 0 --max-new-tokens 24 2>/dev/null)
 [ -n "$text" ] || fail "no text streamed"

@@ -234,6 +234,55 @@ static void test_errors(void **state) {
     assert_non_null(strstr(err.msg, "/nonexistent/config.json"));
 }
 
+/* quantization_config: fp8 block quantization read with its block (Qwen3-*-FP8's config, and
+ * transformers' [128, 128] when weight_block_size is absent); what qtitan does not read is one
+ * sentence naming the key. */
+static void test_quantization_config(void **state) {
+    (void)state;
+    static const struct {
+        const char *q;
+        int64_t b0, b1;
+    } ok[] = {{"null", 0, 0},
+              {"{\"activation_scheme\":\"dynamic\",\"fmt\":\"e4m3\",\"quant_method\":\"fp8\","
+               "\"weight_block_size\":[128,128]}",
+               128, 128},
+              {"{\"quant_method\":\"fp8\",\"weight_block_size\":[16,32],"
+               "\"modules_to_not_convert\":[\"lm_head\"]}",
+               16, 32},
+              {"{\"quant_method\":\"fp8\"}", 128, 128}};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text,
+                 "{\"architectures\":[\"Qwen3ForCausalLM\"],\"quantization_config\":%s}", ok[i].q);
+        ModelSpec s;
+        HfConfigExtra x;
+        Err err;
+        if (model_spec_from_hf_config_text(&s, &x, text, strlen(text), "c.json", &err))
+            fail_msg("%s: %s", text, err.msg);
+        assert_int_equal(x.fp8_block[0], ok[i].b0);
+        assert_int_equal(x.fp8_block[1], ok[i].b1);
+    }
+#define QC "{\"architectures\":[\"Qwen3ForCausalLM\"],\"quantization_config\":"
+    expect_error(QC "3}", "\"quantization_config\" must be an object or null", NULL);
+    expect_error(QC "{\"quant_method\":\"awq\",\"bits\":4}}",
+                 "quantization_config.quant_method \"awq\" is not read", "quant_method \"fp8\"");
+    expect_error(QC "{\"bits\":4}}", "quant_method (absent) is not read", NULL);
+    expect_error(QC "{\"quant_method\":\"fp8\",\"fmt\":\"e5m2\"}}", "fmt \"e5m2\"", NULL);
+    expect_error(QC "{\"quant_method\":\"fp8\",\"activation_scheme\":\"static\"}}",
+                 "activation_scheme \"static\"", NULL);
+    expect_error(QC "{\"quant_method\":\"fp8\",\"scale_fmt\":\"ue8m0\"}}", "scale_fmt \"ue8m0\"",
+                 NULL);
+    const char *blocks[] = {"[128]",   "[128,128,1]", "[0,128]",  "[128,-1]",
+                            "\"128\"", "null",        "[128,1.5]"};
+    for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++) {
+        char text[256];
+        snprintf(text, sizeof text, QC "{\"quant_method\":\"fp8\",\"weight_block_size\":%s}}",
+                 blocks[i]);
+        expect_error(text, "weight_block_size must be a list of two positive integers", NULL);
+    }
+#undef QC
+}
+
 static void test_writer_roundtrip(void **state) {
     (void)state;
     const char *src[] = {
@@ -281,6 +330,7 @@ int main(void) {
         cmocka_unit_test(test_saved_by_transformers),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_writer_roundtrip),
+        cmocka_unit_test(test_quantization_config),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

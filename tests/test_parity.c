@@ -118,7 +118,7 @@ static void test_parity(void **state) {
         for (int l = 1; l < tl.n; l++)
             equal &= tl.start[l + 1] - tl.start[l] == tl.start[1] - tl.start[0];
         StSet set;
-        if (st_set_open(&set, dir, &err)) fail_msg("%s", err.msg);
+        if (qwen3_hf_open(&set, dir, &err)) fail_msg("%s", err.msg);
         StFile exp;
         if (st_open(&exp, expected, &err)) fail_msg("%s", err.msg);
         /* Activation checkpointing must not change a bit; it runs packed only. */

@@ -566,6 +566,105 @@ static void test_unaligned_data(void **state) {
     free(p);
 }
 
+/* Elements [lo, lo + n) of t as fp32 and as bf16 equal those of the references want (F32) and
+ * want16 (BF16), NaN for NaN. */
+static void check_fp8_range(const StTensor *t, const float *want, const uint16_t *want16,
+                            int64_t lo, int64_t n) {
+    float *got = xmalloc((size_t)n * sizeof *got);
+    uint16_t *got16 = xmalloc((size_t)n * sizeof *got16);
+    st_convert_range(t, DT_F32, got, lo, n);
+    st_convert_range(t, DT_BF16, got16, lo, n);
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(want[lo + i])) {
+            assert_true(isnan(got[i]));
+            continue;
+        }
+        assert_memory_equal(&got[i], &want[lo + i], sizeof *got);
+        if (want16) assert_int_equal(got16[i], want16[lo + i]);
+    }
+    free(got), free(got16);
+}
+
+/* fp8 block-quantized weights against torch (tools/make_safetensors_fixture.py): every
+ * float8_e4m3fn code, and a grid whose edge blocks are cut short, whole and by ranges. */
+static void test_fp8_blocks(void **state) {
+    (void)state;
+    char *p = fixture("fp8_blocks.safetensors");
+    StSet s;
+    Err err;
+    assert_int_equal(st_set_open(&s, p, &err), 0);
+    assert_int_equal(st_set_has_fp8(&s), 1);
+    const int64_t block[2] = {3, 4};
+    assert_int_equal(st_set_pair_fp8(&s, block, &err), 2);
+    const StTensor *codes = st_set_find(&s, "codes.weight");
+    const StTensor *ragged = st_set_find(&s, "ragged.weight");
+    assert_non_null(codes->scale);
+    assert_true(codes->scale == st_set_find(&s, "codes.weight_scale_inv"));
+    assert_true(codes->scale->is_scale && ragged->scale->is_scale && !codes->is_scale);
+    assert_true(st_set_find(&s, "codes.expected")->scale == NULL);
+    float want[256], got[256];
+    uint16_t want16[70];
+    st_to_f32(st_set_find(&s, "codes.expected"), want);
+    /* 0x7f is the first NaN code */
+    assert_int_equal(st_to_f32(codes, got), 0x7f);
+    check_fp8_range(codes, want, NULL, 0, 256);
+    for (int c = 0; c < 256; c++) /* the inline decoder alone, too */
+        if (!isnan(want[c])) assert_true(f8e4m3_to_f32((uint8_t)c) == want[c]);
+    assert_true(f8e4m3_to_f32(0x7e) == 448.0f && f8e4m3_to_f32(0x01) == 0x1p-9f);
+    st_to_f32(st_set_find(&s, "ragged.expected"), want);
+    st_convert_range(st_set_find(&s, "ragged.expected_bf16"), DT_BF16, want16, 0, 70);
+    assert_int_equal(st_to_f32(ragged, got), -1);
+    check_fp8_range(ragged, want, want16, 0, 70);
+    for (int64_t lo = 0; lo < 70; lo += 3) /* ranges starting and ending inside rows */
+        for (int64_t n = 1; lo + n <= 70; n += 7)
+            check_fp8_range(ragged, want, want16, lo, n);
+    st_set_close(&s);
+    /* Another block size gives other grid shapes: the first weight's scales are named. */
+    assert_int_equal(st_set_open(&s, p, &err), 0);
+    const int64_t wrong[2] = {4, 4};
+    assert_int_equal(st_set_pair_fp8(&s, wrong, &err), -1);
+    assert_non_null(strstr(err.msg, "\"codes.weight_scale_inv\" has shape [6, 4], expected "
+                                    "[4, 4]"));
+    assert_non_null(strstr(err.msg, "fp8_blocks.safetensors"));
+    st_set_close(&s);
+    free(p);
+}
+
+/* An F8_E4M3 weight without scales, with scales of a dtype that is not a float, or not a
+ * matrix: one sentence naming the tensor. */
+static void test_fp8_pairing_errors(void **state) {
+    (void)state;
+    static const uint8_t w8[12] = {0x38, 0x40, 0xb8, 0, 1, 2, 3, 4, 5, 6, 7, 8};
+    static const int32_t i32[2] = {1, 1};
+    const int64_t mat[2] = {3, 4}, cube[3] = {1, 3, 4}, grid[2] = {1, 2}, block[2] = {4, 2};
+    const struct {
+        const char *scale_dtype; /* NULL: no scales */
+        int cube;
+        const char *want;
+    } cases[] = {{NULL, 0, "has no \"w.weight_scale_inv\" (its block scales)"},
+                 {"I32", 0, "\"w.weight_scale_inv\" has dtype I32, expected F32, BF16 or F16"},
+                 {"F32", 1, "\"w.weight\" is F8_E4M3 with 3 dimensions"}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        StWriter w;
+        st_writer_init(&w);
+        st_writer_add(&w, "w.weight", DT_F8_E4M3, cases[c].cube ? 3 : 2, cases[c].cube ? cube : mat,
+                      w8);
+        if (cases[c].scale_dtype)
+            st_writer_add(&w, "w.weight_scale_inv",
+                          strcmp(cases[c].scale_dtype, "I32") == 0 ? DT_I32 : DT_F32, 2, grid, i32);
+        char *p = tmp_path("fp8_bad.safetensors");
+        Err err;
+        assert_int_equal(st_write_finish(&w, p, &err), 0);
+        st_writer_free(&w);
+        StSet s;
+        assert_int_equal(st_set_open(&s, p, &err), 0);
+        assert_int_equal(st_set_pair_fp8(&s, block, &err), -1);
+        if (!strstr(err.msg, cases[c].want)) fail_msg("got: %s", err.msg);
+        st_set_close(&s);
+        free(p);
+    }
+}
+
 static void test_bad_index(void **state) {
     (void)state;
     char *dir = tmp_path("idx");
@@ -654,7 +753,8 @@ int main(void) {
         cmocka_unit_test(test_malformed_framing),   cmocka_unit_test(test_malformed_header),
         cmocka_unit_test(test_unaligned_data),      cmocka_unit_test(test_bad_index),
         cmocka_unit_test(test_writer_rejects),      cmocka_unit_test(test_convert_finds_nonfinite),
-        cmocka_unit_test(test_release_range),
+        cmocka_unit_test(test_release_range),       cmocka_unit_test(test_fp8_blocks),
+        cmocka_unit_test(test_fp8_pairing_errors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

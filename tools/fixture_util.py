@@ -51,6 +51,49 @@ def save_model(model, d):
         os.remove(gc)
 
 
+def quantize_fp8(d, block, scale_dtype):
+    """Rewrites the checkpoint in d as fp8 block-quantized, as Qwen's -FP8 releases store one:
+    every projection weight of the layers (attention, MLP and expert *_proj.weight) becomes
+    float8_e4m3fn with a <name>_scale_inv of one scale per block[0] x block[1] block (the
+    block's largest magnitude / 448, stored as scale_dtype), and config.json gets
+    quantization_config. Embeddings, norms, the router and lm_head stay as they were. Every
+    weight dimension must be a multiple of its block side, as transformers requires."""
+    import json
+    import math
+    from safetensors.torch import load_file, save_file
+    path = os.path.join(d, "model.safetensors")
+    out = {}
+    for name, w in load_file(path).items():
+        if not name.endswith("proj.weight"):
+            out[name] = w
+            continue
+        rows, cols = w.shape
+        assert rows % block[0] == 0 and cols % block[1] == 0, (name, w.shape, block)
+        grid = w.float().reshape(rows // block[0], block[0], cols // block[1], block[1])
+        scale = (grid.abs().amax(dim=(1, 3)) / 448).to(scale_dtype)
+        s = scale.float()[:, None, :, None]
+        q = (grid / s).clamp(-448, 448).to(torch.float8_e4m3fn).reshape(rows, cols)
+        out[name] = q
+        out[name + "_scale_inv"] = scale
+    save_file(out, path, metadata={"format": "pt"})
+    cfg_path = os.path.join(d, "config.json")
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    cfg["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3",
+                                  "quant_method": "fp8", "weight_block_size": list(block)}
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def load_dequantized(model_cls, d):
+    """The fp8 checkpoint in d as transformers loads it on a machine without a GPU: every
+    weight dequantized (fp8 value times its block's scale, in fp32), eager attention."""
+    model = model_cls.from_pretrained(d, dtype=torch.float32, attn_implementation="eager")
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    return model
+
+
 def write_ids(path, rows):
     """One line of space-separated token ids per row."""
     with open(path, "w") as f:

@@ -24,6 +24,11 @@ tests/e2e_generate.sh: expected.json holds the prompt text, its ids (tokenizers'
 greedy continuation of at most CLI_NEW tokens (ending at EOS if transformers' generate stops
 there).
 
+cli_tiny_fp8/: cli_tiny with its projection weights fp8 block-quantized (8 x 8 blocks, bf16
+scales; fixture_util.quantize_fp8, as Qwen's -FP8 releases store them) and expected.json from
+the model transformers loads from it (dequantized on this CPU-only machine), for
+tests/e2e_generate.sh and tests/e2e_finetune.sh.
+
 cli_tiny/docs.jsonl and expected_eval.json: the reference for `qtitan eval --dataset`. The
 documents' ids (tokenizers), each followed by EOS, form one stream in file order; rows of
 EVAL_SEQ tokens are cut from it, and inside a row positions restart after every EOS and
@@ -54,7 +59,8 @@ import shutil
 import os
 
 import torch
-from fixture_util import eager_model, out_root, save_model, scramble, seeded, write_ids
+from fixture_util import (eager_model, load_dequantized, out_root, quantize_fp8, save_model,
+                          scramble, seeded, write_ids)
 from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 NEW = 64
@@ -138,6 +144,49 @@ CLI_NEW = 24
 CLI_PROMPT = "The quick brown fox jumps over the lazy dog"
 
 
+def greedy_cli(model, ids, logprobs=None):
+    """transformers' greedy continuation of CLI_NEW tokens for prompt ids, and the smallest
+    lead of the chosen logit over the second; logprobs (a list) gets each chosen id's
+    log_softmax."""
+    p = torch.tensor([ids])
+    with torch.no_grad():
+        out = model.generate(p, attention_mask=torch.ones_like(p), do_sample=False,
+                             max_new_tokens=CLI_NEW, output_logits=True,
+                             return_dict_in_generate=True, pad_token_id=0)
+    margin = min(float(torch.topk(l[0], 2).values[0] - torch.topk(l[0], 2).values[1])
+                 for l in out.logits)
+    new = [int(x) for x in out.sequences[0, len(ids):]]
+    if logprobs is not None:
+        logprobs.extend(float(torch.log_softmax(l[0].double(), -1)[t])
+                        for l, t in zip(out.logits, new))
+    return new, margin
+
+
+def write_cli_expected(d, ids, new, **more):
+    with open(os.path.join(d, "expected.json"), "w") as f:
+        json.dump(dict(prompt=CLI_PROMPT, prompt_ids=ids, ids=new, **more), f)
+        f.write("\n")
+
+
+def build_cli_fp8(d, out_root):
+    """cli_tiny_fp8 from the cli_tiny directory d."""
+    q = os.path.join(out_root, "cli_tiny_fp8")
+    shutil.rmtree(q, ignore_errors=True)
+    os.makedirs(q)
+    for f in ("config.json", "model.safetensors", "tokenizer.json"):
+        shutil.copy(os.path.join(d, f), q)
+    quantize_fp8(q, block=[8, 8], scale_dtype=torch.bfloat16)
+    model = load_dequantized(Qwen3ForCausalLM, q)
+    model.eval()
+    with open(os.path.join(d, "expected.json")) as f:
+        ids = json.load(f)["prompt_ids"]
+    logprobs = []
+    new, margin = greedy_cli(model, ids, logprobs)
+    assert margin > MIN_MARGIN, margin
+    write_cli_expected(q, ids, new, logprobs=logprobs)
+    print(f"cli_tiny_fp8: {len(new)} new tokens, min greedy margin {margin:.3g}")
+
+
 def build_cli(root, out_root):
     from transformers import PreTrainedTokenizerFast
     tok_path = os.path.join(root, "tests", "fixtures", "tokenizer", "tiny_gpt2", "tokenizer.json")
@@ -153,25 +202,17 @@ def build_cli(root, out_root):
         scramble(model, gen)
         model.eval()
         ids = tok(CLI_PROMPT, add_special_tokens=False)["input_ids"]
-        p = torch.tensor([ids])
-        with torch.no_grad():
-            out = model.generate(p, attention_mask=torch.ones_like(p), do_sample=False,
-                                 max_new_tokens=CLI_NEW, output_logits=True,
-                                 return_dict_in_generate=True, pad_token_id=0)
-        margin = min(float(torch.topk(l[0], 2).values[0] - torch.topk(l[0], 2).values[1])
-                     for l in out.logits)
+        new, margin = greedy_cli(model, ids)
         if margin > MIN_MARGIN:
             break
         seed += 1000
-    new = [int(x) for x in out.sequences[0, len(ids):]]
     d = os.path.join(out_root, "cli_tiny")
     save_model(model, d)
     shutil.copy(tok_path, os.path.join(d, "tokenizer.json"))
-    with open(os.path.join(d, "expected.json"), "w") as f:
-        json.dump(dict(prompt=CLI_PROMPT, prompt_ids=ids, ids=new), f)
-        f.write("\n")
+    write_cli_expected(d, ids, new)
     print(f"cli_tiny: seed {seed}, {len(new)} new tokens, min greedy margin {margin:.3g}")
     build_eval(model, tok, d)
+    build_cli_fp8(d, out_root)
 
 
 EVAL_SEQ = 16

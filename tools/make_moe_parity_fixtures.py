@@ -19,12 +19,17 @@ Top-k ties: torch.topk's order among equal router scores is not specified, so a 
 increased until, for every token of every MoE layer, the k-th largest router probability exceeds
 the (k+1)-th by more than MIN_GAP; the tool asserts that gap and prints it.
 
+A case with fp8 stores its projection weights (attention, dense MLP and every expert's)
+fp8 block-quantized (fixture_util.quantize_fp8, as Qwen3-30B-A3B-FP8 does) and its references
+come from the model transformers loads from those files (dequantized on this CPU-only machine).
+
 Usage: python tools/make_moe_parity_fixtures.py [OUT_DIR]
 """
 import os
 
 import torch
-from fixture_util import eager_model, out_root, save_model, scramble, seeded, write_ids
+from fixture_util import (eager_model, load_dequantized, out_root, quantize_fp8, save_model,
+                          scramble, seeded, write_ids)
 from safetensors.torch import save_file
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
@@ -54,6 +59,12 @@ CASES = [
     # Lines of different lengths: qtitan packs them with a document mask.
     dict(name="ragged_tied", seed=61, lens=[7, 12, 5],
          cfg=dict(num_hidden_layers=2, norm_topk_prob=True, tie_word_embeddings=True)),
+    # fp8 block-quantized projections with fp32 scales (DeepSeek-style), non-square blocks;
+    # layer 1 dense.
+    dict(name="fp8_blocks_moe", seed=71, lens=[10, 10],
+         fp8=dict(block=[8, 16], scale_dtype=torch.float32),
+         cfg=dict(num_hidden_layers=3, norm_topk_prob=True, mlp_only_layers=[1],
+                  intermediate_size=48)),
 ]
 
 
@@ -66,11 +77,15 @@ def min_topk_gap(router_logits, k):
     return gap
 
 
-def run(case, seed):
+def run(case, seed, d):
     gen = seeded(seed)
     cfg, model = eager_model(Qwen3MoeConfig, Qwen3MoeForCausalLM, max_position_embeddings=256,
                              rms_norm_eps=1e-6, **dict(BASE, **case["cfg"]))
     scramble(model, gen)
+    if case.get("fp8"):
+        save_model(model, d)
+        quantize_fp8(d, **case["fp8"])
+        model = load_dequantized(Qwen3MoeForCausalLM, d)
     model.train()  # dropout is 0; train mode only so gradients flow as in training
 
     lines = [torch.randint(0, cfg.vocab_size, (n,), generator=gen) for n in case["lens"]]
@@ -120,23 +135,24 @@ def hf_grads(model, cfg):
 
 def build(case, out_root):
     seed = case["seed"]
+    d = os.path.join(out_root, case["name"])
     while True:
-        model, cfg, lines, logits_out, total, gap = run(case, seed)
+        model, cfg, lines, logits_out, total, gap = run(case, seed, d)
         if gap > MIN_GAP:
             break
         seed += 1000
     assert gap > MIN_GAP
     total.backward()
 
-    d = os.path.join(out_root, case["name"])
-    save_model(model, d)
+    if not case.get("fp8"):
+        save_model(model, d)
     write_ids(os.path.join(d, "tokens.txt"), lines)
     tensors = {f"logits.{i}": t.contiguous() for i, t in enumerate(logits_out)}
     tensors["loss"] = total.detach().reshape(()).clone()
     grads = hf_grads(model, cfg)
     from safetensors import safe_open
     with safe_open(os.path.join(d, "model.safetensors"), "pt") as f:
-        saved = set(f.keys())
+        saved = {k for k in f.keys() if not k.endswith("_scale_inv")}
     missing = saved - set(grads) - ({"lm_head.weight"} if cfg.tie_word_embeddings else set())
     assert not missing, f"gradients missing for saved keys {sorted(missing)[:5]}"
     tensors.update(grads)

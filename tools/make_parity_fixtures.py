@@ -9,6 +9,11 @@ For each case writes tests/fixtures/parity/<name>/:
                                    gradient of loss w.r.t. every parameter under its HF name
   expected_loss.txt                the loss as text (%.9g)
 
+A case with fp8 stores its projection weights fp8 block-quantized (fixture_util.quantize_fp8,
+as Qwen's -FP8 releases do) and its references are computed by the model transformers loads
+from those files (dequantized on this CPU-only machine), gradients w.r.t. the dequantized
+weights.
+
 loss is the next-token cross-entropy (labels = input_ids, HF shifts them), averaged over all
 predicted positions of all lines: sum over lines of (len_i - 1) * mean_i / sum of (len_i - 1).
 Lines of equal length run as one batch; otherwise each line runs alone.
@@ -18,7 +23,8 @@ Usage: python tools/make_parity_fixtures.py [OUT_DIR]
 import os
 
 import torch
-from fixture_util import eager_model, out_root, save_model, scramble, seeded, write_ids
+from fixture_util import (eager_model, load_dequantized, out_root, quantize_fp8, save_model,
+                          scramble, seeded, write_ids)
 from safetensors.torch import save_file
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -42,6 +48,13 @@ CASES = [
          cfg=dict(vocab_size=64, hidden_size=32, num_attention_heads=2, num_key_value_heads=1,
                   head_dim=16, intermediate_size=48, num_hidden_layers=2,
                   tie_word_embeddings=True, rope_theta=1000.0)),
+    # fp8 block-quantized projections: non-square blocks (a swapped row/column index shows),
+    # bf16 scales as Qwen3-*-FP8 store them.
+    dict(name="fp8_blocks_untied", seed=5, lens=[9, 9],
+         fp8=dict(block=[16, 32], scale_dtype=torch.bfloat16),
+         cfg=dict(vocab_size=72, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                  head_dim=16, intermediate_size=96, num_hidden_layers=2,
+                  tie_word_embeddings=False, rope_theta=1000000.0)),
 ]
 
 
@@ -51,6 +64,11 @@ def build(case, out_root):
                              rms_norm_eps=case["cfg"].pop("rms_norm_eps", 1e-6),
                              attn_implementation="eager", **case["cfg"])
     scramble(model, gen)
+    d = os.path.join(out_root, case["name"])
+    if case.get("fp8"):
+        save_model(model, d)
+        quantize_fp8(d, **case["fp8"])
+        model = load_dequantized(Qwen3ForCausalLM, d)
     model.train()  # dropout is 0; train mode only so gradients flow as in training
 
     lines = [torch.randint(0, cfg.vocab_size, (n,), generator=gen) for n in case["lens"]]
@@ -70,8 +88,8 @@ def build(case, out_root):
         logits_out.extend(out.logits.detach()[i].clone() for i in range(ids.shape[0]))
     total.backward()
 
-    d = os.path.join(out_root, case["name"])
-    save_model(model, d)
+    if not case.get("fp8"):
+        save_model(model, d)
     write_ids(os.path.join(d, "tokens.txt"), lines)
     tensors = {f"logits.{i}": t.contiguous() for i, t in enumerate(logits_out)}
     tensors["loss"] = total.detach().reshape(()).clone()

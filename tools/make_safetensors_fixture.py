@@ -36,4 +36,36 @@ with open(os.path.join(out, "py_written.txt"), "w") as f:
         vals = [float(v).hex() for v in t.to(torch.float64).flatten().tolist()]
         f.write(" ".join([name, names[t.dtype], str(t.dim())] + [str(d) for d in t.shape] + vals))
         f.write("\n")
+
+# fp8_blocks.safetensors: block-quantized F8_E4M3 weights with their scales, and the values
+# torch gives them (st_set_pair_fp8 with blocks of FP8_BLOCK, for test_safetensors):
+#   codes.weight     every byte 0..255 as float8_e4m3fn (16 x 16), scales all 1 (F32): the
+#                    decoding of each code, NaN for 0x7f and 0xff
+#   ragged.weight    7 x 10 random fp8 values, BF16 scales of a 3 x 3 grid whose last row and
+#                    column of blocks are cut short (ceil(7 / 3) x ceil(10 / 4))
+#   *.expected       fp8 value (as float32) times its block's scale (as float32), in float32;
+#   ragged.expected_bf16 the same rounded to bfloat16
+FP8_BLOCK = (3, 4)
+
+
+def block_scales(scale, rows, cols):
+    s = scale.float().repeat_interleave(FP8_BLOCK[0], 0).repeat_interleave(FP8_BLOCK[1], 1)
+    return s[:rows, :cols]
+
+
+codes = torch.arange(256, dtype=torch.uint8).reshape(16, 16).view(torch.float8_e4m3fn)
+codes_scale = torch.ones(6, 4)
+ragged = (torch.randn(7, 10, generator=g) * 100).clamp(-448, 448).to(torch.float8_e4m3fn)
+ragged_scale = (torch.rand(3, 3, generator=g) * 4 + 0.01).to(torch.bfloat16)
+ragged_expected = ragged.float() * block_scales(ragged_scale, 7, 10)
+fp8 = {
+    "codes.weight": codes,
+    "codes.weight_scale_inv": codes_scale,
+    "codes.expected": codes.float() * block_scales(codes_scale, 16, 16),
+    "ragged.weight": ragged,
+    "ragged.weight_scale_inv": ragged_scale,
+    "ragged.expected": ragged_expected,
+    "ragged.expected_bf16": ragged_expected.to(torch.bfloat16),
+}
+save_file(fp8, os.path.join(out, "fp8_blocks.safetensors"), metadata={"format": "pt"})
 print("wrote", out, file=sys.stderr)

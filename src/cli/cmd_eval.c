@@ -149,7 +149,7 @@ static int eval_run(const EvalArgs *a, Err *err) {
     memset(&m, 0, sizeof m);
     /* The weights are checked against config.json before the model's memory is sized: a wrong
      * vocab or shape costs a sentence, not gigabytes first. */
-    if (st_set_open(&set, a->model, err) || check_dump_target(a, &set, err) ||
+    if (qwen3_hf_open(&set, a->model, err) || check_dump_target(a, &set, err) ||
         qwen3_hf_check(&spec, &set, a->model, err))
         goto out_set;
     if (qwen3_create_forward(&m, &spec, 1, (int)row, NULL, err)) goto out_set;

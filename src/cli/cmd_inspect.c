@@ -12,6 +12,7 @@
 #include "io/hf_config.h"
 #include "io/hf_keys.h"
 #include "io/safetensors.h"
+#include "model/qwen3_hf.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 
@@ -125,6 +126,7 @@ static int inspect_dir(const char *dir) {
     Err err;
     char *cfg = fs_join(dir, "config.json");
     ModelSpec spec;
+    HfConfigExtra extra;
     int rc = 1;
     StSet set = {0};
     if (!fs_exists(cfg)) {
@@ -141,7 +143,8 @@ static int inspect_dir(const char *dir) {
                 dir);
         goto out;
     }
-    if (model_spec_from_hf_config(&spec, cfg, &err) != 0 || st_set_open(&set, dir, &err) != 0) {
+    if (model_spec_from_hf_config_ex(&spec, &extra, cfg, &err) != 0 ||
+        qwen3_hf_open(&set, dir, &err) != 0) {
         fprintf(stderr, "error: %s\n", err.msg);
         goto out;
     }
@@ -164,6 +167,10 @@ static int inspect_dir(const char *dir) {
             printf("\n");
         }
     }
+    if (extra.fp8_block[0])
+        printf("  quantization: fp8 (F8_E4M3 weights, one scale per %" PRId64 " x %" PRId64
+               " block), read dequantized\n",
+               extra.fp8_block[0], extra.fp8_block[1]);
     print_tensors(&set, set.nfiles > 1);
     print_tokenizer(dir);
     HfKeyTable t;

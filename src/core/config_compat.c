@@ -125,8 +125,10 @@ const CompatKey CONFIG_COMPAT[] = {
     R("checkpoint", "initial_load_model_only", 'b', "true",
       "checkpoint.initial_load_path takes model weights (HF format) only; a training checkpoint is "
       "resumed through checkpoint.enable and checkpoint.folder"),
-    R("checkpoint", "initial_load_in_hf_quantized", 'b', "false",
-      "quantized HF checkpoints are not read; give float32, bfloat16 or float16 safetensors"),
+    N("checkpoint", "initial_load_in_hf_quantized", 'b', "false",
+      "fp8 block-quantized HF weights (F8_E4M3 with their weight_scale_inv, declared by the "
+      "quantization_config of the config.json beside them) are read dequantized whether or not "
+      "it is set"),
     N("checkpoint", "async_mode", 's', "\"disabled\"",
       "checkpoints are written synchronously, each rank its own shard"),
     N("checkpoint", "enable_first_step_checkpoint", 'b', "false",

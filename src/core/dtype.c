@@ -4,8 +4,8 @@
 #include <math.h>
 #include <string.h>
 
-static const char *const NAMES[DT_COUNT] = {"F32", "BF16", "F16", "I32", "I64", "U8"};
-static const size_t SIZES[DT_COUNT] = {4, 2, 2, 4, 8, 1};
+static const char *const NAMES[DT_COUNT] = {"F32", "BF16", "F16", "I32", "I64", "U8", "F8_E4M3"};
+static const size_t SIZES[DT_COUNT] = {4, 2, 2, 4, 8, 1, 1};
 
 const char *dtype_name(DType t) {
     return (unsigned)t < DT_COUNT ? NAMES[t] : "?";
@@ -67,6 +67,7 @@ uint16_t f32_to_f16(float f) {
  * finiteness check is an integer test on the source in the same pass. Returns 1 when one of
  * [lo, hi) is not finite. */
 static int convert_chunk(void *dst, DType to, const void *src, DType from, size_t lo, size_t hi) {
+    const uint8_t *s8 = src;
     const uint16_t *s16 = src;
     const uint32_t *s32 = src;
     float *d32 = dst;
@@ -97,6 +98,15 @@ static int convert_chunk(void *dst, DType to, const void *src, DType from, size_
                 d16[i] = f32_to_bf16(v.f);
             bad |= (v.u & 0x7f800000u) == 0x7f800000u;
         }
+    } else if (from == DT_F8_E4M3) {
+        for (size_t i = lo; i < hi; i++) {
+            float f = f8e4m3_to_f32(s8[i]);
+            if (to == DT_F32)
+                d32[i] = f;
+            else
+                d16[i] = f32_to_bf16(f);
+            bad |= (s8[i] & 0x7fu) == 0x7fu;
+        }
     } else {
         for (size_t i = lo; i < hi; i++) {
             float f = f16_to_f32(s16[i]);
@@ -111,6 +121,7 @@ static int convert_chunk(void *dst, DType to, const void *src, DType from, size_
 }
 
 static int nonfinite_at(const void *src, DType from, size_t i) {
+    if (from == DT_F8_E4M3) return (((const uint8_t *)src)[i] & 0x7fu) == 0x7fu;
     if (from == DT_F32) return (((const uint32_t *)src)[i] & 0x7f800000u) == 0x7f800000u;
     uint16_t e = from == DT_BF16 ? 0x7f80u : 0x7c00u;
     return (((const uint16_t *)src)[i] & e) == e;
@@ -119,7 +130,7 @@ static int nonfinite_at(const void *src, DType from, size_t i) {
 #define CONVERT_CHUNK 65536
 
 int64_t dtype_convert(void *dst, DType to, const void *src, DType from, size_t n) {
-    if (from != DT_F32 && from != DT_BF16 && from != DT_F16) {
+    if (from != DT_F32 && from != DT_BF16 && from != DT_F16 && from != DT_F8_E4M3) {
         memset(dst, 0, n * dtype_size(to));
         return -1;
     }

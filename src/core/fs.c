@@ -211,7 +211,7 @@ int fs_sync_dir(const char *path, Err *err) {
     return 0;
 }
 
-static char *dir_of(const char *path) {
+char *fs_dir_of(const char *path) {
     const char *slash = strrchr(path, '/');
     if (!slash) return xstrdup(".");
     if (slash == path) return xstrdup("/");
@@ -258,7 +258,7 @@ int fs_write_atomic(const char *path, const void *data, size_t len, Err *err) {
         return -1;
     }
     free(tmp);
-    char *dir = dir_of(path);
+    char *dir = fs_dir_of(path);
     int rc = fs_sync_dir(dir, err);
     free(dir);
     return rc;

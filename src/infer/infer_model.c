@@ -85,7 +85,7 @@ int infer_model_open(InferModel *im, const char *hf_dir, const char *step_dir, c
     StSet set;
     memset(&set, 0, sizeof set);
     if (rc == 0 && !step_dir) {
-        rc = st_set_open(&set, im->dir, err);
+        rc = qwen3_hf_open(&set, im->dir, err);
         if (rc == 0) rc = qwen3_hf_check(&spec, &set, im->dir, err);
     }
     Qwen3Modules *mod = xmalloc(sizeof *mod);

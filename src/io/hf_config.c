@@ -152,6 +152,51 @@ static int get_token_ids(const json_t *root, const char *key, int64_t *ids, int 
                    is_list ? "an integer or a list of at most 8 integers" : "an integer");
 }
 
+/* quantization_config: nothing, or fp8 block quantization of the weights (HfConfigExtra). */
+static int parse_quant(const json_t *root, int64_t block[2], const char *what, Err *err) {
+    const json_t *q = json_object_get(root, "quantization_config");
+    block[0] = block[1] = 0;
+    if (!q || json_is_null(q)) return 0;
+    if (!json_is_object(q))
+        return err_set(err, "%s: key \"quantization_config\" must be an object or null", what);
+    const char *method = NULL, *fmt = "e4m3", *act = "dynamic", *scale_fmt = "float";
+    TRY(json_opt_str(q, "quant_method", &method, what, err));
+    if (!method || strcmp(method, "fp8") != 0)
+        return err_set(err,
+                       "%s: quantization_config.quant_method %s%s%s is not read; qtitan reads "
+                       "unquantized weights (F32, BF16, F16) and fp8 block-quantized ones "
+                       "(quant_method \"fp8\")",
+                       what, method ? "\"" : "", method ? method : "(absent)", method ? "\"" : "");
+    TRY(json_opt_str(q, "fmt", &fmt, what, err));
+    TRY(json_opt_str(q, "activation_scheme", &act, what, err));
+    TRY(json_opt_str(q, "scale_fmt", &scale_fmt, what, err));
+    if (strcmp(fmt, "e4m3") != 0)
+        return err_set(err, "%s: quantization_config.fmt \"%s\" is not read (only \"e4m3\")", what,
+                       fmt);
+    if (strcmp(act, "dynamic") != 0)
+        return err_set(err,
+                       "%s: quantization_config.activation_scheme \"%s\" is not read (only "
+                       "\"dynamic\": weights without activation scales)",
+                       what, act);
+    if (strcmp(scale_fmt, "float") != 0)
+        return err_set(err, "%s: quantization_config.scale_fmt \"%s\" is not read (only \"float\")",
+                       what, scale_fmt);
+    const json_t *b = json_object_get(q, "weight_block_size");
+    block[0] = block[1] = 128; /* transformers' FineGrainedFP8Config default */
+    if (!b) return 0;
+    for (int i = 0; i < 2; i++) {
+        const json_t *v = json_array_get(b, (size_t)i);
+        if (!json_is_array(b) || json_array_size(b) != 2 || !json_is_integer(v) ||
+            json_integer_value(v) < 1 || json_integer_value(v) > HF_MAX_SIZE)
+            return err_set(err,
+                           "%s: quantization_config.weight_block_size must be a list of two "
+                           "positive integers (rows, columns of a scaled block)",
+                           what);
+        block[i] = json_integer_value(v);
+    }
+    return 0;
+}
+
 static int parse_config(ModelSpec *s, HfConfigExtra *extra, const json_t *root, const char *what,
                         Err *err) {
     if (!json_is_object(root)) return err_set(err, "%s: expected a JSON object", what);
@@ -295,6 +340,7 @@ static int parse_config(ModelSpec *s, HfConfigExtra *extra, const json_t *root, 
             return err_set(err,
                            "%s: key \"attention_dropout\" is %g, expected a probability in [0, 1]",
                            what, extra->attention_dropout);
+        TRY(parse_quant(root, extra->fp8_block, what, err));
     }
     return 0;
 }

@@ -40,6 +40,12 @@ typedef struct HfConfigExtra {
     /* transformers' attention_dropout, in [0, 1]: inactive in eval and generation (as in HF's
      * eval mode); training refuses a value > 0 (train_job_spec), as qtitan has no dropout. */
     double attention_dropout;
+    /* quantization_config with quant_method "fp8" (Qwen3-*-FP8, DeepSeek-style): the linear
+     * weights are stored F8_E4M3 with one scale per fp8_block[0] x fp8_block[1] block
+     * (weight_block_size, [128, 128] when absent) and are read dequantized
+     * (io/safetensors' st_set_pair_fp8). {0, 0} when the config has none. Other methods, and
+     * static activation scales, are errors: qtitan reads the weights only. */
+    int64_t fp8_block[2];
 } HfConfigExtra;
 
 /* Reads an HF config.json; an unsupported architecture or rope_scaling type is an error. */

@@ -155,9 +155,14 @@ static int same_shape(const HfTensor *h, const StTensor *st) {
     return 1;
 }
 
-static int float_dtype(DType d) {
-    return d == DT_F32 || d == DT_BF16 || d == DT_F16;
+/* A dtype the loaders convert: F32, BF16, F16, or F8_E4M3 paired with block scales. */
+static int float_dtype(const StTensor *st) {
+    return st->dtype == DT_F32 || st->dtype == DT_BF16 || st->dtype == DT_F16 ||
+           (st->dtype == DT_F8_E4M3 && st->scale);
 }
+
+/* The sentence's tail for a tensor float_dtype refuses. */
+static const char *DTYPE_EXPECTED = "expected F32, BF16, F16 or F8_E4M3 with block scales";
 
 static void push(char ***list, int *n, const char *f, ...) __attribute__((format(printf, 3, 4)));
 static void push(char ***list, int *n, const char *f, ...) {
@@ -182,15 +187,15 @@ int hf_keys_check(HfCheck *out, const HfKeyTable *t, const StSet *set) {
         } else if (!same_shape(h, st)) {
             shape_str(b, sizeof b, st->shape, st->ndim);
             push(&out->wrong, &out->nwrong, "%s: shape %s, expected %s", h->name, b, a);
-        } else if (!float_dtype(st->dtype)) {
-            push(&out->wrong, &out->nwrong, "%s: dtype %s, expected F32, BF16 or F16", h->name,
-                 dtype_name(st->dtype));
+        } else if (!float_dtype(st)) {
+            push(&out->wrong, &out->nwrong, "%s: dtype %s, %s", h->name, dtype_name(st->dtype),
+                 DTYPE_EXPECTED);
         }
     }
     for (int f = 0; f < set->nfiles; f++)
         for (int i = 0; i < set->files[f].n; i++) {
             const StTensor *st = &set->files[f].tensors[i];
-            if (hf_keys_find_hf(t, st->name) >= 0) continue;
+            if (st->is_scale || hf_keys_find_hf(t, st->name) >= 0) continue;
             shape_str(b, sizeof b, st->shape, st->ndim);
             if (t->tied && strcmp(st->name, PARAM_KINDS[PK_OUTPUT].hf) == 0) {
                 int64_t want[2] = {t->vocab, t->dim};
@@ -242,9 +247,9 @@ static int load_range(void *dst, DType to, const HfKeyTable *t, int p, const StS
             shape_str(b, sizeof b, st->shape, st->ndim);
             return err_set(err, "HF tensor \"%s\" has shape %s, expected %s", h->name, b, a);
         }
-        if (!float_dtype(st->dtype))
-            return err_set(err, "HF tensor \"%s\" has dtype %s, expected F32, BF16 or F16", h->name,
-                           dtype_name(st->dtype));
+        if (!float_dtype(st))
+            return err_set(err, "HF tensor \"%s\" has dtype %s, %s", h->name, dtype_name(st->dtype),
+                           DTYPE_EXPECTED);
         found++;
         /* The part of [lo, lo + n) this HF tensor holds (experts are stacked one after
          * another in the parameter). */

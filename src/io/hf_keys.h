@@ -53,8 +53,8 @@ int hf_keys_find_hf(const HfKeyTable *t, const char *hf_name);
 
 /* Checks a set of safetensors files against the table. Lists are malloc'd sentences (one per
  * key), e.g. missing "model.norm.weight (expected [16])", unexpected "x.y [3, 4]", wrong
- * "model.norm.weight: shape [8], expected [16]" or "...: dtype I32, expected F32, BF16 or
- * F16". Returns the total number of problems. */
+ * "model.norm.weight: shape [8], expected [16]" or "...: dtype I32, expected F32, BF16, F16
+ * or F8_E4M3 with block scales". Returns the total number of problems. */
 typedef struct HfCheck {
     char **missing, **unexpected, **wrong;
     int nmissing, nunexpected, nwrong;

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,7 +71,7 @@ static int parse_tensor(StTensor *t, Span *span, const char *path, const char *n
     if (dtype_parse(json_string_value(jd), &t->dtype) != 0)
         return err_set(err,
                        "%s: tensor \"%s\": unknown dtype \"%s\" (supported: F32, BF16, F16, "
-                       "I32, I64, U8)",
+                       "F8_E4M3, I32, I64, U8)",
                        path, name, json_string_value(jd));
     const json_t *js = json_object_get(v, "shape");
     if (!json_is_array(js))
@@ -264,10 +265,57 @@ int64_t st_to_f32(const StTensor *t, float *dst) {
     return st_convert_range(t, DT_F32, dst, 0, t->numel);
 }
 
+/* One block-quantized row piece: columns [c0, c1) of row r into dst (F32 or BF16). Returns
+ * the column of its first non-finite value, or -1. */
+static int64_t fp8_row(const StTensor *t, DType to, void *dst, int64_t r, int64_t c0, int64_t c1) {
+    const int64_t C = t->shape[1], b1 = t->block[1], srow = (r / t->block[0]) * t->scale->shape[1];
+    const uint8_t *src = (const uint8_t *)t->data + r * C;
+    float *d32 = dst;
+    uint16_t *d16 = dst;
+    for (int64_t c = c0; c < c1;) {
+        int64_t end = (c / b1 + 1) * b1 < c1 ? (c / b1 + 1) * b1 : c1;
+        float scale;
+        st_convert_range(t->scale, DT_F32, &scale, srow + c / b1, 1);
+        unsigned bad = 0;
+        for (int64_t j = c; j < end; j++) {
+            union {
+                float f;
+                uint32_t u;
+            } v = {.f = f8e4m3_to_f32(src[j]) * scale};
+            if (to == DT_F32)
+                d32[j - c0] = v.f;
+            else
+                d16[j - c0] = f32_to_bf16(v.f);
+            bad |= (v.u & 0x7f800000u) == 0x7f800000u;
+        }
+        if (bad)
+            for (int64_t j = c; j < end; j++)
+                if (!isfinite(f8e4m3_to_f32(src[j]) * scale)) return j;
+        c = end;
+    }
+    return -1;
+}
+
+/* st_convert_range for a block-quantized weight, row by row on all threads. */
+static int64_t convert_fp8_blocks(const StTensor *t, DType to, void *dst, int64_t lo, int64_t n) {
+    const int64_t C = t->shape[1], r0 = lo / C, r1 = n > 0 ? (lo + n - 1) / C + 1 : r0;
+    const size_t os = dtype_size(to);
+    int64_t first = INT64_MAX;
+#pragma omp parallel for schedule(dynamic, 16) reduction(min : first) if (n > 65536)
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t a = r * C > lo ? r * C : lo, b = (r + 1) * C < lo + n ? (r + 1) * C : lo + n;
+        int64_t bad = fp8_row(t, to, (char *)dst + (size_t)(a - lo) * os, r, a - r * C, b - r * C);
+        if (bad >= 0 && r * C + bad - lo < first) first = r * C + bad - lo;
+    }
+    return first == INT64_MAX ? -1 : first;
+}
+
 int64_t st_convert_range(const StTensor *t, DType to, void *dst, int64_t lo, int64_t n) {
+    if (t->dtype == DT_F8_E4M3 && t->scale) return convert_fp8_blocks(t, to, dst, lo, n);
     size_t es = dtype_size(t->dtype), os = dtype_size(to);
     const unsigned char *src = (const unsigned char *)t->data + (size_t)lo * es;
-    int is_float = t->dtype == DT_F32 || t->dtype == DT_BF16 || t->dtype == DT_F16;
+    int is_float =
+        t->dtype == DT_F32 || t->dtype == DT_BF16 || t->dtype == DT_F16 || t->dtype == DT_F8_E4M3;
     if (is_float && (uintptr_t)src % es == 0)
         return dtype_convert(dst, to, src, t->dtype, (size_t)n);
     /* Otherwise convert through an aligned bounce buffer: files from other writers may put
@@ -573,9 +621,8 @@ static int write_items(StWriteItem *items, int n, char **meta, int nmeta, const 
         free(o.buf);
     }
     if (rc == 0) {
-        const char *slash = strrchr(path, '/');
-        char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : NULL;
-        rc = fs_sync_dir(dir ? dir : ".", err);
+        char *dir = fs_dir_of(path);
+        rc = fs_sync_dir(dir, err);
         free(dir);
     }
     free(tmp);
@@ -759,9 +806,8 @@ int st_set_open(StSet *s, const char *path, Err *err) {
     memset(s, 0, sizeof *s);
     int rc;
     if (str_ends_with(path, ".safetensors.index.json") && !fs_is_dir(path)) {
-        const char *slash = strrchr(path, '/');
-        char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : NULL;
-        rc = open_index(s, dir ? dir : ".", path, err);
+        char *dir = fs_dir_of(path);
+        rc = open_index(s, dir, path, err);
         free(dir);
     } else if (!fs_is_dir(path)) {
         rc = set_add(s, path, err);
@@ -817,4 +863,59 @@ const StTensor *st_set_find(const StSet *s, const char *name) {
         if (t) return t;
     }
     return NULL;
+}
+
+int st_set_has_fp8(const StSet *s) {
+    for (int f = 0; f < s->nfiles; f++)
+        for (int i = 0; i < s->files[f].n; i++)
+            if (s->files[f].tensors[i].dtype == DT_F8_E4M3) return 1;
+    return 0;
+}
+
+int st_set_pair_fp8(StSet *s, const int64_t block[2], Err *err) {
+    int paired = 0;
+    for (int f = 0; f < s->nfiles; f++)
+        for (int i = 0; i < s->files[f].n; i++) {
+            StTensor *w = &s->files[f].tensors[i];
+            const char *path = s->files[f].path;
+            if (w->dtype != DT_F8_E4M3) continue;
+            if (w->ndim != 2)
+                return err_set(err,
+                               "%s: tensor \"%s\" is F8_E4M3 with %d dimensions; block-quantized "
+                               "weights are matrices",
+                               path, w->name, w->ndim);
+            size_t len = strlen(w->name) + sizeof "_scale_inv";
+            char *name = xmalloc(len);
+            snprintf(name, len, "%s_scale_inv", w->name);
+            StTensor *sc = NULL;
+            for (int g = 0; g < s->nfiles && !sc; g++)
+                sc = (StTensor *)st_find(&s->files[g], name);
+            int rc = 0;
+            if (!sc)
+                rc = err_set(err,
+                             "%s: tensor \"%s\" is F8_E4M3 but the checkpoint has no \"%s\" "
+                             "(its block scales)",
+                             path, w->name, name);
+            int64_t want[2] = {(w->shape[0] + block[0] - 1) / block[0],
+                               (w->shape[1] + block[1] - 1) / block[1]};
+            char a[256], b[64], c[64];
+            if (sc) st_shape_str(a, sizeof a, sc->shape, sc->ndim);
+            st_shape_str(b, sizeof b, want, 2);
+            st_shape_str(c, sizeof c, w->shape, 2);
+            if (rc == 0 && (sc->ndim != 2 || sc->shape[0] != want[0] || sc->shape[1] != want[1]))
+                rc = err_set(err,
+                             "%s: tensor \"%s\" has shape %s, expected %s: the scales of %s %s in "
+                             "%" PRId64 " x %" PRId64 " blocks (weight_block_size)",
+                             path, name, a, b, w->name, c, block[0], block[1]);
+            if (rc == 0 && sc->dtype != DT_F32 && sc->dtype != DT_BF16 && sc->dtype != DT_F16)
+                rc = err_set(err, "%s: tensor \"%s\" has dtype %s, expected F32, BF16 or F16", path,
+                             name, dtype_name(sc->dtype));
+            free(name);
+            if (rc) return rc;
+            w->scale = sc;
+            w->block[0] = block[0], w->block[1] = block[1];
+            sc->is_scale = 1;
+            paired++;
+        }
+    return paired;
 }

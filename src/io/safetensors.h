@@ -25,6 +25,11 @@ typedef struct StTensor {
      * size, so read it through st_to_f32 (or memcpy), not by casting. */
     const void *data;
     size_t nbytes;
+    /* An F8_E4M3 weight read as block-quantized (st_set_pair_fp8): its values are the fp8
+     * values times scale's element [row / block[0], col / block[1]]. */
+    const struct StTensor *scale;
+    int64_t block[2];
+    int is_scale; /* this tensor is such a weight's scales, not a weight itself */
 } StTensor;
 
 typedef struct StFile {
@@ -44,8 +49,10 @@ const StTensor *st_find(const StFile *f, const char *name);
 /* Formats a shape as "[2, 3]" for error sentences. */
 void st_shape_str(char *out, size_t cap, const int64_t *shape, int ndim);
 /* dst[0..n) = elements [lo, lo + n) of t as dtype to (F32 or BF16), converted as
- * dtype_convert converts, integer types by value. Returns the index (from lo) of the first NaN
- * or infinity among them, or -1 when all are finite. */
+ * dtype_convert converts, integer types by value; a block-quantized F8_E4M3 weight's values
+ * are multiplied by their blocks' scales in fp32 (as transformers and torch's quantized HF
+ * reader dequantize), then rounded to `to`. Returns the index (from lo) of the first NaN or
+ * infinity among them, or -1 when all are finite. */
 int64_t st_convert_range(const StTensor *t, DType to, void *dst, int64_t lo, int64_t n);
 /* Drops the mapped pages that lie wholly inside elements [lo, lo + n) of t from the process's
  * memory (they are read from the file again if touched): a loader that has converted a range
@@ -139,5 +146,13 @@ void st_set_progress(const StSet *s, size_t bytes);
  * reads a part of them (a sharded rank). */
 void st_set_progress_total(const StSet *s, double bytes);
 const StTensor *st_set_find(const StSet *s, const char *name);
+/* Pairs every F8_E4M3 tensor W of s with its block scales W_scale_inv (F32, BF16 or F16, of
+ * shape [ceil(rows / block[0]), ceil(cols / block[1])]), as fp8 block-quantized HF checkpoints
+ * store them (quantization_config's weight_block_size gives block). An F8_E4M3 tensor that is
+ * not a matrix or has no scales, or scales of another shape or dtype, is an error naming both
+ * tensors and the file. Returns the number of weights paired, or -1. */
+int st_set_pair_fp8(StSet *s, const int64_t block[2], Err *err);
+/* 1 when s holds an F8_E4M3 tensor. */
+int st_set_has_fp8(const StSet *s);
 
 #endif

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fs.h"
+#include "io/hf_config.h"
 #include "io/hf_keys.h"
 
 /* Appends "label: a, b, c" to msg (of cap bytes) while it fits; the rest are counted. */
@@ -20,6 +22,34 @@ static void list_keys(char *msg, size_t cap, const char *label, char **keys, int
     if (k < cap && shown < n)
         k += (size_t)snprintf(msg + k, cap - k, "%s%d more", shown ? ", and " : "", n - shown);
     if (k < cap) snprintf(msg + k, cap - k, ")");
+}
+
+int qwen3_hf_open(StSet *set, const char *path, Err *err) {
+    TRY(st_set_open(set, path, err));
+    if (!st_set_has_fp8(set)) return 0;
+    char *dir = fs_is_dir(path) ? xstrdup(path) : fs_dir_of(path);
+    char *cfg = fs_join(dir, "config.json");
+    ModelSpec spec;
+    HfConfigExtra extra;
+    int rc = 0;
+    if (!fs_exists(cfg))
+        rc = err_set(err,
+                     "%s holds F8_E4M3 weights, but %s, whose quantization_config says how to read "
+                     "them, does not exist",
+                     path, cfg);
+    else if (model_spec_from_hf_config_ex(&spec, &extra, cfg, err) != 0)
+        rc = -1;
+    else if (extra.fp8_block[0] == 0)
+        rc = err_set(err,
+                     "%s holds F8_E4M3 weights, but %s has no quantization_config with "
+                     "quant_method \"fp8\" (the block size of their scales)",
+                     path, cfg);
+    else if (st_set_pair_fp8(set, extra.fp8_block, err) < 0)
+        rc = -1;
+    free(cfg);
+    free(dir);
+    if (rc != 0) st_set_close(set);
+    return rc;
 }
 
 int qwen3_hf_check(const ModelSpec *spec, const StSet *set, const char *what, Err *err) {

@@ -7,7 +7,14 @@
 #include "io/safetensors.h"
 #include "model/qwen3.h"
 
-/* Fills every parameter of m from the tensors of set (F32, BF16 or F16). The set must hold
+/* Opens the HF weights at path (st_set_open's forms: a directory, a .safetensors file, an
+ * index file) for qwen3_load_hf. When they hold F8_E4M3 tensors, the config.json beside them
+ * must declare fp8 block quantization (io/hf_config's fp8_block): each such weight is paired
+ * with its block scales and reads dequantized; otherwise the sentence names the file and what
+ * is missing. */
+int qwen3_hf_open(StSet *set, const char *path, Err *err);
+/* Fills every parameter of m from the tensors of set (F32, BF16, F16, or F8_E4M3 paired with
+ * block scales by qwen3_hf_open). The set must hold
  * exactly the model's HF tensors: otherwise the error lists every missing, unexpected and
  * misshaped key (as many as fit in one message, with the counts of each). A tied model accepts
  * and ignores an lm_head.weight of the embedding's shape, as transformers does; MoE

@@ -177,8 +177,7 @@ ChatFormat *chat_format_from_text(const Tokenizer *tok, const char *text, size_t
 
 ChatFormat *chat_format_load(const Tokenizer *tok, Err *err) {
     const char *path = tokenizer_path(tok);
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, (size_t)(slash - path)) : xstrdup(".");
+    char *dir = fs_dir_of(path);
     char *text = NULL, *file = NULL;
     size_t len = 0;
     ChatFormat *cf = NULL;

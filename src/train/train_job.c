@@ -268,7 +268,7 @@ static uint64_t weights_fingerprint(const StSet *set) {
 static int open_initial_weights(const ModelSpec *spec, const char *path, uint64_t *fingerprint,
                                 Err *err) {
     StSet set;
-    TRY(st_set_open(&set, path, err));
+    TRY(qwen3_hf_open(&set, path, err));
     int rc = qwen3_hf_check(spec, &set, path, err);
     if (rc == 0) *fingerprint = weights_fingerprint(&set);
     st_set_close(&set);

@@ -1076,7 +1076,7 @@ void train_qwen3_init(TrainQwen3 *f, uint64_t seed) {
 
 int train_qwen3_load_hf(TrainQwen3 *f, const char *path, Err *err) {
     StSet set;
-    TRY(st_set_open(&set, path, err));
+    TRY(qwen3_hf_open(&set, path, err));
     float *tmp = xmalloc(QWEN3_CHUNK * sizeof *tmp);
     HfKeyTable keys;
     hf_keys_build(&keys, &whole(f)->spec);
