@@ -3,7 +3,8 @@
 # logs the MoE load figures to metrics.jsonl, checkpoints hold each layer's expert_bias, and a
 # run resumed from its step-2 checkpoint ends with bitwise the same losses, parameters
 # (expert_bias included) and optimizer state as a run that never stopped. qtitan eval loads the
-# run's HF export.
+# run's HF export. With debug.moe_force_load_balance every expert of every layer gets the same
+# tokens in every step.
 # shellcheck source=tests/c4_lib.sh
 . "$(dirname "$0")/c4_lib.sh"
 train() {
@@ -14,7 +15,7 @@ train() {
     --model.moe_hidden_dim=16 --model.load_balance_coeff=0.01 \
     --training.seq_len=32 --training.local_batch_size=2 --training.steps=4 \
     --checkpoint.enable=true --checkpoint.interval=2 --metrics.peak_tflops=1 \
-    --job.dump_folder="$1" 2>&1
+    --job.dump_folder="$1" "${@:2}" 2>&1
 }
 train "$tmp/a" >"$tmp/a.log"
 [ "$(grep -c '^step: ' "$tmp/a.log")" = 4 ] || { cat "$tmp/a.log"; echo "FAIL: expected 4 step lines"; exit 1; }
@@ -28,6 +29,15 @@ grep -aq 'layers.1.moe.expert_bias' "$tmp/a/checkpoint/step-4/model.safetensors"
 echo "1 2 3 4 5 6 7 8" >"$tmp/ids"
 "$QT_BINARY" eval --model "$tmp/hf" --tokens "$tmp/ids" 2>/dev/null | grep -q '^loss: [0-9]' \
   || { echo "FAIL: qtitan eval of the MoE export"; exit 1; }
+
+# Forced balance: 2 rows x 32 tokens x top-2 over 4 experts is 32 tokens each, every step; the
+# run above (by score) is not that even.
+train "$tmp/rr" --debug.moe_force_load_balance=true --training.steps=3 >"$tmp/rr.log"
+grep -q 'routers assign experts round-robin' "$tmp/rr.log" || { cat "$tmp/rr.log"; echo "FAIL: no notice"; exit 1; }
+[ "$(grep -c '"moe_tokens_min":32.0,"moe_tokens_max":32.0,"moe_imbalance":1.0[,}]' "$tmp/rr/metrics.jsonl")" = 3 ] \
+  || { cat "$tmp/rr/metrics.jsonl"; echo "FAIL: forced balance is not even"; exit 1; }
+! grep -q '"moe_imbalance":1.0[,}]' "$tmp/a/metrics.jsonl" \
+  || { echo "FAIL: routing by score came out perfectly even: the check above proves nothing"; exit 1; }
 
 train "$tmp/b" >"$tmp/b1.log"
 rm -rf "$tmp/b/checkpoint/step-4"

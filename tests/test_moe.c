@@ -171,7 +171,7 @@ static void test_grouped_matches_reference(void **state) {
 
 typedef struct Router {
     long N;
-    int X, k, norm;
+    int X, k, norm, round_robin;
     double coef; /* auxiliary loss weight, 0 = off */
     float *logits, *bias, *probs, *gw, *Rw, *dlogits, *aux_dprob;
     int32_t *idx, *idx0;
@@ -181,7 +181,8 @@ typedef struct Router {
  * gradient treats the discrete choice as constant, which holds within the differences' eps). */
 static double router_loss(void *p) {
     Router *r = p;
-    moe_router_forward(r->probs, r->idx, r->gw, r->logits, r->bias, r->N, r->X, r->k, r->norm);
+    moe_router_forward(r->probs, r->idx, r->gw, r->logits, r->bias, r->N, r->X, r->k, r->norm,
+                       r->round_robin);
     assert_memory_equal(r->idx, r->idx0, (size_t)(r->N * r->k) * sizeof(int32_t));
     double loss = project(r->gw, r->Rw, r->N * r->k);
     if (r->coef > 0) {
@@ -195,28 +196,37 @@ static double router_loss(void *p) {
 
 static void test_router_gradcheck(void **state) {
     (void)state;
-    for (int norm = 0; norm <= 1; norm++)
-        for (int aux = 0; aux <= 1; aux++) {
-            Router r = {.N = 9, .X = 6, .k = 3, .norm = norm, .coef = aux ? 0.7 : 0.0};
-            rng_seed(&rng, 3, (uint64_t)(norm * 2 + aux));
-            r.logits = randn(r.N * r.X, 1.5f);
-            r.bias = randn(r.X, 0.05f);
-            r.probs = zeros(r.N * r.X), r.gw = zeros(r.N * r.k), r.Rw = randn(r.N * r.k, 1.0f);
-            r.dlogits = zeros(r.N * r.X), r.aux_dprob = zeros(r.X);
-            r.idx = malloc((size_t)(r.N * r.k) * sizeof(int32_t));
-            r.idx0 = malloc((size_t)(r.N * r.k) * sizeof(int32_t));
-            moe_router_forward(r.probs, r.idx0, r.gw, r.logits, r.bias, r.N, r.X, r.k, r.norm);
-            double counts[16] = {0};
-            moe_count_add(counts, r.idx0, r.N, r.k);
-            moe_aux_dprob(r.aux_dprob, counts, (double)r.N, r.X, r.coef);
-            moe_router_backward(r.dlogits, r.Rw, r.probs, r.idx0, aux ? r.aux_dprob : NULL, r.N,
-                                r.X, r.k, r.norm);
-            char what[64];
-            snprintf(what, sizeof what, "router logits (norm %d, aux %d)", norm, aux);
-            fd_check(what, r.logits, r.N * r.X, r.dlogits, router_loss, &r, 1e-3f, 64, TOL_FD);
-            free(r.logits), free(r.bias), free(r.probs), free(r.gw), free(r.Rw), free(r.dlogits);
-            free(r.aux_dprob), free(r.idx), free(r.idx0);
-        }
+    for (int rr = 0; rr <= 1; rr++)
+        for (int norm = 0; norm <= 1; norm++)
+            for (int aux = 0; aux <= 1; aux++) {
+                Router r = {.N = 9,
+                            .X = 6,
+                            .k = 3,
+                            .norm = norm,
+                            .coef = aux ? 0.7 : 0.0,
+                            .round_robin = rr};
+                rng_seed(&rng, 3, (uint64_t)(rr * 4 + norm * 2 + aux));
+                r.logits = randn(r.N * r.X, 1.5f);
+                r.bias = randn(r.X, 0.05f);
+                r.probs = zeros(r.N * r.X), r.gw = zeros(r.N * r.k), r.Rw = randn(r.N * r.k, 1.0f);
+                r.dlogits = zeros(r.N * r.X), r.aux_dprob = zeros(r.X);
+                r.idx = malloc((size_t)(r.N * r.k) * sizeof(int32_t));
+                r.idx0 = malloc((size_t)(r.N * r.k) * sizeof(int32_t));
+                moe_router_forward(r.probs, r.idx0, r.gw, r.logits, r.bias, r.N, r.X, r.k, r.norm,
+                                   r.round_robin);
+                double counts[16] = {0};
+                moe_count_add(counts, r.idx0, r.N, r.k);
+                moe_aux_dprob(r.aux_dprob, counts, (double)r.N, r.X, r.coef);
+                moe_router_backward(r.dlogits, r.Rw, r.probs, r.idx0, aux ? r.aux_dprob : NULL, r.N,
+                                    r.X, r.k, r.norm);
+                char what[64];
+                snprintf(what, sizeof what, "router logits (norm %d, aux %d, round-robin %d)", norm,
+                         aux, rr);
+                fd_check(what, r.logits, r.N * r.X, r.dlogits, router_loss, &r, 1e-3f, 64, TOL_FD);
+                free(r.logits), free(r.bias), free(r.probs), free(r.gw), free(r.Rw),
+                    free(r.dlogits);
+                free(r.aux_dprob), free(r.idx), free(r.idx0);
+            }
 }
 
 static void test_router_rule(void **state) {
@@ -225,22 +235,51 @@ static void test_router_rule(void **state) {
     float logits[8] = {0.5f, 1.0f, 0.0f, 2.0f, 1.0f, 1.0f, 1.0f, 1.0f};
     float probs[8], gw[4];
     int32_t idx[4];
-    moe_router_forward(probs, idx, gw, logits, NULL, 2, 4, 2, 0);
+    moe_router_forward(probs, idx, gw, logits, NULL, 2, 4, 2, 0, 0);
     assert_int_equal(idx[0], 3), assert_int_equal(idx[1], 1);
     assert_int_equal(idx[2], 0), assert_int_equal(idx[3], 1); /* ties: lower id first */
     double z = exp(0.5) + exp(1.0) + exp(0.0) + exp(2.0);
     assert_true(fabs(gw[0] - exp(2.0) / z) < 1e-6 && fabs(gw[1] - exp(1.0) / z) < 1e-6);
     assert_true(fabs(gw[2] - 0.25) < 1e-6 && fabs(gw[3] - 0.25) < 1e-6);
     /* norm_topk_prob: the chosen weights sum to one. */
-    moe_router_forward(probs, idx, gw, logits, NULL, 2, 4, 2, 1);
+    moe_router_forward(probs, idx, gw, logits, NULL, 2, 4, 2, 1, 0);
     assert_true(fabs(gw[0] - exp(2.0) / (exp(2.0) + exp(1.0))) < 1e-6);
     assert_true(fabs(gw[2] - 0.5) < 1e-6);
     /* A bias steers the choice; the weights stay the unbiased probabilities. */
     float bias[4] = {0.0f, 0.0f, 1.0f, 0.0f};
-    moe_router_forward(probs, idx, gw, logits, bias, 2, 4, 2, 0);
+    moe_router_forward(probs, idx, gw, logits, bias, 2, 4, 2, 0, 0);
     assert_int_equal(idx[0], 2), assert_int_equal(idx[1], 3);
     assert_true(fabs(gw[0] - exp(0.0) / z) < 1e-6 && fabs(gw[1] - exp(2.0) / z) < 1e-6);
     assert_int_equal(idx[2], 2), assert_int_equal(idx[3], 0);
+}
+
+/* debug.moe_force_load_balance: 5 tokens, 4 experts, top-3. Slot j of token n goes to expert
+ * (3n + j) mod 4 whatever the scores and the bias say (torchtitan's arange(N * k) % X), the
+ * counts are 4, 4, 4, 3, and the weights are those experts' probabilities. */
+static void test_router_round_robin(void **state) {
+    (void)state;
+    enum { N = 5, X = 4, K = 3 };
+    float logits[N * X], probs[N * X], gw[N * K], bias[X] = {5.0f, 0.0f, 0.0f, -5.0f};
+    int32_t idx[N * K];
+    for (int i = 0; i < N * X; i++)
+        logits[i] = (float)((i * 7) % 11) * 0.3f;
+    for (int norm = 0; norm <= 1; norm++) {
+        moe_router_forward(probs, idx, gw, logits, bias, N, X, K, norm, 1);
+        double counts[X] = {0};
+        moe_count_add(counts, idx, N, K);
+        for (int n = 0; n < N; n++) {
+            double S = 0.0;
+            for (int j = 0; j < K; j++)
+                S += probs[n * X + (n * K + j) % X];
+            for (int j = 0; j < K; j++) {
+                int e = (n * K + j) % X;
+                assert_int_equal(idx[n * K + j], e);
+                double want = probs[n * X + e] / (norm ? S : 1.0);
+                assert_true(fabs(gw[n * K + j] - want) < 1e-6);
+            }
+        }
+        assert_true(counts[0] == 4 && counts[1] == 4 && counts[2] == 4 && counts[3] == 3);
+    }
 }
 
 /* HF's load_balancing_loss_func on a hand-sized case: 2 tokens, 2 experts, top-1. */
@@ -412,6 +451,7 @@ int main(void) {
         cmocka_unit_test(test_grouped_matches_reference),
         cmocka_unit_test(test_router_gradcheck),
         cmocka_unit_test(test_router_rule),
+        cmocka_unit_test(test_router_round_robin),
         cmocka_unit_test(test_aux_loss_value),
         cmocka_unit_test(test_bias_update),
         cmocka_unit_test(test_load_stats),

@@ -83,12 +83,12 @@ _Static_assert(sizeof(DType) == sizeof(int) && sizeof(DecayType) == sizeof(int) 
     { #s, #k, K_FLOAT, OFF(s.k), lo, hi, lo_open, hi_open, 0, NULL, ex, NULL }
 
 /* Sections in dump order; "model" also takes every model_spec_field_name name. Sections that only
- * hold alias rows ([debug]) or compat rows (config_compat.c) are known through those tables. */
+ * hold compat rows (config_compat.c) are known through that table. */
 static const char *const SECTIONS[] = {
     "job",      "model",       "optimizer",  "lr_scheduler",
     "training", "parallelism", "checkpoint", "activation_checkpoint",
     "metrics",  "validation",  "sample",     "profiling",
-    "comm",     "lora",        "override",
+    "comm",     "lora",        "debug",      "override",
 };
 #define NSECTIONS ((int)(sizeof SECTIONS / sizeof SECTIONS[0]))
 
@@ -157,6 +157,7 @@ static const KeyDesc KEYS[] = {
      "training.seed"},
     {"debug", "deterministic", K_BOOL, OFF(training.deterministic), 0, 0, 0, 0, 0, NULL,
      "true or false", "training.deterministic"},
+    BOOL(debug, moe_force_load_balance),
     INT(metrics, log_freq, 1, 0, "an integer >= 1"),
     FLT(metrics, peak_tflops, 0, INFINITY, 0, 1, "a number >= 0 (0 = measure)"),
     INT(comm, init_timeout_seconds, 1, 0, "an integer >= 1"),

@@ -191,6 +191,10 @@ typedef struct JobConfig {
         char *system;        /* with chat: a system turn first ("" = none) */
         int enable_thinking; /* with chat: 0 opens the answer with an empty think block */
     } sample;
+    struct {
+        /* MoE routers assign experts round-robin, not by score (Qwen3.moe_round_robin) */
+        int moe_force_load_balance;
+    } debug;
     KernelOverride *overrides; /* n_overrides entries in file order */
     int n_overrides;
     /* One line each for torchtitan keys accepted without effect (config_compat.h), in the

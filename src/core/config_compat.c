@@ -207,8 +207,6 @@ const CompatKey CONFIG_COMPAT[] = {
       "qtitan has no Python modules to extend its config with"),
 
     N("debug", "deterministic_warn_only", 'b', "*", ""),
-    R("debug", "moe_force_load_balance", 'b', "false",
-      "the router always chooses the top-k experts by score; round-robin routing is not available"),
 };
 const int CONFIG_COMPAT_N = (int)(sizeof CONFIG_COMPAT / sizeof CONFIG_COMPAT[0]);
 

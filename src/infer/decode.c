@@ -207,7 +207,7 @@ static void layer(Decoder *d, int l, long n, int prefill_seq, const int *seq) {
         int X = s->num_experts, k = s->top_k;
         md->router->forward(d->router_logits, d->xn2, p->router_gate, n, D, X);
         moe_router_forward(d->probs, d->topk_idx, d->topk_w, d->router_logits, p->expert_bias, n, X,
-                           k, s->norm_topk_prob);
+                           k, s->norm_topk_prob, 0);
         md->experts->forward(d->out, &d->ex, d->xn2, d->topk_idx, d->topk_w, p->experts_w1,
                              p->experts_w3, p->experts_w2, n, k, D, s->moe_hidden_dim, X);
     } else if (stream) {

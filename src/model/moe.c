@@ -6,7 +6,8 @@
 #include <string.h>
 
 void moe_router_forward(float *probs, int32_t *idx, float *gw, const float *logits,
-                        const float *bias, long N, int X, int k, int norm_topk_prob) {
+                        const float *bias, long N, int X, int k, int norm_topk_prob,
+                        int round_robin) {
 #pragma omp parallel for schedule(static)
     for (long n = 0; n < N; n++) {
         const float *l = logits + n * X;
@@ -27,7 +28,9 @@ void moe_router_forward(float *probs, int32_t *idx, float *gw, const float *logi
         int32_t *ix = idx + n * k;
         float top[k];
         int have = 0;
-        for (int e = 0; e < X; e++) {
+        for (int j = 0; round_robin && j < k; j++)
+            ix[j] = (int32_t)((n * k + j) % X);
+        for (int e = 0; !round_robin && e < X; e++) {
             float s = p[e] + (bias ? bias[e] : 0.0f);
             if (have == k && !(s > top[k - 1])) continue;
             int pos = have < k ? have++ : k - 1;

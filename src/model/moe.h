@@ -15,9 +15,13 @@
 #include <stdint.h>
 
 /* probs (N, X) written; idx (N, k) the chosen experts in descending order of biased score;
- * gw (N, k) their gate weights. bias (X) may be NULL (no bias). logits (N, X) is read only. */
+ * gw (N, k) their gate weights. bias (X) may be NULL (no bias). logits (N, X) is read only.
+ * round_robin (torchtitan's debug.moe_force_load_balance): the scores choose nothing; token n's
+ * slot j goes to expert (n * k + j) mod X, so every expert gets the same number of slots to
+ * within one, and the gate weights are those experts' probabilities (renormalised as usual). */
 void moe_router_forward(float *probs, int32_t *idx, float *gw, const float *logits,
-                        const float *bias, long N, int X, int k, int norm_topk_prob);
+                        const float *bias, long N, int X, int k, int norm_topk_prob,
+                        int round_robin);
 
 /* dlogits (N, X) written from the gate weights' gradient dgw (N, k), through the
  * renormalisation and the softmax; aux_dprob (X), when not NULL, is added to every token's

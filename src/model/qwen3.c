@@ -974,7 +974,7 @@ static void moe_forward(Qwen3 *m, int i, float *out, int count) {
     PROF_OP(&md->router->h, 0,
             md->router->forward(A->router_logits, a->xn2, p->router_gate, N, D, X));
     moe_router_forward(a->probs, a->topk_idx, a->topk_w, A->router_logits, p->expert_bias, N, X, k,
-                       s->norm_topk_prob);
+                       s->norm_topk_prob, m->moe_round_robin);
     if (count) {
         moe_count_add(m->moe_counts + (long)i * X, a->topk_idx, N, k);
         if (s->router_aux_loss_coef > 0) {

@@ -293,6 +293,10 @@ struct Qwen3 {
      * every MoE layer moves the tokens to the ranks holding their experts; the model holds
      * spec.num_local_experts experts of each layer. Not owned. */
     struct MoeEp *ep;
+    /* debug.moe_force_load_balance, set by the driver: the routers assign experts round-robin
+     * (moe_router_forward) instead of by score, for measuring the experts at a perfect
+     * balance. */
+    int moe_round_robin;
 };
 
 /* The module tree of spec (docs/kernels.md), without allocating a model: fills mod with each

@@ -698,6 +698,14 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
                                use_lora && cfg->lora.base_dtype == DT_BF16, err);
         if (!q) rc = -1;
     }
+    if (rc == 0 && cfg->debug.moe_force_load_balance) {
+        if (spec.num_experts > 0)
+            log_info("debug.moe_force_load_balance: the routers assign experts round-robin, not "
+                     "by score (validation too; samples route by score)");
+        else
+            log_warn("debug.moe_force_load_balance has no effect: the model has no experts");
+        train_qwen3_qwen3(q)->moe_round_robin = 1;
+    }
     if (rc == 0 && cfg->checkpoint.initial_load_path[0]) {
         rc = train_qwen3_load_hf(q, cfg->checkpoint.initial_load_path, err);
         if (rc == 0) log_info("loaded initial weights from %s", cfg->checkpoint.initial_load_path);
