@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # qtitan train on chat data end to end with the Qwen3 tokenizer and a tiny model: the messages
 # and instruction shapes, packing and one conversation a row, the counts in the log, a resume
-# from a checkpoint that continues with the same losses, and the error sentences of a
+# from a checkpoint that continues with the same losses, training.chat_template_path (a
+# template from elsewhere, kept by checkpoints and exports), and the error sentences of a
 # tokenizer without a chat template and of a malformed line.
 set -euo pipefail
 shared=${QT_SHARED_DIR:-}
@@ -115,4 +116,47 @@ if train "$tmp/f" --training.dataset_path="$tmp/badrole.jsonl" --training.data_f
   echo "FAIL: a bad role should fail"; exit 1
 fi
 grep -q "error: $tmp/badrole.jsonl:3: messages\[0\].role \"robot\" is not" "$tmp/f.log" || { cat "$tmp/f.log"; echo "FAIL: bad-role sentence"; exit 1; }
+
+# training.chat_template_path: the template from a folder or a tokenizer_config.json trains
+# exactly as the tokenizer folder's own (a folder with tokenizer.json alone has none); a .jinja
+# file of another format renders in that format, and checkpoints and the HF export keep it as
+# chat_template.jinja, which generation then reads.
+for where in "$tok" "$tok/tokenizer_config.json"; do
+  "$QT_BINARY" train --config "$QT_SOURCE_DIR/configs/debug.toml" --model.tokenizer_path="$tmp/notemplate" \
+    --model.vocab_size=151669 --model.dim=32 --model.n_layers=1 --model.n_heads=4 \
+    --model.n_kv_heads=2 --model.head_dim=8 --model.hidden_dim=64 \
+    --training.seq_len=64 --training.local_batch_size=2 --training.steps=4 --metrics.peak_tflops=1 \
+    --training.dataset_path="$tmp/chat.jsonl" --training.data_format=messages \
+    --training.chat_template_path="$where" --job.dump_folder="$tmp/ct" >"$tmp/ct.log" 2>&1 ||
+    { cat "$tmp/ct.log"; echo "FAIL: chat_template_path $where"; exit 1; }
+  diff <(grep '^step: ' "$tmp/a.log" | awk '{print $4}') <(grep '^step: ' "$tmp/ct.log" | awk '{print $4}') ||
+    { echo "FAIL: chat_template_path $where trains otherwise than the tokenizer folder's template"; exit 1; }
+  rm -rf "$tmp/ct"
+done
+t2507=$QT_SOURCE_DIR/tests/fixtures/chat/templates/qwen3_2507_instruct.jinja
+train "$tmp/g" --training.dataset_path="$tmp/chat.jsonl" --training.data_format=messages \
+  --training.chat_template_path="$t2507" --training.steps=2 --checkpoint.enable=true \
+  --checkpoint.last_save_in_hf=true >"$tmp/g.log" || { cat "$tmp/g.log"; echo "FAIL: 2507 template"; exit 1; }
+grep -q 'chat data: 24 conversation(s) from 1 file(s) in the qwen3-2507-instruct format' "$tmp/g.log" ||
+  { cat "$tmp/g.log"; echo "FAIL: the run did not render with chat_template_path's format"; exit 1; }
+cmp "$t2507" "$tmp/g/checkpoint/step-2/chat_template.jinja" && cmp "$t2507" "$tmp/g/checkpoint/step-2/hf/chat_template.jinja" ||
+  { ls "$tmp/g/checkpoint/step-2" "$tmp/g/checkpoint/step-2/hf"; echo "FAIL: the template is not kept"; exit 1; }
+"$QT_BINARY" export --checkpoint "$tmp/g/checkpoint" --out "$tmp/g_hf" >/dev/null 2>&1 && cmp "$t2507" "$tmp/g_hf/chat_template.jinja" ||
+  { echo "FAIL: qtitan export does not keep the template"; exit 1; }
+"$QT_BINARY" inspect "$tmp/g_hf" 2>&1 | grep -q 'chat format: qwen3-2507-instruct' ||
+  { "$QT_BINARY" inspect "$tmp/g_hf"; echo "FAIL: the export's chat format"; exit 1; }
+# A path that is not there, and a template qtitan does not render, even for text data (it would
+# be kept by the checkpoints).
+printf '{{ messages }}' >"$tmp/other.jinja"
+for bad in "$tmp/none.jinja|$tmp/none.jinja: not found (expected a chat template" \
+           "$tmp/other.jinja|$tmp/other.jinja: the chat template (14 bytes, hash"; do
+  if train "$tmp/h" --training.dataset_path="$tmp/chat.jsonl" --training.data_format=messages \
+    --training.chat_template_path="${bad%%|*}" >"$tmp/h.log"; then echo "FAIL: ${bad%%|*} should fail"; exit 1; fi
+  grep -qF "error: ${bad#*|}" "$tmp/h.log" || { cat "$tmp/h.log"; echo "FAIL: sentence for ${bad%%|*}"; exit 1; }
+done
+printf '{"text": "plain text to train on"}\n%.0s' $(seq 1 40) >"$tmp/text.jsonl"
+if train "$tmp/h" --training.dataset_path="$tmp/text.jsonl" --training.chat_template_path="$tmp/other.jinja" >"$tmp/h.log"; then
+  echo "FAIL: an unknown template with text data should fail"; exit 1
+fi
+grep -qF "error: $tmp/other.jinja: the chat template" "$tmp/h.log" || { cat "$tmp/h.log"; echo "FAIL: text-data template sentence"; exit 1; }
 echo "e2e_sft: ok"

@@ -121,6 +121,7 @@ static const KeyDesc KEYS[] = {
     STR(training, dataset),
     STR(training, dataset_path),
     STR(training, dataset_text_field),
+    STR(training, chat_template_path),
     {"training", "seed", K_I64, OFF(training.seed), 0, 9.2e18, 0, 0, 0, NULL, "an integer >= 0",
      NULL},
     BOOL(training, deterministic),
@@ -754,6 +755,7 @@ void config_init(JobConfig *c) {
     c->training.dataset = xstrdup("c4_test");
     c->training.dataset_path = xstrdup("");
     c->training.dataset_text_field = xstrdup("text");
+    c->training.chat_template_path = xstrdup("");
     c->training.seed = 0;
     c->training.mixed_precision_param = DT_F32;
     c->training.device = DEVICE_CPU;

@@ -105,6 +105,9 @@ typedef struct JobConfig {
         /* The JSON Lines field / Parquet column of a document's text, for training and
          * validation data (TRL's dataset_text_field); "text" by default. */
         char *dataset_text_field;
+        /* The chat template conversations are rendered with (TRL's chat_template_path): a
+         * .jinja file, a tokenizer_config.json or a folder; "" = the tokenizer folder's. */
+        char *chat_template_path;
         int64_t seed;
         int deterministic;
         DType mixed_precision_param; /* DT_F32 or DT_BF16 */

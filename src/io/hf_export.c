@@ -168,6 +168,12 @@ static int write_dir(const char *dir, const ModelSpec *spec, const float *const 
     st_writer_free(&w);
     TRY(rc);
     TRY(copy_tokenizer(o->tokenizer, dir, err));
+    if (o->chat_template) {
+        path = fs_join(dir, "chat_template.jinja");
+        rc = fs_write_atomic(path, o->chat_template, o->chat_template_len, err);
+        free(path);
+        TRY(rc);
+    }
     return fs_sync_dir(dir, err);
 }
 

@@ -33,6 +33,11 @@ typedef struct HfExportOptions {
     const HfConfigExtra *extra; /* bos / eos token ids for config.json; NULL = none */
     const char *tokenizer;      /* directory holding tokenizer files, a tokenizer.json file, or
                                    NULL / "" = no tokenizer files */
+    /* When not NULL: written as chat_template.jinja (which transformers reads before
+     * tokenizer_config.json's chat_template), over the tokenizer's own: the template a run
+     * trained with (training.chat_template_path). */
+    const char *chat_template;
+    size_t chat_template_len;
 } HfExportOptions;
 
 /* One parameter: qtitan name, element count and fp32 values. */

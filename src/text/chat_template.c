@@ -19,6 +19,7 @@
 #include "core/fs.h"
 #include "core/json.h"
 #include "core/strbuf.h"
+#include "core/strutil.h"
 #include "text/jsonl.h"
 
 /* How a template opens the assistant turn of a generation prompt. */
@@ -101,19 +102,9 @@ static void push(ChatTokens *t, uint32_t id, uint8_t assistant) {
     t->assistant[t->n++] = assistant;
 }
 
-/* Reads the template text of the folder that holds tok's tokenizer.json: chat_template.jinja
- * wins over tokenizer_config.json's chat_template, as in transformers. */
-static int read_template(const char *dir, char **text, size_t *len, char **file, Err *err) {
-    *file = fs_join(dir, "chat_template.jinja");
-    if (fs_exists(*file)) return fs_read_all(*file, text, len, err);
-    free(*file);
-    *file = fs_join(dir, "tokenizer_config.json");
-    if (!fs_exists(*file))
-        return err_set(err,
-                       "%s: not found, so the tokenizer has no chat template (chat data and "
-                       "--chat need the model's tokenizer folder, which holds it)",
-                       *file);
-    json_t *root = json_load_path(*file, err);
+/* The chat_template of a tokenizer_config.json (a list of named templates: the "default" one). */
+static int read_template_json(const char *file, char **text, size_t *len, Err *err) {
+    json_t *root = json_load_path(file, err);
     if (!root) return -1;
     const json_t *ct = json_object_get(root, "chat_template");
     /* A list holds named templates; "default" is the chat one. */
@@ -129,13 +120,39 @@ static int read_template(const char *dir, char **text, size_t *len, char **file,
     if (!json_is_string(ct)) {
         json_decref(root);
         return err_set(err, "%s: no \"chat_template\" string, so the tokenizer has no chat format",
-                       *file);
+                       file);
     }
     *len = json_string_length(ct);
     *text = xmalloc(*len + 1);
     memcpy(*text, json_string_value(ct), *len + 1);
     json_decref(root);
     return 0;
+}
+
+int chat_template_read(const char *where, char **text, size_t *len, char **file, Err *err) {
+    *text = NULL;
+    *len = 0;
+    if (!fs_is_dir(where)) {
+        *file = xstrdup(where);
+        if (!fs_exists(where))
+            return err_set(err,
+                           "%s: not found (expected a chat template: a .jinja file, a "
+                           "tokenizer_config.json or a tokenizer folder)",
+                           where);
+        return str_ends_with(where, ".json") ? read_template_json(where, text, len, err)
+                                             : fs_read_all(where, text, len, err);
+    }
+    /* chat_template.jinja wins over tokenizer_config.json's chat_template, as in transformers. */
+    *file = fs_join(where, "chat_template.jinja");
+    if (fs_exists(*file)) return fs_read_all(*file, text, len, err);
+    free(*file);
+    *file = fs_join(where, "tokenizer_config.json");
+    if (!fs_exists(*file))
+        return err_set(err,
+                       "%s: not found, so the tokenizer has no chat template (chat data and "
+                       "--chat need the model's tokenizer folder, which holds it)",
+                       *file);
+    return read_template_json(*file, text, len, err);
 }
 
 static int special_id(const Tokenizer *tok, const char *s, uint32_t *out, const char *file,
@@ -175,18 +192,21 @@ ChatFormat *chat_format_from_text(const Tokenizer *tok, const char *text, size_t
     return cf;
 }
 
-ChatFormat *chat_format_load(const Tokenizer *tok, Err *err) {
-    const char *path = tokenizer_path(tok);
-    char *dir = fs_dir_of(path);
+ChatFormat *chat_format_load_at(const Tokenizer *tok, const char *where, Err *err) {
+    char *dir = where && *where ? xstrdup(where) : fs_dir_of(tokenizer_path(tok));
     char *text = NULL, *file = NULL;
     size_t len = 0;
     ChatFormat *cf = NULL;
-    if (read_template(dir, &text, &len, &file, err) == 0)
+    if (chat_template_read(dir, &text, &len, &file, err) == 0)
         cf = chat_format_from_text(tok, text, len, file, err);
     free(dir);
     free(text);
     free(file);
     return cf;
+}
+
+ChatFormat *chat_format_load(const Tokenizer *tok, Err *err) {
+    return chat_format_load_at(tok, NULL, err);
 }
 
 void chat_format_free(ChatFormat *cf) {

@@ -73,6 +73,15 @@ typedef struct ChatFormat ChatFormat;
  * chat template, or one qtitan does not know, or the tokenizer lacks the format's tokens. tok
  * must outlive the format. */
 ChatFormat *chat_format_load(const Tokenizer *tok, Err *err);
+/* The same with the template read from `where` (chat_template_read; TRL's chat_template_path)
+ * instead of tok's folder; NULL or "" means tok's folder. */
+ChatFormat *chat_format_load_at(const Tokenizer *tok, const char *where, Err *err);
+/* Reads a chat template's text (malloc'd, NUL-terminated, *len bytes) from `where`: a folder
+ * (its chat_template.jinja, else its tokenizer_config.json's chat_template, as transformers
+ * reads them), a file ending in .json (a tokenizer_config.json: its chat_template), or any
+ * other file (the template itself, as chat_template.jinja holds it). *file (malloc'd, also on
+ * failure) is the file read, for sentences. */
+int chat_template_read(const char *where, char **text, size_t *len, char **file, Err *err);
 /* The format of a template's text (text[0..len)) read from `file` (named in sentences). */
 ChatFormat *chat_format_from_text(const Tokenizer *tok, const char *text, size_t len,
                                   const char *file, Err *err);

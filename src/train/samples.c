@@ -103,7 +103,8 @@ int samples_open(Samples *s, const JobConfig *cfg, TrainQwen3 *q, const Tokenize
     if (!cfg->sample.chat && (cfg->sample.system[0] || !cfg->sample.enable_thinking))
         rc = err_set(err, "sample.system and sample.enable_thinking = false need sample.chat = "
                           "true (prompts as user turns in the chat format)");
-    if (rc == 0 && cfg->sample.chat && !(cf = chat_format_load(tok, err)))
+    if (rc == 0 && cfg->sample.chat &&
+        !(cf = chat_format_load_at(tok, cfg->training.chat_template_path, err)))
         rc = err_wrap(err, "sample.chat = true");
     for (int i = 0; i < n && rc == 0; i++) {
         rc = cf ? chat_render_prompt(cf, cfg->sample.system, s->pr.text[i],

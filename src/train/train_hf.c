@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "io/safetensors.h"
+#include "text/chat_template.h"
 #include "train/ckpt_dist.h"
 
 static void add_file(TrainHf *h, const char *name, char *data, size_t len) {
@@ -28,8 +29,18 @@ int train_hf_init(TrainHf *h, const JobConfig *cfg, const ModelSpec *spec,
     h->tokenizer = tok_path;
     h->world = world;
     h->root = fs_resolve(cfg->job.dump_folder, cfg->checkpoint.folder);
-    if (world->size > 1) return 0;
     size_t len;
+    if (cfg->training.chat_template_path[0]) {
+        char *file = NULL;
+        int rc = chat_template_read(cfg->training.chat_template_path, &h->chat_template,
+                                    &h->chat_template_len, &file, err);
+        free(file);
+        if (rc != 0) {
+            train_hf_free(h);
+            return -1;
+        }
+    }
+    if (world->size > 1) return 0;
     char *text = model_spec_hf_config_text(spec, &h->extra, "float32", &len, err);
     if (!text) return -1;
     add_file(h, "config.json", text, len);
@@ -41,6 +52,12 @@ int train_hf_init(TrainHf *h, const JobConfig *cfg, const ModelSpec *spec,
     for (int i = 0; i < HF_NTOKENIZER_FILES && h->nfiles < TRAIN_HF_MAX_FILES; i++) {
         const char *name = HF_TOKENIZER_FILES[i];
         char *path = NULL;
+        if (h->chat_template && strcmp(name, "chat_template.jinja") == 0) {
+            char *copy = xmalloc(h->chat_template_len + 1);
+            memcpy(copy, h->chat_template, h->chat_template_len + 1);
+            add_file(h, name, copy, h->chat_template_len);
+            continue;
+        }
         if (fs_is_dir(tok_path))
             path = fs_join(tok_path, name);
         else if (strcmp(name, "tokenizer.json") == 0)
@@ -66,6 +83,7 @@ void train_hf_free(TrainHf *h) {
         free(h->data[i]);
     }
     free(h->root);
+    free(h->chat_template);
     memset(h, 0, sizeof *h);
 }
 
@@ -95,7 +113,11 @@ int train_hf_on_last_save(void *ctx, const char *step_dir, Err *err) {
                                  .numel = numel_of(&m->params[i]),
                                  .data = m->params[i].data,
                                  .device = m->params[i].device};
-    HfExportOptions o = {.dtype = h->dtype, .extra = &h->extra, .tokenizer = h->tokenizer};
+    HfExportOptions o = {.dtype = h->dtype,
+                         .extra = &h->extra,
+                         .tokenizer = h->tokenizer,
+                         .chat_template = h->chat_template,
+                         .chat_template_len = h->chat_template_len};
     char *out = fs_join(step_dir, "hf");
     double t0 = now_seconds();
     int rc = hf_export(out, &h->spec, ts, m->nparams, &o, err);

@@ -30,11 +30,16 @@ typedef struct TrainHf {
     const char *tokenizer;   /* the job's tokenizer directory or file */
     Comm *world;             /* the job's processes */
     char *root;              /* the checkpoint folder */
+    /* training.chat_template_path's template text (malloc'd; NULL when unset): checkpoints
+     * keep it as chat_template.jinja, and exports write it. */
+    char *chat_template;
+    size_t chat_template_len;
 } TrainHf;
 
 /* Collects the checkpoint files for a job on world (one process: files; many: none): config.json
  * of spec (torch_dtype float32, the token ids of extra), the resolved job config as job.toml,
- * and the tokenizer files found at tok_path (a directory, or a tokenizer.json file). */
+ * and the tokenizer files found at tok_path (a directory, or a tokenizer.json file), with
+ * training.chat_template_path's template as chat_template.jinja when it is set. */
 int train_hf_init(TrainHf *h, const JobConfig *cfg, const ModelSpec *spec,
                   const HfConfigExtra *extra, const char *tok_path, Comm *world, Err *err);
 void train_hf_free(TrainHf *h);

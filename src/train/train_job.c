@@ -102,8 +102,11 @@ static int lora_finish(const JobConfig *cfg, TrainQwen3 *q, const Lora *lo, cons
     free(dir);
     if (rc == 0 && cfg->checkpoint.last_save_in_hf) {
         dir = lora_merged_dir(cfg);
-        HfExportOptions o = {
-            .dtype = cfg->checkpoint.export_dtype, .extra = &hf->extra, .tokenizer = hf->tokenizer};
+        HfExportOptions o = {.dtype = cfg->checkpoint.export_dtype,
+                             .extra = &hf->extra,
+                             .tokenizer = hf->tokenizer,
+                             .chat_template = hf->chat_template,
+                             .chat_template_len = hf->chat_template_len};
         rc = train_qwen3_export_merged(q, dir, &o, err);
         if (rc == 0)
             log_info("lora: merged model written to %s (%s)", dir,
@@ -643,7 +646,7 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
     if (rc == 0) rc = dataset_encoder_for_tokenizer(&enc, tok, err);
     int is_chat = cfg->training.data_format != DATA_TEXT;
     if (rc == 0 && is_chat) {
-        ChatFormat *cf = chat_format_load(tok, err);
+        ChatFormat *cf = chat_format_load_at(tok, cfg->training.chat_template_path, err);
         ChatDataOptions copt = {.path = dpath,
                                 .format = cfg->training.data_format,
                                 .seq_len = T,
@@ -654,7 +657,14 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
                                 .too_long = cfg->training.long_conversations};
         rc = cf ? chat_data_open(&chat, &copt, cf, enc.eos_id, err) : -1;
         chat_format_free(cf);
-    } else if (rc == 0) {
+    } else if (rc == 0 && cfg->training.chat_template_path[0]) {
+        /* Text data renders no conversation, but checkpoints and exports keep the template:
+         * it must be one that generation can render. */
+        ChatFormat *cf = chat_format_load_at(tok, cfg->training.chat_template_path, err);
+        if (!cf) rc = -1;
+        chat_format_free(cf);
+    }
+    if (rc == 0 && !is_chat) {
         dopt.path = dpath;
         dopt.seq_len = T;
         dopt.seed = (uint64_t)cfg->training.seed;

@@ -41,7 +41,7 @@ int validator_open(Validator *v, const JobConfig *cfg, Qwen3 *m, const Mesh *mes
     if (rc == 0 && v->is_chat) {
         /* The held-out conversations as training renders, packs and masks its own, in source
          * order. */
-        ChatFormat *cf = chat_format_load(tok, err);
+        ChatFormat *cf = chat_format_load_at(tok, cfg->training.chat_template_path, err);
         ChatDataOptions copt = {.path = path,
                                 .format = cfg->training.data_format,
                                 .seq_len = T,
