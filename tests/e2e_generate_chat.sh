@@ -90,7 +90,13 @@ for c in "6:qwen3_2507_instruct" "7:qwen3_2507_thinking"; do
     fail "$t: --no-thinking was accepted"
   fi
   grep -q "has no thinking switch" "$TMP/err" || fail "$t --no-thinking: $(cat "$TMP/err")"
-  echo "$t: the checkpoint keeps chat_template.jinja; generate --chat ids equal apply_chat_template's"
+  # --chat-template: the first checkpoint (the first Qwen3 template) rendering with this one.
+  args[1]=$TMP/run/checkpoint
+  got=$("$QT" generate "${args[@]}" --chat-template "$SRC/tests/fixtures/chat/templates/$t.jinja" 2>"$TMP/err") ||
+    fail "$t --chat-template: $(cat "$TMP/err")"
+  got=$(echo "$got" | sed -n 's/.*"prompt_ids":\[\([0-9,]*\)\].*/\1/p')
+  [ "$got" = "$want" ] || fail "$t --chat-template: ids $got, transformers $want"
+  echo "$t: the checkpoint keeps chat_template.jinja; generate --chat ids equal apply_chat_template's, and with --chat-template"
 done
 
 # --messages: conversations continued as they are (a system turn, an earlier answer with its

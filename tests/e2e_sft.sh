@@ -145,9 +145,18 @@ cmp "$t2507" "$tmp/g/checkpoint/step-2/chat_template.jinja" && cmp "$t2507" "$tm
   { echo "FAIL: qtitan export does not keep the template"; exit 1; }
 "$QT_BINARY" inspect "$tmp/g_hf" 2>&1 | grep -q 'chat format: qwen3-2507-instruct' ||
   { "$QT_BINARY" inspect "$tmp/g_hf"; echo "FAIL: the export's chat format"; exit 1; }
+# eval --chat-template: the export without its chat_template.jinja evaluates with the 2507 one
+# as the export itself does (the known formats render training turns alike, so the file is
+# shown read by a template it cannot render).
+cp -r "$tmp/g_hf" "$tmp/g_hf2" && rm "$tmp/g_hf2/chat_template.jinja"
+ev() { "$QT_BINARY" eval --model "$@" --dataset "$tmp/chat.jsonl" --data-format messages --seq-len 64 2>"$tmp/ev.err" | grep -E '^(loss|tokens):'; }
+e1=$(ev "$tmp/g_hf") && e2=$(ev "$tmp/g_hf2" --chat-template "$t2507") && [ -n "$e1" ] && [ "$e1" = "$e2" ] ||
+  { echo "FAIL: eval --chat-template: '$e1' / '$e2'"; exit 1; }
+printf '{{ messages }}' >"$tmp/other.jinja"
+! ev "$tmp/g_hf" --chat-template "$tmp/other.jinja" >/dev/null && grep -qF "$tmp/other.jinja: the chat template (14 bytes" "$tmp/ev.err" ||
+  { cat "$tmp/ev.err"; echo "FAIL: eval --chat-template of an unknown template"; exit 1; }
 # A path that is not there, and a template qtitan does not render, even for text data (it would
 # be kept by the checkpoints).
-printf '{{ messages }}' >"$tmp/other.jinja"
 for bad in "$tmp/none.jinja|$tmp/none.jinja: not found (expected a chat template" \
            "$tmp/other.jinja|$tmp/other.jinja: the chat template (14 bytes, hash"; do
   if train "$tmp/h" --training.dataset_path="$tmp/chat.jsonl" --training.data_format=messages \

@@ -30,6 +30,7 @@ static const char *USAGE =
     "OUT.safetensors]\n"
     "       qtitan eval (--model HFDIR | --checkpoint STEP_DIR) --dataset PATH [--adapter DIR]\n"
     "                   [--seq-len N] [--max-tokens N] [--data-format FORMAT] [--text-field F]\n"
+    "                   [--chat-template PATH]\n"
     "\n"
     "Prints `loss: X`, the mean next-token cross-entropy over all predicted positions of all\n"
     "lines of FILE (one sequence of whitespace-separated token ids per line), for the\n"
@@ -53,27 +54,30 @@ static const char *USAGE =
     "conversations of that shape (training.data_format): rendered with the tokenizer folder's\n"
     "chat format, packed into rows of --seq-len tokens in source order, conversations longer\n"
     "than a row truncated; the loss is the mean over the assistant targets (as SFT training\n"
-    "and its validation compute it), with their count; --max-tokens does not apply.\n";
+    "and its validation compute it), with their count; --max-tokens does not apply.\n"
+    "--chat-template PATH renders them with another template (training.chat_template_path):\n"
+    "a .jinja file, a tokenizer_config.json or a folder.\n";
 
 typedef struct EvalArgs {
     const char *model, *checkpoint, *tokens, *dump, *adapter, *dataset, *seq_len, *max_tokens,
-        *data_format, *text_field;
+        *data_format, *text_field, *chat_template;
 } EvalArgs;
 
 static int parse_args(EvalArgs *a, int argc, char **argv, Err *err) {
     memset(a, 0, sizeof *a);
     for (int i = 1; i < argc; i++) {
-        const char **slot = strcmp(argv[i], "--model") == 0         ? &a->model
-                            : strcmp(argv[i], "--checkpoint") == 0  ? &a->checkpoint
-                            : strcmp(argv[i], "--tokens") == 0      ? &a->tokens
-                            : strcmp(argv[i], "--dump-logits") == 0 ? &a->dump
-                            : strcmp(argv[i], "--adapter") == 0     ? &a->adapter
-                            : strcmp(argv[i], "--dataset") == 0     ? &a->dataset
-                            : strcmp(argv[i], "--seq-len") == 0     ? &a->seq_len
-                            : strcmp(argv[i], "--max-tokens") == 0  ? &a->max_tokens
-                            : strcmp(argv[i], "--data-format") == 0 ? &a->data_format
-                            : strcmp(argv[i], "--text-field") == 0  ? &a->text_field
-                                                                    : NULL;
+        const char **slot = strcmp(argv[i], "--model") == 0           ? &a->model
+                            : strcmp(argv[i], "--checkpoint") == 0    ? &a->checkpoint
+                            : strcmp(argv[i], "--tokens") == 0        ? &a->tokens
+                            : strcmp(argv[i], "--dump-logits") == 0   ? &a->dump
+                            : strcmp(argv[i], "--adapter") == 0       ? &a->adapter
+                            : strcmp(argv[i], "--dataset") == 0       ? &a->dataset
+                            : strcmp(argv[i], "--seq-len") == 0       ? &a->seq_len
+                            : strcmp(argv[i], "--max-tokens") == 0    ? &a->max_tokens
+                            : strcmp(argv[i], "--data-format") == 0   ? &a->data_format
+                            : strcmp(argv[i], "--text-field") == 0    ? &a->text_field
+                            : strcmp(argv[i], "--chat-template") == 0 ? &a->chat_template
+                                                                      : NULL;
         if (!slot) return err_set(err, "unknown option %s (see qtitan eval --help)", argv[i]);
         if (i + 1 >= argc) return err_set(err, "option %s needs a value", argv[i]);
         *slot = argv[++i];
@@ -86,9 +90,11 @@ static int parse_args(EvalArgs *a, int argc, char **argv, Err *err) {
             return err_set(err, "--tokens and --dump-logits do not go with --dataset");
         return 0;
     }
-    if (a->checkpoint || a->seq_len || a->max_tokens || a->data_format || a->text_field)
-        return err_set(err, "--checkpoint, --seq-len, --max-tokens, --data-format and --text-field "
-                            "go with --dataset");
+    if (a->checkpoint || a->seq_len || a->max_tokens || a->data_format || a->text_field ||
+        a->chat_template)
+        return err_set(err,
+                       "--checkpoint, --seq-len, --max-tokens, --data-format, --text-field and "
+                       "--chat-template go with --dataset");
     if (!a->model) return err_set(err, "--model HFDIR is required (see qtitan eval --help)");
     if (!a->tokens)
         return err_set(err, "--tokens FILE or --dataset PATH is required (see qtitan eval --help)");
@@ -224,7 +230,7 @@ static int parse_count(const char *opt, const char *s, long *out, Err *err) {
 /* --data-format with a conversation shape: the loss over the assistant targets of the
  * conversations of a->dataset in source order, packed into rows of seq_len tokens. */
 static int eval_chat(const EvalArgs *a, InferModel *im, DataFormat format, long seq_len, Err *err) {
-    ChatFormat *cf = chat_format_load(im->tok, err);
+    ChatFormat *cf = chat_format_load_at(im->tok, a->chat_template, err);
     if (!cf) return -1;
     DatasetEncoder enc;
     ChatData cd;
@@ -271,6 +277,10 @@ static int eval_dataset(const EvalArgs *a, Err *err) {
                        "--data-format %s: expected text, messages, prompt_completion or "
                        "instruction",
                        a->data_format);
+    if (format == DATA_TEXT && a->chat_template)
+        return err_set(err,
+                       "--chat-template goes with --data-format messages, prompt_completion or "
+                       "instruction (text data renders no conversation)");
     if (format != DATA_TEXT && max_tokens)
         return err_set(err,
                        "--max-tokens counts the positions of text data; with --data-format "

@@ -47,6 +47,9 @@ static const char *USAGE =
     "                         or ShareGPT's conversations / from / value), each rendered in\n"
     "                         the chat format with the open assistant turn (implies --chat;\n"
     "                         a line's own tools win over --tools); run as one batch\n"
+    "  --chat-template PATH   with --chat: render with this template instead of the\n"
+    "                         tokenizer folder's (a .jinja file, a tokenizer_config.json or a\n"
+    "                         folder), as apply_chat_template(chat_template=...) does\n"
     "  --system TEXT          with --chat: a system turn first\n"
     "  --no-thinking          with --chat: enable_thinking=False (an empty think block)\n"
     "  --tools FILE           with --chat: offer the tools of FILE, a JSON array of tool\n"
@@ -71,7 +74,8 @@ static const char *USAGE =
     "                         finish_reason (eos, stop, length)\n";
 
 typedef struct GenArgs {
-    const char *model, *checkpoint, *adapter, *prompt, *prompt_file, *system, *dtype, *tools_file;
+    const char *model, *checkpoint, *adapter, *prompt, *prompt_file, *system, *dtype, *tools_file,
+        *chat_template;
     const char *messages_file; /* --messages: conversations to continue, one a line */
     int64_t *linenos;          /* with --messages: each conversation's line in the file */
     json_t *tools;             /* --tools FILE's array, read by generate_run */
@@ -143,6 +147,8 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
             a->system = v;
         else if (strcmp(o, "--tools") == 0)
             a->tools_file = v;
+        else if (strcmp(o, "--chat-template") == 0)
+            a->chat_template = v;
         else if (strcmp(o, "--dtype") == 0)
             a->dtype = v;
         else if (strcmp(o, "--max-new-tokens") == 0) {
@@ -191,8 +197,8 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
     if (a->messages_file) a->chat = 1;
     if (strcmp(a->dtype, "float32") != 0 && strcmp(a->dtype, "bfloat16") != 0)
         return err_set(err, "--dtype %s: expected float32 or bfloat16", a->dtype);
-    if ((a->system || !a->thinking || a->tools_file) && !a->chat)
-        return err_set(err, "--system, --tools and --no-thinking need --chat");
+    if ((a->system || !a->thinking || a->tools_file || a->chat_template) && !a->chat)
+        return err_set(err, "--system, --tools, --chat-template and --no-thinking need --chat");
     return 0;
 }
 
@@ -361,7 +367,7 @@ static int generate_run(GenArgs *a, Err *err) {
     if (!im.tok)
         rc = err_set(err, "%s has no tokenizer.json; generate needs one to encode the prompt",
                      im.dir);
-    if (rc == 0 && a->chat && !(cf = chat_format_load(im.tok, err))) rc = -1;
+    if (rc == 0 && a->chat && !(cf = chat_format_load_at(im.tok, a->chat_template, err))) rc = -1;
     IdVec *ids = xcalloc((size_t)pr.n, sizeof *ids);
     const int32_t **ptr = xcalloc((size_t)pr.n, sizeof *ptr);
     int *lens = xcalloc((size_t)pr.n, sizeof *lens);
