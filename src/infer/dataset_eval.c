@@ -123,7 +123,10 @@ int eval_chat_bytes(const ChatData *cd, const Tokenizer *tok, const uint32_t *sk
             char *text;
             size_t len;
             rc = tokenizer_decode(tok, run, n, &text, &len, err);
-            if (rc == 0) free(text), *bytes += (int64_t)len;
+            if (rc == 0) {
+                free(text);
+                *bytes += (int64_t)len;
+            }
             n = 0;
         }
     }
