@@ -241,6 +241,15 @@ static void test_fs_atomic_and_json_errors(void **state) {
                               {"m", "../m"}};
     for (size_t i = 0; i < sizeof apart / sizeof apart[0]; i++)
         if (fs_path_under(apart[i][0], apart[i][1])) fail_msg("%s %s", apart[i][0], apart[i][1]);
+    /* fs_dir_of, as dirname(1). */
+    const char *dirs[][2] = {{"a/b", "a"}, {"a/b/", "a"},  {"a//b", "a"},    {"/x", "/"},
+                             {"/", "/"},   {"//", "/"},    {"x", "."},       {"", "."},
+                             {"x/", "."},  {"/a/b", "/a"}, {"./t.json", "."}};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        char *d = fs_dir_of(dirs[i][0]);
+        if (strcmp(d, dirs[i][1]) != 0) fail_msg("fs_dir_of(\"%s\") = \"%s\"", dirs[i][0], d);
+        free(d);
+    }
 }
 
 int main(void) {

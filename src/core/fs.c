@@ -212,10 +212,14 @@ int fs_sync_dir(const char *path, Err *err) {
 }
 
 char *fs_dir_of(const char *path) {
-    const char *slash = strrchr(path, '/');
-    if (!slash) return xstrdup(".");
-    if (slash == path) return xstrdup("/");
-    size_t n = (size_t)(slash - path);
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') /* "a/b/" names b, as "a/b" does */
+        n--;
+    while (n > 0 && path[n - 1] != '/')
+        n--;
+    if (n == 0) return xstrdup(".");
+    while (n > 1 && path[n - 1] == '/')
+        n--;
     char *d = xmalloc(n + 1);
     memcpy(d, path, n);
     d[n] = 0;

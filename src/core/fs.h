@@ -71,8 +71,8 @@ int fs_sync_dir(const char *path, Err *err);
  * itself when set (then every cache shares it, its files told apart by their names), else
  * $XDG_CACHE_HOME/qtitan/<what>, else $HOME/.cache/qtitan/<what>. */
 char *fs_cache_dir(const char *what);
-/* The folder path lies in (malloc'd): the text before its last '/', "/" for a path directly
- * under the root and "." for a bare name. */
+/* The folder path lies in (malloc'd), as dirname(1) gives it: "a/b" and "a/b/" give "a",
+ * "/x" gives "/", and a bare name ".". */
 char *fs_dir_of(const char *path);
 /* Joins a and b with one '/' into a malloc'd string. */
 char *fs_join(const char *a, const char *b);

@@ -132,23 +132,6 @@ int hf_export_check_out_dir(const char *out_dir, Err *err) {
     return rc;
 }
 
-static char *parent_of(const char *path) {
-    char *p = xstrdup(path);
-    size_t n = strlen(p);
-    while (n > 1 && p[n - 1] == '/')
-        p[--n] = '\0';
-    char *slash = strrchr(p, '/');
-    if (!slash) {
-        free(p);
-        return xstrdup(".");
-    }
-    if (slash == p)
-        slash[1] = '\0';
-    else
-        *slash = '\0';
-    return p;
-}
-
 static int write_dir(const char *dir, const ModelSpec *spec, const float *const *params,
                      const Device *const *devices, const HfKeySource *sources, const HfKeyTable *t,
                      const HfExportOptions *o, Err *err) {
@@ -223,7 +206,7 @@ int hf_export(const char *out_dir, const ModelSpec *spec, const HfExportTensor *
     for (int k = 0; k < t.nparams && rc == 0; k++)
         if (t.params[k].kind->hf && !params[k] && !sources[k].pull)
             rc = err_set(err, "no tensor for parameter %s", t.params[k].name);
-    char *parent = parent_of(out_dir);
+    char *parent = fs_dir_of(out_dir);
     char *tmp = fs_tmp_name(out_dir), *old = fs_tmp_name(out_dir);
     Err ignore;
     if (rc == 0) rc = fs_mkdirs(parent, err);
