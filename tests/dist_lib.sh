@@ -15,7 +15,8 @@
 #                           and optimizer files and last losses, bitwise; else fail=1.
 #   dist_export_same REF CKPT LABEL
 #                           `qtitan export --checkpoint CKPT` (one process, no MPI) writes a
-#                           model.safetensors byte-identical to the file REF; else fail=1.
+#                           directory byte-identical to the one of the file REF (weights,
+#                           config.json, tokenizer files); else fail=1.
 #   dist_step NAME N        "loss grad_norm" of step N of run NAME;
 #   dist_close A B LABEL STEPS...
 #                           each step's loss and grad norm of run B within 1e-6 relative of
@@ -102,8 +103,8 @@ dist_resumed_same() {
 dist_export_same() {
   rm -rf "$TMP/export"
   if "$BIN" export --checkpoint "$2" --out "$TMP/export" >"$TMP/export.log" 2>&1 &&
-    cmp -s "$1" "$TMP/export/model.safetensors"; then
-    echo "ok: qtitan export --checkpoint $3 writes one process's model.safetensors"
+    diff -r "$(dirname "$1")" "$TMP/export" >/dev/null; then
+    echo "ok: qtitan export --checkpoint $3 writes one process's export, tokenizer included"
   else
     echo "FAIL: qtitan export --checkpoint $3"; cat "$TMP/export.log"; fail=1
   fi

@@ -3,8 +3,9 @@
 # small generated dataset and the tiny fixture tokenizer):
 #   - with lr = 0 (the parameters stay the initial ones, bitwise the same on any mesh) TP 2
 #     (untied), FSDP 2 x TP 2 (tied) and HSDP 2 x TP 2 (replicas of a TP pair; untied) write
-#     checkpoint.last_save_in_hf files byte-identical to one process's export, and so does
-#     `qtitan export` (no MPI) of their folders and of one rank's step directory;
+#     checkpoint.last_save_in_hf directories byte-identical to one process's export (weights,
+#     config.json and the tokenizer files the run saved in its folder), and so does `qtitan
+#     export` (no MPI) of their folders and of one rank's step directory;
 #   - a TP 2 run trained for 10 steps exports a model that loads as the initial weights of a
 #     one-process run, and whose loss on held-out lines (`qtitan eval`) is that of the export of
 #     the same training on one process, to 1e-5 relative; loaded as the initial weights of
@@ -44,9 +45,9 @@ for c in "tp2 2 false --parallelism.tensor_parallel_degree=2" \
   if grep -q 'not built yet' "$TMP/$name.log" || ! [ -f "$(hf_file "$name" 3)" ]; then
     echo "FAIL: $name wrote no HF export"; cat "$TMP/$name.log"; fail=1; continue
   fi
-  cmp -s "$(hf_file "one-$tie" 3)" "$(hf_file "$name" 3)" &&
-    cmp -s "$TMP/one-$tie/checkpoint/step-3/hf/config.json" "$TMP/$name/checkpoint/step-3/hf/config.json" &&
-    echo "ok: the HF export of $name (tie_embeddings=$tie) is byte-identical to one process's" ||
+  diff -r "$TMP/one-$tie/checkpoint/step-3/hf" "$TMP/$name/checkpoint/step-3/hf" &&
+    cmp -s "$SRC/tests/fixtures/tokenizer/tiny_gpt2/tokenizer.json" "$TMP/$name/checkpoint/step-3/hf/tokenizer.json" &&
+    echo "ok: the HF export of $name (tie_embeddings=$tie) is byte-identical to one process's, tokenizer included" ||
     { echo "FAIL: the HF export of $name differs from one process's"; fail=1; }
   for src in checkpoint "checkpoint/rank-$((np - 1))/step-3"; do
     dist_export_same "$(hf_file "one-$tie" 3)" "$TMP/$name/$src" "<$name>/$src"

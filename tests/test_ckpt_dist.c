@@ -359,7 +359,7 @@ static void export_round_trip(const char *flavor, const char *tie, int dp_shard,
     /* By path, as `qtitan export` does: the folder (its newest step) or a rank's step dir,
      * with the model from the folder's config.json. */
     Comm *c = comm_single_create();
-    assert_int_equal(ckpt_dist_write_config(c, root, &spec, NULL, &err), 0);
+    assert_int_equal(ckpt_dist_write_config(c, root, &spec, NULL, NULL, 0, &err), 0);
     comm_destroy(c);
     char *step_dir = fs_join(root, "rank-1/step-3/"), *by_path = fs_join(root, "by-path");
     int64_t step = 0;
@@ -367,7 +367,7 @@ static void export_round_trip(const char *flavor, const char *tie, int dp_shard,
     assert_true(ckpt_dist_is_sharded_path(step_dir));
     assert_false(ckpt_dist_is_sharded_path(ref));
     for (int twice = 0; twice < 2; twice++) { /* the second replaces the first */
-        if (ckpt_dist_export_path(twice ? step_dir : root, by_path, dtype, shard_bytes, &step,
+        if (ckpt_dist_export_path(twice ? step_dir : root, by_path, dtype, shard_bytes, NULL, &step,
                                   &err) != 0)
             fail_msg("%s", err.msg);
         assert_int_equal(step, 3);
@@ -378,9 +378,9 @@ static void export_round_trip(const char *flavor, const char *tie, int dp_shard,
     HfConfigExtra extra = {
         .n_bos = 1, .bos_token_id = {3}, .n_eos = 2, .eos_token_id = {5, 7}, .eos_is_list = 1};
     c = comm_single_create();
-    assert_int_equal(ckpt_dist_write_config(c, root, &spec, &extra, &err), 0);
+    assert_int_equal(ckpt_dist_write_config(c, root, &spec, &extra, NULL, 0, &err), 0);
     comm_destroy(c);
-    if (ckpt_dist_export_path(root, by_path, dtype, shard_bytes, &step, &err) != 0)
+    if (ckpt_dist_export_path(root, by_path, dtype, shard_bytes, NULL, &step, &err) != 0)
         fail_msg("%s", err.msg);
     char *exported = fs_join(by_path, "config.json");
     HfConfigExtra back;
@@ -394,15 +394,50 @@ static void export_round_trip(const char *flavor, const char *tie, int dp_shard,
     assert_int_equal(back.eos_token_id[0], 5);
     assert_int_equal(back.eos_token_id[1], 7);
     free(exported);
+    /* The folder's tokenizer files go into the export; a later job's set replaces an earlier
+     * one's (a file it lacks is removed); --tokenizer's folder wins over the folder's. */
+    CkptFile tf[] = {{"job.toml", "[job]\n", 6},
+                     {"tokenizer.json", "{\"a\": 1}", 8},
+                     {"chat_template.jinja", "T", 1}};
+    c = comm_single_create();
+    assert_int_equal(ckpt_dist_write_config(c, root, &spec, &extra, tf, 3, &err), 0);
+    assert_int_equal(ckpt_dist_export_path(root, by_path, dtype, shard_bytes, NULL, &step, &err),
+                     0);
+    char *got_tok = fs_join(by_path, "tokenizer.json"),
+         *got_ct = fs_join(by_path, "chat_template.jinja");
+    char *got_job = fs_join(by_path, "job.toml"), *text = NULL;
+    size_t len = 0;
+    assert_int_equal(fs_read_all(got_tok, &text, &len, &err), 0);
+    assert_string_equal(text, "{\"a\": 1}");
+    free(text);
+    assert_true(fs_exists(got_ct));
+    assert_false(fs_exists(got_job)); /* the job config is the checkpoint's, not the model's */
+    assert_int_equal(ckpt_dist_write_config(c, root, &spec, &extra, tf, 2, &err), 0);
+    comm_destroy(c);
+    char *root_ct = fs_join(root, "chat_template.jinja"), *alt = fs_join(root, "alt-tok");
+    assert_false(fs_exists(root_ct));
+    assert_int_equal(fs_mkdirs(alt, &err), 0);
+    char *alt_tok = fs_join(alt, "tokenizer.json");
+    assert_int_equal(fs_write_atomic(alt_tok, "{}", 2, &err), 0);
+    assert_int_equal(ckpt_dist_export_path(root, by_path, dtype, shard_bytes, alt, &step, &err), 0);
+    assert_int_equal(fs_read_all(got_tok, &text, &len, &err), 0);
+    assert_string_equal(text, "{}");
+    free(text);
+    assert_false(fs_exists(got_ct));
+    assert_int_equal(fs_remove_tree(alt, &err), 0);
+    free(got_tok), free(got_ct), free(got_job), free(root_ct), free(alt), free(alt_tok);
     char *other = fs_join(root, "rank-0/step-2");
-    assert_int_equal(ckpt_dist_export_path(other, by_path, dtype, shard_bytes, &step, &err), -1);
+    assert_int_equal(ckpt_dist_export_path(other, by_path, dtype, shard_bytes, NULL, &step, &err),
+                     -1);
     assert_non_null(strstr(err.msg, "does not list step 2"));
     char *gone_dir = fs_join(root, "rank-0"); /* not a root: the marker is one level up */
-    assert_int_equal(ckpt_dist_export_path(gone_dir, by_path, dtype, shard_bytes, &step, &err), -1);
+    assert_int_equal(
+        ckpt_dist_export_path(gone_dir, by_path, dtype, shard_bytes, NULL, &step, &err), -1);
     assert_non_null(strstr(err.msg, "is not a sharded checkpoint"));
     /* An output that is some other directory is left alone. */
     char *other_out = fs_join(root, "rank-1");
-    assert_int_equal(ckpt_dist_export_path(root, other_out, dtype, shard_bytes, &step, &err), -1);
+    assert_int_equal(ckpt_dist_export_path(root, other_out, dtype, shard_bytes, NULL, &step, &err),
+                     -1);
     assert_non_null(strstr(err.msg, "which an export does not write"));
     free(other_out), free(gone_dir), free(other), free(step_dir), free(by_path);
     /* Every parameter whole, and a run from a third of the way in (across piece, row and

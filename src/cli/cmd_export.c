@@ -21,7 +21,8 @@ static const char *USAGE =
     "\n"
     "A run on many processes: STEP_DIR is its checkpoint folder (with latest.json; its newest\n"
     "committed step) or FOLDER/rank-K/step-N (that step); each tensor is joined from the\n"
-    "ranks' pieces while it is written. No tokenizer files are written for such runs yet.\n";
+    "ranks' pieces while it is written; the tokenizer files are those the run saved in the\n"
+    "folder (--tokenizer DIR: DIR's).\n";
 
 static int parse_dtype(const char *s, DType *out) {
     *out = strcmp(s, "float32") == 0    ? DT_F32
@@ -65,21 +66,6 @@ int cmd_export(int argc, char **argv) {
         fprintf(stderr, "error: --max-shard-size: %s\n", err.msg);
         return 2;
     }
-    if (ckpt_dist_is_sharded_path(ckpt)) {
-        /* A run on many processes: the ranks' pieces are joined while the files are written. */
-        if (tok) {
-            fprintf(stderr, "error: --tokenizer is not supported for sharded checkpoints yet\n");
-            return 2;
-        }
-        int64_t step;
-        int rc = ckpt_dist_export_path(ckpt, out, o.dtype, o.max_shard_bytes, &step, &err);
-        if (rc == 0)
-            fprintf(stderr, "export: wrote %s from step %lld of the sharded checkpoint %s (%s)\n",
-                    out, (long long)step, ckpt, dtype);
-        else
-            fprintf(stderr, "error: %s\n", err.msg);
-        return rc == 0 ? 0 : 1;
-    }
     if (tok && fs_is_dir(tok)) {
         /* Files are copied from the directory when present: without this check a wrong
          * directory gives an HF model with no tokenizer and no error. */
@@ -87,6 +73,17 @@ int cmd_export(int argc, char **argv) {
             fprintf(stderr, "error: --tokenizer %s: the directory has no tokenizer.json\n", tok);
             return 1;
         }
+    }
+    if (ckpt_dist_is_sharded_path(ckpt)) {
+        /* A run on many processes: the ranks' pieces are joined while the files are written. */
+        int64_t step;
+        int rc = ckpt_dist_export_path(ckpt, out, o.dtype, o.max_shard_bytes, tok, &step, &err);
+        if (rc == 0)
+            fprintf(stderr, "export: wrote %s from step %lld of the sharded checkpoint %s (%s)\n",
+                    out, (long long)step, ckpt, dtype);
+        else
+            fprintf(stderr, "error: %s\n", err.msg);
+        return rc == 0 ? 0 : 1;
     }
     char *state = fs_join(ckpt, "train_state.json");
     char *step_dir = NULL;

@@ -80,7 +80,7 @@ static int copy_file(const char *from, const char *to, Err *err) {
     return rc;
 }
 
-static int copy_tokenizer(const char *src, const char *dir, Err *err) {
+int hf_export_copy_tokenizer(const char *src, const char *dir, Err *err) {
     if (!src || !*src) return 0;
     if (!fs_is_dir(src)) {
         if (!fs_exists(src)) return err_set(err, "tokenizer %s does not exist", src);
@@ -150,7 +150,7 @@ static int write_dir(const char *dir, const ModelSpec *spec, const float *const 
                             o->max_shard_bytes ? o->max_shard_bytes : HF_EXPORT_DEFAULT_SHARD, err);
     st_writer_free(&w);
     TRY(rc);
-    TRY(copy_tokenizer(o->tokenizer, dir, err));
+    TRY(hf_export_copy_tokenizer(o->tokenizer, dir, err));
     if (o->chat_template) {
         path = fs_join(dir, "chat_template.jinja");
         rc = fs_write_atomic(path, o->chat_template, o->chat_template_len, err);

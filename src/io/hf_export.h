@@ -27,6 +27,10 @@
 extern const char *const HF_TOKENIZER_FILES[];
 extern const int HF_NTOKENIZER_FILES;
 
+/* Copies the tokenizer files of src (a folder: those of HF_TOKENIZER_FILES it holds; a file:
+ * as tokenizer.json) into dir; src NULL or "" copies nothing. */
+int hf_export_copy_tokenizer(const char *src, const char *dir, Err *err);
+
 typedef struct HfExportOptions {
     DType dtype;                /* DT_F32, DT_BF16 or DT_F16 */
     size_t max_shard_bytes;     /* 0 = HF_EXPORT_DEFAULT_SHARD */

@@ -953,11 +953,13 @@ int ckpt_dist_export_hf(const char *out_dir, const CkptDistReader *r, const Mode
 /* Exports r's step to out_dir through fs_tmp_name(out_dir), renamed into place (an existing
  * out_dir is replaced only when it holds nothing but an export's files). */
 static int export_to(const char *out_dir, const CkptDistReader *r, const ModelSpec *spec,
-                     const HfConfigExtra *extra, DType dtype, size_t max_shard_bytes, Err *err) {
+                     const HfConfigExtra *extra, DType dtype, size_t max_shard_bytes,
+                     const char *tokenizer, Err *err) {
     TRY(hf_export_check_out_dir(out_dir, err));
     char *tmp = fs_tmp_name(out_dir);
     int rc = fs_mkdirs(tmp, err);
     if (rc == 0) rc = ckpt_dist_export_hf(tmp, r, spec, extra, dtype, max_shard_bytes, err);
+    if (rc == 0) rc = hf_export_copy_tokenizer(tokenizer, tmp, err);
     if (rc == 0 && fs_exists(out_dir)) rc = fs_remove_tree(out_dir, err);
     if (rc == 0 && rename(tmp, out_dir) != 0)
         rc = err_sys(err, "cannot rename %s to %s", tmp, out_dir);
@@ -975,7 +977,7 @@ static int export_step(const char *root, const ModelSpec *spec, const HfConfigEx
     snprintf(name, sizeof name, "step-%" PRId64, r.step);
     char *dir = fs_join(root, name), *out = fs_join(dir, "hf");
     int rc = fs_mkdirs(dir, err);
-    if (rc == 0) rc = export_to(out, &r, spec, extra, dtype, 0, err);
+    if (rc == 0) rc = export_to(out, &r, spec, extra, dtype, 0, root, err);
     if (rc == 0) rc = fs_sync_dir(dir, err);
     if (rc == 0)
         log_info("[checkpoint] exported step %" PRId64 " to %s (Hugging Face format)", r.step, out);
@@ -991,13 +993,29 @@ int ckpt_dist_last_save_hf(Comm *world, const char *root, const ModelSpec *spec,
 }
 
 int ckpt_dist_write_config(Comm *world, const char *root, const ModelSpec *spec,
-                           const HfConfigExtra *extra, Err *err) {
+                           const HfConfigExtra *extra, const CkptFile *files, int nfiles,
+                           Err *err) {
     int rc = 0;
     if (world->rank == 0) {
         char *path = fs_join(root, "config.json");
         rc = fs_mkdirs(root, err);
         if (rc == 0) rc = model_spec_write_hf_config_ex(spec, extra, path, "float32", err);
         free(path);
+        for (int i = 0; i < nfiles && rc == 0; i++) {
+            if (strcmp(files[i].name, "config.json") == 0) continue;
+            path = fs_join(root, files[i].name);
+            rc = fs_write_atomic(path, files[i].data, files[i].len, err);
+            free(path);
+        }
+        for (int k = 0; k < HF_NTOKENIZER_FILES && rc == 0; k++) {
+            int kept = 0;
+            for (int i = 0; i < nfiles; i++)
+                kept |= strcmp(files[i].name, HF_TOKENIZER_FILES[k]) == 0;
+            path = fs_join(root, HF_TOKENIZER_FILES[k]);
+            if (!kept && fs_exists(path) && unlink(path) != 0)
+                rc = err_sys(err, "cannot remove %s, an earlier job's tokenizer file", path);
+            free(path);
+        }
     }
     return comm_agree(world, rc, err);
 }
@@ -1055,7 +1073,7 @@ int ckpt_dist_is_sharded_path(const char *path) {
 }
 
 int ckpt_dist_export_path(const char *path, const char *out_dir, DType dtype,
-                          size_t max_shard_bytes, int64_t *step, Err *err) {
+                          size_t max_shard_bytes, const char *tokenizer, int64_t *step, Err *err) {
     int64_t want;
     char *root = sharded_root(path, &want);
     if (!root)
@@ -1081,7 +1099,9 @@ int ckpt_dist_export_path(const char *path, const char *out_dir, DType dtype,
         char *dir0 = ckpt_dist_found_dir(root, &found, 0);
         rc = ckpt_refuse_lora(dir0, err);
         free(dir0);
-        if (rc == 0) rc = export_to(out_dir, &r, &spec, &extra, dtype, max_shard_bytes, err);
+        if (rc == 0)
+            rc = export_to(out_dir, &r, &spec, &extra, dtype, max_shard_bytes,
+                           tokenizer ? tokenizer : root, err);
         ckpt_dist_reader_close(&r);
     }
     free(cfg);

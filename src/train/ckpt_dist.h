@@ -144,18 +144,22 @@ int ckpt_dist_export_hf(const char *out_dir, const CkptDistReader *r, const Mode
 int ckpt_dist_last_save_hf(Comm *world, const char *root, const ModelSpec *spec,
                            const HfConfigExtra *extra, DType dtype, Err *err);
 
-/* Collective: rank 0 writes {root}/config.json (the model and extra, torch_dtype float32), so
- * that a sharded checkpoint folder can be exported on its own (ckpt_dist_export_path). */
+/* Collective: rank 0 writes {root}/config.json (the model and extra, torch_dtype float32) and
+ * files[0..nfiles) (the job config and the tokenizer files, as one process's steps hold them;
+ * one named config.json is left out), and removes a tokenizer file (HF_TOKENIZER_FILES) of an
+ * earlier job that files does not hold, so that a sharded checkpoint folder can be exported
+ * on its own, tokenizer included (ckpt_dist_export_path, ckpt_dist_last_save_hf). */
 int ckpt_dist_write_config(Comm *world, const char *root, const ModelSpec *spec,
-                           const HfConfigExtra *extra, Err *err);
+                           const HfConfigExtra *extra, const CkptFile *files, int nfiles, Err *err);
 
 /* `qtitan export` of a sharded checkpoint, without MPI: path is the checkpoint folder (its
  * newest committed step) or one of its FOLDER/rank-K/step-N directories (that step); the
  * model comes from FOLDER/config.json. Writes out_dir (through out_dir.tmp-<pid>, renamed into
  * place; an existing out_dir is replaced only when it is an HF directory or empty) and sets
- * *step to the step exported. */
+ * *step to the step exported. The tokenizer files are those of tokenizer (a folder or a
+ * tokenizer.json) when not NULL, else those the folder holds (ckpt_dist_write_config). */
 int ckpt_dist_export_path(const char *path, const char *out_dir, DType dtype,
-                          size_t max_shard_bytes, int64_t *step, Err *err);
+                          size_t max_shard_bytes, const char *tokenizer, int64_t *step, Err *err);
 /* 1 when path is what ckpt_dist_export_path takes (by its shape: a folder with latest.json or,
  * the marker lost, rank-0/, or a FOLDER/rank-K/step-N path), so `qtitan export` can tell
  * sharded checkpoints apart. */

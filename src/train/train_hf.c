@@ -40,7 +40,6 @@ int train_hf_init(TrainHf *h, const JobConfig *cfg, const ModelSpec *spec,
             return -1;
         }
     }
-    if (world->size > 1) return 0;
     char *text = model_spec_hf_config_text(spec, &h->extra, "float32", &len, err);
     if (!text) return -1;
     add_file(h, "config.json", text, len);
@@ -96,7 +95,8 @@ static int64_t numel_of(const CkptTensor *t) {
 
 int train_hf_on_resumed(void *ctx, Err *err) {
     TrainHf *h = ctx;
-    return h->world->size > 1 ? ckpt_dist_write_config(h->world, h->root, &h->spec, &h->extra, err)
+    return h->world->size > 1 ? ckpt_dist_write_config(h->world, h->root, &h->spec, &h->extra,
+                                                       h->files, h->nfiles, err)
                               : 0;
 }
 

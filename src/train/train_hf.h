@@ -2,9 +2,8 @@
  * (the model's config.json, the job config, the tokenizer files), the export at the end of a
  * run (checkpoint.last_save_in_hf), and the export of any checkpoint (`qtitan export`). A job
  * of one process writes these files into every step folder and exports from its parameters;
- * a job of many writes the model's config.json once at the checkpoint folder's root and
- * exports from the ranks' files (train/ckpt_dist.h), as the trainer's checkpoint layout for
- * the same world does. */
+ * a job of many writes them once at the checkpoint folder's root and exports from the ranks'
+ * files (train/ckpt_dist.h), as the trainer's checkpoint layout for the same world does. */
 #ifndef QT_TRAIN_HF_H
 #define QT_TRAIN_HF_H
 
@@ -36,15 +35,17 @@ typedef struct TrainHf {
     size_t chat_template_len;
 } TrainHf;
 
-/* Collects the checkpoint files for a job on world (one process: files; many: none): config.json
- * of spec (torch_dtype float32, the token ids of extra), the resolved job config as job.toml,
- * and the tokenizer files found at tok_path (a directory, or a tokenizer.json file), with
- * training.chat_template_path's template as chat_template.jinja when it is set. */
+/* Collects the checkpoint files for a job on world (one process: each step's; many: the
+ * folder's, train_hf_on_resumed): config.json of spec (torch_dtype float32, the token ids of
+ * extra), the resolved job config as job.toml, and the tokenizer files found at tok_path (a
+ * directory, or a tokenizer.json file), with training.chat_template_path's template as
+ * chat_template.jinja when it is set. */
 int train_hf_init(TrainHf *h, const JobConfig *cfg, const ModelSpec *spec,
                   const HfConfigExtra *extra, const char *tok_path, Comm *world, Err *err);
 void train_hf_free(TrainHf *h);
-/* TrainerOptions.on_resumed: with many processes, rank 0 writes the model's config.json into
- * the checkpoint folder, so `qtitan export` can read the folder alone. Only once the trainer
+/* TrainerOptions.on_resumed: with many processes, rank 0 writes the model's config.json, the
+ * job config and the tokenizer files into the checkpoint folder, so `qtitan export` can read
+ * the folder alone. Only once the trainer
  * has resumed: a job that fails to resume (another model, another number of processes) must
  * not replace the description of the checkpoint that is there. */
 int train_hf_on_resumed(void *ctx, Err *err);

@@ -802,7 +802,7 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
         .config = config_keys,
         .par = &par,
         .ckpt_files = hf.files,
-        .n_ckpt_files = hf.nfiles,
+        .n_ckpt_files = world->size > 1 ? 0 : hf.nfiles, /* many: once, at the folder's root */
         .on_resumed = train_hf_on_resumed,
         .on_resumed_ctx = &hf,
         /* A LoRA run's trained tensors are the adapters: lora_finish exports them instead. */
