@@ -8,6 +8,7 @@
 
 #include "core/fs.h"
 #include "train/checkpoint.h"
+#include "train/ckpt_dist.h"
 
 int cmd_wants_help(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
@@ -17,6 +18,12 @@ int cmd_wants_help(int argc, char **argv) {
 
 int cli_checkpoint_step(const char *ckpt, char **step_dir, Err *err) {
     if (!fs_is_dir(ckpt)) return err_set(err, "checkpoint %s does not exist", ckpt);
+    if (ckpt_dist_is_sharded_path(ckpt))
+        return err_set(err,
+                       "%s is a checkpoint of a run on many processes, whose every rank holds a "
+                       "part of each tensor; join the parts with `qtitan export --checkpoint %s "
+                       "--out DIR` (tokenizer included) and give --model DIR",
+                       ckpt, ckpt);
     char *state = fs_join(ckpt, "train_state.json");
     int is_step = fs_exists(state);
     free(state);
