@@ -86,20 +86,22 @@ if [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if 
 else
   echo "FAIL: held-out loss of the trained exports differs (one process '$a', TP 2 '$b')"; fail=1
 fi
-# generate and eval read one process's checkpoints: a sharded one is a sentence saying how to
-# join it, and its export (tokenizer included) generates as the one-process run's export does.
-gen() { "$BIN" generate "$@" --prompt "1 2 3" --max-new-tokens 4 --temperature 0 2>"$TMP/gen.err"; }
-for src in checkpoint checkpoint/rank-1/step-10; do
-  if gen --checkpoint "$TMP/tr-tp2/$src" >/dev/null; then
-    echo "FAIL: generate read the sharded $src"; fail=1
-  elif ! grep -q "is a checkpoint of a run on many processes.*qtitan export --checkpoint" "$TMP/gen.err"; then
-    echo "FAIL: generate --checkpoint <sharded>/$src: $(cat "$TMP/gen.err")"; fail=1
-  fi
+# generate and eval read a sharded checkpoint (the folder or a rank's step), joining the pieces
+# as they are read: the same greedy ids and log-probs as from its HF export (fp32 and bf16), and
+# the held-out loss of that export (the tokenizer comes from the folder).
+gen() { "$BIN" generate "$@" --prompt "1 2 3" --max-new-tokens 4 --temperature 0 --json 2>"$TMP/gen.err"; }
+for dt in float32 bfloat16; do
+  want=$(gen --model "$TMP/tr-tp2/checkpoint/step-10/hf" --dtype $dt)
+  for src in checkpoint checkpoint/rank-1/step-10; do
+    got=$(gen --checkpoint "$TMP/tr-tp2/$src" --dtype $dt) && [ -n "$want" ] && [ "$got" = "$want" ] &&
+      echo "ok: generate --checkpoint <tp2>/$src --dtype $dt: as its HF export" ||
+      { echo "FAIL: generate --checkpoint <tp2>/$src --dtype $dt: '$got' vs '$want' $(cat "$TMP/gen.err")"; fail=1; }
+  done
 done
-"$BIN" export --checkpoint "$TMP/tr-tp2/checkpoint" --out "$TMP/joined" >/dev/null 2>&1 &&
-  g1=$(gen --model "$TMP/joined") && g2=$(gen --model "$TMP/tr-one/checkpoint/step-10/hf") && [ -n "$g1" ] &&
-  [ "$g1" = "$g2" ] && echo "ok: a sharded checkpoint is named as such to generate; its export generates as one process's" ||
-  { echo "FAIL: generate from the sharded run's export: '$g1' vs '$g2' $(cat "$TMP/gen.err")"; fail=1; }
+ev=$("$BIN" eval --checkpoint "$TMP/tr-tp2/checkpoint" --dataset "$TMP/data.jsonl" --max-tokens 500 2>&1 | grep '^loss')
+ew=$("$BIN" eval --model "$TMP/tr-tp2/checkpoint/step-10/hf" --dataset "$TMP/data.jsonl" --max-tokens 500 2>&1 | grep '^loss')
+[ -n "$ev" ] && [ "$ev" = "$ew" ] && echo "ok: eval --checkpoint <tp2>/checkpoint: $ev, as its HF export" ||
+  { echo "FAIL: eval --checkpoint of the sharded folder '$ev', its export '$ew'"; fail=1; }
 # Only train runs on many processes: two copies of export would write the same files at once.
 if timeout 60 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 2 "$BIN" export \
   --checkpoint "$TMP/tr-tp2/checkpoint" --out "$TMP/race" >"$TMP/race.log" 2>&1; then

@@ -47,7 +47,8 @@ static const char *USAGE =
     "documents each followed by EOS and masked from each other as in training, and prints the\n"
     "mean loss over every token after the first (or the first --max-tokens of them), its\n"
     "perplexity exp(loss) and bits per byte (summed loss / ln 2 / the UTF-8 bytes of the\n"
-    "predicted text, EOS excluded). STEP_DIR is a training checkpoint step or folder.\n"
+    "predicted text, EOS excluded). STEP_DIR is a training checkpoint step or folder (of a run\n"
+    "on many processes too: its ranks' parts are joined as they are read).\n"
     "--text-field F reads a document's text from field (JSON Lines) or column (Parquet) F\n"
     "instead of \"text\" (training.dataset_text_field).\n"
     "--data-format messages | prompt_completion | instruction reads PATH as training reads\n"
@@ -308,8 +309,8 @@ static int eval_dataset(const EvalArgs *a, Err *err) {
     free(cfg);
     InferModel im;
     if (rc == 0)
-        rc = infer_model_open(&im, step ? NULL : a->model, step, a->adapter, 1,
-                              seq_len ? (int)seq_len : 1, 0, err);
+        rc = cli_open_model(&im, a->model, a->checkpoint, a->adapter, 1, seq_len ? (int)seq_len : 1,
+                            0, err);
     free(step);
     if (rc) return -1;
     if (format != DATA_TEXT) {

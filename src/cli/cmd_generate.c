@@ -35,7 +35,8 @@ static const char *USAGE =
     "  --model HFDIR          an HF model directory (config.json, safetensors, tokenizer.json)\n"
     "  --checkpoint STEP_DIR  a training checkpoint step (DUMP/checkpoint/step-N) or folder\n"
     "                         (its newest complete step), with the config.json and tokenizer\n"
-    "                         files the trainer saved in it\n"
+    "                         files the trainer saved in it; a run on many processes: its\n"
+    "                         folder or FOLDER/rank-K/step-N, the ranks' parts joined as read\n"
     "  --adapter DIR          a peft LoRA adapter folder (adapter_config.json +\n"
     "                         adapter_model.safetensors, e.g. a LoRA run's DUMP/adapter) for the\n"
     "                         base model, merged into its weights as the run's merged export is\n"
@@ -353,15 +354,11 @@ static int generate_run(GenArgs *a, Err *err) {
     PromptLines pr;
     TRY(read_prompts(&pr, a, err));
     InferModel im;
-    char *step = NULL;
-    if ((a->checkpoint && cli_checkpoint_step(a->checkpoint, &step, err)) ||
-        infer_model_open(&im, a->model, step, a->adapter, 1, 1, strcmp(a->dtype, "bfloat16") == 0,
-                         err)) {
-        free(step);
+    if (cli_open_model(&im, a->model, a->checkpoint, a->adapter, 1, 1,
+                       strcmp(a->dtype, "bfloat16") == 0, err)) {
         prompt_lines_free(&pr);
         return -1;
     }
-    free(step);
     int rc = apply_gen_config(a, &im, err);
     ChatFormat *cf = NULL;
     if (!im.tok)

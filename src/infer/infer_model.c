@@ -56,16 +56,20 @@ static int merge_adapter(Qwen3 *m, const char *dir, Err *err) {
     return 0;
 }
 
-int infer_model_open(InferModel *im, const char *hf_dir, const char *step_dir, const char *adapter,
-                     int B, int T, int bf16, Err *err) {
+/* Where the weights come from: an HF directory's safetensors, a checkpoint step's
+ * model.safetensors, or a caller's InferWeights. */
+typedef enum { FROM_HF, FROM_STEP, FROM_CALLER } WeightsFrom;
+
+static int open_model(InferModel *im, const char *dir, WeightsFrom from, const InferWeights *w,
+                      const char *adapter, int B, int T, int bf16, Err *err) {
     memset(im, 0, sizeof *im);
-    if (step_dir) {
-        if (!fs_is_dir(step_dir)) return err_set(err, "checkpoint %s does not exist", step_dir);
-        im->dir = xstrdup(step_dir);
-    } else {
-        if (!fs_is_dir(hf_dir)) return err_set(err, "model directory %s does not exist", hf_dir);
-        im->dir = xstrdup(hf_dir);
-    }
+    const char *step_dir = from == FROM_HF ? NULL : dir;
+    if (!fs_is_dir(dir))
+        return err_set(err,
+                       from == FROM_HF ? "model directory %s does not exist"
+                                       : "checkpoint %s does not exist",
+                       dir);
+    im->dir = xstrdup(dir);
     char *cfg = fs_join(im->dir, "config.json");
     if (!fs_exists(cfg)) {
         err_set(err,
@@ -84,7 +88,7 @@ int infer_model_open(InferModel *im, const char *hf_dir, const char *step_dir, c
      * vocab or shape costs a sentence, not gigabytes first. */
     StSet set;
     memset(&set, 0, sizeof set);
-    if (rc == 0 && !step_dir) {
+    if (rc == 0 && from == FROM_HF) {
         rc = qwen3_hf_open(&set, im->dir, err);
         if (rc == 0) rc = qwen3_hf_check(&spec, &set, im->dir, err);
     }
@@ -103,8 +107,9 @@ int infer_model_open(InferModel *im, const char *hf_dir, const char *step_dir, c
         im->dir = NULL;
         return -1;
     }
-    rc = step_dir ? load_checkpoint_weights(&im->m, im->dir, err)
-                  : qwen3_load_hf(&im->m, &set, im->dir, err);
+    rc = from == FROM_CALLER ? w->load(w->ctx, &im->m, err)
+         : from == FROM_STEP ? load_checkpoint_weights(&im->m, im->dir, err)
+                             : qwen3_load_hf(&im->m, &set, im->dir, err);
     st_set_close(&set);
     if (rc == 0 && adapter) rc = merge_adapter(&im->m, adapter, err);
     if (rc == 0 && adapter && bf16) {
@@ -126,6 +131,17 @@ int infer_model_open(InferModel *im, const char *hf_dir, const char *step_dir, c
         infer_model_add_eos(im, tokenizer_token_id(im->tok, "<|endoftext|>"));
     }
     return 0;
+}
+
+int infer_model_open(InferModel *im, const char *hf_dir, const char *step_dir, const char *adapter,
+                     int B, int T, int bf16, Err *err) {
+    return open_model(im, step_dir ? step_dir : hf_dir, step_dir ? FROM_STEP : FROM_HF, NULL,
+                      adapter, B, T, bf16, err);
+}
+
+int infer_model_open_from(InferModel *im, const char *dir, const InferWeights *w,
+                          const char *adapter, int B, int T, int bf16, Err *err) {
+    return open_model(im, dir, FROM_CALLER, w, adapter, B, T, bf16, err);
 }
 
 void infer_model_close(InferModel *im) {

@@ -35,6 +35,18 @@ typedef struct InferModel {
  * and the bf16 copies are cast after it (qwen3_enable_bf16). */
 int infer_model_open(InferModel *im, const char *hf_dir, const char *step_dir, const char *adapter,
                      int B, int T, int bf16, Err *err);
+/* Weights that a caller reads from where this layer cannot (a many-process checkpoint's
+ * pieces, joined by the command): load fills every parameter of m (its fp32 data, or its
+ * data_bf16 when it has no fp32 copy; qwen3_param_store after each fp32 one) or fails with a
+ * sentence. */
+typedef struct InferWeights {
+    int (*load)(void *ctx, Qwen3 *m, Err *err);
+    void *ctx;
+} InferWeights;
+/* infer_model_open with the architecture and tokenizer from dir (config.json, tokenizer
+ * files) and the weights from w. */
+int infer_model_open_from(InferModel *im, const char *dir, const InferWeights *w,
+                          const char *adapter, int B, int T, int bf16, Err *err);
 void infer_model_close(InferModel *im);
 /* Adds id to the EOS ids (once; ids beyond the capacity are dropped). */
 void infer_model_add_eos(InferModel *im, int64_t id);

@@ -1066,45 +1066,60 @@ static char *sharded_root(const char *path, int64_t *step) {
 }
 
 int ckpt_dist_is_sharded_path(const char *path) {
-    int64_t step;
-    char *root = sharded_root(path, &step);
+    char *root = ckpt_dist_path_root(path);
     free(root);
     return root != NULL;
 }
 
-int ckpt_dist_export_path(const char *path, const char *out_dir, DType dtype,
-                          size_t max_shard_bytes, const char *tokenizer, int64_t *step, Err *err) {
+char *ckpt_dist_path_root(const char *path) {
+    int64_t step;
+    return sharded_root(path, &step);
+}
+
+int ckpt_dist_open_path(CkptDistReader *r, const char *path, char **root, ModelSpec *spec,
+                        HfConfigExtra *extra, Err *err) {
     int64_t want;
-    char *root = sharded_root(path, &want);
-    if (!root)
+    *root = sharded_root(path, &want);
+    if (!*root)
         return err_set(err,
                        "%s is not a sharded checkpoint: expected a checkpoint folder with %s or "
                        "its FOLDER/rank-K/step-N",
                        path, CKPT_DIST_MARKER);
-    char *cfg = fs_join(root, "config.json");
-    ModelSpec spec;
-    HfConfigExtra extra;
+    char *cfg = fs_join(*root, "config.json");
     int rc = 0;
     if (!fs_exists(cfg))
         rc = err_set(err,
                      "%s has no config.json (sharded checkpoints record the model from this "
-                     "version on); it cannot be exported",
-                     root);
-    if (rc == 0) rc = model_spec_from_hf_config_ex(&spec, &extra, cfg, err);
-    CkptDistReader r;
-    if (rc == 0) rc = ckpt_dist_reader_open_step(&r, root, want, err);
+                     "version on); its model is not known",
+                     *root);
+    if (rc == 0) rc = model_spec_from_hf_config_ex(spec, extra, cfg, err);
+    free(cfg);
+    if (rc == 0) rc = ckpt_dist_reader_open_step(r, *root, want, err);
     if (rc == 0) {
-        *step = r.step;
-        CkptDistFound found = {.step = r.step, .ranks = 1};
-        char *dir0 = ckpt_dist_found_dir(root, &found, 0);
+        CkptDistFound found = {.step = r->step, .ranks = 1};
+        char *dir0 = ckpt_dist_found_dir(*root, &found, 0);
         rc = ckpt_refuse_lora(dir0, err);
         free(dir0);
-        if (rc == 0)
-            rc = export_to(out_dir, &r, &spec, &extra, dtype, max_shard_bytes,
-                           tokenizer ? tokenizer : root, err);
-        ckpt_dist_reader_close(&r);
+        if (rc != 0) ckpt_dist_reader_close(r);
     }
-    free(cfg);
+    if (rc != 0) {
+        free(*root);
+        *root = NULL;
+    }
+    return rc;
+}
+
+int ckpt_dist_export_path(const char *path, const char *out_dir, DType dtype,
+                          size_t max_shard_bytes, const char *tokenizer, int64_t *step, Err *err) {
+    CkptDistReader r;
+    ModelSpec spec;
+    HfConfigExtra extra;
+    char *root;
+    TRY(ckpt_dist_open_path(&r, path, &root, &spec, &extra, err));
+    *step = r.step;
+    int rc = export_to(out_dir, &r, &spec, &extra, dtype, max_shard_bytes,
+                       tokenizer ? tokenizer : root, err);
+    ckpt_dist_reader_close(&r);
     free(root);
     return rc;
 }

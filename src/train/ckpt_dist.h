@@ -158,12 +158,19 @@ int ckpt_dist_write_config(Comm *world, const char *root, const ModelSpec *spec,
  * place; an existing out_dir is replaced only when it is an HF directory or empty) and sets
  * *step to the step exported. The tokenizer files are those of tokenizer (a folder or a
  * tokenizer.json) when not NULL, else those the folder holds (ckpt_dist_write_config). */
+/* Opens the sharded checkpoint that path names as ckpt_dist_export_path takes it: *root
+ * (malloc'd) is its folder, spec and extra the model of {root}/config.json, r the step's
+ * pieces; a LoRA run's checkpoint (adapters only) is refused. Close r and free *root. */
+int ckpt_dist_open_path(CkptDistReader *r, const char *path, char **root, ModelSpec *spec,
+                        HfConfigExtra *extra, Err *err);
 int ckpt_dist_export_path(const char *path, const char *out_dir, DType dtype,
                           size_t max_shard_bytes, const char *tokenizer, int64_t *step, Err *err);
 /* 1 when path is what ckpt_dist_export_path takes (by its shape: a folder with latest.json or,
  * the marker lost, rank-0/, or a FOLDER/rank-K/step-N path), so `qtitan export` can tell
  * sharded checkpoints apart. */
 int ckpt_dist_is_sharded_path(const char *path);
+/* The checkpoint folder of such a path (malloc'd; NULL when it is not one). */
+char *ckpt_dist_path_root(const char *path);
 
 /* This rank's folder under root (malloc'd). */
 char *ckpt_dist_rank_dir(const char *root, int rank);
