@@ -102,6 +102,11 @@ ev=$("$BIN" eval --checkpoint "$TMP/tr-tp2/checkpoint" --dataset "$TMP/data.json
 ew=$("$BIN" eval --model "$TMP/tr-tp2/checkpoint/step-10/hf" --dataset "$TMP/data.jsonl" --max-tokens 500 2>&1 | grep '^loss')
 [ -n "$ev" ] && [ "$ev" = "$ew" ] && echo "ok: eval --checkpoint <tp2>/checkpoint: $ev, as its HF export" ||
   { echo "FAIL: eval --checkpoint of the sharded folder '$ev', its export '$ew'"; fail=1; }
+if "$BIN" inspect "$TMP/tr-tp2/checkpoint" >/dev/null 2>"$TMP/insp.err"; then
+  echo "FAIL: inspect took a sharded checkpoint for an HF directory"; fail=1
+elif ! grep -q "is the checkpoint of a run on many processes" "$TMP/insp.err"; then
+  echo "FAIL: inspect of a sharded checkpoint: $(cat "$TMP/insp.err")"; fail=1
+fi
 # Only train runs on many processes: two copies of export would write the same files at once.
 if timeout 60 mpirun --hostfile "$TMP/hostfile" --oversubscribe -np 2 "$BIN" export \
   --checkpoint "$TMP/tr-tp2/checkpoint" --out "$TMP/race" >"$TMP/race.log" 2>&1; then

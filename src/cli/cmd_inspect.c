@@ -15,6 +15,7 @@
 #include "model/qwen3_hf.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
+#include "train/ckpt_dist.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -129,6 +130,14 @@ static int inspect_dir(const char *dir) {
     HfConfigExtra extra;
     int rc = 1;
     StSet set = {0};
+    if (ckpt_dist_is_sharded_path(dir)) {
+        fprintf(stderr,
+                "error: %s is the checkpoint of a run on many processes (each rank holds a part "
+                "of every tensor), not an HF model directory; generate and eval read it as it "
+                "is, and inspect checks it after qtitan export\n",
+                dir);
+        goto out;
+    }
     if (!fs_exists(cfg)) {
         fprintf(stderr, "error: %s: no config.json in this directory, so it is not an HF model\n",
                 dir);
