@@ -164,6 +164,21 @@ grep -q '^lora: 1664 trainable adapter parameters' "$tmp/plan.log" \
   || { cat "$tmp/plan.log"; echo "FAIL: plan of a LoRA job"; exit 1; }
 warned_once "$tmp/plan.log"
 
+# The adapter folder holds the tokenizer files beside the adapters, as TRL saves them, with the
+# template the run rendered with (training.chat_template_path); generate --adapter reads its
+# chat template from there (Thinking-2507's opens the answer with <think>, the base's does not).
+t2507=$QT_SOURCE_DIR/tests/fixtures/chat/templates/qwen3_2507_thinking.jinja
+"$QT_BINARY" train "${common[@]}" "${lora[@]}" --training.steps=1 --checkpoint.enable=false \
+  --checkpoint.last_save_in_hf=false --training.chat_template_path="$t2507" --job.dump_folder="$tmp/ct" \
+  >"$tmp/ct.log" 2>&1 || { cat "$tmp/ct.log"; echo "FAIL: LoRA run with chat_template_path"; exit 1; }
+cmp "$t2507" "$tmp/ct/adapter/chat_template.jinja" && cmp "$tok/tokenizer.json" "$tmp/ct/adapter/tokenizer.json" ||
+  { ls "$tmp/ct/adapter"; echo "FAIL: the adapter folder lacks the run's tokenizer files"; exit 1; }
+pids() { "$QT_BINARY" generate --model "$base" --chat --prompt "Hi" --max-new-tokens 1 --json "$@" 2>/dev/null |
+  sed -n 's/.*"prompt_ids":\[\([0-9,]*\)\].*/\1/p'; }
+p1=$(pids --adapter "$tmp/ct/adapter") p2=$(pids --chat-template "$t2507") p3=$(pids)
+[ -n "$p1" ] && [ "$p1" = "$p2" ] && [ "$p1" != "$p3" ] ||
+  { echo "FAIL: generate --adapter's chat template: '$p1', 2507 '$p2', base '$p3'"; exit 1; }
+
 # Bad [lora] settings: one sentence each, non-zero exit.
 bad() {
   local want=$1; shift

@@ -231,7 +231,8 @@ static int parse_count(const char *opt, const char *s, long *out, Err *err) {
 /* --data-format with a conversation shape: the loss over the assistant targets of the
  * conversations of a->dataset in source order, packed into rows of seq_len tokens. */
 static int eval_chat(const EvalArgs *a, InferModel *im, DataFormat format, long seq_len, Err *err) {
-    ChatFormat *cf = chat_format_load_at(im->tok, a->chat_template, err);
+    ChatFormat *cf =
+        chat_format_load_at(im->tok, cli_chat_template(a->chat_template, a->adapter), err);
     if (!cf) return -1;
     DatasetEncoder enc;
     ChatData cd;

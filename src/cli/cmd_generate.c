@@ -48,9 +48,10 @@ static const char *USAGE =
     "                         or ShareGPT's conversations / from / value), each rendered in\n"
     "                         the chat format with the open assistant turn (implies --chat;\n"
     "                         a line's own tools win over --tools); run as one batch\n"
-    "  --chat-template PATH   with --chat: render with this template instead of the\n"
-    "                         tokenizer folder's (a .jinja file, a tokenizer_config.json or a\n"
-    "                         folder), as apply_chat_template(chat_template=...) does\n"
+    "  --chat-template PATH   with --chat: render with this template (a .jinja file, a\n"
+    "                         tokenizer_config.json or a folder), as apply_chat_template(\n"
+    "                         chat_template=...) does; default: the --adapter folder's when it\n"
+    "                         holds one (as TRL saves it there), else the model's\n"
     "  --system TEXT          with --chat: a system turn first\n"
     "  --no-thinking          with --chat: enable_thinking=False (an empty think block)\n"
     "  --tools FILE           with --chat: offer the tools of FILE, a JSON array of tool\n"
@@ -364,7 +365,9 @@ static int generate_run(GenArgs *a, Err *err) {
     if (!im.tok)
         rc = err_set(err, "%s has no tokenizer.json; generate needs one to encode the prompt",
                      im.dir);
-    if (rc == 0 && a->chat && !(cf = chat_format_load_at(im.tok, a->chat_template, err))) rc = -1;
+    if (rc == 0 && a->chat &&
+        !(cf = chat_format_load_at(im.tok, cli_chat_template(a->chat_template, a->adapter), err)))
+        rc = -1;
     IdVec *ids = xcalloc((size_t)pr.n, sizeof *ids);
     const int32_t **ptr = xcalloc((size_t)pr.n, sizeof *ptr);
     int *lens = xcalloc((size_t)pr.n, sizeof *lens);

@@ -27,6 +27,10 @@ int cli_checkpoint_step(const char *ckpt, char **step_dir, Err *err);
  * other arguments. */
 int cli_open_model(InferModel *im, const char *model, const char *checkpoint, const char *adapter,
                    int B, int T, int bf16, Err *err);
+/* Where generate and eval read the chat template (chat_format_load_at): --chat-template when
+ * given, else the adapter folder when it holds one (as TRL saves the tokenizer beside a LoRA
+ * run's adapters and peft users load it from there), else NULL (the model's). */
+const char *cli_chat_template(const char *given, const char *adapter);
 
 /* The value of option opt as a finite number (the whole of s), or a sentence naming both. */
 int cli_number(const char *opt, const char *s, double *out, Err *err);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/fs.h"
+#include "text/chat_template.h"
 #include "train/checkpoint.h"
 #include "train/ckpt_dist.h"
 
@@ -76,6 +77,17 @@ int cli_open_model(InferModel *im, const char *model, const char *checkpoint, co
     int rc = infer_model_open(im, NULL, step, adapter, B, T, bf16, err);
     free(step);
     return rc;
+}
+
+const char *cli_chat_template(const char *given, const char *adapter) {
+    if (given || !adapter) return given;
+    char *text = NULL, *file = NULL;
+    size_t len;
+    Err ignore;
+    int has = chat_template_read(adapter, &text, &len, &file, &ignore) == 0;
+    free(text);
+    free(file);
+    return has ? adapter : NULL;
 }
 
 int cli_number(const char *opt, const char *s, double *out, Err *err) {

@@ -76,6 +76,18 @@ int train_hf_init(TrainHf *h, const JobConfig *cfg, const ModelSpec *spec,
     return 0;
 }
 
+int train_hf_write_tokenizer(const TrainHf *h, const char *dir, Err *err) {
+    int rc = 0;
+    for (int i = 0; i < h->nfiles && rc == 0; i++)
+        for (int k = 0; k < HF_NTOKENIZER_FILES && rc == 0; k++)
+            if (strcmp(h->files[i].name, HF_TOKENIZER_FILES[k]) == 0) {
+                char *path = fs_join(dir, h->files[i].name);
+                rc = fs_write_atomic(path, h->files[i].data, h->files[i].len, err);
+                free(path);
+            }
+    return rc;
+}
+
 void train_hf_free(TrainHf *h) {
     for (int i = 0; i < h->nfiles; i++) {
         free(h->names[i]);

@@ -43,6 +43,9 @@ typedef struct TrainHf {
 int train_hf_init(TrainHf *h, const JobConfig *cfg, const ModelSpec *spec,
                   const HfConfigExtra *extra, const char *tok_path, Comm *world, Err *err);
 void train_hf_free(TrainHf *h);
+/* Writes the tokenizer files h collected (chat_template.jinja being training.chat_template_path's
+ * template when set) into dir, as TRL saves them beside a LoRA run's adapters. */
+int train_hf_write_tokenizer(const TrainHf *h, const char *dir, Err *err);
 /* TrainerOptions.on_resumed: with many processes, rank 0 writes the model's config.json, the
  * job config and the tokenizer files into the checkpoint folder, so `qtitan export` can read
  * the folder alone. Only once the trainer

@@ -85,7 +85,8 @@ static char *lora_merged_dir(const JobConfig *cfg) {
     return fs_join(cfg->job.dump_folder, "merged");
 }
 
-/* After a LoRA run: the adapters in peft's format in DUMP/adapter, and with
+/* After a LoRA run: the adapters in peft's format in DUMP/adapter, with the tokenizer files
+ * beside them as TRL saves them (the chat template the run rendered with), and with
  * checkpoint.last_save_in_hf the merged model as an HF directory in DUMP/merged. Rank 0 writes
  * the adapters gathered whole; the merge gathers the base with them (both collective). */
 static int lora_finish(const JobConfig *cfg, TrainQwen3 *q, const Lora *lo, const ModelSpec *spec,
@@ -96,6 +97,7 @@ static int lora_finish(const JobConfig *cfg, TrainQwen3 *q, const Lora *lo, cons
     float *whole = world->rank == 0 ? xmalloc((size_t)lora_numel(lo) * sizeof *whole) : NULL;
     int rc = train_qwen3_lora_params(q, whole, err);
     if (rc == 0 && whole) rc = lora_save_peft(lo, spec, dir, base, whole, err);
+    if (rc == 0 && whole) rc = train_hf_write_tokenizer(hf, dir, err);
     free(whole);
     rc = comm_agree(world, rc, err);
     if (rc == 0) log_info("lora: adapters written to %s (peft format)", dir);
