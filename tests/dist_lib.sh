@@ -16,7 +16,9 @@
 #   dist_export_same REF CKPT LABEL
 #                           `qtitan export --checkpoint CKPT` (one process, no MPI) writes a
 #                           directory byte-identical to the one of the file REF (weights,
-#                           config.json, tokenizer files); else fail=1.
+#                           config.json, tokenizer files), and `qtitan generate --checkpoint
+#                           CKPT` (the pieces joined as read) gives that directory's greedy ids
+#                           and log-probs; else fail=1.
 #   dist_step NAME N        "loss grad_norm" of step N of run NAME;
 #   dist_close A B LABEL STEPS...
 #                           each step's loss and grad norm of run B within 1e-6 relative of
@@ -108,6 +110,11 @@ dist_export_same() {
   else
     echo "FAIL: qtitan export --checkpoint $3"; cat "$TMP/export.log"; fail=1
   fi
+  local g=(generate --prompt "1 2 3" --max-new-tokens 3 --temperature 0 --json) want got
+  want=$("$BIN" "${g[@]}" --model "$(dirname "$1")" 2>"$TMP/gen.err") &&
+    got=$("$BIN" "${g[@]}" --checkpoint "$2" 2>"$TMP/gen.err") && [ -n "$want" ] && [ "$got" = "$want" ] &&
+    echo "ok: qtitan generate --checkpoint $3 generates as one process's export" ||
+    { echo "FAIL: qtitan generate --checkpoint $3: '$got' vs '$want'"; cat "$TMP/gen.err"; fail=1; }
 }
 dist_step() { dist_table "$TMP/$1" | awk -v s="$2" '$1 == s { print $2, $3 }' | tail -1; }
 
