@@ -663,6 +663,22 @@ static void test_fp8_pairing_errors(void **state) {
         st_set_close(&s);
         free(p);
     }
+    /* An empty weight whose other dimension is near INT64_MAX: its block grid is counted
+     * without overflow (the sanitizer build checks), and it pairs with an empty scale. */
+    const int64_t wide[2] = {0, INT64_MAX}, wide_grid[2] = {0, INT64_MAX / 2 + 1};
+    StWriter w;
+    st_writer_init(&w);
+    st_writer_add(&w, "e.weight", DT_F8_E4M3, 2, wide, w8);
+    st_writer_add(&w, "e.weight_scale_inv", DT_F32, 2, wide_grid, i32);
+    char *p = tmp_path("fp8_wide.safetensors");
+    Err err;
+    assert_int_equal(st_write_finish(&w, p, &err), 0);
+    st_writer_free(&w);
+    StSet s;
+    if (st_set_open(&s, p, &err) != 0) fail_msg("%s", err.msg);
+    if (st_set_pair_fp8(&s, block, &err) != 1) fail_msg("%s", err.msg);
+    st_set_close(&s);
+    free(p);
 }
 
 static void test_bad_index(void **state) {

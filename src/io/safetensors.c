@@ -896,8 +896,9 @@ int st_set_pair_fp8(StSet *s, const int64_t block[2], Err *err) {
                              "%s: tensor \"%s\" is F8_E4M3 but the checkpoint has no \"%s\" "
                              "(its block scales)",
                              path, w->name, name);
-            int64_t want[2] = {(w->shape[0] + block[0] - 1) / block[0],
-                               (w->shape[1] + block[1] - 1) / block[1]};
+            /* ceil without overflow: a dimension next to a zero one may be near INT64_MAX */
+            int64_t want[2] = {w->shape[0] / block[0] + (w->shape[0] % block[0] != 0),
+                               w->shape[1] / block[1] + (w->shape[1] % block[1] != 0)};
             char a[256], b[64], c[64];
             if (sc) st_shape_str(a, sizeof a, sc->shape, sc->ndim);
             st_shape_str(b, sizeof b, want, 2);
