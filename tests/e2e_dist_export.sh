@@ -86,6 +86,22 @@ if [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if 
 else
   echo "FAIL: held-out loss of the trained exports differs (one process '$a', TP 2 '$b')"; fail=1
 fi
+# A training checkpoint as the initial weights (initial_load_in_hf = false, torchtitan's model-only
+# initial load), across meshes: the TP 2 run's folder into one process, and one process's step
+# into FSDP 2 x TP 2; after a zero-lr step each writes back its source's export byte for byte.
+IL=(--model.tie_embeddings=false --training.steps=1 --optimizer.lr=0 --checkpoint.enable=true
+  --checkpoint.last_save_in_hf=true)
+if run 0 il-one "${IL[@]}" --checkpoint.initial_load_path="$TMP/tr-tp2/checkpoint" &&
+  grep -q 'initial weights: step 10 of the training checkpoint' "$TMP/il-one.log" &&
+  cmp "$(hf_file tr-tp2 10)" "$(hf_file il-one 1)" &&
+  run 4 il-f2t2 "${IL[@]}" --checkpoint.initial_load_path="$TMP/tr-one/checkpoint/step-10" \
+    --parallelism.tensor_parallel_degree=2 --parallelism.data_parallel_shard_degree=2 &&
+  cmp "$(hf_file tr-one 10)" "$(hf_file il-f2t2 1)"; then
+  echo "ok: training checkpoints as initial weights (TP 2 into one process, one process into FSDP 2 x TP 2) are written back byte for byte"
+else
+  echo "FAIL: a training checkpoint as initial weights"; cat "$TMP/il-one.log" "$TMP/il-f2t2.log" 2>/dev/null | tail -20; fail=1
+fi
+
 # generate and eval read a sharded checkpoint (the folder or a rank's step), joining the pieces
 # as they are read: the same greedy ids and log-probs as from its HF export (fp32 and bf16), and
 # the held-out loss of that export (the tokenizer comes from the folder).

@@ -112,4 +112,32 @@ bad unexpected_misshaped \
   "11 unexpected (" "model.layers.1.self_attn.q_proj.weight [32, 32]" "3 misshaped (" \
   "model.layers.0.mlp.up_proj.weight: shape [64, 32], expected [48, 32]"
 grep -h "^error" "$tmp"/missing.log "$tmp"/unexpected_misshaped.log
+
+# A training checkpoint as the initial weights (initial_load_in_hf = false, as torchtitan's
+# initial_load_path takes its own checkpoints, model only): the source run's folder or its step
+# directory; a zero-lr step writes back the source's export byte for byte. A path that is no
+# checkpoint, another model's checkpoint, and a LoRA run from it are one sentence each.
+src_model=(--config "$QT_SOURCE_DIR/configs/debug.toml" "${common[@]}" --model.tokenizer_path="$tmp/tok"
+  --model.vocab_size=320 --model.dim=32 --model.n_layers=2 --model.n_heads=4 --model.n_kv_heads=2
+  --model.head_dim=8 --model.hidden_dim=64 --training.steps=1 --optimizer.lr=0)
+for from in "$tmp/src/checkpoint" "$tmp/src/checkpoint/step-2"; do
+  rm -rf "$tmp/ic"
+  "$q" train "${src_model[@]}" --checkpoint.initial_load_path="$from" --job.dump_folder="$tmp/ic" >"$tmp/ic.log" 2>&1 &&
+    grep -q "initial weights: step 2 of the training checkpoint $from (model only)" "$tmp/ic.log" &&
+    cmp "$hf/model.safetensors" "$tmp/ic/checkpoint/step-1/hf/model.safetensors" ||
+    { cat "$tmp/ic.log"; echo "FAIL: initial weights from the training checkpoint $from"; exit 1; }
+done
+ic_bad() { # want, then extra arguments
+  local want=$1; shift
+  if "$q" train "${src_model[@]}" --job.dump_folder="$tmp/icb" "$@" >"$tmp/icb.log" 2>&1; then
+    echo "FAIL: $* should fail"; exit 1
+  fi
+  grep -qF "error: $want" "$tmp/icb.log" || { cat "$tmp/icb.log"; echo "FAIL: expected '$want'"; exit 1; }
+}
+ic_bad "checkpoint.initial_load_path $tmp/corpus.jsonl is not a folder" --checkpoint.initial_load_path="$tmp/corpus.jsonl"
+ic_bad "checkpoint.initial_load_path $tmp/tok holds no complete training checkpoint step" --checkpoint.initial_load_path="$tmp/tok"
+ic_bad "checkpoint.initial_load_path $hf is a Hugging Face model directory; set checkpoint.initial_load_in_hf = true" --checkpoint.initial_load_path="$hf"
+ic_bad "the initial weights (checkpoint.initial_load_path), $tmp/src/checkpoint/step-2/model.safetensors, holds tok_embeddings.weight with shape (320, 32) but the job's model has (320, 48)" \
+  --checkpoint.initial_load_path="$tmp/src/checkpoint" --model.dim=48
+ic_bad "a LoRA run's base is Hugging Face weights" --checkpoint.initial_load_path="$tmp/src/checkpoint" --lora.rank=2
 echo "e2e_finetune: ok"

@@ -597,21 +597,23 @@ static void shape_text(char *buf, size_t cap, int ndim, const int64_t *shape) {
 /* The shapes sentence of ckpt_check_step_shapes and ckpt_dist_check_shapes: `where` holds
  * params[k] with shape got (NULL: not at all). */
 int ckpt_shape_mismatch(const char *where, const ParamInfo *p, const int64_t *got, int got_ndim,
-                        Err *err) {
+                        int initial, Err *err) {
     char want[96], have[96];
+    const char *what = initial ? "the initial weights (checkpoint.initial_load_path)"
+                               : "the checkpoint to resume",
+               *other = initial ? "" : ", or choose another checkpoint.folder";
     shape_text(want, sizeof want, p->ndim, p->shape);
     if (!got)
         return err_set(err,
-                       "the checkpoint to resume, %s, has no tensor %s %s that the job's model "
-                       "has; it was written for another model (compare its config.json with the "
-                       "job's [model] and [lora]), or choose another checkpoint.folder",
-                       where, p->name, want);
+                       "%s, %s, has no tensor %s %s that the job's model has; it was written for "
+                       "another model (compare its config.json with the job's [model] and "
+                       "[lora])%s",
+                       what, where, p->name, want, other);
     shape_text(have, sizeof have, got_ndim, got);
     return err_set(err,
-                   "the checkpoint to resume, %s, holds %s with shape %s but the job's model has "
-                   "%s; it was written for another model (compare its config.json with the job's "
-                   "[model] and [lora]), or choose another checkpoint.folder",
-                   where, p->name, have, want);
+                   "%s, %s, holds %s with shape %s but the job's model has %s; it was written for "
+                   "another model (compare its config.json with the job's [model] and [lora])%s",
+                   what, where, p->name, have, want, other);
 }
 
 int64_t ckpt_resume_candidate(const char *root, int64_t load_step) {
@@ -633,7 +635,7 @@ int64_t ckpt_resume_candidate(const char *root, int64_t load_step) {
     return found;
 }
 
-int ckpt_check_step_shapes(const char *dir, const ParamInfo *params, int n, Err *err) {
+int ckpt_check_step_shapes(const char *dir, const ParamInfo *params, int n, int initial, Err *err) {
     char *path = fs_join(dir, CKPT_MODEL_FILE);
     StFile f;
     Err ignore;
@@ -646,7 +648,7 @@ int ckpt_check_step_shapes(const char *dir, const ParamInfo *params, int n, Err 
                 same = t->shape[d] == params[k].shape[d];
             if (!same)
                 rc = ckpt_shape_mismatch(path, &params[k], t ? t->shape : NULL, t ? t->ndim : 0,
-                                         err);
+                                         initial, err);
         }
         st_close(&f);
     }

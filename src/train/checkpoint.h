@@ -116,11 +116,12 @@ int64_t ckpt_resume_candidate(const char *root, int64_t load_step);
  * file, the tensor and both shapes, so a resume into another model costs a sentence, not the
  * model's memory first; 0 when it fits or when its weights cannot be read (the resume reports
  * that). Sharded checkpoints: ckpt_dist_check_shapes. */
-int ckpt_check_step_shapes(const char *dir, const ParamInfo *params, int n, Err *err);
+int ckpt_check_step_shapes(const char *dir, const ParamInfo *params, int n, int initial, Err *err);
 /* The sentence of those checks: `where` (a file) holds p with shape got[0..got_ndim), or not
- * at all (got NULL). Returns -1. */
+ * at all (got NULL); initial: the checkpoint is the run's initial weights, not one to resume.
+ * Returns -1. */
 int ckpt_shape_mismatch(const char *where, const ParamInfo *p, const int64_t *got, int got_ndim,
-                        Err *err);
+                        int initial, Err *err);
 
 /* Removes leftover step-N.tmp-<pid> directories of interrupted saves whose process is gone
  * (fs_tmp_owner_alive). */

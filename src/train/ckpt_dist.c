@@ -527,7 +527,7 @@ char *ckpt_dist_candidate_dir(const char *root, int64_t load_step) {
 }
 
 int ckpt_dist_check_shapes(const char *root, int64_t load_step, const ParamInfo *params, int n,
-                           Err *err) {
+                           int initial, Err *err) {
     int64_t ranks, mesh[4], sharded, one;
     Err ignore;
     int kind = candidate(root, load_step, &one, &sharded, &ranks, mesh);
@@ -535,7 +535,7 @@ int ckpt_dist_check_shapes(const char *root, int64_t load_step, const ParamInfo 
     if (kind == 1) {
         snprintf(name, sizeof name, "step-%" PRId64, one);
         char *dir = fs_join(root, name);
-        int rc = ckpt_check_step_shapes(dir, params, n, err);
+        int rc = ckpt_check_step_shapes(dir, params, n, initial, err);
         free(dir);
         return rc;
     }
@@ -571,7 +571,7 @@ int ckpt_dist_check_shapes(const char *root, int64_t load_step, const ParamInfo 
             same = got[d] == params[p].shape[d];
         if (!same)
             rc = ckpt_shape_mismatch(paths[at], &params[p], shape ? got : NULL,
-                                     nd < CKPT_MAX_DIMS ? nd : CKPT_MAX_DIMS, err);
+                                     nd < CKPT_MAX_DIMS ? nd : CKPT_MAX_DIMS, initial, err);
     }
     for (int k = 0; k < nfiles; k++) {
         json_decref(lay[k]);
@@ -1074,6 +1074,95 @@ int ckpt_dist_is_sharded_path(const char *path) {
 char *ckpt_dist_path_root(const char *path) {
     int64_t step;
     return sharded_root(path, &step);
+}
+
+int ckpt_dist_initial_path(const char *path, char **root, int64_t *step, Err *err) {
+    *root = NULL;
+    *step = -1;
+    if (!fs_is_dir(path))
+        return err_set(err,
+                       "checkpoint.initial_load_path %s is not a folder: with initial_load_in_hf = "
+                       "false it names a training checkpoint (a checkpoint folder or one of its "
+                       "step-N folders); Hugging Face weights need initial_load_in_hf = true",
+                       path);
+    char *r = sharded_root(path, step);
+    if (!r) {
+        char *state = fs_join(path, "train_state.json");
+        int is_step = fs_exists(state);
+        free(state);
+        if (is_step) {
+            char *dir = fs_dir_of(path), *p = xstrdup(path);
+            size_t n = strlen(p);
+            while (n > 1 && p[n - 1] == '/')
+                p[--n] = '\0';
+            const char *base = strrchr(p, '/') ? strrchr(p, '/') + 1 : p;
+            long long s;
+            int end = 0;
+            if (sscanf(base, "step-%lld%n", &s, &end) != 1 || base[end] || s < 0) {
+                err_set(err,
+                        "checkpoint.initial_load_path %s holds a checkpoint step, but its name "
+                        "is not step-N, which says which step it is",
+                        path);
+                free(dir), free(p);
+                return -1;
+            }
+            r = dir, *step = s;
+            free(p);
+        } else {
+            r = xstrdup(path);
+        }
+    }
+    int64_t one, sharded, ranks, mesh[4];
+    if (candidate(r, *step, &one, &sharded, &ranks, mesh) == 0) {
+        if (*step >= 0)
+            err_set(err, "checkpoint.initial_load_path %s: %s holds no complete step %" PRId64,
+                    path, r, *step);
+        else if (fs_exists_in(path, "model.safetensors") ||
+                 fs_exists_in(path, "model.safetensors.index.json"))
+            err_set(err,
+                    "checkpoint.initial_load_path %s is a Hugging Face model directory; set "
+                    "checkpoint.initial_load_in_hf = true to start from it (false names a "
+                    "training checkpoint)",
+                    path);
+        else
+            err_set(err,
+                    "checkpoint.initial_load_path %s holds no complete training checkpoint step "
+                    "(with initial_load_in_hf = false it names a checkpoint folder or one of its "
+                    "steps)",
+                    path);
+        free(r);
+        return -1;
+    }
+    *root = r;
+    return 0;
+}
+
+int ckpt_dist_open_initial(CkptDistReader *r, Comm *world, const char *root, int64_t step,
+                           Err *err) {
+    double f[7] = {0};
+    int rc = 0;
+    if (!world || world->rank == 0) {
+        int64_t one, sharded, ranks, mesh[4];
+        int kind = candidate(root, step, &one, &sharded, &ranks, mesh);
+        if (kind == 0) rc = err_set(err, "%s holds no complete checkpoint step", root);
+        f[0] = kind, f[1] = (double)(kind == 1 ? one : sharded), f[2] = kind == 2 ? ranks : 0;
+        for (int k = 0; k < 4; k++)
+            f[3 + k] = kind == 2 ? (double)mesh[k] : 0;
+    }
+    if (world) {
+        rc = comm_agree(world, rc, err);
+        if (rc == 0) rc = comm_broadcast(world, f, sizeof f, 0, err);
+    }
+    TRY(rc);
+    CkptDistFound found = {.step = (int64_t)f[1], .ranks = (int)f[2]};
+    for (int k = 0; k < 4; k++)
+        found.mesh[k] = (int)f[3 + k];
+    char *dir0 = ckpt_dist_found_dir(root, &found, 0);
+    rc = ckpt_refuse_lora(dir0, err);
+    free(dir0);
+    if (world) rc = comm_agree(world, rc, err);
+    TRY(rc);
+    return ckpt_dist_reader_open_found(r, world, root, &found, 0, err);
 }
 
 int ckpt_dist_open_path(CkptDistReader *r, const char *path, char **root, ModelSpec *spec,

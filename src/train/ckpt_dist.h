@@ -62,7 +62,7 @@ int ckpt_dist_locate(Comm *world, const char *root, int64_t load_step, CkptDistF
  * (no step, a broken marker or layout, a checkpoint written before layouts: the load reports
  * those). */
 int ckpt_dist_check_shapes(const char *root, int64_t load_step, const ParamInfo *params, int n,
-                           Err *err);
+                           int initial, Err *err);
 /* The step directory rank 0 would read of the step ckpt_dist_locate would choose under root
  * (load_step when >= 0), found without collectives or reading weights (malloc'd), or NULL for
  * none: for what its train_state.json says before the model exists. */
@@ -158,6 +158,17 @@ int ckpt_dist_write_config(Comm *world, const char *root, const ModelSpec *spec,
  * place; an existing out_dir is replaced only when it is an HF directory or empty) and sets
  * *step to the step exported. The tokenizer files are those of tokenizer (a folder or a
  * tokenizer.json) when not NULL, else those the folder holds (ckpt_dist_write_config). */
+/* A training checkpoint as a run's initial weights (checkpoint.initial_load_path with
+ * initial_load_in_hf = false: torchtitan's initial load, model only): path is a checkpoint
+ * folder (its newest complete step, one process's or sharded), one process's FOLDER/step-N or
+ * a sharded FOLDER/rank-K/step-N. Sets *root (malloc'd) and *step (-1: the newest) as
+ * ckpt_dist_check_shapes and ckpt_dist_open_initial take them, or fails with a sentence when
+ * path holds no complete step. Writes nothing there (unlike ckpt_dist_locate, which cleans). */
+int ckpt_dist_initial_path(const char *path, char **root, int64_t *step, Err *err);
+/* Collective over world (NULL: one process): opens that step's model files for reading
+ * (ckpt_dist_read_into); a LoRA run's checkpoint (adapters only) is refused. */
+int ckpt_dist_open_initial(CkptDistReader *r, Comm *world, const char *root, int64_t step,
+                           Err *err);
 /* Opens the sharded checkpoint that path names as ckpt_dist_export_path takes it: *root
  * (malloc'd) is its folder, spec and extra the model of {root}/config.json, r the step's
  * pieces; a LoRA run's checkpoint (adapters only) is refused. Close r and free *root. */

@@ -269,14 +269,57 @@ static uint64_t weights_fingerprint(const StSet *set) {
 }
 
 /* The initial weights at path (checkpoint.initial_load_path), only mapped: checked against the
- * model (every name and shape, before its memory is sized) and fingerprinted. */
-static int open_initial_weights(const ModelSpec *spec, const char *path, uint64_t *fingerprint,
-                                Err *err) {
+ * model (every name and shape, before its memory is sized) and fingerprinted. A training
+ * checkpoint (initial_load_in_hf false) is checked by its layouts and fingerprinted by its
+ * train_state.json, which holds the checksums of its files. */
+static int open_initial_weights(const ModelSpec *spec, const char *path, int in_hf,
+                                uint64_t *fingerprint, Err *err) {
+    if (!in_hf) {
+        char *root;
+        int64_t step;
+        TRY(ckpt_dist_initial_path(path, &root, &step, err));
+        int n = param_list(spec, NULL);
+        ParamInfo *params = xcalloc((size_t)n, sizeof *params);
+        param_list(spec, params);
+        int rc = ckpt_dist_check_shapes(root, step, params, n, 1, err);
+        free(params);
+        char *dir = ckpt_dist_candidate_dir(root, step), *state = NULL, *text = NULL;
+        size_t len = 0;
+        if (rc == 0 && dir) {
+            state = fs_join(dir, "train_state.json");
+            rc = fs_read_all(state, &text, &len, err);
+        }
+        if (rc == 0) *fingerprint = ckpt_checksum(text, len);
+        free(text), free(state), free(dir), free(root);
+        return rc;
+    }
     StSet set;
     TRY(qwen3_hf_open(&set, path, err));
     int rc = qwen3_hf_check(spec, &set, path, err);
     if (rc == 0) *fingerprint = weights_fingerprint(&set);
     st_set_close(&set);
+    return rc;
+}
+
+/* A training checkpoint's model as the initial weights (open_initial_weights checked it):
+ * every rank copies its pieces out of the step's files, on any mesh, as a resume that leaves
+ * the optimizer, schedule and data fresh does. */
+static int load_initial_checkpoint(TrainQwen3 *q, const char *path, Comm *world, Err *err) {
+    char *root;
+    int64_t step;
+    TRY(ckpt_dist_initial_path(path, &root, &step, err));
+    CkptDistReader r;
+    int rc = ckpt_dist_open_initial(&r, world, root, step, err);
+    free(root);
+    TRY(rc);
+    TrainModel md;
+    train_qwen3_model(q, &md, 0);
+    rc = ckpt_dist_reader_check_names(&r, world, md.params, md.nparams, err);
+    if (rc == 0) rc = ckpt_dist_read_into(&r, md.params, md.nparams, md.slices, 1, 0, NULL, err);
+    if (rc == 0 && (!world || world->rank == 0))
+        log_info("initial weights: step %" PRId64 " of the training checkpoint %s (model only)",
+                 r.step, path);
+    ckpt_dist_reader_close(&r);
     return rc;
 }
 
@@ -427,9 +470,12 @@ int train_job_check(const JobConfig *cfg, const ModelSpec *spec, Err *err) {
     if (cfg->checkpoint.last_save_in_hf && !cfg->checkpoint.enable)
         return err_set(err, "checkpoint.last_save_in_hf = true needs checkpoint.enable = true (the "
                             "HF export is written into the last checkpoint's folder)");
-    if (cfg->checkpoint.initial_load_path[0] && !cfg->checkpoint.initial_load_in_hf)
-        return err_set(err, "checkpoint.initial_load_path needs initial_load_in_hf = true (only "
-                            "Hugging Face weights can be loaded as a starting point)");
+    if (cfg->checkpoint.initial_load_path[0] && !cfg->checkpoint.initial_load_in_hf &&
+        cfg->lora.rank > 0)
+        return err_set(err,
+                       "a LoRA run's base is Hugging Face weights: checkpoint.initial_load_path "
+                       "needs initial_load_in_hf = true (a training checkpoint becomes one "
+                       "with qtitan export)");
     /* Without a path the run would start from random weights, not the ones asked for. */
     if (cfg->checkpoint.initial_load_in_hf && !cfg->checkpoint.initial_load_path[0])
         return err_set(err,
@@ -529,7 +575,8 @@ static int check_before_sizing(const JobConfig *cfg, const ModelSpec *spec,
     int rc = 0;
     uint64_t weights = 0;
     if (cfg->checkpoint.initial_load_path[0])
-        rc = open_initial_weights(spec, cfg->checkpoint.initial_load_path, &weights, err);
+        rc = open_initial_weights(spec, cfg->checkpoint.initial_load_path,
+                                  cfg->checkpoint.initial_load_in_hf, &weights, err);
     /* The checkpoint a resume would take, against what it must hold: the model's parameters,
      * or a LoRA run's adapters (made here at their size; they are small). One process's and
      * sharded checkpoints alike, read by rank 0 (the others wait in the agreement below). */
@@ -544,7 +591,8 @@ static int check_before_sizing(const JobConfig *cfg, const ModelSpec *spec,
             param_list(spec, params);
         }
         char *root = fs_resolve(cfg->job.dump_folder, cfg->checkpoint.folder);
-        if (rc == 0) rc = ckpt_dist_check_shapes(root, cfg->checkpoint.load_step, params, n, err);
+        if (rc == 0)
+            rc = ckpt_dist_check_shapes(root, cfg->checkpoint.load_step, params, n, 0, err);
         free(params);
         free(root);
     }
@@ -719,7 +767,9 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
         train_qwen3_qwen3(q)->moe_round_robin = 1;
     }
     if (rc == 0 && cfg->checkpoint.initial_load_path[0]) {
-        rc = train_qwen3_load_hf(q, cfg->checkpoint.initial_load_path, err);
+        rc = cfg->checkpoint.initial_load_in_hf
+                 ? train_qwen3_load_hf(q, cfg->checkpoint.initial_load_path, err)
+                 : load_initial_checkpoint(q, cfg->checkpoint.initial_load_path, world, err);
         if (rc == 0) log_info("loaded initial weights from %s", cfg->checkpoint.initial_load_path);
     } else if (rc == 0) {
         train_qwen3_init(q, (uint64_t)cfg->training.seed);
