@@ -140,4 +140,26 @@ ic_bad "checkpoint.initial_load_path $hf is a Hugging Face model directory; set 
 ic_bad "the initial weights (checkpoint.initial_load_path), $tmp/src/checkpoint/step-2/model.safetensors, holds tok_embeddings.weight with shape (320, 32) but the job's model has (320, 48)" \
   --checkpoint.initial_load_path="$tmp/src/checkpoint" --model.dim=48
 ic_bad "a LoRA run's base is Hugging Face weights" --checkpoint.initial_load_path="$tmp/src/checkpoint" --lora.rank=2
+ic_bad "checkpoint.initial_load_model_only = false needs a training checkpoint" \
+  --checkpoint.initial_load_path="$hf" --checkpoint.initial_load_in_hf=true --checkpoint.initial_load_model_only=false
+
+# initial_load_model_only = false: every state of the other run's step 2 (step, optimizer,
+# schedule, data position), so steps 3-4 in a new folder are bitwise those of the run that
+# went on; run again, the job resumes from its own folder.
+whole=("${src_model[@]}" --optimizer.lr=1e-3 --training.steps=4 --checkpoint.interval=2)
+"$q" train "${whole[@]}" --job.dump_folder="$tmp/w1" >"$tmp/w1.log" 2>&1 || { cat "$tmp/w1.log"; echo "FAIL: w1"; exit 1; }
+for i in 1 2; do
+  "$q" train "${whole[@]}" --checkpoint.initial_load_path="$tmp/w1/checkpoint/step-2" \
+    --checkpoint.initial_load_model_only=false --job.dump_folder="$tmp/w2" >"$tmp/w2-$i.log" 2>&1 ||
+    { cat "$tmp/w2-$i.log"; echo "FAIL: w2 ($i)"; exit 1; }
+done
+grep -q "resumed from $tmp/w1/checkpoint/step-2 (step 2), checkpoint.initial_load_path with initial_load_model_only = false" "$tmp/w2-1.log" &&
+  grep -q "resumed from $tmp/w2/checkpoint/step-4 (step 4)" "$tmp/w2-2.log" ||
+  { cat "$tmp/w2-1.log" "$tmp/w2-2.log"; echo "FAIL: where initial_load_model_only = false resumed"; exit 1; }
+for f in model.safetensors optim.safetensors; do
+  cmp "$tmp/w1/checkpoint/step-4/$f" "$tmp/w2/checkpoint/step-4/$f" ||
+    { echo "FAIL: $f of steps 3-4 from the other run's step 2 differs from that run's"; exit 1; }
+done
+diff <(grep '^step:  [34]' "$tmp/w1.log" | awk '{print $4}') <(grep '^step:  [34]' "$tmp/w2-1.log" | awk '{print $4}') ||
+  { echo "FAIL: losses of steps 3-4"; exit 1; }
 echo "e2e_finetune: ok"

@@ -144,6 +144,7 @@ static const KeyDesc KEYS[] = {
     INT(checkpoint, keep_latest_k, 0, 0, "an integer >= 0 (0 keeps all)"),
     STR(checkpoint, initial_load_path),
     BOOL(checkpoint, initial_load_in_hf),
+    BOOL(checkpoint, initial_load_model_only),
     BOOL(checkpoint, last_save_in_hf),
     BOOL(checkpoint, last_save_model_only),
     ENUM(checkpoint, export_dtype, EXPORT_DTYPES),
@@ -769,6 +770,7 @@ void config_init(JobConfig *c) {
     c->checkpoint.interval = 500;
     c->checkpoint.keep_latest_k = 10;
     c->checkpoint.initial_load_path = xstrdup("");
+    c->checkpoint.initial_load_model_only = 1;
     c->checkpoint.export_dtype = DT_F32;
     c->checkpoint.load_step = -1;
     c->checkpoint.exclude_from_loading = xstrdup("");

@@ -134,6 +134,8 @@ typedef struct JobConfig {
         int keep_latest_k; /* 0 = keep all */
         char *initial_load_path;
         int initial_load_in_hf;
+        /* 0: a training checkpoint at initial_load_path gives every state, not the model only */
+        int initial_load_model_only;
         int last_save_in_hf;
         int last_save_model_only;
         DType export_dtype;         /* DT_F32, DT_BF16 or DT_F16 */

@@ -122,10 +122,6 @@ const CompatKey CONFIG_COMPAT[] = {
       "no DeepEP"),
 
     N("checkpoint", "enable_ft_dataloader_checkpoints", 'b', "true", NO_FT),
-    R("checkpoint", "initial_load_model_only", 'b', "true",
-      "checkpoint.initial_load_path takes model weights only (HF or a training checkpoint's); a "
-      "run "
-      "is resumed whole through checkpoint.enable and checkpoint.folder"),
     N("checkpoint", "initial_load_in_hf_quantized", 'b', "false",
       "fp8 block-quantized HF weights (F8_E4M3 with their weight_scale_inv, declared by the "
       "quantization_config of the config.json beside them) are read dequantized whether or not "

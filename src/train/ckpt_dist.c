@@ -1137,7 +1137,7 @@ int ckpt_dist_initial_path(const char *path, char **root, int64_t *step, Err *er
     return 0;
 }
 
-int ckpt_dist_open_initial(CkptDistReader *r, Comm *world, const char *root, int64_t step,
+int ckpt_dist_find_initial(Comm *world, const char *root, int64_t step, CkptDistFound *found,
                            Err *err) {
     double f[7] = {0};
     int rc = 0;
@@ -1154,14 +1154,19 @@ int ckpt_dist_open_initial(CkptDistReader *r, Comm *world, const char *root, int
         if (rc == 0) rc = comm_broadcast(world, f, sizeof f, 0, err);
     }
     TRY(rc);
-    CkptDistFound found = {.step = (int64_t)f[1], .ranks = (int)f[2]};
+    *found = (CkptDistFound){.step = (int64_t)f[1], .ranks = (int)f[2]};
     for (int k = 0; k < 4; k++)
-        found.mesh[k] = (int)f[3 + k];
-    char *dir0 = ckpt_dist_found_dir(root, &found, 0);
+        found->mesh[k] = (int)f[3 + k];
+    char *dir0 = ckpt_dist_found_dir(root, found, 0);
     rc = ckpt_refuse_lora(dir0, err);
     free(dir0);
-    if (world) rc = comm_agree(world, rc, err);
-    TRY(rc);
+    return world ? comm_agree(world, rc, err) : rc;
+}
+
+int ckpt_dist_open_initial(CkptDistReader *r, Comm *world, const char *root, int64_t step,
+                           Err *err) {
+    CkptDistFound found;
+    TRY(ckpt_dist_find_initial(world, root, step, &found, err));
     return ckpt_dist_reader_open_found(r, world, root, &found, 0, err);
 }
 

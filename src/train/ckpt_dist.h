@@ -165,8 +165,12 @@ int ckpt_dist_write_config(Comm *world, const char *root, const ModelSpec *spec,
  * ckpt_dist_check_shapes and ckpt_dist_open_initial take them, or fails with a sentence when
  * path holds no complete step. Writes nothing there (unlike ckpt_dist_locate, which cleans). */
 int ckpt_dist_initial_path(const char *path, char **root, int64_t *step, Err *err);
-/* Collective over world (NULL: one process): opens that step's model files for reading
- * (ckpt_dist_read_into); a LoRA run's checkpoint (adapters only) is refused. */
+/* Collective over world (NULL: one process): *found for that step, as ckpt_dist_locate finds
+ * one but writing nothing there; a LoRA run's checkpoint (adapters only) is refused. */
+int ckpt_dist_find_initial(Comm *world, const char *root, int64_t step, CkptDistFound *found,
+                           Err *err);
+/* Collective: ckpt_dist_find_initial, then opens that step's model files for reading
+ * (ckpt_dist_read_into). */
 int ckpt_dist_open_initial(CkptDistReader *r, Comm *world, const char *root, int64_t step,
                            Err *err);
 /* Opens the sharded checkpoint that path names as ckpt_dist_export_path takes it: *root

@@ -477,6 +477,12 @@ int train_job_check(const JobConfig *cfg, const ModelSpec *spec, Err *err) {
                        "needs initial_load_in_hf = true (a training checkpoint becomes one "
                        "with qtitan export)");
     /* Without a path the run would start from random weights, not the ones asked for. */
+    if (!cfg->checkpoint.initial_load_model_only &&
+        (cfg->checkpoint.initial_load_in_hf || !cfg->checkpoint.initial_load_path[0]))
+        return err_set(err,
+                       "checkpoint.initial_load_model_only = false needs a training checkpoint "
+                       "at checkpoint.initial_load_path with initial_load_in_hf = false (HF "
+                       "weights hold no optimizer, schedule or data state)");
     if (cfg->checkpoint.initial_load_in_hf && !cfg->checkpoint.initial_load_path[0])
         return err_set(err,
                        "checkpoint.initial_load_in_hf = true needs "
@@ -671,6 +677,8 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
     Lora lora;
     memset(&lora, 0, sizeof lora);
     TrainQwen3 *q = NULL;
+    char *initial_root = NULL; /* initial_load_model_only = false: the trainer resumes from it */
+    int64_t initial_step = -1;
     TrainHf hf;
     memset(&hf, 0, sizeof hf);
     Dataset ds;
@@ -766,7 +774,13 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
             log_warn("debug.moe_force_load_balance has no effect: the model has no experts");
         train_qwen3_qwen3(q)->moe_round_robin = 1;
     }
-    if (rc == 0 && cfg->checkpoint.initial_load_path[0]) {
+    /* initial_load_model_only = false: the trainer resumes every state from it (below). */
+    int initial_whole =
+        cfg->checkpoint.initial_load_path[0] && !cfg->checkpoint.initial_load_model_only;
+    if (rc == 0 && initial_whole)
+        rc = ckpt_dist_initial_path(cfg->checkpoint.initial_load_path, &initial_root, &initial_step,
+                                    err);
+    if (rc == 0 && cfg->checkpoint.initial_load_path[0] && !initial_whole) {
         rc = cfg->checkpoint.initial_load_in_hf
                  ? train_qwen3_load_hf(q, cfg->checkpoint.initial_load_path, err)
                  : load_initial_checkpoint(q, cfg->checkpoint.initial_load_path, world, err);
@@ -843,6 +857,8 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
         .last_save_model_only = cfg->checkpoint.last_save_model_only,
         .keep_latest_k = cfg->checkpoint.keep_latest_k,
         .load_step = cfg->checkpoint.load_step,
+        .initial_root = initial_root,
+        .initial_step = initial_step,
         .exclude = exclude,
         .log_freq = cfg->metrics.log_freq,
         .peak_tflops = cfg->metrics.peak_tflops,
@@ -896,6 +912,7 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
     free(trace_dir);
     json_decref(config_keys);
 out:
+    free(initial_root);
     overrides_plan_free(&plan);
     train_hf_free(&hf);
     train_qwen3_free(q);

@@ -107,14 +107,14 @@ static int save(Trainer *t, Err *err) {
 /* Resharding (or a resume that leaves some state fresh): every rank copies what its tensors
  * hold out of the slices the checkpoint's files hold, model and optimizer state unless
  * excluded, with progress on rank 0. */
-static int load_slices(Trainer *t, const CkptDistFound *f, int noptim, Err *err) {
+static int load_slices(Trainer *t, const char *root, const CkptDistFound *f, int noptim, Err *err) {
     const TrainParallel *par = many_ranks(t->o);
     Comm *world = par ? par->world : NULL;
     const TrainModel *md = t->model;
     int model = !(t->o->exclude & CKPT_EXCLUDE_MODEL);
     if (t->o->exclude & CKPT_EXCLUDE_OPTIMIZER) noptim = 0;
     CkptDistReader r;
-    TRY(ckpt_dist_reader_open_found(&r, world, t->ckpt_root, f, noptim > 0, err));
+    TRY(ckpt_dist_reader_open_found(&r, world, root, f, noptim > 0, err));
     char what[96];
     snprintf(what, sizeof what, "loading checkpoint step %" PRId64, f->step);
     double bytes = 0;
@@ -164,15 +164,23 @@ static int resume(Trainer *t, Err *err) {
     Comm *world = par ? par->world : NULL;
     int size = world ? world->size : 1, rank = world ? world->rank : 0;
     CkptDistFound f;
+    const char *root = t->ckpt_root;
     int found =
-        ckpt_dist_locate(world, t->ckpt_root, t->o->load_step > 0 ? t->o->load_step : -1, &f, err);
+        t->o->ckpt_enable
+            ? ckpt_dist_locate(world, root, t->o->load_step > 0 ? t->o->load_step : -1, &f, err)
+            : 0;
+    int initial = found == 0 && t->o->initial_root;
+    if (initial) {
+        root = t->o->initial_root;
+        found = ckpt_dist_find_initial(world, root, t->o->initial_step, &f, err) == 0 ? 1 : -1;
+    }
     if (found <= 0) return found;
     /* The mesh that wrote it reads its own files as they are; any other copies slices. */
     int same = f.ranks == 0 ? size == 1
                             : par && f.ranks == size && f.mesh[0] == par->mesh[0] &&
                                   f.mesh[1] == par->mesh[1] && f.mesh[2] == par->mesh[2] &&
                                   f.mesh[3] == par->mesh[3];
-    char *path = ckpt_dist_found_dir(t->ckpt_root, &f, same ? rank : 0);
+    char *path = ckpt_dist_found_dir(root, &f, same ? rank : 0);
     CkptState st;
     /* A model-only step (checkpoint.last_save_model_only) ends a finished run: re-running the
      * job loads its weights and has nothing left to do. Continuing past it needs the optimizer
@@ -184,9 +192,11 @@ static int resume(Trainer *t, Err *err) {
         ckpt_state_release(&st);
     }
     if (rc == 0 && same && f.ranks) rc = ckpt_dist_check_rank(path, rank, err);
+    /* ckpt_dist_locate verified the job's own steps; another run's is verified here. */
+    if (rc == 0 && same && initial) rc = ckpt_verify(path, 1, err);
     if (rc == 0 && same && t->o->exclude == 0) {
         /* ckpt_find_latest verified a one-process step's checksums already. */
-        rc = f.ranks
+        rc = f.ranks || initial
                  ? ckpt_load(path, &st, t->model->params, t->model->nparams, t->optim, noptim, err)
                  : ckpt_load_found(path, &st, t->model->params, t->model->nparams, t->optim, noptim,
                                    err);
@@ -206,7 +216,7 @@ static int resume(Trainer *t, Err *err) {
                          "optimizer state training resumes with",
                          path);
         if (rc == 0) rc = ckpt_read_state(path, &st, err);
-        if (rc == 0) rc = load_slices(t, &f, noptim, err);
+        if (rc == 0) rc = load_slices(t, root, &f, noptim, err);
         if (rc != 0) ckpt_state_release(&st);
     }
     if (par) rc = comm_agree(par->world, rc, err); /* every rank resumes, or none */
@@ -229,7 +239,9 @@ static int resume(Trainer *t, Err *err) {
         if (t->o->exclude & CKPT_EXCLUDE_LR_SCHEDULER) t->lr_step0 = st.step;
         t->lr = st.lr;
         memcpy(t->rng.s, st.rng, sizeof st.rng);
-        log_info("[checkpoint] resumed from %s (step %" PRId64 ")%s%s%s%s", path, st.step,
+        log_info("[checkpoint] resumed from %s (step %" PRId64 ")%s%s%s%s%s", path, st.step,
+                 initial ? ", checkpoint.initial_load_path with initial_load_model_only = false"
+                         : "",
                  t->o->exclude & CKPT_EXCLUDE_MODEL ? ", model not loaded" : "",
                  t->o->exclude & CKPT_EXCLUDE_OPTIMIZER ? ", optimizer not loaded" : "",
                  t->o->exclude & CKPT_EXCLUDE_LR_SCHEDULER ? ", lr schedule restarted" : "",
@@ -344,7 +356,7 @@ static int run(Trainer *t, Err *err) {
     if (md->copies) adamw_set_copies(&t->opt, md->copies);
     t->optim = ckpt_adamw_tensors(&t->opt, md->params, md->nparams, err);
     if (!t->optim) return -1;
-    if (o->ckpt_enable) TRY(resume(t, err));
+    if (o->ckpt_enable || o->initial_root) TRY(resume(t, err));
     if (o->ckpt_enable && o->on_resumed) TRY(o->on_resumed(o->on_resumed_ctx, err));
     /* On many processes rank 0 writes metrics.jsonl; all ranks hold the same step values. */
     int writer = !o->par || o->par->world->rank == 0;

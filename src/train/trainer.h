@@ -100,7 +100,12 @@ typedef struct TrainerOptions {
     int last_save_model_only; /* the last step's checkpoint holds the weights only */
     int keep_latest_k;
     int64_t load_step; /* resume from this step; <= 0: the newest */
-    int exclude;       /* CKPT_EXCLUDE bits (core/config.h): state a resume leaves fresh */
+    /* checkpoint.initial_load_model_only = false: when the job's own folder holds no step (or
+     * checkpointing is off), resume every state from step initial_step (-1: the newest) of
+     * the checkpoint folder initial_root instead, only reading it (ckpt_dist_initial_path). */
+    const char *initial_root;
+    int64_t initial_step;
+    int exclude; /* CKPT_EXCLUDE bits (core/config.h): state a resume leaves fresh */
     int log_freq;
     /* TensorBoard events of the step scalars under this folder, NULL = none; written by rank
      * 0, or by every rank (each its own folder) with tb_all_ranks. */
