@@ -162,4 +162,9 @@ for f in model.safetensors optim.safetensors; do
 done
 diff <(grep '^step:  [34]' "$tmp/w1.log" | awk '{print $4}') <(grep '^step:  [34]' "$tmp/w2-1.log" | awk '{print $4}') ||
   { echo "FAIL: losses of steps 3-4"; exit 1; }
+# checkpoint.enable_first_step_checkpoint: step 1 is saved too, besides the interval's and the last.
+"$q" train "${src_model[@]}" --training.steps=3 --checkpoint.enable_first_step_checkpoint=true \
+  --checkpoint.last_save_in_hf=false --job.dump_folder="$tmp/first" >"$tmp/first.log" 2>&1 &&
+  [ "$(ls "$tmp/first/checkpoint")" = "$(printf 'step-1\nstep-3')" ] ||
+  { cat "$tmp/first.log"; ls "$tmp/first/checkpoint"; echo "FAIL: enable_first_step_checkpoint"; exit 1; }
 echo "e2e_finetune: ok"

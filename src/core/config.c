@@ -141,6 +141,7 @@ static const KeyDesc KEYS[] = {
     BOOL(checkpoint, enable),
     STR(checkpoint, folder),
     INT(checkpoint, interval, 1, 0, "an integer >= 1"),
+    BOOL(checkpoint, enable_first_step_checkpoint),
     INT(checkpoint, keep_latest_k, 0, 0, "an integer >= 0 (0 keeps all)"),
     STR(checkpoint, initial_load_path),
     BOOL(checkpoint, initial_load_in_hf),

@@ -129,9 +129,10 @@ typedef struct JobConfig {
     } parallelism;
     struct {
         int enable;
-        char *folder;      /* under job.dump_folder */
-        int interval;      /* steps between saves */
-        int keep_latest_k; /* 0 = keep all */
+        char *folder;                     /* under job.dump_folder */
+        int interval;                     /* steps between saves */
+        int enable_first_step_checkpoint; /* also save after step 1 */
+        int keep_latest_k;                /* 0 = keep all */
         char *initial_load_path;
         int initial_load_in_hf;
         /* 0: a training checkpoint at initial_load_path gives every state, not the model only */

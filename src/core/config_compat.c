@@ -128,8 +128,6 @@ const CompatKey CONFIG_COMPAT[] = {
       "it is set"),
     N("checkpoint", "async_mode", 's', "\"disabled\"",
       "checkpoints are written synchronously, each rank its own shard"),
-    N("checkpoint", "enable_first_step_checkpoint", 'b', "false",
-      "checkpoints are written every checkpoint.interval steps and after the last"),
     R("checkpoint", "create_seed_checkpoint", 'b', "false",
       "every rank initializes the same weights from training.seed, so no seed checkpoint is "
       "needed"),

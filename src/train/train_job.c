@@ -854,6 +854,7 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
         .ckpt_enable = cfg->checkpoint.enable,
         .ckpt_folder = cfg->checkpoint.folder,
         .ckpt_interval = cfg->checkpoint.interval,
+        .ckpt_first_step = cfg->checkpoint.enable_first_step_checkpoint,
         .last_save_model_only = cfg->checkpoint.last_save_model_only,
         .keep_latest_k = cfg->checkpoint.keep_latest_k,
         .load_step = cfg->checkpoint.load_step,

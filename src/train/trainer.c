@@ -403,7 +403,8 @@ static int run(Trainer *t, Err *err) {
         if (rc == 0 && o->after_step)
             rc = o->after_step(o->after_step_ctx, t->step, last, writer ? &mw : NULL, err);
         if (rc == 0 && o->ckpt_enable &&
-            (last || (o->ckpt_interval > 0 && t->step % o->ckpt_interval == 0))) {
+            (last || (o->ckpt_interval > 0 && t->step % o->ckpt_interval == 0) ||
+             (o->ckpt_first_step && t->step == 1))) {
             double ts = trace_now();
             rc = save(t, err);
             trace_span("checkpoint_save", NULL, "checkpoint", ts, NULL);
