@@ -162,6 +162,16 @@ for f in model.safetensors optim.safetensors; do
 done
 diff <(grep '^step:  [34]' "$tmp/w1.log" | awk '{print $4}') <(grep '^step:  [34]' "$tmp/w2-1.log" | awk '{print $4}') ||
   { echo "FAIL: losses of steps 3-4"; exit 1; }
+# checkpoint.load_only: a copy of w1's folder resumes at step 4 and trains step 5, writing nothing.
+cp -r "$tmp/w1" "$tmp/lo"
+before=$(cd "$tmp/lo/checkpoint" && find . -type f -exec cksum {} + | sort)
+"$q" train "${whole[@]}" --training.steps=5 --checkpoint.load_only=true --checkpoint.last_save_in_hf=false \
+  --job.dump_folder="$tmp/lo" >"$tmp/lo.log" 2>&1 &&
+  grep -q "resumed from $tmp/lo/checkpoint/step-4 (step 4)" "$tmp/lo.log" && grep -q '^step:  5/5' "$tmp/lo.log" &&
+  [ "$(cd "$tmp/lo/checkpoint" && find . -type f -exec cksum {} + | sort)" = "$before" ] ||
+  { cat "$tmp/lo.log"; ls -R "$tmp/lo/checkpoint" | head; echo "FAIL: checkpoint.load_only"; exit 1; }
+ic_bad "checkpoint.load_only = true saves nothing, so last_save_in_hf = true" --checkpoint.load_only=true
+
 # checkpoint.enable_first_step_checkpoint: step 1 is saved too, besides the interval's and the last.
 "$q" train "${src_model[@]}" --training.steps=3 --checkpoint.enable_first_step_checkpoint=true \
   --checkpoint.last_save_in_hf=false --job.dump_folder="$tmp/first" >"$tmp/first.log" 2>&1 &&

@@ -142,6 +142,7 @@ static const KeyDesc KEYS[] = {
     STR(checkpoint, folder),
     INT(checkpoint, interval, 1, 0, "an integer >= 1"),
     BOOL(checkpoint, enable_first_step_checkpoint),
+    BOOL(checkpoint, load_only),
     INT(checkpoint, keep_latest_k, 0, 0, "an integer >= 0 (0 keeps all)"),
     STR(checkpoint, initial_load_path),
     BOOL(checkpoint, initial_load_in_hf),

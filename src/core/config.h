@@ -132,6 +132,7 @@ typedef struct JobConfig {
         char *folder;                     /* under job.dump_folder */
         int interval;                     /* steps between saves */
         int enable_first_step_checkpoint; /* also save after step 1 */
+        int load_only;                    /* resume from the folder, never save into it */
         int keep_latest_k;                /* 0 = keep all */
         char *initial_load_path;
         int initial_load_in_hf;

@@ -131,9 +131,6 @@ const CompatKey CONFIG_COMPAT[] = {
     R("checkpoint", "create_seed_checkpoint", 'b', "false",
       "every rank initializes the same weights from training.seed, so no seed checkpoint is "
       "needed"),
-    R("checkpoint", "load_only", 'b', "false",
-      "a run with checkpoint.enable both loads and saves; set checkpoint.enable = false to save "
-      "nothing"),
     N("checkpoint", "skip_last_save", 'b', "false",
       "the last step is always saved when checkpoint.enable is set"),
 

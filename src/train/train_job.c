@@ -467,6 +467,9 @@ int train_job_check(const JobConfig *cfg, const ModelSpec *spec, Err *err) {
     TRY(check_batch_size(cfg, spec, err));
     int micro;
     TRY(config_grad_accum_steps(cfg, 1, &micro, err));
+    if (cfg->checkpoint.load_only && cfg->checkpoint.last_save_in_hf)
+        return err_set(err, "checkpoint.load_only = true saves nothing, so last_save_in_hf = true "
+                            "has no last checkpoint to export; set one of them false");
     if (cfg->checkpoint.last_save_in_hf && !cfg->checkpoint.enable)
         return err_set(err, "checkpoint.last_save_in_hf = true needs checkpoint.enable = true (the "
                             "HF export is written into the last checkpoint's folder)");
@@ -855,6 +858,7 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
         .ckpt_folder = cfg->checkpoint.folder,
         .ckpt_interval = cfg->checkpoint.interval,
         .ckpt_first_step = cfg->checkpoint.enable_first_step_checkpoint,
+        .ckpt_load_only = cfg->checkpoint.load_only,
         .last_save_model_only = cfg->checkpoint.last_save_model_only,
         .keep_latest_k = cfg->checkpoint.keep_latest_k,
         .load_step = cfg->checkpoint.load_step,

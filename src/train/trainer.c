@@ -357,7 +357,8 @@ static int run(Trainer *t, Err *err) {
     t->optim = ckpt_adamw_tensors(&t->opt, md->params, md->nparams, err);
     if (!t->optim) return -1;
     if (o->ckpt_enable || o->initial_root) TRY(resume(t, err));
-    if (o->ckpt_enable && o->on_resumed) TRY(o->on_resumed(o->on_resumed_ctx, err));
+    if (o->ckpt_enable && !o->ckpt_load_only && o->on_resumed)
+        TRY(o->on_resumed(o->on_resumed_ctx, err));
     /* On many processes rank 0 writes metrics.jsonl; all ranks hold the same step values. */
     int writer = !o->par || o->par->world->rank == 0;
     MetricsWriter mw = {0};
@@ -402,14 +403,14 @@ static int run(Trainer *t, Err *err) {
         if (o->on_step) o->on_step(o->on_step_ctx, &m);
         if (rc == 0 && o->after_step)
             rc = o->after_step(o->after_step_ctx, t->step, last, writer ? &mw : NULL, err);
-        if (rc == 0 && o->ckpt_enable &&
+        if (rc == 0 && o->ckpt_enable && !o->ckpt_load_only &&
             (last || (o->ckpt_interval > 0 && t->step % o->ckpt_interval == 0) ||
              (o->ckpt_first_step && t->step == 1))) {
             double ts = trace_now();
             rc = save(t, err);
             trace_span("checkpoint_save", NULL, "checkpoint", ts, NULL);
         }
-        if (rc == 0 && o->ckpt_enable && last && o->on_last_save) {
+        if (rc == 0 && o->ckpt_enable && !o->ckpt_load_only && last && o->on_last_save) {
             char name[48];
             snprintf(name, sizeof name, "step-%" PRId64, t->step);
             char *dir = fs_join(t->ckpt_root, name);

@@ -98,6 +98,7 @@ typedef struct TrainerOptions {
     const char *ckpt_folder;  /* under dump_folder, or absolute; default "checkpoint" */
     int64_t ckpt_interval;    /* save every N steps and at the last step */
     int ckpt_first_step;      /* and after step 1 (checkpoint.enable_first_step_checkpoint) */
+    int ckpt_load_only;       /* resume, but save nothing (checkpoint.load_only) */
     int last_save_model_only; /* the last step's checkpoint holds the weights only */
     int keep_latest_k;
     int64_t load_step; /* resume from this step; <= 0: the newest */
