@@ -2,6 +2,7 @@
 #include "core/dtype.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 static const char *const NAMES[DT_COUNT] = {"F32", "BF16", "F16", "I32", "I64", "U8", "F8_E4M3"};
@@ -66,6 +67,19 @@ uint16_t f32_to_f16(float f) {
  * value is a NaN or an infinity exactly when its exponent bits are all ones, so the loaders'
  * finiteness check is an integer test on the source in the same pass. Returns 1 when one of
  * [lo, hi) is not finite. */
+static float f8_table[256];
+static pthread_once_t f8_once = PTHREAD_ONCE_INIT;
+
+static void f8_fill(void) {
+    for (int b = 0; b < 256; b++)
+        f8_table[b] = f8e4m3_to_f32((uint8_t)b);
+}
+
+const float *f8e4m3_table(void) {
+    pthread_once(&f8_once, f8_fill);
+    return f8_table;
+}
+
 static int convert_chunk(void *dst, DType to, const void *src, DType from, size_t lo, size_t hi) {
     const uint8_t *s8 = src;
     const uint16_t *s16 = src;
@@ -99,8 +113,9 @@ static int convert_chunk(void *dst, DType to, const void *src, DType from, size_
             bad |= (v.u & 0x7f800000u) == 0x7f800000u;
         }
     } else if (from == DT_F8_E4M3) {
+        const float *tab = f8e4m3_table();
         for (size_t i = lo; i < hi; i++) {
-            float f = f8e4m3_to_f32(s8[i]);
+            float f = tab[s8[i]];
             if (to == DT_F32)
                 d32[i] = f;
             else

@@ -62,6 +62,9 @@ static inline float f8e4m3_to_f32(uint8_t b) {
     return v.f;
 }
 
+/* f8e4m3_to_f32 of every code, a table built once (thread-safe): what the converters read. */
+const float *f8e4m3_table(void);
+
 /* Converts n elements of type from (F32, BF16, F16 or F8_E4M3, unscaled) at src into type to (F32,
  * or BF16 rounded as f32_to_bf16 rounds, a BF16 source copied as it is) at dst, on all threads for
  * large n. Returns the index of the first NaN or infinity in src, or -1 when all n values are

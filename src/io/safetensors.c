@@ -265,23 +265,36 @@ int64_t st_to_f32(const StTensor *t, float *dst) {
     return st_convert_range(t, DT_F32, dst, 0, t->numel);
 }
 
+/* Element i of a block-scale tensor (F32, BF16 or F16, st_set_pair_fp8 checked), read in
+ * place: st_convert_range would open a parallel region per block. */
+static float scale_at(const StTensor *s, int64_t i) {
+    if (s->dtype == DT_F32) {
+        float f;
+        memcpy(&f, (const char *)s->data + (size_t)i * 4, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, (const char *)s->data + (size_t)i * 2, 2);
+    return s->dtype == DT_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+
 /* One block-quantized row piece: columns [c0, c1) of row r into dst (F32 or BF16). Returns
  * the column of its first non-finite value, or -1. */
 static int64_t fp8_row(const StTensor *t, DType to, void *dst, int64_t r, int64_t c0, int64_t c1) {
     const int64_t C = t->shape[1], b1 = t->block[1], srow = (r / t->block[0]) * t->scale->shape[1];
     const uint8_t *src = (const uint8_t *)t->data + r * C;
+    const float *tab = f8e4m3_table();
     float *d32 = dst;
     uint16_t *d16 = dst;
     for (int64_t c = c0; c < c1;) {
         int64_t end = (c / b1 + 1) * b1 < c1 ? (c / b1 + 1) * b1 : c1;
-        float scale;
-        st_convert_range(t->scale, DT_F32, &scale, srow + c / b1, 1);
+        float scale = scale_at(t->scale, srow + c / b1);
         unsigned bad = 0;
         for (int64_t j = c; j < end; j++) {
             union {
                 float f;
                 uint32_t u;
-            } v = {.f = f8e4m3_to_f32(src[j]) * scale};
+            } v = {.f = tab[src[j]] * scale};
             if (to == DT_F32)
                 d32[j - c0] = v.f;
             else
@@ -290,7 +303,7 @@ static int64_t fp8_row(const StTensor *t, DType to, void *dst, int64_t r, int64_
         }
         if (bad)
             for (int64_t j = c; j < end; j++)
-                if (!isfinite(f8e4m3_to_f32(src[j]) * scale)) return j;
+                if (!isfinite(tab[src[j]] * scale)) return j;
         c = end;
     }
     return -1;
@@ -301,7 +314,7 @@ static int64_t convert_fp8_blocks(const StTensor *t, DType to, void *dst, int64_
     const int64_t C = t->shape[1], r0 = lo / C, r1 = n > 0 ? (lo + n - 1) / C + 1 : r0;
     const size_t os = dtype_size(to);
     int64_t first = INT64_MAX;
-#pragma omp parallel for schedule(dynamic, 16) reduction(min : first) if (n > 65536)
+#pragma omp parallel for schedule(static) reduction(min : first) if (n > 65536)
     for (int64_t r = r0; r < r1; r++) {
         int64_t a = r * C > lo ? r * C : lo, b = (r + 1) * C < lo + n ? (r + 1) * C : lo + n;
         int64_t bad = fp8_row(t, to, (char *)dst + (size_t)(a - lo) * os, r, a - r * C, b - r * C);
