@@ -630,55 +630,51 @@ static void test_fp8_blocks(void **state) {
     free(p);
 }
 
+/* Writes w.weight (F8_E4M3, ndim / shape) with, when sdt is not DT_COUNT, w.weight_scale_inv
+ * of dtype sdt and shape grid, opens the file as a set and pairs it with block; returns what
+ * st_set_pair_fp8 returns (err holds its sentence). */
+static int pair_written(const int64_t *shape, int ndim, DType sdt, const int64_t *grid,
+                        const int64_t block[2], Err *err) {
+    static const uint8_t w8[12] = {0x38, 0x40, 0xb8, 0, 1, 2, 3, 4, 5, 6, 7, 8};
+    static const int32_t i32[2] = {1, 1};
+    StWriter w;
+    st_writer_init(&w);
+    st_writer_add(&w, "w.weight", DT_F8_E4M3, ndim, shape, w8);
+    if (sdt != DT_COUNT) st_writer_add(&w, "w.weight_scale_inv", sdt, 2, grid, i32);
+    char *p = tmp_path("fp8_pair.safetensors");
+    assert_int_equal(st_write_finish(&w, p, err), 0);
+    st_writer_free(&w);
+    StSet s;
+    if (st_set_open(&s, p, err) != 0) fail_msg("%s", err->msg);
+    int rc = st_set_pair_fp8(&s, block, err);
+    st_set_close(&s);
+    free(p);
+    return rc;
+}
+
 /* An F8_E4M3 weight without scales, with scales of a dtype that is not a float, or not a
  * matrix: one sentence naming the tensor. */
 static void test_fp8_pairing_errors(void **state) {
     (void)state;
-    static const uint8_t w8[12] = {0x38, 0x40, 0xb8, 0, 1, 2, 3, 4, 5, 6, 7, 8};
-    static const int32_t i32[2] = {1, 1};
     const int64_t mat[2] = {3, 4}, cube[3] = {1, 3, 4}, grid[2] = {1, 2}, block[2] = {4, 2};
     const struct {
-        const char *scale_dtype; /* NULL: no scales */
+        DType scale_dtype; /* DT_COUNT: no scales */
         int cube;
         const char *want;
-    } cases[] = {{NULL, 0, "has no \"w.weight_scale_inv\" (its block scales)"},
-                 {"I32", 0, "\"w.weight_scale_inv\" has dtype I32, expected F32, BF16 or F16"},
-                 {"F32", 1, "\"w.weight\" is F8_E4M3 with 3 dimensions"}};
+    } cases[] = {{DT_COUNT, 0, "has no \"w.weight_scale_inv\" (its block scales)"},
+                 {DT_I32, 0, "\"w.weight_scale_inv\" has dtype I32, expected F32, BF16 or F16"},
+                 {DT_F32, 1, "\"w.weight\" is F8_E4M3 with 3 dimensions"}};
+    Err err;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        StWriter w;
-        st_writer_init(&w);
-        st_writer_add(&w, "w.weight", DT_F8_E4M3, cases[c].cube ? 3 : 2, cases[c].cube ? cube : mat,
-                      w8);
-        if (cases[c].scale_dtype)
-            st_writer_add(&w, "w.weight_scale_inv",
-                          strcmp(cases[c].scale_dtype, "I32") == 0 ? DT_I32 : DT_F32, 2, grid, i32);
-        char *p = tmp_path("fp8_bad.safetensors");
-        Err err;
-        assert_int_equal(st_write_finish(&w, p, &err), 0);
-        st_writer_free(&w);
-        StSet s;
-        assert_int_equal(st_set_open(&s, p, &err), 0);
-        assert_int_equal(st_set_pair_fp8(&s, block, &err), -1);
+        int rc = pair_written(cases[c].cube ? cube : mat, cases[c].cube ? 3 : 2,
+                              cases[c].scale_dtype, grid, block, &err);
+        assert_int_equal(rc, -1);
         if (!strstr(err.msg, cases[c].want)) fail_msg("got: %s", err.msg);
-        st_set_close(&s);
-        free(p);
     }
     /* An empty weight whose other dimension is near INT64_MAX: its block grid is counted
      * without overflow (the sanitizer build checks), and it pairs with an empty scale. */
     const int64_t wide[2] = {0, INT64_MAX}, wide_grid[2] = {0, INT64_MAX / 2 + 1};
-    StWriter w;
-    st_writer_init(&w);
-    st_writer_add(&w, "e.weight", DT_F8_E4M3, 2, wide, w8);
-    st_writer_add(&w, "e.weight_scale_inv", DT_F32, 2, wide_grid, i32);
-    char *p = tmp_path("fp8_wide.safetensors");
-    Err err;
-    assert_int_equal(st_write_finish(&w, p, &err), 0);
-    st_writer_free(&w);
-    StSet s;
-    if (st_set_open(&s, p, &err) != 0) fail_msg("%s", err.msg);
-    if (st_set_pair_fp8(&s, block, &err) != 1) fail_msg("%s", err.msg);
-    st_set_close(&s);
-    free(p);
+    if (pair_written(wide, 2, DT_F32, wide_grid, block, &err) != 1) fail_msg("%s", err.msg);
 }
 
 static void test_bad_index(void **state) {

@@ -50,8 +50,7 @@ static int load_sharded(void *ctx, Qwen3 *m, Err *err) {
                                     (size_t)p->numel, dst, err);
         if (rc == 0 && p->data) qwen3_param_store(m, i, p->data);
         if (rc == 0 && !p->data)
-            for (long k = 0; k < p->numel; k++)
-                p->data_bf16[k] = f32_to_bf16(dst[k]);
+            dtype_convert(p->data_bf16, DT_BF16, dst, DT_F32, (size_t)p->numel);
         if (!p->data) free(dst);
     }
     return rc;
