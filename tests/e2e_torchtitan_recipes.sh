@@ -61,4 +61,23 @@ grep -Eq "^tokenizing $data: +[0-9]+%  [0-9.]+/[0-9.]+ MB" moe.log && ! grep -q 
 m=outputs/metrics.jsonl
 [ "$(grep -c '"step":' "$m")" = 2 ] || { cat moe.log "$m"; fail "expected 2 step records"; }
 grep -q '"loss":[0-9]' "$m" || { cat "$m"; fail "no finite loss"; }
+
+# torchtitan's LoRA recipe (model.converters = ["lora"] with [lora]; on Qwen3's debug model)
+# trains adapters of rank 8 on every linear of the layers, says once what torchtitan's converter
+# does beyond that, and gives bitwise the losses of the same file written with qtitan's own keys.
+lr=$fx/lora_debug_model.toml
+short=(--training.steps=2 --training.seq_len=32 --training.local_batch_size=2 --model.n_layers=2
+       --model.tokenizer_path=tok --training.dataset_path="$data")
+"$QT_BINARY" train --config "$lr" "${short[@]}" --job.dump_folder=lora_tt >lora_tt.log 2>&1 ||
+  { cat lora_tt.log; fail "train the LoRA recipe"; }
+grep -q '^lora: 14 adapter(s) of rank 8 (alpha 16, scale 2) on all-linear; ' lora_tt.log &&
+  [ "$(grep -c 'torchtitan.s converter also puts them on the output projection' lora_tt.log)" = 1 ] &&
+  [ -f lora_tt/adapter/adapter_model.safetensors ] ||
+  { cat lora_tt.log; fail "the LoRA recipe should train rank-8 adapters on all 14 linears"; }
+grep -v -e '^converters = ' -e '^apply_to_all_linears = ' "$lr" >lora_own.toml
+"$QT_BINARY" train --config lora_own.toml "${short[@]}" --lora.targets=all-linear \
+  --job.dump_folder=lora_own >lora_own.log 2>&1 || { cat lora_own.log; fail "train qtitan's LoRA keys"; }
+steps() { grep '^step: ' "$1" | sed 's/  memory: .*//'; }
+[ "$(steps lora_tt.log)" = "$(steps lora_own.log)" ] && [ "$(steps lora_tt.log | wc -l)" = 2 ] ||
+  { diff <(steps lora_tt.log) <(steps lora_own.log); fail "converter and qtitan's keys should train alike"; }
 echo "e2e_torchtitan_recipes: ok"

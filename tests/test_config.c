@@ -755,7 +755,7 @@ static void test_torchtitan_refusals(void **state) {
     expect_file_error("[model]\nconverters = [\"float8\"]\n", 0, NULL,
                       "2: model.converters = [\"float8\"] is not available: qtitan trains in "
                       "float32 or bfloat16; float8 and MX training are not available "
-                      "(model.converters)");
+                      "(model.converters); the one converter here is \"lora\" (docs/finetune.md)");
     expect_file_error("[compile]\nenable = 1\n", 0, NULL,
                       "2: compile.enable = 1 has the wrong type (an integer); expected true or "
                       "false");
@@ -771,6 +771,87 @@ static void test_torchtitan_refusals(void **state) {
     assert_int_not_equal(config_load(&c, NULL, 1, argv, &err), 0);
     assert_non_null(strstr(err.msg, "command line: parallelism.context_parallel_degree = 2 is not "
                                     "available: qtitan has no context parallelism"));
+}
+
+/* torchtitan's LoRA converter: model.converters = ["lora"] with [lora] rank / alpha / dropout /
+ * apply_to_all_linears, torchtitan's defaults (rank 8, every linear) where [lora] is silent. */
+static void test_torchtitan_lora_converter(void **state) {
+    (void)state;
+    JobConfig c;
+    char path[64];
+    Err err = {{0}};
+    assert_int_equal(load(&c, "[model]\nconverters = [\"lora\"]\n", 0, NULL, &err, path), 0);
+    assert_int_equal(c.lora.rank, 8);
+    assert_true(c.lora.alpha == 16);
+    assert_string_equal(c.lora.targets, "all-linear");
+    assert_int_equal(c.n_notices, 1);
+    char want[512];
+    snprintf(want, sizeof want,
+             "%s:2: model.converters = [\"lora\"] puts adapters of rank 8 on every linear of the "
+             "layers (lora.targets = [\"all-linear\"]); torchtitan's converter also puts them on "
+             "the output projection and MoE routers, which qtitan does not",
+             path);
+    assert_string_equal(c.notices[0], want);
+    /* The resolved config reads back as the same job, LoRA written out as qtitan's keys. */
+    char *text = dump_to_string(&c);
+    assert_non_null(strstr(text, "converters = [\"lora\"]\n"));
+    assert_null(strstr(text, "apply_to_all_linears"));
+    JobConfig b;
+    load_ok(&b, text, 0, NULL);
+    char *text2 = dump_to_string(&b);
+    assert_string_equal(text, text2);
+    free(text);
+    free(text2);
+    config_free(&b);
+    config_free(&c);
+    /* torchtitan's recipe's [lora] section; false is the attention's four linears. */
+    load_ok(&c,
+            "[model]\nconverters = [\"lora\"]\n[lora]\nrank = 4\nalpha = 32.0\ndropout = 0.1\n"
+            "apply_to_all_linears = false\n",
+            0, NULL);
+    assert_int_equal(c.lora.rank, 4);
+    assert_true(c.lora.alpha == 32 && c.lora.dropout == 0.1);
+    assert_string_equal(c.lora.targets, "layers.*.attention.wq,layers.*.attention.wk,"
+                                        "layers.*.attention.wv,layers.*.attention.wo");
+    assert_int_equal(c.n_notices, 0);
+    config_free(&c);
+    /* lora.targets and apply_to_all_linears are one setting: the later wins, the command line
+     * last; without the converter the switch still picks the targets of lora.rank's adapters. */
+    char *targets[] = {"--lora.targets=q_proj"};
+    load_ok(&c, "[model]\nconverters = [\"lora\"]\n[lora]\napply_to_all_linears = true\n", 1,
+            targets);
+    assert_string_equal(c.lora.targets, "q_proj");
+    assert_int_equal(c.n_notices, 0);
+    config_free(&c);
+    load_ok(&c, "[lora]\nrank = 2\ntargets = [\"q_proj\"]\napply_to_all_linears = true\n", 0, NULL);
+    assert_int_equal(c.lora.rank, 2);
+    assert_string_equal(c.lora.targets, "all-linear");
+    config_free(&c);
+    /* The command line turns the converter on, or off again ("" is the empty list). */
+    char *on[] = {"--model.converters=lora"};
+    load_ok(&c, "", 1, on);
+    assert_int_equal(c.lora.rank, 8);
+    config_free(&c);
+    char *off[] = {"--model.converters="};
+    load_ok(&c, "[model]\nconverters = [\"float8\"]\n", 1, off);
+    assert_int_equal(c.lora.rank, 0);
+    assert_string_equal(c.lora.targets, "layers.*.attention.wq,layers.*.attention.wv");
+    config_free(&c);
+    /* Asking for LoRA and turning it off is one sentence; so is any other converter. */
+    assert_int_not_equal(
+        load(&c, "[model]\nconverters = [\"lora\"]\n[lora]\nrank = 0\n", 0, NULL, &err, path), 0);
+    snprintf(want, sizeof want,
+             "%s:4: lora.rank = 0 turns LoRA off, but model.converters = [\"lora\"] (%s:2) asks "
+             "for it; give a rank >= 1, or none for torchtitan's 8",
+             path, path);
+    assert_string_equal(err.msg, want);
+    char *mixed[] = {"--model.converters=lora,mx"};
+    expect_error_contains("", 1, mixed,
+                          "command line: model.converters = [\"lora\", \"mx\"] is not available: "
+                          "qtitan trains in float32 or bfloat16");
+    expect_file_error("[lora]\napply_to_all_linears = 1\n", 0, NULL,
+                      "2: lora.apply_to_all_linears = 1 has the wrong type (an integer); expected "
+                      "true or false");
 }
 
 /* The command line wins over the file for torchtitan's keys too: a refused or noticed value
@@ -832,6 +913,7 @@ int main(void) {
         cmocka_unit_test(test_docs_list_every_key),
         cmocka_unit_test(test_torchtitan_every_key),
         cmocka_unit_test(test_torchtitan_notices),
+        cmocka_unit_test(test_torchtitan_lora_converter),
         cmocka_unit_test(test_torchtitan_command_line_wins),
         cmocka_unit_test(test_torchtitan_refusals),
         cmocka_unit_test(test_job_config_file),

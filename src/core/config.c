@@ -100,6 +100,7 @@ static const KeyDesc KEYS[] = {
     STR(model, flavor),
     STR(model, hf_assets_path),
     STR(model, tokenizer_path),
+    LIST(model, converters),
     ENUM(optimizer, name, OPTIMIZERS),
     FLT(optimizer, lr, 0, INFINITY, 0, 1, "a number >= 0"),
     FLT(optimizer, eps, 0, INFINITY, 1, 1, "a number > 0"),
@@ -194,6 +195,10 @@ static const KeyDesc KEYS[] = {
     BOOL(lora, use_rslora),
     FLT(lora, dropout, 0, 1, 0, 1, "a number in [0, 1)"),
     LIST(lora, targets),
+    /* torchtitan's LoRA converter's switch: sets lora.targets (true: every linear of the
+     * layers, false: the attention's four). */
+    {"lora", "apply_to_all_linears", K_BOOL, OFF(lora.targets), 0, 0, 0, 0, 0, NULL,
+     "true or false", "lora.targets"},
     STR(lora, adapter_path),
     ENUM(lora, base_dtype, PARAM_DTYPES),
 };
@@ -332,11 +337,41 @@ static int unknown_key(const char *where, const char *section, const char *key, 
 
 /* ---- setting values ---- */
 
+/* A list key's value as TOML text: the command line's comma-separated form shown as the list it
+ * stands for. */
+static void fmt_list_value(char *shown, size_t cap, const TomlValue *v) {
+    if (v->type != TOML_STRING) {
+        fmt_value(shown, cap, v);
+        return;
+    }
+    size_t o = (size_t)snprintf(shown, cap, "[");
+    const char *p = v->s;
+    while (*p && o + 8 < cap) {
+        size_t n = strcspn(p, ",");
+        o += (size_t)snprintf(shown + o, cap - o, "%s\"%.*s\"", o > 1 ? ", " : "",
+                              (int)(n > 200 ? 200 : n), p);
+        p += n + (p[n] == ',');
+    }
+    if (o < cap) snprintf(shown + o, cap - o, "]");
+}
+
+/* lora.targets as torchtitan's lora.apply_to_all_linears sets it. */
+#define LORA_ALL_LINEARS "all-linear"
+#define LORA_ATTENTION_LINEARS                                                                     \
+    "layers.*.attention.wq,layers.*.attention.wk,layers.*.attention.wv,layers.*.attention.wo"
+/* torchtitan's LoRA converter's rank where [lora] gives none. */
+#define LORA_CONVERTER_RANK 8
+
 static int set_key_value(JobConfig *cfg, const KeyDesc *d, const TomlValue *v, const char *where,
                          Err *err) {
     char *field = (char *)cfg + d->off;
     char shown[256];
     fmt_value(shown, sizeof shown, v);
+    if (d->kind == K_BOOL && d->off == OFF(lora.targets)) { /* lora.apply_to_all_linears */
+        if (v->type != TOML_BOOL) goto wrong_type;
+        set_str((char **)field, v->b ? LORA_ALL_LINEARS : LORA_ATTENTION_LINEARS);
+        return 0;
+    }
     switch (d->kind) {
     case K_LIST: {
         if (v->type == TOML_STRING) { /* the command line's joined form */
@@ -421,6 +456,7 @@ static int set_key_value(JobConfig *cfg, const KeyDesc *d, const TomlValue *v, c
         return 0;
     }
     }
+wrong_type:
     return err_set(err, "%s: %s.%s = %s has the wrong type (%s); expected %s", where, d->section,
                    d->key, shown, toml_type_name(v->type), d->expect);
 }
@@ -522,18 +558,7 @@ static int apply_compat(JobConfig *cfg, const CompatKey *c, const TomlValue *v, 
         break;
     case 'l':
         ok = v->type == TOML_ARRAY || v->type == TOML_STRING;
-        if (v->type == TOML_STRING) {
-            /* The command line's comma-separated form, shown as the list it stands for. */
-            size_t o = (size_t)snprintf(shown, sizeof shown, "[");
-            const char *p = v->s;
-            while (*p && o + 8 < sizeof shown) {
-                size_t n = strcspn(p, ",");
-                o += (size_t)snprintf(shown + o, sizeof shown - o, "%s\"%.*s\"", o > 1 ? ", " : "",
-                                      (int)(n > 200 ? 200 : n), p);
-                p += n + (p[n] == ',');
-            }
-            if (o < sizeof shown) snprintf(shown + o, sizeof shown - o, "]");
-        }
+        fmt_list_value(shown, sizeof shown, v);
         break;
     }
     if (!ok) {
@@ -740,6 +765,7 @@ void config_init(JobConfig *c) {
     c->model.flavor = xstrdup("debugmodel");
     c->model.hf_assets_path = xstrdup("");
     c->model.tokenizer_path = xstrdup("");
+    c->model.converters = xstrdup("");
     c->optimizer.name = OPTIMIZER_ADAMW;
     c->optimizer.lr = 8e-4;
     c->optimizer.eps = 1e-8;
@@ -869,6 +895,53 @@ static int check_local(const JobConfig *c, Err *err) {
     return 0;
 }
 
+/* Whether dotted_key was set by the file or the command line (not left at its default). */
+static int key_given(const JobConfig *c, const char *section, const char *key) {
+    const KeyDesc *d = find_key(section, key);
+    return d && c->origins && c->origins[d - KEYS];
+}
+
+/* model.converters, once every source has spoken (the command line may set it back to []):
+ * "lora", the one converter qtitan has, turns LoRA on as torchtitan's converter does, with rank
+ * 8 and every linear (lora.apply_to_all_linears = true) where [lora] says nothing. */
+static int settle_converters(JobConfig *c, Err *err) {
+    if (!c->model.converters[0]) return 0;
+    for (const char *p = c->model.converters;; p++) {
+        size_t len = strcspn(p, ",");
+        if (len != 4 || strncmp(p, "lora", 4) != 0) {
+            TomlValue joined = {.type = TOML_STRING, .s = c->model.converters};
+            char shown[512];
+            fmt_list_value(shown, sizeof shown, &joined);
+            return err_set(err,
+                           "%s: model.converters = %s is not available: " COMPAT_NO_FP8
+                           "; the one converter here is \"lora\" (docs/finetune.md)",
+                           config_origin(c, "model.converters"), shown);
+        }
+        p += len;
+        if (!*p) break;
+    }
+    if (key_given(c, "lora", "rank") && c->lora.rank == 0)
+        return err_set(err,
+                       "%s: lora.rank = 0 turns LoRA off, but model.converters = [\"lora\"] (%s) "
+                       "asks for it; give a rank >= 1, or none for torchtitan's %d",
+                       config_origin(c, "lora.rank"), config_origin(c, "model.converters"),
+                       LORA_CONVERTER_RANK);
+    if (!key_given(c, "lora", "rank")) c->lora.rank = LORA_CONVERTER_RANK;
+    if (!key_given(c, "lora", "targets") && !key_given(c, "lora", "apply_to_all_linears"))
+        set_str(&c->lora.targets, LORA_ALL_LINEARS);
+    if (strcmp(c->lora.targets, LORA_ALL_LINEARS) == 0) {
+        char line[512];
+        snprintf(line, sizeof line,
+                 "%s: model.converters = [\"lora\"] puts adapters of rank %d on every linear of "
+                 "the layers (lora.targets = [\"" LORA_ALL_LINEARS
+                 "\"]); torchtitan's converter also puts them on the output projection and MoE "
+                 "routers, which qtitan does not",
+                 config_origin(c, "model.converters"), c->lora.rank);
+        add_notice(c, line);
+    }
+    return 0;
+}
+
 /* torchtitan's --job.config_file is qtitan's --config. */
 static int is_config_flag(const char *a) {
     return strcmp(a, "--config") == 0 || strcmp(a, "--job.config_file") == 0;
@@ -964,7 +1037,9 @@ int config_load(JobConfig *cfg, const char *path, int argc, char **argv, Err *er
         }
         if (config_apply_override(cfg, name, value, "command line", err) != 0) goto fail;
     }
-    if (compat_settle(cfg, err) != 0 || check_local(cfg, err) != 0) goto fail;
+    if (compat_settle(cfg, err) != 0 || settle_converters(cfg, err) != 0 ||
+        check_local(cfg, err) != 0)
+        goto fail;
     return 0;
 fail:
     config_free(cfg);

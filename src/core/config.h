@@ -73,10 +73,13 @@ typedef struct JobConfig {
         int print_config; /* rank 0 prints the resolved config as TOML at start-up */
     } job;
     struct {
-        char *name;            /* "qwen3" (the only model family) */
-        char *flavor;          /* "debugmodel", ..., or "hf" (architecture from hf_assets_path) */
-        char *hf_assets_path;  /* HF model directory (config.json, tokenizer) or "" */
-        char *tokenizer_path;  /* "" = use hf_assets_path */
+        char *name;           /* "qwen3" (the only model family) */
+        char *flavor;         /* "debugmodel", ..., or "hf" (architecture from hf_assets_path) */
+        char *hf_assets_path; /* HF model directory (config.json, tokenizer) or "" */
+        char *tokenizer_path; /* "" = use hf_assets_path */
+        /* torchtitan's model converters, comma-joined: "lora" (LoRA adapters as [lora] says,
+         * with torchtitan's defaults where [lora] is silent; config_load) or "" */
+        char *converters;
         ModelFieldSet *fields; /* n_fields replacements in order */
         int n_fields;
     } model;

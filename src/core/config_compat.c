@@ -13,9 +13,6 @@
     "it only applies with parallelism.pipeline_parallel_degree > 1, which qtitan does not have"
 #define NO_CP                                                                                      \
     "it only applies with parallelism.context_parallel_degree > 1, which qtitan does not have"
-#define NO_FP8                                                                                     \
-    "qtitan trains in float32 or bfloat16; float8 and MX training are not available "              \
-    "(model.converters)"
 #define NO_FT "it only applies with fault_tolerance.enable, which qtitan does not have"
 #define NO_COMPILE                                                                                 \
     "qtitan has no graph compiler; its fused kernels are chosen with [[override]] "                \
@@ -54,9 +51,9 @@ const CompatKey CONFIG_COMPAT[] = {
     N("metrics", "wandb_project", 's', NULL, "qtitan does not log to Weights & Biases"),
     N("metrics", "wandb_run_name", 's', NULL, "qtitan does not log to Weights & Biases"),
 
-    R("model", "converters", 'l', "[]", NO_FP8),
     N("model", "print_after_conversion", 'b', "false",
-      "qtitan applies no model converters; kernel replacements are logged one line each"),
+      "LoRA, the one converter, logs its adapters in one line, and kernel replacements are logged "
+      "one line each"),
 
     N("optimizer", "implementation", 's', NULL,
       "qtitan has one AdamW, a fused loop over each parameter shard"),
@@ -153,18 +150,19 @@ const CompatKey CONFIG_COMPAT[] = {
     N("compile", "components", 'l', NULL, NO_COMPILE),
     N("compile", "backend", 's', NULL, NO_COMPILE),
 
-    N("quantize.linear.float8", "enable_fsdp_float8_all_gather", 'b', "false", NO_FP8),
-    N("quantize.linear.float8", "precompute_float8_dynamic_scale_for_fsdp", 'b', "false", NO_FP8),
-    N("quantize.linear.float8", "force_recompute_fp8_weight_in_bwd", 'b', "false", NO_FP8),
-    N("quantize.linear.float8", "recipe_name", 's', NULL, NO_FP8),
-    N("quantize.linear.float8", "filter_fqns", 'l', NULL, NO_FP8),
-    N("quantize.linear.float8", "emulate", 'b', "false", NO_FP8),
-    N("quantize.linear.mx", "mxfp8_dim1_cast_kernel_choice", 's', NULL, NO_FP8),
-    N("quantize.linear.mx", "recipe_name", 's', NULL, NO_FP8),
-    N("quantize.linear.mx", "filter_fqns", 'l', NULL, NO_FP8),
-    N("quantize.grouped_mm.float8", "fqns", 'l', "[]", NO_FP8),
-    N("quantize.grouped_mm.mx", "recipe_name", 's', NULL, NO_FP8),
-    N("quantize.grouped_mm.mx", "fqns", 'l', "[]", NO_FP8),
+    N("quantize.linear.float8", "enable_fsdp_float8_all_gather", 'b', "false", COMPAT_NO_FP8),
+    N("quantize.linear.float8", "precompute_float8_dynamic_scale_for_fsdp", 'b', "false",
+      COMPAT_NO_FP8),
+    N("quantize.linear.float8", "force_recompute_fp8_weight_in_bwd", 'b', "false", COMPAT_NO_FP8),
+    N("quantize.linear.float8", "recipe_name", 's', NULL, COMPAT_NO_FP8),
+    N("quantize.linear.float8", "filter_fqns", 'l', NULL, COMPAT_NO_FP8),
+    N("quantize.linear.float8", "emulate", 'b', "false", COMPAT_NO_FP8),
+    N("quantize.linear.mx", "mxfp8_dim1_cast_kernel_choice", 's', NULL, COMPAT_NO_FP8),
+    N("quantize.linear.mx", "recipe_name", 's', NULL, COMPAT_NO_FP8),
+    N("quantize.linear.mx", "filter_fqns", 'l', NULL, COMPAT_NO_FP8),
+    N("quantize.grouped_mm.float8", "fqns", 'l', "[]", COMPAT_NO_FP8),
+    N("quantize.grouped_mm.mx", "recipe_name", 's', NULL, COMPAT_NO_FP8),
+    N("quantize.grouped_mm.mx", "fqns", 'l', "[]", COMPAT_NO_FP8),
 
     N("comm", "trace_buf_size", 'i', NULL,
       "qtitan has no collective flight recorder; a stuck collective ends the run with a sentence "

@@ -33,6 +33,11 @@ typedef struct CompatSet {
     char *line; /* "WHERE: section.key = VALUE is not available: ..." or "... has no effect..." */
 } CompatSet;
 
+/* Why float8 and MX keys do nothing here (their rows and model.converters' refusal). */
+#define COMPAT_NO_FP8                                                                              \
+    "qtitan trains in float32 or bfloat16; float8 and MX training are not available "              \
+    "(model.converters)"
+
 extern const CompatKey CONFIG_COMPAT[];
 extern const int CONFIG_COMPAT_N;
 
