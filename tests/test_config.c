@@ -854,6 +854,43 @@ static void test_torchtitan_lora_converter(void **state) {
                       "true or false");
 }
 
+/* Recipes written before torchtitan's 2025 renames load: the old names of implemented keys set
+ * them, and the old [float8] / [mx] sections get the notices of their [quantize] successors. */
+static void test_torchtitan_older_names(void **state) {
+    (void)state;
+    JobConfig c;
+    load_ok(&c,
+            "[training]\nbatch_size = 3\n[checkpoint]\nenable_checkpoint = true\n"
+            "[validation]\nenabled = true\n[memory_estimation]\nenabled = false\n"
+            "[float8]\nenable_fsdp_float8_all_gather = false\n"
+            "precompute_float8_dynamic_scale_for_fsdp = false\n"
+            "force_recompute_fp8_weight_in_bwd = false\nemulate = false\n"
+            "moe_fqns_prototype = []\nfilter_fqns = [\"output\"]\n"
+            "[mx]\nrecipe_name = \"mxfp8\"\n",
+            0, NULL);
+    assert_int_equal(c.training.local_batch_size, 3);
+    assert_int_equal(c.checkpoint.enable, 1);
+    assert_int_equal(c.validation.enable, 1);
+    assert_int_equal(c.n_notices, 2);
+    assert_non_null(strstr(c.notices[0], ":15: float8.filter_fqns = [\"output\"] has no effect "
+                                         "here: qtitan trains in float32 or bfloat16"));
+    assert_non_null(strstr(c.notices[1], ":17: mx.recipe_name = \"mxfp8\" has no effect here"));
+    /* The resolved config writes the current names only. */
+    char *text = dump_to_string(&c);
+    assert_null(strstr(text, "enable_checkpoint"));
+    assert_null(strstr(text, "\nbatch_size"));
+    assert_non_null(strstr(text, "local_batch_size = 3\n"));
+    free(text);
+    config_free(&c);
+    expect_file_error("[float8]\nemulate = 1\n", 0, NULL,
+                      "2: float8.emulate = 1 has the wrong type (an integer); expected true or "
+                      "false");
+    char *cli[] = {"--checkpoint.enable_checkpoint=false", "--training.batch_size=0"};
+    expect_error_contains("[checkpoint]\nenable = true\n", 2, cli,
+                          "command line: training.batch_size = 0 is out of range; expected an "
+                          "integer >= 1");
+}
+
 /* The command line wins over the file for torchtitan's keys too: a refused or noticed value
  * in the file set back on the command line to one qtitan honours runs without a word, and a
  * value the command line asks for that qtitan cannot honour names the command line. */
@@ -914,6 +951,7 @@ int main(void) {
         cmocka_unit_test(test_torchtitan_every_key),
         cmocka_unit_test(test_torchtitan_notices),
         cmocka_unit_test(test_torchtitan_lora_converter),
+        cmocka_unit_test(test_torchtitan_older_names),
         cmocka_unit_test(test_torchtitan_command_line_wins),
         cmocka_unit_test(test_torchtitan_refusals),
         cmocka_unit_test(test_job_config_file),

@@ -157,6 +157,13 @@ static const KeyDesc KEYS[] = {
     /* torchtitan's recipes also name the dataset as [training.data] name. */
     {"training.data", "name", K_STR, OFF(training.dataset), 0, 0, 0, 0, 0, NULL, "a string",
      "training.dataset"},
+    /* torchtitan's names before its 2025 renames, for recipes written then. */
+    {"training", "batch_size", K_INT, OFF(training.local_batch_size), 1, BIG, 0, 0, 0, NULL,
+     "an integer >= 1", "training.local_batch_size"},
+    {"checkpoint", "enable_checkpoint", K_BOOL, OFF(checkpoint.enable), 0, 0, 0, 0, 0, NULL,
+     "true or false", "checkpoint.enable"},
+    {"validation", "enabled", K_BOOL, OFF(validation.enable), 0, 0, 0, 0, 0, NULL, "true or false",
+     "validation.enable"},
     /* torchtitan moved these two to [debug]; both names set the one field. */
     {"debug", "seed", K_I64, OFF(training.seed), 0, 9.2e18, 0, 0, 0, NULL, "an integer >= 0",
      "training.seed"},

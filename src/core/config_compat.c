@@ -161,6 +161,17 @@ const CompatKey CONFIG_COMPAT[] = {
     N("quantize.linear.mx", "recipe_name", 's', NULL, COMPAT_NO_FP8),
     N("quantize.linear.mx", "filter_fqns", 'l', NULL, COMPAT_NO_FP8),
     N("quantize.grouped_mm.float8", "fqns", 'l', "[]", COMPAT_NO_FP8),
+    /* The same keys under their sections' names before torchtitan's [quantize] (2025). */
+    N("float8", "enable_fsdp_float8_all_gather", 'b', "false", COMPAT_NO_FP8),
+    N("float8", "precompute_float8_dynamic_scale_for_fsdp", 'b', "false", COMPAT_NO_FP8),
+    N("float8", "force_recompute_fp8_weight_in_bwd", 'b', "false", COMPAT_NO_FP8),
+    N("float8", "recipe_name", 's', NULL, COMPAT_NO_FP8),
+    N("float8", "filter_fqns", 'l', NULL, COMPAT_NO_FP8),
+    N("float8", "emulate", 'b', "false", COMPAT_NO_FP8),
+    N("float8", "moe_fqns_prototype", 'l', "[]", COMPAT_NO_FP8),
+    N("mx", "mxfp8_dim1_cast_kernel_choice", 's', NULL, COMPAT_NO_FP8),
+    N("mx", "recipe_name", 's', NULL, COMPAT_NO_FP8),
+    N("mx", "filter_fqns", 'l', NULL, COMPAT_NO_FP8),
     N("quantize.grouped_mm.mx", "recipe_name", 's', NULL, COMPAT_NO_FP8),
     N("quantize.grouped_mm.mx", "fqns", 'l', "[]", COMPAT_NO_FP8),
 
@@ -174,6 +185,8 @@ const CompatKey CONFIG_COMPAT[] = {
       "it"),
 
     N("memory_estimation", "enable", 'b', "false",
+      "`qtitan plan` prints the memory per rank by part without training"),
+    N("memory_estimation", "enabled", 'b', "false",
       "`qtitan plan` prints the memory per rank by part without training"),
     N("memory_estimation", "disable_fake_mode", 'b', NULL,
       "`qtitan plan` prints the memory per rank by part without training"),
