@@ -57,6 +57,10 @@ run moe 0 "$fix/hf_tiny/moe_sharded"
 expect moe out "experts 4, top_k 2"
 expect moe out "(model-00003-of-00003.safetensors)"
 expect moe out "ok: all 45 tensors"
+# A scaled RoPE is named with what decides it (1 + 0.1 ln 4 = 1.139); plain RoPE is not.
+run yarn 0 "$fix/parity/yarn_tied"
+expect yarn out "rope: theta 10000, yarn, factor 4 over 8 positions, attention factor 1.139"
+if grep -q "rope:" "$tmp/dense.out"; then echo "FAIL dense: plain RoPE described"; fails=$((fails + 1)); fi
 # Some layers dense (decoder_sparse_step 2 over 4 layers: 1 and 3 are MoE).
 run moe_sparse 0 "$fix/moe_parity/sparse_step2_nonorm"
 expect moe_sparse out "dense FFN layers (2): 0 2"

@@ -281,26 +281,39 @@ static void test_rmsnorm(void **state) {
 
 /* ---- rope ---- */
 
+/* rope_cpu is bitwise the reference, for plain RoPE and for YaRN's blended frequencies and
+ * scaled cos / sin. */
 static void test_rope(void **state) {
     (void)state;
     static const int shapes[][3] = {{1, 1, 2}, {40, 4, 8}, {70, 2, 128}, {9, 3, 6}};
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-        long N = shapes[si][0];
-        int NH = shapes[si][1], E = shapes[si][2];
-        long n = N * NH * E;
-        float *x = rnd(n, 30, 1.0f);
-        int32_t *pos = malloc((size_t)N * sizeof *pos);
-        for (long i = 0; i < N; i++)
-            pos[i] = (int32_t)((i * 13) % 1000); /* packed documents: positions restart */
-        float *a = zeros(n), *b = zeros(n);
-        rope_reference.forward(a, x, pos, N, NH, E, 1e6);
-        rope_cpu.forward(b, x, pos, N, NH, E, 1e6);
-        assert_memory_equal(a, b, (size_t)n * sizeof(float));
-        rope_reference.backward(a, x, pos, N, NH, E, 1e6);
-        rope_cpu.backward(b, x, pos, N, NH, E, 1e6);
-        assert_memory_equal(a, b, (size_t)n * sizeof(float));
-        free(x), free(pos), free(a), free(b);
-    }
+    for (int yarn = 0; yarn < 2; yarn++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            long N = shapes[si][0];
+            int NH = shapes[si][1], E = shapes[si][2];
+            long n = N * NH * E;
+            ModelSpec spec = {.head_dim = E, .rope_theta = 1e6};
+            if (yarn)
+                spec.rope_scaling = (RopeScaling){.type = ROPE_YARN,
+                                                  .factor = 8,
+                                                  .original_max_seq_len = 64,
+                                                  .beta_fast = 32,
+                                                  .beta_slow = 1,
+                                                  .truncate = 1};
+            RopeFreqs *f = malloc(sizeof *f);
+            rope_freqs(f, &spec);
+            float *x = rnd(n, 30, 1.0f);
+            int32_t *pos = malloc((size_t)N * sizeof *pos);
+            for (long i = 0; i < N; i++)
+                pos[i] = (int32_t)((i * 13) % 1000); /* packed documents: positions restart */
+            float *a = zeros(n), *b = zeros(n);
+            rope_reference.forward(a, x, pos, N, NH, E, f);
+            rope_cpu.forward(b, x, pos, N, NH, E, f);
+            assert_memory_equal(a, b, (size_t)n * sizeof(float));
+            rope_reference.backward(a, x, pos, N, NH, E, f);
+            rope_cpu.backward(b, x, pos, N, NH, E, f);
+            assert_memory_equal(a, b, (size_t)n * sizeof(float));
+            free(x), free(pos), free(a), free(b), free(f);
+        }
 }
 
 /* ---- swiglu and linear, fp32 and bf16 ---- */

@@ -132,6 +132,10 @@ static void test_parity_moe(void **state) {
     (void)state;
     check_case("moe");
 }
+static void test_parity_dense_yarn(void **state) {
+    (void)state;
+    check_case("dense_yarn");
+}
 
 /* Prefill then decode steps give the logits a full forward of the same tokens gives at each
  * position (the training path, qwen3_forward), with the same precision. */
@@ -622,6 +626,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parity_dense_tied_gqa),
         cmocka_unit_test(test_parity_dense_untied_mha),
+        cmocka_unit_test(test_parity_dense_yarn),
         cmocka_unit_test(test_parity_moe),
         cmocka_unit_test(test_cache_matches_forward),
         cmocka_unit_test(test_bf16_only),

@@ -9,6 +9,7 @@
 /* cmocka.h needs the four headers above first. */
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "core/fs.h"
 #include "core/json.h"
 #include "io/hf_config.h"
+#include "ops/rope.h"
 
 static char g_dir[256];
 
@@ -81,6 +83,29 @@ static void check_field(const ModelSpec *s, const char *kv, int case_no) {
             fail_msg("case %d: %s is %.17g, transformers says %s", case_no, key, *d, v);
         return;
     }
+    if (strcmp(key, "rope_scale") == 0 || strcmp(key, "inv_freq") == 0) {
+        /* ops/rope.c's frequencies from the parsed spec, against the model's rotary embedding
+         * (fp32 values; a last-bit difference of pow is allowed). */
+        RopeFreqs *f = malloc(sizeof *f);
+        rope_freqs(f, s);
+        if (key[5] == 's') {
+            if (fabs(f->scale - strtod(v, NULL)) > 1e-6)
+                fail_msg("case %d: rope scale %.9g, transformers %s", case_no, f->scale, v);
+        } else {
+            int i = 0;
+            for (const char *p = v; *p; i++) {
+                char *end;
+                double want = strtod(p, &end);
+                if (i >= s->head_dim / 2 || fabs(f->inv_freq[i] - want) > 1e-6 * fabs(want))
+                    fail_msg("case %d: inv_freq[%d] %.9g, transformers %.9g", case_no, i,
+                             f->inv_freq[i], want);
+                p = *end == ',' ? end + 1 : end;
+            }
+            assert_int_equal(i, s->head_dim / 2);
+        }
+        free(f);
+        return;
+    }
     assert_string_equal(key, "mlp_only_layers");
     uint8_t want[QT_MAX_LAYERS] = {0};
     for (const char *p = v; *p && *p != '-';) {
@@ -117,7 +142,7 @@ static void test_transformers_cases(void **state) {
                 check_field(&s, kv, ncases);
         }
     }
-    assert_int_equal(ncases, 7);
+    assert_int_equal(ncases, 11);
     free(text);
 }
 
@@ -172,12 +197,27 @@ static void test_errors(void **state) {
     expect_error("{\"architectures\":[\"Qwen3ForCausalLM\"],\"model_type\":\"qwen3_moe\"}",
                  "does not match", NULL);
     expect_error("{\"architectures\":\"Qwen3ForCausalLM\"}", "list of strings", NULL);
-    expect_error("{\"architectures\":[\"Qwen3ForCausalLM\"],\"rope_scaling\":{\"type\":\"yarn\","
+    expect_error("{\"architectures\":[\"Qwen3ForCausalLM\"],\"rope_scaling\":{\"type\":\"dynamic\","
                  "\"factor\":4.0}}",
-                 "rope_scaling type \"yarn\" is not supported", NULL);
+                 "rope_scaling type \"dynamic\" is not supported", "\"linear\" and \"yarn\"");
     expect_error("{\"architectures\":[\"Qwen3ForCausalLM\"],\"rope_parameters\":{\"rope_type\":"
-                 "\"linear\",\"factor\":2.0,\"rope_theta\":10000.0}}",
-                 "rope_parameters type \"linear\"", NULL);
+                 "\"llama3\",\"factor\":2.0,\"rope_theta\":10000.0}}",
+                 "rope_parameters type \"llama3\"", NULL);
+    expect_error("{\"architectures\":[\"Qwen3ForCausalLM\"],\"rope_scaling\":{\"rope_type\":"
+                 "\"yarn\",\"original_max_position_embeddings\":4096}}",
+                 "rope_scaling: key \"factor\" is missing", NULL);
+    expect_error("{\"architectures\":[\"Qwen3ForCausalLM\"],\"rope_scaling\":{\"rope_type\":"
+                 "\"linear\",\"factor\":0}}",
+                 "rope_scaling: key \"factor\" is 0, expected a finite number > 0", NULL);
+    expect_error("{\"architectures\":[\"Qwen3ForCausalLM\"],\"rope_scaling\":{\"rope_type\":"
+                 "\"yarn\",\"factor\":2,\"attention_factor\":0}}",
+                 "\"attention_factor\" is 0, expected a finite number > 0", NULL);
+    expect_error("{\"architectures\":[\"Qwen3ForCausalLM\"],\"rope_scaling\":{\"rope_type\":"
+                 "\"yarn\",\"factor\":2,\"truncate\":1}}",
+                 "\"truncate\" must be true or false", NULL);
+    expect_error("{\"architectures\":[\"Qwen3ForCausalLM\"],\"rope_scaling\":{\"rope_type\":"
+                 "\"yarn\",\"factor\":2,\"beta_fast\":\"x\"}}",
+                 "\"beta_fast\" must be a number", NULL);
     expect_error("{\"architectures\":[\"Qwen3ForCausalLM\"],\"rope_parameters\":{"
                  "\"full_attention\":{\"rope_type\":\"default\"}}}",
                  "per-layer-type", NULL);
@@ -293,8 +333,14 @@ static void test_writer_roundtrip(void **state) {
         "\"eos_token_id\":[1,2],\"bos_token_id\":7,\"head_dim\":12}",
         "{\"architectures\":[\"Qwen3ForCausalLM\"],\"tie_word_embeddings\":true,\"rope_theta\":"
         "123456.7,\"eos_token_id\":151645,\"bos_token_id\":151643,\"rms_norm_eps\":1e-6}",
+        "{\"architectures\":[\"Qwen3ForCausalLM\"],\"max_position_embeddings\":4096,"
+        "\"rope_parameters\":{\"rope_type\":\"yarn\",\"rope_theta\":5e5,\"factor\":null,"
+        "\"original_max_position_embeddings\":1024,\"mscale\":0.7,\"mscale_all_dim\":0.3,"
+        "\"truncate\":false}}",
+        "{\"architectures\":[\"Qwen3ForCausalLM\"],\"rope_scaling\":{\"type\":\"linear\","
+        "\"factor\":2.5}}",
     };
-    for (int c = 0; c < 2; c++) {
+    for (int c = 0; c < 4; c++) {
         ModelSpec a, b;
         HfConfigExtra xa, xb;
         Err err;
@@ -309,7 +355,15 @@ static void test_writer_roundtrip(void **state) {
         json_t *j = json_load_path(p, &err);
         assert_non_null(j);
         assert_string_equal(json_string_value(json_object_get(j, "torch_dtype")), "bfloat16");
-        assert_true(json_is_null(json_object_get(j, "rope_scaling")));
+        /* RoPE scaling is written back as rope_scaling (null for plain RoPE). */
+        json_t *rs = json_object_get(j, "rope_scaling");
+        assert_true(c < 2 ? json_is_null(rs) : json_is_object(rs));
+        if (c == 2) { /* factor null: the context ratio, written out */
+            assert_int_equal(a.rope_scaling.type, ROPE_YARN);
+            assert_true(a.rope_scaling.factor == 4.0);
+            assert_true(json_real_value(json_object_get(rs, "factor")) == 4.0);
+            assert_true(json_is_false(json_object_get(rs, "truncate")));
+        }
         assert_int_equal(json_integer_value(json_object_get(j, "max_window_layers")), a.n_layers);
         json_decref(j);
         char *text;

@@ -95,27 +95,45 @@ typedef struct {
     int32_t *pos;
     long N;
     int NH, E;
+    const RopeFreqs *f;
 } RopeCtx;
 static double rope_loss(void *p) {
     RopeCtx *c = p;
-    rope_forward(c->out, c->x, c->pos, c->N, c->NH, c->E, 10000.0);
+    rope_forward(c->out, c->x, c->pos, c->N, c->NH, c->E, c->f);
     return project(c->out, c->R, c->N * c->NH * c->E);
 }
+/* Plain RoPE, and YaRN (factor 4 over an original context of 8: frequencies blended, cos and
+ * sin scaled by 1 + 0.1 ln 4), whose backward is the scaled rotation's transpose. */
 static void test_rope(void **state) {
     (void)state;
     long N = 6;
     int NH = 3, E = 8;
     int32_t pos[6] = {0, 1, 2, 0, 1, 17};
     long n = N * NH * E;
-    RopeCtx c = {zeros(n), randn(n, 1.0f), randn(n, 1.0f), pos, N, NH, E};
-    float *dx = zeros(n);
-    rope_backward(dx, c.R, pos, N, NH, E, 10000.0);
-    fd_check("rope dx", c.x, n, dx, rope_loss, &c, 1e-2f, 1000, TOL_OP);
-    /* Position 0 is the identity. */
-    rope_forward(c.out, c.x, pos, N, NH, E, 10000.0);
-    for (int j = 0; j < NH * E; j++)
-        assert_true(c.out[j] == c.x[j]);
-    free(c.out), free(c.x), free(c.R), free(dx);
+    ModelSpec yarn = {.head_dim = E,
+                      .rope_theta = 10000.0,
+                      .rope_scaling = {.type = ROPE_YARN,
+                                       .factor = 4,
+                                       .original_max_seq_len = 8,
+                                       .beta_fast = 32,
+                                       .beta_slow = 1,
+                                       .truncate = 1}};
+    RopeFreqs plain, scaled;
+    rope_freqs_plain(&plain, 10000.0, E);
+    rope_freqs(&scaled, &yarn);
+    assert_true(fabsf(scaled.scale - (float)(1 + 0.1 * log(4.0))) < 1e-7f);
+    for (int k = 0; k < 2; k++) {
+        const RopeFreqs *f = k ? &scaled : &plain;
+        RopeCtx c = {zeros(n), randn(n, 1.0f), randn(n, 1.0f), pos, N, NH, E, f};
+        float *dx = zeros(n);
+        rope_backward(dx, c.R, pos, N, NH, E, f);
+        fd_check(k ? "rope (yarn) dx" : "rope dx", c.x, n, dx, rope_loss, &c, 1e-2f, 1000, TOL_OP);
+        /* Position 0 only scales. */
+        rope_forward(c.out, c.x, pos, N, NH, E, f);
+        for (int j = 0; j < NH * E; j++)
+            assert_true(c.out[j] == c.x[j] * f->scale);
+        free(c.out), free(c.x), free(c.R), free(dx);
+    }
 }
 
 /* ---- sdpa ---- */

@@ -148,8 +148,8 @@ static void test_failed_supports(void **state) {
 
 /* A kernel with a wrong backward (sign flipped) must fail verification. */
 static void broken_backward(float *dx, const float *dout, const int32_t *positions, long N, int NH,
-                            int E, double theta) {
-    rope_forward(dx, dout, positions, N, NH, E, theta);
+                            int E, const RopeFreqs *f) {
+    rope_forward(dx, dout, positions, N, NH, E, f);
 }
 static const RopeOp broken_rope = {{"broken", OP_ROPE, "cpu", 0}, rope_forward, broken_backward};
 

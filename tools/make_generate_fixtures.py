@@ -79,6 +79,12 @@ CASES = [
     dict(name="moe", seed=301, moe=True, lens=[4, 13],
          cfg=dict(num_key_value_heads=2, tie_word_embeddings=False, moe_intermediate_size=16,
                   num_experts=8, num_experts_per_tok=2, norm_topk_prob=True)),
+    # YaRN RoPE over an original context of 16 (factor 4): the decode path's cached keys and
+    # new queries are rotated by the blended frequencies and scaled cos / sin.
+    dict(name="dense_yarn", seed=401, moe=False, lens=[6, 19],
+         cfg=dict(num_key_value_heads=2, tie_word_embeddings=True,
+                  rope_scaling=dict(rope_type="yarn", factor=4.0,
+                                    original_max_position_embeddings=16))),
 ]
 
 

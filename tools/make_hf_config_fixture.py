@@ -7,12 +7,16 @@ handling against transformers itself.
 Each case is two lines: `json <one-line config.json>` then `want key=value ...` with the keys
 of our ModelSpec (dim n_layers n_heads n_kv_heads head_dim hidden_dim vocab_size max_seq_len
 norm_eps rope_theta tie_embeddings num_experts top_k moe_hidden_dim norm_topk_prob
-decoder_sparse_step mlp_only_layers router_aux_loss_coef)."""
+decoder_sparse_step mlp_only_layers router_aux_loss_coef), and the RoPE transformers computes
+from them: rope_scale (the attention scaling cos and sin are multiplied by) and inv_freq (the
+head_dim / 2 frequencies, float32 values), which test_hf_config compares with ops/rope.c's."""
 import copy
 import json
 import os
 
 from transformers import AutoConfig
+from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
+from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeRotaryEmbedding
 
 root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 out = os.path.join(root, "tests", "fixtures", "hf_config")
@@ -57,6 +61,24 @@ cases = [
      "rms_norm_eps": 1e-5, "router_aux_loss_coef": 0.01},
     {"architectures": ["Qwen3ForCausalLM"], "rope_scaling": {"type": "default"},
      "rope_theta": 123456.5, "tie_word_embeddings": True},
+    # YaRN as Qwen's model cards enable it for long contexts (4.x layout).
+    dict(qwen3_06b, max_position_embeddings=131072,
+         rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                       "original_max_position_embeddings": 32768}),
+    # The older "type" key, no original length (max_position_embeddings then), the mscale
+    # ratio, ramp bounds of its own and an untruncated ramp.
+    {"architectures": ["Qwen3ForCausalLM"], "head_dim": 64, "max_position_embeddings": 4096,
+     "rope_theta": 10000.0,
+     "rope_scaling": {"type": "yarn", "factor": 2.5, "mscale": 0.9, "mscale_all_dim": 0.4,
+                      "beta_fast": 16, "beta_slow": 2, "truncate": False}},
+    # transformers 5's rope_parameters, an explicit attention factor, and a top-level
+    # original_max_position_embeddings, which the rotary embedding takes over the one inside.
+    {"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 64, "num_attention_heads": 4,
+     "head_dim": 32, "max_position_embeddings": 8192, "original_max_position_embeddings": 1024,
+     "rope_parameters": {"rope_type": "yarn", "rope_theta": 5e5, "factor": 8.0,
+                         "attention_factor": 1.25, "original_max_position_embeddings": 2048}},
+    {"architectures": ["Qwen3ForCausalLM"], "head_dim": 16, "rope_theta": 1000.0,
+     "rope_scaling": {"rope_type": "linear", "factor": 3.0}},
 ]
 
 
@@ -66,7 +88,7 @@ def fmt(v):
     if isinstance(v, float):
         return repr(v)
     if isinstance(v, list):
-        return ",".join(str(x) for x in v) or "-"
+        return ",".join(repr(x) if isinstance(x, float) else str(x) for x in v) or "-"
     return str(v)
 
 
@@ -96,6 +118,10 @@ with open(os.path.join(out, "cases.txt"), "w") as f:
             mlp_only_layers=list(cfg.mlp_only_layers) if moe else [],
             router_aux_loss_coef=float(cfg.router_aux_loss_coef) if moe else 0.0,
         )
+        # The model's own rotary embedding: the frequencies and scale its forward uses.
+        rotary = (Qwen3MoeRotaryEmbedding if moe else Qwen3RotaryEmbedding)(cfg)
+        want["rope_scale"] = float(rotary.attention_scaling)
+        want["inv_freq"] = [float(x) for x in rotary.inv_freq.tolist()]
         f.write("json " + text + "\n")
         f.write("want " + " ".join("%s=%s" % (k, fmt(v)) for k, v in want.items()) + "\n")
 print(open(os.path.join(out, "cases.txt")).read())

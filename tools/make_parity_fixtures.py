@@ -55,6 +55,14 @@ CASES = [
          cfg=dict(vocab_size=72, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
                   head_dim=16, intermediate_size=96, num_hidden_layers=2,
                   tie_word_embeddings=False, rope_theta=1000000.0)),
+    # YaRN RoPE (factor 4 over an original context of 8, lines longer than it): blended
+    # frequencies and cos / sin scaled by the attention factor, forward and backward.
+    dict(name="yarn_tied", seed=6, lens=[21, 21],
+         cfg=dict(vocab_size=64, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                  head_dim=16, intermediate_size=48, num_hidden_layers=2,
+                  tie_word_embeddings=True, rope_theta=10000.0,
+                  rope_scaling=dict(rope_type="yarn", factor=4.0,
+                                    original_max_position_embeddings=8))),
 ]
 
 

@@ -60,8 +60,11 @@ static void run(const OpHeader *op, Ctx *c) {
     }
     case OP_ROPE: {
         const RopeOp *p = (const RopeOp *)op;
-        p->forward(c->dq, c->q, c->pos, N, H + K, E, s->rope_theta);
-        p->backward(c->dk, c->dq, c->pos, N, H + K, E, s->rope_theta);
+        RopeFreqs *f = xmalloc(sizeof *f);
+        rope_freqs(f, s);
+        p->forward(c->dq, c->q, c->pos, N, H + K, E, f);
+        p->backward(c->dk, c->dq, c->pos, N, H + K, E, f);
+        free(f);
         break;
     }
     case OP_SDPA: {

@@ -176,10 +176,12 @@ typedef struct {
     int NH, E;
     float *x, *o;
     int32_t *pos;
+    RopeFreqs f;
 } RopeCtx;
 static void setup_rope(void **c, int T) {
     RopeCtx *s = xcalloc(1, sizeof *s);
     s->N = 4L * T, s->NH = 24, s->E = 128;
+    rope_freqs_plain(&s->f, 1e6, s->E);
     s->x = randn(s->N * s->NH * s->E, 1, 12), s->o = xcalloc((size_t)(s->N * s->NH * s->E), 4);
     s->pos = xmalloc((size_t)s->N * 4);
     for (long i = 0; i < s->N; i++)
@@ -189,8 +191,8 @@ static void setup_rope(void **c, int T) {
 static void run_rope(const OpHeader *op, void *c) {
     RopeCtx *s = c;
     const RopeOp *p = (const RopeOp *)op;
-    p->forward(s->o, s->x, s->pos, s->N, s->NH, s->E, 1e6);
-    p->backward(s->x, s->o, s->pos, s->N, s->NH, s->E, 1e6);
+    p->forward(s->o, s->x, s->pos, s->N, s->NH, s->E, &s->f);
+    p->backward(s->x, s->o, s->pos, s->N, s->NH, s->E, &s->f);
 }
 static void free_rope(void *c) {
     RopeCtx *s = c;

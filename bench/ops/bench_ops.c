@@ -89,10 +89,12 @@ int main(void) {
         pos[n] = (int32_t)n;
     printf("rope N=%ld NH=%d E=%d\n", N, H, E);
     const RopeOp *ro[2] = {&rope_reference, &rope_cpu};
+    static RopeFreqs freqs;
+    rope_freqs_plain(&freqs, 1e6, E);
     for (int i = 0; i < 2; i++) {
         char l[64];
         snprintf(l, sizeof l, "%s forward", ro[i]->h.name);
-        TIME(l, ro[i]->forward(dq, q, pos, N, H, E, 1e6));
+        TIME(l, ro[i]->forward(dq, q, pos, N, H, E, &freqs));
     }
     return 0;
 }

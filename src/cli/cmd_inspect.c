@@ -161,6 +161,9 @@ static int inspect_dir(const char *dir) {
            spec.num_experts > 0 ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM", spec.dim,
            spec.n_layers, spec.n_heads, spec.n_kv_heads, spec.head_dim, spec.hidden_dim,
            spec.vocab_size, spec.tie_embeddings ? ", tied embeddings" : "");
+    char rope[160];
+    rope_describe(rope, sizeof rope, &spec);
+    if (rope[0]) printf("  rope: theta %g, %s\n", spec.rope_theta, rope);
     if (spec.num_experts > 0) {
         printf("  experts %d, top_k %d, expert ffn %d, decoder_sparse_step %d, norm_topk_prob %s\n",
                spec.num_experts, spec.top_k, spec.moe_hidden_dim, spec.decoder_sparse_step,

@@ -100,6 +100,7 @@ static int verify_config(const char *path) {
                           .V = spec.vocab_size,
                           .doc = cfg.training.document_mask,
                           .theta = spec.rope_theta,
+                          .rope = &spec,
                           .X = spec.num_experts,
                           .k = spec.top_k};
         if (op->kind == OP_MOE_EXPERTS) sh.F = spec.moe_hidden_dim;

@@ -10,19 +10,34 @@
 
 #define QT_MAX_LAYERS 256
 
+/* RoPE scaling, as HF's rope_scaling / rope_parameters give it (ops/rope.h computes the
+ * frequencies): none, "linear" (positions divided by factor) or "yarn" (frequencies blended
+ * between the two by a ramp over the dims, cos and sin scaled by an attention factor). */
+typedef enum RopeScalingType { ROPE_PLAIN = 0, ROPE_LINEAR, ROPE_YARN } RopeScalingType;
+typedef struct RopeScaling {
+    double factor;                 /* linear, yarn: > 0 */
+    double attention_factor;       /* yarn: given; 0 = derived from factor (and mscale) */
+    double mscale, mscale_all_dim; /* yarn: both non-zero = the attention factor's ratio form */
+    double beta_fast, beta_slow;   /* yarn: the ramp's rotation bounds (32, 1) */
+    RopeScalingType type;
+    int original_max_seq_len; /* yarn: original_max_position_embeddings */
+    int truncate;             /* yarn: the ramp's ends rounded out to whole dims */
+} RopeScaling;
+
 typedef struct ModelSpec {
-    char flavor[32];    /* "debugmodel", "0.6B", ..., or "hf" */
-    int dim;            /* D: hidden_size */
-    int n_layers;       /* L: num_hidden_layers */
-    int n_heads;        /* H: num_attention_heads */
-    int n_kv_heads;     /* K: num_key_value_heads */
-    int head_dim;       /* E: head_dim (not always dim / n_heads) */
-    int hidden_dim;     /* F: intermediate_size of dense FFN layers */
-    int vocab_size;     /* V */
-    int max_seq_len;    /* max_position_embeddings */
-    double norm_eps;    /* rms_norm_eps */
-    double rope_theta;  /* rope_theta */
-    int tie_embeddings; /* tie_word_embeddings: lm_head shares tok_embeddings */
+    char flavor[32];          /* "debugmodel", "0.6B", ..., or "hf" */
+    int dim;                  /* D: hidden_size */
+    int n_layers;             /* L: num_hidden_layers */
+    int n_heads;              /* H: num_attention_heads */
+    int n_kv_heads;           /* K: num_key_value_heads */
+    int head_dim;             /* E: head_dim (not always dim / n_heads) */
+    int hidden_dim;           /* F: intermediate_size of dense FFN layers */
+    int vocab_size;           /* V */
+    int max_seq_len;          /* max_position_embeddings */
+    double norm_eps;          /* rms_norm_eps */
+    double rope_theta;        /* rope_theta */
+    RopeScaling rope_scaling; /* zero = plain RoPE; only an HF config sets it */
+    int tie_embeddings;       /* tie_word_embeddings: lm_head shares tok_embeddings */
     /* Mixture of experts; num_experts == 0 means dense. */
     int num_experts;                        /* num_experts */
     int top_k;                              /* num_experts_per_tok */

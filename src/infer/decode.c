@@ -177,8 +177,8 @@ static void layer(Decoder *d, int l, long n, int prefill_seq, const int *seq) {
     }
     md->q_norm->forward(d->qn, d->rstd, d->q, p->q_norm, n * H, E, eps);
     md->k_norm->forward(d->kn, d->rstd, d->k, p->k_norm, n * K, E, eps);
-    md->rope->forward(d->qr, d->qn, d->pos, n, H, E, s->rope_theta);
-    md->rope->forward(d->kr, d->kn, d->pos, n, K, E, s->rope_theta);
+    md->rope->forward(d->qr, d->qn, d->pos, n, H, E, &m->rope_freqs);
+    md->rope->forward(d->kr, d->kn, d->pos, n, K, E, &m->rope_freqs);
     if (prefill_seq >= 0) {
         md->sdpa->forward(d->att, d->lse, d->qr, d->kr, d->v, NULL, 1, (int)n, H, K, E);
         memcpy(cache_row(d, d->kc, l, prefill_seq, 0), d->kr, (size_t)(n * KE) * sizeof(float));

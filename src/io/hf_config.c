@@ -93,9 +93,12 @@ static int pick_arch(const json_t *root, int *is_moe, const char *what, Err *err
                    what, ARCH_DENSE, ARCH_MOE);
 }
 
-/* rope_parameters (5.x) or rope_scaling (4.x): only plain RoPE, possibly carrying theta. */
-static int parse_rope(const json_t *root, const char *key, double *theta, const char *what,
-                      Err *err) {
+/* rope_parameters (5.x) or rope_scaling (4.x): plain RoPE (possibly carrying theta), "linear"
+ * or "yarn", read as transformers' modeling_rope_utils reads them (max_position_embeddings
+ * already in s; a top-level original_max_position_embeddings, top_original > 0, wins over the
+ * one inside, as the rotary embedding's standardize_rope_params has it). */
+static int parse_rope(const json_t *root, const char *key, ModelSpec *s, int top_original,
+                      const char *what, Err *err) {
     const json_t *r = json_object_get(root, key);
     if (!r || json_is_null(r)) return 0;
     if (!json_is_object(r))
@@ -112,17 +115,56 @@ static int parse_rope(const json_t *root, const char *key, double *theta, const 
     const char *type = "default";
     TRY(json_opt_str(r, "type", &type, what, err));
     TRY(json_opt_str(r, "rope_type", &type, what, err));
-    if (strcmp(type, "default") != 0)
-        return err_set(err,
-                       "%s: %s type \"%s\" is not supported; qtitan implements plain RoPE only "
-                       "(%s null or type \"default\")",
-                       what, key, type, key);
     double prf = 1.0;
     TRY(json_opt_num(r, "partial_rotary_factor", &prf, what, err));
     if (prf != 1.0)
         return err_set(err, "%s: %s partial_rotary_factor %g is not supported (only 1.0)", what,
                        key, prf);
-    return get_num(r, "rope_theta", theta, 1e-30, what, err);
+    TRY(get_num(r, "rope_theta", &s->rope_theta, 1e-30, what, err));
+    RopeScaling *sc = &s->rope_scaling;
+    memset(sc, 0, sizeof *sc); /* padding too: specs are compared bytewise */
+    if (strcmp(type, "default") == 0) return 0;
+    char where[256];
+    snprintf(where, sizeof where, "%s: %s", what, key);
+    if (strcmp(type, "linear") == 0) {
+        sc->type = ROPE_LINEAR;
+        TRY(json_req_num(r, "factor", &sc->factor, where, err));
+    } else if (strcmp(type, "yarn") == 0) {
+        sc->type = ROPE_YARN;
+        sc->original_max_seq_len = s->max_seq_len;
+        TRY(get_int(r, "original_max_position_embeddings", &sc->original_max_seq_len, 1, INT_MAX,
+                    where, err));
+        if (top_original > 0) sc->original_max_seq_len = top_original;
+        /* factor null: the ratio of the context to the original one. */
+        if (!json_object_get(r, "factor"))
+            return err_set(err, "%s: key \"factor\" is missing (yarn needs it)", where);
+        sc->factor = (double)s->max_seq_len / sc->original_max_seq_len;
+        TRY(json_opt_num(r, "factor", &sc->factor, where, err));
+        TRY(json_opt_num(r, "attention_factor", &sc->attention_factor, where, err));
+        if (json_object_get(r, "attention_factor") &&
+            !json_is_null(json_object_get(r, "attention_factor")) &&
+            !(sc->attention_factor > 0 && isfinite(sc->attention_factor)))
+            return err_set(err, "%s: key \"attention_factor\" is %g, expected a finite number > 0",
+                           where, sc->attention_factor);
+        TRY(get_num(r, "mscale", &sc->mscale, 0, where, err));
+        TRY(get_num(r, "mscale_all_dim", &sc->mscale_all_dim, 0, where, err));
+        /* 0 and null are transformers' defaults too (`or 32`, `or 1`). */
+        TRY(get_num(r, "beta_fast", &sc->beta_fast, 0, where, err));
+        TRY(get_num(r, "beta_slow", &sc->beta_slow, 0, where, err));
+        if (sc->beta_fast == 0) sc->beta_fast = 32;
+        if (sc->beta_slow == 0) sc->beta_slow = 1;
+        sc->truncate = 1;
+        TRY(json_opt_bool(r, "truncate", &sc->truncate, where, err));
+    } else {
+        return err_set(err,
+                       "%s: %s type \"%s\" is not supported; qtitan implements plain RoPE "
+                       "(%s null or type \"default\"), \"linear\" and \"yarn\"",
+                       what, key, type, key);
+    }
+    if (!(sc->factor > 0) || !isfinite(sc->factor))
+        return err_set(err, "%s: key \"factor\" is %g, expected a finite number > 0", where,
+                       sc->factor);
+    return 0;
 }
 
 static int get_token_ids(const json_t *root, const char *key, int64_t *ids, int *n, int *is_list,
@@ -240,8 +282,11 @@ static int parse_config(ModelSpec *s, HfConfigExtra *extra, const json_t *root, 
     TRY(get_int(root, "max_position_embeddings", &s->max_seq_len, 1, INT_MAX, what, err));
     TRY(get_num(root, "rms_norm_eps", &s->norm_eps, 0.0, what, err));
     TRY(get_num(root, "rope_theta", &s->rope_theta, 1e-30, what, err));
-    TRY(parse_rope(root, "rope_scaling", &s->rope_theta, what, err));
-    TRY(parse_rope(root, "rope_parameters", &s->rope_theta, what, err));
+    int top_original = 0;
+    TRY(get_int(root, "original_max_position_embeddings", &top_original, 1, INT_MAX, what, err));
+    /* Both set: rope_scaling's settings are the ones transformers keeps. */
+    TRY(parse_rope(root, "rope_parameters", s, top_original, what, err));
+    TRY(parse_rope(root, "rope_scaling", s, top_original, what, err));
     TRY(json_opt_bool(root, "tie_word_embeddings", &s->tie_embeddings, what, err));
 
     int flag = 0;
@@ -385,6 +430,28 @@ static json_t *token_ids_json(const int64_t *ids, int n, int as_list) {
     return a;
 }
 
+/* rope_scaling as transformers 4.x writes it (5.x reads it into rope_parameters): null for
+ * plain RoPE, else every setting that decides the frequencies, defaults written out. */
+static json_t *rope_scaling_json(const RopeScaling *sc) {
+    if (sc->type == ROPE_PLAIN) return json_null();
+    json_t *r = json_object();
+    json_object_set_new(r, "rope_type", json_string(sc->type == ROPE_YARN ? "yarn" : "linear"));
+    json_object_set_new(r, "factor", json_real(sc->factor));
+    if (sc->type == ROPE_YARN) {
+        json_object_set_new(r, "original_max_position_embeddings",
+                            json_integer(sc->original_max_seq_len));
+        if (sc->attention_factor > 0)
+            json_object_set_new(r, "attention_factor", json_real(sc->attention_factor));
+        if (sc->mscale != 0) json_object_set_new(r, "mscale", json_real(sc->mscale));
+        if (sc->mscale_all_dim != 0)
+            json_object_set_new(r, "mscale_all_dim", json_real(sc->mscale_all_dim));
+        json_object_set_new(r, "beta_fast", json_real(sc->beta_fast));
+        json_object_set_new(r, "beta_slow", json_real(sc->beta_slow));
+        json_object_set_new(r, "truncate", json_boolean(sc->truncate));
+    }
+    return r;
+}
+
 char *model_spec_hf_config_text(const ModelSpec *s, const HfConfigExtra *extra,
                                 const char *torch_dtype, size_t *len, Err *err) {
     if (strcmp(torch_dtype, "float32") != 0 && strcmp(torch_dtype, "bfloat16") != 0 &&
@@ -424,7 +491,7 @@ char *model_spec_hf_config_text(const ModelSpec *s, const HfConfigExtra *extra,
     json_object_set_new(o, "num_hidden_layers", json_integer(s->n_layers));
     json_object_set_new(o, "num_key_value_heads", json_integer(s->n_kv_heads));
     json_object_set_new(o, "rms_norm_eps", json_real(s->norm_eps));
-    json_object_set_new(o, "rope_scaling", json_null());
+    json_object_set_new(o, "rope_scaling", rope_scaling_json(&s->rope_scaling));
     json_object_set_new(o, "rope_theta", json_real(s->rope_theta));
     json_object_set_new(o, "sliding_window", json_null());
     json_object_set_new(o, "tie_word_embeddings", json_boolean(s->tie_embeddings));
@@ -453,6 +520,11 @@ char *model_spec_hf_config_text(const ModelSpec *s, const HfConfigExtra *extra,
     if (d2 > digits) digits = d2;
     if (d3 > digits) digits = d3;
     if (round_trip_digits(dropout) > digits) digits = round_trip_digits(dropout);
+    const RopeScaling *sc = &s->rope_scaling;
+    const double rope_reals[] = {sc->factor,         sc->attention_factor, sc->mscale,
+                                 sc->mscale_all_dim, sc->beta_fast,        sc->beta_slow};
+    for (size_t i = 0; i < sizeof rope_reals / sizeof rope_reals[0]; i++)
+        if (round_trip_digits(rope_reals[i]) > digits) digits = round_trip_digits(rope_reals[i]);
     if (digits < 2) digits = 2;
     char *text = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(digits));
     json_decref(o);

@@ -7,19 +7,17 @@
 #include "kernels/cpu_ops.h"
 
 static void rotate(float *out, const float *x, const int32_t *positions, long N, int NH, int E,
-                   double theta, float sign) {
+                   const RopeFreqs *f, float sign) {
     int half = E / 2;
-    float inv[SDPA_MAX_HEAD_DIM / 2];
-    for (int i = 0; i < half; i++)
-        inv[i] = 1.0f / powf((float)theta, (float)(2 * i) / (float)E);
+    const float *inv = f->inv_freq;
 #pragma omp parallel for schedule(static)
     for (long n = 0; n < N; n++) {
         float c[SDPA_MAX_HEAD_DIM / 2], s[SDPA_MAX_HEAD_DIM / 2];
         float pos = (float)positions[n];
         for (int i = 0; i < half; i++) {
             float a = pos * inv[i];
-            c[i] = cosf(a);
-            s[i] = sign * sinf(a);
+            c[i] = cosf(a) * f->scale;
+            s[i] = sign * (sinf(a) * f->scale);
         }
         for (int h = 0; h < NH; h++) {
             const float *xv = x + (n * NH + h) * E;
@@ -35,13 +33,13 @@ static void rotate(float *out, const float *x, const int32_t *positions, long N,
 }
 
 static void cpu_rope_forward(float *out, const float *x, const int32_t *positions, long N, int NH,
-                             int E, double theta) {
-    rotate(out, x, positions, N, NH, E, theta, 1.0f);
+                             int E, const RopeFreqs *f) {
+    rotate(out, x, positions, N, NH, E, f, 1.0f);
 }
 
 static void cpu_rope_backward(float *dx, const float *dout, const int32_t *positions, long N,
-                              int NH, int E, double theta) {
-    rotate(dx, dout, positions, N, NH, E, theta, -1.0f);
+                              int NH, int E, const RopeFreqs *f) {
+    rotate(dx, dout, positions, N, NH, E, f, -1.0f);
 }
 
 const RopeOp rope_cpu = {

@@ -15,19 +15,17 @@ static long row_length(const int32_t *positions, long N) {
 }
 
 static void rotate(float *out, const float *x, const int32_t *positions, long N, int NH, int E,
-                   double theta, float sign) {
+                   const RopeFreqs *f, float sign) {
     int half = E / 2;
     long T = row_length(positions, N);
-    float inv[512];
-    for (int i = 0; i < half; i++)
-        inv[i] = 1.0f / powf((float)theta, (float)(2 * i) / (float)E);
+    const float *inv = f->inv_freq;
 #pragma omp parallel for schedule(static)
     for (long t = 0; t < T; t++) {
         float c[512], s[512];
         for (int i = 0; i < half; i++) {
             float a = (float)t * inv[i];
-            c[i] = cosf(a);
-            s[i] = sign * sinf(a);
+            c[i] = cosf(a) * f->scale;
+            s[i] = sign * (sinf(a) * f->scale);
         }
         /* Every row shares the angles of position t. */
         for (long n = t; n < N; n += T)
@@ -44,13 +42,13 @@ static void rotate(float *out, const float *x, const int32_t *positions, long N,
 }
 
 static void nogather_forward(float *out, const float *x, const int32_t *positions, long N, int NH,
-                             int E, double theta) {
-    rotate(out, x, positions, N, NH, E, theta, 1.0f);
+                             int E, const RopeFreqs *f) {
+    rotate(out, x, positions, N, NH, E, f, 1.0f);
 }
 
 static void nogather_backward(float *dx, const float *dout, const int32_t *positions, long N,
-                              int NH, int E, double theta) {
-    rotate(dx, dout, positions, N, NH, E, theta, -1.0f);
+                              int NH, int E, const RopeFreqs *f) {
+    rotate(dx, dout, positions, N, NH, E, f, -1.0f);
 }
 
 static const char *nogather_supports(const OpRun *run) {

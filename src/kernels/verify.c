@@ -96,14 +96,19 @@ static void verify_rope(Cmp *c, const OpHeader *kh, const VerifyShape *s, Rng *g
     int32_t *pos = xmalloc((size_t)N * sizeof *pos);
     for (long i = 0; i < N; i++)
         pos[i] = (int32_t)(i % s->T);
+    RopeFreqs *f = xmalloc(sizeof *f);
+    if (s->rope)
+        rope_freqs(f, s->rope);
+    else
+        rope_freqs_plain(f, s->theta, s->E);
     float *x = randn(g, n, 1.0f), *a = unwritten(n), *b = unwritten(n);
-    r->forward(a, x, pos, N, s->H, s->E, s->theta);
-    k->forward(b, x, pos, N, s->H, s->E, s->theta);
+    r->forward(a, x, pos, N, s->H, s->E, f);
+    k->forward(b, x, pos, N, s->H, s->E, f);
     cmp(c, "out", b, a, n);
-    r->backward(a, x, pos, N, s->H, s->E, s->theta);
-    k->backward(b, x, pos, N, s->H, s->E, s->theta);
+    r->backward(a, x, pos, N, s->H, s->E, f);
+    k->backward(b, x, pos, N, s->H, s->E, f);
     cmp(c, "dx", b, a, n);
-    free(pos), free(x), free(a), free(b);
+    free(pos), free(x), free(a), free(b), free(f);
 }
 
 static void verify_swiglu(Cmp *c, const OpHeader *kh, const VerifyShape *s, Rng *g) {
@@ -379,7 +384,10 @@ static void label_linear(char *b, unsigned n, const VerifyShape *s) {
     snprintf(b, n, "N%d I%d O%d", s->B * s->T, s->D, s->F);
 }
 static void label_rope(char *b, unsigned n, const VerifyShape *s) {
-    snprintf(b, n, "B%d T%d heads%d E%d", s->B, s->T, s->H, s->E);
+    snprintf(b, n, "B%d T%d heads%d E%d%s", s->B, s->T, s->H, s->E,
+             s->rope && s->rope->rope_scaling.type == ROPE_YARN     ? " yarn"
+             : s->rope && s->rope->rope_scaling.type == ROPE_LINEAR ? " linear"
+                                                                    : "");
 }
 static void label_sdpa(char *b, unsigned n, const VerifyShape *s) {
     snprintf(b, n, "B%d T%d H%d K%d E%d%s", s->B, s->T, s->H, s->K, s->E, s->doc ? " doc" : "");
@@ -412,8 +420,19 @@ static const VerifyShape linear_shapes[] = {
     {.B = 1, .T = 7, .D = 16, .F = 24},
     {.B = 2, .T = 33, .D = 257, .F = 96},
 };
+/* YaRN (factor 4 over an original context of 16), whose frequencies and scale differ from
+ * plain RoPE's in every dim. */
+static const ModelSpec rope_yarn = {.head_dim = 32,
+                                    .rope_theta = 1e4,
+                                    .rope_scaling = {.type = ROPE_YARN,
+                                                     .factor = 4,
+                                                     .original_max_seq_len = 16,
+                                                     .beta_fast = 32,
+                                                     .beta_slow = 1,
+                                                     .truncate = 1}};
 static const VerifyShape rope_shapes[] = {
     {.B = 2, .T = 7, .H = 3, .E = 8, .theta = 1e6},
+    {.B = 2, .T = 40, .H = 2, .E = 32, .rope = &rope_yarn},
     {.B = 1, .T = 33, .H = 5, .E = 128, .theta = 1e6},
     {.B = 3, .T = 64, .H = 1, .E = 2, .theta = 1e4},
 };

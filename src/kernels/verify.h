@@ -12,7 +12,8 @@
  *   linear        B*T tokens, D in, F out (backward with dx_beta 0 and 1)
  *   cross_entropy B*T tokens, V (every 7th target ignored)
  *   sdpa          B, T, H, K, E, doc (1 = three packed documents per row)
- *   rope          B, T, H (heads per token), E, theta
+ *   rope          B, T, H (heads per token), E, and rope (its frequencies, scaling included)
+ *                 or else plain RoPE of theta
  *   swiglu        B*T tokens, D, F
  *   rmsnorm       B*T rows, D columns (also forward_add / backward_acc when present)
  *   lm_head_loss  B*T tokens, D, V (every 7th target ignored)
@@ -21,6 +22,7 @@
 typedef struct VerifyShape {
     int B, T, H, K, E, D, F, V, doc, X, k;
     double theta;
+    const ModelSpec *rope;
 } VerifyShape;
 
 typedef struct VerifyResult {

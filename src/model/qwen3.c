@@ -371,6 +371,7 @@ static void build_modules(Qwen3 *m, const Qwen3Modules *impl) {
 static int setup(Qwen3 *m, const ModelSpec *spec, int B, int T, AcMode ac, int sp, Err *err) {
     memset(m, 0, sizeof *m);
     m->spec = *spec;
+    rope_freqs(&m->rope_freqs, spec);
     const ModelSpec *s = &m->spec;
     if (s->num_experts > 0 && (s->top_k < 1 || s->top_k > s->num_experts || s->moe_hidden_dim < 1 ||
                                s->decoder_sparse_step < 1))
@@ -1053,9 +1054,9 @@ static void layer_forward(Qwen3 *m, int i, float *out, int count) {
     PROF_OP(&md->k_norm->h, 0,
             md->k_norm->forward(a->kn, a->k_rstd, a->k, p->k_norm, N * K, E, eps));
     PROF_OP(&md->rope->h, 0,
-            md->rope->forward(a->qr, a->qn, m->a.positions, N, H, E, s->rope_theta));
+            md->rope->forward(a->qr, a->qn, m->a.positions, N, H, E, &m->rope_freqs));
     PROF_OP(&md->rope->h, 0,
-            md->rope->forward(a->kr, a->kn, m->a.positions, N, K, E, s->rope_theta));
+            md->rope->forward(a->kr, a->kn, m->a.positions, N, K, E, &m->rope_freqs));
     PROF_OP(&md->sdpa->h, 0,
             sdpa_bf16(m, md->sdpa)
                 ? md->sdpa->forward_bf16(a->att, a->lse, a->qr, a->kr, a->v, doc, B, T, H, K, E,
@@ -1108,9 +1109,9 @@ static void layer_recompute_selective(Qwen3 *m, int i) {
     PROF_OP(&md->k_norm->h, 0,
             md->k_norm->forward(a->kn, a->k_rstd, a->k, p->k_norm, N * K, E, eps));
     PROF_OP(&md->rope->h, 0,
-            md->rope->forward(a->qr, a->qn, m->a.positions, N, H, E, s->rope_theta));
+            md->rope->forward(a->qr, a->qn, m->a.positions, N, H, E, &m->rope_freqs));
     PROF_OP(&md->rope->h, 0,
-            md->rope->forward(a->kr, a->kn, m->a.positions, N, K, E, s->rope_theta));
+            md->rope->forward(a->kr, a->kn, m->a.positions, N, K, E, &m->rope_freqs));
     PROF_OP(&md->ffn_norm->h, 0,
             md->ffn_norm->forward(a->xn2, a->rstd2, a->xmid, p->ffn_norm, n, D, eps));
 }
@@ -1161,9 +1162,9 @@ static void layer_backward(Qwen3 *m, int i) {
                 : md->sdpa->backward(A->dqr, A->dkr, A->dv, A->datt, a->qr, a->kr, a->v, a->att,
                                      a->lse, doc, B, T, H, K, E));
     PROF_OP(&md->rope->h, 1,
-            md->rope->backward(A->dqn, A->dqr, A->positions, N, H, E, s->rope_theta));
+            md->rope->backward(A->dqn, A->dqr, A->positions, N, H, E, &m->rope_freqs));
     PROF_OP(&md->rope->h, 1,
-            md->rope->backward(A->dkn, A->dkr, A->positions, N, K, E, s->rope_theta));
+            md->rope->backward(A->dkn, A->dkr, A->positions, N, K, E, &m->rope_freqs));
     PROF_OP(&md->q_norm->h, 1,
             md->q_norm->backward(A->dq, g->q_norm, A->dqn, a->q, p->q_norm, a->q_rstd, N * H, E));
     PROF_OP(&md->k_norm->h, 1,

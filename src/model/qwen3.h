@@ -229,7 +229,8 @@ typedef struct Qwen3Dist {
 
 struct Qwen3 {
     ModelSpec spec;
-    int max_B, max_T; /* activation capacity */
+    RopeFreqs rope_freqs; /* rope_freqs(spec), what every RoPE kernel rotates by */
+    int max_B, max_T;     /* activation capacity */
     AcMode ac;
     Arena param_arena, grad_arena, act_arena;
     Arena scratch_arena; /* the workspaces the chosen kernels declare (e.g. swiglu_fused's) */

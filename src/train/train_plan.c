@@ -516,6 +516,9 @@ void train_plan_print(const TrainPlan *p, FILE *f) {
             "parameters\n",
             s->flavor, s->n_layers, s->dim, s->n_heads, s->n_kv_heads, s->head_dim, s->hidden_dim,
             s->vocab_size, s->tie_embeddings ? " (tied)" : "", p->numel);
+    char rope[160];
+    rope_describe(rope, sizeof rope, s);
+    if (rope[0]) fprintf(f, "rope: theta %g, %s\n", s->rope_theta, rope);
     if (p->lora_numel > 0)
         fprintf(f, "lora: %.4g trainable adapter parameters, the %.4g base parameters frozen\n",
                 p->lora_numel, p->numel);
