@@ -71,21 +71,23 @@ s3=$("$QT" generate --model "$FIX" --prompt-file "$TMP/prompts.txt" --temperatur
 echo "seeded sampling reproduces"
 
 # generation_config.json gives the defaults transformers' generate() takes from it: with
-# do_sample true its temperature / top_k / top_p / min_p / max_new_tokens are those of the
-# explicit flags; flags win; do_sample false is greedy; what qtitan does not apply is noted.
+# do_sample true its temperature / top_k / top_p / min_p / max_new_tokens /
+# repetition_penalty are those of the explicit flags; flags win; do_sample false is greedy;
+# what qtitan does not apply is noted.
 cp -r "$FIX" "$TMP/gc"
-printf '{"do_sample": true, "temperature": 1.2, "top_k": 40, "top_p": 0.95, "min_p": 0.01, "max_new_tokens": 9, "repetition_penalty": 1.05}\n' \
+printf '{"do_sample": true, "temperature": 1.2, "top_k": 40, "top_p": 0.95, "min_p": 0.01, "max_new_tokens": 9, "repetition_penalty": 1.05, "num_beams": 4}\n' \
   >"$TMP/gc/generation_config.json"
 g1=$("$QT" generate --model "$TMP/gc" --prompt-file "$TMP/prompts.txt" --seed 5 --json 2>"$TMP/gc.err") ||
   fail "generate with generation_config.json: $(cat "$TMP/gc.err")"
 g2=$("$QT" generate --model "$FIX" --prompt-file "$TMP/prompts.txt" --temperature 1.2 --top-k 40 \
-  --top-p 0.95 --min-p 0.01 --max-new-tokens 9 --seed 5 --json 2>/dev/null)
+  --top-p 0.95 --min-p 0.01 --max-new-tokens 9 --repetition-penalty 1.05 --seed 5 --json 2>/dev/null)
 [ "$g1" = "$g2" ] || fail "generation_config.json's sampling is not that of the same flags"
-grep -q "sampling: temperature 1.2, top-k 40, top-p 0.95, min-p 0.01, max-new-tokens 9 ($TMP/gc/generation_config.json, do_sample true" "$TMP/gc.err" ||
+grep -q "sampling: temperature 1.2, top-k 40, top-p 0.95, min-p 0.01, repetition-penalty 1.05, max-new-tokens 9 ($TMP/gc/generation_config.json, do_sample true" "$TMP/gc.err" ||
   fail "no sampling line: $(cat "$TMP/gc.err")"
-grep -q "sets repetition_penalty = 1.05, which qtitan does not apply" "$TMP/gc.err" ||
-  fail "repetition_penalty not noted: $(cat "$TMP/gc.err")"
-g3=$("$QT" generate --model "$TMP/gc" --prompt-file "$TMP/prompts.txt" --temperature 0 --max-new-tokens 24 --json 2>/dev/null)
+grep -q "sets num_beams = 4, which qtitan does not apply" "$TMP/gc.err" ||
+  fail "num_beams not noted: $(cat "$TMP/gc.err")"
+g3=$("$QT" generate --model "$TMP/gc" --prompt-file "$TMP/prompts.txt" --temperature 0 --max-new-tokens 24 \
+  --repetition-penalty 1 --json 2>/dev/null)
 g4=$("$QT" generate --model "$FIX" --prompt-file "$TMP/prompts.txt" --temperature 0 --max-new-tokens 24 --json 2>/dev/null)
 [ "$g3" = "$g4" ] || fail "flags do not win over generation_config.json"
 printf '{"do_sample": false, "temperature": 0.7}\n' >"$TMP/gc/generation_config.json"
@@ -108,6 +110,7 @@ expect_error generate "temperature -1: must be >= 0" --model "$FIX" --prompt hi 
 expect_error generate "top-p 0: must be in (0, 1]" --model "$FIX" --prompt hi --top-p 0
 expect_error generate "top-p 1.5: must be in (0, 1]" --model "$FIX" --prompt hi --top-p 1.5
 expect_error generate "min-p 2: must be in \[0, 1\]" --model "$FIX" --prompt hi --min-p 2
+expect_error generate "repetition-penalty 0: must be a number > 0" --model "$FIX" --prompt hi --repetition-penalty 0
 expect_error generate "max-new-tokens 0: expected an integer >= 1" --model "$FIX" --prompt hi --max-new-tokens 0
 expect_error generate "give one of --prompt" --model "$FIX"
 expect_error generate "model directory $TMP/none does not exist" --model "$TMP/none" --prompt hi

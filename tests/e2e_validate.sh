@@ -51,6 +51,18 @@ grep -q '^{"step":4,"prompt":"A cafe","prompt_ids":\[[0-9,]*\],"text":' "$TMP/b/
 grep -q '^sample step 4 \[2\]: A cafe|' "$TMP/b.log" || fail "no sample line in the log"
 echo "samples: $(wc -l <"$TMP/b/samples.jsonl") records"
 
+# sample.repetition_penalty (greedy): the step-2 samples are generate's with the same flag on
+# that step's checkpoint, and the penalty changes them.
+"$QT" train "${common[@]}" --training.steps=2 --job.dump_folder="$TMP/rp" --sample.freq=2 \
+  --sample.prompts="The quick" --sample.temperature=0 --sample.repetition_penalty=3 \
+  --sample.max_new_tokens=12 >"$TMP/rp.log" 2>&1 || fail "repetition penalty run: $(tail -3 "$TMP/rp.log")"
+gen_ids() { "$QT" generate --checkpoint "$TMP/rp/checkpoint/step-2" --prompt "The quick" --temperature 0 \
+  --max-new-tokens 12 --json "$@" 2>/dev/null | grep -o '"ids":\[[0-9,]*\]' | head -1; }
+got=$(grep -o '"ids":\[[0-9,]*\]' "$TMP/rp/samples.jsonl" | tail -1)
+[ -n "$got" ] && [ "$got" = "$(gen_ids --repetition-penalty 3)" ] && [ "$got" != "$(gen_ids)" ] ||
+  fail "sample with repetition_penalty 3: $got; generate: $(gen_ids --repetition-penalty 3), without: $(gen_ids)"
+echo "sample.repetition_penalty: the samples are generate --repetition-penalty's"
+
 # A vocabulary padded past the tokenizer's 607 tokens: a sample may choose an id without a
 # token (near-uniform at this temperature), which decodes to no text instead of stopping the run.
 "$QT" train "${common[@]}" --model.vocab_size=4096 --training.steps=1 --job.dump_folder="$TMP/pad" \

@@ -80,6 +80,11 @@ static void check_case(const char *name) {
     Decoder d;
     if (decoder_create(&d, &im.m, prompts.n, longest + NEW, &err)) fail_msg("%s", err.msg);
     GenOptions o = {.max_new_tokens = NEW, .sample = {.temperature = 0.0f, .top_p = 1.0f}};
+    /* A case made with generation settings keeps them in its generation_config.json (greedy,
+     * with a repetition penalty). */
+    GenConfig gc;
+    if (gen_config_read(dir, &gc, &err)) fail_msg("%s", err.msg);
+    if (gc.found) o.sample = gc.sp;
     GenOutput *out = xcalloc((size_t)prompts.n, sizeof *out);
     if (generate(&d, NULL, ptr, lens, prompts.n, &o, out, NULL, NULL, NULL, &err))
         fail_msg("%s", err.msg);
@@ -131,6 +136,10 @@ static void test_parity_dense_untied_mha(void **state) {
 static void test_parity_moe(void **state) {
     (void)state;
     check_case("moe");
+}
+static void test_parity_dense_reppen(void **state) {
+    (void)state;
+    check_case("dense_reppen");
 }
 static void test_parity_dense_yarn(void **state) {
     (void)state;
@@ -261,6 +270,34 @@ static void expect_kept(Sampler *s, const float *logits, SampleParams sp, const 
     for (const char *c = want; *c; c++)
         count += *c == '1';
     assert_int_equal(n, count);
+}
+
+/* The repetition penalty as transformers' RepetitionPenaltyLogitsProcessor: seen ids' positive
+ * logits divided, negative ones multiplied, unseen ones untouched; 1 and 0 are off. */
+static void test_repetition_penalty(void **state) {
+    (void)state;
+    const float lg[6] = {2.0f, -1.5f, 0.0f, 3.0f, -4.0f, 1.0f};
+    const uint8_t seen[6] = {1, 1, 1, 0, 0, 1};
+    SampleParams sp = {.repetition_penalty = 2.0f};
+    assert_true(sample_penalizes(&sp));
+    float out[6];
+    sample_penalize(out, lg, 6, seen, &sp);
+    const float want[6] = {1.0f, -3.0f, 0.0f, 3.0f, -4.0f, 0.5f};
+    assert_memory_equal(out, want, sizeof want);
+    sp.repetition_penalty = 1.0f;
+    assert_false(sample_penalizes(&sp));
+    sp.repetition_penalty = 0.0f;
+    assert_false(sample_penalizes(&sp));
+    /* Below 1 it favours repeats: seen id 0 (2.0 -> 4.0) overtakes unseen id 3 (3.0). */
+    sp.repetition_penalty = 0.5f;
+    sample_penalize(out, lg, 6, seen, &sp);
+    assert_true(out[0] == 4.0f && out[1] == -0.75f);
+    Sampler smp;
+    sampler_init(&smp, 6);
+    Rng r;
+    rng_seed(&r, 1, 0);
+    assert_int_equal(sample_next(&smp, out, &sp, &r), 0);
+    sampler_free(&smp);
 }
 
 static void test_filters(void **state) {
@@ -397,10 +434,13 @@ static void test_gen_config(void **state) {
         assert_int_equal(gc.n_eos, (int)json_array_size(eos));
         for (int e = 0; e < gc.n_eos; e++)
             assert_int_equal(gc.eos[e], json_integer_value(json_array_get(eos, (size_t)e)));
-        /* repetition_penalty 1.05 changes transformers' output; 1.0 does not. */
-        const json_t *rp = json_object_get(json_object_get(c, "file"), "repetition_penalty");
-        int listed = strstr(gc.ignored, "repetition_penalty = 1.05") != NULL;
-        assert_int_equal(listed, rp && json_number_value(rp) != 1.0);
+        /* repetition_penalty is applied (greedy too), as transformers resolves it; num_beams
+         * above 1 would change transformers' output and is listed. */
+        assert_float_equal(gc.sp.repetition_penalty,
+                           json_number_value(json_object_get(c, "repetition_penalty")), 1e-6);
+        const json_t *nb = json_object_get(json_object_get(c, "file"), "num_beams");
+        int listed = strstr(gc.ignored, "num_beams = ") != NULL;
+        assert_int_equal(listed, nb && json_number_value(nb) != 1.0);
         char *f = fs_join(dir, "generation_config.json");
         unlink(f);
         free(f);
@@ -422,6 +462,7 @@ static void test_gen_config(void **state) {
         {"{\"top_k\": 2.5}", "\"top_k\" must be a whole number >= 0"},
         {"{\"top_p\": 0}", "\"top_p\" must be in (0, 1]"},
         {"{\"min_p\": 2}", "\"min_p\" must be in [0, 1]"},
+        {"{\"repetition_penalty\": 0}", "\"repetition_penalty\" must be > 0"},
         {"{\"max_new_tokens\": 0}", "\"max_new_tokens\" must be a whole number >= 1"},
         {"{\"eos_token_id\": [\"x\"]}", "\"eos_token_id\" must be a token id"},
         {"{\"do_sample\": true", "generation_config.json"},
@@ -627,6 +668,8 @@ int main(void) {
         cmocka_unit_test(test_parity_dense_tied_gqa),
         cmocka_unit_test(test_parity_dense_untied_mha),
         cmocka_unit_test(test_parity_dense_yarn),
+        cmocka_unit_test(test_parity_dense_reppen),
+        cmocka_unit_test(test_repetition_penalty),
         cmocka_unit_test(test_parity_moe),
         cmocka_unit_test(test_cache_matches_forward),
         cmocka_unit_test(test_bf16_only),

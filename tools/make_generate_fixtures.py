@@ -9,6 +9,7 @@ For each case writes tests/fixtures/generate/<name>/:
   prompts.txt                      one prompt of token ids per line, of different lengths
   expected_ids.txt                 the NEW generated ids of each prompt, one line each
   expected_logprobs.txt            log_softmax of the raw logits at each chosen id (%.9g)
+  generation_config.json           (a case with `gen`) the generation settings it was made with
 
 Each prompt is generated alone (no padding), so the reference does not depend on how
 transformers pads a batch; the C test generates all prompts of a case in one batch.
@@ -81,6 +82,11 @@ CASES = [
                   num_experts=8, num_experts_per_tok=2, norm_topk_prob=True)),
     # YaRN RoPE over an original context of 16 (factor 4): the decode path's cached keys and
     # new queries are rotated by the blended frequencies and scaled cos / sin.
+    # transformers' repetition_penalty (a logits processor, so greedy takes it), given by the
+    # case's generation_config.json, which the C test reads.
+    dict(name="dense_reppen", seed=501, moe=False, lens=[4, 15],
+         gen=dict(do_sample=False, repetition_penalty=1.3),
+         cfg=dict(num_key_value_heads=2, tie_word_embeddings=False)),
     dict(name="dense_yarn", seed=401, moe=False, lens=[6, 19],
          cfg=dict(num_key_value_heads=2, tie_word_embeddings=True,
                   rope_scaling=dict(rope_type="yarn", factor=4.0,
@@ -112,17 +118,21 @@ def run(case, seed):
             # padding.
             out = model.generate(p[None], attention_mask=torch.ones_like(p[None]),
                                  do_sample=False, max_new_tokens=NEW,
-                                 min_new_tokens=NEW, output_logits=True,
+                                 min_new_tokens=NEW, output_logits=True, output_scores=True,
                                  return_dict_in_generate=True, eos_token_id=None,
-                                 pad_token_id=0)
+                                 pad_token_id=0,
+                                 **{k: v for k, v in case.get("gen", {}).items()
+                                    if k != "do_sample"})
             new = out.sequences[0, p.shape[0]:]
             assert new.shape[0] == NEW
             lps = []
-            for t, lg in enumerate(out.logits):
-                lg = lg[0].double()
-                top2 = torch.topk(lg, 2).values
+            # The margin is the processed scores' (what greedy takes the argmax of); the
+            # log-probs are the raw logits', as qtitan reports them.
+            for t, (lg, sc) in enumerate(zip(out.logits, out.scores)):
+                lg, sc = lg[0].double(), sc[0].double()
+                top2 = torch.topk(sc, 2).values
                 margin = min(margin, float(top2[0] - top2[1]))
-                assert int(lg.argmax()) == int(new[t])
+                assert int(sc.argmax()) == int(new[t])
                 lps.append(float(torch.log_softmax(lg, dim=-1)[new[t]]))
             if case["moe"]:
                 gap = min(gap, router_gap(model, out.sequences[:, :-1], cfg.num_experts_per_tok))
@@ -139,6 +149,10 @@ def build(case, out_root):
         seed += 1000
     d = os.path.join(out_root, case["name"])
     save_model(model, d)
+    if case.get("gen"):
+        with open(os.path.join(d, "generation_config.json"), "w") as f:
+            json.dump(case["gen"], f)
+            f.write("\n")
     write_ids(os.path.join(d, "prompts.txt"), [p for p, _, _ in results])
     write_ids(os.path.join(d, "expected_ids.txt"), [n for _, n, _ in results])
     with open(os.path.join(d, "expected_logprobs.txt"), "w") as f:
@@ -374,6 +388,7 @@ GEN_CONFIGS = [
     {"do_sample": False, "top_p": 0.8},
     {"do_sample": True, "repetition_penalty": 1.05, "top_p": 0.8, "top_k": 0, "eos_token_id": 7},
     {"do_sample": None, "temperature": 1.3, "num_beams": 1, "repetition_penalty": 1.0},
+    {"do_sample": False, "num_beams": 4, "repetition_penalty": 1.2},
 ]
 
 
@@ -390,6 +405,7 @@ def build_gen_configs(out_root):
         cases.append({"file": d, "do_sample": bool(g.do_sample), "temperature": g.temperature,
                       "top_k": g.top_k, "top_p": g.top_p, "min_p": g.min_p or 0.0,
                       "max_new_tokens": g.max_new_tokens or 0,
+                      "repetition_penalty": g.repetition_penalty or 1.0,
                       "eos": eos if isinstance(eos, list) else ([] if eos is None else [eos])})
     with open(os.path.join(out_root, "gen_configs.json"), "w") as f:
         json.dump(cases, f, indent=1)

@@ -60,14 +60,19 @@ static const char *USAGE =
     "  --max-new-tokens N     default 128\n"
     "  --temperature T        0 = greedy; default 0.8\n"
     "                         (a model folder's generation_config.json gives the defaults of\n"
-    "                         these five sampling options instead, as transformers' generate()\n"
+    "                         these six sampling options instead, as transformers' generate()\n"
     "                         takes them: greedy unless do_sample is true, then its\n"
-    "                         temperature, top_k, top_p, min_p, or 1.0, 50, 1.0, none)\n"
+    "                         temperature, top_k, top_p, min_p, or 1.0, 50, 1.0, none; and\n"
+    "                         its repetition_penalty, or 1)\n"
     "  --top-k K              keep the K most likely tokens (0 = off, the default)\n"
     "  --top-p P              keep the most likely tokens whose probabilities sum to P, in\n"
     "                         (0, 1]; default 1 (off)\n"
     "  --min-p P              keep tokens at least P times as likely as the best, in [0, 1];\n"
     "                         default 0 (off)\n"
+    "  --repetition-penalty R > 0: the logits of ids already in the prompt or the completion\n"
+    "                         are divided by R where positive, multiplied where negative\n"
+    "                         (transformers' repetition_penalty; greedy decoding too);\n"
+    "                         default 1 (off)\n"
     "  --seed N               default 0; prompt i draws from stream i of the seed\n"
     "  --stop STRING          end a completion before STRING (repeatable, up to 16)\n"
     "  --dtype float32|bfloat16  weights of the matrix products (default float32)\n"
@@ -84,9 +89,10 @@ typedef struct GenArgs {
     int chat, thinking, json;
     long max_new;
     SampleParams sp;
-    /* Which of --max-new-tokens, --temperature, --top-k, --top-p, --min-p were given: the
-     * others come from generation_config.json when the model has one. */
-    int set_max_new, set_temperature, set_top_k, set_top_p, set_min_p;
+    /* Which of --max-new-tokens, --temperature, --top-k, --top-p, --min-p,
+     * --repetition-penalty were given: the others come from generation_config.json when the
+     * model has one. */
+    int set_max_new, set_temperature, set_top_k, set_top_p, set_min_p, set_rep;
     unsigned long long seed;
     const char *stop[MAX_STOP];
     int n_stop;
@@ -114,7 +120,8 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
     a->max_new = 128;
     a->thinking = 1;
     a->dtype = "float32";
-    a->sp = (SampleParams){.temperature = 0.8f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f};
+    a->sp = (SampleParams){
+        .temperature = 0.8f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .repetition_penalty = 1.0f};
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         if (strcmp(o, "--chat") == 0) {
@@ -178,6 +185,11 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
             if (!(a->sp.min_p >= 0 && a->sp.min_p <= 1))
                 return err_set(err, "--min-p %s: must be in [0, 1]", v);
             a->set_min_p = 1;
+        } else if (strcmp(o, "--repetition-penalty") == 0) {
+            TRY(parse_float(o, v, &a->sp.repetition_penalty, err));
+            if (!(a->sp.repetition_penalty > 0) || isinf(a->sp.repetition_penalty))
+                return err_set(err, "--repetition-penalty %s: must be a number > 0 (1 = off)", v);
+            a->set_rep = 1;
         } else if (strcmp(o, "--stop") == 0) {
             if (!*v) return err_set(err, "--stop: the stop string is empty");
             if (a->n_stop == MAX_STOP)
@@ -334,11 +346,17 @@ static int apply_gen_config(GenArgs *a, InferModel *im, Err *err) {
     if (!a->set_top_k) a->sp.top_k = gc.sp.top_k;
     if (!a->set_top_p) a->sp.top_p = gc.sp.top_p;
     if (!a->set_min_p) a->sp.min_p = gc.sp.min_p;
+    if (!a->set_rep) a->sp.repetition_penalty = gc.sp.repetition_penalty;
     if (!a->set_max_new && gc.max_new_tokens > 0) a->max_new = gc.max_new_tokens;
-    char how[64] = "greedy";
+    char how[128] = "greedy";
     if (a->sp.temperature > 0)
         snprintf(how, sizeof how, "temperature %g, top-k %d, top-p %g, min-p %g",
                  (double)a->sp.temperature, a->sp.top_k, (double)a->sp.top_p, (double)a->sp.min_p);
+    if (sample_penalizes(&a->sp)) {
+        size_t used = strlen(how);
+        snprintf(how + used, sizeof how - used, ", repetition-penalty %g",
+                 (double)a->sp.repetition_penalty);
+    }
     fprintf(stderr,
             "sampling: %s, max-new-tokens %ld (%s/generation_config.json, do_sample %s, where no "
             "flag says otherwise)\n",
@@ -346,7 +364,7 @@ static int apply_gen_config(GenArgs *a, InferModel *im, Err *err) {
     if (gc.ignored[0])
         fprintf(stderr,
                 "note: %s/generation_config.json sets %s, which qtitan does not apply (it samples "
-                "with temperature, top-k, top-p and min-p)\n",
+                "with temperature, top-k, top-p, min-p and a repetition penalty)\n",
                 im->dir, gc.ignored);
     return 0;
 }

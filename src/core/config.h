@@ -194,7 +194,8 @@ typedef struct JobConfig {
         char *prompts;     /* one prompt a line ("\n" separated) */
         char *prompt_file; /* one prompt a line */
         int max_new_tokens;
-        double temperature; /* 0 = greedy */
+        double temperature;        /* 0 = greedy */
+        double repetition_penalty; /* transformers' repetition_penalty; 1 = off */
         int64_t seed;
         SampleGather gather;
         int chat;            /* prompts as user turns in the tokenizer's chat format */

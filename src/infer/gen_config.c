@@ -67,7 +67,7 @@ int gen_config_parse(const char *text, size_t len, const char *file, GenConfig *
                      json_kind(ds));
     /* transformers' defaults for what the file leaves out. A temperature of 0 is refused only
      * where it would be used (transformers raises). */
-    double t = 1.0, k = 50, p = 1.0, mp = 0, mnt = 0;
+    double t = 1.0, k = 50, p = 1.0, mp = 0, mnt = 0, rp = 1.0;
     int sample = rc == 0 && json_is_true(ds);
     if (rc == 0)
         rc = number(root, "temperature", file, 0, sample, 1e30, 0,
@@ -75,6 +75,8 @@ int gen_config_parse(const char *text, size_t len, const char *file, GenConfig *
     if (rc == 0) rc = number(root, "top_k", file, 0, 0, 1e9, 1, "a whole number >= 0", &k, err);
     if (rc == 0) rc = number(root, "top_p", file, 0, 1, 1, 0, "in (0, 1]", &p, err);
     if (rc == 0) rc = number(root, "min_p", file, 0, 0, 1, 0, "in [0, 1]", &mp, err);
+    /* A logits processor: greedy decoding takes it too. */
+    if (rc == 0) rc = number(root, "repetition_penalty", file, 0, 1, 1e30, 0, "> 0", &rp, err);
     if (rc == 0)
         rc = number(root, "max_new_tokens", file, 1, 0, 1e9, 1, "a whole number >= 1", &mnt, err);
     const json_t *eos = rc == 0 ? json_object_get(root, "eos_token_id") : NULL;
@@ -96,14 +98,14 @@ int gen_config_parse(const char *text, size_t len, const char *file, GenConfig *
         gc->sp = (SampleParams){.temperature = gc->do_sample ? (float)t : 0.0f,
                                 .top_k = (int)k,
                                 .top_p = (float)p,
-                                .min_p = (float)mp};
+                                .min_p = (float)mp,
+                                .repetition_penalty = (float)rp};
         gc->max_new_tokens = (long)mnt;
         /* What changes transformers' output and qtitan does not compute. */
         static const struct {
             const char *key;
             double off;
-        } UNAPPLIED[] = {{"repetition_penalty", 1},
-                         {"num_beams", 1},
+        } UNAPPLIED[] = {{"num_beams", 1},
                          {"typical_p", 1},
                          {"no_repeat_ngram_size", 0},
                          {"epsilon_cutoff", 0},

@@ -1,10 +1,10 @@
 /* A model folder's generation_config.json: the sampling transformers' generate() uses for the
  * model when the caller names none (GenerationMixin._prepare_generation_config: the file's
  * values, then transformers' defaults for what the file leaves out or sets to null: do_sample
- * false, temperature 1.0, top_k 50, top_p 1.0, min_p none), for `qtitan generate` to take as
- * its defaults; and its eos_token_id(s). Settings that change what transformers generates and
- * that qtitan does not compute (repetition_penalty other than 1, num_beams above 1, ...) are
- * listed for a note, not dropped in silence. */
+ * false, temperature 1.0, top_k 50, top_p 1.0, min_p none, repetition_penalty 1.0), for
+ * `qtitan generate` to take as its defaults; and its eos_token_id(s). Settings that change what
+ * transformers generates and that qtitan does not compute (num_beams above 1, typical_p, ...)
+ * are listed for a note, not dropped in silence. */
 #ifndef QT_GEN_CONFIG_H
 #define QT_GEN_CONFIG_H
 
@@ -22,7 +22,7 @@ typedef struct GenConfig {
     long max_new_tokens; /* 0 when the file gives none */
     int32_t eos[GEN_CONFIG_MAX_EOS];
     int n_eos;
-    char ignored[512]; /* "repetition_penalty = 1.05, num_beams = 4" or "" */
+    char ignored[512]; /* "num_beams = 4, typical_p = 0.9" or "" */
 } GenConfig;
 
 /* Reads dir/generation_config.json into gc (gc->found = 0 and 0 returned when there is none).

@@ -10,7 +10,19 @@ typedef struct SeqState {
     int done;
     GenText text; /* with a tokenizer */
     Rng rng;
+    uint8_t *seen; /* (V) ids of the prompt and completion, with a repetition penalty */
 } SeqState;
+
+/* The next id of sequence st from its raw logits lg: penalised into pen (V scratch) first when
+ * o asks for a repetition penalty, then chosen by o's sampling. */
+static int32_t choose(Sampler *smp, const GenOptions *o, SeqState *st, const float *lg,
+                      float *pen) {
+    if (!st->seen) return sample_next(smp, lg, &o->sample, &st->rng);
+    sample_penalize(pen, lg, smp->V, st->seen, &o->sample);
+    int32_t id = sample_next(smp, pen, &o->sample, &st->rng);
+    st->seen[id] = 1;
+    return id;
+}
 
 static int is_eos(const GenOptions *o, int32_t id) {
     for (int i = 0; i < o->n_eos; i++)
@@ -117,12 +129,19 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
     int32_t *next = xcalloc((size_t)n, sizeof *next);
     Sampler smp;
     sampler_init(&smp, V);
+    int penalize = sample_penalizes(&o->sample);
+    float *pen = penalize ? xcalloc((size_t)V, sizeof *pen) : NULL;
     GenStats gs = {0};
     int rc = 0;
     for (int i = 0; i < n; i++) {
         out[i].ids = xcalloc((size_t)o->max_new_tokens, sizeof *out[i].ids);
         out[i].logprobs = xcalloc((size_t)o->max_new_tokens, sizeof *out[i].logprobs);
         rng_seed(&st[i].rng, o->seed, (uint64_t)i);
+        if (penalize) {
+            st[i].seen = xcalloc((size_t)V, 1);
+            for (int t = 0; t < lens[i]; t++)
+                if (prompts[i][t] >= 0 && prompts[i][t] < V) st[i].seen[prompts[i][t]] = 1;
+        }
         /* Room for 4 bytes a token, about what Qwen3's tokens average on text; more grows. */
         if (tok) gen_text_init(&st[i].text, o, (size_t)o->max_new_tokens * 4);
     }
@@ -137,8 +156,8 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
     t0 = now_seconds();
     for (int i = 0; i < n && rc == 0; i++) {
         const float *lg = logits + (long)i * V;
-        rc = accept(tok, o, &out[i], &st[i], lg, V, sample_next(&smp, lg, &o->sample, &st[i].rng),
-                    i, stream, ctx, err);
+        rc = accept(tok, o, &out[i], &st[i], lg, V, choose(&smp, o, &st[i], lg, pen), i, stream,
+                    ctx, err);
     }
     for (;;) {
         int active = 0;
@@ -152,8 +171,8 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
         for (int r = 0; r < active && rc == 0; r++) {
             int i = seq[r];
             const float *lg = logits + (long)r * V;
-            rc = accept(tok, o, &out[i], &st[i], lg, V,
-                        sample_next(&smp, lg, &o->sample, &st[i].rng), i, stream, ctx, err);
+            rc = accept(tok, o, &out[i], &st[i], lg, V, choose(&smp, o, &st[i], lg, pen), i, stream,
+                        ctx, err);
         }
     }
     gs.decode_s = now_seconds() - t0;
@@ -166,7 +185,9 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
         gen_text_free(&st[i].text);
     }
     sampler_free(&smp);
-    free(st), free(logits), free(seq), free(next);
+    for (int i = 0; i < n; i++)
+        free(st[i].seen);
+    free(st), free(logits), free(seq), free(next), free(pen);
     if (rc != 0)
         for (int i = 0; i < n; i++)
             gen_output_free(&out[i]);
@@ -178,8 +199,9 @@ void gen_output_free(GenOutput *g) {
     memset(g, 0, sizeof *g);
 }
 
-double generate_buffer_bytes(int n, int V) {
+double generate_buffer_bytes(int n, int V, int penalize) {
     Sampler smp = {0};
     return (double)n * V * sizeof(float) +
-           (double)V * (sizeof *smp.scaled + sizeof *smp.order + sizeof *smp.prob);
+           (double)V * (sizeof *smp.scaled + sizeof *smp.order + sizeof *smp.prob) +
+           (penalize ? (double)n * V + (double)V * sizeof(float) : 0);
 }

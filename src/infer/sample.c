@@ -19,6 +19,17 @@ void sampler_free(Sampler *s) {
     memset(s, 0, sizeof *s);
 }
 
+int sample_penalizes(const SampleParams *p) {
+    return p->repetition_penalty > 0 && p->repetition_penalty != 1.0f;
+}
+
+void sample_penalize(float *out, const float *logits, int V, const uint8_t *seen,
+                     const SampleParams *p) {
+    float r = p->repetition_penalty;
+    for (int v = 0; v < V; v++)
+        out[v] = !seen[v] ? logits[v] : logits[v] < 0 ? logits[v] * r : logits[v] / r;
+}
+
 /* Descending logit, then ascending id, so equal logits have one order. */
 static int by_logit_desc(const void *a, const void *b, void *ctx) {
     const float *x = ctx;

@@ -1,4 +1,5 @@
-/* Choosing the next token from a row of logits: greedy, or a draw after temperature, top-k,
+/* Choosing the next token from a row of logits: first transformers' repetition penalty (a logits
+ * processor, so greedy decoding gets it too), then greedy, or a draw after temperature, top-k,
  * top-p and min-p, applied in that order as transformers' generate applies its warpers
  * (TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper, MinPLogitsWarper), each on
  * what the previous ones kept:
@@ -19,7 +20,17 @@ typedef struct SampleParams {
     int top_k;         /* 0: off */
     float top_p;       /* 1: off; in (0, 1] */
     float min_p;       /* 0: off; in [0, 1] */
+    /* transformers' repetition_penalty, 0 or 1: off; > 0: every id of the prompt and of the
+     * completion so far has its logit divided by it where positive, multiplied where negative
+     * (RepetitionPenaltyLogitsProcessor; each id once however often it occurs). */
+    float repetition_penalty;
 } SampleParams;
+
+/* Whether p's repetition penalty changes any logit. */
+int sample_penalizes(const SampleParams *p);
+/* out[v] = logits[v], penalised where seen[v] (sample_penalizes(p) assumed). */
+void sample_penalize(float *out, const float *logits, int V, const uint8_t *seen,
+                     const SampleParams *p);
 
 /* Scratch for V tokens, allocated once. */
 typedef struct Sampler {

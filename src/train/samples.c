@@ -148,7 +148,9 @@ int samples_open(Samples *s, const JobConfig *cfg, TrainQwen3 *q, const Tokenize
     e = tokenizer_token_id(tok, "<|im_end|>");
     if (e >= 0) s->eos[neos++] = (int32_t)e;
     s->o = (GenOptions){.max_new_tokens = cfg->sample.max_new_tokens,
-                        .sample = {.temperature = (float)cfg->sample.temperature, .top_p = 1.0f},
+                        .sample = {.temperature = (float)cfg->sample.temperature,
+                                   .top_p = 1.0f,
+                                   .repetition_penalty = (float)cfg->sample.repetition_penalty},
                         .seed = (uint64_t)cfg->sample.seed,
                         .eos = s->eos,
                         .n_eos = neos};
