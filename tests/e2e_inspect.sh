@@ -74,12 +74,12 @@ if [ -f "$qwen/tokenizer.json" ]; then
     cp -r "$fix/hf_tiny/dense_tied" "$tmp/chat"
     cp "$qwen/tokenizer.json" "$qwen/tokenizer_config.json" "$tmp/chat/"
     cp "$fix/chat/templates/qwen3_2507_instruct.jinja" "$tmp/chat/chat_template.jinja"
-    printf '{"do_sample": true, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05}\n' \
+    printf '{"do_sample": true, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05, "num_beams": 2}\n' \
         >"$tmp/chat/generation_config.json"
     run chat 0 "$tmp/chat"
     expect chat out "tokenizer: 151669 tokens"
     expect chat out "chat format: qwen3-2507-instruct (no thinking switch)"
-    expect chat out "generation_config.json: sampling with temperature 0.7, top-k 20, top-p 0.8, min-p 0; not applied: repetition_penalty = 1.05"
+    expect chat out "generation_config.json: sampling with temperature 0.7, top-k 20, top-p 0.8, min-p 0, repetition-penalty 1.05; not applied: num_beams = 2"
     echo '{{ messages }}' >"$tmp/chat/chat_template.jinja"
     run chat_unknown 0 "$tmp/chat"
     expect chat_unknown out "chat format: none: $tmp/chat/chat_template.jinja: the chat template (15 bytes, hash"

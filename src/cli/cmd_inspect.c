@@ -111,15 +111,20 @@ static void print_tokenizer(const char *dir) {
     chat_format_free(cf);
     tokenizer_free(tok);
     GenConfig gc;
-    if (gen_config_read(dir, &gc, &err))
+    char rep[48] = "";
+    if (gen_config_read(dir, &gc, &err)) {
         printf("generation_config.json: %s\n", err.msg);
-    else if (gc.found && gc.do_sample)
+        return;
+    }
+    if (sample_penalizes(&gc.sp))
+        snprintf(rep, sizeof rep, ", repetition-penalty %g", (double)gc.sp.repetition_penalty);
+    if (gc.found && gc.do_sample)
         printf("generation_config.json: sampling with temperature %g, top-k %d, top-p %g, min-p "
-               "%g%s%s\n",
+               "%g%s%s%s\n",
                (double)gc.sp.temperature, gc.sp.top_k, (double)gc.sp.top_p, (double)gc.sp.min_p,
-               gc.ignored[0] ? "; not applied: " : "", gc.ignored);
+               rep, gc.ignored[0] ? "; not applied: " : "", gc.ignored);
     else if (gc.found)
-        printf("generation_config.json: greedy (do_sample is not true)%s%s\n",
+        printf("generation_config.json: greedy (do_sample is not true)%s%s%s\n", rep,
                gc.ignored[0] ? "; not applied: " : "", gc.ignored);
 }
 
