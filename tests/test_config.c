@@ -872,6 +872,7 @@ static void test_torchtitan_older_names(void **state) {
     assert_int_equal(c.checkpoint.enable, 1);
     assert_int_equal(c.validation.enable, 1);
     assert_int_equal(c.n_notices, 2);
+    assert_int_equal(c.debug.moe_force_load_balance, 0);
     assert_non_null(strstr(c.notices[0], ":15: float8.filter_fqns = [\"output\"] has no effect "
                                          "here: qtitan trains in float32 or bfloat16"));
     assert_non_null(strstr(c.notices[1], ":17: mx.recipe_name = \"mxfp8\" has no effect here"));
@@ -882,6 +883,11 @@ static void test_torchtitan_older_names(void **state) {
     assert_non_null(strstr(text, "local_batch_size = 3\n"));
     free(text);
     config_free(&c);
+    char *lb[] = {"--training.debug_moe_force_load_balance=true"};
+    JobConfig d;
+    load_ok(&d, "", 1, lb);
+    assert_int_equal(d.debug.moe_force_load_balance, 1);
+    config_free(&d);
     expect_file_error("[float8]\nemulate = 1\n", 0, NULL,
                       "2: float8.emulate = 1 has the wrong type (an integer); expected true or "
                       "false");

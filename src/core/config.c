@@ -164,6 +164,8 @@ static const KeyDesc KEYS[] = {
      "true or false", "checkpoint.enable"},
     {"validation", "enabled", K_BOOL, OFF(validation.enable), 0, 0, 0, 0, 0, NULL, "true or false",
      "validation.enable"},
+    {"training", "debug_moe_force_load_balance", K_BOOL, OFF(debug.moe_force_load_balance), 0, 0, 0,
+     0, 0, NULL, "true or false", "debug.moe_force_load_balance"},
     /* torchtitan moved these two to [debug]; both names set the one field. */
     {"debug", "seed", K_I64, OFF(training.seed), 0, 9.2e18, 0, 0, 0, NULL, "an integer >= 0",
      "training.seed"},
