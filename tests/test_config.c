@@ -883,10 +883,15 @@ static void test_torchtitan_older_names(void **state) {
     assert_non_null(strstr(text, "local_batch_size = 3\n"));
     free(text);
     config_free(&c);
-    char *lb[] = {"--training.debug_moe_force_load_balance=true"};
+    char *lb[] = {"--training.debug_moe_force_load_balance=true", "--lr_scheduler.lr_min=0.1",
+                  "--job.print_args=true", "--checkpoint.model_weights_only=true"};
     JobConfig d;
-    load_ok(&d, "", 1, lb);
+    load_ok(&d, "[checkpoint]\nlast_save_model_only = false\n", 4, lb);
     assert_int_equal(d.debug.moe_force_load_balance, 1);
+    assert_true(d.lr_scheduler.min_lr_factor == 0.1);
+    assert_int_equal(d.job.print_config, 1);
+    assert_int_equal(d.checkpoint.last_save_model_only, 1);
+    assert_int_equal(d.n_notices, 0);
     config_free(&d);
     expect_file_error("[float8]\nemulate = 1\n", 0, NULL,
                       "2: float8.emulate = 1 has the wrong type (an integer); expected true or "

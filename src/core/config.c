@@ -164,6 +164,12 @@ static const KeyDesc KEYS[] = {
      "true or false", "checkpoint.enable"},
     {"validation", "enabled", K_BOOL, OFF(validation.enable), 0, 0, 0, 0, 0, NULL, "true or false",
      "validation.enable"},
+    {"job", "print_args", K_BOOL, OFF(job.print_config), 0, 0, 0, 0, 0, NULL, "true or false",
+     "job.print_config"},
+    {"lr_scheduler", "lr_min", K_FLOAT, OFF(lr_scheduler.min_lr_factor), 0, 1, 0, 0, 0, NULL,
+     "a number in [0, 1]", "lr_scheduler.min_lr_factor"},
+    {"checkpoint", "model_weights_only", K_BOOL, OFF(checkpoint.last_save_model_only), 0, 0, 0, 0,
+     0, NULL, "true or false", "checkpoint.last_save_model_only"},
     {"training", "debug_moe_force_load_balance", K_BOOL, OFF(debug.moe_force_load_balance), 0, 0, 0,
      0, 0, NULL, "true or false", "debug.moe_force_load_balance"},
     /* torchtitan moved these two to [debug]; both names set the one field. */

@@ -34,7 +34,6 @@ const CompatKey CONFIG_COMPAT[] = {
     R("job", "custom_config_module", 's', "\"\"",
       "qtitan has no Python modules to extend its config with"),
     N("job", "use_for_integration_test", 'b', "*", ""),
-    N("job", "print_args", 'b', "false", "this older name is job.print_config now"),
 
     N("profiling", "profiler_active", 'i', NULL,
       "each profiled step is traced whole; profile_freq picks the steps"),
@@ -62,8 +61,6 @@ const CompatKey CONFIG_COMPAT[] = {
 
     R("lr_scheduler", "total_steps", 'i', NULL,
       "qtitan's schedule spans training.steps; set training.steps instead"),
-    R("lr_scheduler", "lr_min", 'n', NULL,
-      "this older name is lr_scheduler.min_lr_factor now; set that instead"),
 
     N("training", "enable_cpu_offload", 'b', "false",
       "parameters, gradients and optimizer state already live in host memory"),
