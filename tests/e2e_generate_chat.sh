@@ -128,6 +128,28 @@ fi
 grep -q "empty.jsonl holds no conversation" "$TMP/err" || fail "--messages empty: $(cat "$TMP/err")"
 echo "--messages: 3 conversations' prompt ids equal apply_chat_template's; bad input refused"
 
+# --interactive: stdin's lines are user turns of one conversation; turn 1 is generate --chat's,
+# turn 2 continues the conversation with turn 1's answer as --messages would; /reset starts
+# over (the system turn kept).
+ia=(--checkpoint "$TMP/run/checkpoint" --system "You are terse." --temperature 0 --max-new-tokens 6 --json)
+printf 'What is 2+2?\nAnd 3+3?\n/reset\nWhat is 2+2?\n/exit\nignored\n' |
+  "$QT" generate "${ia[@]}" --interactive >"$TMP/i.out" 2>"$TMP/err" || fail "--interactive: $(cat "$TMP/err")"
+[ "$(wc -l <"$TMP/i.out")" = 3 ] || fail "--interactive: $(cat "$TMP/i.out")"
+turn() { sed -n "$1p" "$TMP/i.out" | jq -c '[.prompt_ids, .ids]'; }
+one=$("$QT" generate "${ia[@]}" --chat --prompt "What is 2+2?" 2>/dev/null | jq -c '[.prompt_ids, .ids]')
+[ "$(turn 1)" = "$one" ] && [ "$(turn 3)" = "$one" ] || fail "--interactive turn 1 $(turn 1), /reset $(turn 3), --chat $one"
+jq -c '{messages: [{role: "system", content: "You are terse."}, {role: "user", content: "What is 2+2?"},
+  {role: "assistant", content: .text}, {role: "user", content: "And 3+3?"}]}' <(sed -n 1p "$TMP/i.out") >"$TMP/conv.jsonl"
+two=$("$QT" generate --checkpoint "$TMP/run/checkpoint" --messages "$TMP/conv.jsonl" --temperature 0 \
+  --max-new-tokens 6 --json 2>/dev/null | jq -c '[.prompt_ids, .ids]')
+[ "$(turn 2)" = "$two" ] || fail "--interactive turn 2 $(turn 2), --messages $two"
+if "$QT" generate --checkpoint "$TMP/run/checkpoint" --interactive --prompt hi </dev/null >/dev/null 2>"$TMP/err"; then
+  fail "--interactive with --prompt was accepted"
+fi
+grep -q "give one of --prompt TEXT, --prompt-file F, --messages F or --interactive" "$TMP/err" ||
+  fail "--interactive --prompt: $(cat "$TMP/err")"
+echo "--interactive: turn 1 is --chat's, turn 2 --messages' with turn 1's answer, /reset starts over"
+
 # --tools: a file that is not an array of tool definitions, and --tools without --chat.
 printf '{"name": "f"}\n' >"$TMP/tools_obj.json"
 printf '[{"name": "f"},\n "g"]\n' >"$TMP/tools_str.json"

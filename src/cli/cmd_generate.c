@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "core/fs.h"
@@ -23,7 +24,8 @@
 
 static const char *USAGE =
     "usage: qtitan generate (--model HFDIR | --checkpoint STEP_DIR)\n"
-    "                       (--prompt TEXT | --prompt-file F | --messages F) [options]\n"
+    "                       (--prompt TEXT | --prompt-file F | --messages F | --interactive)\n"
+    "                       [options]\n"
     "\n"
     "Continues each prompt with the model and prints the new text: one prompt streams it to\n"
     "stdout as it comes; a prompt file (one prompt a line; blank lines skipped) runs its\n"
@@ -48,6 +50,10 @@ static const char *USAGE =
     "                         or ShareGPT's conversations / from / value), each rendered in\n"
     "                         the chat format with the open assistant turn (implies --chat;\n"
     "                         a line's own tools win over --tools); run as one batch\n"
+    "  --interactive          chat: each line of stdin is a user turn, answered (streamed)\n"
+    "                         with the whole conversation so far in the chat format; /reset\n"
+    "                         starts a new one, /exit or the end of input ends (implies\n"
+    "                         --chat; turn T samples from --seed + T)\n"
     "  --chat-template PATH   with --chat: render with this template (a .jinja file, a\n"
     "                         tokenizer_config.json or a folder), as apply_chat_template(\n"
     "                         chat_template=...) does; default: the --adapter folder's when it\n"
@@ -86,7 +92,7 @@ typedef struct GenArgs {
     const char *messages_file; /* --messages: conversations to continue, one a line */
     int64_t *linenos;          /* with --messages: each conversation's line in the file */
     json_t *tools;             /* --tools FILE's array, read by generate_run */
-    int chat, thinking, json;
+    int chat, thinking, json, interactive;
     long max_new;
     SampleParams sp;
     /* Which of --max-new-tokens, --temperature, --top-k, --top-p, --min-p,
@@ -134,6 +140,10 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
         }
         if (strcmp(o, "--json") == 0) {
             a->json = 1;
+            continue;
+        }
+        if (strcmp(o, "--interactive") == 0) {
+            a->interactive = 1;
             continue;
         }
         if (i + 1 >= argc)
@@ -202,9 +212,10 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
     if (!a->model == !a->checkpoint)
         return err_set(
             err, "give one of --model HFDIR or --checkpoint STEP_DIR (see qtitan generate --help)");
-    if (!!a->prompt + !!a->prompt_file + !!a->messages_file != 1)
-        return err_set(err, "give one of --prompt TEXT, --prompt-file F or --messages F (see "
-                            "qtitan generate --help)");
+    if (!!a->prompt + !!a->prompt_file + !!a->messages_file + a->interactive != 1)
+        return err_set(err, "give one of --prompt TEXT, --prompt-file F, --messages F or "
+                            "--interactive (see qtitan generate --help)");
+    if (a->interactive) a->chat = 1;
     if (a->messages_file && a->system)
         return err_set(err, "--system does not apply to --messages: a conversation gives its own "
                             "system turn");
@@ -369,44 +380,168 @@ static int apply_gen_config(GenArgs *a, InferModel *im, Err *err) {
     return 0;
 }
 
+static void print_stats(const GenStats *st, int n, const char *dtype) {
+    fprintf(stderr,
+            "generate: prompt %ld tokens in %.3f s (%.1f tokens/s), generation %ld tokens in %.3f "
+            "s (%.1f tokens/s), %d sequence%s, %s\n",
+            st->prompt_tokens, st->prefill_s, st->prompt_tokens / fmax(st->prefill_s, 1e-9),
+            st->new_tokens, st->decode_s, st->new_tokens / fmax(st->decode_s, 1e-9), n,
+            n == 1 ? "" : "s", dtype);
+}
+
+/* The model, its generation_config.json and (with --chat) its chat format, for a run. */
+static int open_for_generation(GenArgs *a, InferModel *im, ChatFormat **cf, Err *err) {
+    *cf = NULL;
+    TRY(cli_open_model(im, a->model, a->checkpoint, a->adapter, 1, 1,
+                       strcmp(a->dtype, "bfloat16") == 0, err));
+    int rc = apply_gen_config(a, im, err);
+    if (rc == 0 && !im->tok)
+        rc = err_set(err, "%s has no tokenizer.json; generate needs one to encode the prompt",
+                     im->dir);
+    if (rc == 0 && a->chat &&
+        !(*cf = chat_format_load_at(im->tok, cli_chat_template(a->chat_template, a->adapter), err)))
+        rc = -1;
+    if (rc) infer_model_close(im);
+    return rc;
+}
+
+/* Whether ids (n tokens) leave room for --max-new-tokens in the model's context, and are ids
+ * the model has; what names the prompt in the sentence. */
+static int check_prompt(const GenArgs *a, InferModel *im, const IdVec *ids, const char *what,
+                        Err *err) {
+    int ctx = im->m.spec.max_seq_len;
+    if (ids->n == 0) return err_set(err, "%s is empty: it encodes to no token", what);
+    if ((long)ids->n + a->max_new > ctx)
+        return err_set(err,
+                       "%s has %zu tokens; with --max-new-tokens %ld that exceeds the model's "
+                       "context of %d positions (max_position_embeddings in %s)",
+                       what, ids->n, a->max_new, ctx, im->dir);
+    return qwen3_check_tokens(&im->m, (const int32_t *)ids->ids, (long)ids->n, 0, "prompt", err);
+}
+
+/* One user line after another from stdin, each answered with the whole conversation so far
+ * rendered in the chat format (no cache is kept between turns: each turn prefills the
+ * conversation). The replies join the conversation as assistant turns, as transformers' chat
+ * keeps them. */
+static int interactive_run(GenArgs *a, Err *err) {
+    InferModel im;
+    ChatFormat *cf;
+    TRY(open_for_generation(a, &im, &cf, err));
+    ChatMessage *msgs = NULL;
+    char **texts = NULL; /* the messages' contents, owned */
+    size_t n = 0, cap = 0;
+    char *line = NULL;
+    size_t line_cap = 0;
+    int rc = 0, tty = isatty(0), turn = 0;
+    if (a->system) {
+        msgs = xcalloc(cap = 8, sizeof *msgs), texts = xcalloc(cap, sizeof *texts);
+        texts[0] = xstrdup(a->system);
+        msgs[n++] = (ChatMessage){
+            .role = CHAT_SYSTEM, .content = texts[0], .content_len = strlen(texts[0])};
+    }
+    size_t first = n; /* /reset keeps the system turn */
+    for (;;) {
+        if (tty) fputs("> ", stderr);
+        ssize_t len = getline(&line, &line_cap, stdin);
+        if (len < 0) break;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+            line[--len] = '\0';
+        if (len == 0) continue;
+        if (strcmp(line, "/exit") == 0) break;
+        if (strcmp(line, "/reset") == 0) {
+            for (size_t k = first; k < n; k++)
+                free(texts[k]);
+            n = first;
+            fputs("(a new conversation)\n", stderr);
+            continue;
+        }
+        if (n + 2 > cap) {
+            cap = cap ? 2 * cap : 8;
+            msgs = xrealloc(msgs, cap * sizeof *msgs);
+            texts = xrealloc(texts, cap * sizeof *texts);
+        }
+        texts[n] = xstrdup(line);
+        msgs[n] = (ChatMessage){.role = CHAT_USER, .content = texts[n], .content_len = (size_t)len};
+        n++;
+        ChatTokens ct = {0};
+        ChatOptions opt = {
+            .add_generation_prompt = 1, .enable_thinking = a->thinking, .tools = a->tools};
+        IdVec ids = {0};
+        char what[48];
+        snprintf(what, sizeof what, "the conversation at turn %d", turn + 1);
+        rc = chat_render(cf, msgs, n, opt, &ct, err);
+        for (size_t k = 0; rc == 0 && k < ct.n; k++)
+            idvec_push(&ids, ct.ids[k]);
+        chat_tokens_free(&ct);
+        if (rc == 0) rc = check_prompt(a, &im, &ids, what, err);
+        Decoder d = {0};
+        GenOutput out = {0};
+        GenStats st = {0};
+        if (rc == 0) rc = decoder_create(&d, &im.m, 1, (int)ids.n + (int)a->max_new, err);
+        if (rc == 0) {
+            const int32_t *ptr = (const int32_t *)ids.ids;
+            int plen = (int)ids.n;
+            GenOptions o = {.max_new_tokens = (int)a->max_new,
+                            .sample = a->sp,
+                            .seed = a->seed + (unsigned long long)turn,
+                            .eos = im.eos,
+                            .n_eos = im.n_eos,
+                            .stop = a->stop,
+                            .n_stop = a->n_stop};
+            rc = generate(&d, im.tok, &ptr, &plen, 1, &o, &out, a->json ? NULL : stream_stdout,
+                          NULL, &st, err);
+        }
+        if (rc == 0) {
+            if (a->json)
+                print_json(line, &ids, &out);
+            else
+                putchar('\n');
+            fflush(stdout);
+            print_stats(&st, 1, a->dtype);
+            texts[n] = xmalloc(out.text_len + 1);
+            memcpy(texts[n], out.text ? out.text : "", out.text_len);
+            texts[n][out.text_len] = '\0';
+            msgs[n] = (ChatMessage){
+                .role = CHAT_ASSISTANT, .content = texts[n], .content_len = out.text_len};
+            n++;
+            turn++;
+        }
+        gen_output_free(&out);
+        decoder_free(&d);
+        idvec_free(&ids);
+        if (rc) break;
+    }
+    for (size_t k = 0; k < n; k++)
+        free(texts[k]);
+    free(texts), free(msgs), free(line);
+    chat_format_free(cf);
+    infer_model_close(&im);
+    return rc;
+}
+
 static int generate_run(GenArgs *a, Err *err) {
+    if (a->interactive) return interactive_run(a, err);
     PromptLines pr;
     TRY(read_prompts(&pr, a, err));
     InferModel im;
-    if (cli_open_model(&im, a->model, a->checkpoint, a->adapter, 1, 1,
-                       strcmp(a->dtype, "bfloat16") == 0, err)) {
+    ChatFormat *cf;
+    if (open_for_generation(a, &im, &cf, err)) {
         prompt_lines_free(&pr);
         return -1;
     }
-    int rc = apply_gen_config(a, &im, err);
-    ChatFormat *cf = NULL;
-    if (!im.tok)
-        rc = err_set(err, "%s has no tokenizer.json; generate needs one to encode the prompt",
-                     im.dir);
-    if (rc == 0 && a->chat &&
-        !(cf = chat_format_load_at(im.tok, cli_chat_template(a->chat_template, a->adapter), err)))
-        rc = -1;
+    int rc = 0;
     IdVec *ids = xcalloc((size_t)pr.n, sizeof *ids);
     const int32_t **ptr = xcalloc((size_t)pr.n, sizeof *ptr);
     int *lens = xcalloc((size_t)pr.n, sizeof *lens);
-    int longest = 0, ctx = im.m.spec.max_seq_len;
+    int longest = 0;
     for (int i = 0; i < pr.n && rc == 0; i++) {
         rc = encode_prompt(a, im.tok, cf, pr.text[i], i, &ids[i], err);
-        if (rc) break;
-        if (ids[i].n == 0) {
-            rc = err_set(err, "prompt %d is empty: it encodes to no token", i + 1);
-        } else if ((long)ids[i].n + a->max_new > ctx) {
-            rc = err_set(err,
-                         "prompt %d has %zu tokens; with --max-new-tokens %ld that exceeds the "
-                         "model's context of %d positions (max_position_embeddings in %s)",
-                         i + 1, ids[i].n, a->max_new, ctx, im.dir);
-        } else {
-            rc = qwen3_check_tokens(&im.m, (const int32_t *)ids[i].ids, (long)ids[i].n, 0, "prompt",
-                                    err);
-            ptr[i] = (const int32_t *)ids[i].ids;
-            lens[i] = (int)ids[i].n;
-            if (lens[i] > longest) longest = lens[i];
-        }
+        char what[32];
+        snprintf(what, sizeof what, "prompt %d", i + 1);
+        if (rc == 0) rc = check_prompt(a, &im, &ids[i], what, err);
+        ptr[i] = (const int32_t *)ids[i].ids;
+        lens[i] = (int)ids[i].n;
+        if (lens[i] > longest) longest = lens[i];
     }
     Decoder d = {0};
     GenOutput *out = xcalloc((size_t)pr.n, sizeof *out);
@@ -434,13 +569,7 @@ static int generate_run(GenArgs *a, Err *err) {
         }
         fflush(stdout);
     }
-    if (rc == 0)
-        fprintf(stderr,
-                "generate: prompt %ld tokens in %.3f s (%.1f tokens/s), generation %ld tokens "
-                "in %.3f s (%.1f tokens/s), %d sequence%s, %s\n",
-                st.prompt_tokens, st.prefill_s, st.prompt_tokens / fmax(st.prefill_s, 1e-9),
-                st.new_tokens, st.decode_s, st.new_tokens / fmax(st.decode_s, 1e-9), pr.n,
-                pr.n == 1 ? "" : "s", a->dtype);
+    if (rc == 0) print_stats(&st, pr.n, a->dtype);
     decoder_free(&d);
     for (int i = 0; i < pr.n; i++)
         idvec_free(&ids[i]);
