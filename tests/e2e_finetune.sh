@@ -52,6 +52,31 @@ done
 cmp -s "$hf/model.safetensors" "$tmp/ft2/checkpoint/step-3/hf/model.safetensors" \
   && { echo "FAIL: training with lr 1e-3 left the weights unchanged"; exit 1; }
 
+# A longer context with YaRN through [model] fields (rope_scaling, rope_factor,
+# rope_original_max_seq_len, max_seq_len): bitwise the losses of the same directory whose
+# config.json carries the setting (and not those without it); the export writes it there.
+yarn=(--model.rope_scaling=yarn --model.rope_factor=4 --model.rope_original_max_seq_len=16
+      --model.max_seq_len=128)
+ftl() { "$q" train --config "$tmp/ft.toml" "${common[@]}" --optimizer.lr=1e-3 --training.steps=2 "$@" 2>&1; }
+ftl "${yarn[@]}" --job.dump_folder="$tmp/ya" >"$tmp/ya.log" || { cat "$tmp/ya.log"; echo "FAIL: yarn fields"; exit 1; }
+cp -r "$hf" "$tmp/hfy"
+jq '.rope_scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}
+    | .max_position_embeddings = 128' "$hf/config.json" >"$tmp/hfy/config.json"
+ftl --model.hf_assets_path="$tmp/hfy" --checkpoint.initial_load_path="$tmp/hfy" \
+  --job.dump_folder="$tmp/yb" >"$tmp/yb.log" || { cat "$tmp/yb.log"; echo "FAIL: yarn config.json"; exit 1; }
+ftl --job.dump_folder="$tmp/yc" >"$tmp/yc.log" || { cat "$tmp/yc.log"; echo "FAIL: no yarn"; exit 1; }
+lv() { grep '^step: ' "$1" | awk '{print $4, $6}'; }
+[ "$(lv "$tmp/ya.log")" = "$(lv "$tmp/yb.log")" ] && [ "$(lv "$tmp/ya.log")" != "$(lv "$tmp/yc.log")" ] ||
+  { paste <(lv "$tmp/ya.log") <(lv "$tmp/yb.log") <(lv "$tmp/yc.log"); echo "FAIL: yarn fields vs config.json"; exit 1; }
+[ "$(jq -c '[.max_position_embeddings, .rope_scaling.rope_type, .rope_scaling.factor,
+    .rope_scaling.original_max_position_embeddings]' "$tmp/ya/checkpoint/step-2/hf/config.json")" = '[128,"yarn",4,16]' ] ||
+  { cat "$tmp/ya/checkpoint/step-2/hf/config.json"; echo "FAIL: the export lacks the yarn setting"; exit 1; }
+"$q" train --config "$tmp/ft.toml" "${common[@]}" --model.rope_scaling=yarn --model.rope_factor=4 \
+  --job.dump_folder="$tmp/yd" >"$tmp/yd.log" 2>&1 &&
+  { echo "FAIL: yarn without rope_original_max_seq_len was accepted"; exit 1; }
+grep -q "rope_original_max_seq_len = 0: rope_scaling yarn needs the context the model was trained with" "$tmp/yd.log" ||
+  { cat "$tmp/yd.log"; echo "FAIL: yarn without its original context: no sentence"; exit 1; }
+
 # A published fp8 checkpoint fine-tuned (tests/fixtures/generate/cli_tiny_fp8, stored as Qwen's
 # -FP8 releases are: F8_E4M3 projections with weight_scale_inv, quantization_config): the weights
 # load dequantized (torchtitan's initial_load_in_hf_quantized is accepted with a notice), a

@@ -250,6 +250,12 @@ static void test_command_line_errors(void **state) {
     char *a8[] = {"--model.n_layers=two"};
     assert_int_equal(config_load(&c, NULL, 1, a8, &err), -1);
     assert_non_null(strstr(err.msg, "model.n_layers = \"two\" has the wrong type"));
+    expect_file_error(
+        "[model]\nrope_scaling = 3\n", 0, NULL,
+        "2: model.rope_scaling = 3 has the wrong type (an integer); expected a string");
+    expect_file_error("[model]\nrope_scaling = \"ntk\"\n", 0, NULL,
+                      "2: model field rope_scaling = \"ntk\" is not one of \"none\", \"linear\", "
+                      "\"yarn\"");
     char *a9[] = {"--training.device=gpu"};
     assert_int_equal(config_load(&c, NULL, 1, a9, &err), -1);
     assert_string_equal(err.msg, "command line: training.device = \"gpu\" is not allowed; "
@@ -568,11 +574,12 @@ static void test_dump_roundtrip(void **state) {
                     "--training.seed=99",
                     "--model.n_layers=2",
                     "--checkpoint.export_dtype=bfloat16",
-                    "--training.max_norm=inf"};
+                    "--training.max_norm=inf",
+                    "--model.rope_scaling=yarn"};
     load_ok(&a,
             "[model]\nnorm_eps = 1e-5\n[[override]]\ntarget = \"a.*\"\nkernel = \"k\"\n"
             "description = \"d\"\n",
-            7, argv);
+            8, argv);
     char *text = dump_to_string(&a);
     load_ok(&b, text, 0, NULL);
     char *text2 = dump_to_string(&b);
@@ -583,8 +590,11 @@ static void test_dump_roundtrip(void **state) {
     assert_true(b.training.seed == 99);
     assert_int_equal(b.checkpoint.export_dtype, DT_BF16);
     assert_true(isinf(b.training.max_norm) && b.training.max_norm > 0);
-    assert_int_equal(b.model.n_fields, 2);
+    assert_int_equal(b.model.n_fields, 3);
     assert_string_equal(b.model.fields[1].value, "2");
+    /* A string field is written as a TOML string. */
+    assert_non_null(strstr(text, "\nrope_scaling = \"yarn\"\n"));
+    assert_string_equal(b.model.fields[2].value, "yarn");
     assert_int_equal(b.n_overrides, 1);
     assert_string_equal(b.overrides[0].description, "d");
     free(text);

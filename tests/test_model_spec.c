@@ -103,9 +103,26 @@ static void test_set_field(void **state) {
     assert_int_equal(model_spec_set_field(&s, "norm_eps", "inf", &err), -1);
     assert_int_equal(model_spec_set_field(&s, "tie_embeddings", "yes", &err), -1);
     assert_non_null(strstr(err.msg, "is not a boolean"));
+    /* RoPE scaling: a string field and its numbers; the native flavors start with YaRN's
+     * defaults ready (beta_fast 32, beta_slow 1, truncate). */
+    assert_true(s.rope_scaling.type == ROPE_PLAIN && s.rope_scaling.beta_fast == 32 &&
+                s.rope_scaling.beta_slow == 1 && s.rope_scaling.truncate == 1);
+    assert_true(model_spec_field_is_string("rope_scaling") && !model_spec_field_is_string("dim"));
+    assert_int_equal(model_spec_set_field(&s, "rope_scaling", "yarn", &err), 0);
+    assert_int_equal(s.rope_scaling.type, ROPE_YARN);
+    assert_int_equal(model_spec_set_field(&s, "rope_factor", "4", &err), 0);
+    assert_int_equal(model_spec_set_field(&s, "rope_original_max_seq_len", "32768", &err), 0);
+    assert_true(s.rope_scaling.factor == 4 && s.rope_scaling.original_max_seq_len == 32768);
+    assert_int_equal(model_spec_set_field(&s, "rope_scaling", "dynamic", &err), -1);
+    assert_string_equal(err.msg, "model field rope_scaling = \"dynamic\" is not one of \"none\", "
+                                 "\"linear\", \"yarn\"");
     /* Every listed field name is settable. */
-    for (int i = 0; i < MODEL_SPEC_NFIELDS; i++)
-        assert_int_equal(model_spec_set_field(&s, model_spec_field_name(i), "1", &err), 0);
+    for (int i = 0; i < MODEL_SPEC_NFIELDS; i++) {
+        const char *name = model_spec_field_name(i);
+        assert_int_equal(
+            model_spec_set_field(&s, name, model_spec_field_is_string(name) ? "none" : "1", &err),
+            0);
+    }
 }
 
 static void expect_invalid(const ModelSpec *s, const char *frag) {
@@ -152,6 +169,21 @@ static void test_validate(void **state) {
     s = base;
     s.load_balance_coeff = -1;
     expect_invalid(&s, "load_balance_coeff");
+    /* RoPE scaling: a factor, and for YaRN the original context and positive ramp bounds. */
+    s = base;
+    s.rope_scaling.type = ROPE_LINEAR;
+    expect_invalid(&s, "rope_factor = 0 must be a finite number > 0 (rope_scaling linear)");
+    s.rope_scaling.factor = 2;
+    assert_int_equal(model_spec_validate(&s, &err), 0);
+    s.rope_scaling.type = ROPE_YARN;
+    expect_invalid(&s, "rope_original_max_seq_len = 0: rope_scaling yarn needs the context");
+    s.rope_scaling.original_max_seq_len = 4096;
+    assert_int_equal(model_spec_validate(&s, &err), 0);
+    s.rope_scaling.beta_slow = 0;
+    expect_invalid(&s, "rope_beta_slow = 0 must be");
+    s.rope_scaling.beta_slow = 1;
+    s.rope_scaling.attention_factor = -1;
+    expect_invalid(&s, "rope_attention_factor = -1");
     /* A dense FFN size is needed only when some layer is dense. */
     s = base;
     s.hidden_dim = 0;

@@ -500,24 +500,21 @@ const char *config_origin(const JobConfig *cfg, const char *dotted_key) {
 static int set_model_field(JobConfig *cfg, const char *field, const TomlValue *v, int line,
                            const char *where, Err *err) {
     char text[64];
-    switch (v->type) {
-    case TOML_INT:
+    int string = model_spec_field_is_string(field);
+    if (string && v->type == TOML_STRING)
+        snprintf(text, sizeof text, "%s", v->s);
+    else if (!string && v->type == TOML_INT)
         snprintf(text, sizeof text, "%lld", (long long)v->i);
-        break;
-    case TOML_FLOAT:
+    else if (!string && v->type == TOML_FLOAT)
         fmt_double(text, sizeof text, v->f);
-        break;
-    case TOML_BOOL:
+    else if (!string && v->type == TOML_BOOL)
         snprintf(text, sizeof text, "%s", v->b ? "true" : "false");
-        break;
-    default: {
+    else {
         char shown[256];
         fmt_value(shown, sizeof shown, v);
-        return err_set(err,
-                       "%s: model.%s = %s has the wrong type (%s); expected a number or a "
-                       "boolean",
-                       where, field, shown, toml_type_name(v->type));
-    }
+        return err_set(err, "%s: model.%s = %s has the wrong type (%s); expected %s", where, field,
+                       shown, toml_type_name(v->type),
+                       string ? "a string" : "a number or a boolean");
     }
     ModelSpec scratch;
     memset(&scratch, 0, sizeof scratch);
@@ -1250,9 +1247,15 @@ void config_dump(const JobConfig *cfg, FILE *f) {
             }
             fputc('\n', f);
         }
-        if (strcmp(sec, "model") == 0)
-            for (int i = 0; i < cfg->model.n_fields; i++)
-                fprintf(f, "%s = %s\n", cfg->model.fields[i].field, cfg->model.fields[i].value);
+        for (int i = 0; strcmp(sec, "model") == 0 && i < cfg->model.n_fields; i++) {
+            const ModelFieldSet *m = &cfg->model.fields[i];
+            fprintf(f, "%s = ", m->field);
+            if (model_spec_field_is_string(m->field))
+                dump_string(f, m->value);
+            else
+                fputs(m->value, f);
+            fputc('\n', f);
+        }
     }
     for (int i = 0; i < cfg->n_overrides; i++) {
         const KernelOverride *o = &cfg->overrides[i];

@@ -63,6 +63,7 @@ int model_spec_flavor(ModelSpec *spec, const char *flavor, Err *err) {
     spec->max_seq_len = f->max_seq_len;
     spec->norm_eps = 1e-6;
     spec->rope_theta = 1e6;
+    model_spec_rope_defaults(&spec->rope_scaling);
     spec->tie_embeddings = f->tie;
     spec->num_experts = f->num_experts;
     spec->top_k = f->top_k;
@@ -74,7 +75,10 @@ int model_spec_flavor(ModelSpec *spec, const char *flavor, Err *err) {
     return 0;
 }
 
-typedef enum { F_INT, F_FLOAT, F_BOOL } FieldKind;
+typedef enum { F_INT, F_FLOAT, F_BOOL, F_ROPE_TYPE } FieldKind;
+
+/* rope_scaling's values, RopeScalingType's order. */
+static const char *const ROPE_TYPES[] = {"none", "linear", "yarn"};
 
 typedef struct Field {
     const char *name;
@@ -93,6 +97,13 @@ static const Field FIELDS[] = {
     {"max_seq_len", F_INT, offsetof(ModelSpec, max_seq_len)},
     {"norm_eps", F_FLOAT, offsetof(ModelSpec, norm_eps)},
     {"rope_theta", F_FLOAT, offsetof(ModelSpec, rope_theta)},
+    {"rope_scaling", F_ROPE_TYPE, offsetof(ModelSpec, rope_scaling.type)},
+    {"rope_factor", F_FLOAT, offsetof(ModelSpec, rope_scaling.factor)},
+    {"rope_original_max_seq_len", F_INT, offsetof(ModelSpec, rope_scaling.original_max_seq_len)},
+    {"rope_attention_factor", F_FLOAT, offsetof(ModelSpec, rope_scaling.attention_factor)},
+    {"rope_beta_fast", F_FLOAT, offsetof(ModelSpec, rope_scaling.beta_fast)},
+    {"rope_beta_slow", F_FLOAT, offsetof(ModelSpec, rope_scaling.beta_slow)},
+    {"rope_truncate", F_BOOL, offsetof(ModelSpec, rope_scaling.truncate)},
     {"tie_embeddings", F_BOOL, offsetof(ModelSpec, tie_embeddings)},
     {"num_experts", F_INT, offsetof(ModelSpec, num_experts)},
     {"top_k", F_INT, offsetof(ModelSpec, top_k)},
@@ -142,6 +153,14 @@ int model_spec_set_field(ModelSpec *spec, const char *field, const char *value, 
         *(double *)p = v;
         return 0;
     }
+    case F_ROPE_TYPE:
+        for (int t = 0; t < (int)(sizeof ROPE_TYPES / sizeof ROPE_TYPES[0]); t++)
+            if (strcmp(value, ROPE_TYPES[t]) == 0) {
+                *(RopeScalingType *)p = (RopeScalingType)t;
+                return 0;
+            }
+        return err_set(err, "model field %s = \"%s\" is not one of \"none\", \"linear\", \"yarn\"",
+                       field, value);
     case F_BOOL:
         if (strcmp(value, "true") == 0 || strcmp(value, "1") == 0) {
             *(int *)p = 1;
@@ -154,6 +173,19 @@ int model_spec_set_field(ModelSpec *spec, const char *field, const char *value, 
         return 0;
     }
     return err_set(err, "model field %s has no parser", field);
+}
+
+int model_spec_field_is_string(const char *field) {
+    for (int i = 0; i < NFIELDS; i++)
+        if (strcmp(FIELDS[i].name, field) == 0) return FIELDS[i].kind == F_ROPE_TYPE;
+    return 0;
+}
+
+void model_spec_rope_defaults(RopeScaling *r) {
+    memset(r, 0, sizeof *r);
+    r->beta_fast = 32;
+    r->beta_slow = 1;
+    r->truncate = 1;
 }
 
 int model_spec_field_is_bool(const char *field) {
@@ -194,6 +226,33 @@ int model_spec_validate(const ModelSpec *s, Err *err) {
         return err_set(err, "model norm_eps = %g must be a finite number > 0", s->norm_eps);
     if (!(s->rope_theta > 0) || !isfinite(s->rope_theta))
         return err_set(err, "model rope_theta = %g must be a finite number > 0", s->rope_theta);
+    const RopeScaling *r = &s->rope_scaling;
+    if (r->type != ROPE_PLAIN) {
+        const char *t = ROPE_TYPES[r->type];
+        if (!(r->factor > 0) || !isfinite(r->factor))
+            return err_set(err,
+                           "model rope_factor = %g must be a finite number > 0 (rope_scaling %s)",
+                           r->factor, t);
+        if (r->type == ROPE_YARN) {
+            if (r->original_max_seq_len < 1 || r->original_max_seq_len > 1 << 24)
+                return err_set(err,
+                               "model rope_original_max_seq_len = %d: rope_scaling yarn needs the "
+                               "context the model was trained with, an integer in [1, %d] (Qwen3: "
+                               "32768)",
+                               r->original_max_seq_len, 1 << 24);
+            if (!(r->beta_fast > 0) || !isfinite(r->beta_fast) || !(r->beta_slow > 0) ||
+                !isfinite(r->beta_slow))
+                return err_set(err,
+                               "model rope_beta_fast = %g and rope_beta_slow = %g must be finite "
+                               "numbers > 0 (rope_scaling yarn)",
+                               r->beta_fast, r->beta_slow);
+            if (!(r->attention_factor >= 0) || !isfinite(r->attention_factor))
+                return err_set(err,
+                               "model rope_attention_factor = %g must be a finite number >= 0 (0 = "
+                               "from rope_factor)",
+                               r->attention_factor);
+        }
+    }
     TRY(check_int("num_experts", s->num_experts, 0, 4096, err));
     int any_dense = 0;
     for (int i = 0; i < s->n_layers; i++)

@@ -122,7 +122,7 @@ static int parse_rope(const json_t *root, const char *key, ModelSpec *s, int top
                        key, prf);
     TRY(get_num(r, "rope_theta", &s->rope_theta, 1e-30, what, err));
     RopeScaling *sc = &s->rope_scaling;
-    memset(sc, 0, sizeof *sc); /* padding too: specs are compared bytewise */
+    model_spec_rope_defaults(sc); /* padding zeroed too: specs are compared bytewise */
     if (strcmp(type, "default") == 0) return 0;
     char where[256];
     snprintf(where, sizeof where, "%s: %s", what, key);
@@ -153,7 +153,6 @@ static int parse_rope(const json_t *root, const char *key, ModelSpec *s, int top
         TRY(get_num(r, "beta_slow", &sc->beta_slow, 0, where, err));
         if (sc->beta_fast == 0) sc->beta_fast = 32;
         if (sc->beta_slow == 0) sc->beta_slow = 1;
-        sc->truncate = 1;
         TRY(json_opt_bool(r, "truncate", &sc->truncate, where, err));
     } else {
         return err_set(err,
@@ -245,6 +244,7 @@ static int parse_config(ModelSpec *s, HfConfigExtra *extra, const json_t *root, 
     int moe = 0;
     TRY(pick_arch(root, &moe, what, err));
     memset(s, 0, sizeof *s);
+    model_spec_rope_defaults(&s->rope_scaling);
     snprintf(s->flavor, sizeof s->flavor, "hf");
     /* transformers' defaults (Qwen3Config / Qwen3MoeConfig) for absent keys. */
     s->vocab_size = 151936;
