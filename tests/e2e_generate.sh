@@ -111,6 +111,7 @@ expect_error generate "top-p 0: must be in (0, 1]" --model "$FIX" --prompt hi --
 expect_error generate "top-p 1.5: must be in (0, 1]" --model "$FIX" --prompt hi --top-p 1.5
 expect_error generate "min-p 2: must be in \[0, 1\]" --model "$FIX" --prompt hi --min-p 2
 expect_error generate "repetition-penalty 0: must be a number > 0" --model "$FIX" --prompt hi --repetition-penalty 0
+expect_error generate "no-repeat-ngram-size -1: expected an integer >= 0" --model "$FIX" --prompt hi --no-repeat-ngram-size -1
 expect_error generate "max-new-tokens 0: expected an integer >= 1" --model "$FIX" --prompt hi --max-new-tokens 0
 expect_error generate "give one of --prompt" --model "$FIX"
 expect_error generate "model directory $TMP/none does not exist" --model "$TMP/none" --prompt hi

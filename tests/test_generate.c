@@ -141,6 +141,10 @@ static void test_parity_dense_reppen(void **state) {
     (void)state;
     check_case("dense_reppen");
 }
+static void test_parity_dense_norepeat(void **state) {
+    (void)state;
+    check_case("dense_norepeat");
+}
 static void test_parity_dense_yarn(void **state) {
     (void)state;
     check_case("dense_yarn");
@@ -300,6 +304,33 @@ static void test_repetition_penalty(void **state) {
     sampler_free(&smp);
 }
 
+/* The n-gram ban as transformers' NoRepeatNGramLogitsProcessor: the ids that followed each
+ * earlier occurrence of the last n - 1 ids are banned; nothing before n ids; n = 1 bans every
+ * id seen. */
+static void test_no_repeat_ngrams(void **state) {
+    (void)state;
+    const int32_t hist[] = {1, 2, 3, 1, 2, 4, 1, 2};
+    SampleParams sp = {.no_repeat_ngram_size = 3};
+    assert_true(sample_penalizes(&sp));
+    float sc[6];
+    for (int v = 0; v < 6; v++)
+        sc[v] = (float)v;
+    sample_ban_ngrams(sc, 6, hist, 8, &sp); /* "1 2" was followed by 3 and 4 */
+    const float want[6] = {0, 1, 2, -INFINITY, -INFINITY, 5};
+    assert_memory_equal(sc, want, sizeof want);
+    for (int v = 0; v < 6; v++)
+        sc[v] = (float)v;
+    sample_ban_ngrams(sc, 6, hist, 2, &sp); /* fewer than 3 ids: nothing */
+    for (int v = 0; v < 6; v++)
+        assert_true(sc[v] == (float)v);
+    sp.no_repeat_ngram_size = 1;
+    sample_ban_ngrams(sc, 6, hist, 8, &sp);
+    for (int v = 0; v < 6; v++)
+        assert_true(v >= 1 && v <= 4 ? isinf(sc[v]) : sc[v] == (float)v);
+    sp.no_repeat_ngram_size = 0;
+    assert_false(sample_penalizes(&sp));
+}
+
 static void test_filters(void **state) {
     (void)state;
     Sampler s;
@@ -438,6 +469,8 @@ static void test_gen_config(void **state) {
          * above 1 would change transformers' output and is listed. */
         assert_float_equal(gc.sp.repetition_penalty,
                            json_number_value(json_object_get(c, "repetition_penalty")), 1e-6);
+        assert_int_equal(gc.sp.no_repeat_ngram_size,
+                         json_integer_value(json_object_get(c, "no_repeat_ngram_size")));
         const json_t *nb = json_object_get(json_object_get(c, "file"), "num_beams");
         int listed = strstr(gc.ignored, "num_beams = ") != NULL;
         assert_int_equal(listed, nb && json_number_value(nb) != 1.0);
@@ -463,6 +496,7 @@ static void test_gen_config(void **state) {
         {"{\"top_p\": 0}", "\"top_p\" must be in (0, 1]"},
         {"{\"min_p\": 2}", "\"min_p\" must be in [0, 1]"},
         {"{\"repetition_penalty\": 0}", "\"repetition_penalty\" must be > 0"},
+        {"{\"no_repeat_ngram_size\": 1.5}", "\"no_repeat_ngram_size\" must be a whole number >= 0"},
         {"{\"max_new_tokens\": 0}", "\"max_new_tokens\" must be a whole number >= 1"},
         {"{\"eos_token_id\": [\"x\"]}", "\"eos_token_id\" must be a token id"},
         {"{\"do_sample\": true", "generation_config.json"},
@@ -669,7 +703,9 @@ int main(void) {
         cmocka_unit_test(test_parity_dense_untied_mha),
         cmocka_unit_test(test_parity_dense_yarn),
         cmocka_unit_test(test_parity_dense_reppen),
+        cmocka_unit_test(test_parity_dense_norepeat),
         cmocka_unit_test(test_repetition_penalty),
+        cmocka_unit_test(test_no_repeat_ngrams),
         cmocka_unit_test(test_parity_moe),
         cmocka_unit_test(test_cache_matches_forward),
         cmocka_unit_test(test_bf16_only),

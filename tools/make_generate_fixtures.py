@@ -87,6 +87,11 @@ CASES = [
     dict(name="dense_reppen", seed=501, moe=False, lens=[4, 15],
          gen=dict(do_sample=False, repetition_penalty=1.3),
          cfg=dict(num_key_value_heads=2, tie_word_embeddings=False)),
+    # transformers' no_repeat_ngram_size (the prompt's n-grams count too), with sampling left
+    # greedy, likewise from the case's generation_config.json.
+    dict(name="dense_norepeat", seed=601, moe=False, lens=[3, 12],
+         gen=dict(do_sample=False, no_repeat_ngram_size=2),
+         cfg=dict(num_key_value_heads=4, tie_word_embeddings=True)),
     dict(name="dense_yarn", seed=401, moe=False, lens=[6, 19],
          cfg=dict(num_key_value_heads=2, tie_word_embeddings=True,
                   rope_scaling=dict(rope_type="yarn", factor=4.0,
@@ -389,6 +394,7 @@ GEN_CONFIGS = [
     {"do_sample": True, "repetition_penalty": 1.05, "top_p": 0.8, "top_k": 0, "eos_token_id": 7},
     {"do_sample": None, "temperature": 1.3, "num_beams": 1, "repetition_penalty": 1.0},
     {"do_sample": False, "num_beams": 4, "repetition_penalty": 1.2},
+    {"do_sample": True, "no_repeat_ngram_size": 3, "typical_p": 0.9},
 ]
 
 
@@ -406,6 +412,7 @@ def build_gen_configs(out_root):
                       "top_k": g.top_k, "top_p": g.top_p, "min_p": g.min_p or 0.0,
                       "max_new_tokens": g.max_new_tokens or 0,
                       "repetition_penalty": g.repetition_penalty or 1.0,
+                      "no_repeat_ngram_size": g.no_repeat_ngram_size or 0,
                       "eos": eos if isinstance(eos, list) else ([] if eos is None else [eos])})
     with open(os.path.join(out_root, "gen_configs.json"), "w") as f:
         json.dump(cases, f, indent=1)

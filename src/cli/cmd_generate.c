@@ -66,10 +66,10 @@ static const char *USAGE =
     "  --max-new-tokens N     default 128\n"
     "  --temperature T        0 = greedy; default 0.8\n"
     "                         (a model folder's generation_config.json gives the defaults of\n"
-    "                         these six sampling options instead, as transformers' generate()\n"
+    "                         these seven sampling options instead, as transformers' generate()\n"
     "                         takes them: greedy unless do_sample is true, then its\n"
     "                         temperature, top_k, top_p, min_p, or 1.0, 50, 1.0, none; and\n"
-    "                         its repetition_penalty, or 1)\n"
+    "                         its repetition_penalty and no_repeat_ngram_size, or 1 and 0)\n"
     "  --top-k K              keep the K most likely tokens (0 = off, the default)\n"
     "  --top-p P              keep the most likely tokens whose probabilities sum to P, in\n"
     "                         (0, 1]; default 1 (off)\n"
@@ -79,6 +79,9 @@ static const char *USAGE =
     "                         are divided by R where positive, multiplied where negative\n"
     "                         (transformers' repetition_penalty; greedy decoding too);\n"
     "                         default 1 (off)\n"
+    "  --no-repeat-ngram-size N  never complete an N-gram the prompt or the completion\n"
+    "                         already holds (transformers' no_repeat_ngram_size; greedy\n"
+    "                         decoding too); default 0 (off)\n"
     "  --seed N               default 0; prompt i draws from stream i of the seed\n"
     "  --stop STRING          end a completion before STRING (repeatable, up to 16)\n"
     "  --dtype float32|bfloat16  weights of the matrix products (default float32)\n"
@@ -96,9 +99,9 @@ typedef struct GenArgs {
     long max_new;
     SampleParams sp;
     /* Which of --max-new-tokens, --temperature, --top-k, --top-p, --min-p,
-     * --repetition-penalty were given: the others come from generation_config.json when the
-     * model has one. */
-    int set_max_new, set_temperature, set_top_k, set_top_p, set_min_p, set_rep;
+     * --repetition-penalty, --no-repeat-ngram-size were given: the others come from
+     * generation_config.json when the model has one. */
+    int set_max_new, set_temperature, set_top_k, set_top_p, set_min_p, set_rep, set_ngram;
     unsigned long long seed;
     const char *stop[MAX_STOP];
     int n_stop;
@@ -177,6 +180,10 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
             TRY(parse_long(o, v, 0, &n, err));
             a->sp.top_k = n > 1000000000 ? 1000000000 : (int)n;
             a->set_top_k = 1;
+        } else if (strcmp(o, "--no-repeat-ngram-size") == 0) {
+            TRY(parse_long(o, v, 0, &n, err));
+            a->sp.no_repeat_ngram_size = n > 1000000 ? 1000000 : (int)n;
+            a->set_ngram = 1;
         } else if (strcmp(o, "--seed") == 0) {
             TRY(parse_long(o, v, 0, &n, err));
             a->seed = (unsigned long long)n;
@@ -358,16 +365,19 @@ static int apply_gen_config(GenArgs *a, InferModel *im, Err *err) {
     if (!a->set_top_p) a->sp.top_p = gc.sp.top_p;
     if (!a->set_min_p) a->sp.min_p = gc.sp.min_p;
     if (!a->set_rep) a->sp.repetition_penalty = gc.sp.repetition_penalty;
+    if (!a->set_ngram) a->sp.no_repeat_ngram_size = gc.sp.no_repeat_ngram_size;
     if (!a->set_max_new && gc.max_new_tokens > 0) a->max_new = gc.max_new_tokens;
     char how[128] = "greedy";
     if (a->sp.temperature > 0)
         snprintf(how, sizeof how, "temperature %g, top-k %d, top-p %g, min-p %g",
                  (double)a->sp.temperature, a->sp.top_k, (double)a->sp.top_p, (double)a->sp.min_p);
-    if (sample_penalizes(&a->sp)) {
-        size_t used = strlen(how);
-        snprintf(how + used, sizeof how - used, ", repetition-penalty %g",
-                 (double)a->sp.repetition_penalty);
-    }
+    size_t used = strlen(how);
+    if (a->sp.repetition_penalty > 0 && a->sp.repetition_penalty != 1.0f)
+        used += (size_t)snprintf(how + used, sizeof how - used, ", repetition-penalty %g",
+                                 (double)a->sp.repetition_penalty);
+    if (a->sp.no_repeat_ngram_size > 0 && used < sizeof how)
+        snprintf(how + used, sizeof how - used, ", no-repeat-ngram-size %d",
+                 a->sp.no_repeat_ngram_size);
     fprintf(stderr,
             "sampling: %s, max-new-tokens %ld (%s/generation_config.json, do_sample %s, where no "
             "flag says otherwise)\n",
@@ -375,7 +385,7 @@ static int apply_gen_config(GenArgs *a, InferModel *im, Err *err) {
     if (gc.ignored[0])
         fprintf(stderr,
                 "note: %s/generation_config.json sets %s, which qtitan does not apply (it samples "
-                "with temperature, top-k, top-p, min-p and a repetition penalty)\n",
+                "with temperature, top-k, top-p, min-p, a repetition penalty and an n-gram ban)\n",
                 im->dir, gc.ignored);
     return 0;
 }

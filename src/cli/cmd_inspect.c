@@ -111,13 +111,18 @@ static void print_tokenizer(const char *dir) {
     chat_format_free(cf);
     tokenizer_free(tok);
     GenConfig gc;
-    char rep[48] = "";
+    char rep[96] = "";
     if (gen_config_read(dir, &gc, &err)) {
         printf("generation_config.json: %s\n", err.msg);
         return;
     }
-    if (sample_penalizes(&gc.sp))
-        snprintf(rep, sizeof rep, ", repetition-penalty %g", (double)gc.sp.repetition_penalty);
+    size_t used = 0;
+    if (gc.sp.repetition_penalty != 1.0f)
+        used = (size_t)snprintf(rep, sizeof rep, ", repetition-penalty %g",
+                                (double)gc.sp.repetition_penalty);
+    if (gc.sp.no_repeat_ngram_size > 0 && used < sizeof rep)
+        snprintf(rep + used, sizeof rep - used, ", no-repeat-ngram-size %d",
+                 gc.sp.no_repeat_ngram_size);
     if (gc.found && gc.do_sample)
         printf("generation_config.json: sampling with temperature %g, top-k %d, top-p %g, min-p "
                "%g%s%s%s\n",

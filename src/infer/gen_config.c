@@ -67,7 +67,7 @@ int gen_config_parse(const char *text, size_t len, const char *file, GenConfig *
                      json_kind(ds));
     /* transformers' defaults for what the file leaves out. A temperature of 0 is refused only
      * where it would be used (transformers raises). */
-    double t = 1.0, k = 50, p = 1.0, mp = 0, mnt = 0, rp = 1.0;
+    double t = 1.0, k = 50, p = 1.0, mp = 0, mnt = 0, rp = 1.0, nr = 0;
     int sample = rc == 0 && json_is_true(ds);
     if (rc == 0)
         rc = number(root, "temperature", file, 0, sample, 1e30, 0,
@@ -75,8 +75,11 @@ int gen_config_parse(const char *text, size_t len, const char *file, GenConfig *
     if (rc == 0) rc = number(root, "top_k", file, 0, 0, 1e9, 1, "a whole number >= 0", &k, err);
     if (rc == 0) rc = number(root, "top_p", file, 0, 1, 1, 0, "in (0, 1]", &p, err);
     if (rc == 0) rc = number(root, "min_p", file, 0, 0, 1, 0, "in [0, 1]", &mp, err);
-    /* A logits processor: greedy decoding takes it too. */
+    /* Logits processors: greedy decoding takes them too. */
     if (rc == 0) rc = number(root, "repetition_penalty", file, 0, 1, 1e30, 0, "> 0", &rp, err);
+    if (rc == 0)
+        rc = number(root, "no_repeat_ngram_size", file, 0, 0, 1e6, 1, "a whole number >= 0", &nr,
+                    err);
     if (rc == 0)
         rc = number(root, "max_new_tokens", file, 1, 0, 1e9, 1, "a whole number >= 1", &mnt, err);
     const json_t *eos = rc == 0 ? json_object_get(root, "eos_token_id") : NULL;
@@ -99,7 +102,8 @@ int gen_config_parse(const char *text, size_t len, const char *file, GenConfig *
                                 .top_k = (int)k,
                                 .top_p = (float)p,
                                 .min_p = (float)mp,
-                                .repetition_penalty = (float)rp};
+                                .repetition_penalty = (float)rp,
+                                .no_repeat_ngram_size = (int)nr};
         gc->max_new_tokens = (long)mnt;
         /* What changes transformers' output and qtitan does not compute. */
         static const struct {
@@ -107,7 +111,6 @@ int gen_config_parse(const char *text, size_t len, const char *file, GenConfig *
             double off;
         } UNAPPLIED[] = {{"num_beams", 1},
                          {"typical_p", 1},
-                         {"no_repeat_ngram_size", 0},
                          {"epsilon_cutoff", 0},
                          {"eta_cutoff", 0},
                          {"encoder_repetition_penalty", 1},

@@ -1,7 +1,8 @@
 /* A model folder's generation_config.json: the sampling transformers' generate() uses for the
  * model when the caller names none (GenerationMixin._prepare_generation_config: the file's
  * values, then transformers' defaults for what the file leaves out or sets to null: do_sample
- * false, temperature 1.0, top_k 50, top_p 1.0, min_p none, repetition_penalty 1.0), for
+ * false, temperature 1.0, top_k 50, top_p 1.0, min_p none, repetition_penalty 1.0,
+ * no_repeat_ngram_size none), for
  * `qtitan generate` to take as its defaults; and its eos_token_id(s). Settings that change what
  * transformers generates and that qtitan does not compute (num_beams above 1, typical_p, ...)
  * are listed for a note, not dropped in silence. */

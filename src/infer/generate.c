@@ -11,6 +11,8 @@ typedef struct SeqState {
     GenText text; /* with a tokenizer */
     Rng rng;
     uint8_t *seen; /* (V) ids of the prompt and completion, with a repetition penalty */
+    int32_t *hist; /* the prompt and completion's ids, with an n-gram ban */
+    long hist_n;
 } SeqState;
 
 /* The next id of sequence st from its raw logits lg: penalised into pen (V scratch) first when
@@ -19,8 +21,10 @@ static int32_t choose(Sampler *smp, const GenOptions *o, SeqState *st, const flo
                       float *pen) {
     if (!st->seen) return sample_next(smp, lg, &o->sample, &st->rng);
     sample_penalize(pen, lg, smp->V, st->seen, &o->sample);
+    sample_ban_ngrams(pen, smp->V, st->hist, st->hist_n, &o->sample);
     int32_t id = sample_next(smp, pen, &o->sample, &st->rng);
     st->seen[id] = 1;
+    st->hist[st->hist_n++] = id;
     return id;
 }
 
@@ -139,8 +143,11 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
         rng_seed(&st[i].rng, o->seed, (uint64_t)i);
         if (penalize) {
             st[i].seen = xcalloc((size_t)V, 1);
+            st[i].hist = xcalloc((size_t)lens[i] + (size_t)o->max_new_tokens, sizeof *st[i].hist);
             for (int t = 0; t < lens[i]; t++)
                 if (prompts[i][t] >= 0 && prompts[i][t] < V) st[i].seen[prompts[i][t]] = 1;
+            memcpy(st[i].hist, prompts[i], (size_t)lens[i] * sizeof *st[i].hist);
+            st[i].hist_n = lens[i];
         }
         /* Room for 4 bytes a token, about what Qwen3's tokens average on text; more grows. */
         if (tok) gen_text_init(&st[i].text, o, (size_t)o->max_new_tokens * 4);
@@ -186,7 +193,7 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
     }
     sampler_free(&smp);
     for (int i = 0; i < n; i++)
-        free(st[i].seen);
+        free(st[i].seen), free(st[i].hist);
     free(st), free(logits), free(seq), free(next), free(pen);
     if (rc != 0)
         for (int i = 0; i < n; i++)

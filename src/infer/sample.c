@@ -20,14 +20,27 @@ void sampler_free(Sampler *s) {
 }
 
 int sample_penalizes(const SampleParams *p) {
-    return p->repetition_penalty > 0 && p->repetition_penalty != 1.0f;
+    return (p->repetition_penalty > 0 && p->repetition_penalty != 1.0f) ||
+           p->no_repeat_ngram_size > 0;
 }
 
 void sample_penalize(float *out, const float *logits, int V, const uint8_t *seen,
                      const SampleParams *p) {
     float r = p->repetition_penalty;
+    int on = r > 0 && r != 1.0f;
     for (int v = 0; v < V; v++)
-        out[v] = !seen[v] ? logits[v] : logits[v] < 0 ? logits[v] * r : logits[v] / r;
+        out[v] = !on || !seen[v] ? logits[v] : logits[v] < 0 ? logits[v] * r : logits[v] / r;
+}
+
+void sample_ban_ngrams(float *scores, int V, const int32_t *hist, long len, const SampleParams *p) {
+    long n = p->no_repeat_ngram_size;
+    if (n <= 0 || len < n) return;
+    const int32_t *prefix = hist + len - (n - 1);
+    for (long j = 0; j + n <= len; j++)
+        if (memcmp(hist + j, prefix, (size_t)(n - 1) * sizeof *hist) == 0) {
+            int32_t t = hist[j + n - 1];
+            if (t >= 0 && t < V) scores[t] = -INFINITY;
+        }
 }
 
 /* Descending logit, then ascending id, so equal logits have one order. */

@@ -24,13 +24,19 @@ typedef struct SampleParams {
      * completion so far has its logit divided by it where positive, multiplied where negative
      * (RepetitionPenaltyLogitsProcessor; each id once however often it occurs). */
     float repetition_penalty;
+    /* transformers' no_repeat_ngram_size, 0: off; n > 0: a token that would complete an n-gram
+     * the prompt and completion already hold is never chosen (NoRepeatNGramLogitsProcessor). */
+    int no_repeat_ngram_size;
 } SampleParams;
 
-/* Whether p's repetition penalty changes any logit. */
+/* Whether p's repetition penalty or n-gram ban changes any logit. */
 int sample_penalizes(const SampleParams *p);
 /* out[v] = logits[v], penalised where seen[v] (sample_penalizes(p) assumed). */
 void sample_penalize(float *out, const float *logits, int V, const uint8_t *seen,
                      const SampleParams *p);
+/* With p->no_repeat_ngram_size = n > 0: sets scores[t] = -inf for every t that follows, in
+ * hist[0..len), an occurrence of its last n - 1 ids (nothing while len < n). */
+void sample_ban_ngrams(float *scores, int V, const int32_t *hist, long len, const SampleParams *p);
 
 /* Scratch for V tokens, allocated once. */
 typedef struct Sampler {
