@@ -51,17 +51,21 @@ grep -q '^{"step":4,"prompt":"A cafe","prompt_ids":\[[0-9,]*\],"text":' "$TMP/b/
 grep -q '^sample step 4 \[2\]: A cafe|' "$TMP/b.log" || fail "no sample line in the log"
 echo "samples: $(wc -l <"$TMP/b/samples.jsonl") records"
 
-# sample.repetition_penalty (greedy): the step-2 samples are generate's with the same flag on
-# that step's checkpoint, and the penalty changes them.
+# [sample]'s sampling keys (temperature, top_k, top_p, min_p, repetition_penalty,
+# no_repeat_ngram_size, seed): the step-2 samples are generate's with the same flags on that
+# step's checkpoint, and the penalties change them.
 "$QT" train "${common[@]}" --training.steps=2 --job.dump_folder="$TMP/rp" --sample.freq=2 \
-  --sample.prompts="The quick" --sample.temperature=0 --sample.repetition_penalty=3 \
-  --sample.max_new_tokens=12 >"$TMP/rp.log" 2>&1 || fail "repetition penalty run: $(tail -3 "$TMP/rp.log")"
-gen_ids() { "$QT" generate --checkpoint "$TMP/rp/checkpoint/step-2" --prompt "The quick" --temperature 0 \
-  --max-new-tokens 12 --json "$@" 2>/dev/null | grep -o '"ids":\[[0-9,]*\]' | head -1; }
+  --sample.prompts="The quick" --sample.temperature=0.9 --sample.top_k=20 --sample.top_p=0.9 \
+  --sample.min_p=0.01 --sample.repetition_penalty=3 --sample.no_repeat_ngram_size=2 --sample.seed=3 \
+  --sample.max_new_tokens=12 >"$TMP/rp.log" 2>&1 || fail "sampling keys run: $(tail -3 "$TMP/rp.log")"
+gen_ids() { "$QT" generate --checkpoint "$TMP/rp/checkpoint/step-2" --prompt "The quick" --temperature 0.9 \
+  --top-k 20 --top-p 0.9 --min-p 0.01 --seed 3 --max-new-tokens 12 --json "$@" 2>/dev/null |
+  grep -o '"ids":\[[0-9,]*\]' | head -1; }
 got=$(grep -o '"ids":\[[0-9,]*\]' "$TMP/rp/samples.jsonl" | tail -1)
-[ -n "$got" ] && [ "$got" = "$(gen_ids --repetition-penalty 3)" ] && [ "$got" != "$(gen_ids)" ] ||
-  fail "sample with repetition_penalty 3: $got; generate: $(gen_ids --repetition-penalty 3), without: $(gen_ids)"
-echo "sample.repetition_penalty: the samples are generate --repetition-penalty's"
+[ -n "$got" ] && [ "$got" = "$(gen_ids --repetition-penalty 3 --no-repeat-ngram-size 2)" ] &&
+  [ "$got" != "$(gen_ids)" ] ||
+  fail "sample $got; generate: $(gen_ids --repetition-penalty 3 --no-repeat-ngram-size 2), without penalties: $(gen_ids)"
+echo "[sample] top_k / top_p / min_p / repetition_penalty / no_repeat_ngram_size: generate's with the same flags"
 
 # A vocabulary padded past the tokenizer's 607 tokens: a sample may choose an id without a
 # token (near-uniform at this temperature), which decodes to no text instead of stopping the run.

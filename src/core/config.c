@@ -200,7 +200,11 @@ static const KeyDesc KEYS[] = {
     STR(sample, prompt_file),
     INT(sample, max_new_tokens, 1, 0, "an integer >= 1"),
     FLT(sample, temperature, 0, INFINITY, 0, 1, "a number >= 0 (0 = greedy)"),
+    INT(sample, top_k, 0, 0, "an integer >= 0 (0 = off)"),
+    FLT(sample, top_p, 0, 1, 1, 0, "a number in (0, 1] (1 = off)"),
+    FLT(sample, min_p, 0, 1, 0, 0, "a number in [0, 1] (0 = off)"),
     FLT(sample, repetition_penalty, 0, INFINITY, 1, 1, "a number > 0 (1 = off)"),
+    INT(sample, no_repeat_ngram_size, 0, 0, "an integer >= 0 (0 = off)"),
     {"sample", "seed", K_I64, OFF(sample.seed), 0, 9.2e18, 0, 0, 0, NULL, "an integer >= 0", NULL},
     ENUM(sample, gather, SAMPLE_GATHERS),
     BOOL(sample, chat),
@@ -834,6 +838,7 @@ void config_init(JobConfig *c) {
     c->sample.enable_thinking = 1;
     c->sample.max_new_tokens = 32;
     c->sample.temperature = 0.8;
+    c->sample.top_p = 1.0;
     c->sample.repetition_penalty = 1.0;
     c->lora.alpha = 16;
     c->lora.targets = xstrdup("layers.*.attention.wq,layers.*.attention.wv");

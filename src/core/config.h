@@ -195,7 +195,11 @@ typedef struct JobConfig {
         char *prompt_file; /* one prompt a line */
         int max_new_tokens;
         double temperature;        /* 0 = greedy */
+        int top_k;                 /* 0 = off */
+        double top_p;              /* 1 = off */
+        double min_p;              /* 0 = off */
         double repetition_penalty; /* transformers' repetition_penalty; 1 = off */
+        int no_repeat_ngram_size;  /* 0 = off */
         int64_t seed;
         SampleGather gather;
         int chat;            /* prompts as user turns in the tokenizer's chat format */

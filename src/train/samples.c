@@ -149,8 +149,11 @@ int samples_open(Samples *s, const JobConfig *cfg, TrainQwen3 *q, const Tokenize
     if (e >= 0) s->eos[neos++] = (int32_t)e;
     s->o = (GenOptions){.max_new_tokens = cfg->sample.max_new_tokens,
                         .sample = {.temperature = (float)cfg->sample.temperature,
-                                   .top_p = 1.0f,
-                                   .repetition_penalty = (float)cfg->sample.repetition_penalty},
+                                   .top_k = cfg->sample.top_k,
+                                   .top_p = (float)cfg->sample.top_p,
+                                   .min_p = (float)cfg->sample.min_p,
+                                   .repetition_penalty = (float)cfg->sample.repetition_penalty,
+                                   .no_repeat_ngram_size = cfg->sample.no_repeat_ngram_size},
                         .seed = (uint64_t)cfg->sample.seed,
                         .eos = s->eos,
                         .n_eos = neos};
