@@ -45,6 +45,7 @@ typedef struct Ctx {
     MoeExpertsBufs eb;
     uint16_t *scratch16; /* the bf16 entries' scratch */
     int bf16;            /* run the op's bf16 entries */
+    RopeFreqs rope;      /* rope_freqs(s), computed once as a model does */
 } Ctx;
 
 static void run(const OpHeader *op, Ctx *c) {
@@ -60,11 +61,8 @@ static void run(const OpHeader *op, Ctx *c) {
     }
     case OP_ROPE: {
         const RopeOp *p = (const RopeOp *)op;
-        RopeFreqs *f = xmalloc(sizeof *f);
-        rope_freqs(f, s);
-        p->forward(c->dq, c->q, c->pos, N, H + K, E, f);
-        p->backward(c->dk, c->dq, c->pos, N, H + K, E, f);
-        free(f);
+        p->forward(c->dq, c->q, c->pos, N, H + K, E, &c->rope);
+        p->backward(c->dk, c->dq, c->pos, N, H + K, E, &c->rope);
         break;
     }
     case OP_SDPA: {
@@ -131,6 +129,7 @@ static void setup(Ctx *c) {
     long F = s->hidden_dim > s->moe_hidden_dim ? s->hidden_dim : s->moe_hidden_dim;
     long X = s->num_experts > 0 ? s->num_experts : 1, kk = s->top_k > 0 ? s->top_k : 1;
     long wrows = (X * F > HE ? X * F : HE);
+    rope_freqs(&c->rope, s);
     c->x = randn(N * D, 1, 1), c->dout = randn(N * HE > N * D ? N * HE : N * D, 1, 2);
     c->dx = zeros(N * D), c->o = zeros(N * HE > N * D ? N * HE : N * D);
     c->w = randn(V * D, 0.02f, 3), c->dw = zeros(V * D);
