@@ -367,17 +367,8 @@ static int apply_gen_config(GenArgs *a, InferModel *im, Err *err) {
     if (!a->set_rep) a->sp.repetition_penalty = gc.sp.repetition_penalty;
     if (!a->set_ngram) a->sp.no_repeat_ngram_size = gc.sp.no_repeat_ngram_size;
     if (!a->set_max_new && gc.max_new_tokens > 0) a->max_new = gc.max_new_tokens;
-    char how[128] = "greedy";
-    if (a->sp.temperature > 0)
-        snprintf(how, sizeof how, "temperature %g, top-k %d, top-p %g, min-p %g",
-                 (double)a->sp.temperature, a->sp.top_k, (double)a->sp.top_p, (double)a->sp.min_p);
-    size_t used = strlen(how);
-    if (a->sp.repetition_penalty > 0 && a->sp.repetition_penalty != 1.0f)
-        used += (size_t)snprintf(how + used, sizeof how - used, ", repetition-penalty %g",
-                                 (double)a->sp.repetition_penalty);
-    if (a->sp.no_repeat_ngram_size > 0 && used < sizeof how)
-        snprintf(how + used, sizeof how - used, ", no-repeat-ngram-size %d",
-                 a->sp.no_repeat_ngram_size);
+    char how[192];
+    sample_describe(how, sizeof how, &a->sp);
     fprintf(stderr,
             "sampling: %s, max-new-tokens %ld (%s/generation_config.json, do_sample %s, where no "
             "flag says otherwise)\n",

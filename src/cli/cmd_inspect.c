@@ -111,25 +111,15 @@ static void print_tokenizer(const char *dir) {
     chat_format_free(cf);
     tokenizer_free(tok);
     GenConfig gc;
-    char rep[96] = "";
     if (gen_config_read(dir, &gc, &err)) {
         printf("generation_config.json: %s\n", err.msg);
         return;
     }
-    size_t used = 0;
-    if (gc.sp.repetition_penalty != 1.0f)
-        used = (size_t)snprintf(rep, sizeof rep, ", repetition-penalty %g",
-                                (double)gc.sp.repetition_penalty);
-    if (gc.sp.no_repeat_ngram_size > 0 && used < sizeof rep)
-        snprintf(rep + used, sizeof rep - used, ", no-repeat-ngram-size %d",
-                 gc.sp.no_repeat_ngram_size);
-    if (gc.found && gc.do_sample)
-        printf("generation_config.json: sampling with temperature %g, top-k %d, top-p %g, min-p "
-               "%g%s%s%s\n",
-               (double)gc.sp.temperature, gc.sp.top_k, (double)gc.sp.top_p, (double)gc.sp.min_p,
-               rep, gc.ignored[0] ? "; not applied: " : "", gc.ignored);
-    else if (gc.found)
-        printf("generation_config.json: greedy (do_sample is not true)%s%s%s\n", rep,
+    char how[192];
+    sample_describe(how, sizeof how, &gc.sp);
+    if (gc.found)
+        printf("generation_config.json: %s%s%s%s%s\n", gc.do_sample ? "sampling with " : "", how,
+               gc.do_sample ? "" : " (do_sample is not true)",
                gc.ignored[0] ? "; not applied: " : "", gc.ignored);
 }
 

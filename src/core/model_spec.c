@@ -175,6 +175,10 @@ int model_spec_set_field(ModelSpec *spec, const char *field, const char *value, 
     return err_set(err, "model field %s has no parser", field);
 }
 
+const char *model_spec_rope_name(RopeScalingType t) {
+    return t >= 0 && t < (int)(sizeof ROPE_TYPES / sizeof ROPE_TYPES[0]) ? ROPE_TYPES[t] : "?";
+}
+
 int model_spec_field_is_string(const char *field) {
     for (int i = 0; i < NFIELDS; i++)
         if (strcmp(FIELDS[i].name, field) == 0) return FIELDS[i].kind == F_ROPE_TYPE;
@@ -228,7 +232,7 @@ int model_spec_validate(const ModelSpec *s, Err *err) {
         return err_set(err, "model rope_theta = %g must be a finite number > 0", s->rope_theta);
     const RopeScaling *r = &s->rope_scaling;
     if (r->type != ROPE_PLAIN) {
-        const char *t = ROPE_TYPES[r->type];
+        const char *t = model_spec_rope_name(r->type);
         if (!(r->factor > 0) || !isfinite(r->factor))
             return err_set(err,
                            "model rope_factor = %g must be a finite number > 0 (rope_scaling %s)",

@@ -57,6 +57,9 @@ int model_spec_flavor(ModelSpec *spec, const char *flavor, Err *err);
 /* Replaces one field by its torchtitan name ("n_layers", "num_experts", "top_k", ...) from the
  * value's text; an unknown field is an error suggesting the nearest name. */
 int model_spec_set_field(ModelSpec *spec, const char *field, const char *value, Err *err);
+/* "none", "linear" or "yarn": the rope_scaling field's value for t, and the rope_type an HF
+ * config gives for the scaled ones. */
+const char *model_spec_rope_name(RopeScalingType t);
 /* 1 when field names a string field (rope_scaling: "none", "linear", "yarn"), 0 otherwise. */
 int model_spec_field_is_string(const char *field);
 /* Plain RoPE with YaRN's defaults ready (beta_fast 32, beta_slow 1, truncate), for a spec whose

@@ -2,6 +2,7 @@
 #include "infer/sample.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +18,19 @@ void sampler_init(Sampler *s, int V) {
 void sampler_free(Sampler *s) {
     free(s->scaled), free(s->order), free(s->prob);
     memset(s, 0, sizeof *s);
+}
+
+void sample_describe(char *out, size_t cap, const SampleParams *p) {
+    int used = p->temperature > 0
+                   ? snprintf(out, cap, "temperature %g, top-k %d, top-p %g, min-p %g",
+                              (double)p->temperature, p->top_k, (double)p->top_p, (double)p->min_p)
+                   : snprintf(out, cap, "greedy");
+    if (p->repetition_penalty > 0 && p->repetition_penalty != 1.0f && (size_t)used < cap)
+        used += snprintf(out + used, cap - (size_t)used, ", repetition-penalty %g",
+                         (double)p->repetition_penalty);
+    if (p->no_repeat_ngram_size > 0 && (size_t)used < cap)
+        snprintf(out + used, cap - (size_t)used, ", no-repeat-ngram-size %d",
+                 p->no_repeat_ngram_size);
 }
 
 int sample_penalizes(const SampleParams *p) {

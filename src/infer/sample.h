@@ -11,6 +11,7 @@
 #ifndef QT_SAMPLE_H
 #define QT_SAMPLE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/rng.h"
@@ -29,6 +30,9 @@ typedef struct SampleParams {
     int no_repeat_ngram_size;
 } SampleParams;
 
+/* What p does, for a log line: "temperature 0.6, top-k 20, top-p 0.95, min-p 0" or "greedy",
+ * then ", repetition-penalty R" and ", no-repeat-ngram-size N" where they are on. */
+void sample_describe(char *out, size_t cap, const SampleParams *p);
 /* Whether p's repetition penalty or n-gram ban changes any logit. */
 int sample_penalizes(const SampleParams *p);
 /* out[v] = logits[v], penalised where seen[v] (sample_penalizes(p) assumed). */

@@ -126,10 +126,10 @@ static int parse_rope(const json_t *root, const char *key, ModelSpec *s, int top
     if (strcmp(type, "default") == 0) return 0;
     char where[256];
     snprintf(where, sizeof where, "%s: %s", what, key);
-    if (strcmp(type, "linear") == 0) {
+    if (strcmp(type, model_spec_rope_name(ROPE_LINEAR)) == 0) {
         sc->type = ROPE_LINEAR;
         TRY(json_req_num(r, "factor", &sc->factor, where, err));
-    } else if (strcmp(type, "yarn") == 0) {
+    } else if (strcmp(type, model_spec_rope_name(ROPE_YARN)) == 0) {
         sc->type = ROPE_YARN;
         sc->original_max_seq_len = s->max_seq_len;
         TRY(get_int(r, "original_max_position_embeddings", &sc->original_max_seq_len, 1, INT_MAX,
@@ -435,7 +435,7 @@ static json_t *token_ids_json(const int64_t *ids, int n, int as_list) {
 static json_t *rope_scaling_json(const RopeScaling *sc) {
     if (sc->type == ROPE_PLAIN) return json_null();
     json_t *r = json_object();
-    json_object_set_new(r, "rope_type", json_string(sc->type == ROPE_YARN ? "yarn" : "linear"));
+    json_object_set_new(r, "rope_type", json_string(model_spec_rope_name(sc->type)));
     json_object_set_new(r, "factor", json_real(sc->factor));
     if (sc->type == ROPE_YARN) {
         json_object_set_new(r, "original_max_position_embeddings",

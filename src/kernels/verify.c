@@ -384,10 +384,9 @@ static void label_linear(char *b, unsigned n, const VerifyShape *s) {
     snprintf(b, n, "N%d I%d O%d", s->B * s->T, s->D, s->F);
 }
 static void label_rope(char *b, unsigned n, const VerifyShape *s) {
-    snprintf(b, n, "B%d T%d heads%d E%d%s", s->B, s->T, s->H, s->E,
-             s->rope && s->rope->rope_scaling.type == ROPE_YARN     ? " yarn"
-             : s->rope && s->rope->rope_scaling.type == ROPE_LINEAR ? " linear"
-                                                                    : "");
+    int scaled = s->rope && s->rope->rope_scaling.type != ROPE_PLAIN;
+    snprintf(b, n, "B%d T%d heads%d E%d%s%s", s->B, s->T, s->H, s->E, scaled ? " " : "",
+             scaled ? model_spec_rope_name(s->rope->rope_scaling.type) : "");
 }
 static void label_sdpa(char *b, unsigned n, const VerifyShape *s) {
     snprintf(b, n, "B%d T%d H%d K%d E%d%s", s->B, s->T, s->H, s->K, s->E, s->doc ? " doc" : "");

@@ -58,15 +58,16 @@ void rope_freqs(RopeFreqs *f, const ModelSpec *s) {
 
 void rope_describe(char *out, size_t cap, const ModelSpec *s) {
     const RopeScaling *r = &s->rope_scaling;
+    const char *name = model_spec_rope_name(r->type);
     if (r->type == ROPE_PLAIN) {
         snprintf(out, cap, "%s", "");
     } else if (r->type == ROPE_LINEAR) {
-        snprintf(out, cap, "linear, factor %g", r->factor);
+        snprintf(out, cap, "%s, factor %g", name, r->factor);
     } else {
         RopeFreqs *f = malloc(sizeof *f);
         rope_freqs(f, s);
-        snprintf(out, cap, "yarn, factor %g over %d positions, attention factor %.4g", r->factor,
-                 r->original_max_seq_len, f->scale);
+        snprintf(out, cap, "%s, factor %g over %d positions, attention factor %.4g", name,
+                 r->factor, r->original_max_seq_len, f->scale);
         free(f);
     }
 }
