@@ -143,12 +143,16 @@ jq -c '{messages: [{role: "system", content: "You are terse."}, {role: "user", c
 two=$("$QT" generate --checkpoint "$TMP/run/checkpoint" --messages "$TMP/conv.jsonl" --temperature 0 \
   --max-new-tokens 6 --json 2>/dev/null | jq -c '[.prompt_ids, .ids]')
 [ "$(turn 2)" = "$two" ] || fail "--interactive turn 2 $(turn 2), --messages $two"
+# Turn 2 runs only what the cache does not hold: the system and first user turns are kept.
+held=$(sed -n 2p <(grep '^generate: prompt' "$TMP/err") | sed -n 's/.*(and \([0-9]*\) held in the cache).*/\1/p')
+[ -n "$held" ] && [ "$held" -ge "$(sed -n 1p "$TMP/i.out" | jq '.prompt_ids | length')" ] ||
+  fail "--interactive turn 2 did not reuse turn 1's cache: $(grep '^generate: prompt' "$TMP/err")"
 if "$QT" generate --checkpoint "$TMP/run/checkpoint" --interactive --prompt hi </dev/null >/dev/null 2>"$TMP/err"; then
   fail "--interactive with --prompt was accepted"
 fi
 grep -q "give one of --prompt TEXT, --prompt-file F, --messages F or --interactive" "$TMP/err" ||
   fail "--interactive --prompt: $(cat "$TMP/err")"
-echo "--interactive: turn 1 is --chat's, turn 2 --messages' with turn 1's answer, /reset starts over"
+echo "--interactive: turn 1 is --chat's, turn 2 --messages' with turn 1's answer ($held positions from the cache), /reset starts over"
 
 # --tools: a file that is not an array of tool definitions, and --tools without --chat.
 printf '{"name": "f"}\n' >"$TMP/tools_obj.json"

@@ -1,7 +1,8 @@
 /* Generation: greedy parity with transformers' generate(do_sample=False) on the fixtures of
  * tools/make_generate_fixtures.py (dense tied GQA, dense untied MHA, MoE; 64 new tokens;
  * prompts of different lengths batched together): the same ids, and log-probs within 1e-4.
- * The KV-cache decode against full forwards of the training path (qwen3_forward), fp32 and
+ * The same after reusing cached prompt positions. The KV-cache decode, prompts run in pieces
+ * and reused caches against full forwards of the training path (qwen3_forward), fp32 and
  * bf16. The sampling filters on hand-made distributions, and seeded reproducibility. A
  * completion's text as its ids come (GenText) against decoding all of them at every step. */
 #include <setjmp.h>
@@ -104,6 +105,42 @@ static void check_case(const char *name) {
     printf("%s: %d prompts x %d tokens identical, max |logprob diff| %.3g\n", name, prompts.n, NEW,
            worst);
     assert_true(worst < TOL_LOGPROB);
+    /* A later call that keeps what the cache holds of its prompts (a conversation's next turn)
+     * gives the same: the first halves of the prompts are cached by one call, the next runs
+     * only the second halves, through decoder_extend, and must match transformers as well. */
+    GenOptions half = o;
+    half.max_new_tokens = 1;
+    int *hl = xcalloc((size_t)prompts.n, sizeof *hl);
+    long want_reused = 0;
+    for (int i = 0; i < prompts.n; i++)
+        want_reused += hl[i] = lens[i] / 2 > 0 ? lens[i] / 2 : 1;
+    if (generate(&d, NULL, ptr, hl, prompts.n, &half, out, NULL, NULL, NULL, &err))
+        fail_msg("%s", err.msg);
+    for (int i = 0; i < prompts.n; i++) {
+        gen_output_free(&out[i]);
+        if (hl[i] == lens[i]) want_reused -= hl[i]; /* a prompt's last position is always run */
+    }
+    GenOptions again = o;
+    again.reuse_cache = 1;
+    GenStats st;
+    if (generate(&d, NULL, ptr, lens, prompts.n, &again, out, NULL, NULL, &st, &err))
+        fail_msg("%s", err.msg);
+    assert_int_equal(st.reused_tokens, want_reused);
+    double worst_reused = 0.0;
+    for (int i = 0; i < prompts.n; i++) {
+        for (int t = 0; t < NEW; t++) {
+            if (out[i].ids[t] != expected.ids[expected.start[i] + t])
+                fail_msg("%s prompt %d token %d after reusing the cache: got %d, transformers %d",
+                         name, i, t, out[i].ids[t], expected.ids[expected.start[i] + t]);
+            double diff = fabs(out[i].logprobs[t] - lps[i * NEW + t]);
+            if (diff > worst_reused) worst_reused = diff;
+        }
+        gen_output_free(&out[i]);
+    }
+    printf("%s: the same after reusing %ld cached prompt positions, max |logprob diff| %.3g\n",
+           name, st.reused_tokens, worst_reused);
+    assert_true(worst_reused < TOL_LOGPROB);
+    free(hl);
     /* An EOS id ends a sequence there (kept as its last id); the others run on. */
     int32_t eos = expected.ids[expected.start[0] + 5];
     int stop_at = 0;
@@ -177,6 +214,26 @@ static void check_cache(const char *name, int bf16, double tol) {
         if (e > worst) worst = e;
     }
     printf("%s %s: KV-cache decode vs full forward, max rel err %.3g\n", name,
+           bf16 ? "bf16" : "fp32", worst);
+    assert_true(worst < tol);
+    /* A prompt run in pieces (decoder_extend after a prefill), and a prompt that keeps only the
+     * cached positions it shares (decoder_reuse), against full forwards of the same ids. */
+    decoder_prefill(&d, 0, ids, 3, lg);
+    decoder_extend(&d, 0, ids + 3, 1, lg);
+    decoder_extend(&d, 0, ids + 4, T - 4, lg);
+    worst = rel_err(lg, full + (long)(T - 1) * V, V);
+    int32_t other[T];
+    memcpy(other, ids, sizeof other);
+    for (int t = 10; t < T; t++)
+        other[t] = (int32_t)((t * 11 + 3) % V);
+    assert_int_equal(decoder_reuse(&d, 0, other, T), 10);
+    assert_int_equal(decoder_reuse(&d, 0, other, 8), 7); /* the last position is run again */
+    assert_int_equal(decoder_reuse(&d, 0, other, T), 7); /* and what it dropped is gone */
+    decoder_extend(&d, 0, other + 7, T - 7, lg);
+    qwen3_forward(&im.m, other, NULL, NULL, NULL, 1, T);
+    double e = rel_err(lg, im.m.a.logits + (long)(T - 1) * V, V);
+    if (e > worst) worst = e;
+    printf("%s %s: prompts in pieces and reused cache vs full forward, max rel err %.3g\n", name,
            bf16 ? "bf16" : "fp32", worst);
     assert_true(worst < tol);
     decoder_free(&d);

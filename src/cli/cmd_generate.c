@@ -382,10 +382,13 @@ static int apply_gen_config(GenArgs *a, InferModel *im, Err *err) {
 }
 
 static void print_stats(const GenStats *st, int n, const char *dtype) {
+    char reused[48] = "";
+    if (st->reused_tokens)
+        snprintf(reused, sizeof reused, " (and %ld held in the cache)", st->reused_tokens);
     fprintf(stderr,
-            "generate: prompt %ld tokens in %.3f s (%.1f tokens/s), generation %ld tokens in %.3f "
-            "s (%.1f tokens/s), %d sequence%s, %s\n",
-            st->prompt_tokens, st->prefill_s, st->prompt_tokens / fmax(st->prefill_s, 1e-9),
+            "generate: prompt %ld tokens%s in %.3f s (%.1f tokens/s), generation %ld tokens in "
+            "%.3f s (%.1f tokens/s), %d sequence%s, %s\n",
+            st->prompt_tokens, reused, st->prefill_s, st->prompt_tokens / fmax(st->prefill_s, 1e-9),
             st->new_tokens, st->decode_s, st->new_tokens / fmax(st->decode_s, 1e-9), n,
             n == 1 ? "" : "s", dtype);
 }
@@ -421,9 +424,11 @@ static int check_prompt(const GenArgs *a, InferModel *im, const IdVec *ids, cons
 }
 
 /* One user line after another from stdin, each answered with the whole conversation so far
- * rendered in the chat format (no cache is kept between turns: each turn prefills the
- * conversation). The replies join the conversation as assistant turns, as transformers' chat
- * keeps them. */
+ * rendered in the chat format. The replies join the conversation as assistant turns, as
+ * transformers' chat keeps them. One decoder serves every turn: its cache keeps the ids the
+ * new rendering starts with (the earlier turns, up to where the template renders an answer
+ * otherwise than it was generated, e.g. without its think block), so a turn runs only its new
+ * tokens; it grows (and starts over) when a turn needs more positions than it has. */
 static int interactive_run(GenArgs *a, Err *err) {
     InferModel im;
     ChatFormat *cf;
@@ -441,6 +446,7 @@ static int interactive_run(GenArgs *a, Err *err) {
             .role = CHAT_SYSTEM, .content = texts[0], .content_len = strlen(texts[0])};
     }
     size_t first = n; /* /reset keeps the system turn */
+    Decoder d = {0};
     for (;;) {
         if (tty) fputs("> ", stderr);
         ssize_t len = getline(&line, &line_cap, stdin);
@@ -475,10 +481,15 @@ static int interactive_run(GenArgs *a, Err *err) {
             idvec_push(&ids, ct.ids[k]);
         chat_tokens_free(&ct);
         if (rc == 0) rc = check_prompt(a, &im, &ids, what, err);
-        Decoder d = {0};
         GenOutput out = {0};
         GenStats st = {0};
-        if (rc == 0) rc = decoder_create(&d, &im.m, 1, (int)ids.n + (int)a->max_new, err);
+        int need = (int)ids.n + (int)a->max_new;
+        if (rc == 0 && need > d.C) {
+            /* Twice what this turn needs, for the turns after it, within the context. */
+            int cap = need > im.m.spec.max_seq_len / 2 ? im.m.spec.max_seq_len : 2 * need;
+            decoder_free(&d);
+            rc = decoder_create(&d, &im.m, 1, cap, err);
+        }
         if (rc == 0) {
             const int32_t *ptr = (const int32_t *)ids.ids;
             int plen = (int)ids.n;
@@ -488,7 +499,8 @@ static int interactive_run(GenArgs *a, Err *err) {
                             .eos = im.eos,
                             .n_eos = im.n_eos,
                             .stop = a->stop,
-                            .n_stop = a->n_stop};
+                            .n_stop = a->n_stop,
+                            .reuse_cache = 1};
             rc = generate(&d, im.tok, &ptr, &plen, 1, &o, &out, a->json ? NULL : stream_stdout,
                           NULL, &st, err);
         }
@@ -508,10 +520,10 @@ static int interactive_run(GenArgs *a, Err *err) {
             turn++;
         }
         gen_output_free(&out);
-        decoder_free(&d);
         idvec_free(&ids);
         if (rc) break;
     }
+    decoder_free(&d);
     for (size_t k = 0; k < n; k++)
         free(texts[k]);
     free(texts), free(msgs), free(line);

@@ -21,6 +21,7 @@ static void place(Decoder *d, Arena *a, const ModelSpec *s, const Qwen3Modules *
     d->kc = FL(L * S * C * KE);
     d->vc = FL(L * S * C * KE);
     d->len = arena_alloc(a, (size_t)S * sizeof *d->len);
+    d->ids = arena_alloc(a, (size_t)S * C * sizeof *d->ids);
     d->x = FL(R * D), d->out = FL(R * D), d->xmid = FL(R * D);
     d->xn = FL(R * D), d->xn2 = FL(R * D);
     d->rstd = FL(R * H);
@@ -31,6 +32,7 @@ static void place(Decoder *d, Arena *a, const ModelSpec *s, const Qwen3Modules *
     d->scores = FL((long)S * H * C);
     d->h1 = FL(R * F), d->h3 = FL(R * F), d->g = FL(R * F);
     d->pos = arena_alloc(a, (size_t)R * sizeof *d->pos);
+    d->row_seq = arena_alloc(a, (size_t)R * sizeof *d->row_seq);
     long ws = 0; /* the largest workspace the layers' feed-forward kernels declare for R rows */
     for (int l = 0; l < s->n_layers; l++) {
         const SwigluOp *ff = mod->layers[l].feed_forward;
@@ -112,23 +114,25 @@ static float *cache_row(const Decoder *d, float *c, int l, int s, int t) {
     return c + (((long)l * d->S + s) * d->C + t) * KE;
 }
 
-/* One query row per sequence against its cache, positions 0..len: the causal softmax
- * attention of ops/sdpa.h with the keys already in the cache. The G query heads that share a
- * kv head go together, so each cached key and value row is read once per step. */
-static void attend_cached(Decoder *d, int l, const int *seq, long n) {
+/* Rows r0..r0+n-1 against the cache, each a query at position pos[r] of sequence seq[r] that
+ * attends to that sequence's positions 0..pos[r] (its own key and value already written there):
+ * the causal softmax attention of ops/sdpa.h with the keys already in the cache. At most S rows
+ * at once (the scores they fill); the G query heads that share a kv head go together, so each
+ * cached key and value row is read once per row. */
+static void attend_rows(Decoder *d, int l, const int *seq, long r0, long n) {
     const ModelSpec *s = &d->m->spec;
     int H = s->n_heads, K = s->n_kv_heads, E = s->head_dim, C = d->C, G = H / K;
     long KE = (long)K * E;
     float scale = 1.0f / sqrtf((float)E);
 #pragma omp parallel for schedule(static)
     for (long rk = 0; rk < n * K; rk++) {
-        long r = rk / K;
-        int kh = (int)(rk % K), T = d->len[seq[r]] + 1;
+        long i = rk / K, r = r0 + i;
+        int kh = (int)(rk % K), T = d->pos[r] + 1;
         const float *kc = cache_row(d, d->kc, l, seq[r], 0) + (long)kh * E;
         const float *vc = cache_row(d, d->vc, l, seq[r], 0) + (long)kh * E;
         long h0 = r * H + (long)kh * G; /* the group's first (row, head) */
         const float *q = d->qr + h0 * E;
-        float *sc = d->scores + h0 * C, *o = d->att + h0 * E;
+        float *sc = d->scores + (i * H + (long)kh * G) * C, *o = d->att + h0 * E;
         for (int t = 0; t < T; t++)
             for (int g = 0; g < G; g++)
                 sc[(long)g * C + t] = simd_dot(q + (long)g * E, kc + t * KE, E);
@@ -141,6 +145,20 @@ static void attend_cached(Decoder *d, int l, const int *seq, long n) {
     }
 }
 
+/* Each of n rows' key and value into the cache at its sequence's position pos[r], then its
+ * attention over the cache (attend_rows, S rows at a time). */
+static void attend_cached(Decoder *d, int l, const int *seq, long n) {
+    long KE = (long)d->m->spec.n_kv_heads * d->m->spec.head_dim;
+    for (long r = 0; r < n; r++) {
+        memcpy(cache_row(d, d->kc, l, seq[r], d->pos[r]), d->kr + r * KE,
+               (size_t)KE * sizeof(float));
+        memcpy(cache_row(d, d->vc, l, seq[r], d->pos[r]), d->v + r * KE,
+               (size_t)KE * sizeof(float));
+    }
+    for (long r0 = 0; r0 < n; r0 += d->S)
+        attend_rows(d, l, seq, r0, n - r0 < d->S ? n - r0 : d->S);
+}
+
 /* Decode's products with bf16 weights (kernels/gemv_bf16.h): x (n, I) cast to bf16 as the
  * bf16 linear ops cast it, then every part's weights read once. */
 static void gemv(const Decoder *d, const GemvPart *parts, int nparts, const float *x, long n,
@@ -150,8 +168,10 @@ static void gemv(const Decoder *d, const GemvPart *parts, int nparts, const floa
 }
 
 /* Layer l on n rows of d->x (written to d->out). prefill_seq >= 0: the rows are that
- * sequence's positions 0..n-1; else row r is one new token of sequence seq[r]. */
-static void layer(Decoder *d, int l, long n, int prefill_seq, const int *seq) {
+ * sequence's positions 0..n-1, from an empty cache; else row r is the token at position
+ * pos[r] of sequence seq[r], its earlier positions in the cache (a decode step when step is 1,
+ * a prompt's continuation otherwise). */
+static void layer(Decoder *d, int l, long n, int prefill_seq, const int *seq, int step) {
     Qwen3 *m = d->m;
     const ModelSpec *s = &m->spec;
     const Qwen3LayerParams *p = &m->p.layers[l];
@@ -161,10 +181,10 @@ static void layer(Decoder *d, int l, long n, int prefill_seq, const int *seq) {
     long KE = (long)K * E;
     float eps = (float)s->norm_eps;
 
-    /* Decode steps with bf16 weights stream them through the GEMV kernel; the prompt, many
+    /* Decode steps with bf16 weights stream them through the GEMV kernel; a prompt, many
      * rows at once, goes through the model's own ops, as do widened copies (qwen3.h), which
      * the GEMV cannot read. */
-    int stream = m->bf16 && !m->bf16_widened && prefill_seq < 0;
+    int stream = m->bf16 && !m->bf16_widened && step;
 
     md->attention_norm->forward(d->xn, d->rstd, d->x, p->attention_norm, n, D, eps);
     if (stream) {
@@ -184,12 +204,6 @@ static void layer(Decoder *d, int l, long n, int prefill_seq, const int *seq) {
         memcpy(cache_row(d, d->kc, l, prefill_seq, 0), d->kr, (size_t)(n * KE) * sizeof(float));
         memcpy(cache_row(d, d->vc, l, prefill_seq, 0), d->v, (size_t)(n * KE) * sizeof(float));
     } else {
-        for (long r = 0; r < n; r++) {
-            memcpy(cache_row(d, d->kc, l, seq[r], d->len[seq[r]]), d->kr + r * KE,
-                   (size_t)KE * sizeof(float));
-            memcpy(cache_row(d, d->vc, l, seq[r], d->len[seq[r]]), d->v + r * KE,
-                   (size_t)KE * sizeof(float));
-        }
         attend_cached(d, l, seq, n);
     }
     if (stream)
@@ -242,33 +256,56 @@ static void fetch(const Decoder *d, int unit) {
     if (d->fetch) d->fetch(d->fetch_ctx, unit);
 }
 
-void decoder_prefill(Decoder *d, int s, const int32_t *ids, int T, float *logits) {
+/* The n rows of ids through the model (layer's prefill_seq, seq and step), each row's id
+ * recorded at its position, which becomes its sequence's last filled one. */
+static void run_rows(Decoder *d, const int32_t *ids, long n, int prefill_seq, const int *seq,
+                     int step) {
     Qwen3 *m = d->m;
-    for (int t = 0; t < T; t++)
-        d->pos[t] = t;
-    fetch(d, 0);
-    m->mod.tok_embeddings->forward(d->x, ids, m->p.tok_embeddings, T, m->spec.dim);
-    for (int l = 0; l < m->spec.n_layers; l++) {
-        fetch(d, 1 + l);
-        layer(d, l, T, s, NULL);
-    }
-    d->len[s] = T;
-    fetch(d, m->spec.n_layers + 1);
-    head(d, T - 1, 1, logits);
-}
-
-void decoder_step(Decoder *d, const int *seq, const int32_t *ids, int n, float *logits) {
-    Qwen3 *m = d->m;
-    for (int r = 0; r < n; r++)
-        d->pos[r] = d->len[seq[r]];
     fetch(d, 0);
     m->mod.tok_embeddings->forward(d->x, ids, m->p.tok_embeddings, n, m->spec.dim);
     for (int l = 0; l < m->spec.n_layers; l++) {
         fetch(d, 1 + l);
-        layer(d, l, n, -1, seq);
+        layer(d, l, n, prefill_seq, seq, step);
     }
-    for (int r = 0; r < n; r++)
-        d->len[seq[r]]++;
+    for (long r = 0; r < n; r++) {
+        int s = prefill_seq >= 0 ? prefill_seq : seq[r];
+        d->ids[(long)s * d->C + d->pos[r]] = ids[r];
+        d->len[s] = d->pos[r] + 1;
+    }
     fetch(d, m->spec.n_layers + 1);
+}
+
+void decoder_prefill(Decoder *d, int s, const int32_t *ids, int T, float *logits) {
+    for (int t = 0; t < T; t++)
+        d->pos[t] = t;
+    run_rows(d, ids, T, s, NULL, 0);
+    head(d, T - 1, 1, logits);
+}
+
+void decoder_step(Decoder *d, const int *seq, const int32_t *ids, int n, float *logits) {
+    for (int r = 0; r < n; r++)
+        d->pos[r] = d->len[seq[r]];
+    run_rows(d, ids, n, -1, seq, 1);
     head(d, 0, n, logits);
+}
+
+void decoder_extend(Decoder *d, int s, const int32_t *ids, int T, float *logits) {
+    int L = d->len[s];
+    if (L == 0) {
+        decoder_prefill(d, s, ids, T, logits);
+        return;
+    }
+    for (int t = 0; t < T; t++)
+        d->pos[t] = L + t, d->row_seq[t] = s;
+    run_rows(d, ids, T, -1, d->row_seq, 0);
+    head(d, T - 1, 1, logits);
+}
+
+int decoder_reuse(Decoder *d, int s, const int32_t *ids, int T) {
+    const int32_t *held = d->ids + (long)s * d->C;
+    int n = 0;
+    while (n < d->len[s] && n < T - 1 && held[n] == ids[n])
+        n++;
+    d->len[s] = n;
+    return n;
 }

@@ -33,6 +33,7 @@ typedef struct Decoder {
     long R;         /* rows one call processes: max(C, S) */
     float *kc, *vc; /* (L, S, C, K*E) keys after q/k norm and rope; values */
     int *len;       /* (S) positions filled */
+    int32_t *ids;   /* (S, C) the ids of the positions filled */
     /* Work rows (R of each). */
     float *x, *out, *xmid;  /* (R, D) residual stream, layer output, x + attention */
     float *xn, *xn2;        /* (R, D) norm outputs */
@@ -44,7 +45,8 @@ typedef struct Decoder {
     float *scores;          /* (S * H, C) decode attention */
     float *h1, *h3, *g;     /* (R, F) */
     float *ffn_ws;          /* the feed-forward kernel's declared workspace, or NULL */
-    int32_t *pos;           /* (R) */
+    int32_t *pos;           /* (R) each row's position */
+    int *row_seq;           /* (R) each row's sequence, for decoder_extend */
     uint16_t *scratch;      /* bf16 casts of matmul inputs */
     /* MoE layers */
     float *router_logits, *probs; /* (R, X) */
@@ -68,6 +70,15 @@ void decoder_reset(Decoder *d);
 /* Runs prompt ids[0..T) of sequence s from an empty cache (T <= C) and writes the logits of
  * its last position to logits (V). Ids must be checked against the vocabulary. */
 void decoder_prefill(Decoder *d, int s, const int32_t *ids, int T, float *logits);
+/* Appends ids[0..T) to sequence s after the positions its cache holds (len[s] + T <= C; from
+ * an empty cache this is decoder_prefill) and writes the logits of the last to logits (V): the
+ * new rows go through the model's ops as a prompt's do, each attending to the cache and the
+ * rows before it. A conversation's next turn runs only what its cache does not hold yet. */
+void decoder_extend(Decoder *d, int s, const int32_t *ids, int T, float *logits);
+/* Keeps the longest run of sequence s's cached positions that holds ids[0..n) for the prompt
+ * ids[0..T), at most T - 1 of them (the last prompt position is always run, for its logits):
+ * the rest is run again by the next decoder_extend. Returns the positions kept. */
+int decoder_reuse(Decoder *d, int s, const int32_t *ids, int T);
 /* Appends one token to each of n sequences seq[0..n) (distinct, each with fewer than C
  * positions filled): ids (n); logits (n, V) of those tokens. */
 void decoder_step(Decoder *d, const int *seq, const int32_t *ids, int n, float *logits);

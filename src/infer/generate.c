@@ -153,11 +153,13 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
         if (tok) gen_text_init(&st[i].text, o, (size_t)o->max_new_tokens * 4);
     }
 
-    decoder_reset(d);
+    if (!o->reuse_cache) decoder_reset(d);
     double t0 = now_seconds();
     for (int i = 0; i < n; i++) {
-        decoder_prefill(d, i, prompts[i], lens[i], logits + (long)i * V);
-        gs.prompt_tokens += lens[i];
+        int held = o->reuse_cache ? decoder_reuse(d, i, prompts[i], lens[i]) : 0;
+        decoder_extend(d, i, prompts[i] + held, lens[i] - held, logits + (long)i * V);
+        gs.prompt_tokens += lens[i] - held;
+        gs.reused_tokens += held;
     }
     gs.prefill_s = now_seconds() - t0;
     t0 = now_seconds();

@@ -21,6 +21,10 @@ typedef struct GenOptions {
     int n_eos;
     const char *const *stop; /* stop strings, matched in the decoded completion */
     int n_stop;
+    /* 0: the decoder's cache is emptied first. 1: sequence i keeps what its cache holds of
+     * prompts[i] (decoder_reuse: a conversation's earlier turns) and runs only the rest. Either
+     * way the cache of sequence i ends holding prompts[i] and its generated ids but the last. */
+    int reuse_cache;
 } GenOptions;
 
 typedef struct GenOutput {
@@ -35,6 +39,7 @@ typedef struct GenOutput {
 
 typedef struct GenStats {
     long prompt_tokens, new_tokens;
+    long reused_tokens; /* prompt tokens the cache held already (GenOptions.reuse_cache) */
     double prefill_s, decode_s;
 } GenStats;
 
