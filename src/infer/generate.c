@@ -208,9 +208,12 @@ void gen_output_free(GenOutput *g) {
     memset(g, 0, sizeof *g);
 }
 
-double generate_buffer_bytes(int n, int V, int penalize) {
+double generate_buffer_bytes(int n, int V, int penalize, long C) {
     Sampler smp = {0};
+    SeqState st;
     return (double)n * V * sizeof(float) +
            (double)V * (sizeof *smp.scaled + sizeof *smp.order + sizeof *smp.prob) +
-           (penalize ? (double)n * V + (double)V * sizeof(float) : 0);
+           (penalize ? (double)n * (V * sizeof *st.seen + C * sizeof *st.hist) +
+                           (double)V * sizeof(float)
+                     : 0);
 }

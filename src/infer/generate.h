@@ -78,8 +78,9 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
              GenStats *stats, Err *err);
 void gen_output_free(GenOutput *g);
 /* Bytes a generate call allocates for n prompts of a model of V logits, besides the outputs:
- * the logits of every sequence and the sampler's three rows, and with a repetition penalty
- * (penalize) each sequence's seen ids and a penalised row. */
-double generate_buffer_bytes(int n, int V, int penalize);
+ * the logits of every sequence and the sampler's three rows, and with a repetition penalty or
+ * an n-gram ban (penalize) each sequence's seen ids, its id history of up to C ids (prompt and
+ * completion) and a penalised row. */
+double generate_buffer_bytes(int n, int V, int penalize, long C);
 
 #endif

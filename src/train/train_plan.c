@@ -270,7 +270,8 @@ static int plan_sample(TrainPlan *p, const JobConfig *cfg, const Tokenizer *tok,
     double run = (double)decoder_bytes(s, mod, bf16, n, (int)C) +
                  generate_buffer_bytes(n, s->vocab_size,
                                        cfg->sample.repetition_penalty != 1.0 ||
-                                           cfg->sample.no_repeat_ngram_size > 0);
+                                           cfg->sample.no_repeat_ngram_size > 0,
+                                       C);
     int lora = cfg->lora.rank > 0;
     if (world == 1 && !lora) {
         p->sample_way = SAMPLE_OWN;
