@@ -2,7 +2,8 @@
 # torchtitan's four Qwen3 recipes (copies written for this test in tests/fixtures/torchtitan/,
 # same keys and values) run unchanged through `qtitan plan`, with one notice per key that has no
 # effect here and no error; the MoE debug recipe trains with only steps, seq_len, batch,
-# n_layers, tokenizer and dataset overridden. Values qtitan cannot honour stop with a sentence.
+# n_layers, tokenizer and dataset overridden, also with optimizer.name = "Adam". Values qtitan
+# cannot honour stop with a sentence.
 set -euo pipefail
 shared=${QT_SHARED_DIR:-}
 data=$shared/data/c4_sample/c4_sample.jsonl
@@ -80,4 +81,22 @@ grep -v -e '^converters = ' -e '^apply_to_all_linears = ' "$lr" >lora_own.toml
 steps() { grep '^step: ' "$1" | sed 's/  memory: .*//'; }
 [ "$(steps lora_tt.log)" = "$(steps lora_own.log)" ] && [ "$(steps lora_tt.log | wc -l)" = 2 ] ||
   { diff <(steps lora_tt.log) <(steps lora_own.log); fail "converter and qtitan's keys should train alike"; }
+# optimizer.name = "Adam" (torchtitan's other optimizer, torch.optim.Adam: its weight decay is
+# added to the gradient): the step after the first trains otherwise than AdamW's with weight
+# decay, and like it without.
+adam() { # log name, then arguments
+  local log=$1; shift
+  "$QT_BINARY" train --config "$fx/qwen3_moe_debug.toml" --training.steps=2 --training.seq_len=32 \
+    --training.local_batch_size=2 --model.n_layers=2 --model.tokenizer_path=tok \
+    --training.dataset_path="$data" --job.dump_folder="$log" "$@" >"$log.log" 2>&1 ||
+    { cat "$log.log"; fail "train $log"; }
+}
+adam adam --optimizer.name=Adam
+adam adamw0 --optimizer.weight_decay=0
+adam adam0 --optimizer.name=Adam --optimizer.weight_decay=0
+step2() { grep '^step:  2/2' "$1" | sed 's/  memory: .*//'; }
+[ -n "$(step2 moe.log)" ] && [ "$(step2 adam.log)" != "$(step2 moe.log)" ] ||
+  { step2 moe.log; step2 adam.log; fail "Adam with weight decay should train otherwise than AdamW"; }
+[ -n "$(step2 adam0.log)" ] && [ "$(step2 adam0.log)" = "$(step2 adamw0.log)" ] ||
+  { step2 adam0.log; step2 adamw0.log; fail "Adam and AdamW without weight decay should agree"; }
 echo "e2e_torchtitan_recipes: ok"

@@ -1,5 +1,6 @@
-/* AdamW: against a double-precision restatement of the update rule (weight decay on / off per
- * tensor), and against torch.optim.AdamW values from tools/make_optim_fixtures.py. */
+/* AdamW and Adam (L2 weight decay): against a double-precision restatement of the update rule
+ * (weight decay on / off per tensor), and against torch.optim.AdamW and torch.optim.Adam values
+ * from tools/make_optim_fixtures.py. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,20 +21,21 @@
 #include "train/adamw.h"
 
 /* The textbook decoupled AdamW, in double, written from the paper's formulas rather than
- * torch's operation order. */
+ * torch's operation order; with l2, Adam with L2 regularisation (the decay's gradient wd p
+ * added to g). */
 static void ref_step(double *p, double *m, double *v, const double *g, size_t n, int t, double lr,
-                     double b1, double b2, double eps, double wd) {
+                     double b1, double b2, double eps, double wd, int l2) {
     for (size_t i = 0; i < n; i++) {
-        p[i] -= lr * wd * p[i];
-        m[i] = b1 * m[i] + (1 - b1) * g[i];
-        v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+        double gi = l2 ? g[i] + wd * p[i] : g[i];
+        if (!l2) p[i] -= lr * wd * p[i];
+        m[i] = b1 * m[i] + (1 - b1) * gi;
+        v[i] = b2 * v[i] + (1 - b2) * gi * gi;
         double mhat = m[i] / (1 - pow(b1, t)), vhat = v[i] / (1 - pow(b2, t));
         p[i] -= lr * mhat / (sqrt(vhat) + eps);
     }
 }
 
-static void test_adamw_vs_double_reference(void **state) {
-    (void)state;
+static void check_vs_double_reference(int l2) {
     enum { N0 = 1000, N1 = 37, STEPS = 6 };
     float p0[N0], p1[N1], g0[N0], g1[N1];
     double r0[N0], r1[N1], m0[N0] = {0}, v0[N0] = {0}, m1[N1] = {0}, v1[N1] = {0}, d0[N0], d1[N1];
@@ -47,7 +49,7 @@ static void test_adamw_vs_double_reference(void **state) {
         r1[i] = p1[i];
     AdamWParam params[2] = {{"layers.0.attention.wq.weight", p0, g0, N0, 1},
                             {"layers.0.attention_norm.weight", p1, g1, N1, 0}};
-    AdamWConfig cfg = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+    AdamWConfig cfg = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .l2 = l2};
     AdamW opt;
     Err err;
     assert_int_equal(adamw_init(&opt, &cfg, params, 2, &err), 0);
@@ -60,8 +62,8 @@ static void test_adamw_vs_double_reference(void **state) {
             d1[i] = g1[i];
         double lr = 1e-2 * t / STEPS;
         adamw_step(&opt, lr);
-        ref_step(r0, m0, v0, d0, N0, t, lr, 0.9, 0.95, 1e-8, 0.1);
-        ref_step(r1, m1, v1, d1, N1, t, lr, 0.9, 0.95, 1e-8, 0.0);
+        ref_step(r0, m0, v0, d0, N0, t, lr, 0.9, 0.95, 1e-8, 0.1, l2);
+        ref_step(r1, m1, v1, d1, N1, t, lr, 0.9, 0.95, 1e-8, 0.0, l2);
     }
     assert_int_equal(opt.step, STEPS);
     /* Not fmax, which drops a NaN: a NaN parameter must fail the check. */
@@ -74,16 +76,24 @@ static void test_adamw_vs_double_reference(void **state) {
         double d = fabs(p1[i] - r1[i]) / (fabs(r1[i]) + 1e-3);
         if (isnan(d) || d > worst) worst = d;
     }
+    printf("%s vs the double-precision rule: max relative difference %.3g\n", l2 ? "adam" : "adamw",
+           worst);
     assert_true(worst < 2e-5);
     adamw_free(&opt);
 }
 
-static void test_adamw_matches_torch(void **state) {
+static void test_adamw_vs_double_reference(void **state) {
     (void)state;
+    check_vs_double_reference(0);
+    check_vs_double_reference(1);
+}
+
+/* name: the fixture (adamw_torch.json, adam_torch.json); l2: Adam's weight decay. */
+static void check_vs_torch(const char *name, int l2) {
     const char *src = getenv("QT_SOURCE_DIR");
     if (!src) skip();
     char path[4096];
-    snprintf(path, sizeof path, "%s/tests/fixtures/train/adamw_torch.json", src);
+    snprintf(path, sizeof path, "%s/tests/fixtures/train/%s", src, name);
     Err err;
     json_t *root = json_load_path(path, &err);
     assert_non_null(root);
@@ -102,7 +112,7 @@ static void test_adamw_matches_torch(void **state) {
         params[k] = (AdamWParam){"t", p[k], g[k], n[k],
                                  json_number_value(json_array_get(wd, (size_t)k)) != 0.0};
     }
-    AdamWConfig cfg = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+    AdamWConfig cfg = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .l2 = l2};
     AdamW opt;
     assert_int_equal(adamw_init(&opt, &cfg, params, 2, &err), 0);
     double worst = 0;
@@ -123,8 +133,8 @@ static void test_adamw_matches_torch(void **state) {
             }
         }
     }
-    printf("adamw vs torch: max relative difference %.3g after %zu steps\n", worst,
-           json_array_size(steps));
+    printf("%s vs torch: max relative difference %.3g after %zu steps\n", l2 ? "adam" : "adamw",
+           worst, json_array_size(steps));
     assert_true(worst < 1e-6);
     adamw_free(&opt);
     for (int k = 0; k < 2; k++) {
@@ -132,6 +142,17 @@ static void test_adamw_matches_torch(void **state) {
         free(g[k]);
     }
     json_decref(root);
+}
+
+static void test_adamw_matches_torch(void **state) {
+    (void)state;
+    check_vs_torch("adamw_torch.json", 0);
+}
+
+/* torch.optim.Adam: weight decay added to the gradient (torchtitan's optimizer.name = "Adam"). */
+static void test_adam_matches_torch(void **state) {
+    (void)state;
+    check_vs_torch("adam_torch.json", 1);
 }
 
 /* With copies (adamw_set_copies) the parameters update bitwise as without them, and each copy
@@ -217,6 +238,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adamw_vs_double_reference),
         cmocka_unit_test(test_adamw_matches_torch),
+        cmocka_unit_test(test_adam_matches_torch),
         cmocka_unit_test(test_adamw_writes_copies),
         cmocka_unit_test(test_adamw_default_decay),
         cmocka_unit_test(test_adamw_bad_config),

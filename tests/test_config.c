@@ -132,7 +132,8 @@ static void test_file_values(void **state) {
     JobConfig c;
     load_ok(&c,
             "[job]\ndescription = \"x\"\n"
-            "[optimizer]\nlr = 1  # an integer where a float is expected\nbeta2 = 0.999\n"
+            "[optimizer]\nname = \"Adam\"\nlr = 1  # an integer where a float is expected\n"
+            "beta2 = 0.999\n"
             "[lr_scheduler]\ndecay_ratio = 0.2\ndecay_type = \"cosine\"\n"
             "[training]\nseq_len = 256\nmixed_precision_param = \"bfloat16\"\ndevice = \"auto\"\n"
             "seed = 1234567890123\ndataset_path = \"/data/x.jsonl\"\n"
@@ -140,6 +141,7 @@ static void test_file_values(void **state) {
             "[activation_checkpoint]\nmode = \"selective\"\n",
             0, NULL);
     assert_string_equal(c.job.description, "x");
+    assert_int_equal(c.optimizer.name, OPTIMIZER_ADAM);
     assert_true(c.optimizer.lr == 1.0);
     assert_true(c.optimizer.beta2 == 0.999);
     assert_true(c.lr_scheduler.decay_ratio == 0.2);
@@ -323,8 +325,9 @@ static void test_type_and_range_errors(void **state) {
     expect_file_error("[training]\nmax_norm = -inf\n", 0, NULL,
                       "2: training.max_norm = -inf is out of range; expected a number > 0, or "
                       "inf for no clipping");
-    expect_file_error("[optimizer]\nname = \"SGD\"\n", 0, NULL,
-                      "2: optimizer.name = \"SGD\" is not allowed; expected one of \"AdamW\"");
+    expect_file_error(
+        "[optimizer]\nname = \"SGD\"\n", 0, NULL,
+        "2: optimizer.name = \"SGD\" is not allowed; expected one of \"AdamW\", \"Adam\"");
     expect_file_error("[lr_scheduler]\ndecay_type = \"exp\"\n", 0, NULL,
                       "2: lr_scheduler.decay_type = \"exp\" is not allowed; expected one of "
                       "\"linear\", \"sqrt\", \"cosine\"");

@@ -117,7 +117,7 @@ static void test_trainer_and_adamw(void **state) {
         /* The parameter table covers the arena up to alignment padding. */
         assert_true(bytes <= z.param_bytes && z.param_bytes < bytes + 64 * (size_t)tm.nparams);
         AdamW opt;
-        AdamWConfig cfg = {0.9, 0.95, 1e-8, 0.1};
+        AdamWConfig cfg = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
         assert_int_equal(adamw_init(&opt, &cfg, ap, tm.nparams, &err), 0);
         assert_int_equal(opt.state.capacity, 2 * z.grad_bytes);
         adamw_free(&opt);

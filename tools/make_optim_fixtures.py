@@ -2,7 +2,9 @@
 """Reference values for the optimizer components, from PyTorch itself.
 
 Writes tests/fixtures/train/adamw_torch.json: two small parameter tensors (one with weight
-decay, one exempt) updated 5 times by torch.optim.AdamW with a changing learning rate, and
+decay, one exempt) updated 5 times by torch.optim.AdamW with a changing learning rate, the same
+by torch.optim.Adam (L2 weight decay, torchtitan's optimizer.name = "Adam") in adam_torch.json,
+and
 tests/fixtures/train/lr_schedule.json: the learning rate torch.optim.lr_scheduler.LambdaLR
 produces for several warmup / decay settings, using a Python restatement of torchtitan's
 warmup-stable-decay factor. Run from the repo root: python3 tools/make_optim_fixtures.py
@@ -66,13 +68,15 @@ def lr_cases():
     return cases
 
 
-def adamw_case():
+def optim_case(cls):
+    """Two tensors (one with weight decay, one exempt) updated 5 times by cls (torch.optim.AdamW,
+    or torch.optim.Adam, whose weight decay is L2: added to the gradient)."""
     g = torch.Generator().manual_seed(1234)
     shapes = [(3, 5), (7,)]
     params = [torch.nn.Parameter(torch.randn(s, generator=g)) for s in shapes]
-    opt = torch.optim.AdamW([{"params": [params[0]], "weight_decay": 0.1},
-                             {"params": [params[1]], "weight_decay": 0.0}],
-                            lr=1e-2, betas=(0.9, 0.95), eps=1e-8, foreach=False, fused=False)
+    opt = cls([{"params": [params[0]], "weight_decay": 0.1},
+               {"params": [params[1]], "weight_decay": 0.0}],
+              lr=1e-2, betas=(0.9, 0.95), eps=1e-8, foreach=False, fused=False)
     init = [p.detach().clone().flatten().tolist() for p in params]
     lrs = [2e-3, 5e-3, 1e-2, 8e-3, 4e-3]
     steps = []
@@ -93,7 +97,9 @@ def adamw_case():
 def main():
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, "adamw_torch.json"), "w") as f:
-        json.dump(adamw_case(), f)
+        json.dump(optim_case(torch.optim.AdamW), f)
+    with open(os.path.join(OUT, "adam_torch.json"), "w") as f:
+        json.dump(optim_case(torch.optim.Adam), f)
     with open(os.path.join(OUT, "lr_schedule.json"), "w") as f:
         json.dump(lr_cases(), f, indent=1)
 

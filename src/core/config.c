@@ -38,7 +38,8 @@ typedef struct KeyDesc {
     const char *alias_of; /* torchtitan's other name for the key given here (not dumped) */
 } KeyDesc;
 
-static const Choice OPTIMIZERS[] = {{"AdamW", OPTIMIZER_ADAMW}, {NULL, 0}};
+static const Choice OPTIMIZERS[] = {
+    {"AdamW", OPTIMIZER_ADAMW}, {"Adam", OPTIMIZER_ADAM}, {NULL, 0}};
 static const Choice DECAYS[] = {
     {"linear", DECAY_LINEAR}, {"sqrt", DECAY_SQRT}, {"cosine", DECAY_COSINE}, {NULL, 0}};
 static const Choice DEVICES[] = {

@@ -29,7 +29,7 @@
 
 typedef enum DecayType { DECAY_LINEAR = 0, DECAY_SQRT, DECAY_COSINE } DecayType;
 typedef enum DeviceKind { DEVICE_CPU = 0, DEVICE_CUDA, DEVICE_AUTO } DeviceKind;
-typedef enum OptimizerKind { OPTIMIZER_ADAMW = 0 } OptimizerKind;
+typedef enum OptimizerKind { OPTIMIZER_ADAMW = 0, OPTIMIZER_ADAM } OptimizerKind;
 /* What a training JSONL line holds: text to pack, or a conversation (docs/finetune.md). */
 typedef enum DataFormat {
     DATA_TEXT = 0,

@@ -55,7 +55,7 @@ const CompatKey CONFIG_COMPAT[] = {
       "one line each"),
 
     N("optimizer", "implementation", 's', NULL,
-      "qtitan has one AdamW, a fused loop over each parameter shard"),
+      "qtitan runs Adam and AdamW as one fused loop over each parameter shard"),
     N("optimizer", "early_step_in_backward", 'b', "false",
       "qtitan steps after the whole backward, so gradients can be clipped by their total norm"),
 

@@ -1,6 +1,6 @@
 /* AdamW update in torch's fp32 operation order (torch/optim/adam.py, _single_tensor_adam with
  * decoupled weight decay):
- *   p *= 1 - lr*wd
+ *   p *= 1 - lr*wd        (Adam, AdamWConfig.l2: g = g + wd*p instead)
  *   m  = lerp(m, g, 1 - b1)
  *   v  = v*b2 + (1 - b2)*g*g
  *   denom = sqrt(v) / sqrt(1 - b2^t) + eps
@@ -76,7 +76,7 @@ void adamw_step(AdamW *opt, double lr) {
 
 /* The scalars of one update, computed once per step. */
 typedef struct Coefs {
-    float decay_mul, w1, b2, one_minus_b2, bc2_sqrt, eps, neg_step_size, grad_scale;
+    float decay_mul, l2, w1, b2, one_minus_b2, bc2_sqrt, eps, neg_step_size, grad_scale;
     int use_lerp_low;
 } Coefs;
 
@@ -92,25 +92,32 @@ static inline void finish_elem(const Coefs *k, float dm, float *restrict x, floa
     v[j] = vj;
 }
 
-/* Elements [lo, hi) of one tensor; dm is its decay multiplier. Elementwise and branch-free, so
- * the vector code gives bitwise the scalar results (no FMA contraction in ISO C mode); torch's
- * lerp picks the form that is exact at its nearer end, one loop per form. */
-static void update_run(const Coefs *k, float dm, float *restrict x, const float *restrict g,
-                       float *restrict m, float *restrict v, long lo, long hi) {
-    const float w1 = k->w1, grad_scale = k->grad_scale;
-    if (k->use_lerp_low) {
+/* Elements [lo, hi) of one tensor; dm is its decay multiplier, l2 1 to add k->l2 times the
+ * parameter to the gradient (Adam). Elementwise and branch-free, so the vector code gives
+ * bitwise the scalar results (no FMA contraction in ISO C mode); torch's lerp picks the form
+ * that is exact at its nearer end, one loop per form and decay kind (gj is exactly the scaled
+ * gradient without L2). */
+static inline __attribute__((always_inline)) void
+update_form(const Coefs *k, float dm, int l2, int low, float *restrict x, const float *restrict g,
+            float *restrict m, float *restrict v, long lo, long hi) {
+    const float w1 = k->w1, grad_scale = k->grad_scale, wd = k->l2;
 #pragma omp simd
-        for (long j = lo; j < hi; j++) {
-            float gj = g[j] * grad_scale; /* exact when 1 */
-            finish_elem(k, dm, x, m, v, j, gj, m[j] + w1 * (gj - m[j]));
-        }
-    } else {
-#pragma omp simd
-        for (long j = lo; j < hi; j++) {
-            float gj = g[j] * grad_scale; /* exact when 1 */
-            finish_elem(k, dm, x, m, v, j, gj, gj - (gj - m[j]) * (1.0f - w1));
-        }
+    for (long j = lo; j < hi; j++) {
+        float gj = g[j] * grad_scale; /* exact when 1 */
+        if (l2) gj = fmaf(x[j], wd, gj);
+        finish_elem(k, dm, x, m, v, j, gj,
+                    low ? m[j] + w1 * (gj - m[j]) : gj - (gj - m[j]) * (1.0f - w1));
     }
+}
+
+static void update_run(const Coefs *k, float dm, int l2, float *restrict x, const float *restrict g,
+                       float *restrict m, float *restrict v, long lo, long hi) {
+    if (k->use_lerp_low)
+        l2 ? update_form(k, dm, 1, 1, x, g, m, v, lo, hi)
+           : update_form(k, dm, 0, 1, x, g, m, v, lo, hi);
+    else
+        l2 ? update_form(k, dm, 1, 0, x, g, m, v, lo, hi)
+           : update_form(k, dm, 0, 0, x, g, m, v, lo, hi);
 }
 
 void adamw_step_scaled(AdamW *opt, double lr, float grad_scale) {
@@ -120,6 +127,7 @@ void adamw_step_scaled(AdamW *opt, double lr, float grad_scale) {
     double bias_correction1 = 1.0 - pow(c->beta1, t);
     double bias_correction2 = 1.0 - pow(c->beta2, t);
     Coefs k = {.decay_mul = (float)(1.0 - lr * c->weight_decay),
+               .l2 = (float)c->weight_decay,
                .w1 = (float)(1.0 - c->beta1), /* lerp weight */
                .b2 = (float)c->beta2,
                .one_minus_b2 = (float)(1.0 - c->beta2),
@@ -132,14 +140,16 @@ void adamw_step_scaled(AdamW *opt, double lr, float grad_scale) {
     for (int i = 0; i < opt->nparams; i++) {
         const AdamWParam *p = &opt->params[i];
         /* Multiplying by 1 is exact, so one loop serves tensors with and without decay. */
-        const float dm = p->decay && c->weight_decay != 0.0 ? k.decay_mul : 1.0f;
+        int decays = p->decay && c->weight_decay != 0.0;
+        const float dm = decays && !c->l2 ? k.decay_mul : 1.0f;
+        int l2 = decays && c->l2;
         long n = (long)p->n;
         uint16_t *copy = opt->copy[i];
         float *wide = opt->wide[i];
 #pragma omp for schedule(static) nowait
         for (long lo = 0; lo < n; lo += ADAMW_RUN) {
             long hi = n - lo < ADAMW_RUN ? n : lo + ADAMW_RUN;
-            update_run(&k, dm, p->param, p->grad, opt->m[i], opt->v[i], lo, hi);
+            update_run(&k, dm, l2, p->param, p->grad, opt->m[i], opt->v[i], lo, hi);
             if (copy)
                 simd_bf16_weight_copy_serial(wide ? NULL : copy + lo, wide ? wide + lo : NULL,
                                              p->param + lo, hi - lo);

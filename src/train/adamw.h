@@ -1,6 +1,8 @@
 /* AdamW with decoupled weight decay, computed in fp32 in the same operation order as
  * torch.optim.AdamW's single-tensor CPU path, so parameters after N steps agree with torch to
- * rounding. The optimizer state (exp_avg m, exp_avg_sq v) lives in one arena sized at init. */
+ * rounding; with AdamWConfig.l2, torch.optim.Adam (torchtitan's optimizer.name = "Adam"), whose
+ * weight decay is added to the gradient instead. The optimizer state (exp_avg m, exp_avg_sq v)
+ * lives in one arena sized at init. */
 #ifndef QT_ADAMW_H
 #define QT_ADAMW_H
 
@@ -14,6 +16,9 @@ typedef struct AdamWConfig {
     double beta1, beta2; /* torch defaults 0.9, 0.999; torchtitan uses 0.9, 0.95 */
     double eps;
     double weight_decay; /* applied only to tensors with decay = 1 */
+    /* 0: decoupled (AdamW: p *= 1 - lr wd). 1: L2, as torch.optim.Adam: g += wd p before the
+     * moments, so the decay passes through Adam's normalisation. */
+    int l2;
 } AdamWConfig;
 
 /* One parameter tensor the optimizer updates; param and grad are caller-owned. */

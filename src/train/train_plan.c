@@ -535,8 +535,8 @@ void train_plan_print(const TrainPlan *p, FILE *f) {
     row(f, "parameters", p->params, t, "fp32 parameter arena");
     row(f, "gradients", p->grads, t, "fp32 gradient arena");
     row(f, "optimizer", p->optim, t,
-        p->lora_numel > 0 ? "AdamW exp_avg + exp_avg_sq, fp32, of the LoRA adapters"
-                          : "AdamW exp_avg + exp_avg_sq, fp32");
+        p->lora_numel > 0 ? "Adam moments exp_avg + exp_avg_sq, fp32, of the LoRA adapters"
+                          : "Adam moments exp_avg + exp_avg_sq, fp32");
     row(f, "activations", p->acts, t, "activation arena: kept activations, logits, grad scratch");
     row(f, "workspace", p->workspace, t, "batch buffers, bf16 copies, GEMM scratch");
     row(f, "tokenizer", p->tokenizer, t, "loaded vocabulary and merges");
