@@ -99,4 +99,10 @@ step2() { grep '^step:  2/2' "$1" | sed 's/  memory: .*//'; }
   { step2 moe.log; step2 adam.log; fail "Adam with weight decay should train otherwise than AdamW"; }
 [ -n "$(step2 adam0.log)" ] && [ "$(step2 adam0.log)" = "$(step2 adamw0.log)" ] ||
   { step2 adam0.log; step2 adamw0.log; fail "Adam and AdamW without weight decay should agree"; }
+# lr_scheduler.total_steps: a 2-step run follows a 4-step schedule (warmup 1, linear decay):
+# step 2 at 3/4 of optimizer.lr, not the 1/2 its own 2 steps would give.
+adam sched --lr_scheduler.warmup_steps=1 --lr_scheduler.total_steps=4
+lrs=$(grep -o '"lr":[0-9.e-]*' sched/metrics.jsonl | cut -d: -f2 | tr '\n' ' ')
+awk -v l="$lrs" 'BEGIN { split(l, a, " "); exit !(a[1] == 0.00015 && a[2] == 0.000225) }' ||
+  { cat sched/metrics.jsonl; fail "total_steps = 4: step lrs $lrs, expected 0.00015 0.000225"; }
 echo "e2e_torchtitan_recipes: ok"

@@ -707,6 +707,7 @@ static void test_torchtitan_every_key(void **state) {
     if (config_load(&c, path, 0, NULL, &err) != 0) fail_msg("all_keys.toml: %s", err.msg);
     assert_int_equal(c.training.seed, 42); /* debug.seed */
     assert_int_equal(c.training.mixed_precision_param, DT_BF16);
+    assert_int_equal(c.lr_scheduler.total_steps, 20000);
     assert_true(c.n_notices >= 30);
     int compile_backend = 0;
     for (int i = 0; i < c.n_notices; i++)
@@ -775,9 +776,9 @@ static void test_torchtitan_refusals(void **state) {
     expect_file_error("[quantize.linear.float8]\nemulat = false\n", 0, NULL,
                       "2: unknown key \"emulat\" in [quantize.linear.float8]; did you mean "
                       "\"emulate\"?");
-    expect_file_error("[lr_scheduler]\ntotal_steps = 100\n", 0, NULL,
-                      "2: lr_scheduler.total_steps = 100 is not available: qtitan's schedule "
-                      "spans training.steps; set training.steps instead");
+    expect_file_error("[lr_scheduler]\ntotal_steps = 0\n", 0, NULL,
+                      "2: lr_scheduler.total_steps = 0 is out of range; expected an integer >= 1, "
+                      "or -1 for training.steps");
     JobConfig c;
     Err err = {{0}};
     char *argv[] = {"--parallelism.context_parallel_degree=2"};

@@ -113,6 +113,7 @@ static const KeyDesc KEYS[] = {
     FLT(lr_scheduler, decay_ratio, 0, 1, 0, 0, "a number in [0, 1]"),
     ENUM(lr_scheduler, decay_type, DECAYS),
     FLT(lr_scheduler, min_lr_factor, 0, 1, 0, 0, "a number in [0, 1]"),
+    INT(lr_scheduler, total_steps, 1, 1, "an integer >= 1, or -1 for training.steps"),
     INT(training, local_batch_size, 1, 0, "an integer >= 1"),
     INT(training, global_batch_size, 1, 1, "an integer >= 1, or -1 for local_batch_size x dp"),
     INT(training, seq_len, 1, 0, "an integer >= 1"),
@@ -792,6 +793,7 @@ void config_init(JobConfig *c) {
     c->optimizer.weight_decay = 0.1;
     c->lr_scheduler.warmup_steps = 200;
     c->lr_scheduler.decay_ratio = -1;
+    c->lr_scheduler.total_steps = -1;
     c->lr_scheduler.decay_type = DECAY_LINEAR;
     c->lr_scheduler.min_lr_factor = 0.0;
     c->training.local_batch_size = 8;

@@ -96,6 +96,9 @@ typedef struct JobConfig {
         double decay_ratio;
         DecayType decay_type;
         double min_lr_factor; /* the lr decays to lr * min_lr_factor */
+        /* The schedule's length in steps (torchtitan's total_steps); -1 = unset: training.steps.
+         * Longer than the run: the run ends part-way along it (to be resumed with more steps). */
+        int total_steps;
     } lr_scheduler;
     struct {
         int local_batch_size;  /* rows per rank per micro-step */

@@ -59,9 +59,6 @@ const CompatKey CONFIG_COMPAT[] = {
     N("optimizer", "early_step_in_backward", 'b', "false",
       "qtitan steps after the whole backward, so gradients can be clipped by their total norm"),
 
-    R("lr_scheduler", "total_steps", 'i', NULL,
-      "qtitan's schedule spans training.steps; set training.steps instead"),
-
     N("training", "enable_cpu_offload", 'b', "false",
       "parameters, gradients and optimizer state already live in host memory"),
     R("training", "dtype", 's', "\"float32\"",

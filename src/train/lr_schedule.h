@@ -17,10 +17,12 @@ typedef struct LrSchedule {
     double min_lr_factor;
 } LrSchedule;
 
-/* training_steps: [training] steps. decay_ratio < 0 means "not set" (None): decay starts right
- * after warmup. */
-int lr_schedule_init(LrSchedule *s, double base_lr, int64_t training_steps, int64_t warmup_steps,
-                     double decay_ratio, DecayType decay_type, double min_lr_factor, Err *err);
+/* training_steps: [training] steps; total_steps: the schedule's length when >= 1
+ * (lr_scheduler.total_steps), else training_steps. decay_ratio < 0 means "not set" (None): decay
+ * starts right after warmup. */
+int lr_schedule_init(LrSchedule *s, double base_lr, int64_t training_steps, int64_t total_steps,
+                     int64_t warmup_steps, double decay_ratio, DecayType decay_type,
+                     double min_lr_factor, Err *err);
 /* The LambdaLR multiplier after `current_step` scheduler steps (0 for the first step). */
 double lr_schedule_factor(const LrSchedule *s, int64_t current_step);
 /* Learning rate used by training step `step` (1-based). */

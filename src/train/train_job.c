@@ -844,6 +844,7 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
         .micro_batches = micro,
         .lr = cfg->optimizer.lr,
         .warmup_steps = cfg->lr_scheduler.warmup_steps,
+        .schedule_steps = cfg->lr_scheduler.total_steps,
         .decay_ratio = cfg->lr_scheduler.decay_ratio,
         .decay_type = cfg->lr_scheduler.decay_type,
         .min_lr_factor = cfg->lr_scheduler.min_lr_factor,

@@ -340,8 +340,8 @@ static int train_step(Trainer *t, StepMetrics *m, Err *err) {
 static int run(Trainer *t, Err *err) {
     const TrainerOptions *o = t->o;
     TrainModel *md = t->model;
-    TRY(lr_schedule_init(&t->sched, o->lr, o->steps, o->warmup_steps, o->decay_ratio, o->decay_type,
-                         o->min_lr_factor, err));
+    TRY(lr_schedule_init(&t->sched, o->lr, o->steps, o->schedule_steps, o->warmup_steps,
+                         o->decay_ratio, o->decay_type, o->min_lr_factor, err));
     AdamWParam *ap = xcalloc((size_t)md->nparams + 1, sizeof *ap);
     t->grads = xcalloc((size_t)md->nparams + 1, sizeof *t->grads);
     for (int i = 0; i < md->nparams; i++) {

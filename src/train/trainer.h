@@ -87,8 +87,9 @@ typedef struct TrainerOptions {
     int micro_batches; /* gradient accumulation steps per optimizer step (>= 1) */
     double lr;         /* [optimizer] lr; the schedule multiplies it */
     int64_t warmup_steps;
-    double decay_ratio;   /* < 0: none */
-    DecayType decay_type; /* 0: linear */
+    int64_t schedule_steps; /* the schedule's length; < 1: steps */
+    double decay_ratio;     /* < 0: none */
+    DecayType decay_type;   /* 0: linear */
     double min_lr_factor;
     AdamWConfig adamw;
     double max_norm;    /* <= 0: no clipping (the norm is still reported) */
