@@ -70,6 +70,31 @@ s3=$("$QT" generate --model "$FIX" --prompt-file "$TMP/prompts.txt" --temperatur
 [ "$s1" != "$s3" ] || fail "seeds 5 and 6 gave the same results"
 echo "seeded sampling reproduces"
 
+# --num-return-sequences 3: each prompt's three completions, prompt by prompt, are those of the
+# prompt file with each line written three times (the same batch positions, so the same
+# streams), though each prompt is run once and its cache copied.
+n3=$("$QT" generate --model "$FIX" --prompt-file "$TMP/prompts.txt" --temperature 1.2 --seed 5 \
+  --max-new-tokens 12 --num-return-sequences 3 --json 2>"$TMP/n3.err") || fail "--num-return-sequences: $(cat "$TMP/n3.err")"
+awk 'NF { for (k = 0; k < 3; k++) print }' "$TMP/prompts.txt" >"$TMP/prompts3.txt"
+r3=$("$QT" generate --model "$FIX" --prompt-file "$TMP/prompts3.txt" --temperature 1.2 --seed 5 \
+  --max-new-tokens 12 --json 2>"$TMP/r3.err") || fail "repeated prompts: $(cat "$TMP/r3.err")"
+[ "$(echo "$n3" | wc -l)" = 9 ] && [ "$(echo "$n3" | jq -r .sequence | tr '\n' ' ')" = "1 2 3 1 2 3 1 2 3 " ] ||
+  fail "--num-return-sequences 3 over 3 prompts: $n3"
+[ "$(echo "$n3" | jq -c '[.prompt_ids, .ids, .logprobs]')" = "$(echo "$r3" | jq -c '[.prompt_ids, .ids, .logprobs]')" ] ||
+  fail "--num-return-sequences differs from the prompts written three times"
+[ "$(echo "$n3" | jq -c .ids | sort -u | wc -l)" -gt 3 ] || fail "the sampled sequences of a prompt are all alike"
+p3=$(sed -n 's/^generate: prompt \([0-9]*\) tokens.*/\1/p' "$TMP/n3.err")
+pr=$(sed -n 's/^generate: prompt \([0-9]*\) tokens.*/\1/p' "$TMP/r3.err")
+[ -n "$p3" ] && [ "$((p3 * 3))" = "$pr" ] || fail "each prompt should run once: $p3 prompt tokens, $pr for the repeated file"
+"$QT" generate --model "$FIX" --prompt "$prompt" --temperature 1 --max-new-tokens 4 --num-return-sequences 2 \
+  >"$TMP/n2.txt" 2>/dev/null || fail "--num-return-sequences 2, text"
+[ "$(grep -c '^--- prompt 1, sequence [12]$' "$TMP/n2.txt")" = 2 ] || fail "text output: $(cat "$TMP/n2.txt")"
+expect_error generate "--num-return-sequences 2 needs sampling: greedy decoding (temperature 0) gives each prompt one completion" \
+  --model "$FIX" --prompt hi --temperature 0 --num-return-sequences 2
+expect_error generate "num-return-sequences 0: expected an integer >= 1" --model "$FIX" --prompt hi --num-return-sequences 0
+expect_error generate "--num-return-sequences does not apply to --interactive" --model "$FIX" --interactive --num-return-sequences 2
+echo "--num-return-sequences: each prompt's completions as its repeated lines', the prompt run once"
+
 # generation_config.json gives the defaults transformers' generate() takes from it: with
 # do_sample true its temperature / top_k / top_p / min_p / max_new_tokens /
 # repetition_penalty are those of the explicit flags; flags win; do_sample false is greedy;

@@ -82,12 +82,17 @@ static const char *USAGE =
     "  --no-repeat-ngram-size N  never complete an N-gram the prompt or the completion\n"
     "                         already holds (transformers' no_repeat_ngram_size; greedy\n"
     "                         decoding too); default 0 (off)\n"
-    "  --seed N               default 0; prompt i draws from stream i of the seed\n"
+    "  --num-return-sequences N  N completions of each prompt, sampled (temperature > 0), as\n"
+    "                         transformers' num_return_sequences: the prompt is run once and\n"
+    "                         its cache copied; default 1\n"
+    "  --seed N               default 0; sequence i of the batch (prompt by prompt, each\n"
+    "                         prompt's completions in turn) draws from stream i of the seed\n"
     "  --stop STRING          end a completion before STRING (repeatable, up to 16)\n"
     "  --dtype float32|bfloat16  weights of the matrix products (default float32)\n"
-    "  --json                 one JSON object a prompt: prompt, prompt_ids, ids, text,\n"
+    "  --json                 one JSON object a completion: prompt, prompt_ids, ids, text,\n"
     "                         logprobs (the model's log-probability of each new id) and\n"
-    "                         finish_reason (eos, stop, length)\n";
+    "                         finish_reason (eos, stop, length); with --num-return-sequences,\n"
+    "                         also sequence (1-based, within its prompt)\n";
 
 typedef struct GenArgs {
     const char *model, *checkpoint, *adapter, *prompt, *prompt_file, *system, *dtype, *tools_file,
@@ -97,6 +102,7 @@ typedef struct GenArgs {
     json_t *tools;             /* --tools FILE's array, read by generate_run */
     int chat, thinking, json, interactive;
     long max_new;
+    long n_return; /* --num-return-sequences */
     SampleParams sp;
     /* Which of --max-new-tokens, --temperature, --top-k, --top-p, --min-p,
      * --repetition-penalty, --no-repeat-ngram-size were given: the others come from
@@ -127,6 +133,7 @@ static int parse_float(const char *opt, const char *s, float *out, Err *err) {
 static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
     memset(a, 0, sizeof *a);
     a->max_new = 128;
+    a->n_return = 1;
     a->thinking = 1;
     a->dtype = "float32";
     a->sp = (SampleParams){
@@ -184,6 +191,10 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
             TRY(parse_long(o, v, 0, &n, err));
             a->sp.no_repeat_ngram_size = n > 1000000 ? 1000000 : (int)n;
             a->set_ngram = 1;
+        } else if (strcmp(o, "--num-return-sequences") == 0) {
+            TRY(parse_long(o, v, 1, &a->n_return, err));
+            if (a->n_return > 65536)
+                return err_set(err, "--num-return-sequences %s: at most 65536", v);
         } else if (strcmp(o, "--seed") == 0) {
             TRY(parse_long(o, v, 0, &n, err));
             a->seed = (unsigned long long)n;
@@ -223,6 +234,9 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
         return err_set(err, "give one of --prompt TEXT, --prompt-file F, --messages F or "
                             "--interactive (see qtitan generate --help)");
     if (a->interactive) a->chat = 1;
+    if (a->interactive && a->n_return > 1)
+        return err_set(err, "--num-return-sequences does not apply to --interactive (one answer "
+                            "a turn)");
     if (a->messages_file && a->system)
         return err_set(err, "--system does not apply to --messages: a conversation gives its own "
                             "system turn");
@@ -317,7 +331,8 @@ static void stream_stdout(void *ctx, int i, const char *text, size_t len) {
     fflush(stdout);
 }
 
-static void print_json(const char *prompt, const IdVec *pid, const GenOutput *g) {
+/* sequence: the completion's number within its prompt (--num-return-sequences), 0: none. */
+static void print_json(const char *prompt, const IdVec *pid, const GenOutput *g, int sequence) {
     json_t *o = json_object(), *pids = json_array(), *ids = json_array(), *lps = json_array();
     for (size_t t = 0; t < pid->n; t++)
         json_array_append_new(pids, json_integer(pid->ids[t]));
@@ -331,6 +346,7 @@ static void print_json(const char *prompt, const IdVec *pid, const GenOutput *g)
     json_object_set_new(o, "text", json_stringn(g->text ? g->text : "", g->text_len));
     json_object_set_new(o, "logprobs", lps);
     json_object_set_new(o, "finish_reason", json_string(g->finish));
+    if (sequence) json_object_set_new(o, "sequence", json_integer(sequence));
     char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
     puts(s);
     free(s);
@@ -506,7 +522,7 @@ static int interactive_run(GenArgs *a, Err *err) {
         }
         if (rc == 0) {
             if (a->json)
-                print_json(line, &ids, &out);
+                print_json(line, &ids, &out, 0);
             else
                 putchar('\n');
             fflush(stdout);
@@ -543,23 +559,32 @@ static int generate_run(GenArgs *a, Err *err) {
         return -1;
     }
     int rc = 0;
+    if (a->n_return > 1 && a->sp.temperature == 0)
+        rc = err_set(err,
+                     "--num-return-sequences %ld needs sampling: greedy decoding (temperature "
+                     "0%s) gives each prompt one completion",
+                     a->n_return, a->set_temperature ? "" : ", the model's generation_config.json");
+    /* The batch: each prompt's n_return sequences in turn, all reading the prompt's ids. */
+    int K = (int)a->n_return, n = pr.n * K;
     IdVec *ids = xcalloc((size_t)pr.n, sizeof *ids);
-    const int32_t **ptr = xcalloc((size_t)pr.n, sizeof *ptr);
-    int *lens = xcalloc((size_t)pr.n, sizeof *lens);
+    const int32_t **ptr = xcalloc((size_t)n, sizeof *ptr);
+    int *lens = xcalloc((size_t)n, sizeof *lens);
     int longest = 0;
     for (int i = 0; i < pr.n && rc == 0; i++) {
         rc = encode_prompt(a, im.tok, cf, pr.text[i], i, &ids[i], err);
         char what[32];
         snprintf(what, sizeof what, "prompt %d", i + 1);
         if (rc == 0) rc = check_prompt(a, &im, &ids[i], what, err);
-        ptr[i] = (const int32_t *)ids[i].ids;
-        lens[i] = (int)ids[i].n;
-        if (lens[i] > longest) longest = lens[i];
+        for (int k = 0; k < K; k++) {
+            ptr[i * K + k] = (const int32_t *)ids[i].ids;
+            lens[i * K + k] = (int)ids[i].n;
+        }
+        if ((int)ids[i].n > longest) longest = (int)ids[i].n;
     }
     Decoder d = {0};
-    GenOutput *out = xcalloc((size_t)pr.n, sizeof *out);
+    GenOutput *out = xcalloc((size_t)n, sizeof *out);
     GenStats st = {0};
-    if (rc == 0) rc = decoder_create(&d, &im.m, pr.n, longest + (int)a->max_new, err);
+    if (rc == 0) rc = decoder_create(&d, &im.m, n, longest + (int)a->max_new, err);
     if (rc == 0) {
         GenOptions o = {.max_new_tokens = (int)a->max_new,
                         .sample = a->sp,
@@ -568,21 +593,26 @@ static int generate_run(GenArgs *a, Err *err) {
                         .n_eos = im.n_eos,
                         .stop = a->stop,
                         .n_stop = a->n_stop};
-        int streaming = pr.n == 1 && !a->json;
-        rc = generate(&d, im.tok, ptr, lens, pr.n, &o, out, streaming ? stream_stdout : NULL, NULL,
+        int streaming = n == 1 && !a->json;
+        rc = generate(&d, im.tok, ptr, lens, n, &o, out, streaming ? stream_stdout : NULL, NULL,
                       &st, err);
-        for (int i = 0; i < pr.n && rc == 0; i++) {
+        for (int j = 0; j < n && rc == 0; j++) {
+            int i = j / K, k = j % K;
             if (a->json)
-                print_json(pr.text[i], &ids[i], &out[i]);
+                print_json(pr.text[i], &ids[i], &out[j], K > 1 ? k + 1 : 0);
             else if (streaming)
                 putchar('\n');
+            else if (K > 1)
+                printf("--- prompt %d, sequence %d\n%.*s\n", i + 1, k + 1, (int)out[j].text_len,
+                       out[j].text);
             else
-                printf("--- prompt %d\n%.*s\n", i + 1, (int)out[i].text_len, out[i].text);
-            gen_output_free(&out[i]);
+                printf("--- prompt %d\n%.*s\n", i + 1, (int)out[j].text_len, out[j].text);
         }
+        for (int j = 0; j < n; j++)
+            gen_output_free(&out[j]);
         fflush(stdout);
     }
-    if (rc == 0) print_stats(&st, pr.n, a->dtype);
+    if (rc == 0) print_stats(&st, n, a->dtype);
     decoder_free(&d);
     for (int i = 0; i < pr.n; i++)
         idvec_free(&ids[i]);

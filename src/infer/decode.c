@@ -301,6 +301,18 @@ void decoder_extend(Decoder *d, int s, const int32_t *ids, int T, float *logits)
     head(d, T - 1, 1, logits);
 }
 
+void decoder_copy(Decoder *d, int dst, int src) {
+    long KE = (long)d->m->spec.n_kv_heads * d->m->spec.head_dim, n = d->len[src];
+    for (int l = 0; l < d->m->spec.n_layers; l++) {
+        memcpy(cache_row(d, d->kc, l, dst, 0), cache_row(d, d->kc, l, src, 0),
+               (size_t)(n * KE) * sizeof(float));
+        memcpy(cache_row(d, d->vc, l, dst, 0), cache_row(d, d->vc, l, src, 0),
+               (size_t)(n * KE) * sizeof(float));
+    }
+    memcpy(d->ids + (long)dst * d->C, d->ids + (long)src * d->C, (size_t)n * sizeof *d->ids);
+    d->len[dst] = (int)n;
+}
+
 int decoder_reuse(Decoder *d, int s, const int32_t *ids, int T) {
     const int32_t *held = d->ids + (long)s * d->C;
     int n = 0;

@@ -79,6 +79,8 @@ void decoder_extend(Decoder *d, int s, const int32_t *ids, int T, float *logits)
  * ids[0..T), at most T - 1 of them (the last prompt position is always run, for its logits):
  * the rest is run again by the next decoder_extend. Returns the positions kept. */
 int decoder_reuse(Decoder *d, int s, const int32_t *ids, int T);
+/* Sequence dst's cache becomes a copy of sequence src's (several completions of one prompt). */
+void decoder_copy(Decoder *d, int dst, int src);
 /* Appends one token to each of n sequences seq[0..n) (distinct, each with fewer than C
  * positions filled): ids (n); logits (n, V) of those tokens. */
 void decoder_step(Decoder *d, const int *seq, const int32_t *ids, int n, float *logits);

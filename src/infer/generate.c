@@ -156,6 +156,12 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
     if (!o->reuse_cache) decoder_reset(d);
     double t0 = now_seconds();
     for (int i = 0; i < n; i++) {
+        if (i > 0 && !o->reuse_cache && prompts[i] == prompts[i - 1] && lens[i] == lens[i - 1]) {
+            /* The same prompt again (several completions of it): its cache and logits. */
+            decoder_copy(d, i, i - 1);
+            memcpy(logits + (long)i * V, logits + (long)(i - 1) * V, (size_t)V * sizeof *logits);
+            continue;
+        }
         int held = o->reuse_cache ? decoder_reuse(d, i, prompts[i], lens[i]) : 0;
         decoder_extend(d, i, prompts[i] + held, lens[i] - held, logits + (long)i * V);
         gs.prompt_tokens += lens[i] - held;

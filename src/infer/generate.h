@@ -71,7 +71,9 @@ void gen_text_stream(GenText *g, int done, int i, GenStreamFn fn, void *ctx);
 void gen_text_free(GenText *g);
 
 /* Completes prompts[i] (lens[i] ids, checked against the vocabulary, at least one) for
- * i < n <= d->S into out[i] (free with gen_output_free). tok may be NULL (no text, no stop
+ * i < n <= d->S into out[i] (free with gen_output_free). A prompt given again right after
+ * itself (the same pointer and length: several completions of it) is run once, its cache
+ * copied. tok may be NULL (no text, no stop
  * strings); stream may be NULL. stats (may be NULL) gets the token counts and times. */
 int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, const int *lens,
              int n, const GenOptions *o, GenOutput *out, GenStreamFn stream, void *ctx,
