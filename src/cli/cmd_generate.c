@@ -564,8 +564,11 @@ static int generate_run(GenArgs *a, Err *err) {
                      "--num-return-sequences %ld needs sampling: greedy decoding (temperature "
                      "0%s) gives each prompt one completion",
                      a->n_return, a->set_temperature ? "" : ", the model's generation_config.json");
+    if (rc == 0 && (long)pr.n * a->n_return > (1L << 20))
+        rc = err_set(err, "%d prompts x --num-return-sequences %ld is more than 1048576 sequences",
+                     pr.n, a->n_return);
     /* The batch: each prompt's n_return sequences in turn, all reading the prompt's ids. */
-    int K = (int)a->n_return, n = pr.n * K;
+    int K = rc ? 1 : (int)a->n_return, n = pr.n * K;
     IdVec *ids = xcalloc((size_t)pr.n, sizeof *ids);
     const int32_t **ptr = xcalloc((size_t)n, sizeof *ptr);
     int *lens = xcalloc((size_t)n, sizeof *lens);
