@@ -135,7 +135,7 @@ static void test_moe_trains_on_c4(void **state) {
                           .warmup_steps = 3,
                           .decay_ratio = -1,
                           .decay_type = DECAY_LINEAR,
-                          .adamw = {0.9, 0.95, 1e-8, 0.1},
+                          .adamw = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1},
                           .max_norm = 1.0,
                           .dump_folder = dump,
                           .log_freq = 20,
