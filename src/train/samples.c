@@ -148,17 +148,21 @@ int samples_open(Samples *s, const JobConfig *cfg, TrainQwen3 *q, const Tokenize
     e = tokenizer_token_id(tok, "<|im_end|>");
     if (e >= 0) s->eos[neos++] = (int32_t)e;
     s->o = (GenOptions){.max_new_tokens = cfg->sample.max_new_tokens,
-                        .sample = {.temperature = (float)cfg->sample.temperature,
-                                   .top_k = cfg->sample.top_k,
-                                   .top_p = (float)cfg->sample.top_p,
-                                   .min_p = (float)cfg->sample.min_p,
-                                   .repetition_penalty = (float)cfg->sample.repetition_penalty,
-                                   .no_repeat_ngram_size = cfg->sample.no_repeat_ngram_size},
+                        .sample = samples_params(cfg),
                         .seed = (uint64_t)cfg->sample.seed,
                         .eos = s->eos,
                         .n_eos = neos};
     s->path = fs_resolve(cfg->job.dump_folder, "samples.jsonl");
     return 0;
+}
+
+SampleParams samples_params(const JobConfig *cfg) {
+    return (SampleParams){.temperature = (float)cfg->sample.temperature,
+                          .top_k = cfg->sample.top_k,
+                          .top_p = (float)cfg->sample.top_p,
+                          .min_p = (float)cfg->sample.min_p,
+                          .repetition_penalty = (float)cfg->sample.repetition_penalty,
+                          .no_repeat_ngram_size = cfg->sample.no_repeat_ngram_size};
 }
 
 void samples_close(Samples *s) {

@@ -60,6 +60,8 @@ typedef struct Samples {
 int samples_open(Samples *s, const JobConfig *cfg, TrainQwen3 *q, const Tokenizer *tok,
                  SampleWay planned, Err *err);
 void samples_close(Samples *s);
+/* The sampling [sample] asks for (temperature, top-k, top-p, min-p, the penalties). */
+SampleParams samples_params(const JobConfig *cfg);
 /* sample.gather against a job of world processes: "units" needs more than one. */
 int samples_check_gather(const JobConfig *cfg, int world, Err *err);
 /* Collective over q's mesh. */

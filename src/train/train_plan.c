@@ -267,11 +267,9 @@ static int plan_sample(TrainPlan *p, const JobConfig *cfg, const Tokenizer *tok,
     int bf16 = cfg->training.mixed_precision_param == DT_BF16;
     long C = longest + cfg->sample.max_new_tokens;
     if (C > s->max_seq_len) C = s->max_seq_len; /* longer prompts stop the job */
+    SampleParams sp = samples_params(cfg);
     double run = (double)decoder_bytes(s, mod, bf16, n, (int)C) +
-                 generate_buffer_bytes(n, s->vocab_size,
-                                       cfg->sample.repetition_penalty != 1.0 ||
-                                           cfg->sample.no_repeat_ngram_size > 0,
-                                       C);
+                 generate_buffer_bytes(n, s->vocab_size, sample_penalizes(&sp), C);
     int lora = cfg->lora.rank > 0;
     if (world == 1 && !lora) {
         p->sample_way = SAMPLE_OWN;
