@@ -49,9 +49,15 @@ set -e
 
 # debugmodel_moe has a 2048-token vocabulary: a tokenizer of that size from the sample.
 "$QT_BINARY" tokenizer-train --input "$data" --vocab-size 2048 --output tok >/dev/null 2>&1
-QT_PROGRESS_SECONDS=0 "$QT_BINARY" train --config "$fx/qwen3_moe_debug.toml" --training.steps=2 --training.seq_len=32 \
-  --training.local_batch_size=2 --model.n_layers=2 --model.tokenizer_path=tok \
-  --training.dataset_path="$data" >moe.log 2>&1 || { cat moe.log; fail "train qwen3_moe_debug"; }
+# A short run of the MoE debug recipe into DIR (DIR.log), with more arguments.
+moe_run() {
+  local dir=$1; shift
+  "$QT_BINARY" train --config "$fx/qwen3_moe_debug.toml" --training.steps=2 --training.seq_len=32 \
+    --training.local_batch_size=2 --model.n_layers=2 --model.tokenizer_path=tok \
+    --training.dataset_path="$data" --job.dump_folder="$dir" "$@" >"$dir.log" 2>&1 ||
+    { cat "$dir.log"; fail "train qwen3_moe_debug into $dir"; }
+}
+QT_PROGRESS_SECONDS=0 moe_run moe
 # The step line carries the total and the time left (not on the last step: nothing is left).
 grep -Eq '^step:  1/2  loss: .*  eta: [0-9]+m[0-9]{2}s$' moe.log && grep -Eq '^step:  2/2  loss: .*%$' moe.log ||
   { cat moe.log; fail "step lines should read step: N/2 ... eta: XmYYs"; }
@@ -59,7 +65,7 @@ grep -Eq '^step:  1/2  loss: .*  eta: [0-9]+m[0-9]{2}s$' moe.log && grep -Eq '^s
 # lines (one per update with QT_PROGRESS_SECONDS=0), never a carriage return.
 grep -Eq "^tokenizing $data: +[0-9]+%  [0-9.]+/[0-9.]+ MB" moe.log && ! grep -q $'\r' moe.log ||
   { cat moe.log; fail "no plain progress lines for tokenizing"; }
-m=outputs/metrics.jsonl
+m=moe/metrics.jsonl
 [ "$(grep -c '"step":' "$m")" = 2 ] || { cat moe.log "$m"; fail "expected 2 step records"; }
 grep -q '"loss":[0-9]' "$m" || { cat "$m"; fail "no finite loss"; }
 
@@ -84,16 +90,9 @@ steps() { grep '^step: ' "$1" | sed 's/  memory: .*//'; }
 # optimizer.name = "Adam" (torchtitan's other optimizer, torch.optim.Adam: its weight decay is
 # added to the gradient): the step after the first trains otherwise than AdamW's with weight
 # decay, and like it without.
-adam() { # log name, then arguments
-  local log=$1; shift
-  "$QT_BINARY" train --config "$fx/qwen3_moe_debug.toml" --training.steps=2 --training.seq_len=32 \
-    --training.local_batch_size=2 --model.n_layers=2 --model.tokenizer_path=tok \
-    --training.dataset_path="$data" --job.dump_folder="$log" "$@" >"$log.log" 2>&1 ||
-    { cat "$log.log"; fail "train $log"; }
-}
-adam adam --optimizer.name=Adam
-adam adamw0 --optimizer.weight_decay=0
-adam adam0 --optimizer.name=Adam --optimizer.weight_decay=0
+moe_run adam --optimizer.name=Adam
+moe_run adamw0 --optimizer.weight_decay=0
+moe_run adam0 --optimizer.name=Adam --optimizer.weight_decay=0
 step2() { grep '^step:  2/2' "$1" | sed 's/  memory: .*//'; }
 [ -n "$(step2 moe.log)" ] && [ "$(step2 adam.log)" != "$(step2 moe.log)" ] ||
   { step2 moe.log; step2 adam.log; fail "Adam with weight decay should train otherwise than AdamW"; }
@@ -101,7 +100,7 @@ step2() { grep '^step:  2/2' "$1" | sed 's/  memory: .*//'; }
   { step2 adam0.log; step2 adamw0.log; fail "Adam and AdamW without weight decay should agree"; }
 # lr_scheduler.total_steps: a 2-step run follows a 4-step schedule (warmup 1, linear decay):
 # step 2 at 3/4 of optimizer.lr, not the 1/2 its own 2 steps would give.
-adam sched --lr_scheduler.warmup_steps=1 --lr_scheduler.total_steps=4
+moe_run sched --lr_scheduler.warmup_steps=1 --lr_scheduler.total_steps=4
 lrs=$(grep -o '"lr":[0-9.e-]*' sched/metrics.jsonl | cut -d: -f2 | tr '\n' ' ')
 awk -v l="$lrs" 'BEGIN { split(l, a, " "); exit !(a[1] == 0.00015 && a[2] == 0.000225) }' ||
   { cat sched/metrics.jsonl; fail "total_steps = 4: step lrs $lrs, expected 0.00015 0.000225"; }
