@@ -956,8 +956,66 @@ static void test_job_config_file(void **state) {
     unlink(path);
 }
 
+/* activation_checkpoint.selective_ac_option: torchtitan's "op" or a number of layers, read
+ * under mode = "selective" (config_ac); anything else is one sentence naming the line. */
+static void test_selective_ac_option(void **state) {
+    (void)state;
+    static const struct {
+        const char *mode, *option;
+        AcMode want;
+    } cases[] = {
+        {"selective", NULL, AC_SELECTIVE}, /* qtitan's default "op" */
+        {"selective", "op", AC_SELECTIVE},
+        {"selective", "2", AC_EVERY + 2},
+        {"selective", "12", AC_EVERY + 12},
+        {"selective", "1", AC_FULL}, /* torchtitan wraps every layer for 1 and 0 */
+        {"selective", "0", AC_FULL},
+        {"selective", "99999999999999999999", AC_EVERY + AC_EVERY_MAX},
+        {"full", "2", AC_FULL}, /* the option is read in selective mode only */
+        {"none", "3", AC_NONE},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[256];
+        int n =
+            snprintf(text, sizeof text, "[activation_checkpoint]\nmode = \"%s\"\n", cases[i].mode);
+        if (cases[i].option)
+            snprintf(text + n, sizeof text - (size_t)n, "selective_ac_option = \"%s\"\n",
+                     cases[i].option);
+        JobConfig c;
+        load_ok(&c, text, 0, NULL);
+        if (config_ac(&c) != cases[i].want)
+            fail_msg("mode %s, option %s: %d, expected %d", cases[i].mode,
+                     cases[i].option ? cases[i].option : "(none)", (int)config_ac(&c),
+                     (int)cases[i].want);
+        config_free(&c);
+    }
+    char buf[32];
+    assert_string_equal(config_ac_text(ac_every(2), buf, sizeof buf), "every 2nd layer");
+    assert_string_equal(config_ac_text(ac_every(11), buf, sizeof buf), "every 11th layer");
+    assert_string_equal(config_ac_text(ac_every(21), buf, sizeof buf), "every 21st layer");
+    assert_string_equal(config_ac_text(AC_SELECTIVE, buf, sizeof buf), "selective");
+    expect_file_error("[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = "
+                      "\"layer\"\n",
+                      0, NULL,
+                      "3: activation_checkpoint.selective_ac_option = \"layer\" is not allowed; "
+                      "expected \"op\" or a number of layers such as \"2\" (every 2nd layer "
+                      "checkpointed whole)");
+    const char *bad[] = {"-2", "2.5", "", " 2", "OP"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[128];
+        snprintf(text, sizeof text, "[activation_checkpoint]\nselective_ac_option = \"%s\"\n",
+                 bad[i]);
+        expect_error_contains(text, 0, NULL, "selective_ac_option");
+    }
+    expect_error_contains("", 1, (char *[]){"--activation_checkpoint.selective_ac_option=x"},
+                          "expected \"op\" or a number of layers");
+    expect_error_contains("[activation_checkpoint]\nselective_ac_option = 2\n", 0, NULL,
+                          "expected a string");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_selective_ac_option),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_file_values),
         cmocka_unit_test(test_command_line_wins),

@@ -27,9 +27,9 @@ static ModelSpec spec(int tied, int layers) {
 
 static void test_sizes_match_create(void **state) {
     (void)state;
-    const AcMode modes[] = {AC_NONE, AC_FULL, AC_SELECTIVE};
+    const AcMode modes[] = {AC_NONE, AC_FULL, AC_SELECTIVE, ac_every(2)};
     for (int tied = 0; tied < 2; tied++)
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < 4; k++)
             for (int layers = 1; layers <= 3; layers += 2) {
                 ModelSpec s = spec(tied, layers);
                 Err err;
@@ -165,12 +165,31 @@ static void test_sequence_parallel(void **state) {
     assert_non_null(strstr(err.msg, "sequence parallelism is for dense models"));
 }
 
+/* Layer-wise checkpointing of every 2nd of 5 layers: layers 0, 2 and 4 keep a set of
+ * activations each and layers 1 and 3 share one, 4 sets in all, against 5 without
+ * checkpointing and 1 under full: NONE - every2 = one set, every2 - FULL = three. */
+static void test_layer_wise_memory(void **state) {
+    (void)state;
+    ModelSpec s = spec(0, 5);
+    Err err;
+    Qwen3Sizes none, full, every2;
+    assert_int_equal(qwen3_sizes(&none, &s, 2, 16, AC_NONE, 1, NULL, &err), 0);
+    assert_int_equal(qwen3_sizes(&full, &s, 2, 16, AC_FULL, 1, NULL, &err), 0);
+    assert_int_equal(qwen3_sizes(&every2, &s, 2, 16, ac_every(2), 1, NULL, &err), 0);
+    size_t set = none.act_bytes - every2.act_bytes;
+    assert_true(set > 0);
+    assert_int_equal(every2.act_bytes - full.act_bytes, 3 * set);
+    assert_int_equal(ac_recomputed_layers(ac_every(2), 5), 1);
+    assert_int_equal(ac_recomputed_layers(AC_FULL, 5), 4);
+    assert_int_equal(ac_recomputed_layers(ac_every(3), 5), 0);
+    assert_int_equal(ac_recomputed_layers(AC_SELECTIVE, 5), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sizes_match_create),
-        cmocka_unit_test(test_bad_input),
-        cmocka_unit_test(test_trainer_and_adamw),
-        cmocka_unit_test(test_sequence_parallel),
+        cmocka_unit_test(test_sizes_match_create), cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_trainer_and_adamw),  cmocka_unit_test(test_sequence_parallel),
+        cmocka_unit_test(test_layer_wise_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -422,8 +422,10 @@ static void test_moe_activation_checkpointing(void **state) {
     qwen3_zero_grads(&ref);
     float l0 = qwen3_forward(&ref, tok, tgt, NULL, NULL, B, T);
     qwen3_backward(&ref, 0);
-    const AcMode modes[] = {AC_FULL, AC_SELECTIVE};
-    for (int mi = 0; mi < 2; mi++) {
+    /* ac_every(2): layers 1 (dense) and 3 (MoE) share one set, layer 1 recomputed; 0 and 2
+     * keep theirs */
+    const AcMode modes[] = {AC_FULL, AC_SELECTIVE, ac_every(2)};
+    for (int mi = 0; mi < 3; mi++) {
         Qwen3 m;
         assert_int_equal(qwen3_create(&m, &s, B, T, modes[mi], &err), 0);
         qwen3_init_params(&m, 77);

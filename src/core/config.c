@@ -2,8 +2,10 @@
  * suggestions and the dump, so a new key is one line there plus its struct field and default. */
 #include "core/config.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -156,6 +158,7 @@ static const KeyDesc KEYS[] = {
     INT(checkpoint, load_step, 1, 1, "a step number >= 1, or -1 for the newest"),
     LIST(checkpoint, exclude_from_loading),
     ENUM(activation_checkpoint, mode, AC_MODES),
+    STR(activation_checkpoint, selective_ac_option),
     /* torchtitan's recipes also name the dataset as [training.data] name. */
     {"training.data", "name", K_STR, OFF(training.dataset), 0, 0, 0, 0, 0, NULL, "a string",
      "training.dataset"},
@@ -823,6 +826,7 @@ void config_init(JobConfig *c) {
     c->checkpoint.load_step = -1;
     c->checkpoint.exclude_from_loading = xstrdup("");
     c->activation_checkpoint.mode = AC_NONE;
+    c->activation_checkpoint.selective_ac_option = xstrdup("op");
     c->metrics.log_freq = 1;
     c->comm.init_timeout_seconds = 300; /* torchtitan's defaults */
     c->comm.train_timeout_seconds = 100;
@@ -905,7 +909,22 @@ int config_exclude_bits(const char *list, int *bits, Err *err) {
     return 0;
 }
 
+/* n of a selective_ac_option that is a layer count; -1 for "op" or anything else. */
+static long ac_option_layers(const char *o) {
+    if (!*o || strspn(o, "0123456789") != strlen(o)) return -1;
+    errno = 0;
+    unsigned long long n = strtoull(o, NULL, 10);
+    return errno || n > AC_EVERY_MAX ? AC_EVERY_MAX : (long)n;
+}
+
 static int check_local(const JobConfig *c, Err *err) {
+    const char *o = c->activation_checkpoint.selective_ac_option;
+    if (strcmp(o, "op") != 0 && ac_option_layers(o) < 0)
+        return err_set(err,
+                       "%s: activation_checkpoint.selective_ac_option = \"%s\" is not allowed; "
+                       "expected \"op\" or a number of layers such as \"2\" (every 2nd layer "
+                       "checkpointed whole)",
+                       config_origin(c, "activation_checkpoint.selective_ac_option"), o);
     int bits;
     if (config_exclude_bits(c->checkpoint.exclude_from_loading, &bits, err) != 0)
         return err_wrap(err, "%s", config_origin(c, "checkpoint.exclude_from_loading"));
@@ -1174,6 +1193,22 @@ const char *config_device_name(DeviceKind d) {
 }
 const char *config_ac_mode_name(AcMode m) {
     return choice_name(AC_MODES, m);
+}
+AcMode config_ac(const JobConfig *cfg) {
+    AcMode m = cfg->activation_checkpoint.mode;
+    long n = ac_option_layers(cfg->activation_checkpoint.selective_ac_option);
+    return m == AC_SELECTIVE && n >= 0 ? ac_every(n) : m;
+}
+const char *config_ac_text(AcMode m, char *buf, size_t cap) {
+    int n = ac_every_n(m);
+    if (!n) {
+        snprintf(buf, cap, "%s", config_ac_mode_name(m));
+        return buf;
+    }
+    int d = n % 10, teen = n % 100 / 10 == 1;
+    const char *th = teen ? "th" : d == 1 ? "st" : d == 2 ? "nd" : d == 3 ? "rd" : "th";
+    snprintf(buf, cap, "every %d%s layer", n, th);
+    return buf;
 }
 const char *config_dtype_name(DType t) {
     return choice_name(EXPORT_DTYPES, t);

@@ -151,7 +151,10 @@ typedef struct JobConfig {
         char *exclude_from_loading; /* comma-joined CKPT_EXCLUDE names a resume leaves alone */
     } checkpoint;
     struct {
-        AcMode mode;
+        AcMode mode; /* as written: AC_NONE, AC_SELECTIVE or AC_FULL; config_ac resolves */
+        /* torchtitan's: "op" (selective mode keeps the matmul and attention outputs) or a
+         * decimal n (every n-th layer checkpointed whole); read under mode = "selective" */
+        char *selective_ac_option;
     } activation_checkpoint;
     struct {
         int log_freq;
@@ -279,6 +282,12 @@ int config_grad_accum_steps(const JobConfig *cfg, int dp, int *out, Err *err);
 const char *config_decay_type_name(DecayType t);
 const char *config_device_name(DeviceKind d);
 const char *config_ac_mode_name(AcMode m);
+/* The checkpointing the model runs: activation_checkpoint.mode, made layer-wise
+ * (ac_every) by a selective_ac_option of n under mode = "selective". */
+AcMode config_ac(const JobConfig *cfg);
+/* m in words for the plan's lines, written to buf: "none", "selective", "full" or
+ * "every 2nd layer". */
+const char *config_ac_text(AcMode m, char *buf, size_t cap);
 /* "float32", "bfloat16", "float16" for DT_F32 / DT_BF16 / DT_F16. */
 const char *config_dtype_name(DType t);
 

@@ -21,9 +21,6 @@
 #define NO_WORKERS                                                                                 \
     "qtitan reads batches from its token cache in the training process; there are no loader "      \
     "workers"
-#define SAC                                                                                        \
-    "qtitan's selective mode keeps the matmul and attention outputs and recomputes norms and "     \
-    "RoPE in every layer (docs/model.md, Memory); no other policy is selectable"
 
 const CompatKey CONFIG_COMPAT[] = {
     N("job", "config_file", 's', NULL,
@@ -125,8 +122,10 @@ const CompatKey CONFIG_COMPAT[] = {
     N("checkpoint", "skip_last_save", 'b', "false",
       "the last step is always saved when checkpoint.enable is set"),
 
-    N("activation_checkpoint", "selective_ac_option", 's', NULL, SAC),
-    N("activation_checkpoint", "per_op_sac_force_recompute_mm_shapes_by_fqns", 'l', NULL, SAC),
+    N("activation_checkpoint", "per_op_sac_force_recompute_mm_shapes_by_fqns", 'l', NULL,
+      "qtitan's op-level selective mode (selective_ac_option = \"op\") keeps the output of every "
+      "matmul and attention and recomputes the norms and RoPE (docs/model.md, Memory); which "
+      "matmuls it recomputes is not selectable"),
     N("activation_checkpoint", "early_stop", 'b', "false",
       "recomputation covers one layer at a time"),
     N("activation_checkpoint", "memory_budget", 'n', NULL,

@@ -216,25 +216,31 @@ static void layout_acts(Qwen3 *m, Arena *ar, Arena *ks) {
     a->targets = arena_alloc(ar, (size_t)N * sizeof(int32_t));
     a->positions = arena_alloc(ar, (size_t)N * sizeof(int32_t));
     a->doc = arena_alloc(ar, (size_t)N * sizeof(int32_t));
-    int any_dense = 0, any_moe = 0;
+    /* Layers that checkpoint (ac_layer_mode not AC_NONE) work in one shared set, laid out
+     * by the first of them for the FFN blocks of all of them; backward recomputes them. */
+    int any_dense = 0, any_moe = 0, shared_dense = 0, shared_moe = 0, shared = -1;
     for (int i = 0; i < s->n_layers; i++) {
-        any_moe |= model_spec_layer_is_moe(s, i);
-        any_dense |= !model_spec_layer_is_moe(s, i);
+        int moe = model_spec_layer_is_moe(s, i), kept = ac_layer_mode(m->ac, i) == AC_NONE;
+        any_moe |= moe;
+        any_dense |= !moe;
+        shared_moe |= moe && !kept;
+        shared_dense |= !moe && !kept;
     }
     for (int i = 0; i < s->n_layers; i++) {
         a->layers[i].x = arena_floats(ar, n * D);
         int moe = model_spec_layer_is_moe(s, i);
-        if (m->ac == AC_NONE) {
+        AcMode lm = ac_layer_mode(m->ac, i);
+        if (lm == AC_NONE) {
             layout_layer_acts(&a->layers[i], ar, s, N, n, BHT, !moe, moe);
-        } else if (i == 0) {
-            layout_layer_acts(&a->layers[i], ar, s, N, n, BHT, any_dense, any_moe);
+        } else if (shared < 0) {
+            layout_layer_acts(&a->layers[i], ar, s, N, n, BHT, shared_dense, shared_moe);
+            shared = i;
         } else {
-            /* Later layers work in layer 0's buffers; backward recomputes them. */
             Qwen3LayerActs *l = &a->layers[i];
             float *x = l->x;
-            *l = a->layers[0];
+            *l = a->layers[shared];
             l->x = x;
-            if (m->ac == AC_SELECTIVE) {
+            if (lm == AC_SELECTIVE) {
                 /* Outputs of the matmuls and attention stay per layer. */
                 long HE = (long)s->n_heads * s->head_dim, KE = (long)s->n_kv_heads * s->head_dim;
                 l->q = arena_floats(ar, N * HE);
@@ -1316,14 +1322,20 @@ void qwen3_backward(Qwen3 *m, double divisor) {
     PROF_OP(&md->norm->h, 1,
             md->norm->backward(a->dres, m->g.norm, a->dxn, a->h, m->p.norm, a->rstdf, n, D));
     hook(m, s->n_layers + 1, QWEN3_POST_BACKWARD);
+    int last_shared = -1;
+    for (int i = 0; i < s->n_layers; i++)
+        if (ac_layer_mode(m->ac, i) != AC_NONE) last_shared = i;
     for (int i = s->n_layers - 1; i >= 0; i--) {
         hook(m, 1 + i, QWEN3_PRE_BACKWARD);
-        /* The last layer's shared buffers still hold its own forward values. */
-        if (m->ac == AC_FULL && i + 1 < s->n_layers) {
+        /* The shared buffers still hold the forward values of the last layer that used
+         * them (ac_recomputed_layers counts the others). */
+        AcMode lm = ac_layer_mode(m->ac, i);
+        int again = lm != AC_NONE && i < last_shared;
+        if (again && lm == AC_FULL) {
             /* Recompute layer i from its kept input; the output is already in
              * layers[i + 1].x, so write it to a scratch that is free now. */
             layer_forward(m, i, a->dtmp, 0);
-        } else if (m->ac == AC_SELECTIVE && i + 1 < s->n_layers) {
+        } else if (again && lm == AC_SELECTIVE) {
             layer_recompute_selective(m, i);
         }
         layer_backward(m, i);

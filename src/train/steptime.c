@@ -77,7 +77,7 @@ int steptime_job_mesh(StepMesh *m, const JobConfig *cfg, const Cluster *c, Err *
                               ? cfg->parallelism.expert_parallel_degree
                               : 1,
                     .sp = cfg->parallelism.enable_sequence_parallel && tp > 1,
-                    .ac = cfg->activation_checkpoint.mode};
+                    .ac = config_ac(cfg)};
     if ((long)rep * shard * tp != world)
         return err_set(err,
                        "the mesh data_parallel_replicate_degree x data_parallel_shard_degree x "
@@ -168,7 +168,11 @@ int steptime_estimate(StepTime *out, const JobConfig *cfg, const StepMesh *m, co
     job.parallelism.tensor_parallel_degree = m->tp;
     job.parallelism.expert_parallel_degree = m->ep;
     job.parallelism.enable_sequence_parallel = m->sp;
-    job.activation_checkpoint.mode = m->ac;
+    char option[16]; /* the mesh's checkpointing as the config writes it (config_ac) */
+    int every = ac_every_n(m->ac);
+    snprintf(option, sizeof option, every ? "%d" : "op", every);
+    job.activation_checkpoint.mode = every ? AC_SELECTIVE : m->ac;
+    job.activation_checkpoint.selective_ac_option = option;
     int was = log_set_info(0); /* the plan logs kernel replacements; once is enough */
     int rc = train_plan_compute(&out->plan, &job, err);
     log_set_info(was);
@@ -262,7 +266,7 @@ int steptime_estimate(StepTime *out, const JobConfig *cfg, const StepMesh *m, co
      * becomes an all-gather and a reduce-scatter, backward gathers the two norm outputs again,
      * and the edge units' gradients (V x D each) are all-reduced once per micro-batch. */
     if (m->tp > 1) {
-        double act = N * D * 4.0, recompute = m->ac == AC_FULL ? 2 : 0;
+        double act = N * D * 4.0, recompute = 2.0 * ac_recomputed_layers(m->ac, (int)L) / L;
         if (!m->sp) {
             double n = M * L * (4 + recompute), t = ring_seconds(c, 1, m->tp, n, n * act, 2);
             add(out, "TP all-reduce", "tp", c, 1, m->tp, n, act, t, 0);
@@ -308,11 +312,11 @@ int steptime_estimate(StepTime *out, const JobConfig *cfg, const StepMesh *m, co
      * N / tp tokens, N / tp x top_k rows of D floats. Before each forward's dispatch the
      * ranks exchange their per-expert row counts (X floats). */
     if (m->ep > 1) {
-        int full = m->ac == AC_FULL;
-        double n = M * moe * (4 + (full ? 2 : 0)), b = N / m->tp * sp->top_k * D * 4.0;
+        double full = (double)ac_recomputed_layers(m->ac, (int)L) / L; /* of the layers */
+        double n = M * moe * (4 + 2 * full), b = N / m->tp * sp->top_k * D * 4.0;
         double t = n * a2a_seconds(c, 1, m->ep, b);
         add(out, "EP all-to-all", "ep", c, 1, m->ep, n, b, t, 0);
-        double nc = M * moe * (1 + (full ? 1 : 0)), bc = sp->num_experts * 4.0;
+        double nc = M * moe * (1 + full), bc = sp->num_experts * 4.0;
         double tc = nc * a2a_seconds(c, 1, m->ep, bc);
         add(out, "EP all-to-all (counts)", "ep", c, 1, m->ep, nc, bc, tc, 0);
         exposed += t + tc;
@@ -380,12 +384,9 @@ int steptime_enumerate(StepTime *out, int cap, int *valid, const JobConfig *cfg,
 
 /* ---- printing ---- */
 
-static const char *ac_name(AcMode a) {
-    return a == AC_FULL ? "full" : a == AC_SELECTIVE ? "selective" : "none";
-}
-
 void steptime_print(const StepTime *s, const Cluster *c, FILE *f) {
     const StepMesh *m = &s->mesh;
+    char ac[32];
     fprintf(f,
             "cluster: %d host(s) x %d ranks; per rank %.4g TFLOP/s peak at %.0f%% efficiency; "
             "%.4g GB/s inside a host, %.4g GB/s per host between hosts; %.4g us per message; "
@@ -399,8 +400,8 @@ void steptime_print(const StepTime *s, const Cluster *c, FILE *f) {
     fprintf(f,
             "mesh: dp_replicate %d, dp_shard %d, tp %d%s, ep %d; activation checkpointing %s; "
             "%d micro-batch(es) of %d x %d tokens per rank\n",
-            m->rep, m->shard, m->tp, m->sp ? " (sequence parallel)" : "", m->ep, ac_name(m->ac),
-            s->plan.micro, s->plan.B, s->plan.T);
+            m->rep, m->shard, m->tp, m->sp ? " (sequence parallel)" : "", m->ep,
+            config_ac_text(m->ac, ac, sizeof ac), s->plan.micro, s->plan.B, s->plan.T);
     fprintf(f, "compute: %.4g FLOPs per rank per step -> %.4f s\n", s->rank_flops, s->compute_s);
     fprintf(f, "collectives per step (%s):\n",
             s->ncoll ? "bytes per call are each rank's full buffer" : "none");

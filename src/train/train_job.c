@@ -765,7 +765,7 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
     }
     rc = train_hf_init(&hf, cfg, &spec, &extra, tok_path, world, err);
     if (rc == 0) {
-        q = train_qwen3_create(&spec, B, T, cfg->activation_checkpoint.mode, &mesh, &plan, use_lora,
+        q = train_qwen3_create(&spec, B, T, config_ac(cfg), &mesh, &plan, use_lora,
                                use_lora && cfg->lora.base_dtype == DT_BF16, err);
         if (!q) rc = -1;
     }

@@ -351,9 +351,8 @@ int train_plan_compute_tok(TrainPlan *p, const JobConfig *cfg, const Tokenizer *
     TRY(train_job_device(cfg, &dev, err));
     TRY(overrides_resolve(&plan, &p->spec, cfg->overrides, cfg->n_overrides, cfg->path, dev->name,
                           &run, err));
-    AcMode ac = cfg->activation_checkpoint.mode;
-    int full_ac = ac == AC_FULL;
-    p->ac = ac == AC_FULL ? "full" : ac == AC_SELECTIVE ? "selective" : "none";
+    AcMode ac = config_ac(cfg);
+    config_ac_text(ac, p->ac, sizeof p->ac);
     TrainQwen3Sizes z, whole;
     int rc = train_qwen3_sizes(&z, &local, p->B, p->T, ac, p->sp ? p->tp : 1, &plan, err);
     /* whole gives the parameter count only, which no kernel choice changes: without the plan,
@@ -494,13 +493,13 @@ int train_plan_compute_tok(TrainPlan *p, const JobConfig *cfg, const Tokenizer *
     if (cfg->lora.rank > 0)
         p->hw_flops_per_step +=
             (adapters - 2.0 * metrics_matmul_params(&p->spec)) * p->tokens_per_step;
-    if (full_ac) {
-        /* Backward reruns the forward of every layer but the last: per token, a third of
-         * the model FLOPs (2 per matmul parameter + attention, and the adapters') less the
-         * lm_head's share. */
+    double again = ac_recomputed_layers(ac, p->spec.n_layers);
+    if (again > 0) {
+        /* Backward reruns the forward of those layers: per token and layer, a third of the
+         * model FLOPs (2 per matmul parameter + attention, and the adapters') less the
+         * lm_head's share, over the layers. */
         double fwd = (p->flops_per_token + adapters) / 3.0 - 2.0 * V * D;
-        double L = p->spec.n_layers;
-        p->hw_flops_per_step += fwd * (L - 1) / L * p->tokens_per_step;
+        p->hw_flops_per_step += fwd * again / p->spec.n_layers * p->tokens_per_step;
     }
     return 0;
 }

@@ -20,7 +20,7 @@ typedef struct TrainPlan {
     int B, T, micro;   /* micro-batch rows, seq_len, micro-batches per optimizer step */
     int dp_shard;      /* FSDP shard degree the per-rank numbers are divided by */
     int tp, sp;        /* tensor-parallel degree; sp 1 when it also splits the tokens */
-    const char *ac;    /* activation checkpointing as training applies it */
+    char ac[32];       /* activation checkpointing as training applies it (config_ac_text) */
     double numel;      /* parameter elements (a tied embedding counted once) */
     double lora_numel; /* LoRA adapter elements (lora.rank > 0), else 0 */
     /* LoRA: a rank's tensor-parallel blocks of the adapters (elements, lora_numel when tp = 1;
