@@ -994,6 +994,28 @@ static void test_selective_ac_option(void **state) {
     assert_string_equal(config_ac_text(ac_every(11), buf, sizeof buf), "every 11th layer");
     assert_string_equal(config_ac_text(ac_every(21), buf, sizeof buf), "every 21st layer");
     assert_string_equal(config_ac_text(AC_SELECTIVE, buf, sizeof buf), "selective");
+    char flags[128];
+    assert_string_equal(config_ac_flags(ac_every(3), flags, sizeof flags),
+                        "--activation_checkpoint.mode=selective "
+                        "--activation_checkpoint.selective_ac_option=3");
+    assert_string_equal(config_ac_flags(AC_SELECTIVE, flags, sizeof flags),
+                        "--activation_checkpoint.mode=selective "
+                        "--activation_checkpoint.selective_ac_option=op");
+    assert_string_equal(config_ac_flags(AC_FULL, flags, sizeof flags),
+                        "--activation_checkpoint.mode=full");
+    /* The flags read back as the mode they name. */
+    const AcMode back[] = {AC_NONE, AC_FULL, AC_SELECTIVE, ac_every(2), ac_every(40)};
+    for (int i = 0; i < 5; i++) {
+        char *argv[2];
+        char a[128], b[128];
+        config_ac_flags(back[i], flags, sizeof flags);
+        int n = sscanf(flags, "%127s %127s", a, b);
+        argv[0] = a, argv[1] = b;
+        JobConfig c;
+        load_ok(&c, "", n, argv);
+        assert_int_equal(config_ac(&c), back[i]);
+        config_free(&c);
+    }
     expect_file_error("[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = "
                       "\"layer\"\n",
                       0, NULL,

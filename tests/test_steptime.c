@@ -177,6 +177,28 @@ static void test_tp_and_hosts(void **state) {
     near(s.exposed_s, a->seconds + q->seconds);
     config_free(&cfg);
 
+    /* Two more all-reduces for each layer backward recomputes: under full checkpointing all
+     * but the last; layer-wise every 2nd of 4 layers, layer 2 (4 keeps its activations in the
+     * shared set); every 2nd of 2, none. */
+    static const struct {
+        const char *ac, *layers;
+        double count;
+    } acs[] = {{"--activation_checkpoint.mode=full", "--model.n_layers=2", 4 * 2 + 2},
+               {"--activation_checkpoint.selective_ac_option=2", "--model.n_layers=2", 4 * 2},
+               {"--activation_checkpoint.selective_ac_option=2", "--model.n_layers=4", 4 * 4 + 2}};
+    for (int i = 0; i < 3; i++) {
+        char *ta[] = {TINY, "--parallelism.tensor_parallel_degree=2",
+                      "--activation_checkpoint.mode=selective", (char *)acs[i].ac,
+                      (char *)acs[i].layers};
+        load(&cfg, ta, sizeof ta / sizeof ta[0]);
+        assert_int_equal(steptime_job_mesh(&m, &cfg, &c, &err), 0);
+        assert_int_equal(steptime_estimate(&s, &cfg, &m, &c, &err), 0);
+        a = find(&s, "TP all-reduce");
+        assert_non_null(a);
+        near(a->count, acs[i].count);
+        config_free(&cfg);
+    }
+
     /* With sequence parallelism the two layer norms' gradients (D floats) are summed too. */
     char *sq[] = {TINY, "--parallelism.tensor_parallel_degree=2",
                   "--parallelism.enable_sequence_parallel=true"};
@@ -387,11 +409,11 @@ static void test_enumerate(void **state) {
     Cluster c = cluster(1, 2);
     StepTime best[16];
     int valid;
-    /* [1,2,1] and [2,1,1], and tp 2 with and without sequence parallelism, each under three
-     * checkpointing modes. */
+    /* [1,2,1] and [2,1,1], and tp 2 with and without sequence parallelism, each under four
+     * checkpointing modes (none, selective, every 2nd layer, full). */
     int n = steptime_enumerate(best, 16, &valid, &cfg, &c);
-    assert_int_equal(valid, 12);
-    assert_int_equal(n, 12);
+    assert_int_equal(valid, 16);
+    assert_int_equal(n, 16);
     for (int i = 1; i < n; i++)
         assert_true(best[i - 1].tokens_per_s >= best[i].tokens_per_s);
     /* Nothing fits: least memory first. */

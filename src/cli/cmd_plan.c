@@ -119,27 +119,28 @@ static int run_cluster(const JobConfig *cfg, const Cluster *cl, const StepMesh *
         printf("\n%d meshes can run this job on %dx%d; the best %d (tokens/s of those that fit "
                "%.4g GiB per rank first):\n",
                valid, c.hosts, c.per_host, n, c.mem_gib);
-        printf("  %4s %5s %3s %2s %3s %-9s %9s %9s %12s %7s\n", "rep", "shard", "tp", "sp", "ep",
+        printf("  %4s %5s %3s %2s %3s %-15s %9s %9s %12s %7s\n", "rep", "shard", "tp", "sp", "ep",
                "ac", "mem GiB", "step s", "tokens/s", "MFU %");
         for (int i = 0; i < n; i++) {
             const StepTime *s = &best[i];
-            printf("  %4d %5d %3d %2d %3d %-9s %9.2f %9.4f %12.1f %7.2f%s\n", s->mesh.rep,
+            char ac[32];
+            printf("  %4d %5d %3d %2d %3d %-15s %9.2f %9.4f %12.1f %7.2f%s\n", s->mesh.rep,
                    s->mesh.shard, s->mesh.tp, s->mesh.sp, s->mesh.ep,
-                   config_ac_mode_name(s->mesh.ac), s->mem_bytes / 1073741824.0, s->step_s,
-                   s->tokens_per_s, s->mfu,
+                   config_ac_text(s->mesh.ac, ac, sizeof ac), s->mem_bytes / 1073741824.0,
+                   s->step_s, s->tokens_per_s, s->mfu,
                    s->mem_bytes <= c.mem_gib * 1073741824.0 ? "" : "  does not fit");
         }
         if (n > 0 && best[0].mem_bytes <= c.mem_gib * 1073741824.0) {
             const StepMesh *b = &best[0].mesh;
-            char ep[64] = "";
+            char ep[64] = "", ac[128];
             if (b->ep > 1)
                 snprintf(ep, sizeof ep, " --parallelism.expert_parallel_degree=%d", b->ep);
             printf("recommend: --parallelism.data_parallel_replicate_degree=%d "
                    "--parallelism.data_parallel_shard_degree=%d "
                    "--parallelism.tensor_parallel_degree=%d%s%s "
-                   "--activation_checkpoint.mode=%s (%.1f tokens/s, %.2fx the job's mesh)\n",
+                   "%s (%.1f tokens/s, %.2fx the job's mesh)\n",
                    b->rep, b->shard, b->tp, b->sp ? " --parallelism.enable_sequence_parallel" : "",
-                   ep, config_ac_mode_name(b->ac), best[0].tokens_per_s,
+                   ep, config_ac_flags(b->ac, ac, sizeof ac), best[0].tokens_per_s,
                    best[0].tokens_per_s / job->tokens_per_s);
         } else {
             printf("recommend: no mesh fits %.4g GiB per rank; lower training.local_batch_size "

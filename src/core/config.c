@@ -1199,6 +1199,17 @@ AcMode config_ac(const JobConfig *cfg) {
     long n = ac_option_layers(cfg->activation_checkpoint.selective_ac_option);
     return m == AC_SELECTIVE && n >= 0 ? ac_every(n) : m;
 }
+const char *config_ac_flags(AcMode m, char *buf, size_t cap) {
+    int n = ac_every_n(m);
+    char option[16];
+    snprintf(option, sizeof option, n ? "%d" : "op", n);
+    AcMode mode = n ? AC_SELECTIVE : m;
+    /* Selective names its option too: the job's own may be another. */
+    snprintf(buf, cap, "--activation_checkpoint.mode=%s%s%s", config_ac_mode_name(mode),
+             mode == AC_SELECTIVE ? " --activation_checkpoint.selective_ac_option=" : "",
+             mode == AC_SELECTIVE ? option : "");
+    return buf;
+}
 const char *config_ac_text(AcMode m, char *buf, size_t cap) {
     int n = ac_every_n(m);
     if (!n) {

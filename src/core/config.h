@@ -288,6 +288,9 @@ AcMode config_ac(const JobConfig *cfg);
 /* m in words for the plan's lines, written to buf: "none", "selective", "full" or
  * "every 2nd layer". */
 const char *config_ac_text(AcMode m, char *buf, size_t cap);
+/* The command-line options that ask for m, written to buf:
+ * "--activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=2". */
+const char *config_ac_flags(AcMode m, char *buf, size_t cap);
 /* "float32", "bfloat16", "float16" for DT_F32 / DT_BF16 / DT_F16. */
 const char *config_dtype_name(DType t);
 

@@ -347,7 +347,8 @@ static int better(const StepTime *a, const StepTime *b, const Cluster *c) {
 int steptime_enumerate(StepTime *out, int cap, int *valid, const JobConfig *cfg, const Cluster *c) {
     int world = c->hosts * c->per_host, n = 0;
     *valid = 0;
-    const AcMode acs[3] = {AC_NONE, AC_SELECTIVE, AC_FULL};
+    /* torchtitan's layer-wise "2" between keeping everything and recomputing every layer */
+    const AcMode acs[4] = {AC_NONE, AC_SELECTIVE, ac_every(2), AC_FULL};
     StepTime *s = xcalloc(1, sizeof *s);
     for (int tp = 1; tp <= c->per_host; tp++) {
         if (c->per_host % tp) continue;
@@ -360,7 +361,7 @@ int steptime_enumerate(StepTime *out, int cap, int *valid, const JobConfig *cfg,
                 for (int e = 0; e <= shard; e++) {
                     int ep = e == 0 ? 1 : tp * e;
                     if ((e > 0 && shard % e) || (e > 0 && ep == 1)) continue;
-                    for (int a = 0; a < 3; a++) {
+                    for (int a = 0; a < 4; a++) {
                         StepMesh m = {rep, shard, tp, ep, spar, acs[a]};
                         Err ignored;
                         if (steptime_estimate(s, cfg, &m, c, &ignored) != 0) continue;
