@@ -6,7 +6,8 @@
 #     process to 1e-5 relative over 10 fp32 steps, for tied and untied embeddings (the
 #     embedding / head units differ), and with full activation checkpointing;
 #   - sequence parallelism: TP 2 + SP and FSDP 2 x TP 2 + SP, tied and untied, and with full
-#     and selective activation checkpointing, and TP 4 + SP (half a row per rank) match one
+#     and selective activation checkpointing (FSDP 2 x TP 2 + SP also layer-wise, every 2nd of
+#     4 layers), and TP 4 + SP (half a row per rank) match one
 #     process the same way (to 1e-6); a TP 2 + SP run resumed from its step-5 checkpoint is
 #     bitwise the uninterrupted one; a seq_len that the tp group cannot split stops every rank
 #     with one sentence;
@@ -95,6 +96,12 @@ run 2 tpsp2-full "${SP[@]}" --activation_checkpoint.mode=full && has_metrics tps
   same one-true tpsp2-full "TP 2 + SP with full AC" 1e-6 || fail=1
 run 4 fsdptpsp4-sel "${SP[@]}" --activation_checkpoint.mode=selective --model.tie_embeddings=false &&
   has_metrics fsdptpsp4-sel && same one-false fsdptpsp4-sel "FSDP 2 x TP 2 + SP with selective AC" 1e-6 || fail=1
+# torchtitan's layer-wise mode on 4 layers: layers 2 and 4 checkpointed, 2 recomputed (with its
+# TP gathers and sums) under FSDP 2 x TP 2 + SP.
+run 0 one-l4 --model.n_layers=4 && has_metrics one-l4 &&
+  run 4 fsdptpsp4-lw "${SP[@]}" --model.n_layers=4 --activation_checkpoint.mode=selective \
+    --activation_checkpoint.selective_ac_option=2 && has_metrics fsdptpsp4-lw &&
+  same one-l4 fsdptpsp4-lw "FSDP 2 x TP 2 + SP with every 2nd layer checkpointed" 1e-6 || fail=1
 # TP 4 + SP: each rank holds half a row (2 x 32 tokens over 4 ranks), so attention only sees
 # whole rows through the gather. 4 kv heads, so that tp 4 divides them.
 run 0 one-kv4 --model.n_kv_heads=4 && has_metrics one-kv4 &&

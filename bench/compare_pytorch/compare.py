@@ -21,8 +21,12 @@ gradient_checkpointing_enable), 3 steps (1 warm-up excluded) per side. Each side
 11 GiB, so the sides run one after the other and the case is skipped when the machine has less
 than FULL_MIN_FREE_GIB available.
 
+--ac full or --ac n runs the other cases with activation checkpointing: every layer, or
+torchtitan's layer-wise selective mode (every n-th layer checkpointed, counting from 1; in
+PyTorch transformers' gradient checkpointing turned on for those layers only).
+
 Usage (run.sh calls it): compare.py --qtitan BUILD/qtitan --work DIR [--quick] [--threads N]
-  [--rounds R] [--only NAME] [--peak-tflops P] [--full06b]
+  [--rounds R] [--only NAME] [--peak-tflops P] [--full06b] [--ac none|full|N]
 """
 import argparse
 import json
@@ -149,8 +153,14 @@ def torch_worker(spec_path):
     model = Qwen3ForCausalLM.from_pretrained(w["init"], attn_implementation="sdpa",
                                              dtype=torch.float32)
     model.train()
-    if w["ac"] == "full":
+    if w["ac"] != "none":
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if w["ac"] != "full":
+            # torchtitan's layer-wise selective mode (selective_ac_option = n): counting the
+            # layers from 1, every n-th is checkpointed and the others keep their activations.
+            n = int(w["ac"])
+            for i, layer in enumerate(model.model.layers):
+                layer.gradient_checkpointing = (i + 1) % n == 0
     kind = "fused"
     try:
         opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, eps=EPS,
@@ -185,7 +195,7 @@ def torch_worker(spec_path):
 def run_pytorch(args, case, ids_path, init):
     spec = dict(ids=ids_path, init=init, threads=args.threads, steps=case["steps"],
                 B=case["B"], T=case["T"], vocab=case["vocab"], bf16=case["bf16"],
-                ac=case.get("ac", "none"))
+                ac=case["ac"])
     spec_path = os.path.join(args.work, f"torch_{case['name']}.json")
     with open(spec_path, "w") as f:
         json.dump(spec, f)
@@ -214,8 +224,11 @@ def run_qtitan(args, case, corpus, tok_dir, init):
             f"--checkpoint.initial_load_path={init}", "--checkpoint.initial_load_in_hf=true",
             "--checkpoint.enable=false", f"--job.dump_folder={dump}",
             "--training.mixed_precision_param=" + ("bfloat16" if case["bf16"] else "float32")]
-    if "ac" in case:
-        cmd.append(f"--activation_checkpoint.mode={case['ac']}")
+    if case.get("ac", "none") in ("none", "full"):
+        cmd.append(f"--activation_checkpoint.mode={case.get('ac', 'none')}")
+    else:
+        cmd += ["--activation_checkpoint.mode=selective",
+                f"--activation_checkpoint.selective_ac_option={case['ac']}"]
     if args.peak_tflops:
         cmd.append(f"--metrics.peak_tflops={args.peak_tflops}")
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads),
@@ -278,9 +291,14 @@ def main():
     ap.add_argument("--full06b", action="store_true",
                     help="add the full 28-layer 0.6B bf16 case (1 x 2048, activation "
                     "checkpointing; ~11 GiB per side)")
+    ap.add_argument("--ac", default="none",
+                    help="activation checkpointing of the cases without their own: none, full, "
+                    "or n (every n-th layer, torchtitan's selective_ac_option = n)")
     ap.add_argument("--rounds", type=int, default=0,
                     help="qtitan / PyTorch runs per case, alternating (default 2, --quick 1)")
     args = ap.parse_args()
+    if args.ac not in ("none", "full") and not (args.ac.isdigit() and int(args.ac) >= 2):
+        ap.error(f"--ac {args.ac}: expected none, full or a number of layers >= 2")
     if args.torch_worker:
         return torch_worker(args.torch_worker)
     os.makedirs(args.work, exist_ok=True)
@@ -320,7 +338,7 @@ def main():
         init = None
         for prec in s.get("precs", ("fp32", "bf16")):
             case = dict(s, name=f"{sname}-{prec}", bf16=prec == "bf16", steps=steps,
-                        warmup=warmup)
+                        warmup=warmup, ac=s.get("ac", args.ac))
             if args.only and args.only not in case["name"]:
                 continue
             init = init or make_init(args, s, sname)
@@ -328,7 +346,7 @@ def main():
             assert len(stream) >= need, f"{len(stream)} tokens, need {need}"
             print(f"\n== {sname} {prec}: batch {s['B']} x seq {s['T']}, {steps} steps "
                   f"({warmup} warm-up excluded), activation checkpointing "
-                  f"{s.get('ac', 'none')}, load {loadavg()}", flush=True)
+                  f"{case['ac']}, load {loadavg()}", flush=True)
             if s.get("opt_in") and mem_available_gib() < FULL_MIN_FREE_GIB:
                 print(f"skipped: {mem_available_gib():.1f} GiB available, the case needs "
                       f"{FULL_MIN_FREE_GIB} GiB per side")

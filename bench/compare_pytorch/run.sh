@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # qtitan vs PyTorch training throughput and memory on CPU (bench/compare_pytorch/compare.py):
-#   bash bench/compare_pytorch/run.sh [--quick] [--threads N] [--rounds R] [--only NAME] [--peak-tflops P] [--full06b]
+#   bash bench/compare_pytorch/run.sh [--quick] [--threads N] [--rounds R] [--only NAME] [--peak-tflops P] [--full06b] [--ac none|full|N]
 # Builds qtitan when build/qtitan is missing, pip-installs torch and transformers when they
 # are missing, and keeps its data and outputs in $QT_BENCH_WORK (default build/compare_pytorch).
 set -euo pipefail
