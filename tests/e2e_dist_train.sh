@@ -19,7 +19,8 @@
 #     tensor parallelism but no expert parallelism stops with a sentence;
 #   - sharded checkpoints: a 2-rank run resumed from its step-5 checkpoint (the step-10 commit
 #     undone by rewriting latest.json, as a crash before the commit would leave it) ends with
-#     bitwise the same per-rank shard files and losses as the run that never stopped;
+#     bitwise the same per-rank shard files and losses as the run that never stopped, and so
+#     does a run whose checkpoints are written in the background (checkpoint.async_mode);
 #   - HF export (checkpoint.last_save_in_hf) of sharded runs: with lr = 0 (the parameters stay
 #     the initial ones, bitwise the same on any mesh) FSDP on 2 and 4 ranks and HSDP 2 x 2,
 #     whose pieces are cut at different places, export byte-identical model.safetensors, the
@@ -158,6 +159,17 @@ done
 dist_rewind ck-b 2 5
 run 2 ck-b "${CK[@]}"
 dist_resumed_same ck-a ck-b 2 5 10 "a 2-rank run"
+# checkpoint.async_mode = "async": each rank writes step 5 in a thread and the commit follows
+# at the first step every rank's write has ended; the shards and latest.json are ck-a's, bitwise.
+same_files() { # A B FILES...: each file of checkpoint folder A equals B's
+  local a=$1 b=$2 f; shift 2
+  for f in "$@"; do cmp "$TMP/$a/checkpoint/$f" "$TMP/$b/checkpoint/$f" || return 1; done
+}
+run 2 ck-async "${CK[@]}" --checkpoint.async_mode=async &&
+  grep -q '\[checkpoint\] saved step 5 in .* s, in the background$' "$TMP/ck-async.log" &&
+  same_files ck-a ck-async latest.json rank-0/step-5/model.safetensors rank-1/step-5/optim.safetensors \
+    rank-1/step-10/model.safetensors ||
+  { echo "FAIL: async sharded checkpoints should equal synchronous ones"; cat "$TMP/ck-async.log"; fail=1; }
 # The same for TP 2 + SP (mesh [1, 1, 2]).
 run 2 cksp-a "${CK[@]}" "${SP[@]}" && run 2 cksp-b "${CK[@]}" "${SP[@]}" || { echo "FAIL: checkpointed TP + SP runs"; cat "$TMP/cksp-a.log"; fail=1; }
 dist_rewind cksp-b 2 5 "1, 1, 2"

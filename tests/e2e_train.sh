@@ -21,6 +21,35 @@ grep -q '^steady state over 3 steps' "$tmp/a.log" || { echo "FAIL: no steady-sta
 [ -f "$tmp/a/checkpoint/step-2/model.safetensors" ] && [ -f "$tmp/a/checkpoint/step-4/train_state.json" ] \
   || { ls -R "$tmp/a"; echo "FAIL: checkpoints missing"; exit 1; }
 
+# Run d: checkpoint.async_mode = "async" (torchtitan's): steps 1-3 are staged and written by a
+# thread while training goes on, the last step at once; keep_latest_k = 2 prunes as a
+# synchronous run does, and the files hold bitwise what run a saved.
+train "$tmp/d" --checkpoint.interval=1 --checkpoint.async_mode=async --checkpoint.keep_latest_k=2 >"$tmp/d.log"
+[ "$(grep -c '^\[checkpoint\] staged step [123] in .*; writing it in the background$' "$tmp/d.log")" = 3 ] &&
+  [ "$(grep -c '^\[checkpoint\] saved step [123] in .* s, in the background$' "$tmp/d.log")" = 3 ] &&
+  grep -q '^\[checkpoint\] saved step 4 in [0-9.]* s$' "$tmp/d.log" ||
+  { cat "$tmp/d.log"; echo "FAIL: async saves of steps 1-3 and a synchronous last one expected"; exit 1; }
+[ "$(cd "$tmp/d/checkpoint" && echo step-*)" = "step-3 step-4" ] ||
+  { ls -R "$tmp/d"; echo "FAIL: keep_latest_k = 2 should leave steps 3 and 4"; exit 1; }
+for f in model.safetensors optim.safetensors; do
+  cmp "$tmp/a/checkpoint/step-4/$f" "$tmp/d/checkpoint/step-4/$f" \
+    || { echo "FAIL: $f of the async run differs from run a's"; exit 1; }
+done
+# Resumed from its step-3 checkpoint (written in the background), it ends as run a.
+rm -rf "$tmp/d/checkpoint/step-4"
+train "$tmp/d" --checkpoint.interval=1 --checkpoint.async_mode=async >"$tmp/d2.log"
+grep -q 'resumed from .*step-3' "$tmp/d2.log" && cmp "$tmp/a/checkpoint/step-4/optim.safetensors" \
+  "$tmp/d/checkpoint/step-4/optim.safetensors" || { cat "$tmp/d2.log"; echo "FAIL: resume from an async save"; exit 1; }
+# A background write that fails (files over 2 MB refused: the model file is 19 MB) stops the
+# run at a later step with the write's sentence.
+set +e
+(trap '' XFSZ; ulimit -f 2048; train "$tmp/e" --checkpoint.interval=1 --checkpoint.async_mode=async) >"$tmp/e.log"
+rc=$?
+set -e
+[ $rc -ne 0 ] && grep -q 'checkpoint of step 1 in .*/e/checkpoint failed' "$tmp/e.log" &&
+  [ "$(grep -c '^step: ' "$tmp/e.log")" -le 2 ] ||
+  { cat "$tmp/e.log"; echo "FAIL: a failed background write should stop the run with its sentence"; exit 1; }
+
 # Run b: the same job, interrupted after step 2 (its step-4 checkpoint removed), then resumed;
 # its checkpoint.folder is absolute, so it lives outside the dump folder (as in torchtitan).
 train "$tmp/b" --checkpoint.folder="$tmp/b_ckpt" >"$tmp/b1.log"

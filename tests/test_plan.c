@@ -71,6 +71,18 @@ static void test_debugmodel(void **state) {
     assert_true(s.params == p.params / 4 && s.optim == p.optim / 4);
     assert_true(s.acts == p.acts);
     assert_true(s.notes[0][0] != 0);
+
+    /* A background checkpoint writer stages parameters and moments once more: 1.5x the
+     * optimizer's two moments, and only with checkpoints on. */
+    char *as[] = {"--model.flavor=debugmodel", "--training.local_batch_size=3",
+                  "--training.seq_len=32", "--checkpoint.async_mode=async",
+                  "--checkpoint.enable=true"};
+    TrainPlan a;
+    assert_int_equal(plan(&a, 5, as, &err), 0);
+    assert_true(a.ckpt_staging == p.params + p.optim && a.ckpt_staging == 1.5 * p.optim);
+    assert_true(a.total == p.total + a.ckpt_staging);
+    assert_int_equal(plan(&a, 4, as, &err), 0); /* checkpoints off */
+    assert_true(a.ckpt_staging == 0 && a.total == p.total);
 }
 
 static void test_moe(void **state) {

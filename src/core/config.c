@@ -49,6 +49,10 @@ static const Choice DEVICES[] = {
 static const Choice PARAM_DTYPES[] = {{"float32", DT_F32}, {"bfloat16", DT_BF16}, {NULL, 0}};
 static const Choice EXPORT_DTYPES[] = {
     {"float32", DT_F32}, {"bfloat16", DT_BF16}, {"float16", DT_F16}, {NULL, 0}};
+static const Choice CKPT_ASYNC_MODES[] = {{"disabled", CKPT_ASYNC_DISABLED},
+                                          {"async", CKPT_ASYNC},
+                                          {"async_with_pinned_mem", CKPT_ASYNC_PINNED},
+                                          {NULL, 0}};
 static const Choice AC_MODES[] = {
     {"none", AC_NONE}, {"selective", AC_SELECTIVE}, {"full", AC_FULL}, {NULL, 0}};
 static const Choice DATA_FORMATS[] = {{"text", DATA_TEXT},
@@ -67,7 +71,8 @@ static const Choice MODEL_NAMES[] = {{"qwen3", 0}, {NULL, 0}};
 _Static_assert(sizeof(DType) == sizeof(int) && sizeof(DecayType) == sizeof(int) &&
                    sizeof(DeviceKind) == sizeof(int) && sizeof(AcMode) == sizeof(int) &&
                    sizeof(OptimizerKind) == sizeof(int) && sizeof(DataFormat) == sizeof(int) &&
-                   sizeof(TooLong) == sizeof(int) && sizeof(SampleGather) == sizeof(int),
+                   sizeof(TooLong) == sizeof(int) && sizeof(SampleGather) == sizeof(int) &&
+                   sizeof(CkptAsyncMode) == sizeof(int),
                "enum fields are written through int pointers");
 
 #define OFF(f) offsetof(JobConfig, f)
@@ -157,6 +162,7 @@ static const KeyDesc KEYS[] = {
     ENUM(checkpoint, export_dtype, EXPORT_DTYPES),
     INT(checkpoint, load_step, 1, 1, "a step number >= 1, or -1 for the newest"),
     LIST(checkpoint, exclude_from_loading),
+    ENUM(checkpoint, async_mode, CKPT_ASYNC_MODES),
     ENUM(activation_checkpoint, mode, AC_MODES),
     STR(activation_checkpoint, selective_ac_option),
     /* torchtitan's recipes also name the dataset as [training.data] name. */

@@ -64,6 +64,10 @@ typedef struct KernelOverride {
     int line;          /* line of the [[override]] header (or inline table) */
 } KernelOverride;
 
+/* checkpoint.async_mode: torchtitan's names. "async_with_pinned_mem" stages in pinned host
+ * memory for a GPU's copy-out; qtitan stages every device's tensors in host memory alike. */
+typedef enum { CKPT_ASYNC_DISABLED = 0, CKPT_ASYNC, CKPT_ASYNC_PINNED } CkptAsyncMode;
+
 /* Every string is owned by the config (never NULL; "" when empty); config_free releases them. */
 typedef struct JobConfig {
     char *path; /* the config file read, "" when none */
@@ -149,6 +153,7 @@ typedef struct JobConfig {
         DType export_dtype;         /* DT_F32, DT_BF16 or DT_F16 */
         int load_step;              /* resume from this step; -1 = the newest */
         char *exclude_from_loading; /* comma-joined CKPT_EXCLUDE names a resume leaves alone */
+        CkptAsyncMode async_mode;   /* torchtitan's; both async modes write in a thread */
     } checkpoint;
     struct {
         AcMode mode; /* as written: AC_NONE, AC_SELECTIVE or AC_FULL; config_ac resolves */

@@ -114,8 +114,6 @@ const CompatKey CONFIG_COMPAT[] = {
       "fp8 block-quantized HF weights (F8_E4M3 with their weight_scale_inv, declared by the "
       "quantization_config of the config.json beside them) are read dequantized whether or not "
       "it is set"),
-    N("checkpoint", "async_mode", 's', "\"disabled\"",
-      "checkpoints are written synchronously, each rank its own shard"),
     R("checkpoint", "create_seed_checkpoint", 'b', "false",
       "every rank initializes the same weights from training.seed, so no seed checkpoint is "
       "needed"),

@@ -284,10 +284,10 @@ static char *layout_text(const CkptTensor *model, const ShardSlice *slices, int 
     return text;
 }
 
-int ckpt_dist_save(Comm *world, const int mesh[4], const char *root, const CkptState *st,
-                   const CkptTensor *model, const ShardSlice *slices, int nmodel,
-                   const CkptTensor *optim, int noptim, int keep_latest_k, Err *err) {
-    char *dir = ckpt_dist_rank_dir(root, world->rank);
+int ckpt_dist_write(int rank, int ranks, const int mesh[4], const char *root, const CkptState *st,
+                    const CkptTensor *model, const ShardSlice *slices, int nmodel,
+                    const CkptTensor *optim, int noptim, Err *err) {
+    char *dir = ckpt_dist_rank_dir(root, rank);
     /* The layout travels as one more of the step's checksummed files. */
     CkptState with = *st;
     CkptFile *files = xcalloc((size_t)st->nfiles + 1, sizeof *files);
@@ -295,17 +295,22 @@ int ckpt_dist_save(Comm *world, const int mesh[4], const char *root, const CkptS
     char *layout = NULL;
     if (slices) {
         size_t len;
-        layout = layout_text(model, slices, nmodel, world->rank, world->size, mesh, &len);
+        layout = layout_text(model, slices, nmodel, rank, ranks, mesh, &len);
         files[with.nfiles++] = (CkptFile){CKPT_DIST_LAYOUT, layout, len};
     }
     with.files = files;
     int rc = ckpt_save(dir, &with, model, nmodel, optim, noptim, 0, err);
     free(layout);
     free(files);
-    if (comm_agree(world, rc, err) != 0) {
-        free(dir);
-        return -1;
-    }
+    free(dir);
+    return rc;
+}
+
+int ckpt_dist_commit(Comm *world, const int mesh[4], const char *root, int64_t step, int written,
+                     int keep_latest_k, Err *err) {
+    if (comm_agree(world, written, err) != 0) return -1;
+    char *dir = ckpt_dist_rank_dir(root, world->rank);
+    int rc = 0;
     /* Rank 0 commits; the list of kept steps travels to every rank: [count, steps...]. */
     double kept[CKPT_DIST_MAX_KEPT + 1] = {0};
     if (world->rank == 0) {
@@ -313,10 +318,10 @@ int ckpt_dist_save(Comm *world, const int mesh[4], const char *root, const CkptS
         int n;
         rc = read_marker(root, steps, &n, &ranks, old_mesh, 0, err);
         if (rc == 0) {
-            int m = 0; /* drop st->step if listed (saved again after a resume) and newer ones */
+            int m = 0; /* drop step if listed (saved again after a resume) and newer ones */
             for (int i = 0; i < n; i++)
-                if (steps[i] < st->step) steps[m++] = steps[i];
-            steps[m++] = st->step;
+                if (steps[i] < step) steps[m++] = steps[i];
+            steps[m++] = step;
             int keep = keep_latest_k > 0 && keep_latest_k < CKPT_DIST_MAX_KEPT ? keep_latest_k
                                                                                : CKPT_DIST_MAX_KEPT;
             int first = m > keep ? m - keep : 0;
@@ -325,7 +330,7 @@ int ckpt_dist_save(Comm *world, const int mesh[4], const char *root, const CkptS
             for (int i = first; i < m; i++)
                 kept[1 + i - first] = (double)steps[i];
         }
-        if (rc != 0) err_wrap(err, "cannot commit the checkpoint of step %" PRId64, st->step);
+        if (rc != 0) err_wrap(err, "cannot commit the checkpoint of step %" PRId64, step);
     }
     rc = comm_agree(world, rc, err);
     if (rc == 0) rc = comm_broadcast(world, kept, sizeof kept, 0, err);
@@ -338,6 +343,14 @@ int ckpt_dist_save(Comm *world, const int mesh[4], const char *root, const CkptS
     }
     free(dir);
     return rc;
+}
+
+int ckpt_dist_save(Comm *world, const int mesh[4], const char *root, const CkptState *st,
+                   const CkptTensor *model, const ShardSlice *slices, int nmodel,
+                   const CkptTensor *optim, int noptim, int keep_latest_k, Err *err) {
+    int rc = ckpt_dist_write(world->rank, world->size, mesh, root, st, model, slices, nmodel, optim,
+                             noptim, err);
+    return ckpt_dist_commit(world, mesh, root, st->step, rc, keep_latest_k, err);
 }
 
 /* Rank 0's choice for ckpt_dist_locate: found[0] 1 when there is one, [1] its step, [2] the

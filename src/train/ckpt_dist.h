@@ -38,6 +38,14 @@ int ckpt_dist_check_keep(int ranks, int enable, int keep_latest_k, Err *err);
 int ckpt_dist_save(Comm *world, const int mesh[4], const char *root, const CkptState *st,
                    const CkptTensor *model, const ShardSlice *slices, int nmodel,
                    const CkptTensor *optim, int noptim, int keep_latest_k, Err *err);
+/* ckpt_dist_save in its two halves, for a write that runs beside training
+ * (train/ckpt_async.h): this rank's files, no collective (rank of ranks); then the collective
+ * commit, every rank passing its write's status (written: 0, or -1 with *err filled). */
+int ckpt_dist_write(int rank, int ranks, const int mesh[4], const char *root, const CkptState *st,
+                    const CkptTensor *model, const ShardSlice *slices, int nmodel,
+                    const CkptTensor *optim, int noptim, Err *err);
+int ckpt_dist_commit(Comm *world, const int mesh[4], const char *root, int64_t step, int written,
+                     int keep_latest_k, Err *err);
 
 /* Where a resume starts: a step of root in either format. */
 typedef struct CkptDistFound {

@@ -863,6 +863,7 @@ static int run_job(const JobConfig *cfg, Comm *world, TrainMemoryCheck check_mem
         .ckpt_load_only = cfg->checkpoint.load_only,
         .last_save_model_only = cfg->checkpoint.last_save_model_only,
         .keep_latest_k = cfg->checkpoint.keep_latest_k,
+        .ckpt_async = cfg->checkpoint.async_mode != CKPT_ASYNC_DISABLED,
         .load_step = cfg->checkpoint.load_step,
         .initial_root = initial_root,
         .initial_step = initial_step,

@@ -481,7 +481,12 @@ int train_plan_compute_tok(TrainPlan *p, const JobConfig *cfg, const Tokenizer *
     rc = plan_sample(p, cfg, tok, whole_mod, world, dims.ep, err);
     free(whole_mod);
     TRY(rc);
-    p->total += p->sample + p->merged_export;
+    /* The optimizer holds 2 fp32 moments per trainable parameter; a staged save adds them and
+     * the parameters once more. */
+    p->ckpt_staging = cfg->checkpoint.enable && cfg->checkpoint.async_mode != CKPT_ASYNC_DISABLED
+                          ? 1.5 * p->optim
+                          : 0;
+    p->total += p->sample + p->merged_export + p->ckpt_staging;
 
     p->flops_per_token = metrics_flops_per_token(&p->spec, p->T);
     p->tokens_per_step = N * p->micro;
@@ -548,6 +553,9 @@ void train_plan_print(const TrainPlan *p, FILE *f) {
     if (p->merged_export > 0)
         row(f, "export", p->merged_export, t,
             "merged HF export on rank 0 after training: one unit staged, writer buffers");
+    if (p->ckpt_staging > 0)
+        row(f, "ckpt staging", p->ckpt_staging, t,
+            "checkpoint.async_mode: a save's copy of the parameters and Adam moments");
     row(f, "total", p->total, t, "expected peak RSS");
     fprintf(f,
             "flops: %.4g per token (6 x matmul params + attention), %.0f tokens per step, %.4g "

@@ -40,6 +40,9 @@ typedef struct TrainPlan {
     /* LoRA with checkpoint.last_save_in_hf: the merged export's buffers on rank 0 after
      * training (train_qwen3_export_merged; never the whole model). */
     double merged_export;
+    /* checkpoint.async_mode: the staged copy of a save (train/ckpt_async.h), this rank's
+     * trainable parameters and their two Adam moments, fp32. */
+    double ckpt_staging;
     double total;
     /* FLOPs: the MFU convention (metrics_flops_per_token) and, with full activation
      * checkpointing, what the machine really does (the forward of every layer once more). */

@@ -20,6 +20,7 @@
 #include "kernels/cpu_simd.h"
 #include "ops/gemm.h"
 #include "ops/op_profile.h"
+#include "train/ckpt_async.h"
 #include "train/ckpt_config.h"
 #include "train/ckpt_dist.h"
 #include "train/clip.h"
@@ -40,6 +41,7 @@ typedef struct Trainer {
     double lr;
     MetricsExtra extra[TRAIN_MAX_EXTRA]; /* the model's metrics of the last step */
     int nextra;
+    CkptAsync *async; /* checkpoint.async_mode's writer, made by the first such save */
 } Trainer;
 
 static int64_t numel(const CkptTensor *t) {
@@ -66,8 +68,31 @@ static const TrainParallel *many_ranks(const TrainerOptions *o) {
     return o->par && o->par->world->size > 1 ? o->par : NULL;
 }
 
+/* A background save that has finished on every rank is committed (sharded: collectively)
+ * and reported; with block, it is waited for first. Every rank calls it at the same points, so
+ * one with a write in flight is one where every rank has one. */
+static int finish_async(Trainer *t, int block, Err *err) {
+    if (!t->async || !ckpt_async_pending(t->async)) return 0;
+    const TrainParallel *par = many_ranks(t->o);
+    if (!block) {
+        double done = !ckpt_async_busy(t->async);
+        if (par) TRY(comm_all_reduce_sum(par->world, &done, 1, COMM_F64, err));
+        if (done < (par ? par->world->size : 1)) return 0;
+    }
+    int64_t step;
+    double seconds;
+    int rc = ckpt_async_wait(t->async, &step, &seconds, err);
+    if (par)
+        rc = ckpt_dist_commit(par->world, par->mesh, t->ckpt_root, step, rc, t->o->keep_latest_k,
+                              err);
+    if (rc == 0)
+        log_info("[checkpoint] saved step %" PRId64 " in %.2f s, in the background", step, seconds);
+    return rc;
+}
+
 static int save(Trainer *t, Err *err) {
     const TrainParallel *par = many_ranks(t->o);
+    TRY(finish_async(t, 1, err)); /* one write at a time, in step order */
     int model_only = t->o->last_save_model_only && t->step == t->o->steps;
     int noptim = model_only ? 0 : 2 * t->model->nparams;
     const char *bad = nonfinite_param(t->model);
@@ -92,6 +117,26 @@ static int save(Trainer *t, Err *err) {
                     .gemm_bf16 = t->o->gemm_bf16};
     memcpy(st.rng, t->rng.s, sizeof st.rng);
     double t0 = now_seconds();
+    /* The last step's save is written at once: nothing is left to overlap it with. */
+    if (t->o->ckpt_async && t->step != t->o->steps) {
+        if (!t->async) t->async = ckpt_async_new();
+        CkptAsyncTarget to = {.root = t->ckpt_root,
+                              .keep_latest_k = t->o->keep_latest_k,
+                              .rank = par ? par->world->rank : 0,
+                              .ranks = par ? par->world->size : 0,
+                              .mesh = par ? par->mesh : NULL,
+                              .slices = t->model->slices};
+        int rc = ckpt_async_start(t->async, &to, &st, t->model->params, t->model->nparams, t->optim,
+                                  noptim, err);
+        json_decref(st.data_position);
+        if (par) rc = comm_agree(par->world, rc, err);
+        if (rc == 0)
+            log_info("[checkpoint] staged step %" PRId64 " in %.2f s (%.2f GiB); writing it in "
+                     "the background",
+                     t->step, now_seconds() - t0,
+                     (double)ckpt_async_staging_bytes(t->async) / 1073741824.0);
+        return rc;
+    }
     int rc = par ? ckpt_dist_save(par->world, par->mesh, t->ckpt_root, &st, t->model->params,
                                   t->model->slices, t->model->nparams, t->optim, noptim,
                                   t->o->keep_latest_k, err)
@@ -403,6 +448,7 @@ static int run(Trainer *t, Err *err) {
         if (o->on_step) o->on_step(o->on_step_ctx, &m);
         if (rc == 0 && o->after_step)
             rc = o->after_step(o->after_step_ctx, t->step, last, writer ? &mw : NULL, err);
+        if (rc == 0) rc = finish_async(t, 0, err); /* an earlier step's, once written */
         if (rc == 0 && o->ckpt_enable && !o->ckpt_load_only &&
             (last || (o->ckpt_interval > 0 && t->step % o->ckpt_interval == 0) ||
              (o->ckpt_first_step && t->step == 1))) {
@@ -421,6 +467,12 @@ static int run(Trainer *t, Err *err) {
             int wrc = trace_write(o->trace_dir, next, o->par ? o->par->world->rank : 0, err);
             if (rc == 0) rc = wrc;
         }
+    }
+    if (t->async) { /* a write still in flight: committed after a clean run, else awaited */
+        Err ignore;
+        int wrc =
+            rc == 0 ? finish_async(t, 1, err) : ckpt_async_wait(t->async, NULL, NULL, &ignore);
+        if (rc == 0) rc = wrc;
     }
     if (md->keep_copies) md->keep_copies(md->ctx, 0);
     metrics_writer_close(&mw);
@@ -463,6 +515,7 @@ int trainer_run(const TrainerOptions *opts, TrainModel *model, TrainData *data, 
     t.ckpt_root =
         fs_resolve(opts->dump_folder, opts->ckpt_folder ? opts->ckpt_folder : "checkpoint");
     int rc = run(&t, err);
+    ckpt_async_free(t.async);
     ckpt_tensors_free(t.optim, 2 * model->nparams);
     adamw_free(&t.opt);
     free(t.grads);

@@ -102,6 +102,9 @@ typedef struct TrainerOptions {
     int ckpt_load_only;       /* resume, but save nothing (checkpoint.load_only) */
     int last_save_model_only; /* the last step's checkpoint holds the weights only */
     int keep_latest_k;
+    /* checkpoint.async_mode = "async": a save before the last copies the state and writes it
+     * in a thread while the next steps run (train/ckpt_async.h) */
+    int ckpt_async;
     int64_t load_step; /* resume from this step; <= 0: the newest */
     /* checkpoint.initial_load_model_only = false: when the job's own folder holds no step (or
      * checkpointing is off), resume every state from step initial_step (-1: the newest) of
