@@ -2,13 +2,14 @@
 # qtitan eval --dataset on tests/fixtures/generate/cli_tiny: loss and bits per byte of
 # docs.jsonl equal what tools/make_generate_fixtures.py computed with transformers and
 # tokenizers (same packing: documents + EOS in rows of 16 with the document mask), for the
-# whole file and for --max-tokens 40; bad input exits non-zero with one sentence.
+# whole file and for --max-tokens 40, and with --stride 6 as transformers' sliding-window
+# perplexity loop computes them; bad input exits non-zero with one sentence.
 # shellcheck source=tests/infer_lib.sh
 . "$(dirname "$0")/infer_lib.sh"
 
 want() { grep -o "\"$1\": [0-9.e+-]*" "$FIX/expected_eval.json" | sed -n "$2p" | sed 's/.*: //'; }
 close() { awk -v a="$1" -v b="$2" 'BEGIN { d = (a - b) / b; if (d < 0) d = -d; exit !(d <= 1e-6) }'; }
-check() { # label, output, index in expected_eval.json (1 all, 2 first)
+check() { # label, output, index in expected_eval.json (1 all, 2 first, 3 and 4 strided)
     local loss bpb tokens
     loss=$(echo "$2" | sed -n 's/^loss: //p')
     bpb=$(echo "$2" | sed -n 's/^bits_per_byte: //p')
@@ -22,12 +23,24 @@ out=$("$QT" eval --model "$FIX" --dataset "$FIX/docs.jsonl" --seq-len 16 2>/dev/
 check "whole file" "$out" 1
 out=$("$QT" eval --model "$FIX" --dataset "$FIX/docs.jsonl" --seq-len 16 --max-tokens 40 2>/dev/null)
 check "--max-tokens 40" "$out" 2
+# --stride 6: transformers' sliding-window perplexity loop over the stream as one sequence.
+out=$("$QT" eval --model "$FIX" --dataset "$FIX/docs.jsonl" --seq-len 16 --stride 6 2>/dev/null)
+check "--stride 6" "$out" 3
+echo "$out" | grep -q 'rows: 15 x 16 windows, stride 6' || fail "--stride 6: 15 windows expected: $out"
+out=$("$QT" eval --model "$FIX" --dataset "$FIX/docs.jsonl" --seq-len 16 --stride 6 --max-tokens 40 2>/dev/null)
+check "--stride 6 --max-tokens 40" "$out" 4
 
 # Bad input: exit status non-zero and exactly one line on stderr, naming the problem.
 expect_error eval "seq-len 300 exceeds the model's context of 256" --model "$FIX" \
   --dataset "$FIX/docs.jsonl" --seq-len 300
 expect_error eval "max-tokens 0: expected an integer >= 1" --model "$FIX" --dataset "$FIX/docs.jsonl" \
   --max-tokens 0
+expect_error eval "stride 16: expected an integer from 1 to 15, below the sequence length 16" \
+  --model "$FIX" --dataset "$FIX/docs.jsonl" --seq-len 16 --stride 16
+expect_error eval "stride x: expected an integer >= 1" --model "$FIX" --dataset "$FIX/docs.jsonl" --stride x
+expect_error eval "stride reads text data as one sequence" --model "$FIX" \
+  --dataset "$FIX/docs.jsonl" --data-format messages --stride 2
+expect_error eval "stride go with --dataset" --model "$FIX" --tokens x --stride 2
 expect_error eval "give one of --model HFDIR or --checkpoint" --dataset "$FIX/docs.jsonl"
 expect_error eval "go with --dataset" --model "$FIX" --tokens x --seq-len 4
 expect_error eval "data-format chats: expected text, messages, prompt_completion or instruction" \

@@ -36,7 +36,12 @@ EVAL_SEQ tokens are cut from it, and inside a row positions restart after every 
 segments do not see each other (training's document mask). Each segment runs through the
 model alone; every stream token after the first (or the first EVAL_MAX of them) is a target.
 Recorded: mean loss and bits per byte (summed loss / ln 2 / UTF-8 bytes of the predicted
-text), for the whole file and for the first EVAL_MAX targets.
+text), for the whole file and for the first EVAL_MAX targets. "strided" holds the same for
+`--stride EVAL_STRIDE`: Hugging Face's sliding-window perplexity loop (the perplexity guide of
+the transformers docs) over the stream as one sequence: windows of EVAL_SEQ tokens every
+EVAL_STRIDE, labels -100 but for the last end - prev_end tokens of each, the model's own
+shift; the loss is the exact mean over the predicted tokens (the guide weights each window's
+mean by its label count less one, which is not quite that).
 
 chat_ids.json: the ids transformers' apply_chat_template(..., add_generation_prompt=True)
 gives for the conversations `qtitan generate --chat` builds (an optional system turn, then the
@@ -283,12 +288,45 @@ def eval_reference(model, tok, n_targets):
                 bytes=nbytes)
 
 
+EVAL_STRIDE = 6
+
+
+def strided_reference(model, tok, n_targets):
+    stream = []
+    for t in EVAL_DOCS:
+        stream += tok(t, add_special_tokens=False)["input_ids"] + [0]
+    stream = stream[:n_targets + 1]
+    total, count, prev_end = 0.0, 0, 0
+    for begin in range(0, len(stream), EVAL_STRIDE):
+        end = min(begin + EVAL_SEQ, len(stream))
+        trg_len = end - prev_end
+        ids = torch.tensor([stream[begin:end]])
+        labels = ids.clone()
+        labels[:, :-trg_len] = -100
+        with torch.no_grad():
+            lg = model(ids).logits[0].double()
+        lp = torch.log_softmax(lg, dim=-1)
+        for j in range(1, end - begin):  # the model's shift: position j - 1 predicts j
+            if labels[0, j] != -100:
+                total -= float(lp[j - 1, labels[0, j]])
+                count += 1
+        prev_end = end
+        if end == len(stream):
+            break
+    ref = eval_reference(model, tok, n_targets)  # the same targets: its bytes hold
+    assert count == ref["tokens"], (count, ref["tokens"])
+    return dict(loss=total / count, bits_per_byte=total / math.log(2) / ref["bytes"],
+                tokens=count, bytes=ref["bytes"])
+
+
 def build_eval(model, tok, d):
     with open(os.path.join(d, "docs.jsonl"), "w") as f:
         for t in EVAL_DOCS:
             f.write(json.dumps({"text": t}) + "\n")
     ref = dict(seq_len=EVAL_SEQ, max_tokens=EVAL_MAX, all=eval_reference(model, tok, 1 << 30),
-               first=eval_reference(model, tok, EVAL_MAX))
+               first=eval_reference(model, tok, EVAL_MAX),
+               strided=dict(stride=EVAL_STRIDE, all=strided_reference(model, tok, 1 << 30),
+                            first=strided_reference(model, tok, EVAL_MAX)))
     with open(os.path.join(d, "expected_eval.json"), "w") as f:
         json.dump(ref, f, indent=1)
         f.write("\n")

@@ -30,7 +30,7 @@ static const char *USAGE =
     "OUT.safetensors]\n"
     "       qtitan eval (--model HFDIR | --checkpoint STEP_DIR) --dataset PATH [--adapter DIR]\n"
     "                   [--seq-len N] [--max-tokens N] [--data-format FORMAT] [--text-field F]\n"
-    "                   [--chat-template PATH]\n"
+    "                   [--chat-template PATH] [--stride S]\n"
     "\n"
     "Prints `loss: X`, the mean next-token cross-entropy over all predicted positions of all\n"
     "lines of FILE (one sequence of whitespace-separated token ids per line), for the\n"
@@ -49,6 +49,11 @@ static const char *USAGE =
     "perplexity exp(loss) and bits per byte (summed loss / ln 2 / the UTF-8 bytes of the\n"
     "predicted text, EOS excluded). STEP_DIR is a training checkpoint step or folder (of a run\n"
     "on many processes too: its ranks' parts are joined as they are read).\n"
+    "--stride S evaluates as Hugging Face's sliding-window perplexity: the text as one\n"
+    "sequence (documents joined by EOS, not masked from each other), in windows of --seq-len\n"
+    "tokens starting every S tokens (1 <= S < --seq-len); each window predicts the tokens\n"
+    "the ones before it did not, with up to seq-len - S tokens of context before them. The\n"
+    "same tokens are predicted, each once.\n"
     "--text-field F reads a document's text from field (JSON Lines) or column (Parquet) F\n"
     "instead of \"text\" (training.dataset_text_field).\n"
     "--data-format messages | prompt_completion | instruction reads PATH as training reads\n"
@@ -61,7 +66,7 @@ static const char *USAGE =
 
 typedef struct EvalArgs {
     const char *model, *checkpoint, *tokens, *dump, *adapter, *dataset, *seq_len, *max_tokens,
-        *data_format, *text_field, *chat_template;
+        *data_format, *text_field, *chat_template, *stride;
 } EvalArgs;
 
 static int parse_args(EvalArgs *a, int argc, char **argv, Err *err) {
@@ -78,6 +83,7 @@ static int parse_args(EvalArgs *a, int argc, char **argv, Err *err) {
                             : strcmp(argv[i], "--data-format") == 0   ? &a->data_format
                             : strcmp(argv[i], "--text-field") == 0    ? &a->text_field
                             : strcmp(argv[i], "--chat-template") == 0 ? &a->chat_template
+                            : strcmp(argv[i], "--stride") == 0        ? &a->stride
                                                                       : NULL;
         if (!slot) return err_set(err, "unknown option %s (see qtitan eval --help)", argv[i]);
         if (i + 1 >= argc) return err_set(err, "option %s needs a value", argv[i]);
@@ -92,10 +98,9 @@ static int parse_args(EvalArgs *a, int argc, char **argv, Err *err) {
         return 0;
     }
     if (a->checkpoint || a->seq_len || a->max_tokens || a->data_format || a->text_field ||
-        a->chat_template)
-        return err_set(err,
-                       "--checkpoint, --seq-len, --max-tokens, --data-format, --text-field and "
-                       "--chat-template go with --dataset");
+        a->chat_template || a->stride)
+        return err_set(err, "--checkpoint, --seq-len, --max-tokens, --data-format, --text-field, "
+                            "--chat-template and --stride go with --dataset");
     if (!a->model) return err_set(err, "--model HFDIR is required (see qtitan eval --help)");
     if (!a->tokens)
         return err_set(err, "--tokens FILE or --dataset PATH is required (see qtitan eval --help)");
@@ -270,10 +275,11 @@ static int eval_chat(const EvalArgs *a, InferModel *im, DataFormat format, long 
 }
 
 static int eval_dataset(const EvalArgs *a, Err *err) {
-    long seq_len = 0, max_tokens = 0;
+    long seq_len = 0, max_tokens = 0, stride = 0;
     DataFormat format = DATA_TEXT;
     if (a->seq_len) TRY(parse_count("--seq-len", a->seq_len, &seq_len, err));
     if (a->max_tokens) TRY(parse_count("--max-tokens", a->max_tokens, &max_tokens, err));
+    if (a->stride) TRY(parse_count("--stride", a->stride, &stride, err));
     if (a->data_format && config_data_format(a->data_format, &format))
         return err_set(err,
                        "--data-format %s: expected text, messages, prompt_completion or "
@@ -283,6 +289,11 @@ static int eval_dataset(const EvalArgs *a, Err *err) {
         return err_set(err,
                        "--chat-template goes with --data-format messages, prompt_completion or "
                        "instruction (text data renders no conversation)");
+    if (format != DATA_TEXT && stride)
+        return err_set(err,
+                       "--stride reads text data as one sequence; with --data-format %s the "
+                       "conversations are rows of their own",
+                       a->data_format);
     if (format != DATA_TEXT && max_tokens)
         return err_set(err,
                        "--max-tokens counts the positions of text data; with --data-format "
@@ -303,6 +314,7 @@ static int eval_dataset(const EvalArgs *a, Err *err) {
         if (rc == 0 && seq_len > ctx)
             rc = err_set(err, "--seq-len %ld exceeds the model's context of %d positions", seq_len,
                          ctx);
+        if (rc == 0 && stride) rc = eval_windows_check(stride, seq_len, err);
         if (rc == 0 && !fs_exists_in(dir, "tokenizer.json"))
             rc = err_set(err, "%s has no tokenizer.json; --dataset needs the model's tokenizer",
                          dir);
@@ -339,15 +351,24 @@ static int eval_dataset(const EvalArgs *a, Err *err) {
     if (plan.n_targets < 1)
         rc = err_set(err, "%s: the dataset has no token to predict", a->dataset);
     EvalSource src = eval_source_dataset(&ds);
-    if (rc == 0) rc = eval_rows(&im.m, &src, &plan, 0, 1, 1, &loss_sum, &n, err);
+    EvalPlan rows = plan; /* --stride: the windows are the rows */
+    EvalWindows win = {0};
+    if (rc == 0 && stride) {
+        rc = eval_windows_open(&win, &ds, plan.n_targets, (int)stride, err);
+        if (rc == 0) src = eval_source_windows(&win), rows = eval_windows_plan(&win);
+    }
+    if (rc == 0) rc = eval_rows(&im.m, &src, &rows, 0, 1, 1, &loss_sum, &n, err);
     if (rc == 0) rc = eval_plan_bytes(&ds, &plan, im.tok, &bytes, err);
     if (rc == 0) {
         double loss = loss_sum / (double)n;
         printf("loss: %.8f\nperplexity: %.6f\nbits_per_byte: %.6f\n", loss, exp(loss),
                bytes > 0 ? loss_sum / log(2.0) / (double)bytes : 0.0);
-        printf("tokens: %lld  bytes: %lld  rows: %lld x %ld  documents: %lld\n", (long long)n,
-               (long long)bytes, (long long)plan.n_rows, seq_len, (long long)ds.n_docs);
+        char shape[64] = "";
+        if (stride) snprintf(shape, sizeof shape, " windows, stride %ld", stride);
+        printf("tokens: %lld  bytes: %lld  rows: %lld x %ld%s  documents: %lld\n", (long long)n,
+               (long long)bytes, (long long)rows.n_rows, seq_len, shape, (long long)ds.n_docs);
     }
+    eval_windows_close(&win);
     dataset_close(&ds);
     infer_model_close(&im);
     return rc;

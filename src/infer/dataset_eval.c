@@ -83,6 +83,67 @@ int eval_rows(Qwen3 *m, const EvalSource *src, const EvalPlan *plan, int64_t fir
     return rc;
 }
 
+int eval_windows_check(long stride, long T, Err *err) {
+    if (stride >= 1 && stride < T) return 0;
+    return err_set(err,
+                   "--stride %ld: expected an integer from 1 to %ld, below the sequence length %ld "
+                   "(windows that do not overlap would leave each one's first token unpredicted)",
+                   stride, T - 1, T);
+}
+
+int eval_windows_open(EvalWindows *w, const Dataset *ds, int64_t n_targets, int stride, Err *err) {
+    memset(w, 0, sizeof *w);
+    int T = ds->opt.seq_len;
+    TRY(eval_windows_check(stride, T, err));
+    w->T = T, w->S = stride;
+    w->L = n_targets + 1 < ds->epoch_len ? n_targets + 1 : ds->epoch_len;
+    w->stream = xmalloc((size_t)(w->L > 0 ? w->L : 1) * sizeof *w->stream);
+    int64_t at = 0;
+    for (int64_t d = 0; d < ds->n_docs && at < w->L; d++) {
+        for (uint64_t i = ds->offsets[d]; i < ds->offsets[d + 1] && at < w->L; i++)
+            w->stream[at++] = ds->ids[i];
+        if (at < w->L) w->stream[at++] = ds->eos_id;
+    }
+    return 0;
+}
+
+void eval_windows_close(EvalWindows *w) {
+    free(w->stream);
+    memset(w, 0, sizeof *w);
+}
+
+/* Window r covers stream [r S, min(r S + T, L)); the last is the first to reach L. */
+static int64_t window_end(const EvalWindows *w, int64_t r) {
+    int64_t end = r * w->S + w->T;
+    return end < w->L ? end : w->L;
+}
+
+EvalPlan eval_windows_plan(const EvalWindows *w) {
+    EvalPlan p = {.n_targets = INT64_MAX / 2, .n_rows = 1};
+    while (window_end(w, p.n_rows - 1) < w->L)
+        p.n_rows++;
+    return p;
+}
+
+static int window_row(void *ctx, int64_t r, Batch *one, Err *err) {
+    (void)err;
+    const EvalWindows *w = ctx;
+    int64_t begin = r * w->S, end = window_end(w, r);
+    int64_t first = r == 0 ? 1 : window_end(w, r - 1); /* the first stream index it predicts */
+    for (int t = 0; t < w->T; t++) {
+        int64_t p = begin + t;
+        one->tokens[t] = p < end ? w->stream[p] : 0;
+        one->positions[t] = t;
+        one->doc_ids[t] = 0;
+        one->targets[t] = p + 1 >= first && p + 1 < end ? (int32_t)w->stream[p + 1] : CE_IGNORE;
+    }
+    return 0;
+}
+
+EvalSource eval_source_windows(EvalWindows *w) {
+    return (EvalSource){w->T, window_row, w};
+}
+
 int eval_plan_bytes(const Dataset *ds, const EvalPlan *plan, const Tokenizer *tok, int64_t *bytes,
                     Err *err) {
     *bytes = 0;

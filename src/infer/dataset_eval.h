@@ -48,6 +48,27 @@ EvalSource eval_source_chat(ChatData *cd);
 int eval_rows(Qwen3 *m, const EvalSource *src, const EvalPlan *plan, int64_t first, int64_t stride,
               int B, double *loss_sum, int64_t *n_valid, Err *err);
 
+/* Hugging Face's sliding-window perplexity (`qtitan eval --stride S`): the stream's first
+ * n_targets + 1 tokens (documents in source order, each followed by EOS) read in windows of T
+ * tokens starting every S tokens (1 <= S < T), the last one cut at the stream's end, each a
+ * row of its own with positions 0.. and no document mask (the text is one sequence, as a
+ * joined corpus); window r predicts the stream tokens the windows before it did not (the first
+ * all but its first token), each with up to T - S tokens of context before the window's part.
+ * Every token after the first is predicted once: the same targets as eval_plan's. */
+typedef struct EvalWindows {
+    uint32_t *stream; /* (L) */
+    int64_t L;
+    int T, S;
+} EvalWindows;
+/* 0 when 1 <= stride < T, else -1 with the sentence (eval_windows_open checks it too). */
+int eval_windows_check(long stride, long T, Err *err);
+/* S outside [1, T) is refused with a sentence. */
+int eval_windows_open(EvalWindows *w, const Dataset *ds, int64_t n_targets, int stride, Err *err);
+void eval_windows_close(EvalWindows *w);
+/* The windows as eval_rows rows: every target a row holds counts (n_targets has no cap). */
+EvalPlan eval_windows_plan(const EvalWindows *w);
+EvalSource eval_source_windows(EvalWindows *w);
+
 /* UTF-8 bytes of the text the targets of plan stand for (EOS ids excluded), by decoding each
  * document's targeted ids with tok. */
 int eval_plan_bytes(const Dataset *ds, const EvalPlan *plan, const Tokenizer *tok, int64_t *bytes,
