@@ -15,7 +15,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     JobConfig cfg;
     config_init(&cfg);
-    config_apply_toml(&cfg, (const char *)data, size, "fuzz.toml", &err);
+    if (config_apply_toml(&cfg, (const char *)data, size, "fuzz.toml", &err) == 0) {
+        char buf[64];
+        config_ac_text(config_ac(&cfg), buf, sizeof buf); /* selective_ac_option read as given */
+    }
     config_free(&cfg);
 
     /* The same bytes as one command-line value (up to the first NUL). */
@@ -27,6 +30,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     config_init(&cfg);
     config_apply_override(&cfg, "model.n_layers", text, "fuzz", &err);
     config_apply_override(&cfg, "training.dataset", text, "fuzz", &err);
+    config_apply_override(&cfg, "activation_checkpoint.mode", "selective", "fuzz", &err);
+    if (config_apply_override(&cfg, "activation_checkpoint.selective_ac_option", text, "fuzz",
+                              &err) == 0) {
+        char buf[64], flags[160];
+        AcMode m = config_ac(&cfg);
+        config_ac_text(m, buf, sizeof buf);
+        config_ac_flags(m, flags, sizeof flags);
+    }
     config_free(&cfg);
     free(text);
     return 0;
