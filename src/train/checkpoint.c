@@ -173,6 +173,13 @@ static char *step_dir(const char *root, int64_t step) {
 
 /* ---- save -------------------------------------------------------------------------------- */
 
+int64_t ckpt_tensor_numel(const CkptTensor *t) {
+    int64_t n = 1;
+    for (int k = 0; k < t->ndim; k++)
+        n *= t->shape[k];
+    return n;
+}
+
 const Device *ckpt_tensor_device(const CkptTensor *t) {
     return t->device ? t->device : &device_cpu;
 }
@@ -656,8 +663,6 @@ int ckpt_check_step_shapes(const char *dir, const ParamInfo *params, int n, int 
     return rc;
 }
 
-static int64_t numel_of(const CkptTensor *t);
-
 int ckpt_clean_stale(const char *root, Err *err) {
     /* Another process may be saving into a step-N.tmp-<pid> right now (a second trainer that
      * the lock refused, or one on another folder sharing it): only a dead owner's goes. */
@@ -831,9 +836,9 @@ static int load(const char *dir, int full, CkptState *st, const CkptTensor *mode
      * takes a while, and a log should show it moving. */
     double bytes = 0;
     for (int i = 0; i < nmodel; i++)
-        bytes += (double)numel_of(&model[i]) * sizeof(float);
+        bytes += (double)ckpt_tensor_numel(&model[i]) * sizeof(float);
     for (int i = 0; i < noptim; i++)
-        bytes += (double)numel_of(&optim[i]) * sizeof(float);
+        bytes += (double)ckpt_tensor_numel(&optim[i]) * sizeof(float);
     char what[96];
     snprintf(what, sizeof what, "loading checkpoint step %" PRId64, st->step);
     Progress p;
@@ -872,13 +877,6 @@ int ckpt_load_found(const char *dir, CkptState *st, const CkptTensor *model, int
 
 /* ---- optimizer state as tensors ---------------------------------------------------------- */
 
-static int64_t numel_of(const CkptTensor *t) {
-    int64_t n = 1;
-    for (int k = 0; k < t->ndim; k++)
-        n *= t->shape[k];
-    return n;
-}
-
 CkptTensor *ckpt_adamw_tensors(const AdamW *opt, const CkptTensor *model, int nmodel, Err *err) {
     if (nmodel != opt->nparams) {
         err_set(err, "checkpoint: the model lists %d tensors but the optimizer holds %d", nmodel,
@@ -886,11 +884,11 @@ CkptTensor *ckpt_adamw_tensors(const AdamW *opt, const CkptTensor *model, int nm
         return NULL;
     }
     for (int i = 0; i < nmodel; i++)
-        if ((size_t)numel_of(&model[i]) != opt->params[i].n) {
+        if ((size_t)ckpt_tensor_numel(&model[i]) != opt->params[i].n) {
             err_set(err,
                     "checkpoint: tensor %d (%s) has %lld elements but optimizer entry %d has "
                     "%zu",
-                    i, model[i].name, (long long)numel_of(&model[i]), i, opt->params[i].n);
+                    i, model[i].name, (long long)ckpt_tensor_numel(&model[i]), i, opt->params[i].n);
             return NULL;
         }
     CkptTensor *t = xcalloc((size_t)(2 * nmodel > 0 ? 2 * nmodel : 1), sizeof *t);

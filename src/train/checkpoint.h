@@ -36,6 +36,8 @@ typedef struct CkptTensor {
 
 /* t's device: t->device, or the CPU when that is NULL. */
 const Device *ckpt_tensor_device(const CkptTensor *t);
+/* Elements of t: the product of its shape. */
+int64_t ckpt_tensor_numel(const CkptTensor *t);
 
 /* A small file saved alongside the tensors (the model's config.json, the job config, the
  * tokenizer files), so that a checkpoint alone can be exported; checksummed like the rest. */

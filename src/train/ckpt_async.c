@@ -39,13 +39,6 @@ CkptAsync *ckpt_async_new(void) {
     return a;
 }
 
-static int64_t numel(const CkptTensor *t) {
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++)
-        n *= t->shape[d];
-    return n;
-}
-
 static void *writer(void *arg) {
     CkptAsync *a = arg;
     /* One thread at the lowest priority: the training steps keep the cores (ckpt_save's
@@ -69,7 +62,7 @@ static void *writer(void *arg) {
 static void stage(CkptAsync *a, CkptTensor *dst, const CkptTensor *src, int n, size_t *at) {
     for (int i = 0; i < n; i++) {
         dst[i] = src[i];
-        size_t bytes = (size_t)numel(&src[i]) * sizeof(float);
+        size_t bytes = (size_t)ckpt_tensor_numel(&src[i]) * sizeof(float);
         float *to = a->staging + *at;
         /* device_host_view copies a device tensor into `to`; host memory it returns as it is. */
         const void *v = device_host_view(ckpt_tensor_device(&src[i]), to, src[i].data, bytes);
@@ -86,9 +79,9 @@ int ckpt_async_start(CkptAsync *a, const CkptAsyncTarget *to, const CkptState *s
     if (a->started) return err_set(err, "checkpoint: a background write is still in flight");
     size_t floats = 0;
     for (int i = 0; i < nmodel; i++)
-        floats += (size_t)numel(&model[i]);
+        floats += (size_t)ckpt_tensor_numel(&model[i]);
     for (int i = 0; i < noptim; i++)
-        floats += (size_t)numel(&optim[i]);
+        floats += (size_t)ckpt_tensor_numel(&optim[i]);
     if (floats > a->cap) {
         /* The CPU device's pages, mapped by every thread at once (core/device.c): touched
          * for the first time by one memcpy they cost seconds per GiB on some VMs. */

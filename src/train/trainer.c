@@ -44,18 +44,11 @@ typedef struct Trainer {
     CkptAsync *async; /* checkpoint.async_mode's writer, made by the first such save */
 } Trainer;
 
-static int64_t numel(const CkptTensor *t) {
-    int64_t n = 1;
-    for (int k = 0; k < t->ndim; k++)
-        n *= t->shape[k];
-    return n;
-}
-
 /* The first parameter holding a NaN or an infinity, or NULL. */
 static const char *nonfinite_param(const TrainModel *md) {
     for (int i = 0; i < md->nparams; i++) {
         const float *p = md->params[i].data;
-        for (int64_t k = 0, n = numel(&md->params[i]); k < n; k++)
+        for (int64_t k = 0, n = ckpt_tensor_numel(&md->params[i]); k < n; k++)
             if (!isfinite(p[k])) return md->params[i].name;
     }
     return NULL;
@@ -164,7 +157,8 @@ static int load_slices(Trainer *t, const char *root, const CkptDistFound *f, int
     snprintf(what, sizeof what, "loading checkpoint step %" PRId64, f->step);
     double bytes = 0;
     for (int i = 0; i < md->nparams; i++)
-        bytes += (double)numel(&md->params[i]) * sizeof(float) * (model + (noptim > 0 ? 2 : 0));
+        bytes += (double)ckpt_tensor_numel(&md->params[i]) * sizeof(float) *
+                 (model + (noptim > 0 ? 2 : 0));
     Progress p;
     progress_start(&p, what, bytes, "MB", 1e6);
     int rc = ckpt_dist_reader_check_names(&r, world, md->params, md->nparams, err);
@@ -390,7 +384,7 @@ static int run(Trainer *t, Err *err) {
     AdamWParam *ap = xcalloc((size_t)md->nparams + 1, sizeof *ap);
     t->grads = xcalloc((size_t)md->nparams + 1, sizeof *t->grads);
     for (int i = 0; i < md->nparams; i++) {
-        size_t n = (size_t)numel(&md->params[i]);
+        size_t n = (size_t)ckpt_tensor_numel(&md->params[i]);
         ap[i] = (AdamWParam){md->params[i].name, md->params[i].data, md->grads[i], n,
                              md->decay ? md->decay[i] : 1};
         t->grads[i] = (GradRef){md->grads[i], n, md->params[i].device};
