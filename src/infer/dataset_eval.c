@@ -91,24 +91,18 @@ int eval_windows_check(long stride, long T, Err *err) {
                    stride, T - 1, T);
 }
 
-int eval_windows_open(EvalWindows *w, const Dataset *ds, int64_t n_targets, int stride, Err *err) {
+int eval_windows_open(EvalWindows *w, Dataset *ds, int64_t n_targets, int stride, Err *err) {
     memset(w, 0, sizeof *w);
     int T = ds->opt.seq_len;
     TRY(eval_windows_check(stride, T, err));
-    w->T = T, w->S = stride;
+    w->ds = ds, w->T = T, w->S = stride;
     w->L = n_targets + 1 < ds->epoch_len ? n_targets + 1 : ds->epoch_len;
-    w->stream = xmalloc((size_t)(w->L > 0 ? w->L : 1) * sizeof *w->stream);
-    int64_t at = 0;
-    for (int64_t d = 0; d < ds->n_docs && at < w->L; d++) {
-        for (uint64_t i = ds->offsets[d]; i < ds->offsets[d + 1] && at < w->L; i++)
-            w->stream[at++] = ds->ids[i];
-        if (at < w->L) w->stream[at++] = ds->eos_id;
-    }
+    w->ids = xmalloc((size_t)T * sizeof *w->ids);
     return 0;
 }
 
 void eval_windows_close(EvalWindows *w) {
-    free(w->stream);
+    free(w->ids);
     memset(w, 0, sizeof *w);
 }
 
@@ -126,16 +120,16 @@ EvalPlan eval_windows_plan(const EvalWindows *w) {
 }
 
 static int window_row(void *ctx, int64_t r, Batch *one, Err *err) {
-    (void)err;
-    const EvalWindows *w = ctx;
+    EvalWindows *w = ctx;
     int64_t begin = r * w->S, end = window_end(w, r);
     int64_t first = r == 0 ? 1 : window_end(w, r - 1); /* the first stream index it predicts */
+    TRY(dataset_read_stream(w->ds, begin, end - begin, w->ids, err));
     for (int t = 0; t < w->T; t++) {
         int64_t p = begin + t;
-        one->tokens[t] = p < end ? w->stream[p] : 0;
+        one->tokens[t] = p < end ? w->ids[t] : 0;
         one->positions[t] = t;
         one->doc_ids[t] = 0;
-        one->targets[t] = p + 1 >= first && p + 1 < end ? (int32_t)w->stream[p + 1] : CE_IGNORE;
+        one->targets[t] = p + 1 >= first && p + 1 < end ? (int32_t)w->ids[t + 1] : CE_IGNORE;
     }
     return 0;
 }

@@ -56,14 +56,15 @@ int eval_rows(Qwen3 *m, const EvalSource *src, const EvalPlan *plan, int64_t fir
  * all but its first token), each with up to T - S tokens of context before the window's part.
  * Every token after the first is predicted once: the same targets as eval_plan's. */
 typedef struct EvalWindows {
-    uint32_t *stream; /* (L) */
-    int64_t L;
+    Dataset *ds; /* read with dataset_read_stream, opened with shuffle off */
+    int64_t L;   /* stream tokens taken */
     int T, S;
+    uint32_t *ids; /* (T) a window's ids */
 } EvalWindows;
 /* 0 when 1 <= stride < T, else -1 with the sentence (eval_windows_open checks it too). */
 int eval_windows_check(long stride, long T, Err *err);
 /* S outside [1, T) is refused with a sentence. */
-int eval_windows_open(EvalWindows *w, const Dataset *ds, int64_t n_targets, int stride, Err *err);
+int eval_windows_open(EvalWindows *w, Dataset *ds, int64_t n_targets, int stride, Err *err);
 void eval_windows_close(EvalWindows *w);
 /* The windows as eval_rows rows: every target a row holds counts (n_targets has no cap). */
 EvalPlan eval_windows_plan(const EvalWindows *w);

@@ -856,7 +856,8 @@ static EpochOrder *get_order(Dataset *ds, int64_t epoch) {
     return o;
 }
 
-/* Reads stream[pos .. pos + n) into ids and marks in is_end the EOS that close documents. */
+/* Reads stream[pos .. pos + n) into ids and marks in is_end (NULL: not wanted) the EOS that
+ * close documents. */
 static int read_stream(Dataset *ds, int64_t pos, int64_t n, uint32_t *ids, uint8_t *is_end,
                        Err *err) {
     int64_t L = ds->epoch_len, done = 0;
@@ -885,17 +886,21 @@ static int read_stream(Dataset *ds, int64_t pos, int64_t n, uint32_t *ids, uint8
                                    "below the vocab size %u; delete the file to rebuild it",
                                    ds->cache_path, id, (long long)d, ds->vocab_size);
                 ids[done] = id;
-                is_end[done] = 0;
+                if (is_end) is_end[done] = 0;
             }
             if (done < n) {
                 ids[done] = ds->eos_id;
-                is_end[done] = 1;
+                if (is_end) is_end[done] = 1;
                 done++;
             }
         }
         pos = (epoch + 1) * L;
     }
     return 0;
+}
+
+int dataset_read_stream(Dataset *ds, int64_t pos, int64_t n, uint32_t *ids, Err *err) {
+    return read_stream(ds, pos, n, ids, NULL, err);
 }
 
 void batch_alloc(Batch *b, int B, int T) {

@@ -102,6 +102,9 @@ void batch_free(Batch *b);
  * seq_len). Pure in (data, seed, seq_len, document_mask, row). Fails only on a damaged cache
  * (an id >= vocab_size). Not thread-safe: it keeps the last epochs' orders. */
 int dataset_rows(Dataset *ds, int64_t row, int nrows, Batch *out, Err *err);
+/* The stream's ids [pos, pos + n) (epochs in their orders, each document followed by EOS), as
+ * dataset_rows reads them; fails on a damaged cache as it does. */
+int dataset_read_stream(Dataset *ds, int64_t pos, int64_t n, uint32_t *ids, Err *err);
 
 /* The data position for checkpoints: row is the truth; epoch and offset (token offset of that
  * row in its epoch) are there to read and to check that the data did not change. */
