@@ -1205,11 +1205,14 @@ AcMode config_ac(const JobConfig *cfg) {
     long n = ac_option_layers(cfg->activation_checkpoint.selective_ac_option);
     return m == AC_SELECTIVE && n >= 0 ? ac_every(n) : m;
 }
-const char *config_ac_flags(AcMode m, char *buf, size_t cap) {
+AcMode config_ac_parts(AcMode m, char option[CONFIG_AC_OPTION_CAP]) {
     int n = ac_every_n(m);
-    char option[16];
-    snprintf(option, sizeof option, n ? "%d" : "op", n);
-    AcMode mode = n ? AC_SELECTIVE : m;
+    snprintf(option, CONFIG_AC_OPTION_CAP, n ? "%d" : "op", n);
+    return n ? AC_SELECTIVE : m;
+}
+const char *config_ac_flags(AcMode m, char *buf, size_t cap) {
+    char option[CONFIG_AC_OPTION_CAP];
+    AcMode mode = config_ac_parts(m, option);
     /* Selective names its option too: the job's own may be another. */
     snprintf(buf, cap, "--activation_checkpoint.mode=%s%s%s", config_ac_mode_name(mode),
              mode == AC_SELECTIVE ? " --activation_checkpoint.selective_ac_option=" : "",

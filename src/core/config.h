@@ -293,6 +293,10 @@ AcMode config_ac(const JobConfig *cfg);
 /* m in words for the plan's lines, written to buf: "none", "selective", "full" or
  * "every 2nd layer". */
 const char *config_ac_text(AcMode m, char *buf, size_t cap);
+/* The inverse of config_ac: the activation_checkpoint.mode to write (returned) and the
+ * selective_ac_option ("op" or the layer count) that ask for m. */
+#define CONFIG_AC_OPTION_CAP 16
+AcMode config_ac_parts(AcMode m, char option[CONFIG_AC_OPTION_CAP]);
 /* The command-line options that ask for m, written to buf:
  * "--activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=2". */
 const char *config_ac_flags(AcMode m, char *buf, size_t cap);

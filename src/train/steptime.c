@@ -168,10 +168,8 @@ int steptime_estimate(StepTime *out, const JobConfig *cfg, const StepMesh *m, co
     job.parallelism.tensor_parallel_degree = m->tp;
     job.parallelism.expert_parallel_degree = m->ep;
     job.parallelism.enable_sequence_parallel = m->sp;
-    char option[16]; /* the mesh's checkpointing as the config writes it (config_ac) */
-    int every = ac_every_n(m->ac);
-    snprintf(option, sizeof option, every ? "%d" : "op", every);
-    job.activation_checkpoint.mode = every ? AC_SELECTIVE : m->ac;
+    char option[CONFIG_AC_OPTION_CAP]; /* the mesh's checkpointing as the config writes it */
+    job.activation_checkpoint.mode = config_ac_parts(m->ac, option);
     job.activation_checkpoint.selective_ac_option = option;
     int was = log_set_info(0); /* the plan logs kernel replacements; once is enough */
     int rc = train_plan_compute(&out->plan, &job, err);
