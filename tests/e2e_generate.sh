@@ -49,6 +49,45 @@ first=$(sed -n '2p' "$TMP/batch")
 [ "$first" = "$text" ] || fail "batched completion '$first' differs from alone '$text'"
 echo "batch of 3 prompts: prompt 1 as alone"
 
+# Beam search: --num-beams 3 with the n-gram ban, the two best beams equal transformers'
+# (expected_beams.jsonl: ids, sequences_scores within 1e-5, text); a generation_config.json with
+# num_beams searches the same way; what beams do not take is one sentence.
+beams=(--num-beams 3 --no-repeat-ngram-size 2 --temperature 0 --max-new-tokens 24)
+"$QT" generate --model "$FIX" --prompt "$prompt" "${beams[@]}" --num-return-sequences 2 --json \
+  >"$TMP/beams" 2>"$TMP/err" || fail "--num-beams: $(cat "$TMP/err")"
+[ "$(wc -l <"$TMP/beams")" -eq 2 ] || fail "--num-beams 3 --num-return-sequences 2: $(cat "$TMP/beams")"
+for r in 1 2; do
+  got=$(sed -n "${r}p" "$TMP/beams") want=$(sed -n "${r}p" "$FIX/expected_beams.jsonl")
+  [ "$(arr "$got" ids)" = "$(arr "$want" ids)" ] ||
+    fail "beam $r: ids $(arr "$got" ids), transformers $(arr "$want" ids)"
+  score() { echo "$1" | sed -n 's/.*"score": *\([-0-9.e]*\).*/\1/p'; }
+  awk -v a="$(score "$got")" -v b="$(score "$want")" 'BEGIN { d = a - b; exit !(a != "" && d < 1e-5 && d > -1e-5) }' ||
+    fail "beam $r: score $(score "$got"), transformers $(score "$want")"
+  text() { echo "$1" | sed -n 's/.*"text": *\("[^"]*"\).*/\1/p'; }
+  [ "$(text "$got")" = "$(text "$want")" ] || fail "beam $r: text $(text "$got"), transformers $(text "$want")"
+  echo "$got" | grep -q "\"sequence\":$r" || fail "beam $r: no sequence number: $got"
+done
+grep -q 'generate: prompt 22 tokens' "$TMP/err" || fail "--num-beams: no speed line: $(cat "$TMP/err")"
+mkdir -p "$TMP/gcbeams"
+cp "$FIX"/config.json "$FIX"/model.safetensors "$FIX"/tokenizer.json "$TMP/gcbeams/"
+echo '{"do_sample": false, "num_beams": 3, "no_repeat_ngram_size": 2}' >"$TMP/gcbeams/generation_config.json"
+got=$("$QT" generate --model "$TMP/gcbeams" --prompt "$prompt" --max-new-tokens 24 --json 2>"$TMP/err") ||
+  fail "generation_config.json num_beams: $(cat "$TMP/err")"
+[ "$(arr "$got" ids)" = "$(arr "$(head -1 "$FIX/expected_beams.jsonl")" ids)" ] ||
+  fail "generation_config.json num_beams 3: ids $(arr "$got" ids)"
+grep -q 'sampling: greedy, no-repeat-ngram-size 2, 3 beams, length-penalty 1, early-stopping false' "$TMP/err" ||
+  fail "generation_config.json num_beams: stderr $(cat "$TMP/err")"
+expect_error generate "give --temperature 0" --model "$FIX" --prompt "$prompt" --num-beams 2
+expect_error generate "at most --num-beams (2)" --model "$FIX" --prompt "$prompt" --num-beams 2 \
+  --temperature 0 --num-return-sequences 3
+expect_error generate "--stop does not apply to beam search" --model "$FIX" --prompt "$prompt" \
+  --num-beams 2 --temperature 0 --stop x
+expect_error generate "--early-stopping soon: expected true, false or never" --model "$FIX" \
+  --prompt "$prompt" --num-beams 2 --early-stopping soon
+expect_error generate "--num-beams does not apply to --interactive" --model "$FIX" --interactive \
+  --num-beams 2
+echo "beam search: the best 2 of 3 beams equal transformers' (ids, scores, text)"
+
 # --stop: the text ends before the stop string's first occurrence.
 stop=${text:3:2}
 cut=$("$QT" generate --model "$FIX" --prompt "$prompt" --temperature 0 --max-new-tokens 24 \

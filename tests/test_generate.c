@@ -523,14 +523,22 @@ static void test_gen_config(void **state) {
         for (int e = 0; e < gc.n_eos; e++)
             assert_int_equal(gc.eos[e], json_integer_value(json_array_get(eos, (size_t)e)));
         /* repetition_penalty is applied (greedy too), as transformers resolves it; num_beams
-         * above 1 would change transformers' output and is listed. */
+         * above 1 searches beams unless do_sample is true (beam sampling, listed). */
         assert_float_equal(gc.sp.repetition_penalty,
                            json_number_value(json_object_get(c, "repetition_penalty")), 1e-6);
         assert_int_equal(gc.sp.no_repeat_ngram_size,
                          json_integer_value(json_object_get(c, "no_repeat_ngram_size")));
-        const json_t *nb = json_object_get(json_object_get(c, "file"), "num_beams");
+        int nb = (int)json_integer_value(json_object_get(c, "num_beams"));
         int listed = strstr(gc.ignored, "num_beams = ") != NULL;
-        assert_int_equal(listed, nb && json_number_value(nb) != 1.0);
+        assert_int_equal(listed, ds && nb > 1);
+        assert_int_equal(gc.beams.num_beams, ds ? 1 : nb);
+        assert_float_equal(gc.beams.length_penalty,
+                           json_number_value(json_object_get(c, "length_penalty")), 1e-6);
+        const json_t *es = json_object_get(c, "early_stopping");
+        assert_string_equal(beam_stop_name(gc.beams.early_stopping), json_is_string(es)
+                                                                         ? json_string_value(es)
+                                                                     : json_is_true(es) ? "true"
+                                                                                        : "false");
         char *f = fs_join(dir, "generation_config.json");
         unlink(f);
         free(f);
@@ -556,6 +564,9 @@ static void test_gen_config(void **state) {
         {"{\"no_repeat_ngram_size\": 1.5}", "\"no_repeat_ngram_size\" must be a whole number >= 0"},
         {"{\"max_new_tokens\": 0}", "\"max_new_tokens\" must be a whole number >= 1"},
         {"{\"eos_token_id\": [\"x\"]}", "\"eos_token_id\" must be a token id"},
+        {"{\"num_beams\": 0}", "\"num_beams\" must be a whole number >= 1"},
+        {"{\"length_penalty\": \"long\"}", "\"length_penalty\" must be a number or null"},
+        {"{\"early_stopping\": \"soon\"}", "\"early_stopping\" must be true, false or \"never\""},
         {"{\"do_sample\": true", "generation_config.json"},
     };
     for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {

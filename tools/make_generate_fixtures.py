@@ -55,7 +55,13 @@ Qwen3's string-content template (tests/fixtures/chat/templates).
 
 gen_configs.json: generation_config.json contents and the sampling transformers' generate()
 resolves from each for a model (do_sample, temperature, top_k, top_p, min_p, max_new_tokens,
-eos_token_id), for test_generate.
+eos_token_id, num_beams, length_penalty, early_stopping), for test_generate.
+
+beams.json: transformers' beam search (generate(num_beams=k, do_sample=False)) on the models of
+the cases above, with length penalties, early_stopping settings, EOS ids and processors
+(BEAM_CASES; build_beams says what each entry holds), for tests/test_beam.c; and
+cli_tiny/expected_beams.jsonl, the beams `qtitan generate --num-beams` gives on cli_tiny, for
+tests/e2e_generate.sh.
 
 Usage: python tools/make_generate_fixtures.py [OUT_DIR]
 """
@@ -243,7 +249,20 @@ def build_cli(root, out_root):
     print(f"cli_tiny: seed {seed}, {len(new)} new tokens, min greedy margin {margin:.3g}")
     build_eval(model, tok, d)
     build_cli_fp8(d, out_root)
+    build_cli_beams(model, tok, d, ids)
 
+
+def build_cli_beams(model, tok, d, ids):
+    """cli_tiny/expected_beams.jsonl: transformers' beam search (CLI_BEAMS) from the CLI prompt,
+    one line per returned beam: its new ids (an ending EOS kept), sequences_score and text."""
+    p = torch.tensor(ids)
+    with torch.no_grad():
+        seqs, scores = beam_generate(model, p, CLI_BEAMS, [0])
+    with open(os.path.join(d, "expected_beams.jsonl"), "w") as f:
+        for sq, sc in zip(seqs, scores):
+            text = tok.decode(sq, skip_special_tokens=True)
+            f.write(json.dumps(dict(ids=sq, score=sc, text=text)) + "\n")
+    print(f"cli_tiny beams: lengths {[len(x) for x in seqs]}")
 
 EVAL_SEQ = 16
 EVAL_MAX = 40
@@ -433,6 +452,9 @@ GEN_CONFIGS = [
     {"do_sample": None, "temperature": 1.3, "num_beams": 1, "repetition_penalty": 1.0},
     {"do_sample": False, "num_beams": 4, "repetition_penalty": 1.2},
     {"do_sample": True, "no_repeat_ngram_size": 3, "typical_p": 0.9},
+    {"num_beams": 3, "length_penalty": 0.5, "early_stopping": "never"},
+    {"do_sample": False, "num_beams": 2, "early_stopping": True, "length_penalty": None},
+    {"do_sample": True, "num_beams": 4, "early_stopping": False},
 ]
 
 
@@ -451,11 +473,105 @@ def build_gen_configs(out_root):
                       "max_new_tokens": g.max_new_tokens or 0,
                       "repetition_penalty": g.repetition_penalty or 1.0,
                       "no_repeat_ngram_size": g.no_repeat_ngram_size or 0,
+                      "num_beams": g.num_beams or 1,
+                      "length_penalty": 1.0 if g.length_penalty is None else g.length_penalty,
+                      "early_stopping": g.early_stopping,
                       "eos": eos if isinstance(eos, list) else ([] if eos is None else [eos])})
     with open(os.path.join(out_root, "gen_configs.json"), "w") as f:
         json.dump(cases, f, indent=1)
         f.write("\n")
     print(f"gen_configs: {len(cases)} files")
+
+
+# Beam search: transformers' generate(num_beams=k, do_sample=False) on models of the cases above
+# (read back from their folders). "eos_at" picks EOS ids as the tokens at those positions of the
+# search's best sequence without EOS, so beams end at different steps; "proc" are logits
+# processors (on log-probabilities, as beam search applies them); with "contrast", a prompt is
+# kept only where those settings would give other beams.
+BEAM_CASES = [
+    dict(model="dense_tied_gqa", k=4, lp=1.0, es=False, new=20, eos_at=[4], ret=2, lens=[5, 11]),
+    dict(model="dense_untied_mha", k=3, lp=0.5, es=True, new=16, eos_at=[3], ret=1, lens=[7]),
+    dict(model="dense_tied_gqa", k=2, lp=2.0, es="never", new=12, eos_at=[2, 6], ret=2,
+         lens=[4, 9]),
+    dict(model="dense_untied_mha", k=2, lp=-1.0, es="never", new=10, eos_at=[3], ret=2,
+         lens=[6]),
+    dict(model="dense_reppen", k=4, lp=1.0, es=False, new=10, eos_at=[], ret=3, lens=[8],
+         proc=dict(repetition_penalty=1.3, no_repeat_ngram_size=2)),
+    dict(model="moe", k=3, lp=1.0, es=False, new=12, eos_at=[2], ret=1, lens=[5, 10]),
+    # Beams that end early and a length penalty that favours long ones: early_stopping false
+    # stops on its heuristic (the best running score at the current length) where "never"
+    # would go on.
+    dict(model="dense_untied_mha", k=3, lp=2.0, es=False, new=16, eos_at=[0, 1], ret=3,
+         lens=[5, 8]),
+    # The same with "never": a prompt is kept only where false would return other beams.
+    dict(model="dense_untied_mha", k=3, lp=2.0, es="never", new=16, eos_at=[0, 1], ret=3,
+         lens=[5, 8], contrast=dict(es=False)),
+]
+
+
+# `qtitan generate --num-beams 3 --no-repeat-ngram-size 2 --num-return-sequences 2` on cli_tiny
+# (the ban keeps its greedy run from repeating one id).
+CLI_BEAMS = dict(k=3, lp=1.0, es=False, new=CLI_NEW, ret=2, proc=dict(no_repeat_ngram_size=2))
+
+
+def beam_generate(model, p, c, eos):
+    out = model.generate(p[None], attention_mask=torch.ones_like(p[None]), do_sample=False,
+                         num_beams=c["k"], length_penalty=c["lp"], early_stopping=c["es"],
+                         max_new_tokens=c["new"], num_return_sequences=c["ret"],
+                         eos_token_id=eos or None, pad_token_id=eos[0] if eos else 0,
+                         return_dict_in_generate=True, output_scores=True,
+                         **c.get("proc", {}))
+    seqs = []
+    for r in range(c["ret"]):
+        n = int((out.beam_indices[r] >= 0).sum())
+        seqs.append([int(x) for x in out.sequences[r, p.shape[0]:p.shape[0] + n]])
+    return seqs, [float(x) for x in out.sequences_scores]
+
+
+def build_beams(out_root):
+    """beams.json: for each case and prompt, transformers' best num_return_sequences beams (the
+    new ids, an ending EOS kept), their sequences_scores and each id's log-probability under
+    the model (log_softmax of its logits, from a forward of prompt + ids). A prompt is kept only
+    where the search in float64 returns the same ids (no near ties at float32 noise)."""
+    from transformers import AutoModelForCausalLM
+    gen = seeded(901)
+    cases = []
+    for c in BEAM_CASES:
+        model, m64 = (AutoModelForCausalLM.from_pretrained(
+            os.path.join(out_root, c["model"]), attn_implementation="eager",
+            experts_implementation="eager", dtype=dt).eval()
+            for dt in (torch.float32, torch.float64))
+        V = model.config.vocab_size
+        for n in c["lens"]:
+            for attempt in range(500):
+                p = torch.randint(0, V, (n,), generator=gen)
+                with torch.no_grad():
+                    free, _ = beam_generate(model, p, dict(c, ret=1), [])
+                    eos = [free[0][i] for i in c["eos_at"]]
+                    eos = list(dict.fromkeys(eos))
+                    seqs, scores = beam_generate(model, p, c, eos)
+                    seqs64, _ = beam_generate(m64, p, c, eos)
+                    other = (beam_generate(model, p, dict(c, **c["contrast"]), eos)[0]
+                             if "contrast" in c else None)
+                if seqs == seqs64 and other != seqs:
+                    break
+            else:
+                raise SystemExit(f"beams: no prompt of {n} tokens for case {c}")
+            lps = []
+            with torch.no_grad():
+                for sq in seqs:
+                    full = torch.cat([p, torch.tensor(sq, dtype=p.dtype)])[None]
+                    lg = torch.log_softmax(model(full).logits[0].double(), -1)
+                    lps.append([float(lg[n - 1 + t, sq[t]]) for t in range(len(sq))])
+            cases.append(dict(model=c["model"], num_beams=c["k"], length_penalty=c["lp"],
+                              early_stopping=c["es"], max_new_tokens=c["new"], eos=eos,
+                              prompt=[int(x) for x in p], sequences=seqs, scores=scores,
+                              logprobs=lps, **c.get("proc", {})))
+            print(f"beams {c['model']} k={c['k']} prompt {n}: lengths "
+                  f"{[len(x) for x in seqs]}, eos {eos}")
+    with open(os.path.join(out_root, "beams.json"), "w") as f:
+        json.dump(cases, f, indent=1)
+        f.write("\n")
 
 
 def main():
@@ -467,6 +583,7 @@ def main():
     build_cli(root, out)
     build_chat(root, out)
     build_gen_configs(out)
+    build_beams(out)
 
 
 if __name__ == "__main__":

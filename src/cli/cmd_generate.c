@@ -12,6 +12,7 @@
 #include "core/fs.h"
 #include "core/json.h"
 #include "core/log.h"
+#include "infer/beam.h"
 #include "infer/gen_config.h"
 #include "infer/generate.h"
 #include "infer/infer_model.h"
@@ -84,7 +85,15 @@ static const char *USAGE =
     "                         decoding too); default 0 (off)\n"
     "  --num-return-sequences N  N completions of each prompt, sampled (temperature > 0), as\n"
     "                         transformers' num_return_sequences: the prompt is run once and\n"
-    "                         its cache copied; default 1\n"
+    "                         its cache copied; with --num-beams, the N best beams; default 1\n"
+    "  --num-beams N          beam search with N beams (transformers' num_beams with\n"
+    "                         do_sample=False; needs temperature 0); default 1, or\n"
+    "                         generation_config.json's\n"
+    "  --length-penalty F     beam search: a finished beam's score is its summed\n"
+    "                         log-probability over (its new tokens) ^ F; default 1\n"
+    "  --early-stopping true|false|never  beam search: stop once N beams have finished\n"
+    "                         (true), when no running beam can beat them (false, the\n"
+    "                         default), or as false with F taken at --max-new-tokens (never)\n"
     "  --seed N               default 0; sequence i of the batch (prompt by prompt, each\n"
     "                         prompt's completions in turn) draws from stream i of the seed\n"
     "  --stop STRING          end a completion before STRING (repeatable, up to 16)\n"
@@ -92,7 +101,8 @@ static const char *USAGE =
     "  --json                 one JSON object a completion: prompt, prompt_ids, ids, text,\n"
     "                         logprobs (the model's log-probability of each new id) and\n"
     "                         finish_reason (eos, stop, length); with --num-return-sequences,\n"
-    "                         also sequence (1-based, within its prompt)\n";
+    "                         also sequence (1-based, within its prompt); with --num-beams,\n"
+    "                         also score (transformers' sequences_scores)\n";
 
 typedef struct GenArgs {
     const char *model, *checkpoint, *adapter, *prompt, *prompt_file, *system, *dtype, *tools_file,
@@ -104,10 +114,12 @@ typedef struct GenArgs {
     long max_new;
     long n_return; /* --num-return-sequences */
     SampleParams sp;
+    BeamParams beams;
     /* Which of --max-new-tokens, --temperature, --top-k, --top-p, --min-p,
      * --repetition-penalty, --no-repeat-ngram-size were given: the others come from
      * generation_config.json when the model has one. */
     int set_max_new, set_temperature, set_top_k, set_top_p, set_min_p, set_rep, set_ngram;
+    int set_beams, set_length_penalty, set_early_stopping; /* likewise for beam search */
     unsigned long long seed;
     const char *stop[MAX_STOP];
     int n_stop;
@@ -136,6 +148,7 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
     a->n_return = 1;
     a->thinking = 1;
     a->dtype = "float32";
+    a->beams = BEAM_PARAMS_DEFAULT;
     a->sp = (SampleParams){
         .temperature = 0.8f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .repetition_penalty = 1.0f};
     for (int i = 1; i < argc; i++) {
@@ -195,6 +208,26 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
             TRY(parse_long(o, v, 1, &a->n_return, err));
             if (a->n_return > 65536)
                 return err_set(err, "--num-return-sequences %s: at most 65536", v);
+        } else if (strcmp(o, "--num-beams") == 0) {
+            TRY(parse_long(o, v, 1, &n, err));
+            if (n > 1024) return err_set(err, "--num-beams %s: at most 1024", v);
+            a->beams.num_beams = (int)n;
+            a->set_beams = 1;
+        } else if (strcmp(o, "--length-penalty") == 0) {
+            TRY(parse_float(o, v, &a->beams.length_penalty, err));
+            if (!isfinite(a->beams.length_penalty))
+                return err_set(err, "--length-penalty %s: expected a finite number", v);
+            a->set_length_penalty = 1;
+        } else if (strcmp(o, "--early-stopping") == 0) {
+            if (strcmp(v, "true") == 0)
+                a->beams.early_stopping = BEAM_STOP_EARLY;
+            else if (strcmp(v, "false") == 0)
+                a->beams.early_stopping = BEAM_STOP_HEURISTIC;
+            else if (strcmp(v, "never") == 0)
+                a->beams.early_stopping = BEAM_STOP_NEVER;
+            else
+                return err_set(err, "--early-stopping %s: expected true, false or never", v);
+            a->set_early_stopping = 1;
         } else if (strcmp(o, "--seed") == 0) {
             TRY(parse_long(o, v, 0, &n, err));
             a->seed = (unsigned long long)n;
@@ -237,6 +270,8 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
     if (a->interactive && a->n_return > 1)
         return err_set(err, "--num-return-sequences does not apply to --interactive (one answer "
                             "a turn)");
+    if (a->interactive && a->beams.num_beams > 1)
+        return err_set(err, "--num-beams does not apply to --interactive (answers are streamed)");
     if (a->messages_file && a->system)
         return err_set(err, "--system does not apply to --messages: a conversation gives its own "
                             "system turn");
@@ -332,7 +367,8 @@ static void stream_stdout(void *ctx, int i, const char *text, size_t len) {
 }
 
 /* sequence: the completion's number within its prompt (--num-return-sequences), 0: none. */
-static void print_json(const char *prompt, const IdVec *pid, const GenOutput *g, int sequence) {
+static void print_json(const char *prompt, const IdVec *pid, const GenOutput *g, int sequence,
+                       int beams) {
     json_t *o = json_object(), *pids = json_array(), *ids = json_array(), *lps = json_array();
     for (size_t t = 0; t < pid->n; t++)
         json_array_append_new(pids, json_integer(pid->ids[t]));
@@ -347,6 +383,7 @@ static void print_json(const char *prompt, const IdVec *pid, const GenOutput *g,
     json_object_set_new(o, "logprobs", lps);
     json_object_set_new(o, "finish_reason", json_string(g->finish));
     if (sequence) json_object_set_new(o, "sequence", json_integer(sequence));
+    if (beams) json_object_set_new(o, "score", json_real(g->score));
     char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
     puts(s);
     free(s);
@@ -383,16 +420,25 @@ static int apply_gen_config(GenArgs *a, InferModel *im, Err *err) {
     if (!a->set_rep) a->sp.repetition_penalty = gc.sp.repetition_penalty;
     if (!a->set_ngram) a->sp.no_repeat_ngram_size = gc.sp.no_repeat_ngram_size;
     if (!a->set_max_new && gc.max_new_tokens > 0) a->max_new = gc.max_new_tokens;
+    if (!a->set_beams) a->beams.num_beams = gc.beams.num_beams;
+    if (!a->set_length_penalty) a->beams.length_penalty = gc.beams.length_penalty;
+    if (!a->set_early_stopping) a->beams.early_stopping = gc.beams.early_stopping;
     char how[192];
     sample_describe(how, sizeof how, &a->sp);
+    char beams[96] = "";
+    if (a->beams.num_beams > 1)
+        snprintf(beams, sizeof beams, ", %d beams, length-penalty %g, early-stopping %s",
+                 a->beams.num_beams, a->beams.length_penalty,
+                 beam_stop_name(a->beams.early_stopping));
     fprintf(stderr,
-            "sampling: %s, max-new-tokens %ld (%s/generation_config.json, do_sample %s, where no "
+            "sampling: %s%s, max-new-tokens %ld (%s/generation_config.json, do_sample %s, where no "
             "flag says otherwise)\n",
-            how, a->max_new, im->dir, gc.do_sample ? "true" : "false");
+            how, beams, a->max_new, im->dir, gc.do_sample ? "true" : "false");
     if (gc.ignored[0])
         fprintf(stderr,
                 "note: %s/generation_config.json sets %s, which qtitan does not apply (it samples "
-                "with temperature, top-k, top-p, min-p, a repetition penalty and an n-gram ban)\n",
+                "with temperature, top-k, top-p, min-p, a repetition penalty and an n-gram ban, "
+                "and searches beams without sampling)\n",
                 im->dir, gc.ignored);
     return 0;
 }
@@ -522,7 +568,7 @@ static int interactive_run(GenArgs *a, Err *err) {
         }
         if (rc == 0) {
             if (a->json)
-                print_json(line, &ids, &out, 0);
+                print_json(line, &ids, &out, 0, 0);
             else
                 putchar('\n');
             fflush(stdout);
@@ -548,6 +594,40 @@ static int interactive_run(GenArgs *a, Err *err) {
     return rc;
 }
 
+/* What beam search needs of the options (infer/beam.h), in their flags' words. */
+static int check_beams(const GenArgs *a, Err *err) {
+    int k = a->beams.num_beams;
+    if (a->sp.temperature > 0)
+        return err_set(
+            err,
+            "--num-beams %d searches without sampling (transformers' do_sample=False): "
+            "give --temperature 0 (the temperature is %g%s)",
+            k, a->sp.temperature,
+            a->set_temperature ? "" : ", the default or the model's generation_config.json's");
+    if (a->n_return > k)
+        return err_set(err,
+                       "--num-return-sequences %ld: at most --num-beams (%d), the finished beams",
+                       a->n_return, k);
+    if (a->n_stop > 0)
+        return err_set(err, "--stop does not apply to beam search (--num-beams %d)", k);
+    return 0;
+}
+
+/* Beam search over prompts ptr[i * K] (i < n), the K best beams of each into out[i * K ...];
+ * st sums the runs' counts and times. */
+static int beam_prompts(Decoder *d, const InferModel *im, const int32_t **ptr, const int *lens,
+                        int n, int K, const GenOptions *o, const BeamParams *bp, GenOutput *out,
+                        GenStats *st, Err *err) {
+    for (int i = 0; i < n; i++) {
+        GenStats one;
+        TRY(beam_search(d, im->tok, ptr[i * K], lens[i * K], o, bp, out + (long)i * K, K, &one,
+                        err));
+        st->prompt_tokens += one.prompt_tokens, st->new_tokens += one.new_tokens;
+        st->prefill_s += one.prefill_s, st->decode_s += one.decode_s;
+    }
+    return 0;
+}
+
 static int generate_run(GenArgs *a, Err *err) {
     if (a->interactive) return interactive_run(a, err);
     PromptLines pr;
@@ -558,8 +638,9 @@ static int generate_run(GenArgs *a, Err *err) {
         prompt_lines_free(&pr);
         return -1;
     }
-    int rc = 0;
-    if (a->n_return > 1 && a->sp.temperature == 0)
+    int rc = 0, beams = a->beams.num_beams > 1;
+    if (beams) rc = check_beams(a, err);
+    if (a->n_return > 1 && a->sp.temperature == 0 && !beams)
         rc = err_set(err,
                      "--num-return-sequences %ld needs sampling: greedy decoding (temperature "
                      "0%s) gives each prompt one completion",
@@ -587,7 +668,10 @@ static int generate_run(GenArgs *a, Err *err) {
     Decoder d = {0};
     GenOutput *out = xcalloc((size_t)n, sizeof *out);
     GenStats st = {0};
-    if (rc == 0) rc = decoder_create(&d, &im.m, n, longest + (int)a->max_new, err);
+    /* Beam search runs the prompts one after another, each in 2 x num_beams rows. */
+    if (rc == 0)
+        rc = decoder_create(&d, &im.m, beams ? 2 * a->beams.num_beams : n,
+                            longest + (int)a->max_new, err);
     if (rc == 0) {
         GenOptions o = {.max_new_tokens = (int)a->max_new,
                         .sample = a->sp,
@@ -596,13 +680,16 @@ static int generate_run(GenArgs *a, Err *err) {
                         .n_eos = im.n_eos,
                         .stop = a->stop,
                         .n_stop = a->n_stop};
-        int streaming = n == 1 && !a->json;
-        rc = generate(&d, im.tok, ptr, lens, n, &o, out, streaming ? stream_stdout : NULL, NULL,
-                      &st, err);
+        int streaming = n == 1 && !a->json && !beams;
+        if (beams)
+            rc = beam_prompts(&d, &im, ptr, lens, pr.n, K, &o, &a->beams, out, &st, err);
+        else
+            rc = generate(&d, im.tok, ptr, lens, n, &o, out, streaming ? stream_stdout : NULL, NULL,
+                          &st, err);
         for (int j = 0; j < n && rc == 0; j++) {
             int i = j / K, k = j % K;
             if (a->json)
-                print_json(pr.text[i], &ids[i], &out[j], K > 1 ? k + 1 : 0);
+                print_json(pr.text[i], &ids[i], &out[j], K > 1 ? k + 1 : 0, beams);
             else if (streaming)
                 putchar('\n');
             else if (K > 1)

@@ -67,7 +67,7 @@ int gen_config_parse(const char *text, size_t len, const char *file, GenConfig *
                      json_kind(ds));
     /* transformers' defaults for what the file leaves out. A temperature of 0 is refused only
      * where it would be used (transformers raises). */
-    double t = 1.0, k = 50, p = 1.0, mp = 0, mnt = 0, rp = 1.0, nr = 0;
+    double t = 1.0, k = 50, p = 1.0, mp = 0, mnt = 0, rp = 1.0, nr = 0, nb = 1, lpen = 1.0;
     int sample = rc == 0 && json_is_true(ds);
     if (rc == 0)
         rc = number(root, "temperature", file, 0, sample, 1e30, 0,
@@ -82,6 +82,21 @@ int gen_config_parse(const char *text, size_t len, const char *file, GenConfig *
                     err);
     if (rc == 0)
         rc = number(root, "max_new_tokens", file, 1, 0, 1e9, 1, "a whole number >= 1", &mnt, err);
+    /* Beam search. */
+    if (rc == 0)
+        rc = number(root, "num_beams", file, 1, 0, 1e6, 1, "a whole number >= 1", &nb, err);
+    if (rc == 0)
+        rc = number(root, "length_penalty", file, -1e30, 0, 1e30, 0, "a number", &lpen, err);
+    BeamStop stop = BEAM_STOP_HEURISTIC;
+    const json_t *es = rc == 0 ? json_object_get(root, "early_stopping") : NULL;
+    if (rc == 0 && es && !json_is_null(es)) {
+        if (json_is_boolean(es))
+            stop = json_is_true(es) ? BEAM_STOP_EARLY : BEAM_STOP_HEURISTIC;
+        else if (json_is_string(es) && !strcmp(json_string_value(es), "never"))
+            stop = BEAM_STOP_NEVER;
+        else
+            rc = err_set(err, "%s: \"early_stopping\" must be true, false or \"never\"", file);
+    }
     const json_t *eos = rc == 0 ? json_object_get(root, "eos_token_id") : NULL;
     if (rc == 0 && eos && !json_is_null(eos)) {
         size_t n = json_is_array(eos) ? json_array_size(eos) : 1;
@@ -105,12 +120,16 @@ int gen_config_parse(const char *text, size_t len, const char *file, GenConfig *
                                 .repetition_penalty = (float)rp,
                                 .no_repeat_ngram_size = (int)nr};
         gc->max_new_tokens = (long)mnt;
+        gc->beams = (BeamParams){.num_beams = gc->do_sample ? 1 : (int)nb,
+                                 .length_penalty = (float)lpen,
+                                 .early_stopping = stop};
+        if (gc->do_sample && nb > 1) /* beam sampling */
+            note_unapplied(gc, root, "num_beams", 1);
         /* What changes transformers' output and qtitan does not compute. */
         static const struct {
             const char *key;
             double off;
-        } UNAPPLIED[] = {{"num_beams", 1},
-                         {"typical_p", 1},
+        } UNAPPLIED[] = {{"typical_p", 1},
                          {"epsilon_cutoff", 0},
                          {"eta_cutoff", 0},
                          {"encoder_repetition_penalty", 1},

@@ -2,9 +2,9 @@
  * model when the caller names none (GenerationMixin._prepare_generation_config: the file's
  * values, then transformers' defaults for what the file leaves out or sets to null: do_sample
  * false, temperature 1.0, top_k 50, top_p 1.0, min_p none, repetition_penalty 1.0,
- * no_repeat_ngram_size none), for
+ * no_repeat_ngram_size none, num_beams 1, length_penalty 1.0, early_stopping false), for
  * `qtitan generate` to take as its defaults; and its eos_token_id(s). Settings that change what
- * transformers generates and that qtitan does not compute (num_beams above 1, typical_p, ...)
+ * transformers generates and that qtitan does not compute (typical_p, beam sampling, ...)
  * are listed for a note, not dropped in silence. */
 #ifndef QT_GEN_CONFIG_H
 #define QT_GEN_CONFIG_H
@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "core/err.h"
+#include "infer/beam.h"
 #include "infer/sample.h"
 
 #define GEN_CONFIG_MAX_EOS 8
@@ -21,9 +22,13 @@ typedef struct GenConfig {
     int do_sample;       /* 0: greedy, and sp.temperature is 0 */
     SampleParams sp;     /* what generate() samples with */
     long max_new_tokens; /* 0 when the file gives none */
+    /* num_beams, length_penalty and early_stopping (transformers' 1, 1.0, false when absent);
+     * num_beams above 1 with do_sample true (beam sampling) is listed in `ignored` and left at
+     * 1. */
+    BeamParams beams;
     int32_t eos[GEN_CONFIG_MAX_EOS];
     int n_eos;
-    char ignored[512]; /* "num_beams = 4, typical_p = 0.9" or "" */
+    char ignored[512]; /* "typical_p = 0.9, epsilon_cutoff = 0.1" or "" */
 } GenConfig;
 
 /* Reads dir/generation_config.json into gc (gc->found = 0 and 0 returned when there is none).

@@ -28,7 +28,7 @@ static int32_t choose(Sampler *smp, const GenOptions *o, SeqState *st, const flo
     return id;
 }
 
-static int is_eos(const GenOptions *o, int32_t id) {
+int gen_is_eos(const GenOptions *o, int32_t id) {
     for (int i = 0; i < o->n_eos; i++)
         if (o->eos[i] == id) return 1;
     return 0;
@@ -50,7 +50,7 @@ static size_t find(const char *s, size_t from, size_t n, const char *pat, size_t
 
 int gen_text_push(GenText *g, const Tokenizer *tok, const GenOptions *o, int32_t id, Err *err) {
     DecodeStream *ds = &g->ds;
-    if (!is_eos(o, id) && tokenizer_has_id(tok, (uint32_t)id))
+    if (!gen_is_eos(o, id) && tokenizer_has_id(tok, (uint32_t)id))
         TRY(decode_stream_push(ds, tok, (uint32_t)id, err));
     size_t cut = ds->len;
     for (int s = 0; s < o->n_stop; s++) {
@@ -98,7 +98,7 @@ static int accept(const Tokenizer *tok, const GenOptions *o, GenOutput *g, SeqSt
     g->n++;
     int stop = tok ? gen_text_push(&st->text, tok, o, id, err) : 0;
     if (stop < 0) return -1;
-    if (is_eos(o, id))
+    if (gen_is_eos(o, id))
         g->finish = "eos", st->done = 1;
     else if (stop)
         g->finish = "stop", st->done = 1;

@@ -35,6 +35,7 @@ typedef struct GenOutput {
                  * without a tokenizer */
     size_t text_len;
     const char *finish; /* "eos", "stop" or "length" */
+    double score;       /* beam search (infer/beam.h): transformers' sequences_scores */
 } GenOutput;
 
 typedef struct GenStats {
@@ -79,6 +80,8 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
              int n, const GenOptions *o, GenOutput *out, GenStreamFn stream, void *ctx,
              GenStats *stats, Err *err);
 void gen_output_free(GenOutput *g);
+/* Whether id is one of o's EOS ids. */
+int gen_is_eos(const GenOptions *o, int32_t id);
 /* Bytes a generate call allocates for n prompts of a model of V logits, besides the outputs:
  * the logits of every sequence and the sampler's three rows, and with a repetition penalty or
  * an n-gram ban (penalize) each sequence's seen ids, its id history of up to C ids (prompt and

@@ -134,11 +134,15 @@ int32_t sample_next(Sampler *s, const float *logits, const SampleParams *p, Rng 
     return s->order[n - 1];
 }
 
-double sample_logprob(const float *logits, int V, int32_t id) {
+double sample_logsumexp(const float *logits, int V) {
     double mx = logits[0], sum = 0.0;
     for (int v = 1; v < V; v++)
         if (logits[v] > mx) mx = logits[v];
     for (int v = 0; v < V; v++)
         sum += exp((double)logits[v] - mx);
-    return (double)logits[id] - mx - log(sum);
+    return mx + log(sum);
+}
+
+double sample_logprob(const float *logits, int V, int32_t id) {
+    return (double)logits[id] - sample_logsumexp(logits, V);
 }

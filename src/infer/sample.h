@@ -59,6 +59,8 @@ int sample_filter(Sampler *s, const float *logits, const SampleParams *p, uint8_
 /* The next token: argmax when p->temperature is 0, else one draw from the kept tokens'
  * renormalised probabilities using one rng_uniform of r. */
 int32_t sample_next(Sampler *s, const float *logits, const SampleParams *p, Rng *r);
+/* log sum_v exp(logits[v]), accumulated in double. */
+double sample_logsumexp(const float *logits, int V);
 /* log softmax(logits)[id], the model's own log-probability of id (before any warper). */
 double sample_logprob(const float *logits, int V, int32_t id);
 

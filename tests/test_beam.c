@@ -1,0 +1,193 @@
+/* Beam search (infer/beam.h) against transformers' generate(num_beams = k, do_sample = False)
+ * on the cases of tests/fixtures/generate/beams.json (tools/make_generate_fixtures.py): dense
+ * and MoE models, 2 to 4 beams, length penalties -1 to 2, early_stopping false / true /
+ * "never", one or two EOS ids that end beams at different steps, the repetition penalty and
+ * n-gram ban on log-probabilities, several returned beams. The same ids, scores within 2e-5 and
+ * each id's log-probability within 1e-4; and the sentences for what beams do not take. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h> /* after the headers it relies on */
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fs.h"
+#include "infer/beam.h"
+#include "infer/infer_model.h"
+
+#define TOL_SCORE 2e-5
+#define TOL_LOGPROB 1e-4
+
+static char *fixture(const char *name) {
+    const char *src = getenv("QT_SOURCE_DIR");
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/generate/%s", src ? src : ".", name);
+    return xstrdup(dir);
+}
+
+static int32_t *ints(const json_t *a, int *n) {
+    *n = (int)json_array_size(a);
+    int32_t *v = xcalloc((size_t)*n + 1, sizeof *v);
+    for (int i = 0; i < *n; i++)
+        v[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
+    return v;
+}
+
+static BeamStop stop_of(const json_t *es) {
+    if (json_is_string(es)) return BEAM_STOP_NEVER; /* the fixture's only string: "never" */
+    return json_is_true(es) ? BEAM_STOP_EARLY : BEAM_STOP_HEURISTIC;
+}
+
+static void check_case(const json_t *c, size_t ci) {
+    char *dir = fixture(json_string_value(json_object_get(c, "model")));
+    InferModel im;
+    Err err;
+    if (infer_model_open(&im, dir, NULL, NULL, 1, 1, 0, &err)) fail_msg("%s", err.msg);
+    int len, n_eos;
+    int32_t *prompt = ints(json_object_get(c, "prompt"), &len);
+    int32_t *eos = ints(json_object_get(c, "eos"), &n_eos);
+    BeamParams bp = {
+        .num_beams = (int)json_integer_value(json_object_get(c, "num_beams")),
+        .length_penalty = (float)json_number_value(json_object_get(c, "length_penalty")),
+        .early_stopping = stop_of(json_object_get(c, "early_stopping")),
+    };
+    const json_t *rp = json_object_get(c, "repetition_penalty");
+    const json_t *nr = json_object_get(c, "no_repeat_ngram_size");
+    GenOptions o = {
+        .max_new_tokens = (int)json_integer_value(json_object_get(c, "max_new_tokens")),
+        .sample = {.temperature = 0.0f,
+                   .top_p = 1.0f,
+                   .repetition_penalty = rp ? (float)json_number_value(rp) : 1.0f,
+                   .no_repeat_ngram_size = nr ? (int)json_integer_value(nr) : 0},
+        .eos = eos,
+        .n_eos = n_eos,
+    };
+    const json_t *seqs = json_object_get(c, "sequences");
+    int n_out = (int)json_array_size(seqs);
+    Decoder d;
+    if (decoder_create(&d, &im.m, 2 * bp.num_beams, len + o.max_new_tokens, &err))
+        fail_msg("%s", err.msg);
+    GenOutput *out = xcalloc((size_t)n_out, sizeof *out);
+    GenStats st;
+    if (beam_search(&d, im.tok, prompt, len, &o, &bp, out, n_out, &st, &err))
+        fail_msg("case %zu: %s", ci, err.msg);
+    for (int r = 0; r < n_out; r++) {
+        int n;
+        int32_t *want = ints(json_array_get(seqs, (size_t)r), &n);
+        if (out[r].n != n || memcmp(out[r].ids, want, (size_t)n * sizeof *want) != 0) {
+            fprintf(stderr, "case %zu (%s, %d beams) sequence %d: got", ci, dir, bp.num_beams, r);
+            for (int t = 0; t < out[r].n; t++)
+                fprintf(stderr, " %d", out[r].ids[t]);
+            fprintf(stderr, "; want");
+            for (int t = 0; t < n; t++)
+                fprintf(stderr, " %d", want[t]);
+            fprintf(stderr, "\n");
+            fail();
+        }
+        double score = json_number_value(json_array_get(json_object_get(c, "scores"), (size_t)r));
+        assert_true(fabs(out[r].score - score) <= TOL_SCORE * fmax(1.0, fabs(score)));
+        const json_t *lp = json_array_get(json_object_get(c, "logprobs"), (size_t)r);
+        for (int t = 0; t < n; t++)
+            assert_true(fabs(out[r].logprobs[t] -
+                             json_number_value(json_array_get(lp, (size_t)t))) <= TOL_LOGPROB);
+        int ended = 0;
+        for (int e = 0; e < n_eos && n > 0; e++)
+            ended |= want[n - 1] == eos[e];
+        assert_string_equal(out[r].finish, ended ? "eos" : "length");
+        free(want);
+        gen_output_free(&out[r]);
+    }
+    assert_true(st.new_tokens > 0 && st.prompt_tokens == len);
+    free(out);
+    decoder_free(&d);
+    infer_model_close(&im);
+    free(prompt), free(eos), free(dir);
+}
+
+static void test_transformers_parity(void **state) {
+    (void)state;
+    char *path = fixture("beams.json");
+    json_t *cases = json_load_file(path, 0, NULL);
+    assert_non_null(cases);
+    assert_true(json_array_size(cases) >= 8);
+    size_t i;
+    json_t *c;
+    int ended_early = 0, penalized = 0, never = 0;
+    json_array_foreach(cases, i, c) {
+        check_case(c, i);
+        const json_t *seqs = json_object_get(c, "sequences");
+        int M = (int)json_integer_value(json_object_get(c, "max_new_tokens"));
+        ended_early += (int)json_array_size(json_array_get(seqs, 0)) < M;
+        penalized += json_object_get(c, "repetition_penalty") != NULL;
+        never += json_is_string(json_object_get(c, "early_stopping"));
+    }
+    /* The fixture covers beams that end at an EOS, the processors and "never". */
+    assert_true(ended_early >= 2 && penalized >= 1 && never >= 2);
+    json_decref(cases);
+    free(path);
+}
+
+/* What beam search refuses, each in a sentence. */
+static void test_refusals(void **state) {
+    (void)state;
+    char *dir = fixture("dense_tied_gqa");
+    InferModel im;
+    Err err;
+    if (infer_model_open(&im, dir, NULL, NULL, 1, 1, 0, &err)) fail_msg("%s", err.msg);
+    Decoder d;
+    if (decoder_create(&d, &im.m, 4, 16, &err)) fail_msg("%s", err.msg);
+    int32_t prompt[3] = {1, 2, 3};
+    const char *stop[1] = {"x"};
+    GenOutput out[3];
+    struct {
+        GenOptions o;
+        BeamParams bp;
+        int n_out;
+        const char *want;
+    } bad[] = {
+        {{.max_new_tokens = 4, .sample = {.temperature = 0.7f, .top_p = 1.0f}},
+         {2, 1.0f, BEAM_STOP_HEURISTIC},
+         1,
+         "beam search with sampling"},
+        {{.max_new_tokens = 4, .sample = {.top_p = 1.0f}, .stop = stop, .n_stop = 1},
+         {2, 1.0f, BEAM_STOP_HEURISTIC},
+         1,
+         "stop strings do not apply"},
+        {{.max_new_tokens = 4, .sample = {.top_p = 1.0f}},
+         {2, 1.0f, BEAM_STOP_HEURISTIC},
+         3,
+         "num_return_sequences = 3 must be between 1 and num_beams = 2"},
+        {{.max_new_tokens = 4, .sample = {.top_p = 1.0f}},
+         {3, 1.0f, BEAM_STOP_HEURISTIC},
+         1,
+         "3 beams for a decoder of 4 sequences"},
+        {{.max_new_tokens = 14, .sample = {.top_p = 1.0f}},
+         {2, 1.0f, BEAM_STOP_HEURISTIC},
+         1,
+         "a prompt of 3 tokens and 14 new ones in 16 positions"},
+    };
+    for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+        assert_int_not_equal(
+            beam_search(&d, NULL, prompt, 3, &bad[b].o, &bad[b].bp, out, bad[b].n_out, NULL, &err),
+            0);
+        fprintf(stderr, "expected error: %s\n", err.msg);
+        assert_non_null(strstr(err.msg, bad[b].want));
+    }
+    decoder_free(&d);
+    infer_model_close(&im);
+    free(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_transformers_parity),
+        cmocka_unit_test(test_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
