@@ -1,6 +1,7 @@
 /* libFuzzer target: arbitrary bytes as a model's generation_config.json. An accepted file gives
  * sampling that generate can run (temperature >= 0 and finite, 0 exactly when do_sample is off;
- * top_k >= 0; top_p in (0, 1]; min_p in [0, 1]; max_new_tokens >= 0; EOS ids >= 0), a note that
+ * top_k >= 0; top_p in (0, 1]; min_p in [0, 1]; max_new_tokens >= 0; EOS ids >= 0; one beam or
+ * more, one when sampling, a finite length penalty), a note that
  * is a terminated string, and the same result when read twice; a refused one a sentence naming
  * the file. */
 #include <math.h>
@@ -25,6 +26,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         abort();
     for (int i = 0; i < a.n_eos; i++)
         if (a.eos[i] < 0) abort();
+    /* beams: at least one, one when sampling (beam sampling is listed, not run) */
+    BeamParams bp = a.beams;
+    if (bp.num_beams < 1 || (a.do_sample && bp.num_beams != 1) || !isfinite(bp.length_penalty) ||
+        (int)bp.early_stopping < BEAM_STOP_HEURISTIC || bp.early_stopping > BEAM_STOP_NEVER)
+        abort();
     if (gen_config_parse((const char *)data, size, "fuzz.json", &b, &err) != 0 ||
         memcmp(&a.sp, &b.sp, sizeof a.sp) != 0 || a.n_eos != b.n_eos ||
         strcmp(a.ignored, b.ignored) != 0)

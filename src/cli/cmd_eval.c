@@ -10,7 +10,9 @@
 
 #include "cli/commands.h"
 #include "core/fs.h"
+#include "core/json.h"
 #include "core/log.h"
+#include "infer/choices.h"
 #include "infer/dataset_eval.h"
 #include "infer/infer_model.h"
 #include "io/hf_config.h"
@@ -31,6 +33,8 @@ static const char *USAGE =
     "       qtitan eval (--model HFDIR | --checkpoint STEP_DIR) --dataset PATH [--adapter DIR]\n"
     "                   [--seq-len N] [--max-tokens N] [--data-format FORMAT] [--text-field F]\n"
     "                   [--chat-template PATH] [--stride S]\n"
+    "       qtitan eval (--model HFDIR | --checkpoint STEP_DIR) --choices FILE [--adapter DIR]\n"
+    "                   [--seq-len N] [--json]\n"
     "\n"
     "Prints `loss: X`, the mean next-token cross-entropy over all predicted positions of all\n"
     "lines of FILE (one sequence of whitespace-separated token ids per line), for the\n"
@@ -62,16 +66,31 @@ static const char *USAGE =
     "than a row truncated; the loss is the mean over the assistant targets (as SFT training\n"
     "and its validation compute it), with their count; --max-tokens does not apply.\n"
     "--chat-template PATH renders them with another template (training.chat_template_path):\n"
-    "a .jinja file, a tokenizer_config.json or a folder.\n";
+    "a .jinja file, a tokenizer_config.json or a folder.\n"
+    "\n"
+    "--choices FILE scores multiple-choice questions as lm-evaluation-harness scores its\n"
+    "multiple_choice tasks: FILE holds one JSON object a line, {\"context\": \"...\",\n"
+    "\"choices\": [\"...\", ...], \"label\": INDEX}; each choice's log-likelihood after the\n"
+    "context (lm-eval's encoding: the context's trailing whitespace goes to the choice) picks\n"
+    "the prediction, as is (acc), over the choice's characters (acc_norm) or its UTF-8 bytes\n"
+    "(acc_bytes); each is printed with its standard error. A request longer than --seq-len + 1\n"
+    "tokens (default the smaller of 2048 and the context) is cut from the left, as lm-eval cuts\n"
+    "at its max_length. --json prints each question's log-likelihoods and predictions, a line\n"
+    "each, before the summary.\n";
 
 typedef struct EvalArgs {
     const char *model, *checkpoint, *tokens, *dump, *adapter, *dataset, *seq_len, *max_tokens,
-        *data_format, *text_field, *chat_template, *stride;
+        *data_format, *text_field, *chat_template, *stride, *choices;
+    int json; /* --json, with --choices */
 } EvalArgs;
 
 static int parse_args(EvalArgs *a, int argc, char **argv, Err *err) {
     memset(a, 0, sizeof *a);
     for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) {
+            a->json = 1;
+            continue;
+        }
         const char **slot = strcmp(argv[i], "--model") == 0           ? &a->model
                             : strcmp(argv[i], "--checkpoint") == 0    ? &a->checkpoint
                             : strcmp(argv[i], "--tokens") == 0        ? &a->tokens
@@ -84,10 +103,22 @@ static int parse_args(EvalArgs *a, int argc, char **argv, Err *err) {
                             : strcmp(argv[i], "--text-field") == 0    ? &a->text_field
                             : strcmp(argv[i], "--chat-template") == 0 ? &a->chat_template
                             : strcmp(argv[i], "--stride") == 0        ? &a->stride
+                            : strcmp(argv[i], "--choices") == 0       ? &a->choices
                                                                       : NULL;
         if (!slot) return err_set(err, "unknown option %s (see qtitan eval --help)", argv[i]);
         if (i + 1 >= argc) return err_set(err, "option %s needs a value", argv[i]);
         *slot = argv[++i];
+    }
+    if (a->json && !a->choices) return err_set(err, "--json goes with --choices");
+    if (a->choices) {
+        if (!a->model == !a->checkpoint)
+            return err_set(err,
+                           "give one of --model HFDIR or --checkpoint STEP_DIR with --choices");
+        if (a->dataset || a->tokens || a->dump || a->max_tokens || a->data_format ||
+            a->text_field || a->chat_template || a->stride)
+            return err_set(err, "--choices takes --adapter, --seq-len and --json; --dataset, "
+                                "--tokens and their options do not go with it");
+        return 0;
     }
     if (a->dataset) {
         if (!a->model == !a->checkpoint)
@@ -274,6 +305,38 @@ static int eval_chat(const EvalArgs *a, InferModel *im, DataFormat format, long 
     return rc;
 }
 
+/* The model of --model / --checkpoint for text read with its tokenizer (`opt` names the option
+ * in sentences), sized for rows of *seq_len tokens (0: the smaller of 2048 and the context,
+ * written back); stride > 0 is checked against it. The rows are sized from config.json's context
+ * before the model is built, so the weights are read once. Without a config.json
+ * infer_model_open says what is missing. */
+static int open_for_text(const EvalArgs *a, const char *opt, long stride, long *seq_len,
+                         InferModel *im, Err *err) {
+    char *step = NULL;
+    if (a->checkpoint) TRY(cli_checkpoint_step(a->checkpoint, &step, err));
+    const char *dir = step ? step : a->model;
+    char *cfg = fs_join(dir, "config.json");
+    int rc = 0;
+    if (fs_exists(cfg)) {
+        ModelSpec spec;
+        rc = model_spec_from_hf_config(&spec, cfg, err);
+        int ctx = rc == 0 ? spec.max_seq_len : 0;
+        if (rc == 0 && !*seq_len) *seq_len = ctx < 2048 ? ctx : 2048;
+        if (rc == 0 && *seq_len > ctx)
+            rc = err_set(err, "--seq-len %ld exceeds the model's context of %d positions", *seq_len,
+                         ctx);
+        if (rc == 0 && stride) rc = eval_windows_check(stride, *seq_len, err);
+        if (rc == 0 && !fs_exists_in(dir, "tokenizer.json"))
+            rc = err_set(err, "%s has no tokenizer.json; %s needs the model's tokenizer", dir, opt);
+    }
+    free(cfg);
+    if (rc == 0)
+        rc = cli_open_model(im, a->model, a->checkpoint, a->adapter, 1,
+                            *seq_len ? (int)*seq_len : 1, 0, err);
+    free(step);
+    return rc;
+}
+
 static int eval_dataset(const EvalArgs *a, Err *err) {
     long seq_len = 0, max_tokens = 0, stride = 0;
     DataFormat format = DATA_TEXT;
@@ -299,33 +362,9 @@ static int eval_dataset(const EvalArgs *a, Err *err) {
                        "--max-tokens counts the positions of text data; with --data-format "
                        "%s every assistant target of the file counts",
                        a->data_format);
-    char *step = NULL;
-    if (a->checkpoint) TRY(cli_checkpoint_step(a->checkpoint, &step, err));
-    /* The rows are sized from config.json's context before the model is built, so the weights
-     * are read once. Without a config.json infer_model_open says what is missing. */
-    const char *dir = step ? step : a->model;
-    char *cfg = fs_join(dir, "config.json");
-    int rc = 0;
-    if (fs_exists(cfg)) {
-        ModelSpec spec;
-        rc = model_spec_from_hf_config(&spec, cfg, err);
-        int ctx = rc == 0 ? spec.max_seq_len : 0;
-        if (rc == 0 && !seq_len) seq_len = ctx < 2048 ? ctx : 2048;
-        if (rc == 0 && seq_len > ctx)
-            rc = err_set(err, "--seq-len %ld exceeds the model's context of %d positions", seq_len,
-                         ctx);
-        if (rc == 0 && stride) rc = eval_windows_check(stride, seq_len, err);
-        if (rc == 0 && !fs_exists_in(dir, "tokenizer.json"))
-            rc = err_set(err, "%s has no tokenizer.json; --dataset needs the model's tokenizer",
-                         dir);
-    }
-    free(cfg);
     InferModel im;
-    if (rc == 0)
-        rc = cli_open_model(&im, a->model, a->checkpoint, a->adapter, 1, seq_len ? (int)seq_len : 1,
-                            0, err);
-    free(step);
-    if (rc) return -1;
+    TRY(open_for_text(a, "--dataset", stride, &seq_len, &im, err));
+    int rc = 0;
     if (format != DATA_TEXT) {
         rc = eval_chat(a, &im, format, seq_len, err);
         infer_model_close(&im);
@@ -374,6 +413,85 @@ static int eval_dataset(const EvalArgs *a, Err *err) {
     return rc;
 }
 
+/* The token an empty context stands for, as lm-eval's HFLM takes it (prefix_token_id): the
+ * tokenizer's bos_token, else its eos_token (tokenizer_config.json), else <|endoftext|>. */
+static int prefix_token(const InferModel *im, int32_t *out, Err *err) {
+    char *path = fs_join(im->dir, "tokenizer_config.json");
+    const char *keys[2] = {"bos_token", "eos_token"};
+    int64_t id = -1;
+    int exists = fs_exists(path);
+    json_t *root = exists ? json_load_path(path, err) : NULL;
+    if (exists && !root) {
+        free(path);
+        return -1;
+    }
+    for (int k = 0; k < 2 && root && id < 0; k++) {
+        const json_t *v = json_object_get(root, keys[k]);
+        if (json_is_object(v)) v = json_object_get(v, "content"); /* an AddedToken */
+        if (json_is_string(v)) id = tokenizer_token_id(im->tok, json_string_value(v));
+    }
+    json_decref(root);
+    free(path);
+    if (id < 0) id = tokenizer_token_id(im->tok, "<|endoftext|>");
+    if (id < 0)
+        return err_set(err,
+                       "%s: the tokenizer has no bos_token, eos_token or <|endoftext|> for an "
+                       "empty context to stand for",
+                       im->dir);
+    *out = (int32_t)id;
+    return 0;
+}
+
+/* --choices: multiple-choice accuracy (infer/choices.h). */
+static int eval_choices(const EvalArgs *a, Err *err) {
+    long seq_len = 0;
+    if (a->seq_len) TRY(parse_count("--seq-len", a->seq_len, &seq_len, err));
+    ChoiceSet cs;
+    TRY(choice_set_read(&cs, a->choices, err));
+    InferModel im;
+    if (open_for_text(a, "--choices", 0, &seq_len, &im, err)) {
+        choice_set_free(&cs);
+        return -1;
+    }
+    int32_t prefix = 0;
+    double *ll = xcalloc((size_t)cs.n_choices, sizeof *ll);
+    int *pred = xcalloc((size_t)cs.n * 3, sizeof *pred);
+    ChoiceStats st;
+    int rc = prefix_token(&im, &prefix, err);
+    if (rc == 0) rc = choice_score(&im.m, (int)seq_len, im.tok, prefix, &cs, ll, &st, err);
+    if (rc) err_wrap(err, "%s", a->choices);
+    if (rc == 0) {
+        ChoiceMetrics mt;
+        choice_metrics(&cs, ll, &mt, pred);
+        for (int i = 0, k = 0; a->json && i < cs.n; k += cs.item[i++].n) {
+            json_t *o = json_object(), *lls = json_array();
+            for (int j = 0; j < cs.item[i].n; j++)
+                json_array_append_new(lls, json_real(ll[k + j]));
+            json_object_set_new(o, "line", json_integer(cs.item[i].line));
+            json_object_set_new(o, "loglikelihoods", lls);
+            json_object_set_new(o, "pred", json_integer(pred[3 * i]));
+            json_object_set_new(o, "pred_norm", json_integer(pred[3 * i + 1]));
+            json_object_set_new(o, "pred_bytes", json_integer(pred[3 * i + 2]));
+            json_object_set_new(
+                o, "label", cs.item[i].label >= 0 ? json_integer(cs.item[i].label) : json_null());
+            char *text = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
+            puts(text);
+            free(text);
+            json_decref(o);
+        }
+        if (mt.n > 0)
+            printf("acc: %.6f  stderr %.6f\nacc_norm: %.6f  stderr %.6f\n"
+                   "acc_bytes: %.6f  stderr %.6f\n",
+                   mt.acc, mt.acc_se, mt.acc_norm, mt.acc_norm_se, mt.acc_bytes, mt.acc_bytes_se);
+        printf("questions: %d  labelled: %d  choices: %ld  tokens: %ld  rows: %ld x %ld\n", cs.n,
+               mt.n, cs.n_choices, st.tokens, st.rows, seq_len);
+    }
+    free(ll), free(pred);
+    infer_model_close(&im);
+    choice_set_free(&cs);
+    return rc;
+}
+
 int cmd_eval(int argc, char **argv) {
     if (cmd_wants_help(argc, argv)) {
         fputs(USAGE, stdout);
@@ -386,7 +504,9 @@ int cmd_eval(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", err.msg);
         return 2;
     }
-    if (a.dataset ? eval_dataset(&a, &err) : eval_run(&a, &err)) {
+    if (a.choices   ? eval_choices(&a, &err)
+        : a.dataset ? eval_dataset(&a, &err)
+                    : eval_run(&a, &err)) {
         fprintf(stderr, "error: %s\n", err.msg);
         return 1;
     }

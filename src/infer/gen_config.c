@@ -86,7 +86,8 @@ int gen_config_parse(const char *text, size_t len, const char *file, GenConfig *
     if (rc == 0)
         rc = number(root, "num_beams", file, 1, 0, 1e6, 1, "a whole number >= 1", &nb, err);
     if (rc == 0)
-        rc = number(root, "length_penalty", file, -1e30, 0, 1e30, 0, "a number", &lpen, err);
+        rc = number(root, "length_penalty", file, -1e30, 0, 1e30, 0, "a number in [-1e30, 1e30]",
+                    &lpen, err);
     BeamStop stop = BEAM_STOP_HEURISTIC;
     const json_t *es = rc == 0 ? json_object_get(root, "early_stopping") : NULL;
     if (rc == 0 && es && !json_is_null(es)) {
