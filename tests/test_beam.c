@@ -71,7 +71,7 @@ static void check_case(const json_t *c, size_t ci) {
     const json_t *seqs = json_object_get(c, "sequences");
     int n_out = (int)json_array_size(seqs);
     Decoder d;
-    if (decoder_create(&d, &im.m, 2 * bp.num_beams, len + o.max_new_tokens, &err))
+    if (decoder_create(&d, &im.m, bp.num_beams, len + o.max_new_tokens, &err))
         fail_msg("%s", err.msg);
     GenOutput *out = xcalloc((size_t)n_out, sizeof *out);
     GenStats st;
@@ -164,9 +164,9 @@ static void test_refusals(void **state) {
          3,
          "num_return_sequences = 3 must be between 1 and num_beams = 2"},
         {{.max_new_tokens = 4, .sample = {.top_p = 1.0f}},
-         {3, 1.0f, BEAM_STOP_HEURISTIC},
+         {5, 1.0f, BEAM_STOP_HEURISTIC},
          1,
-         "3 beams for a decoder of 4 sequences"},
+         "5 beams for a decoder of 4 sequences"},
         {{.max_new_tokens = 14, .sample = {.top_p = 1.0f}},
          {2, 1.0f, BEAM_STOP_HEURISTIC},
          1,

@@ -668,10 +668,10 @@ static int generate_run(GenArgs *a, Err *err) {
     Decoder d = {0};
     GenOutput *out = xcalloc((size_t)n, sizeof *out);
     GenStats st = {0};
-    /* Beam search runs the prompts one after another, each in 2 x num_beams rows. */
+    /* Beam search runs the prompts one after another, each in num_beams rows. */
     if (rc == 0)
-        rc = decoder_create(&d, &im.m, beams ? 2 * a->beams.num_beams : n,
-                            longest + (int)a->max_new, err);
+        rc = decoder_create(&d, &im.m, beams ? a->beams.num_beams : n, longest + (int)a->max_new,
+                            err);
     if (rc == 0) {
         GenOptions o = {.max_new_tokens = (int)a->max_new,
                         .sample = a->sp,

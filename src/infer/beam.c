@@ -59,10 +59,11 @@ static void copy_hyp(Hyp *h, const Hyp *from) {
     h->n = from->n, h->score = from->score, h->done = from->done;
 }
 
-/* The search's state: k running beams (in decoder rows half * k + j), their candidates'
+/* The search's state: k running beams (beam j in decoder row row[j]), their candidates'
  * successors, and k finished slots. */
 typedef struct Search {
-    int k, K, V, M, half;
+    int k, K, V, M;
+    int *row, *next_row, *first;    /* (k) each */
     Hyp *run, *next, *fin, *merged; /* k, k, k, k + K */
     float *logits, *lp, *acc;       /* (k, V) each */
     long *cand;                     /* (K) flat (beam, token) indices */
@@ -179,17 +180,43 @@ static int beam_step(Search *s, const GenOptions *o, const BeamParams *bp, int *
     return *unsatisfied && !(full && bp->early_stopping == BEAM_STOP_EARLY) && !all_hit;
 }
 
+/* The caches follow the beams: new beam j continues old beam src[j]. The first new beam of an
+ * old one keeps its row; a row whose beam ended is free, and each further new beam of an old
+ * one takes a free row and a copy of the cache (its source row is kept, so no copy reads a row
+ * already written). k - (distinct sources) copies. */
+static void follow(Search *s, Decoder *d, const int *src) {
+    int k = s->k, nfree = 0;
+    for (int b = 0; b < k; b++)
+        s->first[b] = -1;
+    for (int j = 0; j < k; j++)
+        if (s->first[src[j]] < 0) s->first[src[j]] = j;
+    int *free_rows = s->next_row + k; /* scratch: the rows past k of next_row */
+    for (int b = 0; b < k; b++)
+        if (s->first[b] < 0) free_rows[nfree++] = s->row[b];
+    for (int j = 0; j < k; j++) {
+        int b = src[j];
+        if (s->first[b] == j) {
+            s->next_row[j] = s->row[b];
+        } else {
+            s->next_row[j] = free_rows[--nfree];
+            decoder_copy(d, s->next_row[j], s->row[b]);
+        }
+    }
+    memcpy(s->row, s->next_row, (size_t)k * sizeof *s->row);
+}
+
 static void search_free(Search *s) {
     hyp_free(s->run, s->k), hyp_free(s->next, s->k), hyp_free(s->fin, s->k);
     hyp_free(s->merged, s->k + s->K);
     free(s->logits), free(s->lp), free(s->acc), free(s->cand), free(s->merged_score);
     free(s->pick), free(s->seen), free(s->hist);
+    free(s->row), free(s->next_row), free(s->first);
 }
 
 int beam_search(Decoder *d, const Tokenizer *tok, const int32_t *ids, int len, const GenOptions *o,
                 const BeamParams *bp, GenOutput *out, int n_out, GenStats *stats, Err *err) {
     int k = bp->num_beams, V = d->m->spec.vocab_size, M = o->max_new_tokens;
-    if (k < 2 || 2 * k > d->S)
+    if (k < 2 || k > d->S)
         return err_set(err, "beam search: %d beams for a decoder of %d sequences", k, d->S);
     if (n_out < 1 || n_out > k)
         return err_set(err,
@@ -215,6 +242,9 @@ int beam_search(Decoder *d, const Tokenizer *tok, const int32_t *ids, int len, c
     s.cand = xcalloc((size_t)s.K, sizeof *s.cand);
     s.merged_score = xcalloc((size_t)(k + s.K), sizeof *s.merged_score);
     s.pick = xcalloc((size_t)(k + s.K), sizeof *s.pick);
+    s.row = xcalloc((size_t)k, sizeof *s.row);
+    s.next_row = xcalloc((size_t)2 * k, sizeof *s.next_row); /* and follow's free rows */
+    s.first = xcalloc((size_t)k, sizeof *s.first);
     if (sample_penalizes(&o->sample)) {
         s.seen = xcalloc((size_t)V, 1);
         s.hist = xcalloc((size_t)(len + M), sizeof *s.hist);
@@ -231,22 +261,18 @@ int beam_search(Decoder *d, const Tokenizer *tok, const int32_t *ids, int len, c
         decoder_copy(d, j, 0);
         memcpy(s.logits + (long)j * V, s.logits, (size_t)V * sizeof *s.logits);
     }
+    for (int j = 0; j < k; j++)
+        s.row[j] = j;
     gs.prefill_s = now_seconds() - t0;
     t0 = now_seconds();
-    int *src = xcalloc((size_t)k, sizeof *src), *rows = xcalloc((size_t)k, sizeof *rows);
+    int *src = xcalloc((size_t)k, sizeof *src);
     int32_t *next = xcalloc((size_t)k, sizeof *next);
     int unsatisfied = 1;
     for (;;) {
         score_candidates(&s, o, ids, len);
         if (!beam_step(&s, o, bp, &unsatisfied, src, next)) break;
-        /* The running beams' caches follow them into the other half of the rows. */
-        int from = s.half * k, to = (1 - s.half) * k;
-        for (int j = 0; j < k; j++) {
-            decoder_copy(d, to + j, from + src[j]);
-            rows[j] = to + j;
-        }
-        s.half = 1 - s.half;
-        decoder_step(d, rows, next, k, s.logits);
+        follow(&s, d, src);
+        decoder_step(d, s.row, next, k, s.logits);
         gs.new_tokens += k;
     }
     gs.decode_s = now_seconds() - t0;
@@ -272,7 +298,7 @@ int beam_search(Decoder *d, const Tokenizer *tok, const int32_t *ids, int len, c
         text.ds.text = NULL;
         gen_text_free(&text);
     }
-    free(src), free(rows), free(next);
+    free(src), free(next);
     search_free(&s);
     if (rc != 0)
         for (int i = 0; i < n_out; i++)

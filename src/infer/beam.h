@@ -7,7 +7,9 @@
  * finished hypotheses, scored by their sum over (generated length) ^ length_penalty. The
  * search stops when no running beam can improve on the finished ones (early_stopping, below),
  * or at max_new_tokens. Scores are float32 and ties go to the lower (beam, token) index, as
- * torch computes them; the decoder's KV cache rows are copied to follow the beams. */
+ * torch computes them. The decoder's KV cache rows follow the beams: a beam continued once
+ * keeps its row, and each further continuation of it takes the row of a beam that ended, with
+ * a copy of the cache. */
 #ifndef QT_BEAM_H
 #define QT_BEAM_H
 
@@ -42,7 +44,7 @@ const char *beam_stop_name(BeamStop s);
  * vocabulary) and writes the best n_out <= num_beams finished hypotheses, best first, into
  * out[0..n_out) (free each with gen_output_free): ids (an ending EOS kept), the model's own
  * log-probability of each, the text (tok may be NULL), finish "eos" or "length", and score
- * (transformers' sequences_scores). d must hold 2 * num_beams sequences of len +
+ * (transformers' sequences_scores). d must hold num_beams sequences of len +
  * o->max_new_tokens positions; its cache is emptied first. Sampling (temperature > 0) and stop
  * strings are an error sentence: beams here are greedy. stats (may be NULL) counts the rows the
  * decoder ran. */
