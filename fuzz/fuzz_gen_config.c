@@ -31,9 +31,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (bp.num_beams < 1 || (a.do_sample && bp.num_beams != 1) || !isfinite(bp.length_penalty) ||
         (int)bp.early_stopping < BEAM_STOP_HEURISTIC || bp.early_stopping > BEAM_STOP_NEVER)
         abort();
+    /* forbidden ids: within their arrays, ids >= 0, words ending in order */
+    const TokenBans *t = &a.bans;
+    if (t->min_new_tokens < 0 || t->min_length < 0 || t->n_suppress < 0 ||
+        t->n_suppress > TOKEN_BANS_MAX_IDS || t->n_begin_suppress < 0 ||
+        t->n_begin_suppress > TOKEN_BANS_MAX_IDS || t->n_words < 0 ||
+        t->n_words > TOKEN_BANS_MAX_WORDS)
+        abort();
+    for (int i = 0; i < t->n_suppress; i++)
+        if (t->suppress[i] < 0) abort();
+    for (int i = 0; i < t->n_begin_suppress; i++)
+        if (t->begin_suppress[i] < 0) abort();
+    for (int w = 0, at = 0; w < t->n_words; at = t->word_end[w++])
+        if (t->word_end[w] <= at || t->word_end[w] > TOKEN_BANS_MAX_IDS) abort();
     if (gen_config_parse((const char *)data, size, "fuzz.json", &b, &err) != 0 ||
-        memcmp(&a.sp, &b.sp, sizeof a.sp) != 0 || a.n_eos != b.n_eos ||
-        strcmp(a.ignored, b.ignored) != 0)
+        memcmp(&a.sp, &b.sp, sizeof a.sp) != 0 || memcmp(&a.bans, &b.bans, sizeof a.bans) != 0 ||
+        a.n_eos != b.n_eos || strcmp(a.ignored, b.ignored) != 0)
         abort();
     return 0;
 }

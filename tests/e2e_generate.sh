@@ -88,6 +88,22 @@ expect_error generate "--num-beams does not apply to --interactive" --model "$FI
   --num-beams 2
 echo "beam search: the best 2 of 3 beams equal transformers' (ids, scores, text)"
 
+# --min-new-tokens: no EOS id before N new tokens. The model's generation_config.json makes its
+# first greedy id an EOS id, so without the flag the completion ends there.
+first=$(arr "$(cat "$FIX/expected.json")" ids | cut -d, -f1)
+mkdir -p "$TMP/gcmin"
+cp "$FIX"/config.json "$FIX"/model.safetensors "$FIX"/tokenizer.json "$TMP/gcmin/"
+echo "{\"do_sample\": false, \"eos_token_id\": $first}" >"$TMP/gcmin/generation_config.json"
+got=$("$QT" generate --model "$TMP/gcmin" --prompt "$prompt" --max-new-tokens 24 --json 2>/dev/null)
+[ "$(arr "$got" ids)" = "$first" ] || fail "EOS $first first: ids $(arr "$got" ids)"
+got=$("$QT" generate --model "$TMP/gcmin" --prompt "$prompt" --max-new-tokens 24 --min-new-tokens 4 \
+  --json 2>"$TMP/err")
+ids=$(arr "$got" ids)
+[ "$(echo "$ids" | tr ',' '\n' | wc -l)" -ge 4 ] && [ "$(echo "$ids" | cut -d, -f1-3 | tr ',' '\n' | grep -cx "$first")" = 0 ] ||
+  fail "--min-new-tokens 4 with EOS $first: ids $ids"
+grep -q 'sampling: greedy, min-new-tokens 4,' "$TMP/err" || fail "--min-new-tokens: stderr $(cat "$TMP/err")"
+echo "--min-new-tokens 4: no EOS in the first 4 ids ($ids)"
+
 # --stop: the text ends before the stop string's first occurrence.
 stop=${text:3:2}
 cut=$("$QT" generate --model "$FIX" --prompt "$prompt" --temperature 0 --max-new-tokens 24 \

@@ -82,10 +82,10 @@ static void check_case(const char *name) {
     if (decoder_create(&d, &im.m, prompts.n, longest + NEW, &err)) fail_msg("%s", err.msg);
     GenOptions o = {.max_new_tokens = NEW, .sample = {.temperature = 0.0f, .top_p = 1.0f}};
     /* A case made with generation settings keeps them in its generation_config.json (greedy,
-     * with a repetition penalty). */
+     * with a repetition penalty, or the processors that forbid ids and an EOS id). */
     GenConfig gc;
     if (gen_config_read(dir, &gc, &err)) fail_msg("%s", err.msg);
-    if (gc.found) o.sample = gc.sp;
+    if (gc.found) o.sample = gc.sp, o.bans = &gc.bans, o.eos = gc.eos, o.n_eos = gc.n_eos;
     GenOutput *out = xcalloc((size_t)prompts.n, sizeof *out);
     if (generate(&d, NULL, ptr, lens, prompts.n, &o, out, NULL, NULL, NULL, &err))
         fail_msg("%s", err.msg);
@@ -141,20 +141,23 @@ static void check_case(const char *name) {
            name, st.reused_tokens, worst_reused);
     assert_true(worst_reused < TOL_LOGPROB);
     free(hl);
-    /* An EOS id ends a sequence there (kept as its last id); the others run on. */
-    int32_t eos = expected.ids[expected.start[0] + 5];
-    int stop_at = 0;
-    while (expected.ids[expected.start[0] + stop_at] != eos)
-        stop_at++;
-    o.eos = &eos;
-    o.n_eos = 1;
-    if (generate(&d, NULL, ptr, lens, prompts.n, &o, out, NULL, NULL, NULL, &err))
-        fail_msg("%s", err.msg);
-    assert_int_equal(out[0].n, stop_at + 1);
-    assert_int_equal(out[0].ids[stop_at], eos);
-    assert_string_equal(out[0].finish, "eos");
-    for (int i = 0; i < prompts.n; i++)
-        gen_output_free(&out[i]);
+    /* An EOS id ends a sequence there (kept as its last id); the others run on. (A case with
+     * forbidden ids forbids its EOS.) */
+    if (!gc.found || !sample_bans_on(&gc.bans)) {
+        int32_t eos = expected.ids[expected.start[0] + 5];
+        int stop_at = 0;
+        while (expected.ids[expected.start[0] + stop_at] != eos)
+            stop_at++;
+        o.eos = &eos;
+        o.n_eos = 1;
+        if (generate(&d, NULL, ptr, lens, prompts.n, &o, out, NULL, NULL, NULL, &err))
+            fail_msg("%s", err.msg);
+        assert_int_equal(out[0].n, stop_at + 1);
+        assert_int_equal(out[0].ids[stop_at], eos);
+        assert_string_equal(out[0].finish, "eos");
+        for (int i = 0; i < prompts.n; i++)
+            gen_output_free(&out[i]);
+    }
     decoder_free(&d);
     free(out), free(ptr), free(lens), free(lps);
     token_lines_free(&prompts), token_lines_free(&expected);
@@ -182,6 +185,13 @@ static void test_parity_dense_norepeat(void **state) {
     (void)state;
     check_case("dense_norepeat");
 }
+/* generation_config.json's min_new_tokens (with an EOS id), suppress_tokens,
+ * begin_suppress_tokens and bad_words_ids, as transformers' processors forbid ids. */
+static void test_parity_dense_bans(void **state) {
+    (void)state;
+    check_case("dense_bans");
+}
+
 static void test_parity_dense_yarn(void **state) {
     (void)state;
     check_case("dense_yarn");
@@ -388,6 +398,63 @@ static void test_no_repeat_ngrams(void **state) {
     assert_false(sample_penalizes(&sp));
 }
 
+/* The processors that forbid ids, on hand-made rows: min_length counts the prompt, min_new_tokens
+ * the completion; begin_suppress_tokens only before the first new id; a bad word's last id
+ * only after the ids before it, and not when the word is longer than the ids so far; a bad word
+ * that is an EOS id is dropped. */
+static void test_token_bans(void **state) {
+    (void)state;
+    enum { V = 8 };
+    TokenBans b = {.min_new_tokens = 2,
+                   .min_length = 5,
+                   .suppress = {6},
+                   .n_suppress = 1,
+                   .begin_suppress = {1},
+                   .n_begin_suppress = 1,
+                   .words = {7, 3, 4, 0, 2, 3, 4},
+                   .word_end = {1, 3, 4, 7},
+                   .n_words = 4};
+    int32_t eos[1] = {0};
+    int32_t hist[4] = {5, 3, 2, 3};
+    struct {
+        long len, n_new;
+        const char *banned; /* ids at -inf */
+    } cases[] = {
+        /* EOS (no new id yet), 1 (the first new id), 6, 7, and 4 after 3; [2 3 4] is longer
+         * than the ids so far */
+        {2, 0, "01467"},
+        {3, 1, "067"},  /* EOS (1 new id < 2), 6, 7; the ids end in 2 */
+        {4, 2, "0467"}, /* EOS (4 ids < min_length 5), 6, 7, 4 after 3 and after 2 3 */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        float row[V];
+        for (int v = 0; v < V; v++)
+            row[v] = (float)v;
+        sample_ban_tokens(row, V, &b, hist, cases[c].len, cases[c].n_new, eos, 1);
+        char got[V + 1];
+        int n = 0;
+        for (int v = 0; v < V; v++)
+            if (isinf(row[v])) got[n++] = (char)('0' + v);
+        got[n] = '\0';
+        if (strcmp(got, cases[c].banned) != 0)
+            fail_msg("case %zu: banned %s, want %s", c, got, cases[c].banned);
+    }
+    /* min_length and min_new_tokens met, a word longer than the ids so far */
+    float row[V] = {0, 1, 2, 3, 4, 5, 6, 7};
+    TokenBans w = {.words = {1, 2, 3}, .word_end = {3}, .n_words = 1, .min_new_tokens = 1};
+    int32_t h2[2] = {1, 2};
+    sample_ban_tokens(row, V, &w, h2, 2, 1, eos, 1);
+    for (int v = 0; v < V; v++)
+        assert_false(isinf(row[v]));
+    assert_false(sample_bans_on(NULL));
+    assert_true(sample_bans_on(&w));
+    char text[160];
+    sample_bans_describe(text, sizeof text, &b);
+    assert_string_equal(text,
+                        ", min-new-tokens 2, min-length 5, 1 suppressed ids, 1 ids suppressed "
+                        "at the start, 4 bad words");
+}
+
 static void test_filters(void **state) {
     (void)state;
     Sampler s;
@@ -567,6 +634,11 @@ static void test_gen_config(void **state) {
         {"{\"num_beams\": 0}", "\"num_beams\" must be a whole number >= 1"},
         {"{\"length_penalty\": \"long\"}", "\"length_penalty\" must be a number or null"},
         {"{\"early_stopping\": \"soon\"}", "\"early_stopping\" must be true, false or \"never\""},
+        {"{\"min_new_tokens\": -1}", "\"min_new_tokens\" must be a whole number >= 0"},
+        {"{\"suppress_tokens\": 5}", "\"suppress_tokens\" must be a list of token ids or null"},
+        {"{\"begin_suppress_tokens\": [-1]}", "\"begin_suppress_tokens\" must hold token ids"},
+        {"{\"bad_words_ids\": []}", "\"bad_words_ids\" must be a non-empty list of lists"},
+        {"{\"bad_words_ids\": [[1], []]}", "\"bad_words_ids\" entry 1 must be a non-empty list"},
         {"{\"do_sample\": true", "generation_config.json"},
     };
     for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
@@ -772,6 +844,8 @@ int main(void) {
         cmocka_unit_test(test_parity_dense_yarn),
         cmocka_unit_test(test_parity_dense_reppen),
         cmocka_unit_test(test_parity_dense_norepeat),
+        cmocka_unit_test(test_parity_dense_bans),
+        cmocka_unit_test(test_token_bans),
         cmocka_unit_test(test_repetition_penalty),
         cmocka_unit_test(test_no_repeat_ngrams),
         cmocka_unit_test(test_parity_moe),

@@ -156,6 +156,18 @@ def run(case, seed):
     return model, results, margin, gap
 
 
+def write_case(d, gen, results):
+    """A case's generation_config.json (when gen), prompts, expected ids and log-probs."""
+    if gen:
+        with open(os.path.join(d, "generation_config.json"), "w") as f:
+            json.dump(gen, f)
+            f.write("\n")
+    write_ids(os.path.join(d, "prompts.txt"), [p for p, _, _ in results])
+    write_ids(os.path.join(d, "expected_ids.txt"), [n for _, n, _ in results])
+    with open(os.path.join(d, "expected_logprobs.txt"), "w") as f:
+        f.writelines(" ".join("%.9g" % x for x in l) + "\n" for _, _, l in results)
+
+
 def build(case, out_root):
     seed = case["seed"]
     while True:
@@ -165,14 +177,7 @@ def build(case, out_root):
         seed += 1000
     d = os.path.join(out_root, case["name"])
     save_model(model, d)
-    if case.get("gen"):
-        with open(os.path.join(d, "generation_config.json"), "w") as f:
-            json.dump(case["gen"], f)
-            f.write("\n")
-    write_ids(os.path.join(d, "prompts.txt"), [p for p, _, _ in results])
-    write_ids(os.path.join(d, "expected_ids.txt"), [n for _, n, _ in results])
-    with open(os.path.join(d, "expected_logprobs.txt"), "w") as f:
-        f.writelines(" ".join("%.9g" % x for x in l) + "\n" for _, _, l in results)
+    write_case(d, case.get("gen"), results)
     print(f"{case['name']}: seed {seed}, min greedy margin {margin:.3g}, min router gap {gap:.3g}")
 
 
@@ -483,6 +488,56 @@ def build_gen_configs(out_root):
     print(f"gen_configs: {len(cases)} files")
 
 
+def build_bans(out_root):
+    """dense_bans/: dense_untied_mha's model, greedy (as run() makes the cases above) under a
+    generation_config.json with the processors that forbid ids: eos_token_id with
+    min_new_tokens = NEW (so the completions still run NEW tokens), suppress_tokens,
+    begin_suppress_tokens and bad_words_ids (one single id, one pair), each id taken from the
+    continuations without them so that each changes them; kept only where float64 agrees."""
+    from transformers import AutoModelForCausalLM
+    src = os.path.join(out_root, "dense_untied_mha")
+    model, m64 = (AutoModelForCausalLM.from_pretrained(src, attn_implementation="eager",
+                                                       dtype=dt).eval()
+                  for dt in (torch.float32, torch.float64))
+    gen = seeded(701)
+    V = model.config.vocab_size
+
+    def greedy(m, p, **kw):
+        with torch.no_grad():
+            return m.generate(p[None], attention_mask=torch.ones_like(p[None]), do_sample=False,
+                              max_new_tokens=NEW, output_logits=True, output_scores=True,
+                              return_dict_in_generate=True, pad_token_id=0, **kw)
+
+    for attempt in range(100):
+        prompts = [torch.randint(0, V, (n,), generator=gen) for n in (4, 9)]
+        free = [greedy(model, p, eos_token_id=None, min_new_tokens=NEW).sequences[0, len(p):]
+                .tolist() for p in prompts]
+        g = dict(do_sample=False, eos_token_id=free[0][3], min_new_tokens=NEW,
+                 suppress_tokens=[free[0][5]], begin_suppress_tokens=[free[0][0], free[1][0]],
+                 bad_words_ids=[[free[1][2]], [free[0][7], free[0][8]]])
+        kw = {k: v for k, v in g.items() if k != "do_sample"}
+        results, margin, same64 = [], float("inf"), True
+        for p in prompts:
+            out = greedy(model, p, **kw)
+            new = out.sequences[0, p.shape[0]:]
+            assert new.shape[0] == NEW
+            same64 &= greedy(m64, p, **kw).sequences[0, p.shape[0]:].tolist() == new.tolist()
+            lps = []
+            for t, (lg, sc) in enumerate(zip(out.logits, out.scores)):
+                top2 = torch.topk(sc[0].double(), 2).values
+                margin = min(margin, float(top2[0] - top2[1]))
+                lps.append(float(torch.log_softmax(lg[0].double(), dim=-1)[new[t]]))
+            results.append((p, new, lps))
+        if margin > MIN_MARGIN and same64:
+            break
+    d = os.path.join(out_root, "dense_bans")
+    os.makedirs(d, exist_ok=True)
+    for f in ("config.json", "model.safetensors"):
+        shutil.copy(os.path.join(src, f), os.path.join(d, f))
+    write_case(d, g, results)
+    print(f"dense_bans: {g}, min greedy margin {margin:.3g}")
+
+
 # Beam search: transformers' generate(num_beams=k, do_sample=False) on models of the cases above
 # (read back from their folders). "eos_at" picks EOS ids as the tokens at those positions of the
 # search's best sequence without EOS, so beams end at different steps; "proc" are logits
@@ -583,6 +638,7 @@ def main():
     build_cli(root, out)
     build_chat(root, out)
     build_gen_configs(out)
+    build_bans(out)
     build_beams(out)
 
 

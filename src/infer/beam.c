@@ -102,6 +102,7 @@ static void score_candidates(Search *s, const GenOptions *o, const int32_t *prom
                 if (s->hist[t] >= 0 && s->hist[t] < V) s->seen[s->hist[t]] = 1;
             sample_penalize(acc, lp, V, s->seen, &o->sample);
             sample_ban_ngrams(acc, V, s->hist, len + h->n, &o->sample);
+            sample_ban_tokens(acc, V, o->bans, s->hist, len + h->n, h->n, o->eos, o->n_eos);
             proc = acc;
         }
         float base = s->run[b].score;
@@ -231,6 +232,7 @@ int beam_search(Decoder *d, const Tokenizer *tok, const int32_t *ids, int len, c
         return err_set(err, "beam search: a prompt of %d tokens and %d new ones in %d positions",
                        len, M, d->C);
     Search s = {.k = k, .K = (o->n_eos + 1 > 2 ? o->n_eos + 1 : 2) * k, .V = V, .M = M};
+    if ((long)s.K > (long)k * V) s.K = k * V; /* a vocabulary smaller than the candidates */
     s.run = xcalloc((size_t)k, sizeof *s.run), s.next = xcalloc((size_t)k, sizeof *s.next);
     s.fin = xcalloc((size_t)k, sizeof *s.fin);
     s.merged = xcalloc((size_t)(k + s.K), sizeof *s.merged);
@@ -245,7 +247,7 @@ int beam_search(Decoder *d, const Tokenizer *tok, const int32_t *ids, int len, c
     s.row = xcalloc((size_t)k, sizeof *s.row);
     s.next_row = xcalloc((size_t)2 * k, sizeof *s.next_row); /* and follow's free rows */
     s.first = xcalloc((size_t)k, sizeof *s.first);
-    if (sample_penalizes(&o->sample)) {
+    if (gen_processes(o)) {
         s.seen = xcalloc((size_t)V, 1);
         s.hist = xcalloc((size_t)(len + M), sizeof *s.hist);
     }

@@ -27,6 +27,68 @@ static int number(const json_t *root, const char *key, const char *file, double 
     return 0;
 }
 
+/* A token id of a list under key: an integer in [0, INT32_MAX] into *out. */
+static int token_id(const json_t *v, const char *file, const char *key, int32_t *out, Err *err) {
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+        return err_set(err, "%s: \"%s\" must hold token ids (integers >= 0), found %s", file, key,
+                       json_is_integer(v) ? "a negative or too large integer" : json_kind(v));
+    *out = (int32_t)json_integer_value(v);
+    return 0;
+}
+
+/* The list of ids under key (absent or null: none) appended to ids[*n ..], at most cap. */
+static int id_list(const json_t *v, const char *file, const char *key, int32_t *ids, int cap,
+                   int *n, Err *err) {
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_array(v))
+        return err_set(err, "%s: \"%s\" must be a list of token ids or null, found %s", file, key,
+                       json_kind(v));
+    if ((long)json_array_size(v) > cap - *n)
+        return err_set(err, "%s: \"%s\" holds more than the %d ids qtitan takes", file, key, cap);
+    for (size_t i = 0; i < json_array_size(v); i++)
+        TRY(token_id(json_array_get(v, i), file, key, &ids[(*n)++], err));
+    return 0;
+}
+
+/* bad_words_ids: a non-empty list of non-empty lists of ids, or null. */
+static int bad_words(const json_t *root, const char *file, TokenBans *b, Err *err) {
+    const json_t *v = json_object_get(root, "bad_words_ids");
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_array(v) || json_array_size(v) == 0)
+        return err_set(err,
+                       "%s: \"bad_words_ids\" must be a non-empty list of lists of token ids "
+                       "or null",
+                       file);
+    if (json_array_size(v) > TOKEN_BANS_MAX_WORDS)
+        return err_set(err, "%s: \"bad_words_ids\" holds more than the %d words qtitan takes", file,
+                       TOKEN_BANS_MAX_WORDS);
+    int used = 0;
+    for (size_t w = 0; w < json_array_size(v); w++) {
+        const json_t *word = json_array_get(v, w);
+        if (!json_is_array(word) || json_array_size(word) == 0)
+            return err_set(err,
+                           "%s: \"bad_words_ids\" entry %zu must be a non-empty list of token "
+                           "ids",
+                           file, w);
+        TRY(id_list(word, file, "bad_words_ids", b->words, TOKEN_BANS_MAX_IDS, &used, err));
+        b->word_end[b->n_words++] = used;
+    }
+    return 0;
+}
+
+/* The processors that forbid ids (sample.h's TokenBans). */
+static int bans(const json_t *root, const char *file, TokenBans *b, Err *err) {
+    double mnt = 0, ml = 0;
+    TRY(number(root, "min_new_tokens", file, 0, 0, 1e9, 1, "a whole number >= 0", &mnt, err));
+    TRY(number(root, "min_length", file, 0, 0, 1e9, 1, "a whole number >= 0", &ml, err));
+    b->min_new_tokens = (int)mnt, b->min_length = (int)ml;
+    TRY(id_list(json_object_get(root, "suppress_tokens"), file, "suppress_tokens", b->suppress,
+                TOKEN_BANS_MAX_IDS, &b->n_suppress, err));
+    TRY(id_list(json_object_get(root, "begin_suppress_tokens"), file, "begin_suppress_tokens",
+                b->begin_suppress, TOKEN_BANS_MAX_IDS, &b->n_begin_suppress, err));
+    return bad_words(root, file, b, err);
+}
+
 /* Appends "key = value" to gc->ignored when the file sets key to something other than `off`
  * (the value at which transformers leaves the output unchanged). */
 static void note_unapplied(GenConfig *gc, const json_t *root, const char *key, double off) {
@@ -88,6 +150,7 @@ int gen_config_parse(const char *text, size_t len, const char *file, GenConfig *
     if (rc == 0)
         rc = number(root, "length_penalty", file, -1e30, 0, 1e30, 0, "a number in [-1e30, 1e30]",
                     &lpen, err);
+    if (rc == 0) rc = bans(root, file, &gc->bans, err);
     BeamStop stop = BEAM_STOP_HEURISTIC;
     const json_t *es = rc == 0 ? json_object_get(root, "early_stopping") : NULL;
     if (rc == 0 && es && !json_is_null(es)) {
@@ -135,14 +198,9 @@ int gen_config_parse(const char *text, size_t len, const char *file, GenConfig *
                          {"eta_cutoff", 0},
                          {"encoder_repetition_penalty", 1},
                          {"penalty_alpha", 0},
-                         {"bad_words_ids", 0},
-                         {"suppress_tokens", 0},
-                         {"begin_suppress_tokens", 0},
                          {"forced_bos_token_id", -1},
                          {"forced_eos_token_id", -1},
-                         {"sequence_bias", 0},
-                         {"min_new_tokens", 0},
-                         {"min_length", 0}};
+                         {"sequence_bias", 0}};
         for (size_t i = 0; i < sizeof UNAPPLIED / sizeof UNAPPLIED[0]; i++)
             note_unapplied(gc, root, UNAPPLIED[i].key, UNAPPLIED[i].off);
     }

@@ -10,18 +10,27 @@ typedef struct SeqState {
     int done;
     GenText text; /* with a tokenizer */
     Rng rng;
-    uint8_t *seen; /* (V) ids of the prompt and completion, with a repetition penalty */
-    int32_t *hist; /* the prompt and completion's ids, with an n-gram ban */
-    long hist_n;
+    /* With processors (gen_processes): the ids of the prompt and completion, as a set and in
+     * order; the prompt's length. */
+    uint8_t *seen; /* (V) */
+    int32_t *hist;
+    long hist_n, prompt_n;
 } SeqState;
 
-/* The next id of sequence st from its raw logits lg: penalised into pen (V scratch) first when
- * o asks for a repetition penalty, then chosen by o's sampling. */
+int gen_processes(const GenOptions *o) {
+    return sample_penalizes(&o->sample) || sample_bans_on(o->bans);
+}
+
+/* The next id of sequence st from its raw logits lg: through o's processors (the repetition
+ * penalty, the n-gram ban, the forbidden ids) into pen (V scratch) first when it has any, then
+ * chosen by o's sampling. */
 static int32_t choose(Sampler *smp, const GenOptions *o, SeqState *st, const float *lg,
                       float *pen) {
     if (!st->seen) return sample_next(smp, lg, &o->sample, &st->rng);
     sample_penalize(pen, lg, smp->V, st->seen, &o->sample);
     sample_ban_ngrams(pen, smp->V, st->hist, st->hist_n, &o->sample);
+    sample_ban_tokens(pen, smp->V, o->bans, st->hist, st->hist_n, st->hist_n - st->prompt_n, o->eos,
+                      o->n_eos);
     int32_t id = sample_next(smp, pen, &o->sample, &st->rng);
     st->seen[id] = 1;
     st->hist[st->hist_n++] = id;
@@ -133,7 +142,7 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
     int32_t *next = xcalloc((size_t)n, sizeof *next);
     Sampler smp;
     sampler_init(&smp, V);
-    int penalize = sample_penalizes(&o->sample);
+    int penalize = gen_processes(o);
     float *pen = penalize ? xcalloc((size_t)V, sizeof *pen) : NULL;
     GenStats gs = {0};
     int rc = 0;
@@ -147,7 +156,7 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
             for (int t = 0; t < lens[i]; t++)
                 if (prompts[i][t] >= 0 && prompts[i][t] < V) st[i].seen[prompts[i][t]] = 1;
             memcpy(st[i].hist, prompts[i], (size_t)lens[i] * sizeof *st[i].hist);
-            st[i].hist_n = lens[i];
+            st[i].hist_n = st[i].prompt_n = lens[i];
         }
         /* Room for 4 bytes a token, about what Qwen3's tokens average on text; more grows. */
         if (tok) gen_text_init(&st[i].text, o, (size_t)o->max_new_tokens * 4);

@@ -21,6 +21,7 @@ typedef struct GenOptions {
     int n_eos;
     const char *const *stop; /* stop strings, matched in the decoded completion */
     int n_stop;
+    const TokenBans *bans; /* forbidden ids (infer/sample.h); NULL: none */
     /* 0: the decoder's cache is emptied first. 1: sequence i keeps what its cache holds of
      * prompts[i] (decoder_reuse: a conversation's earlier turns) and runs only the rest. Either
      * way the cache of sequence i ends holding prompts[i] and its generated ids but the last. */
@@ -82,6 +83,9 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
 void gen_output_free(GenOutput *g);
 /* Whether id is one of o's EOS ids. */
 int gen_is_eos(const GenOptions *o, int32_t id);
+/* Whether o has logits processors (a repetition penalty, an n-gram ban, forbidden ids), which
+ * need each sequence's ids. */
+int gen_processes(const GenOptions *o);
 /* Bytes a generate call allocates for n prompts of a model of V logits, besides the outputs:
  * the logits of every sequence and the sampler's three rows, and with a repetition penalty or
  * an n-gram ban (penalize) each sequence's seen ids, its id history of up to C ids (prompt and

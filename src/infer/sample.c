@@ -57,6 +57,53 @@ void sample_ban_ngrams(float *scores, int V, const int32_t *hist, long len, cons
         }
 }
 
+int sample_bans_on(const TokenBans *b) {
+    return b && (b->min_new_tokens > 0 || b->min_length > 0 || b->n_suppress > 0 ||
+                 b->n_begin_suppress > 0 || b->n_words > 0);
+}
+
+void sample_bans_describe(char *out, size_t cap, const TokenBans *b) {
+    size_t used = 0;
+    out[0] = '\0';
+    if (!sample_bans_on(b)) return;
+    const struct {
+        int n;
+        const char *what;
+    } parts[] = {{b->min_new_tokens, "min-new-tokens %d"},
+                 {b->min_length, "min-length %d"},
+                 {b->n_suppress, "%d suppressed ids"},
+                 {b->n_begin_suppress, "%d ids suppressed at the start"},
+                 {b->n_words, "%d bad words"}};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0] && used < cap; i++) {
+        if (parts[i].n <= 0) continue;
+        used += (size_t)snprintf(out + used, cap - used, ", ");
+        if (used < cap) used += (size_t)snprintf(out + used, cap - used, parts[i].what, parts[i].n);
+    }
+}
+
+static void ban_ids(float *scores, int V, const int32_t *ids, int n) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] >= 0 && ids[i] < V) scores[ids[i]] = -INFINITY;
+}
+
+void sample_ban_tokens(float *scores, int V, const TokenBans *b, const int32_t *hist, long len,
+                       long n_new, const int32_t *eos, int n_eos) {
+    if (!sample_bans_on(b)) return;
+    if (n_new < b->min_new_tokens || len < b->min_length) ban_ids(scores, V, eos, n_eos);
+    ban_ids(scores, V, b->suppress, b->n_suppress);
+    if (n_new == 0) ban_ids(scores, V, b->begin_suppress, b->n_begin_suppress);
+    for (int w = 0, start = 0; w < b->n_words; start = b->word_end[w++]) {
+        const int32_t *word = b->words + start;
+        long n = b->word_end[w] - start;
+        int is_eos = 0;
+        for (int e = 0; n == 1 && e < n_eos; e++)
+            is_eos |= word[0] == eos[e];
+        if (is_eos || n > len + (n == 1)) continue;
+        if (n == 1 || memcmp(hist + len - (n - 1), word, (size_t)(n - 1) * sizeof *word) == 0)
+            ban_ids(scores, V, word + n - 1, 1);
+    }
+}
+
 /* Descending logit, then ascending id, so equal logits have one order. */
 static int by_logit_desc(const void *a, const void *b, void *ctx) {
     const float *x = ctx;

@@ -42,6 +42,34 @@ void sample_penalize(float *out, const float *logits, int V, const uint8_t *seen
  * hist[0..len), an occurrence of its last n - 1 ids (nothing while len < n). */
 void sample_ban_ngrams(float *scores, int V, const int32_t *hist, long len, const SampleParams *p);
 
+/* transformers' logits processors that forbid ids (their scores set to -inf), from a model's
+ * generation_config.json (or --min-new-tokens): EOS ids while the completion has fewer than
+ * min_new_tokens ids (MinNewTokensLengthLogitsProcessor) or prompt and completion fewer than
+ * min_length (MinLengthLogitsProcessor); suppress[] always (SuppressTokensLogitsProcessor);
+ * begin_suppress[] for the first new id (SuppressTokensAtBeginLogitsProcessor); and each bad
+ * word (NoBadWordsLogitsProcessor, bad_words_ids): a one-id word always, a longer one's last id
+ * where the ids before it end the prompt and completion so far (and the word is no longer than
+ * they are). A bad word that is just an EOS id is dropped, as transformers drops it. */
+#define TOKEN_BANS_MAX_IDS 1024
+#define TOKEN_BANS_MAX_WORDS 256
+typedef struct TokenBans {
+    int min_new_tokens, min_length; /* 0: off */
+    int32_t suppress[TOKEN_BANS_MAX_IDS], begin_suppress[TOKEN_BANS_MAX_IDS];
+    int n_suppress, n_begin_suppress;
+    int32_t words[TOKEN_BANS_MAX_IDS];  /* the bad words' ids end to end */
+    int word_end[TOKEN_BANS_MAX_WORDS]; /* word w is words[word_end[w - 1] (0 for w = 0) ..
+                                         * word_end[w]) */
+    int n_words;
+} TokenBans;
+/* Whether b forbids anything (b may be NULL). */
+int sample_bans_on(const TokenBans *b);
+/* What b does, for a log line: ", min-new-tokens 4, 2 suppressed ids, 3 bad words" or "". */
+void sample_bans_describe(char *out, size_t cap, const TokenBans *b);
+/* Sets scores[t] = -inf for the ids b forbids after hist[0..len) (prompt and completion), of
+ * which the last n_new are the completion's; eos[0..n_eos) the EOS ids. */
+void sample_ban_tokens(float *scores, int V, const TokenBans *b, const int32_t *hist, long len,
+                       long n_new, const int32_t *eos, int n_eos);
+
 /* Scratch for V tokens, allocated once. */
 typedef struct Sampler {
     int V;
