@@ -21,8 +21,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     SampleParams p = a.sp;
     if (!isfinite(p.temperature) || p.temperature < 0 || (p.temperature == 0) != !a.do_sample ||
         p.top_k < 0 || !(p.top_p > 0 && p.top_p <= 1) || !(p.min_p >= 0 && p.min_p <= 1) ||
-        a.max_new_tokens < 0 || a.n_eos < 0 || a.n_eos > GEN_CONFIG_MAX_EOS ||
-        memchr(a.ignored, 0, sizeof a.ignored) == NULL)
+        !(p.typical_p > 0 && p.typical_p <= 1) || !(p.epsilon >= 0 && p.epsilon < 1) ||
+        !(p.eta >= 0 && p.eta < 1) || a.max_new_tokens < 0 || a.n_eos < 0 ||
+        a.n_eos > GEN_CONFIG_MAX_EOS || memchr(a.ignored, 0, sizeof a.ignored) == NULL)
         abort();
     for (int i = 0; i < a.n_eos; i++)
         if (a.eos[i] < 0) abort();

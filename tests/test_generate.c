@@ -455,6 +455,55 @@ static void test_token_bans(void **state) {
                         "at the start, 4 bad words");
 }
 
+/* typical_p, epsilon_cutoff and eta_cutoff beside the other warpers: the ids kept on random rows
+ * equal those transformers' warpers keep (tests/fixtures/generate/warpers.json). */
+static void test_warpers_parity(void **state) {
+    (void)state;
+    char *path = fixture("", "warpers.json");
+    json_t *cases = json_load_file(path, 0, NULL);
+    assert_non_null(cases);
+    size_t i, r;
+    json_t *c, *row;
+    int rows = 0;
+    json_array_foreach(cases, i, c) {
+        const json_t *p = json_object_get(c, "params");
+        const json_t *t = json_object_get(p, "temperature"), *tk = json_object_get(p, "top_k");
+        const json_t *tp = json_object_get(p, "top_p"), *mp = json_object_get(p, "min_p");
+        const json_t *ty = json_object_get(p, "typical_p"),
+                     *ep = json_object_get(p, "epsilon_cutoff");
+        const json_t *et = json_object_get(p, "eta_cutoff");
+        SampleParams sp = {.temperature = t ? (float)json_number_value(t) : 1.0f,
+                           .top_k = (int)json_integer_value(tk),
+                           .top_p = tp ? (float)json_number_value(tp) : 1.0f,
+                           .min_p = mp ? (float)json_number_value(mp) : 0.0f,
+                           .typical_p = ty ? (float)json_number_value(ty) : 1.0f,
+                           .epsilon = ep ? (float)json_number_value(ep) : 0.0f,
+                           .eta = et ? (float)json_number_value(et) : 0.0f};
+        json_array_foreach(json_object_get(c, "rows"), r, row) {
+            const json_t *lg = json_object_get(row, "logits"), *kept = json_object_get(row, "kept");
+            int V = (int)json_array_size(lg);
+            float *logits = xcalloc((size_t)V, sizeof *logits);
+            for (int v = 0; v < V; v++)
+                logits[v] = (float)json_number_value(json_array_get(lg, (size_t)v));
+            Sampler smp;
+            sampler_init(&smp, V);
+            uint8_t *keep = xcalloc((size_t)V, 1);
+            int n = sample_filter(&smp, logits, &sp, keep);
+            assert_int_equal(n, (int)json_array_size(kept));
+            for (size_t k = 0; k < json_array_size(kept); k++)
+                if (!keep[json_integer_value(json_array_get(kept, k))])
+                    fail_msg("case %zu row %zu: id %lld is dropped, transformers keeps it", i, r,
+                             (long long)json_integer_value(json_array_get(kept, k)));
+            sampler_free(&smp);
+            free(keep), free(logits);
+            rows++;
+        }
+    }
+    assert_true(rows >= 20);
+    json_decref(cases);
+    free(path);
+}
+
 static void test_filters(void **state) {
     (void)state;
     Sampler s;
@@ -635,6 +684,9 @@ static void test_gen_config(void **state) {
         {"{\"length_penalty\": \"long\"}", "\"length_penalty\" must be a number or null"},
         {"{\"early_stopping\": \"soon\"}", "\"early_stopping\" must be true, false or \"never\""},
         {"{\"min_new_tokens\": -1}", "\"min_new_tokens\" must be a whole number >= 0"},
+        {"{\"typical_p\": 0}", "\"typical_p\" must be in (0, 1]"},
+        {"{\"epsilon_cutoff\": 1}", "\"epsilon_cutoff\" must be in [0, 1)"},
+        {"{\"eta_cutoff\": -0.1}", "\"eta_cutoff\" must be in [0, 1)"},
         {"{\"suppress_tokens\": 5}", "\"suppress_tokens\" must be a list of token ids or null"},
         {"{\"begin_suppress_tokens\": [-1]}", "\"begin_suppress_tokens\" must hold token ids"},
         {"{\"bad_words_ids\": []}", "\"bad_words_ids\" must be a non-empty list of lists"},
@@ -852,6 +904,7 @@ int main(void) {
         cmocka_unit_test(test_cache_matches_forward),
         cmocka_unit_test(test_bf16_only),
         cmocka_unit_test(test_filters),
+        cmocka_unit_test(test_warpers_parity),
         cmocka_unit_test(test_draws),
         cmocka_unit_test(test_seeded),
         cmocka_unit_test(test_gen_config),

@@ -53,6 +53,9 @@ chat_messages.jsonl: conversations for `generate --messages` (one a line, as cha
 them) with the ids apply_chat_template(..., add_generation_prompt=True) gives for each under
 Qwen3's string-content template (tests/fixtures/chat/templates).
 
+warpers.json: rows of random logits and the ids transformers' sampling warpers keep, with
+typical_p, epsilon_cutoff and eta_cutoff among them (WARPER_CASES), for test_generate.
+
 gen_configs.json: generation_config.json contents and the sampling transformers' generate()
 resolves from each for a model (do_sample, temperature, top_k, top_p, min_p, max_new_tokens,
 eos_token_id, num_beams, length_penalty, early_stopping), for test_generate.
@@ -463,6 +466,41 @@ GEN_CONFIGS = [
 ]
 
 
+# Sampling warpers with typical_p, epsilon_cutoff and eta_cutoff (beside the others), as
+# transformers' generate() builds them from a generation config (do_sample true).
+WARPER_CASES = [dict(temperature=0.7, typical_p=0.5), dict(typical_p=0.9, top_k=8),
+                dict(epsilon_cutoff=0.03), dict(eta_cutoff=0.01, top_p=0.9),
+                dict(typical_p=0.3, epsilon_cutoff=0.02, eta_cutoff=0.05, min_p=0.05,
+                     temperature=1.3),
+                dict(eta_cutoff=0.2), dict(typical_p=0.99, temperature=2.0)]
+
+
+def build_warpers(out_root):
+    """warpers.json: for each case of WARPER_CASES (top_k 0 unless given), rows of 40 random
+    logits and the ids transformers' warpers keep (scores not -inf), for test_generate."""
+    from transformers import GenerationConfig
+    model = Qwen3ForCausalLM(Qwen3Config(vocab_size=40, hidden_size=16, intermediate_size=32,
+                                         num_hidden_layers=1, num_attention_heads=2,
+                                         num_key_value_heads=1, head_dim=8))
+    gen = seeded(811)
+    cases = []
+    for c in WARPER_CASES:
+        g = GenerationConfig(do_sample=True, **dict(dict(top_k=0), **c))
+        procs = model._get_logits_processor(generation_config=g, input_ids_seq_length=1)
+        rows = []
+        for r in range(4):
+            lg = torch.randn(1, 40, generator=gen) * (1.0 + r)
+            kept = ~torch.isinf(procs(torch.zeros(1, 1, dtype=torch.long), lg.clone()))[0]
+            rows.append(dict(logits=[float(x) for x in lg[0]],
+                             kept=[i for i in range(40) if kept[i]]))
+        cases.append(dict(params=dict(dict(top_k=0), **c), rows=rows))
+    with open(os.path.join(out_root, "warpers.json"), "w") as f:
+        json.dump(cases, f, indent=1)
+        f.write("\n")
+    print(f"warpers: {len(cases)} cases, kept counts "
+          f"{[[len(r['kept']) for r in c['rows']] for c in cases]}")
+
+
 def build_gen_configs(out_root):
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
     model = Qwen3ForCausalLM(Qwen3Config(vocab_size=64, hidden_size=16, intermediate_size=32,
@@ -638,6 +676,7 @@ def main():
     build_cli(root, out)
     build_chat(root, out)
     build_gen_configs(out)
+    build_warpers(out)
     build_bans(out)
     build_beams(out)
 

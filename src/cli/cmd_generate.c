@@ -67,15 +67,21 @@ static const char *USAGE =
     "  --max-new-tokens N     default 128\n"
     "  --temperature T        0 = greedy; default 0.8\n"
     "                         (a model folder's generation_config.json gives the defaults of\n"
-    "                         these seven sampling options instead, as transformers' generate()\n"
+    "                         these sampling options instead, as transformers' generate()\n"
     "                         takes them: greedy unless do_sample is true, then its\n"
-    "                         temperature, top_k, top_p, min_p, or 1.0, 50, 1.0, none; and\n"
+    "                         temperature, top_k, top_p, min_p, typical_p, epsilon_cutoff,\n"
+    "                         eta_cutoff, or 1.0, 50, 1.0, none, 1.0, 0, 0; and\n"
     "                         its repetition_penalty and no_repeat_ngram_size, or 1 and 0)\n"
     "  --top-k K              keep the K most likely tokens (0 = off, the default)\n"
     "  --top-p P              keep the most likely tokens whose probabilities sum to P, in\n"
     "                         (0, 1]; default 1 (off)\n"
     "  --min-p P              keep tokens at least P times as likely as the best, in [0, 1];\n"
     "                         default 0 (off)\n"
+    "  --typical-p P          keep the tokens whose surprise is closest to the entropy until\n"
+    "                         their probabilities sum to P, in (0, 1]; default 1 (off)\n"
+    "  --epsilon-cutoff E     keep the tokens of probability >= E, in [0, 1); default 0 (off)\n"
+    "  --eta-cutoff E         keep the tokens of probability >= min(E, sqrt(E) exp(-entropy)),\n"
+    "                         in [0, 1); default 0 (off)\n"
     "  --repetition-penalty R > 0: the logits of ids already in the prompt or the completion\n"
     "                         are divided by R where positive, multiplied where negative\n"
     "                         (transformers' repetition_penalty; greedy decoding too);\n"
@@ -125,7 +131,7 @@ typedef struct GenArgs {
      * generation_config.json when the model has one. */
     int set_max_new, set_temperature, set_top_k, set_top_p, set_min_p, set_rep, set_ngram;
     int set_beams, set_length_penalty, set_early_stopping; /* likewise for beam search */
-    int set_min_new;
+    int set_min_new, set_typical, set_epsilon, set_eta;    /* --typical-p and the cutoffs */
     unsigned long long seed;
     const char *stop[MAX_STOP];
     int n_stop;
@@ -155,8 +161,12 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
     a->thinking = 1;
     a->dtype = "float32";
     a->beams = BEAM_PARAMS_DEFAULT;
-    a->sp = (SampleParams){
-        .temperature = 0.8f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .repetition_penalty = 1.0f};
+    a->sp = (SampleParams){.temperature = 0.8f,
+                           .top_k = 0,
+                           .top_p = 1.0f,
+                           .min_p = 0.0f,
+                           .typical_p = 1.0f,
+                           .repetition_penalty = 1.0f};
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         if (strcmp(o, "--chat") == 0) {
@@ -256,6 +266,17 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
             if (!(a->sp.min_p >= 0 && a->sp.min_p <= 1))
                 return err_set(err, "--min-p %s: must be in [0, 1]", v);
             a->set_min_p = 1;
+        } else if (strcmp(o, "--typical-p") == 0) {
+            TRY(parse_float(o, v, &a->sp.typical_p, err));
+            if (!(a->sp.typical_p > 0 && a->sp.typical_p <= 1))
+                return err_set(err, "--typical-p %s: must be in (0, 1]", v);
+            a->set_typical = 1;
+        } else if (strcmp(o, "--epsilon-cutoff") == 0 || strcmp(o, "--eta-cutoff") == 0) {
+            int eps = o[2] == 'e' && o[3] == 'p';
+            float *f = eps ? &a->sp.epsilon : &a->sp.eta;
+            TRY(parse_float(o, v, f, err));
+            if (!(*f >= 0 && *f < 1)) return err_set(err, "%s %s: must be in [0, 1)", o, v);
+            *(eps ? &a->set_epsilon : &a->set_eta) = 1;
         } else if (strcmp(o, "--repetition-penalty") == 0) {
             TRY(parse_float(o, v, &a->sp.repetition_penalty, err));
             if (!(a->sp.repetition_penalty > 0) || isinf(a->sp.repetition_penalty))
@@ -427,6 +448,9 @@ static int apply_gen_config(GenArgs *a, InferModel *im, Err *err) {
     if (!a->set_top_k) a->sp.top_k = gc.sp.top_k;
     if (!a->set_top_p) a->sp.top_p = gc.sp.top_p;
     if (!a->set_min_p) a->sp.min_p = gc.sp.min_p;
+    if (!a->set_typical) a->sp.typical_p = gc.sp.typical_p;
+    if (!a->set_epsilon) a->sp.epsilon = gc.sp.epsilon;
+    if (!a->set_eta) a->sp.eta = gc.sp.eta;
     if (!a->set_rep) a->sp.repetition_penalty = gc.sp.repetition_penalty;
     if (!a->set_ngram) a->sp.no_repeat_ngram_size = gc.sp.no_repeat_ngram_size;
     if (!a->set_max_new && gc.max_new_tokens > 0) a->max_new = gc.max_new_tokens;

@@ -130,6 +130,7 @@ int gen_config_parse(const char *text, size_t len, const char *file, GenConfig *
     /* transformers' defaults for what the file leaves out. A temperature of 0 is refused only
      * where it would be used (transformers raises). */
     double t = 1.0, k = 50, p = 1.0, mp = 0, mnt = 0, rp = 1.0, nr = 0, nb = 1, lpen = 1.0;
+    double typ = 1.0, eps = 0, eta = 0;
     int sample = rc == 0 && json_is_true(ds);
     if (rc == 0)
         rc = number(root, "temperature", file, 0, sample, 1e30, 0,
@@ -137,6 +138,13 @@ int gen_config_parse(const char *text, size_t len, const char *file, GenConfig *
     if (rc == 0) rc = number(root, "top_k", file, 0, 0, 1e9, 1, "a whole number >= 0", &k, err);
     if (rc == 0) rc = number(root, "top_p", file, 0, 1, 1, 0, "in (0, 1]", &p, err);
     if (rc == 0) rc = number(root, "min_p", file, 0, 0, 1, 0, "in [0, 1]", &mp, err);
+    if (rc == 0) rc = number(root, "typical_p", file, 0, 1, 1, 0, "in (0, 1]", &typ, err);
+    if (rc == 0)
+        rc = number(root, "epsilon_cutoff", file, 0, 0, 0x1.fffffffffffffp-1, 0, "in [0, 1)", &eps,
+                    err);
+    if (rc == 0)
+        rc =
+            number(root, "eta_cutoff", file, 0, 0, 0x1.fffffffffffffp-1, 0, "in [0, 1)", &eta, err);
     /* Logits processors: greedy decoding takes them too. */
     if (rc == 0) rc = number(root, "repetition_penalty", file, 0, 1, 1e30, 0, "> 0", &rp, err);
     if (rc == 0)
@@ -181,6 +189,9 @@ int gen_config_parse(const char *text, size_t len, const char *file, GenConfig *
                                 .top_k = (int)k,
                                 .top_p = (float)p,
                                 .min_p = (float)mp,
+                                .typical_p = (float)typ,
+                                .epsilon = (float)eps,
+                                .eta = (float)eta,
                                 .repetition_penalty = (float)rp,
                                 .no_repeat_ngram_size = (int)nr};
         gc->max_new_tokens = (long)mnt;
@@ -193,9 +204,7 @@ int gen_config_parse(const char *text, size_t len, const char *file, GenConfig *
         static const struct {
             const char *key;
             double off;
-        } UNAPPLIED[] = {{"typical_p", 1},
-                         {"epsilon_cutoff", 0},
-                         {"eta_cutoff", 0},
+        } UNAPPLIED[] = {{"top_h", -1},
                          {"encoder_repetition_penalty", 1},
                          {"penalty_alpha", 0},
                          {"forced_bos_token_id", -1},

@@ -227,7 +227,8 @@ double generate_buffer_bytes(int n, int V, int penalize, long C) {
     Sampler smp = {0};
     SeqState st;
     return (double)n * V * sizeof(float) +
-           (double)V * (sizeof *smp.scaled + sizeof *smp.order + sizeof *smp.prob) +
+           (double)V * (sizeof *smp.scaled + sizeof *smp.order + sizeof *smp.prob +
+                        sizeof *smp.dev + sizeof *smp.by) +
            (penalize ? (double)n * (V * sizeof *st.seen + C * sizeof *st.hist) +
                            (double)V * sizeof(float)
                      : 0);

@@ -13,10 +13,12 @@ void sampler_init(Sampler *s, int V) {
     s->scaled = xcalloc((size_t)V, sizeof *s->scaled);
     s->order = xcalloc((size_t)V, sizeof *s->order);
     s->prob = xcalloc((size_t)V, sizeof *s->prob);
+    s->dev = xcalloc((size_t)V, sizeof *s->dev);
+    s->by = xcalloc((size_t)V, sizeof *s->by);
 }
 
 void sampler_free(Sampler *s) {
-    free(s->scaled), free(s->order), free(s->prob);
+    free(s->scaled), free(s->order), free(s->prob), free(s->dev), free(s->by);
     memset(s, 0, sizeof *s);
 }
 
@@ -25,6 +27,16 @@ void sample_describe(char *out, size_t cap, const SampleParams *p) {
                    ? snprintf(out, cap, "temperature %g, top-k %d, top-p %g, min-p %g",
                               (double)p->temperature, p->top_k, (double)p->top_p, (double)p->min_p)
                    : snprintf(out, cap, "greedy");
+    const struct {
+        float v, off;
+        const char *name;
+    } warpers[] = {{p->typical_p, 1.0f, "typical-p"},
+                   {p->epsilon, 0.0f, "epsilon-cutoff"},
+                   {p->eta, 0.0f, "eta-cutoff"}};
+    for (size_t i = 0; i < sizeof warpers / sizeof warpers[0] && p->temperature > 0; i++)
+        if (warpers[i].v > 0 && warpers[i].v != warpers[i].off && (size_t)used < cap)
+            used += snprintf(out + used, cap - (size_t)used, ", %s %g", warpers[i].name,
+                             (double)warpers[i].v);
     if (p->repetition_penalty > 0 && p->repetition_penalty != 1.0f && (size_t)used < cap)
         used += snprintf(out + used, cap - (size_t)used, ", repetition-penalty %g",
                          (double)p->repetition_penalty);
@@ -123,6 +135,58 @@ static void softmax_prefix(Sampler *s, int n) {
         s->prob[i] /= sum;
 }
 
+/* The entropy of prob[0..n). */
+static double entropy(const Sampler *s, int n) {
+    double h = 0;
+    for (int i = 0; i < n; i++)
+        if (s->prob[i] > 0) h -= s->prob[i] * log(s->prob[i]);
+    return h;
+}
+
+/* Keeps the first tokens of order[0..n) whose probability is >= floor, and those as likely as
+ * the first. */
+static int cutoff(Sampler *s, int n, double floor) {
+    int keep = 1;
+    while (keep < n && (s->prob[keep] >= floor || s->prob[keep] == s->prob[0]))
+        keep++;
+    softmax_prefix(s, keep);
+    return keep;
+}
+
+/* Ascending deviation (ctx: the deviations), then ascending position. */
+static int by_dev(const void *a, const void *b, void *ctx) {
+    const double *dev = ctx;
+    int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    if (dev[i] != dev[j]) return dev[i] < dev[j] ? -1 : 1;
+    return (i > j) - (i < j);
+}
+
+/* TypicalLogitsWarper on the kept tokens order[0..n): by |-log p - H| ascending, the tokens
+ * until their probabilities sum to >= mass, and every token as close as the last of those;
+ * the survivors stay in logit order. */
+static int typical(Sampler *s, int n, double mass) {
+    double h = entropy(s, n), *dev = s->dev;
+    int32_t *by = s->by;
+    for (int i = 0; i < n; i++) {
+        dev[i] = fabs(-log(s->prob[i]) - h);
+        by[i] = i;
+    }
+    qsort_r(by, (size_t)n, sizeof *by, by_dev, dev);
+    double cum = 0;
+    int last = 0; /* transformers: the count of cumulative sums below the mass, at most n - 1 */
+    for (int i = 0; i < n; i++) {
+        cum += s->prob[by[i]];
+        if (cum < mass) last++;
+    }
+    if (last > n - 1) last = n - 1;
+    double limit = dev[by[last]];
+    int keep = 0;
+    for (int i = 0; i < n; i++)
+        if (dev[i] <= limit) s->order[keep++] = s->order[i];
+    softmax_prefix(s, keep);
+    return keep;
+}
+
 /* Leaves the kept tokens in order[0..n) and their renormalised probabilities in prob[0..n). */
 static int filter(Sampler *s, const float *logits, const SampleParams *p) {
     int V = s->V, n = V;
@@ -154,6 +218,10 @@ static int filter(Sampler *s, const float *logits, const SampleParams *p) {
         n = keep;
         softmax_prefix(s, n);
     }
+    if (p->typical_p > 0.0f && p->typical_p < 1.0f) n = typical(s, n, p->typical_p);
+    if (p->epsilon > 0.0f && p->epsilon < 1.0f) n = cutoff(s, n, p->epsilon);
+    if (p->eta > 0.0f && p->eta < 1.0f)
+        n = cutoff(s, n, fmin(p->eta, sqrt(p->eta) * exp(-entropy(s, n))));
     return n;
 }
 

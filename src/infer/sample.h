@@ -6,7 +6,13 @@
  *   top-k  keeps the tokens whose logit is >= the k-th largest (ties at the k-th all stay);
  *   top-p  keeps the smallest set of most probable tokens whose probabilities sum to >= p
  *          (a token stays when the tokens more probable than it sum to < p: at least one);
- *   min-p  keeps the tokens whose probability is >= min_p times the largest probability.
+ *   min-p  keeps the tokens whose probability is >= min_p times the largest probability;
+ *   typical-p  keeps the tokens closest to the distribution's entropy H in surprise
+ *          (|-log p - H|, ascending) until their probabilities sum to >= typical_p
+ *          (TypicalLogitsWarper; those as close as the last one kept stay too);
+ *   epsilon  keeps the tokens of probability >= epsilon_cutoff (and the most likely);
+ *   eta    keeps the tokens of probability >= min(eta, sqrt(eta) exp(-H)) (and the most
+ *          likely), eta_cutoff.
  * V vocabulary size. */
 #ifndef QT_SAMPLE_H
 #define QT_SAMPLE_H
@@ -21,6 +27,9 @@ typedef struct SampleParams {
     int top_k;         /* 0: off */
     float top_p;       /* 1: off; in (0, 1] */
     float min_p;       /* 0: off; in [0, 1] */
+    float typical_p;   /* 1 or 0: off; in (0, 1) */
+    float epsilon;     /* epsilon_cutoff, 0: off; in (0, 1) */
+    float eta;         /* eta_cutoff, 0: off; in (0, 1) */
     /* transformers' repetition_penalty, 0 or 1: off; > 0: every id of the prompt and of the
      * completion so far has its logit divided by it where positive, multiplied where negative
      * (RepetitionPenaltyLogitsProcessor; each id once however often it occurs). */
@@ -76,6 +85,8 @@ typedef struct Sampler {
     float *scaled;  /* (V) logits / temperature, -inf where dropped */
     int32_t *order; /* (V) token ids by descending scaled logit */
     double *prob;   /* (V) probabilities in that order */
+    double *dev;    /* (V) typical-p: each kept token's |-log p - H| */
+    int32_t *by;    /* (V) typical-p: the kept tokens by that, ascending */
 } Sampler;
 
 void sampler_init(Sampler *s, int V);
