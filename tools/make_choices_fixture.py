@@ -19,6 +19,12 @@ The tokenizer is cli_tiny's tokenizer.json with eos_token <|endoftext|> and no b
 lm-eval's prefix token is <|endoftext|>, as qtitan takes it for a folder without
 tokenizer_config.json.
 
+And tests/fixtures/generate/qwen3_requests.json: (context, continuation) pairs encoded by
+lm-eval's own request encoding (TemplateLM.loglikelihood, HFLM._encode_pair) with the Qwen3
+tokenizer of ../shared/tokenizers/qwen3 (its tokenizer_config.json: eos_token <|im_end|>, no
+bos_token, so <|im_end|> is the prefix token): whitespace of every kind Python strips at the
+end of a context, empty contexts, CJK and emoji, for tests/test_choices.c.
+
 Needs lm_eval (pip install lm_eval) besides torch and transformers.
 Usage: python tools/make_choices_fixture.py [OUT_DIR]
 """
@@ -48,6 +54,63 @@ QUESTIONS = [
     {"context": "2 + 2 =", "choices": [" 4", " 5", " four"], "label": 0},
 ]
 MAX_LENGTHS = [None, 12]
+
+
+REQUESTS = [
+    ("Question: What is 2+2?\nAnswer:", " 4"),
+    ("Question: What is 2+2?\nAnswer: ", "4"),
+    ("\u65e5\u672c\u306e\u9996\u90fd\u306f", "\u6771\u4eac\u3067\u3059"),
+    ("The caf\u00e9 is\t", "open"),
+    ("Line one\n\n", "Line two"),
+    ("Ends with a no-break space\u00a0", "x"),
+    ("Ends with an ideographic space\u3000", "y"),
+    ("A line separator\u2028", "next"),
+    ("A unit separator\x1f", "field"),
+    ("Spaces and a newline  \n ", " indented"),
+    ("", "Hello world"),
+    ("", "<|im_end|>Hello"),
+    ("emoji \U0001F642", " \U0001F643 test"),
+    ("He said: \"", "yes\""),
+    ("numbers 123", "4567"),
+    ("<think>\n\n</think>\n\n", "The answer is B."),
+]
+
+
+class _Requests:
+    """Just enough of an lm-eval model for TemplateLM.loglikelihood to encode requests."""
+    backend = "causal"
+
+    def __init__(self, tok):
+        self.tok = tok
+        self.prefix_token_id = tok.bos_token_id if tok.bos_token_id is not None else \
+            tok.eos_token_id
+
+    def tok_encode(self, string, add_special_tokens=None, **kw):
+        return self.tok.encode(string, add_special_tokens=False)
+
+    def _encode_pair(self, context, continuation):
+        return HFLM._encode_pair(self, context, continuation)
+
+    def _loglikelihood_tokens(self, reqs, disable_tqdm=False):
+        return reqs
+
+
+def build_qwen_requests(root, out):
+    from lm_eval.api.model import TemplateLM
+    from transformers import AutoTokenizer
+    d = os.path.join(os.path.dirname(root), "shared", "tokenizers", "qwen3")
+    if not os.path.exists(d):
+        print(f"qwen3 requests: skipped, no {d}")
+        return
+    tok = AutoTokenizer.from_pretrained(d)
+    reqs = [Instance(request_type="loglikelihood", doc={}, arguments=a, idx=0) for a in REQUESTS]
+    enc = TemplateLM.loglikelihood(_Requests(tok), reqs, disable_tqdm=True)
+    cases = [dict(context=c, continuation=k, context_ids=list(ce), continuation_ids=list(ke))
+             for (c, k), (_, ce, ke) in zip(REQUESTS, enc)]
+    with open(os.path.join(out, "qwen3_requests.json"), "w") as f:
+        json.dump(dict(prefix=_Requests(tok).prefix_token_id, requests=cases), f, indent=1)
+        f.write("\n")
+    print(f"qwen3 requests: {len(cases)}")
 
 
 def main():
@@ -86,6 +149,8 @@ def main():
     with open(os.path.join(d, "expected_choices.json"), "w") as f:
         json.dump(runs, f, indent=1)
         f.write("\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    build_qwen_requests(root, out_root("generate"))
 
 
 if __name__ == "__main__":
