@@ -68,6 +68,13 @@ for r in 1 2; do
   echo "$got" | grep -q "\"sequence\":$r" || fail "beam $r: no sequence number: $got"
 done
 grep -q 'generate: prompt 22 tokens' "$TMP/err" || fail "--num-beams: no speed line: $(cat "$TMP/err")"
+# A prompt file searches its prompts side by side; each gets what it gets alone.
+printf 'A\n%s\nhello world\n' "$prompt" >"$TMP/beam_prompts.txt"
+"$QT" generate --model "$FIX" --prompt-file "$TMP/beam_prompts.txt" "${beams[@]}" --json \
+  >"$TMP/beams3" 2>"$TMP/err" || fail "--num-beams with a prompt file: $(cat "$TMP/err")"
+[ "$(wc -l <"$TMP/beams3")" -eq 3 ] || fail "--num-beams, 3 prompts: $(cat "$TMP/beams3")"
+[ "$(arr "$(sed -n 2p "$TMP/beams3")" ids)" = "$(arr "$(head -1 "$FIX/expected_beams.jsonl")" ids)" ] ||
+  fail "--num-beams, prompt 2 of 3: ids $(arr "$(sed -n 2p "$TMP/beams3")" ids)"
 mkdir -p "$TMP/gcbeams"
 cp "$FIX"/config.json "$FIX"/model.safetensors "$FIX"/tokenizer.json "$TMP/gcbeams/"
 echo '{"do_sample": false, "num_beams": 3, "no_repeat_ngram_size": 2}' >"$TMP/gcbeams/generation_config.json"

@@ -3,7 +3,8 @@
  * and MoE models, 2 to 4 beams, length penalties -1 to 2, early_stopping false / true /
  * "never", one or two EOS ids that end beams at different steps, the repetition penalty and
  * n-gram ban on log-probabilities, several returned beams. The same ids, scores within 2e-5 and
- * each id's log-probability within 1e-4; and the sentences for what beams do not take. */
+ * each id's log-probability within 1e-4; prompts searched side by side as alone; and the
+ * sentences for what beams do not take. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -75,7 +76,8 @@ static void check_case(const json_t *c, size_t ci) {
         fail_msg("%s", err.msg);
     GenOutput *out = xcalloc((size_t)n_out, sizeof *out);
     GenStats st;
-    if (beam_search(&d, im.tok, prompt, len, &o, &bp, out, n_out, &st, &err))
+    const int32_t *one = prompt;
+    if (beam_search(&d, im.tok, &one, &len, 1, &o, &bp, out, n_out, &st, &err))
         fail_msg("case %zu: %s", ci, err.msg);
     for (int r = 0; r < n_out; r++) {
         int n;
@@ -133,6 +135,75 @@ static void test_transformers_parity(void **state) {
     free(path);
 }
 
+/* Several prompts searched side by side give what each gives alone: every fixture prompt on
+ * the first case's model, 2 beams, the EOS ids of all cases (so the searches end at different
+ * steps), early_stopping true, alone and then all in one call. */
+static void test_batched(void **state) {
+    (void)state;
+    char *path = fixture("beams.json");
+    json_t *cases = json_load_file(path, 0, NULL);
+    assert_non_null(cases);
+    const json_t *c0 = json_array_get(cases, 0);
+    char *dir = fixture(json_string_value(json_object_get(c0, "model")));
+    InferModel im;
+    Err err;
+    if (infer_model_open(&im, dir, NULL, NULL, 1, 1, 0, &err)) fail_msg("%s", err.msg);
+    int n = (int)json_array_size(cases), n_eos = 0, longest = 0;
+    int32_t eos[64];
+    int32_t **prompts = xcalloc((size_t)n, sizeof *prompts);
+    int *lens = xcalloc((size_t)n, sizeof *lens);
+    for (int p = 0; p < n; p++) {
+        const json_t *c = json_array_get(cases, (size_t)p);
+        prompts[p] = ints(json_object_get(c, "prompt"), &lens[p]);
+        if (lens[p] > longest) longest = lens[p];
+        int ne;
+        int32_t *e = ints(json_object_get(c, "eos"), &ne);
+        for (int i = 0; i < ne && n_eos < 64; i++)
+            eos[n_eos++] = e[i];
+        free(e);
+    }
+    BeamParams bp = {.num_beams = 2, .length_penalty = 1.0f, .early_stopping = BEAM_STOP_EARLY};
+    GenOptions o = {.max_new_tokens = 16, .sample = {.top_p = 1.0f}, .eos = eos, .n_eos = n_eos};
+    int k = bp.num_beams, n_out = 2;
+    Decoder d;
+    if (decoder_create(&d, &im.m, n * k, longest + o.max_new_tokens, &err)) fail_msg("%s", err.msg);
+    GenOutput *alone = xcalloc((size_t)n * n_out, sizeof *alone);
+    GenOutput *batch = xcalloc((size_t)n * n_out, sizeof *batch);
+    for (int p = 0; p < n; p++) {
+        const int32_t *one = prompts[p];
+        if (beam_search(&d, NULL, &one, &lens[p], 1, &o, &bp, alone + p * n_out, n_out, NULL, &err))
+            fail_msg("%s", err.msg);
+    }
+    GenStats st;
+    if (beam_search(&d, NULL, (const int32_t *const *)prompts, lens, n, &o, &bp, batch, n_out, &st,
+                    &err))
+        fail_msg("%s", err.msg);
+    int shortest = o.max_new_tokens, longest_out = 0;
+    for (int i = 0; i < n * n_out; i++) {
+        if (alone[i].n < shortest) shortest = alone[i].n;
+        if (alone[i].n > longest_out) longest_out = alone[i].n;
+        assert_int_equal(batch[i].n, alone[i].n);
+        assert_memory_equal(batch[i].ids, alone[i].ids, (size_t)alone[i].n * sizeof *alone[i].ids);
+        /* a product of more rows may add in another order */
+        assert_true(fabs(batch[i].score - alone[i].score) <=
+                    TOL_SCORE * fmax(1.0, fabs(alone[i].score)));
+    }
+    assert_true(shortest < longest_out); /* the searches ended at different steps */
+    long total = 0;
+    for (int p = 0; p < n; p++)
+        total += lens[p];
+    assert_int_equal(st.prompt_tokens, total);
+    for (int i = 0; i < n * n_out; i++)
+        gen_output_free(&alone[i]), gen_output_free(&batch[i]);
+    for (int p = 0; p < n; p++)
+        free(prompts[p]);
+    free(prompts), free(lens), free(alone), free(batch);
+    decoder_free(&d);
+    infer_model_close(&im);
+    json_decref(cases);
+    free(dir), free(path);
+}
+
 /* What beam search refuses, each in a sentence. */
 static void test_refusals(void **state) {
     (void)state;
@@ -166,16 +237,18 @@ static void test_refusals(void **state) {
         {{.max_new_tokens = 4, .sample = {.top_p = 1.0f}},
          {5, 1.0f, BEAM_STOP_HEURISTIC},
          1,
-         "5 beams for a decoder of 4 sequences"},
+         "1 prompts of 5 beams for a decoder of 4 sequences"},
         {{.max_new_tokens = 14, .sample = {.top_p = 1.0f}},
          {2, 1.0f, BEAM_STOP_HEURISTIC},
          1,
          "a prompt of 3 tokens and 14 new ones in 16 positions"},
     };
     for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
-        assert_int_not_equal(
-            beam_search(&d, NULL, prompt, 3, &bad[b].o, &bad[b].bp, out, bad[b].n_out, NULL, &err),
-            0);
+        const int32_t *one = prompt;
+        int three = 3;
+        assert_int_not_equal(beam_search(&d, NULL, &one, &three, 1, &bad[b].o, &bad[b].bp, out,
+                                         bad[b].n_out, NULL, &err),
+                             0);
         fprintf(stderr, "expected error: %s\n", err.msg);
         assert_non_null(strstr(err.msg, bad[b].want));
     }
@@ -187,6 +260,7 @@ static void test_refusals(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_transformers_parity),
+        cmocka_unit_test(test_batched),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -652,15 +652,22 @@ static int check_beams(const GenArgs *a, Err *err) {
     return 0;
 }
 
-/* Beam search over prompts ptr[i * K] (i < n), the K best beams of each into out[i * K ...];
- * st sums the runs' counts and times. */
+/* Prompts searched side by side (beam_search), at most this many at once. */
+#define BEAM_BATCH 16
+
+/* Beam search over prompts ptr[i * K] (i < n), BEAM_BATCH at a time, the K best beams of each
+ * into out[i * K ...]; st sums the runs' counts and times. */
 static int beam_prompts(Decoder *d, const InferModel *im, const int32_t **ptr, const int *lens,
                         int n, int K, const GenOptions *o, const BeamParams *bp, GenOutput *out,
                         GenStats *st, Err *err) {
-    for (int i = 0; i < n; i++) {
+    const int32_t *group[BEAM_BATCH];
+    int glen[BEAM_BATCH];
+    for (int i0 = 0; i0 < n; i0 += BEAM_BATCH) {
+        int g = n - i0 < BEAM_BATCH ? n - i0 : BEAM_BATCH;
+        for (int i = 0; i < g; i++)
+            group[i] = ptr[(i0 + i) * K], glen[i] = lens[(i0 + i) * K];
         GenStats one;
-        TRY(beam_search(d, im->tok, ptr[i * K], lens[i * K], o, bp, out + (long)i * K, K, &one,
-                        err));
+        TRY(beam_search(d, im->tok, group, glen, g, o, bp, out + (long)i0 * K, K, &one, err));
         st->prompt_tokens += one.prompt_tokens, st->new_tokens += one.new_tokens;
         st->prefill_s += one.prefill_s, st->decode_s += one.decode_s;
     }
@@ -707,10 +714,11 @@ static int generate_run(GenArgs *a, Err *err) {
     Decoder d = {0};
     GenOutput *out = xcalloc((size_t)n, sizeof *out);
     GenStats st = {0};
-    /* Beam search runs the prompts one after another, each in num_beams rows. */
+    /* Beam search runs up to BEAM_BATCH prompts side by side, each in num_beams rows. */
     if (rc == 0)
-        rc = decoder_create(&d, &im.m, beams ? a->beams.num_beams : n, longest + (int)a->max_new,
-                            err);
+        rc = decoder_create(
+            &d, &im.m, beams ? a->beams.num_beams * (pr.n < BEAM_BATCH ? pr.n : BEAM_BATCH) : n,
+            longest + (int)a->max_new, err);
     if (rc == 0) {
         GenOptions o = {.max_new_tokens = (int)a->max_new,
                         .sample = a->sp,

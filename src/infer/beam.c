@@ -63,9 +63,14 @@ static void copy_hyp(Hyp *h, const Hyp *from) {
  * successors, and k finished slots. */
 typedef struct Search {
     int k, K, V, M;
+    const int32_t *prompt;
+    int len, unsatisfied, done;
+    int *src;                       /* (k) the beam each next beam continues */
+    int32_t *tok;                   /* (k) the id it adds */
     int *row, *next_row, *first;    /* (k) each */
     Hyp *run, *next, *fin, *merged; /* k, k, k, k + K */
-    float *logits, *lp, *acc;       /* (k, V) each */
+    float *logits;                  /* (k, V) the running beams' logits, in the caller's buffer */
+    float *lp, *acc;                /* (k, V) each */
     long *cand;                     /* (K) flat (beam, token) indices */
     float *merged_score;            /* (k + K) */
     long *pick;                     /* (k + K) */
@@ -209,83 +214,53 @@ static void follow(Search *s, Decoder *d, const int *src) {
 static void search_free(Search *s) {
     hyp_free(s->run, s->k), hyp_free(s->next, s->k), hyp_free(s->fin, s->k);
     hyp_free(s->merged, s->k + s->K);
-    free(s->logits), free(s->lp), free(s->acc), free(s->cand), free(s->merged_score);
+    free(s->lp), free(s->acc), free(s->cand), free(s->merged_score), free(s->src), free(s->tok);
     free(s->pick), free(s->seen), free(s->hist);
     free(s->row), free(s->next_row), free(s->first);
 }
 
-int beam_search(Decoder *d, const Tokenizer *tok, const int32_t *ids, int len, const GenOptions *o,
-                const BeamParams *bp, GenOutput *out, int n_out, GenStats *stats, Err *err) {
-    int k = bp->num_beams, V = d->m->spec.vocab_size, M = o->max_new_tokens;
-    if (k < 2 || k > d->S)
-        return err_set(err, "beam search: %d beams for a decoder of %d sequences", k, d->S);
-    if (n_out < 1 || n_out > k)
-        return err_set(err,
-                       "num_return_sequences = %d must be between 1 and num_beams = %d (the "
-                       "finished beams are what is returned)",
-                       n_out, k);
-    if (o->sample.temperature > 0)
-        return err_set(err, "beam search with sampling (do_sample with num_beams > 1) is not "
-                            "available: use temperature 0 with beams");
-    if (o->n_stop > 0) return err_set(err, "stop strings do not apply to beam search");
-    if (M < 1 || len < 1 || len + M > d->C)
-        return err_set(err, "beam search: a prompt of %d tokens and %d new ones in %d positions",
-                       len, M, d->C);
-    Search s = {.k = k, .K = (o->n_eos + 1 > 2 ? o->n_eos + 1 : 2) * k, .V = V, .M = M};
-    if ((long)s.K > (long)k * V) s.K = k * V; /* a vocabulary smaller than the candidates */
-    s.run = xcalloc((size_t)k, sizeof *s.run), s.next = xcalloc((size_t)k, sizeof *s.next);
-    s.fin = xcalloc((size_t)k, sizeof *s.fin);
-    s.merged = xcalloc((size_t)(k + s.K), sizeof *s.merged);
-    hyp_alloc(s.run, k, M), hyp_alloc(s.next, k, M), hyp_alloc(s.fin, k, M);
-    hyp_alloc(s.merged, k + s.K, M);
-    s.logits = xcalloc((size_t)k * V, sizeof *s.logits);
-    s.lp = xcalloc((size_t)k * V, sizeof *s.lp);
-    s.acc = xcalloc((size_t)k * V, sizeof *s.acc);
-    s.cand = xcalloc((size_t)s.K, sizeof *s.cand);
-    s.merged_score = xcalloc((size_t)(k + s.K), sizeof *s.merged_score);
-    s.pick = xcalloc((size_t)(k + s.K), sizeof *s.pick);
-    s.row = xcalloc((size_t)k, sizeof *s.row);
-    s.next_row = xcalloc((size_t)2 * k, sizeof *s.next_row); /* and follow's free rows */
-    s.first = xcalloc((size_t)k, sizeof *s.first);
+/* A search for prompt ids[0..len) in decoder rows row0 .. row0 + k - 1 (search_free frees it). */
+static void search_init(Search *s, int k, int V, const GenOptions *o, const int32_t *ids, int len,
+                        int row0) {
+    int M = o->max_new_tokens;
+    *s = (Search){.k = k, .K = (o->n_eos + 1 > 2 ? o->n_eos + 1 : 2) * k, .V = V, .M = M};
+    if ((long)s->K > (long)k * V) s->K = k * V; /* a vocabulary smaller than the candidates */
+    s->prompt = ids, s->len = len, s->unsatisfied = 1;
+    s->run = xcalloc((size_t)k, sizeof *s->run), s->next = xcalloc((size_t)k, sizeof *s->next);
+    s->fin = xcalloc((size_t)k, sizeof *s->fin);
+    s->merged = xcalloc((size_t)(k + s->K), sizeof *s->merged);
+    hyp_alloc(s->run, k, M), hyp_alloc(s->next, k, M), hyp_alloc(s->fin, k, M);
+    hyp_alloc(s->merged, k + s->K, M);
+    s->lp = xcalloc((size_t)k * V, sizeof *s->lp);
+    s->acc = xcalloc((size_t)k * V, sizeof *s->acc);
+    s->cand = xcalloc((size_t)s->K, sizeof *s->cand);
+    s->merged_score = xcalloc((size_t)(k + s->K), sizeof *s->merged_score);
+    s->pick = xcalloc((size_t)(k + s->K), sizeof *s->pick);
+    s->row = xcalloc((size_t)k, sizeof *s->row);
+    s->next_row = xcalloc((size_t)2 * k, sizeof *s->next_row); /* and follow's free rows */
+    s->first = xcalloc((size_t)k, sizeof *s->first);
+    s->src = xcalloc((size_t)k, sizeof *s->src);
+    s->tok = xcalloc((size_t)k, sizeof *s->tok);
     if (gen_processes(o)) {
-        s.seen = xcalloc((size_t)V, 1);
-        s.hist = xcalloc((size_t)(len + M), sizeof *s.hist);
+        s->seen = xcalloc((size_t)V, 1);
+        s->hist = xcalloc((size_t)(len + M), sizeof *s->hist);
     }
     for (int j = 0; j < k; j++) {
-        s.run[j].score = j == 0 ? 0.0f : BEAM_OFF; /* only the first beam's tokens at first */
-        s.fin[j].score = BEAM_OFF;
+        s->run[j].score = j == 0 ? 0.0f : BEAM_OFF; /* only the first beam's tokens at first */
+        s->fin[j].score = BEAM_OFF;
+        s->row[j] = row0 + j;
     }
-    GenStats gs = {.prompt_tokens = len};
-    decoder_reset(d);
-    double t0 = now_seconds();
-    decoder_extend(d, 0, ids, len, s.logits);
-    for (int j = 1; j < k; j++) {
-        decoder_copy(d, j, 0);
-        memcpy(s.logits + (long)j * V, s.logits, (size_t)V * sizeof *s.logits);
-    }
-    for (int j = 0; j < k; j++)
-        s.row[j] = j;
-    gs.prefill_s = now_seconds() - t0;
-    t0 = now_seconds();
-    int *src = xcalloc((size_t)k, sizeof *src);
-    int32_t *next = xcalloc((size_t)k, sizeof *next);
-    int unsatisfied = 1;
-    for (;;) {
-        score_candidates(&s, o, ids, len);
-        if (!beam_step(&s, o, bp, &unsatisfied, src, next)) break;
-        follow(&s, d, src);
-        decoder_step(d, s.row, next, k, s.logits);
-        gs.new_tokens += k;
-    }
-    gs.decode_s = now_seconds() - t0;
-    if (stats) *stats = gs;
+}
+
+/* The best n_out finished hypotheses of s into out[0..n_out). */
+static int search_output(const Search *s, const Tokenizer *tok, const GenOptions *o, GenOutput *out,
+                         int n_out, Err *err) {
     int rc = 0;
-    memset(out, 0, (size_t)n_out * sizeof *out);
-    for (int i = 0; i < n_out; i++) {
-        const Hyp *h = &s.fin[i];
+    for (int i = 0; i < n_out && rc == 0; i++) {
+        const Hyp *h = &s->fin[i];
         GenOutput *g = &out[i];
-        g->ids = xcalloc((size_t)M, sizeof *g->ids);
-        g->logprobs = xcalloc((size_t)M, sizeof *g->logprobs);
+        g->ids = xcalloc((size_t)s->M, sizeof *g->ids);
+        g->logprobs = xcalloc((size_t)s->M, sizeof *g->logprobs);
         memcpy(g->ids, h->ids, (size_t)h->n * sizeof *g->ids);
         memcpy(g->logprobs, h->lp, (size_t)h->n * sizeof *g->logprobs);
         g->n = h->n;
@@ -300,10 +275,81 @@ int beam_search(Decoder *d, const Tokenizer *tok, const int32_t *ids, int len, c
         text.ds.text = NULL;
         gen_text_free(&text);
     }
-    free(src), free(next);
-    search_free(&s);
+    return rc;
+}
+
+int beam_search(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, const int *lens,
+                int n, const GenOptions *o, const BeamParams *bp, GenOutput *out, int n_out,
+                GenStats *stats, Err *err) {
+    int k = bp->num_beams, V = d->m->spec.vocab_size, M = o->max_new_tokens;
+    if (k < 2 || n < 1 || (long)n * k > d->S)
+        return err_set(err, "beam search: %d prompts of %d beams for a decoder of %d sequences", n,
+                       k, d->S);
+    if (n_out < 1 || n_out > k)
+        return err_set(err,
+                       "num_return_sequences = %d must be between 1 and num_beams = %d (the "
+                       "finished beams are what is returned)",
+                       n_out, k);
+    if (o->sample.temperature > 0)
+        return err_set(err, "beam search with sampling (do_sample with num_beams > 1) is not "
+                            "available: use temperature 0 with beams");
+    if (o->n_stop > 0) return err_set(err, "stop strings do not apply to beam search");
+    for (int p = 0; p < n; p++)
+        if (M < 1 || lens[p] < 1 || lens[p] + M > d->C)
+            return err_set(err,
+                           "beam search: a prompt of %d tokens and %d new ones in %d positions",
+                           lens[p], M, d->C);
+    Search *s = xcalloc((size_t)n, sizeof *s);
+    float *logits = xcalloc((size_t)n * k * V, sizeof *logits);
+    int *rows = xcalloc((size_t)n * k, sizeof *rows);
+    int32_t *next = xcalloc((size_t)n * k, sizeof *next);
+    GenStats gs = {0};
+    decoder_reset(d);
+    double t0 = now_seconds();
+    for (int p = 0; p < n; p++) {
+        search_init(&s[p], k, V, o, prompts[p], lens[p], p * k);
+        s[p].logits = logits + (long)p * k * V;
+        decoder_extend(d, p * k, prompts[p], lens[p], s[p].logits);
+        for (int j = 1; j < k; j++) {
+            decoder_copy(d, p * k + j, p * k);
+            memcpy(s[p].logits + (long)j * V, s[p].logits, (size_t)V * sizeof *logits);
+        }
+        gs.prompt_tokens += lens[p];
+    }
+    gs.prefill_s = now_seconds() - t0;
+    t0 = now_seconds();
+    for (;;) {
+        /* Each running search takes its step; those that go on decode their beams together. */
+        int nr = 0;
+        for (int p = 0; p < n; p++) {
+            Search *sp = &s[p];
+            if (sp->done) continue;
+            score_candidates(sp, o, sp->prompt, sp->len);
+            if (!beam_step(sp, o, bp, &sp->unsatisfied, sp->src, sp->tok)) {
+                sp->done = 1;
+                continue;
+            }
+            follow(sp, d, sp->src);
+            sp->logits = logits + (long)nr * V;
+            memcpy(rows + nr, sp->row, (size_t)k * sizeof *rows);
+            memcpy(next + nr, sp->tok, (size_t)k * sizeof *next);
+            nr += k;
+        }
+        if (nr == 0) break;
+        decoder_step(d, rows, next, nr, logits);
+        gs.new_tokens += nr;
+    }
+    gs.decode_s = now_seconds() - t0;
+    if (stats) *stats = gs;
+    int rc = 0;
+    memset(out, 0, (size_t)n * n_out * sizeof *out);
+    for (int p = 0; p < n && rc == 0; p++)
+        rc = search_output(&s[p], tok, o, out + (long)p * n_out, n_out, err);
+    for (int p = 0; p < n; p++)
+        search_free(&s[p]);
+    free(s), free(logits), free(rows), free(next);
     if (rc != 0)
-        for (int i = 0; i < n_out; i++)
+        for (int i = 0; i < n * n_out; i++)
             gen_output_free(&out[i]);
     return rc;
 }

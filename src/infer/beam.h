@@ -40,15 +40,17 @@ typedef struct BeamParams {
 /* "true", "false" or "never". */
 const char *beam_stop_name(BeamStop s);
 
-/* Searches with bp->num_beams >= 2 beams from prompt ids[0..len) (checked against the
- * vocabulary) and writes the best n_out <= num_beams finished hypotheses, best first, into
- * out[0..n_out) (free each with gen_output_free): ids (an ending EOS kept), the model's own
- * log-probability of each, the text (tok may be NULL), finish "eos" or "length", and score
- * (transformers' sequences_scores). d must hold num_beams sequences of len +
- * o->max_new_tokens positions; its cache is emptied first. Sampling (temperature > 0) and stop
- * strings are an error sentence: beams here are greedy. stats (may be NULL) counts the rows the
- * decoder ran. */
-int beam_search(Decoder *d, const Tokenizer *tok, const int32_t *ids, int len, const GenOptions *o,
-                const BeamParams *bp, GenOutput *out, int n_out, GenStats *stats, Err *err);
+/* Searches with bp->num_beams = k >= 2 beams from each of prompts[0..n) (lens[p] ids, checked
+ * against the vocabulary), the n searches side by side (each step decodes the beams of every
+ * search still running together), and writes the best n_out <= k finished hypotheses of
+ * prompt p, best first, into out[p * n_out ..] (free each with gen_output_free): ids (an ending
+ * EOS kept), the model's own log-probability of each, the text (tok may be NULL), finish "eos"
+ * or "length", and score (transformers' sequences_scores). Each search is what it is alone. d
+ * must hold n * k sequences of the longest prompt + o->max_new_tokens positions; its cache is
+ * emptied first. Sampling (temperature > 0) and stop strings are an error sentence: beams here
+ * are greedy. stats (may be NULL) counts the rows the decoder ran. */
+int beam_search(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, const int *lens,
+                int n, const GenOptions *o, const BeamParams *bp, GenOutput *out, int n_out,
+                GenStats *stats, Err *err);
 
 #endif
