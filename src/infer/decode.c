@@ -159,6 +159,11 @@ static void attend_cached(Decoder *d, int l, const int *seq, long n) {
         attend_rows(d, l, seq, r0, n - r0 < d->S ? n - r0 : d->S);
 }
 
+/* The most rows a decode step streams through the GEMV kernel (bench/README.md, "Beam search":
+ * on the 0.6B shapes in bf16 it leads the bf16 GEMM at 1 row, 14-15 against 12-13 tokens/s; the
+ * two are even at 4 rows, and the GEMM leads by 20-25% at 8 rows and 27-86% at 16). */
+#define DECODE_GEMV_MAX_ROWS 4
+
 /* Decode's products with bf16 weights (kernels/gemv_bf16.h): x (n, I) cast to bf16 as the
  * bf16 linear ops cast it, then every part's weights read once. */
 static void gemv(const Decoder *d, const GemvPart *parts, int nparts, const float *x, long n,
@@ -181,10 +186,10 @@ static void layer(Decoder *d, int l, long n, int prefill_seq, const int *seq, in
     long KE = (long)K * E;
     float eps = (float)s->norm_eps;
 
-    /* Decode steps with bf16 weights stream them through the GEMV kernel; a prompt, many
-     * rows at once, goes through the model's own ops, as do widened copies (qwen3.h), which
-     * the GEMV cannot read. */
-    int stream = m->bf16 && !m->bf16_widened && step;
+    /* Decode steps of a few rows with bf16 weights stream them through the GEMV kernel; a
+     * prompt, or a step of more rows (the beams of several searches), goes through the model's
+     * own ops, as do widened copies (qwen3.h), which the GEMV cannot read. */
+    int stream = m->bf16 && !m->bf16_widened && step && n <= DECODE_GEMV_MAX_ROWS;
 
     md->attention_norm->forward(d->xn, d->rstd, d->x, p->attention_norm, n, D, eps);
     if (stream) {

@@ -3,10 +3,11 @@
  * through the model's own module implementations (m->mod: the CPU kernels or the overrides
  * training uses) and the same bf16 path, so a prefill computes what qwen3_forward computes.
  * Local to this file are attention against the cache during decode (one query row per
- * sequence, which the training sdpa op does not take) and, with bf16 weights, decode's
- * products: a step reads every weight once for a few rows, so they go through
- * kernels/gemv_bf16.h (the bf16 inputs and fp32 accumulation of the bf16 linear ops, added in
- * another order). Nothing is allocated after decoder_create.
+ * sequence, which the training sdpa op does not take) and, with bf16 weights, the products of
+ * a decode step of up to 4 rows: such a step reads every weight once for a few rows, so they go
+ * through kernels/gemv_bf16.h (the bf16 inputs and fp32 accumulation of the bf16 linear ops,
+ * added in another order); a step of more rows runs the model's ops. Nothing is allocated after
+ * decoder_create.
  *
  * Letters as in model/qwen3.h; S sequences (cache rows), C cache positions per sequence. */
 #ifndef QT_DECODE_H
