@@ -251,7 +251,7 @@ static void head(Decoder *d, long first, long n, float *logits) {
     const ModelSpec *s = &m->spec;
     int D = s->dim;
     m->mod.norm->forward(d->xn, d->rstd, d->x + first * D, m->p.norm, n, D, (float)s->norm_eps);
-    if (m->bf16 && !m->bf16_widened)
+    if (m->bf16 && !m->bf16_widened && n <= DECODE_GEMV_MAX_ROWS)
         gemv(d, &(GemvPart){m->pb.output, logits, s->vocab_size}, 1, d->xn, n, D);
     else
         linear(d, m->mod.lm_head, logits, d->xn, m->p.output, m->pb.output, n, D, s->vocab_size);
