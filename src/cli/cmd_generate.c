@@ -147,6 +147,17 @@ static int parse_long(const char *opt, const char *s, long lo, long *out, Err *e
     return 0;
 }
 
+/* A count flag: an integer >= lo into *out, values above cap taken as cap (they mean "all"),
+ * and *set marked. */
+static int parse_count(const char *opt, const char *s, long lo, int cap, int *out, int *set,
+                       Err *err) {
+    long v;
+    TRY(parse_long(opt, s, lo, &v, err));
+    *out = v > cap ? cap : (int)v;
+    *set = 1;
+    return 0;
+}
+
 static int parse_float(const char *opt, const char *s, float *out, Err *err) {
     double v;
     TRY(cli_number(opt, s, &v, err));
@@ -213,21 +224,15 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
             TRY(parse_long(o, v, 1, &a->max_new, err));
             a->set_max_new = 1;
         } else if (strcmp(o, "--top-k") == 0) {
-            TRY(parse_long(o, v, 0, &n, err));
-            a->sp.top_k = n > 1000000000 ? 1000000000 : (int)n;
-            a->set_top_k = 1;
+            TRY(parse_count(o, v, 0, 1000000000, &a->sp.top_k, &a->set_top_k, err));
         } else if (strcmp(o, "--no-repeat-ngram-size") == 0) {
-            TRY(parse_long(o, v, 0, &n, err));
-            a->sp.no_repeat_ngram_size = n > 1000000 ? 1000000 : (int)n;
-            a->set_ngram = 1;
+            TRY(parse_count(o, v, 0, 1000000, &a->sp.no_repeat_ngram_size, &a->set_ngram, err));
         } else if (strcmp(o, "--num-return-sequences") == 0) {
             TRY(parse_long(o, v, 1, &a->n_return, err));
             if (a->n_return > 65536)
                 return err_set(err, "--num-return-sequences %s: at most 65536", v);
         } else if (strcmp(o, "--min-new-tokens") == 0) {
-            TRY(parse_long(o, v, 0, &n, err));
-            a->bans.min_new_tokens = n > 1000000000 ? 1000000000 : (int)n;
-            a->set_min_new = 1;
+            TRY(parse_count(o, v, 0, 1000000000, &a->bans.min_new_tokens, &a->set_min_new, err));
         } else if (strcmp(o, "--num-beams") == 0) {
             TRY(parse_long(o, v, 1, &n, err));
             if (n > 1024) return err_set(err, "--num-beams %s: at most 1024", v);

@@ -65,17 +65,17 @@ typedef struct Search {
     int k, K, V, M;
     const int32_t *prompt;
     int len, unsatisfied, done;
-    int *src;                       /* (k) the beam each next beam continues */
-    int32_t *tok;                   /* (k) the id it adds */
-    int *row, *next_row, *first;    /* (k) each */
-    Hyp *run, *next, *fin, *merged; /* k, k, k, k + K */
-    float *logits;                  /* (k, V) the running beams' logits, in the caller's buffer */
-    float *lp, *acc;                /* (k, V) each */
-    long *cand;                     /* (K) flat (beam, token) indices */
-    float *merged_score;            /* (k + K) */
-    long *pick;                     /* (k + K) */
-    uint8_t *seen;                  /* (V) with a repetition penalty */
-    int32_t *hist;                  /* the prompt and a beam's ids, with an n-gram ban */
+    int *src;                         /* (k) the beam each next beam continues */
+    int32_t *tok;                     /* (k) the id it adds */
+    int *row, *next_row, *first;      /* (k) each */
+    Hyp *run, *next, *fin, *fin_next; /* k each */
+    float *logits;                    /* (k, V) the running beams' logits, in the caller's buffer */
+    float *lp, *acc;                  /* (k, V) each */
+    long *cand;                       /* (K) flat (beam, token) indices */
+    float *merged_score;              /* (k + K) */
+    long *pick;                       /* (k + K) */
+    uint8_t *seen;                    /* (V) with a repetition penalty */
+    int32_t *hist;                    /* the prompt and a beam's ids, with an n-gram ban */
 } Search;
 
 static void hyp_alloc(Hyp *h, int n, int M) {
@@ -146,28 +146,34 @@ static int beam_step(Search *s, const GenOptions *o, const BeamParams *bp, int *
     for (int j = 0; j < k; j++)
         full &= s->fin[j].done;
     float div = (float)pow((double)(g + 1), (double)bp->length_penalty);
-    for (int j = 0; j < k; j++) {
+    for (int j = 0; j < k; j++)
         s->merged_score[j] = s->fin[j].score;
-        copy_hyp(&s->merged[j], &s->fin[j]);
-    }
     for (int c = 0; c < K; c++) {
-        long f = s->cand[c];
-        int b = (int)(f / V), id = (int)(f % V);
+        int id = (int)(s->cand[c] % V);
         int ended = c < k && (gen_is_eos(o, id) || g + 1 >= s->M);
-        float sc = s->acc[f] / div;
+        float sc = s->acc[s->cand[c]] / div;
         sc += full && bp->early_stopping == BEAM_STOP_EARLY ? BEAM_OFF : 0.0f;
         sc += *unsatisfied ? 0.0f : BEAM_OFF;
         sc += ended ? 0.0f : BEAM_OFF;
-        Hyp *m = &s->merged[k + c];
-        extend(m, &s->run[b], id, s->lp[f]);
-        m->score = sc, m->done = ended;
         s->merged_score[k + c] = sc;
     }
+    /* Only the k picked are written: a held one copied, a candidate built from its beam. */
     top_k(s->merged_score, k + K, k, s->pick);
-    for (int j = 0; j < k; j++)
-        copy_hyp(&s->fin[j], &s->merged[s->pick[j]]);
-    for (int j = 0; j < k; j++)
-        s->fin[j].score = s->merged_score[s->pick[j]];
+    for (int j = 0; j < k; j++) {
+        long m = s->pick[j];
+        Hyp *h = &s->fin_next[j];
+        if (m < k) {
+            copy_hyp(h, &s->fin[m]);
+        } else {
+            long f = s->cand[m - k];
+            int id = (int)(f % V);
+            extend(h, &s->run[f / V], id, s->lp[f]);
+            h->done = m - k < k && (gen_is_eos(o, id) || g + 1 >= s->M);
+        }
+        h->score = s->merged_score[m];
+    }
+    Hyp *held = s->fin;
+    s->fin = s->fin_next, s->fin_next = held;
     /* Whether a running beam may still beat the worst finished one. */
     int hyp_len = bp->early_stopping == BEAM_STOP_NEVER && bp->length_penalty > 0 ? s->M : g + 1;
     float best = s->next[0].score / (float)pow((double)hyp_len, (double)bp->length_penalty);
@@ -213,7 +219,7 @@ static void follow(Search *s, Decoder *d, const int *src) {
 
 static void search_free(Search *s) {
     hyp_free(s->run, s->k), hyp_free(s->next, s->k), hyp_free(s->fin, s->k);
-    hyp_free(s->merged, s->k + s->K);
+    hyp_free(s->fin_next, s->k);
     free(s->lp), free(s->acc), free(s->cand), free(s->merged_score), free(s->src), free(s->tok);
     free(s->pick), free(s->seen), free(s->hist);
     free(s->row), free(s->next_row), free(s->first);
@@ -228,9 +234,9 @@ static void search_init(Search *s, int k, int V, const GenOptions *o, const int3
     s->prompt = ids, s->len = len, s->unsatisfied = 1;
     s->run = xcalloc((size_t)k, sizeof *s->run), s->next = xcalloc((size_t)k, sizeof *s->next);
     s->fin = xcalloc((size_t)k, sizeof *s->fin);
-    s->merged = xcalloc((size_t)(k + s->K), sizeof *s->merged);
+    s->fin_next = xcalloc((size_t)k, sizeof *s->fin_next);
     hyp_alloc(s->run, k, M), hyp_alloc(s->next, k, M), hyp_alloc(s->fin, k, M);
-    hyp_alloc(s->merged, k + s->K, M);
+    hyp_alloc(s->fin_next, k, M);
     s->lp = xcalloc((size_t)k * V, sizeof *s->lp);
     s->acc = xcalloc((size_t)k * V, sizeof *s->acc);
     s->cand = xcalloc((size_t)s->K, sizeof *s->cand);
