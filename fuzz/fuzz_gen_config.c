@@ -33,20 +33,35 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         (int)bp.early_stopping < BEAM_STOP_HEURISTIC || bp.early_stopping > BEAM_STOP_NEVER)
         abort();
     /* forbidden ids: within their arrays, ids >= 0, words ending in order */
-    const TokenBans *t = &a.bans;
+    const LogitProcs *t = &a.procs;
     if (t->min_new_tokens < 0 || t->min_length < 0 || t->n_suppress < 0 ||
-        t->n_suppress > TOKEN_BANS_MAX_IDS || t->n_begin_suppress < 0 ||
-        t->n_begin_suppress > TOKEN_BANS_MAX_IDS || t->n_words < 0 ||
-        t->n_words > TOKEN_BANS_MAX_WORDS)
+        t->n_suppress > LOGIT_PROCS_MAX_IDS || t->n_begin_suppress < 0 ||
+        t->n_begin_suppress > LOGIT_PROCS_MAX_IDS || t->n_words < 0 ||
+        t->n_words > LOGIT_PROCS_MAX_WORDS)
         abort();
     for (int i = 0; i < t->n_suppress; i++)
         if (t->suppress[i] < 0) abort();
     for (int i = 0; i < t->n_begin_suppress; i++)
         if (t->begin_suppress[i] < 0) abort();
     for (int w = 0, at = 0; w < t->n_words; at = t->word_end[w++])
-        if (t->word_end[w] <= at || t->word_end[w] > TOKEN_BANS_MAX_IDS) abort();
+        if (t->word_end[w] <= at || t->word_end[w] > LOGIT_PROCS_MAX_IDS) abort();
+    /* the other processors: sequences ending in order with finite biases, forced ids >= 0 */
+    if (t->n_seqs < 0 || t->n_seqs > LOGIT_PROCS_MAX_WORDS || t->n_forced_bos < 0 ||
+        t->n_forced_bos > 1 || t->n_forced_eos < 0 || t->n_forced_eos > LOGIT_PROCS_MAX_FORCED ||
+        !(t->encoder_repetition_penalty > 0) || t->encoder_no_repeat_ngram_size < 0 ||
+        t->decay_start < 0 || !(t->decay_factor >= 0) || !isfinite(t->decay_factor))
+        abort();
+    for (int s = 0, at = 0; s < t->n_seqs; at = t->seq_end[s++])
+        if (t->seq_end[s] <= at || t->seq_end[s] > LOGIT_PROCS_MAX_IDS || !isfinite(t->seq_bias[s]))
+            abort();
+    int n_ids = t->n_seqs ? t->seq_end[t->n_seqs - 1] : 0;
+    for (int i = 0; i < n_ids; i++)
+        if (t->seq[i] < 0) abort();
+    for (int i = 0; i < t->n_forced_eos; i++)
+        if (t->forced_eos[i] < 0) abort();
+    if (t->n_forced_bos && t->forced_bos < 0) abort();
     if (gen_config_parse((const char *)data, size, "fuzz.json", &b, &err) != 0 ||
-        memcmp(&a.sp, &b.sp, sizeof a.sp) != 0 || memcmp(&a.bans, &b.bans, sizeof a.bans) != 0 ||
+        memcmp(&a.sp, &b.sp, sizeof a.sp) != 0 || memcmp(&a.procs, &b.procs, sizeof a.procs) != 0 ||
         a.n_eos != b.n_eos || strcmp(a.ignored, b.ignored) != 0)
         abort();
     return 0;

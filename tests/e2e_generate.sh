@@ -111,6 +111,21 @@ ids=$(arr "$got" ids)
 grep -q 'sampling: greedy, min-new-tokens 4,' "$TMP/err" || fail "--min-new-tokens: stderr $(cat "$TMP/err")"
 echo "--min-new-tokens 4: no EOS in the first 4 ids ($ids)"
 
+# generation_config.json's other processors reach the CLI: a one-id sequence_bias of +100 makes
+# every greedy id that id, forced_eos_token_id makes the last one its id; a setting qtitan does
+# not compute (guidance_scale) is named in a note.
+mkdir -p "$TMP/gcproc"
+cp "$FIX"/config.json "$FIX"/model.safetensors "$FIX"/tokenizer.json "$TMP/gcproc/"
+echo '{"do_sample": false, "sequence_bias": [[[5], 100.0]], "forced_eos_token_id": 7, "guidance_scale": 1.5}' \
+  >"$TMP/gcproc/generation_config.json"
+got=$("$QT" generate --model "$TMP/gcproc" --prompt "$prompt" --max-new-tokens 6 --json 2>"$TMP/err") ||
+  fail "generation_config.json processors: $(cat "$TMP/err")"
+[ "$(arr "$got" ids)" = "5,5,5,5,5,7" ] || fail "sequence_bias and forced_eos_token_id: ids $(arr "$got" ids)"
+grep -q 'sampling: greedy, 1 biased sequences, forced EOS ids at the end,' "$TMP/err" &&
+  grep -q 'sets guidance_scale = 1.5, which qtitan does not apply' "$TMP/err" ||
+  fail "generation_config.json processors: stderr $(cat "$TMP/err")"
+echo "generation_config.json: sequence_bias and forced_eos_token_id applied, guidance_scale noted"
+
 # --stop: the text ends before the stop string's first occurrence.
 stop=${text:3:2}
 cut=$("$QT" generate --model "$FIX" --prompt "$prompt" --temperature 0 --max-new-tokens 24 \

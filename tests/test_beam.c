@@ -20,6 +20,7 @@
 
 #include "core/fs.h"
 #include "infer/beam.h"
+#include "infer/gen_config.h"
 #include "infer/infer_model.h"
 
 #define TOL_SCORE 2e-5
@@ -58,16 +59,22 @@ static void check_case(const json_t *c, size_t ci) {
         .length_penalty = (float)json_number_value(json_object_get(c, "length_penalty")),
         .early_stopping = stop_of(json_object_get(c, "early_stopping")),
     };
-    const json_t *rp = json_object_get(c, "repetition_penalty");
-    const json_t *nr = json_object_get(c, "no_repeat_ngram_size");
+    /* The case's processors are keys of a generation_config.json, read as generate reads
+     * the file. */
+    char *text = json_dumps(c, JSON_COMPACT);
+    GenConfig gc;
+    if (gen_config_parse(text, strlen(text), "beams.json", &gc, &err))
+        fail_msg("case %zu: %s", ci, err.msg);
+    free(text);
     GenOptions o = {
         .max_new_tokens = (int)json_integer_value(json_object_get(c, "max_new_tokens")),
         .sample = {.temperature = 0.0f,
                    .top_p = 1.0f,
-                   .repetition_penalty = rp ? (float)json_number_value(rp) : 1.0f,
-                   .no_repeat_ngram_size = nr ? (int)json_integer_value(nr) : 0},
+                   .repetition_penalty = gc.sp.repetition_penalty,
+                   .no_repeat_ngram_size = gc.sp.no_repeat_ngram_size},
         .eos = eos,
         .n_eos = n_eos,
+        .procs = &gc.procs,
     };
     const json_t *seqs = json_object_get(c, "sequences");
     int n_out = (int)json_array_size(seqs);
@@ -120,7 +127,7 @@ static void test_transformers_parity(void **state) {
     assert_true(json_array_size(cases) >= 8);
     size_t i;
     json_t *c;
-    int ended_early = 0, penalized = 0, never = 0;
+    int ended_early = 0, penalized = 0, never = 0, biased = 0;
     json_array_foreach(cases, i, c) {
         check_case(c, i);
         const json_t *seqs = json_object_get(c, "sequences");
@@ -128,9 +135,10 @@ static void test_transformers_parity(void **state) {
         ended_early += (int)json_array_size(json_array_get(seqs, 0)) < M;
         penalized += json_object_get(c, "repetition_penalty") != NULL;
         never += json_is_string(json_object_get(c, "early_stopping"));
+        biased += json_object_get(c, "sequence_bias") != NULL;
     }
     /* The fixture covers beams that end at an EOS, the processors and "never". */
-    assert_true(ended_early >= 2 && penalized >= 1 && never >= 2);
+    assert_true(ended_early >= 2 && penalized >= 1 && never >= 2 && biased >= 2);
     json_decref(cases);
     free(path);
 }

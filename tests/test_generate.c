@@ -39,19 +39,20 @@ static char *fixture(const char *name, const char *file) {
     return file ? fs_join(dir, file) : xstrdup(dir);
 }
 
-/* Lines of floats, row-major into out (rows x NEW). */
-static void read_logprobs(const char *path, double *out, int rows) {
+/* Lines of floats: row i's count[i] values into out[i * NEW ..]. */
+static void read_logprobs(const char *path, double *out, int rows, const int *count) {
     char *data;
     size_t len;
     Err err;
     if (fs_read_all(path, &data, &len, &err)) fail_msg("%s", err.msg);
     char *p = data;
-    for (int i = 0; i < rows * NEW; i++) {
-        char *end;
-        out[i] = strtod(p, &end);
-        assert_true(end != p);
-        p = end;
-    }
+    for (int i = 0; i < rows; i++)
+        for (int t = 0; t < count[i]; t++) {
+            char *end;
+            out[i * NEW + t] = strtod(p, &end);
+            assert_true(end != p);
+            p = end;
+        }
     free(data);
 }
 
@@ -67,8 +68,14 @@ static void check_case(const char *name) {
     if (token_lines_read(&prompts, pp, V, 4096, &err)) fail_msg("%s", err.msg);
     if (token_lines_read(&expected, ep, V, 4096, &err)) fail_msg("%s", err.msg);
     assert_int_equal(prompts.n, expected.n);
+    /* Each completion's length: NEW, or fewer where transformers ended it at an EOS id. */
+    int *count = xcalloc((size_t)prompts.n, sizeof *count);
+    for (int i = 0; i < prompts.n; i++) {
+        count[i] = (int)(expected.start[i + 1] - expected.start[i]);
+        assert_true(count[i] >= 1 && count[i] <= NEW);
+    }
     double *lps = xcalloc((size_t)prompts.n * NEW, sizeof *lps);
-    read_logprobs(lp, lps, prompts.n);
+    read_logprobs(lp, lps, prompts.n, count);
 
     const int32_t **ptr = xcalloc((size_t)prompts.n, sizeof *ptr);
     int *lens = xcalloc((size_t)prompts.n, sizeof *lens);
@@ -85,15 +92,16 @@ static void check_case(const char *name) {
      * with a repetition penalty, or the processors that forbid ids and an EOS id). */
     GenConfig gc;
     if (gen_config_read(dir, &gc, &err)) fail_msg("%s", err.msg);
-    if (gc.found) o.sample = gc.sp, o.bans = &gc.bans, o.eos = gc.eos, o.n_eos = gc.n_eos;
+    if (gc.found) o.sample = gc.sp, o.procs = &gc.procs, o.eos = gc.eos, o.n_eos = gc.n_eos;
     GenOutput *out = xcalloc((size_t)prompts.n, sizeof *out);
     if (generate(&d, NULL, ptr, lens, prompts.n, &o, out, NULL, NULL, NULL, &err))
         fail_msg("%s", err.msg);
     double worst = 0.0;
     for (int i = 0; i < prompts.n; i++) {
-        assert_int_equal(out[i].n, NEW);
-        assert_string_equal(out[i].finish, "length");
-        for (int t = 0; t < NEW; t++) {
+        assert_int_equal(out[i].n, count[i]);
+        int32_t last = expected.ids[expected.start[i] + count[i] - 1];
+        assert_string_equal(out[i].finish, gen_is_eos(&o, last) ? "eos" : "length");
+        for (int t = 0; t < count[i]; t++) {
             if (out[i].ids[t] != expected.ids[expected.start[i] + t])
                 fail_msg("%s prompt %d token %d: got %d, transformers %d", name, i, t,
                          out[i].ids[t], expected.ids[expected.start[i] + t]);
@@ -102,8 +110,8 @@ static void check_case(const char *name) {
         }
         gen_output_free(&out[i]);
     }
-    printf("%s: %d prompts x %d tokens identical, max |logprob diff| %.3g\n", name, prompts.n, NEW,
-           worst);
+    printf("%s: %d prompts x up to %d tokens identical, max |logprob diff| %.3g\n", name, prompts.n,
+           NEW, worst);
     assert_true(worst < TOL_LOGPROB);
     /* A later call that keeps what the cache holds of its prompts (a conversation's next turn)
      * gives the same: the first halves of the prompts are cached by one call, the next runs
@@ -128,7 +136,8 @@ static void check_case(const char *name) {
     assert_int_equal(st.reused_tokens, want_reused);
     double worst_reused = 0.0;
     for (int i = 0; i < prompts.n; i++) {
-        for (int t = 0; t < NEW; t++) {
+        assert_int_equal(out[i].n, count[i]);
+        for (int t = 0; t < count[i]; t++) {
             if (out[i].ids[t] != expected.ids[expected.start[i] + t])
                 fail_msg("%s prompt %d token %d after reusing the cache: got %d, transformers %d",
                          name, i, t, out[i].ids[t], expected.ids[expected.start[i] + t]);
@@ -143,7 +152,7 @@ static void check_case(const char *name) {
     free(hl);
     /* An EOS id ends a sequence there (kept as its last id); the others run on. (A case with
      * forbidden ids forbids its EOS.) */
-    if (!gc.found || !sample_bans_on(&gc.bans)) {
+    if (!gc.found || !sample_procs_on(&gc.procs)) {
         int32_t eos = expected.ids[expected.start[0] + 5];
         int stop_at = 0;
         while (expected.ids[expected.start[0] + stop_at] != eos)
@@ -159,7 +168,7 @@ static void check_case(const char *name) {
             gen_output_free(&out[i]);
     }
     decoder_free(&d);
-    free(out), free(ptr), free(lens), free(lps);
+    free(out), free(ptr), free(lens), free(lps), free(count);
     token_lines_free(&prompts), token_lines_free(&expected);
     infer_model_close(&im);
     free(dir), free(pp), free(ep), free(lp);
@@ -190,6 +199,19 @@ static void test_parity_dense_norepeat(void **state) {
 static void test_parity_dense_bans(void **state) {
     (void)state;
     check_case("dense_bans");
+}
+
+/* The other processors of generation_config.json: sequence_bias, encoder_repetition_penalty,
+ * encoder_no_repeat_ngram_size, forced_bos_token_id (a one-id prompt), begin_suppress_tokens
+ * after it, forced_eos_token_id. */
+static void test_parity_dense_procs(void **state) {
+    (void)state;
+    check_case("dense_procs");
+}
+/* exponential_decay_length_penalty with an EOS id: the completions end at different steps. */
+static void test_parity_dense_decay(void **state) {
+    (void)state;
+    check_case("dense_decay");
 }
 
 static void test_parity_dense_yarn(void **state) {
@@ -405,15 +427,15 @@ static void test_no_repeat_ngrams(void **state) {
 static void test_token_bans(void **state) {
     (void)state;
     enum { V = 8 };
-    TokenBans b = {.min_new_tokens = 2,
-                   .min_length = 5,
-                   .suppress = {6},
-                   .n_suppress = 1,
-                   .begin_suppress = {1},
-                   .n_begin_suppress = 1,
-                   .words = {7, 3, 4, 0, 2, 3, 4},
-                   .word_end = {1, 3, 4, 7},
-                   .n_words = 4};
+    LogitProcs b = {.min_new_tokens = 2,
+                    .min_length = 5,
+                    .suppress = {6},
+                    .n_suppress = 1,
+                    .begin_suppress = {1},
+                    .n_begin_suppress = 1,
+                    .words = {7, 3, 4, 0, 2, 3, 4},
+                    .word_end = {1, 3, 4, 7},
+                    .n_words = 4};
     int32_t eos[1] = {0};
     int32_t hist[4] = {5, 3, 2, 3};
     struct {
@@ -441,18 +463,97 @@ static void test_token_bans(void **state) {
     }
     /* min_length and min_new_tokens met, a word longer than the ids so far */
     float row[V] = {0, 1, 2, 3, 4, 5, 6, 7};
-    TokenBans w = {.words = {1, 2, 3}, .word_end = {3}, .n_words = 1, .min_new_tokens = 1};
+    LogitProcs w = {.words = {1, 2, 3}, .word_end = {3}, .n_words = 1, .min_new_tokens = 1};
     int32_t h2[2] = {1, 2};
     sample_ban_tokens(row, V, &w, h2, 2, 1, eos, 1);
     for (int v = 0; v < V; v++)
         assert_false(isinf(row[v]));
-    assert_false(sample_bans_on(NULL));
-    assert_true(sample_bans_on(&w));
+    assert_false(sample_procs_on(NULL));
+    assert_true(sample_procs_on(&w));
     char text[160];
-    sample_bans_describe(text, sizeof text, &b);
+    sample_procs_describe(text, sizeof text, &b);
     assert_string_equal(text,
                         ", min-new-tokens 2, min-length 5, 1 suppressed ids, 1 ids suppressed "
                         "at the start, 4 bad words");
+}
+
+/* sample_process on hand-made rows, each processor against its definition: sequence biases
+ * that meet on one id sum, a longer sequence's bias only after its prefix; the prompt's ids
+ * scaled by the encoder repetition penalty (up where positive); an id completing a prompt
+ * n-gram forbidden (n = 1: every prompt id); the forced BOS id only after a one-id history,
+ * the forced EOS ids only for the last new id, with suppress_tokens still applied after them;
+ * the EOS decay once the completion is longer than its start. */
+static void test_processors(void **state) {
+    (void)state;
+    enum { V = 6 };
+    const float lg[V] = {1.0f, -2.0f, 3.0f, -4.0f, 0.5f, 2.0f};
+    int32_t eos[1] = {5};
+    uint8_t seen[V] = {0};
+    int32_t hist[4] = {1, 2, 4, 2}; /* prompt 1 2 4, completion 2 */
+    for (int t = 0; t < 4; t++)
+        seen[hist[t]] |= t < 3 ? SEEN_ID | SEEN_PROMPT : SEEN_ID;
+    ProcSeq q = {
+        .seen = seen, .hist = hist, .len = 4, .n_new = 1, .max_new = 8, .eos = eos, .n_eos = 1};
+    SampleParams sp = {.top_p = 1.0f};
+    float out[V];
+
+    LogitProcs b = {.seq = {3, 3, 2, 3, 1, 0},
+                    .seq_end = {1, 2, 4, 6},
+                    .seq_bias = {1.0f, 0.5f, 2.0f, 7.0f},
+                    .n_seqs = 4};
+    sample_process(out, lg, V, &sp, &b, &q);
+    /* [3] +1 and [3] +0.5 always; [2 3] after the history's last id 2: +2; [1 0] not here */
+    assert_true(out[3] == -4.0f + 3.5f && out[0] == 1.0f && out[2] == 3.0f);
+
+    LogitProcs r = {.encoder_repetition_penalty = 2.0};
+    sample_process(out, lg, V, &sp, &r, &q);
+    assert_true(out[1] == -1.0f && out[2] == 6.0f && out[4] == 1.0f && out[0] == 1.0f &&
+                out[3] == -4.0f);
+
+    LogitProcs ng = {.encoder_no_repeat_ngram_size = 2};
+    sample_process(out, lg, V, &sp, &ng, &q); /* prompt "2 4" follows the last id 2 */
+    assert_true(isinf(out[4]) && !isinf(out[2]) && !isinf(out[1]));
+    ng.encoder_no_repeat_ngram_size = 1;
+    sample_process(out, lg, V, &sp, &ng, &q);
+    assert_true(isinf(out[1]) && isinf(out[2]) && isinf(out[4]) && !isinf(out[0]));
+
+    LogitProcs f = {.forced_bos = 3,
+                    .n_forced_bos = 1,
+                    .forced_eos = {4, 0},
+                    .n_forced_eos = 2,
+                    .suppress = {0},
+                    .n_suppress = 1,
+                    .begin_suppress = {2},
+                    .n_begin_suppress = 1};
+    sample_process(out, lg, V, &sp, &f, &q); /* neither forced here */
+    assert_true(isinf(out[0]) && out[3] == -4.0f && out[4] == 0.5f);
+    ProcSeq one = {.seen = seen, .hist = hist, .len = 1, .n_new = 0, .max_new = 8};
+    sample_process(out, lg, V, &sp, &f, &one);
+    for (int v = 0; v < V; v++)
+        assert_true(v == 3 ? out[v] == 0.0f : isinf(out[v]));
+    /* with a one-id prompt and a forced BOS id, begin_suppress_tokens wait one id */
+    ProcSeq two = {.seen = seen, .hist = hist, .len = 2, .n_new = 1, .max_new = 8};
+    sample_process(out, lg, V, &sp, &f, &two);
+    assert_true(isinf(out[2]));
+    ProcSeq last = q;
+    last.n_new = 7, last.len = 10;
+    int32_t h10[10] = {1, 2, 4, 2, 2, 2, 2, 2, 2, 2};
+    last.hist = h10;
+    sample_process(out, lg, V, &sp, &f, &last); /* EOS forced, suppressed 0 stays out */
+    for (int v = 0; v < V; v++)
+        assert_true(v == 4 ? out[v] == 0.0f : isinf(out[v]));
+
+    LogitProcs d = {.decay_start = 2, .decay_factor = 1.5};
+    q.n_new = 2;
+    sample_process(out, lg, V, &sp, &d, &q);
+    assert_true(out[5] == 2.0f);
+    q.n_new = 4;
+    sample_process(out, lg, V, &sp, &d, &q); /* 2 + |2| (1.5^2 - 1) */
+    assert_float_equal(out[5], 2.0 + 2.0 * 1.25, 1e-6);
+    char text[320];
+    sample_procs_describe(text, sizeof text, &f);
+    assert_string_equal(text, ", 1 suppressed ids, 1 ids suppressed at the start, a forced BOS "
+                              "id, forced EOS ids at the end");
 }
 
 /* typical_p, epsilon_cutoff and eta_cutoff beside the other warpers: the ids kept on random rows
@@ -691,6 +792,19 @@ static void test_gen_config(void **state) {
         {"{\"begin_suppress_tokens\": [-1]}", "\"begin_suppress_tokens\" must hold token ids"},
         {"{\"bad_words_ids\": []}", "\"bad_words_ids\" must be a non-empty list of lists"},
         {"{\"bad_words_ids\": [[1], []]}", "\"bad_words_ids\" entry 1 must be a non-empty list"},
+        {"{\"sequence_bias\": []}", "\"sequence_bias\" must be a non-empty list of [[token ids]"},
+        {"{\"sequence_bias\": [[[1], 2], [[], 1.0]]}", "\"sequence_bias\" entry 1 must be"},
+        {"{\"sequence_bias\": [[[1], \"x\"]]}", "\"sequence_bias\" entry 0 must be"},
+        {"{\"sequence_bias\": [[[-3], 1.0]]}", "\"sequence_bias\" must hold token ids"},
+        {"{\"encoder_repetition_penalty\": 0}", "\"encoder_repetition_penalty\" must be > 0"},
+        {"{\"encoder_no_repeat_ngram_size\": -2}",
+         "\"encoder_no_repeat_ngram_size\" must be a whole number >= 0"},
+        {"{\"forced_bos_token_id\": 1.5}", "\"forced_bos_token_id\" must hold token ids"},
+        {"{\"forced_eos_token_id\": [1, \"x\"]}", "\"forced_eos_token_id\" must hold token ids"},
+        {"{\"exponential_decay_length_penalty\": [3]}",
+         "\"exponential_decay_length_penalty\" must be [start, factor]"},
+        {"{\"exponential_decay_length_penalty\": [3, 0]}",
+         "\"exponential_decay_length_penalty\" must be [start, factor]"},
         {"{\"do_sample\": true", "generation_config.json"},
     };
     for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
@@ -897,6 +1011,9 @@ int main(void) {
         cmocka_unit_test(test_parity_dense_reppen),
         cmocka_unit_test(test_parity_dense_norepeat),
         cmocka_unit_test(test_parity_dense_bans),
+        cmocka_unit_test(test_parity_dense_procs),
+        cmocka_unit_test(test_parity_dense_decay),
+        cmocka_unit_test(test_processors),
         cmocka_unit_test(test_token_bans),
         cmocka_unit_test(test_repetition_penalty),
         cmocka_unit_test(test_no_repeat_ngrams),

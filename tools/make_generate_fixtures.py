@@ -526,54 +526,126 @@ def build_gen_configs(out_root):
     print(f"gen_configs: {len(cases)} files")
 
 
+def greedy_case(model, m64, prompts, g):
+    """Greedy transformers continuations of prompts under the settings g (a
+    generation_config.json's keys): (prompt, new ids, raw log-probs) each, the least margin
+    between the best two processed scores, and whether float64 gives the same ids."""
+    kw = {k: v for k, v in g.items() if k != "do_sample"}
+    kw.setdefault("eos_token_id", None)
+    results, margin, same64 = [], float("inf"), True
+
+    def run(m, p):
+        with torch.no_grad():
+            return m.generate(p[None], attention_mask=torch.ones_like(p[None]), do_sample=False,
+                              max_new_tokens=NEW, output_logits=True, output_scores=True,
+                              return_dict_in_generate=True, pad_token_id=0, **kw)
+
+    for p in prompts:
+        out = run(model, p)
+        new = out.sequences[0, p.shape[0]:]
+        same64 &= run(m64, p).sequences[0, p.shape[0]:].tolist() == new.tolist()
+        lps = []
+        for t, (lg, sc) in enumerate(zip(out.logits, out.scores)):
+            top2 = torch.topk(sc[0].double(), 2).values
+            if torch.isfinite(top2[1]):
+                margin = min(margin, float(top2[0] - top2[1]))
+            lps.append(float(torch.log_softmax(lg[0].double(), dim=-1)[new[t]]))
+        results.append((p, new, lps))
+    return results, margin, same64
+
+
+def untied_models(out_root):
+    """dense_untied_mha's model (made by build) in float32 and float64, and its folder."""
+    from transformers import AutoModelForCausalLM
+    src = os.path.join(out_root, "dense_untied_mha")
+    model, m64 = (AutoModelForCausalLM.from_pretrained(src, attn_implementation="eager",
+                                                       dtype=dt).eval()
+                  for dt in (torch.float32, torch.float64))
+    return model, m64, src
+
+
+def write_untied_case(out_root, src, name, g, results):
+    """A case folder on dense_untied_mha's model: its config and weights, g and results."""
+    d = os.path.join(out_root, name)
+    os.makedirs(d, exist_ok=True)
+    for f in ("config.json", "model.safetensors"):
+        shutil.copy(os.path.join(src, f), os.path.join(d, f))
+    write_case(d, g, results)
+
+
 def build_bans(out_root):
     """dense_bans/: dense_untied_mha's model, greedy (as run() makes the cases above) under a
     generation_config.json with the processors that forbid ids: eos_token_id with
     min_new_tokens = NEW (so the completions still run NEW tokens), suppress_tokens,
     begin_suppress_tokens and bad_words_ids (one single id, one pair), each id taken from the
     continuations without them so that each changes them; kept only where float64 agrees."""
-    from transformers import AutoModelForCausalLM
-    src = os.path.join(out_root, "dense_untied_mha")
-    model, m64 = (AutoModelForCausalLM.from_pretrained(src, attn_implementation="eager",
-                                                       dtype=dt).eval()
-                  for dt in (torch.float32, torch.float64))
+    model, m64, src = untied_models(out_root)
     gen = seeded(701)
     V = model.config.vocab_size
-
-    def greedy(m, p, **kw):
-        with torch.no_grad():
-            return m.generate(p[None], attention_mask=torch.ones_like(p[None]), do_sample=False,
-                              max_new_tokens=NEW, output_logits=True, output_scores=True,
-                              return_dict_in_generate=True, pad_token_id=0, **kw)
-
     for attempt in range(100):
         prompts = [torch.randint(0, V, (n,), generator=gen) for n in (4, 9)]
-        free = [greedy(model, p, eos_token_id=None, min_new_tokens=NEW).sequences[0, len(p):]
-                .tolist() for p in prompts]
+        free = [n.tolist() for _, n, _ in greedy_case(model, m64, prompts, {})[0]]
         g = dict(do_sample=False, eos_token_id=free[0][3], min_new_tokens=NEW,
                  suppress_tokens=[free[0][5]], begin_suppress_tokens=[free[0][0], free[1][0]],
                  bad_words_ids=[[free[1][2]], [free[0][7], free[0][8]]])
-        kw = {k: v for k, v in g.items() if k != "do_sample"}
-        results, margin, same64 = [], float("inf"), True
-        for p in prompts:
-            out = greedy(model, p, **kw)
-            new = out.sequences[0, p.shape[0]:]
-            assert new.shape[0] == NEW
-            same64 &= greedy(m64, p, **kw).sequences[0, p.shape[0]:].tolist() == new.tolist()
-            lps = []
-            for t, (lg, sc) in enumerate(zip(out.logits, out.scores)):
-                top2 = torch.topk(sc[0].double(), 2).values
-                margin = min(margin, float(top2[0] - top2[1]))
-                lps.append(float(torch.log_softmax(lg[0].double(), dim=-1)[new[t]]))
-            results.append((p, new, lps))
+        results, margin, same64 = greedy_case(model, m64, prompts, g)
+        assert all(len(n) == NEW for _, n, _ in results)
         if margin > MIN_MARGIN and same64:
             break
-    d = os.path.join(out_root, "dense_bans")
-    os.makedirs(d, exist_ok=True)
-    for f in ("config.json", "model.safetensors"):
-        shutil.copy(os.path.join(src, f), os.path.join(d, f))
-    write_case(d, g, results)
+    write_untied_case(out_root, src, "dense_bans", g, results)
     print(f"dense_bans: {g}, min greedy margin {margin:.3g}")
+
+
+def build_procs(out_root):
+    """dense_procs/ and dense_decay/: dense_untied_mha's model, greedy under generation_config.json
+    files with the logits processors of sample.h's LogitProcs beyond the bans of dense_bans.
+    dense_procs: sequence_bias (a one-id sequence pushed down, a two-id one pushed up),
+    encoder_repetition_penalty, encoder_no_repeat_ngram_size, forced_bos_token_id (a one-id
+    prompt among the prompts), begin_suppress_tokens (moved one step later by it) and
+    forced_eos_token_id; dense_decay: exponential_decay_length_penalty beside an EOS id, so the
+    completions end at different steps. Ids are taken from the continuations without the
+    setting, and a case is kept only where leaving out any one setting changes some
+    continuation and float64 gives the same ids."""
+    model, m64, src = untied_models(out_root)
+    gen = seeded(801)
+    V = model.config.vocab_size
+
+    def ids_of(results):
+        return [n.tolist() for _, n, _ in results]
+
+    def settings(prompts):
+        free = ids_of(greedy_case(model, m64, prompts, {})[0])
+        g = dict(do_sample=False,
+                 sequence_bias=[[[free[1][2]], -40.0], [[free[2][0], free[1][5]], 30.0]],
+                 encoder_repetition_penalty=2.5, encoder_no_repeat_ngram_size=2,
+                 forced_bos_token_id=free[2][3], forced_eos_token_id=free[1][7])
+        # begin_suppress_tokens: what the one-id prompt's second id is with the rest
+        g["begin_suppress_tokens"] = [ids_of(greedy_case(model, m64, prompts[:1], g)[0])[0][1]]
+        return g
+
+    def decay(prompts):
+        free = ids_of(greedy_case(model, m64, prompts, {})[0])
+        return dict(do_sample=False, eos_token_id=free[0][NEW - 1],
+                    exponential_decay_length_penalty=[3, 1.6])
+
+    for name, lens, make in (("dense_procs", (1, 6, 9), settings),
+                             ("dense_decay", (4, 7, 10), decay)):
+        for attempt in range(200):
+            prompts = [torch.randint(0, V, (n,), generator=gen) for n in lens]
+            g = make(prompts)
+            results, margin, same64 = greedy_case(model, m64, prompts, g)
+            got = ids_of(results)
+            each = all(ids_of(greedy_case(model, m64, prompts,
+                                          {k: v for k, v in g.items() if k != key})[0]) != got
+                       for key in g if key not in ("do_sample", "eos_token_id"))
+            ends = sorted({len(x) for x in got})
+            if margin > MIN_MARGIN and same64 and each and (name != "dense_decay" or
+                                                            (len(ends) > 1 and ends[-1] < NEW)):
+                break
+        else:
+            raise SystemExit(f"{name}: no prompts found")
+        write_untied_case(out_root, src, name, g, results)
+        print(f"{name}: {g}, lengths {[len(x) for x in got]}, min greedy margin {margin:.3g}")
 
 
 # Beam search: transformers' generate(num_beams=k, do_sample=False) on models of the cases above
@@ -599,6 +671,13 @@ BEAM_CASES = [
     # The same with "never": a prompt is kept only where false would return other beams.
     dict(model="dense_untied_mha", k=3, lp=2.0, es="never", new=16, eos_at=[0, 1], ret=3,
          lens=[5, 8], contrast=dict(es=False)),
+    # The other processors of generation_config.json (sample.h's LogitProcs) on beams: a prompt
+    # is kept only where the search without them returns other beams.
+    dict(model="dense_untied_mha", k=3, lp=1.0, es=False, new=12, eos_at=[3], ret=2,
+         lens=[6, 9], contrast=dict(proc={}),
+         proc=dict(sequence_bias=[[[5], 2.0], [[7, 9], 3.0]], encoder_repetition_penalty=1.5,
+                   encoder_no_repeat_ngram_size=2, exponential_decay_length_penalty=[6, 1.15],
+                   forced_eos_token_id=11)),
 ]
 
 
@@ -639,7 +718,7 @@ def build_beams(out_root):
             for attempt in range(500):
                 p = torch.randint(0, V, (n,), generator=gen)
                 with torch.no_grad():
-                    free, _ = beam_generate(model, p, dict(c, ret=1), [])
+                    free, _ = beam_generate(model, p, dict(c, ret=1, proc={}), [])
                     eos = [free[0][i] for i in c["eos_at"]]
                     eos = list(dict.fromkeys(eos))
                     seqs, scores = beam_generate(model, p, c, eos)
@@ -678,6 +757,7 @@ def main():
     build_gen_configs(out)
     build_warpers(out)
     build_bans(out)
+    build_procs(out)
     build_beams(out)
 
 

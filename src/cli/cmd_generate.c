@@ -105,8 +105,11 @@ static const char *USAGE =
     "  --stop STRING          end a completion before STRING (repeatable, up to 16)\n"
     "  --min-new-tokens N     no EOS before N new tokens (transformers' min_new_tokens);\n"
     "                         default 0, or generation_config.json's (which also gives\n"
-    "                         min_length, suppress_tokens, begin_suppress_tokens and\n"
-    "                         bad_words_ids, applied as transformers applies them)\n"
+    "                         transformers' other logits processors, applied as it applies\n"
+    "                         them: min_length, suppress_tokens, begin_suppress_tokens,\n"
+    "                         bad_words_ids, sequence_bias, encoder_repetition_penalty,\n"
+    "                         encoder_no_repeat_ngram_size, forced_bos_token_id,\n"
+    "                         forced_eos_token_id, exponential_decay_length_penalty)\n"
     "  --dtype float32|bfloat16  weights of the matrix products (default float32)\n"
     "  --json                 one JSON object a completion: prompt, prompt_ids, ids, text,\n"
     "                         logprobs (the model's log-probability of each new id) and\n"
@@ -125,7 +128,7 @@ typedef struct GenArgs {
     long n_return; /* --num-return-sequences */
     SampleParams sp;
     BeamParams beams;
-    TokenBans bans; /* --min-new-tokens, and generation_config.json's forbidden ids */
+    LogitProcs procs; /* --min-new-tokens, and generation_config.json's logits processors */
     /* Which of --max-new-tokens, --temperature, --top-k, --top-p, --min-p,
      * --repetition-penalty, --no-repeat-ngram-size were given: the others come from
      * generation_config.json when the model has one. */
@@ -232,7 +235,7 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
             if (a->n_return > 65536)
                 return err_set(err, "--num-return-sequences %s: at most 65536", v);
         } else if (strcmp(o, "--min-new-tokens") == 0) {
-            TRY(parse_count(o, v, 0, 1000000000, &a->bans.min_new_tokens, &a->set_min_new, err));
+            TRY(parse_count(o, v, 0, 1000000000, &a->procs.min_new_tokens, &a->set_min_new, err));
         } else if (strcmp(o, "--num-beams") == 0) {
             TRY(parse_long(o, v, 1, &n, err));
             if (n > 1024) return err_set(err, "--num-beams %s: at most 1024", v);
@@ -459,16 +462,16 @@ static int apply_gen_config(GenArgs *a, InferModel *im, Err *err) {
     if (!a->set_rep) a->sp.repetition_penalty = gc.sp.repetition_penalty;
     if (!a->set_ngram) a->sp.no_repeat_ngram_size = gc.sp.no_repeat_ngram_size;
     if (!a->set_max_new && gc.max_new_tokens > 0) a->max_new = gc.max_new_tokens;
-    int min_new = a->bans.min_new_tokens;
-    a->bans = gc.bans;
-    if (a->set_min_new) a->bans.min_new_tokens = min_new;
+    int min_new = a->procs.min_new_tokens;
+    a->procs = gc.procs;
+    if (a->set_min_new) a->procs.min_new_tokens = min_new;
     if (!a->set_beams) a->beams.num_beams = gc.beams.num_beams;
     if (!a->set_length_penalty) a->beams.length_penalty = gc.beams.length_penalty;
     if (!a->set_early_stopping) a->beams.early_stopping = gc.beams.early_stopping;
     char how[192];
     sample_describe(how, sizeof how, &a->sp);
-    char beams[96] = "", bans[160];
-    sample_bans_describe(bans, sizeof bans, &a->bans);
+    char beams[96] = "", procs[320];
+    sample_procs_describe(procs, sizeof procs, &a->procs);
     if (a->beams.num_beams > 1)
         snprintf(beams, sizeof beams, ", %d beams, length-penalty %g, early-stopping %s",
                  a->beams.num_beams, a->beams.length_penalty,
@@ -476,7 +479,7 @@ static int apply_gen_config(GenArgs *a, InferModel *im, Err *err) {
     fprintf(stderr,
             "sampling: %s%s%s, max-new-tokens %ld (%s/generation_config.json, do_sample %s, where "
             "no flag says otherwise)\n",
-            how, beams, bans, a->max_new, im->dir, gc.do_sample ? "true" : "false");
+            how, beams, procs, a->max_new, im->dir, gc.do_sample ? "true" : "false");
     if (gc.ignored[0])
         fprintf(stderr,
                 "note: %s/generation_config.json sets %s, which qtitan does not apply (it samples "
@@ -605,7 +608,7 @@ static int interactive_run(GenArgs *a, Err *err) {
                             .n_eos = im.n_eos,
                             .stop = a->stop,
                             .n_stop = a->n_stop,
-                            .bans = &a->bans,
+                            .procs = &a->procs,
                             .reuse_cache = 1};
             rc = generate(&d, im.tok, &ptr, &plen, 1, &o, &out, a->json ? NULL : stream_stdout,
                           NULL, &st, err);
@@ -732,7 +735,7 @@ static int generate_run(GenArgs *a, Err *err) {
                         .n_eos = im.n_eos,
                         .stop = a->stop,
                         .n_stop = a->n_stop,
-                        .bans = &a->bans};
+                        .procs = &a->procs};
         int streaming = n == 1 && !a->json && !beams;
         if (beams)
             rc = beam_prompts(&d, &im, ptr, lens, pr.n, K, &o, &a->beams, out, &st, err);

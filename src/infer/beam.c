@@ -104,10 +104,16 @@ static void score_candidates(Search *s, const GenOptions *o, const int32_t *prom
             memcpy(s->hist + len, h->ids, (size_t)h->n * sizeof *s->hist);
             memset(s->seen, 0, (size_t)V);
             for (long t = 0; t < len + h->n; t++)
-                if (s->hist[t] >= 0 && s->hist[t] < V) s->seen[s->hist[t]] = 1;
-            sample_penalize(acc, lp, V, s->seen, &o->sample);
-            sample_ban_ngrams(acc, V, s->hist, len + h->n, &o->sample);
-            sample_ban_tokens(acc, V, o->bans, s->hist, len + h->n, h->n, o->eos, o->n_eos);
+                if (s->hist[t] >= 0 && s->hist[t] < V)
+                    s->seen[s->hist[t]] |= t < len ? SEEN_ID | SEEN_PROMPT : SEEN_ID;
+            ProcSeq q = {.seen = s->seen,
+                         .hist = s->hist,
+                         .len = len + h->n,
+                         .n_new = h->n,
+                         .max_new = o->max_new_tokens,
+                         .eos = o->eos,
+                         .n_eos = o->n_eos};
+            sample_process(acc, lp, V, &o->sample, o->procs, &q);
             proc = acc;
         }
         float base = s->run[b].score;

@@ -51,7 +51,7 @@ static int id_list(const json_t *v, const char *file, const char *key, int32_t *
 }
 
 /* bad_words_ids: a non-empty list of non-empty lists of ids, or null. */
-static int bad_words(const json_t *root, const char *file, TokenBans *b, Err *err) {
+static int bad_words(const json_t *root, const char *file, LogitProcs *b, Err *err) {
     const json_t *v = json_object_get(root, "bad_words_ids");
     if (!v || json_is_null(v)) return 0;
     if (!json_is_array(v) || json_array_size(v) == 0)
@@ -59,9 +59,9 @@ static int bad_words(const json_t *root, const char *file, TokenBans *b, Err *er
                        "%s: \"bad_words_ids\" must be a non-empty list of lists of token ids "
                        "or null",
                        file);
-    if (json_array_size(v) > TOKEN_BANS_MAX_WORDS)
+    if (json_array_size(v) > LOGIT_PROCS_MAX_WORDS)
         return err_set(err, "%s: \"bad_words_ids\" holds more than the %d words qtitan takes", file,
-                       TOKEN_BANS_MAX_WORDS);
+                       LOGIT_PROCS_MAX_WORDS);
     int used = 0;
     for (size_t w = 0; w < json_array_size(v); w++) {
         const json_t *word = json_array_get(v, w);
@@ -70,22 +70,101 @@ static int bad_words(const json_t *root, const char *file, TokenBans *b, Err *er
                            "%s: \"bad_words_ids\" entry %zu must be a non-empty list of token "
                            "ids",
                            file, w);
-        TRY(id_list(word, file, "bad_words_ids", b->words, TOKEN_BANS_MAX_IDS, &used, err));
+        TRY(id_list(word, file, "bad_words_ids", b->words, LOGIT_PROCS_MAX_IDS, &used, err));
         b->word_end[b->n_words++] = used;
     }
     return 0;
 }
 
-/* The processors that forbid ids (sample.h's TokenBans). */
-static int bans(const json_t *root, const char *file, TokenBans *b, Err *err) {
-    double mnt = 0, ml = 0;
+/* sequence_bias: a non-empty list of [[ids...], bias] pairs, or null; a sequence given twice
+ * keeps its last bias (transformers makes a dict of the list). */
+static int sequence_bias(const json_t *root, const char *file, LogitProcs *b, Err *err) {
+    const json_t *v = json_object_get(root, "sequence_bias");
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_array(v) || json_array_size(v) == 0)
+        return err_set(err,
+                       "%s: \"sequence_bias\" must be a non-empty list of [[token ids], bias] "
+                       "pairs or null",
+                       file);
+    if (json_array_size(v) > LOGIT_PROCS_MAX_WORDS)
+        return err_set(err, "%s: \"sequence_bias\" holds more than the %d sequences qtitan takes",
+                       file, LOGIT_PROCS_MAX_WORDS);
+    int used = 0;
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        const json_t *pair = json_array_get(v, i), *ids = json_array_get(pair, 0);
+        const json_t *bias = json_array_get(pair, 1);
+        if (!json_is_array(pair) || json_array_size(pair) != 2 || !json_is_array(ids) ||
+            json_array_size(ids) == 0 || !json_is_number(bias) ||
+            !isfinite((float)json_number_value(bias)))
+            return err_set(err,
+                           "%s: \"sequence_bias\" entry %zu must be [[token ids], bias]: a "
+                           "non-empty list of ids and a number of float range",
+                           file, i);
+        int start = used;
+        TRY(id_list(ids, file, "sequence_bias", b->seq, LOGIT_PROCS_MAX_IDS, &used, err));
+        float f = (float)json_number_value(bias);
+        int n = used - start, same = -1;
+        for (int s = 0, st = 0; s < b->n_seqs && same < 0; st = b->seq_end[s++])
+            if (b->seq_end[s] - st == n &&
+                memcmp(b->seq + st, b->seq + start, (size_t)n * sizeof *b->seq) == 0)
+                same = s;
+        if (same >= 0)
+            b->seq_bias[same] = f, used = start;
+        else
+            b->seq_bias[b->n_seqs] = f, b->seq_end[b->n_seqs++] = used;
+    }
+    return 0;
+}
+
+/* exponential_decay_length_penalty: [start, factor] (start a whole number >= 0, factor > 0),
+ * or null. */
+static int length_decay(const json_t *root, const char *file, LogitProcs *b, Err *err) {
+    const json_t *v = json_object_get(root, "exponential_decay_length_penalty");
+    if (!v || json_is_null(v)) return 0;
+    const json_t *start = json_array_get(v, 0), *factor = json_array_get(v, 1);
+    if (!json_is_array(v) || json_array_size(v) != 2 || !json_is_integer(start) ||
+        json_integer_value(start) < 0 || json_integer_value(start) > 1000000000 ||
+        !json_is_number(factor) || !(json_number_value(factor) > 0) ||
+        !isfinite(json_number_value(factor)))
+        return err_set(err,
+                       "%s: \"exponential_decay_length_penalty\" must be [start, factor]: a "
+                       "whole number >= 0 and a number > 0, or null",
+                       file);
+    b->decay_start = (int)json_integer_value(start);
+    b->decay_factor = json_number_value(factor);
+    return 0;
+}
+
+/* The processors of sample.h's LogitProcs. */
+static int procs(const json_t *root, const char *file, LogitProcs *b, Err *err) {
+    double mnt = 0, ml = 0, erp = 1.0, eng = 0;
     TRY(number(root, "min_new_tokens", file, 0, 0, 1e9, 1, "a whole number >= 0", &mnt, err));
     TRY(number(root, "min_length", file, 0, 0, 1e9, 1, "a whole number >= 0", &ml, err));
+    TRY(number(root, "encoder_repetition_penalty", file, 0, 1, 1e30, 0, "> 0", &erp, err));
+    TRY(number(root, "encoder_no_repeat_ngram_size", file, 0, 0, 1e6, 1, "a whole number >= 0",
+               &eng, err));
     b->min_new_tokens = (int)mnt, b->min_length = (int)ml;
+    b->encoder_repetition_penalty = erp, b->encoder_no_repeat_ngram_size = (int)eng;
     TRY(id_list(json_object_get(root, "suppress_tokens"), file, "suppress_tokens", b->suppress,
-                TOKEN_BANS_MAX_IDS, &b->n_suppress, err));
+                LOGIT_PROCS_MAX_IDS, &b->n_suppress, err));
     TRY(id_list(json_object_get(root, "begin_suppress_tokens"), file, "begin_suppress_tokens",
-                b->begin_suppress, TOKEN_BANS_MAX_IDS, &b->n_begin_suppress, err));
+                b->begin_suppress, LOGIT_PROCS_MAX_IDS, &b->n_begin_suppress, err));
+    const json_t *bos = json_object_get(root, "forced_bos_token_id");
+    if (bos && !json_is_null(bos)) {
+        TRY(token_id(bos, file, "forced_bos_token_id", &b->forced_bos, err));
+        b->n_forced_bos = 1;
+    }
+    /* forced_eos_token_id: an id or a list of them */
+    const json_t *fe = json_object_get(root, "forced_eos_token_id");
+    if (fe && !json_is_null(fe)) {
+        if (json_is_array(fe))
+            TRY(id_list(fe, file, "forced_eos_token_id", b->forced_eos, LOGIT_PROCS_MAX_FORCED,
+                        &b->n_forced_eos, err));
+        else
+            TRY(token_id(fe, file, "forced_eos_token_id", &b->forced_eos[b->n_forced_eos++], err));
+    }
+    TRY(sequence_bias(root, file, b, err));
+    TRY(length_decay(root, file, b, err));
     return bad_words(root, file, b, err);
 }
 
@@ -94,7 +173,7 @@ static int bans(const json_t *root, const char *file, TokenBans *b, Err *err) {
 static void note_unapplied(GenConfig *gc, const json_t *root, const char *key, double off) {
     const json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v)) return;
-    if (json_is_number(v) && json_number_value(v) == off) return;
+    if ((json_is_number(v) && json_number_value(v) == off) || json_is_false(v)) return;
     if (json_is_array(v) && json_array_size(v) == 0) return;
     char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
     size_t used = strlen(gc->ignored);
@@ -158,7 +237,7 @@ int gen_config_parse(const char *text, size_t len, const char *file, GenConfig *
     if (rc == 0)
         rc = number(root, "length_penalty", file, -1e30, 0, 1e30, 0, "a number in [-1e30, 1e30]",
                     &lpen, err);
-    if (rc == 0) rc = bans(root, file, &gc->bans, err);
+    if (rc == 0) rc = procs(root, file, &gc->procs, err);
     BeamStop stop = BEAM_STOP_HEURISTIC;
     const json_t *es = rc == 0 ? json_object_get(root, "early_stopping") : NULL;
     if (rc == 0 && es && !json_is_null(es)) {
@@ -205,11 +284,17 @@ int gen_config_parse(const char *text, size_t len, const char *file, GenConfig *
             const char *key;
             double off;
         } UNAPPLIED[] = {{"top_h", -1},
-                         {"encoder_repetition_penalty", 1},
                          {"penalty_alpha", 0},
-                         {"forced_bos_token_id", -1},
-                         {"forced_eos_token_id", -1},
-                         {"sequence_bias", 0}};
+                         {"guidance_scale", 1},
+                         {"dola_layers", 0},
+                         {"num_beam_groups", 1},
+                         {"diversity_penalty", 0},
+                         {"renormalize_logits", 0},
+                         {"token_healing", 0},
+                         {"watermarking_config", 0},
+                         {"force_words_ids", 0},
+                         {"constraints", 0},
+                         {"stop_strings", 0}};
         for (size_t i = 0; i < sizeof UNAPPLIED / sizeof UNAPPLIED[0]; i++)
             note_unapplied(gc, root, UNAPPLIED[i].key, UNAPPLIED[i].off);
     }

@@ -2,10 +2,10 @@
  * model when the caller names none (GenerationMixin._prepare_generation_config: the file's
  * values, then transformers' defaults for what the file leaves out or sets to null: do_sample
  * false, temperature 1.0, top_k 50, top_p 1.0, min_p none, repetition_penalty 1.0,
- * no_repeat_ngram_size none, num_beams 1, length_penalty 1.0, early_stopping false, and no
- * min_new_tokens, min_length, suppress_tokens, begin_suppress_tokens or bad_words_ids), for
+ * no_repeat_ngram_size none, num_beams 1, length_penalty 1.0, early_stopping false, and none of
+ * the other logits processors), for
  * `qtitan generate` to take as its defaults; and its eos_token_id(s). Settings that change what
- * transformers generates and that qtitan does not compute (typical_p, beam sampling, ...)
+ * transformers generates and that qtitan does not compute (beam sampling, guidance_scale, ...)
  * are listed for a note, not dropped in silence. */
 #ifndef QT_GEN_CONFIG_H
 #define QT_GEN_CONFIG_H
@@ -27,12 +27,14 @@ typedef struct GenConfig {
      * num_beams above 1 with do_sample true (beam sampling) is listed in `ignored` and left at
      * 1. */
     BeamParams beams;
-    /* min_new_tokens, min_length, suppress_tokens, begin_suppress_tokens and bad_words_ids:
-     * the ids they forbid (0 and none when absent or null). */
-    TokenBans bans;
+    /* The other logits processors (sample.h's LogitProcs: min_new_tokens, min_length,
+     * suppress_tokens, begin_suppress_tokens, bad_words_ids, sequence_bias,
+     * encoder_repetition_penalty, encoder_no_repeat_ngram_size, forced_bos_token_id,
+     * forced_eos_token_id, exponential_decay_length_penalty; off when absent or null). */
+    LogitProcs procs;
     int32_t eos[GEN_CONFIG_MAX_EOS];
     int n_eos;
-    char ignored[512]; /* "typical_p = 0.9, epsilon_cutoff = 0.1" or "" */
+    char ignored[512]; /* "guidance_scale = 1.5, penalty_alpha = 0.6" or "" */
 } GenConfig;
 
 /* Reads dir/generation_config.json into gc (gc->found = 0 and 0 returned when there is none).

@@ -18,21 +18,24 @@ typedef struct SeqState {
 } SeqState;
 
 int gen_processes(const GenOptions *o) {
-    return sample_penalizes(&o->sample) || sample_bans_on(o->bans);
+    return sample_penalizes(&o->sample) || sample_procs_on(o->procs);
 }
 
-/* The next id of sequence st from its raw logits lg: through o's processors (the repetition
- * penalty, the n-gram ban, the forbidden ids) into pen (V scratch) first when it has any, then
- * chosen by o's sampling. */
+/* The next id of sequence st from its raw logits lg: through o's processors (infer/sample.h)
+ * into pen (V scratch) first when it has any, then chosen by o's sampling. */
 static int32_t choose(Sampler *smp, const GenOptions *o, SeqState *st, const float *lg,
                       float *pen) {
     if (!st->seen) return sample_next(smp, lg, &o->sample, &st->rng);
-    sample_penalize(pen, lg, smp->V, st->seen, &o->sample);
-    sample_ban_ngrams(pen, smp->V, st->hist, st->hist_n, &o->sample);
-    sample_ban_tokens(pen, smp->V, o->bans, st->hist, st->hist_n, st->hist_n - st->prompt_n, o->eos,
-                      o->n_eos);
+    ProcSeq q = {.seen = st->seen,
+                 .hist = st->hist,
+                 .len = st->hist_n,
+                 .n_new = st->hist_n - st->prompt_n,
+                 .max_new = o->max_new_tokens,
+                 .eos = o->eos,
+                 .n_eos = o->n_eos};
+    sample_process(pen, lg, smp->V, &o->sample, o->procs, &q);
     int32_t id = sample_next(smp, pen, &o->sample, &st->rng);
-    st->seen[id] = 1;
+    st->seen[id] |= SEEN_ID;
     st->hist[st->hist_n++] = id;
     return id;
 }
@@ -154,7 +157,8 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
             st[i].seen = xcalloc((size_t)V, 1);
             st[i].hist = xcalloc((size_t)lens[i] + (size_t)o->max_new_tokens, sizeof *st[i].hist);
             for (int t = 0; t < lens[i]; t++)
-                if (prompts[i][t] >= 0 && prompts[i][t] < V) st[i].seen[prompts[i][t]] = 1;
+                if (prompts[i][t] >= 0 && prompts[i][t] < V)
+                    st[i].seen[prompts[i][t]] = SEEN_ID | SEEN_PROMPT;
             memcpy(st[i].hist, prompts[i], (size_t)lens[i] * sizeof *st[i].hist);
             st[i].hist_n = st[i].prompt_n = lens[i];
         }

@@ -21,7 +21,7 @@ typedef struct GenOptions {
     int n_eos;
     const char *const *stop; /* stop strings, matched in the decoded completion */
     int n_stop;
-    const TokenBans *bans; /* forbidden ids (infer/sample.h); NULL: none */
+    const LogitProcs *procs; /* forbidden ids (infer/sample.h); NULL: none */
     /* 0: the decoder's cache is emptied first. 1: sequence i keeps what its cache holds of
      * prompts[i] (decoder_reuse: a conversation's earlier turns) and runs only the rest. Either
      * way the cache of sequence i ends holding prompts[i] and its generated ids but the last. */

@@ -58,26 +58,36 @@ void sample_penalize(float *out, const float *logits, int V, const uint8_t *seen
         out[v] = !on || !seen[v] ? logits[v] : logits[v] < 0 ? logits[v] * r : logits[v] / r;
 }
 
-void sample_ban_ngrams(float *scores, int V, const int32_t *hist, long len, const SampleParams *p) {
-    long n = p->no_repeat_ngram_size;
-    if (n <= 0 || len < n) return;
+/* Sets scores[t] = -inf for every t that follows, in hist[0..search), an occurrence of the n - 1
+ * ids that end hist[0..len). */
+static void ban_following(float *scores, int V, const int32_t *hist, long len, long search,
+                          long n) {
+    if (n <= 0 || len < n - 1) return;
     const int32_t *prefix = hist + len - (n - 1);
-    for (long j = 0; j + n <= len; j++)
+    for (long j = 0; j + n <= search; j++)
         if (memcmp(hist + j, prefix, (size_t)(n - 1) * sizeof *hist) == 0) {
             int32_t t = hist[j + n - 1];
             if (t >= 0 && t < V) scores[t] = -INFINITY;
         }
 }
 
-int sample_bans_on(const TokenBans *b) {
-    return b && (b->min_new_tokens > 0 || b->min_length > 0 || b->n_suppress > 0 ||
-                 b->n_begin_suppress > 0 || b->n_words > 0);
+void sample_ban_ngrams(float *scores, int V, const int32_t *hist, long len, const SampleParams *p) {
+    if (len >= p->no_repeat_ngram_size)
+        ban_following(scores, V, hist, len, len, p->no_repeat_ngram_size);
 }
 
-void sample_bans_describe(char *out, size_t cap, const TokenBans *b) {
+int sample_procs_on(const LogitProcs *b) {
+    return b && (b->min_new_tokens > 0 || b->min_length > 0 || b->n_suppress > 0 ||
+                 b->n_begin_suppress > 0 || b->n_words > 0 || b->n_seqs > 0 ||
+                 (b->encoder_repetition_penalty > 0 && b->encoder_repetition_penalty != 1.0) ||
+                 b->encoder_no_repeat_ngram_size > 0 || b->n_forced_bos > 0 ||
+                 b->n_forced_eos > 0 || b->decay_factor > 0);
+}
+
+void sample_procs_describe(char *out, size_t cap, const LogitProcs *b) {
     size_t used = 0;
     out[0] = '\0';
-    if (!sample_bans_on(b)) return;
+    if (!sample_procs_on(b)) return;
     const struct {
         int n;
         const char *what;
@@ -85,12 +95,22 @@ void sample_bans_describe(char *out, size_t cap, const TokenBans *b) {
                  {b->min_length, "min-length %d"},
                  {b->n_suppress, "%d suppressed ids"},
                  {b->n_begin_suppress, "%d ids suppressed at the start"},
-                 {b->n_words, "%d bad words"}};
+                 {b->n_words, "%d bad words"},
+                 {b->n_seqs, "%d biased sequences"},
+                 {b->encoder_no_repeat_ngram_size, "prompt-no-repeat-ngram-size %d"},
+                 {b->n_forced_bos, "a forced BOS id"},
+                 {b->n_forced_eos, "forced EOS ids at the end"}};
     for (size_t i = 0; i < sizeof parts / sizeof parts[0] && used < cap; i++) {
         if (parts[i].n <= 0) continue;
         used += (size_t)snprintf(out + used, cap - used, ", ");
         if (used < cap) used += (size_t)snprintf(out + used, cap - used, parts[i].what, parts[i].n);
     }
+    double r = b->encoder_repetition_penalty;
+    if (r > 0 && r != 1.0 && used < cap)
+        used += (size_t)snprintf(out + used, cap - used, ", prompt-repetition-penalty %g", r);
+    if (b->decay_factor > 0 && used < cap)
+        snprintf(out + used, cap - used, ", EOS length decay %g after %d", b->decay_factor,
+                 b->decay_start);
 }
 
 static void ban_ids(float *scores, int V, const int32_t *ids, int n) {
@@ -98,12 +118,22 @@ static void ban_ids(float *scores, int V, const int32_t *ids, int n) {
         if (ids[i] >= 0 && ids[i] < V) scores[ids[i]] = -INFINITY;
 }
 
-void sample_ban_tokens(float *scores, int V, const TokenBans *b, const int32_t *hist, long len,
-                       long n_new, const int32_t *eos, int n_eos) {
-    if (!sample_bans_on(b)) return;
-    if (n_new < b->min_new_tokens || len < b->min_length) ban_ids(scores, V, eos, n_eos);
+/* suppress_tokens, and begin_suppress_tokens at their step. */
+static void ban_suppressed(float *scores, int V, const LogitProcs *b, long len, long n_new) {
     ban_ids(scores, V, b->suppress, b->n_suppress);
-    if (n_new == 0) ban_ids(scores, V, b->begin_suppress, b->n_begin_suppress);
+    long begin = len - n_new > 1 || b->n_forced_bos == 0 ? 0 : 1;
+    if (n_new == begin) ban_ids(scores, V, b->begin_suppress, b->n_begin_suppress);
+}
+
+/* Whether the n ids at w end hist[0..len) but for their last (always, for one id). */
+static int ends_with_prefix(const int32_t *hist, long len, const int32_t *w, long n) {
+    return n == 1 ||
+           (n - 1 <= len && memcmp(hist + len - (n - 1), w, (size_t)(n - 1) * sizeof *w) == 0);
+}
+
+void sample_ban_tokens(float *scores, int V, const LogitProcs *b, const int32_t *hist, long len,
+                       long n_new, const int32_t *eos, int n_eos) {
+    if (!sample_procs_on(b)) return;
     for (int w = 0, start = 0; w < b->n_words; start = b->word_end[w++]) {
         const int32_t *word = b->words + start;
         long n = b->word_end[w] - start;
@@ -111,8 +141,72 @@ void sample_ban_tokens(float *scores, int V, const TokenBans *b, const int32_t *
         for (int e = 0; n == 1 && e < n_eos; e++)
             is_eos |= word[0] == eos[e];
         if (is_eos || n > len + (n == 1)) continue;
-        if (n == 1 || memcmp(hist + len - (n - 1), word, (size_t)(n - 1) * sizeof *word) == 0)
-            ban_ids(scores, V, word + n - 1, 1);
+        if (ends_with_prefix(hist, len, word, n)) ban_ids(scores, V, word + n - 1, 1);
+    }
+    if (n_new < b->min_new_tokens || len < b->min_length) ban_ids(scores, V, eos, n_eos);
+    ban_suppressed(scores, V, b, len, n_new);
+}
+
+/* sequence_bias: out[t] += the biases of the sequences that end in t here. */
+static void bias_sequences(float *out, int V, const LogitProcs *b, const int32_t *hist, long len) {
+    for (int s = 0, start = 0; s < b->n_seqs; start = b->seq_end[s++]) {
+        long n = b->seq_end[s] - start;
+        int32_t t = b->seq[b->seq_end[s] - 1];
+        if (t < 0 || t >= V || !ends_with_prefix(hist, len, b->seq + start, n)) continue;
+        /* Once per id, at its first sequence that applies: the biases that meet on it summed
+         * first, as transformers sums them into one bias row. */
+        int first = 1;
+        for (int e = 0, st = 0; e < s && first; st = b->seq_end[e++])
+            first = !(b->seq[b->seq_end[e] - 1] == t &&
+                      ends_with_prefix(hist, len, b->seq + st, b->seq_end[e] - st));
+        if (!first) continue;
+        float sum = 0.0f;
+        for (int e = s, st = start; e < b->n_seqs; st = b->seq_end[e++])
+            if (b->seq[b->seq_end[e] - 1] == t &&
+                ends_with_prefix(hist, len, b->seq + st, b->seq_end[e] - st))
+                sum += b->seq_bias[e];
+        out[t] += sum;
+    }
+}
+
+/* Forced ids: all scores -inf but ids[0..n), which get 0. */
+static void force(float *out, int V, const int32_t *ids, int n) {
+    for (int v = 0; v < V; v++)
+        out[v] = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (ids[i] >= 0 && ids[i] < V) out[ids[i]] = 0.0f;
+}
+
+void sample_process(float *out, const float *logits, int V, const SampleParams *p,
+                    const LogitProcs *b, const ProcSeq *q) {
+    if (out != logits) memcpy(out, logits, (size_t)V * sizeof *out);
+    int on = sample_procs_on(b);
+    if (on && b->n_seqs > 0) bias_sequences(out, V, b, q->hist, q->len);
+    if (on && b->encoder_repetition_penalty > 0 && b->encoder_repetition_penalty != 1.0) {
+        /* transformers keeps 1 / R and multiplies (negative) or divides by it, in float */
+        float inv = (float)(1.0 / b->encoder_repetition_penalty);
+        for (int v = 0; v < V; v++)
+            if (q->seen[v] & SEEN_PROMPT) out[v] = out[v] < 0 ? out[v] * inv : out[v] / inv;
+    }
+    if (sample_penalizes(p)) {
+        sample_penalize(out, out, V, q->seen, p);
+        sample_ban_ngrams(out, V, q->hist, q->len, p);
+    }
+    if (!on) return;
+    long prompt_n = q->len - q->n_new, ng = b->encoder_no_repeat_ngram_size;
+    if (ng > 0 && prompt_n >= ng) ban_following(out, V, q->hist, q->len, prompt_n, ng);
+    sample_ban_tokens(out, V, b, q->hist, q->len, q->n_new, q->eos, q->n_eos);
+    int forced = 0;
+    if (b->n_forced_bos > 0 && q->len == 1) force(out, V, &b->forced_bos, 1), forced = 1;
+    if (b->n_forced_eos > 0 && q->n_new == q->max_new - 1)
+        force(out, V, b->forced_eos, b->n_forced_eos), forced = 1;
+    if (forced) ban_suppressed(out, V, b, q->len, q->n_new); /* transformers' later processors */
+    if (b->decay_factor > 0 && q->n_new > b->decay_start) {
+        float f = (float)(pow(b->decay_factor, (double)(q->n_new - b->decay_start)) - 1.0);
+        for (int e = 0; e < q->n_eos; e++) {
+            int32_t t = q->eos[e];
+            if (t >= 0 && t < V && isfinite(out[t])) out[t] += fabsf(out[t]) * f;
+        }
     }
 }
 
