@@ -18,7 +18,6 @@
 #include "io/hf_config.h"
 #include "io/safetensors.h"
 #include "io/token_lines.h"
-#include "model/lora.h"
 #include "model/qwen3.h"
 #include "model/qwen3_hf.h"
 #include "text/chat_data.h"
@@ -40,9 +39,10 @@ static const char *USAGE =
     "lines of FILE (one sequence of whitespace-separated token ids per line), for the\n"
     "Qwen3ForCausalLM or Qwen3MoeForCausalLM checkpoint in HFDIR (config.json +\n"
     "safetensors) in fp32.\n"
-    "--adapter DIR adds the LoRA adapters of a peft adapter folder (adapter_config.json +\n"
-    "adapter_model.safetensors, e.g. a LoRA run's DUMP/adapter) to the model; with --dataset\n"
-    "they are merged into the weights as a LoRA run's merged export is.\n"
+    "--adapter DIR merges a peft adapter folder (adapter_config.json +\n"
+    "adapter_model.safetensors, e.g. a LoRA run's DUMP/adapter) into the weights as peft's\n"
+    "merge_and_unload does: LoRA, rsLoRA, DoRA, rank and alpha patterns, modules_to_save and\n"
+    "trainable token rows.\n"
     "--dump-logits writes each line's logits as F32 logits.0, logits.1, ... (len, vocab).\n"
     "\n"
     "--dataset reads PATH as training.dataset_path is read (JSONL with a \"text\" field, text\n"
@@ -184,8 +184,6 @@ static int eval_run(const EvalArgs *a, Err *err) {
     Qwen3 m;
     StSet set;
     memset(&set, 0, sizeof set);
-    Lora lo;
-    memset(&lo, 0, sizeof lo);
     int32_t *tgt = NULL, *pos = NULL, *doc = NULL;
     float *dump = NULL;
     rc = -1;
@@ -197,10 +195,7 @@ static int eval_run(const EvalArgs *a, Err *err) {
         goto out_set;
     if (qwen3_create_forward(&m, &spec, 1, (int)row, NULL, err)) goto out_set;
     if (qwen3_load_hf(&m, &set, a->model, err)) goto out_model;
-    if (a->adapter) {
-        if (lora_open_peft(&lo, &spec, a->adapter, row, err)) goto out_model;
-        m.lora = &lo;
-    }
+    if (a->adapter && qwen3_merge_peft(&m, a->adapter, err)) goto out_model;
 
     long N = tl.total, V = spec.vocab_size;
     tgt = xmalloc((size_t)N * sizeof *tgt);
@@ -245,7 +240,6 @@ static int eval_run(const EvalArgs *a, Err *err) {
     }
     rc = 0;
 out_model:
-    lora_free(&lo);
     qwen3_free(&m);
 out_set:
     st_set_close(&set);

@@ -6,7 +6,6 @@
 
 #include "core/fs.h"
 #include "io/safetensors.h"
-#include "model/lora.h"
 #include "model/overrides.h"
 #include "model/qwen3_hf.h"
 
@@ -41,19 +40,6 @@ void infer_model_add_eos(InferModel *im, int64_t id) {
     for (int i = 0; i < im->n_eos; i++)
         if (im->eos[i] == id) return;
     if (im->n_eos < (int)(sizeof im->eos / sizeof im->eos[0])) im->eos[im->n_eos++] = (int32_t)id;
-}
-
-static int merge_adapter(Qwen3 *m, const char *dir, Err *err) {
-    Lora lo;
-    /* One token of adapter activations: the adapters are merged, never run. */
-    TRY(lora_open_peft(&lo, &m->spec, dir, 1, err));
-    for (int i = 0; i < lo.n; i++) {
-        const LoraAdapter *ad = &lo.ad[i];
-        lora_merge(&lo, ad, ad->a, ad->b,
-                   *qwen3_param_field(&m->p, lora_site_kind(ad->site), ad->layer), 0, ad->out);
-    }
-    lora_free(&lo);
-    return 0;
 }
 
 /* Where the weights come from: an HF directory's safetensors, a checkpoint step's
@@ -111,7 +97,7 @@ static int open_model(InferModel *im, const char *dir, WeightsFrom from, const I
          : from == FROM_STEP ? load_checkpoint_weights(&im->m, im->dir, err)
                              : qwen3_load_hf(&im->m, &set, im->dir, err);
     st_set_close(&set);
-    if (rc == 0 && adapter) rc = merge_adapter(&im->m, adapter, err);
+    if (rc == 0 && adapter) rc = qwen3_merge_peft(&im->m, adapter, err);
     if (rc == 0 && adapter && bf16) {
         rc = qwen3_enable_bf16_for_gemv(&im->m, err);
         if (rc == 0) qwen3_refresh_bf16(&im->m);

@@ -27,9 +27,9 @@ typedef struct InferModel {
 /* hf_dir: an HF model directory (config.json + safetensors). step_dir: a checkpoint step
  * (DUMP/checkpoint/step-N; cli_checkpoint_step finds a folder's newest); exactly one of the two
  * is set. B x T: the activation capacity of m for full forwards (eval); 1 x 1 when
- * only a Decoder runs the model. adapter (NULL: none): a peft LoRA adapter folder (read by
- * lora_open_peft, as `qtitan eval --adapter` and training read one) merged into the weights,
- * W + s B A with the function a LoRA run's merged export uses, so the model computes what that
+ * only a Decoder runs the model. adapter (NULL: none): a peft LoRA adapter folder merged into the
+ * weights (qwen3_merge_peft: W + s B A, and peft's variants DoRA, rank and alpha patterns,
+ * modules_to_save and trainable tokens), so a LoRA run's adapter computes what its merged
  * export does. bf16: multiply with bf16 weights, held without fp32 masters
  * (qwen3_create_inference_bf16); with an adapter the merge needs the fp32 weights, so they stay
  * and the bf16 copies are cast after it (qwen3_enable_bf16). */

@@ -174,10 +174,23 @@ int lora_peft_config_parse(const char *text, size_t len, const char *path, LoraP
  * lora_dropout 0 is not checked (training only), and the file must hold exactly lo's keys with
  * their shapes: every missing, unexpected or misshaped key is named. */
 int lora_load_peft(Lora *lo, const ModelSpec *spec, const char *dir, Err *err);
-/* Creates lo from a peft adapter folder alone (generate / eval with a base model): r,
- * lora_alpha and use_rslora from adapter_config.json, an adapter on every linear the file has keys
- * for, then lora_load_peft. A folder with no adapter for this model is an error sentence. */
+/* Creates lo from a peft adapter folder alone (the adapters run unmerged, as test_lora checks them
+ * against peft): r, lora_alpha and use_rslora from adapter_config.json, an adapter on every linear
+ * the file has keys for, then lora_load_peft. A folder with no adapter for this model is an error
+ * sentence. */
 int lora_open_peft(Lora *lo, const ModelSpec *spec, const char *dir, long max_tokens, Err *err);
+/* Merges a peft adapter folder into a model's weights as peft's merge_and_unload computes them,
+ * for inference (generate, eval --adapter): params[k] holds parameter k of hf_keys_build(spec)
+ * (fp32, its full shape). Each adapted linear: W += s B A with s = alpha / r (alpha / sqrt(r)
+ * with use_rslora), r and alpha taken from rank_pattern / alpha_pattern where a key matches the
+ * module as peft matches it (re.match of "(.*\.)?(KEY)$"); with use_dora, each row then scaled
+ * to its lora_magnitude_vector entry over the merged row's norm. modules_to_save's tensors
+ * ("base_model.model." + an HF weight name) replace those weights (not an embedding or output
+ * of a tied model, which would untie them); trainable_token_indices' rows
+ * (...embed_tokens.token_adapter.trainable_tokens_delta) replace the listed rows. Every tensor
+ * of the file must be used: one that is not, a misshaped one, or a variant that computes
+ * something else (lora_bias, ...) is a sentence. */
+int lora_peft_merge(const ModelSpec *spec, float *const *params, const char *dir, Err *err);
 /* Writes dir/adapter_config.json and dir/adapter_model.safetensors (F32) as peft's
  * save_pretrained does, so peft.PeftModel.from_pretrained(base, dir) loads them;
  * base_model names the base model in the config (may be ""). param: every adapter's whole A

@@ -7,11 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
 #include "core/fs.h"
 #include "core/json.h"
 #include "io/hf_keys.h"
 #include "io/safetensors.h"
 #include "model/lora.h"
+#include "ops/gemm.h"
 
 void lora_hf_module(char *out, size_t cap, const HfKeyTable *t, int layer, LoraSite site) {
     char mod[64], name[HF_KEY_MAX];
@@ -54,24 +58,27 @@ static const char *leaf(const char *mod) {
 }
 
 /* peft settings whose adapters compute something other than y += s B A x, or that carry more
- * than A and B: set to anything but their default, they are refused, never ignored. */
+ * than A and B: set to anything but their default, they are refused, never ignored. Those
+ * `merged` are read where an adapter is merged into the weights (lora_peft_merge: generate,
+ * eval); training refuses them all. */
 static const struct {
     const char *key, *what;
+    int merged;
 } VARIANTS[] = {
-    {"use_dora", "DoRA, a magnitude vector per weight"},
-    {"rank_pattern", "a rank per module"},
-    {"alpha_pattern", "a lora_alpha per module"},
-    {"modules_to_save", "whole modules saved beside the adapters"},
-    {"trainable_token_indices", "embedding rows trained beside the adapters"},
-    {"lora_bias", "a bias on lora_B"},
-    {"layer_replication", "layers replicated in the base model"},
-    {"target_parameters", "adapters on parameters such as MoE experts"},
-    {"alora_invocation_tokens", "activated LoRA, adapters on only after invocation tokens"},
-    {"use_qalora", "QA-LoRA, pooled adapter inputs"},
-    {"use_bdlora", "block-diagonal LoRA"},
-    {"arrow_config", "Arrow routing among adapters"},
-    {"monteclora_config", "MonteCLoRA"},
-    {"kasa_config", "KaSA"},
+    {"use_dora", "DoRA, a magnitude vector per weight", 1},
+    {"rank_pattern", "a rank per module", 1},
+    {"alpha_pattern", "a lora_alpha per module", 1},
+    {"modules_to_save", "whole modules saved beside the adapters", 1},
+    {"trainable_token_indices", "embedding rows trained beside the adapters", 1},
+    {"lora_bias", "a bias on lora_B", 0},
+    {"layer_replication", "layers replicated in the base model", 0},
+    {"target_parameters", "adapters on parameters such as MoE experts", 0},
+    {"alora_invocation_tokens", "activated LoRA, adapters on only after invocation tokens", 0},
+    {"use_qalora", "QA-LoRA, pooled adapter inputs", 0},
+    {"use_bdlora", "block-diagonal LoRA", 0},
+    {"arrow_config", "Arrow routing among adapters", 0},
+    {"monteclora_config", "MonteCLoRA", 0},
+    {"kasa_config", "KaSA", 0},
 };
 
 /* peft's default for the settings above: absent, null, false, {} or []. */
@@ -80,7 +87,9 @@ static int is_default(const json_t *v) {
            (json_is_object(v) && !json_object_size(v)) || (json_is_array(v) && !json_array_size(v));
 }
 
-static int parse_config(const json_t *cfg, const char *path, LoraPeftConfig *out, Err *err) {
+/* merging: the variants lora_peft_merge reads are accepted. */
+static int parse_config(const json_t *cfg, const char *path, int merging, LoraPeftConfig *out,
+                        Err *err) {
     if (!json_is_object(cfg))
         return err_set(err, "%s: expected a JSON object (peft's adapter_config.json)", path);
     const json_t *type = json_object_get(cfg, "peft_type");
@@ -90,10 +99,17 @@ static int parse_config(const json_t *cfg, const char *path, LoraPeftConfig *out
                        "\"LORA\")",
                        path, json_is_string(type) ? json_string_value(type) : "not a string");
     for (size_t i = 0; i < sizeof VARIANTS / sizeof VARIANTS[0]; i++)
-        if (!is_default(json_object_get(cfg, VARIANTS[i].key)))
+        if (!is_default(json_object_get(cfg, VARIANTS[i].key)) && !(merging && VARIANTS[i].merged))
             return err_set(err,
-                           "%s: \"%s\" is set (%s), a LoRA variant qtitan does not implement; it "
-                           "reads plain LoRA and rsLoRA adapters (y += s B A x)",
+                           VARIANTS[i].merged
+                               ? "%s: \"%s\" is set (%s), a LoRA variant qtitan merges into the "
+                                 "weights for generate and eval (--adapter) but does not train "
+                                 "or resume; training reads plain LoRA and rsLoRA adapters (y += "
+                                 "s B A x)"
+                               : "%s: \"%s\" is set (%s), a LoRA variant qtitan does not "
+                                 "implement; it reads plain LoRA and rsLoRA adapters (y += s B A "
+                                 "x), and merges DoRA, rank and alpha patterns, modules_to_save "
+                                 "and trainable tokens",
                            path, VARIANTS[i].key, VARIANTS[i].what);
     *out = (LoraPeftConfig){0};
     TRY(json_req_int(cfg, "r", &out->r, path, err));
@@ -110,14 +126,14 @@ static int parse_config(const json_t *cfg, const char *path, LoraPeftConfig *out
 int lora_peft_config_parse(const char *text, size_t len, const char *path, LoraPeftConfig *out,
                            Err *err) {
     json_t *cfg = json_load_mem(text, len, path, err);
-    int rc = cfg ? parse_config(cfg, path, out, err) : -1;
+    int rc = cfg ? parse_config(cfg, path, 0, out, err) : -1;
     json_decref(cfg);
     return rc;
 }
 
 static int read_config(const char *path, LoraPeftConfig *out, Err *err) {
     json_t *cfg = json_load_path(path, err);
-    int rc = cfg ? parse_config(cfg, path, out, err) : -1;
+    int rc = cfg ? parse_config(cfg, path, 0, out, err) : -1;
     json_decref(cfg);
     return rc;
 }
@@ -286,5 +302,261 @@ int lora_save_peft(const Lora *lo, const ModelSpec *spec, const char *dir, const
     free(st_path);
     st_writer_free(&w);
     hf_keys_free(&t);
+    return rc;
+}
+
+/* ---- merging an adapter folder into the weights (lora_peft_merge) ---- */
+
+/* Whether peft's pattern rule matches module name mod with pattern key: re.match of
+ * "(.*\.)?(KEY)$" (peft's get_pattern_key). A key that is not a valid expression is a
+ * sentence. */
+static int pattern_matches(const char *key, const char *mod, const char *path, const char *field,
+                           int *hit, Err *err) {
+    size_t len = strlen(key) + 16;
+    char *re_text = xmalloc(len);
+    snprintf(re_text, len, "(?:.*\\.)?(?:%s)$", key);
+    int code;
+    PCRE2_SIZE at;
+    pcre2_code *re =
+        pcre2_compile((PCRE2_SPTR)re_text, PCRE2_ZERO_TERMINATED, PCRE2_ANCHORED, &code, &at, NULL);
+    free(re_text);
+    if (!re)
+        return err_set(err, "%s: %s key \"%s\" is not a regular expression peft can match", path,
+                       field, key);
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
+    *hit = pcre2_match(re, (PCRE2_SPTR)mod, strlen(mod), 0, 0, md, NULL) >= 0;
+    pcre2_match_data_free(md);
+    pcre2_code_free(re);
+    return 0;
+}
+
+/* The value under the first key of pattern (rank_pattern, alpha_pattern: an object) that
+ * matches module mod, as peft picks it; *found 0 when none does. */
+static int pattern_value(const json_t *cfg, const char *field, const char *mod, const char *path,
+                         double *out, int *found, Err *err) {
+    const json_t *pat = json_object_get(cfg, field);
+    *found = 0;
+    if (!pat || json_is_null(pat)) return 0;
+    if (!json_is_object(pat))
+        return err_set(err, "%s: %s must be an object of module patterns and numbers", path, field);
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)pat, key, v) {
+        int hit = 0;
+        TRY(pattern_matches(key, mod, path, field, &hit, err));
+        if (!hit) continue;
+        if (!json_is_number(v) || !(json_number_value(v) > 0))
+            return err_set(err, "%s: %s[\"%s\"] must be a number > 0", path, field, key);
+        *out = json_number_value(v), *found = 1;
+        return 0;
+    }
+    return 0;
+}
+
+/* What a merge has read of the file, so that a tensor it did not use is named. */
+typedef struct MergeRead {
+    const StFile *f;
+    uint8_t *used; /* (f->n) */
+} MergeRead;
+
+static const StTensor *take(MergeRead *mr, const char *key) {
+    const StTensor *t = st_find(mr->f, key);
+    if (t) mr->used[t - mr->f->tensors] = 1;
+    return t;
+}
+
+/* One linear's adapter merged: W (O, I) += s B A, then with DoRA each row scaled to its
+ * magnitude m[o] over the merged row's norm (peft's merge of a DoRA layer:
+ * m / ||W + s B A||_row * (W + s B A)). */
+static int merge_linear(MergeRead *mr, const json_t *cfg, const LoraPeftConfig *pc, int dora,
+                        const char *mod, float *w, int64_t O, int64_t I, const char *path,
+                        int apply, Err *err) {
+    char ka[HF_KEY_MAX + 64], kb[HF_KEY_MAX + 64], km[HF_KEY_MAX + 64];
+    snprintf(ka, sizeof ka, "base_model.model.%s.lora_A.weight", mod);
+    snprintf(kb, sizeof kb, "base_model.model.%s.lora_B.weight", mod);
+    snprintf(km, sizeof km, "base_model.model.%s.lora_magnitude_vector", mod);
+    const StTensor *a = take(mr, ka), *b = take(mr, kb), *m = take(mr, km);
+    if (!a) return 0;
+    double r = (double)pc->r, alpha = pc->alpha;
+    int found;
+    TRY(pattern_value(cfg, "rank_pattern", mod, path, &r, &found, err));
+    TRY(pattern_value(cfg, "alpha_pattern", mod, path, &alpha, &found, err));
+    int64_t R = (int64_t)r;
+    if (r != (double)R)
+        return err_set(err, "%s: the rank of %s is %g, not a whole number", path, mod, r);
+    if (a->ndim != 2 || a->shape[0] != R || a->shape[1] != I)
+        return err_set(err, "%s: %s is misshaped (expected [%lld, %lld], rank %lld)", mr->f->path,
+                       ka, (long long)R, (long long)I, (long long)R);
+    if (!b || b->ndim != 2 || b->shape[0] != O || b->shape[1] != R)
+        return err_set(err, "%s: %s is %s (expected [%lld, %lld])", mr->f->path, kb,
+                       b ? "misshaped" : "missing", (long long)O, (long long)R);
+    if (dora && (!m || m->ndim != 1 || m->shape[0] != O))
+        return err_set(err, "%s: %s is %s (expected [%lld]; use_dora is true)", mr->f->path, km,
+                       m ? "misshaped" : "missing", (long long)O);
+    if (!dora && m)
+        return err_set(err, "%s: holds %s, but %s does not set use_dora", mr->f->path, km, path);
+    if (!apply) return 0;
+    float *fa = xmalloc((size_t)(R * I + O * R + O) * sizeof *fa), *fb = fa + R * I,
+          *fm = fb + O * R;
+    st_to_f32(a, fa);
+    st_to_f32(b, fb);
+    if (dora) st_to_f32(m, fm);
+    float s = (float)(alpha / (pc->rslora ? sqrt(r) : r));
+    gemm_f32(0, 0, (int)O, (int)I, (int)R, s, fb, (int)R, fa, (int)I, 1.0f, w, (int)I);
+    for (int64_t o = 0; dora && o < O; o++) {
+        double sq = 0.0;
+        for (int64_t i = 0; i < I; i++)
+            sq += (double)w[o * I + i] * w[o * I + i];
+        float scale = (float)(fm[o] / sqrt(sq));
+        for (int64_t i = 0; i < I; i++)
+            w[o * I + i] *= scale;
+    }
+    free(fa);
+    return 0;
+}
+
+/* trainable_token_indices for module mod: a list (the input embedding's) or an object of module
+ * names (peft's rule: equal, or ending in "." + the name) and lists; *idx NULL when none. */
+static int token_indices(const json_t *cfg, const char *mod, const char *embed_mod,
+                         const json_t **idx) {
+    const json_t *v = json_object_get(cfg, "trainable_token_indices");
+    *idx = NULL;
+    if (json_is_array(v)) {
+        if (!strcmp(mod, embed_mod)) *idx = v;
+        return 0;
+    }
+    const char *key;
+    const json_t *ids;
+    json_object_foreach((json_t *)v, key, ids) {
+        size_t lk = strlen(key), lm = strlen(mod);
+        if (!strcmp(mod, key) ||
+            (lm > lk && mod[lm - lk - 1] == '.' && !strcmp(mod + lm - lk, key)))
+            *idx = ids;
+    }
+    return 0;
+}
+
+/* A tensor that is neither a LoRA factor nor a magnitude: modules_to_save's whole weights
+ * ("base_model.model." + an HF weight name) or trainable tokens' rows
+ * ("base_model.model.<embedding>.token_adapter.trainable_tokens_delta"). */
+static int merge_other(MergeRead *mr, const json_t *cfg, const HfKeyTable *t, float *const *params,
+                       const StTensor *x, const char *path, int apply, Err *err) {
+    static const char PREFIX[] = "base_model.model.",
+                      DELTA[] = ".token_adapter.trainable_tokens_delta";
+    const char *name = x->name;
+    if (strncmp(name, PREFIX, sizeof PREFIX - 1) != 0)
+        return err_set(err, "%s: tensor %s is not one of peft's keys (base_model.model...)",
+                       mr->f->path, name);
+    name += sizeof PREFIX - 1;
+    size_t n = strlen(name), nd = sizeof DELTA - 1;
+    char hf[HF_KEY_MAX + 16];
+    if (n > nd && !strcmp(name + n - nd, DELTA)) {
+        char mod[HF_KEY_MAX];
+        snprintf(mod, sizeof mod, "%.*s", (int)(n - nd), name);
+        snprintf(hf, sizeof hf, "%s.weight", mod);
+        int h = hf_keys_find_hf(t, hf);
+        const json_t *idx;
+        token_indices(cfg, mod, "model.embed_tokens", &idx);
+        if (h < 0 || t->hf[h].ndim != 2)
+            return err_set(err, "%s: %s names no embedding of this model", mr->f->path, x->name);
+        if (!json_is_array(idx))
+            return err_set(err,
+                           "%s: holds trainable tokens of %s, but %s's trainable_token_indices "
+                           "names no token ids for it",
+                           mr->f->path, mod, path);
+        int64_t rows = (int64_t)json_array_size(idx), D = t->hf[h].shape[1];
+        if (x->ndim != 2 || x->shape[0] != rows || x->shape[1] != D)
+            return err_set(err, "%s: %s is misshaped (expected [%lld, %lld])", mr->f->path, x->name,
+                           (long long)rows, (long long)D);
+        for (int64_t r = 0; r < rows; r++) {
+            const json_t *id = json_array_get(idx, (size_t)r);
+            if (!json_is_integer(id) || json_integer_value(id) < 0 ||
+                json_integer_value(id) >= t->hf[h].shape[0])
+                return err_set(err,
+                               "%s: trainable_token_indices for %s must be token ids below %lld",
+                               path, mod, (long long)t->hf[h].shape[0]);
+        }
+        if (!apply) return 0;
+        float *v = xmalloc((size_t)(rows * D) * sizeof *v), *w = params[t->hf[h].param];
+        st_to_f32(x, v);
+        for (int64_t r = 0; r < rows; r++)
+            memcpy(w + json_integer_value(json_array_get(idx, (size_t)r)) * D, v + r * D,
+                   (size_t)D * sizeof *w);
+        free(v);
+        return 0;
+    }
+    if (t->tied && (!strcmp(name, "lm_head.weight") || !strcmp(name, "model.embed_tokens.weight")))
+        return err_set(err,
+                       "%s: replaces %s alone (modules_to_save), which would untie the model's "
+                       "output from its embedding; qtitan keeps them tied",
+                       mr->f->path, name);
+    int h = hf_keys_find_hf(t, name);
+    if (is_default(json_object_get(cfg, "modules_to_save")) || h < 0)
+        return err_set(err,
+                       "%s: tensor %s is no LoRA factor, magnitude or trainable token of "
+                       "this model%s",
+                       mr->f->path, x->name,
+                       h < 0 ? "" : ", and adapter_config.json sets no modules_to_save");
+    const HfTensor *ht = &t->hf[h];
+    if (x->numel != ht->numel || x->ndim != ht->ndim || x->shape[0] != ht->shape[0])
+        return err_set(err, "%s: %s is misshaped for this model's %s", mr->f->path, x->name, name);
+    if (apply)
+        st_to_f32(x, params[ht->param] + (ht->expert < 0 ? 0 : (int64_t)ht->expert * ht->numel));
+    return 0;
+}
+
+int lora_peft_merge(const ModelSpec *spec, float *const *params, const char *dir, Err *err) {
+    char *cfg_path = fs_join(dir, "adapter_config.json");
+    char *st_path = fs_join(dir, "adapter_model.safetensors");
+    LoraPeftConfig pc;
+    json_t *cfg = json_load_path(cfg_path, err);
+    int rc = cfg ? parse_config(cfg, cfg_path, 1, &pc, err) : -1;
+    int dora = 0;
+    if (rc == 0) rc = json_opt_bool(cfg, "use_dora", &dora, cfg_path, err);
+    const json_t *tti = rc == 0 ? json_object_get(cfg, "trainable_token_indices") : NULL;
+    if (rc == 0 && tti && !json_is_null(tti) && !json_is_array(tti) && !json_is_object(tti))
+        rc = err_set(err,
+                     "%s: trainable_token_indices must be a list of token ids or an object "
+                     "of module names and lists",
+                     cfg_path);
+    StFile f;
+    int opened = rc == 0 && st_open(&f, st_path, err) == 0;
+    if (rc == 0 && !opened) rc = -1;
+    HfKeyTable t;
+    hf_keys_build(&t, spec);
+    MergeRead mr = {.f = opened ? &f : NULL, .used = opened ? xcalloc((size_t)f.n, 1) : NULL};
+    /* Everything is checked (pass 0) before anything is merged (pass 1). */
+    for (int apply = 0; apply < 2 && rc == 0; apply++) {
+        for (int l = 0; rc == 0 && l < spec->n_layers; l++)
+            for (int s = 0; rc == 0 && s < LORA_NSITES; s++) {
+                LoraAdapter probe = {.layer = l, .site = (LoraSite)s};
+                char mod[HF_KEY_MAX], name[HF_KEY_MAX + 8];
+                hf_module(mod, sizeof mod, &t, &probe);
+                if (!mod[0]) continue;
+                snprintf(name, sizeof name, "%s.weight", mod);
+                const HfTensor *ht = &t.hf[hf_keys_find_hf(&t, name)];
+                rc = merge_linear(&mr, cfg, &pc, dora, mod, params[ht->param], ht->shape[0],
+                                  ht->shape[1], cfg_path, apply, err);
+            }
+        for (int i = 0; rc == 0 && i < f.n; i++)
+            if (!strstr(f.tensors[i].name, ".lora_") && (apply || !mr.used[i])) {
+                mr.used[i] = 1;
+                rc = merge_other(&mr, cfg, &t, params, &f.tensors[i], cfg_path, apply, err);
+            }
+        for (int i = 0; rc == 0 && i < f.n; i++)
+            if (!mr.used[i])
+                rc = err_set(err,
+                             "%s: tensor %s is not an adapter of this model's linears (peft "
+                             "keys like base_model.model.model.layers.0.self_attn.q_proj."
+                             "lora_A.weight)",
+                             st_path, f.tensors[i].name);
+    }
+    if (rc == 0 && f.n == 0) rc = err_set(err, "%s: holds no tensors", st_path);
+    free(mr.used);
+    if (opened) st_close(&f);
+    hf_keys_free(&t);
+    json_decref(cfg);
+    free(cfg_path);
+    free(st_path);
     return rc;
 }

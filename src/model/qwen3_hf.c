@@ -10,6 +10,7 @@
 #include "core/fs.h"
 #include "io/hf_config.h"
 #include "io/hf_keys.h"
+#include "model/lora.h"
 
 /* Appends "label: a, b, c" to msg (of cap bytes) while it fits; the rest are counted. */
 static void list_keys(char *msg, size_t cap, const char *label, char **keys, int n) {
@@ -91,6 +92,24 @@ int qwen3_load_hf(Qwen3 *m, const StSet *set, const char *what, Err *err) {
         else if (p->data)
             qwen3_param_store(m, i, p->data); /* a bf16-only model's tied output copy */
     }
+    hf_keys_free(&t);
+    return rc;
+}
+
+int qwen3_merge_peft(Qwen3 *m, const char *dir, Err *err) {
+    HfKeyTable t;
+    hf_keys_build(&t, &m->spec);
+    float **params = xcalloc((size_t)t.nparams, sizeof *params);
+    int rc = 0;
+    for (int i = 0; i < m->nparams; i++) {
+        int k = m->table[i].kind->hf ? hf_keys_find_param(&t, m->table[i].name) : -1;
+        if (k >= 0) params[k] = m->table[i].data;
+    }
+    for (int k = 0; k < t.nparams && rc == 0; k++)
+        if (!params[k])
+            rc = err_set(err, "merging %s: the model holds %s in bf16 only", dir, t.params[k].name);
+    if (rc == 0) rc = lora_peft_merge(&m->spec, params, dir, err);
+    free(params);
     hf_keys_free(&t);
     return rc;
 }

@@ -24,5 +24,7 @@ int qwen3_load_hf(Qwen3 *m, const StSet *set, const char *what, Err *err);
 /* The check qwen3_load_hf starts with: 0 when set holds exactly spec's HF tensors, else -1
  * with the sentence listing every problem. */
 int qwen3_hf_check(const ModelSpec *spec, const StSet *set, const char *what, Err *err);
+/* Merges the peft adapter folder dir into m's fp32 weights (model/lora.h, lora_peft_merge). */
+int qwen3_merge_peft(Qwen3 *m, const char *dir, Err *err);
 
 #endif
