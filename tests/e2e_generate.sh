@@ -126,6 +126,26 @@ grep -q 'sampling: greedy, 1 biased sequences, forced EOS ids at the end,' "$TMP
   fail "generation_config.json processors: stderr $(cat "$TMP/err")"
 echo "generation_config.json: sequence_bias and forced_eos_token_id applied, guidance_scale noted"
 
+# --prompt-lookup: the same ids and text in fewer passes (cli_tiny's greedy text repeats one id),
+# from the flag or generation_config.json's prompt_lookup_num_tokens; beams refuse it.
+plain=$("$QT" generate --model "$FIX" --prompt "$prompt" --temperature 0 --max-new-tokens 24 --json 2>/dev/null)
+look=$("$QT" generate --model "$FIX" --prompt "$prompt" --temperature 0 --max-new-tokens 24 --json \
+  --prompt-lookup 6 2>"$TMP/err")
+[ "$(echo "$look" | jq -c '[.ids, .text]')" = "$(echo "$plain" | jq -c '[.ids, .text]')" ] ||
+  fail "--prompt-lookup 6: $look, without $plain"
+grep -q 'prompt lookup: [1-9][0-9]* of [0-9]* candidate ids kept, [0-9]* passes after the prompts' "$TMP/err" ||
+  fail "--prompt-lookup: stderr $(cat "$TMP/err")"
+mkdir -p "$TMP/gclook"
+cp "$FIX"/config.json "$FIX"/model.safetensors "$FIX"/tokenizer.json "$TMP/gclook/"
+echo '{"do_sample": false, "prompt_lookup_num_tokens": 4, "max_matching_ngram_size": 1}' >"$TMP/gclook/generation_config.json"
+look=$("$QT" generate --model "$TMP/gclook" --prompt "$prompt" --max-new-tokens 24 --json 2>"$TMP/err")
+[ "$(echo "$look" | jq -c .ids)" = "$(echo "$plain" | jq -c .ids)" ] && grep -q 'prompt lookup: ' "$TMP/err" ||
+  fail "generation_config.json prompt_lookup_num_tokens: $look $(cat "$TMP/err")"
+kept=$(grep -o 'prompt lookup: [^,]*' "$TMP/err")
+expect_error_in_log generate "prompt-lookup 4 does not apply to beam search (--num-beams 2) (it is the model's generation_config.json's)" \
+  --model "$TMP/gclook" --prompt hi --num-beams 2
+echo "--prompt-lookup: the same ids in fewer passes ($kept)"
+
 # --stop: the text ends before the stop string's first occurrence.
 stop=${text:3:2}
 cut=$("$QT" generate --model "$FIX" --prompt "$prompt" --temperature 0 --max-new-tokens 24 \

@@ -32,6 +32,9 @@
 #define NEW 64
 #define TOL_LOGPROB 1e-4
 
+/* Candidates prompt lookup kept over the parity cases (check_case); test_lookup_used reads it. */
+static long lookup_kept;
+
 static char *fixture(const char *name, const char *file) {
     const char *src = getenv("QT_SOURCE_DIR");
     char dir[1024];
@@ -150,6 +153,28 @@ static void check_case(const char *name) {
            name, st.reused_tokens, worst_reused);
     assert_true(worst_reused < TOL_LOGPROB);
     free(hl);
+    /* Prompt lookup (candidates from each sequence's own ids, checked in one pass) gives the
+     * same ids and log-probs in fewer passes. */
+    GenOptions look = o;
+    look.lookup_tokens = 4;
+    if (generate(&d, NULL, ptr, lens, prompts.n, &look, out, NULL, NULL, &st, &err))
+        fail_msg("%s", err.msg);
+    double worst_look = 0.0;
+    for (int i = 0; i < prompts.n; i++) {
+        assert_int_equal(out[i].n, count[i]);
+        for (int t = 0; t < count[i]; t++) {
+            if (out[i].ids[t] != expected.ids[expected.start[i] + t])
+                fail_msg("%s prompt %d token %d with prompt lookup: got %d, transformers %d", name,
+                         i, t, out[i].ids[t], expected.ids[expected.start[i] + t]);
+            worst_look = fmax(worst_look, fabs(out[i].logprobs[t] - lps[i * NEW + t]));
+        }
+        gen_output_free(&out[i]);
+    }
+    printf("%s: the same with prompt lookup (%ld of %ld candidates kept, %ld passes), max "
+           "|logprob diff| %.3g\n",
+           name, st.lookup_accepted, st.lookup_proposed, st.passes, worst_look);
+    assert_true(worst_look < TOL_LOGPROB);
+    lookup_kept += st.lookup_accepted;
     /* An EOS id ends a sequence there (kept as its last id); the others run on. (A case with
      * forbidden ids forbids its EOS.) */
     if (!gc.found || !sample_procs_on(&gc.procs)) {
@@ -212,6 +237,14 @@ static void test_parity_dense_procs(void **state) {
 static void test_parity_dense_decay(void **state) {
     (void)state;
     check_case("dense_decay");
+}
+
+/* The parity cases above ran prompt lookup with some candidates kept (their greedy ids repeat
+ * n-grams), so its accepting path was checked, not only its rejecting one. */
+static void test_lookup_used(void **state) {
+    (void)state;
+    printf("prompt lookup kept %ld candidates over the parity cases\n", lookup_kept);
+    assert_true(lookup_kept > 10);
 }
 
 static void test_parity_dense_yarn(void **state) {
@@ -848,6 +881,28 @@ static void test_seeded(void **state) {
         gen_output_free(&r1[i]), gen_output_free(&r2[i]), gen_output_free(&r3[i]);
     }
     assert_true(differ);
+    /* Prompt lookup draws once per chosen id, as steps do: the same sampled ids, and for a
+     * prompt that repeats itself some candidates kept. */
+    int32_t rep[8] = {4, 5, 6, 4, 5, 6, 4, 5};
+    const int32_t *rp[2] = {rep, rep};
+    int rl[2] = {8, 8};
+    o.seed = 99;
+    GenStats gs;
+    long kept = 0;
+    for (int t = 0; t < 8; t++, o.seed++) {
+        o.lookup_tokens = 0;
+        assert_int_equal(generate(&d, NULL, rp, rl, 2, &o, r1, NULL, NULL, NULL, &err), 0);
+        o.lookup_tokens = 3;
+        assert_int_equal(generate(&d, NULL, rp, rl, 2, &o, r2, NULL, NULL, &gs, &err), 0);
+        kept += gs.lookup_accepted;
+        for (int i = 0; i < 2; i++) {
+            assert_int_equal(r1[i].n, r2[i].n);
+            assert_memory_equal(r1[i].ids, r2[i].ids, (size_t)r1[i].n * sizeof(int32_t));
+            gen_output_free(&r1[i]), gen_output_free(&r2[i]);
+        }
+    }
+    printf("sampling with prompt lookup: the same ids, %ld candidates kept\n", kept);
+    o.lookup_tokens = 0;
     /* A prompt that does not fit the cache with its new tokens is refused. */
     o.max_new_tokens = 36;
     assert_int_not_equal(generate(&d, NULL, prompts, lens, 2, &o, r1, NULL, NULL, NULL, &err), 0);
@@ -1013,6 +1068,7 @@ int main(void) {
         cmocka_unit_test(test_parity_dense_bans),
         cmocka_unit_test(test_parity_dense_procs),
         cmocka_unit_test(test_parity_dense_decay),
+        cmocka_unit_test(test_lookup_used),
         cmocka_unit_test(test_processors),
         cmocka_unit_test(test_token_bans),
         cmocka_unit_test(test_repetition_penalty),

@@ -89,6 +89,14 @@ static const char *USAGE =
     "  --no-repeat-ngram-size N  never complete an N-gram the prompt or the completion\n"
     "                         already holds (transformers' no_repeat_ngram_size; greedy\n"
     "                         decoding too); default 0 (off)\n"
+    "  --prompt-lookup N      prompt lookup decoding (transformers' prompt_lookup_num_tokens):\n"
+    "                         where the last ids occurred before in the prompt or completion,\n"
+    "                         the up to N ids that followed are checked in one pass and kept\n"
+    "                         while they are what would be chosen; the same ids as without it,\n"
+    "                         fewer passes on text that repeats its input; default 0 (off), or\n"
+    "                         generation_config.json's\n"
+    "  --prompt-lookup-ngram G  match the last G ids, then fewer (max_matching_ngram_size);\n"
+    "                         default 2\n"
     "  --num-return-sequences N  N completions of each prompt, sampled (temperature > 0), as\n"
     "                         transformers' num_return_sequences: the prompt is run once and\n"
     "                         its cache copied; with --num-beams, the N best beams; default 1\n"
@@ -133,8 +141,9 @@ typedef struct GenArgs {
      * --repetition-penalty, --no-repeat-ngram-size were given: the others come from
      * generation_config.json when the model has one. */
     int set_max_new, set_temperature, set_top_k, set_top_p, set_min_p, set_rep, set_ngram;
-    int set_beams, set_length_penalty, set_early_stopping; /* likewise for beam search */
-    int set_min_new, set_typical, set_epsilon, set_eta;    /* --typical-p and the cutoffs */
+    int set_beams, set_length_penalty, set_early_stopping;  /* likewise for beam search */
+    int set_min_new, set_typical, set_epsilon, set_eta;     /* --typical-p and the cutoffs */
+    int lookup, lookup_ngram, set_lookup, set_lookup_ngram; /* --prompt-lookup[-ngram] */
     unsigned long long seed;
     const char *stop[MAX_STOP];
     int n_stop;
@@ -230,6 +239,10 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
             TRY(parse_count(o, v, 0, 1000000000, &a->sp.top_k, &a->set_top_k, err));
         } else if (strcmp(o, "--no-repeat-ngram-size") == 0) {
             TRY(parse_count(o, v, 0, 1000000, &a->sp.no_repeat_ngram_size, &a->set_ngram, err));
+        } else if (strcmp(o, "--prompt-lookup") == 0) {
+            TRY(parse_count(o, v, 0, 4096, &a->lookup, &a->set_lookup, err));
+        } else if (strcmp(o, "--prompt-lookup-ngram") == 0) {
+            TRY(parse_count(o, v, 1, 64, &a->lookup_ngram, &a->set_lookup_ngram, err));
         } else if (strcmp(o, "--num-return-sequences") == 0) {
             TRY(parse_long(o, v, 1, &a->n_return, err));
             if (a->n_return > 65536)
@@ -461,6 +474,8 @@ static int apply_gen_config(GenArgs *a, InferModel *im, Err *err) {
     if (!a->set_eta) a->sp.eta = gc.sp.eta;
     if (!a->set_rep) a->sp.repetition_penalty = gc.sp.repetition_penalty;
     if (!a->set_ngram) a->sp.no_repeat_ngram_size = gc.sp.no_repeat_ngram_size;
+    if (!a->set_lookup) a->lookup = gc.lookup_tokens;
+    if (!a->set_lookup_ngram) a->lookup_ngram = gc.lookup_ngram;
     if (!a->set_max_new && gc.max_new_tokens > 0) a->max_new = gc.max_new_tokens;
     int min_new = a->procs.min_new_tokens;
     a->procs = gc.procs;
@@ -490,15 +505,19 @@ static int apply_gen_config(GenArgs *a, InferModel *im, Err *err) {
 }
 
 static void print_stats(const GenStats *st, int n, const char *dtype) {
-    char reused[48] = "";
+    char reused[48] = "", lookup[128] = "";
     if (st->reused_tokens)
         snprintf(reused, sizeof reused, " (and %ld held in the cache)", st->reused_tokens);
+    if (st->lookup_proposed)
+        snprintf(lookup, sizeof lookup,
+                 ", prompt lookup: %ld of %ld candidate ids kept, %ld passes after the prompts",
+                 st->lookup_accepted, st->lookup_proposed, st->passes);
     fprintf(stderr,
             "generate: prompt %ld tokens%s in %.3f s (%.1f tokens/s), generation %ld tokens in "
-            "%.3f s (%.1f tokens/s), %d sequence%s, %s\n",
+            "%.3f s (%.1f tokens/s), %d sequence%s, %s%s\n",
             st->prompt_tokens, reused, st->prefill_s, st->prompt_tokens / fmax(st->prefill_s, 1e-9),
             st->new_tokens, st->decode_s, st->new_tokens / fmax(st->decode_s, 1e-9), n,
-            n == 1 ? "" : "s", dtype);
+            n == 1 ? "" : "s", dtype, lookup);
 }
 
 /* The model, its generation_config.json and (with --chat) its chat format, for a run. */
@@ -609,7 +628,9 @@ static int interactive_run(GenArgs *a, Err *err) {
                             .stop = a->stop,
                             .n_stop = a->n_stop,
                             .procs = &a->procs,
-                            .reuse_cache = 1};
+                            .reuse_cache = 1,
+                            .lookup_tokens = a->lookup,
+                            .lookup_ngram = a->lookup_ngram};
             rc = generate(&d, im.tok, &ptr, &plen, 1, &o, &out, a->json ? NULL : stream_stdout,
                           NULL, &st, err);
         }
@@ -657,6 +678,10 @@ static int check_beams(const GenArgs *a, Err *err) {
                        a->n_return, k);
     if (a->n_stop > 0)
         return err_set(err, "--stop does not apply to beam search (--num-beams %d)", k);
+    if (a->lookup > 0)
+        return err_set(err, "--prompt-lookup %d does not apply to beam search (--num-beams %d)%s",
+                       a->lookup, k,
+                       a->set_lookup ? "" : " (it is the model's generation_config.json's)");
     return 0;
 }
 
@@ -735,7 +760,9 @@ static int generate_run(GenArgs *a, Err *err) {
                         .n_eos = im.n_eos,
                         .stop = a->stop,
                         .n_stop = a->n_stop,
-                        .procs = &a->procs};
+                        .procs = &a->procs,
+                        .lookup_tokens = a->lookup,
+                        .lookup_ngram = a->lookup_ngram};
         int streaming = n == 1 && !a->json && !beams;
         if (beams)
             rc = beam_prompts(&d, &im, ptr, lens, pr.n, K, &o, &a->beams, out, &st, err);

@@ -294,16 +294,30 @@ void decoder_step(Decoder *d, const int *seq, const int32_t *ids, int n, float *
     head(d, 0, n, logits);
 }
 
-void decoder_extend(Decoder *d, int s, const int32_t *ids, int T, float *logits) {
+/* ids[0..T) after sequence s's cache (not empty), as a prompt's rows run. */
+static void extend_rows(Decoder *d, int s, const int32_t *ids, int T) {
     int L = d->len[s];
-    if (L == 0) {
-        decoder_prefill(d, s, ids, T, logits);
-        return;
-    }
     for (int t = 0; t < T; t++)
         d->pos[t] = L + t, d->row_seq[t] = s;
     run_rows(d, ids, T, -1, d->row_seq, 0);
+}
+
+void decoder_extend(Decoder *d, int s, const int32_t *ids, int T, float *logits) {
+    if (d->len[s] == 0) {
+        decoder_prefill(d, s, ids, T, logits);
+        return;
+    }
+    extend_rows(d, s, ids, T);
     head(d, T - 1, 1, logits);
+}
+
+void decoder_verify(Decoder *d, int s, const int32_t *ids, int T, float *logits) {
+    extend_rows(d, s, ids, T);
+    head(d, 0, T, logits);
+}
+
+void decoder_truncate(Decoder *d, int s, int n) {
+    if (n < d->len[s]) d->len[s] = n;
 }
 
 void decoder_copy(Decoder *d, int dst, int src) {

@@ -76,6 +76,11 @@ void decoder_prefill(Decoder *d, int s, const int32_t *ids, int T, float *logits
  * new rows go through the model's ops as a prompt's do, each attending to the cache and the
  * rows before it. A conversation's next turn runs only what its cache does not hold yet. */
 void decoder_extend(Decoder *d, int s, const int32_t *ids, int T, float *logits);
+/* As decoder_extend after a cache that is not empty, with the logits of every one of the T
+ * rows (T, V): candidate tokens checked in one pass (prompt lookup, generate.h). */
+void decoder_verify(Decoder *d, int s, const int32_t *ids, int T, float *logits);
+/* Sequence s keeps its first n cached positions (n >= its length: unchanged). */
+void decoder_truncate(Decoder *d, int s, int n);
 /* Keeps the longest run of sequence s's cached positions that holds ids[0..n) for the prompt
  * ids[0..T), at most T - 1 of them (the last prompt position is always run, for its logits):
  * the rest is run again by the next decoder_extend. Returns the positions kept. */

@@ -238,6 +238,14 @@ int gen_config_parse(const char *text, size_t len, const char *file, GenConfig *
         rc = number(root, "length_penalty", file, -1e30, 0, 1e30, 0, "a number in [-1e30, 1e30]",
                     &lpen, err);
     if (rc == 0) rc = procs(root, file, &gc->procs, err);
+    double plt = 0, mng = 0;
+    if (rc == 0)
+        rc = number(root, "prompt_lookup_num_tokens", file, 0, 0, 4096, 1,
+                    "a whole number from 0 to 4096", &plt, err);
+    if (rc == 0)
+        rc = number(root, "max_matching_ngram_size", file, 0, 0, 64, 1,
+                    "a whole number from 0 to 64", &mng, err);
+    gc->lookup_tokens = (int)plt, gc->lookup_ngram = (int)mng;
     BeamStop stop = BEAM_STOP_HEURISTIC;
     const json_t *es = rc == 0 ? json_object_get(root, "early_stopping") : NULL;
     if (rc == 0 && es && !json_is_null(es)) {

@@ -32,6 +32,8 @@ typedef struct GenConfig {
      * encoder_repetition_penalty, encoder_no_repeat_ngram_size, forced_bos_token_id,
      * forced_eos_token_id, exponential_decay_length_penalty; off when absent or null). */
     LogitProcs procs;
+    /* prompt_lookup_num_tokens and max_matching_ngram_size (0 when absent or null). */
+    int lookup_tokens, lookup_ngram;
     int32_t eos[GEN_CONFIG_MAX_EOS];
     int n_eos;
     char ignored[512]; /* "guidance_scale = 1.5, penalty_alpha = 0.6" or "" */

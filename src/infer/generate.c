@@ -10,8 +10,8 @@ typedef struct SeqState {
     int done;
     GenText text; /* with a tokenizer */
     Rng rng;
-    /* With processors (gen_processes): the ids of the prompt and completion, as a set and in
-     * order; the prompt's length. */
+    /* With processors (gen_processes): the ids of the prompt and completion as a set; with
+     * them or prompt lookup, in order; the prompt's length. */
     uint8_t *seen; /* (V) */
     int32_t *hist;
     long hist_n, prompt_n;
@@ -25,7 +25,11 @@ int gen_processes(const GenOptions *o) {
  * into pen (V scratch) first when it has any, then chosen by o's sampling. */
 static int32_t choose(Sampler *smp, const GenOptions *o, SeqState *st, const float *lg,
                       float *pen) {
-    if (!st->seen) return sample_next(smp, lg, &o->sample, &st->rng);
+    if (!st->seen) {
+        int32_t id = sample_next(smp, lg, &o->sample, &st->rng);
+        if (st->hist) st->hist[st->hist_n++] = id;
+        return id;
+    }
     ProcSeq q = {.seen = st->seen,
                  .hist = st->hist,
                  .len = st->hist_n,
@@ -120,6 +124,52 @@ static int accept(const Tokenizer *tok, const GenOptions *o, GenOutput *g, SeqSt
     return 0;
 }
 
+/* Prompt lookup's candidates for sequence st (GenOptions.lookup_tokens): after the earliest
+ * earlier occurrence of its last g ids (g from lookup_ngram down to 1) that some id follows, up
+ * to lookup_tokens of the ids that follow it, no more than the completion has room for after
+ * one more id, and none past an EOS id. Returns how many (0: none) into out. */
+static int lookup(const GenOptions *o, const SeqState *st, const GenOutput *g, int32_t *out) {
+    long n = st->hist_n, room = o->max_new_tokens - g->n - 1;
+    const int32_t *h = st->hist;
+    for (long gram = o->lookup_ngram > 0 ? o->lookup_ngram : 2; gram >= 1 && room > 0; gram--) {
+        if (gram >= n) continue;
+        const int32_t *tail = h + n - gram;
+        for (long j = 0; j + gram < n; j++) {
+            if (memcmp(h + j, tail, (size_t)gram * sizeof *h) != 0) continue;
+            int k = 0;
+            for (long t = j + gram; t < n && k < o->lookup_tokens && k < room; t++) {
+                out[k++] = h[t];
+                if (gen_is_eos(o, h[t])) break;
+            }
+            return k;
+        }
+    }
+    return 0;
+}
+
+/* Runs the last id of sequence i and its k candidates (ids[0..k + 1)) in one pass and chooses
+ * at each row as a step would, until a choice differs from the candidate that row was given
+ * (that choice is still kept) or the sequence ends; its cache then keeps the rows whose ids
+ * stand. */
+static int verify(Decoder *d, const Tokenizer *tok, const GenOptions *o, Sampler *smp, SeqState *st,
+                  GenOutput *g, const int32_t *ids, int k, float *vlog, float *pen, int i,
+                  GenStreamFn stream, void *ctx, GenStats *gs, Err *err) {
+    int V = smp->V, L = d->len[i], rows = 0;
+    decoder_verify(d, i, ids, k + 1, vlog);
+    gs->passes++;
+    gs->lookup_proposed += k;
+    for (int r = 0; r <= k && !st->done; r++) {
+        const float *lg = vlog + (long)r * V;
+        int32_t id = choose(smp, o, st, lg, pen);
+        TRY(accept(tok, o, g, st, lg, V, id, i, stream, ctx, err));
+        rows++;
+        if (r == k || id != ids[r + 1]) break;
+        gs->lookup_accepted++;
+    }
+    decoder_truncate(d, i, L + rows);
+    return 0;
+}
+
 int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, const int *lens,
              int n, const GenOptions *o, GenOutput *out, GenStreamFn stream, void *ctx,
              GenStats *stats, Err *err) {
@@ -145,8 +195,11 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
     int32_t *next = xcalloc((size_t)n, sizeof *next);
     Sampler smp;
     sampler_init(&smp, V);
-    int penalize = gen_processes(o);
+    int penalize = gen_processes(o), K = o->lookup_tokens > 0 ? o->lookup_tokens : 0;
     float *pen = penalize ? xcalloc((size_t)V, sizeof *pen) : NULL;
+    /* Prompt lookup: the candidates (and the id before them) and the logits of their rows. */
+    int32_t *cand = K ? xcalloc((size_t)K + 1, sizeof *cand) : NULL;
+    float *vlog = K ? xcalloc((size_t)(K + 1) * V, sizeof *vlog) : NULL;
     GenStats gs = {0};
     int rc = 0;
     for (int i = 0; i < n; i++) {
@@ -155,10 +208,12 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
         rng_seed(&st[i].rng, o->seed, (uint64_t)i);
         if (penalize) {
             st[i].seen = xcalloc((size_t)V, 1);
-            st[i].hist = xcalloc((size_t)lens[i] + (size_t)o->max_new_tokens, sizeof *st[i].hist);
             for (int t = 0; t < lens[i]; t++)
                 if (prompts[i][t] >= 0 && prompts[i][t] < V)
                     st[i].seen[prompts[i][t]] = SEEN_ID | SEEN_PROMPT;
+        }
+        if (penalize || K) {
+            st[i].hist = xcalloc((size_t)lens[i] + (size_t)o->max_new_tokens, sizeof *st[i].hist);
             memcpy(st[i].hist, prompts[i], (size_t)lens[i] * sizeof *st[i].hist);
             st[i].hist_n = st[i].prompt_n = lens[i];
         }
@@ -188,13 +243,23 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
                     ctx, err);
     }
     for (;;) {
-        int active = 0;
-        for (int i = 0; i < n && rc == 0; i++)
-            if (!st[i].done) {
+        int active = 0, verified = 0;
+        for (int i = 0; i < n && rc == 0; i++) {
+            if (st[i].done) continue;
+            int k = K ? lookup(o, &st[i], &out[i], cand + 1) : 0;
+            if (k == 0) {
                 seq[active] = i;
                 next[active++] = out[i].ids[out[i].n - 1];
+                continue;
             }
-        if (active == 0 || rc != 0) break;
+            cand[0] = out[i].ids[out[i].n - 1];
+            rc = verify(d, tok, o, &smp, &st[i], &out[i], cand, k, vlog, pen, i, stream, ctx, &gs,
+                        err);
+            verified = 1;
+        }
+        if (rc != 0 || (active == 0 && !verified)) break;
+        if (active == 0) continue;
+        gs.passes++;
         decoder_step(d, seq, next, active, logits);
         for (int r = 0; r < active && rc == 0; r++) {
             int i = seq[r];
@@ -215,7 +280,7 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
     sampler_free(&smp);
     for (int i = 0; i < n; i++)
         free(st[i].seen), free(st[i].hist);
-    free(st), free(logits), free(seq), free(next), free(pen);
+    free(st), free(logits), free(seq), free(next), free(pen), free(cand), free(vlog);
     if (rc != 0)
         for (int i = 0; i < n; i++)
             gen_output_free(&out[i]);

@@ -26,6 +26,16 @@ typedef struct GenOptions {
      * prompts[i] (decoder_reuse: a conversation's earlier turns) and runs only the rest. Either
      * way the cache of sequence i ends holding prompts[i] and its generated ids but the last. */
     int reuse_cache;
+    /* Prompt lookup (transformers' prompt_lookup_num_tokens and max_matching_ngram_size): with
+     * lookup_tokens > 0, a sequence whose last lookup_ngram ids (down to 1) occurred before in
+     * its prompt and completion takes up to lookup_tokens ids that followed that occurrence as
+     * candidates, runs its last id and them through the model in one pass (decoder_verify),
+     * and chooses at each row as it would have one step at a time, keeping candidates while
+     * they are what it chose; the rows past the first that differs are dropped from its cache.
+     * Each chosen id draws as a step does, so greedy and seeded sampling give the same ids as
+     * without it (up to the float rounding of a pass of many rows); text that repeats itself
+     * costs fewer passes. 0: off. lookup_ngram 0: 2. */
+    int lookup_tokens, lookup_ngram;
 } GenOptions;
 
 typedef struct GenOutput {
@@ -42,6 +52,8 @@ typedef struct GenOutput {
 typedef struct GenStats {
     long prompt_tokens, new_tokens;
     long reused_tokens; /* prompt tokens the cache held already (GenOptions.reuse_cache) */
+    long lookup_proposed, lookup_accepted; /* prompt lookup's candidate ids, and those kept */
+    long passes;                           /* model passes after the prompts (decode steps) */
     double prefill_s, decode_s;
 } GenStats;
 
