@@ -146,6 +146,25 @@ expect_error_in_log generate "prompt-lookup 4 does not apply to beam search (--n
   --model "$TMP/gclook" --prompt hi --num-beams 2
 echo "--prompt-lookup: the same ids in fewer passes ($kept)"
 
+# --assistant-model: the model drafting for itself keeps every draft, the same ids and text in
+# fewer passes; a draft of another vocabulary, a draft beside --prompt-lookup, beams and
+# --interactive are refused.
+look=$("$QT" generate --model "$FIX" --prompt "$prompt" --temperature 0 --max-new-tokens 24 --json \
+  --assistant-model "$FIX" --assistant-tokens 5 2>"$TMP/err") || fail "--assistant-model: $(cat "$TMP/err")"
+[ "$(echo "$look" | jq -c '[.ids, .text]')" = "$(echo "$plain" | jq -c '[.ids, .text]')" ] ||
+  fail "--assistant-model: $look, without $plain"
+grep -q 'draft model: 18 of 18 candidate ids kept, 5 passes after the prompts' "$TMP/err" ||
+  fail "--assistant-model: stderr $(cat "$TMP/err")"
+expect_error generate "assistant-model $SRC/tests/fixtures/generate/dense_tied_gqa has a vocabulary of 96 ids and the model 608" \
+  --model "$FIX" --prompt hi --assistant-model "$SRC/tests/fixtures/generate/dense_tied_gqa"
+expect_error generate "assistant-model and --prompt-lookup 3 are two sources of candidates" \
+  --model "$FIX" --prompt hi --assistant-model "$FIX" --prompt-lookup 3
+expect_error generate "assistant-model does not apply to beam search" \
+  --model "$FIX" --prompt hi --assistant-model "$FIX" --num-beams 2 --temperature 0
+expect_error generate "assistant-model applies to --prompt, --prompt-file and --messages runs" \
+  --model "$FIX" --interactive --assistant-model "$FIX"
+echo "--assistant-model: the same ids, every draft of the model itself kept"
+
 # --stop: the text ends before the stop string's first occurrence.
 stop=${text:3:2}
 cut=$("$QT" generate --model "$FIX" --prompt "$prompt" --temperature 0 --max-new-tokens 24 \

@@ -175,6 +175,43 @@ static void check_case(const char *name) {
            name, st.lookup_accepted, st.lookup_proposed, st.passes, worst_look);
     assert_true(worst_look < TOL_LOGPROB);
     lookup_kept += st.lookup_accepted;
+    /* Assisted decoding: another fixture model of the same vocabulary drafts, and then the
+     * model itself (whose drafts are all kept); the same ids and log-probs either way. */
+    for (int self = 0; self < 2; self++) {
+        const char *dname = self                             ? name
+                            : strcmp(name, "dense_tied_gqa") ? "dense_tied_gqa"
+                                                             : "dense_untied_mha";
+        char *ddir = fixture(dname, NULL);
+        InferModel dm;
+        Decoder dd;
+        if (infer_model_open(&dm, ddir, NULL, NULL, 1, 1, 0, &err)) fail_msg("%s", err.msg);
+        if (decoder_create(&dd, &dm.m, prompts.n, longest + NEW, &err)) fail_msg("%s", err.msg);
+        GenOptions as = o;
+        as.draft = &dd, as.draft_tokens = 5, as.draft_confidence = 0.0f;
+        if (generate(&d, NULL, ptr, lens, prompts.n, &as, out, NULL, NULL, &st, &err))
+            fail_msg("%s", err.msg);
+        double worst_as = 0.0;
+        for (int i = 0; i < prompts.n; i++) {
+            assert_int_equal(out[i].n, count[i]);
+            for (int t = 0; t < count[i]; t++) {
+                if (out[i].ids[t] != expected.ids[expected.start[i] + t])
+                    fail_msg("%s prompt %d token %d drafted by %s: got %d, transformers %d", name,
+                             i, t, dname, out[i].ids[t], expected.ids[expected.start[i] + t]);
+                worst_as = fmax(worst_as, fabs(out[i].logprobs[t] - lps[i * NEW + t]));
+            }
+            gen_output_free(&out[i]);
+        }
+        printf("%s: the same drafted by %s (%ld of %ld drafts kept, %ld passes), max |logprob "
+               "diff| %.3g\n",
+               name, dname, st.lookup_accepted, st.lookup_proposed, st.passes, worst_as);
+        assert_true(worst_as < TOL_LOGPROB);
+        /* A model drafting for itself has every draft kept but where a processor or the end
+         * of the completion decides otherwise. */
+        if (self && !gc.found) assert_true(st.lookup_accepted * 10 >= st.lookup_proposed * 9);
+        decoder_free(&dd);
+        infer_model_close(&dm);
+        free(ddir);
+    }
     /* An EOS id ends a sequence there (kept as its last id); the others run on. (A case with
      * forbidden ids forbids its EOS.) */
     if (!gc.found || !sample_procs_on(&gc.procs)) {
@@ -836,6 +873,11 @@ static void test_gen_config(void **state) {
         {"{\"forced_eos_token_id\": [1, \"x\"]}", "\"forced_eos_token_id\" must hold token ids"},
         {"{\"exponential_decay_length_penalty\": [3]}",
          "\"exponential_decay_length_penalty\" must be [start, factor]"},
+        {"{\"prompt_lookup_num_tokens\": -1}",
+         "\"prompt_lookup_num_tokens\" must be a whole number from 0 to 4096"},
+        {"{\"num_assistant_tokens\": 0}", "\"num_assistant_tokens\" must be a whole number from 1"},
+        {"{\"assistant_confidence_threshold\": 2}",
+         "\"assistant_confidence_threshold\" must be in [0, 1]"},
         {"{\"exponential_decay_length_penalty\": [3, 0]}",
          "\"exponential_decay_length_penalty\" must be [start, factor]"},
         {"{\"do_sample\": true", "generation_config.json"},
@@ -903,6 +945,26 @@ static void test_seeded(void **state) {
     }
     printf("sampling with prompt lookup: the same ids, %ld candidates kept\n", kept);
     o.lookup_tokens = 0;
+    /* And with a draft model (here the model itself): the same sampled ids. */
+    Decoder dd;
+    if (decoder_create(&dd, &im.m, 2, 40, &err)) fail_msg("%s", err.msg);
+    kept = 0;
+    for (int t = 0; t < 4; t++, o.seed++) {
+        o.draft = NULL;
+        assert_int_equal(generate(&d, NULL, rp, rl, 2, &o, r1, NULL, NULL, NULL, &err), 0);
+        o.draft = &dd, o.draft_tokens = 4, o.draft_confidence = 0.0f;
+        assert_int_equal(generate(&d, NULL, rp, rl, 2, &o, r2, NULL, NULL, &gs, &err), 0);
+        kept += gs.lookup_accepted;
+        for (int i = 0; i < 2; i++) {
+            assert_int_equal(r1[i].n, r2[i].n);
+            assert_memory_equal(r1[i].ids, r2[i].ids, (size_t)r1[i].n * sizeof(int32_t));
+            gen_output_free(&r1[i]), gen_output_free(&r2[i]);
+        }
+    }
+    printf("sampling with a draft model: the same ids, %ld drafts kept\n", kept);
+    assert_true(kept > 0);
+    o.draft = NULL;
+    decoder_free(&dd);
     /* A prompt that does not fit the cache with its new tokens is refused. */
     o.max_new_tokens = 36;
     assert_int_not_equal(generate(&d, NULL, prompts, lens, 2, &o, r1, NULL, NULL, NULL, &err), 0);

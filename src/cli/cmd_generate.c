@@ -89,6 +89,15 @@ static const char *USAGE =
     "  --no-repeat-ngram-size N  never complete an N-gram the prompt or the completion\n"
     "                         already holds (transformers' no_repeat_ngram_size; greedy\n"
     "                         decoding too); default 0 (off)\n"
+    "  --assistant-model DIR  assisted (speculative) decoding with a smaller draft model of the\n"
+    "                         same vocabulary (transformers' assistant_model): its greedy ids\n"
+    "                         are checked in one pass of the model and kept while they are\n"
+    "                         what would be chosen; the same ids as without it\n"
+    "  --assistant-tokens N   draft ids a step (num_assistant_tokens); default 20, or\n"
+    "                         generation_config.json's\n"
+    "  --assistant-confidence P  stop drafting after an id the draft gives a probability below\n"
+    "                         P (assistant_confidence_threshold); default 0.4, or\n"
+    "                         generation_config.json's\n"
     "  --prompt-lookup N      prompt lookup decoding (transformers' prompt_lookup_num_tokens):\n"
     "                         where the last ids occurred before in the prompt or completion,\n"
     "                         the up to N ids that followed are checked in one pass and kept\n"
@@ -129,8 +138,12 @@ typedef struct GenArgs {
     const char *model, *checkpoint, *adapter, *prompt, *prompt_file, *system, *dtype, *tools_file,
         *chat_template;
     const char *messages_file; /* --messages: conversations to continue, one a line */
-    int64_t *linenos;          /* with --messages: each conversation's line in the file */
-    json_t *tools;             /* --tools FILE's array, read by generate_run */
+    const char *assistant;     /* --assistant-model: the draft model's folder */
+    int assistant_tokens, set_assistant_tokens; /* --assistant-tokens */
+    float assistant_confidence;                 /* --assistant-confidence */
+    int set_assistant_confidence;
+    int64_t *linenos; /* with --messages: each conversation's line in the file */
+    json_t *tools;    /* --tools FILE's array, read by generate_run */
     int chat, thinking, json, interactive;
     long max_new;
     long n_return; /* --num-return-sequences */
@@ -184,6 +197,8 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
     a->thinking = 1;
     a->dtype = "float32";
     a->beams = BEAM_PARAMS_DEFAULT;
+    a->assistant_tokens = 20;       /* transformers' num_assistant_tokens and */
+    a->assistant_confidence = 0.4f; /* assistant_confidence_threshold */
     a->sp = (SampleParams){.temperature = 0.8f,
                            .top_k = 0,
                            .top_p = 1.0f,
@@ -218,6 +233,8 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
             a->checkpoint = v;
         else if (strcmp(o, "--adapter") == 0)
             a->adapter = v;
+        else if (strcmp(o, "--assistant-model") == 0)
+            a->assistant = v;
         else if (strcmp(o, "--prompt") == 0)
             a->prompt = v;
         else if (strcmp(o, "--prompt-file") == 0)
@@ -239,6 +256,13 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
             TRY(parse_count(o, v, 0, 1000000000, &a->sp.top_k, &a->set_top_k, err));
         } else if (strcmp(o, "--no-repeat-ngram-size") == 0) {
             TRY(parse_count(o, v, 0, 1000000, &a->sp.no_repeat_ngram_size, &a->set_ngram, err));
+        } else if (strcmp(o, "--assistant-tokens") == 0) {
+            TRY(parse_count(o, v, 1, 4096, &a->assistant_tokens, &a->set_assistant_tokens, err));
+        } else if (strcmp(o, "--assistant-confidence") == 0) {
+            TRY(parse_float(o, v, &a->assistant_confidence, err));
+            if (!(a->assistant_confidence >= 0 && a->assistant_confidence <= 1))
+                return err_set(err, "--assistant-confidence %s: must be in [0, 1]", v);
+            a->set_assistant_confidence = 1;
         } else if (strcmp(o, "--prompt-lookup") == 0) {
             TRY(parse_count(o, v, 0, 4096, &a->lookup, &a->set_lookup, err));
         } else if (strcmp(o, "--prompt-lookup-ngram") == 0) {
@@ -475,6 +499,10 @@ static int apply_gen_config(GenArgs *a, InferModel *im, Err *err) {
     if (!a->set_rep) a->sp.repetition_penalty = gc.sp.repetition_penalty;
     if (!a->set_ngram) a->sp.no_repeat_ngram_size = gc.sp.no_repeat_ngram_size;
     if (!a->set_lookup) a->lookup = gc.lookup_tokens;
+    if (!a->set_assistant_tokens && gc.assistant_tokens > 0)
+        a->assistant_tokens = gc.assistant_tokens;
+    if (!a->set_assistant_confidence && gc.assistant_confidence >= 0)
+        a->assistant_confidence = gc.assistant_confidence;
     if (!a->set_lookup_ngram) a->lookup_ngram = gc.lookup_ngram;
     if (!a->set_max_new && gc.max_new_tokens > 0) a->max_new = gc.max_new_tokens;
     int min_new = a->procs.min_new_tokens;
@@ -504,13 +532,14 @@ static int apply_gen_config(GenArgs *a, InferModel *im, Err *err) {
     return 0;
 }
 
-static void print_stats(const GenStats *st, int n, const char *dtype) {
+/* cands: where candidate ids came from ("prompt lookup", "draft model"), for their count. */
+static void print_stats(const GenStats *st, int n, const char *dtype, const char *cands) {
     char reused[48] = "", lookup[128] = "";
     if (st->reused_tokens)
         snprintf(reused, sizeof reused, " (and %ld held in the cache)", st->reused_tokens);
     if (st->lookup_proposed)
         snprintf(lookup, sizeof lookup,
-                 ", prompt lookup: %ld of %ld candidate ids kept, %ld passes after the prompts",
+                 ", %s: %ld of %ld candidate ids kept, %ld passes after the prompts", cands,
                  st->lookup_accepted, st->lookup_proposed, st->passes);
     fprintf(stderr,
             "generate: prompt %ld tokens%s in %.3f s (%.1f tokens/s), generation %ld tokens in "
@@ -557,6 +586,9 @@ static int check_prompt(const GenArgs *a, InferModel *im, const IdVec *ids, cons
  * otherwise than it was generated, e.g. without its think block), so a turn runs only its new
  * tokens; it grows (and starts over) when a turn needs more positions than it has. */
 static int interactive_run(GenArgs *a, Err *err) {
+    if (a->assistant)
+        return err_set(err, "--assistant-model applies to --prompt, --prompt-file and --messages "
+                            "runs, not --interactive");
     InferModel im;
     ChatFormat *cf;
     TRY(open_for_generation(a, &im, &cf, err));
@@ -640,7 +672,7 @@ static int interactive_run(GenArgs *a, Err *err) {
             else
                 putchar('\n');
             fflush(stdout);
-            print_stats(&st, 1, a->dtype);
+            print_stats(&st, 1, a->dtype, "prompt lookup");
             texts[n] = xmalloc(out.text_len + 1);
             memcpy(texts[n], out.text ? out.text : "", out.text_len);
             texts[n][out.text_len] = '\0';
@@ -678,6 +710,8 @@ static int check_beams(const GenArgs *a, Err *err) {
                        a->n_return, k);
     if (a->n_stop > 0)
         return err_set(err, "--stop does not apply to beam search (--num-beams %d)", k);
+    if (a->assistant)
+        return err_set(err, "--assistant-model does not apply to beam search (--num-beams %d)", k);
     if (a->lookup > 0)
         return err_set(err, "--prompt-lookup %d does not apply to beam search (--num-beams %d)%s",
                        a->lookup, k,
@@ -705,6 +739,33 @@ static int beam_prompts(Decoder *d, const InferModel *im, const int32_t **ptr, c
         st->prefill_s += one.prefill_s, st->decode_s += one.decode_s;
     }
     return 0;
+}
+
+/* --assistant-model: the draft model (the run's dtype, no adapter) and a decoder of S
+ * sequences of C positions for it; its vocabulary must be the model's. */
+static int open_draft(const GenArgs *a, const InferModel *im, InferModel *dm, Decoder *dd, int S,
+                      int C, Err *err) {
+    if (a->lookup > 0)
+        return err_set(err,
+                       "--assistant-model and --prompt-lookup %d are two sources of candidates: "
+                       "give one%s",
+                       a->lookup, a->set_lookup ? "" : " (the lookup is generation_config.json's)");
+    TRY(infer_model_open(dm, a->assistant, NULL, NULL, 1, 1, strcmp(a->dtype, "bfloat16") == 0,
+                         err));
+    int rc = 0;
+    if (dm->m.spec.vocab_size != im->m.spec.vocab_size)
+        rc = err_set(err,
+                     "--assistant-model %s has a vocabulary of %d ids and the model %d: the draft "
+                     "must share the model's tokenizer",
+                     a->assistant, dm->m.spec.vocab_size, im->m.spec.vocab_size);
+    if (rc == 0 && C > dm->m.spec.max_seq_len)
+        rc = err_set(err,
+                     "--assistant-model %s has a context of %d positions, fewer than the %d this "
+                     "run needs",
+                     a->assistant, dm->m.spec.max_seq_len, C);
+    if (rc == 0) rc = decoder_create(dd, &dm->m, S, C, err);
+    if (rc) infer_model_close(dm);
+    return rc;
 }
 
 static int generate_run(GenArgs *a, Err *err) {
@@ -744,9 +805,12 @@ static int generate_run(GenArgs *a, Err *err) {
         }
         if ((int)ids[i].n > longest) longest = (int)ids[i].n;
     }
-    Decoder d = {0};
+    Decoder d = {0}, dd = {0};
+    InferModel dm = {0};
     GenOutput *out = xcalloc((size_t)n, sizeof *out);
     GenStats st = {0};
+    if (rc == 0 && a->assistant && !beams)
+        rc = open_draft(a, &im, &dm, &dd, n, longest + (int)a->max_new, err);
     /* Beam search runs up to BEAM_BATCH prompts side by side, each in num_beams rows. */
     if (rc == 0)
         rc = decoder_create(
@@ -762,7 +826,10 @@ static int generate_run(GenArgs *a, Err *err) {
                         .n_stop = a->n_stop,
                         .procs = &a->procs,
                         .lookup_tokens = a->lookup,
-                        .lookup_ngram = a->lookup_ngram};
+                        .lookup_ngram = a->lookup_ngram,
+                        .draft = dm.m.table ? &dd : NULL,
+                        .draft_tokens = a->assistant_tokens,
+                        .draft_confidence = a->assistant_confidence};
         int streaming = n == 1 && !a->json && !beams;
         if (beams)
             rc = beam_prompts(&d, &im, ptr, lens, pr.n, K, &o, &a->beams, out, &st, err);
@@ -785,8 +852,9 @@ static int generate_run(GenArgs *a, Err *err) {
             gen_output_free(&out[j]);
         fflush(stdout);
     }
-    if (rc == 0) print_stats(&st, n, a->dtype);
+    if (rc == 0) print_stats(&st, n, a->dtype, a->assistant ? "draft model" : "prompt lookup");
     decoder_free(&d);
+    if (dm.m.table) decoder_free(&dd), infer_model_close(&dm);
     for (int i = 0; i < pr.n; i++)
         idvec_free(&ids[i]);
     free(ids), free(ptr), free(lens), free(out);

@@ -245,7 +245,15 @@ int gen_config_parse(const char *text, size_t len, const char *file, GenConfig *
     if (rc == 0)
         rc = number(root, "max_matching_ngram_size", file, 0, 0, 64, 1,
                     "a whole number from 0 to 64", &mng, err);
+    double nat = 0, act = -1;
+    if (rc == 0)
+        rc = number(root, "num_assistant_tokens", file, 1, 0, 4096, 1,
+                    "a whole number from 1 to 4096", &nat, err);
+    if (rc == 0)
+        rc = number(root, "assistant_confidence_threshold", file, 0, 0, 1, 0, "in [0, 1]", &act,
+                    err);
     gc->lookup_tokens = (int)plt, gc->lookup_ngram = (int)mng;
+    gc->assistant_tokens = (int)nat, gc->assistant_confidence = (float)act;
     BeamStop stop = BEAM_STOP_HEURISTIC;
     const json_t *es = rc == 0 ? json_object_get(root, "early_stopping") : NULL;
     if (rc == 0 && es && !json_is_null(es)) {

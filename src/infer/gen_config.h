@@ -34,6 +34,10 @@ typedef struct GenConfig {
     LogitProcs procs;
     /* prompt_lookup_num_tokens and max_matching_ngram_size (0 when absent or null). */
     int lookup_tokens, lookup_ngram;
+    /* num_assistant_tokens (0 when absent) and assistant_confidence_threshold (-1 when
+     * absent). */
+    int assistant_tokens;
+    float assistant_confidence;
     int32_t eos[GEN_CONFIG_MAX_EOS];
     int n_eos;
     char ignored[512]; /* "guidance_scale = 1.5, penalty_alpha = 0.6" or "" */

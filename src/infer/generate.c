@@ -1,6 +1,7 @@
 /* The generation loop (see generate.h). */
 #include "infer/generate.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -147,6 +148,30 @@ static int lookup(const GenOptions *o, const SeqState *st, const GenOutput *g, i
     return 0;
 }
 
+/* The draft model's candidates for sequence i (GenOptions.draft): its cache brought to the
+ * sequence's ids, then greedy steps, no more than the completion has room for after one more
+ * id, none past an EOS id or after one it gave a probability below draft_confidence. dlog: V
+ * scratch. */
+static int draft_propose(const GenOptions *o, int i, const SeqState *st, const GenOutput *g,
+                         int32_t *out, float *dlog) {
+    Decoder *dd = o->draft;
+    long n = st->hist_n, room = o->max_new_tokens - g->n - 1;
+    int V = dd->m->spec.vocab_size, k = 0;
+    if (room <= 0 || o->draft_tokens <= 0) return 0;
+    int held = decoder_reuse(dd, i, st->hist, (int)n);
+    decoder_extend(dd, i, st->hist + held, (int)(n - held), dlog);
+    for (;;) {
+        int32_t id = 0;
+        for (int v = 1; v < V; v++)
+            if (dlog[v] > dlog[id]) id = v;
+        out[k++] = id;
+        double p = exp(-sample_logsumexp(dlog, V) + dlog[id]);
+        if (k == o->draft_tokens || k == room || gen_is_eos(o, id) || p < o->draft_confidence)
+            return k;
+        decoder_step(dd, &i, &id, 1, dlog);
+    }
+}
+
 /* Runs the last id of sequence i and its k candidates (ids[0..k + 1)) in one pass and chooses
  * at each row as a step would, until a choice differs from the candidate that row was given
  * (that choice is still kept) or the sequence ends; its cache then keeps the rows whose ids
@@ -188,6 +213,11 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
                            "positions the decoder holds",
                            i + 1, lens[i], o->max_new_tokens, d->C);
     }
+    if (o->draft && (o->draft->m->spec.vocab_size != V || o->draft->S < n || o->draft->C < d->C))
+        return err_set(err,
+                       "generate: the draft model's decoder (vocabulary %d, %d sequences of %d "
+                       "positions) does not fit the model's (%d, %d of %d)",
+                       o->draft->m->spec.vocab_size, o->draft->S, o->draft->C, V, n, d->C);
     memset(out, 0, (size_t)n * sizeof *out);
     SeqState *st = xcalloc((size_t)n, sizeof *st);
     float *logits = xcalloc((size_t)n * V, sizeof *logits);
@@ -195,11 +225,13 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
     int32_t *next = xcalloc((size_t)n, sizeof *next);
     Sampler smp;
     sampler_init(&smp, V);
-    int penalize = gen_processes(o), K = o->lookup_tokens > 0 ? o->lookup_tokens : 0;
+    int penalize = gen_processes(o);
+    int K = o->draft ? o->draft_tokens : o->lookup_tokens > 0 ? o->lookup_tokens : 0;
     float *pen = penalize ? xcalloc((size_t)V, sizeof *pen) : NULL;
     /* Prompt lookup: the candidates (and the id before them) and the logits of their rows. */
     int32_t *cand = K ? xcalloc((size_t)K + 1, sizeof *cand) : NULL;
     float *vlog = K ? xcalloc((size_t)(K + 1) * V, sizeof *vlog) : NULL;
+    float *dlog = o->draft ? xcalloc((size_t)V, sizeof *dlog) : NULL;
     GenStats gs = {0};
     int rc = 0;
     for (int i = 0; i < n; i++) {
@@ -246,7 +278,9 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
         int active = 0, verified = 0;
         for (int i = 0; i < n && rc == 0; i++) {
             if (st[i].done) continue;
-            int k = K ? lookup(o, &st[i], &out[i], cand + 1) : 0;
+            int k = !K         ? 0
+                    : o->draft ? draft_propose(o, i, &st[i], &out[i], cand + 1, dlog)
+                               : lookup(o, &st[i], &out[i], cand + 1);
             if (k == 0) {
                 seq[active] = i;
                 next[active++] = out[i].ids[out[i].n - 1];
@@ -280,7 +314,7 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
     sampler_free(&smp);
     for (int i = 0; i < n; i++)
         free(st[i].seen), free(st[i].hist);
-    free(st), free(logits), free(seq), free(next), free(pen), free(cand), free(vlog);
+    free(st), free(logits), free(seq), free(next), free(pen), free(cand), free(vlog), free(dlog);
     if (rc != 0)
         for (int i = 0; i < n; i++)
             gen_output_free(&out[i]);

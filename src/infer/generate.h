@@ -36,6 +36,15 @@ typedef struct GenOptions {
      * without it (up to the float rounding of a pass of many rows); text that repeats itself
      * costs fewer passes. 0: off. lookup_ngram 0: 2. */
     int lookup_tokens, lookup_ngram;
+    /* Assisted decoding (transformers' assistant_model): draft (NULL: off) decodes a smaller
+     * model of the same vocabulary, with a cache row for each sequence and as many positions;
+     * a step's candidates are the up to draft_tokens ids it chooses greedily after the
+     * sequence's ids, ending after one whose probability under it is below draft_confidence
+     * (assistant_confidence_threshold), checked as prompt lookup's are (instead of them). Its
+     * cache keeps what still matches the sequence (decoder_reuse). */
+    Decoder *draft;
+    int draft_tokens;
+    float draft_confidence;
 } GenOptions;
 
 typedef struct GenOutput {
@@ -52,7 +61,8 @@ typedef struct GenOutput {
 typedef struct GenStats {
     long prompt_tokens, new_tokens;
     long reused_tokens; /* prompt tokens the cache held already (GenOptions.reuse_cache) */
-    long lookup_proposed, lookup_accepted; /* prompt lookup's candidate ids, and those kept */
+    long lookup_proposed, lookup_accepted; /* candidate ids (prompt lookup or the draft model),
+                                            * and those kept */
     long passes;                           /* model passes after the prompts (decode steps) */
     double prefill_s, decode_s;
 } GenStats;
