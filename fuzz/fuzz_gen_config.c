@@ -61,9 +61,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (t->forced_eos[i] < 0) abort();
     if (t->n_forced_bos && t->forced_bos < 0) abort();
     /* prompt lookup and assisted decoding: in their ranges */
-    if (a.lookup_tokens < 0 || a.lookup_tokens > 4096 || a.lookup_ngram < 0 ||
-        a.lookup_ngram > 64 || a.assistant_tokens < 0 || a.assistant_tokens > 4096 ||
-        !(a.assistant_confidence <= 1) ||
+    if (a.lookup_tokens < 0 || a.lookup_tokens > 256 || a.lookup_ngram < 0 || a.lookup_ngram > 64 ||
+        a.assistant_tokens < 0 || a.assistant_tokens > 256 || !(a.assistant_confidence <= 1) ||
         (a.assistant_confidence < 0 && a.assistant_confidence != -1))
         abort();
     if (gen_config_parse((const char *)data, size, "fuzz.json", &b, &err) != 0 ||

@@ -874,7 +874,7 @@ static void test_gen_config(void **state) {
         {"{\"exponential_decay_length_penalty\": [3]}",
          "\"exponential_decay_length_penalty\" must be [start, factor]"},
         {"{\"prompt_lookup_num_tokens\": -1}",
-         "\"prompt_lookup_num_tokens\" must be a whole number from 0 to 4096"},
+         "\"prompt_lookup_num_tokens\" must be a whole number from 0 to 256"},
         {"{\"num_assistant_tokens\": 0}", "\"num_assistant_tokens\" must be a whole number from 1"},
         {"{\"assistant_confidence_threshold\": 2}",
          "\"assistant_confidence_threshold\" must be in [0, 1]"},

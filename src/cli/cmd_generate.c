@@ -257,14 +257,15 @@ static int parse_args(GenArgs *a, int argc, char **argv, Err *err) {
         } else if (strcmp(o, "--no-repeat-ngram-size") == 0) {
             TRY(parse_count(o, v, 0, 1000000, &a->sp.no_repeat_ngram_size, &a->set_ngram, err));
         } else if (strcmp(o, "--assistant-tokens") == 0) {
-            TRY(parse_count(o, v, 1, 4096, &a->assistant_tokens, &a->set_assistant_tokens, err));
+            TRY(parse_count(o, v, 1, GEN_MAX_CANDIDATES, &a->assistant_tokens,
+                            &a->set_assistant_tokens, err));
         } else if (strcmp(o, "--assistant-confidence") == 0) {
             TRY(parse_float(o, v, &a->assistant_confidence, err));
             if (!(a->assistant_confidence >= 0 && a->assistant_confidence <= 1))
                 return err_set(err, "--assistant-confidence %s: must be in [0, 1]", v);
             a->set_assistant_confidence = 1;
         } else if (strcmp(o, "--prompt-lookup") == 0) {
-            TRY(parse_count(o, v, 0, 4096, &a->lookup, &a->set_lookup, err));
+            TRY(parse_count(o, v, 0, GEN_MAX_CANDIDATES, &a->lookup, &a->set_lookup, err));
         } else if (strcmp(o, "--prompt-lookup-ngram") == 0) {
             TRY(parse_count(o, v, 1, 64, &a->lookup_ngram, &a->set_lookup_ngram, err));
         } else if (strcmp(o, "--num-return-sequences") == 0) {

@@ -8,6 +8,7 @@
 
 #include "core/fs.h"
 #include "core/json.h"
+#include "infer/generate.h"
 #include "text/jsonl.h"
 
 /* The number under key, when it is there and not null, into *out (else *out is kept): it must
@@ -240,15 +241,15 @@ int gen_config_parse(const char *text, size_t len, const char *file, GenConfig *
     if (rc == 0) rc = procs(root, file, &gc->procs, err);
     double plt = 0, mng = 0;
     if (rc == 0)
-        rc = number(root, "prompt_lookup_num_tokens", file, 0, 0, 4096, 1,
-                    "a whole number from 0 to 4096", &plt, err);
+        rc = number(root, "prompt_lookup_num_tokens", file, 0, 0, GEN_MAX_CANDIDATES, 1,
+                    "a whole number from 0 to 256", &plt, err);
     if (rc == 0)
         rc = number(root, "max_matching_ngram_size", file, 0, 0, 64, 1,
                     "a whole number from 0 to 64", &mng, err);
     double nat = 0, act = -1;
     if (rc == 0)
-        rc = number(root, "num_assistant_tokens", file, 1, 0, 4096, 1,
-                    "a whole number from 1 to 4096", &nat, err);
+        rc = number(root, "num_assistant_tokens", file, 1, 0, GEN_MAX_CANDIDATES, 1,
+                    "a whole number from 1 to 256", &nat, err);
     if (rc == 0)
         rc = number(root, "assistant_confidence_threshold", file, 0, 0, 1, 0, "in [0, 1]", &act,
                     err);

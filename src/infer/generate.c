@@ -127,10 +127,12 @@ static int accept(const Tokenizer *tok, const GenOptions *o, GenOutput *g, SeqSt
 
 /* Prompt lookup's candidates for sequence st (GenOptions.lookup_tokens): after the earliest
  * earlier occurrence of its last g ids (g from lookup_ngram down to 1) that some id follows, up
- * to lookup_tokens of the ids that follow it, no more than the completion has room for after
+ * to K of the ids that follow it, no more than the completion has room for after
  * one more id, and none past an EOS id. Returns how many (0: none) into out. */
-static int lookup(const GenOptions *o, const SeqState *st, const GenOutput *g, int32_t *out) {
+static int lookup(const GenOptions *o, const SeqState *st, const GenOutput *g, int K,
+                  int32_t *out) {
     long n = st->hist_n, room = o->max_new_tokens - g->n - 1;
+    if (room > K) room = K;
     const int32_t *h = st->hist;
     for (long gram = o->lookup_ngram > 0 ? o->lookup_ngram : 2; gram >= 1 && room > 0; gram--) {
         if (gram >= n) continue;
@@ -138,7 +140,7 @@ static int lookup(const GenOptions *o, const SeqState *st, const GenOutput *g, i
         for (long j = 0; j + gram < n; j++) {
             if (memcmp(h + j, tail, (size_t)gram * sizeof *h) != 0) continue;
             int k = 0;
-            for (long t = j + gram; t < n && k < o->lookup_tokens && k < room; t++) {
+            for (long t = j + gram; t < n && k < room; t++) {
                 out[k++] = h[t];
                 if (gen_is_eos(o, h[t])) break;
             }
@@ -149,15 +151,16 @@ static int lookup(const GenOptions *o, const SeqState *st, const GenOutput *g, i
 }
 
 /* The draft model's candidates for sequence i (GenOptions.draft): its cache brought to the
- * sequence's ids, then greedy steps, no more than the completion has room for after one more
- * id, none past an EOS id or after one it gave a probability below draft_confidence. dlog: V
+ * sequence's ids, then up to K greedy steps, no more than the completion has room for after one
+ * more id, none past an EOS id or after one it gave a probability below draft_confidence. dlog: V
  * scratch. */
-static int draft_propose(const GenOptions *o, int i, const SeqState *st, const GenOutput *g,
+static int draft_propose(const GenOptions *o, int i, const SeqState *st, const GenOutput *g, int K,
                          int32_t *out, float *dlog) {
     Decoder *dd = o->draft;
     long n = st->hist_n, room = o->max_new_tokens - g->n - 1;
     int V = dd->m->spec.vocab_size, k = 0;
-    if (room <= 0 || o->draft_tokens <= 0) return 0;
+    if (room > K) room = K;
+    if (room <= 0) return 0;
     int held = decoder_reuse(dd, i, st->hist, (int)n);
     decoder_extend(dd, i, st->hist + held, (int)(n - held), dlog);
     for (;;) {
@@ -166,8 +169,7 @@ static int draft_propose(const GenOptions *o, int i, const SeqState *st, const G
             if (dlog[v] > dlog[id]) id = v;
         out[k++] = id;
         double p = exp(-sample_logsumexp(dlog, V) + dlog[id]);
-        if (k == o->draft_tokens || k == room || gen_is_eos(o, id) || p < o->draft_confidence)
-            return k;
+        if (k == room || gen_is_eos(o, id) || p < o->draft_confidence) return k;
         decoder_step(dd, &i, &id, 1, dlog);
     }
 }
@@ -226,9 +228,11 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
     Sampler smp;
     sampler_init(&smp, V);
     int penalize = gen_processes(o);
+    /* Candidates a pass at most: no more than the completion takes, nor GEN_MAX_CANDIDATES. */
     int K = o->draft ? o->draft_tokens : o->lookup_tokens > 0 ? o->lookup_tokens : 0;
+    K = K > o->max_new_tokens ? o->max_new_tokens : K > GEN_MAX_CANDIDATES ? GEN_MAX_CANDIDATES : K;
     float *pen = penalize ? xcalloc((size_t)V, sizeof *pen) : NULL;
-    /* Prompt lookup: the candidates (and the id before them) and the logits of their rows. */
+    /* The candidates (and the id before them) and the logits of their rows. */
     int32_t *cand = K ? xcalloc((size_t)K + 1, sizeof *cand) : NULL;
     float *vlog = K ? xcalloc((size_t)(K + 1) * V, sizeof *vlog) : NULL;
     float *dlog = o->draft ? xcalloc((size_t)V, sizeof *dlog) : NULL;
@@ -279,8 +283,8 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
         for (int i = 0; i < n && rc == 0; i++) {
             if (st[i].done) continue;
             int k = !K         ? 0
-                    : o->draft ? draft_propose(o, i, &st[i], &out[i], cand + 1, dlog)
-                               : lookup(o, &st[i], &out[i], cand + 1);
+                    : o->draft ? draft_propose(o, i, &st[i], &out[i], K, cand + 1, dlog)
+                               : lookup(o, &st[i], &out[i], K, cand + 1);
             if (k == 0) {
                 seq[active] = i;
                 next[active++] = out[i].ids[out[i].n - 1];

@@ -13,6 +13,9 @@
 #include "infer/sample.h"
 #include "text/tokenizer.h"
 
+/* The most candidate ids a pass checks (prompt lookup, a draft model). */
+#define GEN_MAX_CANDIDATES 256
+
 typedef struct GenOptions {
     int max_new_tokens;
     SampleParams sample;
