@@ -30,7 +30,7 @@ for run in 0 1; do
     awk -v h="$hits" -v n="$n" -v w="${want%% *}" 'BEGIN { d = h / n - w; exit !(d < 1e-6 && d > -1e-6) }' ||
       fail "$m: $hits of $n --json predictions are right, the summary says $want"
   done
-  grep -q "^questions: 9  labelled: 8  choices: 24  tokens: [0-9]*  rows: [0-9]* x $T\$" "$TMP/out" ||
+  grep -q "^questions: 9  labelled: 8  choices: 24  tokens: [0-9]*  passes: [0-9]*  seq-len: $T\$" "$TMP/out" ||
     fail "summary line: $(tail -1 "$TMP/out")"
   echo "max_length $T: log-likelihoods and acc / acc_norm / acc_bytes equal lm-eval's"
 done

@@ -20,6 +20,12 @@ qt=${QTITAN:-build/qtitan}
 out=$(mktemp -d /tmp/qt_lookup_XXXXXX)
 trap 'rm -rf "$out"' EXIT
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); K $k, $new new tokens, $threads threads; $qt"
+# The new ids of two runs: the same, or where they first differ (a near tie that a pass of
+# many rows rounds otherwise than a single row, as bf16 can).
+same() {
+  paste <(jq '.ids[]' "$2") <(jq '.ids[]' "$3") |
+    awk -v who="$1" '$1 != $2 && !d { d = NR } END { print who ": ids " (d ? "first differ at new token " d : "the same") " with lookup" }'
+}
 for round in $(seq "${ROUNDS:-2}"); do
   for look in 0 "$k"; do
     echo "round $round qtitan lookup $look: load $(cut -d' ' -f1-3 /proc/loadavg); $(date -u)"
@@ -27,15 +33,14 @@ for round in $(seq "${ROUNDS:-2}"); do
       --max-new-tokens "$new" --dtype bfloat16 --json --prompt-lookup "$look" \
       >"$out/qt$look.json" 2>"$out/err"
     grep '^generate:' "$out/err" |
-      sed -E 's/.*prompt ([0-9]+) tokens in ([0-9.]+) s.*generation ([0-9]+) tokens in ([0-9.]+) s.*float16(.*)/\2 \3 \4 \5/' |
-      awk '{ printf "qtitan: %.3f s to the last token, %.2f tokens/s%s\n", $1 + $3, $2 / $3, substr($0, index($0, $4)) }'
+      sed -E 's/.*prompt [0-9]+ tokens in ([0-9.]+) s.*generation ([0-9]+) tokens in ([0-9.]+) s.*bfloat16(.*)/\1 \2 \3|\4/' |
+      awk -F'|' '{ split($1, v, " "); printf "qtitan: %.3f s to the last token, %.2f tokens/s%s\n", v[1] + v[3], v[2] / v[3], $2 }'
   done
-  cmp -s <(jq -c .ids "$out/qt0.json") <(jq -c .ids "$out/qt$k.json") ||
-    echo "qtitan: ids differ with lookup: $(jq -c .ids "$out/qt0.json") vs $(jq -c .ids "$out/qt$k.json")"
+  same qtitan "$out/qt0.json" "$out/qt$k.json"
   for look in 0 "$k"; do
     echo "round $round transformers lookup $look: load $(cut -d' ' -f1-3 /proc/loadavg); $(date -u)"
-    python3 - "$model" "$threads" "$look" "$new" "$prompt" <<'PY' 2>/dev/null
-import sys, time, torch
+    python3 - "$model" "$threads" "$look" "$new" "$prompt" "$out/hf$look.json" <<'PY' 2>/dev/null
+import json, sys, time, torch
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 d, threads, k, new, prompt = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 torch.set_num_threads(threads)
@@ -50,6 +55,8 @@ with torch.inference_mode():
     dt = time.perf_counter() - t0
 n = out.shape[1] - enc["input_ids"].shape[1]
 print(f"transformers {torch.__version__}: {dt:.3f} s to the last token, {n / dt:.2f} tokens/s")
+json.dump({"ids": out[0, enc["input_ids"].shape[1]:].tolist()}, open(sys.argv[6], "w"))
 PY
   done
+  same transformers "$out/hf0.json" "$out/hf$k.json"
 done

@@ -477,8 +477,9 @@ static int eval_choices(const EvalArgs *a, Err *err) {
             printf("acc: %.6f  stderr %.6f\nacc_norm: %.6f  stderr %.6f\n"
                    "acc_bytes: %.6f  stderr %.6f\n",
                    mt.acc, mt.acc_se, mt.acc_norm, mt.acc_norm_se, mt.acc_bytes, mt.acc_bytes_se);
-        printf("questions: %d  labelled: %d  choices: %ld  tokens: %ld  rows: %ld x %ld\n", cs.n,
-               mt.n, cs.n_choices, st.tokens, st.rows, seq_len);
+        printf("questions: %d  labelled: %d  choices: %ld  tokens: %ld  passes: %ld  seq-len: "
+               "%ld\n",
+               cs.n, mt.n, cs.n_choices, st.tokens, st.rows, seq_len);
     }
     free(ll), free(pred);
     infer_model_close(&im);

@@ -7,7 +7,8 @@
 #include <string.h>
 
 #include "core/fs.h"
-#include "ops/cross_entropy.h"
+#include "infer/decode.h"
+#include "infer/sample.h"
 #include "text/jsonl.h"
 #include "text/utf8.h"
 
@@ -175,31 +176,35 @@ typedef struct Request {
     long n_cont;
 } Request;
 
-/* Runs the rows holding requests [r0, r1) (packed; rl their lengths less one, summing to at
- * most T) and writes their log-likelihoods. */
-static void run_row(Qwen3 *m, Request *rq, int r0, int r1, int32_t *tok, int32_t *tgt, int32_t *pos,
-                    int32_t *doc, double *ll) {
-    long at = 0;
-    for (int r = r0; r < r1; r++) {
-        long L = (long)rq[r].ids.n - 1;
-        for (long i = 0; i < L; i++) {
-            tok[at + i] = (int32_t)rq[r].ids.ids[i];
-            tgt[at + i] = i >= L - rq[r].n_cont ? (int32_t)rq[r].ids.ids[i + 1] : CE_IGNORE;
-            pos[at + i] = (int32_t)i;
-            doc[at + i] = r - r0;
-        }
-        at += L;
+/* Continuation rows checked a pass at most (the logits of a pass are this many rows). */
+#define CHOICE_PASS 16
+
+/* The log-likelihood of request rq's continuation X (m ids) after its prefix P, the request's
+ * other ids: P runs through the decoder (sequence 0) unless the cache holds exactly P already
+ * (the request before it had the same context: logits0 then holds P's last logits), then X but
+ * its last id runs after it, CHOICE_PASS rows a pass, and the cache goes back to P. */
+static double score_request(Decoder *d, const Request *rq, const Request *prev, float *logits0,
+                            float *vlog, ChoiceStats *st) {
+    int V = d->m->spec.vocab_size;
+    long n = (long)rq->ids.n, m = rq->n_cont, np = n - m;
+    const int32_t *ids = (const int32_t *)rq->ids.ids;
+    int same = prev && (long)prev->ids.n - prev->n_cont == np &&
+               memcmp(prev->ids.ids, rq->ids.ids, (size_t)np * sizeof *rq->ids.ids) == 0;
+    if (!same) {
+        decoder_reset(d);
+        decoder_prefill(d, 0, ids, (int)np, logits0);
+        st->tokens += np, st->rows++;
     }
-    qwen3_forward(m, tok, tgt, pos, doc, 1, (int)at);
-    at = 0;
-    for (int r = r0; r < r1; r++) {
-        long L = (long)rq[r].ids.n - 1;
-        double s = 0;
-        for (long i = L - rq[r].n_cont; i < L; i++)
-            s -= m->a.losses[at + i];
-        ll[r] = s;
-        at += L;
+    double ll = sample_logprob(logits0, V, ids[np]);
+    for (long a = 0; a < m - 1; a += CHOICE_PASS) {
+        int rows = (int)(m - 1 - a < CHOICE_PASS ? m - 1 - a : CHOICE_PASS);
+        decoder_verify(d, 0, ids + np + a, rows, vlog);
+        for (int r = 0; r < rows; r++)
+            ll += sample_logprob(vlog + (long)r * V, V, ids[np + a + r + 1]);
+        st->tokens += rows, st->rows++;
     }
+    decoder_truncate(d, 0, (int)np);
+    return ll;
 }
 
 int choice_score(Qwen3 *m, int T, const Tokenizer *tok, int32_t prefix, const ChoiceSet *cs,
@@ -237,17 +242,16 @@ int choice_score(Qwen3 *m, int T, const Tokenizer *tok, int32_t prefix, const Ch
     }
     idvec_free(&ctx), idvec_free(&cont);
     ChoiceStats s = {0};
+    Decoder d;
+    if (rc == 0) rc = decoder_create(&d, m, 1, T, err);
     if (rc == 0) {
-        int32_t *ints = xmalloc((size_t)4 * T * sizeof *ints);
-        for (long r0 = 0; r0 < k;) { /* greedy rows of whole requests */
-            long r1 = r0, len = 0;
-            while (r1 < k && len + (long)rq[r1].ids.n - 1 <= T)
-                len += (long)rq[r1++].ids.n - 1;
-            run_row(m, rq, (int)r0, (int)r1, ints, ints + T, ints + 2 * T, ints + 3 * T, ll);
-            s.tokens += len, s.rows++;
-            r0 = r1;
-        }
-        free(ints);
+        int V = m->spec.vocab_size;
+        float *logits0 = xmalloc((size_t)V * sizeof *logits0);
+        float *vlog = xmalloc((size_t)CHOICE_PASS * V * sizeof *vlog);
+        for (long r = 0; r < k; r++)
+            ll[r] = score_request(&d, &rq[r], r ? &rq[r - 1] : NULL, logits0, vlog, &s);
+        free(logits0), free(vlog);
+        decoder_free(&d);
     }
     for (long r = 0; r < cs->n_choices; r++)
         idvec_free(&rq[r].ids);

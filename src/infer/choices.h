@@ -54,14 +54,14 @@ int choice_encode(const Tokenizer *tok, const char *context, size_t context_len,
 
 typedef struct ChoiceStats {
     long tokens; /* positions run through the model */
-    long rows;   /* forwards */
+    long rows;   /* passes */
 } ChoiceStats;
 
 /* ll[k] = the log-likelihood of choice j of item i (k = the items' choices before it, + j),
- * every request run through m (sized for one row of T tokens) with the others packed beside it
- * in rows of T tokens, each a document of its own (positions from 0, masked from the others),
- * which computes what it alone computes. A continuation longer than T tokens is an error
- * sentence naming the line. */
+ * through a decoder of m (infer/decode.h) holding up to T positions: a request's context runs
+ * once for all the choices after it that share it (the same ids: those not cut), each choice's
+ * ids then run after the cached context, which computes what the whole request alone computes.
+ * A continuation longer than T tokens is an error sentence naming the line. */
 int choice_score(Qwen3 *m, int T, const Tokenizer *tok, int32_t prefix, const ChoiceSet *cs,
                  double *ll, ChoiceStats *st, Err *err);
 
