@@ -32,6 +32,22 @@ grep -q 'scale 4 = alpha / sqrt(rank): rsLoRA' "$TMP/lora.log" ||
 grep -q '"use_rslora": true' "$TMP/lora/adapter/adapter_config.json" ||
   fail "adapter_config.json does not say use_rslora: $(cat "$TMP/lora/adapter/adapter_config.json")"
 
+# qtitan export --model BASE --adapter DIR writes the run's merged export, byte for byte (the
+# same merge, in fp32), with the adapter folder's tokenizer files; in bf16 too.
+"$QT" export --model "$base" --adapter "$TMP/lora/adapter" --out "$TMP/exported" 2>"$TMP/err" ||
+  fail "export --adapter: $(cat "$TMP/err")"
+cmp "$TMP/exported/model.safetensors" "$TMP/lora/merged/model.safetensors" ||
+  fail "export --model --adapter differs from the LoRA run's merged export"
+for f in config.json tokenizer.json; do
+  [ -f "$TMP/exported/$f" ] || fail "export --adapter wrote no $f: $(ls "$TMP/exported")"
+done
+"$QT" export --model "$base" --adapter "$TMP/lora/adapter" --out "$TMP/exported16" --dtype bfloat16 \
+  2>"$TMP/err" || fail "export --adapter --dtype bfloat16: $(cat "$TMP/err")"
+grep -q '"torch_dtype": "bfloat16"' "$TMP/exported16/config.json" ||
+  fail "bf16 export's config: $(cat "$TMP/exported16/config.json")"
+expect_error export "give --checkpoint STEP_DIR, or --model HFDIR with --adapter DIR" --model "$base" --out "$TMP/x"
+echo "export --model --adapter: the LoRA run's merged export, byte for byte"
+
 printf 'The quick\nA cafe and the\nhello\n' >"$TMP/prompts.txt"
 gen() { # out, dtype, model args...
   local out=$1 dtype=$2

@@ -4,7 +4,8 @@
 # linear; rank_pattern and alpha_pattern with modules_to_save (lm_head, the final norm) and
 # trainable token rows on an untied model; DoRA with rsLoRA and trainable tokens (a list) on a
 # tied one. Each gives HF peft's greedy ids with log-probs within 1e-4 and its loss within 1e-5
-# relative; bf16 weights decode from the merge too. Configs that do not fit their tensors, and a
+# relative; bf16 weights decode from the merge too, and `export --model --adapter` writes a
+# model whose loss is the merge's. Configs that do not fit their tensors, and a
 # variant qtitan does not implement, fail with one sentence.
 source "$(dirname "$0")/infer_lib.sh"
 PV=$SRC/tests/fixtures/peft_variants
@@ -35,7 +36,12 @@ for case in dora patterns tied_tokens; do
     --max-new-tokens 12 --dtype bfloat16 --json >"$TMP/b16" 2>"$TMP/err" ||
     fail "$case bf16: $(cat "$TMP/err")"
   [ "$(jq '.ids | length' "$TMP/b16")" -eq 12 ] || fail "$case bf16: $(cat "$TMP/b16")"
-  echo "$case: greedy ids and log-probs equal peft's, loss $loss (peft $ref)"
+  # export --model --adapter writes the merged model: its loss is the merge's.
+  "$QT" export --model "$m" --adapter "$PV/$case" --out "$TMP/merged-$case" 2>"$TMP/err" ||
+    fail "$case export: $(cat "$TMP/err")"
+  exported=$("$QT" eval --model "$TMP/merged-$case" --tokens "$TMP/tokens.txt" 2>/dev/null | awk '/^loss:/ {print $2}')
+  [ "$exported" = "$loss" ] || fail "$case: the exported merge's loss $exported, eval --adapter's $loss"
+  echo "$case: greedy ids and log-probs equal peft's, loss $loss (peft $ref), the export's the same"
 done
 
 # Configs that do not fit the tensors, and variants qtitan does not implement.

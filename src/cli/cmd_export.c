@@ -5,11 +5,15 @@
 
 #include "cli/commands.h"
 #include "core/fs.h"
+#include "infer/infer_model.h"
+#include "io/hf_export.h"
 #include "train/ckpt_dist.h"
 #include "train/train_hf.h"
 
 static const char *USAGE =
     "usage: qtitan export --checkpoint STEP_DIR --out HFDIR [--dtype float32|bfloat16|float16]\n"
+    "                     [--max-shard-size 5GB] [--tokenizer DIR]\n"
+    "       qtitan export --model HFDIR --adapter DIR --out HFDIR [--dtype ...]\n"
     "                     [--max-shard-size 5GB] [--tokenizer DIR]\n"
     "\n"
     "Writes checkpoint STEP_DIR (DUMP/checkpoint/step-N, or a checkpoint folder: its newest\n"
@@ -22,7 +26,13 @@ static const char *USAGE =
     "A run on many processes: STEP_DIR is its checkpoint folder (with latest.json; its newest\n"
     "committed step) or FOLDER/rank-K/step-N (that step); each tensor is joined from the\n"
     "ranks' pieces while it is written; the tokenizer files are those the run saved in the\n"
-    "folder (--tokenizer DIR: DIR's).\n";
+    "folder (--tokenizer DIR: DIR's).\n"
+    "\n"
+    "--model HFDIR --adapter DIR writes the HF model HFDIR with the peft adapter folder DIR\n"
+    "merged into its weights, as peft's merge_and_unload then save_pretrained write it (LoRA,\n"
+    "rsLoRA, DoRA, rank and alpha patterns, modules_to_save, trainable tokens): the tokenizer\n"
+    "files and generation_config.json of HFDIR, then those the adapter folder holds (a LoRA\n"
+    "run saves its tokenizer and chat template there).\n";
 
 static int parse_dtype(const char *s, DType *out) {
     *out = strcmp(s, "float32") == 0    ? DT_F32
@@ -32,14 +42,43 @@ static int parse_dtype(const char *s, DType *out) {
     return *out == DT_U8 ? -1 : 0;
 }
 
+/* --model with --adapter: the model with the adapter merged (infer_model_open, fp32), written
+ * through hf_export; the tokenizer files of the model (or --tokenizer), then the adapter
+ * folder's over them. */
+static int export_merged(const char *model, const char *adapter, const char *out,
+                         const HfExportOptions *o, Err *err) {
+    TRY(hf_export_check_out_dir(out, err));
+    InferModel im;
+    TRY(infer_model_open(&im, model, NULL, adapter, 1, 1, 0, err));
+    HfExportTensor *ts = xcalloc((size_t)im.m.nparams, sizeof *ts);
+    int n = 0;
+    for (int i = 0; i < im.m.nparams; i++)
+        if (im.m.table[i].kind->hf)
+            ts[n++] = (HfExportTensor){.name = im.m.table[i].name,
+                                       .numel = im.m.table[i].numel,
+                                       .data = im.m.table[i].data};
+    HfExportOptions opt = *o;
+    opt.extra = &im.extra;
+    if (!opt.tokenizer || !*opt.tokenizer) opt.tokenizer = model;
+    int rc = hf_export(out, &im.m.spec, ts, n, &opt, err);
+    if (rc == 0 && !o->tokenizer && fs_exists_in(adapter, "tokenizer.json"))
+        rc = hf_export_copy_tokenizer(adapter, out, err);
+    free(ts);
+    infer_model_close(&im);
+    return rc;
+}
+
 int cmd_export(int argc, char **argv) {
     if (cmd_wants_help(argc, argv)) {
         fputs(USAGE, stdout);
         return 0;
     }
     const char *ckpt = NULL, *out = NULL, *dtype = "float32", *shard = NULL, *tok = NULL;
+    const char *model = NULL, *adapter = NULL;
     for (int i = 1; i < argc; i++) {
         const char **slot = strcmp(argv[i], "--checkpoint") == 0       ? &ckpt
+                            : strcmp(argv[i], "--model") == 0          ? &model
+                            : strcmp(argv[i], "--adapter") == 0        ? &adapter
                             : strcmp(argv[i], "--out") == 0            ? &out
                             : strcmp(argv[i], "--dtype") == 0          ? &dtype
                             : strcmp(argv[i], "--max-shard-size") == 0 ? &shard
@@ -52,8 +91,9 @@ int cmd_export(int argc, char **argv) {
         }
         *slot = argv[++i];
     }
-    if (!ckpt || !out) {
-        fprintf(stderr, "error: --checkpoint and --out are required (see qtitan export --help)\n");
+    if (!!ckpt == !!model || !out || (model && !adapter) || (ckpt && adapter)) {
+        fprintf(stderr, "error: give --checkpoint STEP_DIR, or --model HFDIR with --adapter DIR, "
+                        "and --out (see qtitan export --help)\n");
         return 2;
     }
     Err err;
@@ -73,6 +113,15 @@ int cmd_export(int argc, char **argv) {
             fprintf(stderr, "error: --tokenizer %s: the directory has no tokenizer.json\n", tok);
             return 1;
         }
+    }
+    if (model) {
+        int rc = export_merged(model, adapter, out, &o, &err);
+        if (rc == 0)
+            fprintf(stderr, "export: wrote %s from %s with the adapter %s merged (%s)\n", out,
+                    model, adapter, dtype);
+        else
+            fprintf(stderr, "error: %s\n", err.msg);
+        return rc == 0 ? 0 : 1;
     }
     if (ckpt_dist_is_sharded_path(ckpt)) {
         /* A run on many processes: the ranks' pieces are joined while the files are written. */
