@@ -300,12 +300,13 @@ static int eval_chat(const EvalArgs *a, InferModel *im, DataFormat format, long 
 }
 
 /* The model of --model / --checkpoint for text read with its tokenizer (`opt` names the option
- * in sentences), sized for rows of *seq_len tokens (0: the smaller of 2048 and the context,
- * written back); stride > 0 is checked against it. The rows are sized from config.json's context
- * before the model is built, so the weights are read once. Without a config.json
- * infer_model_open says what is missing. */
+ * in sentences), for rows of *seq_len tokens (0: the smaller of 2048 and the context, written
+ * back); stride > 0 is checked against it. The rows are sized from config.json's context
+ * before the model is built, so the weights are read once. decoder: only a Decoder runs the
+ * model (it holds the activations of one token). Without a config.json infer_model_open says
+ * what is missing. */
 static int open_for_text(const EvalArgs *a, const char *opt, long stride, long *seq_len,
-                         InferModel *im, Err *err) {
+                         int decoder, InferModel *im, Err *err) {
     char *step = NULL;
     if (a->checkpoint) TRY(cli_checkpoint_step(a->checkpoint, &step, err));
     const char *dir = step ? step : a->model;
@@ -326,7 +327,7 @@ static int open_for_text(const EvalArgs *a, const char *opt, long stride, long *
     free(cfg);
     if (rc == 0)
         rc = cli_open_model(im, a->model, a->checkpoint, a->adapter, 1,
-                            *seq_len ? (int)*seq_len : 1, 0, err);
+                            *seq_len && !decoder ? (int)*seq_len : 1, 0, err);
     free(step);
     return rc;
 }
@@ -357,7 +358,7 @@ static int eval_dataset(const EvalArgs *a, Err *err) {
                        "%s every assistant target of the file counts",
                        a->data_format);
     InferModel im;
-    TRY(open_for_text(a, "--dataset", stride, &seq_len, &im, err));
+    TRY(open_for_text(a, "--dataset", stride, &seq_len, 0, &im, err));
     int rc = 0;
     if (format != DATA_TEXT) {
         rc = eval_chat(a, &im, format, seq_len, err);
@@ -443,7 +444,7 @@ static int eval_choices(const EvalArgs *a, Err *err) {
     ChoiceSet cs;
     TRY(choice_set_read(&cs, a->choices, err));
     InferModel im;
-    if (open_for_text(a, "--choices", 0, &seq_len, &im, err)) {
+    if (open_for_text(a, "--choices", 0, &seq_len, 1, &im, err)) {
         choice_set_free(&cs);
         return -1;
     }

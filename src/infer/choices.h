@@ -58,7 +58,8 @@ typedef struct ChoiceStats {
 } ChoiceStats;
 
 /* ll[k] = the log-likelihood of choice j of item i (k = the items' choices before it, + j),
- * through a decoder of m (infer/decode.h) holding up to T positions: a request's context runs
+ * through a decoder of m (infer/decode.h; m's own activations are not used) holding up to T
+ * positions: a request's context runs
  * once for all the choices after it that share it (the same ids: those not cut), each choice's
  * ids then run after the cached context, which computes what the whole request alone computes.
  * A continuation longer than T tokens is an error sentence naming the line. */
