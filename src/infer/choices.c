@@ -185,6 +185,7 @@ typedef struct Request {
  * its last id runs after it, CHOICE_PASS rows a pass, and the cache goes back to P. */
 static double score_request(Decoder *d, const Request *rq, const Request *prev, float *logits0,
                             float *vlog, ChoiceStats *st) {
+    static const int zeros[CHOICE_PASS] = {0}; /* every row is sequence 0's */
     int V = d->m->spec.vocab_size;
     long n = (long)rq->ids.n, m = rq->n_cont, np = n - m;
     const int32_t *ids = (const int32_t *)rq->ids.ids;
@@ -198,7 +199,7 @@ static double score_request(Decoder *d, const Request *rq, const Request *prev, 
     double ll = sample_logprob(logits0, V, ids[np]);
     for (long a = 0; a < m - 1; a += CHOICE_PASS) {
         int rows = (int)(m - 1 - a < CHOICE_PASS ? m - 1 - a : CHOICE_PASS);
-        decoder_verify(d, 0, ids + np + a, rows, vlog);
+        decoder_step(d, zeros, ids + np + a, rows, vlog);
         for (int r = 0; r < rows; r++)
             ll += sample_logprob(vlog + (long)r * V, V, ids[np + a + r + 1]);
         st->tokens += rows, st->rows++;

@@ -288,8 +288,8 @@ void decoder_prefill(Decoder *d, int s, const int32_t *ids, int T, float *logits
 }
 
 void decoder_step(Decoder *d, const int *seq, const int32_t *ids, int n, float *logits) {
-    for (int r = 0; r < n; r++)
-        d->pos[r] = d->len[seq[r]];
+    for (int r = 0; r < n; r++) /* run_rows sets each length again after the rows */
+        d->pos[r] = d->len[seq[r]]++;
     run_rows(d, ids, n, -1, seq, 1);
     head(d, 0, n, logits);
 }
@@ -309,11 +309,6 @@ void decoder_extend(Decoder *d, int s, const int32_t *ids, int T, float *logits)
     }
     extend_rows(d, s, ids, T);
     head(d, T - 1, 1, logits);
-}
-
-void decoder_verify(Decoder *d, int s, const int32_t *ids, int T, float *logits) {
-    extend_rows(d, s, ids, T);
-    head(d, 0, T, logits);
 }
 
 void decoder_truncate(Decoder *d, int s, int n) {

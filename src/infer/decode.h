@@ -76,9 +76,6 @@ void decoder_prefill(Decoder *d, int s, const int32_t *ids, int T, float *logits
  * new rows go through the model's ops as a prompt's do, each attending to the cache and the
  * rows before it. A conversation's next turn runs only what its cache does not hold yet. */
 void decoder_extend(Decoder *d, int s, const int32_t *ids, int T, float *logits);
-/* As decoder_extend after a cache that is not empty, with the logits of every one of the T
- * rows (T, V): candidate tokens checked in one pass (prompt lookup, generate.h). */
-void decoder_verify(Decoder *d, int s, const int32_t *ids, int T, float *logits);
 /* Sequence s keeps its first n cached positions (n >= its length: unchanged). */
 void decoder_truncate(Decoder *d, int s, int n);
 /* Keeps the longest run of sequence s's cached positions that holds ids[0..n) for the prompt
@@ -87,8 +84,10 @@ void decoder_truncate(Decoder *d, int s, int n);
 int decoder_reuse(Decoder *d, int s, const int32_t *ids, int T);
 /* Sequence dst's cache becomes a copy of sequence src's (several completions of one prompt). */
 void decoder_copy(Decoder *d, int dst, int src);
-/* Appends one token to each of n sequences seq[0..n) (distinct, each with fewer than C
- * positions filled): ids (n); logits (n, V) of those tokens. */
+/* Appends row r's token ids[r] to sequence seq[r], after the positions its cache holds and the
+ * rows before r of the same sequence (a decode step: one row a sequence; candidates checked in
+ * one pass: several, generate.h), n rows in all (at most R, each sequence within its C
+ * positions); logits (n, V) of every row. */
 void decoder_step(Decoder *d, const int *seq, const int32_t *ids, int n, float *logits);
 
 #endif

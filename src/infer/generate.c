@@ -174,19 +174,18 @@ static int draft_propose(const GenOptions *o, int i, const SeqState *st, const G
     }
 }
 
-/* Runs the last id of sequence i and its k candidates (ids[0..k + 1)) in one pass and chooses
- * at each row as a step would, until a choice differs from the candidate that row was given
- * (that choice is still kept) or the sequence ends; its cache then keeps the rows whose ids
- * stand. */
-static int verify(Decoder *d, const Tokenizer *tok, const GenOptions *o, Sampler *smp, SeqState *st,
-                  GenOutput *g, const int32_t *ids, int k, float *vlog, float *pen, int i,
-                  GenStreamFn stream, void *ctx, GenStats *gs, Err *err) {
-    int V = smp->V, L = d->len[i], rows = 0;
-    decoder_verify(d, i, ids, k + 1, vlog);
-    gs->passes++;
+/* Sequence i's rows of a pass, from row `first`: its last id, then k candidates (rows[first +
+ * 1 ..]). Chooses at each row as a step would, until a choice differs from the candidate the next
+ * row was given (that choice is still kept) or the sequence ends; its cache then keeps the rows
+ * whose ids stand, after the L positions it held before the pass. */
+static int take_rows(Decoder *d, const Tokenizer *tok, const GenOptions *o, Sampler *smp,
+                     SeqState *st, GenOutput *g, const int32_t *ids, const float *logits, int k,
+                     int L, float *pen, int i, GenStreamFn stream, void *ctx, GenStats *gs,
+                     Err *err) {
+    int V = smp->V, rows = 0;
     gs->lookup_proposed += k;
     for (int r = 0; r <= k && !st->done; r++) {
-        const float *lg = vlog + (long)r * V;
+        const float *lg = logits + (long)r * V;
         int32_t id = choose(smp, o, st, lg, pen);
         TRY(accept(tok, o, g, st, lg, V, id, i, stream, ctx, err));
         rows++;
@@ -222,19 +221,22 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
                        o->draft->m->spec.vocab_size, o->draft->S, o->draft->C, V, n, d->C);
     memset(out, 0, (size_t)n * sizeof *out);
     SeqState *st = xcalloc((size_t)n, sizeof *st);
-    float *logits = xcalloc((size_t)n * V, sizeof *logits);
-    int *seq = xcalloc((size_t)n, sizeof *seq);
-    int32_t *next = xcalloc((size_t)n, sizeof *next);
     Sampler smp;
     sampler_init(&smp, V);
     int penalize = gen_processes(o);
-    /* Candidates a pass at most: no more than the completion takes, nor GEN_MAX_CANDIDATES. */
+    /* Candidates a sequence takes at most: no more than the completion takes, nor
+     * GEN_MAX_CANDIDATES; and a pass at most B in all (at least K, at most 64 beyond), within
+     * the rows a decoder call takes. */
     int K = o->draft ? o->draft_tokens : o->lookup_tokens > 0 ? o->lookup_tokens : 0;
     K = K > o->max_new_tokens ? o->max_new_tokens : K > GEN_MAX_CANDIDATES ? GEN_MAX_CANDIDATES : K;
+    long B = (long)n * K < (K > 64 ? K : 64) ? (long)n * K : (K > 64 ? K : 64);
+    if (B > d->R - n) B = d->R - n;
+    /* A pass: each running sequence's last id and candidates, as rows; their logits. */
+    float *logits = xcalloc((size_t)(n + B) * V, sizeof *logits);
+    int *seq = xcalloc((size_t)(n + B), sizeof *seq);
+    int32_t *next = xcalloc((size_t)(n + B), sizeof *next);
+    int *first = xcalloc((size_t)n, sizeof *first), *held = xcalloc((size_t)n, sizeof *held);
     float *pen = penalize ? xcalloc((size_t)V, sizeof *pen) : NULL;
-    /* The candidates (and the id before them) and the logits of their rows. */
-    int32_t *cand = K ? xcalloc((size_t)K + 1, sizeof *cand) : NULL;
-    float *vlog = K ? xcalloc((size_t)(K + 1) * V, sizeof *vlog) : NULL;
     float *dlog = o->draft ? xcalloc((size_t)V, sizeof *dlog) : NULL;
     GenStats gs = {0};
     int rc = 0;
@@ -279,31 +281,30 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
                     ctx, err);
     }
     for (;;) {
-        int active = 0, verified = 0;
+        int rows = 0;
+        long budget = B;
         for (int i = 0; i < n && rc == 0; i++) {
             if (st[i].done) continue;
-            int k = !K         ? 0
-                    : o->draft ? draft_propose(o, i, &st[i], &out[i], K, cand + 1, dlog)
-                               : lookup(o, &st[i], &out[i], K, cand + 1);
-            if (k == 0) {
-                seq[active] = i;
-                next[active++] = out[i].ids[out[i].n - 1];
-                continue;
-            }
-            cand[0] = out[i].ids[out[i].n - 1];
-            rc = verify(d, tok, o, &smp, &st[i], &out[i], cand, k, vlog, pen, i, stream, ctx, &gs,
-                        err);
-            verified = 1;
+            int cap = K < budget ? K : (int)budget;
+            int k = !cap       ? 0
+                    : o->draft ? draft_propose(o, i, &st[i], &out[i], cap, next + rows + 1, dlog)
+                               : lookup(o, &st[i], &out[i], cap, next + rows + 1);
+            budget -= k;
+            first[i] = rows, held[i] = d->len[i];
+            next[rows] = out[i].ids[out[i].n - 1];
+            for (int r = 0; r <= k; r++)
+                seq[rows++] = i;
         }
-        if (rc != 0 || (active == 0 && !verified)) break;
-        if (active == 0) continue;
+        if (rc != 0 || rows == 0) break;
         gs.passes++;
-        decoder_step(d, seq, next, active, logits);
-        for (int r = 0; r < active && rc == 0; r++) {
-            int i = seq[r];
-            const float *lg = logits + (long)r * V;
-            rc = accept(tok, o, &out[i], &st[i], lg, V, choose(&smp, o, &st[i], lg, pen), i, stream,
-                        ctx, err);
+        decoder_step(d, seq, next, rows, logits);
+        for (int r = 0; r < rows && rc == 0;) {
+            int i = seq[r], k = 0;
+            while (r + 1 + k < rows && seq[r + 1 + k] == i)
+                k++;
+            rc = take_rows(d, tok, o, &smp, &st[i], &out[i], next + first[i],
+                           logits + (long)first[i] * V, k, held[i], pen, i, stream, ctx, &gs, err);
+            r += 1 + k;
         }
     }
     gs.decode_s = now_seconds() - t0;
@@ -318,7 +319,7 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
     sampler_free(&smp);
     for (int i = 0; i < n; i++)
         free(st[i].seen), free(st[i].hist);
-    free(st), free(logits), free(seq), free(next), free(pen), free(cand), free(vlog), free(dlog);
+    free(st), free(logits), free(seq), free(next), free(pen), free(dlog), free(first), free(held);
     if (rc != 0)
         for (int i = 0; i < n; i++)
             gen_output_free(&out[i]);

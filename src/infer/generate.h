@@ -32,9 +32,11 @@ typedef struct GenOptions {
     /* Prompt lookup (transformers' prompt_lookup_num_tokens and max_matching_ngram_size): with
      * lookup_tokens > 0, a sequence whose last lookup_ngram ids (down to 1) occurred before in
      * its prompt and completion takes up to lookup_tokens ids that followed that occurrence as
-     * candidates, runs its last id and them through the model in one pass (decoder_verify),
-     * and chooses at each row as it would have one step at a time, keeping candidates while
-     * they are what it chose; the rows past the first that differs are dropped from its cache.
+     * candidates, runs its last id and them through the model in the step's one pass
+     * (decoder_step, beside the other sequences' rows; up to 64 candidates a pass in all, or
+     * lookup_tokens if more) and chooses at each row as it would have one step at a time,
+     * keeping candidates while they are what it chose; the rows past the first that differs
+     * are dropped from its cache.
      * Each chosen id draws as a step does, so greedy and seeded sampling give the same ids as
      * without it (up to the float rounding of a pass of many rows); text that repeats itself
      * costs fewer passes. 0: off. lookup_ngram 0: 2. */
