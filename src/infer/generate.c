@@ -152,10 +152,12 @@ static int lookup(const GenOptions *o, const SeqState *st, const GenOutput *g, i
 
 /* The draft model's candidates for sequence i (GenOptions.draft): its cache brought to the
  * sequence's ids, then up to K greedy steps, no more than the completion has room for after one
- * more id, none past an EOS id or after one it gave a probability below draft_confidence. dlog: V
- * scratch. */
-static int draft_propose(const GenOptions *o, int i, const SeqState *st, const GenOutput *g, int K,
-                         int32_t *out, float *dlog) {
+ * more id, none past an EOS id or after one whose probability is below draft_confidence. With
+ * processors (gen_processes) the draft's logits go through them as the model's do (its ids so
+ * far written after the sequence's in st->hist, dseen a copy of st->seen with them), as
+ * transformers hands the assistant the same processors. dlog, dpen: V scratch. */
+static int draft_propose(const GenOptions *o, int i, SeqState *st, const GenOutput *g, int K,
+                         int32_t *out, float *dlog, float *dpen, uint8_t *dseen) {
     Decoder *dd = o->draft;
     long n = st->hist_n, room = o->max_new_tokens - g->n - 1;
     int V = dd->m->spec.vocab_size, k = 0;
@@ -163,13 +165,28 @@ static int draft_propose(const GenOptions *o, int i, const SeqState *st, const G
     if (room <= 0) return 0;
     int held = decoder_reuse(dd, i, st->hist, (int)n);
     decoder_extend(dd, i, st->hist + held, (int)(n - held), dlog);
+    if (st->seen) memcpy(dseen, st->seen, (size_t)V);
     for (;;) {
+        const float *sc = dlog;
+        if (st->seen) {
+            ProcSeq q = {.seen = dseen,
+                         .hist = st->hist,
+                         .len = n + k,
+                         .n_new = n + k - st->prompt_n,
+                         .max_new = o->max_new_tokens,
+                         .eos = o->eos,
+                         .n_eos = o->n_eos};
+            sample_process(dpen, dlog, V, &o->sample, o->procs, &q);
+            sc = dpen;
+        }
         int32_t id = 0;
         for (int v = 1; v < V; v++)
-            if (dlog[v] > dlog[id]) id = v;
+            if (sc[v] > sc[id]) id = v;
         out[k++] = id;
-        double p = exp(-sample_logsumexp(dlog, V) + dlog[id]);
+        double p = exp(-sample_logsumexp(sc, V) + sc[id]);
         if (k == room || gen_is_eos(o, id) || p < o->draft_confidence) return k;
+        st->hist[n + k - 1] = id; /* past hist_n: the draft's, until ids are chosen there */
+        if (st->seen) dseen[id] |= SEEN_ID;
         decoder_step(dd, &i, &id, 1, dlog);
     }
 }
@@ -238,6 +255,8 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
     int *first = xcalloc((size_t)n, sizeof *first), *held = xcalloc((size_t)n, sizeof *held);
     float *pen = penalize ? xcalloc((size_t)V, sizeof *pen) : NULL;
     float *dlog = o->draft ? xcalloc((size_t)V, sizeof *dlog) : NULL;
+    float *dpen = o->draft && penalize ? xcalloc((size_t)V, sizeof *dpen) : NULL;
+    uint8_t *dseen = o->draft && penalize ? xcalloc((size_t)V, 1) : NULL;
     GenStats gs = {0};
     int rc = 0;
     for (int i = 0; i < n; i++) {
@@ -287,7 +306,8 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
             if (st[i].done) continue;
             int cap = K < budget ? K : (int)budget;
             int k = !cap       ? 0
-                    : o->draft ? draft_propose(o, i, &st[i], &out[i], cap, next + rows + 1, dlog)
+                    : o->draft ? draft_propose(o, i, &st[i], &out[i], cap, next + rows + 1, dlog,
+                                               dpen, dseen)
                                : lookup(o, &st[i], &out[i], cap, next + rows + 1);
             budget -= k;
             first[i] = rows, held[i] = d->len[i];
@@ -320,6 +340,7 @@ int generate(Decoder *d, const Tokenizer *tok, const int32_t *const *prompts, co
     for (int i = 0; i < n; i++)
         free(st[i].seen), free(st[i].hist);
     free(st), free(logits), free(seq), free(next), free(pen), free(dlog), free(first), free(held);
+    free(dpen), free(dseen);
     if (rc != 0)
         for (int i = 0; i < n; i++)
             gen_output_free(&out[i]);
