@@ -15,11 +15,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/fs.h"
 #include "core/json.h"
 #include "fd_util.h"
 #include "io/hf_config.h"
+#include "io/hf_keys.h"
 #include "io/safetensors.h"
 #include "model/lora.h"
 #include "model/qwen3.h"
@@ -896,6 +898,69 @@ static void test_tp_blocks(void **state) {
     lora_free(&lo);
 }
 
+/* lora_peft_merge (inference: generate / eval --adapter) refuses a folder whose tensors it
+ * would not all use: a lora_B without its lora_A, a factor of a layer the model does not have,
+ * a magnitude without use_dora; and leaves the weights untouched when it refuses (everything
+ * is checked before anything is merged). */
+static void test_merge_refusals(void **state) {
+    (void)state;
+    HfKeyTable t;
+    hf_keys_build(&t, &spec);
+    float **params = xcalloc((size_t)t.nparams, sizeof *params);
+    for (int k = 0; k < t.nparams; k++)
+        params[k] = xcalloc((size_t)t.params[k].numel, sizeof(float));
+    int q = hf_keys_find_hf(&t, "model.layers.0.self_attn.q_proj.weight");
+    assert_true(q >= 0);
+    int64_t O = t.hf[q].shape[0], I = t.hf[q].shape[1];
+    float *v = xcalloc((size_t)(O * I), sizeof *v);
+    for (long i = 0; i < O * I; i++)
+        v[i] = 0.5f;
+    static const struct {
+        const char *keys[3];
+        const char *want;
+    } cases[] = {
+        {{"base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight", NULL},
+         "q_proj.lora_B.weight but not base_model.model.model.layers.0.self_attn.q_proj.lora_A"},
+        {{"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight",
+          "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight",
+          "base_model.model.model.layers.99.self_attn.q_proj.lora_A.weight"},
+         "layers.99.self_attn.q_proj.lora_A.weight is not an adapter of this model's linears"},
+        {{"base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector", NULL},
+         "q_proj.lora_magnitude_vector but not"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char tmpl[] = "/tmp/qt_merge_XXXXXX";
+        assert_non_null(mkdtemp(tmpl));
+        Err err;
+        char *cfg = fs_join(tmpl, "adapter_config.json");
+        const char *text = "{\"peft_type\": \"LORA\", \"r\": 2, \"lora_alpha\": 4}";
+        assert_int_equal(fs_write_atomic(cfg, text, strlen(text), &err), 0);
+        StWriter w;
+        st_writer_init(&w);
+        for (int k = 0; k < 3 && cases[c].keys[k]; k++) {
+            const char *key = cases[c].keys[k];
+            int64_t shape[2] = {strstr(key, "lora_A") ? 2 : O, strstr(key, "lora_B") ? 2 : I};
+            int mag = strstr(key, "magnitude") != NULL;
+            st_writer_add_f32(&w, key, DT_F32, mag ? 1 : 2, mag ? &O : shape, v);
+        }
+        char *st = fs_join(tmpl, "adapter_model.safetensors");
+        assert_int_equal(st_write_finish(&w, st, &err), 0);
+        st_writer_free(&w);
+        assert_int_not_equal(lora_peft_merge(&spec, params, tmpl, &err), 0);
+        fprintf(stderr, "expected error: %s\n", err.msg);
+        if (!strstr(err.msg, cases[c].want)) fail_msg("case %zu: %s", c, err.msg);
+        for (int k = 0; k < t.nparams; k++)
+            for (long i = 0; i < t.params[k].numel; i++)
+                assert_true(params[k][i] == 0.0f);
+        unlink(cfg), unlink(st), rmdir(tmpl);
+        free(cfg), free(st);
+    }
+    for (int k = 0; k < t.nparams; k++)
+        free(params[k]);
+    free(params), free(v);
+    hf_keys_free(&t);
+}
+
 int main(void) {
     const char *src = getenv("QT_SOURCE_DIR");
     if (!src) return 77;
@@ -921,6 +986,7 @@ int main(void) {
         cmocka_unit_test(test_rslora_matches_peft),
         cmocka_unit_test(test_peft_config),
         cmocka_unit_test(test_peft_target_names),
+        cmocka_unit_test(test_merge_refusals),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     json_decref(expected);

@@ -376,6 +376,8 @@ static int merge_linear(MergeRead *mr, const json_t *cfg, const LoraPeftConfig *
     snprintf(kb, sizeof kb, "base_model.model.%s.lora_B.weight", mod);
     snprintf(km, sizeof km, "base_model.model.%s.lora_magnitude_vector", mod);
     const StTensor *a = take(mr, ka), *b = take(mr, kb), *m = take(mr, km);
+    if (!a && (b || m))
+        return err_set(err, "%s: holds %s but not %s", mr->f->path, b ? kb : km, ka);
     if (!a) return 0;
     double r = (double)pc->r, alpha = pc->alpha;
     int found;
