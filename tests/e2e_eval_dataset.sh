@@ -30,6 +30,18 @@ echo "$out" | grep -q 'rows: 15 x 16 windows, stride 6' || fail "--stride 6: 15 
 out=$("$QT" eval --model "$FIX" --dataset "$FIX/docs.jsonl" --seq-len 16 --stride 6 --max-tokens 40 2>/dev/null)
 check "--stride 6 --max-tokens 40" "$out" 4
 
+# --dtype bfloat16: the loss of the model's bf16 weights, within bf16 rounding of transformers'
+# fp32 loss (2e-3 relative) but not equal to the fp32 run's; --choices the same.
+out=$("$QT" eval --model "$FIX" --dataset "$FIX/docs.jsonl" --seq-len 16 --dtype bfloat16 2>/dev/null)
+l16=$(echo "$out" | sed -n 's/^loss: //p') l32=$(want loss 1)
+awk -v a="$l16" -v b="$l32" 'BEGIN { d = (a - b) / b; if (d < 0) d = -d; exit !(a != "" && d <= 2e-3 && d > 1e-7) }' ||
+  fail "--dtype bfloat16: loss $l16, fp32 $l32"
+"$QT" eval --model "$FIX" --choices "$FIX/choices.jsonl" --dtype bfloat16 >"$TMP/c16" 2>"$TMP/err" &&
+  grep -q '^questions: 9  labelled: 8  choices: 24' "$TMP/c16" || fail "--choices --dtype bfloat16: $(cat "$TMP/err" "$TMP/c16")"
+expect_error eval "dtype float16: expected float32 or bfloat16" --model "$FIX" --dataset "$FIX/docs.jsonl" --dtype float16
+expect_error eval "stride and --dtype go with --dataset" --model "$FIX" --tokens "$FIX/docs.jsonl" --dtype bfloat16
+echo "--dtype bfloat16: loss $l16 (fp32 $l32)"
+
 # Bad input: exit status non-zero and exactly one line on stderr, naming the problem.
 expect_error eval "seq-len 300 exceeds the model's context of 256" --model "$FIX" \
   --dataset "$FIX/docs.jsonl" --seq-len 300
@@ -40,7 +52,7 @@ expect_error eval "stride 16: expected an integer from 1 to 15, below the sequen
 expect_error eval "stride x: expected an integer >= 1" --model "$FIX" --dataset "$FIX/docs.jsonl" --stride x
 expect_error eval "stride reads text data as one sequence" --model "$FIX" \
   --dataset "$FIX/docs.jsonl" --data-format messages --stride 2
-expect_error eval "stride go with --dataset" --model "$FIX" --tokens x --stride 2
+expect_error eval "stride and --dtype go with --dataset" --model "$FIX" --tokens x --stride 2
 expect_error eval "give one of --model HFDIR or --checkpoint" --dataset "$FIX/docs.jsonl"
 expect_error eval "go with --dataset" --model "$FIX" --tokens x --seq-len 4
 expect_error eval "data-format chats: expected text, messages, prompt_completion or instruction" \

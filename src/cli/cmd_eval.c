@@ -31,9 +31,9 @@ static const char *USAGE =
     "OUT.safetensors]\n"
     "       qtitan eval (--model HFDIR | --checkpoint STEP_DIR) --dataset PATH [--adapter DIR]\n"
     "                   [--seq-len N] [--max-tokens N] [--data-format FORMAT] [--text-field F]\n"
-    "                   [--chat-template PATH] [--stride S]\n"
+    "                   [--chat-template PATH] [--stride S] [--dtype float32|bfloat16]\n"
     "       qtitan eval (--model HFDIR | --checkpoint STEP_DIR) --choices FILE [--adapter DIR]\n"
-    "                   [--seq-len N] [--json]\n"
+    "                   [--seq-len N] [--dtype float32|bfloat16] [--json]\n"
     "\n"
     "Prints `loss: X`, the mean next-token cross-entropy over all predicted positions of all\n"
     "lines of FILE (one sequence of whitespace-separated token ids per line), for the\n"
@@ -68,6 +68,9 @@ static const char *USAGE =
     "--chat-template PATH renders them with another template (training.chat_template_path):\n"
     "a .jinja file, a tokenizer_config.json or a folder.\n"
     "\n"
+    "--dtype float32|bfloat16 (--dataset, --choices): the weights of the matrix products\n"
+    "(default float32); bfloat16 holds them without fp32 copies, as generate --dtype does.\n"
+    "\n"
     "--choices FILE scores multiple-choice questions as lm-evaluation-harness scores its\n"
     "multiple_choice tasks: FILE holds one JSON object a line, {\"context\": \"...\",\n"
     "\"choices\": [\"...\", ...], \"label\": INDEX}; each choice's log-likelihood after the\n"
@@ -80,7 +83,7 @@ static const char *USAGE =
 
 typedef struct EvalArgs {
     const char *model, *checkpoint, *tokens, *dump, *adapter, *dataset, *seq_len, *max_tokens,
-        *data_format, *text_field, *chat_template, *stride, *choices;
+        *data_format, *text_field, *chat_template, *stride, *choices, *dtype;
     int json; /* --json, with --choices */
 } EvalArgs;
 
@@ -104,20 +107,23 @@ static int parse_args(EvalArgs *a, int argc, char **argv, Err *err) {
                             : strcmp(argv[i], "--chat-template") == 0 ? &a->chat_template
                             : strcmp(argv[i], "--stride") == 0        ? &a->stride
                             : strcmp(argv[i], "--choices") == 0       ? &a->choices
+                            : strcmp(argv[i], "--dtype") == 0         ? &a->dtype
                                                                       : NULL;
         if (!slot) return err_set(err, "unknown option %s (see qtitan eval --help)", argv[i]);
         if (i + 1 >= argc) return err_set(err, "option %s needs a value", argv[i]);
         *slot = argv[++i];
     }
     if (a->json && !a->choices) return err_set(err, "--json goes with --choices");
+    if (a->dtype && strcmp(a->dtype, "float32") != 0 && strcmp(a->dtype, "bfloat16") != 0)
+        return err_set(err, "--dtype %s: expected float32 or bfloat16", a->dtype);
     if (a->choices) {
         if (!a->model == !a->checkpoint)
             return err_set(err,
                            "give one of --model HFDIR or --checkpoint STEP_DIR with --choices");
         if (a->dataset || a->tokens || a->dump || a->max_tokens || a->data_format ||
             a->text_field || a->chat_template || a->stride)
-            return err_set(err, "--choices takes --adapter, --seq-len and --json; --dataset, "
-                                "--tokens and their options do not go with it");
+            return err_set(err, "--choices takes --adapter, --seq-len, --dtype and --json; "
+                                "--dataset, --tokens and their options do not go with it");
         return 0;
     }
     if (a->dataset) {
@@ -129,9 +135,10 @@ static int parse_args(EvalArgs *a, int argc, char **argv, Err *err) {
         return 0;
     }
     if (a->checkpoint || a->seq_len || a->max_tokens || a->data_format || a->text_field ||
-        a->chat_template || a->stride)
+        a->chat_template || a->stride || a->dtype)
         return err_set(err, "--checkpoint, --seq-len, --max-tokens, --data-format, --text-field, "
-                            "--chat-template and --stride go with --dataset");
+                            "--chat-template, --stride and --dtype go with --dataset (--seq-len "
+                            "and --dtype with --choices too)");
     if (!a->model) return err_set(err, "--model HFDIR is required (see qtitan eval --help)");
     if (!a->tokens)
         return err_set(err, "--tokens FILE or --dataset PATH is required (see qtitan eval --help)");
@@ -327,7 +334,8 @@ static int open_for_text(const EvalArgs *a, const char *opt, long stride, long *
     free(cfg);
     if (rc == 0)
         rc = cli_open_model(im, a->model, a->checkpoint, a->adapter, 1,
-                            *seq_len && !decoder ? (int)*seq_len : 1, 0, err);
+                            *seq_len && !decoder ? (int)*seq_len : 1,
+                            a->dtype && !strcmp(a->dtype, "bfloat16"), err);
     free(step);
     return rc;
 }
