@@ -114,6 +114,16 @@ def main():
                 shutil.rmtree(d)
             pm.save_pretrained(d)
             os.remove(os.path.join(d, "README.md"))
+            # The same bytes on every run: the base named as the test names it, and
+            # target_modules (a set in peft) in order.
+            cfg_path = os.path.join(d, "adapter_config.json")
+            with open(cfg_path) as f:
+                cfg = json.load(f)
+            cfg["base_model_name_or_path"] = c["base"]
+            cfg["target_modules"] = sorted(cfg["target_modules"])
+            with open(cfg_path, "w") as f:
+                json.dump(cfg, f, indent=2, sort_keys=True)
+                f.write("\n")
             got = {}
             for dt in (torch.float32, torch.float64):
                 b = AutoModelForCausalLM.from_pretrained(base_dir, attn_implementation="eager",
