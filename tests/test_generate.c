@@ -59,6 +59,25 @@ static void read_logprobs(const char *path, double *out, int rows, const int *co
     free(data);
 }
 
+/* Checks the completions out[0..n) of a parity case against transformers' (expected, lps, count)
+ * and frees them: the same ids (how names the run in a failure); returns the largest
+ * |log-prob difference|. */
+static double compare_expected(const char *name, const char *how, GenOutput *out, int n,
+                               const TokenLines *expected, const double *lps, const int *count) {
+    double worst = 0.0;
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(out[i].n, count[i]);
+        for (int t = 0; t < count[i]; t++) {
+            if (out[i].ids[t] != expected->ids[expected->start[i] + t])
+                fail_msg("%s prompt %d token %d%s: got %d, transformers %d", name, i, t, how,
+                         out[i].ids[t], expected->ids[expected->start[i] + t]);
+            worst = fmax(worst, fabs(out[i].logprobs[t] - lps[i * NEW + t]));
+        }
+        gen_output_free(&out[i]);
+    }
+    return worst;
+}
+
 static void check_case(const char *name) {
     char *dir = fixture(name, NULL);
     InferModel im;
@@ -99,20 +118,11 @@ static void check_case(const char *name) {
     GenOutput *out = xcalloc((size_t)prompts.n, sizeof *out);
     if (generate(&d, NULL, ptr, lens, prompts.n, &o, out, NULL, NULL, NULL, &err))
         fail_msg("%s", err.msg);
-    double worst = 0.0;
     for (int i = 0; i < prompts.n; i++) {
-        assert_int_equal(out[i].n, count[i]);
         int32_t last = expected.ids[expected.start[i] + count[i] - 1];
         assert_string_equal(out[i].finish, gen_is_eos(&o, last) ? "eos" : "length");
-        for (int t = 0; t < count[i]; t++) {
-            if (out[i].ids[t] != expected.ids[expected.start[i] + t])
-                fail_msg("%s prompt %d token %d: got %d, transformers %d", name, i, t,
-                         out[i].ids[t], expected.ids[expected.start[i] + t]);
-            double diff = fabs(out[i].logprobs[t] - lps[i * NEW + t]);
-            if (diff > worst) worst = diff;
-        }
-        gen_output_free(&out[i]);
     }
+    double worst = compare_expected(name, "", out, prompts.n, &expected, lps, count);
     printf("%s: %d prompts x up to %d tokens identical, max |logprob diff| %.3g\n", name, prompts.n,
            NEW, worst);
     assert_true(worst < TOL_LOGPROB);
@@ -137,18 +147,8 @@ static void check_case(const char *name) {
     if (generate(&d, NULL, ptr, lens, prompts.n, &again, out, NULL, NULL, &st, &err))
         fail_msg("%s", err.msg);
     assert_int_equal(st.reused_tokens, want_reused);
-    double worst_reused = 0.0;
-    for (int i = 0; i < prompts.n; i++) {
-        assert_int_equal(out[i].n, count[i]);
-        for (int t = 0; t < count[i]; t++) {
-            if (out[i].ids[t] != expected.ids[expected.start[i] + t])
-                fail_msg("%s prompt %d token %d after reusing the cache: got %d, transformers %d",
-                         name, i, t, out[i].ids[t], expected.ids[expected.start[i] + t]);
-            double diff = fabs(out[i].logprobs[t] - lps[i * NEW + t]);
-            if (diff > worst_reused) worst_reused = diff;
-        }
-        gen_output_free(&out[i]);
-    }
+    double worst_reused =
+        compare_expected(name, " after reusing the cache", out, prompts.n, &expected, lps, count);
     printf("%s: the same after reusing %ld cached prompt positions, max |logprob diff| %.3g\n",
            name, st.reused_tokens, worst_reused);
     assert_true(worst_reused < TOL_LOGPROB);
@@ -159,17 +159,8 @@ static void check_case(const char *name) {
     look.lookup_tokens = 4;
     if (generate(&d, NULL, ptr, lens, prompts.n, &look, out, NULL, NULL, &st, &err))
         fail_msg("%s", err.msg);
-    double worst_look = 0.0;
-    for (int i = 0; i < prompts.n; i++) {
-        assert_int_equal(out[i].n, count[i]);
-        for (int t = 0; t < count[i]; t++) {
-            if (out[i].ids[t] != expected.ids[expected.start[i] + t])
-                fail_msg("%s prompt %d token %d with prompt lookup: got %d, transformers %d", name,
-                         i, t, out[i].ids[t], expected.ids[expected.start[i] + t]);
-            worst_look = fmax(worst_look, fabs(out[i].logprobs[t] - lps[i * NEW + t]));
-        }
-        gen_output_free(&out[i]);
-    }
+    double worst_look =
+        compare_expected(name, " with prompt lookup", out, prompts.n, &expected, lps, count);
     printf("%s: the same with prompt lookup (%ld of %ld candidates kept, %ld passes), max "
            "|logprob diff| %.3g\n",
            name, st.lookup_accepted, st.lookup_proposed, st.passes, worst_look);
@@ -190,17 +181,9 @@ static void check_case(const char *name) {
         as.draft = &dd, as.draft_tokens = 5, as.draft_confidence = 0.0f;
         if (generate(&d, NULL, ptr, lens, prompts.n, &as, out, NULL, NULL, &st, &err))
             fail_msg("%s", err.msg);
-        double worst_as = 0.0;
-        for (int i = 0; i < prompts.n; i++) {
-            assert_int_equal(out[i].n, count[i]);
-            for (int t = 0; t < count[i]; t++) {
-                if (out[i].ids[t] != expected.ids[expected.start[i] + t])
-                    fail_msg("%s prompt %d token %d drafted by %s: got %d, transformers %d", name,
-                             i, t, dname, out[i].ids[t], expected.ids[expected.start[i] + t]);
-                worst_as = fmax(worst_as, fabs(out[i].logprobs[t] - lps[i * NEW + t]));
-            }
-            gen_output_free(&out[i]);
-        }
+        char how[64];
+        snprintf(how, sizeof how, " drafted by %s", dname);
+        double worst_as = compare_expected(name, how, out, prompts.n, &expected, lps, count);
         printf("%s: the same drafted by %s (%ld of %ld drafts kept, %ld passes), max |logprob "
                "diff| %.3g\n",
                name, dname, st.lookup_accepted, st.lookup_proposed, st.passes, worst_as);
@@ -895,6 +878,27 @@ static void test_gen_config(void **state) {
     }
 }
 
+/* rounds seeds from o->seed on: the two prompts of rp sampled with o as it is and with cand
+ * (o with candidates: prompt lookup or a draft) give the same ids; returns the candidates kept. */
+static long same_sampled(Decoder *d, GenOptions o, GenOptions cand, const int32_t *const *rp,
+                         const int *rl, int rounds) {
+    GenOutput r1[2], r2[2];
+    GenStats gs;
+    Err err;
+    long kept = 0;
+    for (int t = 0; t < rounds; t++, o.seed++, cand.seed++) {
+        assert_int_equal(generate(d, NULL, rp, rl, 2, &o, r1, NULL, NULL, NULL, &err), 0);
+        assert_int_equal(generate(d, NULL, rp, rl, 2, &cand, r2, NULL, NULL, &gs, &err), 0);
+        kept += gs.lookup_accepted;
+        for (int i = 0; i < 2; i++) {
+            assert_int_equal(r1[i].n, r2[i].n);
+            assert_memory_equal(r1[i].ids, r2[i].ids, (size_t)r1[i].n * sizeof(int32_t));
+            gen_output_free(&r1[i]), gen_output_free(&r2[i]);
+        }
+    }
+    return kept;
+}
+
 /* The same seed gives the same completions; another seed others. */
 static void test_seeded(void **state) {
     (void)state;
@@ -928,41 +932,19 @@ static void test_seeded(void **state) {
     const int32_t *rp[2] = {rep, rep};
     int rl[2] = {8, 8};
     o.seed = 99;
-    GenStats gs;
-    long kept = 0;
-    for (int t = 0; t < 8; t++, o.seed++) {
-        o.lookup_tokens = 0;
-        assert_int_equal(generate(&d, NULL, rp, rl, 2, &o, r1, NULL, NULL, NULL, &err), 0);
-        o.lookup_tokens = 3;
-        assert_int_equal(generate(&d, NULL, rp, rl, 2, &o, r2, NULL, NULL, &gs, &err), 0);
-        kept += gs.lookup_accepted;
-        for (int i = 0; i < 2; i++) {
-            assert_int_equal(r1[i].n, r2[i].n);
-            assert_memory_equal(r1[i].ids, r2[i].ids, (size_t)r1[i].n * sizeof(int32_t));
-            gen_output_free(&r1[i]), gen_output_free(&r2[i]);
-        }
-    }
+    GenOptions look = o;
+    look.lookup_tokens = 3;
+    long kept = same_sampled(&d, o, look, rp, rl, 8);
     printf("sampling with prompt lookup: the same ids, %ld candidates kept\n", kept);
-    o.lookup_tokens = 0;
     /* And with a draft model (here the model itself): the same sampled ids. */
     Decoder dd;
     if (decoder_create(&dd, &im.m, 2, 40, &err)) fail_msg("%s", err.msg);
-    kept = 0;
-    for (int t = 0; t < 4; t++, o.seed++) {
-        o.draft = NULL;
-        assert_int_equal(generate(&d, NULL, rp, rl, 2, &o, r1, NULL, NULL, NULL, &err), 0);
-        o.draft = &dd, o.draft_tokens = 4, o.draft_confidence = 0.0f;
-        assert_int_equal(generate(&d, NULL, rp, rl, 2, &o, r2, NULL, NULL, &gs, &err), 0);
-        kept += gs.lookup_accepted;
-        for (int i = 0; i < 2; i++) {
-            assert_int_equal(r1[i].n, r2[i].n);
-            assert_memory_equal(r1[i].ids, r2[i].ids, (size_t)r1[i].n * sizeof(int32_t));
-            gen_output_free(&r1[i]), gen_output_free(&r2[i]);
-        }
-    }
+    o.seed += 8; /* the seeds after the lookup's */
+    GenOptions drafted = o;
+    drafted.draft = &dd, drafted.draft_tokens = 4, drafted.draft_confidence = 0.0f;
+    kept = same_sampled(&d, o, drafted, rp, rl, 4);
     printf("sampling with a draft model: the same ids, %ld drafts kept\n", kept);
     assert_true(kept > 0);
-    o.draft = NULL;
     decoder_free(&dd);
     /* A prompt that does not fit the cache with its new tokens is refused. */
     o.max_new_tokens = 36;

@@ -179,9 +179,7 @@ static int draft_propose(const GenOptions *o, int i, SeqState *st, const GenOutp
             sample_process(dpen, dlog, V, &o->sample, o->procs, &q);
             sc = dpen;
         }
-        int32_t id = 0;
-        for (int v = 1; v < V; v++)
-            if (sc[v] > sc[id]) id = v;
+        int32_t id = sample_argmax(sc, V);
         out[k++] = id;
         double p = exp(-sample_logsumexp(sc, V) + sc[id]);
         if (k == room || gen_is_eos(o, id) || p < o->draft_confidence) return k;

@@ -327,13 +327,15 @@ int sample_filter(Sampler *s, const float *logits, const SampleParams *p, uint8_
     return n;
 }
 
+int32_t sample_argmax(const float *logits, int V) {
+    int32_t best = 0;
+    for (int v = 1; v < V; v++)
+        if (logits[v] > logits[best]) best = v;
+    return best;
+}
+
 int32_t sample_next(Sampler *s, const float *logits, const SampleParams *p, Rng *r) {
-    if (p->temperature <= 0.0f) {
-        int32_t best = 0;
-        for (int v = 1; v < s->V; v++)
-            if (logits[v] > logits[best]) best = v;
-        return best;
-    }
+    if (p->temperature <= 0.0f) return sample_argmax(logits, s->V);
     int n = filter(s, logits, p);
     double u = rng_uniform(r), cum = 0.0;
     for (int i = 0; i < n; i++) {

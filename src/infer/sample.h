@@ -145,6 +145,8 @@ void sampler_free(Sampler *s);
 /* Marks keep[v] = 1 for the tokens the filters of p keep (temperature > 0), 0 for the others;
  * returns how many are kept (at least one). */
 int sample_filter(Sampler *s, const float *logits, const SampleParams *p, uint8_t *keep);
+/* The greedy choice: the largest of logits[0..V), the first of equal maxima. */
+int32_t sample_argmax(const float *logits, int V);
 /* The next token: argmax when p->temperature is 0, else one draw from the kept tokens'
  * renormalised probabilities using one rng_uniform of r. */
 int32_t sample_next(Sampler *s, const float *logits, const SampleParams *p, Rng *r);

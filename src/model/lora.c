@@ -117,7 +117,7 @@ int lora_create(Lora *lo, const ModelSpec *spec, int rank, double alpha, int rsl
     lo->rank = rank;
     lo->alpha = alpha;
     lo->rslora = rslora != 0;
-    lo->scale = (float)(rslora ? alpha / sqrt(rank) : alpha / rank);
+    lo->scale = lora_scale(alpha, rank, rslora);
     lo->ad = xcalloc((size_t)n, sizeof *lo->ad);
     lo->max_tokens = max_tokens;
     int k = 0;
@@ -305,6 +305,10 @@ void lora_merge(const Lora *lo, const LoraAdapter *ad, const float *a, const flo
                 int row0, int rows) {
     gemm_f32(0, 0, rows, ad->in, lo->rank, lo->scale, b + (long)row0 * lo->rank, lo->rank, a,
              ad->in, 1.0f, w, ad->in);
+}
+
+float lora_scale(double alpha, double rank, int rslora) {
+    return (float)(rslora ? alpha / sqrt(rank) : alpha / rank);
 }
 
 ParamKindId lora_site_kind(LoraSite s) {

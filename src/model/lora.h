@@ -142,6 +142,8 @@ void lora_forward(const Lora *lo, LoraAdapter *ad, float *y, const float *x, lon
 void lora_backward(const Lora *lo, LoraAdapter *ad, float *dx, const float *dy, const float *x,
                    long N);
 
+/* An adapter's scale s: alpha / rank, or alpha / sqrt(rank) with rsLoRA (peft's use_rslora). */
+float lora_scale(double alpha, double rank, int rslora);
 /* The parameter kind (core/param_table.h) of site s's base weight. */
 ParamKindId lora_site_kind(LoraSite s);
 

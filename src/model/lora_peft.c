@@ -403,7 +403,7 @@ static int merge_linear(MergeRead *mr, const json_t *cfg, const LoraPeftConfig *
     st_to_f32(a, fa);
     st_to_f32(b, fb);
     if (dora) st_to_f32(m, fm);
-    float s = (float)(alpha / (pc->rslora ? sqrt(r) : r));
+    float s = lora_scale(alpha, r, pc->rslora);
     gemm_f32(0, 0, (int)O, (int)I, (int)R, s, fb, (int)R, fa, (int)I, 1.0f, w, (int)I);
     for (int64_t o = 0; dora && o < O; o++) {
         double sq = 0.0;
